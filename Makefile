@@ -1,0 +1,74 @@
+# Builds the C shim: build/libshim-cpu.so always, build/libshim-cuda.so when nvcc is found.
+# `make test` and `make demo` are the README's two commands; each installs what is missing.
+
+CC      ?= gcc
+CXX     ?= g++
+NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+BUN     := node_modules/.bin/bun
+
+WARN     := -Wall -Wextra -Werror -Wno-unused-parameter
+CFLAGS   := -O3 -fPIC -std=c11 -D_GNU_SOURCE $(WARN) -I/usr/include/x86_64-linux-gnu/openblas-pthread
+CXXFLAGS := -O3 -fPIC -std=c++17 $(WARN)
+# sm_90 machine code for Hopper (H100/H200), plus PTX for anything newer.
+CUDA_ARCH  ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVCCFLAGS  := -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC,-Wall,-Werror,-Wno-unused-parameter --Werror all-warnings
+
+COMMON_SRC := $(wildcard c/common/*.c)
+CPU_SRC    := $(wildcard c/cpu/*.c) $(wildcard c/cpu/*.cc)
+CUDA_SRC   := $(wildcard c/cuda/*.cu) $(wildcard c/cuda/*.c)
+HEADERS    := c/shim.h $(wildcard c/common/*.h) $(wildcard c/cpu/*.h) $(wildcard c/cuda/*.h)
+
+CPU_OBJ  := $(patsubst c/%,build/obj/cpu/%.o,$(COMMON_SRC) $(CPU_SRC))
+CUDA_OBJ := $(patsubst c/%,build/obj/cuda/%.o,$(COMMON_SRC) $(CUDA_SRC))
+
+LIBS := build/libshim-cpu.so
+ifneq ($(NVCC),)
+LIBS += build/libshim-cuda.so
+endif
+
+.PHONY: all cpu cuda setup test demo bench clean
+all: $(LIBS)
+cpu: build/libshim-cpu.so
+cuda: build/libshim-cuda.so
+
+build/libshim-cpu.so: $(CPU_OBJ)
+	$(CXX) -shared -o $@ $^ -lgloo -lopenblas -lpthread -lm
+
+build/obj/cpu/%.c.o: c/%.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+build/obj/cpu/%.cc.o: c/%.cc $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -c -o $@ $<
+
+# NCCL and cuBLAS are dlopen'ed at run time (c/cuda/), so only the CUDA runtime is linked.
+build/libshim-cuda.so: $(CUDA_OBJ)
+	$(NVCC) -shared $(CUDA_ARCH) -o $@ $^ -cudart shared -ldl -lpthread
+
+build/obj/cuda/%.c.o: c/%.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+build/obj/cuda/%.cu.o: c/%.cu $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+
+setup:
+	@bash scripts/setup.sh
+
+# The README's commands.
+test: setup
+	@$(MAKE) --no-print-directory all
+	$(BUN) test
+
+demo: setup
+	@$(MAKE) --no-print-directory all
+	$(BUN) run examples/demo.ts
+
+bench: setup
+	@$(MAKE) --no-print-directory all
+	$(BUN) run bench/codec.ts
+
+clean:
+	rm -rf build

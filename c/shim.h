@@ -1,0 +1,251 @@
+/* shim.h: the whole ABI between TypeScript (ffi/symbols.ts) and the native backends.
+ *
+ * Two libraries implement every function declared here, in the same order:
+ *   build/libshim-cpu.so   host memory, synchronous streams, Gloo (c/cpu/)
+ *   build/libshim-cuda.so  device memory, CUDA streams, NCCL and cuBLAS by dlopen (c/cuda/)
+ *
+ * Rules of the boundary:
+ *   - every function returns an int status, SHIM_OK or a SHIM_E_* code; results come back
+ *     through out-parameters. The one exception is shim_last_error, which cannot fail.
+ *   - after a failure, shim_last_error() describes it, for the calling thread only.
+ *   - nothing aborts, exits or throws across it; C++ exceptions stop at the extern "C" edge.
+ *   - tensors are dense and contiguous (row-major). Ops never allocate their result: the
+ *     caller passes an output tensor, and the op checks its dtype and shape.
+ *   - a NULL stream means the backend's default stream.
+ *   - the only global state is library handles (dlopen) and the thread-local error text.
+ *
+ * ffi/symbols.ts must match this header name for name and type for type;
+ * tests/ffi/symbols.test.ts parses this file and fails on any difference.
+ */
+#ifndef MONARCH_SHIM_H
+#define MONARCH_SHIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status codes ------------------------------------------------------------------ */
+enum {
+  SHIM_OK = 0,
+  SHIM_E_INVALID = 1,     /* bad argument: null handle, dtype or shape mismatch, bad dim */
+  SHIM_E_NOMEM = 2,       /* host or device allocation failed */
+  SHIM_E_UNSUPPORTED = 3, /* valid request this backend cannot do (e.g. a dtype) */
+  SHIM_E_BACKEND = 4,     /* the CUDA runtime or cuBLAS reported an error */
+  SHIM_E_COMM = 5,        /* Gloo or NCCL reported an error, or a peer is gone */
+  SHIM_E_TIMEOUT = 6,     /* a communication did not complete within its timeout */
+  SHIM_E_UNAVAILABLE = 7  /* no device, no driver, or a library that failed to load */
+};
+
+/* ---- element types (codes are part of the wire protocol too) ----------------------- */
+enum {
+  SHIM_F32 = 0,
+  SHIM_F64 = 1,
+  SHIM_F16 = 2,
+  SHIM_BF16 = 3,
+  SHIM_I32 = 4,
+  SHIM_I64 = 5,
+  SHIM_U8 = 6,
+  SHIM_BOOL = 7 /* one byte, 0 or 1 */
+};
+
+enum { SHIM_MAX_DIMS = 8 };
+
+/* ---- op codes ------------------------------------------------------------------------ */
+enum { /* shim_unary; the output has the input's dtype */
+  SHIM_NEG = 0,
+  SHIM_ABS = 1,
+  SHIM_EXP = 2,
+  SHIM_LOG = 3,
+  SHIM_SQRT = 4,
+  SHIM_RELU = 5,
+  SHIM_TANH = 6,
+  SHIM_SIGMOID = 7
+};
+
+enum { /* shim_binary, shim_binary_scalar; comparisons write SHIM_BOOL */
+  SHIM_ADD = 0,
+  SHIM_SUB = 1,
+  SHIM_MUL = 2,
+  SHIM_DIV = 3, /* integer dtypes truncate; an integer division by zero is SHIM_E_INVALID */
+  SHIM_MAXIMUM = 4,
+  SHIM_MINIMUM = 5,
+  SHIM_POW = 6,
+  SHIM_EQ = 7,
+  SHIM_NE = 8,
+  SHIM_LT = 9,
+  SHIM_LE = 10,
+  SHIM_GT = 11,
+  SHIM_GE = 12
+};
+
+enum { /* shim_reduce */
+  SHIM_SUM = 0,
+  SHIM_MEAN = 1,
+  SHIM_MAX = 2,
+  SHIM_MIN = 3,
+  SHIM_PROD = 4
+};
+
+enum { /* collectives */
+  SHIM_OP_SUM = 0,
+  SHIM_OP_PROD = 1,
+  SHIM_OP_MIN = 2,
+  SHIM_OP_MAX = 3,
+  SHIM_OP_AVG = 4 /* sum, then divide by the group size (truncating for integers) */
+};
+
+enum { SHIM_ALL_DIMS = -1 }; /* shim_reduce over every element */
+
+enum { SHIM_SEND = 0, SHIM_RECV = 1 }; /* shim_p2p kinds */
+
+typedef struct shim_tensor shim_tensor;
+typedef struct shim_stream shim_stream;
+typedef struct shim_event shim_event;
+typedef struct shim_comm shim_comm;
+
+/* ---- errors and devices --------------------------------------------------------------- */
+
+/* Text of the calling thread's last failure ("" if none). Valid until its next failure. */
+const char *shim_last_error(void);
+
+/* Whether this backend can run here: always on cpu; on cuda, a visible device and NCCL and
+ * cuBLAS that load. On failure the last error says why (the error code included). */
+int shim_probe(void);
+
+int shim_device_count(int32_t *count);
+
+/* Binds the calling process to one device (cuda: cudaSetDevice). cpu accepts only 0. */
+int shim_set_device(int32_t device);
+
+/* ---- tensors -------------------------------------------------------------------------- */
+
+/* A new uninitialised tensor. ndim may be 0 (a scalar, one element); a dim may be 0. */
+int shim_tensor_alloc(int32_t dtype, int32_t ndim, const int64_t *shape, shim_tensor **out);
+
+/* A tensor with a new shape of the same element count that shares src's memory (reshape).
+ * The memory lives until every tensor sharing it has been freed. */
+int shim_tensor_view(shim_tensor *src, int32_t ndim, const int64_t *shape, shim_tensor **out);
+
+int shim_tensor_free(shim_tensor *t);
+
+/* Host to tensor, nbytes == the tensor's byte size. Returns once src may be reused. */
+int shim_tensor_copy_in(shim_tensor *t, const void *src, int64_t nbytes, shim_stream *s);
+
+/* Tensor to host, nbytes == the tensor's byte size. Waits for the stream's earlier work. */
+int shim_tensor_copy_out(const shim_tensor *t, void *dst, int64_t nbytes, shim_stream *s);
+
+/* ---- creation ops ------------------------------------------------------------------- */
+
+/* Every element = value (converted to the tensor's dtype; zeros and ones are fills). */
+int shim_fill(shim_tensor *out, double value, shim_stream *s);
+
+/* out[i] = start + i * step. */
+int shim_arange(shim_tensor *out, double start, double step, shim_stream *s);
+
+/* Counter-based (Philox-4x32-10) random numbers: element i depends only on (seed, offset + i),
+ * so cpu and cuda give the same values. normal = 0: uniform in [0, 1); 1: standard normal. */
+int shim_rand(shim_tensor *out, uint64_t seed, uint64_t offset, int32_t normal, shim_stream *s);
+
+/* ---- elementwise, reductions, linear algebra, layout -------------------------------- */
+
+int shim_unary(int32_t op, shim_tensor *out, const shim_tensor *a, shim_stream *s);
+
+/* a and b have one dtype; the same shape, or either has exactly one element (broadcast). */
+int shim_binary(int32_t op, shim_tensor *out, const shim_tensor *a, const shim_tensor *b,
+                shim_stream *s);
+
+/* a (op) b, or b (op) a when scalar_first is 1. */
+int shim_binary_scalar(int32_t op, shim_tensor *out, const shim_tensor *a, double b,
+                       int32_t scalar_first, shim_stream *s);
+
+/* Reduces dim (0 <= dim < ndim) or every element (SHIM_ALL_DIMS). out holds the product of
+ * the other dims' sizes, in their order; its dtype may differ from a's (sum of bool to i64). */
+int shim_reduce(int32_t op, shim_tensor *out, const shim_tensor *a, int32_t dim,
+                shim_stream *s);
+
+/* a [..., m, k] @ b [..., k, n] -> out [..., m, n]; b may also be 2-D for every batch. */
+int shim_matmul(shim_tensor *out, const shim_tensor *a, const shim_tensor *b, shim_stream *s);
+
+/* Element-by-element conversion into out's dtype (a copy when the dtypes match). */
+int shim_cast(shim_tensor *out, const shim_tensor *a, shim_stream *s);
+
+/* out = a with dims dim0 and dim1 swapped, materialised contiguously. */
+int shim_transpose(shim_tensor *out, const shim_tensor *a, int32_t dim0, int32_t dim1,
+                   shim_stream *s);
+
+/* ---- streams and events ------------------------------------------------------------- */
+/* cpu: work runs in order when issued, and events are complete once recorded. */
+
+int shim_stream_create(shim_stream **out);
+int shim_stream_destroy(shim_stream *s);
+int shim_stream_synchronize(shim_stream *s);
+int shim_event_create(shim_event **out);
+int shim_event_destroy(shim_event *e);
+
+/* The event completes when the work issued to s so far has completed. */
+int shim_event_record(shim_event *e, shim_stream *s);
+
+/* Work issued to s after this call starts after e completes (cudaStreamWaitEvent). */
+int shim_stream_wait_event(shim_stream *s, shim_event *e);
+
+int shim_event_query(shim_event *e, int32_t *done);
+int shim_event_synchronize(shim_event *e);
+
+/* Tests only: holds s busy for at least microseconds before its later work (cuda: a spin
+ * kernel), so a missing wait shows up as a wrong result. cpu: returns at once. */
+int shim_debug_stream_spin(shim_stream *s, int64_t microseconds);
+
+/* ---- communicators -------------------------------------------------------------------- */
+/* Two-phase creation, with no sockets opened for rendezvous: create, then publish the bytes
+ * of shim_comm_address through the store; every member then calls shim_comm_connect with
+ * every member's bytes. A sub-communicator is another create/connect over its own members.
+ * Every call below waits at most the timeout given at creation, then fails with
+ * SHIM_E_TIMEOUT; a peer that is gone gives SHIM_E_COMM. */
+
+/* hostname: the address this member's transport binds and advertises (cpu; "" = loopback).
+ * cuda ignores it. */
+int shim_comm_create(int32_t rank, int32_t size, int64_t timeout_ms, const char *hostname,
+                     shim_comm **out);
+
+/* Writes the byte count to *len, and the bytes to buf when cap >= *len (else
+ * SHIM_E_INVALID). The bytes may be empty (cuda: every member but 0). */
+int shim_comm_address(shim_comm *c, uint8_t *buf, int64_t cap, int64_t *len);
+
+/* addrs: every member's address bytes end to end in rank order; lens: size counts. */
+int shim_comm_connect(shim_comm *c, const uint8_t *addrs, const int64_t *lens);
+
+int shim_comm_destroy(shim_comm *c);
+
+/* out may be in (in place). */
+int shim_all_reduce(shim_comm *c, shim_tensor *out, const shim_tensor *in, int32_t op,
+                    shim_stream *s);
+
+/* out holds size x in, member i's input at index i (out [size, ...in.shape]). */
+int shim_all_gather(shim_comm *c, shim_tensor *out, const shim_tensor *in, shim_stream *s);
+
+/* in holds size x out; member r receives the reduction of every member's chunk r. */
+int shim_reduce_scatter(shim_comm *c, shim_tensor *out, const shim_tensor *in, int32_t op,
+                        shim_stream *s);
+
+/* in and out split into size equal chunks along the flat order: chunk j of in goes to
+ * member j, and chunk i of out came from member i. */
+int shim_all_to_all(shim_comm *c, shim_tensor *out, const shim_tensor *in, shim_stream *s);
+
+int shim_broadcast(shim_comm *c, shim_tensor *t, int32_t root, shim_stream *s);
+
+int shim_barrier(shim_comm *c, shim_stream *s);
+
+/* n sends and receives posted together and completed together, so members that send to
+ * each other in one call cannot deadlock. kinds[i] is SHIM_SEND or SHIM_RECV, peers[i] a
+ * member other than this one, tensors[i] the buffer. */
+int shim_p2p(shim_comm *c, int32_t n, const int32_t *kinds, const int32_t *peers,
+             shim_tensor *const *tensors, shim_stream *s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MONARCH_SHIM_H */

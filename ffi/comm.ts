@@ -1,0 +1,100 @@
+/**
+ * Comm: a communicator over a group of ranks (Gloo on cpu, NCCL on cuda), made in two
+ * phases so the shim opens no rendezvous sockets: `create` gives the bytes this member
+ * publishes, `connect` takes every member's bytes (src/comm/ moves them through the store).
+ */
+import { ptr, type Pointer } from "bun:ffi"
+import type { Native } from "./native.ts"
+import { CommOp, P2P, type CommOpName } from "./symbols.ts"
+import type { Stream } from "./stream.ts"
+import type { Tensor } from "./tensor.ts"
+
+export interface P2POp {
+  readonly kind: keyof typeof P2P
+  /** The other member's rank within this communicator. */
+  readonly peer: number
+  readonly tensor: Tensor
+}
+
+const stream = (s: Stream | undefined) => s?.handle ?? null
+
+export class Comm implements Disposable {
+  #destroyed = false
+
+  private constructor(
+    readonly native: Native,
+    readonly handle: Pointer,
+    /** This member's rank within the communicator. */
+    readonly rank: number,
+    readonly size: number,
+  ) {}
+
+  /** Phase one: a communicator not yet connected. hostname: the address to bind (cpu). */
+  static create(native: Native, rank: number, size: number, timeoutMs: number, hostname = ""): Comm {
+    native.check(native.shim.shim_comm_create(rank, size, timeoutMs, hostname, native.outsPtr), "shim_comm_create")
+    return new Comm(native, native.outPtr(), rank, size)
+  }
+
+  /** The bytes this member publishes for the others (may be empty). */
+  address(): Uint8Array {
+    const { native } = this
+    native.check(native.shim.shim_comm_address(this.handle, null, 0, native.outsPtr), "shim_comm_address")
+    const bytes = new Uint8Array(native.outInt())
+    if (bytes.byteLength > 0)
+      native.check(native.shim.shim_comm_address(this.handle, ptr(bytes), bytes.byteLength, native.outsPtr), "shim_comm_address")
+    return bytes
+  }
+
+  /** Phase two: every member's address bytes, in rank order. */
+  connect(addresses: ReadonlyArray<Uint8Array>): void {
+    if (addresses.length !== this.size) throw new RangeError(`Comm.connect: ${addresses.length} addresses for ${this.size} members`)
+    const lens = new BigInt64Array(addresses.map((a) => BigInt(a.byteLength)))
+    const all = new Uint8Array(addresses.reduce((n, a) => n + a.byteLength, 0) || 1)
+    let off = 0
+    for (const a of addresses) { all.set(a, off); off += a.byteLength }
+    this.native.check(this.native.shim.shim_comm_connect(this.handle, ptr(all), ptr(lens)), "shim_comm_connect")
+  }
+
+  allReduce(out: Tensor, input: Tensor, op: CommOpName, s?: Stream): void {
+    this.native.check(this.native.shim.shim_all_reduce(this.handle, out.handle, input.handle, CommOp[op], stream(s)), "shim_all_reduce")
+  }
+
+  allGather(out: Tensor, input: Tensor, s?: Stream): void {
+    this.native.check(this.native.shim.shim_all_gather(this.handle, out.handle, input.handle, stream(s)), "shim_all_gather")
+  }
+
+  reduceScatter(out: Tensor, input: Tensor, op: CommOpName, s?: Stream): void {
+    this.native.check(this.native.shim.shim_reduce_scatter(this.handle, out.handle, input.handle, CommOp[op], stream(s)), "shim_reduce_scatter")
+  }
+
+  allToAll(out: Tensor, input: Tensor, s?: Stream): void {
+    this.native.check(this.native.shim.shim_all_to_all(this.handle, out.handle, input.handle, stream(s)), "shim_all_to_all")
+  }
+
+  broadcast(t: Tensor, root: number, s?: Stream): void {
+    this.native.check(this.native.shim.shim_broadcast(this.handle, t.handle, root, stream(s)), "shim_broadcast")
+  }
+
+  barrier(s?: Stream): void {
+    this.native.check(this.native.shim.shim_barrier(this.handle, stream(s)), "shim_barrier")
+  }
+
+  /** Sends and receives posted together and completed together. */
+  p2p(ops: ReadonlyArray<P2POp>, s?: Stream): void {
+    if (ops.length === 0) return
+    const kinds = new Int32Array(ops.map((o) => P2P[o.kind]))
+    const peers = new Int32Array(ops.map((o) => o.peer))
+    const tensors = new BigUint64Array(ops.map((o) => BigInt(o.tensor.handle)))
+    this.native.check(this.native.shim.shim_p2p(this.handle, ops.length, ptr(kinds), ptr(peers), ptr(tensors), stream(s)), "shim_p2p")
+  }
+
+  destroy(): void {
+    if (this.#destroyed) return
+    this.#destroyed = true
+    this.native.check(this.native.shim.shim_comm_destroy(this.handle), "shim_comm_destroy")
+  }
+
+  [Symbol.dispose](): void {
+    this.destroy()
+  }
+}

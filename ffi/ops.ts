@@ -1,0 +1,75 @@
+/**
+ * Typed wrappers over the shim's ops: each checks handles, dtypes and sizes before it
+ * crosses the boundary (the C side checks again), then issues the op on a stream. Outputs
+ * are allocated by the caller (src/ops/ decides their shapes).
+ */
+import { shimError } from "./native.ts"
+import { ALL_DIMS, BinaryOp, ReduceOp, Status, UnaryOp, type BinaryOpName, type ReduceOpName, type UnaryOpName } from "./symbols.ts"
+import type { Stream } from "./stream.ts"
+import type { Tensor } from "./tensor.ts"
+import { dtypeCode } from "../src/protocol/values.ts"
+
+const COMPARISONS: ReadonlySet<BinaryOpName> = new Set(["eq", "ne", "lt", "le", "gt", "ge"])
+export const isComparison = (op: BinaryOpName): boolean => COMPARISONS.has(op)
+
+const fail = (op: string, message: string): never => {
+  throw shimError(Status.INVALID, op, message)
+}
+
+const sameNumel = (op: string, out: Tensor, a: Tensor): void => {
+  if (out.numel !== a.numel) fail(op, `output ${out} does not match input ${a}`)
+}
+
+const stream = (s: Stream | undefined) => s?.handle ?? null
+
+export const fill = (out: Tensor, value: number, s?: Stream): void =>
+  out.native.check(out.native.shim.shim_fill(out.handle, value, stream(s)), "shim_fill")
+
+export const arange = (out: Tensor, start: number, step: number, s?: Stream): void =>
+  out.native.check(out.native.shim.shim_arange(out.handle, start, step, stream(s)), "shim_arange")
+
+export const rand = (out: Tensor, seed: number | bigint, offset: number | bigint, normal: boolean, s?: Stream): void =>
+  out.native.check(out.native.shim.shim_rand(out.handle, seed, offset, normal ? 1 : 0, stream(s)), "shim_rand")
+
+export const unary = (op: UnaryOpName, out: Tensor, a: Tensor, s?: Stream): void => {
+  sameNumel(op, out, a)
+  if (out.dtype !== a.dtype) fail(op, `output ${out} must have the input's dtype ${a.dtype}`)
+  out.native.check(out.native.shim.shim_unary(UnaryOp[op], out.handle, a.handle, stream(s)), `shim_unary(${op})`)
+}
+
+export const binary = (op: BinaryOpName, out: Tensor, a: Tensor, b: Tensor, s?: Stream): void => {
+  if (a.dtype !== b.dtype) fail(op, `dtypes differ: ${a} and ${b}`)
+  if (a.numel !== b.numel && a.numel !== 1 && b.numel !== 1) fail(op, `shapes do not broadcast: ${a} and ${b}`)
+  if (out.numel !== Math.max(a.numel, b.numel) && !(a.numel === 0 || b.numel === 0)) fail(op, `output ${out} has the wrong size`)
+  out.native.check(out.native.shim.shim_binary(BinaryOp[op], out.handle, a.handle, b.handle, stream(s)), `shim_binary(${op})`)
+}
+
+export const binaryScalar = (op: BinaryOpName, out: Tensor, a: Tensor, b: number, scalarFirst: boolean, s?: Stream): void => {
+  sameNumel(op, out, a)
+  out.native.check(out.native.shim.shim_binary_scalar(BinaryOp[op], out.handle, a.handle, b, scalarFirst ? 1 : 0, stream(s)), `shim_binary_scalar(${op})`)
+}
+
+/** dim: a dimension of `a`, or undefined for every element. */
+export const reduce = (op: ReduceOpName, out: Tensor, a: Tensor, dim: number | undefined, s?: Stream): void => {
+  if (dim !== undefined && (!Number.isInteger(dim) || dim < 0 || dim >= a.shape.length)) fail(op, `dim ${dim} out of range for ${a}`)
+  out.native.check(out.native.shim.shim_reduce(ReduceOp[op], out.handle, a.handle, dim ?? ALL_DIMS, stream(s)), `shim_reduce(${op})`)
+}
+
+export const matmul = (out: Tensor, a: Tensor, b: Tensor, s?: Stream): void => {
+  if (a.dtype !== b.dtype || out.dtype !== a.dtype) fail("matmul", `dtypes differ: ${a} @ ${b} -> ${out}`)
+  if (a.shape.length < 2 || b.shape.length < 2) fail("matmul", `needs at least 2-D operands: ${a} @ ${b}`)
+  out.native.check(out.native.shim.shim_matmul(out.handle, a.handle, b.handle, stream(s)), "shim_matmul")
+}
+
+export const cast = (out: Tensor, a: Tensor, s?: Stream): void => {
+  sameNumel("cast", out, a)
+  if (dtypeCode(out.dtype) < 0) fail("cast", `unknown dtype ${out.dtype}`)
+  out.native.check(out.native.shim.shim_cast(out.handle, a.handle, stream(s)), "shim_cast")
+}
+
+export const transpose = (out: Tensor, a: Tensor, dim0: number, dim1: number, s?: Stream): void => {
+  const n = a.shape.length
+  if (!(dim0 >= 0 && dim0 < n && dim1 >= 0 && dim1 < n)) fail("transpose", `dims ${dim0}, ${dim1} out of range for ${a}`)
+  sameNumel("transpose", out, a)
+  out.native.check(out.native.shim.shim_transpose(out.handle, a.handle, dim0, dim1, stream(s)), "shim_transpose")
+}

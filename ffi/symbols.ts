@@ -1,0 +1,86 @@
+/**
+ * The bun:ffi symbol table of c/shim.h, declaration for declaration and in the same order.
+ * tests/ffi/symbols.test.ts parses the header and fails on any difference in a name, an
+ * argument count or a type. Mapping: int and int32_t -> i32, int64_t -> i64, uint64_t ->
+ * u64, double -> f64, const char * argument -> cstring, any other pointer -> ptr.
+ */
+import { FFIType, type FFIFunction } from "bun:ffi"
+
+const { i32, i64, u64, f64, ptr, cstring } = FFIType
+
+export const symbols = {
+  shim_last_error: { args: [], returns: cstring },
+  shim_probe: { args: [], returns: i32 },
+  shim_device_count: { args: [ptr], returns: i32 },
+  shim_set_device: { args: [i32], returns: i32 },
+
+  shim_tensor_alloc: { args: [i32, i32, ptr, ptr], returns: i32 },
+  shim_tensor_view: { args: [ptr, i32, ptr, ptr], returns: i32 },
+  shim_tensor_free: { args: [ptr], returns: i32 },
+  shim_tensor_copy_in: { args: [ptr, ptr, i64, ptr], returns: i32 },
+  shim_tensor_copy_out: { args: [ptr, ptr, i64, ptr], returns: i32 },
+
+  shim_fill: { args: [ptr, f64, ptr], returns: i32 },
+  shim_arange: { args: [ptr, f64, f64, ptr], returns: i32 },
+  shim_rand: { args: [ptr, u64, u64, i32, ptr], returns: i32 },
+
+  shim_unary: { args: [i32, ptr, ptr, ptr], returns: i32 },
+  shim_binary: { args: [i32, ptr, ptr, ptr, ptr], returns: i32 },
+  shim_binary_scalar: { args: [i32, ptr, ptr, f64, i32, ptr], returns: i32 },
+  shim_reduce: { args: [i32, ptr, ptr, i32, ptr], returns: i32 },
+  shim_matmul: { args: [ptr, ptr, ptr, ptr], returns: i32 },
+  shim_cast: { args: [ptr, ptr, ptr], returns: i32 },
+  shim_transpose: { args: [ptr, ptr, i32, i32, ptr], returns: i32 },
+
+  shim_stream_create: { args: [ptr], returns: i32 },
+  shim_stream_destroy: { args: [ptr], returns: i32 },
+  shim_stream_synchronize: { args: [ptr], returns: i32 },
+  shim_event_create: { args: [ptr], returns: i32 },
+  shim_event_destroy: { args: [ptr], returns: i32 },
+  shim_event_record: { args: [ptr, ptr], returns: i32 },
+  shim_stream_wait_event: { args: [ptr, ptr], returns: i32 },
+  shim_event_query: { args: [ptr, ptr], returns: i32 },
+  shim_event_synchronize: { args: [ptr], returns: i32 },
+  shim_debug_stream_spin: { args: [ptr, i64], returns: i32 },
+
+  shim_comm_create: { args: [i32, i32, i64, cstring, ptr], returns: i32 },
+  shim_comm_address: { args: [ptr, ptr, i64, ptr], returns: i32 },
+  shim_comm_connect: { args: [ptr, ptr, ptr], returns: i32 },
+  shim_comm_destroy: { args: [ptr], returns: i32 },
+  shim_all_reduce: { args: [ptr, ptr, ptr, i32, ptr], returns: i32 },
+  shim_all_gather: { args: [ptr, ptr, ptr, ptr], returns: i32 },
+  shim_reduce_scatter: { args: [ptr, ptr, ptr, i32, ptr], returns: i32 },
+  shim_all_to_all: { args: [ptr, ptr, ptr, ptr], returns: i32 },
+  shim_broadcast: { args: [ptr, ptr, i32, ptr], returns: i32 },
+  shim_barrier: { args: [ptr, ptr], returns: i32 },
+  shim_p2p: { args: [ptr, i32, ptr, ptr, ptr, ptr], returns: i32 },
+} as const satisfies Record<string, FFIFunction>
+
+/** Status codes of c/shim.h. */
+export const Status = {
+  OK: 0,
+  INVALID: 1,
+  NOMEM: 2,
+  UNSUPPORTED: 3,
+  BACKEND: 4,
+  COMM: 5,
+  TIMEOUT: 6,
+  UNAVAILABLE: 7,
+} as const
+
+/** Op codes of c/shim.h. */
+export const UnaryOp = { neg: 0, abs: 1, exp: 2, log: 3, sqrt: 4, relu: 5, tanh: 6, sigmoid: 7 } as const
+export const BinaryOp = {
+  add: 0, sub: 1, mul: 2, div: 3, maximum: 4, minimum: 5, pow: 6,
+  eq: 7, ne: 8, lt: 9, le: 10, gt: 11, ge: 12,
+} as const
+export const ReduceOp = { sum: 0, mean: 1, max: 2, min: 3, prod: 4 } as const
+export const CommOp = { sum: 0, prod: 1, min: 2, max: 3, avg: 4 } as const
+export const ALL_DIMS = -1
+export const P2P = { send: 0, recv: 1 } as const
+export const MAX_DIMS = 8
+
+export type UnaryOpName = keyof typeof UnaryOp
+export type BinaryOpName = keyof typeof BinaryOp
+export type ReduceOpName = keyof typeof ReduceOp
+export type CommOpName = keyof typeof CommOp

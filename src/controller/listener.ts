@@ -1,0 +1,107 @@
+/**
+ * The controller's end of the worker links: a listener (loopback TCP by default, or a Unix
+ * socket) that admits a connection once its first message is a WorkerHello carrying the
+ * job's token, and then routes each worker's messages by rank. A connection without the
+ * token is refused and reported.
+ */
+import type { Socket } from "bun"
+import { Data, Effect, type Scope } from "effect"
+import { Connection } from "../net/connection.ts"
+import { decodeControllerMessage } from "../protocol/codec.ts"
+import type { ControllerMessage, WorkerHello, WorkerMessage } from "../protocol/messages.ts"
+
+export class ListenError extends Data.TaggedError("ListenError")<{ readonly message: string }> {}
+
+/** An admitted worker. */
+export interface WorkerLink {
+  readonly hello: WorkerHello
+  /** Encodes and sends; returns false when the link is closed or the message cannot be encoded. */
+  readonly send: (msg: WorkerMessage) => boolean
+  /** Sends a raw frame body (tests of bad input only). */
+  readonly sendRawForTestsOnly: (body: Uint8Array) => void
+  readonly close: () => void
+}
+
+export interface ListenerEvents {
+  readonly onWorker: (link: WorkerLink) => void
+  readonly onMessage: (rank: number, msg: ControllerMessage) => void
+  /** A rank's link closed (after being admitted). */
+  readonly onDisconnect: (rank: number) => void
+  /** A frame from an admitted worker that did not decode, or a refused connection. */
+  readonly onProblem: (problem: string) => void
+}
+
+export interface ListenOptions extends ListenerEvents {
+  readonly token: string
+  /** Default 127.0.0.1 on an ephemeral port. */
+  readonly host?: string
+  readonly port?: number
+  /** Listen on a Unix socket instead. */
+  readonly unix?: string
+  readonly maxFrameBytes?: number
+}
+
+export interface Listener {
+  /** "host:port" or "unix:/path": what workers connect to (CONTROLLER_ADDR). */
+  readonly address: string
+}
+
+interface State {
+  conn: Connection<ControllerMessage>
+  link: WorkerLink | undefined
+}
+
+export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, Scope.Scope> =>
+  Effect.gen(function* () {
+    const host = o.host ?? "127.0.0.1"
+    const open = (socket: Socket<State>) => {
+      socket.setNoDelay?.(true)
+      const state: State = {
+        link: undefined,
+        conn: new Connection<ControllerMessage>(socket as Socket<unknown>, {
+          decode: decodeControllerMessage,
+          onMessage: (msg) => {
+            if (state.link) return o.onMessage(state.link.hello.rank, msg)
+            if (msg._tag !== "WorkerHello" || msg.token !== o.token) {
+              o.onProblem(`refused a connection whose first message was ${msg._tag === "WorkerHello" ? "a WorkerHello with the wrong token" : msg._tag}`)
+              return state.conn.close()
+            }
+            state.link = {
+              hello: msg,
+              send: (m) => !state.conn.closed && state.conn.send(m)._tag === "Success",
+              sendRawForTestsOnly: (body) => void state.conn.writer.write(body),
+              close: () => state.conn.close(),
+            }
+            o.onWorker(state.link)
+          },
+          onInvalid: (e) => {
+            if (!state.link) {
+              o.onProblem(`refused a connection that sent an invalid first frame: ${e.message}`)
+              return state.conn.close()
+            }
+            o.onProblem(`rank ${state.link.hello.rank} sent an invalid frame: ${e.message}`)
+          },
+          onClose: () => state.link && o.onDisconnect(state.link.hello.rank),
+        }, o.maxFrameBytes),
+      }
+      socket.data = state
+    }
+    const handlers = {
+      binaryType: "uint8array" as const,
+      open,
+      data: (s: Socket<State>, chunk: Uint8Array) => s.data.conn.receive(chunk),
+      drain: (s: Socket<State>) => s.data.conn.drain(),
+      close: (s: Socket<State>) => s.data?.conn.closedByPeer(),
+      error: (s: Socket<State>) => s.data?.conn.closedByPeer(),
+    }
+    const server = yield* Effect.acquireRelease(
+      Effect.try({
+        try: () => o.unix !== undefined
+          ? Bun.listen<State>({ unix: o.unix, socket: handlers })
+          : Bun.listen<State>({ hostname: host, port: o.port ?? 0, socket: handlers }),
+        catch: (e) => new ListenError({ message: `cannot listen on ${o.unix ?? `${host}:${o.port ?? 0}`}: ${(e as Error).message}` }),
+      }),
+      (s) => Effect.sync(() => s.stop(true)),
+    )
+    return { address: "port" in server ? `${host}:${server.port}` : `unix:${o.unix}` }
+  })

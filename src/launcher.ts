@@ -1,0 +1,145 @@
+/**
+ * The launcher, torchrun-style: a store, then N processes with the environment torchrun
+ * gives (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR/MASTER_PORT) plus the
+ * original worker's STORE_HOSTNAME/STORE_PORT and the job token. Output lines get a rank
+ * prefix; when one process fails the others are stopped, and the job's exit is that rank's.
+ * src/launch.ts is its command line; the controller uses it to start a local mesh.
+ */
+import type { Subprocess } from "bun"
+import { Data, Deferred, Effect, type Scope } from "effect"
+import { randomBytes } from "node:crypto"
+import { startServer } from "./store/server.ts"
+
+export class LaunchError extends Data.TaggedError("LaunchError")<{ readonly message: string }> {}
+
+export interface LaunchOptions {
+  readonly nproc: number
+  /** The program and its arguments; a .ts or .js file runs under this Bun. */
+  readonly command: ReadonlyArray<string>
+  /** Extra environment for every process (on top of this process's). */
+  readonly env?: Readonly<Record<string, string>>
+  /** Address the store binds and processes are told (loopback by default). */
+  readonly host?: string
+  /** Store port; 0 (default) picks one. */
+  readonly storePort?: number
+  /** Where each output line goes; by default to this process's stdout/stderr with "[rank] ". */
+  readonly onLine?: (rank: number, line: string, stream: "stdout" | "stderr") => void
+  /** How long stopped processes get between SIGTERM and SIGKILL. */
+  readonly graceMs?: number
+}
+
+/** How one process ended: its exit code, or 128 + signal number. */
+export interface ProcessExit {
+  readonly rank: number
+  readonly status: number
+  readonly signal: string | null
+}
+
+export interface Job {
+  readonly store: { readonly host: string; readonly port: number }
+  /** The token every process got as MONARCH_TOKEN. */
+  readonly token: string
+  readonly pids: ReadonlyArray<number>
+  /** Completes when every process has exited: the first failure, or status 0 for all. */
+  readonly done: Effect.Effect<ProcessExit>
+  /** Calls back as each process exits (also for ones stopped by the launcher). */
+  readonly onExit: (f: (exit: ProcessExit) => void) => void
+  /** Sends a signal to every live process. */
+  readonly signal: (signal: NodeJS.Signals) => void
+}
+
+const runnable = (command: ReadonlyArray<string>): string[] =>
+  /\.(m?ts|m?js)$/.test(command[0] ?? "") ? [process.execPath, ...command] : [...command]
+
+/** Splits a byte stream into lines for `line`, holding a partial last line until more comes. */
+const pipeLines = async (stream: ReadableStream<Uint8Array>, line: (text: string) => void) => {
+  const decoder = new TextDecoder()
+  let pending = ""
+  for await (const chunk of stream) {
+    const lines = (pending + decoder.decode(chunk, { stream: true })).split("\n")
+    pending = lines.pop()!
+    for (const l of lines) line(l)
+  }
+  if (pending) line(pending)
+}
+
+const defaultOnLine = (rank: number, line: string, stream: "stdout" | "stderr") =>
+  (stream === "stdout" ? process.stdout : process.stderr).write(`[${rank}] ${line}\n`)
+
+/**
+ * Starts the store and the processes for the scope's lifetime; closing the scope stops every
+ * process still running (SIGTERM, then SIGKILL after the grace period) and the store.
+ */
+export const launch = (options: LaunchOptions): Effect.Effect<Job, LaunchError, Scope.Scope> =>
+  Effect.gen(function* () {
+    if (!Number.isSafeInteger(options.nproc) || options.nproc < 1) return yield* new LaunchError({ message: `--nproc must be at least 1, got ${options.nproc}` })
+    if (options.command.length === 0) return yield* new LaunchError({ message: "no program to run" })
+    const host = options.host ?? "127.0.0.1"
+    const store = yield* Effect.acquireRelease(
+      Effect.try({ try: () => startServer({ host, port: options.storePort ?? 0 }), catch: (e) => new LaunchError({ message: `store: ${(e as Error).message}` }) }),
+      (s) => Effect.sync(s.stop),
+    )
+    const token = options.env?.MONARCH_TOKEN ?? process.env.MONARCH_TOKEN ?? randomBytes(16).toString("hex")
+    const onLine = options.onLine ?? defaultOnLine
+    const graceMs = options.graceMs ?? 5000
+    const done = yield* Deferred.make<ProcessExit>()
+    const listeners: Array<(e: ProcessExit) => void> = []
+    const procs: Subprocess<"ignore", "pipe", "pipe">[] = []
+    let remaining = options.nproc
+
+    const stopAll = (signal: NodeJS.Signals) => {
+      for (const p of procs) if (p.exitCode === null && p.signalCode === null) p.kill(signal)
+    }
+    const escalate = () => setTimeout(() => stopAll("SIGKILL"), graceMs).unref()
+
+    const exited = (rank: number, p: Subprocess) => (status: number) => {
+      const exit: ProcessExit = { rank, status, signal: p.signalCode === null ? null : String(p.signalCode) }
+      for (const f of listeners) f(exit)
+      remaining--
+      if (status !== 0 && Deferred.doneUnsafe(done, Effect.succeed(exit))) {
+        stopAll("SIGTERM")
+        escalate()
+      }
+      if (remaining === 0) Deferred.doneUnsafe(done, Effect.succeed({ rank, status: 0, signal: null }))
+    }
+
+    for (let rank = 0; rank < options.nproc; rank++) {
+      const env = {
+        ...process.env,
+        ...options.env,
+        RANK: String(rank),
+        WORLD_SIZE: String(options.nproc),
+        LOCAL_RANK: String(rank),
+        LOCAL_WORLD_SIZE: String(options.nproc),
+        STORE_HOSTNAME: host,
+        STORE_PORT: String(store.port),
+        MASTER_ADDR: host,
+        MASTER_PORT: String(store.port),
+        MONARCH_TOKEN: token,
+      }
+      const p = yield* Effect.try({
+        try: () => Bun.spawn(runnable(options.command), { env, stdin: "ignore", stdout: "pipe", stderr: "pipe" }),
+        catch: (e) => new LaunchError({ message: `starting rank ${rank} (${options.command[0]}): ${(e as Error).message}` }),
+      })
+      procs.push(p)
+      void pipeLines(p.stdout, (l) => onLine(rank, l, "stdout"))
+      void pipeLines(p.stderr, (l) => onLine(rank, l, "stderr"))
+      void p.exited.then(exited(rank, p))
+    }
+
+    yield* Effect.addFinalizer(() => Effect.promise(async () => {
+      stopAll("SIGTERM")
+      const kill = setTimeout(() => stopAll("SIGKILL"), graceMs)
+      await Promise.all(procs.map((p) => p.exited))
+      clearTimeout(kill)
+    }))
+
+    return {
+      store: { host, port: store.port },
+      token,
+      pids: procs.map((p) => p.pid),
+      done: Deferred.await(done),
+      onExit: (f) => void listeners.push(f),
+      signal: stopAll,
+    } satisfies Job
+  })

@@ -1,0 +1,79 @@
+/**
+ * A framed message connection over a Bun socket (TCP or Unix), used by both ends of the
+ * controller link: frames in, decoded through the protocol's one validating path; messages
+ * out, encoded and written with backpressure. Bad frames are reported to `onInvalid`; a fatal
+ * one (an oversized length) also closes the socket, since the stream cannot be split again.
+ */
+import type { Socket } from "bun"
+import { Result } from "effect"
+import { encodeMessageParts } from "../protocol/codec.ts"
+import type { ProtocolError } from "../protocol/errors.ts"
+import { FrameReader, FrameWriter, type FrameOwnership } from "../protocol/framing.ts"
+import type { Message } from "../protocol/messages.ts"
+
+export interface ConnectionHandlers<In> {
+  readonly decode: (body: Uint8Array, ownership: FrameOwnership) => Result.Result<In, ProtocolError>
+  readonly onMessage: (msg: In) => void
+  readonly onInvalid: (error: ProtocolError) => void
+  readonly onClose: () => void
+}
+
+/** The state kept in socket.data: one per connection. */
+export class Connection<In> {
+  readonly reader: FrameReader
+  readonly writer: FrameWriter
+  closed = false
+
+  constructor(
+    readonly socket: Socket<unknown>,
+    private readonly handlers: ConnectionHandlers<In>,
+    maxFrameBytes?: number,
+  ) {
+    this.writer = new FrameWriter(socket)
+    this.reader = new FrameReader((body, ownership) => {
+      const decoded = handlers.decode(body, ownership)
+      if (Result.isSuccess(decoded)) handlers.onMessage(decoded.success)
+      else handlers.onInvalid(decoded.failure)
+    }, maxFrameBytes === undefined ? {} : { maxFrameBytes })
+  }
+
+  /** Socket `data` handler. */
+  receive(chunk: Uint8Array): void {
+    const fatal = this.reader.push(chunk)
+    if (fatal === undefined) return
+    this.handlers.onInvalid(fatal)
+    this.close()
+  }
+
+  /** Encodes and writes a message; false (and nothing sent) when it cannot be encoded. */
+  send(msg: Message): Result.Result<void, ProtocolError> {
+    if (this.closed) return Result.succeed(undefined)
+    return Result.map(encodeMessageParts(msg), (parts) => void this.writer.write(parts))
+  }
+
+  /** Socket `drain` handler. */
+  drain(): void {
+    this.writer.drain()
+  }
+
+  close(): void {
+    if (this.closed) return
+    this.closed = true
+    this.socket.end()
+  }
+
+  /** Socket `close` handler. */
+  closedByPeer(): void {
+    if (!this.closed) this.closed = true
+    this.handlers.onClose()
+  }
+}
+
+/** "host:port" or "unix:/path" as Bun.connect / Bun.listen options. */
+export const parseAddress = (address: string): { hostname: string; port: number } | { unix: string } => {
+  if (address.startsWith("unix:")) return { unix: address.slice(5) }
+  const colon = address.lastIndexOf(":")
+  const port = Number(address.slice(colon + 1))
+  if (colon <= 0 || !Number.isInteger(port) || port <= 0 || port > 65535) throw new RangeError(`bad address "${address}": expected host:port or unix:/path`)
+  return { hostname: address.slice(0, colon).replace(/^\[(.*)\]$/, "$1"), port }
+}

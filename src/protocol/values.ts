@@ -1,0 +1,61 @@
+/**
+ * Values that travel inside messages besides plain msgpack data: references to
+ * worker-side objects, host tensors, tensor recipes and error reports. Each has its
+ * own msgpack ext type (see codec.ts and docs/protocol.md).
+ */
+
+/** Element types; the numeric code is shared by the C ABI (c/shim.h) and the wire. */
+export const DTYPES = ["f32", "f64", "f16", "bf16", "i32", "i64", "u8", "bool"] as const
+export type DType = (typeof DTYPES)[number]
+
+/** Bytes per element of each dtype. */
+export const ITEM_SIZE: Readonly<Record<DType, number>> = {
+  f32: 4, f64: 8, f16: 2, bf16: 2, i32: 4, i64: 8, u8: 1, bool: 1,
+}
+
+export const dtypeCode = (d: DType): number => DTYPES.indexOf(d)
+
+export type Device = "cpu" | "cuda"
+
+/** A numbered reference into a worker's environment (a tensor, stream, mesh, borrow). */
+export class Ref {
+  constructor(readonly id: number) {}
+}
+
+/** A dense, contiguous tensor in host memory, as carried by the wire (little-endian bytes). */
+export class HostTensor {
+  constructor(
+    readonly dtype: DType,
+    readonly shape: ReadonlyArray<number>,
+    /** numel x itemsize bytes; may be a view into a received frame. */
+    readonly data: Uint8Array,
+  ) {}
+}
+
+/**
+ * How to make a tensor without its value: a worker whose input is poisoned still has to
+ * join a collective or a send, and uses `factory` zeros of the right shape to do it.
+ */
+export class TensorFactory {
+  constructor(
+    readonly shape: ReadonlyArray<number>,
+    readonly dtype: DType,
+    readonly device: Device,
+  ) {}
+}
+
+/** One frame of a worker-side stack trace. */
+export interface Frame {
+  readonly file: string
+  readonly line: number
+  readonly function: string
+}
+
+/** A failure as reported over the wire: the error's type name, its message and frames. */
+export class ErrorPayload {
+  constructor(
+    readonly type: string,
+    readonly message: string,
+    readonly frames: ReadonlyArray<Frame>,
+  ) {}
+}

@@ -1,0 +1,19 @@
+/**
+ * The worker process: `bun run src/worker.ts`, started by our launcher or by
+ * `torchrun --no_python`. Configuration comes from the environment (src/worker/config.ts).
+ */
+import { Effect } from "effect"
+import { logLayer } from "./log.ts"
+import { readConfig } from "./worker/config.ts"
+import { runWorker } from "./worker/startup.ts"
+
+const main = Effect.suspend(() => runWorker(readConfig())).pipe(
+  Effect.scoped,
+  Effect.tapCause((cause) => Effect.logError("worker failed", cause)),
+  Effect.provide(logLayer(`worker ${process.env.RANK ?? "?"}`)),
+)
+
+Effect.runPromise(main).then(
+  () => process.exit(0),
+  () => process.exit(1),
+)

@@ -1,0 +1,79 @@
+/**
+ * The worker's configuration, read from its environment: torchrun's names (RANK,
+ * WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/MASTER_PORT, TORCHELASTIC_*) and the original
+ * worker's (STORE_HOSTNAME/STORE_PORT), plus MONARCH_* settings. README lists them all.
+ */
+import { Data } from "effect"
+
+/** A missing or malformed environment variable. */
+export class ConfigError extends Data.TaggedError("ConfigError")<{ readonly message: string }> {}
+
+export interface WorkerConfig {
+  readonly rank: number
+  readonly world: number
+  readonly localRank: number
+  readonly store: {
+    readonly host: string
+    readonly port: number
+    /** Key prefix in the store: torchrun's agent prefix (when its store is used) + ours. */
+    readonly prefix: string
+    /** torchrun without an agent store: rank 0 hosts the store itself. */
+    readonly hostedByRank0: boolean
+  }
+  /** host:port or unix:/path; absent: read `<prefix>/controller` from the store. */
+  readonly controllerAddress: string | undefined
+  /** The job's token; absent: read `<prefix>/token` from the store. */
+  readonly token: string | undefined
+  readonly device: string
+  readonly restartable: boolean
+  readonly functionRoots: ReadonlyArray<string>
+  /** Collective and p2p timeout. */
+  readonly commTimeoutMs: number
+  /** Rendezvous and store-wait timeout. */
+  readonly storeTimeoutMs: number
+  /** The address Gloo binds and advertises for this worker's pairs. */
+  readonly hostname: string
+}
+
+const int = (env: Record<string, string | undefined>, name: string, fallback?: number): number => {
+  const raw = env[name]
+  if (raw === undefined || raw === "") {
+    if (fallback !== undefined) return fallback
+    throw new ConfigError({ message: `${name} is not set (the launcher or torchrun sets it)` })
+  }
+  const n = Number(raw)
+  if (!Number.isSafeInteger(n) || n < 0) throw new ConfigError({ message: `${name}=${raw} is not a non-negative integer` })
+  return n
+}
+
+/** Reads the configuration; throws ConfigError naming the variable at fault. */
+export const readConfig = (env: Record<string, string | undefined> = process.env): WorkerConfig => {
+  const rank = int(env, "RANK"), world = int(env, "WORLD_SIZE")
+  if (rank >= world) throw new ConfigError({ message: `RANK=${rank} is not below WORLD_SIZE=${world}` })
+  const host = env.STORE_HOSTNAME ?? env.MASTER_ADDR
+  if (!host) throw new ConfigError({ message: "neither STORE_HOSTNAME nor MASTER_ADDR is set" })
+  const port = env.STORE_PORT !== undefined ? int(env, "STORE_PORT") : int(env, "MASTER_PORT")
+  const underTorchrun = env.TORCHELASTIC_USE_AGENT_STORE !== undefined && env.STORE_HOSTNAME === undefined
+  const agentStore = env.TORCHELASTIC_USE_AGENT_STORE === "True"
+  // torch's env:// rendezvous puts workers under the agent's /worker/attempt_<n> prefix.
+  const agentPrefix = underTorchrun && agentStore ? `/worker/attempt_${int(env, "TORCHELASTIC_RESTART_COUNT", 0)}/` : ""
+  return {
+    rank,
+    world,
+    localRank: int(env, "LOCAL_RANK", 0),
+    store: {
+      host,
+      port,
+      prefix: `${agentPrefix}${env.MONARCH_STORE_PREFIX ?? "monarch"}`,
+      hostedByRank0: underTorchrun && !agentStore,
+    },
+    controllerAddress: env.CONTROLLER_ADDR || undefined,
+    token: env.MONARCH_TOKEN || undefined,
+    device: env.MONARCH_DEVICE ?? "cpu",
+    restartable: env.MONARCH_RESTARTABLE === "1",
+    functionRoots: (env.MONARCH_FUNCTION_PATH ?? process.cwd()).split(":").filter((r) => r.length > 0),
+    commTimeoutMs: int(env, "MONARCH_COMM_TIMEOUT_MS", 60_000),
+    storeTimeoutMs: int(env, "MONARCH_STORE_TIMEOUT_MS", 60_000),
+    hostname: env.MONARCH_HOSTNAME ?? "127.0.0.1",
+  }
+}

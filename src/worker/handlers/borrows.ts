@@ -1,0 +1,59 @@
+/**
+ * Borrows: using a tensor on a stream other than the one that produced it, ordered by events
+ * instead of host synchronisation. Create records where `from` is; the first use on `to`
+ * waits for it; the last use records where `to` is; the drop makes `from` wait for that.
+ */
+import { Effect } from "effect"
+import { Event, Stream } from "../../../ffi/stream.ts"
+import type { BorrowCreate, BorrowDrop, BorrowFirstUse, BorrowLastUse } from "../../protocol/messages.ts"
+import { DependentOnError } from "../errors.ts"
+import { getAs } from "../refs.ts"
+import { reject, type Borrow, type Session } from "../session.ts"
+
+export const borrowCreate = (s: Session) => (m: BorrowCreate) => Effect.sync(() => {
+  try {
+    const from = getAs(s.env, m.from, Stream, "a stream"), to = getAs(s.env, m.to, Stream, "a stream")
+    s.env.define(m.result, s.env.get(m.tensor))
+    if (!m.alreadyBorrowed) s.borrows.set(m.result.id, { from, to, created: from.record(), used: false, lastUse: null })
+  } catch (e) {
+    // A poisoned tensor poisons the alias; a bad ref leaves it undefined (uses then fail).
+    if (e instanceof DependentOnError) s.env.define(m.result, e)
+    else reject(s, `BorrowCreate ${m.result.id}: ${(e as Error).message}`)
+    if (!m.alreadyBorrowed) s.borrows.set(m.result.id, null)
+  }
+})
+
+/** The borrow's state; an unknown id is rejected, a failed creation is null (steps are no-ops). */
+const borrowOf = (s: Session, id: number, step: string): Borrow | null => {
+  const b = s.borrows.get(id)
+  if (b === undefined) reject(s, `${step}: unknown borrow ${id}`)
+  return b ?? null
+}
+
+export const borrowFirstUse = (s: Session) => (m: BorrowFirstUse) => Effect.sync(() => {
+  const b = borrowOf(s, m.borrow, "BorrowFirstUse")
+  if (b === null || b.created === null) return
+  b.to.wait(b.created)
+  b.created.destroy()
+  b.created = null
+  b.used = true
+})
+
+export const borrowLastUse = (s: Session) => (m: BorrowLastUse) => Effect.sync(() => {
+  const b = borrowOf(s, m.borrow, "BorrowLastUse")
+  if (b === null || !b.used) return
+  b.lastUse?.destroy()
+  b.lastUse = b.to.record()
+})
+
+export const borrowDrop = (s: Session) => (m: BorrowDrop) => Effect.sync(() => {
+  const b = borrowOf(s, m.borrow, "BorrowDrop")
+  s.borrows.delete(m.borrow)
+  if (b === null) return
+  b.created?.destroy()
+  if (!b.used) return
+  // Without a recorded last use, `to`'s work so far is what `from` must wait for.
+  const done = b.lastUse ?? Event.create(s.native).record(b.to)
+  b.from.wait(done)
+  done.destroy()
+})

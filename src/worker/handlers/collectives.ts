@@ -1,0 +1,125 @@
+/**
+ * Meshes and communication: CreateDeviceMesh, Reduce (every collective) and SendTensor.
+ * A rank whose input is poisoned still takes part, with zeros from the factory, because the
+ * other ranks cannot know to skip it; it then defines its own result as that poison.
+ */
+import { Effect } from "effect"
+import type { Comm } from "../../../ffi/comm.ts"
+import * as k from "../../../ffi/ops.ts"
+import type { Stream } from "../../../ffi/stream.ts"
+import { Tensor } from "../../../ffi/tensor.ts"
+import type { CreateDeviceMesh, Reduce, SendTensor } from "../../protocol/messages.ts"
+import type { Ref, TensorFactory } from "../../protocol/values.ts"
+import { CommError } from "../errors.ts"
+import { DeviceMesh } from "../mesh.ts"
+import { getAs } from "../refs.ts"
+import { commError, reject, tryDefine, type Session } from "../session.ts"
+import { streamOf } from "./calls.ts"
+
+export const createDeviceMesh = (s: Session) => (m: CreateDeviceMesh) => Effect.sync(() => {
+  const coords = m.ranks.coordinates(s.rank)
+  if (coords === undefined) return reject(s, `CreateDeviceMesh ${m.result.id}: rank ${s.rank} is not in ${m.ranks}`)
+  if (m.names.length !== m.ranks.ndim) return reject(s, `CreateDeviceMesh ${m.result.id}: ${m.names.length} names for ${m.ranks.ndim} dims`)
+  const mesh = new DeviceMesh(m.result.id, m.names, m.ranks, s.rank, coords)
+  s.env.define(m.result, mesh)
+  s.coords = mesh.coords
+})
+
+const zeros = (s: Session, f: TensorFactory, stream: Stream): Tensor => {
+  const t = Tensor.empty(s.native, f.dtype, f.shape)
+  k.fill(t, 0, stream)
+  return t
+}
+
+/** This rank's input: the tensor, or factory zeros and the poison to define afterwards. */
+const inputOf = (s: Session, ref: Ref, factory: TensorFactory, stream: Stream) =>
+  Effect.try({
+    try: () => {
+      const poison = s.env.errorOf(ref)
+      if (poison) return { tensor: zeros(s, factory, stream), poison }
+      return { tensor: getAs(s.env, ref, Tensor, "a tensor"), poison: undefined }
+    },
+    catch: (e) => e,
+  })
+
+/** The collective a Reduce names (DESIGN.md, Reduce), returning the result tensor. */
+const collective = (s: Session, comm: Comm, input: Tensor, m: Reduce, stream: Stream): Tensor => {
+  const n = comm.size
+  /** Runs op into out, freeing out if it was made here and op fails. */
+  const into = (out: Tensor, op: (out: Tensor) => void): Tensor => {
+    try {
+      op(out)
+      return out
+    } catch (e) {
+      if (out !== input) out.free()
+      throw e
+    }
+  }
+  const fresh = (shape: ReadonlyArray<number>) => Tensor.empty(s.native, input.dtype, shape)
+  if (m.reduction === "stack") {
+    if (m.scatter) {
+      if (!m.inplace) return into(fresh(input.shape), (out) => comm.allToAll(out, input, stream))
+      // all_to_all cannot read and write one buffer: in place goes through a copy.
+      const source = fresh(input.shape)
+      try {
+        k.cast(source, input, stream)
+        return into(input, (out) => comm.allToAll(out, source, stream))
+      } finally {
+        source.free()
+      }
+    }
+    if (m.inplace) throw new CommError({ message: "Reduce: stack (all_gather) cannot be in place" })
+    return into(fresh([n, ...input.shape]), (out) => comm.allGather(out, input, stream))
+  }
+  if (m.scatter) {
+    if (m.inplace) throw new CommError({ message: "Reduce: reduce_scatter cannot be in place" })
+    if (input.shape[0] !== n) throw new CommError({ message: `Reduce: reduce_scatter needs dim 0 of ${input} to equal the group size ${n}` })
+    return into(fresh(input.shape.slice(1)), (out) => comm.reduceScatter(out, input, m.reduction as "sum", stream))
+  }
+  return into(m.inplace ? input : fresh(input.shape), (out) => comm.allReduce(out, input, m.reduction as "sum", stream))
+}
+
+export const reduce = (s: Session) => (m: Reduce) =>
+  tryDefine(s, m.ident, [m.result], Effect.gen(function* () {
+    const stream = yield* streamOf(s, m.stream)
+    const mesh = yield* Effect.try({ try: () => getAs(s.env, m.mesh, DeviceMesh, "a mesh"), catch: (e) => e })
+    const comm = yield* mesh.comm(m.dims, s.comms.open)
+    const { tensor, poison } = yield* inputOf(s, m.tensor, m.factory, stream)
+    const out = yield* Effect.try({ try: () => collective(s, comm, tensor, m, stream), catch: commError }).pipe(
+      Effect.tapError(() => Effect.sync(() => poison && tensor.free())),
+    )
+    if (poison) {
+      out.free()
+      if (out !== tensor) tensor.free()
+      return yield* poison
+    }
+    s.env.define(m.result, out)
+  }))
+
+export const sendTensor = (s: Session) => (m: SendTensor) =>
+  tryDefine(s, m.ident, [m.result], Effect.gen(function* () {
+    const stream = yield* streamOf(s, m.stream)
+    const sendAt = m.fromRanks.indexOf(s.rank), recvAt = m.toRanks.indexOf(s.rank)
+    const sending = sendAt >= 0 ? yield* inputOf(s, m.tensor, m.factory, stream) : undefined
+    const to = sendAt >= 0 ? m.toRanks.rankAt(sendAt) : -1
+    const from = recvAt >= 0 ? m.fromRanks.rankAt(recvAt) : -1
+    const received = recvAt >= 0 ? Tensor.empty(s.native, m.factory.dtype, m.factory.shape) : undefined
+    const ops = [
+      ...(sending && to !== s.rank ? [{ kind: "send" as const, peer: to, tensor: sending.tensor }] : []),
+      ...(received && from !== s.rank ? [{ kind: "recv" as const, peer: from, tensor: received }] : []),
+    ]
+    yield* Effect.try({
+      try: () => {
+        // Sending to oneself is a copy, with no p2p (the Python worker also posted a recv).
+        if (received && from === s.rank) k.cast(received, sending!.tensor, stream)
+        s.comms.world.p2p(ops, stream)
+      },
+      catch: commError,
+    }).pipe(Effect.ensuring(Effect.sync(() => sending?.poison && sending.tensor.free())))
+    if (!received) return
+    if (from === s.rank && sending?.poison) {
+      received.free()
+      return yield* sending.poison
+    }
+    s.env.define(m.result, received)
+  }))

@@ -1,0 +1,38 @@
+/**
+ * The handler table: one function per WorkerMessage, typed by `_tag`, so a new message does
+ * not compile until it has a handler. Dispatch is a lookup in it.
+ */
+import type { Effect } from "effect"
+import type { WorkerMessage } from "../../protocol/messages.ts"
+import type { Session } from "../session.ts"
+import { borrowCreate, borrowDrop, borrowFirstUse, borrowLastUse } from "./borrows.ts"
+import { callFunction, fetchValue } from "./calls.ts"
+import { createDeviceMesh, reduce, sendTensor } from "./collectives.ts"
+import { commandGroup, deleteRefs, exit, requestStatus } from "./control.ts"
+import { createStream } from "./streams.ts"
+
+export type Handlers = {
+  readonly [K in WorkerMessage["_tag"]]: (m: Extract<WorkerMessage, { _tag: K }>) => Effect.Effect<void>
+}
+
+/** The handlers of one session, and `dispatch` over them. */
+export const makeDispatch = (s: Session): ((m: WorkerMessage) => Effect.Effect<void>) => {
+  const dispatch = (m: WorkerMessage): Effect.Effect<void> => (handlers[m._tag] as (m: WorkerMessage) => Effect.Effect<void>)(m)
+  const handlers: Handlers = {
+    CreateDeviceMesh: createDeviceMesh(s),
+    CreateStream: createStream(s),
+    CallFunction: callFunction(s),
+    FetchValue: fetchValue(s),
+    RequestStatus: requestStatus(s),
+    Exit: exit(s),
+    CommandGroup: commandGroup(s, dispatch),
+    DeleteRefs: deleteRefs(s),
+    BorrowCreate: borrowCreate(s),
+    BorrowFirstUse: borrowFirstUse(s),
+    BorrowLastUse: borrowLastUse(s),
+    BorrowDrop: borrowDrop(s),
+    Reduce: reduce(s),
+    SendTensor: sendTensor(s),
+  }
+  return dispatch
+}

@@ -1,0 +1,53 @@
+/**
+ * The command loop: takes the controller's messages in order and runs each through the
+ * session's handler table, sends Status every second when it advanced, and on Exit either
+ * ends or (restartable mode) starts a fresh session and sends Restarted.
+ */
+import { Cause, Effect, Queue, References, Schedule } from "effect"
+import type { ControllerMessage, WorkerMessage } from "../protocol/messages.ts"
+import { makeDispatch } from "./handlers/index.ts"
+import { closeSession, makeSession, sendStatus, type Session } from "./session.ts"
+
+/** What the loop needs of the link to the controller. */
+export interface Inbox {
+  /** Valid commands in arrival order; ends (Cause.Done) when the controller goes away. */
+  readonly messages: Queue.Dequeue<WorkerMessage, Cause.Done>
+  readonly send: (msg: ControllerMessage) => void
+}
+
+/** One line per command for debug logs. */
+const describe = (m: WorkerMessage): string =>
+  m._tag === "CommandGroup" ? `CommandGroup of ${m.commands.length}` : "ident" in m ? `${m._tag} ${m.ident}` : m._tag
+
+export type SessionDeps = Omit<Parameters<typeof makeSession>[0], "send">
+
+/** How the loop ended: an Exit command, or the controller going away. */
+export type LoopEnd = "exit" | "disconnected"
+
+export const runLoop = (inbox: Inbox, deps: SessionDeps, options: { readonly restartable: boolean }) =>
+  Effect.gen(function* () {
+    // Checked once: a disabled logDebug per command still costs an effect step.
+    const debug = (yield* References.MinimumLogLevel) === "Debug" || (yield* References.MinimumLogLevel) === "Trace"
+    let restarts = 0
+    let session: Session = makeSession({ ...deps, send: inbox.send })
+    let dispatch = makeDispatch(session)
+    yield* Effect.forkChild(Effect.sync(() => sendStatus(session)).pipe(Effect.repeat(Schedule.spaced("1 second"))))
+    while (true) {
+      const batch = yield* Queue.takeAll(inbox.messages).pipe(Effect.catchCause(() => Effect.succeed(null)))
+      if (batch === null) {
+        closeSession(session)
+        return "disconnected" satisfies LoopEnd as LoopEnd
+      }
+      for (const m of batch) {
+        if (debug) yield* Effect.logDebug(describe(m))
+        yield* dispatch(m)
+        if (!session.exiting) continue
+        sendStatus(session)
+        closeSession(session)
+        if (!options.restartable) return "exit" satisfies LoopEnd as LoopEnd
+        session = makeSession({ ...deps, send: inbox.send })
+        dispatch = makeDispatch(session)
+        inbox.send({ _tag: "Restarted", restarts: ++restarts })
+      }
+    }
+  }).pipe(Effect.scoped)

@@ -1,0 +1,117 @@
+/**
+ * The worker's environment: numbered refs to values (tensors, streams, meshes) or to the
+ * DependentOnError that poisoned them. A value may sit under several refs (borrows, an
+ * in-place result); owned resources are disposed when the last ref to them goes.
+ */
+import { Ref, HostTensor } from "../protocol/values.ts"
+import { Tensor } from "../../ffi/tensor.ts"
+import type { Native } from "../../ffi/native.ts"
+import type { Stream } from "../../ffi/stream.ts"
+import { DependentOnError, UnknownRef, WrongRefType } from "./errors.ts"
+
+/** Values the env owns (tensors, streams, meshes) are Disposable: disposed with their last ref. */
+const isOwned = (v: unknown): v is Disposable =>
+  typeof v === "object" && v !== null && typeof (v as Partial<Disposable>)[Symbol.dispose] === "function"
+
+export class RefEnv {
+  private readonly values = new Map<number, unknown>()
+  /** How many refs hold each owned value. */
+  private readonly holds = new Map<object, number>()
+
+  /** Binds ref to value, releasing what it held before if nothing else holds it. */
+  define(ref: Ref, value: unknown): void {
+    const old = this.values.get(ref.id)
+    this.values.set(ref.id, value)
+    if (isOwned(value)) this.holds.set(value, (this.holds.get(value) ?? 0) + 1)
+    if (old !== undefined) this.drop(old)
+  }
+
+  has(id: number): boolean {
+    return this.values.has(id)
+  }
+
+  /** The value of a ref; throws the stored DependentOnError, or UnknownRef. */
+  get(ref: Ref): unknown {
+    const v = this.values.get(ref.id)
+    if (v === undefined) throw new UnknownRef({ id: ref.id, message: `unknown ref ${ref.id}` })
+    if (v instanceof DependentOnError) throw v
+    return v
+  }
+
+  /** The stored poison of a ref, if any, without throwing. */
+  errorOf(ref: Ref): DependentOnError | undefined {
+    const v = this.values.get(ref.id)
+    return v instanceof DependentOnError ? v : undefined
+  }
+
+  /** Forgets one ref; false when it was not defined. */
+  delete(id: number): boolean {
+    const v = this.values.get(id)
+    if (v === undefined) return false
+    this.values.delete(id)
+    this.drop(v)
+    return true
+  }
+
+  /** Whether some ref still holds this value. */
+  isHeld(value: object): boolean {
+    return this.holds.has(value)
+  }
+
+  /** Forgets every ref and releases everything owned. */
+  clear(): void {
+    for (const id of [...this.values.keys()]) this.delete(id)
+  }
+
+  get size(): number {
+    return this.values.size
+  }
+
+  private drop(value: unknown): void {
+    if (!isOwned(value)) return
+    const n = this.holds.get(value)! - 1
+    if (n > 0) return void this.holds.set(value, n)
+    this.holds.delete(value)
+    value[Symbol.dispose]()
+  }
+}
+
+/** Looks a typed value up: the ref must hold an instance of `kind`. */
+export const getAs = <T>(env: RefEnv, ref: Ref, kind: Function & { readonly prototype: T }, what: string): T => {
+  const v = env.get(ref)
+  if (v instanceof kind) return v as T
+  throw new WrongRefType({ message: `ref ${ref.id} holds ${describe(v)}, expected ${what}` })
+}
+
+const describe = (v: unknown): string =>
+  v === null ? "null" : typeof v === "object" ? (v.constructor?.name ?? "an object") : typeof v
+
+/**
+ * Replaces every Ref in an argument tree by its value, and every HostTensor by a device
+ * tensor (recorded in `uploads`, so the caller can free the ones nothing kept).
+ * Throws DependentOnError for a poisoned ref, UnknownRef for a missing one.
+ */
+export const resolveTree = (env: RefEnv, value: unknown, native: Native, stream: Stream, uploads: Tensor[]): unknown => {
+  if (value instanceof Ref) return env.get(value)
+  if (value instanceof HostTensor) {
+    const t = Tensor.fromHost(native, value, stream)
+    uploads.push(t)
+    return t
+  }
+  if (Array.isArray(value)) return value.map((v) => resolveTree(env, v, native, stream, uploads))
+  if (value !== null && typeof value === "object" && Object.getPrototypeOf(value) === Object.prototype) {
+    const out: Record<string, unknown> = {}
+    for (const key in value) out[key] = resolveTree(env, (value as Record<string, unknown>)[key], native, stream, uploads)
+    return out
+  }
+  return value
+}
+
+/** The tensors of a result tree, depth first, in order. */
+export const flattenTensors = (value: unknown, out: Tensor[] = []): Tensor[] => {
+  if (value instanceof Tensor) out.push(value)
+  else if (Array.isArray(value)) for (const v of value) flattenTensors(v, out)
+  else if (value !== null && typeof value === "object" && Object.getPrototypeOf(value) === Object.prototype)
+    for (const key in value) flattenTensors((value as Record<string, unknown>)[key], out)
+  return out
+}

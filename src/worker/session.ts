@@ -1,0 +1,121 @@
+/**
+ * One worker session: the state the Python worker kept on `self` (env, borrows, idents),
+ * what the handlers need to act (backend, communicators, functions, the controller link),
+ * and the two rules every handler shares: `lookup` and `tryDefine`. Exit in restartable
+ * mode replaces the session with a fresh one.
+ */
+import { Cause, Effect } from "effect"
+import type { Comm } from "../../ffi/comm.ts"
+import type { Native } from "../../ffi/native.ts"
+import type { Event, Stream } from "../../ffi/stream.ts"
+import type { Tensor } from "../../ffi/tensor.ts"
+import type { ControllerMessage } from "../protocol/messages.ts"
+import type { Ref } from "../protocol/values.ts"
+import { CommError, DependentOnError, toErrorPayload } from "./errors.ts"
+import type { FunctionTable } from "./functions.ts"
+import { RefEnv, resolveTree } from "./refs.ts"
+
+/** A borrow's events: `created` on `from` at creation, `lastUse` on `to` after its last use. */
+export interface Borrow {
+  readonly from: Stream
+  readonly to: Stream
+  created: Event | null
+  used: boolean
+  lastUse: Event | null
+}
+
+/** Communicators: the world one, and groups opened on demand through the store. */
+export interface Comms {
+  readonly world: Comm
+  /** A communicator over `members` (global ranks, in group order), agreed on by `key`. */
+  open(key: string, members: ReadonlyArray<number>): Effect.Effect<Comm, CommError>
+}
+
+export interface Session {
+  readonly rank: number
+  readonly world: number
+  readonly native: Native
+  readonly env: RefEnv
+  /** Borrow id -> its state, or null when its creation failed (its steps are then no-ops). */
+  readonly borrows: Map<number, Borrow | null>
+  readonly comms: Comms
+  readonly functions: FunctionTable
+  /** Sends a message to the controller (queued; never blocks). */
+  readonly send: (msg: ControllerMessage) => void
+  firstUncompletedIdent: number
+  lastSentStatus: number
+  /** Set by Exit: the loop stops after the current command. */
+  exiting: boolean
+  /** Coordinates in the most recently created mesh, for function contexts. */
+  coords: Readonly<Record<string, number>>
+}
+
+export const makeSession = (deps: Pick<Session, "rank" | "world" | "native" | "comms" | "functions" | "send">): Session => ({
+  ...deps,
+  env: new RefEnv(),
+  borrows: new Map(),
+  firstUncompletedIdent: 0,
+  lastSentStatus: 0,
+  exiting: false,
+  coords: {},
+})
+
+/** Ends a session: every ref released, every borrow event destroyed. */
+export const closeSession = (s: Session): void => {
+  for (const b of s.borrows.values()) {
+    b?.created?.destroy()
+    b?.lastUse?.destroy()
+  }
+  s.borrows.clear()
+  s.env.clear()
+}
+
+/** Sends Status when the first uncompleted ident moved since the last one sent. */
+export const sendStatus = (s: Session): void => {
+  if (s.firstUncompletedIdent > s.lastSentStatus) {
+    s.send({ _tag: "Status", firstUncompletedIdent: s.firstUncompletedIdent })
+    s.lastSentStatus = s.firstUncompletedIdent
+  }
+}
+
+/**
+ * Looks up every Ref in a tree (HostTensors become device tensors, recorded in `uploads`);
+ * fails with the stored DependentOnError, or UnknownRef.
+ */
+export const lookup = (s: Session, tree: unknown, stream: Stream, uploads: Tensor[] = []) =>
+  Effect.try({ try: () => resolveTree(s.env, tree, s.native, stream, uploads), catch: (e) => e })
+
+/**
+ * Runs a handler body that defines `refs` for command `ident`. If the body fails because
+ * an input was poisoned, `refs` get that same poison and nothing is sent (the controller
+ * already knows the root). On any other failure, `refs` are poisoned with this ident and
+ * RemoteFunctionFailed goes out: the one place that reports root failures. Either way the
+ * command is then complete.
+ */
+export const tryDefine = (s: Session, ident: number, refs: ReadonlyArray<Ref>, body: Effect.Effect<void, unknown>): Effect.Effect<void> =>
+  body.pipe(
+    Effect.catchCause((cause) => {
+      if (Cause.hasInterruptsOnly(cause)) return Effect.failCause(cause as Cause.Cause<never>)
+      return Effect.sync(() => poison(s, ident, refs, Cause.squash(cause)))
+    }),
+    Effect.andThen(Effect.sync(() => {
+      s.firstUncompletedIdent = ident + 1
+    })),
+  )
+
+const poison = (s: Session, ident: number, refs: ReadonlyArray<Ref>, error: unknown): void => {
+  if (error instanceof DependentOnError) {
+    for (const r of refs) s.env.define(r, error)
+    return
+  }
+  const root = new DependentOnError({ ident })
+  for (const r of refs) s.env.define(r, root)
+  s.send({ _tag: "RemoteFunctionFailed", ident, error: toErrorPayload(error) })
+}
+
+/** Tells the controller a command without an ident could not be carried out. */
+export const reject = (s: Session, message: string): void => s.send({ _tag: "ProtocolError", message })
+
+/** Wraps a shim failure in the communication layer as a CommError. */
+export const commError = (e: unknown): CommError =>
+  e instanceof CommError ? e : new CommError({ message: e instanceof Error ? e.message : String(e), cause: e })

@@ -1,0 +1,102 @@
+/**
+ * The worker's start-up, in the order DESIGN.md gives: the backend, the store (hosted on
+ * its own thread by rank 0 when torchrun did not start one), the world communicator and a
+ * sanity all_reduce of a one-element tensor, the controller link, then the command loop.
+ */
+import { Duration, Effect } from "effect"
+import type { Comm } from "../../ffi/comm.ts"
+import { loadNative, type Native } from "../../ffi/native.ts"
+import * as k from "../../ffi/ops.ts"
+import { Tensor } from "../../ffi/tensor.ts"
+import { openComm } from "../comm/rendezvous.ts"
+import type { StoreApi } from "../store/api.ts"
+import { makeClient } from "../store/client.ts"
+import { prefixStore } from "../store/prefix.ts"
+import { serveOnThread } from "../store/serverThread.ts"
+import type { WorkerConfig } from "./config.ts"
+import { CommError } from "./errors.ts"
+import { FunctionTable } from "./functions.ts"
+import { connectController } from "./link.ts"
+import { runLoop, type LoopEnd } from "./loop.ts"
+import type { Comms } from "./session.ts"
+
+const decoder = new TextDecoder()
+
+/** The store, seen under the job's prefix. */
+const connectStore = (config: WorkerConfig) =>
+  Effect.gen(function* () {
+    const { host, port, prefix, hostedByRank0 } = config.store
+    if (hostedByRank0 && config.rank === 0) {
+      yield* serveOnThread({ host, port })
+      yield* Effect.logInfo(`hosting the store at ${host}:${port} (torchrun started none)`)
+    }
+    const timeout = Duration.millis(config.storeTimeoutMs)
+    const client = yield* makeClient({ host, port, timeout, connectTimeout: timeout })
+    yield* Effect.logInfo(`store ${host}:${port} (torch ${client.dialect} dialect), prefix ${prefix}`)
+    return prefixStore(prefix, client)
+  })
+
+/** Communicators through the store; the nth opening of a group key is the same on every member. */
+const makeComms = (config: WorkerConfig, native: Native, store: StoreApi, world: Comm): Comms => {
+  const opened = new Map<string, number>()
+  return {
+    world,
+    open: (key, members) => {
+      const n = opened.get(key) ?? 0
+      opened.set(key, n + 1)
+      return openComm({ native, store, key: `comm/${key}/${n}`, members, rank: config.rank, timeoutMs: config.commTimeoutMs, hostname: config.hostname })
+    },
+  }
+}
+
+/** All-reduces a one-element 1 over the world: proves every rank is connected. */
+const sanityCheck = (native: Native, world: Comm) =>
+  Effect.try({
+    try: () => {
+      using t = Tensor.empty(native, "f32", [1])
+      k.fill(t, 1)
+      world.allReduce(t, t, "sum")
+      const got = new Float32Array(t.toHost().data.buffer)[0]
+      if (got !== world.size) throw new Error(`sanity all_reduce gave ${got}, expected ${world.size}`)
+    },
+    catch: (e) => new CommError({ message: `start-up all_reduce failed: ${(e as Error).message}`, cause: e }),
+  })
+
+/** Runs the worker until Exit or the controller leaves (and, restartable, no new one comes). */
+export const runWorker = (config: WorkerConfig) =>
+  Effect.gen(function* () {
+    const native = yield* Effect.try({ try: () => loadNative(config.device), catch: (e) => e })
+    if (native.device === "cuda") native.check(native.shim.shim_set_device(config.localRank), "shim_set_device")
+    yield* Effect.logInfo(`rank ${config.rank}/${config.world} on ${native.device} (${native.reason}), pid ${process.pid}`)
+
+    const store = yield* connectStore(config)
+    const world = yield* openComm({
+      native, store, key: "comm/world", members: Array.from({ length: config.world }, (_, r) => r),
+      rank: config.rank, timeoutMs: config.commTimeoutMs, hostname: config.hostname,
+    })
+    yield* sanityCheck(native, world)
+    yield* Effect.logInfo(`world communicator ready (${config.world} ranks)`)
+
+    const comms = makeComms(config, native, store, world)
+    const functions = new FunctionTable(config.functionRoots)
+    const log = Effect.runSyncWith(yield* Effect.context<never>())
+    while (true) {
+      const address = config.controllerAddress ?? decoder.decode(yield* store.get("controller"))
+      const token = config.token ?? decoder.decode(yield* store.get("token"))
+      const end: LoopEnd = yield* Effect.scoped(Effect.gen(function* () {
+        const link = yield* connectController({
+          address,
+          hello: { rank: config.rank, world: config.world, pid: process.pid, token, device: native.device },
+          onInvalid: (message) => log(Effect.logWarning(`refused a frame: ${message}`)),
+        })
+        yield* Effect.logInfo(`connected to the controller at ${address}`)
+        return yield* runLoop(link, { rank: config.rank, world: config.world, native, comms, functions }, { restartable: config.restartable })
+      }))
+      if (end === "exit" || !config.restartable) {
+        yield* Effect.logInfo(end === "exit" ? "exit" : "the controller went away; exiting")
+        return
+      }
+      yield* Effect.logInfo("the controller went away; waiting for a new one")
+      yield* Effect.sleep("500 millis")
+    }
+  })
