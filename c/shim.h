@@ -14,6 +14,22 @@
  *   - a NULL stream means the backend's default stream.
  *   - the only global state is library handles (dlopen) and the thread-local error text.
  *
+ * Semantics both backends share (tests/shim holds them to it):
+ *   - integers wrap on overflow; division truncates and INT_MIN / -1 is INT_MIN; a zero
+ *     divisor or a negative integer exponent anywhere fails the op (SHIM_E_INVALID) before
+ *     anything is written; 0 pow 0 is 1.
+ *   - exp, log, sqrt, tanh, sigmoid on integer or bool tensors: SHIM_E_UNSUPPORTED.
+ *   - bool: add and maximum are or, mul and minimum are and; sub, div, pow, neg unsupported.
+ *   - maximum, minimum, relu and max/min reductions propagate NaN.
+ *   - binary_scalar computes in float for f32/f16/bf16, double for f64; for integer dtypes
+ *     the scalar is first cast to the tensor's dtype.
+ *   - cast: float to integer truncates and saturates, NaN becomes 0; integer to integer
+ *     wraps; to bool is "nonzero"; f64/i64 round to f16/bf16 once, straight from the source.
+ *   - rand: float dtypes only; uniform values are capped below 1 in the target dtype.
+ *   - elementwise shapes match by element count; out may alias an input there, but not in
+ *     matmul or transpose.
+ *   - empty reductions: sum 0, prod 1, mean NaN, max/min SHIM_E_INVALID.
+ *
  * ffi/symbols.ts must match this header name for name and type for type;
  * tests/ffi/symbols.test.ts parses this file and fails on any difference.
  */
@@ -94,7 +110,7 @@ enum { /* collectives */
   SHIM_OP_PROD = 1,
   SHIM_OP_MIN = 2,
   SHIM_OP_MAX = 3,
-  SHIM_OP_AVG = 4 /* sum, then divide by the group size (truncating for integers) */
+  SHIM_OP_AVG = 4 /* sum, then divide by the group size (truncating for integers; not bool) */
 };
 
 enum { SHIM_ALL_DIMS = -1 }; /* shim_reduce over every element */
@@ -210,8 +226,9 @@ int shim_debug_stream_spin(shim_stream *s, int64_t microseconds);
 int shim_comm_create(int32_t rank, int32_t size, int64_t timeout_ms, const char *hostname,
                      shim_comm **out);
 
-/* Writes the byte count to *len, and the bytes to buf when cap >= *len (else
- * SHIM_E_INVALID). The bytes may be empty (cuda: every member but 0). */
+/* Writes the byte count to *len, and the bytes to buf when cap >= *len. buf may be NULL
+ * with cap 0 to ask for the count; a non-zero cap below it is SHIM_E_INVALID. The bytes may
+ * be empty (cuda: every member but 0). */
 int shim_comm_address(shim_comm *c, uint8_t *buf, int64_t cap, int64_t *len);
 
 /* addrs: every member's address bytes end to end in rank order; lens: size counts. */

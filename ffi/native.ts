@@ -23,7 +23,7 @@ export class ShimError extends Data.TaggedError("ShimError")<{
 }> {}
 
 export const shimError = (status: number, op: string, message: string): ShimError =>
-  new ShimError({ status, reason: REASONS[status] ?? "Backend", op, message: `${op}: ${message}` })
+  new ShimError({ status, reason: REASONS[status] ?? "Backend", op, message: message.startsWith(op.split("(")[0]!) ? message : `${op}: ${message}` })
 
 /** A loaded backend library, with scratch space for out-parameters. */
 export class Native {

@@ -3,10 +3,21 @@
  * it is issued and events are complete once recorded; on cuda they are CUDA streams and events.
  */
 import type { Pointer } from "bun:ffi"
-import type { Native } from "./native.ts"
+import { type Native, shimError } from "./native.ts"
+import { Status } from "./symbols.ts"
 
 export class Event implements Disposable {
-  private constructor(readonly native: Native, readonly handle: Pointer) {}
+  #handle: Pointer | null
+
+  private constructor(readonly native: Native, handle: Pointer) {
+    this.#handle = handle
+  }
+
+  /** Throws once destroyed: the shim would read freed memory. */
+  get handle(): Pointer {
+    if (this.#handle === null) throw shimError(Status.INVALID, "Event", "use of a destroyed event")
+    return this.#handle
+  }
 
   static create(native: Native): Event {
     native.check(native.shim.shim_event_create(native.outsPtr), "shim_event_create")
@@ -28,8 +39,12 @@ export class Event implements Disposable {
     this.native.check(this.native.shim.shim_event_synchronize(this.handle), "shim_event_synchronize")
   }
 
+  /** Destroying twice is a no-op (a `using` declaration may follow an explicit destroy). */
   destroy(): void {
-    this.native.check(this.native.shim.shim_event_destroy(this.handle), "shim_event_destroy")
+    const handle = this.#handle
+    if (handle === null) return
+    this.#handle = null
+    this.native.check(this.native.shim.shim_event_destroy(handle), "shim_event_destroy")
   }
 
   [Symbol.dispose](): void {
@@ -38,11 +53,18 @@ export class Event implements Disposable {
 }
 
 export class Stream implements Disposable {
-  private constructor(
-    readonly native: Native,
-    /** null: the device's default stream. */
-    readonly handle: Pointer | null,
-  ) {}
+  #handle: Pointer | null
+  #destroyed = false
+
+  private constructor(readonly native: Native, handle: Pointer | null) {
+    this.#handle = handle
+  }
+
+  /** null: the device's default stream. Throws once destroyed. */
+  get handle(): Pointer | null {
+    if (this.#destroyed) throw shimError(Status.INVALID, "Stream", "use of a destroyed stream")
+    return this.#handle
+  }
 
   static default(native: Native): Stream {
     return new Stream(native, null)
@@ -54,7 +76,7 @@ export class Stream implements Disposable {
   }
 
   get isDefault(): boolean {
-    return this.handle === null
+    return this.#handle === null
   }
 
   /** Later work on this stream starts after `event` completes. */
@@ -76,8 +98,12 @@ export class Stream implements Disposable {
     this.native.check(this.native.shim.shim_debug_stream_spin(this.handle, microseconds), "shim_debug_stream_spin")
   }
 
+  /** Destroying twice is a no-op; the default stream is never destroyed. */
   destroy(): void {
-    if (this.handle !== null) this.native.check(this.native.shim.shim_stream_destroy(this.handle), "shim_stream_destroy")
+    const handle = this.#handle
+    if (handle === null || this.#destroyed) return
+    this.#destroyed = true
+    this.native.check(this.native.shim.shim_stream_destroy(handle), "shim_stream_destroy")
   }
 
   [Symbol.dispose](): void {

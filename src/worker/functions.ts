@@ -20,6 +20,11 @@ export class FunctionTable {
     this.roots = roots.filter((r) => existsSync(r)).map((r) => realpathSync(r))
   }
 
+  /** The function if it was resolved before (the fast path). */
+  cached(name: string): RemoteFunction | undefined {
+    return this.resolved.get(name)
+  }
+
   resolve(name: string): Effect.Effect<RemoteFunction, FunctionNotFound> {
     const cached = this.resolved.get(name)
     if (cached) return Effect.succeed(cached)

@@ -43,15 +43,18 @@ export class DeviceMesh implements Disposable {
     return ranks
   }
 
-  /** The communicator of the group over `dims`, opened on first use by `open`. */
-  comm<E>(dims: ReadonlyArray<string>, open: (key: string, members: number[]) => Effect.Effect<Comm, E>): Effect.Effect<Comm, E | CommError> {
-    const key = dims.join(",")
-    const cached = this.comms.get(key)
-    if (cached) return Effect.succeed(cached)
-    return Effect.try({ try: () => this.members(dims), catch: (e) => e as CommError }).pipe(
-      Effect.flatMap((members) => open(`mesh${this.id}/${key}`, members)),
-      Effect.tap((comm) => Effect.sync(() => this.comms.set(key, comm))),
-    )
+  /** The communicator of the group over `dims`, if it was opened before. */
+  cachedComm(dims: ReadonlyArray<string>): Comm | undefined {
+    return this.comms.get(dims.join(","))
+  }
+
+  /** Opens the communicator of the group over `dims` (every member does, in the same order). */
+  openComm<E>(dims: ReadonlyArray<string>, open: (key: string, members: number[]) => Effect.Effect<Comm, E>): Effect.Effect<Comm, E | CommError> {
+    return Effect.suspend(() => {
+      const key = dims.join(","), members = this.members(dims)
+      // Groups over the same dims differ by their first member: it names the group.
+      return open(`mesh${this.id}/${key}@${members[0]}`, members).pipe(Effect.tap((comm) => Effect.sync(() => this.comms.set(key, comm))))
+    })
   }
 
   [Symbol.dispose](): void {

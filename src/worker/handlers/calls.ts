@@ -1,6 +1,8 @@
 /**
  * CallFunction and FetchValue: run a named function on a stream over looked-up arguments,
  * defining its tensors as results (CallFunction) or sending its value back (FetchValue).
+ * A function that returns a promise, or a module imported on first use, finishes the
+ * command asynchronously; everything else runs straight through.
  */
 import { Effect } from "effect"
 import { Stream } from "../../../ffi/stream.ts"
@@ -12,44 +14,68 @@ import { FunctionFailed, ResultCountMismatch, WrongRefType } from "../errors.ts"
 import { flattenTensors, getAs } from "../refs.ts"
 import { lookup, tryDefine, type Session } from "../session.ts"
 
-export const streamOf = (s: Session, ref: Ref) =>
-  Effect.try({ try: () => getAs(s.env, ref, Stream, "a stream"), catch: (e) => e })
+export const streamOf = (s: Session, ref: Ref): Stream => getAs(s.env, ref, Stream, "a stream")
 
 const contextFor = (s: Session, stream: Stream, kwargs: Readonly<Record<string, unknown>>): FunctionContext => ({
   native: s.native, rank: s.rank, world: s.world, device: s.native.device, stream, coords: s.coords, kwargs,
 })
 
-/** Calls fn; a throw or a rejected promise becomes FunctionFailed with the original error. */
-const invoke = (name: string, fn: RemoteFunction, ctx: FunctionContext, args: ReadonlyArray<unknown>) => {
-  const failed = (cause: unknown) =>
-    new FunctionFailed({ function: name, cause, message: `${name}: ${cause instanceof Error ? cause.message : String(cause)}` })
-  return Effect.try({ try: () => fn(ctx, ...args), catch: failed }).pipe(
-    Effect.flatMap((r) => r instanceof Promise ? Effect.tryPromise({ try: () => r, catch: failed }) : Effect.succeed(r)),
-  )
+const failed = (name: string) => (cause: unknown) =>
+  new FunctionFailed({ function: name, cause, message: `${name}: ${cause instanceof Error ? cause.message : String(cause)}` })
+
+/**
+ * Resolves `name` (from the cache, or by importing its module) and calls it; `then` gets
+ * the result. A throw or a rejected promise becomes FunctionFailed with the original error.
+ */
+const invoke = (s: Session, name: string, call: (fn: RemoteFunction) => unknown, then: (result: unknown) => void): Effect.Effect<void, unknown> | void => {
+  const run = (fn: RemoteFunction): Effect.Effect<void, unknown> | void => {
+    let result: unknown
+    try {
+      result = call(fn)
+    } catch (e) {
+      throw failed(name)(e)
+    }
+    if (!(result instanceof Promise)) return then(result)
+    return Effect.tryPromise({ try: () => result as Promise<unknown>, catch: failed(name) }).pipe(Effect.map(then))
+  }
+  const fn = s.functions.cached(name)
+  return fn ? run(fn) : s.functions.resolve(name).pipe(Effect.flatMap((f) => run(f) ?? Effect.void))
 }
 
 /** Frees tensors made for one command (uploads, unkept outputs) that no ref holds. */
-const freeUnheld = (s: Session, tensors: ReadonlyArray<Tensor>) => Effect.sync(() => {
+const freeUnheld = (s: Session, tensors: ReadonlyArray<Tensor>): void => {
   for (const t of tensors) if (!s.env.isHeld(t)) t.free()
-})
-
-export const callFunction = (s: Session) => (m: CallFunction) => {
-  const uploads: Tensor[] = []
-  return tryDefine(s, m.ident, [...m.results, ...m.mutates], Effect.gen(function* () {
-    const stream = yield* streamOf(s, m.stream)
-    const fn = yield* s.functions.resolve(m.function)
-    const args = (yield* lookup(s, m.args, stream, uploads)) as unknown[]
-    const kwargs = (yield* lookup(s, m.kwargs, stream, uploads)) as Record<string, unknown>
-    const tensors = flattenTensors(yield* invoke(m.function, fn, contextFor(s, stream, kwargs), args))
-    if (tensors.length !== m.results.length) {
-      yield* freeUnheld(s, tensors)
-      return yield* new ResultCountMismatch({
-        message: `${m.function} returned ${tensors.length} tensor(s) for ${m.results.length} result(s)`,
-      })
-    }
-    for (let i = 0; i < tensors.length; i++) s.env.define(m.results[i]!, tensors[i]!)
-  }).pipe(Effect.ensuring(freeUnheld(s, uploads))))
 }
+
+/** Runs `body`, then frees `made` (now, or when the Effect it returned ends). */
+const freeingAfter = (s: Session, made: Tensor[], body: () => Effect.Effect<void, unknown> | void): Effect.Effect<void, unknown> | void => {
+  let rest: Effect.Effect<void, unknown> | void = undefined
+  try {
+    rest = body()
+  } finally {
+    if (rest === undefined) freeUnheld(s, made)
+  }
+  return rest?.pipe(Effect.ensuring(Effect.sync(() => freeUnheld(s, made))))
+}
+
+export const callFunction = (s: Session) => (m: CallFunction) =>
+  tryDefine(s, m.ident, m.mutates.length === 0 ? m.results : [...m.results, ...m.mutates], () => {
+    const stream = streamOf(s, m.stream)
+    const uploads: Tensor[] = []
+    return freeingAfter(s, uploads, () => {
+      const args = lookup(s, m.args, stream, uploads) as unknown[]
+      const kwargs = lookup(s, m.kwargs, stream, uploads) as Record<string, unknown>
+      const ctx = contextFor(s, stream, kwargs)
+      return invoke(s, m.function, (fn) => fn(ctx, ...args), (result) => {
+        const tensors = flattenTensors(result)
+        if (tensors.length !== m.results.length) {
+          freeUnheld(s, tensors)
+          throw new ResultCountMismatch({ message: `${m.function} returned ${tensors.length} tensor(s) for ${m.results.length} result(s)` })
+        }
+        for (let i = 0; i < tensors.length; i++) s.env.define(m.results[i]!, tensors[i]!)
+      })
+    })
+  })
 
 /** The wire form of a fetched value: tensors copied to host; what the wire cannot carry is refused. */
 const toWire = (v: unknown, stream: Stream): Value => {
@@ -62,17 +88,17 @@ const toWire = (v: unknown, stream: Stream): Value => {
   return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, toWire(x, stream)]))
 }
 
-export const fetchValue = (s: Session) => (m: FetchValue) => {
-  const made: Tensor[] = []
-  return tryDefine(s, m.ident, m.mutates, Effect.gen(function* () {
-    const stream = yield* streamOf(s, m.stream)
-    let value = yield* lookup(s, m.object, stream, made)
-    if (m.function !== null) {
-      const fn = yield* s.functions.resolve(m.function)
-      value = yield* invoke(m.function, fn, contextFor(s, stream, {}), [value])
-      made.push(...flattenTensors(value))
-    }
-    const wire = yield* Effect.try({ try: () => toWire(value, stream), catch: (e) => e })
-    s.send({ _tag: "FetchResult", ident: m.ident, value: wire })
-  }).pipe(Effect.ensuring(freeUnheld(s, made))))
-}
+export const fetchValue = (s: Session) => (m: FetchValue) =>
+  tryDefine(s, m.ident, m.mutates, () => {
+    const stream = streamOf(s, m.stream)
+    const made: Tensor[] = []
+    return freeingAfter(s, made, () => {
+      const value = lookup(s, m.object, stream, made)
+      const reply = (v: unknown) => s.send({ _tag: "FetchResult", ident: m.ident, value: toWire(v, stream) })
+      if (m.function === null) return reply(value)
+      return invoke(s, m.function, (fn) => fn(contextFor(s, stream, {}), value), (v) => {
+        made.push(...flattenTensors(v))
+        reply(v)
+      })
+    })
+  })

@@ -10,7 +10,7 @@ import type { Stream } from "../../../ffi/stream.ts"
 import { Tensor } from "../../../ffi/tensor.ts"
 import type { CreateDeviceMesh, Reduce, SendTensor } from "../../protocol/messages.ts"
 import type { Ref, TensorFactory } from "../../protocol/values.ts"
-import { CommError } from "../errors.ts"
+import { CommError, type DependentOnError } from "../errors.ts"
 import { DeviceMesh } from "../mesh.ts"
 import { getAs } from "../refs.ts"
 import { commError, reject, tryDefine, type Session } from "../session.ts"
@@ -32,15 +32,11 @@ const zeros = (s: Session, f: TensorFactory, stream: Stream): Tensor => {
 }
 
 /** This rank's input: the tensor, or factory zeros and the poison to define afterwards. */
-const inputOf = (s: Session, ref: Ref, factory: TensorFactory, stream: Stream) =>
-  Effect.try({
-    try: () => {
-      const poison = s.env.errorOf(ref)
-      if (poison) return { tensor: zeros(s, factory, stream), poison }
-      return { tensor: getAs(s.env, ref, Tensor, "a tensor"), poison: undefined }
-    },
-    catch: (e) => e,
-  })
+const inputOf = (s: Session, ref: Ref, factory: TensorFactory, stream: Stream): { tensor: Tensor; poison: DependentOnError | undefined } => {
+  const poison = s.env.errorOf(ref)
+  if (poison) return { tensor: zeros(s, factory, stream), poison }
+  return { tensor: getAs(s.env, ref, Tensor, "a tensor"), poison: undefined }
+}
 
 /** The collective a Reduce names (DESIGN.md, Reduce), returning the result tensor. */
 const collective = (s: Session, comm: Comm, input: Tensor, m: Reduce, stream: Stream): Tensor => {
@@ -80,27 +76,32 @@ const collective = (s: Session, comm: Comm, input: Tensor, m: Reduce, stream: St
 }
 
 export const reduce = (s: Session) => (m: Reduce) =>
-  tryDefine(s, m.ident, [m.result], Effect.gen(function* () {
-    const stream = yield* streamOf(s, m.stream)
-    const mesh = yield* Effect.try({ try: () => getAs(s.env, m.mesh, DeviceMesh, "a mesh"), catch: (e) => e })
-    const comm = yield* mesh.comm(m.dims, s.comms.open)
-    const { tensor, poison } = yield* inputOf(s, m.tensor, m.factory, stream)
-    const out = yield* Effect.try({ try: () => collective(s, comm, tensor, m, stream), catch: commError }).pipe(
-      Effect.tapError(() => Effect.sync(() => poison && tensor.free())),
-    )
-    if (poison) {
+  tryDefine(s, m.ident, [m.result], () => {
+    const stream = streamOf(s, m.stream)
+    const mesh = getAs(s.env, m.mesh, DeviceMesh, "a mesh")
+    const run = (comm: Comm) => {
+      const { tensor, poison } = inputOf(s, m.tensor, m.factory, stream)
+      let out: Tensor
+      try {
+        out = collective(s, comm, tensor, m, stream)
+      } catch (e) {
+        if (poison) tensor.free()
+        throw commError(e)
+      }
+      if (!poison) return s.env.define(m.result, out)
       out.free()
       if (out !== tensor) tensor.free()
-      return yield* poison
+      throw poison
     }
-    s.env.define(m.result, out)
-  }))
+    const comm = mesh.cachedComm(m.dims)
+    return comm ? run(comm) : mesh.openComm(m.dims, s.comms.open).pipe(Effect.map(run))
+  })
 
 export const sendTensor = (s: Session) => (m: SendTensor) =>
-  tryDefine(s, m.ident, [m.result], Effect.gen(function* () {
-    const stream = yield* streamOf(s, m.stream)
+  tryDefine(s, m.ident, [m.result], () => {
+    const stream = streamOf(s, m.stream)
     const sendAt = m.fromRanks.indexOf(s.rank), recvAt = m.toRanks.indexOf(s.rank)
-    const sending = sendAt >= 0 ? yield* inputOf(s, m.tensor, m.factory, stream) : undefined
+    const sending = sendAt >= 0 ? inputOf(s, m.tensor, m.factory, stream) : undefined
     const to = sendAt >= 0 ? m.toRanks.rankAt(sendAt) : -1
     const from = recvAt >= 0 ? m.fromRanks.rankAt(recvAt) : -1
     const received = recvAt >= 0 ? Tensor.empty(s.native, m.factory.dtype, m.factory.shape) : undefined
@@ -108,18 +109,20 @@ export const sendTensor = (s: Session) => (m: SendTensor) =>
       ...(sending && to !== s.rank ? [{ kind: "send" as const, peer: to, tensor: sending.tensor }] : []),
       ...(received && from !== s.rank ? [{ kind: "recv" as const, peer: from, tensor: received }] : []),
     ]
-    yield* Effect.try({
-      try: () => {
-        // Sending to oneself is a copy, with no p2p (the Python worker also posted a recv).
-        if (received && from === s.rank) k.cast(received, sending!.tensor, stream)
-        s.comms.world.p2p(ops, stream)
-      },
-      catch: commError,
-    }).pipe(Effect.ensuring(Effect.sync(() => sending?.poison && sending.tensor.free())))
+    try {
+      // Sending to oneself is a copy, with no p2p (the Python worker also posted a recv).
+      if (received && from === s.rank) k.cast(received, sending!.tensor, stream)
+      s.comms.world.p2p(ops, stream)
+    } catch (e) {
+      received?.free()
+      throw commError(e)
+    } finally {
+      if (sending?.poison) sending.tensor.free()
+    }
     if (!received) return
     if (from === s.rank && sending?.poison) {
       received.free()
-      return yield* sending.poison
+      throw sending.poison
     }
     s.env.define(m.result, received)
-  }))
+  })

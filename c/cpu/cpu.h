@@ -1,0 +1,42 @@
+/* cpu.h: what the cpu backend's files share (not part of the ABI): element access, dtype
+ * conversions in chunks, and a tensor describer for error messages. */
+#ifndef MONARCH_SHIM_CPU_H
+#define MONARCH_SHIM_CPU_H
+
+#include "../common/internal.h"
+
+/* Ops that convert through a scratch buffer do it this many elements at a time. */
+enum { SHIM_CPU_CHUNK = 1024 };
+
+static inline void *shim_cpu_data(const shim_tensor *t) { return t->storage->data; }
+
+static inline int shim_cpu_is_float(int32_t dtype) { return dtype <= SHIM_BF16; }
+
+/* The dtypes float represents exactly: f32, f16, bf16. */
+static inline int shim_cpu_is_single(int32_t dtype) { return dtype == SHIM_F32 || dtype == SHIM_F16 || dtype == SHIM_BF16; }
+
+static inline int64_t shim_cpu_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* Writes "f32[2, 3]" into buf and returns it, for error messages. */
+const char *shim_cpu_describe(const shim_tensor *t, char *buf, size_t cap);
+
+/* Loads n elements of dtype from src, converting to double (floating dtypes) or to int64
+ * (integer dtypes and bool; bool reads any nonzero byte as 1). */
+void shim_cpu_load_f64(int32_t dtype, const void *src, int64_t n, double *dst);
+void shim_cpu_load_i64(int32_t dtype, const void *src, int64_t n, int64_t *dst);
+
+/* Stores n values into elements of dtype. From double: integers truncate toward zero and
+ * saturate at the dtype's range, NaN becomes 0, bool is value != 0 (so NaN is 1); f16 and bf16
+ * round once, to nearest even. From int64: integers wrap (two's complement), floats round to
+ * nearest, bool is value != 0. */
+void shim_cpu_store_f64(int32_t dtype, const double *src, int64_t n, void *dst);
+void shim_cpu_store_i64(int32_t dtype, const int64_t *src, int64_t n, void *dst);
+
+/* f32, f16 and bf16 only (float holds each exactly): load widens, store rounds to nearest even. */
+void shim_cpu_load_f32(int32_t dtype, const void *src, int64_t n, float *dst);
+void shim_cpu_store_f32(int32_t dtype, const float *src, int64_t n, void *dst);
+
+/* One value converted by the rules of shim_cpu_store_f64. */
+void shim_cpu_from_f64(int32_t dtype, double value, void *dst);
+
+#endif

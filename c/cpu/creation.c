@@ -1,0 +1,71 @@
+/* creation.c: fill, arange and rand on the cpu. Values are computed in double and stored by
+ * the conversion rules of cpu.h; rand draws element i from c/common/numeric.h at index
+ * offset + i, the same values the CUDA kernels produce. */
+#include <string.h>
+
+#include "../common/numeric.h"
+#include "cpu.h"
+
+int shim_fill(shim_tensor *out, double value, shim_stream *s) {
+  SHIM_REQUIRE(out, "out");
+  uint64_t element = 0;
+  shim_cpu_from_f64(out->dtype, value, &element);
+  void *data = shim_cpu_data(out);
+  int64_t n = out->numel;
+  switch (shim_dtype_size(out->dtype)) {
+    case 1: memset(data, (int)(uint8_t)element, (size_t)n); break;
+    case 2: { uint16_t v, *d = data; memcpy(&v, &element, 2); for (int64_t i = 0; i < n; i++) d[i] = v; break; }
+    case 4: { uint32_t v, *d = data; memcpy(&v, &element, 4); for (int64_t i = 0; i < n; i++) d[i] = v; break; }
+    case 8: { uint64_t *d = data; for (int64_t i = 0; i < n; i++) d[i] = element; break; }
+  }
+  return SHIM_OK;
+}
+
+/* Element i is start + (double)i * step, then converted to out's dtype. */
+int shim_arange(shim_tensor *out, double start, double step, shim_stream *s) {
+  SHIM_REQUIRE(out, "out");
+  char *data = shim_cpu_data(out);
+  int64_t size = shim_dtype_size(out->dtype);
+  double tmp[SHIM_CPU_CHUNK];
+  for (int64_t base = 0; base < out->numel; base += SHIM_CPU_CHUNK) {
+    int64_t m = shim_cpu_min64(SHIM_CPU_CHUNK, out->numel - base);
+    for (int64_t i = 0; i < m; i++) tmp[i] = start + (double)(base + i) * step;
+    shim_cpu_store_f64(out->dtype, tmp, m, data + base * size);
+  }
+  return SHIM_OK;
+}
+
+/* The largest value below 1 in each floating dtype: a uniform draw is clamped to it before
+ * rounding, so rounding to a narrow dtype cannot produce 1.0 and [0, 1) holds. */
+static double below_one(int32_t dtype) {
+  switch (dtype) {
+    case SHIM_F32: return 1.0 - 0x1.0p-24;
+    case SHIM_F16: return 1.0 - 0x1.0p-11;
+    case SHIM_BF16: return 1.0 - 0x1.0p-8;
+    default: return 1.0 - 0x1.0p-53;
+  }
+}
+
+int shim_rand(shim_tensor *out, uint64_t seed, uint64_t offset, int32_t normal, shim_stream *s) {
+  SHIM_REQUIRE(out, "out");
+  if (!shim_cpu_is_float(out->dtype))
+    return shim_fail(SHIM_E_UNSUPPORTED, "shim_rand: out must have a floating dtype, not %s", shim_dtype_name(out->dtype));
+  if (normal != 0 && normal != 1) return shim_fail(SHIM_E_INVALID, "shim_rand: normal must be 0 or 1, not %d", normal);
+  char *data = shim_cpu_data(out);
+  int64_t size = shim_dtype_size(out->dtype);
+  double top = below_one(out->dtype), tmp[SHIM_CPU_CHUNK];
+  for (int64_t base = 0; base < out->numel; base += SHIM_CPU_CHUNK) {
+    int64_t m = shim_cpu_min64(SHIM_CPU_CHUNK, out->numel - base);
+    uint64_t first = offset + (uint64_t)base;
+    if (normal) {
+      for (int64_t i = 0; i < m; i++) tmp[i] = shim_normal_at(seed, first + (uint64_t)i);
+    } else {
+      for (int64_t i = 0; i < m; i++) {
+        double u = shim_uniform_at(seed, first + (uint64_t)i);
+        tmp[i] = u < top ? u : top;
+      }
+    }
+    shim_cpu_store_f64(out->dtype, tmp, m, data + base * size);
+  }
+  return SHIM_OK;
+}

@@ -1,0 +1,317 @@
+/* elementwise.c: shim_unary, shim_binary and shim_binary_scalar on the cpu.
+ *
+ * Semantics (the CUDA kernels must match):
+ *  - f32 and f64 compute in their own type; f16 and bf16 compute in float and round back once.
+ *  - i32, i64 and u8 wrap around on overflow (add, sub, mul, neg, abs, pow), as two's
+ *    complement does. div truncates toward zero and INT_MIN / -1 wraps to INT_MIN. A zero
+ *    divisor, or a negative exponent for pow, anywhere in the operand fails the whole op with
+ *    SHIM_E_INVALID before anything is written. 0 pow 0 is 1.
+ *  - exp, log, sqrt, tanh and sigmoid are not defined on integer dtypes or bool: they return
+ *    SHIM_E_UNSUPPORTED (cast to a floating dtype first). neg, abs and relu work natively.
+ *  - bool: add and maximum are or, mul and minimum are and, abs and relu return the input,
+ *    comparisons order false < true; sub, div, pow and neg are SHIM_E_UNSUPPORTED.
+ *  - maximum, minimum and relu propagate NaN; comparisons follow IEEE (NaN != NaN is true).
+ *  - Operands are matched by element count: a and b have out's count, or one element that
+ *    every output element reuses (broadcast on either side).
+ *  - shim_binary_scalar converts the scalar to the type the op computes in: float for f32,
+ *    f16 and bf16, double for f64, and a's own dtype for integers and bool (by shim_cast's
+ *    rules: truncated toward zero and saturated; bool is nonzero), then works as shim_binary
+ *    with a one-element operand. So i32 x < 2.5 compares with 2.
+ *  - out may be the same tensor as an input: every loop reads element i before writing it.
+ *    (So no restrict: GCC still vectorises, checking for overlap at run time.)
+ */
+#include <math.h>
+#include <string.h>
+
+#include "cpu.h"
+
+static const char *const unary_names[] = {"neg", "abs", "exp", "log", "sqrt", "relu", "tanh", "sigmoid"};
+static const char *const binary_names[] = {"add", "sub", "mul", "div", "maximum", "minimum", "pow",
+                                           "eq", "ne", "lt", "le", "gt", "ge"};
+
+static int is_comparison(int32_t op) { return op >= SHIM_EQ; }
+
+/* dst[i] = EXPR over n elements, with x and y bound to a's and b's elements. An operand with
+ * fa (fb) == 0 has one element, loaded once, so each of the three loops vectorises; at least
+ * one operand is always full. The enclosing function defines `elem`, the element type. */
+#define EACH(dst, EXPR)                                                             \
+  do {                                                                              \
+    if (fa && fb) {                                                                 \
+      for (int64_t i = 0; i < n; i++) { elem x = a[i], y = b[i]; dst[i] = (EXPR); } \
+    } else if (fa) {                                                                \
+      elem y = b[0];                                                                \
+      for (int64_t i = 0; i < n; i++) { elem x = a[i]; dst[i] = (EXPR); }           \
+    } else {                                                                        \
+      elem x = a[0];                                                                \
+      for (int64_t i = 0; i < n; i++) { elem y = b[i]; dst[i] = (EXPR); }           \
+    }                                                                               \
+  } while (0)
+
+#define COMPARISONS                           \
+  case SHIM_EQ: EACH(ob, x == y); break;      \
+  case SHIM_NE: EACH(ob, x != y); break;      \
+  case SHIM_LT: EACH(ob, x < y); break;       \
+  case SHIM_LE: EACH(ob, x <= y); break;      \
+  case SHIM_GT: EACH(ob, x > y); break;       \
+  case SHIM_GE: EACH(ob, x >= y); break;
+
+#define FLOAT_BINARY(NAME, T, POW)                                                          \
+  static void NAME(int32_t op, void *out, const T *a, int fa, const T *b, int fb, int64_t n) { \
+    typedef T elem;                                                                         \
+    T *o = out;                                                                             \
+    uint8_t *ob = out;                                                                      \
+    switch (op) {                                                                           \
+      case SHIM_ADD: EACH(o, x + y); break;                                                 \
+      case SHIM_SUB: EACH(o, x - y); break;                                                 \
+      case SHIM_MUL: EACH(o, x * y); break;                                                 \
+      case SHIM_DIV: EACH(o, x / y); break;                                                 \
+      case SHIM_MAXIMUM: EACH(o, (x > y || x != x) ? x : y); break;                         \
+      case SHIM_MINIMUM: EACH(o, (x < y || x != x) ? x : y); break;                         \
+      case SHIM_POW: EACH(o, POW(x, y)); break;                                             \
+      COMPARISONS                                                                           \
+    }                                                                                       \
+  }
+
+FLOAT_BINARY(binary_f32, float, powf)
+FLOAT_BINARY(binary_f64, double, pow)
+
+/* Integer division and power in int64, wrapping; callers have ruled out y == 0 and y < 0. */
+static inline int64_t div_i64(int64_t x, int64_t y) { return y == -1 ? (int64_t)(0 - (uint64_t)x) : x / y; }
+
+static inline int64_t pow_i64(int64_t base, int64_t exponent) {
+  uint64_t result = 1, b = (uint64_t)base;
+  for (uint64_t e = (uint64_t)exponent; e; e >>= 1, b *= b)
+    if (e & 1) result *= b;
+  return (int64_t)result;
+}
+
+/* U: the unsigned type whose arithmetic wraps as T's should. */
+#define INT_BINARY(NAME, T, U)                                                              \
+  static void NAME(int32_t op, void *out, const T *a, int fa, const T *b, int fb, int64_t n) { \
+    typedef T elem;                                                                         \
+    T *o = out;                                                                             \
+    uint8_t *ob = out;                                                                      \
+    switch (op) {                                                                           \
+      case SHIM_ADD: EACH(o, (T)((U)x + (U)y)); break;                                      \
+      case SHIM_SUB: EACH(o, (T)((U)x - (U)y)); break;                                      \
+      case SHIM_MUL: EACH(o, (T)((U)x * (U)y)); break;                                      \
+      case SHIM_DIV: EACH(o, (T)div_i64(x, y)); break;                                      \
+      case SHIM_MAXIMUM: EACH(o, x > y ? x : y); break;                                     \
+      case SHIM_MINIMUM: EACH(o, x < y ? x : y); break;                                     \
+      case SHIM_POW: EACH(o, (T)pow_i64(x, y)); break;                                      \
+      COMPARISONS                                                                           \
+    }                                                                                       \
+  }
+
+INT_BINARY(binary_i32, int32_t, uint32_t)
+INT_BINARY(binary_i64, int64_t, uint64_t)
+INT_BINARY(binary_u8, uint8_t, uint8_t)
+
+/* Reads any nonzero byte as true. Unsupported ops were rejected before. */
+static void binary_bool(int32_t op, void *out, const uint8_t *a, int fa, const uint8_t *b, int fb, int64_t n) {
+  typedef uint8_t elem;
+  uint8_t *ob = out;
+  switch (op) {
+    case SHIM_ADD: case SHIM_MAXIMUM: EACH(ob, (x != 0) | (y != 0)); break;
+    case SHIM_MUL: case SHIM_MINIMUM: EACH(ob, (x != 0) & (y != 0)); break;
+    case SHIM_EQ: EACH(ob, (x != 0) == (y != 0)); break;
+    case SHIM_NE: EACH(ob, (x != 0) != (y != 0)); break;
+    case SHIM_LT: EACH(ob, (x != 0) < (y != 0)); break;
+    case SHIM_LE: EACH(ob, (x != 0) <= (y != 0)); break;
+    case SHIM_GT: EACH(ob, (x != 0) > (y != 0)); break;
+    case SHIM_GE: EACH(ob, (x != 0) >= (y != 0)); break;
+  }
+}
+
+/* f16 and bf16: through float in chunks. A NULL operand is the one value a0 (b0). */
+static void binary_half(int32_t op, int32_t dtype, void *out, const uint16_t *a, float a0, const uint16_t *b, float b0,
+                        int64_t n) {
+  float fa[SHIM_CPU_CHUNK], fb[SHIM_CPU_CHUNK], fo[SHIM_CPU_CHUNK];
+  for (int64_t base = 0; base < n; base += SHIM_CPU_CHUNK) {
+    int64_t m = shim_cpu_min64(SHIM_CPU_CHUNK, n - base);
+    if (a) shim_cpu_load_f32(dtype, a + base, m, fa);
+    if (b) shim_cpu_load_f32(dtype, b + base, m, fb);
+    if (is_comparison(op)) {
+      binary_f32(op, (uint8_t *)out + base, a ? fa : &a0, a != NULL, b ? fb : &b0, b != NULL, m);
+    } else {
+      binary_f32(op, fo, a ? fa : &a0, a != NULL, b ? fb : &b0, b != NULL, m);
+      shim_cpu_store_f32(dtype, fo, m, (uint16_t *)out + base);
+    }
+  }
+}
+
+static float half_value(int32_t dtype, const void *p) {
+  float f;
+  shim_cpu_load_f32(dtype, p, 1, &f);
+  return f;
+}
+
+/* out = x (op) y over n elements of dtype; fx (fy) == 0: x (y) is one element. */
+static void binary_kernel(int32_t op, int32_t dtype, void *out, const void *x, int fx, const void *y, int fy, int64_t n) {
+  switch (dtype) {
+    case SHIM_F32: binary_f32(op, out, x, fx, y, fy, n); break;
+    case SHIM_F64: binary_f64(op, out, x, fx, y, fy, n); break;
+    case SHIM_F16:
+    case SHIM_BF16:
+      binary_half(op, dtype, out, fx ? x : NULL, fx ? 0.0f : half_value(dtype, x), fy ? y : NULL,
+                  fy ? 0.0f : half_value(dtype, y), n);
+      break;
+    case SHIM_I32: binary_i32(op, out, x, fx, y, fy, n); break;
+    case SHIM_I64: binary_i64(op, out, x, fx, y, fy, n); break;
+    case SHIM_U8: binary_u8(op, out, x, fx, y, fy, n); break;
+    case SHIM_BOOL: binary_bool(op, out, x, fx, y, fy, n); break;
+  }
+}
+
+/* Checks what every binary op needs of op, dtype and out; fn names the entry point. */
+static int check_binary(const char *fn, int32_t op, int32_t dtype, const shim_tensor *out, int64_t n) {
+  if (op < 0 || op > SHIM_GE) return shim_fail(SHIM_E_INVALID, "%s: unknown op code %d", fn, op);
+  const char *name = binary_names[op];
+  if (dtype == SHIM_BOOL && (op == SHIM_SUB || op == SHIM_DIV || op == SHIM_POW))
+    return shim_fail(SHIM_E_UNSUPPORTED, "%s(%s): not defined on bool (cast to an integer or floating dtype first)", fn, name);
+  int32_t want = is_comparison(op) ? SHIM_BOOL : dtype;
+  char buf[128];
+  if (out->dtype != want)
+    return shim_fail(SHIM_E_INVALID, "%s(%s): out is %s but must be %s", fn, name, shim_cpu_describe(out, buf, sizeof buf),
+                     shim_dtype_name(want));
+  if (out->numel != n)
+    return shim_fail(SHIM_E_INVALID, "%s(%s): out is %s but the result has %lld elements", fn, name,
+                     shim_cpu_describe(out, buf, sizeof buf), (long long)n);
+  return SHIM_OK;
+}
+
+/* Integer div and pow: rejects a zero divisor or a negative exponent among y's count values. */
+static int check_integer_operand(const char *fn, int32_t op, int32_t dtype, const void *y, int64_t count, const char *what) {
+  if ((op != SHIM_DIV && op != SHIM_POW) || shim_cpu_is_float(dtype)) return SHIM_OK;
+  int64_t tmp[SHIM_CPU_CHUNK];
+  int64_t size = shim_dtype_size(dtype);
+  for (int64_t base = 0; base < count; base += SHIM_CPU_CHUNK) {
+    int64_t m = shim_cpu_min64(SHIM_CPU_CHUNK, count - base);
+    shim_cpu_load_i64(dtype, (const char *)y + base * size, m, tmp);
+    int bad = 0;
+    for (int64_t i = 0; i < m; i++) bad |= op == SHIM_DIV ? tmp[i] == 0 : tmp[i] < 0;
+    if (bad && op == SHIM_DIV)
+      return shim_fail(SHIM_E_INVALID, "%s(div): integer division by zero (%s has a zero element)", fn, what);
+    if (bad)
+      return shim_fail(SHIM_E_INVALID, "%s(pow): %s integer to a negative power (%s has a negative element)", fn,
+                       shim_dtype_name(dtype), what);
+  }
+  return SHIM_OK;
+}
+
+int shim_binary(int32_t op, shim_tensor *out, const shim_tensor *a, const shim_tensor *b, shim_stream *s) {
+  SHIM_REQUIRE(out, "out");
+  SHIM_REQUIRE(a, "a");
+  SHIM_REQUIRE(b, "b");
+  char ba[128], bb[128];
+  const char *name = op >= 0 && op <= SHIM_GE ? binary_names[op] : "?";
+  if (a->dtype != b->dtype)
+    return shim_fail(SHIM_E_INVALID, "shim_binary(%s): dtypes differ: a is %s, b is %s", name,
+                     shim_cpu_describe(a, ba, sizeof ba), shim_cpu_describe(b, bb, sizeof bb));
+  if (a->numel != b->numel && a->numel != 1 && b->numel != 1)
+    return shim_fail(SHIM_E_INVALID, "shim_binary(%s): sizes differ and neither has one element: a is %s, b is %s", name,
+                     shim_cpu_describe(a, ba, sizeof ba), shim_cpu_describe(b, bb, sizeof bb));
+  int64_t n = a->numel == 1 ? b->numel : a->numel;
+  SHIM_TRY(check_binary("shim_binary", op, a->dtype, out, n));
+  SHIM_TRY(check_integer_operand("shim_binary", op, a->dtype, shim_cpu_data(b), b->numel, "b"));
+  binary_kernel(op, a->dtype, shim_cpu_data(out), shim_cpu_data(a), a->numel == n, shim_cpu_data(b), b->numel == n, n);
+  return SHIM_OK;
+}
+
+int shim_binary_scalar(int32_t op, shim_tensor *out, const shim_tensor *a, double b, int32_t scalar_first, shim_stream *s) {
+  SHIM_REQUIRE(out, "out");
+  SHIM_REQUIRE(a, "a");
+  SHIM_TRY(check_binary("shim_binary_scalar", op, a->dtype, out, a->numel));
+  void *o = shim_cpu_data(out);
+  const void *t = shim_cpu_data(a);
+  int64_t n = a->numel;
+  if (a->dtype == SHIM_F16 || a->dtype == SHIM_BF16) { /* the scalar stays a float */
+    if (scalar_first) binary_half(op, a->dtype, o, NULL, (float)b, t, 0.0f, n);
+    else binary_half(op, a->dtype, o, t, 0.0f, NULL, (float)b, n);
+    return SHIM_OK;
+  }
+  uint64_t scalar = 0; /* one element of a's dtype (f32: a float) */
+  shim_cpu_from_f64(a->dtype, b, &scalar);
+  const void *x = scalar_first ? (const void *)&scalar : t, *y = scalar_first ? t : (const void *)&scalar;
+  SHIM_TRY(check_integer_operand("shim_binary_scalar", op, a->dtype, y, scalar_first ? n : 1, scalar_first ? "a" : "the scalar"));
+  binary_kernel(op, a->dtype, o, x, !scalar_first, y, scalar_first, n);
+  return SHIM_OK;
+}
+
+#define FLOAT_UNARY(NAME, T, EXP, LOG, SQRT, TANH, ABS)                                     \
+  static void NAME(int32_t op, T *o, const T *a, int64_t n) {                               \
+    switch (op) {                                                                           \
+      case SHIM_NEG: for (int64_t i = 0; i < n; i++) o[i] = -a[i]; break;                   \
+      case SHIM_ABS: for (int64_t i = 0; i < n; i++) o[i] = ABS(a[i]); break;               \
+      case SHIM_EXP: for (int64_t i = 0; i < n; i++) o[i] = EXP(a[i]); break;               \
+      case SHIM_LOG: for (int64_t i = 0; i < n; i++) o[i] = LOG(a[i]); break;               \
+      case SHIM_SQRT: for (int64_t i = 0; i < n; i++) o[i] = SQRT(a[i]); break;             \
+      case SHIM_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] < 0 ? (T)0 : a[i]; break; \
+      case SHIM_TANH: for (int64_t i = 0; i < n; i++) o[i] = TANH(a[i]); break;             \
+      case SHIM_SIGMOID: for (int64_t i = 0; i < n; i++) o[i] = (T)1 / ((T)1 + EXP(-a[i])); break; \
+    }                                                                                       \
+  }
+
+FLOAT_UNARY(unary_f32, float, expf, logf, sqrtf, tanhf, fabsf)
+FLOAT_UNARY(unary_f64, double, exp, log, sqrt, tanh, fabs)
+
+#define SIGNED_UNARY(NAME, T, U)                                                                \
+  static void NAME(int32_t op, T *o, const T *a, int64_t n) {                                   \
+    switch (op) {                                                                               \
+      case SHIM_NEG: for (int64_t i = 0; i < n; i++) o[i] = (T)(0 - (U)a[i]); break;            \
+      case SHIM_ABS: for (int64_t i = 0; i < n; i++) o[i] = a[i] < 0 ? (T)(0 - (U)a[i]) : a[i]; break; \
+      case SHIM_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] < 0 ? 0 : a[i]; break;        \
+    }                                                                                           \
+  }
+
+SIGNED_UNARY(unary_i32, int32_t, uint32_t)
+SIGNED_UNARY(unary_i64, int64_t, uint64_t)
+
+/* u8 is unsigned: neg wraps, abs and relu return the input. bool: abs and relu do too. */
+static void unary_bytes(int32_t op, int32_t dtype, uint8_t *o, const uint8_t *a, int64_t n) {
+  if (op == SHIM_NEG) {
+    for (int64_t i = 0; i < n; i++) o[i] = (uint8_t)(0u - a[i]);
+  } else if (dtype == SHIM_BOOL) {
+    for (int64_t i = 0; i < n; i++) o[i] = a[i] != 0;
+  } else if (o != a) {
+    memcpy(o, a, (size_t)n);
+  }
+}
+
+static void unary_half(int32_t op, int32_t dtype, uint16_t *o, const uint16_t *a, int64_t n) {
+  float buf[SHIM_CPU_CHUNK];
+  for (int64_t base = 0; base < n; base += SHIM_CPU_CHUNK) {
+    int64_t m = shim_cpu_min64(SHIM_CPU_CHUNK, n - base);
+    shim_cpu_load_f32(dtype, a + base, m, buf);
+    unary_f32(op, buf, buf, m);
+    shim_cpu_store_f32(dtype, buf, m, o + base);
+  }
+}
+
+int shim_unary(int32_t op, shim_tensor *out, const shim_tensor *a, shim_stream *s) {
+  SHIM_REQUIRE(out, "out");
+  SHIM_REQUIRE(a, "a");
+  if (op < 0 || op > SHIM_SIGMOID) return shim_fail(SHIM_E_INVALID, "shim_unary: unknown op code %d", op);
+  const char *name = unary_names[op];
+  char bo[128], ba[128];
+  if (out->dtype != a->dtype || out->numel != a->numel)
+    return shim_fail(SHIM_E_INVALID, "shim_unary(%s): out is %s but a is %s (same dtype and element count needed)", name,
+                     shim_cpu_describe(out, bo, sizeof bo), shim_cpu_describe(a, ba, sizeof ba));
+  int32_t dtype = a->dtype;
+  int integer_safe = op == SHIM_ABS || op == SHIM_RELU || (op == SHIM_NEG && dtype != SHIM_BOOL);
+  if (!shim_cpu_is_float(dtype) && !integer_safe)
+    return shim_fail(SHIM_E_UNSUPPORTED, "shim_unary(%s): not defined on %s (cast to a floating dtype first)", name,
+                     shim_dtype_name(dtype));
+  void *o = shim_cpu_data(out);
+  const void *x = shim_cpu_data(a);
+  int64_t n = a->numel;
+  switch (dtype) {
+    case SHIM_F32: unary_f32(op, o, x, n); break;
+    case SHIM_F64: unary_f64(op, o, x, n); break;
+    case SHIM_F16: case SHIM_BF16: unary_half(op, dtype, o, x, n); break;
+    case SHIM_I32: unary_i32(op, o, x, n); break;
+    case SHIM_I64: unary_i64(op, o, x, n); break;
+    case SHIM_U8: case SHIM_BOOL: unary_bytes(op, dtype, o, x, n); break;
+  }
+  return SHIM_OK;
+}

@@ -1,0 +1,132 @@
+/* linalg.c: shim_matmul on the cpu. f32 and f64 go to OpenBLAS (cblas_sgemm / dgemm); the
+ * other dtypes convert each operand to an accumulator type (float for f16 and bf16, int64
+ * for integers and bool, wrapping) and run a cache-blocked loop, then convert the result
+ * back by the rules of cpu.h (so a bool matmul is "any a[i,p] and b[p,j]"). */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "cpu.h"
+
+/* Block sizes for the loop: a BK x BN tile of b (32 KiB of floats) stays in L1/L2 while BM
+ * rows of a stream past it. */
+enum { BM = 64, BK = 64, BN = 128 };
+
+/* c[m x n] += a[m x k] @ b[k x n], all row-major, over the types below (restrict: private
+ * scratch buffers). */
+#define BLOCKED_GEMM(NAME, T)                                                                  \
+  static void NAME(int64_t m, int64_t n, int64_t k, const T *restrict a, const T *restrict b,  \
+                   T *restrict c) {                                                            \
+    for (int64_t i0 = 0; i0 < m; i0 += BM)                                                     \
+      for (int64_t p0 = 0; p0 < k; p0 += BK)                                                   \
+        for (int64_t j0 = 0; j0 < n; j0 += BN) {                                               \
+          int64_t i1 = shim_cpu_min64(m, i0 + BM), p1 = shim_cpu_min64(k, p0 + BK),            \
+                  j1 = shim_cpu_min64(n, j0 + BN);                                             \
+          for (int64_t i = i0; i < i1; i++)                                                    \
+            for (int64_t p = p0; p < p1; p++) {                                                \
+              T x = a[i * k + p];                                                              \
+              for (int64_t j = j0; j < j1; j++) c[i * n + j] += x * b[p * n + j];              \
+            }                                                                                  \
+        }                                                                                      \
+  }
+
+BLOCKED_GEMM(gemm_f32, float)
+BLOCKED_GEMM(gemm_u64, uint64_t) /* int64 accumulation that wraps instead of overflowing */
+
+/* Converts n elements of dtype into the accumulator buffer (float or int64 bits). */
+static void to_acc(int32_t dtype, const void *src, int64_t n, void *acc) {
+  if (dtype == SHIM_F16 || dtype == SHIM_BF16) shim_cpu_load_f32(dtype, src, n, acc);
+  else shim_cpu_load_i64(dtype, src, n, acc);
+}
+
+static void from_acc(int32_t dtype, const void *acc, int64_t n, void *dst) {
+  if (dtype == SHIM_F16 || dtype == SHIM_BF16) shim_cpu_store_f32(dtype, acc, n, dst);
+  else shim_cpu_store_i64(dtype, acc, n, dst);
+}
+
+/* The loop path: per batch, a (and b when batched) converted to 4- or 8-byte accumulators. */
+static int matmul_loop(int32_t dtype, char *out, const char *a, const char *b, int b_batched, int64_t batch, int64_t m,
+                       int64_t n, int64_t k) {
+  int64_t size = shim_dtype_size(dtype), acc_size = dtype == SHIM_F16 || dtype == SHIM_BF16 ? 4 : 8;
+  char *abuf = malloc((size_t)(m * k * acc_size) + 1), *bbuf = malloc((size_t)(k * n * acc_size) + 1),
+       *cbuf = malloc((size_t)(m * n * acc_size) + 1);
+  if (abuf == NULL || bbuf == NULL || cbuf == NULL) {
+    free(abuf), free(bbuf), free(cbuf);
+    return shim_fail(SHIM_E_NOMEM, "shim_matmul: out of host memory for %s scratch buffers", shim_dtype_name(dtype));
+  }
+  for (int64_t t = 0; t < batch; t++) {
+    to_acc(dtype, a + t * m * k * size, m * k, abuf);
+    if (t == 0 || b_batched) to_acc(dtype, b + (b_batched ? t * k * n * size : 0), k * n, bbuf);
+    memset(cbuf, 0, (size_t)(m * n * acc_size));
+    if (acc_size == 4) gemm_f32(m, n, k, (const float *)abuf, (const float *)bbuf, (float *)cbuf);
+    else gemm_u64(m, n, k, (const uint64_t *)abuf, (const uint64_t *)bbuf, (uint64_t *)cbuf);
+    from_acc(dtype, cbuf, m * n, out + t * m * n * size);
+  }
+  free(abuf), free(bbuf), free(cbuf);
+  return SHIM_OK;
+}
+
+/* The BLAS path. With a 2-D b, the batches of a are one [batch * m, k] matrix: one call. */
+static void matmul_blas(int32_t dtype, char *out, const char *a, const char *b, int b_batched, int64_t batch, int64_t m,
+                        int64_t n, int64_t k) {
+  int64_t size = shim_dtype_size(dtype);
+  int64_t calls = b_batched || batch * m > INT_MAX ? batch : 1, rows = calls == 1 ? batch * m : m;
+  for (int64_t t = 0; t < calls; t++) {
+    const char *at = a + t * m * k * size, *bt = b + (b_batched ? t * k * n * size : 0);
+    char *ct = out + t * m * n * size;
+    if (dtype == SHIM_F32)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)n, (int)k, 1.0f, (const float *)at, (int)k,
+                  (const float *)bt, (int)n, 0.0f, (float *)ct, (int)n);
+    else
+      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)n, (int)k, 1.0, (const double *)at, (int)k,
+                  (const double *)bt, (int)n, 0.0, (double *)ct, (int)n);
+  }
+}
+
+int shim_matmul(shim_tensor *out, const shim_tensor *a, const shim_tensor *b, shim_stream *s) {
+  SHIM_REQUIRE(out, "out");
+  SHIM_REQUIRE(a, "a");
+  SHIM_REQUIRE(b, "b");
+  char ba[128], bb[128], bo[128];
+  shim_cpu_describe(a, ba, sizeof ba);
+  shim_cpu_describe(b, bb, sizeof bb);
+  shim_cpu_describe(out, bo, sizeof bo);
+  if (a->dtype != b->dtype || out->dtype != a->dtype)
+    return shim_fail(SHIM_E_INVALID, "shim_matmul: dtypes differ: %s @ %s -> %s", ba, bb, bo);
+  if (a->ndim < 2 || b->ndim < 2)
+    return shim_fail(SHIM_E_INVALID, "shim_matmul: operands need at least 2 dims: %s @ %s", ba, bb);
+  int b_batched = b->ndim > 2;
+  int32_t nd = a->ndim;
+  if (b_batched && b->ndim != nd)
+    return shim_fail(SHIM_E_INVALID, "shim_matmul: b must be 2-D or have a's %d dims: %s @ %s", nd, ba, bb);
+  int64_t m = a->shape[nd - 2], k = a->shape[nd - 1], n = b->shape[b->ndim - 1], batch = 1;
+  if (b->shape[b->ndim - 2] != k)
+    return shim_fail(SHIM_E_INVALID, "shim_matmul: inner dims differ: %s @ %s", ba, bb);
+  for (int32_t i = 0; i < nd - 2; i++) {
+    if (b_batched && b->shape[i] != a->shape[i])
+      return shim_fail(SHIM_E_INVALID, "shim_matmul: batch dim %d differs: %s @ %s", i, ba, bb);
+    batch *= a->shape[i];
+  }
+  int out_ok = out->ndim == nd && out->shape[nd - 2] == m && out->shape[nd - 1] == n;
+  for (int32_t i = 0; out_ok && i < nd - 2; i++) out_ok = out->shape[i] == a->shape[i];
+  if (!out_ok) return shim_fail(SHIM_E_INVALID, "shim_matmul: out is %s but %s @ %s needs [..., %lld, %lld]", bo, ba, bb,
+                                (long long)m, (long long)n);
+  if (out->storage == a->storage || out->storage == b->storage)
+    return shim_fail(SHIM_E_INVALID, "shim_matmul: out %s shares memory with an operand", bo);
+  if (out->numel == 0) return SHIM_OK;
+  char *o = shim_cpu_data(out);
+  if (k == 0) { /* an empty sum; BLAS rejects a leading dimension of 0 */
+    memset(o, 0, (size_t)(out->numel * shim_dtype_size(out->dtype)));
+    return SHIM_OK;
+  }
+  const char *x = shim_cpu_data(a), *y = shim_cpu_data(b);
+  if (a->dtype == SHIM_F32 || a->dtype == SHIM_F64) {
+    if (m > INT_MAX || n > INT_MAX || k > INT_MAX)
+      return shim_fail(SHIM_E_UNSUPPORTED, "shim_matmul: a dim of %s @ %s exceeds BLAS's 32-bit sizes", ba, bb);
+    matmul_blas(a->dtype, o, x, y, b_batched, batch, m, n, k);
+    return SHIM_OK;
+  }
+  return matmul_loop(a->dtype, o, x, y, b_batched, batch, m, n, k);
+}

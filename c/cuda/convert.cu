@@ -1,0 +1,45 @@
+/* convert.cu: shim_cast on the device, element by element by the rules of elements.h (the
+ * cpu's convert.c): a floating source goes through double, an integer or bool source through
+ * int64. The same dtype is a device-to-device copy. */
+#include "elements.h"
+
+using namespace shim;
+
+template <typename From, typename To>
+__global__ void cast_kernel(typename To::T *out, const typename From::T *in, int64_t n) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    if constexpr (From::kind == Kind::Float) out[i] = To::from_f64(From::to_f64(in[i]));
+    else out[i] = To::from_i64(From::to_i64(in[i]));
+  }
+}
+
+int shim_cast(shim_tensor *out, const shim_tensor *a, shim_stream *s) {
+  SHIM_REQUIRE(out, "out");
+  SHIM_REQUIRE(a, "a");
+  if (out->numel != a->numel) {
+    char bo[128], ba[128];
+    return shim_fail(SHIM_E_INVALID, "shim_cast: out %s does not hold a's %lld elements (a is %s)",
+                     shim_cuda_describe(out, bo, sizeof bo), (long long)a->numel, shim_cuda_describe(a, ba, sizeof ba));
+  }
+  if (a->numel == 0) return SHIM_OK;
+  shim_cuda_track(s, out);
+  shim_cuda_track(s, a);
+  cudaStream_t stream = shim_cuda_stream(s);
+  void *dst = shim_cuda_data(out);
+  const void *src = shim_cuda_data(a);
+  if (out->dtype == a->dtype) {
+    if (dst != src) CUDA_CHECK(cudaMemcpyAsync(dst, src, (size_t)shim_cuda_nbytes(a), cudaMemcpyDeviceToDevice, stream));
+    return SHIM_OK;
+  }
+  return dispatch(a->dtype, [&](auto from) -> int {
+    return dispatch(out->dtype, [&](auto to) -> int {
+      using From = decltype(from);
+      using To = decltype(to);
+      cast_kernel<From, To><<<shim_cuda_blocks(a->numel), SHIM_CUDA_THREADS, 0, stream>>>(
+          (typename To::T *)dst, (const typename From::T *)src, a->numel);
+      CUDA_CHECK_LAUNCH("cast_kernel");
+      return SHIM_OK;
+    });
+  });
+}

@@ -1,0 +1,255 @@
+/* elements.h: the cuda backend's element types and conversions, usable on host and device.
+ * The conversion rules are the cpu backend's (c/cpu/cpu.h, convert.c), so both give the same
+ * bits: floating to integer truncates toward zero and saturates, NaN becomes 0; integer to
+ * integer wraps; bool is nonzero -> 1 (so NaN is true); f16 and bf16 round once, to nearest
+ * even, from any source (a double goes through float rounded to odd, which makes the second
+ * rounding exact); f16 and bf16 compute in float. */
+#ifndef MONARCH_SHIM_CUDA_ELEMENTS_H
+#define MONARCH_SHIM_CUDA_ELEMENTS_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include <cuda_fp16.h>
+
+#include "../common/numeric.h"
+#include "cuda_shim.h"
+
+#define SHIM_HDI __host__ __device__ __forceinline__
+
+namespace shim {
+
+enum class Kind { Float, Int, Bool };
+
+/* f16 bits -> float. The hardware conversion is exact; a NaN goes through numeric.h so its
+ * payload bits are the cpu's. */
+SHIM_HDI float f16_to_f32(uint16_t h) {
+#ifdef __CUDA_ARCH__
+  float f = __half2float(__ushort_as_half(h));
+  return f == f ? f : shim_f16_to_f32(h);
+#else
+  return shim_f16_to_f32(h);
+#endif
+}
+
+/* float -> f16 bits, nearest even. The hardware rounds like numeric.h except for a NaN's bits,
+ * which are made numeric.h's (sign | 0x7e00). */
+SHIM_HDI uint16_t f32_to_f16(float f) {
+#ifdef __CUDA_ARCH__
+  if (f != f) return (uint16_t)(((shim_f32_bits(f) >> 16) & 0x8000u) | 0x7e00u);
+  return __half_as_ushort(__float2half_rn(f));
+#else
+  return shim_f32_to_f16(f);
+#endif
+}
+
+/* double -> float rounded to odd: a later rounding to f16 or bf16 then equals one direct
+ * rounding of the double. */
+SHIM_HDI float f64_to_f32_odd(double d) {
+  float f = (float)d;
+  if ((double)f == d || d != d) return f;
+  uint32_t u = shim_f32_bits(f);
+  if (fabs((double)f) > fabs(d)) u -= 1; /* one step toward zero (sign-magnitude) */
+  return shim_bits_f32(u | 1u);
+}
+
+SHIM_HDI int64_t f64_to_i64(double d) {
+  if (d != d) return 0;
+  if (d >= 9223372036854775807.0) return INT64_MAX; /* the literal is 2^63 */
+  if (d <= -9223372036854775808.0) return INT64_MIN;
+  return (int64_t)d;
+}
+
+SHIM_HDI int32_t f64_to_i32(double d) {
+  if (d != d) return 0;
+  if (d >= 2147483647.0) return INT32_MAX;
+  if (d <= -2147483648.0) return INT32_MIN;
+  return (int32_t)d;
+}
+
+SHIM_HDI uint8_t f64_to_u8(double d) {
+  if (d != d || d <= 0.0) return 0;
+  if (d >= 255.0) return 255;
+  return (uint8_t)d;
+}
+
+/* One dtype: T is the stored element, V the type arithmetic runs in. load/store move between
+ * them; to_f64/to_i64 and from_f64/from_i64 are the conversions shim_cast and the reductions
+ * use (cpu.h's load and store rules). */
+template <int Code>
+struct Dtype;
+
+template <>
+struct Dtype<SHIM_F32> {
+  static constexpr int32_t code = SHIM_F32;
+  using T = float;
+  using V = float;
+  static constexpr Kind kind = Kind::Float;
+  static SHIM_HDI V load(T x) { return x; }
+  static SHIM_HDI T store(V v) { return v; }
+  static SHIM_HDI double to_f64(T x) { return x; }
+  static SHIM_HDI int64_t to_i64(T x) { return f64_to_i64(x); }
+  static SHIM_HDI T from_f64(double d) { return (float)d; }
+  static SHIM_HDI T from_i64(int64_t i) { return (float)i; }
+};
+
+template <>
+struct Dtype<SHIM_F64> {
+  static constexpr int32_t code = SHIM_F64;
+  using T = double;
+  using V = double;
+  static constexpr Kind kind = Kind::Float;
+  static SHIM_HDI V load(T x) { return x; }
+  static SHIM_HDI T store(V v) { return v; }
+  static SHIM_HDI double to_f64(T x) { return x; }
+  static SHIM_HDI int64_t to_i64(T x) { return f64_to_i64(x); }
+  static SHIM_HDI T from_f64(double d) { return d; }
+  static SHIM_HDI T from_i64(int64_t i) { return (double)i; }
+};
+
+template <>
+struct Dtype<SHIM_F16> {
+  static constexpr int32_t code = SHIM_F16;
+  using T = uint16_t;
+  using V = float;
+  static constexpr Kind kind = Kind::Float;
+  static SHIM_HDI V load(T x) { return f16_to_f32(x); }
+  static SHIM_HDI T store(V v) { return f32_to_f16(v); }
+  static SHIM_HDI double to_f64(T x) { return f16_to_f32(x); }
+  static SHIM_HDI int64_t to_i64(T x) { return f64_to_i64(f16_to_f32(x)); }
+  static SHIM_HDI T from_f64(double d) { return f32_to_f16(f64_to_f32_odd(d)); }
+  static SHIM_HDI T from_i64(int64_t i) { return f32_to_f16(f64_to_f32_odd((double)i)); }
+};
+
+template <>
+struct Dtype<SHIM_BF16> {
+  static constexpr int32_t code = SHIM_BF16;
+  using T = uint16_t;
+  using V = float;
+  static constexpr Kind kind = Kind::Float;
+  static SHIM_HDI V load(T x) { return shim_bf16_to_f32(x); }
+  static SHIM_HDI T store(V v) { return shim_f32_to_bf16(v); }
+  static SHIM_HDI double to_f64(T x) { return shim_bf16_to_f32(x); }
+  static SHIM_HDI int64_t to_i64(T x) { return f64_to_i64(shim_bf16_to_f32(x)); }
+  static SHIM_HDI T from_f64(double d) { return shim_f32_to_bf16(f64_to_f32_odd(d)); }
+  static SHIM_HDI T from_i64(int64_t i) { return shim_f32_to_bf16(f64_to_f32_odd((double)i)); }
+};
+
+template <>
+struct Dtype<SHIM_I32> {
+  static constexpr int32_t code = SHIM_I32;
+  using T = int32_t;
+  using V = int32_t;
+  static constexpr Kind kind = Kind::Int;
+  static SHIM_HDI V load(T x) { return x; }
+  static SHIM_HDI T store(V v) { return v; }
+  static SHIM_HDI double to_f64(T x) { return (double)x; }
+  static SHIM_HDI int64_t to_i64(T x) { return x; }
+  static SHIM_HDI T from_f64(double d) { return f64_to_i32(d); }
+  static SHIM_HDI T from_i64(int64_t i) { return (int32_t)(uint32_t)(uint64_t)i; }
+};
+
+template <>
+struct Dtype<SHIM_I64> {
+  static constexpr int32_t code = SHIM_I64;
+  using T = int64_t;
+  using V = int64_t;
+  static constexpr Kind kind = Kind::Int;
+  static SHIM_HDI V load(T x) { return x; }
+  static SHIM_HDI T store(V v) { return v; }
+  static SHIM_HDI double to_f64(T x) { return (double)x; }
+  static SHIM_HDI int64_t to_i64(T x) { return x; }
+  static SHIM_HDI T from_f64(double d) { return f64_to_i64(d); }
+  static SHIM_HDI T from_i64(int64_t i) { return i; }
+};
+
+template <>
+struct Dtype<SHIM_U8> {
+  static constexpr int32_t code = SHIM_U8;
+  using T = uint8_t;
+  using V = uint8_t;
+  static constexpr Kind kind = Kind::Int;
+  static SHIM_HDI V load(T x) { return x; }
+  static SHIM_HDI T store(V v) { return v; }
+  static SHIM_HDI double to_f64(T x) { return x; }
+  static SHIM_HDI int64_t to_i64(T x) { return x; }
+  static SHIM_HDI T from_f64(double d) { return f64_to_u8(d); }
+  static SHIM_HDI T from_i64(int64_t i) { return (uint8_t)(uint64_t)i; }
+};
+
+/* bool reads any nonzero byte as true and writes 0 or 1. */
+template <>
+struct Dtype<SHIM_BOOL> {
+  static constexpr int32_t code = SHIM_BOOL;
+  using T = uint8_t;
+  using V = uint8_t;
+  static constexpr Kind kind = Kind::Bool;
+  static SHIM_HDI V load(T x) { return x != 0; }
+  static SHIM_HDI T store(V v) { return v != 0; }
+  static SHIM_HDI double to_f64(T x) { return x != 0; }
+  static SHIM_HDI int64_t to_i64(T x) { return x != 0; }
+  static SHIM_HDI T from_f64(double d) { return d != 0.0; }
+  static SHIM_HDI T from_i64(int64_t i) { return i != 0; }
+};
+
+/* Calls f(Dtype<code>{}) for a runtime dtype code and returns its status. */
+template <typename F>
+int dispatch(int32_t dtype, F &&f) {
+  switch (dtype) {
+    case SHIM_F32: return f(Dtype<SHIM_F32>{});
+    case SHIM_F64: return f(Dtype<SHIM_F64>{});
+    case SHIM_F16: return f(Dtype<SHIM_F16>{});
+    case SHIM_BF16: return f(Dtype<SHIM_BF16>{});
+    case SHIM_I32: return f(Dtype<SHIM_I32>{});
+    case SHIM_I64: return f(Dtype<SHIM_I64>{});
+    case SHIM_U8: return f(Dtype<SHIM_U8>{});
+    case SHIM_BOOL: return f(Dtype<SHIM_BOOL>{});
+  }
+  return shim_fail(SHIM_E_INVALID, "unknown dtype code %d", dtype);
+}
+
+/* Stores element i of a tensor of runtime dtype from a double or an int64 (cpu.h's rules);
+ * the reductions' epilogue, where the output dtype is a parameter rather than a template. */
+__device__ __forceinline__ void store_f64_as(int32_t dtype, void *base, int64_t i, double v) {
+  switch (dtype) {
+    case SHIM_F32: ((float *)base)[i] = Dtype<SHIM_F32>::from_f64(v); break;
+    case SHIM_F64: ((double *)base)[i] = v; break;
+    case SHIM_F16: ((uint16_t *)base)[i] = Dtype<SHIM_F16>::from_f64(v); break;
+    case SHIM_BF16: ((uint16_t *)base)[i] = Dtype<SHIM_BF16>::from_f64(v); break;
+    case SHIM_I32: ((int32_t *)base)[i] = Dtype<SHIM_I32>::from_f64(v); break;
+    case SHIM_I64: ((int64_t *)base)[i] = Dtype<SHIM_I64>::from_f64(v); break;
+    case SHIM_U8: ((uint8_t *)base)[i] = Dtype<SHIM_U8>::from_f64(v); break;
+    default: ((uint8_t *)base)[i] = Dtype<SHIM_BOOL>::from_f64(v); break;
+  }
+}
+
+__device__ __forceinline__ void store_i64_as(int32_t dtype, void *base, int64_t i, int64_t v) {
+  switch (dtype) {
+    case SHIM_F32: ((float *)base)[i] = Dtype<SHIM_F32>::from_i64(v); break;
+    case SHIM_F64: ((double *)base)[i] = Dtype<SHIM_F64>::from_i64(v); break;
+    case SHIM_F16: ((uint16_t *)base)[i] = Dtype<SHIM_F16>::from_i64(v); break;
+    case SHIM_BF16: ((uint16_t *)base)[i] = Dtype<SHIM_BF16>::from_i64(v); break;
+    case SHIM_I32: ((int32_t *)base)[i] = Dtype<SHIM_I32>::from_i64(v); break;
+    case SHIM_I64: ((int64_t *)base)[i] = v; break;
+    case SHIM_U8: ((uint8_t *)base)[i] = Dtype<SHIM_U8>::from_i64(v); break;
+    default: ((uint8_t *)base)[i] = Dtype<SHIM_BOOL>::from_i64(v); break;
+  }
+}
+
+/* N elements loaded or stored with one aligned access (16 bytes for the input side). */
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+
+/* Elements of T per 16-byte access. */
+template <typename T>
+__host__ __device__ constexpr int pack_width() {
+  return 16 / (int)sizeof(T);
+}
+
+static inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+}  // namespace shim
+
+#endif

@@ -1,0 +1,436 @@
+/* elementwise.cu: shim_unary, shim_binary and shim_binary_scalar on the device.
+ *
+ * The semantics are the cpu's, point for point (c/cpu/elementwise.c has the full list): f16
+ * and bf16 compute in float and round back once; integers wrap; integer div truncates and
+ * INT_MIN / -1 wraps; maximum, minimum and relu propagate NaN; bool add/maximum are or,
+ * mul/minimum are and; exp, log, sqrt, tanh and sigmoid are floating-only; the scalar of
+ * shim_binary_scalar is converted to the type the op computes in. Results may differ from the
+ * cpu's in the last bit only where CUDA's exp, log, tanh and pow differ from the C library's.
+ *
+ * A zero divisor or a negative integer exponent fails the op with SHIM_E_INVALID before
+ * anything is written, as on the cpu. When that operand is on the device, a scan kernel looks
+ * for one and the host waits for its answer: integer div and pow with a tensor divisor (or
+ * exponent) are the only host-synchronous ops here.
+ *
+ * Kernels are grid-stride loops. When every full operand and the output are 16-byte aligned
+ * (always, for the allocator's blocks) each thread moves 16 bytes of input per access (four
+ * f32, eight f16 or bf16, ...), and a scalar loop does the tail. out may be an input: every
+ * element is read before it is written, by the same thread. */
+#include <type_traits>
+
+#include "elements.h"
+
+using namespace shim;
+
+namespace {
+
+const char *const unary_names[] = {"neg", "abs", "exp", "log", "sqrt", "relu", "tanh", "sigmoid"};
+const char *const binary_names[] = {"add", "sub", "mul", "div", "maximum", "minimum", "pow",
+                                    "eq", "ne", "lt", "le", "gt", "ge"};
+
+__host__ __device__ constexpr bool is_comparison(int op) { return op >= SHIM_EQ; }
+
+/* ---- device arithmetic ---------------------------------------------------------------- */
+
+template <typename V>
+__device__ __forceinline__ V wrap_neg(V x) {
+  using U = std::make_unsigned_t<V>;
+  return (V)(U)((U)0 - (U)x);
+}
+
+template <typename V>
+__device__ __forceinline__ V wrap_add(V x, V y) {
+  using U = std::make_unsigned_t<V>;
+  return (V)(U)((U)x + (U)y);
+}
+
+template <typename V>
+__device__ __forceinline__ V wrap_sub(V x, V y) {
+  using U = std::make_unsigned_t<V>;
+  return (V)(U)((U)x - (U)y);
+}
+
+template <typename V>
+__device__ __forceinline__ V wrap_mul(V x, V y) {
+  using U = std::common_type_t<std::make_unsigned_t<V>, unsigned>; /* u8 would promote to int */
+  return (V)(U)((U)x * (U)y);
+}
+
+/* Truncating division; the divisor is nonzero (checked before the launch). */
+template <typename V>
+__device__ __forceinline__ V int_div(V x, V y) {
+  if constexpr (std::is_signed_v<V>)
+    if (y == (V)-1) return wrap_neg(x); /* INT_MIN / -1 wraps to INT_MIN */
+  return (V)(x / y);
+}
+
+/* Power by squaring, wrapping like int64 arithmetic truncated to V; the exponent is >= 0. */
+template <typename V>
+__device__ __forceinline__ V int_pow(V base, V exponent) {
+  uint64_t result = 1, b = (uint64_t)(int64_t)base;
+  for (uint64_t e = (uint64_t)(int64_t)exponent; e; e >>= 1, b *= b)
+    if (e & 1) result *= b;
+  return (V)result;
+}
+
+__device__ __forceinline__ float m_abs(float x) { return fabsf(x); }
+__device__ __forceinline__ double m_abs(double x) { return fabs(x); }
+__device__ __forceinline__ float m_exp(float x) { return expf(x); }
+__device__ __forceinline__ double m_exp(double x) { return exp(x); }
+__device__ __forceinline__ float m_log(float x) { return logf(x); }
+__device__ __forceinline__ double m_log(double x) { return log(x); }
+__device__ __forceinline__ float m_sqrt(float x) { return sqrtf(x); }
+__device__ __forceinline__ double m_sqrt(double x) { return sqrt(x); }
+__device__ __forceinline__ float m_tanh(float x) { return tanhf(x); }
+__device__ __forceinline__ double m_tanh(double x) { return tanh(x); }
+__device__ __forceinline__ float m_pow(float x, float y) { return powf(x, y); }
+__device__ __forceinline__ double m_pow(double x, double y) { return pow(x, y); }
+
+/* One unary op on a value of D's compute type. Ops the host rejected for D never get here. */
+template <typename D, int Op>
+__device__ __forceinline__ typename D::V unary_op(typename D::V x) {
+  using V = typename D::V;
+  if constexpr (D::kind == Kind::Float) {
+    if constexpr (Op == SHIM_NEG) return -x;
+    else if constexpr (Op == SHIM_ABS) return m_abs(x);
+    else if constexpr (Op == SHIM_EXP) return m_exp(x);
+    else if constexpr (Op == SHIM_LOG) return m_log(x);
+    else if constexpr (Op == SHIM_SQRT) return m_sqrt(x);
+    else if constexpr (Op == SHIM_RELU) return x < (V)0 ? (V)0 : x;
+    else if constexpr (Op == SHIM_TANH) return m_tanh(x);
+    else return (V)1 / ((V)1 + m_exp(-x)); /* sigmoid */
+  } else if constexpr (Op == SHIM_NEG) {
+    return wrap_neg(x);
+  } else if constexpr (std::is_signed_v<V>) {
+    if constexpr (Op == SHIM_ABS) return x < 0 ? wrap_neg(x) : x;
+    else return x < 0 ? (V)0 : x; /* relu */
+  } else {
+    return x; /* abs and relu of u8 and bool */
+  }
+}
+
+/* One binary op: D's compute type for arithmetic, 0 or 1 for comparisons. */
+template <typename D, int Op>
+__device__ __forceinline__ auto binary_op(typename D::V x, typename D::V y) {
+  using V = typename D::V;
+  if constexpr (Op == SHIM_EQ) return (uint8_t)(x == y);
+  else if constexpr (Op == SHIM_NE) return (uint8_t)(x != y);
+  else if constexpr (Op == SHIM_LT) return (uint8_t)(x < y);
+  else if constexpr (Op == SHIM_LE) return (uint8_t)(x <= y);
+  else if constexpr (Op == SHIM_GT) return (uint8_t)(x > y);
+  else if constexpr (Op == SHIM_GE) return (uint8_t)(x >= y);
+  else if constexpr (D::kind == Kind::Bool) {
+    if constexpr (Op == SHIM_ADD || Op == SHIM_MAXIMUM) return (V)(x | y);
+    else return (V)(x & y); /* mul, minimum */
+  } else if constexpr (D::kind == Kind::Float) {
+    if constexpr (Op == SHIM_ADD) return x + y;
+    else if constexpr (Op == SHIM_SUB) return x - y;
+    else if constexpr (Op == SHIM_MUL) return x * y;
+    else if constexpr (Op == SHIM_DIV) return x / y;
+    else if constexpr (Op == SHIM_MAXIMUM) return (x > y || x != x) ? x : y;
+    else if constexpr (Op == SHIM_MINIMUM) return (x < y || x != x) ? x : y;
+    else return m_pow(x, y);
+  } else {
+    if constexpr (Op == SHIM_ADD) return wrap_add(x, y);
+    else if constexpr (Op == SHIM_SUB) return wrap_sub(x, y);
+    else if constexpr (Op == SHIM_MUL) return wrap_mul(x, y);
+    else if constexpr (Op == SHIM_DIV) return int_div(x, y);
+    else if constexpr (Op == SHIM_MAXIMUM) return x > y ? x : y;
+    else if constexpr (Op == SHIM_MINIMUM) return x < y ? x : y;
+    else return int_pow(x, y);
+  }
+}
+
+/* What binary_op's result is stored as: a bool byte for comparisons, else an element of D. */
+template <typename D, int Op>
+__device__ __forceinline__ auto binary_store(typename D::V x, typename D::V y) {
+  if constexpr (is_comparison(Op)) return binary_op<D, Op>(x, y);
+  else return D::store(binary_op<D, Op>(x, y));
+}
+
+/* ---- kernels -------------------------------------------------------------------------- */
+
+/* A binary operand: a full tensor read at i, or one value every element reuses (read from a
+ * one-element tensor when p is set, else the scalar `value`). */
+template <typename D>
+struct Operand {
+  const typename D::T *p;
+  typename D::V value;
+  bool full;
+};
+
+template <typename D>
+__device__ __forceinline__ typename D::V single_value(const Operand<D> &o) {
+  return o.p != nullptr ? D::load(o.p[0]) : o.value;
+}
+
+template <typename D, int Op>
+__global__ void unary_kernel(typename D::T *out, const typename D::T *a, int64_t n, bool vec) {
+  using T = typename D::T;
+  constexpr int P = pack_width<T>();
+  const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
+  int64_t done = 0;
+  if (vec) {
+    const int64_t packs = n / P;
+    for (int64_t p = tid; p < packs; p += stride) {
+      Pack<T, P> x = reinterpret_cast<const Pack<T, P> *>(a)[p];
+#pragma unroll
+      for (int j = 0; j < P; j++) x.v[j] = D::store(unary_op<D, Op>(D::load(x.v[j])));
+      reinterpret_cast<Pack<T, P> *>(out)[p] = x;
+    }
+    done = packs * P;
+  }
+  for (int64_t i = done + tid; i < n; i += stride) out[i] = D::store(unary_op<D, Op>(D::load(a[i])));
+}
+
+template <typename D, int Op>
+__global__ void binary_kernel(void *out, Operand<D> a, Operand<D> b, int64_t n, bool vec) {
+  using T = typename D::T;
+  using V = typename D::V;
+  using O = std::conditional_t<is_comparison(Op), uint8_t, T>;
+  constexpr int P = pack_width<T>();
+  O *o = static_cast<O *>(out);
+  const V xa = a.full ? V() : single_value(a), xb = b.full ? V() : single_value(b);
+  const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
+  int64_t done = 0;
+  if (vec) {
+    const int64_t packs = n / P;
+    for (int64_t p = tid; p < packs; p += stride) {
+      Pack<T, P> pa{}, pb{};
+      if (a.full) pa = reinterpret_cast<const Pack<T, P> *>(a.p)[p];
+      if (b.full) pb = reinterpret_cast<const Pack<T, P> *>(b.p)[p];
+      Pack<O, P> po;
+#pragma unroll
+      for (int j = 0; j < P; j++)
+        po.v[j] = binary_store<D, Op>(a.full ? D::load(pa.v[j]) : xa, b.full ? D::load(pb.v[j]) : xb);
+      reinterpret_cast<Pack<O, P> *>(o)[p] = po;
+    }
+    done = packs * P;
+  }
+  for (int64_t i = done + tid; i < n; i += stride)
+    o[i] = binary_store<D, Op>(a.full ? D::load(a.p[i]) : xa, b.full ? D::load(b.p[i]) : xb);
+}
+
+/* Sets *flag when any of y's n elements is zero (div) or negative (pow). */
+template <typename D, bool Pow>
+__global__ void find_bad_operand(const typename D::T *y, int64_t n, int32_t *flag) {
+  using V = typename D::V;
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  bool bad = false;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    V v = D::load(y[i]);
+    if constexpr (Pow) {
+      if constexpr (std::is_signed_v<V>) bad |= v < 0;
+    } else {
+      bad |= v == 0;
+    }
+  }
+  if (bad) *flag = 1;
+}
+
+/* ---- host side ------------------------------------------------------------------------ */
+
+/* Calls f(std::integral_constant<int, op>{}) for a binary op code already validated. */
+template <typename F>
+int with_binary_op(int32_t op, F &&f) {
+  switch (op) {
+    case SHIM_ADD: return f(std::integral_constant<int, SHIM_ADD>{});
+    case SHIM_SUB: return f(std::integral_constant<int, SHIM_SUB>{});
+    case SHIM_MUL: return f(std::integral_constant<int, SHIM_MUL>{});
+    case SHIM_DIV: return f(std::integral_constant<int, SHIM_DIV>{});
+    case SHIM_MAXIMUM: return f(std::integral_constant<int, SHIM_MAXIMUM>{});
+    case SHIM_MINIMUM: return f(std::integral_constant<int, SHIM_MINIMUM>{});
+    case SHIM_POW: return f(std::integral_constant<int, SHIM_POW>{});
+    case SHIM_EQ: return f(std::integral_constant<int, SHIM_EQ>{});
+    case SHIM_NE: return f(std::integral_constant<int, SHIM_NE>{});
+    case SHIM_LT: return f(std::integral_constant<int, SHIM_LT>{});
+    case SHIM_LE: return f(std::integral_constant<int, SHIM_LE>{});
+    case SHIM_GT: return f(std::integral_constant<int, SHIM_GT>{});
+    default: return f(std::integral_constant<int, SHIM_GE>{});
+  }
+}
+
+template <typename F>
+int with_unary_op(int32_t op, F &&f) {
+  switch (op) {
+    case SHIM_NEG: return f(std::integral_constant<int, SHIM_NEG>{});
+    case SHIM_ABS: return f(std::integral_constant<int, SHIM_ABS>{});
+    case SHIM_EXP: return f(std::integral_constant<int, SHIM_EXP>{});
+    case SHIM_LOG: return f(std::integral_constant<int, SHIM_LOG>{});
+    case SHIM_SQRT: return f(std::integral_constant<int, SHIM_SQRT>{});
+    case SHIM_RELU: return f(std::integral_constant<int, SHIM_RELU>{});
+    case SHIM_TANH: return f(std::integral_constant<int, SHIM_TANH>{});
+    default: return f(std::integral_constant<int, SHIM_SIGMOID>{});
+  }
+}
+
+/* Checks what every binary op needs of op, dtype and out; fn names the entry point. */
+int check_binary(const char *fn, int32_t op, int32_t dtype, const shim_tensor *out, int64_t n) {
+  if (op < 0 || op > SHIM_GE) return shim_fail(SHIM_E_INVALID, "%s: unknown op code %d", fn, op);
+  const char *name = binary_names[op];
+  if (dtype == SHIM_BOOL && (op == SHIM_SUB || op == SHIM_DIV || op == SHIM_POW))
+    return shim_fail(SHIM_E_UNSUPPORTED, "%s(%s): not defined on bool (cast to an integer or floating dtype first)", fn,
+                     name);
+  int32_t want = is_comparison(op) ? SHIM_BOOL : dtype;
+  char buf[128];
+  if (out->dtype != want)
+    return shim_fail(SHIM_E_INVALID, "%s(%s): out is %s but must be %s", fn, name, shim_cuda_describe(out, buf, sizeof buf),
+                     shim_dtype_name(want));
+  if (out->numel != n)
+    return shim_fail(SHIM_E_INVALID, "%s(%s): out is %s but the result has %lld elements", fn, name,
+                     shim_cuda_describe(out, buf, sizeof buf), (long long)n);
+  return SHIM_OK;
+}
+
+template <typename V>
+constexpr bool is_negative(V v) {
+  if constexpr (std::is_signed_v<V>) return v < 0;
+  else return false;
+}
+
+int bad_operand_error(const char *fn, int32_t op, int32_t dtype, const char *what) {
+  if (op == SHIM_DIV)
+    return shim_fail(SHIM_E_INVALID, "%s(div): integer division by zero (%s has a zero element)", fn, what);
+  return shim_fail(SHIM_E_INVALID, "%s(pow): %s integer to a negative power (%s has a negative element)", fn,
+                   shim_dtype_name(dtype), what);
+}
+
+/* Integer div and pow with the divisor (exponent) on the device: scans its count elements and
+ * waits for the answer. */
+template <typename D>
+int check_device_operand(const char *fn, int32_t op, const typename D::T *y, int64_t count, const char *what,
+                         shim_stream *s) {
+  if constexpr (D::kind != Kind::Int) {
+    return SHIM_OK;
+  } else {
+    if ((op != SHIM_DIV && op != SHIM_POW) || count == 0) return SHIM_OK;
+    cudaStream_t stream = shim_cuda_stream(s);
+    ShimScratch flag;
+    SHIM_TRY(flag.alloc(sizeof(int32_t), s));
+    CUDA_CHECK(cudaMemsetAsync(flag.data(), 0, sizeof(int32_t), stream));
+    if (op == SHIM_DIV) find_bad_operand<D, false><<<shim_cuda_blocks(count), SHIM_CUDA_THREADS, 0, stream>>>(y, count, (int32_t *)flag.data());
+    else find_bad_operand<D, true><<<shim_cuda_blocks(count), SHIM_CUDA_THREADS, 0, stream>>>(y, count, (int32_t *)flag.data());
+    CUDA_CHECK_LAUNCH("find_bad_operand");
+    int32_t bad = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&bad, flag.data(), sizeof bad, cudaMemcpyDeviceToHost, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    return bad ? bad_operand_error(fn, op, D::code, what) : SHIM_OK;
+  }
+}
+
+/* Launches the binary kernel for a dtype and an op code checked by check_binary. */
+template <typename D>
+int launch_binary(int32_t op, void *out, const Operand<D> &a, const Operand<D> &b, int64_t n, cudaStream_t stream) {
+  if (n == 0) return SHIM_OK;
+  using T = typename D::T;
+  bool vec = aligned16(out) && (!a.full || aligned16(a.p)) && (!b.full || aligned16(b.p));
+  unsigned blocks = shim_cuda_blocks(vec ? n / pack_width<T>() + 1 : n);
+  return with_binary_op(op, [&](auto code) -> int {
+    constexpr int Op = decltype(code)::value;
+    if constexpr (D::kind == Kind::Bool && (Op == SHIM_SUB || Op == SHIM_DIV || Op == SHIM_POW)) {
+      return shim_fail(SHIM_E_UNSUPPORTED, "binary op %d on bool", Op); /* check_binary refused it already */
+    } else {
+      binary_kernel<D, Op><<<blocks, SHIM_CUDA_THREADS, 0, stream>>>(out, a, b, n, vec);
+      CUDA_CHECK_LAUNCH("binary_kernel");
+      return SHIM_OK;
+    }
+  });
+}
+
+}  // namespace
+
+int shim_binary(int32_t op, shim_tensor *out, const shim_tensor *a, const shim_tensor *b, shim_stream *s) {
+  SHIM_REQUIRE(out, "out");
+  SHIM_REQUIRE(a, "a");
+  SHIM_REQUIRE(b, "b");
+  char ba[128], bb[128];
+  const char *name = op >= 0 && op <= SHIM_GE ? binary_names[op] : "?";
+  if (a->dtype != b->dtype)
+    return shim_fail(SHIM_E_INVALID, "shim_binary(%s): dtypes differ: a is %s, b is %s", name,
+                     shim_cuda_describe(a, ba, sizeof ba), shim_cuda_describe(b, bb, sizeof bb));
+  if (a->numel != b->numel && a->numel != 1 && b->numel != 1)
+    return shim_fail(SHIM_E_INVALID, "shim_binary(%s): sizes differ and neither has one element: a is %s, b is %s", name,
+                     shim_cuda_describe(a, ba, sizeof ba), shim_cuda_describe(b, bb, sizeof bb));
+  int64_t n = a->numel == 1 ? b->numel : a->numel;
+  SHIM_TRY(check_binary("shim_binary", op, a->dtype, out, n));
+  shim_cuda_track(s, out);
+  shim_cuda_track(s, a);
+  shim_cuda_track(s, b);
+  return dispatch(a->dtype, [&](auto d) -> int {
+    using D = decltype(d);
+    using T = typename D::T;
+    const T *x = (const T *)shim_cuda_data(a), *y = (const T *)shim_cuda_data(b);
+    SHIM_TRY(check_device_operand<D>("shim_binary", op, y, b->numel, "b", s));
+    Operand<D> oa{x, typename D::V(), a->numel == n}, ob{y, typename D::V(), b->numel == n};
+    return launch_binary<D>(op, shim_cuda_data(out), oa, ob, n, shim_cuda_stream(s));
+  });
+}
+
+int shim_binary_scalar(int32_t op, shim_tensor *out, const shim_tensor *a, double b, int32_t scalar_first, shim_stream *s) {
+  SHIM_REQUIRE(out, "out");
+  SHIM_REQUIRE(a, "a");
+  SHIM_TRY(check_binary("shim_binary_scalar", op, a->dtype, out, a->numel));
+  shim_cuda_track(s, out);
+  shim_cuda_track(s, a);
+  return dispatch(a->dtype, [&](auto d) -> int {
+    using D = decltype(d);
+    using T = typename D::T;
+    using V = typename D::V;
+    /* The type the op computes in: f16 and bf16 keep the scalar a float; the others take it as
+     * one element of a's dtype (f32: a float; integers truncate and saturate; bool: nonzero). */
+    V scalar;
+    if constexpr (std::is_same_v<T, uint16_t>) scalar = (float)b;
+    else scalar = D::load(D::from_f64(b));
+    const T *t = (const T *)shim_cuda_data(a);
+    int64_t n = a->numel;
+    if (scalar_first) {
+      SHIM_TRY(check_device_operand<D>("shim_binary_scalar", op, t, n, "a", s));
+    } else if constexpr (D::kind == Kind::Int) {
+      if ((op == SHIM_DIV && scalar == 0) || (op == SHIM_POW && is_negative(scalar)))
+        return bad_operand_error("shim_binary_scalar", op, a->dtype, "the scalar");
+    }
+    Operand<D> tensor{t, V(), true}, value{nullptr, scalar, false};
+    return scalar_first ? launch_binary<D>(op, shim_cuda_data(out), value, tensor, n, shim_cuda_stream(s))
+                        : launch_binary<D>(op, shim_cuda_data(out), tensor, value, n, shim_cuda_stream(s));
+  });
+}
+
+int shim_unary(int32_t op, shim_tensor *out, const shim_tensor *a, shim_stream *s) {
+  SHIM_REQUIRE(out, "out");
+  SHIM_REQUIRE(a, "a");
+  if (op < 0 || op > SHIM_SIGMOID) return shim_fail(SHIM_E_INVALID, "shim_unary: unknown op code %d", op);
+  const char *name = unary_names[op];
+  char bo[128], ba[128];
+  if (out->dtype != a->dtype || out->numel != a->numel)
+    return shim_fail(SHIM_E_INVALID, "shim_unary(%s): out is %s but a is %s (same dtype and element count needed)", name,
+                     shim_cuda_describe(out, bo, sizeof bo), shim_cuda_describe(a, ba, sizeof ba));
+  int32_t dtype = a->dtype;
+  bool is_float = dtype <= SHIM_BF16;
+  bool integer_safe = op == SHIM_ABS || op == SHIM_RELU || (op == SHIM_NEG && dtype != SHIM_BOOL);
+  if (!is_float && !integer_safe)
+    return shim_fail(SHIM_E_UNSUPPORTED, "shim_unary(%s): not defined on %s (cast to a floating dtype first)", name,
+                     shim_dtype_name(dtype));
+  int64_t n = a->numel;
+  if (n == 0) return SHIM_OK;
+  shim_cuda_track(s, out);
+  shim_cuda_track(s, a);
+  return dispatch(dtype, [&](auto d) -> int {
+    using D = decltype(d);
+    using T = typename D::T;
+    T *o = (T *)shim_cuda_data(out);
+    const T *x = (const T *)shim_cuda_data(a);
+    bool vec = aligned16(o) && aligned16(x);
+    unsigned blocks = shim_cuda_blocks(vec ? n / pack_width<T>() + 1 : n);
+    return with_unary_op(op, [&](auto code) -> int {
+      constexpr int Op = decltype(code)::value;
+      constexpr bool integer_op = Op == SHIM_ABS || Op == SHIM_RELU || (Op == SHIM_NEG && D::kind != Kind::Bool);
+      if constexpr (D::kind != Kind::Float && !integer_op) {
+        return shim_fail(SHIM_E_UNSUPPORTED, "unary op %d on an integer dtype", Op); /* refused above already */
+      } else {
+        unary_kernel<D, Op><<<blocks, SHIM_CUDA_THREADS, 0, shim_cuda_stream(s)>>>(o, x, n, vec);
+        CUDA_CHECK_LAUNCH("unary_kernel");
+        return SHIM_OK;
+      }
+    });
+  });
+}

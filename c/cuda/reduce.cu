@@ -1,0 +1,239 @@
+/* reduce.cu: shim_reduce on the device, with the cpu's semantics (c/cpu/reduce.c): a is read
+ * as [outer, r, inner] with r the reduced dim (SHIM_ALL_DIMS: [1, numel, 1]); integer and bool
+ * inputs accumulate in int64 (sum and prod wrap), floating inputs in double; the result is
+ * converted to out's dtype by elements.h's rules, so the sum of a bool tensor into i64 counts
+ * its true elements; mean divides in double. Over an empty dim sum is 0, prod 1 and mean NaN;
+ * max and min fail. max and min propagate NaN. Floating sums add in another order than the
+ * cpu's, so they can differ from it in the last bits.
+ *
+ * inner == 1 (a reduced last dim, or every element): a warp per row, lanes striding along it.
+ * inner > 1: a thread per output, stepping down the reduced dim (neighbouring threads read
+ * neighbouring elements). When there are too few rows or outputs to fill the device, the
+ * reduced dim is split, each piece writes a partial to scratch, and a second kernel combines
+ * the partials, a warp per output. */
+#include <type_traits>
+
+#include "elements.h"
+
+using namespace shim;
+
+namespace {
+
+const char *const reduce_names[] = {"sum", "mean", "max", "min", "prod"};
+
+/* Accumulation in Acc (double or int64_t) for op Op: its identity and its step. */
+template <typename Acc, int Op>
+struct Fold {
+  static __device__ __forceinline__ Acc identity() {
+    if constexpr (Op == SHIM_PROD) return (Acc)1;
+    else if constexpr (Op == SHIM_MAX) {
+      if constexpr (std::is_same_v<Acc, double>) return -INFINITY;
+      else return INT64_MIN;
+    } else if constexpr (Op == SHIM_MIN) {
+      if constexpr (std::is_same_v<Acc, double>) return INFINITY;
+      else return INT64_MAX;
+    } else {
+      return (Acc)0;
+    }
+  }
+
+  /* v (op) x; a NaN, once in, stays. */
+  static __device__ __forceinline__ Acc apply(Acc v, Acc x) {
+    if constexpr (std::is_same_v<Acc, double>) {
+      if constexpr (Op == SHIM_PROD) return v * x;
+      else if constexpr (Op == SHIM_MAX) return (x > v || x != x) ? x : v;
+      else if constexpr (Op == SHIM_MIN) return (x < v || x != x) ? x : v;
+      else return v + x;
+    } else {
+      if constexpr (Op == SHIM_PROD) return (int64_t)((uint64_t)v * (uint64_t)x);
+      else if constexpr (Op == SHIM_MAX) return x > v ? x : v;
+      else if constexpr (Op == SHIM_MIN) return x < v ? x : v;
+      else return (int64_t)((uint64_t)v + (uint64_t)x);
+    }
+  }
+
+  /* The fold of the 32 lanes' values, in lane 0. */
+  static __device__ __forceinline__ Acc warp(Acc v) {
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      Acc other;
+      if constexpr (std::is_same_v<Acc, double>) other = __shfl_down_sync(0xffffffffu, v, offset);
+      else other = (int64_t)__shfl_down_sync(0xffffffffu, (long long)v, offset);
+      v = apply(v, other);
+    }
+    return v;
+  }
+
+  /* out[i] = the accumulator over r elements, as out's dtype. */
+  static __device__ __forceinline__ void finish(void *out, int32_t out_dtype, int64_t i, Acc v, int64_t r) {
+    if constexpr (std::is_same_v<Acc, double>) {
+      store_f64_as(out_dtype, out, i, Op == SHIM_MEAN ? v / (double)r : v); /* r == 0: 0 / 0 is NaN */
+    } else if constexpr (Op == SHIM_MEAN) {
+      store_f64_as(out_dtype, out, i, (double)v / (double)r);
+    } else {
+      store_i64_as(out_dtype, out, i, v);
+    }
+  }
+};
+
+/* The accumulator type of a dtype: double for floating ones, int64 for integers and bool. */
+template <typename D>
+using AccOf = std::conditional_t<D::kind == Kind::Float, double, int64_t>;
+
+template <typename D>
+__device__ __forceinline__ AccOf<D> to_acc(typename D::T x) {
+  if constexpr (D::kind == Kind::Float) return D::to_f64(x);
+  else return D::to_i64(x);
+}
+
+/* Where a kernel's results go: partial[output * splits + split] when partial is set, else the
+ * finished value into out. */
+template <typename Acc>
+struct Sink {
+  Acc *partial;
+  void *out;
+  int32_t out_dtype;
+  int64_t splits;
+  int64_t r;
+};
+
+template <typename Acc, int Op>
+__device__ __forceinline__ void emit(const Sink<Acc> &sink, int64_t output, int64_t split, Acc v) {
+  if (sink.partial != nullptr) sink.partial[output * sink.splits + split] = v;
+  else Fold<Acc, Op>::finish(sink.out, sink.out_dtype, output, v, sink.r);
+}
+
+/* inner == 1: warp w reduces piece (w % splits) of row (w / splits), chunk elements long. */
+template <typename D, int Op>
+__global__ void reduce_rows(const typename D::T *in, int64_t rows, int64_t r, int64_t chunk, Sink<AccOf<D>> sink) {
+  using Acc = AccOf<D>;
+  using F = Fold<Acc, Op>;
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = (int64_t)gridDim.x * blockDim.x / 32;
+  for (int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; w < rows * sink.splits; w += warps) {
+    const int64_t row = w / sink.splits, split = w % sink.splits;
+    const int64_t begin = split * chunk, end = begin + chunk < r ? begin + chunk : r;
+    const typename D::T *x = in + row * r;
+    Acc v = F::identity();
+    for (int64_t j = begin + lane; j < end; j += 32) v = F::apply(v, to_acc<D>(x[j]));
+    v = F::warp(v);
+    if (lane == 0) emit<Acc, Op>(sink, row, split, v);
+  }
+}
+
+/* inner > 1: thread t reduces piece (t / outputs) of output (t % outputs) = (o, k), stepping
+ * down the reduced dim with stride inner. */
+template <typename D, int Op>
+__global__ void reduce_cols(const typename D::T *in, int64_t outputs, int64_t inner, int64_t r, int64_t chunk,
+                            Sink<AccOf<D>> sink) {
+  using Acc = AccOf<D>;
+  using F = Fold<Acc, Op>;
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < outputs * sink.splits; t += stride) {
+    const int64_t split = t / outputs, output = t % outputs;
+    const int64_t o = output / inner, k = output % inner;
+    const int64_t begin = split * chunk, end = begin + chunk < r ? begin + chunk : r;
+    Acc v = F::identity();
+    for (int64_t j = begin; j < end; j++) v = F::apply(v, to_acc<D>(in[(o * r + j) * inner + k]));
+    emit<Acc, Op>(sink, output, split, v);
+  }
+}
+
+/* Combines each output's splits partials (a warp per output) and finishes it. */
+template <typename Acc, int Op>
+__global__ void reduce_partials(const Acc *partial, int64_t outputs, int64_t splits, void *out, int32_t out_dtype,
+                                int64_t r) {
+  using F = Fold<Acc, Op>;
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = (int64_t)gridDim.x * blockDim.x / 32;
+  for (int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; w < outputs; w += warps) {
+    Acc v = F::identity();
+    for (int64_t j = lane; j < splits; j += 32) v = F::apply(v, partial[w * splits + j]);
+    v = F::warp(v);
+    if (lane == 0) F::finish(out, out_dtype, w, v, r);
+  }
+}
+
+/* Enough warps (rows) or threads (columns) to fill an H100/H200 several times; a piece of a
+ * split dim is at least this long, so splitting pays for its second pass. */
+enum : int64_t { TARGET_WARPS = 8192, TARGET_THREADS = 262144, MIN_ROW_PIECE = 1024, MIN_COL_PIECE = 64 };
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+template <typename D, int Op>
+int launch_reduce(const typename D::T *in, void *out, int32_t out_dtype, int64_t outer, int64_t r, int64_t inner,
+                  shim_stream *s) {
+  using Acc = AccOf<D>;
+  cudaStream_t stream = shim_cuda_stream(s);
+  const int64_t outputs = outer * inner;
+  int64_t splits = 1;
+  if (inner == 1 && outputs < TARGET_WARPS) splits = ceil_div(TARGET_WARPS, outputs);
+  if (inner > 1 && outputs < TARGET_THREADS) splits = ceil_div(TARGET_THREADS, outputs);
+  const int64_t most = ceil_div(r, inner == 1 ? MIN_ROW_PIECE : MIN_COL_PIECE);
+  if (splits > most) splits = most;
+  if (splits < 1) splits = 1;
+  const int64_t chunk = ceil_div(r, splits);
+  if (r > 0) splits = ceil_div(r, chunk); /* no empty pieces */
+
+  ShimScratch scratch;
+  Sink<Acc> sink{nullptr, out, out_dtype, splits, r};
+  if (splits > 1) {
+    SHIM_TRY(scratch.alloc(outputs * splits * (int64_t)sizeof(Acc), s));
+    sink.partial = (Acc *)scratch.data();
+  }
+  if (inner == 1) {
+    reduce_rows<D, Op><<<shim_cuda_blocks(outputs * splits * 32), SHIM_CUDA_THREADS, 0, stream>>>(in, outputs, r, chunk,
+                                                                                                 sink);
+    CUDA_CHECK_LAUNCH("reduce_rows");
+  } else {
+    reduce_cols<D, Op><<<shim_cuda_blocks(outputs * splits), SHIM_CUDA_THREADS, 0, stream>>>(in, outputs, inner, r,
+                                                                                            chunk, sink);
+    CUDA_CHECK_LAUNCH("reduce_cols");
+  }
+  if (splits > 1) {
+    reduce_partials<Acc, Op><<<shim_cuda_blocks(outputs * 32), SHIM_CUDA_THREADS, 0, stream>>>(
+        sink.partial, outputs, splits, out, out_dtype, r);
+    CUDA_CHECK_LAUNCH("reduce_partials");
+  }
+  return SHIM_OK;
+}
+
+}  // namespace
+
+int shim_reduce(int32_t op, shim_tensor *out, const shim_tensor *a, int32_t dim, shim_stream *s) {
+  SHIM_REQUIRE(out, "out");
+  SHIM_REQUIRE(a, "a");
+  if (op < 0 || op > SHIM_PROD) return shim_fail(SHIM_E_INVALID, "shim_reduce: unknown op code %d", op);
+  const char *name = reduce_names[op];
+  char ba[128], bo[128];
+  if (dim != SHIM_ALL_DIMS && (dim < 0 || dim >= a->ndim))
+    return shim_fail(SHIM_E_INVALID, "shim_reduce(%s): dim %d is out of range for a %s", name, dim,
+                     shim_cuda_describe(a, ba, sizeof ba));
+  int64_t outer = 1, r = a->numel, inner = 1;
+  if (dim != SHIM_ALL_DIMS) {
+    r = a->shape[dim];
+    for (int32_t i = 0; i < dim; i++) outer *= a->shape[i];
+    for (int32_t i = dim + 1; i < a->ndim; i++) inner *= a->shape[i];
+  }
+  if (out->numel != outer * inner)
+    return shim_fail(SHIM_E_INVALID, "shim_reduce(%s): out is %s but reducing dim %d of %s leaves %lld elements", name,
+                     shim_cuda_describe(out, bo, sizeof bo), dim, shim_cuda_describe(a, ba, sizeof ba),
+                     (long long)(outer * inner));
+  if (r == 0 && (op == SHIM_MAX || op == SHIM_MIN))
+    return shim_fail(SHIM_E_INVALID, "shim_reduce(%s): the reduced dim of %s is empty and %s has no identity", name,
+                     shim_cuda_describe(a, ba, sizeof ba), name);
+  if (out->numel == 0) return SHIM_OK;
+  shim_cuda_track(s, out);
+  shim_cuda_track(s, a);
+  return dispatch(a->dtype, [&](auto d) -> int {
+    using D = decltype(d);
+    const typename D::T *in = (const typename D::T *)shim_cuda_data(a);
+    void *o = shim_cuda_data(out);
+    switch (op) {
+      case SHIM_SUM: return launch_reduce<D, SHIM_SUM>(in, o, out->dtype, outer, r, inner, s);
+      case SHIM_MEAN: return launch_reduce<D, SHIM_MEAN>(in, o, out->dtype, outer, r, inner, s);
+      case SHIM_MAX: return launch_reduce<D, SHIM_MAX>(in, o, out->dtype, outer, r, inner, s);
+      case SHIM_MIN: return launch_reduce<D, SHIM_MIN>(in, o, out->dtype, outer, r, inner, s);
+      default: return launch_reduce<D, SHIM_PROD>(in, o, out->dtype, outer, r, inner, s);
+    }
+  });
+}

@@ -1,0 +1,59 @@
+// Multi-process tests of the Gloo communicators: real worker processes meeting through a real
+// store server, checking every collective against results computed in TypeScript.
+import { describe, expect, test } from "bun:test"
+import { WorkerGroup, type WorkerProcess } from "./spawn.ts"
+
+const TIMEOUT_MS = 20_000
+
+/** Runs a scenario to the end on `size` workers; returns them once every one exited cleanly. */
+const runScenario = async (scenario: string, size: number): Promise<WorkerProcess[]> => {
+  await using group = WorkerGroup.start(scenario, size, TIMEOUT_MS)
+  const codes = await group.exits()
+  const stderr = await Promise.all(group.workers.map((w) => w.stderr))
+  expect({ codes, stderr }).toEqual({ codes: codes.map(() => 0), stderr: stderr.map(() => "") })
+  for (const w of group.workers) expect(w.event("done")).toBeDefined()
+  return group.workers
+}
+
+/** Every check passed, and every rank ran the same checks (at least `atLeast` of them). */
+const expectAllPassed = (workers: ReadonlyArray<WorkerProcess>, atLeast: number): void => {
+  for (const w of workers) {
+    expect(w.checks().filter((c) => !c.ok)).toEqual([])
+    expect(w.checks().length).toBeGreaterThanOrEqual(atLeast)
+  }
+}
+
+describe("collectives on the world communicator", () => {
+  for (const size of [1, 2, 3, 4])
+    test(`world size ${size}`, async () => {
+      const workers = await runScenario("collectives", size)
+      // 160 all_reduce + 5 in place + 40 all_gather + 160 reduce_scatter + 32 all_to_all + 24 broadcast per root
+      expectAllPassed(workers, 397 + 24 * size)
+      // Nobody left the barrier before the last rank entered it.
+      const times = workers.map((w) => w.event("barrier") as unknown as { entered: number; left: number })
+      const lastEntry = Math.max(...times.map((t) => t.entered))
+      for (const t of times) expect(t.left).toBeGreaterThanOrEqual(lastEntry)
+    }, 90_000)
+})
+
+describe("sub-communicators", () => {
+  test("both dims of a 2 x 2 mesh, alive at once, then a group made again", async () => {
+    expectAllPassed(await runScenario("mesh", 4), 10)
+  }, 60_000)
+})
+
+describe("point to point", () => {
+  for (const size of [2, 3, 4])
+    test(`ring and pairs, world size ${size}`, async () => {
+      // 6 ring rounds, 2 two-to-one-peer checks, 1 all_reduce, and a pair exchange where a partner exists
+      const workers = await runScenario("p2p", size)
+      expectAllPassed(workers, 9)
+      for (const w of workers) expect(w.checks().some((c) => c.check === "pair exchange f16")).toBe((w.rank ^ 1) < size)
+    }, 60_000)
+})
+
+describe("argument checks", () => {
+  test("bad shapes, dtypes, roots and peers are refused and the communicator still works", async () => {
+    expectAllPassed(await runScenario("errors", 2), 13)
+  }, 60_000)
+})
