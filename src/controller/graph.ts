@@ -4,34 +4,29 @@
  * it. A root failure reported by any rank poisons its command and, through the edges,
  * everything that depends on it on every rank. A command settles once every rank that runs
  * it has passed its ident and its dependencies have settled: it can no longer fail, and
- * leaves the graph.
+ * leaves the graph (refs keep pointing at it for its outcome).
  */
+import type { RemoteError, WorkerLost } from "./errors.ts"
 
-/** A failure reported by a worker, attached to every command it poisons. */
-export interface RootFailure {
-  readonly ident: number
-  readonly rank: number
-  readonly type: string
-  readonly message: string
-  readonly frames: ReadonlyArray<{ readonly file: string; readonly line: number; readonly function: string }>
-  /** Where in the user's program the failing command was issued. */
-  readonly site: string | undefined
-}
+export type Failure = RemoteError | WorkerLost
 
 export class Node {
-  failure: RootFailure | undefined
+  failure: Failure | undefined
   /** Ranks that have not yet reported passing this ident. */
   readonly waiting: Set<number>
   /** Unsettled dependencies. */
   pendingDeps = 0
   readonly dependents: Node[] = []
   settled = false
-  /** Called once, when the node settles. */
+  /** Run once, when the node settles. */
   readonly onSettle: Array<(node: Node) => void> = []
 
   constructor(
     readonly ident: number,
     readonly ranks: ReadonlyArray<number>,
+    /** What the command ran (a function name, or the message), for error reports. */
+    readonly label: string,
+    /** Where in the controller program it was issued. */
     readonly site: string | undefined,
     readonly issuedAt: number,
   ) {
@@ -42,23 +37,30 @@ export class Node {
 export class Graph {
   /** Unsettled commands by ident, in issue order. */
   readonly live = new Map<number, Node>()
-  /** Per ref id, the command that last defined it (kept after it settles, for its failure). */
   private readonly refs = new Map<number, Node>()
   /** Per rank, the first ident it has not passed. */
   private readonly passed = new Map<number, number>()
+  /** Ranks that are gone, with the failure a command that needs one gets. */
+  private readonly lost = new Map<number, (node: Node) => Failure>()
 
   /**
-   * Records a command: its ranks, the refs it reads and the refs it (re)defines. It fails
-   * at once when an input is already known to be poisoned.
+   * Records a command: its ranks, the refs it reads, and the refs it (re)defines. It fails at
+   * once when an input is already poisoned or one of its ranks is gone.
    */
-  add(ident: number, ranks: ReadonlyArray<number>, inputs: ReadonlyArray<number>, defines: ReadonlyArray<number>, site?: string): Node {
-    const node = new Node(ident, ranks, site, performance.now())
-    for (const r of ranks) if ((this.passed.get(r) ?? 0) > ident) node.waiting.delete(r)
+  add(ident: number, ranks: ReadonlyArray<number>, inputs: ReadonlyArray<number>, defines: ReadonlyArray<number>, label: string, site?: string): Node {
+    const node = new Node(ident, ranks, label, site, performance.now())
+    for (const r of ranks) {
+      const gone = this.lost.get(r)
+      if (gone) {
+        node.failure ??= gone(node)
+        node.waiting.delete(r)
+      } else if ((this.passed.get(r) ?? 0) > ident) node.waiting.delete(r)
+    }
     for (const id of inputs) {
       const dep = this.refs.get(id)
       if (!dep) continue
       if (dep.failure) node.failure ??= dep.failure
-      if (!dep.settled && dep !== node) {
+      if (!dep.settled) {
         dep.dependents.push(node)
         node.pendingDeps++
       }
@@ -69,14 +71,15 @@ export class Graph {
     return node
   }
 
-  /** The failure a ref carries, if the command that defined it failed or depends on one that did. */
-  failureOf(ref: number): RootFailure | undefined {
-    return this.refs.get(ref)?.failure
+  /** A new ref that stands for the same value as `of` (a borrow's alias). */
+  alias(ref: number, of: number): void {
+    const node = this.refs.get(of)
+    if (node) this.refs.set(ref, node)
   }
 
-  /** The node that defined a ref. */
-  definer(ref: number): Node | undefined {
-    return this.refs.get(ref)
+  /** The failure a ref carries, if its command failed or depends on one that did. */
+  failureOf(ref: number): Failure | undefined {
+    return this.refs.get(ref)?.failure
   }
 
   /** Forgets refs the controller deleted. */
@@ -84,13 +87,12 @@ export class Graph {
     for (const id of refs) this.refs.delete(id)
   }
 
-  /** A root failure of `ident`: poisons it and everything downstream. */
-  fail(failure: RootFailure): void {
-    const node = this.live.get(failure.ident)
-    if (node) this.poison(node, failure)
+  node(ident: number): Node | undefined {
+    return this.live.get(ident)
   }
 
-  private poison(node: Node, failure: RootFailure): void {
+  /** A root failure of a live command: poisons it and everything downstream. */
+  fail(node: Node, failure: Failure): void {
     const stack = [node]
     while (stack.length > 0) {
       const n = stack.pop()!
@@ -104,26 +106,25 @@ export class Graph {
   advance(rank: number, firstUncompleted: number): void {
     if (firstUncompleted <= (this.passed.get(rank) ?? 0)) return
     this.passed.set(rank, firstUncompleted)
+    // Settling deletes from `live` while this walks it, which Map iteration allows.
     for (const node of this.live.values()) {
       if (node.ident >= firstUncompleted) break
       if (node.waiting.delete(rank)) this.trySettle(node)
     }
   }
 
-  /** Rank `rank` is gone: every live command that needs it fails with `failure`, then settles. */
-  lose(rank: number, failure: (node: Node) => RootFailure): void {
+  /** Rank `rank` is gone: every command that needs it, now or later, fails with `failure`. */
+  lose(rank: number, failure: (node: Node) => Failure): void {
+    this.lost.set(rank, failure)
     for (const node of [...this.live.values()]) {
-      if (!node.waiting.has(rank)) continue
-      this.poison(node, failure(node))
-      node.waiting.delete(rank)
+      if (!node.waiting.delete(rank)) continue
+      this.fail(node, failure(node))
       this.trySettle(node)
     }
-    this.passed.set(rank, Number.MAX_SAFE_INTEGER)
   }
 
-  /** The ranks that have not passed `ident` yet. */
-  behind(node: Node): number[] {
-    return [...node.waiting]
+  isLost(rank: number): boolean {
+    return this.lost.has(rank)
   }
 
   private trySettle(first: Node): void {
@@ -138,8 +139,7 @@ export class Graph {
         ready.push(d)
       }
       node.dependents.length = 0
-      for (const f of node.onSettle) f(node)
-      node.onSettle.length = 0
+      for (const f of node.onSettle.splice(0)) f(node)
     }
   }
 }

@@ -268,3 +268,15 @@ export const asRemoteFunction = (op: Builtin): RemoteFunction => (ctx, ...args) 
   }
   return outs.length === 1 ? outs[0] : outs.length === 0 ? undefined : outs
 }
+
+/**
+ * Runs a built-in from code on a worker (a user function) and returns its one output, e.g.
+ * `op(ctx, "matmul", [x, w])` or `op(ctx, "randn", [[4, 4]], { seed: 1 })`.
+ */
+export const op = (ctx: FunctionContext, name: string, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>> = {}): Tensor => {
+  const builtin = Object.hasOwn(builtins, name) ? builtins[name] : undefined
+  if (!builtin) throw new OpArgumentError({ message: `no built-in ops.${name}` })
+  const out = asRemoteFunction(builtin)({ ...ctx, kwargs }, ...args)
+  if (!(out instanceof Tensor)) throw new OpArgumentError({ message: `ops.${name} does not return one tensor` })
+  return out
+}

@@ -22,6 +22,9 @@ export class Ref {
   constructor(readonly id: number) {}
 }
 
+/** The typed array a host tensor's elements read as (bf16 widens to float32). */
+export type ElementArray = Float32Array | Float64Array | Float16Array | Int32Array | BigInt64Array | Uint8Array
+
 /** A dense, contiguous tensor in host memory, as carried by the wire (little-endian bytes). */
 export class HostTensor {
   constructor(
@@ -30,6 +33,20 @@ export class HostTensor {
     /** numel x itemsize bytes; may be a view into a received frame. */
     readonly data: Uint8Array,
   ) {}
+
+  /** The elements as a typed array (a copy, so it is aligned and owned). */
+  toArray(): ElementArray {
+    const bytes = this.data.slice().buffer
+    switch (this.dtype) {
+      case "f32": return new Float32Array(bytes)
+      case "f64": return new Float64Array(bytes)
+      case "f16": return new Float16Array(bytes)
+      case "bf16": return Float32Array.from(new Uint16Array(bytes), (b) => new Float32Array(new Uint32Array([b << 16]).buffer)[0]!)
+      case "i32": return new Int32Array(bytes)
+      case "i64": return new BigInt64Array(bytes)
+      case "u8": case "bool": return new Uint8Array(bytes)
+    }
+  }
 }
 
 /**

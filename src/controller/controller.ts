@@ -1,0 +1,213 @@
+/**
+ * The Controller service: what a program composes into its own Effect pipeline. Two layers
+ * provide it: `Controller.local` starts workers here through the launcher (CPU or CUDA), and
+ * `Controller.attach` waits for workers started elsewhere (torchrun), meeting them through the
+ * store. Either way the workers connect to this process's listener with the job's token.
+ */
+import { Context, Duration, Effect, Layer, Schedule, type Scope } from "effect"
+import { randomBytes } from "node:crypto"
+import { launch } from "../launcher.ts"
+import { NDSlice } from "../protocol/ndslice.ts"
+import { TensorFactory } from "../protocol/values.ts"
+import type { StoreApi } from "../store/api.ts"
+import { makeClient } from "../store/client.ts"
+import { prefixStore } from "../store/prefix.ts"
+import { Core, type HangReport } from "./core.ts"
+import { ControllerError, StartError } from "./errors.ts"
+import { listen } from "./listener.ts"
+import { createMesh, Mesh, RemoteStream, RemoteTensor } from "./mesh.ts"
+
+const WORKER = new URL("../worker.ts", import.meta.url).pathname
+
+export interface ControllerApi {
+  readonly world: number
+  /** @internal the engine, for tests and benchmarks */
+  readonly core: Core
+  /** A mesh over every rank, dims row-major in the order given, e.g. `{ dp: 2, tp: 2 }`. */
+  readonly mesh: (dims: Readonly<Record<string, number>>) => Effect.Effect<Mesh, ControllerError>
+  /** A new stream on every rank. */
+  readonly stream: () => Effect.Effect<RemoteStream>
+  /**
+   * Sends a tensor from its mesh's ranks to another mesh's, rank i to rank i (the meshes
+   * must be the same size); a rank sending to itself copies.
+   */
+  readonly send: (t: RemoteTensor, to: Mesh, opts?: { readonly stream?: RemoteStream }) => Effect.Effect<RemoteTensor, ControllerError>
+  /** Reports, once each, commands outstanding longer than hangAfterMs (also sent to onHang). */
+  readonly checkHangs: () => HangReport[]
+}
+
+export interface CommonOptions {
+  /** Report a command outstanding this long (default 30 s). */
+  readonly hangAfterMs?: number
+  readonly onHang?: (report: HangReport) => void
+  /** A worker's ProtocolError reply or a refused connection; default: printed on stderr. */
+  readonly onProblem?: (problem: string) => void
+  /** Record where each command was issued, for RemoteError.site (default true). */
+  readonly captureSites?: boolean
+  /** How long to wait for every worker to connect (default 60 s). */
+  readonly startTimeoutMs?: number
+  /** The listener's address; loopback by default. */
+  readonly host?: string
+}
+
+export interface LocalOptions extends CommonOptions {
+  readonly world: number
+  /** cpu (default), cuda or auto: MONARCH_DEVICE for the workers. */
+  readonly device?: string
+  /** Roots user functions load from (MONARCH_FUNCTION_PATH); default the working directory. */
+  readonly functionPath?: ReadonlyArray<string>
+  /** More environment for the workers. */
+  readonly env?: Readonly<Record<string, string>>
+  /** Each line a worker prints; default: stderr with a rank prefix. */
+  readonly onWorkerLine?: (rank: number, line: string) => void
+}
+
+export interface AttachOptions extends CommonOptions {
+  readonly world: number
+  /** The store the workers use (torchrun: MASTER_ADDR / MASTER_PORT). */
+  readonly store: { readonly host: string; readonly port: number }
+  /** Key prefix the workers read (their MONARCH_STORE_PREFIX, under torchrun's agent prefix if any). */
+  readonly prefix?: string
+}
+
+const makeCore = (world: number, o: CommonOptions, exitGraceMs: number) =>
+  new Core({
+    world,
+    ...(o.hangAfterMs === undefined ? {} : { hangAfterMs: o.hangAfterMs }),
+    ...(o.captureSites === undefined ? {} : { captureSites: o.captureSites }),
+    onHang: o.onHang ?? ((r) => console.error(`monarch: command ${r.ident} (${r.label}) outstanding for ${Math.round(r.waitingMs)} ms; ranks [${r.behind}] have not passed it${r.site ? `; issued at ${r.site}` : ""}`)),
+    onProblem: o.onProblem ?? ((p) => console.error(`monarch: ${p}`)),
+    exitGraceMs,
+  })
+
+/** The listener the workers connect to, feeding the core. */
+const listenFor = (core: Core, token: string, o: CommonOptions) =>
+  listen({
+    token,
+    ...(o.host === undefined ? {} : { host: o.host }),
+    onWorker: (link) => {
+      if (!core.admit(link)) {
+        core.options.onProblem?.(`refused a second or out-of-range worker claiming rank ${link.hello.rank} of ${link.hello.world}`)
+        link.close()
+      }
+    },
+    onMessage: (rank, msg) => core.onMessage(rank, msg),
+    onDisconnect: (rank) => core.onDisconnect(rank),
+    onProblem: (p) => core.options.onProblem?.(p),
+  }).pipe(Effect.mapError((e) => new StartError({ message: e.message })))
+
+/** Waits until every rank has connected; `failed` ends the wait early with a reason. */
+const awaitWorkers = (core: Core, o: CommonOptions, failed: () => string | undefined) =>
+  Effect.gen(function* () {
+    const deadline = Date.now() + (o.startTimeoutMs ?? 60_000)
+    while (core.connected < core.world) {
+      const why = failed()
+      if (why) return yield* new StartError({ message: why })
+      if (Date.now() > deadline) return yield* new StartError({ message: `${core.connected} of ${core.world} workers connected within ${o.startTimeoutMs ?? 60_000} ms` })
+      yield* Effect.sleep("10 millis")
+    }
+  })
+
+/** The API over a core whose workers are all connected, with the hang check running. */
+const makeApi = (core: Core): Effect.Effect<ControllerApi, never, Scope.Scope> =>
+  Effect.gen(function* () {
+    const defaultStream = new RemoteStream(core.newRef())
+    const all = Array.from({ length: core.world }, (_, r) => r)
+    core.post(all, { _tag: "CreateStream", result: defaultStream.ref, default: true })
+    yield* Effect.forkScoped(Effect.sync(() => core.checkHangs()).pipe(Effect.repeat(Schedule.spaced("1 second"))))
+    return {
+      world: core.world,
+      core,
+      mesh: (dims) => Effect.try({
+        try: () => {
+          const sizes = Object.values(dims)
+          if (sizes.reduce((a, b) => a * b, 1) !== core.world) throw new ControllerError({ message: `mesh ${JSON.stringify(dims)} does not cover the ${core.world} ranks` })
+          return createMesh(core, Object.keys(dims), NDSlice.contiguous(sizes), defaultStream)
+        },
+        catch: (e) => (e instanceof ControllerError ? e : new ControllerError({ message: String(e) })),
+      }),
+      stream: () => Effect.sync(() => {
+        const s = new RemoteStream(core.newRef())
+        core.post(all, { _tag: "CreateStream", result: s.ref, default: false })
+        return s
+      }),
+      send: (t, to, opts = {}) => {
+        const site = core.site()
+        return Effect.try({
+        try: () => {
+          const from = t.mesh
+          if (from.size !== to.size) throw new ControllerError({ message: `cannot send ${t} from ${from} to ${to}: sizes differ` })
+          if (!t.meta) throw new ControllerError({ message: `send needs the dtype and shape of ${t}` })
+          const ranks = [...new Set([...from.ranks, ...to.ranks])].sort((a, b) => a - b)
+          const result = core.newRef(), stream = opts.stream ?? defaultStream
+          core.command(ranks, "send", [t.ref.id], [result.id], site, (ident) => ({
+            _tag: "SendTensor", ident, result, fromRanks: from.layout, toRanks: to.layout, tensor: t.ref,
+            factory: new TensorFactory(t.meta!.shape, t.meta!.dtype, core.device), stream: stream.ref,
+          }))
+          return new RemoteTensor(to, result, t.meta, stream)
+        },
+        catch: (e) => (e instanceof ControllerError ? e : new ControllerError({ message: String(e) })),
+      })
+      },
+      checkHangs: () => core.checkHangs(),
+    } satisfies ControllerApi
+  })
+
+export class Controller extends Context.Service<Controller, ControllerApi>()("monarch/Controller") {
+  /** Starts `world` workers on this host (our launcher, with its store) for the layer's lifetime. */
+  static readonly local = (o: LocalOptions): Layer.Layer<Controller, StartError> =>
+    Layer.effect(Controller, Effect.gen(function* () {
+      const core = makeCore(o.world, o, 1000)
+      const token = randomBytes(16).toString("hex")
+      const listener = yield* listenFor(core, token, o)
+      const lines: string[][] = Array.from({ length: o.world }, () => [])
+      const job = yield* launch({
+        nproc: o.world,
+        command: [WORKER],
+        env: {
+          MONARCH_LOG: "warn",
+          ...o.env,
+          CONTROLLER_ADDR: listener.address,
+          MONARCH_TOKEN: token,
+          MONARCH_DEVICE: o.device ?? process.env.MONARCH_DEVICE ?? "cpu",
+          MONARCH_FUNCTION_PATH: (o.functionPath ?? [process.cwd()]).join(":"),
+        },
+        onLine: (rank, line) => {
+          lines[rank]!.push(line)
+          if (lines[rank]!.length > 20) lines[rank]!.shift()
+          ;(o.onWorkerLine ?? ((r, l) => process.stderr.write(`[worker ${r}] ${l}\n`)))(rank, line)
+        },
+        graceMs: 2000,
+      }).pipe(Effect.mapError((e) => new StartError({ message: e.message })))
+      let firstExit: string | undefined
+      job.onExit((e) => {
+        firstExit ??= `worker ${e.rank} exited with status ${e.status} during start-up:\n${lines[e.rank]!.join("\n")}`
+        core.onExit(e)
+      })
+      yield* awaitWorkers(core, o, () => firstExit)
+      yield* Effect.addFinalizer(() => Effect.gen(function* () {
+        core.exit()
+        yield* job.done.pipe(Effect.timeout("5 seconds"), Effect.ignore)
+      }))
+      return yield* makeApi(core)
+    }))
+
+  /**
+   * Meets `world` workers started elsewhere (e.g. `torchrun --no_python bun src/worker.ts`):
+   * publishes this controller's address and token in their store, then waits for them.
+   */
+  static readonly attach = (o: AttachOptions): Layer.Layer<Controller, StartError> =>
+    Layer.effect(Controller, Effect.gen(function* () {
+      const core = makeCore(o.world, o, 0)
+      const token = process.env.MONARCH_TOKEN ?? randomBytes(16).toString("hex")
+      const listener = yield* listenFor(core, token, o)
+      const timeout = Duration.millis(o.startTimeoutMs ?? 60_000)
+      const store: StoreApi = prefixStore(o.prefix ?? "monarch", yield* makeClient({ ...o.store, timeout, connectTimeout: timeout }).pipe(
+        Effect.mapError((e) => new StartError({ message: `store ${o.store.host}:${o.store.port}: ${e.message}` })),
+      ))
+      yield* store.multiSet([["token", token], ["controller", listener.address]]).pipe(Effect.mapError((e) => new StartError({ message: e.message })))
+      yield* awaitWorkers(core, o, () => undefined)
+      yield* Effect.addFinalizer(() => Effect.sync(() => core.exit()))
+      return yield* makeApi(core)
+    }))
+}

@@ -1,0 +1,258 @@
+/**
+ * The controller's engine, below the Mesh API: it numbers commands and refs, batches what is
+ * issued in one tick into one CommandGroup per worker, tracks every command in the
+ * dependency graph, completes fetches once every rank involved has passed them, turns worker
+ * reports and lost workers into failures of exactly the results that need them, and reports
+ * commands that hang.
+ */
+import { Effect } from "effect"
+import type { ControllerMessage, Value, WorkerMessage } from "../protocol/messages.ts"
+import { Ref, type Device } from "../protocol/values.ts"
+import type { ProcessExit } from "../launcher.ts"
+import { ControllerError, RemoteError, WorkerLost } from "./errors.ts"
+import { Graph, type Failure, type Node } from "./graph.ts"
+import type { WorkerLink } from "./listener.ts"
+
+/** A command outstanding longer than `hangAfterMs`, and the ranks that have not passed it. */
+export interface HangReport {
+  readonly ident: number
+  readonly label: string
+  readonly site: string | undefined
+  readonly waitingMs: number
+  readonly behind: ReadonlyArray<number>
+}
+
+export interface CoreOptions {
+  readonly world: number
+  /** Report a command outstanding this long (default 30 s). */
+  readonly hangAfterMs?: number
+  /** Record where in the program each command was issued, for errors (default true). */
+  readonly captureSites?: boolean
+  readonly onHang?: (report: HangReport) => void
+  /** A worker's ProtocolError reply, or a refused connection. */
+  readonly onProblem?: (problem: string) => void
+  /** How long to wait for a disconnected worker's exit status before failing its results. */
+  readonly exitGraceMs?: number
+}
+
+interface PendingFetch {
+  readonly node: Node
+  readonly values: Map<number, Value>
+  readonly resume: (e: Effect.Effect<ReadonlyArray<Value>, Failure | ControllerError>) => void
+}
+
+/** Frames that are not the user's: this library, Effect, Bun and node internals. */
+const LIBRARY_FRAME = /\/src\/(controller|protocol|net)\/|\/node_modules\/|\(native\)|\(node:|\[native code\]/
+
+/** The first frame of the stack outside the controller library: the user's call. */
+const captureSite = (): string | undefined => {
+  const limit = Error.stackTraceLimit
+  Error.stackTraceLimit = 60
+  const stack = new Error().stack
+  Error.stackTraceLimit = limit
+  const line = stack?.split("\n").slice(1).find((l) => l.includes("(/") && !LIBRARY_FRAME.test(l))
+  return line?.trim().replace(/^at /, "")
+}
+
+export class Core {
+  readonly graph = new Graph()
+  readonly world: number
+  private nextIdent = 0
+  private nextRefId = 1
+  private readonly links: Array<WorkerLink | undefined>
+  private readonly outbox: WorkerMessage[][]
+  private readonly deletes: number[][]
+  private flushQueued = false
+  private statusWanted = false
+  private readonly fetches = new Map<number, PendingFetch>()
+  private readonly exits = new Map<number, ProcessExit>()
+  private readonly hangReported = new Set<number>()
+  private readonly captureSites: boolean
+
+  constructor(readonly options: CoreOptions) {
+    this.world = options.world
+    this.links = new Array(options.world).fill(undefined)
+    this.outbox = Array.from({ length: options.world }, () => [])
+    this.deletes = Array.from({ length: options.world }, () => [])
+    this.captureSites = options.captureSites ?? true
+  }
+
+  // ---- links ------------------------------------------------------------------------------
+
+  /** An admitted worker; false when its rank is out of range or already taken. */
+  admit(link: WorkerLink): boolean {
+    const { rank, world } = link.hello
+    if (world !== this.world || rank < 0 || rank >= this.world || this.links[rank]) return false
+    this.links[rank] = link
+    return true
+  }
+
+  /** The workers' device, as their hellos said. */
+  get device(): Device {
+    return this.links.find((l) => l !== undefined)?.hello.device === "cuda" ? "cuda" : "cpu"
+  }
+
+  get connected(): number {
+    return this.links.filter((l) => l !== undefined).length
+  }
+
+  onMessage(rank: number, msg: ControllerMessage): void {
+    switch (msg._tag) {
+      case "Status":
+        return this.graph.advance(rank, msg.firstUncompletedIdent)
+      case "FetchResult": {
+        const pending = this.fetches.get(msg.ident)
+        if (!pending) return this.options.onProblem?.(`rank ${rank} sent a FetchResult for unknown ident ${msg.ident}`)
+        pending.values.set(rank, msg.value)
+        return this.tryFinish(msg.ident)
+      }
+      case "RemoteFunctionFailed": {
+        const node = this.graph.node(msg.ident)
+        if (!node) return this.options.onProblem?.(`rank ${rank} reported a failure of settled ident ${msg.ident}: ${msg.error.message}`)
+        return this.graph.fail(node, new RemoteError({
+          ident: msg.ident, rank, function: node.label, type: msg.error.type, reason: msg.error.message, frames: msg.error.frames, site: node.site,
+        }))
+      }
+      case "ProtocolError":
+        return this.options.onProblem?.(`rank ${rank} refused a command: ${msg.message}`)
+      case "Restarted":
+      case "WorkerHello":
+        return
+    }
+  }
+
+  /** A process exit seen by the launcher (local meshes), for WorkerLost's status. */
+  onExit(exit: ProcessExit): void {
+    this.exits.set(exit.rank, exit)
+    if (exit.status !== 0 || this.links[exit.rank] === undefined) this.lose(exit.rank)
+  }
+
+  /** A worker's link closed: its results fail (with its exit status when it comes soon). */
+  onDisconnect(rank: number): void {
+    this.links[rank] = undefined
+    const grace = this.options.exitGraceMs ?? 0
+    if (grace === 0 || this.exits.has(rank)) return this.lose(rank)
+    setTimeout(() => this.lose(rank), grace).unref()
+  }
+
+  private lose(rank: number): void {
+    if (this.graph.isLost(rank)) return
+    this.links[rank] = undefined
+    this.outbox[rank] = []
+    const exit = this.exits.get(rank)
+    this.graph.lose(rank, (node) => new WorkerLost({ rank, status: exit?.status, signal: exit?.signal ?? undefined, ident: node.ident }))
+  }
+
+  // ---- issuing --------------------------------------------------------------------------
+
+  /**
+   * Where the program is issuing from. Called when an API method is called (while the
+   * program's generator is on the stack), not when its Effect runs.
+   */
+  site(): string | undefined {
+    return this.captureSites ? captureSite() : undefined
+  }
+
+  newRef(): Ref {
+    return new Ref(this.nextRefId++)
+  }
+
+  /** Queues a message without an ident for `ranks`. */
+  post(ranks: ReadonlyArray<number>, msg: WorkerMessage): void {
+    for (const r of ranks) if (!this.graph.isLost(r)) this.outbox[r]!.push(msg)
+    this.scheduleFlush()
+  }
+
+  /**
+   * Queues a command with an ident for `ranks`, tracked in the graph: `inputs` are the ref
+   * ids it reads, `defines` those it (re)defines.
+   */
+  command(ranks: ReadonlyArray<number>, label: string, inputs: ReadonlyArray<number>, defines: ReadonlyArray<number>, site: string | undefined, make: (ident: number) => WorkerMessage): Node {
+    const ident = this.nextIdent++
+    const node = this.graph.add(ident, ranks, inputs, defines, label, site)
+    this.post(ranks, make(ident))
+    return node
+  }
+
+  /**
+   * Fetches a value from `ranks`: completes when every rank involved has passed the fetch,
+   * with the value from each rank in order, or the failure it depends on.
+   */
+  fetch(ranks: ReadonlyArray<number>, inputs: ReadonlyArray<number>, label: string, site: string | undefined, make: (ident: number) => WorkerMessage): Effect.Effect<ReadonlyArray<Value>, Failure | ControllerError> {
+    return Effect.callback((resume) => {
+      const node = this.command(ranks, label, inputs, [], site, make)
+      this.fetches.set(node.ident, { node, values: new Map(), resume })
+      // Every rank reports its status after this batch, so the fetch settles without waiting
+      // for the once-a-second Status.
+      this.statusWanted = true
+      if (node.settled) this.tryFinish(node.ident)
+      else node.onSettle.push(() => this.tryFinish(node.ident))
+    })
+  }
+
+  private tryFinish(ident: number): void {
+    const pending = this.fetches.get(ident)
+    if (!pending || !pending.node.settled) return
+    const { node, values, resume } = pending
+    this.fetches.delete(ident)
+    if (node.failure) return resume(Effect.fail(node.failure))
+    const missing = node.ranks.filter((r) => !values.has(r))
+    if (missing.length > 0) return resume(Effect.fail(new ControllerError({ message: `ranks [${missing}] passed fetch ${ident} without a result` })))
+    resume(Effect.succeed(node.ranks.map((r) => values.get(r)!)))
+  }
+
+  /** Deletes refs on `ranks` with the next batch. */
+  release(ranks: ReadonlyArray<number>, refs: ReadonlyArray<number>): void {
+    this.graph.forget(refs)
+    for (const r of ranks) if (!this.graph.isLost(r)) this.deletes[r]!.push(...refs)
+    this.scheduleFlush()
+  }
+
+  private scheduleFlush(): void {
+    if (this.flushQueued) return
+    this.flushQueued = true
+    queueMicrotask(() => this.flush())
+  }
+
+  /** Sends each worker what was queued for it, as one message or one CommandGroup. */
+  flush(): void {
+    this.flushQueued = false
+    const last = this.nextIdent - 1
+    for (let rank = 0; rank < this.world; rank++) {
+      const link = this.links[rank]
+      const queue = this.outbox[rank]!
+      if (this.deletes[rank]!.length > 0) {
+        queue.push({ _tag: "DeleteRefs", refs: this.deletes[rank]! })
+        this.deletes[rank] = []
+      }
+      if (this.statusWanted && link && last >= 0) queue.push({ _tag: "RequestStatus", ident: last })
+      if (queue.length === 0 || !link) continue
+      link.send(queue.length === 1 ? queue[0]! : { _tag: "CommandGroup", commands: queue })
+      this.outbox[rank] = []
+    }
+    this.statusWanted = false
+  }
+
+  // ---- hangs ----------------------------------------------------------------------------
+
+  /** Reports, once each, live commands older than hangAfterMs that some rank has not passed. */
+  checkHangs(now = performance.now()): HangReport[] {
+    const after = this.options.hangAfterMs ?? 30_000
+    const reports: HangReport[] = []
+    for (const node of this.graph.live.values()) {
+      const waitingMs = now - node.issuedAt
+      if (waitingMs < after) break
+      if (node.waiting.size === 0 || this.hangReported.has(node.ident)) continue
+      this.hangReported.add(node.ident)
+      reports.push({ ident: node.ident, label: node.label, site: node.site, waitingMs, behind: [...node.waiting].sort((a, b) => a - b) })
+    }
+    for (const r of reports) this.options.onHang?.(r)
+    return reports
+  }
+
+  /** Sends Exit to every connected worker now. */
+  exit(): void {
+    this.post(this.links.flatMap((l, r) => (l ? [r] : [])), { _tag: "Exit" })
+    this.flush()
+  }
+}

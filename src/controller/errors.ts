@@ -1,0 +1,57 @@
+/**
+ * What a controller program sees fail. `RemoteError` is a command that failed on a worker
+ * (or depends on one that did); `WorkerLost` is a worker that died or disconnected while a
+ * result needed it; `ControllerError` is a call the controller refused before sending it.
+ */
+import { Data } from "effect"
+
+export interface WorkerFrame {
+  readonly file: string
+  readonly line: number
+  readonly function: string
+}
+
+/** A result that depends on a command that failed on a worker. */
+export class RemoteError extends Data.TaggedError("RemoteError")<{
+  /** The command that failed at the root (this result may depend on it). */
+  readonly ident: number
+  /** The rank that reported it. */
+  readonly rank: number
+  /** The function the root command ran, when it was a call. */
+  readonly function: string | undefined
+  /** The worker-side error's type, e.g. "TypeError" or "ShimError". */
+  readonly type: string
+  readonly reason: string
+  readonly frames: ReadonlyArray<WorkerFrame>
+  /** Where in the controller program the root command was issued. */
+  readonly site: string | undefined
+}> {
+  override get message(): string {
+    const fn = this.function ? ` (${this.function})` : ""
+    // The worker's own frames (handlers, Effect) say little; show the function's.
+    const user = this.frames.filter((f) => !/\/src\/worker\/|\/node_modules\/|^node:/.test(f.file))
+    const frames = (user.length > 0 ? user : this.frames).slice(0, 4).map((f) => `\n    at ${f.function} (${f.file}:${f.line})`).join("")
+    return `rank ${this.rank}: command ${this.ident}${fn} failed with ${this.type}: ${this.reason}${frames}${this.site ? `\n  issued at ${this.site}` : ""}`
+  }
+}
+
+/** A worker that a result needed died or disconnected. */
+export class WorkerLost extends Data.TaggedError("WorkerLost")<{
+  readonly rank: number
+  /** Exit status when the process is ours (128 + signal for a signal), else undefined. */
+  readonly status: number | undefined
+  readonly signal: string | undefined
+  /** The command whose result was lost. */
+  readonly ident: number
+}> {
+  override get message(): string {
+    const how = this.status === undefined ? "disconnected" : `exited with status ${this.status}${this.signal ? ` (${this.signal})` : ""}`
+    return `rank ${this.rank} ${how}; command ${this.ident} cannot complete`
+  }
+}
+
+/** A call refused by the controller before it reached any worker (bad arguments, unknown shape). */
+export class ControllerError extends Data.TaggedError("ControllerError")<{ readonly message: string }> {}
+
+/** Starting or attaching to workers failed. */
+export class StartError extends Data.TaggedError("StartError")<{ readonly message: string }> {}

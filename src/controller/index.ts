@@ -1,0 +1,18 @@
+/**
+ * monarch-bun's controller library: drive a mesh of workers from one Effect program.
+ *
+ *   Effect.gen(function* () {
+ *     const ctl = yield* Controller
+ *     const mesh = yield* ctl.mesh({ dp: 2, tp: 2 })
+ *     const x = yield* mesh.call("ops.ones", [[4]])
+ *     const s = yield* mesh.reduce(x, "dp", "sum")
+ *     return yield* mesh.fetch(s)
+ *   }).pipe(Effect.provide(Controller.local({ world: 4 })))
+ */
+export { Controller, type AttachOptions, type ControllerApi, type LocalOptions } from "./controller.ts"
+export type { HangReport } from "./core.ts"
+export { ControllerError, RemoteError, StartError, WorkerLost, type WorkerFrame } from "./errors.ts"
+export { Mesh, RemoteStream, RemoteTensor, type CallOptions, type FetchOptions } from "./mesh.ts"
+export type { TensorMeta } from "../ops/builtins.ts"
+export { defineFunction, type FunctionContext, type RemoteFunction } from "../ops/function.ts"
+export { HostTensor, type DType } from "../protocol/values.ts"

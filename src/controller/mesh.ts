@@ -1,0 +1,351 @@
+/**
+ * Meshes and the handles a controller program holds: a Mesh is a set of ranks with named
+ * dims; a RemoteTensor is a ref defined on a mesh's ranks (with its dtype and shape when
+ * they are known); a RemoteStream is a stream on every rank. Every method issues commands
+ * through the Core and returns an Effect.
+ */
+import { Effect, type Scope } from "effect"
+import { builtins, type TensorMeta } from "../ops/builtins.ts"
+import type { Reduction, Value } from "../protocol/messages.ts"
+import { NDSlice } from "../protocol/ndslice.ts"
+import { HostTensor, TensorFactory, type Ref } from "../protocol/values.ts"
+import type { Core } from "./core.ts"
+import { ControllerError, type RemoteError, type WorkerLost } from "./errors.ts"
+
+/** A stream that exists on every rank. */
+export class RemoteStream {
+  constructor(readonly ref: Ref) {}
+}
+
+interface BorrowState {
+  readonly id: number
+  readonly ranks: ReadonlyArray<number>
+  used: boolean
+}
+
+const dropped = new FinalizationRegistry<{ core: Core; ranks: ReadonlyArray<number>; id: number }>(({ core, ranks, id }) => core.release(ranks, [id]))
+
+/** A tensor on the ranks of a mesh. Dropping the handle deletes it on the workers. */
+export class RemoteTensor {
+  #released = false
+
+  constructor(
+    readonly mesh: Mesh,
+    readonly ref: Ref,
+    /** dtype and shape, when the controller can know them. */
+    readonly meta: TensorMeta | undefined,
+    /** The stream that produced it (the one a borrow waits on). */
+    readonly stream: RemoteStream,
+    /** @internal set on a borrow's alias */
+    readonly borrow?: BorrowState,
+  ) {
+    if (!borrow) dropped.register(this, { core: mesh.core, ranks: mesh.ranks, id: ref.id }, this)
+  }
+
+  get dtype() {
+    return this.meta?.dtype
+  }
+
+  get shape() {
+    return this.meta?.shape
+  }
+
+  /** Deletes the tensor on its workers now (with the next batch); later uses fail. */
+  release(): void {
+    if (this.#released || this.borrow) return
+    this.#released = true
+    dropped.unregister(this)
+    this.mesh.core.release(this.mesh.ranks, [this.ref.id])
+  }
+
+  toString(): string {
+    return `RemoteTensor(${this.ref.id}${this.meta ? ` ${this.meta.dtype}[${this.meta.shape}]` : ""} on ${this.mesh})`
+  }
+}
+
+export interface CallOptions {
+  readonly stream?: RemoteStream
+  /** Tensors the function changes in place: poisoned too when it fails. */
+  readonly mutates?: ReadonlyArray<RemoteTensor>
+  /**
+   * A user function's results: how many, or their dtypes and shapes (needed later by
+   * reduce and send). Built-ins know theirs.
+   */
+  readonly results?: number | ReadonlyArray<TensorMeta>
+}
+
+export interface FetchOptions {
+  /** Apply this function on the worker before sending (e.g. "ops.sum"). */
+  readonly fn?: string
+  readonly stream?: RemoteStream
+}
+
+export type Failure = RemoteError | WorkerLost | ControllerError
+
+const refuse = (message: string) => new ControllerError({ message })
+
+/** What a tree of arguments becomes on the wire, with the refs it reads. */
+interface Converted {
+  readonly wire: Value
+  /** The same tree with tensors replaced by their metadata (undefined where unknown). */
+  readonly metas: unknown
+  readonly known: boolean
+  readonly inputs: number[]
+  readonly borrows: BorrowState[]
+}
+
+export class Mesh {
+  readonly ranks: ReadonlyArray<number>
+
+  constructor(
+    readonly core: Core,
+    readonly ref: Ref,
+    readonly names: ReadonlyArray<string>,
+    /** The ranks, laid out along the dims. */
+    readonly layout: NDSlice,
+    readonly defaultStream: RemoteStream,
+  ) {
+    this.ranks = [...layout]
+  }
+
+  /** Dim name -> size. */
+  get dims(): Readonly<Record<string, number>> {
+    return Object.fromEntries(this.names.map((n, i) => [n, this.layout.sizes[i]!]))
+  }
+
+  get size(): number {
+    return this.ranks.length
+  }
+
+  toString(): string {
+    return `Mesh(${this.names.map((n, i) => `${n}=${this.layout.sizes[i]}`).join(", ")})`
+  }
+
+  /** Arguments to the wire: tensors must live on (at least) this mesh's ranks. */
+  private convert(tree: unknown): Converted {
+    const inputs: number[] = [], borrows: BorrowState[] = []
+    let known = true
+    const walk = (v: unknown): [Value, unknown] => {
+      if (v instanceof RemoteTensor) {
+        const missing = this.ranks.filter((r) => !v.mesh.layout.contains(r))
+        if (missing.length > 0) throw refuse(`${v} is not on ranks [${missing}] of ${this}`)
+        inputs.push(v.ref.id)
+        if (v.borrow && !v.borrow.used) borrows.push(v.borrow)
+        if (!v.meta) known = false
+        return [v.ref, v.meta]
+      }
+      if (v instanceof RemoteStream || v instanceof Mesh) throw refuse(`a ${v.constructor.name} cannot be an argument`)
+      if (v instanceof HostTensor || v instanceof Uint8Array || v === null || typeof v !== "object") return [v as Value, v]
+      if (Array.isArray(v)) {
+        const pairs = v.map(walk)
+        return [pairs.map((p) => p[0]), pairs.map((p) => p[1])]
+      }
+      const entries = Object.entries(v).map(([k, x]) => [k, walk(x)] as const)
+      return [Object.fromEntries(entries.map(([k, p]) => [k, p[0]])), Object.fromEntries(entries.map(([k, p]) => [k, p[1]]))]
+    }
+    const [wire, metas] = walk(tree)
+    return { wire, metas, known, inputs, borrows }
+  }
+
+  /** A borrow's first use waits on the stream it came from, once, before the command. */
+  private firstUses(borrows: ReadonlyArray<BorrowState>): void {
+    for (const b of borrows) {
+      b.used = true
+      this.core.post(b.ranks, { _tag: "BorrowFirstUse", borrow: b.id })
+    }
+  }
+
+  /** The results' metadata: a built-in's from its rule, a user function's from options. */
+  private resultMetas(fn: string, args: Converted, kwargs: Converted, results: CallOptions["results"]): ReadonlyArray<TensorMeta | undefined> {
+    if (results !== undefined) return typeof results === "number" ? Array.from({ length: results }, () => undefined) : results
+    if (!fn.startsWith("ops.")) return [undefined]
+    const op = Object.hasOwn(builtins, fn.slice(4)) ? builtins[fn.slice(4)] : undefined
+    if (!op) throw refuse(`no built-in ${fn}`)
+    if (!args.known || !kwargs.known) return fn.endsWith("_") || fn === "ops.noop" ? [] : [undefined]
+    try {
+      return op.outputs(args.metas as unknown[], kwargs.metas as Record<string, unknown>)
+    } catch (e) {
+      throw refuse((e as Error).message)
+    }
+  }
+
+  /** Issues a CallFunction; returns one handle per result. */
+  private issueCall(fn: string, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, opts: CallOptions, site: string | undefined): RemoteTensor[] {
+    const a = this.convert(args), kw = this.convert(kwargs), mutates = this.convert(opts.mutates ?? [])
+    const metas = this.resultMetas(fn, a, kw, opts.results)
+    const stream = opts.stream ?? this.defaultStream
+    const results = metas.map(() => this.core.newRef())
+    const mutated = (opts.mutates ?? []).map((t) => t.ref)
+    this.firstUses([...a.borrows, ...kw.borrows, ...mutates.borrows])
+    this.core.command(this.ranks, fn, [...a.inputs, ...kw.inputs, ...mutates.inputs], [...results, ...mutated].map((r) => r.id), site, (ident) => ({
+      _tag: "CallFunction", ident, results, mutates: mutated, function: fn, args: a.wire as Value[], kwargs: kw.wire as Record<string, Value>, stream: stream.ref,
+    }))
+    return results.map((r, i) => new RemoteTensor(this, r, metas[i], stream))
+  }
+
+  /** Calls a function on every rank; its one result as a handle. */
+  call(fn: string, args: ReadonlyArray<unknown> = [], kwargs: Readonly<Record<string, unknown>> = {}, opts: CallOptions = {}): Effect.Effect<RemoteTensor, ControllerError> {
+    const site = this.core.site()
+    return Effect.try({
+      try: () => {
+        const results = this.issueCall(fn, args, kwargs, opts, site)
+        if (results.length !== 1) throw refuse(`${fn} has ${results.length} results; use callMany`)
+        return results[0]!
+      },
+      catch: (e) => (e instanceof ControllerError ? e : refuse(String(e))),
+    })
+  }
+
+  /** Calls a function with several (or no) results. */
+  callMany(fn: string, args: ReadonlyArray<unknown> = [], kwargs: Readonly<Record<string, unknown>> = {}, opts: CallOptions = {}): Effect.Effect<RemoteTensor[], ControllerError> {
+    const site = this.core.site()
+    return Effect.try({ try: () => this.issueCall(fn, args, kwargs, opts, site), catch: (e) => (e instanceof ControllerError ? e : refuse(String(e))) })
+  }
+
+  /** Calls an in-place function: `mutates` are changed, nothing new is defined. */
+  run(fn: string, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>> = {}, opts: CallOptions = {}): Effect.Effect<void, ControllerError> {
+    const site = this.core.site()
+    return Effect.try({ try: () => void this.issueCall(fn, args, kwargs, { results: 0, ...opts }, site), catch: (e) => (e instanceof ControllerError ? e : refuse(String(e))) })
+  }
+
+  /**
+   * A collective over one or more dims: all_reduce (`sum`, `avg`, ...), all_gather
+   * (`stack`), reduce_scatter (`scatter`), all_to_all (`stack` with `scatter`).
+   */
+  reduce(t: RemoteTensor, dims: string | ReadonlyArray<string>, reduction: Reduction, opts: { scatter?: boolean; inplace?: boolean; stream?: RemoteStream } = {}): Effect.Effect<RemoteTensor, ControllerError> {
+    const site = this.core.site()
+    return Effect.try({
+      try: () => {
+        const names = typeof dims === "string" ? [dims] : [...dims]
+        const unknown = names.filter((d) => !this.names.includes(d))
+        if (unknown.length > 0) throw refuse(`${this} has no dim ${unknown.join(", ")}`)
+        if (!t.meta) throw refuse(`reduce needs the dtype and shape of ${t}; give the function's results as metadata (CallOptions.results)`)
+        const { scatter = false, inplace = false } = opts
+        const n = names.reduce((p, d) => p * this.dims[d]!, 1)
+        const shape = t.meta.shape
+        if (scatter && reduction !== "stack" && shape[0] !== n) throw refuse(`reduce_scatter over ${names} needs dim 0 of ${t} to be ${n}`)
+        if (inplace && (reduction === "stack" ? !scatter : scatter)) throw refuse(`${reduction}${scatter ? " with scatter" : ""} cannot be in place`)
+        const meta: TensorMeta = { dtype: t.meta.dtype, shape: reduction === "stack" ? (scatter ? shape : [n, ...shape]) : scatter ? shape.slice(1) : shape }
+        const stream = opts.stream ?? this.defaultStream
+        const result = inplace ? t.ref : this.core.newRef()
+        this.convert([t])
+        this.firstUses(t.borrow && !t.borrow.used ? [t.borrow] : [])
+        this.core.command(this.ranks, `reduce ${reduction}${scatter ? " scatter" : ""} over ${names.join("+")}`, [t.ref.id], [result.id], site, (ident) => ({
+          _tag: "Reduce", ident, result, tensor: t.ref, factory: new TensorFactory(t.meta!.shape, t.meta!.dtype, this.core.device), mesh: this.ref, stream: stream.ref,
+          dims: names, reduction, scatter, inplace,
+        }))
+        return inplace ? t : new RemoteTensor(this, result, meta, stream)
+      },
+      catch: (e) => (e instanceof ControllerError ? e : refuse(String(e))),
+    })
+  }
+
+  private rankAt(at: number | Readonly<Record<string, number>>): number {
+    if (typeof at === "number") {
+      if (!Number.isInteger(at) || at < 0 || at >= this.size) throw refuse(`index ${at} is outside ${this}`)
+      return this.layout.rankAt(at)
+    }
+    let rank = this.layout.offset
+    this.names.forEach((n, i) => {
+      const c = at[n] ?? 0
+      if (!Number.isInteger(c) || c < 0 || c >= this.layout.sizes[i]!) throw refuse(`${n}=${c} is outside ${this}`)
+      rank += c * this.layout.strides[i]!
+    })
+    return rank
+  }
+
+  private fetchFrom(ranks: ReadonlyArray<number>, value: unknown, opts: FetchOptions, site: string | undefined) {
+    return Effect.suspend(() => {
+      const v = this.convert(value)
+      this.firstUses(v.borrows)
+      return this.core.fetch(ranks, v.inputs, opts.fn ?? "fetch", site, (ident) => ({
+        _tag: "FetchValue", ident, mutates: [], function: opts.fn ?? null, object: v.wire, stream: (opts.stream ?? this.defaultStream).ref,
+      }))
+    }).pipe(Effect.catchDefect((e) => Effect.fail(e instanceof ControllerError ? e : refuse(String(e)))))
+  }
+
+  /**
+   * The value of `value` (tensors, or a tree holding them) on one rank, by index or by
+   * coordinates (default: the first rank). Fails with the RemoteError it depends on.
+   */
+  fetch(value: unknown, at: number | Readonly<Record<string, number>> = 0, opts: FetchOptions = {}): Effect.Effect<Value, Failure> {
+    const site = this.core.site()
+    return Effect.suspend(() => this.fetchFrom([this.rankAt(at)], value, opts, site)).pipe(
+      Effect.map((values) => values[0]!),
+      Effect.catchDefect((e) => Effect.fail(e instanceof ControllerError ? e : refuse(String(e)))),
+    )
+  }
+
+  /** The value on every rank of the mesh, in mesh order. */
+  fetchAll(value: unknown, opts: FetchOptions = {}): Effect.Effect<ReadonlyArray<Value>, Failure> {
+    return this.fetchFrom(this.ranks, value, opts, this.core.site())
+  }
+
+  /** The sub-mesh at fixed coordinates of some dims (those dims go away). */
+  slice(at: Readonly<Record<string, number>>): Effect.Effect<Mesh, ControllerError> {
+    return Effect.try({
+      try: () => {
+        let offset = this.layout.offset
+        const names: string[] = [], sizes: number[] = [], strides: number[] = []
+        this.names.forEach((n, i) => {
+          const c = at[n]
+          if (c === undefined) {
+            names.push(n)
+            sizes.push(this.layout.sizes[i]!)
+            strides.push(this.layout.strides[i]!)
+          } else if (!Number.isInteger(c) || c < 0 || c >= this.layout.sizes[i]!) throw refuse(`${n}=${c} is outside ${this}`)
+          else offset += c * this.layout.strides[i]!
+        })
+        const unknown = Object.keys(at).filter((n) => !this.names.includes(n))
+        if (unknown.length > 0) throw refuse(`${this} has no dim ${unknown.join(", ")}`)
+        return createMesh(this.core, names, new NDSlice(offset, sizes, strides), this.defaultStream)
+      },
+      catch: (e) => (e instanceof ControllerError ? e : refuse(String(e))),
+    })
+  }
+
+  /** The same ranks as one dim `name` (the dims must nest, as in a row-major mesh). */
+  flatten(name: string): Effect.Effect<Mesh, ControllerError> {
+    return Effect.try({
+      try: () => {
+        const { sizes, strides } = this.layout
+        for (let i = 0; i + 1 < sizes.length; i++)
+          if (strides[i] !== strides[i + 1]! * sizes[i + 1]!) throw refuse(`${this} does not flatten: its dims do not nest`)
+        return createMesh(this.core, [name], new NDSlice(this.layout.offset, [this.size], [strides.at(-1) ?? 1]), this.defaultStream)
+      },
+      catch: (e) => (e instanceof ControllerError ? e : refuse(String(e))),
+    })
+  }
+
+  /**
+   * Uses `t` on another stream for the scope: BorrowCreate now, BorrowFirstUse before the
+   * first command that uses the alias, BorrowLastUse and BorrowDrop when the scope closes.
+   */
+  borrow(t: RemoteTensor, to: RemoteStream): Effect.Effect<RemoteTensor, never, Scope.Scope> {
+    return Effect.acquireRelease(
+      Effect.sync(() => {
+        const alias = this.core.newRef()
+        const state: BorrowState = { id: alias.id, ranks: t.mesh.ranks, used: false }
+        this.core.graph.alias(alias.id, t.ref.id)
+        this.core.post(t.mesh.ranks, { _tag: "BorrowCreate", result: alias, tensor: t.ref, from: t.stream.ref, to: to.ref, alreadyBorrowed: false })
+        return new RemoteTensor(t.mesh, alias, t.meta, to, state)
+      }),
+      (alias) => Effect.sync(() => {
+        const b = alias.borrow!
+        if (b.used) this.core.post(b.ranks, { _tag: "BorrowLastUse", borrow: b.id })
+        this.core.post(b.ranks, { _tag: "BorrowDrop", borrow: b.id })
+        this.core.release(b.ranks, [b.id])
+      }),
+    )
+  }
+}
+
+/** Defines a mesh on its ranks (CreateDeviceMesh) and returns it. */
+export const createMesh = (core: Core, names: ReadonlyArray<string>, layout: NDSlice, defaultStream: RemoteStream): Mesh => {
+  if (names.length !== layout.ndim) throw refuse(`${names.length} dim names for ${layout.ndim} dims`)
+  if (new Set(names).size !== names.length) throw refuse(`repeated dim name in [${names}]`)
+  const ref = core.newRef()
+  const mesh = new Mesh(core, ref, names, layout, defaultStream)
+  core.post(mesh.ranks, { _tag: "CreateDeviceMesh", result: ref, names, ranks: layout })
+  return mesh
+}
