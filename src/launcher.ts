@@ -26,6 +26,11 @@ export interface LaunchOptions {
   readonly onLine?: (rank: number, line: string, stream: "stdout" | "stderr") => void
   /** How long stopped processes get between SIGTERM and SIGKILL. */
   readonly graceMs?: number
+  /**
+   * When a process fails: stop the others (the default, as torchrun does), or keep them
+   * running (a controller that supervises its workers and fails only what needed it).
+   */
+  readonly onFailure?: "stop-all" | "keep-going"
 }
 
 /** How one process ended: its exit code, or 128 + signal number. */
@@ -96,7 +101,7 @@ export const launch = (options: LaunchOptions): Effect.Effect<Job, LaunchError, 
       const exit: ProcessExit = { rank, status, signal: p.signalCode === null ? null : String(p.signalCode) }
       for (const f of listeners) f(exit)
       remaining--
-      if (status !== 0 && Deferred.doneUnsafe(done, Effect.succeed(exit))) {
+      if (status !== 0 && Deferred.doneUnsafe(done, Effect.succeed(exit)) && options.onFailure !== "keep-going") {
         stopAll("SIGTERM")
         escalate()
       }

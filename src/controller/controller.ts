@@ -178,6 +178,7 @@ export class Controller extends Context.Service<Controller, ControllerApi>()("mo
           ;(o.onWorkerLine ?? ((r, l) => process.stderr.write(`[worker ${r}] ${l}\n`)))(rank, line)
         },
         graceMs: 2000,
+        onFailure: "keep-going",
       }).pipe(Effect.mapError((e) => new StartError({ message: e.message })))
       let firstExit: string | undefined
       job.onExit((e) => {

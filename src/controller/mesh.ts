@@ -42,6 +42,11 @@ export class RemoteTensor {
     if (!borrow) dropped.register(this, { core: mesh.core, ranks: mesh.ranks, id: ref.id }, this)
   }
 
+  /** Whether release() was called: the handle can no longer be used. */
+  get released(): boolean {
+    return this.#released
+  }
+
   get dtype() {
     return this.meta?.dtype
   }
@@ -127,6 +132,7 @@ export class Mesh {
     let known = true
     const walk = (v: unknown): [Value, unknown] => {
       if (v instanceof RemoteTensor) {
+        if (v.released) throw refuse(`${v} was released`)
         const missing = this.ranks.filter((r) => !v.mesh.layout.contains(r))
         if (missing.length > 0) throw refuse(`${v} is not on ranks [${missing}] of ${this}`)
         inputs.push(v.ref.id)

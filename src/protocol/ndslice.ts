@@ -4,12 +4,33 @@
  * are NDSlices. Index order is row-major over `sizes`.
  */
 export class NDSlice {
+  /**
+   * Throws RangeError unless sizes and strides have the same length and offset, sizes and
+   * strides are non-negative safe integers whose largest rank is a safe integer too (the
+   * wire carries them as u64; codec.ts checks the same before constructing one).
+   */
   constructor(
     readonly offset: number,
     readonly sizes: ReadonlyArray<number>,
     readonly strides: ReadonlyArray<number>,
   ) {
-    if (sizes.length !== strides.length) throw new RangeError(`NDSlice: ${sizes.length} sizes but ${strides.length} strides`)
+    const problem = NDSlice.problem(offset, sizes, strides)
+    if (problem !== undefined) throw new RangeError(`NDSlice: ${problem}`)
+  }
+
+  /** Why these fields do not make an NDSlice, or undefined when they do. */
+  static problem(offset: number, sizes: ReadonlyArray<number>, strides: ReadonlyArray<number>): string | undefined {
+    if (sizes.length !== strides.length) return `${sizes.length} sizes but ${strides.length} strides`
+    const natural = (n: number) => Number.isSafeInteger(n) && n >= 0
+    if (!natural(offset)) return `offset ${offset} is not a non-negative safe integer`
+    let last = offset
+    for (let d = 0; d < sizes.length; d++) {
+      const size = sizes[d]!, stride = strides[d]!
+      if (!natural(size)) return `size ${size} of dim ${d} is not a non-negative safe integer`
+      if (!natural(stride)) return `stride ${stride} of dim ${d} is not a non-negative safe integer`
+      if (size > 0) last += (size - 1) * stride
+    }
+    return Number.isSafeInteger(last) ? undefined : `largest rank ${last} is not a safe integer`
   }
 
   /** A dense row-major slice of the given sizes starting at offset. */
@@ -22,7 +43,7 @@ export class NDSlice {
 
   get ndim(): number { return this.sizes.length }
 
-  /** Number of ranks in the slice. */
+  /** Number of ranks in the slice (1 for a 0-dim slice: just `offset`). */
   get length(): number {
     let n = 1
     for (const s of this.sizes) n *= s
@@ -41,20 +62,34 @@ export class NDSlice {
     return rank
   }
 
-  /** The coordinates of a rank, or undefined when the rank is not in the slice. */
+  /**
+   * The coordinates of a rank, or undefined when the rank is not in the slice. When strides
+   * make two coordinates land on one rank, the one found first (largest strides taking the
+   * largest coordinates) is returned.
+   */
   coordinates(rank: number): number[] | undefined {
-    let rest = rank - this.offset
+    const rest = rank - this.offset
     if (!Number.isInteger(rest) || rest < 0 || this.length === 0) return undefined
     const coords = new Array<number>(this.ndim).fill(0)
-    // Peel off the largest strides first; a size-1 dim always has coordinate 0.
-    const order = [...this.sizes.keys()].filter((d) => this.sizes[d]! > 1).sort((a, b) => this.strides[b]! - this.strides[a]!)
-    for (const d of order) {
-      const stride = this.strides[d]!
-      const c = stride === 0 ? 0 : Math.min(Math.floor(rest / stride), this.sizes[d]! - 1)
-      coords[d] = c
-      rest -= c * stride
+    // Largest strides first. For the usual nested layouts (each stride at least the span of
+    // the smaller ones) the first candidate is the only one; other layouts backtrack.
+    const order = [...this.sizes.keys()].filter((d) => this.sizes[d]! > 1 && this.strides[d]! > 0).sort((a, b) => this.strides[b]! - this.strides[a]!)
+    // reach[i]: the largest sum the dims order[i..] can still add.
+    const reach = new Array<number>(order.length + 1).fill(0)
+    for (let i = order.length - 1; i >= 0; i--) reach[i] = reach[i + 1]! + (this.sizes[order[i]!]! - 1) * this.strides[order[i]!]!
+    const search = (i: number, left: number): boolean => {
+      if (i === order.length) return left === 0
+      if (left > reach[i]!) return false
+      const d = order[i]!, stride = this.strides[d]!
+      for (let c = Math.min(Math.floor(left / stride), this.sizes[d]! - 1); c >= 0; c--) {
+        if (left - c * stride > reach[i + 1]!) break
+        coords[d] = c
+        if (search(i + 1, left - c * stride)) return true
+      }
+      coords[d] = 0
+      return false
     }
-    return rest === 0 ? coords : undefined
+    return search(0, rest) ? coords : undefined
   }
 
   /** Row-major index of a rank, or -1 when the rank is not in the slice. */

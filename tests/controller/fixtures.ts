@@ -1,0 +1,25 @@
+// User functions for the controller tests ("tests/controller/fixtures:<export>").
+import { op } from "../../src/ops/builtins.ts"
+import { defineFunction } from "../../src/ops/function.ts"
+
+/** Each rank's own value: a [2, 2] tensor of (rank + 1). */
+export const rankValue = defineFunction((ctx) => op(ctx, "full", [[2, 2], ctx.rank + 1]))
+
+export const failOnRank = defineFunction((ctx, rank: number, t: unknown) => {
+  if (ctx.rank === rank) throw new Error(`deliberate failure on rank ${rank}`)
+  return op(ctx, "clone", [t])
+})
+
+/** Sleeps on one rank (holding its command loop) and returns a copy. */
+export const slowOnRank = defineFunction(async (ctx, rank: number, ms: number, t: unknown) => {
+  if (ctx.rank === rank) await Bun.sleep(ms)
+  return op(ctx, "clone", [t])
+})
+
+/** Blocks one rank's whole process (no event loop) for `ms`. */
+export const blockOnRank = defineFunction((ctx, rank: number, ms: number, t: unknown) => {
+  if (ctx.rank === rank) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms)
+  return op(ctx, "clone", [t])
+})
+
+export const pid = defineFunction(() => process.pid)
