@@ -1,0 +1,116 @@
+// NDSlice (src/protocol/ndslice.ts) on hand-computed cases: offsets, gaps between strides,
+// strides that are not nested, 0-dim slices, and the constructor's checks.
+import { describe, expect, test } from "bun:test"
+import { NDSlice } from "../../src/protocol/ndslice.ts"
+
+describe("contiguous", () => {
+  // sizes [2, 3] from 4: strides [3, 1]; ranks 4 5 6 / 7 8 9.
+  const s = NDSlice.contiguous([2, 3], 4)
+
+  test("strides, length, ranks", () => {
+    expect(s.strides).toEqual([3, 1])
+    expect(s.length).toBe(6)
+    expect(s.ndim).toBe(2)
+    expect([...s]).toEqual([4, 5, 6, 7, 8, 9])
+  })
+
+  test("coordinates, indexOf, contains", () => {
+    expect(s.coordinates(8)).toEqual([1, 1])
+    expect(s.coordinates(4)).toEqual([0, 0])
+    expect(s.indexOf(8)).toBe(4)
+    expect(s.indexOf(3)).toBe(-1)
+    expect(s.indexOf(10)).toBe(-1)
+    expect(s.contains(9)).toBe(true)
+    expect(s.contains(4.5)).toBe(false)
+  })
+
+  test("members along each dim", () => {
+    expect(s.members(0, 8)).toEqual([5, 8])
+    expect(s.members(1, 8)).toEqual([7, 8, 9])
+    expect(() => s.members(2, 8)).toThrow(RangeError)
+    expect(() => s.members(0, 10)).toThrow(RangeError)
+  })
+})
+
+describe("offset with gaps: offset 1, sizes [2, 3], strides [10, 2]", () => {
+  // Row 0: 1 3 5; row 1: 11 13 15.
+  const s = new NDSlice(1, [2, 3], [10, 2])
+
+  test("ranks in row-major order", () => {
+    expect([...s]).toEqual([1, 3, 5, 11, 13, 15])
+    expect(s.rankAt(3)).toBe(11)
+    expect(() => s.rankAt(6)).toThrow(RangeError)
+    expect(() => s.rankAt(-1)).toThrow(RangeError)
+  })
+
+  test("ranks in the gaps are not members", () => {
+    for (const r of [0, 2, 4, 6, 10, 12, 14, 16, 21]) expect(s.contains(r)).toBe(false)
+    expect(s.coordinates(13)).toEqual([1, 1])
+    expect(s.indexOf(15)).toBe(5)
+  })
+
+  test("members", () => {
+    expect(s.members(0, 13)).toEqual([3, 13])
+    expect(s.members(1, 13)).toEqual([11, 13, 15])
+    expect(s.members(1, 1)).toEqual([1, 3, 5])
+  })
+})
+
+describe("strides that do not nest: sizes [3, 2], strides [2, 3]", () => {
+  // (i, j) -> 2i + 3j: row-major (0,0)=0 (0,1)=3 (1,0)=2 (1,1)=5 (2,0)=4 (2,1)=7.
+  const s = new NDSlice(0, [3, 2], [2, 3])
+
+  test("every rank is found, including those a greedy split by the largest stride misses", () => {
+    expect([...s]).toEqual([0, 3, 2, 5, 4, 7])
+    expect(s.coordinates(4)).toEqual([2, 0]) // greedy: 4 = 3 + 1, then stuck
+    expect(s.indexOf(4)).toBe(4)
+    expect(s.coordinates(7)).toEqual([2, 1])
+    for (const r of [1, 6, 8, 9]) expect(s.contains(r)).toBe(false)
+  })
+
+  test("members", () => {
+    expect(s.members(0, 5)).toEqual([3, 5, 7])
+    expect(s.members(1, 4)).toEqual([4, 7])
+  })
+})
+
+describe("edge shapes", () => {
+  test("0-dim: the single rank `offset`", () => {
+    const s = new NDSlice(7, [], [])
+    expect(s.length).toBe(1)
+    expect([...s]).toEqual([7])
+    expect(s.coordinates(7)).toEqual([])
+    expect(s.contains(8)).toBe(false)
+  })
+
+  test("size-1 dims ignore their stride", () => {
+    const s = new NDSlice(5, [1, 4], [100, 1])
+    expect([...s]).toEqual([5, 6, 7, 8])
+    expect(s.coordinates(6)).toEqual([0, 1])
+    expect(s.contains(105)).toBe(false)
+  })
+
+  test("a 0-size dim: no ranks", () => {
+    const s = new NDSlice(0, [2, 0], [1, 1])
+    expect(s.length).toBe(0)
+    expect([...s]).toEqual([])
+    expect(s.contains(0)).toBe(false)
+  })
+
+  test("3 dims with an offset: indexOf inverts rankAt everywhere", () => {
+    const s = new NDSlice(3, [2, 2, 3], [24, 6, 1])
+    expect([...s]).toEqual([3, 4, 5, 9, 10, 11, 27, 28, 29, 33, 34, 35])
+    for (let i = 0; i < s.length; i++) expect(s.indexOf(s.rankAt(i))).toBe(i)
+  })
+})
+
+describe("constructor checks", () => {
+  test("sizes and strides must match, and be non-negative safe integers", () => {
+    expect(() => new NDSlice(0, [2], [])).toThrow("NDSlice: 1 sizes but 0 strides")
+    expect(() => new NDSlice(-1, [2], [1])).toThrow("NDSlice: offset -1 is not a non-negative safe integer")
+    expect(() => new NDSlice(0, [1.5], [1])).toThrow("NDSlice: size 1.5 of dim 0 is not a non-negative safe integer")
+    expect(() => new NDSlice(0, [2, 2], [1, -2])).toThrow("NDSlice: stride -2 of dim 1 is not a non-negative safe integer")
+    expect(() => new NDSlice(0, [2 ** 30, 2 ** 30], [2 ** 30, 1])).toThrow(/largest rank .* is not a safe integer/)
+    expect(NDSlice.problem(0, [2], [1])).toBeUndefined()
+  })
+})
