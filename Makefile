@@ -42,9 +42,10 @@ build/obj/cpu/%.cc.o: c/%.cc $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -c -o $@ $<
 
-# NCCL and cuBLAS are dlopen'ed at run time (c/cuda/), so only the CUDA runtime is linked.
+# NCCL and cuBLAS are dlopen'ed at run time (c/cuda/), so only the CUDA runtime is linked, statically:
+# the library then needs no libcudart.so on the loader's path where it runs, only a driver.
 build/libshim-cuda.so: $(CUDA_OBJ)
-	$(NVCC) -shared $(CUDA_ARCH) -o $@ $^ -cudart shared -ldl -lpthread
+	$(NVCC) -shared $(CUDA_ARCH) -o $@ $^ -cudart static -ldl -lpthread -lrt
 
 build/obj/cuda/%.c.o: c/%.c $(HEADERS)
 	@mkdir -p $(dir $@)

@@ -1,15 +1,20 @@
 /* convert.cu: shim_cast on the device, element by element by the rules of elements.h (the
- * cpu's convert.c): a floating source goes through double, an integer or bool source through
+ * cpu's convert.c): between f32, f16 and bf16 through float (exact, and NaN bits kept as the
+ * cpu keeps them), from another floating dtype through double, from an integer or bool through
  * int64. The same dtype is a device-to-device copy. */
 #include "elements.h"
 
 using namespace shim;
 
+/* The dtypes float holds exactly. */
+__host__ __device__ constexpr bool is_single(int32_t code) { return code == SHIM_F32 || code == SHIM_F16 || code == SHIM_BF16; }
+
 template <typename From, typename To>
 __global__ void cast_kernel(typename To::T *out, const typename From::T *in, int64_t n) {
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-    if constexpr (From::kind == Kind::Float) out[i] = To::from_f64(From::to_f64(in[i]));
+    if constexpr (is_single(From::code) && is_single(To::code)) out[i] = To::store(From::load(in[i]));
+    else if constexpr (From::kind == Kind::Float) out[i] = To::from_f64(From::to_f64(in[i]));
     else out[i] = To::from_i64(From::to_i64(in[i]));
   }
 }

@@ -11,6 +11,8 @@
  * neighbouring elements). When there are too few rows or outputs to fill the device, the
  * reduced dim is split, each piece writes a partial to scratch, and a second kernel combines
  * the partials, a warp per output. */
+#include <stdio.h>
+
 #include <type_traits>
 
 #include "elements.h"
@@ -214,10 +216,14 @@ int shim_reduce(int32_t op, shim_tensor *out, const shim_tensor *a, int32_t dim,
     for (int32_t i = 0; i < dim; i++) outer *= a->shape[i];
     for (int32_t i = dim + 1; i < a->ndim; i++) inner *= a->shape[i];
   }
-  if (out->numel != outer * inner)
-    return shim_fail(SHIM_E_INVALID, "shim_reduce(%s): out is %s but reducing dim %d of %s leaves %lld elements", name,
-                     shim_cuda_describe(out, bo, sizeof bo), dim, shim_cuda_describe(a, ba, sizeof ba),
+  if (out->numel != outer * inner) {
+    char which[32];
+    if (dim == SHIM_ALL_DIMS) snprintf(which, sizeof which, "all dims");
+    else snprintf(which, sizeof which, "dim %d", dim);
+    return shim_fail(SHIM_E_INVALID, "shim_reduce(%s): out is %s but reducing %s of %s leaves %lld elements", name,
+                     shim_cuda_describe(out, bo, sizeof bo), which, shim_cuda_describe(a, ba, sizeof ba),
                      (long long)(outer * inner));
+  }
   if (r == 0 && (op == SHIM_MAX || op == SHIM_MIN))
     return shim_fail(SHIM_E_INVALID, "shim_reduce(%s): the reduced dim of %s is empty and %s has no identity", name,
                      shim_cuda_describe(a, ba, sizeof ba), name);

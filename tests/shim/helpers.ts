@@ -9,7 +9,8 @@ import { loadNative, ShimError, type ShimReason } from "../../ffi/native.ts"
 import { Tensor } from "../../ffi/tensor.ts"
 import { DTYPES, HostTensor, type DType } from "../../src/protocol/values.ts"
 
-export const native = loadNative("cpu")
+// MONARCH_DEVICE=cuda runs the same tests on the cuda backend (scripts/gpu/check.sh).
+export const native = loadNative(process.env.MONARCH_DEVICE ?? "cpu")
 
 export { DTYPES, type DType }
 export const FLOATS = ["f32", "f64", "f16", "bf16"] as const satisfies ReadonlyArray<DType>

@@ -1,0 +1,475 @@
+/* comm_nccl.cu: the communicator section of shim.h on NCCL, loaded at run time (loader.cu).
+ *
+ * Creation is two-phase, like the cpu's: member 0's shim_comm_create asks NCCL for a unique id,
+ * whose 128 bytes are its address; the other members publish nothing. shim_comm_connect takes
+ * member 0's bytes and joins with ncclCommInitRankConfig, non-blocking so that a member that
+ * never comes can be given up on.
+ *
+ * Collectives are host-synchronous on cuda: each call issues its work on the stream, records an
+ * event after it, and polls that event and ncclCommGetAsyncError until the work is done, NCCL
+ * reports an error (a peer gone), or the comm's timeout passes. On an error or a timeout the
+ * comm is aborted (ncclCommAbort, which also ends its kernels) and every later call fails with
+ * that first error, so a lost peer is an error, never a hang. The timeout counts from the call
+ * and covers work queued on the stream before it, which the collective waits for anyway.
+ *
+ * AVG is a sum and then a divide kernel for every dtype, as on the cpu (NCCL's ncclAvg scales
+ * before it sums, which rounds differently); integers truncate. bool travels as uint8: sum and
+ * max are max (or), prod and min are min (and), avg is refused. Data that is only moved
+ * (gather, broadcast, all-to-all, send/recv) travels as bytes. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "elements.h"
+
+using namespace shim;
+
+struct shim_comm {
+  int32_t rank;
+  int32_t size;
+  int64_t timeout_ms;
+  const shim_nccl_api *nccl;
+  ncclUniqueId id;             /* member 0: the id it made; the others: member 0's, at connect */
+  ncclComm_t comm;             /* NULL before connect and after an abort */
+  bool connected;
+  cudaEvent_t done;            /* recorded after each call's work and polled */
+  shim_cuda_storage *barrier;  /* one byte the barrier all-reduces */
+  char failure[640];           /* the first failure; empty while the comm is usable */
+};
+
+namespace {
+
+int64_t now_ns() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t deadline_of(const shim_comm *c) { return now_ns() + c->timeout_ms * 1000000; }
+
+/* Spins for the first few hundred polls (a small collective is done in microseconds), then
+ * sleeps between them. */
+void pause_after(int polls) {
+  if (polls < 256) return;
+  struct timespec ts = {0, polls < 4096 ? 10000 : 200000};
+  nanosleep(&ts, NULL);
+}
+
+const char *last_error(const shim_comm *c) {
+  const char *text = c->nccl->ncclGetLastError(c->comm);
+  return text != NULL ? text : "";
+}
+
+/* Records the comm's first failure, aborts it, and fails with code. */
+__attribute__((format(printf, 3, 4))) int broken(shim_comm *c, int code, const char *fmt, ...) {
+  char text[sizeof c->failure];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  if (c->failure[0] == '\0') memcpy(c->failure, text, sizeof text);
+  if (c->comm != NULL) {
+    (void)c->nccl->ncclCommAbort(c->comm);
+    c->comm = NULL;
+  }
+  return shim_fail(code, "%s", text);
+}
+
+/* Polls a non-blocking comm until the call in progress on it has finished. */
+int settle(shim_comm *c, const char *what, int64_t deadline) {
+  for (int polls = 0;; polls++) {
+    ncclResult_t state = ncclSuccess;
+    ncclResult_t r = c->nccl->ncclCommGetAsyncError(c->comm, &state);
+    if (r != ncclSuccess)
+      return broken(c, SHIM_E_COMM, "%s: ncclCommGetAsyncError: %s (NCCL result %d)", what, c->nccl->ncclGetErrorString(r), (int)r);
+    if (state == ncclSuccess) return SHIM_OK;
+    if (state != ncclInProgress)
+      return broken(c, SHIM_E_COMM, "%s: NCCL failed: %s (NCCL result %d) %s", what, c->nccl->ncclGetErrorString(state),
+                    (int)state, last_error(c));
+    if (now_ns() > deadline)
+      return broken(c, SHIM_E_TIMEOUT, "%s: NCCL did not finish within %lld ms (a member missing or stuck?)", what,
+                    (long long)c->timeout_ms);
+    pause_after(polls);
+  }
+}
+
+/* The result of issuing NCCL work: done, still in progress (settle), or a failure. */
+int issued(shim_comm *c, const char *what, ncclResult_t r, int64_t deadline) {
+  if (r == ncclSuccess) return SHIM_OK;
+  if (r == ncclInProgress) return settle(c, what, deadline);
+  return broken(c, SHIM_E_COMM, "%s: %s (NCCL result %d) %s", what, c->nccl->ncclGetErrorString(r), (int)r, last_error(c));
+}
+
+/* Waits until the work issued to stream so far has completed, watching the comm for errors. */
+int wait_done(shim_comm *c, const char *what, cudaStream_t stream, int64_t deadline) {
+  CUDA_CHECK(cudaEventRecord(c->done, stream));
+  for (int polls = 0;; polls++) {
+    cudaError_t e = cudaEventQuery(c->done);
+    if (e == cudaSuccess) return SHIM_OK;
+    if (e != cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      return broken(c, SHIM_E_BACKEND, "%s: waiting for NCCL's work: %s (CUDA error %d)", what, cudaGetErrorString(e), (int)e);
+    }
+    ncclResult_t state = ncclSuccess;
+    ncclResult_t r = c->nccl->ncclCommGetAsyncError(c->comm, &state);
+    if (r != ncclSuccess || (state != ncclSuccess && state != ncclInProgress))
+      return broken(c, SHIM_E_COMM, "%s: NCCL failed: %s (NCCL result %d) %s", what,
+                    c->nccl->ncclGetErrorString(r != ncclSuccess ? r : state), (int)(r != ncclSuccess ? r : state),
+                    last_error(c));
+    if (now_ns() > deadline)
+      return broken(c, SHIM_E_TIMEOUT, "%s: did not complete within %lld ms (a member missing or stuck?)", what,
+                    (long long)c->timeout_ms);
+    pause_after(polls);
+  }
+}
+
+int check_usable(const shim_comm *c, const char *what) {
+  if (c == NULL) return shim_fail(SHIM_E_INVALID, "%s: comm is null", what);
+  if (c->failure[0] != '\0')
+    return shim_fail(SHIM_E_COMM, "%s: comm unusable after an earlier failure (%s)", what, c->failure);
+  if (!c->connected) return shim_fail(SHIM_E_INVALID, "%s: comm is not connected yet", what);
+  return SHIM_OK;
+}
+
+int check_tensor(const shim_tensor *t, const char *what, const char *name) {
+  if (t == NULL || t->storage == NULL) return shim_fail(SHIM_E_INVALID, "%s: %s is null", what, name);
+  if (t->numel > 0 && t->storage->data == NULL) return shim_fail(SHIM_E_INVALID, "%s: %s has no memory", what, name);
+  return SHIM_OK;
+}
+
+int check_same_dtype(const shim_tensor *out, const shim_tensor *in, const char *what) {
+  if (out->dtype != in->dtype)
+    return shim_fail(SHIM_E_INVALID, "%s: dtypes differ (out %s, in %s)", what, shim_dtype_name(out->dtype),
+                     shim_dtype_name(in->dtype));
+  return SHIM_OK;
+}
+
+ncclDataType_t nccl_type(int32_t dtype) {
+  switch (dtype) {
+    case SHIM_F32: return ncclFloat32;
+    case SHIM_F64: return ncclFloat64;
+    case SHIM_F16: return ncclFloat16;
+    case SHIM_BF16: return ncclBfloat16;
+    case SHIM_I32: return ncclInt32;
+    case SHIM_I64: return ncclInt64;
+    default: return ncclUint8; /* u8 and bool */
+  }
+}
+
+/* NCCL's reduction for op over dtype (AVG sums; divide() finishes it). */
+int nccl_op(const char *what, int32_t dtype, int32_t op, ncclRedOp_t *out) {
+  if (op < SHIM_OP_SUM || op > SHIM_OP_AVG) return shim_fail(SHIM_E_INVALID, "%s: unknown reduce op %d", what, op);
+  if (dtype == SHIM_BOOL) {
+    if (op == SHIM_OP_AVG) return shim_fail(SHIM_E_UNSUPPORTED, "%s: avg is not defined for dtype bool", what);
+    *out = op == SHIM_OP_SUM || op == SHIM_OP_MAX ? ncclMax : ncclMin;
+    return SHIM_OK;
+  }
+  switch (op) {
+    case SHIM_OP_PROD: *out = ncclProd; break;
+    case SHIM_OP_MIN: *out = ncclMin; break;
+    case SHIM_OP_MAX: *out = ncclMax; break;
+    default: *out = ncclSum; break; /* sum, avg */
+  }
+  return SHIM_OK;
+}
+
+/* data[i] /= divisor: floating dtypes in their compute type, integers truncating in int64. */
+template <typename D>
+__global__ void divide_kernel(typename D::T *data, int64_t n, int32_t divisor) {
+  using V = typename D::V;
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    if constexpr (D::kind == Kind::Float) data[i] = D::store(D::load(data[i]) / (V)divisor);
+    else data[i] = (typename D::T)((int64_t)D::load(data[i]) / (int64_t)divisor);
+  }
+}
+
+/* The second half of AVG, queued on the stream after the sum. */
+int divide(const shim_tensor *t, int32_t divisor, cudaStream_t stream) {
+  return dispatch(t->dtype, [&](auto d) -> int {
+    using D = decltype(d);
+    if constexpr (D::kind != Kind::Bool) { /* bool has no AVG (nccl_op refuses it) */
+      divide_kernel<D><<<shim_cuda_blocks(t->numel), SHIM_CUDA_THREADS, 0, stream>>>(
+          (typename D::T *)shim_cuda_data(t), t->numel, divisor);
+      CUDA_CHECK_LAUNCH("divide_kernel");
+    }
+    return SHIM_OK;
+  });
+}
+
+/* Issues `count` grouped sends or receives; the group is always closed, even after a failure. */
+template <typename Body>
+int grouped(shim_comm *c, const char *what, int64_t deadline, Body body) {
+  ncclResult_t r = c->nccl->ncclGroupStart();
+  if (r != ncclSuccess) return issued(c, what, r, deadline);
+  ncclResult_t first = body();
+  ncclResult_t end = c->nccl->ncclGroupEnd();
+  if (first != ncclSuccess && first != ncclInProgress) return issued(c, what, first, deadline);
+  return issued(c, what, end, deadline);
+}
+
+}  // namespace
+
+int shim_comm_create(int32_t rank, int32_t size, int64_t timeout_ms, const char *hostname, shim_comm **out) {
+  const char *what = "shim_comm_create";
+  SHIM_REQUIRE(out, "out");
+  if (size < 1) return shim_fail(SHIM_E_INVALID, "%s: size %d < 1", what, size);
+  if (rank < 0 || rank >= size) return shim_fail(SHIM_E_INVALID, "%s: rank %d outside 0..%d", what, rank, size - 1);
+  if (timeout_ms <= 0) return shim_fail(SHIM_E_INVALID, "%s: timeout %lld ms is not positive", what, (long long)timeout_ms);
+  const shim_nccl_api *nccl;
+  SHIM_TRY(shim_nccl_load(&nccl));
+  shim_comm *c = (shim_comm *)calloc(1, sizeof *c);
+  if (c == NULL) return shim_fail(SHIM_E_NOMEM, "%s: out of host memory", what);
+  c->rank = rank;
+  c->size = size;
+  c->timeout_ms = timeout_ms;
+  c->nccl = nccl;
+  cudaError_t e = cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming);
+  if (e != cudaSuccess) {
+    free(c);
+    return shim_cuda_fail(e, "cudaEventCreateWithFlags", __FILE__, __LINE__);
+  }
+  if (rank == 0) {
+    ncclResult_t r = nccl->ncclGetUniqueId(&c->id);
+    if (r != ncclSuccess) {
+      (void)cudaEventDestroy(c->done);
+      free(c);
+      return shim_nccl_fail(r, NULL, "ncclGetUniqueId", __FILE__, __LINE__);
+    }
+  }
+  *out = c;
+  return SHIM_OK;
+}
+
+int shim_comm_address(shim_comm *c, uint8_t *buf, int64_t cap, int64_t *len) {
+  SHIM_REQUIRE(c, "comm");
+  SHIM_REQUIRE(len, "len");
+  *len = c->rank == 0 ? NCCL_UNIQUE_ID_BYTES : 0;
+  if (buf == NULL) return SHIM_OK; /* a size query */
+  if (cap < *len)
+    return shim_fail(SHIM_E_INVALID, "shim_comm_address: capacity %lld < %lld bytes", (long long)cap, (long long)*len);
+  if (*len > 0) memcpy(buf, &c->id, NCCL_UNIQUE_ID_BYTES);
+  return SHIM_OK;
+}
+
+int shim_comm_connect(shim_comm *c, const uint8_t *addrs, const int64_t *lens) {
+  const char *what = "shim_comm_connect";
+  SHIM_REQUIRE(c, "comm");
+  SHIM_REQUIRE(lens, "lens");
+  if (c->failure[0] != '\0')
+    return shim_fail(SHIM_E_COMM, "%s: comm unusable after an earlier failure (%s)", what, c->failure);
+  if (c->connected) return shim_fail(SHIM_E_INVALID, "%s: already connected", what);
+  for (int32_t i = 0; i < c->size; i++) {
+    const int64_t expected = i == 0 ? NCCL_UNIQUE_ID_BYTES : 0;
+    if (lens[i] != expected)
+      return shim_fail(SHIM_E_INVALID, "%s: member %d published %lld bytes, expected %lld", what, i, (long long)lens[i],
+                       (long long)expected);
+  }
+  SHIM_REQUIRE(addrs, "addrs");
+  if (c->rank == 0 && memcmp(addrs, &c->id, NCCL_UNIQUE_ID_BYTES) != 0)
+    return shim_fail(SHIM_E_INVALID, "%s: the bytes at rank %d are not this member's address", what, c->rank);
+  memcpy(&c->id, addrs, NCCL_UNIQUE_ID_BYTES);
+  if (c->barrier == NULL) SHIM_TRY(shim_cuda_storage_alloc(1, &c->barrier));
+
+  shim_nccl_config config;
+  memset(&config, 0, sizeof config);
+  config.size = sizeof config;
+  config.magic = SHIM_NCCL_CONFIG_MAGIC;
+  config.version = SHIM_NCCL_CONFIG_VERSION;
+  config.blocking = 0;
+  config.cgaClusterSize = SHIM_NCCL_CONFIG_UNDEF_INT;
+  config.minCTAs = SHIM_NCCL_CONFIG_UNDEF_INT;
+  config.maxCTAs = SHIM_NCCL_CONFIG_UNDEF_INT;
+  config.netName = NULL;
+  int64_t deadline = deadline_of(c);
+  ncclResult_t r = c->nccl->ncclCommInitRankConfig(&c->comm, c->size, c->id, c->rank, &config);
+  SHIM_TRY(issued(c, what, r, deadline));
+  if (c->comm == NULL) return broken(c, SHIM_E_COMM, "%s: ncclCommInitRankConfig made no communicator", what);
+  c->connected = true;
+  return SHIM_OK;
+}
+
+/* A healthy comm is finalized (waiting at most the timeout) and destroyed; a broken one was
+ * aborted already. The handle is freed either way. */
+int shim_comm_destroy(shim_comm *c) {
+  SHIM_REQUIRE(c, "comm");
+  const char *what = "shim_comm_destroy";
+  int status = SHIM_OK;
+  if (c->comm != NULL && c->connected) status = issued(c, what, c->nccl->ncclCommFinalize(c->comm), deadline_of(c));
+  if (c->comm != NULL) {
+    ncclResult_t r = c->nccl->ncclCommDestroy(c->comm);
+    if (r != ncclSuccess && r != ncclInProgress && status == SHIM_OK)
+      status = shim_nccl_fail(r, NULL, "ncclCommDestroy", __FILE__, __LINE__);
+  }
+  cudaError_t e = cudaEventDestroy(c->done);
+  if (e != cudaSuccess && status == SHIM_OK) status = shim_cuda_fail(e, "cudaEventDestroy", __FILE__, __LINE__);
+  if (c->barrier != NULL) {
+    int s = shim_cuda_storage_release(c->barrier);
+    if (status == SHIM_OK) status = s;
+  }
+  free(c);
+  return status;
+}
+
+int shim_all_reduce(shim_comm *c, shim_tensor *out, const shim_tensor *in, int32_t op, shim_stream *s) {
+  const char *what = "shim_all_reduce";
+  SHIM_TRY(check_usable(c, what));
+  SHIM_TRY(check_tensor(out, what, "out"));
+  SHIM_TRY(check_tensor(in, what, "in"));
+  SHIM_TRY(check_same_dtype(out, in, what));
+  if (out->numel != in->numel)
+    return shim_fail(SHIM_E_INVALID, "%s: out has %lld elements, in %lld", what, (long long)out->numel, (long long)in->numel);
+  ncclRedOp_t nop = ncclSum;
+  SHIM_TRY(nccl_op(what, in->dtype, op, &nop));
+  if (in->numel == 0) return SHIM_OK;
+  shim_cuda_track(s, out);
+  shim_cuda_track(s, in);
+  cudaStream_t stream = shim_cuda_stream(s);
+  int64_t deadline = deadline_of(c);
+  ncclResult_t r = c->nccl->ncclAllReduce(shim_cuda_data(in), shim_cuda_data(out), (size_t)in->numel, nccl_type(in->dtype),
+                                          nop, c->comm, stream);
+  SHIM_TRY(issued(c, what, r, deadline));
+  if (op == SHIM_OP_AVG) SHIM_TRY(divide(out, c->size, stream));
+  return wait_done(c, what, stream, deadline);
+}
+
+int shim_all_gather(shim_comm *c, shim_tensor *out, const shim_tensor *in, shim_stream *s) {
+  const char *what = "shim_all_gather";
+  SHIM_TRY(check_usable(c, what));
+  SHIM_TRY(check_tensor(out, what, "out"));
+  SHIM_TRY(check_tensor(in, what, "in"));
+  SHIM_TRY(check_same_dtype(out, in, what));
+  if (out->numel != in->numel * c->size)
+    return shim_fail(SHIM_E_INVALID, "%s: out has %lld elements, not %d x %lld", what, (long long)out->numel, c->size,
+                     (long long)in->numel);
+  if (in->numel == 0) return SHIM_OK;
+  shim_cuda_track(s, out);
+  shim_cuda_track(s, in);
+  cudaStream_t stream = shim_cuda_stream(s);
+  int64_t deadline = deadline_of(c);
+  ncclResult_t r = c->nccl->ncclAllGather(shim_cuda_data(in), shim_cuda_data(out), (size_t)shim_cuda_nbytes(in), ncclUint8,
+                                          c->comm, stream);
+  SHIM_TRY(issued(c, what, r, deadline));
+  return wait_done(c, what, stream, deadline);
+}
+
+int shim_reduce_scatter(shim_comm *c, shim_tensor *out, const shim_tensor *in, int32_t op, shim_stream *s) {
+  const char *what = "shim_reduce_scatter";
+  SHIM_TRY(check_usable(c, what));
+  SHIM_TRY(check_tensor(out, what, "out"));
+  SHIM_TRY(check_tensor(in, what, "in"));
+  SHIM_TRY(check_same_dtype(out, in, what));
+  if (in->numel != out->numel * c->size)
+    return shim_fail(SHIM_E_INVALID, "%s: in has %lld elements, not %d x %lld", what, (long long)in->numel, c->size,
+                     (long long)out->numel);
+  ncclRedOp_t nop = ncclSum;
+  SHIM_TRY(nccl_op(what, in->dtype, op, &nop));
+  if (in->numel == 0) return SHIM_OK;
+  shim_cuda_track(s, out);
+  shim_cuda_track(s, in);
+  cudaStream_t stream = shim_cuda_stream(s);
+  int64_t deadline = deadline_of(c);
+  ncclResult_t r = c->nccl->ncclReduceScatter(shim_cuda_data(in), shim_cuda_data(out), (size_t)out->numel,
+                                              nccl_type(in->dtype), nop, c->comm, stream);
+  SHIM_TRY(issued(c, what, r, deadline));
+  if (op == SHIM_OP_AVG) SHIM_TRY(divide(out, c->size, stream));
+  return wait_done(c, what, stream, deadline);
+}
+
+/* A grouped send and receive per peer; this member's own chunk is a device copy. */
+int shim_all_to_all(shim_comm *c, shim_tensor *out, const shim_tensor *in, shim_stream *s) {
+  const char *what = "shim_all_to_all";
+  SHIM_TRY(check_usable(c, what));
+  SHIM_TRY(check_tensor(out, what, "out"));
+  SHIM_TRY(check_tensor(in, what, "in"));
+  SHIM_TRY(check_same_dtype(out, in, what));
+  if (out->numel != in->numel)
+    return shim_fail(SHIM_E_INVALID, "%s: out has %lld elements, in %lld", what, (long long)out->numel, (long long)in->numel);
+  if (in->numel % c->size != 0)
+    return shim_fail(SHIM_E_INVALID, "%s: %lld elements do not split into %d chunks", what, (long long)in->numel, c->size);
+  if (in->numel == 0) return SHIM_OK;
+  if (shim_cuda_data(in) == shim_cuda_data(out)) return shim_fail(SHIM_E_INVALID, "%s: in and out share memory", what);
+  shim_cuda_track(s, out);
+  shim_cuda_track(s, in);
+  cudaStream_t stream = shim_cuda_stream(s);
+  const size_t chunk = (size_t)(shim_cuda_nbytes(in) / c->size);
+  const char *src = (const char *)shim_cuda_data(in);
+  char *dst = (char *)shim_cuda_data(out);
+  CUDA_CHECK(cudaMemcpyAsync(dst + (size_t)c->rank * chunk, src + (size_t)c->rank * chunk, chunk,
+                             cudaMemcpyDeviceToDevice, stream));
+  int64_t deadline = deadline_of(c);
+  SHIM_TRY(grouped(c, what, deadline, [&] {
+    for (int32_t peer = 0; peer < c->size; peer++) {
+      if (peer == c->rank) continue;
+      ncclResult_t r = c->nccl->ncclSend(src + (size_t)peer * chunk, chunk, ncclUint8, peer, c->comm, stream);
+      if (r != ncclSuccess && r != ncclInProgress) return r;
+      r = c->nccl->ncclRecv(dst + (size_t)peer * chunk, chunk, ncclUint8, peer, c->comm, stream);
+      if (r != ncclSuccess && r != ncclInProgress) return r;
+    }
+    return ncclSuccess;
+  }));
+  return wait_done(c, what, stream, deadline);
+}
+
+int shim_broadcast(shim_comm *c, shim_tensor *t, int32_t root, shim_stream *s) {
+  const char *what = "shim_broadcast";
+  SHIM_TRY(check_usable(c, what));
+  SHIM_TRY(check_tensor(t, what, "tensor"));
+  if (root < 0 || root >= c->size) return shim_fail(SHIM_E_INVALID, "%s: root %d outside 0..%d", what, root, c->size - 1);
+  if (t->numel == 0) return SHIM_OK;
+  shim_cuda_track(s, t);
+  cudaStream_t stream = shim_cuda_stream(s);
+  int64_t deadline = deadline_of(c);
+  ncclResult_t r = c->nccl->ncclBroadcast(shim_cuda_data(t), shim_cuda_data(t), (size_t)shim_cuda_nbytes(t), ncclUint8, root,
+                                          c->comm, stream);
+  SHIM_TRY(issued(c, what, r, deadline));
+  return wait_done(c, what, stream, deadline);
+}
+
+/* A one-byte all-reduce, waited for. */
+int shim_barrier(shim_comm *c, shim_stream *s) {
+  const char *what = "shim_barrier";
+  SHIM_TRY(check_usable(c, what));
+  shim_cuda_track_storage(s, c->barrier);
+  cudaStream_t stream = shim_cuda_stream(s);
+  int64_t deadline = deadline_of(c);
+  void *byte = c->barrier->base.data;
+  ncclResult_t r = c->nccl->ncclAllReduce(byte, byte, 1, ncclUint8, ncclMax, c->comm, stream);
+  SHIM_TRY(issued(c, what, r, deadline));
+  return wait_done(c, what, stream, deadline);
+}
+
+int shim_p2p(shim_comm *c, int32_t n, const int32_t *kinds, const int32_t *peers, shim_tensor *const *tensors,
+             shim_stream *s) {
+  const char *what = "shim_p2p";
+  SHIM_TRY(check_usable(c, what));
+  if (n < 0) return shim_fail(SHIM_E_INVALID, "%s: n %d < 0", what, n);
+  if (n == 0) return SHIM_OK;
+  SHIM_REQUIRE(kinds, "kinds");
+  SHIM_REQUIRE(peers, "peers");
+  SHIM_REQUIRE(tensors, "tensors");
+  for (int32_t i = 0; i < n; i++) {
+    if (kinds[i] != SHIM_SEND && kinds[i] != SHIM_RECV)
+      return shim_fail(SHIM_E_INVALID, "%s: op %d has kind %d", what, i, kinds[i]);
+    if (peers[i] < 0 || peers[i] >= c->size || peers[i] == c->rank)
+      return shim_fail(SHIM_E_INVALID, "%s: op %d has peer %d (this member is %d of %d)", what, i, peers[i], c->rank, c->size);
+    SHIM_TRY(check_tensor(tensors[i], what, "a tensor"));
+  }
+  for (int32_t i = 0; i < n; i++) shim_cuda_track(s, tensors[i]);
+  cudaStream_t stream = shim_cuda_stream(s);
+  int64_t deadline = deadline_of(c);
+  SHIM_TRY(grouped(c, what, deadline, [&] {
+    for (int32_t i = 0; i < n; i++) {
+      const shim_tensor *t = tensors[i];
+      if (t->numel == 0) continue; /* both sides skip it */
+      ncclResult_t r = kinds[i] == SHIM_SEND
+                           ? c->nccl->ncclSend(shim_cuda_data(t), (size_t)shim_cuda_nbytes(t), ncclUint8, peers[i], c->comm, stream)
+                           : c->nccl->ncclRecv(shim_cuda_data(t), (size_t)shim_cuda_nbytes(t), ncclUint8, peers[i], c->comm, stream);
+      if (r != ncclSuccess && r != ncclInProgress) return r;
+    }
+    return ncclSuccess;
+  }));
+  return wait_done(c, what, stream, deadline);
+}

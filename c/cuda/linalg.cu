@@ -1,0 +1,159 @@
+/* linalg.cu: shim_matmul on the device. f32, f64, f16 and bf16 go to cuBLAS (cublasGemmEx, or
+ * cublasGemmStridedBatchedEx when b is batched) accumulating in f32 (f64 for f64; no TF32).
+ * Integers and bool use a tiled kernel that accumulates in int64, wrapping, and converts back
+ * by elements.h's rules (so a bool matmul is "any a[i,p] and b[p,j]"), as the cpu does.
+ *
+ * cuBLAS is column-major. A row-major [r, c] matrix is the same memory as its column-major
+ * transpose, so row-major C = A B is computed as column-major C^T = B^T A^T: the operands
+ * swap places and nothing is transposed.
+ *
+ * One cuBLAS handle per device, made on first use and kept for the process (a library handle,
+ * like the dlopen ones); a handle is used by one thread at a time. */
+#include <limits.h>
+#include <pthread.h>
+
+#include "elements.h"
+
+using namespace shim;
+
+namespace {
+
+enum { MAX_DEVICES = 64, TILE = 16 };
+
+pthread_mutex_t handles_lock = PTHREAD_MUTEX_INITIALIZER;
+cublasHandle_t handles[MAX_DEVICES];
+
+int current_handle(const shim_cublas_api *api, cublasHandle_t *out) {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  if (device < 0 || device >= MAX_DEVICES)
+    return shim_fail(SHIM_E_UNSUPPORTED, "shim_matmul: device %d is beyond the %d this backend keeps handles for", device,
+                     MAX_DEVICES);
+  pthread_mutex_lock(&handles_lock);
+  cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+  if (handles[device] == nullptr) st = api->cublasCreate_v2(&handles[device]);
+  *out = handles[device];
+  pthread_mutex_unlock(&handles_lock);
+  if (st != CUBLAS_STATUS_SUCCESS) return shim_cublas_fail(st, "cublasCreate", __FILE__, __LINE__);
+  return SHIM_OK;
+}
+
+/* C [batch, m, n] = A [batch, m, k] @ B ([batch,] k, n), all row-major, through cuBLAS. */
+int gemm_cublas(int32_t dtype, const void *a, const void *b, void *c, bool b_batched, int64_t batch, int64_t m,
+                int64_t n, int64_t k, cudaStream_t stream) {
+  const shim_cublas_api *api;
+  SHIM_TRY(shim_cublas_load(&api));
+  cublasHandle_t handle;
+  SHIM_TRY(current_handle(api, &handle));
+  CUBLAS_CHECK(api->cublasSetStream_v2(handle, stream));
+  cudaDataType type = dtype == SHIM_F32 ? CUDA_R_32F : dtype == SHIM_F64 ? CUDA_R_64F : dtype == SHIM_F16 ? CUDA_R_16F : CUDA_R_16BF;
+  cublasComputeType_t compute = dtype == SHIM_F64 ? CUBLAS_COMPUTE_64F : CUBLAS_COMPUTE_32F;
+  const float one_f = 1.0f, zero_f = 0.0f;
+  const double one_d = 1.0, zero_d = 0.0;
+  const void *alpha = dtype == SHIM_F64 ? (const void *)&one_d : (const void *)&one_f;
+  const void *beta = dtype == SHIM_F64 ? (const void *)&zero_d : (const void *)&zero_f;
+  if (!b_batched && batch * m <= INT_MAX) {
+    /* A 2-D b serves every batch: the batches of a are one [batch * m, k] matrix. */
+    CUBLAS_CHECK(api->cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)(batch * m), (int)k, alpha, b, type,
+                                   (int)n, a, type, (int)k, beta, c, type, (int)n, compute, CUBLAS_GEMM_DEFAULT));
+    return SHIM_OK;
+  }
+  if (batch > INT_MAX)
+    return shim_fail(SHIM_E_UNSUPPORTED, "shim_matmul: %lld batches exceed cuBLAS's 32-bit batch count", (long long)batch);
+  CUBLAS_CHECK(api->cublasGemmStridedBatchedEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)m, (int)k, alpha, b, type,
+                                               (int)n, b_batched ? k * n : 0, a, type, (int)k, m * k, beta, c, type,
+                                               (int)n, m * n, (int)batch, compute, CUBLAS_GEMM_DEFAULT));
+  return SHIM_OK;
+}
+
+/* Integer and bool matmul: one TILE x TILE block of C per thread block, k in TILE steps through
+ * shared memory. The loops over batches and tiles are the same for every thread of a block,
+ * so the barriers inside them are reached by all. */
+template <typename D>
+__global__ void matmul_int_kernel(const typename D::T *a, const typename D::T *b, typename D::T *c, bool b_batched,
+                                  int64_t batch, int64_t m, int64_t n, int64_t k) {
+  __shared__ int64_t as[TILE][TILE], bs[TILE][TILE];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t tiles_m = (m + TILE - 1) / TILE, tiles_n = (n + TILE - 1) / TILE;
+  for (int64_t t = blockIdx.z; t < batch; t += gridDim.z) {
+    const typename D::T *at = a + t * m * k, *bt = b + (b_batched ? t * k * n : 0);
+    for (int64_t tm = blockIdx.y; tm < tiles_m; tm += gridDim.y) {
+      for (int64_t tn = blockIdx.x; tn < tiles_n; tn += gridDim.x) {
+        const int64_t row = tm * TILE + ty, col = tn * TILE + tx;
+        uint64_t acc = 0;
+        for (int64_t p0 = 0; p0 < k; p0 += TILE) {
+          as[ty][tx] = row < m && p0 + tx < k ? D::to_i64(at[row * k + p0 + tx]) : 0;
+          bs[ty][tx] = p0 + ty < k && col < n ? D::to_i64(bt[(p0 + ty) * n + col]) : 0;
+          __syncthreads();
+#pragma unroll
+          for (int q = 0; q < TILE; q++) acc += (uint64_t)as[ty][q] * (uint64_t)bs[q][tx];
+          __syncthreads();
+        }
+        if (row < m && col < n) c[t * m * n + row * n + col] = D::from_i64((int64_t)acc);
+      }
+    }
+  }
+}
+
+unsigned grid_dim(int64_t count) { return count > 65535 ? 65535u : (unsigned)count; }
+
+}  // namespace
+
+int shim_matmul(shim_tensor *out, const shim_tensor *a, const shim_tensor *b, shim_stream *s) {
+  SHIM_REQUIRE(out, "out");
+  SHIM_REQUIRE(a, "a");
+  SHIM_REQUIRE(b, "b");
+  char ba[128], bb[128], bo[128];
+  shim_cuda_describe(a, ba, sizeof ba);
+  shim_cuda_describe(b, bb, sizeof bb);
+  shim_cuda_describe(out, bo, sizeof bo);
+  if (a->dtype != b->dtype || out->dtype != a->dtype)
+    return shim_fail(SHIM_E_INVALID, "shim_matmul: dtypes differ: %s @ %s -> %s", ba, bb, bo);
+  if (a->ndim < 2 || b->ndim < 2)
+    return shim_fail(SHIM_E_INVALID, "shim_matmul: operands need at least 2 dims: %s @ %s", ba, bb);
+  bool b_batched = b->ndim > 2;
+  int32_t nd = a->ndim;
+  if (b_batched && b->ndim != nd)
+    return shim_fail(SHIM_E_INVALID, "shim_matmul: b must be 2-D or have a's %d dims: %s @ %s", nd, ba, bb);
+  int64_t m = a->shape[nd - 2], k = a->shape[nd - 1], n = b->shape[b->ndim - 1], batch = 1;
+  if (b->shape[b->ndim - 2] != k) return shim_fail(SHIM_E_INVALID, "shim_matmul: inner dims differ: %s @ %s", ba, bb);
+  for (int32_t i = 0; i < nd - 2; i++) {
+    if (b_batched && b->shape[i] != a->shape[i])
+      return shim_fail(SHIM_E_INVALID, "shim_matmul: batch dim %d differs: %s @ %s", i, ba, bb);
+    batch *= a->shape[i];
+  }
+  bool out_ok = out->ndim == nd && out->shape[nd - 2] == m && out->shape[nd - 1] == n;
+  for (int32_t i = 0; out_ok && i < nd - 2; i++) out_ok = out->shape[i] == a->shape[i];
+  if (!out_ok)
+    return shim_fail(SHIM_E_INVALID, "shim_matmul: out is %s but %s @ %s needs [..., %lld, %lld]", bo, ba, bb,
+                     (long long)m, (long long)n);
+  if (out->storage == a->storage || out->storage == b->storage)
+    return shim_fail(SHIM_E_INVALID, "shim_matmul: out %s shares memory with an operand", bo);
+  if (out->numel == 0) return SHIM_OK;
+  shim_cuda_track(s, out);
+  shim_cuda_track(s, a);
+  shim_cuda_track(s, b);
+  cudaStream_t stream = shim_cuda_stream(s);
+  void *o = shim_cuda_data(out);
+  if (k == 0) { /* an empty sum */
+    CUDA_CHECK(cudaMemsetAsync(o, 0, (size_t)shim_cuda_nbytes(out), stream));
+    return SHIM_OK;
+  }
+  const void *x = shim_cuda_data(a), *y = shim_cuda_data(b);
+  if (a->dtype <= SHIM_BF16) {
+    if (m > INT_MAX || n > INT_MAX || k > INT_MAX)
+      return shim_fail(SHIM_E_UNSUPPORTED, "shim_matmul: a dim of %s @ %s exceeds cuBLAS's 32-bit sizes", ba, bb);
+    return gemm_cublas(a->dtype, x, y, o, b_batched, batch, m, n, k, stream);
+  }
+  return dispatch(a->dtype, [&](auto d) -> int {
+    using D = decltype(d);
+    using T = typename D::T;
+    if constexpr (D::kind != Kind::Float) { /* the floating dtypes went to cuBLAS above */
+      dim3 grid(grid_dim((n + TILE - 1) / TILE), grid_dim((m + TILE - 1) / TILE), grid_dim(batch));
+      matmul_int_kernel<D><<<grid, dim3(TILE, TILE), 0, stream>>>((const T *)x, (const T *)y, (T *)o, b_batched, batch,
+                                                                  m, n, k);
+      CUDA_CHECK_LAUNCH("matmul_int_kernel");
+    }
+    return SHIM_OK;
+  });
+}

@@ -1,0 +1,326 @@
+// The cuda backend against the cpu backend, op by op, on the same inputs (special values and
+// seeded random ones) in one process: integer, bool, layout and conversion results must be
+// equal bit for bit; floating results too, except where CUDA's libm (exp, log, tanh, pow) or
+// the order of a sum may differ in the last bits, which get a few units in the last place.
+// Every failing call must fail alike on both: the same status and the same message. Skipped,
+// saying why, when the cuda backend cannot load.
+import { describe, expect, test } from "bun:test"
+import { loadNative, ShimError, type Native } from "../../ffi/native.ts"
+import * as ops from "../../ffi/ops.ts"
+import type { BinaryOpName, ReduceOpName, UnaryOpName } from "../../ffi/symbols.ts"
+import { Tensor } from "../../ffi/tensor.ts"
+import { DTYPES, HostTensor, ITEM_SIZE, type DType } from "../../src/protocol/values.ts"
+
+let cuda: Native | undefined
+try {
+  cuda = loadNative("cuda")
+} catch (e) {
+  console.log(`tests/cuda/parity: skipped, the cuda backend cannot load: ${(e as Error).message}`)
+}
+const cpu = loadNative("cpu")
+const parity = cuda !== undefined ? test : test.skip
+
+const FLOATS: ReadonlyArray<DType> = ["f32", "f64", "f16", "bf16"]
+const isFloat = (d: DType) => FLOATS.includes(d)
+
+// ---- inputs ---------------------------------------------------------------------------------
+
+/** mulberry32: seeded, so a failure reproduces. */
+const generator = (seed: number) => {
+  let s = seed >>> 0
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0
+    let t = Math.imul(s ^ (s >>> 15), s | 1)
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
+    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32
+  }
+}
+
+const SPECIAL_FLOATS = [0, -0, 1, -1, 0.5, -2.5, 3.75, 1e-3, 1e-6, -1e-40, 6e-8, 65504, 65520, -70000, 1e30, -3e38, 1e300, Infinity, -Infinity, NaN, 2 ** 31, -(2 ** 63), 300, -129.5]
+const SPECIAL_INTS = [0, 1, -1, 2, -2, 7, -7, 127, 128, 255, 256, -128, 2 ** 31 - 1, -(2 ** 31), 2 ** 53, -(2 ** 62)]
+
+interface Draw {
+  readonly lo?: number
+  readonly hi?: number
+  /** Start with the special values (default true). */
+  readonly specials?: boolean
+  /** Whole numbers only, so float sums and products are exact in any order. */
+  readonly integral?: boolean
+}
+
+/** n little-endian elements of dtype: the special values first, then random ones in [lo, hi]. */
+const bytesOf = (dtype: DType, n: number, seed: number, { lo = -100, hi = 100, specials = true, integral = false }: Draw = {}): Uint8Array => {
+  const next = generator(seed)
+  const out = new Uint8Array(n * ITEM_SIZE[dtype])
+  const view = new DataView(out.buffer)
+  const pool = isFloat(dtype) ? SPECIAL_FLOATS : SPECIAL_INTS
+  for (let i = 0; i < n; i++) {
+    const drawn = lo + (hi - lo) * next()
+    const x = specials && i < pool.length ? pool[i]! : integral ? Math.round(drawn) : drawn
+    const at = i * ITEM_SIZE[dtype]
+    switch (dtype) {
+      case "f32": view.setFloat32(at, x, true); break
+      case "f64": view.setFloat64(at, x, true); break
+      case "f16": view.setFloat16(at, x, true); break
+      case "bf16": view.setUint16(at, new Uint32Array(new Float32Array([x]).buffer)[0]! >>> 16, true); break // truncated: any bits do
+      case "i32": view.setInt32(at, Math.trunc(x) | 0, true); break
+      case "i64": view.setBigInt64(at, BigInt.asIntN(64, BigInt(Math.trunc(Number.isFinite(x) ? x : 0))), true); break
+      case "u8": view.setUint8(at, Math.trunc(x) & 255); break
+      case "bool": view.setUint8(at, Math.trunc(x) & 1 ? 1 : i % 3 === 0 ? 2 : 0); break // 2: a nonzero byte that is not 1
+    }
+  }
+  return out
+}
+
+/** The same host bytes as a tensor on each backend. */
+const pair = (dtype: DType, shape: ReadonlyArray<number>, bytes: Uint8Array): [Tensor, Tensor] => [
+  Tensor.fromHost(cpu, new HostTensor(dtype, shape, bytes)),
+  Tensor.fromHost(cuda!, new HostTensor(dtype, shape, bytes)),
+]
+const emptyPair = (dtype: DType, shape: ReadonlyArray<number>): [Tensor, Tensor] => [Tensor.empty(cpu, dtype, shape), Tensor.empty(cuda!, dtype, shape)]
+const freeAll = (...ts: Tensor[]) => ts.forEach((t) => t.free())
+
+// ---- comparison -----------------------------------------------------------------------------
+
+/** Element bits as an ordered integer (so adjacent floats differ by 1), and whether it is NaN. */
+const elements = (dtype: DType, bytes: Uint8Array): Array<{ key: bigint; nan: boolean }> => {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength)
+  const size = ITEM_SIZE[dtype]
+  const ordered = (bits: bigint, width: bigint) => {
+    const sign = 1n << (width - 1n)
+    return bits & sign ? -(bits & (sign - 1n)) : bits
+  }
+  return Array.from({ length: bytes.byteLength / size }, (_, i) => {
+    const at = i * size
+    switch (dtype) {
+      case "f32": { const b = BigInt(view.getUint32(at, true)); return { key: ordered(b, 32n), nan: Number.isNaN(view.getFloat32(at, true)) } }
+      case "f64": { const b = view.getBigUint64(at, true); return { key: ordered(b, 64n), nan: Number.isNaN(view.getFloat64(at, true)) } }
+      case "f16": { const b = view.getUint16(at, true); return { key: ordered(BigInt(b), 16n), nan: (b & 0x7c00) === 0x7c00 && (b & 0x3ff) !== 0 } }
+      case "bf16": { const b = view.getUint16(at, true); return { key: ordered(BigInt(b), 16n), nan: (b & 0x7f80) === 0x7f80 && (b & 0x7f) !== 0 } }
+      case "i32": return { key: BigInt(view.getInt32(at, true)), nan: false }
+      case "i64": return { key: view.getBigInt64(at, true), nan: false }
+      default: return { key: BigInt(view.getUint8(at)), nan: false }
+    }
+  })
+}
+
+/** Lists the elements where the backends differ by more than `ulps` (NaN matches any NaN). */
+const differences = (what: string, x: Tensor, y: Tensor, ulps = 0): string[] => {
+  const a = elements(x.dtype, x.toHost().data), b = elements(y.dtype, y.toHost().data)
+  const bad: string[] = []
+  for (let i = 0; i < a.length; i++) {
+    const p = a[i]!, q = b[i]!
+    if (p.nan || q.nan ? p.nan !== q.nan : (p.key > q.key ? p.key - q.key : q.key - p.key) > BigInt(ulps))
+      bad.push(`${what}[${i}]: cpu ${p.key}, cuda ${q.key}`)
+  }
+  return bad.slice(0, 20)
+}
+
+/** Runs a call on each backend: both succeed, or both fail with the same status and message. */
+const alike = (what: string, call: (which: 0 | 1) => void): boolean => {
+  const outcome = (which: 0 | 1) => {
+    try {
+      call(which)
+      return "ok"
+    } catch (e) {
+      if (!(e instanceof ShimError)) throw e
+      return `${e.reason}: ${e.message}`
+    }
+  }
+  const [c, g] = [outcome(0), outcome(1)]
+  expect(`${what}: ${g}`).toBe(`${what}: ${c}`)
+  return c === "ok"
+}
+
+const N = 61 // odd, over every vector width, past the special values
+
+describe("cuda matches cpu", () => {
+  parity("cast: every pair of dtypes, bit for bit", () => {
+    const bad: string[] = []
+    for (const from of DTYPES) {
+      const [a, b] = pair(from, [N], bytesOf(from, N, 1))
+      for (const to of DTYPES) {
+        const [x, y] = emptyPair(to, [N])
+        if (alike(`cast ${from}->${to}`, (w) => ops.cast(w ? y : x, w ? b : a))) bad.push(...differences(`${from}->${to}`, x, y))
+        freeAll(x, y)
+      }
+      freeAll(a, b)
+    }
+    expect(bad).toEqual([])
+  })
+
+  parity("fill, arange and rand", () => {
+    const bad: string[] = []
+    for (const dtype of DTYPES) {
+      const [x, y] = emptyPair(dtype, [2, N])
+      for (const value of [0, -0.5, 1e6, 300, NaN, -Infinity, 0.1]) {
+        ops.fill(x, value), ops.fill(y, value)
+        bad.push(...differences(`fill ${dtype} ${value}`, x, y))
+      }
+      for (const [start, step] of [[0, 1], [-3, 0.1], [1e9, -7.25]]) {
+        ops.arange(x, start!, step!), ops.arange(y, start!, step!)
+        bad.push(...differences(`arange ${dtype} ${start} ${step}`, x, y))
+      }
+      for (const normal of [false, true])
+        if (alike(`rand ${dtype}`, (w) => ops.rand(w ? y : x, 1234, 2 ** 33 - 5, normal))) {
+          // uniforms are exact integer arithmetic; normals use log and cos, which may differ in an ulp
+          bad.push(...differences(`rand ${dtype} normal=${normal}`, x, y, normal ? 4 : 0))
+        }
+      freeAll(x, y)
+    }
+    expect(bad).toEqual([])
+  })
+
+  parity("unary ops over every dtype", () => {
+    const bad: string[] = []
+    const ulps: Record<UnaryOpName, number> = { neg: 0, abs: 0, relu: 0, sqrt: 0, exp: 3, log: 2, tanh: 3, sigmoid: 4 }
+    for (const dtype of DTYPES) {
+      const [a, b] = pair(dtype, [N], bytesOf(dtype, N, 2, { lo: -20, hi: 20 }))
+      for (const op of Object.keys(ulps) as UnaryOpName[]) {
+        const [x, y] = emptyPair(dtype, [N])
+        if (alike(`${op} ${dtype}`, (w) => ops.unary(op, w ? y : x, w ? b : a))) bad.push(...differences(`${op} ${dtype}`, x, y, ulps[op]))
+        freeAll(x, y)
+      }
+      freeAll(a, b)
+    }
+    expect(bad).toEqual([])
+  })
+
+  parity("binary ops, tensor with tensor, with a broadcast one, and with a scalar", () => {
+    const bad: string[] = []
+    const OPS: BinaryOpName[] = ["add", "sub", "mul", "div", "maximum", "minimum", "pow", "eq", "ne", "lt", "le", "gt", "ge"]
+    for (const dtype of DTYPES) {
+      // divisors and exponents without zeros or negatives, so integer div and pow run
+      const [a, b] = pair(dtype, [N], bytesOf(dtype, N, 3, { lo: -50, hi: 50 }))
+      const [p, q] = pair(dtype, [N], bytesOf(dtype, N, 4, { lo: 1, hi: 6, specials: false }))
+      const [s, t] = pair(dtype, [], bytesOf(dtype, 1, 5, { lo: 2, hi: 3, specials: false }))
+      for (const op of OPS) {
+        const outDtype = ops.isComparison(op) ? "bool" : dtype
+        const ulps = op === "pow" && isFloat(dtype) ? 8 : 0
+        const [x, y] = emptyPair(outDtype, [N])
+        if (alike(`${op} ${dtype}`, (w) => ops.binary(op, w ? y : x, w ? b : a, w ? q : p)))
+          bad.push(...differences(`${op} ${dtype}`, x, y, ulps))
+        if (alike(`${op} ${dtype} broadcast`, (w) => ops.binary(op, w ? y : x, w ? t : s, w ? b : a)))
+          bad.push(...differences(`${op} ${dtype} broadcast`, x, y, ulps))
+        for (const [scalar, first] of [[2.5, false], [-3, true], [0.1, false]] as const)
+          if (alike(`${op} ${dtype} scalar ${scalar}`, (w) => ops.binaryScalar(op, w ? y : x, w ? b : a, scalar, first)))
+            bad.push(...differences(`${op} ${dtype} scalar ${scalar} first=${first}`, x, y, ulps))
+        freeAll(x, y)
+      }
+      freeAll(a, b, p, q, s, t)
+    }
+    expect(bad).toEqual([])
+  })
+
+  parity("integer division by zero and negative powers fail alike, before writing", () => {
+    for (const dtype of ["i32", "i64", "u8"] as const) {
+      const [a, b] = pair(dtype, [N], bytesOf(dtype, N, 6, { lo: 1, hi: 9, specials: false }))
+      const [z, zz] = pair(dtype, [N], bytesOf(dtype, N, 7, { lo: -3, hi: 3 }))
+      const [x, y] = pair(dtype, [N], bytesOf(dtype, N, 8, { lo: 0, hi: 0, specials: false }))
+      alike(`div ${dtype}`, (w) => ops.binary("div", w ? y : x, w ? b : a, w ? zz : z))
+      alike(`pow ${dtype}`, (w) => ops.binary("pow", w ? y : x, w ? b : a, w ? zz : z))
+      alike(`div ${dtype} by scalar 0`, (w) => ops.binaryScalar("div", w ? y : x, w ? b : a, 0, false))
+      alike(`scalar div ${dtype}`, (w) => ops.binaryScalar("div", w ? y : x, w ? zz : z, 5, true))
+      expect(differences(`${dtype} untouched`, x, y)).toEqual([])
+      freeAll(a, b, z, zz, x, y)
+    }
+  })
+
+  parity("reductions over each dim and over all, into their own dtype and into f64", () => {
+    // whole numbers, so sums and products are exact in any order; NaN and infinities placed in
+    // some slices, so propagation is compared too
+    const bad: string[] = []
+    const shape = [5, 7, 9]
+    for (const dtype of DTYPES)
+      for (const op of ["sum", "mean", "max", "min", "prod"] as ReduceOpName[]) {
+        const [lo, hi] = op === "prod" ? [-2, 2] : [-50, 50]
+        const bytes = bytesOf(dtype, 315, 9, { lo, hi, specials: false, integral: true })
+        if (isFloat(dtype)) {
+          const view = new DataView(bytes.buffer)
+          const put = (i: number, x: number) => {
+            const at = i * ITEM_SIZE[dtype]
+            if (dtype === "f32") view.setFloat32(at, x, true)
+            else if (dtype === "f64") view.setFloat64(at, x, true)
+            else if (dtype === "f16") view.setFloat16(at, x, true)
+            else view.setUint16(at, new Uint32Array(new Float32Array([x]).buffer)[0]! >>> 16, true)
+          }
+          put(3, NaN), put(100, Infinity), put(200, -Infinity), put(201, Infinity)
+        }
+        const [a, b] = pair(dtype, shape, bytes)
+        for (const dim of [0, 1, 2, undefined]) {
+          const outShape = dim === undefined ? [] : shape.filter((_, i) => i !== dim)
+          for (const outDtype of [dtype, "f64"] as DType[]) {
+            const [x, y] = emptyPair(outDtype, outShape)
+            if (alike(`${op} ${dtype} dim ${dim}`, (w) => ops.reduce(op, w ? y : x, w ? b : a, dim)))
+              bad.push(...differences(`${op} ${dtype}->${outDtype} dim ${dim}`, x, y))
+            freeAll(x, y)
+          }
+        }
+        freeAll(a, b)
+      }
+    expect(bad).toEqual([])
+  })
+
+  parity("matmul: exact on whole numbers, batched and with a shared b", () => {
+    const bad: string[] = []
+    for (const dtype of DTYPES)
+      for (const [sa, sb] of [[[7, 5], [5, 3]], [[2, 3, 4], [2, 4, 6]], [[3, 2, 4], [4, 5]], [[1, 17], [17, 33]]]) {
+        const draw = { lo: -3, hi: 3, specials: false, integral: true }
+        const [a, b] = pair(dtype, sa!, bytesOf(dtype, sa!.reduce((m, d) => m * d), 10, draw))
+        const [c, d] = pair(dtype, sb!, bytesOf(dtype, sb!.reduce((m, e) => m * e), 11, draw))
+        const outShape = [...sa!.slice(0, -1), sb!.at(-1)!]
+        const [x, y] = emptyPair(dtype, outShape)
+        // whole numbers: every sum is exact in f32; cuBLAS may round f16/bf16 partial sums
+        const ulps = dtype === "f16" || dtype === "bf16" ? 1 : 0
+        if (alike(`matmul ${dtype}`, (w) => ops.matmul(w ? y : x, w ? b : a, w ? d : c)))
+          bad.push(...differences(`matmul ${dtype} [${sa}]@[${sb}]`, x, y, ulps))
+        freeAll(a, b, c, d, x, y)
+      }
+    expect(bad).toEqual([])
+  })
+
+  parity("transpose of every pair of dims, bit for bit", () => {
+    const bad: string[] = []
+    const shape = [3, 33, 2, 35]
+    for (const dtype of DTYPES) {
+      const [a, b] = pair(dtype, shape, bytesOf(dtype, 3 * 33 * 2 * 35, 12))
+      for (let d0 = 0; d0 < 4; d0++)
+        for (let d1 = 0; d1 < 4; d1++) {
+          const outShape = shape.map((s, i) => (i === d0 ? shape[d1]! : i === d1 ? shape[d0]! : s))
+          const [x, y] = emptyPair(dtype, outShape)
+          if (alike(`transpose ${dtype} ${d0} ${d1}`, (w) => ops.transpose(w ? y : x, w ? b : a, d0, d1)))
+            bad.push(...differences(`transpose ${dtype} (${d0}, ${d1})`, x, y))
+          freeAll(x, y)
+        }
+      freeAll(a, b)
+    }
+    expect(bad).toEqual([])
+  })
+
+  parity("bad calls fail alike", () => {
+    const [a, b] = pair("f32", [2, 3], bytesOf("f32", 6, 13))
+    const [i, j] = pair("i32", [3], bytesOf("i32", 3, 14))
+    const [x, y] = emptyPair("f32", [3, 2])
+    const [bx, by] = emptyPair("bool", [2, 3])
+    const [sq, sr] = pair("f32", [3, 3], bytesOf("f32", 9, 15))
+    const call = (w: 0 | 1, name: string, ...args: unknown[]) => {
+      const native = w ? cuda! : cpu
+      const handles = args.map((v) => (v instanceof Tensor ? v.handle : v))
+      const fn = native.shim[name as keyof typeof native.shim] as (...a: unknown[]) => number
+      native.check(fn(...handles), name)
+    }
+    alike("unary on bool", (w) => call(w, "shim_unary", 0, w ? by : bx, w ? by : bx, null))
+    alike("unary exp on i32", (w) => call(w, "shim_unary", 2, w ? j : i, w ? j : i, null))
+    alike("unknown binary op", (w) => call(w, "shim_binary", 13, w ? y : x, w ? b : a, w ? b : a, null))
+    alike("binary out dtype", (w) => call(w, "shim_binary", 9, w ? y : x, w ? b : a, w ? b : a, null))
+    alike("reduce bad dim", (w) => call(w, "shim_reduce", 0, w ? y : x, w ? b : a, 5, null))
+    alike("reduce out size", (w) => call(w, "shim_reduce", 0, w ? y : x, w ? b : a, -1, null))
+    alike("matmul inner dims", (w) => call(w, "shim_matmul", w ? y : x, w ? b : a, w ? b : a, null))
+    alike("matmul aliasing", (w) => call(w, "shim_matmul", w ? sr : sq, w ? sr : sq, w ? sr : sq, null))
+    alike("transpose shape", (w) => call(w, "shim_transpose", w ? b : a, w ? b : a, 0, 1, null))
+    alike("cast count", (w) => call(w, "shim_cast", w ? j : i, w ? b : a, null))
+    alike("rand on i32", (w) => call(w, "shim_rand", w ? j : i, 1, 0, 0, null))
+    alike("spin negative", (w) => call(w, "shim_debug_stream_spin", null, -5))
+    freeAll(a, b, i, j, x, y, bx, by, sq, sr)
+  })
+})
