@@ -15,10 +15,6 @@ export interface Inbox {
   readonly send: (msg: ControllerMessage) => void
 }
 
-/** One line per command for debug logs. */
-const describe = (m: WorkerMessage): string =>
-  m._tag === "CommandGroup" ? `CommandGroup of ${m.commands.length}` : "ident" in m ? `${m._tag} ${m.ident}` : m._tag
-
 export type SessionDeps = Omit<Parameters<typeof makeSession>[0], "send">
 
 /** How the loop ended: an Exit command, or the controller going away. */
@@ -27,10 +23,11 @@ export type LoopEnd = "exit" | "disconnected"
 export const runLoop = (inbox: Inbox, deps: SessionDeps, options: { readonly restartable: boolean }) =>
   Effect.gen(function* () {
     // Checked once: a disabled logDebug per command still costs an effect step.
-    const debug = (yield* References.MinimumLogLevel) === "Debug" || (yield* References.MinimumLogLevel) === "Trace"
+    const level = yield* References.MinimumLogLevel
+    const debug = level === "Debug" || level === "Trace"
     let restarts = 0
     let session: Session = makeSession({ ...deps, send: inbox.send })
-    let dispatch = makeDispatch(session)
+    let dispatch = makeDispatch(session, debug)
     yield* Effect.forkChild(Effect.sync(() => sendStatus(session)).pipe(Effect.repeat(Schedule.spaced("1 second"))))
     while (true) {
       const batch = yield* Queue.takeAll(inbox.messages).pipe(Effect.catchCause(() => Effect.succeed(null)))
@@ -39,14 +36,13 @@ export const runLoop = (inbox: Inbox, deps: SessionDeps, options: { readonly res
         return "disconnected" satisfies LoopEnd as LoopEnd
       }
       for (const m of batch) {
-        if (debug) yield* Effect.logDebug(describe(m))
         yield* dispatch(m)
         if (!session.exiting) continue
         sendStatus(session)
         closeSession(session)
         if (!options.restartable) return "exit" satisfies LoopEnd as LoopEnd
         session = makeSession({ ...deps, send: inbox.send })
-        dispatch = makeDispatch(session)
+        dispatch = makeDispatch(session, debug)
         inbox.send({ _tag: "Restarted", restarts: ++restarts })
       }
     }

@@ -111,7 +111,8 @@ export const tryDefine = (s: Session, ident: number, refs: ReadonlyArray<Ref>, b
     try {
       rest = body()
     } catch (e) {
-      poison(s, ident, refs, e)
+      complete()
+      return poison(s, ident, refs, e)
     }
     if (rest === undefined) {
       complete()
@@ -119,20 +120,23 @@ export const tryDefine = (s: Session, ident: number, refs: ReadonlyArray<Ref>, b
     }
     return rest.pipe(
       Effect.catchCause((cause) =>
-        Cause.hasInterruptsOnly(cause) ? Effect.failCause(cause as Cause.Cause<never>) : Effect.sync(() => poison(s, ident, refs, Cause.squash(cause))),
+        Cause.hasInterruptsOnly(cause) ? Effect.failCause(cause as Cause.Cause<never>) : poison(s, ident, refs, Cause.squash(cause)),
       ),
       Effect.andThen(Effect.sync(complete)),
     )
   })
 
-const poison = (s: Session, ident: number, refs: ReadonlyArray<Ref>, error: unknown): void => {
+/** Defines `refs` as poisoned; a root failure is also reported, and logged at info. */
+const poison = (s: Session, ident: number, refs: ReadonlyArray<Ref>, error: unknown): Effect.Effect<void> => {
   if (error instanceof DependentOnError) {
     for (const r of refs) s.env.define(r, error)
-    return
+    return Effect.void
   }
   const root = new DependentOnError({ ident })
   for (const r of refs) s.env.define(r, root)
-  s.send({ _tag: "RemoteFunctionFailed", ident, error: toErrorPayload(error) })
+  const payload = toErrorPayload(error)
+  s.send({ _tag: "RemoteFunctionFailed", ident, error: payload })
+  return Effect.logInfo(`command ${ident} failed: ${payload.type}: ${payload.message}`)
 }
 
 /** Tells the controller a command without an ident could not be carried out. */

@@ -17,7 +17,7 @@ import type { WorkerConfig } from "./config.ts"
 import { CommError } from "./errors.ts"
 import { FunctionTable } from "./functions.ts"
 import { connectController } from "./link.ts"
-import { runLoop, type LoopEnd } from "./loop.ts"
+import { runLoop } from "./loop.ts"
 import type { Comms } from "./session.ts"
 
 const decoder = new TextDecoder()
@@ -62,7 +62,10 @@ const sanityCheck = (native: Native, world: Comm) =>
     catch: (e) => new CommError({ message: `start-up all_reduce failed: ${(e as Error).message}`, cause: e }),
   })
 
-/** Runs the worker until Exit or the controller leaves (and, restartable, no new one comes). */
+/**
+ * Runs the worker until Exit, or until the controller leaves when it is not restartable; a
+ * restartable worker then waits for the next controller, reading its address again each time.
+ */
 export const runWorker = (config: WorkerConfig) =>
   Effect.gen(function* () {
     const native = yield* Effect.try({ try: () => loadNative(config.device), catch: (e) => e })
@@ -80,23 +83,31 @@ export const runWorker = (config: WorkerConfig) =>
     const comms = makeComms(config, native, store, world)
     const functions = new FunctionTable(config.functionRoots)
     const log = Effect.runSyncWith(yield* Effect.context<never>())
+    /** Whether "waiting for a new one" was said since the last controller was seen. */
+    let waiting = false
     while (true) {
       const address = config.controllerAddress ?? decoder.decode(yield* store.get("controller"))
       const token = config.token ?? decoder.decode(yield* store.get("token"))
-      const end: LoopEnd = yield* Effect.scoped(Effect.gen(function* () {
+      const end = yield* Effect.scoped(Effect.gen(function* () {
         const link = yield* connectController({
           address,
           hello: { rank: config.rank, world: config.world, pid: process.pid, token, device: native.device },
           onInvalid: (message) => log(Effect.logWarning(`refused a frame: ${message}`)),
         })
+        waiting = false
         yield* Effect.logInfo(`connected to the controller at ${address}`)
         return yield* runLoop(link, { rank: config.rank, world: config.world, native, comms, functions }, { restartable: config.restartable })
-      }))
-      if (end === "exit" || !config.restartable) {
+      })).pipe(
+        // Restartable: a controller not listening (yet) is waited for, its address read again
+        // each time, since the next one may publish a new address or re-bind the same one.
+        Effect.catchTag("LinkError", (e) => (config.restartable ? Effect.succeed(e) : Effect.fail(e))),
+      )
+      if (end === "exit" || (end === "disconnected" && !config.restartable)) {
         yield* Effect.logInfo(end === "exit" ? "exit" : "the controller went away; exiting")
         return
       }
-      yield* Effect.logInfo("the controller went away; waiting for a new one")
+      if (!waiting) yield* Effect.logInfo(end === "disconnected" ? "the controller went away; waiting for a new one" : `waiting for a controller: ${end.message}`)
+      waiting = true
       yield* Effect.sleep("500 millis")
     }
   })

@@ -2,7 +2,7 @@
  * The handler table: one function per WorkerMessage, typed by `_tag`, so a new message does
  * not compile until it has a handler. Dispatch is a lookup in it.
  */
-import type { Effect } from "effect"
+import { Effect } from "effect"
 import type { WorkerMessage } from "../../protocol/messages.ts"
 import type { Session } from "../session.ts"
 import { borrowCreate, borrowDrop, borrowFirstUse, borrowLastUse } from "./borrows.ts"
@@ -15,9 +15,14 @@ export type Handlers = {
   readonly [K in WorkerMessage["_tag"]]: (m: Extract<WorkerMessage, { _tag: K }>) => Effect.Effect<void>
 }
 
-/** The handlers of one session, and `dispatch` over them. */
-export const makeDispatch = (s: Session): ((m: WorkerMessage) => Effect.Effect<void>) => {
-  const dispatch = (m: WorkerMessage): Effect.Effect<void> => (handlers[m._tag] as (m: WorkerMessage) => Effect.Effect<void>)(m)
+/** One line per command for debug logs. */
+const describe = (m: WorkerMessage): string =>
+  m._tag === "CommandGroup" ? `CommandGroup of ${m.commands.length}` : "ident" in m ? `${m._tag} ${m.ident}` : m._tag
+
+/** The handlers of one session, and `dispatch` over them (logging each command when `debug`). */
+export const makeDispatch = (s: Session, debug = false): ((m: WorkerMessage) => Effect.Effect<void>) => {
+  const run = (m: WorkerMessage): Effect.Effect<void> => (handlers[m._tag] as (m: WorkerMessage) => Effect.Effect<void>)(m)
+  const dispatch = debug ? (m: WorkerMessage) => Effect.andThen(Effect.logDebug(describe(m)), run(m)) : run
   const handlers: Handlers = {
     CreateDeviceMesh: createDeviceMesh(s),
     CreateStream: createStream(s),
