@@ -39,6 +39,8 @@ interface PendingFetch {
   readonly node: Node
   readonly values: Map<number, Value>
   readonly resume: (e: Effect.Effect<ReadonlyArray<Value>, Failure | ControllerError>) => void
+  /** Failed early by a lost worker; kept until it settles so late results are dropped quietly. */
+  answered: boolean
 }
 
 /** Frames that are not the user's: this library, Effect, Bun and node internals. */
@@ -105,6 +107,7 @@ export class Core {
       case "FetchResult": {
         const pending = this.fetches.get(msg.ident)
         if (!pending) return this.options.onProblem?.(`rank ${rank} sent a FetchResult for unknown ident ${msg.ident}`)
+        if (pending.answered) return
         pending.values.set(rank, msg.value)
         return this.tryFinish(msg.ident)
       }
@@ -142,7 +145,31 @@ export class Core {
     this.links[rank] = undefined
     this.outbox[rank] = []
     const exit = this.exits.get(rank)
+    this.unblameCommErrors(rank)
     this.graph.lose(rank, (node) => new WorkerLost({ rank, status: exit?.status, signal: exit?.signal ?? undefined, ident: node.ident }))
+    for (const ident of [...this.fetches.keys()]) this.tryFinish(ident)
+  }
+
+  /**
+   * A CommError that a peer reported for a command `rank` never passed is, most likely, this
+   * loss seen from the other side of the collective. Nothing orders that report against the
+   * exit or the closed link that tells of the loss (on one host the exit usually comes first,
+   * by a few ms). Withdrawing it, from the command and what it poisoned downstream, lets the
+   * loss name the rank that died whichever came first. No one has seen that failure yet: all
+   * of it waits on `rank`, so none of it has settled or answered a fetch.
+   */
+  private unblameCommErrors(rank: number): void {
+    for (const node of this.graph.live.values()) {
+      const symptom = node.failure
+      if (!node.waiting.has(rank) || symptom?._tag !== "RemoteError" || symptom.type !== "CommError" || symptom.ident !== node.ident) continue
+      const stack = [node]
+      while (stack.length > 0) {
+        const n = stack.pop()!
+        if (n.failure !== symptom) continue
+        n.failure = undefined
+        stack.push(...n.dependents)
+      }
+    }
   }
 
   // ---- issuing --------------------------------------------------------------------------
@@ -178,25 +205,35 @@ export class Core {
 
   /**
    * Fetches a value from `ranks`: completes when every rank involved has passed the fetch,
-   * with the value from each rank in order, or the failure it depends on.
+   * with the value from each rank in order, or the failure it depends on (a lost worker's
+   * at once).
    */
   fetch(ranks: ReadonlyArray<number>, inputs: ReadonlyArray<number>, label: string, site: string | undefined, make: (ident: number) => WorkerMessage): Effect.Effect<ReadonlyArray<Value>, Failure | ControllerError> {
     return Effect.callback((resume) => {
       const node = this.command(ranks, label, inputs, [], site, make)
-      this.fetches.set(node.ident, { node, values: new Map(), resume })
+      this.fetches.set(node.ident, { node, values: new Map(), resume, answered: false })
       // Every rank reports its status after this batch, so the fetch settles without waiting
       // for the once-a-second Status.
       this.statusWanted = true
-      if (node.settled) this.tryFinish(node.ident)
-      else node.onSettle.push(() => this.tryFinish(node.ident))
+      if (!node.settled) node.onSettle.push(() => this.tryFinish(node.ident))
+      this.tryFinish(node.ident)
     })
   }
 
   private tryFinish(ident: number): void {
     const pending = this.fetches.get(ident)
-    if (!pending || !pending.node.settled) return
+    if (!pending) return
     const { node, values, resume } = pending
+    if (!node.settled) {
+      // A lost worker's failure is final (nothing replaces a WorkerLost), so it is answered
+      // now, not once the other ranks pass the fetch: one of them may be waiting out its comm
+      // timeout in a rendezvous or collective with the dead rank.
+      if (node.failure?._tag !== "WorkerLost" || pending.answered) return
+      pending.answered = true
+      return resume(Effect.fail(node.failure))
+    }
     this.fetches.delete(ident)
+    if (pending.answered) return
     if (node.failure) return resume(Effect.fail(node.failure))
     const missing = node.ranks.filter((r) => !values.has(r))
     if (missing.length > 0) return resume(Effect.fail(new ControllerError({ message: `ranks [${missing}] passed fetch ${ident} without a result` })))

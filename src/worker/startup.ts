@@ -120,7 +120,7 @@ export const runWorker = (config: WorkerConfig) =>
       })).pipe(
         // Restartable: a controller not listening (yet) is waited for, its address read again
         // each time, since the next one may publish a new address or re-bind the same one.
-        Effect.catchTag("LinkError", (e) => (false ? Effect.succeed(e) : Effect.fail(e))),
+        Effect.catchTag("LinkError", (e) => (config.restartable ? Effect.succeed(e) : Effect.fail(e))),
       )
       if (end === "exit" || (end === "disconnected" && !config.restartable)) {
         yield* Effect.logInfo(end === "exit" ? "exit" : "the controller went away; exiting")

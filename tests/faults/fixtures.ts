@@ -1,0 +1,12 @@
+// User functions for the fault tests ("tests/faults/fixtures:<export>").
+import { op } from "../../src/ops/builtins.ts"
+import { defineFunction } from "../../src/ops/function.ts"
+
+/** The worker's process id, so a test can kill that exact process. */
+export const pid = defineFunction(() => process.pid)
+
+/** Blocks one rank's whole process (no event loop, no socket reads) for `ms`, then copies `t`. */
+export const blockOnRank = defineFunction((ctx, rank: number, ms: number, t: unknown) => {
+  if (ctx.rank === rank) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms)
+  return op(ctx, "clone", [t])
+})

@@ -1,0 +1,92 @@
+// Which error a program sees when a worker dies in a collective, and when: its peers'
+// CommErrors race the loss to the controller, and whichever comes first, the error names the
+// rank that died; a fetch the loss poisons fails at once, not when the survivors pass it.
+// Driven here message by message against the real Core (no processes), since between real
+// processes one order is much more common than the other (kill.ts runs those).
+import { describe, expect, test } from "bun:test"
+import { Effect } from "effect"
+import { Core } from "../../src/controller/core.ts"
+import { RemoteError, WorkerLost } from "../../src/controller/errors.ts"
+import type { WorkerLink } from "../../src/controller/listener.ts"
+import { ErrorPayload, Ref } from "../../src/protocol/values.ts"
+
+const link = (rank: number): WorkerLink => ({
+  hello: { _tag: "WorkerHello", rank, world: 2, pid: 1000 + rank, token: "t", device: "cpu" },
+  send: () => true,
+  sendRawForTestsOnly: () => {},
+  close: () => {},
+})
+
+/** A two-rank core, a reduce over both ranks, and a pending fetch of its result on rank 0. */
+const setUp = () => {
+  const problems: string[] = []
+  const core = new Core({ world: 2, captureSites: false, onProblem: (p) => problems.push(p) })
+  core.admit(link(0))
+  core.admit(link(1))
+  const result = new Ref(7)
+  const reduce = core.command([0, 1], "reduce sum over x", [], [result.id], undefined, (ident) => ({ _tag: "RequestStatus", ident }))
+  const fetched = Effect.runPromise(Effect.flip(core.fetch([0], [result.id], "fetch", undefined, (ident) => ({ _tag: "RequestStatus", ident }))))
+  const report = (type: string, message: string) =>
+    core.onMessage(0, { _tag: "RemoteFunctionFailed", ident: reduce.ident, error: new ErrorPayload(type, message, []) })
+  // Rank 0 has passed the reduce and the fetch (it reports its status after the failure).
+  const passed = () => core.onMessage(0, { _tag: "Status", firstUncompletedIdent: reduce.ident + 2 })
+  return { core, reduce, fetched, report, passed, problems }
+}
+
+describe("a peer's CommError and the loss of rank 1", () => {
+  test("the CommError first, then the loss: WorkerLost naming rank 1", async () => {
+    const { core, fetched, report, passed } = setUp()
+    report("CommError", "shim_all_reduce: Connection closed by peer")
+    passed()
+    core.onExit({ rank: 1, status: 137, signal: "SIGKILL" })
+    const error = await fetched
+    expect(error).toBeInstanceOf(WorkerLost)
+    expect(error).toMatchObject({ rank: 1, status: 137, signal: "SIGKILL" })
+  })
+
+  test("the loss first, then the CommError: WorkerLost naming rank 1", async () => {
+    const { core, fetched, report, passed } = setUp()
+    core.onDisconnect(1)
+    report("CommError", "shim_all_reduce: Connection closed by peer")
+    passed()
+    const error = await fetched
+    expect(error).toBeInstanceOf(WorkerLost)
+    expect(error).toMatchObject({ rank: 1, status: undefined })
+  })
+
+  test("a failure that is not a CommError stays the root: RemoteError from rank 0", async () => {
+    const { core, fetched, report, passed } = setUp()
+    report("FunctionFailed", "deliberate")
+    passed()
+    core.onDisconnect(1)
+    const error = await fetched
+    expect(error).toBeInstanceOf(RemoteError)
+    expect(error).toMatchObject({ rank: 0, type: "FunctionFailed" })
+  })
+
+  test("a CommError on a command the lost rank had passed stays: RemoteError from rank 0", async () => {
+    const { core, fetched, report, passed } = setUp()
+    core.onMessage(1, { _tag: "Status", firstUncompletedIdent: 1 })
+    report("CommError", "shim_all_reduce: timed out")
+    passed()
+    const error = await fetched
+    core.onDisconnect(1)
+    expect(error).toBeInstanceOf(RemoteError)
+    expect(error).toMatchObject({ rank: 0, type: "CommError" })
+  })
+})
+
+describe("a fetch that a lost worker poisons", () => {
+  test("fails at once, while rank 0 has not passed it; rank 0's late result is dropped quietly", async () => {
+    const { core, reduce, fetched, passed, problems } = setUp()
+    let settled = false
+    void fetched.then(() => (settled = true))
+    core.onExit({ rank: 1, status: 137, signal: "SIGKILL" })
+    await Bun.sleep(0)
+    expect(settled).toBe(true)
+    expect(await fetched).toMatchObject({ _tag: "WorkerLost", rank: 1, ident: reduce.ident })
+    core.onMessage(0, { _tag: "FetchResult", ident: reduce.ident + 1, value: 1 })
+    passed()
+    expect(problems).toEqual([])
+  })
+})

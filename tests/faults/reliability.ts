@@ -1,0 +1,111 @@
+/**
+ * The fault scenarios of issue 7 as rows of the reliability table (the contract every
+ * tests/<area>/reliability.ts follows): each scenario run a few times (more in long mode),
+ * `held` = the tries where every condition held, `detail` = what the program saw and the
+ * times measured from fault to error. faults.test.ts runs the same scenarios.
+ */
+import { controllerKilled, controllerReplacedThroughStore, listenerRebound } from "./controller_loss.ts"
+import { COMM_TIMEOUT_MS, killWorker } from "./kill.ts"
+import { controllerKeyNeverSet, missingKey, STORE_TIMEOUT_MS, storeKilled } from "./store_loss.ts"
+import { summarise, type Trial } from "./trial.ts"
+
+export interface ReliabilityRow {
+  readonly area: string
+  readonly check: string
+  readonly tries: number
+  readonly held: number
+  readonly detail: string
+}
+
+export type Mode = "default" | "long"
+
+export interface Scenario {
+  readonly check: string
+  /** What every try that held showed, before the figures. */
+  readonly outcome: string
+  readonly tries: Readonly<Record<Mode, number>>
+  /** An upper bound on one try, for test timeouts. */
+  readonly tryMs: number
+  readonly once: () => Promise<Trial>
+}
+
+const comm = `comm timeout ${COMM_TIMEOUT_MS / 1000} s`, store = `store timeout ${STORE_TIMEOUT_MS / 1000} s`
+
+export const scenarios: ReadonlyArray<Scenario> = [
+  {
+    check: `kill -9 of rank 3 while rank 2 waits for it in an all_reduce (2x2 mesh, ${comm})`,
+    outcome: "fetch: WorkerLost rank 3 (137, SIGKILL); rank 2 reported CommError (shim_all_reduce); earlier fetches, other row, its collectives intact",
+    tries: { default: 2, long: 10 }, tryMs: 30_000, once: () => killWorker("blocked, group opened"),
+  },
+  {
+    check: `kill -9 of rank 3 while rank 2 opens their group's communicator (rendezvous, ${comm})`,
+    outcome: "fetch: WorkerLost rank 3 at once; rank 2 reported CommError (rendezvous) at its comm timeout; earlier fetches, other row intact",
+    tries: { default: 1, long: 10 }, tryMs: 30_000, once: () => killWorker("blocked, group not yet opened"),
+  },
+  {
+    check: `kill -9 of rank 3 inside an all_reduce rank 2 joins 0.7 s later (${comm})`,
+    outcome: "fetch: WorkerLost rank 3 (137, SIGKILL) at once; rank 2 went on (CommError, or the all_reduce completed with rank 3's input already in); earlier fetches, other row intact",
+    tries: { default: 2, long: 10 }, tryMs: 30_000, once: () => killWorker("inside a collective"),
+  },
+  {
+    check: `kill -9 of rank 3 inside an all_reduce rank 2 joins 0.7 s later, Gloo TCP only (MONARCH_COMM_SHM=0, ${comm})`,
+    outcome: "fetch: WorkerLost rank 3 (137, SIGKILL) at once; rank 2 reported CommError (shim_all_reduce) on joining; earlier fetches, other row intact",
+    tries: { default: 1, long: 10 }, tryMs: 30_000, once: () => killWorker("inside a collective", true),
+  },
+  {
+    check: "kill -9 of rank 3 with a fetch of its value in flight",
+    outcome: "fetch: WorkerLost rank 3 (137, SIGKILL); earlier fetches, other row intact",
+    tries: { default: 2, long: 10 }, tryMs: 30_000, once: () => killWorker("fetch in flight"),
+  },
+  {
+    check: "kill -9 of rank 3 idle between commands",
+    outcome: "next fetch from it: WorkerLost rank 3 (137, SIGKILL); earlier fetches, other row intact",
+    tries: { default: 2, long: 10 }, tryMs: 30_000, once: () => killWorker("idle"),
+  },
+  {
+    check: "controller killed (kill -9), workers not restartable",
+    outcome: "every worker exited with status 0, logging why",
+    tries: { default: 2, long: 10 }, tryMs: 40_000, once: controllerKilled,
+  },
+  {
+    check: "controller killed (kill -9), restartable workers; next controller found through the store",
+    outcome: "same worker processes waited, reconnected and all-reduced for the new controller",
+    tries: { default: 1, long: 10 }, tryMs: 45_000, once: controllerReplacedThroughStore,
+  },
+  {
+    check: "listener closes every link, restartable workers; same CONTROLLER_ADDR port re-bound 1.2 s later",
+    outcome: "workers waited, reconnected and answered the new listener",
+    tries: { default: 1, long: 10 }, tryMs: 45_000, once: listenerRebound,
+  },
+  {
+    check: `store killed (kill -9) after rendezvous, 2x2 mesh (${store})`,
+    outcome: "calls, tp all_reduces, fetches went on; a dp reduce (new communicator) failed: RemoteError CommError naming the rendezvous key and the store",
+    tries: { default: 1, long: 10 }, tryMs: 40_000, once: storeKilled,
+  },
+  {
+    check: `worker with no CONTROLLER_ADDR and no controller key in the store (${store})`,
+    outcome: "start-up failed: StoreTimeout naming /monarch/controller in the log, non-zero exit",
+    tries: { default: 1, long: 10 }, tryMs: 40_000, once: controllerKeyNeverSet,
+  },
+  {
+    check: `store client get of a key never set (${store})`,
+    outcome: "StoreTimeout naming the key; the client worked afterwards",
+    tries: { default: 1, long: 10 }, tryMs: 15_000, once: missingKey,
+  },
+]
+
+/** Runs one scenario `tries` times, in turn: its row, and the problems of the tries that failed. */
+export const runScenario = async (s: Scenario, tries: number): Promise<{ row: ReliabilityRow; problems: string[] }> => {
+  const trials: Trial[] = []
+  for (let i = 0; i < tries; i++) trials.push(await s.once())
+  const held = trials.filter((t) => t.problems.length === 0).length
+  const problems = trials.flatMap((t, i) => t.problems.map((p) => `try ${i + 1}: ${p}`))
+  const failed = held < tries ? `; first problem: ${problems[0]!.split("\n")[0]}` : ""
+  return { row: { area: "faults", check: s.check, tries, held, detail: `${s.outcome}; ${summarise(trials)}${failed}` }, problems }
+}
+
+export const run = async (mode: Mode): Promise<ReliabilityRow[]> => {
+  const rows: ReliabilityRow[] = []
+  for (const s of scenarios) rows.push((await runScenario(s, s.tries[mode])).row)
+  return rows
+}
