@@ -70,6 +70,8 @@ demo: setup
 bench: setup
 	@$(MAKE) --no-print-directory all
 	$(BUN) run bench/codec.ts
+	$(BUN) run bench/dispatch.ts
+	$(BUN) run bench/collectives.ts
 
 clean:
 	rm -rf build
