@@ -113,7 +113,8 @@ export class Core {
       }
       case "RemoteFunctionFailed": {
         const node = this.graph.node(msg.ident)
-        if (!node) return this.options.onProblem?.(`rank ${rank} reported a failure of settled ident ${msg.ident}: ${msg.error.message}`)
+        if (!node || !node.ranks.includes(rank))
+          return this.options.onProblem?.(`rank ${rank} reported a failure of ident ${msg.ident}, which is not live on it: ${msg.error.message}`)
         return this.graph.fail(node, new RemoteError({
           ident: msg.ident, rank, function: node.label, type: msg.error.type, reason: msg.error.message, frames: msg.error.frames, site: node.site,
         }))

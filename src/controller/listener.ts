@@ -6,6 +6,7 @@
  */
 import type { Socket } from "bun"
 import { Data, Effect, type Scope } from "effect"
+import { timingSafeEqual } from "node:crypto"
 import { Connection } from "../net/connection.ts"
 import { decodeControllerMessage } from "../protocol/codec.ts"
 import type { ControllerMessage, WorkerHello, WorkerMessage } from "../protocol/messages.ts"
@@ -23,6 +24,7 @@ export interface WorkerLink {
 }
 
 export interface ListenerEvents {
+  /** A connection with the token said hello; closing `link` before returning refuses it. */
   readonly onWorker: (link: WorkerLink) => void
   readonly onMessage: (rank: number, msg: ControllerMessage) => void
   /** A rank's link closed (after being admitted). */
@@ -39,6 +41,8 @@ export interface ListenOptions extends ListenerEvents {
   /** Listen on a Unix socket instead. */
   readonly unix?: string
   readonly maxFrameBytes?: number
+  /** A connection that sends no whole message this long after opening is closed (default 10 s). */
+  readonly helloTimeoutMs?: number
 }
 
 export interface Listener {
@@ -46,33 +50,47 @@ export interface Listener {
   readonly address: string
 }
 
+/** Compares tokens in time that does not depend on where they first differ. */
+const sameToken = (given: string, token: string): boolean => {
+  const a = Buffer.from(given), b = Buffer.from(token)
+  return a.length === b.length && timingSafeEqual(a, b)
+}
+
 interface State {
   conn: Connection<ControllerMessage>
   link: WorkerLink | undefined
+  /** Closes the connection unless its first message comes in time. */
+  helloTimer: ReturnType<typeof setTimeout> | undefined
 }
 
 export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, Scope.Scope> =>
   Effect.gen(function* () {
     const host = o.host ?? "127.0.0.1"
+    const helloTimeoutMs = o.helloTimeoutMs ?? 10_000
     const open = (socket: Socket<State>) => {
       socket.setNoDelay?.(true)
       const state: State = {
         link: undefined,
+        helloTimer: undefined,
         conn: new Connection<ControllerMessage>(socket as Socket<unknown>, {
           decode: decodeControllerMessage,
           onMessage: (msg) => {
             if (state.link) return o.onMessage(state.link.hello.rank, msg)
-            if (msg._tag !== "WorkerHello" || msg.token !== o.token) {
+            clearTimeout(state.helloTimer)
+            if (msg._tag !== "WorkerHello" || !sameToken(msg.token, o.token)) {
               o.onProblem(`refused a connection whose first message was ${msg._tag === "WorkerHello" ? "a WorkerHello with the wrong token" : msg._tag}`)
               return state.conn.close()
             }
-            state.link = {
+            const link: WorkerLink = {
               hello: msg,
               send: (m) => !state.conn.closed && state.conn.send(m)._tag === "Success",
               sendRawForTestsOnly: (body) => void state.conn.writer.write(body),
               close: () => state.conn.close(),
             }
-            o.onWorker(state.link)
+            o.onWorker(link)
+            // A link onWorker closed at once was refused (its rank is taken, say): it never
+            // speaks for that rank, and its close (reported during close()) is no disconnect.
+            if (!state.conn.closed) state.link = link
           },
           onInvalid: (e) => {
             if (!state.link) {
@@ -81,10 +99,20 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
             }
             o.onProblem(`rank ${state.link.hello.rank} sent an invalid frame: ${e.message}`)
           },
-          onClose: () => state.link && o.onDisconnect(state.link.hello.rank),
+          onClose: () => {
+            clearTimeout(state.helloTimer)
+            if (state.link) o.onDisconnect(state.link.hello.rank)
+          },
         }, o.maxFrameBytes),
       }
       socket.data = state
+      // A connection that never speaks would otherwise hold its socket for good.
+      state.helloTimer = setTimeout(() => {
+        if (state.link !== undefined || state.conn.closed) return
+        o.onProblem(`refused a connection that sent no message within ${helloTimeoutMs} ms`)
+        state.conn.close()
+      }, helloTimeoutMs)
+      state.helloTimer.unref?.()
     }
     const handlers = {
       binaryType: "uint8array" as const,

@@ -37,8 +37,9 @@ export class Connection<In> {
     }, maxFrameBytes === undefined ? {} : { maxFrameBytes })
   }
 
-  /** Socket `data` handler. */
+  /** Socket `data` handler. Once this side has closed, nothing more is read. */
   receive(chunk: Uint8Array): void {
+    if (this.closed) return
     const fatal = this.reader.push(chunk)
     if (fatal === undefined) return
     this.handlers.onInvalid(fatal)

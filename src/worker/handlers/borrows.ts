@@ -10,7 +10,16 @@ import { DependentOnError } from "../errors.ts"
 import { getAs } from "../refs.ts"
 import { reject, type Borrow, type Session } from "../session.ts"
 
+/** Forgets a borrow's state, destroying its events. */
+const forget = (s: Session, id: number): void => {
+  const b = s.borrows.get(id)
+  b?.created?.destroy()
+  b?.lastUse?.destroy()
+  s.borrows.delete(id)
+}
+
 export const borrowCreate = (s: Session) => (m: BorrowCreate) => Effect.sync(() => {
+  forget(s, m.result.id)
   try {
     const from = getAs(s.env, m.from, Stream, "a stream"), to = getAs(s.env, m.to, Stream, "a stream")
     s.env.define(m.result, s.env.get(m.tensor))
@@ -30,7 +39,19 @@ const borrowOf = (s: Session, id: number, step: string): Borrow | null => {
   return b ?? null
 }
 
-export const borrowFirstUse = (s: Session) => (m: BorrowFirstUse) => Effect.sync(() => {
+/**
+ * A borrow step. One that cannot run (a stream of the borrow was deleted meanwhile) is
+ * refused with a ProtocolError, like any other misuse of the protocol.
+ */
+const step = (s: Session, name: string, id: number, body: () => void) => Effect.sync(() => {
+  try {
+    body()
+  } catch (e) {
+    reject(s, `${name} ${id}: ${e instanceof Error ? e.message : String(e)}`)
+  }
+})
+
+export const borrowFirstUse = (s: Session) => (m: BorrowFirstUse) => step(s, "BorrowFirstUse", m.borrow, () => {
   const b = borrowOf(s, m.borrow, "BorrowFirstUse")
   if (b === null || b.created === null) return
   b.to.wait(b.created)
@@ -39,14 +60,14 @@ export const borrowFirstUse = (s: Session) => (m: BorrowFirstUse) => Effect.sync
   b.used = true
 })
 
-export const borrowLastUse = (s: Session) => (m: BorrowLastUse) => Effect.sync(() => {
+export const borrowLastUse = (s: Session) => (m: BorrowLastUse) => step(s, "BorrowLastUse", m.borrow, () => {
   const b = borrowOf(s, m.borrow, "BorrowLastUse")
   if (b === null || !b.used) return
   b.lastUse?.destroy()
   b.lastUse = b.to.record()
 })
 
-export const borrowDrop = (s: Session) => (m: BorrowDrop) => Effect.sync(() => {
+export const borrowDrop = (s: Session) => (m: BorrowDrop) => step(s, "BorrowDrop", m.borrow, () => {
   const b = borrowOf(s, m.borrow, "BorrowDrop")
   s.borrows.delete(m.borrow)
   if (b === null) return
@@ -54,6 +75,9 @@ export const borrowDrop = (s: Session) => (m: BorrowDrop) => Effect.sync(() => {
   if (!b.used) return
   // Without a recorded last use, `to`'s work so far is what `from` must wait for.
   const done = b.lastUse ?? Event.create(s.native).record(b.to)
-  b.from.wait(done)
-  done.destroy()
+  try {
+    b.from.wait(done)
+  } finally {
+    done.destroy()
+  }
 })

@@ -4,7 +4,7 @@
  */
 import { Effect } from "effect"
 import type { WorkerMessage } from "../../protocol/messages.ts"
-import type { Session } from "../session.ts"
+import { reject, type Session } from "../session.ts"
 import { borrowCreate, borrowDrop, borrowFirstUse, borrowLastUse } from "./borrows.ts"
 import { callFunction, fetchValue } from "./calls.ts"
 import { createDeviceMesh, reduce, sendTensor } from "./collectives.ts"
@@ -19,9 +19,19 @@ export type Handlers = {
 const describe = (m: WorkerMessage): string =>
   m._tag === "CommandGroup" ? `CommandGroup of ${m.commands.length}` : "ident" in m ? `${m._tag} ${m.ident}` : m._tag
 
-/** The handlers of one session, and `dispatch` over them (logging each command when `debug`). */
+/**
+ * The handlers of one session, and `dispatch` over them (logging each command when `debug`).
+ * A handler that throws where it should not is a bug; dispatch turns it into a ProtocolError
+ * reply and a log line, so the worker and everything it holds survive it.
+ */
 export const makeDispatch = (s: Session, debug = false): ((m: WorkerMessage) => Effect.Effect<void>) => {
-  const run = (m: WorkerMessage): Effect.Effect<void> => (handlers[m._tag] as (m: WorkerMessage) => Effect.Effect<void>)(m)
+  const run = (m: WorkerMessage): Effect.Effect<void> =>
+    (handlers[m._tag] as (m: WorkerMessage) => Effect.Effect<void>)(m).pipe(
+      Effect.catchDefect((e) => {
+        reject(s, `${m._tag}: internal error: ${e instanceof Error ? e.message : String(e)}`)
+        return Effect.logError(`${m._tag} failed unexpectedly`, e)
+      }),
+    )
   const dispatch = debug ? (m: WorkerMessage) => Effect.andThen(Effect.logDebug(describe(m)), run(m)) : run
   const handlers: Handlers = {
     CreateDeviceMesh: createDeviceMesh(s),

@@ -1,0 +1,107 @@
+/**
+ * The security area's rows for RELIABILITY.md (the reliability contract): the closed-door
+ * checks of closedDoor.ts, which the bun tests in this directory assert on, as rows. They are
+ * the same in both modes; long mode repeats the intruders ten times over.
+ */
+import { startController } from "../fuzz/controllerRig.ts"
+import { mib, rssChange } from "../fuzz/proc.ts"
+import type { Mode, ReliabilityRow } from "../fuzz/reliability.ts"
+import {
+  checkConfiguredBind, checkFunctionsOnWorker, checkIntruders, checkListenerClaim, checkLoopback, checkReaderClaim, checkSilentConnections, checkStoreClaim,
+  checkWorkersServe, functionNames, makeFunctionTree, resolveAll, type IntruderResult,
+} from "./closedDoor.ts"
+import { isLoopback, type ListeningSocket } from "./sockets.ts"
+
+const AREA = "security"
+/** RSS growth allowed where nothing may be allocated (64 MiB of bytes follow each claim). */
+export const QUIET_KIB = 16 * 1024
+
+const row = (check: string, tries: number, held: number, detail: string): ReliabilityRow => ({ area: AREA, check, tries, held, detail })
+
+const attempt = async (check: string, tries: number, body: () => Promise<ReliabilityRow[]>): Promise<ReliabilityRow[]> => {
+  try {
+    return await body()
+  } catch (e) {
+    return [row(check, tries, 0, `failed: ${(e instanceof Error ? e.message : String(e)).split("\n")[0]}`)]
+  }
+}
+
+export const run = async (mode: Mode): Promise<ReliabilityRow[]> => {
+  const rows: ReliabilityRow[] = []
+  const tree = makeFunctionTree()
+  try {
+    const rig = await startController(1, [tree.root])
+    try {
+      rows.push(...await attempt("listeners bind loopback", 2, async () => {
+        const r = checkLoopback(rig)
+        const checked = [r.controller, r.store, ...r.workers.flat()]
+        const configured = await checkConfiguredBind()
+        const wide = [configured.controller, configured.store].filter((s) => s?.address === "0.0.0.0").length
+        const named = (s: ListeningSocket | undefined) => (s === undefined ? "not found" : `${s.address}:${s.port}`)
+        return [
+          row("listeners bind loopback (controller, launcher's store, worker)", checked.length, checked.filter((s) => s !== undefined && isLoopback(s.address)).length,
+            `controller ${named(r.controller)}, store ${named(r.store)}; the worker listens on ${r.workers.flat().length === 0 ? "nothing" : r.workers.flat().map(named).join(", ")} (read from /proc)`),
+          row("listeners bind all interfaces only when configured to", 2, wide, `host "0.0.0.0" given: controller ${configured.controller?.address}, store ${configured.store?.address}`),
+        ]
+      }))
+
+      const rounds = mode === "long" ? 10 : 1
+      rows.push(...await attempt("connections without the job token", 12 * rounds, async () => {
+        const results: IntruderResult[] = []
+        for (let i = 0; i < rounds; i++) results.push(...await checkIntruders(rig))
+        const held = results.filter((r) => r.closed && r.reported)
+        const served = await checkWorkersServe(rig)
+        const kinds = [...new Set(results.map((r) => r.name))]
+        return [
+          row("connections without the job token are refused and reported", results.length, held.length,
+            `${kinds.length} kinds (${kinds.join("; ")}); closed within ${Math.max(...results.map((r) => r.ms)).toFixed(0)} ms at most${held.length < results.length ? `; not refused: ${results.filter((r) => !r.closed || !r.reported).map((r) => r.name).join("; ")}` : ""}`),
+          row("the real worker with the token still works after them", 1, served ? 1 : 0, served ? "a call and a fetch on it succeeded" : "it did not serve"),
+        ]
+      }))
+
+      rows.push(...await attempt("connections that never say hello", 3, async () => {
+        const timeoutMs = 300
+        const r = await checkSilentConnections(timeoutMs)
+        const closed = r.silent.filter((s) => s.closed).length
+        return [row("connections that never finish a first message are closed after the hello timeout", r.silent.length, r.reported === r.silent.length && r.helloKept ? closed : 0,
+          `${r.silent.map((s) => s.name.replace(/^a connection that /, "")).join("; ")}: closed after ${r.silent.map((s) => s.ms.toFixed(0)).join(", ")} ms with a ${timeoutMs} ms timeout (default 10 s), ${r.reported} reported; a worker that said hello kept: ${r.helloKept}`)]
+      }))
+
+      rows.push(...await attempt("functions outside the allowed roots", 11, async () => {
+        const names = functionNames(tree)
+        const refused = [...await resolveAll([tree.root], names.refused.map(([n]) => n)), ...await resolveAll([tree.rootLink], names.refused.map(([n]) => n))]
+        const allowed = [...await resolveAll([tree.root], names.allowed), ...await resolveAll([tree.rootLink], names.allowed)]
+        const onWorker = await checkFunctionsOnWorker(rig, tree)
+        const imported = tree.evilImported()
+        const refusedOk = refused.filter((r) => !r.resolved && r.tag === "FunctionNotFound").length
+        const workerOk = onWorker.refused.filter((r) => !r.resolved && /FunctionNotFound/.test(r.message)).length
+        return [
+          row("functions outside the allowed roots are refused (FunctionTable)", refused.length, imported ? 0 : refusedOk,
+            `absolute paths, .. escapes, file and directory symlinks leading out, a sibling extending the root's name, node: and bare names; root given directly and through a symlink; ${allowed.filter((r) => r.resolved).length}/${allowed.length} names inside resolved; nothing outside imported: ${!imported}`),
+          row("functions outside the allowed roots are refused (real worker)", onWorker.refused.length, imported ? 0 : workerOk,
+            `each a RemoteError naming FunctionNotFound; an allowed module ran: ${onWorker.allowedRan}`),
+        ]
+      }))
+    } finally {
+      await rig.close()
+    }
+  } finally {
+    tree.remove()
+  }
+
+  rows.push(...await attempt("oversized frames", 3, async () => {
+    const reader = await checkReaderClaim(0xffff_ffff)
+    const listener = await checkListenerClaim()
+    const store = await checkStoreClaim()
+    const quiet = (before: number, after: number) => after - before < QUIET_KIB
+    return [
+      row("a 4 GiB frame claim + 64 MiB into FrameReader", 1, reader.refused && reader.allocations.length === 0 && quiet(reader.rssBeforeKiB, reader.rssAfterKiB) ? 1 : 0,
+        `refused from the prefix ("${reader.problem}"), ${reader.allocations.length} allocations, ${rssChange(reader.rssBeforeKiB, reader.rssAfterKiB)}`),
+      row("a 4 GiB frame claim + 64 MiB to the controller listener", 1, listener.closed && listener.refused && listener.allocations.every((n) => n < 1 << 20) && quiet(listener.rssBeforeKiB, listener.rssAfterKiB) ? 1 : 0,
+        `connection closed and reported, largest allocation ${Math.max(0, ...listener.allocations)} B, ${rssChange(listener.rssBeforeKiB, listener.rssAfterKiB)}`),
+      row("a 2^40-byte key claim + 64 MiB to the store", 1, store.closed && quiet(store.rssBeforeKiB, store.rssAfterKiB) ? 1 : 0,
+        `connection closed, RSS +${mib(store.rssAfterKiB - store.rssBeforeKiB)} MiB (refusal itself: tests/store/wire.test.ts, server.test.ts)`),
+    ]
+  }))
+  return rows
+}
