@@ -196,8 +196,9 @@ describe("failures", () => {
   test("a command outstanding too long is reported with the ranks that have not passed it", async () => {
     const mesh = await run(ctl.mesh({ all: 4 }))
     const t = await run(mesh.call("ops.ones", [[2]]))
-    const slow = await run(mesh.call("tests/controller/fixtures:slowOnRank", [1, 1500, t], {}, { results: [{ dtype: "f32", shape: [2] }] }))
-    await Bun.sleep(700)
+    const slow = await run(mesh.call("tests/controller/fixtures:slowOnRank", [1, 3000, t], {}, { results: [{ dtype: "f32", shape: [2] }] }))
+    // Past the once-a-second Status of the ranks that finished, so only rank 1 is behind.
+    await Bun.sleep(1500)
     const reports = ctl.core.checkHangs(performance.now() + 30_000)
     const mine = reports.find((r) => r.label === "tests/controller/fixtures:slowOnRank")
     expect(mine?.behind).toEqual([1])
