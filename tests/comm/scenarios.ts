@@ -11,7 +11,7 @@ import { Tensor } from "../../ffi/tensor.ts"
 import { DTYPES, HostTensor, type DType } from "../../src/protocol/values.ts"
 import type { StoreApi } from "../../src/store/api.ts"
 import { CommError } from "../../src/worker/errors.ts"
-import { encode, inputs, reduced, type Scalar } from "./reference.ts"
+import { encode, inputBytes, inputs, reduced, reducedBytes, type Scalar } from "./reference.ts"
 
 /** A line a worker prints: a check's outcome, or an event the test waits for. */
 export type WorkerLine =
@@ -42,7 +42,7 @@ const firstDifference = (a: Uint8Array, b: Uint8Array): string => {
 }
 
 const checkBytes = (check: string, actual: Uint8Array, expected: Uint8Array): void => {
-  const ok = actual.length === expected.length && actual.every((x, i) => x === expected[i])
+  const ok = Buffer.from(actual.buffer, actual.byteOffset, actual.byteLength).equals(expected)
   emit(ok ? { check, ok } : { check, ok, detail: firstDifference(actual, expected) })
 }
 
@@ -67,7 +67,10 @@ const concat = (parts: ReadonlyArray<Uint8Array>): Uint8Array => {
 class Tensors {
   constructor(private readonly native: Native) {}
   upload(dtype: DType, shape: ReadonlyArray<number>, values: ReadonlyArray<Scalar>): Tensor {
-    return Tensor.fromHost(this.native, new HostTensor(dtype, shape, encode(dtype, values)))
+    return this.uploadBytes(dtype, shape, encode(dtype, values))
+  }
+  uploadBytes(dtype: DType, shape: ReadonlyArray<number>, bytes: Uint8Array): Tensor {
+    return Tensor.fromHost(this.native, new HostTensor(dtype, shape, bytes))
   }
   empty(dtype: DType, shape: ReadonlyArray<number>): Tensor {
     return Tensor.empty(this.native, dtype, shape)
@@ -200,6 +203,82 @@ const mesh = async (w: Worker): Promise<void> => {
   world.destroy()
 }
 
+/**
+ * All-reduce of large odd sizes, for the shared-memory path's 4 MiB rounds: counts just past
+ * its one-round limit (64 KiB), and ones whose last round holds a few elements, split unevenly
+ * between members (or not at all, for some). Each case has its own seed, so a round that
+ * read a stage or result left from an earlier call would not match.
+ */
+const largeOdd = async (w: Worker): Promise<void> => {
+  const all = range(w.size)
+  const comm = await w.open("world", all)
+  const t = new Tensors(w.native)
+  let seed = 0
+  for (const [dtype, op] of [["i32", "sum"], ["f64", "avg"]] as const)
+    for (const n of [16_384, 16_385, 65_537, 1_048_579, 3 * 2 ** 20 + 1])
+      for (const inPlace of [false, true]) {
+        const check = `all_reduce ${dtype} ${op} n=${n}${inPlace ? " in place" : ""}`
+        const expected = reducedBytes(dtype, op, all, n, ++seed)
+        const mine = inputBytes(dtype, op, w.rank, n, seed)
+        using input = t.uploadBytes(dtype, [n], mine)
+        if (inPlace) {
+          comm.allReduce(input, input, op)
+          checkBytes(check, bytesOf(input), expected)
+        } else {
+          using out = t.empty(dtype, [n])
+          comm.allReduce(out, input, op)
+          checkBytes(check, bytesOf(out), expected)
+          checkBytes(`${check}: input untouched`, bytesOf(input), mine)
+        }
+      }
+  // An odd chunk per member: the whole input is 3 x 349525 elements on 3 members.
+  const m = 349_525
+  for (const [dtype, op] of [["i32", "sum"], ["f64", "max"]] as const) {
+    using input = t.uploadBytes(dtype, [w.size * m], inputBytes(dtype, op, w.rank, w.size * m, ++seed))
+    using out = t.empty(dtype, [m])
+    comm.reduceScatter(out, input, op)
+    checkBytes(`reduce_scatter ${dtype} ${op} m=${m}`, bytesOf(out), reducedBytes(dtype, op, all, m, seed, w.rank * m))
+  }
+  comm.destroy()
+}
+
+/**
+ * All-reduce and reduce-scatter at each side of every size where a path changes how it works:
+ * TCP's one-hop exchange (at most 256 KiB from all members together, in 64-byte units per
+ * member) and Gloo's ring beyond it, whose segments split at 1 MiB; shared memory's single
+ * round (at most 64 KiB) and its 4 MiB rounds. In place and not, narrow and wide dtypes.
+ */
+const thresholds = async (w: Worker): Promise<void> => {
+  const all = range(w.size)
+  const comm = await w.open("world", all)
+  const t = new Tensors(w.native)
+  const exchangeBytes = Math.floor(256 * 1024 / Math.max(1, w.size - 1) / 64) * 64
+  let seed = 0
+  const allReduce = (dtype: DType, op: CommOpName, n: number, inPlace: boolean) => {
+    const expected = reducedBytes(dtype, op, all, n, ++seed)
+    using input = t.uploadBytes(dtype, [n], inputBytes(dtype, op, w.rank, n, seed))
+    using out = inPlace ? null : t.empty(dtype, [n])
+    comm.allReduce(out ?? input, input, op)
+    checkBytes(`all_reduce ${dtype} ${op} n=${n}${inPlace ? " in place" : ""}`, bytesOf(out ?? input), expected)
+  }
+  // 4 MiB: one whole shared round, then one more holding a single element; several ring segments.
+  for (const n of [1 << 20, (1 << 20) + 1]) for (const inPlace of [false, true]) allReduce("f32", "sum", n, inPlace)
+  for (const [dtype, op, width] of [["f32", "sum", 4], ["i64", "max", 8], ["bf16", "prod", 2], ["u8", "min", 1]] as const) {
+    for (const bytes of [exchangeBytes, 64 * 1024])
+      for (const n of [bytes / width, bytes / width + 1])
+        for (const inPlace of [false, true]) allReduce(dtype, op, n, inPlace)
+    // The whole input just within, and just past, the exchange.
+    const within = Math.floor(exchangeBytes / width / w.size)
+    for (const m of [within, within + 1]) {
+      using input = t.uploadBytes(dtype, [w.size * m], inputBytes(dtype, op, w.rank, w.size * m, ++seed))
+      using out = t.empty(dtype, [m])
+      comm.reduceScatter(out, input, op)
+      checkBytes(`reduce_scatter ${dtype} ${op} m=${m}`, bytesOf(out), reducedBytes(dtype, op, all, m, seed, w.rank * m))
+    }
+  }
+  comm.destroy()
+}
+
 /** Batched sends and receives: a ring, pairs, repeated calls, several tensors to one peer. */
 const p2p = async (w: Worker): Promise<void> => {
   const { rank, size } = w
@@ -296,7 +375,7 @@ const failureOf = (f: () => void) => {
  * kills the last rank (`peer-dies`) or leaves it idle (`peer-silent`, `p2p-silent`). Each
  * waiting rank reports how its call failed, how long that took, and what a later call says.
  */
-const abandoned = (enter: (comm: Comm, x: Tensor, w: Worker) => void) => async (w: Worker): Promise<void> => {
+const abandoned = (enter: (comm: Comm, x: Tensor, w: Worker) => void, n = 1031) => async (w: Worker): Promise<void> => {
   const comm = await w.open("world", range(w.size))
   comm.barrier()
   emit({ event: "ready" })
@@ -304,7 +383,7 @@ const abandoned = (enter: (comm: Comm, x: Tensor, w: Worker) => void) => async (
     Bun.sleepSync(60_000)
     return
   }
-  using x = Tensor.fromHost(w.native, new HostTensor("f32", [1031], encode("f32", inputs("f32", "sum", w.rank, 1031, 0))))
+  using x = Tensor.fromHost(w.native, new HostTensor("f32", [n], encode("f32", inputs("f32", "sum", w.rank, n, 0))))
   const first = failureOf(() => enter(comm, x, w))
   const later = failureOf(() => comm.barrier())
   comm.destroy()
@@ -335,7 +414,11 @@ export const SCENARIOS: Readonly<Record<string, (w: Worker) => Promise<void>>> =
   mesh,
   p2p,
   errors,
+  "large-odd": largeOdd,
+  thresholds,
   "peer-dies": abandoned((comm, x) => comm.allReduce(x, x, "sum")),
+  // 4 MiB and a bit: several shared-memory rounds, or Gloo's ring rather than the exchange.
+  "peer-dies-large": abandoned((comm, x) => comm.allReduce(x, x, "sum"), (1 << 20) + 3),
   "peer-silent": abandoned((comm, x) => comm.allReduce(x, x, "sum")),
   "p2p-silent": abandoned((comm, x, w) => comm.p2p([{ kind: "recv", peer: w.size - 1, tensor: x }])),
   "dies-before-connect": diesBeforeConnect,

@@ -10,6 +10,20 @@ import type { WorkerLine } from "./scenarios.ts"
 const BUN = process.execPath
 const WORKER = new URL("./worker.ts", import.meta.url).pathname
 
+/**
+ * The two ways a communicator whose members share a host all-reduces: through shared memory
+ * (the default), or over TCP as between hosts. The variable is set either way, so a value
+ * exported in the test's own environment cannot change which path a test means.
+ */
+export interface CommPath {
+  readonly name: string
+  readonly env: Readonly<Record<string, string>>
+  /** Whether a communicator of several members maps every member's shared segment. */
+  readonly sharedMemory: boolean
+}
+export const SHARED_MEMORY: CommPath = { name: "shared memory", env: { MONARCH_COMM_SHM: "1" }, sharedMemory: true }
+export const TCP: CommPath = { name: "TCP", env: { MONARCH_COMM_SHM: "0" }, sharedMemory: false }
+
 export class WorkerProcess {
   readonly lines: WorkerLine[] = []
   readonly stderr: Promise<string>
@@ -66,10 +80,12 @@ export class WorkerGroup implements AsyncDisposable {
     readonly workers: WorkerProcess[],
   ) {}
 
-  static start(scenario: string, size: number, timeoutMs: number): WorkerGroup {
+  /** env: variables set in every worker on top of this process's own (e.g. MONARCH_COMM_SHM). */
+  static start(scenario: string, size: number, timeoutMs: number, env: Readonly<Record<string, string>> = {}): WorkerGroup {
     const server = startServer({ port: 0 })
     const workers = Array.from({ length: size }, (_, rank) => {
       const proc = Bun.spawn([BUN, WORKER, scenario, String(rank), String(size), String(timeoutMs), String(server.port)], {
+        env: { ...process.env, ...env },
         stdin: "ignore",
         stdout: "pipe",
         stderr: "pipe",

@@ -1,8 +1,11 @@
 /**
  * One worker process of the communicator tests:
  *   bun tests/comm/worker.ts <scenario> <rank> <size> <timeoutMs> <store port>
- * Communicators meet through the test's store server (src/comm/rendezvous.ts).
+ * Communicators meet through the test's store server (src/comm/rendezvous.ts). After each
+ * open it reports how many shared all-reduce segments the process maps (comm_shm.cc names
+ * its memfds so), which tells the test which all-reduce path the communicator took.
  */
+import { readFileSync } from "node:fs"
 import { Duration, Effect } from "effect"
 import { loadNative } from "../../ffi/native.ts"
 import { openComm } from "../../src/comm/rendezvous.ts"
@@ -15,6 +18,9 @@ if (run === undefined) throw new Error(`unknown scenario ${JSON.stringify(scenar
 const rank = Number(rankArg), size = Number(sizeArg), timeoutMs = Number(timeoutArg)
 const native = loadNative("cpu")
 
+const shmSegments = (): number =>
+  readFileSync("/proc/self/maps", "utf8").split("\n").filter((line) => line.includes("/memfd:monarch-shm-allreduce")).length
+
 await Effect.runPromise(
   Effect.scoped(
     Effect.gen(function* () {
@@ -26,7 +32,11 @@ await Effect.runPromise(
           size,
           timeoutMs,
           store,
-          open: (key, members) => Effect.runPromise(openComm({ native, store, key, members, rank, timeoutMs })),
+          open: async (key, members) => {
+            const comm = await Effect.runPromise(openComm({ native, store, key, members, rank, timeoutMs }))
+            emit({ event: "opened", key, shmSegments: shmSegments() })
+            return comm
+          },
         }),
       )
       emit({ event: "done" })
