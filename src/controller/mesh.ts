@@ -89,18 +89,28 @@ export type Failure = RemoteError | WorkerLost | ControllerError
 
 const refuse = (message: string) => new ControllerError({ message })
 
-/** What a tree of arguments becomes on the wire, with the refs it reads. */
-interface Converted {
-  readonly wire: Value
-  /** The same tree with tensors replaced by their metadata (undefined where unknown). */
-  readonly metas: unknown
-  readonly known: boolean
-  readonly inputs: number[]
-  readonly borrows: BorrowState[]
+/** What one command's argument trees read, gathered while converting them to the wire. */
+class Reads {
+  /** Ref ids of the tensors read. */
+  readonly inputs: number[] = []
+  /** Borrows read for the first time, once each. */
+  readonly borrows: BorrowState[] = []
+  /** Whether every tensor read has a known dtype and shape. */
+  known = true
+}
+
+/** A tree of arguments with tensors replaced by their metadata (undefined where unknown). */
+const metasOf = (v: unknown): unknown => {
+  if (typeof v !== "object" || v === null || v instanceof HostTensor || v instanceof Uint8Array) return v
+  if (v instanceof RemoteTensor) return v.meta
+  if (Array.isArray(v)) return v.map(metasOf)
+  return Object.fromEntries(Object.keys(v).map((k) => [k, metasOf((v as Record<string, unknown>)[k])]))
 }
 
 export class Mesh {
   readonly ranks: ReadonlyArray<number>
+  /** Meshes found to hold every rank of this one, so their tensors need no per-command rank check. */
+  private readonly covering = new WeakSet<Mesh>()
 
   constructor(
     readonly core: Core,
@@ -126,31 +136,34 @@ export class Mesh {
     return `Mesh(${this.names.map((n, i) => `${n}=${this.layout.sizes[i]}`).join(", ")})`
   }
 
-  /** Arguments to the wire: tensors must live on (at least) this mesh's ranks. */
-  private convert(tree: unknown): Converted {
-    const inputs: number[] = [], borrows: BorrowState[] = []
-    let known = true
-    const walk = (v: unknown): [Value, unknown] => {
-      if (v instanceof RemoteTensor) {
-        if (v.released) throw refuse(`${v} was released`)
+  /**
+   * A tree of arguments as it goes on the wire, noting in `reads` what it reads: tensors must
+   * live on (at least) this mesh's ranks. Called once per argument of every command, so it
+   * walks the tree once and checks a tensor's mesh once per pair of meshes.
+   */
+  private convert(v: unknown, reads: Reads): Value {
+    if (typeof v !== "object" || v === null) return v as Value
+    if (v instanceof RemoteTensor) {
+      if (v.released) throw refuse(`${v} was released`)
+      if (v.mesh !== this && !this.covering.has(v.mesh)) {
         const missing = this.ranks.filter((r) => !v.mesh.layout.contains(r))
         if (missing.length > 0) throw refuse(`${v} is not on ranks [${missing}] of ${this}`)
-        inputs.push(v.ref.id)
-        if (v.borrow && !v.borrow.used) borrows.push(v.borrow)
-        if (!v.meta) known = false
-        return [v.ref, v.meta]
+        this.covering.add(v.mesh)
       }
-      if (v instanceof RemoteStream || v instanceof Mesh) throw refuse(`a ${v.constructor.name} cannot be an argument`)
-      if (v instanceof HostTensor || v instanceof Uint8Array || v === null || typeof v !== "object") return [v as Value, v]
-      if (Array.isArray(v)) {
-        const pairs = v.map(walk)
-        return [pairs.map((p) => p[0]), pairs.map((p) => p[1])]
-      }
-      const entries = Object.entries(v).map(([k, x]) => [k, walk(x)] as const)
-      return [Object.fromEntries(entries.map(([k, p]) => [k, p[0]])), Object.fromEntries(entries.map(([k, p]) => [k, p[1]]))]
+      reads.inputs.push(v.ref.id)
+      if (v.borrow && !v.borrow.used && !reads.borrows.includes(v.borrow)) reads.borrows.push(v.borrow)
+      if (!v.meta) reads.known = false
+      return v.ref
     }
-    const [wire, metas] = walk(tree)
-    return { wire, metas, known, inputs, borrows }
+    if (v instanceof RemoteStream || v instanceof Mesh) throw refuse(`a ${v.constructor.name} cannot be an argument`)
+    if (v instanceof HostTensor || v instanceof Uint8Array) return v
+    if (Array.isArray(v)) {
+      const out = new Array<Value>(v.length)
+      for (let i = 0; i < v.length; i++) out[i] = this.convert(v[i], reads)
+      return out
+    }
+    const keys = Object.keys(v)
+    return keys.length === 0 ? {} : Object.fromEntries(keys.map((k) => [k, this.convert((v as Record<string, unknown>)[k], reads)]))
   }
 
   /** A borrow's first use waits on the stream it came from, once, before the command. */
@@ -162,14 +175,14 @@ export class Mesh {
   }
 
   /** The results' metadata: a built-in's from its rule, a user function's from options. */
-  private resultMetas(fn: string, args: Converted, kwargs: Converted, results: CallOptions["results"]): ReadonlyArray<TensorMeta | undefined> {
+  private resultMetas(fn: string, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, known: boolean, results: CallOptions["results"]): ReadonlyArray<TensorMeta | undefined> {
     if (results !== undefined) return typeof results === "number" ? Array.from({ length: results }, () => undefined) : results
     if (!fn.startsWith("ops.")) return [undefined]
     const op = Object.hasOwn(builtins, fn.slice(4)) ? builtins[fn.slice(4)] : undefined
     if (!op) throw refuse(`no built-in ${fn}`)
-    if (!args.known || !kwargs.known) return fn.endsWith("_") || fn === "ops.noop" ? [] : [undefined]
+    if (!known) return fn.endsWith("_") || fn === "ops.noop" ? [] : [undefined]
     try {
-      return op.outputs(args.metas as unknown[], kwargs.metas as Record<string, unknown>)
+      return op.outputs(metasOf(args) as unknown[], metasOf(kwargs) as Record<string, unknown>)
     } catch (e) {
       throw refuse((e as Error).message)
     }
@@ -177,14 +190,20 @@ export class Mesh {
 
   /** Issues a CallFunction; returns one handle per result. */
   private issueCall(fn: string, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, opts: CallOptions, site: string | undefined): RemoteTensor[] {
-    const a = this.convert(args), kw = this.convert(kwargs), mutates = this.convert(opts.mutates ?? [])
-    const metas = this.resultMetas(fn, a, kw, opts.results)
+    const reads = new Reads()
+    const wireArgs = this.convert(args, reads) as Value[], wireKwargs = this.convert(kwargs, reads) as Record<string, Value>
+    const known = reads.known
+    const mutates = opts.mutates ?? []
+    const mutated = mutates.map((t) => t.ref)
+    this.convert(mutates, reads)
+    const metas = this.resultMetas(fn, args, kwargs, known, opts.results)
     const stream = opts.stream ?? this.defaultStream
     const results = metas.map(() => this.core.newRef())
-    const mutated = (opts.mutates ?? []).map((t) => t.ref)
-    this.firstUses([...a.borrows, ...kw.borrows, ...mutates.borrows])
-    this.core.command(this.ranks, fn, [...a.inputs, ...kw.inputs, ...mutates.inputs], [...results, ...mutated].map((r) => r.id), site, (ident) => ({
-      _tag: "CallFunction", ident, results, mutates: mutated, function: fn, args: a.wire as Value[], kwargs: kw.wire as Record<string, Value>, stream: stream.ref,
+    const defines = results.map((r) => r.id)
+    for (const r of mutated) defines.push(r.id)
+    this.firstUses(reads.borrows)
+    this.core.command(this.ranks, fn, reads.inputs, defines, site, (ident) => ({
+      _tag: "CallFunction", ident, results, mutates: mutated, function: fn, args: wireArgs, kwargs: wireKwargs, stream: stream.ref,
     }))
     return results.map((r, i) => new RemoteTensor(this, r, metas[i], stream))
   }
@@ -234,8 +253,9 @@ export class Mesh {
         const meta: TensorMeta = { dtype: t.meta.dtype, shape: reduction === "stack" ? (scatter ? shape : [n, ...shape]) : scatter ? shape.slice(1) : shape }
         const stream = opts.stream ?? this.defaultStream
         const result = inplace ? t.ref : this.core.newRef()
-        this.convert([t])
-        this.firstUses(t.borrow && !t.borrow.used ? [t.borrow] : [])
+        const reads = new Reads()
+        this.convert(t, reads)
+        this.firstUses(reads.borrows)
         this.core.command(this.ranks, `reduce ${reduction}${scatter ? " scatter" : ""} over ${names.join("+")}`, [t.ref.id], [result.id], site, (ident) => ({
           _tag: "Reduce", ident, result, tensor: t.ref, factory: new TensorFactory(t.meta!.shape, t.meta!.dtype, this.core.device), mesh: this.ref, stream: stream.ref,
           dims: names, reduction, scatter, inplace,
@@ -262,10 +282,11 @@ export class Mesh {
 
   private fetchFrom(ranks: ReadonlyArray<number>, value: unknown, opts: FetchOptions, site: string | undefined) {
     return Effect.suspend(() => {
-      const v = this.convert(value)
-      this.firstUses(v.borrows)
-      return this.core.fetch(ranks, v.inputs, opts.fn ?? "fetch", site, (ident) => ({
-        _tag: "FetchValue", ident, mutates: [], function: opts.fn ?? null, object: v.wire, stream: (opts.stream ?? this.defaultStream).ref,
+      const reads = new Reads()
+      const object = this.convert(value, reads)
+      this.firstUses(reads.borrows)
+      return this.core.fetch(ranks, reads.inputs, opts.fn ?? "fetch", site, (ident) => ({
+        _tag: "FetchValue", ident, mutates: [], function: opts.fn ?? null, object, stream: (opts.stream ?? this.defaultStream).ref,
       }))
     }).pipe(Effect.catchDefect((e) => Effect.fail(e instanceof ControllerError ? e : refuse(String(e)))))
   }
