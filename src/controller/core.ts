@@ -5,7 +5,8 @@
  * reports and lost workers into failures of exactly the results that need them, and reports
  * commands that hang.
  */
-import { Effect } from "effect"
+import { Effect, Result } from "effect"
+import { encodeMessageParts } from "../protocol/codec.ts"
 import type { ControllerMessage, Value, WorkerMessage } from "../protocol/messages.ts"
 import { Ref, type Device } from "../protocol/values.ts"
 import type { ProcessExit } from "../launcher.ts"
@@ -42,6 +43,9 @@ interface PendingFetch {
   /** Failed early by a lost worker; kept until it settles so late results are dropped quietly. */
   answered: boolean
 }
+
+const sameMessages = (a: ReadonlyArray<WorkerMessage>, b: ReadonlyArray<WorkerMessage>): boolean =>
+  a.length === b.length && a.every((m, i) => m === b[i])
 
 /** Frames that are not the user's: this library, Effect, Bun and node internals. */
 const LIBRARY_FRAME = /\/src\/(controller|protocol|net)\/|\/node_modules\/|\(native\)|\(node:|\[native code\]/
@@ -258,6 +262,9 @@ export class Core {
   flush(): void {
     this.flushQueued = false
     const last = this.nextIdent - 1
+    const status: WorkerMessage | undefined = this.statusWanted && last >= 0 ? { _tag: "RequestStatus", ident: last } : undefined
+    // Ranks of a mesh usually get the very same commands: encode such a batch once.
+    let previous: { readonly queue: WorkerMessage[]; readonly parts: ReadonlyArray<Uint8Array> } | undefined
     for (let rank = 0; rank < this.world; rank++) {
       const link = this.links[rank]
       const queue = this.outbox[rank]!
@@ -265,12 +272,20 @@ export class Core {
         queue.push({ _tag: "DeleteRefs", refs: this.deletes[rank]! })
         this.deletes[rank] = []
       }
-      if (this.statusWanted && link && last >= 0) queue.push({ _tag: "RequestStatus", ident: last })
+      if (status && link) queue.push(status)
+      this.outbox[rank] = []
       if (queue.length === 0 || !link) continue
-      link.send(queue.length === 1 ? queue[0]! : { _tag: "CommandGroup", commands: queue })
+      if (!previous || !sameMessages(queue, previous.queue)) {
+        const encoded = encodeMessageParts(queue.length === 1 ? queue[0]! : { _tag: "CommandGroup", commands: queue })
+        if (Result.isFailure(encoded)) {
+          this.options.onProblem?.(`a batch for rank ${rank} could not be encoded: ${encoded.failure.message}`)
+          continue
+        }
+        previous = { queue, parts: encoded.success }
+      }
+      link.sendEncoded(previous.parts)
       this.sent.frames++
       this.sent.commands += queue.length
-      this.outbox[rank] = []
     }
     this.statusWanted = false
   }

@@ -18,6 +18,8 @@ export interface WorkerLink {
   readonly hello: WorkerHello
   /** Encodes and sends; returns false when the link is closed or the message cannot be encoded. */
   readonly send: (msg: WorkerMessage) => boolean
+  /** Sends a message already encoded (encodeMessageParts), e.g. one batch for several ranks. */
+  readonly sendEncoded: (parts: ReadonlyArray<Uint8Array>) => boolean
   /** Sends a raw frame body (tests of bad input only). */
   readonly sendRawForTestsOnly: (body: Uint8Array) => void
   readonly close: () => void
@@ -84,6 +86,7 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
             const link: WorkerLink = {
               hello: msg,
               send: (m) => !state.conn.closed && state.conn.send(m)._tag === "Success",
+              sendEncoded: (parts) => !state.conn.closed && (state.conn.writer.write(parts), true),
               sendRawForTestsOnly: (body) => void state.conn.writer.write(body),
               close: () => state.conn.close(),
             }

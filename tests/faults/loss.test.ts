@@ -13,6 +13,7 @@ import { ErrorPayload, Ref } from "../../src/protocol/values.ts"
 const link = (rank: number): WorkerLink => ({
   hello: { _tag: "WorkerHello", rank, world: 2, pid: 1000 + rank, token: "t", device: "cpu" },
   send: () => true,
+  sendEncoded: () => true,
   sendRawForTestsOnly: () => {},
   close: () => {},
 })
