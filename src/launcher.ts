@@ -6,7 +6,7 @@
  * src/launch.ts is its command line; the controller uses it to start a local mesh.
  */
 import type { Subprocess } from "bun"
-import { Data, Deferred, Effect, type Scope } from "effect"
+import { Context, Data, Deferred, Effect, Layer, type Scope } from "effect"
 import { randomBytes } from "node:crypto"
 import { startServer } from "./store/server.ts"
 
@@ -148,3 +148,14 @@ export const launch = (options: LaunchOptions): Effect.Effect<Job, LaunchError, 
       signal: stopAll,
     } satisfies Job
   })
+
+/**
+ * Starting workers as a service, so a controller program can swap in its own way of
+ * starting them (a cluster scheduler, containers) for `Controller.local`.
+ */
+export class Launcher extends Context.Service<Launcher, {
+  readonly launch: (options: LaunchOptions) => Effect.Effect<Job, LaunchError, Scope.Scope>
+}>()("monarch/Launcher") {
+  /** Processes on this host, through `launch`. */
+  static readonly layer = Layer.succeed(Launcher, { launch })
+}

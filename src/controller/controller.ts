@@ -6,15 +6,14 @@
  */
 import { Context, Duration, Effect, Layer, Schedule, type Scope } from "effect"
 import { randomBytes } from "node:crypto"
-import { launch } from "../launcher.ts"
+import { Launcher } from "../launcher.ts"
 import { NDSlice } from "../protocol/ndslice.ts"
 import { TensorFactory } from "../protocol/values.ts"
-import type { StoreApi } from "../store/api.ts"
-import { makeClient } from "../store/client.ts"
 import { prefixStore } from "../store/prefix.ts"
+import { Store } from "../store/service.ts"
 import { Core, type HangReport } from "./core.ts"
 import { ControllerError, StartError } from "./errors.ts"
-import { listen } from "./listener.ts"
+import { Transport } from "./listener.ts"
 import { createMesh, Mesh, RemoteStream, RemoteTensor } from "./mesh.ts"
 
 const WORKER = new URL("../worker.ts", import.meta.url).pathname
@@ -80,9 +79,9 @@ const makeCore = (world: number, o: CommonOptions, exitGraceMs: number) =>
     exitGraceMs,
   })
 
-/** The listener the workers connect to, feeding the core. */
+/** The listener the workers connect to (through the Transport), feeding the core. */
 const listenFor = (core: Core, token: string, o: CommonOptions) =>
-  listen({
+  Effect.flatMap(Effect.service(Transport), (transport) => transport.listen({
     token,
     ...(o.host === undefined ? {} : { host: o.host }),
     onWorker: (link) => {
@@ -94,7 +93,7 @@ const listenFor = (core: Core, token: string, o: CommonOptions) =>
     onMessage: (rank, msg) => core.onMessage(rank, msg),
     onDisconnect: (rank) => core.onDisconnect(rank),
     onProblem: (p) => core.options.onProblem?.(p),
-  }).pipe(Effect.mapError((e) => new StartError({ message: e.message })))
+  })).pipe(Effect.mapError((e) => new StartError({ message: e.message })))
 
 /** Waits until every rank has connected; `failed` ends the wait early with a reason. */
 const awaitWorkers = (core: Core, o: CommonOptions, failed: () => string | undefined) =>
@@ -154,14 +153,18 @@ const makeApi = (core: Core): Effect.Effect<ControllerApi, never, Scope.Scope> =
   })
 
 export class Controller extends Context.Service<Controller, ControllerApi>()("monarch/Controller") {
-  /** Starts `world` workers on this host (our launcher, with its store) for the layer's lifetime. */
-  static readonly local = (o: LocalOptions): Layer.Layer<Controller, StartError> =>
+  /**
+   * Starts `world` workers through the Launcher for the layer's lifetime, and meets them
+   * through the Transport. `Controller.local` provides both; use this to provide your own.
+   */
+  static readonly layerLocal = (o: LocalOptions): Layer.Layer<Controller, StartError, Launcher | Transport> =>
     Layer.effect(Controller, Effect.gen(function* () {
+      const launcher = yield* Launcher
       const core = makeCore(o.world, o, 1000)
       const token = randomBytes(16).toString("hex")
       const listener = yield* listenFor(core, token, o)
       const lines: string[][] = Array.from({ length: o.world }, () => [])
-      const job = yield* launch({
+      const job = yield* launcher.launch({
         nproc: o.world,
         command: [WORKER],
         env: {
@@ -193,22 +196,33 @@ export class Controller extends Context.Service<Controller, ControllerApi>()("mo
       return yield* makeApi(core)
     }))
 
+  /** Starts `world` workers on this host (our launcher, with its store) for the layer's lifetime. */
+  static readonly local = (o: LocalOptions): Layer.Layer<Controller, StartError> =>
+    Controller.layerLocal(o).pipe(Layer.provide(Layer.mergeAll(Launcher.layer, Transport.layer)))
+
   /**
    * Meets `world` workers started elsewhere (e.g. `torchrun --no_python bun src/worker.ts`):
-   * publishes this controller's address and token in their store, then waits for them.
+   * publishes this controller's address and token in the Store (under `prefix`), then waits
+   * for them through the Transport. `Controller.attach` provides both.
    */
-  static readonly attach = (o: AttachOptions): Layer.Layer<Controller, StartError> =>
+  static readonly layerAttach = (o: Omit<AttachOptions, "store">): Layer.Layer<Controller, StartError, Store | Transport> =>
     Layer.effect(Controller, Effect.gen(function* () {
       const core = makeCore(o.world, o, 0)
       const token = process.env.MONARCH_TOKEN ?? randomBytes(16).toString("hex")
       const listener = yield* listenFor(core, token, o)
-      const timeout = Duration.millis(o.startTimeoutMs ?? 60_000)
-      const store: StoreApi = prefixStore(o.prefix ?? "monarch", yield* makeClient({ ...o.store, timeout, connectTimeout: timeout }).pipe(
-        Effect.mapError((e) => new StartError({ message: `store ${o.store.host}:${o.store.port}: ${e.message}` })),
-      ))
+      const store = prefixStore(o.prefix ?? "monarch", yield* Store)
       yield* store.multiSet([["token", token], ["controller", listener.address]]).pipe(Effect.mapError((e) => new StartError({ message: e.message })))
       yield* awaitWorkers(core, o, () => undefined)
       yield* Effect.addFinalizer(() => Effect.sync(() => core.exit()))
       return yield* makeApi(core)
     }))
+
+  /** `layerAttach` with a TCP store client and the TCP transport. */
+  static readonly attach = (o: AttachOptions): Layer.Layer<Controller, StartError> => {
+    const timeout = Duration.millis(o.startTimeoutMs ?? 60_000)
+    const store = Store.layerClient({ ...o.store, timeout, connectTimeout: timeout }).pipe(
+      Layer.catchTag("StoreError", (e) => Layer.effect(Store, Effect.fail(new StartError({ message: `store ${o.store.host}:${o.store.port}: ${e.message}` })))),
+    )
+    return Controller.layerAttach(o).pipe(Layer.provide(Layer.mergeAll(store, Transport.layer)))
+  }
 }

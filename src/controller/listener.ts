@@ -5,7 +5,7 @@
  * token is refused and reported.
  */
 import type { Socket } from "bun"
-import { Data, Effect, type Scope } from "effect"
+import { Context, Data, Effect, Layer, type Scope } from "effect"
 import { timingSafeEqual } from "node:crypto"
 import { Connection } from "../net/connection.ts"
 import { decodeControllerMessage } from "../protocol/codec.ts"
@@ -134,5 +134,16 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
       }),
       (s) => Effect.sync(() => s.stop(true)),
     )
-    return { address: "port" in server ? `${host}:${server.port}` : `unix:${o.unix}` }
+    return { address: o.unix === undefined ? `${host}:${(server as { port: number }).port}` : `unix:${o.unix}` }
   })
+
+/**
+ * The controller's side of the worker links as a service: `Controller.local` and `attach`
+ * take it from the context, so a program can provide another transport.
+ */
+export class Transport extends Context.Service<Transport, {
+  readonly listen: (options: ListenOptions) => Effect.Effect<Listener, ListenError, Scope.Scope>
+}>()("monarch/Transport") {
+  /** TCP (loopback unless told otherwise) or a Unix socket, through `listen`. */
+  static readonly layer = Layer.succeed(Transport, { listen })
+}

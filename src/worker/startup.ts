@@ -1,18 +1,21 @@
 /**
- * The worker's start-up, in the order DESIGN.md gives: the backend, the store (hosted on
- * its own thread by rank 0 when torchrun did not start one), the world communicator and a
- * sanity all_reduce of a one-element tensor, the controller link, then the command loop.
+ * The worker's start-up, in the order DESIGN.md gives: the store (hosted on its own thread by
+ * rank 0 when torchrun did not start one), the world communicator and a sanity all_reduce of
+ * a one-element tensor, the controller link, then the command loop. The backend and the
+ * store are services (src/backend.ts, src/store/service.ts); src/worker.ts provides them.
  */
-import { Duration, Effect } from "effect"
+import { Duration, Effect, Layer } from "effect"
 import type { Comm } from "../../ffi/comm.ts"
-import { loadNative, type Native } from "../../ffi/native.ts"
+import type { Native } from "../../ffi/native.ts"
 import * as k from "../../ffi/ops.ts"
 import { Tensor } from "../../ffi/tensor.ts"
+import { Backend } from "../backend.ts"
 import { openComm } from "../comm/rendezvous.ts"
 import type { StoreApi } from "../store/api.ts"
 import { makeClient } from "../store/client.ts"
 import { prefixStore } from "../store/prefix.ts"
 import { serveOnThread } from "../store/serverThread.ts"
+import { Store } from "../store/service.ts"
 import type { WorkerConfig } from "./config.ts"
 import { CommError } from "./errors.ts"
 import { FunctionTable } from "./functions.ts"
@@ -22,9 +25,9 @@ import type { Comms } from "./session.ts"
 
 const decoder = new TextDecoder()
 
-/** The store, seen under the job's prefix. */
-const connectStore = (config: WorkerConfig) =>
-  Effect.gen(function* () {
+/** The worker's store, seen under the job's prefix (and hosted here by rank 0 when it must be). */
+export const workerStore = (config: WorkerConfig) =>
+  Layer.effect(Store, Effect.gen(function* () {
     const { host, port, prefix, hostedByRank0 } = config.store
     if (hostedByRank0 && config.rank === 0) {
       yield* serveOnThread({ host, port })
@@ -34,7 +37,7 @@ const connectStore = (config: WorkerConfig) =>
     const client = yield* makeClient({ host, port, timeout, connectTimeout: timeout })
     yield* Effect.logInfo(`store ${host}:${port} (torch ${client.dialect} dialect), prefix ${prefix}`)
     return prefixStore(prefix, client)
-  })
+  }))
 
 /**
  * The address Gloo binds when MONARCH_HOSTNAME is not set: the one the kernel routes to the
@@ -87,11 +90,11 @@ const sanityCheck = (native: Native, world: Comm) =>
  */
 export const runWorker = (config: WorkerConfig) =>
   Effect.gen(function* () {
-    const native = yield* Effect.try({ try: () => loadNative(config.device), catch: (e) => e })
+    const native = yield* Backend
     if (native.device === "cuda") native.check(native.shim.shim_set_device(config.localRank), "shim_set_device")
     yield* Effect.logInfo(`rank ${config.rank}/${config.world} on ${native.device} (${native.reason}), pid ${process.pid}`)
 
-    const store = yield* connectStore(config)
+    const store = yield* Store
     const hostname = yield* glooHostname(config)
     const world = yield* openComm({
       native, store, key: "comm/world", members: Array.from({ length: config.world }, (_, r) => r),
