@@ -17,16 +17,9 @@ import { writeFile } from "node:fs/promises"
 import { availableParallelism, cpus, release, tmpdir, totalmem } from "node:os"
 import { join } from "node:path"
 import { pathToFileURL } from "node:url"
+import type { Mode, ReliabilityRow } from "../tests/reliability.ts"
 
-type Mode = "default" | "long"
 
-interface ReliabilityRow {
-  readonly area: string
-  readonly check: string
-  readonly tries: number
-  readonly held: number
-  readonly detail: string
-}
 
 const ROOT = new URL("..", import.meta.url).pathname
 const TESTS = join(ROOT, "tests")

@@ -27,6 +27,7 @@ import {
   Writer,
   writeRequest,
 } from "./wire.ts"
+import { SocketWriter } from "../net/socketWriter.ts"
 
 export interface ClientOptions {
   /** 127.0.0.1 by default. */
@@ -70,7 +71,7 @@ interface Live {
 class Connection {
   private readonly input = new ByteBuffer()
   private socket: Socket<Connection> | null = null
-  private backlog: Array<Uint8Array> = []
+  private writer: SocketWriter | null = null
   private reader: Reader | null = null
   /** Why the connection is unusable, once it is. */
   failure: string | null = null
@@ -79,6 +80,7 @@ class Connection {
     const conn = new Connection()
     return Bun.connect<Connection>({ hostname: host, port, data: conn, socket: Connection.handlers }).then((socket) => {
       conn.socket = socket
+      conn.writer = new SocketWriter(socket)
       return conn
     })
   }
@@ -94,17 +96,7 @@ class Connection {
       socket.data.pump()
     },
     drain(socket) {
-      const conn = socket.data
-      while (conn.backlog.length > 0) {
-        const bytes = conn.backlog[0]!
-        const n = socket.write(bytes)
-        if (n < 0) return
-        if (n < bytes.byteLength) {
-          conn.backlog[0] = bytes.subarray(n)
-          return
-        }
-        conn.backlog.shift()
-      }
+      socket.data.writer?.drain()
     },
     close(socket, error) {
       socket.data.fail(error === undefined ? "closed by the server" : `connection error: ${error.message}`)
@@ -113,15 +105,8 @@ class Connection {
 
   /** Sends bytes; false when the connection is already gone. */
   write(bytes: Uint8Array): boolean {
-    if (this.failure !== null || this.socket === null) return false
-    if (this.backlog.length > 0) {
-      this.backlog.push(bytes.slice())
-      return true
-    }
-    const n = this.socket.write(bytes)
-    if (n < 0) return false
-    if (n < bytes.byteLength) this.backlog.push(bytes.slice(n))
-    return true
+    if (this.failure !== null || this.writer === null) return false
+    return this.writer.write(bytes)
   }
 
   /** Awaits one reply parsed by `parse`, giving up after `timeoutMs` (the stream is then unchanged). */

@@ -31,6 +31,7 @@ import {
   WireViolation,
   Writer,
 } from "./wire.ts"
+import { SocketWriter } from "../net/socketWriter.ts"
 
 export interface ServerOptions {
   /** Address to bind; 127.0.0.1 by default. */
@@ -59,10 +60,11 @@ class Conn {
   waiting: Waiting | null = null
   /** Replies produced while handling the current batch; written together by `flush`. */
   out: Array<Uint8Array> = []
-  /** Bytes the socket did not accept yet; written on drain. */
-  backlog: Array<Uint8Array> = []
+  readonly writer: SocketWriter
   closed = false
-  constructor(readonly socket: Socket<Conn>) {}
+  constructor(readonly socket: Socket<Conn>) {
+    this.writer = new SocketWriter(socket)
+  }
 }
 
 const ONE_BYTE = [new Uint8Array([0]), new Uint8Array([1])] as const
@@ -115,18 +117,12 @@ export const startServer = (options: ServerOptions = {}): RunningServer => {
     dirty.add(conn)
   }
 
-  const write = (conn: Conn, bytes: Uint8Array) => {
-    if (conn.backlog.length > 0) return void conn.backlog.push(bytes)
-    const n = conn.socket.write(bytes)
-    if (n >= 0 && n < bytes.byteLength) conn.backlog.push(bytes.subarray(n))
-  }
-
   const flush = () => {
     for (const conn of dirty) {
       const out = conn.out
       conn.out = []
-      if (out.length === 1) write(conn, out[0]!)
-      else if (out.length > 1) write(conn, Buffer.concat(out))
+      if (out.length === 1) conn.writer.write(out[0]!)
+      else if (out.length > 1) conn.writer.write(Buffer.concat(out))
     }
     dirty.clear()
   }
@@ -300,17 +296,7 @@ export const startServer = (options: ServerOptions = {}): RunningServer => {
         }
       },
       drain(socket) {
-        const conn = socket.data
-        while (conn.backlog.length > 0) {
-          const bytes = conn.backlog[0]!
-          const n = socket.write(bytes)
-          if (n < 0) return
-          if (n < bytes.byteLength) {
-            conn.backlog[0] = bytes.subarray(n)
-            return
-          }
-          conn.backlog.shift()
-        }
+        socket.data.writer.drain()
       },
       close(socket) {
         const conn = socket.data

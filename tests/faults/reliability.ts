@@ -8,16 +8,9 @@ import { controllerKilled, controllerReplacedThroughStore, listenerRebound } fro
 import { COMM_TIMEOUT_MS, killWorker } from "./kill.ts"
 import { controllerKeyNeverSet, missingKey, STORE_TIMEOUT_MS, storeKilled } from "./store_loss.ts"
 import { summarise, type Trial } from "./trial.ts"
+import type { Mode, ReliabilityRow } from "../reliability.ts"
 
-export interface ReliabilityRow {
-  readonly area: string
-  readonly check: string
-  readonly tries: number
-  readonly held: number
-  readonly detail: string
-}
 
-export type Mode = "default" | "long"
 
 export interface Scenario {
   readonly check: string

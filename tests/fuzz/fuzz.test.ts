@@ -4,7 +4,8 @@
 import { describe, expect, test } from "bun:test"
 import { fuzzControllerReader } from "./controllerFuzz.ts"
 import { fuzzFrameLengths, oversizedToWorker } from "./frameLength.ts"
-import { RSS_TOLERANCE, SIZES, fuzzSeed, modeFromEnv } from "./reliability.ts"
+import { modeFromEnv } from "../reliability.ts"
+import { RSS_TOLERANCE, SIZES, fuzzSeed } from "./reliability.ts"
 import { countOf, fuzzWorker } from "./workerFuzz.ts"
 
 const mode = modeFromEnv()

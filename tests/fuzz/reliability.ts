@@ -8,16 +8,9 @@ import { fuzzControllerReader, type ControllerFuzzResult } from "./controllerFuz
 import { fuzzFrameLengths, oversizedToWorker, type LengthFuzzResult, type WorkerLengthResult } from "./frameLength.ts"
 import { rssChange } from "./proc.ts"
 import { countOf, fuzzWorker, type WorkerFuzzResult } from "./workerFuzz.ts"
+import type { Mode, ReliabilityRow } from "../reliability.ts"
 
-export interface ReliabilityRow {
-  area: string
-  check: string
-  tries: number
-  held: number
-  detail: string
-}
 
-export type Mode = "default" | "long"
 
 /** How much each check does per mode. */
 export const SIZES = {
@@ -25,7 +18,6 @@ export const SIZES = {
   long: { workerFrames: 100_000, workerWarmup: 50_000, controllerFrames: 100_000, lengthClaims: 200_000, restarts: 20 },
 } as const
 
-export const modeFromEnv = (): Mode => (process.env.MONARCH_LONG === "1" || process.argv.includes("--long") ? "long" : "default")
 export const fuzzSeed = (): number => Number(process.env.MONARCH_FUZZ_SEED ?? 1)
 
 /** RSS after within 10% of before. */

@@ -4,7 +4,8 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { removeAllHosts } from "./netns.ts"
 import { killHostProcesses } from "./process.ts"
-import { run, unavailable, type ReliabilityRow } from "./reliability.ts"
+import type { ReliabilityRow } from "../reliability.ts"
+import { run, unavailable } from "./reliability.ts"
 
 const reason = unavailable()
 if (reason !== undefined) console.log(`skipping the multi-host tests: ${reason}`)

@@ -15,14 +15,8 @@
 import { createHosts, type Host, type Hosts } from "./netns.ts"
 import { mismatch, N, STEPS, WORLD, type ControllerReport } from "./plan.ts"
 import { HostProcess } from "./process.ts"
+import type { Mode, ReliabilityRow } from "../reliability.ts"
 
-export interface ReliabilityRow {
-  area: string
-  check: string
-  tries: number
-  held: number
-  detail: string
-}
 
 const BUN = process.execPath
 const ROOT = new URL("../..", import.meta.url).pathname.replace(/\/$/, "")

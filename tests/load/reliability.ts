@@ -4,14 +4,8 @@
  * its figures into rows. tests/load/load.test.ts asserts on the same rows.
  */
 import { runLoad, type LoadOptions, type LoadResult } from "./load.ts"
+import type { Mode, ReliabilityRow } from "../reliability.ts"
 
-export interface ReliabilityRow {
-  readonly area: string
-  readonly check: string
-  readonly tries: number
-  readonly held: number
-  readonly detail: string
-}
 
 export const OPTIONS: Record<"default" | "long", LoadOptions> = {
   default: { world: 4, commandsPerWorker: 20_000, fetchEvery: 16, inFlight: 16, warmupCommands: 5_000, readings: 3 },

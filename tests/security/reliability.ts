@@ -5,7 +5,7 @@
  */
 import { startController } from "../fuzz/controllerRig.ts"
 import { mib, rssChange } from "../fuzz/proc.ts"
-import type { Mode, ReliabilityRow } from "../fuzz/reliability.ts"
+import type { Mode, ReliabilityRow } from "../reliability.ts"
 import {
   checkConfiguredBind, checkFunctionsOnWorker, checkIntruders, checkListenerClaim, checkLoopback, checkReaderClaim, checkSilentConnections, checkStoreClaim,
   checkWorkersServe, functionNames, makeFunctionTree, resolveAll, type IntruderResult,
