@@ -7,12 +7,13 @@
  *   allreduce    NCCL all_reduce at world size 1: latency and bandwidth
  *   alloc        tensor alloc + free cycles (MONARCH_CUDA_CACHE=0 turns the cache off)
  * Each row is the best of ROUNDS timed rounds after a warmup; `ok` counts the checks of the
- * row's results that passed. The torch peer runs in a python3 child (torch must see a GPU).
+ * row's results that passed. The torch peer runs in a python3 child (TORCH_PYTHON, if set; torch
+ * must see a GPU).
  *
  *   bun run bench/cuda.ts [--only section,section] [--json file]
  *
- * Sections are functions in SECTIONS; others add theirs there (store vs torch 2.11, worker
- * overhead) and they print in the same table.
+ * Sections are functions in SECTIONS and print in one table; --json writes its rows (Row) for
+ * scripts/gpu/summary.ts, which puts them beside the worker overhead and the store findings.
  */
 import { writeFileSync } from "node:fs"
 import { Comm } from "../ffi/comm.ts"
@@ -24,7 +25,7 @@ import type { DType } from "../src/protocol/values.ts"
 
 const ROUNDS = 5
 
-interface Row {
+export interface Row {
   readonly section: string
   readonly name: string
   readonly unit: string
@@ -102,7 +103,7 @@ except Exception as e:
 let torchCache: TorchFigures | undefined
 const torch = (): TorchFigures => {
   if (torchCache) return torchCache
-  const child = Bun.spawnSync(["/usr/bin/env", "python3", "-c", TORCH_PEER, String(ROUNDS), String(MATMUL_N), String(ADD_ELEMS)], {
+  const child = Bun.spawnSync(["/usr/bin/env", process.env.TORCH_PYTHON ?? "python3", "-c", TORCH_PEER, String(ROUNDS), String(MATMUL_N), String(ADD_ELEMS)], {
     timeout: 180_000,
   })
   const line = child.stdout.toString().trim().split("\n").at(-1) ?? ""

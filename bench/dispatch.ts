@@ -3,17 +3,29 @@
  * (a no-op, and a one-element ops.neg), then RequestStatus, and wait for the Status that
  * says all N completed. Single messages (one frame each) and CommandGroups of 64.
  *
- *   bun run bench/dispatch.ts [N]
+ *   bun run bench/dispatch.ts [N] [--device cpu|cuda] [--json FILE]
+ *
+ * --device sets the worker's MONARCH_DEVICE (otherwise it inherits ours, cpu by default);
+ * --json also writes the rows, with microseconds per command, for scripts/gpu/summary.ts.
  */
+import { writeFileSync } from "node:fs"
 import { startWorkers } from "../tests/worker/harness.ts"
 import type { CallFunction, WorkerMessage } from "../src/protocol/messages.ts"
 import { Ref } from "../src/protocol/values.ts"
 
-const N = Number(process.argv[2] ?? 200_000)
+const args = process.argv.slice(2)
+const flag = (name: string) => (args.includes(name) ? args[args.indexOf(name) + 1] : undefined)
+const device = flag("--device")
+const json = flag("--json")
+const N = Number(args.find((a, i) => !a.startsWith("--") && !args[i - 1]?.startsWith("--")) ?? 200_000)
 const ROUNDS = 5
 const STREAM = new Ref(1), ONE = new Ref(2), OUT = new Ref(3)
 
-const h = await startWorkers({ world: 1 })
+// A worker that cannot start (no GPU, say) ends the run at once, its own lines in the message.
+const h = await startWorkers({ world: 1, ...(device === undefined ? {} : { env: { MONARCH_DEVICE: device } }) }).catch((e: Error) => {
+  console.log(`bench/dispatch: the worker did not start: ${e.message}`)
+  process.exit(1)
+})
 h.send(0, { _tag: "CreateStream", result: STREAM, default: true })
 h.send(0, { _tag: "CallFunction", ident: 0, results: [ONE], mutates: [], function: "ops.ones", args: [[1]], kwargs: {}, stream: STREAM })
 let ident = 1
@@ -42,7 +54,22 @@ const round = async (fn: string, n: number, group: number): Promise<number> => {
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
 const failuresBefore = h.seen(0, "RemoteFunctionFailed").length
 
-console.log(`dispatch through 1 worker (cpu), N = ${N} per round, median of ${ROUNDS} rounds after 1 warm-up`)
+/** One row of --json: rates in commands per second. */
+export interface DispatchRow {
+  readonly command: string
+  /** Commands per message: 1 (single messages) or 64 (CommandGroup). */
+  readonly group: number
+  readonly device: string
+  readonly median: number
+  readonly min: number
+  readonly max: number
+  /** 1e6 / median: the host's cost of one command. */
+  readonly usPerCommand: number
+  readonly failures: number
+}
+
+const rows: DispatchRow[] = []
+console.log(`dispatch through 1 worker (${h.links[0]!.hello.device}), N = ${N} per round, median of ${ROUNDS} rounds after 1 warm-up`)
 console.log("| command | batching | commands/s (median) | min | max | failures |")
 console.log("|---|---|---:|---:|---:|---:|")
 for (const fn of ["ops.noop", "ops.neg"]) {
@@ -53,7 +80,9 @@ for (const fn of ["ops.noop", "ops.neg"]) {
     const failures = h.seen(0, "RemoteFunctionFailed").length - failuresBefore
     const fmt = (x: number) => Math.round(x).toLocaleString("en-US")
     console.log(`| ${fn}${fn === "ops.neg" ? " (1 element)" : ""} | ${group === 1 ? "single messages" : "CommandGroup of 64"} | ${fmt(median(rates))} | ${fmt(Math.min(...rates))} | ${fmt(Math.max(...rates))} | ${failures} |`)
+    rows.push({ command: fn, group, device: h.links[0]!.hello.device, median: median(rates), min: Math.min(...rates), max: Math.max(...rates), usPerCommand: 1e6 / median(rates), failures })
   }
 }
+if (json !== undefined) writeFileSync(json, JSON.stringify(rows, null, 2))
 h.send(0, { _tag: "Exit" })
 await h.close()

@@ -7,7 +7,7 @@
 # Steps, each logged to $OUT/<step>.log (OUT: the device tool's folder, else /tmp/monarch-gpu-logs), each
 # run even when an earlier one failed, then one summary table (scripts/gpu/summary.ts, also
 # $OUT/summary.md) and a nonzero exit if any step failed. In order, figures first, with the
-# seconds they usually take on the H200 and their limit:
+# seconds we expect on the H200 (estimates until a run has measured them) and their limit:
 #   environment    what the machine has: GPU, driver, nvcc, torch, the NCCL and cuBLAS found   ~5 s / 60
 #   build          make cuda, printing nvcc's output (zero warnings: -Werror)                  ~60 s / 240
 #   bench          bun run bench/cuda.ts (elementwise vs copy, bf16 matmul vs torch, NCCL      ~40 s / 240
@@ -40,7 +40,7 @@ DEADLINE=$(($(date +%s) + CHECK_BUDGET_S))
 # Finds NCCL and cuBLAS in the python packages when env.sh did not (CUDA 13 wheels put them
 # under nvidia/cu13/lib rather than nvidia/<lib>/lib).
 find_lib() {
-  python3 - "$1" <<'PY' 2>/dev/null
+  "$TORCH_PYTHON" - "$1" <<'PY' 2>/dev/null
 import glob, os, site, sys
 roots = site.getsitepackages() + [site.getusersitepackages()]
 for root in roots:
@@ -63,6 +63,9 @@ limited() {
     return 124
   fi
   timeout -k 10 "$limit" "$@"
+  local rc=$?
+  ((rc == 124 || rc == 137)) && echo "check.sh: stopped at its ${limit} s limit: $*"
+  return $rc
 }
 
 step_environment() {

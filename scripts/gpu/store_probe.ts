@@ -2,7 +2,8 @@
  * Settles the open points of ../shared/tcpstore.md §7 that one machine can settle, against the
  * torch that TORCH_PYTHON (default python3) imports; scripts/gpu/check.sh runs it with torch 2.11:
  *   1  the 2.x enum tail: raw opcodes 17 (LIST_KEYS?), 18 (BARRIER?) and 19 sent to a libuv and a
- *      legacy TCPStore server, and what torch's own Store API sends for list_keys / barrier
+ *      legacy TCPStore server (and to our own server, for comparison), and what torch's own
+ *      Store API sends for list_keys / barrier
  *   2  the handshake: the order of a torch client's first requests (captured) and its PING nonce;
  *      our client's VALIDATE+PING probe against each server kind
  *   3  the NCCL uniqueId key chain: init_process_group("nccl", world 1) + all_reduce, captured
@@ -18,31 +19,23 @@
  * Prints the findings table; writes DIR/store_findings.md, DIR/store_findings.json and
  * DIR/store_capture.txt (every captured request). Exits 1 when a probe failed outright.
  */
-import type { Socket } from "bun"
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { Effect } from "effect"
 import { makeClient } from "../../src/store/client.ts"
-import {
-  ByteBuffer,
-  CLIENT_LIMITS,
-  type Cursor,
-  type Dialect,
-  INCOMPLETE,
-  parseRequest,
-  type Request,
-  VALIDATION_MAGIC,
-  WireViolation,
-} from "../../src/store/wire.ts"
+import { startServer } from "../../src/store/server.ts"
+import { VALIDATION_MAGIC } from "../../src/store/wire.ts"
 import { bytes, RawPeer, run, str, u32, u64 } from "../../tests/store/helpers.ts"
+import { type Captured, startRelay } from "./relay.ts"
 
 const PYTHON = process.env.TORCH_PYTHON ?? "python3"
 const SCRIPT = new URL("./store_probe.py", import.meta.url).pathname
 const CHILD_TIMEOUT_MS = 45_000
 const REPLY_MS = 1500
 
-export type Status = "settled" | "not 2.x" | "skipped" | "error"
+/** "ours": what our own server does, for comparison; "not 2.x": the torch found is 1.x. */
+export type Status = "settled" | "ours" | "not 2.x" | "skipped" | "error"
 
 export interface Finding {
   readonly point: number
@@ -71,7 +64,7 @@ const python = async (args: ReadonlyArray<string>, env: Record<string, string | 
   const timer = setTimeout(() => proc.kill("SIGKILL"), CHILD_TIMEOUT_MS)
   const [stdout, stderr, code] = await Promise.all([proc.stdout.text(), proc.stderr.text(), proc.exited])
   clearTimeout(timer)
-  return { code, stdout, stderr }
+  return { pid: proc.pid, code, stdout, stderr }
 }
 
 /** The last JSON line a child printed, or an error naming its exit and stderr tail. */
@@ -90,6 +83,8 @@ class Stores {
   private wake: (() => void) | null = null
   /** The end of its stderr, drained so that torch's logging never blocks it. */
   private stderr = ""
+  /** Commands run one at a time: the answers come back in order on one stream. */
+  private queue: Promise<unknown> = Promise.resolve()
   private readonly proc: Bun.Subprocess<"pipe", "pipe", "pipe">
 
   constructor() {
@@ -133,9 +128,6 @@ class Stores {
     return JSON.parse(this.lines.shift()!)
   }
 
-  /** Commands run one at a time: the answers come back in order on one stream. */
-  private queue: Promise<unknown> = Promise.resolve()
-
   call(cmd: unknown): Promise<any> {
     const answer = this.queue.then(() => {
       this.proc.stdin.write(`${JSON.stringify(cmd)}\n`)
@@ -149,6 +141,7 @@ class Stores {
   async serve(kind: "default" | "libuv" | "legacy"): Promise<number> {
     const r = await this.call({ op: "serve", kind })
     if (r.error) throw new Error(`serve ${kind}: ${r.error}`)
+    note(`a torch TCPStore server (${kind})`, [JSON.stringify(r)])
     return r.port
   }
 
@@ -156,211 +149,6 @@ class Stores {
     this.proc.stdin.end()
     await this.proc.exited
   }
-}
-
-// ---- the capturing relay -----------------------------------------------------------------------
-
-/** One decoded client request, numbered across every relay in arrival order. */
-interface Captured {
-  readonly seq: number
-  readonly conn: number
-  readonly op: string
-  readonly key?: string
-  /** The value's length, for SET / APPEND / COMPARE_SET (desired). */
-  readonly valueBytes?: number
-  readonly text: string
-}
-
-let seq = 0
-
-/** A key or value as text: printable ASCII kept, the rest escaped. */
-const show = (b: Uint8Array, max = 160) => {
-  let s = ""
-  for (const x of b.subarray(0, max)) s += x >= 0x20 && x < 0x7f ? String.fromCharCode(x) : `\\x${x.toString(16).padStart(2, "0")}`
-  return b.byteLength > max ? `${s}...` : s
-}
-
-const describe = (r: Request): Omit<Captured, "seq" | "conn"> => {
-  switch (r.op) {
-    case "validate":
-      return { op: r.op, text: `VALIDATE 0x${r.magic.toString(16)}` }
-    case "ping":
-      return { op: r.op, text: `PING ${r.nonce}` }
-    case "set":
-    case "append":
-      return { op: r.op, key: show(r.key), valueBytes: r.value.byteLength, text: `${r.op.toUpperCase()} ${show(r.key)} = ${show(r.value, 24)} (${r.value.byteLength} B)` }
-    case "compareSet":
-      return { op: r.op, key: show(r.key), valueBytes: r.desired.byteLength, text: `COMPARE_SET ${show(r.key)}` }
-    case "add":
-      return { op: r.op, key: show(r.key), text: `ADD ${show(r.key)} ${r.delta}` }
-    case "get":
-    case "deleteKey":
-    case "watchKey":
-      return { op: r.op, key: show(r.key), text: `${r.op.toUpperCase()} ${show(r.key)}` }
-    case "check":
-    case "wait":
-    case "multiGet":
-      return { op: r.op, key: r.keys.map((k) => show(k)).join(","), text: `${r.op.toUpperCase()} [${r.keys.map((k) => show(k)).join(", ")}]` }
-    case "multiSet":
-      return { op: r.op, key: r.entries.map(([k]) => show(k)).join(","), text: `MULTI_SET ${r.entries.length} keys` }
-    case "getNumKeys":
-    case "cancelWait":
-      return { op: r.op, text: r.op.toUpperCase() }
-  }
-}
-
-/** The 2.x opcodes past wire.ts's table, laid out as tcpstore.md §1.3 has them. */
-const parseTail = (c: Cursor, code: number): Omit<Captured, "seq" | "conn"> | null => {
-  switch (code) {
-    case 14: {
-      const key = show(c.key())
-      return { op: "queuePush", key, valueBytes: c.value().byteLength, text: `QUEUE_PUSH(14) ${key}` }
-    }
-    case 15:
-    case 16: {
-      const key = show(c.key())
-      return { op: code === 15 ? "queuePop" : "queueLen", key, text: `${code === 15 ? "QUEUE_POP" : "QUEUE_LEN"}(${code}) ${key}` }
-    }
-    case 17:
-      return { op: "listKeys", text: "LIST_KEYS(17)" }
-    case 18: {
-      const key = show(c.key())
-      return { op: "barrier", key, text: `BARRIER(18) ${key} world ${c.i64()}` }
-    }
-  }
-  return null
-}
-
-/** Decodes one connection's client-to-server bytes as they arrive. */
-class Decoder {
-  private readonly input = new ByteBuffer()
-  private dialect: Dialect | null = null
-  private stopped = false
-
-  constructor(
-    private readonly conn: number,
-    private readonly sink: (c: Captured) => void,
-  ) {}
-
-  push(chunk: Uint8Array) {
-    if (this.stopped) return
-    this.input.append(chunk)
-    if (this.dialect === null && !this.sniff()) return
-    for (;;) {
-      let c = this.input.cursor(CLIENT_LIMITS)
-      if (c.pos === c.end) return
-      let decoded: Omit<Captured, "seq" | "conn"> | null
-      try {
-        decoded = describe(parseRequest(c, this.dialect!))
-      } catch (e) {
-        if (e === INCOMPLETE) return
-        if (!(e instanceof WireViolation)) throw e
-        c = this.input.cursor(CLIENT_LIMITS)
-        try {
-          decoded = this.dialect === "2.x" ? parseTail(c, c.u8()) : null
-        } catch (e2) {
-          if (e2 === INCOMPLETE) return
-          decoded = null
-        }
-        if (decoded === null) {
-          this.stopped = true
-          const rest = this.input.buf.subarray(this.input.start, Math.min(this.input.end, this.input.start + 32))
-          decoded = { op: "undecodable", text: `UNDECODABLE ${[...rest].map((x) => x.toString(16).padStart(2, "0")).join(" ")}` }
-        }
-      }
-      this.input.consumeTo(c.pos)
-      this.sink({ seq: seq++, conn: this.conn, ...decoded })
-      if (this.stopped) return
-    }
-  }
-
-  /** A 2.x client opens with VALIDATE (00 CE F7 85 3C); anything else speaks 1.13 (tcpstore.md §1.6). */
-  private sniff(): boolean {
-    const { buf, start, end } = this.input
-    if (end - start >= 1 && buf[start] !== 0) this.dialect = "1.13"
-    else if (end - start >= 5) this.dialect = new DataView(buf.buffer, start + 1, 4).getUint32(0, true) === VALIDATION_MAGIC ? "2.x" : "1.13"
-    return this.dialect !== null
-  }
-}
-
-/** One direction of a relayed connection: writes wait for the socket and for drains. */
-class Leg {
-  socket: Socket<unknown> | null = null
-  private pending: Uint8Array[] = []
-
-  write(b: Uint8Array) {
-    this.pending.push(b.slice())
-    this.flush()
-  }
-
-  flush() {
-    while (this.socket !== null && this.pending.length > 0) {
-      const b = this.pending[0]!
-      const n = this.socket.write(b)
-      if (n < b.byteLength) {
-        this.pending[0] = b.subarray(Math.max(n, 0))
-        return
-      }
-      this.pending.shift()
-    }
-  }
-}
-
-interface Relay {
-  readonly port: number
-  /** Every client request seen so far, in arrival order. */
-  readonly requests: Captured[]
-  readonly stop: () => void
-}
-
-/** A TCP relay on a free port in front of `backendPort`, decoding what clients send. */
-const startRelay = (backendPort: number): Relay => {
-  const requests: Captured[] = []
-  let conns = 0
-  const listener = Bun.listen<{ up: Leg; down: Leg; decoder: Decoder; backend: Socket<unknown> | null }>({
-    hostname: "127.0.0.1",
-    port: 0,
-    socket: {
-      binaryType: "uint8array",
-      open(client) {
-        const state = { up: new Leg(), down: new Leg(), decoder: new Decoder(conns++, (c) => requests.push(c)), backend: null as Socket<unknown> | null }
-        client.data = state
-        state.down.socket = client as Socket<unknown>
-        Bun.connect({
-          hostname: "127.0.0.1",
-          port: backendPort,
-          socket: {
-            binaryType: "uint8array",
-            open(s) {
-              state.backend = s as Socket<unknown>
-              state.up.socket = s as Socket<unknown>
-              state.up.flush()
-            },
-            data(_s, chunk) {
-              state.down.write(chunk)
-            },
-            drain() {
-              state.up.flush()
-            },
-            close() {
-              client.end()
-            },
-          },
-        }).catch(() => client.end())
-      },
-      data(client, chunk) {
-        client.data.decoder.push(chunk)
-        client.data.up.write(chunk)
-      },
-      drain(client) {
-        client.data.down.flush()
-      },
-      close(client) {
-        client.data.backend?.end()
-      },
-    },
-  })
-  return { port: listener.port, requests, stop: () => listener.stop(true) }
 }
 
 // ---- point 1: the enum tail, raw -----------------------------------------------------------------
@@ -377,7 +165,7 @@ const validated = async (port: number) => {
 
 const le64 = (b: ReadonlyArray<number>) => Number(new DataView(new Uint8Array(b).buffer).getBigInt64(0, true))
 
-/** What the server does with `request` (already validated); `read` parses a reply. */
+/** What the server did with the request just sent: its reply as `read` parses it, or a close, or silence. */
 const outcome = async (peer: RawPeer, read: () => Promise<string>): Promise<string> => {
   try {
     return await read()
@@ -388,9 +176,13 @@ const outcome = async (peer: RawPeer, read: () => Promise<string>): Promise<stri
   }
 }
 
-/** Opcodes 17, 18 and 19 on a 2.x server of `kind`, each on its own connection. */
-const enumTail = async (kind: string, port: number): Promise<Finding[]> => {
-  const list = await validated(port)
+/**
+ * Opcodes 17, 18 and 19 on a 2.x server of `kind`, each on its own connection, sent through a
+ * relay so the evidence shows them decoded. `ours` (src/store/server.ts) is the reference row.
+ */
+const enumTail = async (kind: string, port: number, ours = false): Promise<Finding[]> => {
+  const relay = startRelay(port)
+  const list = await validated(relay.port)
   list.send(bytes(1, str("/probe_list"), str("1"), 17))
   const listed = await outcome(list, async () => {
     const n = le64(await list.read(8, REPLY_MS))
@@ -400,7 +192,7 @@ const enumTail = async (kind: string, port: number): Promise<Finding[]> => {
   })
   list.end()
 
-  const barrier = await validated(port)
+  const barrier = await validated(relay.port)
   barrier.send(bytes(18, str("/probe_barrier"), u64(1)))
   const barred = await outcome(barrier, async () => {
     const code = (await barrier.read(1, REPLY_MS))[0]
@@ -409,21 +201,26 @@ const enumTail = async (kind: string, port: number): Promise<Finding[]> => {
   })
   barrier.end()
 
-  const past = await validated(port)
+  const past = await validated(relay.port)
   past.send(bytes(19))
   const beyond = await outcome(past, async () => `replied ${(await past.read(1, REPLY_MS)).join(" ")}`)
   past.end()
 
   const alive = await run(Effect.flatMap(makeClient({ port, timeout: 3000 }), (c) => c.numKeys)).then(
-    (n) => `still serving (${n} keys)`,
+    (n) => `still serving (${n} key${n === 1 ? "" : "s"})`,
     (e) => `NOT serving: ${errorText(e)}`,
   )
-  note(`point 1: raw opcodes, ${kind} server`, [`17 after SET /probe_list: ${listed}`, `18 /probe_barrier world 1: ${barred}`, `19: ${beyond}`, `afterwards: ${alive}`])
+  relay.stop()
+  note(`point 1: raw opcodes against ${ours ? "our server" : `torch's ${kind} server`}`, [
+    `17 after SET /probe_list: ${listed}`, `18 /probe_barrier world 1: ${barred}`, `19: ${beyond}`, `afterwards: ${alive}`,
+    ...relay.requests.map((r) => `#${r.seq} c${r.conn} ${r.text}`),
+  ])
   const exists = (s: string) => (s.startsWith("replied") ? "yes" : "no")
+  const status: Status = ours ? "ours" : "settled"
   return [
-    { point: 1, question: `opcode 17 = LIST_KEYS (${kind})`, answer: `${exists(listed)}: ${listed}`, status: "settled" },
-    { point: 1, question: `opcode 18 = BARRIER (${kind})`, answer: `${exists(barred)}: ${barred}`, status: "settled" },
-    { point: 1, question: `opcode 19 (past the end, ${kind})`, answer: `${beyond}; server ${alive}`, status: "settled" },
+    { point: 1, question: `opcode 17 = LIST_KEYS (${kind})`, answer: `${exists(listed)}: ${listed}`, status },
+    { point: 1, question: `opcode 18 = BARRIER (${kind})`, answer: `${exists(barred)}: ${barred}`, status },
+    { point: 1, question: `opcode 19 (past the end, ${kind})`, answer: `${beyond}; server ${alive}`, status },
   ]
 }
 
@@ -504,8 +301,9 @@ const ncclKeys = async (stores: Stores, twoX: boolean): Promise<Finding[]> => {
   if (out.skipped) return [{ point: 3, question, answer: `skipped: ${out.skipped}`, status: "skipped" }]
   if (out.error) return [{ point: 3, question, answer: `failed: ${out.error}`, status: "error" }]
   const ids = requests.filter((r) => r.op === "set" && r.valueBytes === 128).map((r) => r.key!)
+  const cuda = [...new Set(requests.filter((r) => /cuda|nccl/i.test(r.key ?? "")).map((r) => `${r.op} ${r.key}`))]
   const answer = ids.length === 0
-    ? "no 128 B SET seen"
+    ? `no 128 B SET seen; requests on cuda/nccl keys: ${cuda.length ? cuda.join(", ") : "none"}`
     : `${ids.includes(NCCL_KEY) ? "yes" : "no"}: ${ids.join(", ")}${ids.includes(NCCL_KEY) ? "" : ` (expected ${NCCL_KEY})`}`
   return [{ point: 3, question, answer: `${answer}; all_reduce ${JSON.stringify(out.all_reduce)}`, status: twoX ? "settled" : "not 2.x" }]
 }
@@ -515,7 +313,10 @@ const barrierPhases = (requests: ReadonlyArray<Captured>) => {
   const at = (marker: string) => requests.find((r) => r.op === "add" && r.key?.endsWith(`probe/${marker}`))?.seq ?? Infinity
   const afterInit = at("after_init"), before = at("before_new_group"), after = at("after_new_group")
   const barrier = requests.filter((r) => r.key?.includes("store_based_barrier_key"))
-  const inPhase = (lo: number, hi: number) => [...new Set(barrier.filter((r) => r.seq > lo && r.seq < hi).map((r) => `${r.op} ${r.key}`))]
+  const inPhase = (lo: number, hi: number) => {
+    const seen = barrier.filter((r) => r.seq > lo && r.seq < hi)
+    return seen.length === 0 ? "no" : `yes (${[...new Set(seen.map((r) => r.op))].join("/")} ${[...new Set(seen.map((r) => r.key))].join(", ")})`
+  }
   return { init: inPhase(-1, afterInit), newGroup: inPhase(before, after) }
 }
 
@@ -525,12 +326,14 @@ const initBarrier = async (stores: Stores, twoX: boolean): Promise<Finding[]> =>
     const question = `store barriers, gloo, TORCH_DIST_INIT_BARRIER ${v === undefined ? "unset" : `=${v}`}`
     if (out.error) return { point: 4, question, answer: `failed: ${out.error}`, status: "error" as const }
     const p = barrierPhases(requests)
-    const said = (keys: string[]) => (keys.length ? `yes (${keys.join(", ")})` : "no")
-    return { point: 4, question, answer: `init: ${said(p.init)}; new_group: ${said(p.newGroup)}`, status: twoX ? ("settled" as const) : ("not 2.x" as const) }
+    return { point: 4, question, answer: `init: ${p.init}; new_group: ${p.newGroup}`, status: twoX ? ("settled" as const) : ("not 2.x" as const) }
   })
 }
 
 // ---- point 5: torchrun ----------------------------------------------------------------------------
+
+/** The session id of a process, from /proc/<pid>/stat (Bun has no getsid). */
+const sessionOf = (pid: number) => Number(readFileSync(`/proc/${pid}/stat`, "utf8").replace(/^.*\) /s, "").split(" ")[3])
 
 const freePort = () => {
   const l = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } })
@@ -549,23 +352,27 @@ const torchrun = async (twoX: boolean): Promise<Finding[]> => {
       { CUDA_VISIBLE_DEVICES: undefined },
     )
     const ranks = readdirSync(dir).filter((f) => /^rank\d+\.json$/.test(f)).sort().map((f) => JSON.parse(readFileSync(join(dir, f), "utf8")))
+    // torchrun was started in our session, so a worker outside it was put in a new one.
+    const ours = sessionOf(process.pid)
     note("point 5: torchrun --nproc_per_node 2 --no_python (CUDA_VISIBLE_DEVICES unset in the agent)", [
-      `exit ${r.code}`, ...ranks.map((x) => JSON.stringify(x)), ...(r.code === 0 ? [] : r.stderr.trim().split("\n").slice(-8)),
+      `exit ${r.code}; torchrun pid ${r.pid}; our session ${ours}`, ...ranks.map((x) => JSON.stringify(x)),
+      ...(r.code === 0 ? [] : r.stderr.trim().split("\n").slice(-8)),
     ])
     if (ranks.length !== 2) return [{ point: 5, question: "torchrun workers", answer: `exit ${r.code}, ${ranks.length} workers reported`, status: "error" }]
     const status: Status = twoX ? "settled" : "not 2.x"
-    const own = ranks.filter((x) => x.sid === x.pid && x.sid !== x.agent_sid).length
+    const parent = ranks.every((x) => x.agent_pid === r.pid) ? "parent: torchrun itself" : `parents ${ranks.map((x) => x.agent_pid).join(", ")}, torchrun was ${r.pid}`
+    const own = ranks.filter((x) => x.sid === x.pid && x.sid !== ours).length
     const session = own === ranks.length
-      ? `yes: each worker leads its own session (agent sid ${ranks[0].agent_sid})`
+      ? "yes: each worker leads its own session"
       : own === 0
-        ? ranks.every((x) => x.sid === x.agent_sid) ? "no: workers share the agent's session" : "no new session, but not the agent's either"
+        ? ranks.every((x) => x.sid === ours) ? "no: workers stay in torchrun's session" : "no new session of their own, but not torchrun's either"
         : `mixed: ${own} of ${ranks.length} in their own session`
     const group = ranks.every((x) => x.pgid === x.pid) ? "own process group" : ranks.every((x) => x.pgid === x.agent_pgid) ? "agent's process group" : "other process group"
     const cvd = ranks.every((x) => x.CUDA_VISIBLE_DEVICES === null)
       ? "not set"
       : `set: ${ranks.map((x) => `rank ${x.rank} = ${JSON.stringify(x.CUDA_VISIBLE_DEVICES)}`).join(", ")}`
     return [
-      { point: 5, question: "torchrun: workers in a new session", answer: `${session}; ${group}`, status },
+      { point: 5, question: "torchrun: workers in a new session", answer: `${session}; ${group}; ${parent}`, status },
       { point: 5, question: "torchrun: CUDA_VISIBLE_DEVICES (unset in agent)", answer: cvd, status },
     ]
   } finally {
@@ -591,6 +398,7 @@ const findings = async (): Promise<Finding[]> => {
   const version: string = hello.torch
   const twoX = !version.startsWith("1.")
   note("torch", [`${PYTHON}: torch ${version}`])
+  const ourServer = startServer()
   try {
     const kinds = twoX ? (["libuv", "legacy"] as const) : (["default"] as const)
     const servers = await Promise.all(kinds.map(async (kind) => ({ kind, port: await stores.serve(kind) })))
@@ -598,10 +406,12 @@ const findings = async (): Promise<Finding[]> => {
       guarded(5, "torchrun", () => torchrun(twoX)),
       guarded(3, "NCCL key", () => ncclKeys(stores, twoX)),
       guarded(4, "init barrier", () => initBarrier(stores, twoX)),
-      guarded(1, "enum tail", async () =>
-        twoX
+      guarded(1, "enum tail", async () => [
+        ...(twoX
           ? (await Promise.all(servers.map((s) => enumTail(s.kind, s.port)))).flat()
           : [{ point: 1, question: "opcodes 17 / 18", answer: `not 2.x: torch ${version} has no such opcodes`, status: "not 2.x" as const }]),
+        ...(await enumTail("ours", ourServer.port, true)),
+      ]),
       guarded(2, "handshake", async () => [
         ...(await torchClient(stores, servers[0]!.port, twoX)),
         ...(await Promise.all(servers.map((s) => ourProbe(s.kind, s.port, twoX)))),
@@ -609,15 +419,17 @@ const findings = async (): Promise<Finding[]> => {
     ]
     return [{ point: 0, question: "torch under test", answer: `${version} (${PYTHON})`, status: twoX ? "settled" : "not 2.x" }, ...(await Promise.all(stages)).flat()]
   } finally {
+    ourServer.stop()
     await stores.stop()
   }
 }
 
+/** Markdown, the (long) answer last so that it does not push the other columns. */
 const table = (rows: ReadonlyArray<Finding>) => {
-  const cells = [["point", "question", "answer", "status"], ...rows.map((r) => [String(r.point), r.question, r.answer, r.status])]
-  const widths = [0, 1, 3].map((i) => Math.max(...cells.map((c) => c[i]!.length)))
-  const line = (c: ReadonlyArray<string>) => `| ${c[0]!.padEnd(widths[0]!)} | ${c[1]!.padEnd(widths[1]!)} | ${c[2]} | ${c[3]!.padEnd(widths[2]!)} |`
-  return [line(cells[0]!), `|${"-".repeat(widths[0]! + 2)}|${"-".repeat(widths[1]! + 2)}|---|${"-".repeat(widths[2]! + 2)}|`, ...cells.slice(1).map(line)].join("\n")
+  const cells = [["point", "question", "status", "answer"], ...rows.map((r) => [String(r.point), r.question, r.status, r.answer])]
+  const widths = [0, 1, 2].map((i) => Math.max(...cells.map((c) => c[i]!.length)))
+  const line = (c: ReadonlyArray<string>) => `| ${widths.map((w, i) => c[i]!.padEnd(w)).join(" | ")} | ${c[3]} |`
+  return [line(cells[0]!), `|${widths.map((w) => "-".repeat(w + 2)).join("|")}|---|`, ...cells.slice(1).map(line)].join("\n")
 }
 
 const args = process.argv.slice(2)

@@ -42,7 +42,7 @@ const load = <T>(file: string, step: string): T | string => {
   const path = join(dir, file)
   if (existsSync(path)) return JSON.parse(readFileSync(path, "utf8")) as T
   const s = steps.get(step)
-  return `no ${file}: step ${step} ${s === undefined ? "did not run" : `exited ${s.status}`}`
+  return `no ${file}: step ${step} ${s === undefined ? "did not run" : s.status === "skipped" ? "was skipped (budget)" : `exited ${s.status}`}`
 }
 
 const fmt = (x: number) => (x >= 100 ? x.toFixed(0) : x >= 1 ? x.toFixed(2) : x.toPrecision(3))

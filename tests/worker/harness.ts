@@ -70,11 +70,22 @@ export const startWorkers = async (o: HarnessOptions): Promise<Harness> => {
 
   const waitFor = <A>(what: () => A | undefined, timeoutMs: number, label: string): Promise<A> =>
     new Promise((resolve, reject) => {
-      const check = () => {
-        const v = what()
-        if (v === undefined) return false
+      const finish = () => {
         wakers.delete(check)
         clearTimeout(timer)
+      }
+      // `what` may throw (a worker exited while waiting): that rejects the wait at once.
+      const check = () => {
+        let v: A | undefined
+        try {
+          v = what()
+        } catch (e) {
+          finish()
+          reject(e)
+          return true
+        }
+        if (v === undefined) return false
+        finish()
         resolve(v)
         return true
       }
