@@ -1,4 +1,5 @@
-/* error.c: the thread-local last-error text and dtype/shape helpers shared by both backends. */
+/* error.c: the thread-local last-error text, and the dtype names and tensor descriptions the
+ * messages of both backends are made of. */
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -29,18 +30,10 @@ const char *shim_dtype_name(int32_t dtype) {
   return dtype >= 0 && dtype <= SHIM_BOOL ? dtype_names[dtype] : "unknown";
 }
 
-int shim_check_shape(int32_t dtype, int32_t ndim, const int64_t *shape, int64_t *numel) {
-  if (shim_dtype_size(dtype) == 0) return shim_fail(SHIM_E_INVALID, "unknown dtype code %d", dtype);
-  if (ndim < 0 || ndim > SHIM_MAX_DIMS)
-    return shim_fail(SHIM_E_INVALID, "ndim %d outside 0..%d", ndim, SHIM_MAX_DIMS);
-  if (ndim > 0 && shape == NULL) return shim_fail(SHIM_E_INVALID, "shape is null");
-  int64_t n = 1;
-  for (int32_t i = 0; i < ndim; i++) {
-    if (shape[i] < 0) return shim_fail(SHIM_E_INVALID, "dim %d has negative size %lld", i, (long long)shape[i]);
-    if (shape[i] != 0 && n > INT64_MAX / shape[i]) return shim_fail(SHIM_E_INVALID, "shape overflows int64");
-    n *= shape[i];
-  }
-  if (n > INT64_MAX / 8) return shim_fail(SHIM_E_INVALID, "tensor too large");
-  *numel = n;
-  return SHIM_OK;
+const char *shim_describe(const shim_tensor *t, char *buf, size_t cap) {
+  size_t used = (size_t)snprintf(buf, cap, "%s[", shim_dtype_name(t->dtype));
+  for (int32_t i = 0; i < t->ndim && used < cap; i++)
+    used += (size_t)snprintf(buf + used, cap - used, i ? ", %lld" : "%lld", (long long)t->shape[i]);
+  if (used < cap) snprintf(buf + used, cap - used, "]");
+  return buf;
 }

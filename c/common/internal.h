@@ -1,5 +1,7 @@
-/* internal.h: what the cpu and cuda backends share behind the ABI (not part of it):
- * the tensor layout, dtype sizes, and the error helpers every function returns through. */
+/* internal.h: what the cpu and cuda backends share behind the ABI (not part of it): the tensor
+ * and communicator layout both use, dtype sizes, the error helpers every function returns
+ * through, and the argument checks every op and collective makes before touching memory
+ * (checks.c, comm_checks.c), so both backends fail alike, with the same status and text. */
 #ifndef MONARCH_SHIM_INTERNAL_H
 #define MONARCH_SHIM_INTERNAL_H
 
@@ -13,7 +15,7 @@ extern "C" {
 typedef struct shim_storage {
   void *data; /* host memory (cpu) or device memory (cuda) */
   int64_t nbytes;
-  int32_t refs;
+  int32_t refs; /* changed atomically, so tensors sharing it may be freed on different threads */
 } shim_storage;
 
 struct shim_tensor {
@@ -28,6 +30,9 @@ struct shim_tensor {
 int64_t shim_dtype_size(int32_t dtype);
 const char *shim_dtype_name(int32_t dtype);
 
+/* Writes "f32[2, 3]" into buf and returns it, for error messages. */
+const char *shim_describe(const shim_tensor *t, char *buf, size_t cap);
+
 /* Records the calling thread's error text and returns code, so failures read
  * `return shim_fail(SHIM_E_INVALID, "...", ...)`. */
 int shim_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -35,16 +40,109 @@ int shim_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3
 /* Clears the calling thread's error text; successful calls leave it alone. */
 void shim_clear_error(void);
 
-/* Validates dtype, ndim and shape and computes the element count. */
-int shim_check_shape(int32_t dtype, int32_t ndim, const int64_t *shape, int64_t *numel);
+/* NULL-handle guard for the first lines of an entry point; fn names it in the message. */
+#define SHIM_REQUIRE_IN(fn, ptr, what) \
+  do { if ((ptr) == NULL) return shim_fail(SHIM_E_INVALID, "%s: %s is null", (fn), (what)); } while (0)
 
-/* NULL-handle guard for the first lines of every entry point. */
-#define SHIM_REQUIRE(ptr, what) \
-  do { if ((ptr) == NULL) return shim_fail(SHIM_E_INVALID, "%s: %s is null", __func__, (what)); } while (0)
+#define SHIM_REQUIRE(ptr, what) SHIM_REQUIRE_IN(__func__, ptr, what)
 
 /* Propagates a failed status from a shim call. */
 #define SHIM_TRY(call) \
   do { int shim_try_status_ = (call); if (shim_try_status_ != SHIM_OK) return shim_try_status_; } while (0)
+
+/* ---- tensor headers (tensor.c, which also defines shim.h's shim_tensor_view for both) -- */
+
+/* Validates dtype, ndim and shape and computes the element count. */
+int shim_check_shape(int32_t dtype, int32_t ndim, const int64_t *shape, int64_t *numel);
+
+/* A new header over storage, holding one reference to it. */
+int shim_tensor_new(shim_storage *storage, int32_t dtype, int32_t ndim, const int64_t *shape, int64_t numel,
+                    shim_tensor **out);
+
+/* Frees t's header and drops its reference; returns the storage when that was the last one,
+ * for the backend to free, else NULL. */
+shim_storage *shim_tensor_drop(shim_tensor *t);
+
+/* ---- argument checks of the ops (checks.c) ------------------------------------------- */
+/* Each takes an entry point's arguments, null handles included, and fails as that entry point
+ * (its name in the message) before anything is read from or written to tensor memory. */
+
+/* shim_tensor_copy_in / copy_out (fn): t exists, nbytes is its byte size, and host (named
+ * host_name) is there when nbytes > 0. */
+int shim_check_copy(const char *fn, const shim_tensor *t, const void *host, const char *host_name, int64_t nbytes);
+
+int shim_check_rand(const shim_tensor *out, int32_t normal);
+int shim_check_unary(int32_t op, const shim_tensor *out, const shim_tensor *a);
+
+/* *n: the element count of the result (a's or b's, whichever is not the broadcast one). */
+int shim_check_binary(int32_t op, const shim_tensor *out, const shim_tensor *a, const shim_tensor *b, int64_t *n);
+int shim_check_binary_scalar(int32_t op, const shim_tensor *out, const shim_tensor *a);
+
+/* Fails fn for an integer div whose operand `what` holds a zero, or an integer pow whose
+ * exponent `what` holds a negative value; each backend scans its own memory for one. */
+int shim_fail_bad_operand(const char *fn, int32_t op, int32_t dtype, const char *what);
+
+/* a read as [outer, r, inner] with r the reduced dim (SHIM_ALL_DIMS: [1, numel, 1]). */
+typedef struct shim_reduce_dims {
+  int64_t outer, r, inner;
+} shim_reduce_dims;
+
+int shim_check_reduce(int32_t op, const shim_tensor *out, const shim_tensor *a, int32_t dim, shim_reduce_dims *dims);
+
+/* a [batch..., m, k] @ b ([batch...,] k, n); b_batched: b has a's batch dims, else it is 2-D. */
+typedef struct shim_matmul_dims {
+  int64_t batch, m, k, n;
+  int32_t b_batched;
+} shim_matmul_dims;
+
+int shim_check_matmul(const shim_tensor *out, const shim_tensor *a, const shim_tensor *b, shim_matmul_dims *dims);
+
+int shim_check_cast(const shim_tensor *out, const shim_tensor *a);
+
+/* Swapping dims d0 < d1 of a contiguous a is a copy between [before, s0, between, s1, after]
+ * and [before, s1, between, s0, after]; each is a product of the dims in that place. */
+typedef struct shim_transpose_dims {
+  int64_t before, s0, between, s1, after;
+} shim_transpose_dims;
+
+/* out may share a's memory only when nothing moves (dim0 == dim1, or no elements). */
+int shim_check_transpose(const shim_tensor *out, const shim_tensor *a, int32_t dim0, int32_t dim1,
+                         shim_transpose_dims *dims);
+
+/* ---- communicators (comm_checks.c) ---------------------------------------------------- */
+
+/* What both backends' communicators hold and the checks read: each backend's struct
+ * shim_comm derives from it (C++), so a shim_comm * converts to a shim_comm_state *. */
+typedef struct shim_comm_state {
+  int32_t rank;
+  int32_t size;
+  int32_t connected;
+  char failure[640]; /* the first failure, which makes the comm unusable; empty while it is usable */
+} shim_comm_state;
+
+int shim_check_comm_create(int32_t rank, int32_t size, int64_t timeout_ms);
+
+/* shim_comm_address's contract over this member's n address bytes: *len = n, and the bytes
+ * go to buf when it is not NULL and cap holds them. */
+int shim_comm_copy_address(const void *bytes, int64_t n, uint8_t *buf, int64_t cap, int64_t *len);
+
+/* shim_comm_connect's arguments: the comm can still connect; member 0 published first_len
+ * bytes and every other member other_len; where there are bytes, this member's are `own`
+ * (own_len of them). c has been checked for NULL. */
+int shim_check_connect(const shim_comm_state *c, const uint8_t *addrs, const int64_t *lens, const void *own,
+                       int64_t own_len, int64_t first_len, int64_t other_len);
+
+/* fn's comm exists, has not failed and is connected. */
+int shim_check_comm_usable(const char *fn, const shim_comm_state *c);
+
+/* Each collective's whole argument check, its comm's included. */
+int shim_check_all_reduce(const shim_comm_state *c, const shim_tensor *out, const shim_tensor *in, int32_t op);
+int shim_check_all_gather(const shim_comm_state *c, const shim_tensor *out, const shim_tensor *in);
+int shim_check_reduce_scatter(const shim_comm_state *c, const shim_tensor *out, const shim_tensor *in, int32_t op);
+int shim_check_all_to_all(const shim_comm_state *c, const shim_tensor *out, const shim_tensor *in);
+int shim_check_broadcast(const shim_comm_state *c, const shim_tensor *t, int32_t root);
+int shim_check_p2p(const shim_comm_state *c, int32_t n, const int32_t *kinds, const int32_t *peers,
+                   shim_tensor *const *tensors);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../shim.h"
+
 #ifdef __CUDACC__
 #define SHIM_HD __host__ __device__ __forceinline__
 #else
@@ -72,6 +74,17 @@ SHIM_HD double shim_uniform_at(uint64_t seed, uint64_t index) {
   uint32_t r[4];
   shim_philox(seed, index, r);
   return (double)((((uint64_t)r[0] << 32) | r[1]) >> 11) * 0x1.0p-53;
+}
+
+/* The largest value below 1 in a floating dtype: a uniform draw is clamped to it before
+ * rounding, so rounding to a narrow dtype cannot produce 1.0 and [0, 1) holds. */
+SHIM_HD double shim_uniform_top(int32_t dtype) {
+  switch (dtype) {
+    case SHIM_F32: return 1.0 - 0x1.0p-24;
+    case SHIM_F16: return 1.0 - 0x1.0p-11;
+    case SHIM_BF16: return 1.0 - 0x1.0p-8;
+    default: return 1.0 - 0x1.0p-53;
+  }
 }
 
 /* Element `index` of the stream `seed`: standard normal by Box-Muller on one Philox block. */

@@ -16,6 +16,7 @@
 #include <array>
 #include <cctype>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -111,14 +112,12 @@ struct Exchange {
 
 }  // namespace
 
-struct shim_comm {
-  int32_t rank = 0;
-  int32_t size = 0;
+// rank, size, connected and the first transport failure are in shim_comm_state (internal.h),
+// zeroed by make_unique's value-initialisation.
+struct shim_comm : shim_comm_state {
   milliseconds timeout{0};
   std::shared_ptr<TwoPhaseContext> context;
   std::vector<char> address;  // what shim_comm_address hands out
-  bool connected = false;
-  std::string failure;  // the first transport failure; empty while the comm is usable
   uint32_t tag = 0;     // collective sequence number, the same on every member
   std::vector<uint64_t> sent, received;  // p2p transfers issued per peer, in each direction
   // Declared after `context`, so its buffers (and any receives still posted) go first.
@@ -154,30 +153,16 @@ int guarded(shim_comm *c, const char *what, Body body) {
     message = "unknown exception";
   }
   if (code == SHIM_E_COMM && is_timeout(message)) code = SHIM_E_TIMEOUT;
-  if (c != nullptr && c->failure.empty()) c->failure = std::string(what) + ": " + message;
+  if (c != nullptr && c->failure[0] == '\0') snprintf(c->failure, sizeof c->failure, "%s: %s", what, message.c_str());
   if (c != nullptr && c->shm_ready) c->shm->fail();
   return shim_fail(code, "%s: %s", what, message.c_str());
 }
 
-int check_usable(const shim_comm *c, const char *what) {
-  if (c == nullptr) return shim_fail(SHIM_E_INVALID, "%s: comm is null", what);
-  if (!c->failure.empty())
-    return shim_fail(SHIM_E_COMM, "%s: comm unusable after an earlier failure (%s)", what, c->failure.c_str());
-  if (!c->connected) return shim_fail(SHIM_E_INVALID, "%s: comm is not connected yet", what);
-  return SHIM_OK;
-}
-
-int check_tensor(const shim_tensor *t, const char *what, const char *name) {
-  if (t == nullptr || t->storage == nullptr) return shim_fail(SHIM_E_INVALID, "%s: %s is null", what, name);
-  if (t->numel > 0 && t->storage->data == nullptr) return shim_fail(SHIM_E_INVALID, "%s: %s has no memory", what, name);
-  return SHIM_OK;
-}
-
-int check_same_dtype(const shim_tensor *out, const shim_tensor *in, const char *what) {
-  if (out->dtype != in->dtype)
-    return shim_fail(SHIM_E_INVALID, "%s: dtypes differ (out %s, in %s)", what, shim_dtype_name(out->dtype),
-                     shim_dtype_name(in->dtype));
-  return SHIM_OK;
+// Every collective's options: the next tag (the same on every member) and the comm's timeout.
+template <typename Options>
+void set_tag_and_timeout(shim_comm *c, Options &opts) {
+  opts.setTag(c->tag++);
+  opts.setTimeout(c->timeout);
 }
 
 void *data(const shim_tensor *t) { return t->storage->data; }
@@ -191,8 +176,7 @@ void allreduce_as(shim_comm *c, void *out, const void *in, size_t n, shim_reduce
   if (in != out) opts.setInput(static_cast<T *>(const_cast<void *>(in)), n);
   opts.setOutput(static_cast<T *>(out), n);
   opts.setReduceFunction(fn);
-  opts.setTag(c->tag++);
-  opts.setTimeout(c->timeout);
+  set_tag_and_timeout(c, opts);
   gloo::allreduce(opts);
 }
 
@@ -269,8 +253,7 @@ bool agree(shim_comm *c, bool mine) {
   opts.setReduceFunction([](void *out, const void *a, const void *b, size_t n) {
     for (size_t i = 0; i < n; i++) static_cast<uint8_t *>(out)[i] = std::min(static_cast<const uint8_t *>(a)[i], static_cast<const uint8_t *>(b)[i]);
   });
-  opts.setTag(c->tag++);
-  opts.setTimeout(c->timeout);
+  set_tag_and_timeout(c, opts);
   gloo::allreduce(opts);
   return all == 1;
 }
@@ -295,9 +278,7 @@ int shim_comm_create(int32_t rank, int32_t size, int64_t timeout_ms, const char 
   const char *what = "shim_comm_create";
   SHIM_REQUIRE(out, "out");
   SHIM_REQUIRE(hostname, "hostname");
-  if (size < 1) return shim_fail(SHIM_E_INVALID, "%s: size %d < 1", what, size);
-  if (rank < 0 || rank >= size) return shim_fail(SHIM_E_INVALID, "%s: rank %d outside 0..%d", what, rank, size - 1);
-  if (timeout_ms <= 0) return shim_fail(SHIM_E_INVALID, "%s: timeout %lld ms is not positive", what, (long long)timeout_ms);
+  SHIM_TRY(shim_check_comm_create(rank, size, timeout_ms));
   const char *host = hostname[0] != '\0' ? hostname : "127.0.0.1";
   // This Gloo checks getaddrinfo's result against -1 only and then walks an unset list when a
   // name does not resolve (a crash), so the name is resolved here first.
@@ -334,47 +315,27 @@ int shim_comm_create(int32_t rank, int32_t size, int64_t timeout_ms, const char 
 
 int shim_comm_address(shim_comm *c, uint8_t *buf, int64_t cap, int64_t *len) {
   SHIM_REQUIRE(c, "comm");
-  SHIM_REQUIRE(len, "len");
-  *len = static_cast<int64_t>(c->address.size());
-  if (buf == nullptr) return SHIM_OK;  // a size query
-  if (cap < *len) return shim_fail(SHIM_E_INVALID, "shim_comm_address: capacity %lld < %lld bytes", (long long)cap, (long long)*len);
-  if (!c->address.empty()) memcpy(buf, c->address.data(), c->address.size());
-  return SHIM_OK;
+  return shim_comm_copy_address(c->address.data(), static_cast<int64_t>(c->address.size()), buf, cap, len);
 }
 
+// Every member publishes one equal-length slot per peer; ours must be what we published.
 int shim_comm_connect(shim_comm *c, const uint8_t *addrs, const int64_t *lens) {
-  const char *what = "shim_comm_connect";
   SHIM_REQUIRE(c, "comm");
-  SHIM_REQUIRE(lens, "lens");
-  if (!c->failure.empty()) return shim_fail(SHIM_E_COMM, "%s: comm unusable after an earlier failure (%s)", what, c->failure.c_str());
-  if (c->connected) return shim_fail(SHIM_E_INVALID, "%s: already connected", what);
-  const int32_t peers = c->size - 1;
-  // Every member publishes one equal-length slot per peer; ours must be what we published.
-  std::vector<int64_t> offsets(c->size);
-  int64_t total = 0;
-  for (int32_t i = 0; i < c->size; i++) {
-    const int64_t expected = static_cast<int64_t>(c->address.size());
-    if (lens[i] != expected)
-      return shim_fail(SHIM_E_INVALID, "%s: member %d published %lld bytes, expected %lld", what, i, (long long)lens[i],
-                       (long long)expected);
-    offsets[i] = total;
-    total += lens[i];
-  }
-  if (peers == 0) {
+  const int64_t published = static_cast<int64_t>(c->address.size());
+  SHIM_TRY(shim_check_connect(c, addrs, lens, c->address.data(), published, published, published));
+  if (c->size == 1) {
     c->connected = true;
     return SHIM_OK;
   }
-  SHIM_REQUIRE(addrs, "addrs");
-  if (memcmp(addrs + offsets[c->rank], c->address.data(), c->address.size()) != 0)
-    return shim_fail(SHIM_E_INVALID, "%s: the bytes at rank %d are not this member's address", what, c->rank);
-  const size_t slot = c->address.size() / static_cast<size_t>(peers);
+  const size_t slot = c->address.size() / static_cast<size_t>(c->size - 1);
   const size_t pairBytes = slot - ShmGroup::kPublishedBytes;
-  return guarded(c, what, [&] {
+  return guarded(c, "shim_comm_connect", [&] {
     std::vector<const char *> segments(c->size);
     for (int32_t peer = 0; peer < c->size; peer++) {
       // peer's slots skip peer itself, so ours is at index rank below it and rank - 1 above.
       const int32_t index = peer == c->rank ? 0 : c->rank < peer ? c->rank : c->rank - 1;
-      const char *start = reinterpret_cast<const char *>(addrs + offsets[peer]) + static_cast<size_t>(index) * slot;
+      const char *start = reinterpret_cast<const char *>(addrs) + static_cast<size_t>(peer) * c->address.size() +
+                          static_cast<size_t>(index) * slot;
       segments[peer] = start + pairBytes;
       if (peer != c->rank) c->context->connectPair(peer, std::vector<char>(start, start + pairBytes));
     }
@@ -394,17 +355,10 @@ int shim_comm_destroy(shim_comm *c) {
 }
 
 int shim_all_reduce(shim_comm *c, shim_tensor *out, const shim_tensor *in, int32_t op, shim_stream *s) {
-  const char *what = "shim_all_reduce";
-  SHIM_TRY(check_usable(c, what));
-  SHIM_TRY(check_tensor(out, what, "out"));
-  SHIM_TRY(check_tensor(in, what, "in"));
-  SHIM_TRY(check_same_dtype(out, in, what));
-  if (out->numel != in->numel)
-    return shim_fail(SHIM_E_INVALID, "%s: out has %lld elements, in %lld", what, (long long)out->numel, (long long)in->numel);
-  shim_reduce_fn fn;
-  SHIM_TRY(shim_comm_reduce_fn(what, in->dtype, op, &fn));
+  SHIM_TRY(shim_check_all_reduce(c, out, in, op));
   if (in->numel == 0) return SHIM_OK;
-  return guarded(c, what, [&] {
+  const shim_reduce_fn fn = shim_comm_reduce_fn(in->dtype, op);
+  return guarded(c, "shim_all_reduce", [&] {
     allreduce(c, data(out), data(in), static_cast<size_t>(in->numel), shim_dtype_size(in->dtype), fn);
     if (op == SHIM_OP_AVG) shim_comm_divide(out->dtype, data(out), static_cast<size_t>(out->numel), c->size);
     return SHIM_OK;
@@ -412,21 +366,13 @@ int shim_all_reduce(shim_comm *c, shim_tensor *out, const shim_tensor *in, int32
 }
 
 int shim_all_gather(shim_comm *c, shim_tensor *out, const shim_tensor *in, shim_stream *s) {
-  const char *what = "shim_all_gather";
-  SHIM_TRY(check_usable(c, what));
-  SHIM_TRY(check_tensor(out, what, "out"));
-  SHIM_TRY(check_tensor(in, what, "in"));
-  SHIM_TRY(check_same_dtype(out, in, what));
-  if (out->numel != in->numel * c->size)
-    return shim_fail(SHIM_E_INVALID, "%s: out has %lld elements, not %d x %lld", what, (long long)out->numel, c->size,
-                     (long long)in->numel);
+  SHIM_TRY(shim_check_all_gather(c, out, in));
   if (in->numel == 0) return SHIM_OK;
-  return guarded(c, what, [&] {
+  return guarded(c, "shim_all_gather", [&] {
     gloo::AllgatherOptions opts(c->context);
     opts.setInput(static_cast<uint8_t *>(data(in)), nbytes(in));
     opts.setOutput(static_cast<uint8_t *>(data(out)), nbytes(out));
-    opts.setTag(c->tag++);
-    opts.setTimeout(c->timeout);
+    set_tag_and_timeout(c, opts);
     gloo::allgather(opts);
     return SHIM_OK;
   });
@@ -435,16 +381,9 @@ int shim_all_gather(shim_comm *c, shim_tensor *out, const shim_tensor *in, shim_
 // This Gloo has no options-style reduce-scatter: all-reduce into scratch, keep our chunk.
 int shim_reduce_scatter(shim_comm *c, shim_tensor *out, const shim_tensor *in, int32_t op, shim_stream *s) {
   const char *what = "shim_reduce_scatter";
-  SHIM_TRY(check_usable(c, what));
-  SHIM_TRY(check_tensor(out, what, "out"));
-  SHIM_TRY(check_tensor(in, what, "in"));
-  SHIM_TRY(check_same_dtype(out, in, what));
-  if (in->numel != out->numel * c->size)
-    return shim_fail(SHIM_E_INVALID, "%s: in has %lld elements, not %d x %lld", what, (long long)in->numel, c->size,
-                     (long long)out->numel);
-  shim_reduce_fn fn;
-  SHIM_TRY(shim_comm_reduce_fn(what, in->dtype, op, &fn));
+  SHIM_TRY(shim_check_reduce_scatter(c, out, in, op));
   if (in->numel == 0) return SHIM_OK;
+  const shim_reduce_fn fn = shim_comm_reduce_fn(in->dtype, op);
   std::unique_ptr<uint8_t[]> scratch(new (std::nothrow) uint8_t[nbytes(in)]);
   if (!scratch) return shim_fail(SHIM_E_NOMEM, "%s: no memory for a %zu-byte scratch buffer", what, nbytes(in));
   return guarded(c, what, [&] {
@@ -456,52 +395,36 @@ int shim_reduce_scatter(shim_comm *c, shim_tensor *out, const shim_tensor *in, i
 }
 
 int shim_all_to_all(shim_comm *c, shim_tensor *out, const shim_tensor *in, shim_stream *s) {
-  const char *what = "shim_all_to_all";
-  SHIM_TRY(check_usable(c, what));
-  SHIM_TRY(check_tensor(out, what, "out"));
-  SHIM_TRY(check_tensor(in, what, "in"));
-  SHIM_TRY(check_same_dtype(out, in, what));
-  if (out->numel != in->numel)
-    return shim_fail(SHIM_E_INVALID, "%s: out has %lld elements, in %lld", what, (long long)out->numel, (long long)in->numel);
-  if (in->numel % c->size != 0)
-    return shim_fail(SHIM_E_INVALID, "%s: %lld elements do not split into %d chunks", what, (long long)in->numel, c->size);
+  SHIM_TRY(shim_check_all_to_all(c, out, in));
   if (in->numel == 0) return SHIM_OK;
-  if (data(in) == data(out)) return shim_fail(SHIM_E_INVALID, "%s: in and out share memory", what);
-  return guarded(c, what, [&] {
+  return guarded(c, "shim_all_to_all", [&] {
     gloo::AlltoallOptions opts(c->context);
     opts.setInput(static_cast<uint8_t *>(data(in)), nbytes(in));
     opts.setOutput(static_cast<uint8_t *>(data(out)), nbytes(out));
-    opts.setTag(c->tag++);
-    opts.setTimeout(c->timeout);
+    set_tag_and_timeout(c, opts);
     gloo::alltoall(opts);
     return SHIM_OK;
   });
 }
 
 int shim_broadcast(shim_comm *c, shim_tensor *t, int32_t root, shim_stream *s) {
-  const char *what = "shim_broadcast";
-  SHIM_TRY(check_usable(c, what));
-  SHIM_TRY(check_tensor(t, what, "tensor"));
-  if (root < 0 || root >= c->size) return shim_fail(SHIM_E_INVALID, "%s: root %d outside 0..%d", what, root, c->size - 1);
+  SHIM_TRY(shim_check_broadcast(c, t, root));
   if (t->numel == 0) return SHIM_OK;
-  return guarded(c, what, [&] {
+  return guarded(c, "shim_broadcast", [&] {
     gloo::BroadcastOptions opts(c->context);
     opts.setOutput(static_cast<uint8_t *>(data(t)), nbytes(t));
     opts.setRoot(root);
-    opts.setTag(c->tag++);
-    opts.setTimeout(c->timeout);
+    set_tag_and_timeout(c, opts);
     gloo::broadcast(opts);
     return SHIM_OK;
   });
 }
 
 int shim_barrier(shim_comm *c, shim_stream *s) {
-  const char *what = "shim_barrier";
-  SHIM_TRY(check_usable(c, what));
-  return guarded(c, what, [&] {
+  SHIM_TRY(shim_check_comm_usable("shim_barrier", c));
+  return guarded(c, "shim_barrier", [&] {
     gloo::BarrierOptions opts(c->context);
-    opts.setTag(c->tag++);
-    opts.setTimeout(c->timeout);
+    set_tag_and_timeout(c, opts);
     gloo::barrier(opts);
     return SHIM_OK;
   });
@@ -509,20 +432,9 @@ int shim_barrier(shim_comm *c, shim_stream *s) {
 
 int shim_p2p(shim_comm *c, int32_t n, const int32_t *kinds, const int32_t *peers, shim_tensor *const *tensors,
              shim_stream *s) {
-  const char *what = "shim_p2p";
-  SHIM_TRY(check_usable(c, what));
-  if (n < 0) return shim_fail(SHIM_E_INVALID, "%s: n %d < 0", what, n);
+  SHIM_TRY(shim_check_p2p(c, n, kinds, peers, tensors));
   if (n == 0) return SHIM_OK;
-  SHIM_REQUIRE(kinds, "kinds");
-  SHIM_REQUIRE(peers, "peers");
-  SHIM_REQUIRE(tensors, "tensors");
-  for (int32_t i = 0; i < n; i++) {
-    if (kinds[i] != SHIM_SEND && kinds[i] != SHIM_RECV) return shim_fail(SHIM_E_INVALID, "%s: op %d has kind %d", what, i, kinds[i]);
-    if (peers[i] < 0 || peers[i] >= c->size || peers[i] == c->rank)
-      return shim_fail(SHIM_E_INVALID, "%s: op %d has peer %d (this member is %d of %d)", what, i, peers[i], c->rank, c->size);
-    SHIM_TRY(check_tensor(tensors[i], what, "a tensor"));
-  }
-  return guarded(c, what, [&] {
+  return guarded(c, "shim_p2p", [&] {
     struct Transfer {
       std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
       bool send;

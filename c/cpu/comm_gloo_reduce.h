@@ -8,9 +8,9 @@
 
 using shim_reduce_fn = void (*)(void *out, const void *a, const void *b, size_t n);
 
-/* The reduction of op over dtype (SHIM_OP_AVG reduces as a sum; shim_divide finishes it).
- * Fails with SHIM_E_UNSUPPORTED (message naming `what`) for a pair this backend cannot do. */
-int shim_comm_reduce_fn(const char *what, int32_t dtype, int32_t op, shim_reduce_fn *out);
+/* The reduction of op over dtype (SHIM_OP_AVG reduces as a sum; shim_comm_divide finishes it),
+ * for a pair shim_check_all_reduce or shim_check_reduce_scatter accepted (internal.h). */
+shim_reduce_fn shim_comm_reduce_fn(int32_t dtype, int32_t op);
 
 /* data[i] /= divisor for n elements of dtype (integers truncate): the second half of AVG. */
 void shim_comm_divide(int32_t dtype, void *data, size_t n, int32_t divisor);

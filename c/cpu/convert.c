@@ -116,13 +116,7 @@ void shim_cpu_store_f32(int32_t dtype, const float *src, int64_t n, void *dst) {
 void shim_cpu_from_f64(int32_t dtype, double value, void *dst) { shim_cpu_store_f64(dtype, &value, 1, dst); }
 
 int shim_cast(shim_tensor *out, const shim_tensor *a, shim_stream *s) {
-  SHIM_REQUIRE(out, "out");
-  SHIM_REQUIRE(a, "a");
-  if (out->numel != a->numel) {
-    char bo[128], ba[128];
-    return shim_fail(SHIM_E_INVALID, "shim_cast: out %s does not hold a's %lld elements (a is %s)",
-                     shim_cpu_describe(out, bo, sizeof bo), (long long)a->numel, shim_cpu_describe(a, ba, sizeof ba));
-  }
+  SHIM_TRY(shim_check_cast(out, a));
   const char *src = shim_cpu_data(a);
   char *dst = shim_cpu_data(out);
   if (out->dtype == a->dtype) {

@@ -1,5 +1,5 @@
-/* cpu.h: what the cpu backend's files share (not part of the ABI): element access, dtype
- * conversions in chunks, and a tensor describer for error messages. */
+/* cpu.h: what the cpu backend's files share (not part of the ABI): element access and dtype
+ * conversions in chunks. */
 #ifndef MONARCH_SHIM_CPU_H
 #define MONARCH_SHIM_CPU_H
 
@@ -16,9 +16,6 @@ static inline int shim_cpu_is_float(int32_t dtype) { return dtype <= SHIM_BF16; 
 static inline int shim_cpu_is_single(int32_t dtype) { return dtype == SHIM_F32 || dtype == SHIM_F16 || dtype == SHIM_BF16; }
 
 static inline int64_t shim_cpu_min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
-/* Writes "f32[2, 3]" into buf and returns it, for error messages. */
-const char *shim_cpu_describe(const shim_tensor *t, char *buf, size_t cap);
 
 /* Loads n elements of dtype from src, converting to double (floating dtypes) or to int64
  * (integer dtypes and bool; bool reads any nonzero byte as 1). */

@@ -35,25 +35,11 @@ int shim_arange(shim_tensor *out, double start, double step, shim_stream *s) {
   return SHIM_OK;
 }
 
-/* The largest value below 1 in each floating dtype: a uniform draw is clamped to it before
- * rounding, so rounding to a narrow dtype cannot produce 1.0 and [0, 1) holds. */
-static double below_one(int32_t dtype) {
-  switch (dtype) {
-    case SHIM_F32: return 1.0 - 0x1.0p-24;
-    case SHIM_F16: return 1.0 - 0x1.0p-11;
-    case SHIM_BF16: return 1.0 - 0x1.0p-8;
-    default: return 1.0 - 0x1.0p-53;
-  }
-}
-
 int shim_rand(shim_tensor *out, uint64_t seed, uint64_t offset, int32_t normal, shim_stream *s) {
-  SHIM_REQUIRE(out, "out");
-  if (!shim_cpu_is_float(out->dtype))
-    return shim_fail(SHIM_E_UNSUPPORTED, "shim_rand: out must have a floating dtype, not %s", shim_dtype_name(out->dtype));
-  if (normal != 0 && normal != 1) return shim_fail(SHIM_E_INVALID, "shim_rand: normal must be 0 or 1, not %d", normal);
+  SHIM_TRY(shim_check_rand(out, normal));
   char *data = shim_cpu_data(out);
   int64_t size = shim_dtype_size(out->dtype);
-  double top = below_one(out->dtype), tmp[SHIM_CPU_CHUNK];
+  double top = shim_uniform_top(out->dtype), tmp[SHIM_CPU_CHUNK];
   for (int64_t base = 0; base < out->numel; base += SHIM_CPU_CHUNK) {
     int64_t m = shim_cpu_min64(SHIM_CPU_CHUNK, out->numel - base);
     uint64_t first = offset + (uint64_t)base;

@@ -25,10 +25,6 @@
 
 #include "cpu.h"
 
-static const char *const unary_names[] = {"neg", "abs", "exp", "log", "sqrt", "relu", "tanh", "sigmoid"};
-static const char *const binary_names[] = {"add", "sub", "mul", "div", "maximum", "minimum", "pow",
-                                           "eq", "ne", "lt", "le", "gt", "ge"};
-
 static int is_comparison(int32_t op) { return op >= SHIM_EQ; }
 
 /* dst[i] = EXPR over n elements, with x and y bound to a's and b's elements. An operand with
@@ -163,23 +159,6 @@ static void binary_kernel(int32_t op, int32_t dtype, void *out, const void *x, i
   }
 }
 
-/* Checks what every binary op needs of op, dtype and out; fn names the entry point. */
-static int check_binary(const char *fn, int32_t op, int32_t dtype, const shim_tensor *out, int64_t n) {
-  if (op < 0 || op > SHIM_GE) return shim_fail(SHIM_E_INVALID, "%s: unknown op code %d", fn, op);
-  const char *name = binary_names[op];
-  if (dtype == SHIM_BOOL && (op == SHIM_SUB || op == SHIM_DIV || op == SHIM_POW))
-    return shim_fail(SHIM_E_UNSUPPORTED, "%s(%s): not defined on bool (cast to an integer or floating dtype first)", fn, name);
-  int32_t want = is_comparison(op) ? SHIM_BOOL : dtype;
-  char buf[128];
-  if (out->dtype != want)
-    return shim_fail(SHIM_E_INVALID, "%s(%s): out is %s but must be %s", fn, name, shim_cpu_describe(out, buf, sizeof buf),
-                     shim_dtype_name(want));
-  if (out->numel != n)
-    return shim_fail(SHIM_E_INVALID, "%s(%s): out is %s but the result has %lld elements", fn, name,
-                     shim_cpu_describe(out, buf, sizeof buf), (long long)n);
-  return SHIM_OK;
-}
-
 /* Integer div and pow: rejects a zero divisor or a negative exponent among y's count values. */
 static int check_integer_operand(const char *fn, int32_t op, int32_t dtype, const void *y, int64_t count, const char *what) {
   if ((op != SHIM_DIV && op != SHIM_POW) || shim_cpu_is_float(dtype)) return SHIM_OK;
@@ -190,38 +169,21 @@ static int check_integer_operand(const char *fn, int32_t op, int32_t dtype, cons
     shim_cpu_load_i64(dtype, (const char *)y + base * size, m, tmp);
     int bad = 0;
     for (int64_t i = 0; i < m; i++) bad |= op == SHIM_DIV ? tmp[i] == 0 : tmp[i] < 0;
-    if (bad && op == SHIM_DIV)
-      return shim_fail(SHIM_E_INVALID, "%s(div): integer division by zero (%s has a zero element)", fn, what);
-    if (bad)
-      return shim_fail(SHIM_E_INVALID, "%s(pow): %s integer to a negative power (%s has a negative element)", fn,
-                       shim_dtype_name(dtype), what);
+    if (bad) return shim_fail_bad_operand(fn, op, dtype, what);
   }
   return SHIM_OK;
 }
 
 int shim_binary(int32_t op, shim_tensor *out, const shim_tensor *a, const shim_tensor *b, shim_stream *s) {
-  SHIM_REQUIRE(out, "out");
-  SHIM_REQUIRE(a, "a");
-  SHIM_REQUIRE(b, "b");
-  char ba[128], bb[128];
-  const char *name = op >= 0 && op <= SHIM_GE ? binary_names[op] : "?";
-  if (a->dtype != b->dtype)
-    return shim_fail(SHIM_E_INVALID, "shim_binary(%s): dtypes differ: a is %s, b is %s", name,
-                     shim_cpu_describe(a, ba, sizeof ba), shim_cpu_describe(b, bb, sizeof bb));
-  if (a->numel != b->numel && a->numel != 1 && b->numel != 1)
-    return shim_fail(SHIM_E_INVALID, "shim_binary(%s): sizes differ and neither has one element: a is %s, b is %s", name,
-                     shim_cpu_describe(a, ba, sizeof ba), shim_cpu_describe(b, bb, sizeof bb));
-  int64_t n = a->numel == 1 ? b->numel : a->numel;
-  SHIM_TRY(check_binary("shim_binary", op, a->dtype, out, n));
+  int64_t n;
+  SHIM_TRY(shim_check_binary(op, out, a, b, &n));
   SHIM_TRY(check_integer_operand("shim_binary", op, a->dtype, shim_cpu_data(b), b->numel, "b"));
   binary_kernel(op, a->dtype, shim_cpu_data(out), shim_cpu_data(a), a->numel == n, shim_cpu_data(b), b->numel == n, n);
   return SHIM_OK;
 }
 
 int shim_binary_scalar(int32_t op, shim_tensor *out, const shim_tensor *a, double b, int32_t scalar_first, shim_stream *s) {
-  SHIM_REQUIRE(out, "out");
-  SHIM_REQUIRE(a, "a");
-  SHIM_TRY(check_binary("shim_binary_scalar", op, a->dtype, out, a->numel));
+  SHIM_TRY(shim_check_binary_scalar(op, out, a));
   void *o = shim_cpu_data(out);
   const void *t = shim_cpu_data(a);
   int64_t n = a->numel;
@@ -289,19 +251,8 @@ static void unary_half(int32_t op, int32_t dtype, uint16_t *o, const uint16_t *a
 }
 
 int shim_unary(int32_t op, shim_tensor *out, const shim_tensor *a, shim_stream *s) {
-  SHIM_REQUIRE(out, "out");
-  SHIM_REQUIRE(a, "a");
-  if (op < 0 || op > SHIM_SIGMOID) return shim_fail(SHIM_E_INVALID, "shim_unary: unknown op code %d", op);
-  const char *name = unary_names[op];
-  char bo[128], ba[128];
-  if (out->dtype != a->dtype || out->numel != a->numel)
-    return shim_fail(SHIM_E_INVALID, "shim_unary(%s): out is %s but a is %s (same dtype and element count needed)", name,
-                     shim_cpu_describe(out, bo, sizeof bo), shim_cpu_describe(a, ba, sizeof ba));
+  SHIM_TRY(shim_check_unary(op, out, a));
   int32_t dtype = a->dtype;
-  int integer_safe = op == SHIM_ABS || op == SHIM_RELU || (op == SHIM_NEG && dtype != SHIM_BOOL);
-  if (!shim_cpu_is_float(dtype) && !integer_safe)
-    return shim_fail(SHIM_E_UNSUPPORTED, "shim_unary(%s): not defined on %s (cast to a floating dtype first)", name,
-                     shim_dtype_name(dtype));
   void *o = shim_cpu_data(out);
   const void *x = shim_cpu_data(a);
   int64_t n = a->numel;

@@ -34,19 +34,8 @@ static void transpose_blocks(char *dst, const char *src, int64_t A, int64_t S0, 
 }
 
 int shim_transpose(shim_tensor *out, const shim_tensor *a, int32_t dim0, int32_t dim1, shim_stream *s) {
-  SHIM_REQUIRE(out, "out");
-  SHIM_REQUIRE(a, "a");
-  char ba[128], bo[128];
-  shim_cpu_describe(a, ba, sizeof ba);
-  shim_cpu_describe(out, bo, sizeof bo);
-  if (dim0 < 0 || dim0 >= a->ndim || dim1 < 0 || dim1 >= a->ndim)
-    return shim_fail(SHIM_E_INVALID, "shim_transpose: dims %d and %d are out of range for a %s", dim0, dim1, ba);
-  int out_ok = out->dtype == a->dtype && out->ndim == a->ndim;
-  for (int32_t i = 0; out_ok && i < a->ndim; i++)
-    out_ok = out->shape[i] == a->shape[i == dim0 ? dim1 : i == dim1 ? dim0 : i];
-  if (!out_ok)
-    return shim_fail(SHIM_E_INVALID, "shim_transpose: out is %s but swapping dims %d and %d of %s gives another dtype or shape",
-                     bo, dim0, dim1, ba);
+  shim_transpose_dims dims;
+  SHIM_TRY(shim_check_transpose(out, a, dim0, dim1, &dims));
   int64_t size = shim_dtype_size(a->dtype);
   char *dst = shim_cpu_data(out);
   const char *src = shim_cpu_data(a);
@@ -54,13 +43,6 @@ int shim_transpose(shim_tensor *out, const shim_tensor *a, int32_t dim0, int32_t
     if (dst != src) memcpy(dst, src, (size_t)(a->numel * size));
     return SHIM_OK;
   }
-  if (out->storage == a->storage)
-    return shim_fail(SHIM_E_INVALID, "shim_transpose: out %s shares memory with a", bo);
-  int32_t d0 = dim0 < dim1 ? dim0 : dim1, d1 = dim0 < dim1 ? dim1 : dim0;
-  int64_t A = 1, B = 1, C = 1;
-  for (int32_t i = 0; i < d0; i++) A *= a->shape[i];
-  for (int32_t i = d0 + 1; i < d1; i++) B *= a->shape[i];
-  for (int32_t i = d1 + 1; i < a->ndim; i++) C *= a->shape[i];
-  transpose_blocks(dst, src, A, a->shape[d0], B, a->shape[d1], C * size);
+  transpose_blocks(dst, src, dims.before, dims.s0, dims.between, dims.s1, dims.after * size);
   return SHIM_OK;
 }

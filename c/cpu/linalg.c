@@ -47,8 +47,9 @@ static void from_acc(int32_t dtype, const void *acc, int64_t n, void *dst) {
 }
 
 /* The loop path: per batch, a (and b when batched) converted to 4- or 8-byte accumulators. */
-static int matmul_loop(int32_t dtype, char *out, const char *a, const char *b, int b_batched, int64_t batch, int64_t m,
-                       int64_t n, int64_t k) {
+static int matmul_loop(int32_t dtype, char *out, const char *a, const char *b, const shim_matmul_dims *dims) {
+  const int64_t batch = dims->batch, m = dims->m, k = dims->k, n = dims->n;
+  const int b_batched = dims->b_batched;
   int64_t size = shim_dtype_size(dtype), acc_size = dtype == SHIM_F16 || dtype == SHIM_BF16 ? 4 : 8;
   char *abuf = malloc((size_t)(m * k * acc_size) + 1), *bbuf = malloc((size_t)(k * n * acc_size) + 1),
        *cbuf = malloc((size_t)(m * n * acc_size) + 1);
@@ -69,8 +70,9 @@ static int matmul_loop(int32_t dtype, char *out, const char *a, const char *b, i
 }
 
 /* The BLAS path. With a 2-D b, the batches of a are one [batch * m, k] matrix: one call. */
-static void matmul_blas(int32_t dtype, char *out, const char *a, const char *b, int b_batched, int64_t batch, int64_t m,
-                        int64_t n, int64_t k) {
+static void matmul_blas(int32_t dtype, char *out, const char *a, const char *b, const shim_matmul_dims *dims) {
+  const int64_t batch = dims->batch, m = dims->m, k = dims->k, n = dims->n;
+  const int b_batched = dims->b_batched;
   int64_t size = shim_dtype_size(dtype);
   int64_t calls = b_batched || batch * m > INT_MAX ? batch : 1, rows = calls == 1 ? batch * m : m;
   for (int64_t t = 0; t < calls; t++) {
@@ -86,47 +88,23 @@ static void matmul_blas(int32_t dtype, char *out, const char *a, const char *b, 
 }
 
 int shim_matmul(shim_tensor *out, const shim_tensor *a, const shim_tensor *b, shim_stream *s) {
-  SHIM_REQUIRE(out, "out");
-  SHIM_REQUIRE(a, "a");
-  SHIM_REQUIRE(b, "b");
-  char ba[128], bb[128], bo[128];
-  shim_cpu_describe(a, ba, sizeof ba);
-  shim_cpu_describe(b, bb, sizeof bb);
-  shim_cpu_describe(out, bo, sizeof bo);
-  if (a->dtype != b->dtype || out->dtype != a->dtype)
-    return shim_fail(SHIM_E_INVALID, "shim_matmul: dtypes differ: %s @ %s -> %s", ba, bb, bo);
-  if (a->ndim < 2 || b->ndim < 2)
-    return shim_fail(SHIM_E_INVALID, "shim_matmul: operands need at least 2 dims: %s @ %s", ba, bb);
-  int b_batched = b->ndim > 2;
-  int32_t nd = a->ndim;
-  if (b_batched && b->ndim != nd)
-    return shim_fail(SHIM_E_INVALID, "shim_matmul: b must be 2-D or have a's %d dims: %s @ %s", nd, ba, bb);
-  int64_t m = a->shape[nd - 2], k = a->shape[nd - 1], n = b->shape[b->ndim - 1], batch = 1;
-  if (b->shape[b->ndim - 2] != k)
-    return shim_fail(SHIM_E_INVALID, "shim_matmul: inner dims differ: %s @ %s", ba, bb);
-  for (int32_t i = 0; i < nd - 2; i++) {
-    if (b_batched && b->shape[i] != a->shape[i])
-      return shim_fail(SHIM_E_INVALID, "shim_matmul: batch dim %d differs: %s @ %s", i, ba, bb);
-    batch *= a->shape[i];
-  }
-  int out_ok = out->ndim == nd && out->shape[nd - 2] == m && out->shape[nd - 1] == n;
-  for (int32_t i = 0; out_ok && i < nd - 2; i++) out_ok = out->shape[i] == a->shape[i];
-  if (!out_ok) return shim_fail(SHIM_E_INVALID, "shim_matmul: out is %s but %s @ %s needs [..., %lld, %lld]", bo, ba, bb,
-                                (long long)m, (long long)n);
-  if (out->storage == a->storage || out->storage == b->storage)
-    return shim_fail(SHIM_E_INVALID, "shim_matmul: out %s shares memory with an operand", bo);
+  shim_matmul_dims dims;
+  SHIM_TRY(shim_check_matmul(out, a, b, &dims));
   if (out->numel == 0) return SHIM_OK;
   char *o = shim_cpu_data(out);
-  if (k == 0) { /* an empty sum; BLAS rejects a leading dimension of 0 */
+  if (dims.k == 0) { /* an empty sum; BLAS rejects a leading dimension of 0 */
     memset(o, 0, (size_t)(out->numel * shim_dtype_size(out->dtype)));
     return SHIM_OK;
   }
   const char *x = shim_cpu_data(a), *y = shim_cpu_data(b);
   if (a->dtype == SHIM_F32 || a->dtype == SHIM_F64) {
-    if (m > INT_MAX || n > INT_MAX || k > INT_MAX)
-      return shim_fail(SHIM_E_UNSUPPORTED, "shim_matmul: a dim of %s @ %s exceeds BLAS's 32-bit sizes", ba, bb);
-    matmul_blas(a->dtype, o, x, y, b_batched, batch, m, n, k);
+    if (dims.m > INT_MAX || dims.n > INT_MAX || dims.k > INT_MAX) {
+      char ba[128], bb[128];
+      return shim_fail(SHIM_E_UNSUPPORTED, "shim_matmul: a dim of %s @ %s exceeds BLAS's 32-bit sizes",
+                       shim_describe(a, ba, sizeof ba), shim_describe(b, bb, sizeof bb));
+    }
+    matmul_blas(a->dtype, o, x, y, &dims);
     return SHIM_OK;
   }
-  return matmul_loop(a->dtype, o, x, y, b_batched, batch, m, n, k);
+  return matmul_loop(a->dtype, o, x, y, &dims);
 }

@@ -5,11 +5,8 @@
  * double. Over an empty dim, sum is 0, prod 1 and mean NaN; max and min fail (no identity).
  * max and min propagate NaN. */
 #include <math.h>
-#include <stdio.h>
 
 #include "cpu.h"
-
-static const char *const reduce_names[] = {"sum", "mean", "max", "min", "prod"};
 
 /* fold_all: *acc (op)= every x[i]; fold_each: acc[i] (op)= x[i]. sum and mean both add. */
 #define FOLDS(SUFFIX, ACC, ADD, MUL, MAX, MIN)                                             \
@@ -115,31 +112,9 @@ REDUCER(f64, double)
 REDUCER(i64, int64_t)
 
 int shim_reduce(int32_t op, shim_tensor *out, const shim_tensor *a, int32_t dim, shim_stream *s) {
-  SHIM_REQUIRE(out, "out");
-  SHIM_REQUIRE(a, "a");
-  if (op < 0 || op > SHIM_PROD) return shim_fail(SHIM_E_INVALID, "shim_reduce: unknown op code %d", op);
-  const char *name = reduce_names[op];
-  char ba[128], bo[128];
-  if (dim != SHIM_ALL_DIMS && (dim < 0 || dim >= a->ndim))
-    return shim_fail(SHIM_E_INVALID, "shim_reduce(%s): dim %d is out of range for a %s", name, dim,
-                     shim_cpu_describe(a, ba, sizeof ba));
-  int64_t outer = 1, r = a->numel, inner = 1;
-  if (dim != SHIM_ALL_DIMS) {
-    r = a->shape[dim];
-    for (int32_t i = 0; i < dim; i++) outer *= a->shape[i];
-    for (int32_t i = dim + 1; i < a->ndim; i++) inner *= a->shape[i];
-  }
-  if (out->numel != outer * inner) {
-    char which[32];
-    snprintf(which, sizeof which, dim == SHIM_ALL_DIMS ? "all dims" : "dim %d", dim);
-    return shim_fail(SHIM_E_INVALID, "shim_reduce(%s): out is %s but reducing %s of %s leaves %lld elements", name,
-                     shim_cpu_describe(out, bo, sizeof bo), which, shim_cpu_describe(a, ba, sizeof ba),
-                     (long long)(outer * inner));
-  }
-  if (r == 0 && (op == SHIM_MAX || op == SHIM_MIN))
-    return shim_fail(SHIM_E_INVALID, "shim_reduce(%s): the reduced dim of %s is empty and %s has no identity", name,
-                     shim_cpu_describe(a, ba, sizeof ba), name);
-  if (shim_cpu_is_float(a->dtype)) reduce_f64(op, a, out, outer, r, inner);
-  else reduce_i64(op, a, out, outer, r, inner);
+  shim_reduce_dims dims;
+  SHIM_TRY(shim_check_reduce(op, out, a, dim, &dims));
+  if (shim_cpu_is_float(a->dtype)) reduce_f64(op, a, out, dims.outer, dims.r, dims.inner);
+  else reduce_i64(op, a, out, dims.outer, dims.r, dims.inner);
   return SHIM_OK;
 }

@@ -26,17 +26,15 @@
 
 using namespace shim;
 
-struct shim_comm {
-  int32_t rank;
-  int32_t size;
+/* rank, size, connected and the first failure are in shim_comm_state (internal.h); calloc
+ * zeroes them. */
+struct shim_comm : shim_comm_state {
   int64_t timeout_ms;
   const shim_nccl_api *nccl;
   ncclUniqueId id;             /* member 0: the id it made; the others: member 0's, at connect */
   ncclComm_t comm;             /* NULL before connect and after an abort */
-  bool connected;
   cudaEvent_t done;            /* recorded after each call's work and polled */
   shim_cuda_storage *barrier;  /* one byte the barrier all-reduces */
-  char failure[640];           /* the first failure; empty while the comm is usable */
 };
 
 namespace {
@@ -125,27 +123,6 @@ int wait_done(shim_comm *c, const char *what, cudaStream_t stream, int64_t deadl
   }
 }
 
-int check_usable(const shim_comm *c, const char *what) {
-  if (c == NULL) return shim_fail(SHIM_E_INVALID, "%s: comm is null", what);
-  if (c->failure[0] != '\0')
-    return shim_fail(SHIM_E_COMM, "%s: comm unusable after an earlier failure (%s)", what, c->failure);
-  if (!c->connected) return shim_fail(SHIM_E_INVALID, "%s: comm is not connected yet", what);
-  return SHIM_OK;
-}
-
-int check_tensor(const shim_tensor *t, const char *what, const char *name) {
-  if (t == NULL || t->storage == NULL) return shim_fail(SHIM_E_INVALID, "%s: %s is null", what, name);
-  if (t->numel > 0 && t->storage->data == NULL) return shim_fail(SHIM_E_INVALID, "%s: %s has no memory", what, name);
-  return SHIM_OK;
-}
-
-int check_same_dtype(const shim_tensor *out, const shim_tensor *in, const char *what) {
-  if (out->dtype != in->dtype)
-    return shim_fail(SHIM_E_INVALID, "%s: dtypes differ (out %s, in %s)", what, shim_dtype_name(out->dtype),
-                     shim_dtype_name(in->dtype));
-  return SHIM_OK;
-}
-
 ncclDataType_t nccl_type(int32_t dtype) {
   switch (dtype) {
     case SHIM_F32: return ncclFloat32;
@@ -158,21 +135,16 @@ ncclDataType_t nccl_type(int32_t dtype) {
   }
 }
 
-/* NCCL's reduction for op over dtype (AVG sums; divide() finishes it). */
-int nccl_op(const char *what, int32_t dtype, int32_t op, ncclRedOp_t *out) {
-  if (op < SHIM_OP_SUM || op > SHIM_OP_AVG) return shim_fail(SHIM_E_INVALID, "%s: unknown reduce op %d", what, op);
-  if (dtype == SHIM_BOOL) {
-    if (op == SHIM_OP_AVG) return shim_fail(SHIM_E_UNSUPPORTED, "%s: avg is not defined for dtype bool", what);
-    *out = op == SHIM_OP_SUM || op == SHIM_OP_MAX ? ncclMax : ncclMin;
-    return SHIM_OK;
-  }
+/* NCCL's reduction for op over dtype (AVG sums; divide() finishes it), for a pair
+ * shim_check_all_reduce or shim_check_reduce_scatter accepted (bool has no AVG). */
+ncclRedOp_t nccl_op(int32_t dtype, int32_t op) {
+  if (dtype == SHIM_BOOL) return op == SHIM_OP_SUM || op == SHIM_OP_MAX ? ncclMax : ncclMin;
   switch (op) {
-    case SHIM_OP_PROD: *out = ncclProd; break;
-    case SHIM_OP_MIN: *out = ncclMin; break;
-    case SHIM_OP_MAX: *out = ncclMax; break;
-    default: *out = ncclSum; break; /* sum, avg */
+    case SHIM_OP_PROD: return ncclProd;
+    case SHIM_OP_MIN: return ncclMin;
+    case SHIM_OP_MAX: return ncclMax;
+    default: return ncclSum; /* sum, avg */
   }
-  return SHIM_OK;
 }
 
 /* data[i] /= divisor: floating dtypes in their compute type, integers truncating in int64. */
@@ -190,7 +162,7 @@ __global__ void divide_kernel(typename D::T *data, int64_t n, int32_t divisor) {
 int divide(const shim_tensor *t, int32_t divisor, cudaStream_t stream) {
   return dispatch(t->dtype, [&](auto d) -> int {
     using D = decltype(d);
-    if constexpr (D::kind != Kind::Bool) { /* bool has no AVG (nccl_op refuses it) */
+    if constexpr (D::kind != Kind::Bool) { /* bool has no AVG (the collectives' checks refuse it) */
       divide_kernel<D><<<shim_cuda_blocks(t->numel), SHIM_CUDA_THREADS, 0, stream>>>(
           (typename D::T *)shim_cuda_data(t), t->numel, divisor);
       CUDA_CHECK_LAUNCH("divide_kernel");
@@ -199,15 +171,28 @@ int divide(const shim_tensor *t, int32_t divisor, cudaStream_t stream) {
   });
 }
 
-/* Issues `count` grouped sends or receives; the group is always closed, even after a failure. */
+/* Issues one NCCL call on stream (call() returns its result) and, for AVG, the divide of
+ * avg_out after it; then waits for all of it within the comm's timeout. */
+template <typename Call>
+int collective(shim_comm *c, const char *what, cudaStream_t stream, const shim_tensor *avg_out, Call call) {
+  const int64_t deadline = deadline_of(c);
+  SHIM_TRY(issued(c, what, call(), deadline));
+  if (avg_out != NULL) SHIM_TRY(divide(avg_out, c->size, stream));
+  return wait_done(c, what, stream, deadline);
+}
+
+/* Issues grouped sends and receives (body returns the first failed result, else ncclSuccess),
+ * closing the group even after a failure; then waits for them within the comm's timeout. */
 template <typename Body>
-int grouped(shim_comm *c, const char *what, int64_t deadline, Body body) {
+int grouped(shim_comm *c, const char *what, cudaStream_t stream, Body body) {
+  const int64_t deadline = deadline_of(c);
   ncclResult_t r = c->nccl->ncclGroupStart();
   if (r != ncclSuccess) return issued(c, what, r, deadline);
   ncclResult_t first = body();
   ncclResult_t end = c->nccl->ncclGroupEnd();
   if (first != ncclSuccess && first != ncclInProgress) return issued(c, what, first, deadline);
-  return issued(c, what, end, deadline);
+  SHIM_TRY(issued(c, what, end, deadline));
+  return wait_done(c, what, stream, deadline);
 }
 
 }  // namespace
@@ -215,9 +200,7 @@ int grouped(shim_comm *c, const char *what, int64_t deadline, Body body) {
 int shim_comm_create(int32_t rank, int32_t size, int64_t timeout_ms, const char *hostname, shim_comm **out) {
   const char *what = "shim_comm_create";
   SHIM_REQUIRE(out, "out");
-  if (size < 1) return shim_fail(SHIM_E_INVALID, "%s: size %d < 1", what, size);
-  if (rank < 0 || rank >= size) return shim_fail(SHIM_E_INVALID, "%s: rank %d outside 0..%d", what, rank, size - 1);
-  if (timeout_ms <= 0) return shim_fail(SHIM_E_INVALID, "%s: timeout %lld ms is not positive", what, (long long)timeout_ms);
+  SHIM_TRY(shim_check_comm_create(rank, size, timeout_ms));
   const shim_nccl_api *nccl;
   SHIM_TRY(shim_nccl_load(&nccl));
   shim_comm *c = (shim_comm *)calloc(1, sizeof *c);
@@ -243,33 +226,16 @@ int shim_comm_create(int32_t rank, int32_t size, int64_t timeout_ms, const char 
   return SHIM_OK;
 }
 
+/* Member 0's address is NCCL's unique id; the other members publish nothing. */
 int shim_comm_address(shim_comm *c, uint8_t *buf, int64_t cap, int64_t *len) {
   SHIM_REQUIRE(c, "comm");
-  SHIM_REQUIRE(len, "len");
-  *len = c->rank == 0 ? NCCL_UNIQUE_ID_BYTES : 0;
-  if (buf == NULL) return SHIM_OK; /* a size query */
-  if (cap < *len)
-    return shim_fail(SHIM_E_INVALID, "shim_comm_address: capacity %lld < %lld bytes", (long long)cap, (long long)*len);
-  if (*len > 0) memcpy(buf, &c->id, NCCL_UNIQUE_ID_BYTES);
-  return SHIM_OK;
+  return shim_comm_copy_address(&c->id, c->rank == 0 ? NCCL_UNIQUE_ID_BYTES : 0, buf, cap, len);
 }
 
 int shim_comm_connect(shim_comm *c, const uint8_t *addrs, const int64_t *lens) {
   const char *what = "shim_comm_connect";
   SHIM_REQUIRE(c, "comm");
-  SHIM_REQUIRE(lens, "lens");
-  if (c->failure[0] != '\0')
-    return shim_fail(SHIM_E_COMM, "%s: comm unusable after an earlier failure (%s)", what, c->failure);
-  if (c->connected) return shim_fail(SHIM_E_INVALID, "%s: already connected", what);
-  for (int32_t i = 0; i < c->size; i++) {
-    const int64_t expected = i == 0 ? NCCL_UNIQUE_ID_BYTES : 0;
-    if (lens[i] != expected)
-      return shim_fail(SHIM_E_INVALID, "%s: member %d published %lld bytes, expected %lld", what, i, (long long)lens[i],
-                       (long long)expected);
-  }
-  SHIM_REQUIRE(addrs, "addrs");
-  if (c->rank == 0 && memcmp(addrs, &c->id, NCCL_UNIQUE_ID_BYTES) != 0)
-    return shim_fail(SHIM_E_INVALID, "%s: the bytes at rank %d are not this member's address", what, c->rank);
+  SHIM_TRY(shim_check_connect(c, addrs, lens, &c->id, c->rank == 0 ? NCCL_UNIQUE_ID_BYTES : 0, NCCL_UNIQUE_ID_BYTES, 0));
   memcpy(&c->id, addrs, NCCL_UNIQUE_ID_BYTES);
   if (c->barrier == NULL) SHIM_TRY(shim_cuda_storage_alloc(1, &c->barrier));
 
@@ -314,83 +280,45 @@ int shim_comm_destroy(shim_comm *c) {
 }
 
 int shim_all_reduce(shim_comm *c, shim_tensor *out, const shim_tensor *in, int32_t op, shim_stream *s) {
-  const char *what = "shim_all_reduce";
-  SHIM_TRY(check_usable(c, what));
-  SHIM_TRY(check_tensor(out, what, "out"));
-  SHIM_TRY(check_tensor(in, what, "in"));
-  SHIM_TRY(check_same_dtype(out, in, what));
-  if (out->numel != in->numel)
-    return shim_fail(SHIM_E_INVALID, "%s: out has %lld elements, in %lld", what, (long long)out->numel, (long long)in->numel);
-  ncclRedOp_t nop = ncclSum;
-  SHIM_TRY(nccl_op(what, in->dtype, op, &nop));
+  SHIM_TRY(shim_check_all_reduce(c, out, in, op));
   if (in->numel == 0) return SHIM_OK;
   shim_cuda_track(s, out);
   shim_cuda_track(s, in);
   cudaStream_t stream = shim_cuda_stream(s);
-  int64_t deadline = deadline_of(c);
-  ncclResult_t r = c->nccl->ncclAllReduce(shim_cuda_data(in), shim_cuda_data(out), (size_t)in->numel, nccl_type(in->dtype),
-                                          nop, c->comm, stream);
-  SHIM_TRY(issued(c, what, r, deadline));
-  if (op == SHIM_OP_AVG) SHIM_TRY(divide(out, c->size, stream));
-  return wait_done(c, what, stream, deadline);
+  return collective(c, "shim_all_reduce", stream, op == SHIM_OP_AVG ? out : NULL, [&] {
+    return c->nccl->ncclAllReduce(shim_cuda_data(in), shim_cuda_data(out), (size_t)in->numel, nccl_type(in->dtype),
+                                  nccl_op(in->dtype, op), c->comm, stream);
+  });
 }
 
 int shim_all_gather(shim_comm *c, shim_tensor *out, const shim_tensor *in, shim_stream *s) {
-  const char *what = "shim_all_gather";
-  SHIM_TRY(check_usable(c, what));
-  SHIM_TRY(check_tensor(out, what, "out"));
-  SHIM_TRY(check_tensor(in, what, "in"));
-  SHIM_TRY(check_same_dtype(out, in, what));
-  if (out->numel != in->numel * c->size)
-    return shim_fail(SHIM_E_INVALID, "%s: out has %lld elements, not %d x %lld", what, (long long)out->numel, c->size,
-                     (long long)in->numel);
+  SHIM_TRY(shim_check_all_gather(c, out, in));
   if (in->numel == 0) return SHIM_OK;
   shim_cuda_track(s, out);
   shim_cuda_track(s, in);
   cudaStream_t stream = shim_cuda_stream(s);
-  int64_t deadline = deadline_of(c);
-  ncclResult_t r = c->nccl->ncclAllGather(shim_cuda_data(in), shim_cuda_data(out), (size_t)shim_cuda_nbytes(in), ncclUint8,
-                                          c->comm, stream);
-  SHIM_TRY(issued(c, what, r, deadline));
-  return wait_done(c, what, stream, deadline);
+  return collective(c, "shim_all_gather", stream, NULL, [&] {
+    return c->nccl->ncclAllGather(shim_cuda_data(in), shim_cuda_data(out), (size_t)shim_cuda_nbytes(in), ncclUint8,
+                                  c->comm, stream);
+  });
 }
 
 int shim_reduce_scatter(shim_comm *c, shim_tensor *out, const shim_tensor *in, int32_t op, shim_stream *s) {
-  const char *what = "shim_reduce_scatter";
-  SHIM_TRY(check_usable(c, what));
-  SHIM_TRY(check_tensor(out, what, "out"));
-  SHIM_TRY(check_tensor(in, what, "in"));
-  SHIM_TRY(check_same_dtype(out, in, what));
-  if (in->numel != out->numel * c->size)
-    return shim_fail(SHIM_E_INVALID, "%s: in has %lld elements, not %d x %lld", what, (long long)in->numel, c->size,
-                     (long long)out->numel);
-  ncclRedOp_t nop = ncclSum;
-  SHIM_TRY(nccl_op(what, in->dtype, op, &nop));
+  SHIM_TRY(shim_check_reduce_scatter(c, out, in, op));
   if (in->numel == 0) return SHIM_OK;
   shim_cuda_track(s, out);
   shim_cuda_track(s, in);
   cudaStream_t stream = shim_cuda_stream(s);
-  int64_t deadline = deadline_of(c);
-  ncclResult_t r = c->nccl->ncclReduceScatter(shim_cuda_data(in), shim_cuda_data(out), (size_t)out->numel,
-                                              nccl_type(in->dtype), nop, c->comm, stream);
-  SHIM_TRY(issued(c, what, r, deadline));
-  if (op == SHIM_OP_AVG) SHIM_TRY(divide(out, c->size, stream));
-  return wait_done(c, what, stream, deadline);
+  return collective(c, "shim_reduce_scatter", stream, op == SHIM_OP_AVG ? out : NULL, [&] {
+    return c->nccl->ncclReduceScatter(shim_cuda_data(in), shim_cuda_data(out), (size_t)out->numel, nccl_type(in->dtype),
+                                      nccl_op(in->dtype, op), c->comm, stream);
+  });
 }
 
 /* A grouped send and receive per peer; this member's own chunk is a device copy. */
 int shim_all_to_all(shim_comm *c, shim_tensor *out, const shim_tensor *in, shim_stream *s) {
-  const char *what = "shim_all_to_all";
-  SHIM_TRY(check_usable(c, what));
-  SHIM_TRY(check_tensor(out, what, "out"));
-  SHIM_TRY(check_tensor(in, what, "in"));
-  SHIM_TRY(check_same_dtype(out, in, what));
-  if (out->numel != in->numel)
-    return shim_fail(SHIM_E_INVALID, "%s: out has %lld elements, in %lld", what, (long long)out->numel, (long long)in->numel);
-  if (in->numel % c->size != 0)
-    return shim_fail(SHIM_E_INVALID, "%s: %lld elements do not split into %d chunks", what, (long long)in->numel, c->size);
+  SHIM_TRY(shim_check_all_to_all(c, out, in));
   if (in->numel == 0) return SHIM_OK;
-  if (shim_cuda_data(in) == shim_cuda_data(out)) return shim_fail(SHIM_E_INVALID, "%s: in and out share memory", what);
   shim_cuda_track(s, out);
   shim_cuda_track(s, in);
   cudaStream_t stream = shim_cuda_stream(s);
@@ -399,8 +327,7 @@ int shim_all_to_all(shim_comm *c, shim_tensor *out, const shim_tensor *in, shim_
   char *dst = (char *)shim_cuda_data(out);
   CUDA_CHECK(cudaMemcpyAsync(dst + (size_t)c->rank * chunk, src + (size_t)c->rank * chunk, chunk,
                              cudaMemcpyDeviceToDevice, stream));
-  int64_t deadline = deadline_of(c);
-  SHIM_TRY(grouped(c, what, deadline, [&] {
+  return grouped(c, "shim_all_to_all", stream, [&] {
     for (int32_t peer = 0; peer < c->size; peer++) {
       if (peer == c->rank) continue;
       ncclResult_t r = c->nccl->ncclSend(src + (size_t)peer * chunk, chunk, ncclUint8, peer, c->comm, stream);
@@ -409,58 +336,37 @@ int shim_all_to_all(shim_comm *c, shim_tensor *out, const shim_tensor *in, shim_
       if (r != ncclSuccess && r != ncclInProgress) return r;
     }
     return ncclSuccess;
-  }));
-  return wait_done(c, what, stream, deadline);
+  });
 }
 
 int shim_broadcast(shim_comm *c, shim_tensor *t, int32_t root, shim_stream *s) {
-  const char *what = "shim_broadcast";
-  SHIM_TRY(check_usable(c, what));
-  SHIM_TRY(check_tensor(t, what, "tensor"));
-  if (root < 0 || root >= c->size) return shim_fail(SHIM_E_INVALID, "%s: root %d outside 0..%d", what, root, c->size - 1);
+  SHIM_TRY(shim_check_broadcast(c, t, root));
   if (t->numel == 0) return SHIM_OK;
   shim_cuda_track(s, t);
   cudaStream_t stream = shim_cuda_stream(s);
-  int64_t deadline = deadline_of(c);
-  ncclResult_t r = c->nccl->ncclBroadcast(shim_cuda_data(t), shim_cuda_data(t), (size_t)shim_cuda_nbytes(t), ncclUint8, root,
-                                          c->comm, stream);
-  SHIM_TRY(issued(c, what, r, deadline));
-  return wait_done(c, what, stream, deadline);
+  return collective(c, "shim_broadcast", stream, NULL, [&] {
+    return c->nccl->ncclBroadcast(shim_cuda_data(t), shim_cuda_data(t), (size_t)shim_cuda_nbytes(t), ncclUint8, root,
+                                  c->comm, stream);
+  });
 }
 
 /* A one-byte all-reduce, waited for. */
 int shim_barrier(shim_comm *c, shim_stream *s) {
-  const char *what = "shim_barrier";
-  SHIM_TRY(check_usable(c, what));
+  SHIM_TRY(shim_check_comm_usable("shim_barrier", c));
   shim_cuda_track_storage(s, c->barrier);
   cudaStream_t stream = shim_cuda_stream(s);
-  int64_t deadline = deadline_of(c);
   void *byte = c->barrier->base.data;
-  ncclResult_t r = c->nccl->ncclAllReduce(byte, byte, 1, ncclUint8, ncclMax, c->comm, stream);
-  SHIM_TRY(issued(c, what, r, deadline));
-  return wait_done(c, what, stream, deadline);
+  return collective(c, "shim_barrier", stream, NULL,
+                    [&] { return c->nccl->ncclAllReduce(byte, byte, 1, ncclUint8, ncclMax, c->comm, stream); });
 }
 
 int shim_p2p(shim_comm *c, int32_t n, const int32_t *kinds, const int32_t *peers, shim_tensor *const *tensors,
              shim_stream *s) {
-  const char *what = "shim_p2p";
-  SHIM_TRY(check_usable(c, what));
-  if (n < 0) return shim_fail(SHIM_E_INVALID, "%s: n %d < 0", what, n);
+  SHIM_TRY(shim_check_p2p(c, n, kinds, peers, tensors));
   if (n == 0) return SHIM_OK;
-  SHIM_REQUIRE(kinds, "kinds");
-  SHIM_REQUIRE(peers, "peers");
-  SHIM_REQUIRE(tensors, "tensors");
-  for (int32_t i = 0; i < n; i++) {
-    if (kinds[i] != SHIM_SEND && kinds[i] != SHIM_RECV)
-      return shim_fail(SHIM_E_INVALID, "%s: op %d has kind %d", what, i, kinds[i]);
-    if (peers[i] < 0 || peers[i] >= c->size || peers[i] == c->rank)
-      return shim_fail(SHIM_E_INVALID, "%s: op %d has peer %d (this member is %d of %d)", what, i, peers[i], c->rank, c->size);
-    SHIM_TRY(check_tensor(tensors[i], what, "a tensor"));
-  }
   for (int32_t i = 0; i < n; i++) shim_cuda_track(s, tensors[i]);
   cudaStream_t stream = shim_cuda_stream(s);
-  int64_t deadline = deadline_of(c);
-  SHIM_TRY(grouped(c, what, deadline, [&] {
+  return grouped(c, "shim_p2p", stream, [&] {
     for (int32_t i = 0; i < n; i++) {
       const shim_tensor *t = tensors[i];
       if (t->numel == 0) continue; /* both sides skip it */
@@ -470,6 +376,5 @@ int shim_p2p(shim_comm *c, int32_t n, const int32_t *kinds, const int32_t *peers
       if (r != ncclSuccess && r != ncclInProgress) return r;
     }
     return ncclSuccess;
-  }));
-  return wait_done(c, what, stream, deadline);
+  });
 }

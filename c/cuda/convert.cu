@@ -20,13 +20,7 @@ __global__ void cast_kernel(typename To::T *out, const typename From::T *in, int
 }
 
 int shim_cast(shim_tensor *out, const shim_tensor *a, shim_stream *s) {
-  SHIM_REQUIRE(out, "out");
-  SHIM_REQUIRE(a, "a");
-  if (out->numel != a->numel) {
-    char bo[128], ba[128];
-    return shim_fail(SHIM_E_INVALID, "shim_cast: out %s does not hold a's %lld elements (a is %s)",
-                     shim_cuda_describe(out, bo, sizeof bo), (long long)a->numel, shim_cuda_describe(a, ba, sizeof ba));
-  }
+  SHIM_TRY(shim_check_cast(out, a));
   if (a->numel == 0) return SHIM_OK;
   shim_cuda_track(s, out);
   shim_cuda_track(s, a);

@@ -80,17 +80,6 @@ int shim_arange(shim_tensor *out, double start, double step, shim_stream *s) {
   });
 }
 
-/* The largest value below 1 in each floating dtype: a uniform draw is clamped to it before
- * rounding, so rounding to a narrow dtype cannot produce 1.0 and [0, 1) holds. */
-static double below_one(int32_t dtype) {
-  switch (dtype) {
-    case SHIM_F32: return 1.0 - 0x1.0p-24;
-    case SHIM_F16: return 1.0 - 0x1.0p-11;
-    case SHIM_BF16: return 1.0 - 0x1.0p-8;
-    default: return 1.0 - 0x1.0p-53;
-  }
-}
-
 template <typename D>
 __global__ void rand_kernel(typename D::T *out, uint64_t seed, uint64_t offset, int32_t normal, double top, int64_t n) {
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
@@ -107,13 +96,10 @@ __global__ void rand_kernel(typename D::T *out, uint64_t seed, uint64_t offset, 
 }
 
 int shim_rand(shim_tensor *out, uint64_t seed, uint64_t offset, int32_t normal, shim_stream *s) {
-  SHIM_REQUIRE(out, "out");
-  if (out->dtype < SHIM_F32 || out->dtype > SHIM_BF16)
-    return shim_fail(SHIM_E_UNSUPPORTED, "shim_rand: out must have a floating dtype, not %s", shim_dtype_name(out->dtype));
-  if (normal != 0 && normal != 1) return shim_fail(SHIM_E_INVALID, "shim_rand: normal must be 0 or 1, not %d", normal);
+  SHIM_TRY(shim_check_rand(out, normal));
   if (out->numel == 0) return SHIM_OK;
   shim_cuda_track(s, out);
-  double top = below_one(out->dtype);
+  double top = shim_uniform_top(out->dtype);
   return dispatch(out->dtype, [&](auto d) -> int {
     using D = decltype(d);
     if constexpr (D::kind == Kind::Float) {

@@ -1,6 +1,6 @@
 /* cuda_shim.h: what the cuda backend's files share (not part of the ABI): the stream, event
- * and storage structs, the allocator's entry points, launch sizing and a tensor describer for
- * error messages. The cuda counterpart of c/cpu/cpu.h. */
+ * and storage structs, the allocator's entry points and launch sizing. The cuda counterpart of
+ * c/cpu/cpu.h. */
 #ifndef MONARCH_SHIM_CUDA_SHIM_H
 #define MONARCH_SHIM_CUDA_SHIM_H
 
@@ -64,9 +64,6 @@ static inline void shim_cuda_track(shim_stream *s, const shim_tensor *t) {
 
 static inline void *shim_cuda_data(const shim_tensor *t) { return t->storage->data; }
 static inline int64_t shim_cuda_nbytes(const shim_tensor *t) { return t->numel * shim_dtype_size(t->dtype); }
-
-/* Writes "f32[2, 3]" into buf and returns it, for error messages. */
-const char *shim_cuda_describe(const shim_tensor *t, char *buf, size_t cap);
 
 /* Scratch device memory for one op's temporaries, released at scope exit. It is tracked on
  * the op's stream like a tensor, so the block is not reused before the op's work is done. */

@@ -24,10 +24,6 @@ using namespace shim;
 
 namespace {
 
-const char *const unary_names[] = {"neg", "abs", "exp", "log", "sqrt", "relu", "tanh", "sigmoid"};
-const char *const binary_names[] = {"add", "sub", "mul", "div", "maximum", "minimum", "pow",
-                                    "eq", "ne", "lt", "le", "gt", "ge"};
-
 __host__ __device__ constexpr bool is_comparison(int op) { return op >= SHIM_EQ; }
 
 /* ---- device arithmetic ---------------------------------------------------------------- */
@@ -264,35 +260,10 @@ int with_unary_op(int32_t op, F &&f) {
   }
 }
 
-/* Checks what every binary op needs of op, dtype and out; fn names the entry point. */
-int check_binary(const char *fn, int32_t op, int32_t dtype, const shim_tensor *out, int64_t n) {
-  if (op < 0 || op > SHIM_GE) return shim_fail(SHIM_E_INVALID, "%s: unknown op code %d", fn, op);
-  const char *name = binary_names[op];
-  if (dtype == SHIM_BOOL && (op == SHIM_SUB || op == SHIM_DIV || op == SHIM_POW))
-    return shim_fail(SHIM_E_UNSUPPORTED, "%s(%s): not defined on bool (cast to an integer or floating dtype first)", fn,
-                     name);
-  int32_t want = is_comparison(op) ? SHIM_BOOL : dtype;
-  char buf[128];
-  if (out->dtype != want)
-    return shim_fail(SHIM_E_INVALID, "%s(%s): out is %s but must be %s", fn, name, shim_cuda_describe(out, buf, sizeof buf),
-                     shim_dtype_name(want));
-  if (out->numel != n)
-    return shim_fail(SHIM_E_INVALID, "%s(%s): out is %s but the result has %lld elements", fn, name,
-                     shim_cuda_describe(out, buf, sizeof buf), (long long)n);
-  return SHIM_OK;
-}
-
 template <typename V>
 constexpr bool is_negative(V v) {
   if constexpr (std::is_signed_v<V>) return v < 0;
   else return false;
-}
-
-int bad_operand_error(const char *fn, int32_t op, int32_t dtype, const char *what) {
-  if (op == SHIM_DIV)
-    return shim_fail(SHIM_E_INVALID, "%s(div): integer division by zero (%s has a zero element)", fn, what);
-  return shim_fail(SHIM_E_INVALID, "%s(pow): %s integer to a negative power (%s has a negative element)", fn,
-                   shim_dtype_name(dtype), what);
 }
 
 /* Integer div and pow with the divisor (exponent) on the device: scans its count elements and
@@ -314,11 +285,11 @@ int check_device_operand(const char *fn, int32_t op, const typename D::T *y, int
     int32_t bad = 0;
     CUDA_CHECK(cudaMemcpyAsync(&bad, flag.data(), sizeof bad, cudaMemcpyDeviceToHost, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
-    return bad ? bad_operand_error(fn, op, D::code, what) : SHIM_OK;
+    return bad ? shim_fail_bad_operand(fn, op, D::code, what) : SHIM_OK;
   }
 }
 
-/* Launches the binary kernel for a dtype and an op code checked by check_binary. */
+/* Launches the binary kernel for a dtype and an op code checked by shim_check_binary. */
 template <typename D>
 int launch_binary(int32_t op, void *out, const Operand<D> &a, const Operand<D> &b, int64_t n, cudaStream_t stream) {
   if (n == 0) return SHIM_OK;
@@ -328,7 +299,7 @@ int launch_binary(int32_t op, void *out, const Operand<D> &a, const Operand<D> &
   return with_binary_op(op, [&](auto code) -> int {
     constexpr int Op = decltype(code)::value;
     if constexpr (D::kind == Kind::Bool && (Op == SHIM_SUB || Op == SHIM_DIV || Op == SHIM_POW)) {
-      return shim_fail(SHIM_E_UNSUPPORTED, "binary op %d on bool", Op); /* check_binary refused it already */
+      return shim_fail(SHIM_E_UNSUPPORTED, "binary op %d on bool", Op); /* shim_check_binary refused it already */
     } else {
       binary_kernel<D, Op><<<blocks, SHIM_CUDA_THREADS, 0, stream>>>(out, a, b, n, vec);
       CUDA_CHECK_LAUNCH("binary_kernel");
@@ -340,19 +311,8 @@ int launch_binary(int32_t op, void *out, const Operand<D> &a, const Operand<D> &
 }  // namespace
 
 int shim_binary(int32_t op, shim_tensor *out, const shim_tensor *a, const shim_tensor *b, shim_stream *s) {
-  SHIM_REQUIRE(out, "out");
-  SHIM_REQUIRE(a, "a");
-  SHIM_REQUIRE(b, "b");
-  char ba[128], bb[128];
-  const char *name = op >= 0 && op <= SHIM_GE ? binary_names[op] : "?";
-  if (a->dtype != b->dtype)
-    return shim_fail(SHIM_E_INVALID, "shim_binary(%s): dtypes differ: a is %s, b is %s", name,
-                     shim_cuda_describe(a, ba, sizeof ba), shim_cuda_describe(b, bb, sizeof bb));
-  if (a->numel != b->numel && a->numel != 1 && b->numel != 1)
-    return shim_fail(SHIM_E_INVALID, "shim_binary(%s): sizes differ and neither has one element: a is %s, b is %s", name,
-                     shim_cuda_describe(a, ba, sizeof ba), shim_cuda_describe(b, bb, sizeof bb));
-  int64_t n = a->numel == 1 ? b->numel : a->numel;
-  SHIM_TRY(check_binary("shim_binary", op, a->dtype, out, n));
+  int64_t n;
+  SHIM_TRY(shim_check_binary(op, out, a, b, &n));
   shim_cuda_track(s, out);
   shim_cuda_track(s, a);
   shim_cuda_track(s, b);
@@ -367,9 +327,7 @@ int shim_binary(int32_t op, shim_tensor *out, const shim_tensor *a, const shim_t
 }
 
 int shim_binary_scalar(int32_t op, shim_tensor *out, const shim_tensor *a, double b, int32_t scalar_first, shim_stream *s) {
-  SHIM_REQUIRE(out, "out");
-  SHIM_REQUIRE(a, "a");
-  SHIM_TRY(check_binary("shim_binary_scalar", op, a->dtype, out, a->numel));
+  SHIM_TRY(shim_check_binary_scalar(op, out, a));
   shim_cuda_track(s, out);
   shim_cuda_track(s, a);
   return dispatch(a->dtype, [&](auto d) -> int {
@@ -387,7 +345,7 @@ int shim_binary_scalar(int32_t op, shim_tensor *out, const shim_tensor *a, doubl
       SHIM_TRY(check_device_operand<D>("shim_binary_scalar", op, t, n, "a", s));
     } else if constexpr (D::kind == Kind::Int) {
       if ((op == SHIM_DIV && scalar == 0) || (op == SHIM_POW && is_negative(scalar)))
-        return bad_operand_error("shim_binary_scalar", op, a->dtype, "the scalar");
+        return shim_fail_bad_operand("shim_binary_scalar", op, a->dtype, "the scalar");
     }
     Operand<D> tensor{t, V(), true}, value{nullptr, scalar, false};
     return scalar_first ? launch_binary<D>(op, shim_cuda_data(out), value, tensor, n, shim_cuda_stream(s))
@@ -396,20 +354,8 @@ int shim_binary_scalar(int32_t op, shim_tensor *out, const shim_tensor *a, doubl
 }
 
 int shim_unary(int32_t op, shim_tensor *out, const shim_tensor *a, shim_stream *s) {
-  SHIM_REQUIRE(out, "out");
-  SHIM_REQUIRE(a, "a");
-  if (op < 0 || op > SHIM_SIGMOID) return shim_fail(SHIM_E_INVALID, "shim_unary: unknown op code %d", op);
-  const char *name = unary_names[op];
-  char bo[128], ba[128];
-  if (out->dtype != a->dtype || out->numel != a->numel)
-    return shim_fail(SHIM_E_INVALID, "shim_unary(%s): out is %s but a is %s (same dtype and element count needed)", name,
-                     shim_cuda_describe(out, bo, sizeof bo), shim_cuda_describe(a, ba, sizeof ba));
+  SHIM_TRY(shim_check_unary(op, out, a));
   int32_t dtype = a->dtype;
-  bool is_float = dtype <= SHIM_BF16;
-  bool integer_safe = op == SHIM_ABS || op == SHIM_RELU || (op == SHIM_NEG && dtype != SHIM_BOOL);
-  if (!is_float && !integer_safe)
-    return shim_fail(SHIM_E_UNSUPPORTED, "shim_unary(%s): not defined on %s (cast to a floating dtype first)", name,
-                     shim_dtype_name(dtype));
   int64_t n = a->numel;
   if (n == 0) return SHIM_OK;
   shim_cuda_track(s, out);
@@ -425,7 +371,7 @@ int shim_unary(int32_t op, shim_tensor *out, const shim_tensor *a, shim_stream *
       constexpr int Op = decltype(code)::value;
       constexpr bool integer_op = Op == SHIM_ABS || Op == SHIM_RELU || (Op == SHIM_NEG && D::kind != Kind::Bool);
       if constexpr (D::kind != Kind::Float && !integer_op) {
-        return shim_fail(SHIM_E_UNSUPPORTED, "unary op %d on an integer dtype", Op); /* refused above already */
+        return shim_fail(SHIM_E_UNSUPPORTED, "unary op %d on an integer dtype", Op); /* shim_check_unary refused it already */
       } else {
         unary_kernel<D, Op><<<blocks, SHIM_CUDA_THREADS, 0, shim_cuda_stream(s)>>>(o, x, n, vec);
         CUDA_CHECK_LAUNCH("unary_kernel");

@@ -48,8 +48,8 @@ __global__ void transpose_gather(U *dst, const U *src, int64_t numel, int64_t S0
 }
 
 template <typename U>
-int transpose_as(void *dst, const void *src, int64_t numel, int64_t A, int64_t S0, int64_t B, int64_t S1, int64_t C,
-                 cudaStream_t stream) {
+int transpose_as(void *dst, const void *src, int64_t numel, const shim_transpose_dims &dims, cudaStream_t stream) {
+  const int64_t A = dims.before, S0 = dims.s0, B = dims.between, S1 = dims.s1, C = dims.after;
   if (C == 1) {
     const int64_t tiles = A * B * ((S0 + TILE - 1) / TILE) * ((S1 + TILE - 1) / TILE);
     const unsigned blocks = tiles > SHIM_CUDA_MAX_BLOCKS ? SHIM_CUDA_MAX_BLOCKS : (unsigned)tiles;
@@ -66,18 +66,8 @@ int transpose_as(void *dst, const void *src, int64_t numel, int64_t A, int64_t S
 }  // namespace
 
 int shim_transpose(shim_tensor *out, const shim_tensor *a, int32_t dim0, int32_t dim1, shim_stream *s) {
-  SHIM_REQUIRE(out, "out");
-  SHIM_REQUIRE(a, "a");
-  char ba[128], bo[128];
-  shim_cuda_describe(a, ba, sizeof ba);
-  shim_cuda_describe(out, bo, sizeof bo);
-  if (dim0 < 0 || dim0 >= a->ndim || dim1 < 0 || dim1 >= a->ndim)
-    return shim_fail(SHIM_E_INVALID, "shim_transpose: dims %d and %d are out of range for a %s", dim0, dim1, ba);
-  bool out_ok = out->dtype == a->dtype && out->ndim == a->ndim;
-  for (int32_t i = 0; out_ok && i < a->ndim; i++) out_ok = out->shape[i] == a->shape[i == dim0 ? dim1 : i == dim1 ? dim0 : i];
-  if (!out_ok)
-    return shim_fail(SHIM_E_INVALID, "shim_transpose: out is %s but swapping dims %d and %d of %s gives another dtype or shape",
-                     bo, dim0, dim1, ba);
+  shim_transpose_dims dims;
+  SHIM_TRY(shim_check_transpose(out, a, dim0, dim1, &dims));
   int64_t size = shim_dtype_size(a->dtype);
   void *dst = shim_cuda_data(out);
   const void *src = shim_cuda_data(a);
@@ -90,19 +80,12 @@ int shim_transpose(shim_tensor *out, const shim_tensor *a, int32_t dim0, int32_t
     }
     return SHIM_OK;
   }
-  if (out->storage == a->storage) return shim_fail(SHIM_E_INVALID, "shim_transpose: out %s shares memory with a", bo);
   shim_cuda_track(s, out);
   shim_cuda_track(s, a);
-  int32_t d0 = dim0 < dim1 ? dim0 : dim1, d1 = dim0 < dim1 ? dim1 : dim0;
-  int64_t A = 1, B = 1, C = 1;
-  for (int32_t i = 0; i < d0; i++) A *= a->shape[i];
-  for (int32_t i = d0 + 1; i < d1; i++) B *= a->shape[i];
-  for (int32_t i = d1 + 1; i < a->ndim; i++) C *= a->shape[i];
-  int64_t S0 = a->shape[d0], S1 = a->shape[d1];
   switch (size) {
-    case 1: return transpose_as<uint8_t>(dst, src, a->numel, A, S0, B, S1, C, stream);
-    case 2: return transpose_as<uint16_t>(dst, src, a->numel, A, S0, B, S1, C, stream);
-    case 4: return transpose_as<uint32_t>(dst, src, a->numel, A, S0, B, S1, C, stream);
-    default: return transpose_as<uint64_t>(dst, src, a->numel, A, S0, B, S1, C, stream);
+    case 1: return transpose_as<uint8_t>(dst, src, a->numel, dims, stream);
+    case 2: return transpose_as<uint16_t>(dst, src, a->numel, dims, stream);
+    case 4: return transpose_as<uint32_t>(dst, src, a->numel, dims, stream);
+    default: return transpose_as<uint64_t>(dst, src, a->numel, dims, stream);
   }
 }

@@ -39,8 +39,9 @@ int current_handle(const shim_cublas_api *api, cublasHandle_t *out) {
 }
 
 /* C [batch, m, n] = A [batch, m, k] @ B ([batch,] k, n), all row-major, through cuBLAS. */
-int gemm_cublas(int32_t dtype, const void *a, const void *b, void *c, bool b_batched, int64_t batch, int64_t m,
-                int64_t n, int64_t k, cudaStream_t stream) {
+int gemm_cublas(int32_t dtype, const void *a, const void *b, void *c, const shim_matmul_dims &dims, cudaStream_t stream) {
+  const int64_t batch = dims.batch, m = dims.m, k = dims.k, n = dims.n;
+  const bool b_batched = dims.b_batched;
   const shim_cublas_api *api;
   SHIM_TRY(shim_cublas_load(&api));
   cublasHandle_t handle;
@@ -100,51 +101,29 @@ unsigned grid_dim(int64_t count) { return count > 65535 ? 65535u : (unsigned)cou
 }  // namespace
 
 int shim_matmul(shim_tensor *out, const shim_tensor *a, const shim_tensor *b, shim_stream *s) {
-  SHIM_REQUIRE(out, "out");
-  SHIM_REQUIRE(a, "a");
-  SHIM_REQUIRE(b, "b");
-  char ba[128], bb[128], bo[128];
-  shim_cuda_describe(a, ba, sizeof ba);
-  shim_cuda_describe(b, bb, sizeof bb);
-  shim_cuda_describe(out, bo, sizeof bo);
-  if (a->dtype != b->dtype || out->dtype != a->dtype)
-    return shim_fail(SHIM_E_INVALID, "shim_matmul: dtypes differ: %s @ %s -> %s", ba, bb, bo);
-  if (a->ndim < 2 || b->ndim < 2)
-    return shim_fail(SHIM_E_INVALID, "shim_matmul: operands need at least 2 dims: %s @ %s", ba, bb);
-  bool b_batched = b->ndim > 2;
-  int32_t nd = a->ndim;
-  if (b_batched && b->ndim != nd)
-    return shim_fail(SHIM_E_INVALID, "shim_matmul: b must be 2-D or have a's %d dims: %s @ %s", nd, ba, bb);
-  int64_t m = a->shape[nd - 2], k = a->shape[nd - 1], n = b->shape[b->ndim - 1], batch = 1;
-  if (b->shape[b->ndim - 2] != k) return shim_fail(SHIM_E_INVALID, "shim_matmul: inner dims differ: %s @ %s", ba, bb);
-  for (int32_t i = 0; i < nd - 2; i++) {
-    if (b_batched && b->shape[i] != a->shape[i])
-      return shim_fail(SHIM_E_INVALID, "shim_matmul: batch dim %d differs: %s @ %s", i, ba, bb);
-    batch *= a->shape[i];
-  }
-  bool out_ok = out->ndim == nd && out->shape[nd - 2] == m && out->shape[nd - 1] == n;
-  for (int32_t i = 0; out_ok && i < nd - 2; i++) out_ok = out->shape[i] == a->shape[i];
-  if (!out_ok)
-    return shim_fail(SHIM_E_INVALID, "shim_matmul: out is %s but %s @ %s needs [..., %lld, %lld]", bo, ba, bb,
-                     (long long)m, (long long)n);
-  if (out->storage == a->storage || out->storage == b->storage)
-    return shim_fail(SHIM_E_INVALID, "shim_matmul: out %s shares memory with an operand", bo);
+  shim_matmul_dims dims;
+  SHIM_TRY(shim_check_matmul(out, a, b, &dims));
   if (out->numel == 0) return SHIM_OK;
   shim_cuda_track(s, out);
   shim_cuda_track(s, a);
   shim_cuda_track(s, b);
   cudaStream_t stream = shim_cuda_stream(s);
   void *o = shim_cuda_data(out);
-  if (k == 0) { /* an empty sum */
+  if (dims.k == 0) { /* an empty sum */
     CUDA_CHECK(cudaMemsetAsync(o, 0, (size_t)shim_cuda_nbytes(out), stream));
     return SHIM_OK;
   }
   const void *x = shim_cuda_data(a), *y = shim_cuda_data(b);
   if (a->dtype <= SHIM_BF16) {
-    if (m > INT_MAX || n > INT_MAX || k > INT_MAX)
-      return shim_fail(SHIM_E_UNSUPPORTED, "shim_matmul: a dim of %s @ %s exceeds cuBLAS's 32-bit sizes", ba, bb);
-    return gemm_cublas(a->dtype, x, y, o, b_batched, batch, m, n, k, stream);
+    if (dims.m > INT_MAX || dims.n > INT_MAX || dims.k > INT_MAX) {
+      char ba[128], bb[128];
+      return shim_fail(SHIM_E_UNSUPPORTED, "shim_matmul: a dim of %s @ %s exceeds cuBLAS's 32-bit sizes",
+                       shim_describe(a, ba, sizeof ba), shim_describe(b, bb, sizeof bb));
+    }
+    return gemm_cublas(a->dtype, x, y, o, dims, stream);
   }
+  const int64_t batch = dims.batch, m = dims.m, k = dims.k, n = dims.n;
+  const bool b_batched = dims.b_batched;
   return dispatch(a->dtype, [&](auto d) -> int {
     using D = decltype(d);
     using T = typename D::T;

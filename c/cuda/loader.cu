@@ -38,25 +38,31 @@ __attribute__((format(printf, 3, 4))) void append(char *buf, size_t cap, const c
 }
 
 /* dlopens the file named by the environment variable `env` when it is set, else the first of
- * `names` that opens. On failure `why` lists every name tried with dlerror's reason. */
-template <typename Api>
-void *open_first(Loaded<Api> &lib, const char *env, const char *const *names, size_t count) {
+ * `names` that opens. On failure the library is unavailable and `why` says "<library> did not
+ * load; tried " every name with dlerror's reason, then `hint` (what to set). */
+template <typename Api, size_t N>
+void *open_library(Loaded<Api> &lib, const char *library, const char *env, const char *const (&names)[N],
+                 const char *hint) {
   const char *chosen = getenv(env);
   const char *const *candidates = names;
-  size_t n = count;
+  size_t n = N;
   if (chosen != NULL && chosen[0] != '\0') {
     candidates = &chosen;
     n = 1;
   }
+  snprintf(lib.why, sizeof lib.why, "%s did not load; tried ", library);
   for (size_t i = 0; i < n; i++) {
     void *handle = dlopen(candidates[i], RTLD_NOW | RTLD_LOCAL);
     if (handle != NULL) {
       snprintf(lib.path, sizeof lib.path, "%s", candidates[i]);
+      lib.why[0] = '\0';
       return handle;
     }
     const char *err = dlerror();
     append(lib.why, sizeof lib.why, "%s%s (%s)", i ? "; " : "", candidates[i], err ? err : "not found");
   }
+  lib.status = SHIM_E_UNAVAILABLE;
+  append(lib.why, sizeof lib.why, ". %s", hint);
   return NULL;
 }
 
@@ -73,16 +79,10 @@ void *open_first(Loaded<Api> &lib, const char *env, const char *const *names, si
 
 void load_nccl(void) {
   static const char *const names[] = {"libnccl.so.2", "libnccl.so"};
-  strcpy(nccl.why, "NCCL did not load; tried ");
-  void *handle = open_first(nccl, "MONARCH_NCCL_LIB", names, sizeof names / sizeof names[0]);
-  if (handle == NULL) {
-    nccl.status = SHIM_E_UNAVAILABLE;
-    append(nccl.why, sizeof nccl.why,
-           ". Set MONARCH_NCCL_LIB to libnccl.so.2 (PyTorch's pip install has it in "
-           "site-packages/nvidia/nccl/lib)");
-    return;
-  }
-  nccl.why[0] = '\0';
+  void *handle = open_library(nccl, "NCCL", "MONARCH_NCCL_LIB", names,
+                            "Set MONARCH_NCCL_LIB to libnccl.so.2 (PyTorch's pip install has it in "
+                            "site-packages/nvidia/nccl/lib)");
+  if (handle == NULL) return;
   SHIM_LOAD_SYM(nccl, handle, ncclGetVersion);
   SHIM_LOAD_SYM(nccl, handle, ncclGetUniqueId);
   SHIM_LOAD_SYM(nccl, handle, ncclCommInitRankConfig);
@@ -125,16 +125,10 @@ void load_cublas(void) {
     return;
   }
   static const char *const names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
-  strcpy(cublas.why, "cuBLAS did not load; tried ");
-  void *handle = open_first(cublas, "MONARCH_CUBLAS_LIB", names, sizeof names / sizeof names[0]);
-  if (handle == NULL) {
-    cublas.status = SHIM_E_UNAVAILABLE;
-    append(cublas.why, sizeof cublas.why,
-           ". Set MONARCH_CUBLAS_LIB (and MONARCH_CUBLASLT_LIB) to libcublas.so.N (PyTorch's pip "
-           "install has it in site-packages/nvidia/cublas/lib)");
-    return;
-  }
-  cublas.why[0] = '\0';
+  void *handle = open_library(cublas, "cuBLAS", "MONARCH_CUBLAS_LIB", names,
+                            "Set MONARCH_CUBLAS_LIB (and MONARCH_CUBLASLT_LIB) to libcublas.so.N (PyTorch's pip "
+                            "install has it in site-packages/nvidia/cublas/lib)");
+  if (handle == NULL) return;
   SHIM_LOAD_SYM(cublas, handle, cublasGetProperty);
   SHIM_LOAD_SYM(cublas, handle, cublasGetStatusString);
   SHIM_LOAD_SYM(cublas, handle, cublasCreate_v2);

@@ -11,8 +11,6 @@
  * neighbouring elements). When there are too few rows or outputs to fill the device, the
  * reduced dim is split, each piece writes a partial to scratch, and a second kernel combines
  * the partials, a warp per output. */
-#include <stdio.h>
-
 #include <type_traits>
 
 #include "elements.h"
@@ -20,8 +18,6 @@
 using namespace shim;
 
 namespace {
-
-const char *const reduce_names[] = {"sum", "mean", "max", "min", "prod"};
 
 /* Accumulation in Acc (double or int64_t) for op Op: its identity and its step. */
 template <typename Acc, int Op>
@@ -162,9 +158,9 @@ enum : int64_t { TARGET_WARPS = 8192, TARGET_THREADS = 262144, MIN_ROW_PIECE = 1
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 template <typename D, int Op>
-int launch_reduce(const typename D::T *in, void *out, int32_t out_dtype, int64_t outer, int64_t r, int64_t inner,
-                  shim_stream *s) {
+int launch_reduce(const typename D::T *in, void *out, int32_t out_dtype, const shim_reduce_dims &dims, shim_stream *s) {
   using Acc = AccOf<D>;
+  const int64_t outer = dims.outer, r = dims.r, inner = dims.inner;
   cudaStream_t stream = shim_cuda_stream(s);
   const int64_t outputs = outer * inner;
   int64_t splits = 1;
@@ -202,31 +198,8 @@ int launch_reduce(const typename D::T *in, void *out, int32_t out_dtype, int64_t
 }  // namespace
 
 int shim_reduce(int32_t op, shim_tensor *out, const shim_tensor *a, int32_t dim, shim_stream *s) {
-  SHIM_REQUIRE(out, "out");
-  SHIM_REQUIRE(a, "a");
-  if (op < 0 || op > SHIM_PROD) return shim_fail(SHIM_E_INVALID, "shim_reduce: unknown op code %d", op);
-  const char *name = reduce_names[op];
-  char ba[128], bo[128];
-  if (dim != SHIM_ALL_DIMS && (dim < 0 || dim >= a->ndim))
-    return shim_fail(SHIM_E_INVALID, "shim_reduce(%s): dim %d is out of range for a %s", name, dim,
-                     shim_cuda_describe(a, ba, sizeof ba));
-  int64_t outer = 1, r = a->numel, inner = 1;
-  if (dim != SHIM_ALL_DIMS) {
-    r = a->shape[dim];
-    for (int32_t i = 0; i < dim; i++) outer *= a->shape[i];
-    for (int32_t i = dim + 1; i < a->ndim; i++) inner *= a->shape[i];
-  }
-  if (out->numel != outer * inner) {
-    char which[32];
-    if (dim == SHIM_ALL_DIMS) snprintf(which, sizeof which, "all dims");
-    else snprintf(which, sizeof which, "dim %d", dim);
-    return shim_fail(SHIM_E_INVALID, "shim_reduce(%s): out is %s but reducing %s of %s leaves %lld elements", name,
-                     shim_cuda_describe(out, bo, sizeof bo), which, shim_cuda_describe(a, ba, sizeof ba),
-                     (long long)(outer * inner));
-  }
-  if (r == 0 && (op == SHIM_MAX || op == SHIM_MIN))
-    return shim_fail(SHIM_E_INVALID, "shim_reduce(%s): the reduced dim of %s is empty and %s has no identity", name,
-                     shim_cuda_describe(a, ba, sizeof ba), name);
+  shim_reduce_dims dims;
+  SHIM_TRY(shim_check_reduce(op, out, a, dim, &dims));
   if (out->numel == 0) return SHIM_OK;
   shim_cuda_track(s, out);
   shim_cuda_track(s, a);
@@ -235,11 +208,11 @@ int shim_reduce(int32_t op, shim_tensor *out, const shim_tensor *a, int32_t dim,
     const typename D::T *in = (const typename D::T *)shim_cuda_data(a);
     void *o = shim_cuda_data(out);
     switch (op) {
-      case SHIM_SUM: return launch_reduce<D, SHIM_SUM>(in, o, out->dtype, outer, r, inner, s);
-      case SHIM_MEAN: return launch_reduce<D, SHIM_MEAN>(in, o, out->dtype, outer, r, inner, s);
-      case SHIM_MAX: return launch_reduce<D, SHIM_MAX>(in, o, out->dtype, outer, r, inner, s);
-      case SHIM_MIN: return launch_reduce<D, SHIM_MIN>(in, o, out->dtype, outer, r, inner, s);
-      default: return launch_reduce<D, SHIM_PROD>(in, o, out->dtype, outer, r, inner, s);
+      case SHIM_SUM: return launch_reduce<D, SHIM_SUM>(in, o, out->dtype, dims, s);
+      case SHIM_MEAN: return launch_reduce<D, SHIM_MEAN>(in, o, out->dtype, dims, s);
+      case SHIM_MAX: return launch_reduce<D, SHIM_MAX>(in, o, out->dtype, dims, s);
+      case SHIM_MIN: return launch_reduce<D, SHIM_MIN>(in, o, out->dtype, dims, s);
+      default: return launch_reduce<D, SHIM_PROD>(in, o, out->dtype, dims, s);
     }
   });
 }

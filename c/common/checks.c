@@ -1,0 +1,211 @@
+/* checks.c: the argument and shape checks of the tensor ops, made once for both backends, so a
+ * bad call fails alike on each (tests/cuda/parity.test.ts holds them to it). Each check runs
+ * before the op reads or writes tensor memory; what it derives from the shapes (a matmul's
+ * batch and sizes, a reduction's or transpose's blocks) it hands back, so the backends do not
+ * derive it again. */
+#include <stdio.h>
+
+#include "internal.h"
+
+static const char *const unary_names[] = {"neg", "abs", "exp", "log", "sqrt", "relu", "tanh", "sigmoid"};
+static const char *const binary_names[] = {"add", "sub", "mul", "div", "maximum", "minimum", "pow",
+                                           "eq", "ne", "lt", "le", "gt", "ge"};
+static const char *const reduce_names[] = {"sum", "mean", "max", "min", "prod"};
+
+static int is_float(int32_t dtype) { return dtype <= SHIM_BF16; }
+
+enum { DESCRIPTION_CAP = 128 }; /* room for one shim_describe */
+
+int shim_check_copy(const char *fn, const shim_tensor *t, const void *host, const char *host_name, int64_t nbytes) {
+  SHIM_REQUIRE_IN(fn, t, "t");
+  int64_t expected = t->numel * shim_dtype_size(t->dtype);
+  if (nbytes != expected) {
+    char buf[DESCRIPTION_CAP];
+    return shim_fail(SHIM_E_INVALID, "%s: %lld bytes for %s, which holds %lld", fn, (long long)nbytes,
+                     shim_describe(t, buf, sizeof buf), (long long)expected);
+  }
+  if (nbytes > 0) SHIM_REQUIRE_IN(fn, host, host_name);
+  return SHIM_OK;
+}
+
+int shim_check_rand(const shim_tensor *out, int32_t normal) {
+  SHIM_REQUIRE_IN("shim_rand", out, "out");
+  if (!is_float(out->dtype))
+    return shim_fail(SHIM_E_UNSUPPORTED, "shim_rand: out must have a floating dtype, not %s", shim_dtype_name(out->dtype));
+  if (normal != 0 && normal != 1) return shim_fail(SHIM_E_INVALID, "shim_rand: normal must be 0 or 1, not %d", normal);
+  return SHIM_OK;
+}
+
+int shim_check_unary(int32_t op, const shim_tensor *out, const shim_tensor *a) {
+  SHIM_REQUIRE_IN("shim_unary", out, "out");
+  SHIM_REQUIRE_IN("shim_unary", a, "a");
+  if (op < 0 || op > SHIM_SIGMOID) return shim_fail(SHIM_E_INVALID, "shim_unary: unknown op code %d", op);
+  const char *name = unary_names[op];
+  char bo[DESCRIPTION_CAP], ba[DESCRIPTION_CAP];
+  if (out->dtype != a->dtype || out->numel != a->numel)
+    return shim_fail(SHIM_E_INVALID, "shim_unary(%s): out is %s but a is %s (same dtype and element count needed)", name,
+                     shim_describe(out, bo, sizeof bo), shim_describe(a, ba, sizeof ba));
+  /* neg wraps on integers; abs and relu are defined on every dtype. */
+  int integer_safe = op == SHIM_ABS || op == SHIM_RELU || (op == SHIM_NEG && a->dtype != SHIM_BOOL);
+  if (!is_float(a->dtype) && !integer_safe)
+    return shim_fail(SHIM_E_UNSUPPORTED, "shim_unary(%s): not defined on %s (cast to a floating dtype first)", name,
+                     shim_dtype_name(a->dtype));
+  return SHIM_OK;
+}
+
+/* What every binary op needs of op, dtype and out, the result having n elements. */
+static int check_binary_result(const char *fn, int32_t op, int32_t dtype, const shim_tensor *out, int64_t n) {
+  if (op < 0 || op > SHIM_GE) return shim_fail(SHIM_E_INVALID, "%s: unknown op code %d", fn, op);
+  const char *name = binary_names[op];
+  if (dtype == SHIM_BOOL && (op == SHIM_SUB || op == SHIM_DIV || op == SHIM_POW))
+    return shim_fail(SHIM_E_UNSUPPORTED, "%s(%s): not defined on bool (cast to an integer or floating dtype first)", fn,
+                     name);
+  int32_t want = op >= SHIM_EQ ? SHIM_BOOL : dtype; /* comparisons write bool */
+  char buf[DESCRIPTION_CAP];
+  if (out->dtype != want)
+    return shim_fail(SHIM_E_INVALID, "%s(%s): out is %s but must be %s", fn, name, shim_describe(out, buf, sizeof buf),
+                     shim_dtype_name(want));
+  if (out->numel != n)
+    return shim_fail(SHIM_E_INVALID, "%s(%s): out is %s but the result has %lld elements", fn, name,
+                     shim_describe(out, buf, sizeof buf), (long long)n);
+  return SHIM_OK;
+}
+
+int shim_check_binary(int32_t op, const shim_tensor *out, const shim_tensor *a, const shim_tensor *b, int64_t *n) {
+  SHIM_REQUIRE_IN("shim_binary", out, "out");
+  SHIM_REQUIRE_IN("shim_binary", a, "a");
+  SHIM_REQUIRE_IN("shim_binary", b, "b");
+  const char *name = op >= 0 && op <= SHIM_GE ? binary_names[op] : "?";
+  char ba[DESCRIPTION_CAP], bb[DESCRIPTION_CAP];
+  if (a->dtype != b->dtype)
+    return shim_fail(SHIM_E_INVALID, "shim_binary(%s): dtypes differ: a is %s, b is %s", name,
+                     shim_describe(a, ba, sizeof ba), shim_describe(b, bb, sizeof bb));
+  if (a->numel != b->numel && a->numel != 1 && b->numel != 1)
+    return shim_fail(SHIM_E_INVALID, "shim_binary(%s): sizes differ and neither has one element: a is %s, b is %s", name,
+                     shim_describe(a, ba, sizeof ba), shim_describe(b, bb, sizeof bb));
+  *n = a->numel == 1 ? b->numel : a->numel;
+  return check_binary_result("shim_binary", op, a->dtype, out, *n);
+}
+
+int shim_check_binary_scalar(int32_t op, const shim_tensor *out, const shim_tensor *a) {
+  SHIM_REQUIRE_IN("shim_binary_scalar", out, "out");
+  SHIM_REQUIRE_IN("shim_binary_scalar", a, "a");
+  return check_binary_result("shim_binary_scalar", op, a->dtype, out, a->numel);
+}
+
+int shim_fail_bad_operand(const char *fn, int32_t op, int32_t dtype, const char *what) {
+  if (op == SHIM_DIV)
+    return shim_fail(SHIM_E_INVALID, "%s(div): integer division by zero (%s has a zero element)", fn, what);
+  return shim_fail(SHIM_E_INVALID, "%s(pow): %s integer to a negative power (%s has a negative element)", fn,
+                   shim_dtype_name(dtype), what);
+}
+
+int shim_check_reduce(int32_t op, const shim_tensor *out, const shim_tensor *a, int32_t dim, shim_reduce_dims *dims) {
+  SHIM_REQUIRE_IN("shim_reduce", out, "out");
+  SHIM_REQUIRE_IN("shim_reduce", a, "a");
+  if (op < 0 || op > SHIM_PROD) return shim_fail(SHIM_E_INVALID, "shim_reduce: unknown op code %d", op);
+  const char *name = reduce_names[op];
+  char ba[DESCRIPTION_CAP], bo[DESCRIPTION_CAP];
+  if (dim != SHIM_ALL_DIMS && (dim < 0 || dim >= a->ndim))
+    return shim_fail(SHIM_E_INVALID, "shim_reduce(%s): dim %d is out of range for a %s", name, dim,
+                     shim_describe(a, ba, sizeof ba));
+  int64_t outer = 1, r = a->numel, inner = 1;
+  if (dim != SHIM_ALL_DIMS) {
+    r = a->shape[dim];
+    for (int32_t i = 0; i < dim; i++) outer *= a->shape[i];
+    for (int32_t i = dim + 1; i < a->ndim; i++) inner *= a->shape[i];
+  }
+  if (out->numel != outer * inner) {
+    char which[32];
+    if (dim == SHIM_ALL_DIMS) snprintf(which, sizeof which, "all dims");
+    else snprintf(which, sizeof which, "dim %d", dim);
+    return shim_fail(SHIM_E_INVALID, "shim_reduce(%s): out is %s but reducing %s of %s leaves %lld elements", name,
+                     shim_describe(out, bo, sizeof bo), which, shim_describe(a, ba, sizeof ba),
+                     (long long)(outer * inner));
+  }
+  if (r == 0 && (op == SHIM_MAX || op == SHIM_MIN))
+    return shim_fail(SHIM_E_INVALID, "shim_reduce(%s): the reduced dim of %s is empty and %s has no identity", name,
+                     shim_describe(a, ba, sizeof ba), name);
+  dims->outer = outer;
+  dims->r = r;
+  dims->inner = inner;
+  return SHIM_OK;
+}
+
+int shim_check_matmul(const shim_tensor *out, const shim_tensor *a, const shim_tensor *b, shim_matmul_dims *dims) {
+  SHIM_REQUIRE_IN("shim_matmul", out, "out");
+  SHIM_REQUIRE_IN("shim_matmul", a, "a");
+  SHIM_REQUIRE_IN("shim_matmul", b, "b");
+  char ba[DESCRIPTION_CAP], bb[DESCRIPTION_CAP], bo[DESCRIPTION_CAP];
+  shim_describe(a, ba, sizeof ba);
+  shim_describe(b, bb, sizeof bb);
+  shim_describe(out, bo, sizeof bo);
+  if (a->dtype != b->dtype || out->dtype != a->dtype)
+    return shim_fail(SHIM_E_INVALID, "shim_matmul: dtypes differ: %s @ %s -> %s", ba, bb, bo);
+  if (a->ndim < 2 || b->ndim < 2)
+    return shim_fail(SHIM_E_INVALID, "shim_matmul: operands need at least 2 dims: %s @ %s", ba, bb);
+  int b_batched = b->ndim > 2;
+  int32_t nd = a->ndim;
+  if (b_batched && b->ndim != nd)
+    return shim_fail(SHIM_E_INVALID, "shim_matmul: b must be 2-D or have a's %d dims: %s @ %s", nd, ba, bb);
+  int64_t m = a->shape[nd - 2], k = a->shape[nd - 1], n = b->shape[b->ndim - 1], batch = 1;
+  if (b->shape[b->ndim - 2] != k) return shim_fail(SHIM_E_INVALID, "shim_matmul: inner dims differ: %s @ %s", ba, bb);
+  for (int32_t i = 0; i < nd - 2; i++) {
+    if (b_batched && b->shape[i] != a->shape[i])
+      return shim_fail(SHIM_E_INVALID, "shim_matmul: batch dim %d differs: %s @ %s", i, ba, bb);
+    batch *= a->shape[i];
+  }
+  int out_ok = out->ndim == nd && out->shape[nd - 2] == m && out->shape[nd - 1] == n;
+  for (int32_t i = 0; out_ok && i < nd - 2; i++) out_ok = out->shape[i] == a->shape[i];
+  if (!out_ok)
+    return shim_fail(SHIM_E_INVALID, "shim_matmul: out is %s but %s @ %s needs [..., %lld, %lld]", bo, ba, bb,
+                     (long long)m, (long long)n);
+  if (out->storage == a->storage || out->storage == b->storage)
+    return shim_fail(SHIM_E_INVALID, "shim_matmul: out %s shares memory with an operand", bo);
+  dims->batch = batch;
+  dims->m = m;
+  dims->k = k;
+  dims->n = n;
+  dims->b_batched = b_batched;
+  return SHIM_OK;
+}
+
+int shim_check_cast(const shim_tensor *out, const shim_tensor *a) {
+  SHIM_REQUIRE_IN("shim_cast", out, "out");
+  SHIM_REQUIRE_IN("shim_cast", a, "a");
+  if (out->numel != a->numel) {
+    char bo[DESCRIPTION_CAP], ba[DESCRIPTION_CAP];
+    return shim_fail(SHIM_E_INVALID, "shim_cast: out %s does not hold a's %lld elements (a is %s)",
+                     shim_describe(out, bo, sizeof bo), (long long)a->numel, shim_describe(a, ba, sizeof ba));
+  }
+  return SHIM_OK;
+}
+
+int shim_check_transpose(const shim_tensor *out, const shim_tensor *a, int32_t dim0, int32_t dim1,
+                         shim_transpose_dims *dims) {
+  SHIM_REQUIRE_IN("shim_transpose", out, "out");
+  SHIM_REQUIRE_IN("shim_transpose", a, "a");
+  char ba[DESCRIPTION_CAP], bo[DESCRIPTION_CAP];
+  shim_describe(a, ba, sizeof ba);
+  shim_describe(out, bo, sizeof bo);
+  if (dim0 < 0 || dim0 >= a->ndim || dim1 < 0 || dim1 >= a->ndim)
+    return shim_fail(SHIM_E_INVALID, "shim_transpose: dims %d and %d are out of range for a %s", dim0, dim1, ba);
+  int out_ok = out->dtype == a->dtype && out->ndim == a->ndim;
+  for (int32_t i = 0; out_ok && i < a->ndim; i++)
+    out_ok = out->shape[i] == a->shape[i == dim0 ? dim1 : i == dim1 ? dim0 : i];
+  if (!out_ok)
+    return shim_fail(SHIM_E_INVALID, "shim_transpose: out is %s but swapping dims %d and %d of %s gives another dtype or shape",
+                     bo, dim0, dim1, ba);
+  if (dim0 != dim1 && a->numel > 0 && out->storage == a->storage)
+    return shim_fail(SHIM_E_INVALID, "shim_transpose: out %s shares memory with a", bo);
+  int32_t d0 = dim0 < dim1 ? dim0 : dim1, d1 = dim0 < dim1 ? dim1 : dim0;
+  dims->before = 1;
+  dims->between = 1;
+  dims->after = 1;
+  for (int32_t i = 0; i < d0; i++) dims->before *= a->shape[i];
+  for (int32_t i = d0 + 1; i < d1; i++) dims->between *= a->shape[i];
+  for (int32_t i = d1 + 1; i < a->ndim; i++) dims->after *= a->shape[i];
+  dims->s0 = a->shape[d0];
+  dims->s1 = a->shape[d1];
+  return SHIM_OK;
+}
