@@ -8,15 +8,7 @@ export const rssKiB = (pid: number): number => {
   return Number(line.split(/\s+/)[1])
 }
 
-/** True while `pid` exists and is not a zombie. */
-export const isAlive = (pid: number): boolean => {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
-    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z"
-  } catch {
-    return false
-  }
-}
+export { isAlive } from "../processes.ts"
 
 export const mib = (kib: number): string => (kib / 1024).toFixed(1)
 

@@ -3,7 +3,8 @@
  * addresses that exist inside the namespaces only. Names carry this process's pid, so runs
  * side by side do not meet, and a run killed before its cleanup is swept by the next one.
  */
-import { readdirSync, readFileSync } from "node:fs"
+import { readdirSync } from "node:fs"
+import { isAlive } from "../processes.ts"
 
 export interface Host {
   /** The namespace's name (`ip netns exec <ns> ...`). */
@@ -33,15 +34,6 @@ const ip = (...args: string[]): string => {
 }
 
 /** Whether a process is running (a zombie, killed but not yet reaped, counts as gone). */
-const alive = (pid: number): boolean => {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "latin1")
-    return stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3) !== "Z"
-  } catch {
-    return false
-  }
-}
-
 /**
  * Namespaces left by runs whose process is gone (killed before cleaning up), with whatever
  * still runs inside them (a store serves until killed).
@@ -55,7 +47,7 @@ const sweepStale = (): void => {
   }
   for (const name of names) {
     const pid = Number(name.slice(PREFIX.length).split("-")[0])
-    if (!name.startsWith(PREFIX) || !Number.isSafeInteger(pid) || pid === process.pid || alive(pid)) continue
+    if (!name.startsWith(PREFIX) || !Number.isSafeInteger(pid) || pid === process.pid || isAlive(pid)) continue
     try {
       for (const left of ip("netns", "pids", name).split("\n").filter((l) => l.trim() !== "")) process.kill(Number(left), "SIGKILL")
       ip("netns", "del", name)

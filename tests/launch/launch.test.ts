@@ -3,7 +3,7 @@
 // exit status and signals.
 import { describe, expect, test } from "bun:test"
 import type { Subprocess } from "bun"
-import { createServer } from "node:net"
+import { freePort, isAlive } from "../processes.ts"
 
 const BUN = process.execPath
 const LAUNCH = new URL("../../src/launch.ts", import.meta.url).pathname
@@ -64,25 +64,6 @@ const child = (mode: string) => [CHILD, mode]
 /** Lines of stdout from `rank`, without the "[rank] " prefix. */
 const fromRank = (lines: string[], rank: number) =>
   lines.filter((l) => l.startsWith(`[${rank}] `)).map((l) => l.slice(`[${rank}] `.length))
-
-const freePort = (): Promise<number> =>
-  new Promise((resolve, reject) => {
-    const server = createServer()
-    server.once("error", reject)
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as { port: number }
-      server.close(() => resolve(port))
-    })
-  })
-
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch {
-    return false
-  }
-}
 
 describe("launch: environment", () => {
   test("every process gets its rank, the world, the store and one token", async () => {
@@ -146,7 +127,7 @@ describe("launch: failures", () => {
     expect(took).toBeLessThan(10_000)
     expect(l.stderr.join("\n")).toContain("rank 1 exited with status 3")
     const pids = [0, 1, 2].map((r) => Number(fromRank(l.stdout, r)[0]!.replace("pid ", "")))
-    for (const pid of pids) expect(alive(pid)).toBe(false)
+    for (const pid of pids) expect(isAlive(pid)).toBe(false)
   }, 20_000)
 
   test("a program that cannot start fails the launch with a message", async () => {

@@ -15,6 +15,7 @@ import { torchAvailable } from "../store/helpers.ts"
 import { call, createStream, factory, fetch, mesh, numbers, reduce, ref } from "../worker/build.ts"
 import { startController, type Controller } from "./controller.ts"
 import { makeClient } from "../../src/store/client.ts"
+import { freePort } from "../processes.ts"
 
 const PYTHON = process.env.TORCH_PYTHON ?? "/usr/bin/python3"
 const WORKER = new URL("../../src/worker.ts", import.meta.url).pathname
@@ -23,16 +24,6 @@ const torch = torchAvailable()
 if (!torch.ok) console.log(`skipping torchrun tests: ${torch.reason}`)
 /** torch 1.x: c10d gives workers no store of their own; its server speaks the 1.13 dialect. */
 const torchOne = torch.ok && torch.version.startsWith("1.")
-
-const freePort = (): Promise<number> =>
-  new Promise((resolve, reject) => {
-    const server = createServer()
-    server.once("error", reject)
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as { port: number }
-      server.close(() => resolve(port))
-    })
-  })
 
 const portFree = (port: number): Promise<boolean> =>
   new Promise((resolve) => {
