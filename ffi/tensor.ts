@@ -4,7 +4,7 @@
  * a safety net.
  */
 import { ptr, type Pointer } from "bun:ffi"
-import { DTYPES, HostTensor, ITEM_SIZE, dtypeCode, type Device, type DType } from "../src/protocol/values.ts"
+import { HostTensor, ITEM_SIZE, dtypeCode, type Device, type DType } from "../src/protocol/values.ts"
 import { type Native, shimError } from "./native.ts"
 import { MAX_DIMS, Status } from "./symbols.ts"
 import type { Stream } from "./stream.ts"
@@ -113,4 +113,3 @@ export class Tensor implements Disposable {
   }
 }
 
-export { DTYPES }
