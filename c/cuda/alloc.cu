@@ -1,7 +1,8 @@
 /* alloc.cu: device memory for tensors. cudaMalloc and cudaFree are slow and cudaFree waits for
- * the whole device, so freed blocks are kept in a cache keyed by size class (sizes rounded up
- * to a quarter of their power of two, at least 512 bytes) and device, as PyTorch's caching
- * allocator does. A freed block records one event on each stream that used it (see
+ * the whole device, so freed blocks are kept in a cache keyed by size class and device, as
+ * PyTorch's caching allocator does: a size is rounded up to a multiple of a quarter of its
+ * power of two, that step being at least 512 bytes and at most 2 MiB (so a tensor of tens of GiB
+ * wastes almost nothing of the device). A freed block records one event on each stream that used it (see
  * shim_cuda_track_storage) and is handed out again only once those events have completed,
  * so new work on any stream never overwrites memory that queued work still reads.
  *
@@ -27,6 +28,7 @@ struct shim_cuda_block {
 namespace {
 
 enum { BINS = 64 }; /* by floor(log2(size class)) */
+enum : int64_t { MIN_STEP = 512, MAX_STEP = int64_t{2} << 20 }; /* the rounding of a size class */
 
 struct Cache {
   pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -45,9 +47,10 @@ void read_setting(void) {
 int floor_log2(int64_t n) { return 63 - __builtin_clzll((unsigned long long)n); }
 
 int64_t size_class(int64_t n) {
-  if (n <= 512) return 512;
+  if (n <= MIN_STEP) return MIN_STEP;
   int64_t step = (int64_t{1} << floor_log2(n)) / 4;
-  if (step < 512) step = 512;
+  if (step < MIN_STEP) step = MIN_STEP;
+  if (step > MAX_STEP) step = MAX_STEP;
   return (n + step - 1) / step * step;
 }
 

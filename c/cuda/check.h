@@ -50,12 +50,8 @@ int shim_nccl_fail(ncclResult_t r, ncclComm_t comm, const char *call, const char
       return shim_cublas_fail(cublas_check_s_, #call, __FILE__, __LINE__);            \
   } while (0)
 
-/* comm: the communicator the call was on (NULL if none), for ncclGetLastError's text. */
-#define NCCL_CHECK(comm, call)                                                        \
-  do {                                                                                \
-    ncclResult_t nccl_check_r_ = (call);                                              \
-    if (nccl_check_r_ != ncclSuccess) return shim_nccl_fail(nccl_check_r_, (comm), #call, __FILE__, __LINE__); \
-  } while (0)
+/* NCCL results have no macro: communicators are non-blocking (abortable), so every call's
+ * result goes through issued() in comm_nccl.cu, which also waits out ncclInProgress. */
 
 /* After a kernel launch: a bad configuration is reported here; faults inside the kernel
  * surface at the next synchronising call. cudaErrorNotReady is a query's answer, not a launch

@@ -45,7 +45,11 @@ int64_t now_ns() {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-int64_t deadline_of(const shim_comm *c) { return now_ns() + c->timeout_ms * 1000000; }
+/* Saturates, so a timeout too long to count in nanoseconds means no deadline. */
+int64_t deadline_of(const shim_comm *c) {
+  const int64_t now = now_ns();
+  return c->timeout_ms > (INT64_MAX - now) / 1000000 ? INT64_MAX : now + c->timeout_ms * 1000000;
+}
 
 /* Spins for the first few hundred polls (a small collective is done in microseconds), then
  * sleeps between them. */

@@ -31,7 +31,11 @@ int current_handle(const shim_cublas_api *api, cublasHandle_t *out) {
                      MAX_DEVICES);
   pthread_mutex_lock(&handles_lock);
   cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
-  if (handles[device] == nullptr) st = api->cublasCreate_v2(&handles[device]);
+  if (handles[device] == nullptr) { /* kept only once made, so a failed create is tried again */
+    cublasHandle_t made = nullptr;
+    st = api->cublasCreate_v2(&made);
+    if (st == CUBLAS_STATUS_SUCCESS) handles[device] = made;
+  }
   *out = handles[device];
   pthread_mutex_unlock(&handles_lock);
   if (st != CUBLAS_STATUS_SUCCESS) return shim_cublas_fail(st, "cublasCreate", __FILE__, __LINE__);

@@ -17,7 +17,7 @@
 #   store          scripts/gpu/store_probe.ts (tcpstore.md §7 against this torch)              ~60 s / 240
 #                  -> $OUT/store_findings.*, then tests/store/torch.test.ts with TORCH_PYTHON
 #   tests          bun test tests/cuda tests/shim (stream ordering, the NCCL loader, every op   ~60-200 s / 300
-#                  against the cpu backend)
+#                  and every collective of a one-member NCCL communicator against the cpu backend)
 #   alloc_nocache  the alloc section again with the allocator's cache off, for comparison      ~10 s / 90
 # Every limit is also cut to what is left of CHECK_BUDGET_S (default 480 s, so the whole run
 # fits one 10-minute device command with room to spare); a step with under 10 s left is skipped.
@@ -49,6 +49,11 @@ for root in roots:
         print(hits[-1]); break
 PY
 }
+# A path that names no file (env.sh guessing a wheel layout this machine does not have) would
+# make the shim try only it and fail every cuda step, so it counts as unset.
+for var in MONARCH_NCCL_LIB MONARCH_CUBLAS_LIB MONARCH_CUBLASLT_LIB; do
+  [ -f "${!var:-}" ] || unset "$var"
+done
 [ -n "${MONARCH_NCCL_LIB:-}" ] || export MONARCH_NCCL_LIB="$(find_lib 'libnccl.so.2')"
 [ -n "${MONARCH_CUBLAS_LIB:-}" ] || export MONARCH_CUBLAS_LIB="$(find_lib 'libcublas.so.*[0-9]')"
 [ -n "${MONARCH_CUBLASLT_LIB:-}" ] || export MONARCH_CUBLASLT_LIB="$(find_lib 'libcublasLt.so.*[0-9]')"

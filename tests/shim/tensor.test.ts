@@ -126,6 +126,8 @@ describe("streams and events", () => {
   test("work on a created stream runs in order; events complete", () => {
     using stream = Stream.create(native)
     const a = tensor("f32", [4], [1, 2, 3, 4])
+    // Created streams do not order with the default one, where `a` was copied in (cuda).
+    Stream.default(native).synchronize()
     ops.binaryScalar("mul", a, a, 2, false, stream)
     const event = stream.record()
     event.synchronize()
