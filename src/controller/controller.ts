@@ -112,6 +112,8 @@ const makeApi = (core: Core): Effect.Effect<ControllerApi, never, Scope.Scope> =
   Effect.gen(function* () {
     const defaultStream = new RemoteStream(core.newRef())
     const all = Array.from({ length: core.world }, (_, r) => r)
+    // One mesh per shape asked for: meshes are never deleted on the workers (Mesh.derive).
+    const meshes = new Map<string, Mesh>()
     core.post(all, { _tag: "CreateStream", result: defaultStream.ref, default: true })
     yield* Effect.forkScoped(Effect.sync(() => core.checkHangs()).pipe(Effect.repeat(Schedule.spaced("1 second"))))
     return {
@@ -121,7 +123,10 @@ const makeApi = (core: Core): Effect.Effect<ControllerApi, never, Scope.Scope> =
         try: () => {
           const sizes = Object.values(dims)
           if (sizes.reduce((a, b) => a * b, 1) !== core.world) throw new ControllerError({ message: `mesh ${JSON.stringify(dims)} does not cover the ${core.world} ranks` })
-          return createMesh(core, Object.keys(dims), NDSlice.contiguous(sizes), defaultStream)
+          const key = JSON.stringify(Object.entries(dims))
+          let mesh = meshes.get(key)
+          if (mesh === undefined) meshes.set(key, (mesh = createMesh(core, Object.keys(dims), NDSlice.contiguous(sizes), defaultStream)))
+          return mesh
         },
         catch: (e) => (e instanceof ControllerError ? e : new ControllerError({ message: String(e) })),
       }),
@@ -138,8 +143,9 @@ const makeApi = (core: Core): Effect.Effect<ControllerApi, never, Scope.Scope> =
           if (from.size !== to.size) throw new ControllerError({ message: `cannot send ${t} from ${from} to ${to}: sizes differ` })
           if (!t.meta) throw new ControllerError({ message: `send needs the dtype and shape of ${t}` })
           const ranks = [...new Set([...from.ranks, ...to.ranks])].sort((a, b) => a - b)
+          const inputs = from.reads(t)
           const result = core.newRef(), stream = opts.stream ?? defaultStream
-          core.command(ranks, "send", [t.ref.id], [result.id], site, (ident) => ({
+          core.command(ranks, "send", inputs, [result.id], site, (ident) => ({
             _tag: "SendTensor", ident, result, fromRanks: from.layout, toRanks: to.layout, tensor: t.ref,
             factory: new TensorFactory(t.meta!.shape, t.meta!.dtype, core.device), stream: stream.ref,
           }))

@@ -276,18 +276,45 @@ export class Core {
       this.outbox[rank] = []
       if (queue.length === 0 || !link) continue
       if (!previous || !sameMessages(queue, previous.queue)) {
-        const encoded = encodeMessageParts(queue.length === 1 ? queue[0]! : { _tag: "CommandGroup", commands: queue })
-        if (Result.isFailure(encoded)) {
-          this.options.onProblem?.(`a batch for rank ${rank} could not be encoded: ${encoded.failure.message}`)
-          continue
-        }
-        previous = { queue, parts: encoded.success }
+        const parts = this.encodeBatch(rank, queue, last)
+        if (parts === undefined) continue
+        previous = { queue, parts }
       }
       link.sendEncoded(previous.parts)
       this.sent.frames++
       this.sent.commands += queue.length
     }
     this.statusWanted = false
+  }
+
+  /**
+   * A batch as the parts of one frame. When it does not encode (a value the wire cannot carry
+   * got past the Mesh's checks), only the commands that do not encode are left out, failing
+   * with a ControllerError; the rest still go, with a RequestStatus so that the failed ones
+   * settle. Dropping the whole batch would lose unrelated commands and hang their fetches.
+   */
+  private encodeBatch(rank: number, queue: ReadonlyArray<WorkerMessage>, last: number): ReadonlyArray<Uint8Array> | undefined {
+    const batch = (ms: ReadonlyArray<WorkerMessage>): WorkerMessage => (ms.length === 1 ? ms[0]! : { _tag: "CommandGroup", commands: ms })
+    const whole = encodeMessageParts(batch(queue))
+    if (Result.isSuccess(whole)) return whole.success
+    const sendable = queue.filter((m) => {
+      const one = encodeMessageParts(m)
+      if (Result.isSuccess(one)) return true
+      this.refuseUnsendable(rank, m, one.failure.message)
+      return false
+    })
+    if (last >= 0 && !sendable.some((m) => m._tag === "RequestStatus")) sendable.push({ _tag: "RequestStatus", ident: last })
+    const rest = sendable.length === 0 ? undefined : encodeMessageParts(batch(sendable))
+    if (rest === undefined || Result.isSuccess(rest)) return rest?.success
+    this.options.onProblem?.(`a batch for rank ${rank} could not be encoded: ${rest.failure.message}`)
+    return undefined
+  }
+
+  private refuseUnsendable(rank: number, m: WorkerMessage, why: string): void {
+    const ident = m._tag !== "RequestStatus" && "ident" in m ? m.ident : undefined
+    this.options.onProblem?.(`${m._tag}${ident === undefined ? "" : ` ${ident}`} for rank ${rank} could not be encoded: ${why}`)
+    const node = ident === undefined ? undefined : this.graph.node(ident)
+    if (node) this.graph.fail(node, new ControllerError({ message: `command ${ident} (${node.label}) could not be sent: ${why}` }))
   }
 
   // ---- hangs ----------------------------------------------------------------------------

@@ -6,9 +6,10 @@
  * it has passed its ident and its dependencies have settled: it can no longer fail, and
  * leaves the graph (refs keep pointing at it for its outcome).
  */
-import type { RemoteError, WorkerLost } from "./errors.ts"
+import type { ControllerError, RemoteError, WorkerLost } from "./errors.ts"
 
-export type Failure = RemoteError | WorkerLost
+/** Why a command failed: on a worker, a worker lost, or a command the controller could not send. */
+export type Failure = RemoteError | WorkerLost | ControllerError
 
 export class Node {
   failure: Failure | undefined

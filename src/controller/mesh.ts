@@ -8,7 +8,8 @@ import { Effect, type Scope } from "effect"
 import { builtins, type TensorMeta } from "../ops/builtins.ts"
 import type { Reduction, Value } from "../protocol/messages.ts"
 import { NDSlice } from "../protocol/ndslice.ts"
-import { HostTensor, TensorFactory, type Ref } from "../protocol/values.ts"
+import { hostTensorProblem, INT64_MIN, MAX_NDIM, UINT64_MAX } from "../protocol/codec.ts"
+import { DTYPES, HostTensor, TensorFactory, type Ref } from "../protocol/values.ts"
 import type { Core } from "./core.ts"
 import { ControllerError, type RemoteError, type WorkerLost } from "./errors.ts"
 
@@ -21,6 +22,8 @@ interface BorrowState {
   readonly id: number
   readonly ranks: ReadonlyArray<number>
   used: boolean
+  /** The scope closed: the alias is deleted on the workers. */
+  dropped: boolean
 }
 
 const dropped = new FinalizationRegistry<{ core: Core; ranks: ReadonlyArray<number>; id: number }>(({ core, ranks, id }) => core.release(ranks, [id]))
@@ -42,9 +45,9 @@ export class RemoteTensor {
     if (!borrow) dropped.register(this, { core: mesh.core, ranks: mesh.ranks, id: ref.id }, this)
   }
 
-  /** Whether release() was called: the handle can no longer be used. */
+  /** Whether release() was called (or a borrow's scope closed): the handle can no longer be used. */
   get released(): boolean {
-    return this.#released
+    return this.#released || this.borrow?.dropped === true
   }
 
   get dtype() {
@@ -99,6 +102,13 @@ class Reads {
   known = true
 }
 
+/** A result's metadata as given by the program: later commands (reduce, send) put it on the wire. */
+const checkMeta = (m: TensorMeta, i: number): TensorMeta => {
+  const shapeOk = Array.isArray(m?.shape) && m.shape.length <= MAX_NDIM && m.shape.every((d) => Number.isSafeInteger(d) && d >= 0)
+  if (!DTYPES.includes(m?.dtype) || !shapeOk) throw refuse(`results[${i}]: ${JSON.stringify(m)} is not a dtype (${DTYPES.join(", ")}) and a shape of at most ${MAX_NDIM} sizes`)
+  return m
+}
+
 /** A tree of arguments with tensors replaced by their metadata (undefined where unknown). */
 const metasOf = (v: unknown): unknown => {
   if (typeof v !== "object" || v === null || v instanceof HostTensor || v instanceof Uint8Array) return v
@@ -111,6 +121,8 @@ export class Mesh {
   readonly ranks: ReadonlyArray<number>
   /** Meshes found to hold every rank of this one, so their tensors need no per-command rank check. */
   private readonly covering = new WeakSet<Mesh>()
+  /** Slices and flattenings of this mesh, by names and layout (see `derive`). */
+  private readonly derived = new Map<string, Mesh>()
 
   constructor(
     readonly core: Core,
@@ -142,7 +154,12 @@ export class Mesh {
    * walks the tree once and checks a tensor's mesh once per pair of meshes.
    */
   private convert(v: unknown, reads: Reads): Value {
-    if (typeof v !== "object" || v === null) return v as Value
+    if (typeof v !== "object" || v === null) {
+      if (v === undefined) throw refuse("undefined cannot be an argument (the wire carries null)")
+      if (typeof v === "function" || typeof v === "symbol") throw refuse(`a ${typeof v} cannot be an argument`)
+      if (typeof v === "bigint" && (v < INT64_MIN || v > UINT64_MAX)) throw refuse(`bigint ${v} does not fit in 64 bits`)
+      return v as Value
+    }
     if (v instanceof RemoteTensor) {
       if (v.released) throw refuse(`${v} was released`)
       if (v.mesh !== this && !this.covering.has(v.mesh)) {
@@ -156,7 +173,12 @@ export class Mesh {
       return v.ref
     }
     if (v instanceof RemoteStream || v instanceof Mesh) throw refuse(`a ${v.constructor.name} cannot be an argument`)
-    if (v instanceof HostTensor || v instanceof Uint8Array) return v
+    if (v instanceof HostTensor) {
+      const problem = hostTensorProblem(v)
+      if (problem !== undefined) throw refuse(problem)
+      return v
+    }
+    if (v instanceof Uint8Array) return v
     if (Array.isArray(v)) {
       const out = new Array<Value>(v.length)
       for (let i = 0; i < v.length; i++) out[i] = this.convert(v[i], reads)
@@ -164,6 +186,17 @@ export class Mesh {
     }
     const keys = Object.keys(v)
     return keys.length === 0 ? {} : Object.fromEntries(keys.map((k) => [k, this.convert((v as Record<string, unknown>)[k], reads)]))
+  }
+
+  /**
+   * @internal The ref ids a command outside this class reads in `v` (ControllerApi.send):
+   * refuses released handles and issues the first uses of borrows, as the methods here do.
+   */
+  reads(v: unknown): number[] {
+    const reads = new Reads()
+    this.convert(v, reads)
+    this.firstUses(reads.borrows)
+    return reads.inputs
   }
 
   /** A borrow's first use waits on the stream it came from, once, before the command. */
@@ -176,7 +209,7 @@ export class Mesh {
 
   /** The results' metadata: a built-in's from its rule, a user function's from options. */
   private resultMetas(fn: string, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, known: boolean, results: CallOptions["results"]): ReadonlyArray<TensorMeta | undefined> {
-    if (results !== undefined) return typeof results === "number" ? Array.from({ length: results }, () => undefined) : results
+    if (results !== undefined) return typeof results === "number" ? Array.from({ length: results }, () => undefined) : results.map(checkMeta)
     if (!fn.startsWith("ops.")) return [undefined]
     const op = Object.hasOwn(builtins, fn.slice(4)) ? builtins[fn.slice(4)] : undefined
     if (!op) throw refuse(`no built-in ${fn}`)
@@ -325,7 +358,7 @@ export class Mesh {
         })
         const unknown = Object.keys(at).filter((n) => !this.names.includes(n))
         if (unknown.length > 0) throw refuse(`${this} has no dim ${unknown.join(", ")}`)
-        return createMesh(this.core, names, new NDSlice(offset, sizes, strides), this.defaultStream)
+        return this.derive(names, new NDSlice(offset, sizes, strides))
       },
       catch: (e) => (e instanceof ControllerError ? e : refuse(String(e))),
     })
@@ -338,10 +371,22 @@ export class Mesh {
         const { sizes, strides } = this.layout
         for (let i = 0; i + 1 < sizes.length; i++)
           if (strides[i] !== strides[i + 1]! * sizes[i + 1]!) throw refuse(`${this} does not flatten: its dims do not nest`)
-        return createMesh(this.core, [name], new NDSlice(this.layout.offset, [this.size], [strides.at(-1) ?? 1]), this.defaultStream)
+        return this.derive([name], new NDSlice(this.layout.offset, [this.size], [strides.at(-1) ?? 1]))
       },
       catch: (e) => (e instanceof ControllerError ? e : refuse(String(e))),
     })
+  }
+
+  /**
+   * The mesh over `layout` with dims `names`, made once: meshes are never deleted on the
+   * workers, so a program slicing in a loop would otherwise add a mesh, and the communicators
+   * its collectives open, per iteration.
+   */
+  private derive(names: ReadonlyArray<string>, layout: NDSlice): Mesh {
+    const key = `${JSON.stringify(names)}${layout}`
+    let mesh = this.derived.get(key)
+    if (mesh === undefined) this.derived.set(key, (mesh = createMesh(this.core, names, layout, this.defaultStream)))
+    return mesh
   }
 
   /**
@@ -352,13 +397,14 @@ export class Mesh {
     return Effect.acquireRelease(
       Effect.sync(() => {
         const alias = this.core.newRef()
-        const state: BorrowState = { id: alias.id, ranks: t.mesh.ranks, used: false }
+        const state: BorrowState = { id: alias.id, ranks: t.mesh.ranks, used: false, dropped: false }
         this.core.graph.alias(alias.id, t.ref.id)
         this.core.post(t.mesh.ranks, { _tag: "BorrowCreate", result: alias, tensor: t.ref, from: t.stream.ref, to: to.ref, alreadyBorrowed: false })
         return new RemoteTensor(t.mesh, alias, t.meta, to, state)
       }),
       (alias) => Effect.sync(() => {
         const b = alias.borrow!
+        b.dropped = true
         if (b.used) this.core.post(b.ranks, { _tag: "BorrowLastUse", borrow: b.id })
         this.core.post(b.ranks, { _tag: "BorrowDrop", borrow: b.id })
         this.core.release(b.ranks, [b.id])

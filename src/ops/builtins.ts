@@ -63,11 +63,11 @@ const shapeArg = (op: string, v: unknown): number[] =>
 const dtypeArg = (op: string, v: unknown, fallback: DType): DType =>
   v === undefined ? fallback : (DTYPES as ReadonlyArray<unknown>).includes(v) ? (v as DType) : bad(op, `dtype must be one of ${DTYPES.join(", ")}, got ${String(v)}`)
 
-/** dim in -ndim..ndim-1, normalised. */
+/** dim in -ndim..ndim-1, normalised; a 0-dim tensor takes -1 and 0 (as torch does). */
 const dimArg = (op: string, v: unknown, ndim: number): number => {
-  const d = int(op, v, "dim")
-  if (d < -ndim || d >= Math.max(ndim, 1)) bad(op, `dim ${d} out of range for ${ndim} dims`)
-  return d < 0 ? d + ndim : d
+  const d = int(op, v, "dim"), n = Math.max(ndim, 1)
+  if (d < -n || d >= n) bad(op, `dim ${d} out of range for ${ndim} dims`)
+  return d < 0 ? d + n : d
 }
 
 const creation = (op: string, value: (args: ReadonlyArray<unknown>) => number): Builtin => ({
@@ -88,7 +88,8 @@ const binaryOutput = (op: BinaryOpName, a: unknown, b: unknown): TensorMeta => {
     const na = numelOf(a.shape), nb = numelOf(b.shape)
     if (na !== nb && na !== 1 && nb !== 1) bad(op, `shapes do not broadcast: ${describe(a)} and ${describe(b)}`)
     if (na === nb && a.shape.join() !== b.shape.join()) bad(op, `shapes differ: ${describe(a)} and ${describe(b)}`)
-    return { dtype: dtypeOf(a), shape: (na >= nb ? a : b).shape }
+    // A one-element operand takes the other's shape, even an empty one (as the shim computes).
+    return { dtype: dtypeOf(a), shape: (na === 1 && nb !== 1 ? b : a).shape }
   }
   if (isTensorLike(a)) return num(op, b, "argument 1"), { dtype: dtypeOf(a), shape: a.shape }
   const t = tensor(op, b, "one argument")
@@ -129,7 +130,9 @@ const reduction = (op: ReduceOpName): Builtin => ({
   },
   run: (ctx, [out], [a]) => {
     const dim = ctx.kwargs.dim
-    k.reduce(op, out!, a, dim === undefined || dim === null ? undefined : dimArg(op, dim, a.shape.length), ctx.stream)
+    // A 0-dim tensor's one element is all of its dim 0.
+    const whole = dim === undefined || dim === null || a.shape.length === 0
+    k.reduce(op, out!, a, whole ? undefined : dimArg(op, dim, a.shape.length), ctx.stream)
   },
 })
 
@@ -152,10 +155,11 @@ const transposeDims = (x: TensorMeta, d0: unknown, d1: unknown): [number, number
 const transpose: Builtin = {
   outputs: ([a, d0, d1]) => {
     const x = tensor("transpose", a, "argument 0"), [i, j] = transposeDims(x, d0, d1), shape = [...x.shape]
-    ;[shape[i], shape[j]] = [shape[j]!, shape[i]!]
+    if (shape.length > 0) [shape[i], shape[j]] = [shape[j]!, shape[i]!]
     return [{ dtype: x.dtype, shape }]
   },
-  run: (ctx, [out], [a, d0, d1]) => k.transpose(out!, a, ...transposeDims(a, d0, d1), ctx.stream),
+  // A 0-dim tensor transposed is itself (a copy).
+  run: (ctx, [out], [a, d0, d1]) => (a.shape.length === 0 ? k.cast(out!, a, ctx.stream) : k.transpose(out!, a, ...transposeDims(a, d0, d1), ctx.stream)),
 }
 
 /** The new shape of a reshape; one size may be -1 (inferred). */
@@ -191,6 +195,7 @@ const cast: Builtin = {
 const arangeBounds = (bounds: ReadonlyArray<unknown>): [number, number, number] => {
   const [start, end, step] = bounds.length === 1 ? [0, num("arange", bounds[0], "end"), 1]
     : [num("arange", bounds[0], "start"), num("arange", bounds[1], "end"), bounds[2] === undefined ? 1 : num("arange", bounds[2], "step")]
+  if (![start, end, step].every(Number.isFinite)) bad("arange", `bounds must be finite, got ${start}, ${end}, ${step}`)
   return step === 0 ? bad("arange", "step must not be 0") : [start, end, step]
 }
 

@@ -65,8 +65,9 @@ export const OUT_OF_LINE_BYTES = 64 * 1024
 const DEVICES: ReadonlyArray<Device> = ["cpu", "cuda"]
 const U32_MAX = 0xffff_ffff
 const MAX_SAFE_BIGINT = BigInt(Number.MAX_SAFE_INTEGER)
-const INT64_MIN = -(1n << 63n)
-const UINT64_MAX = (1n << 64n) - 1n
+/** The bigints the wire carries: int64 and uint64. */
+export const INT64_MIN = -(1n << 63n)
+export const UINT64_MAX = (1n << 64n) - 1n
 
 // ---- ext payloads ---------------------------------------------------------------------------
 
@@ -478,7 +479,8 @@ const errorPayload = (v: unknown, where: string): ErrorPayload => {
   return v
 }
 
-const hostTensorProblem = (t: HostTensor): string | undefined => {
+/** Why a HostTensor cannot go on the wire (dtype, shape, byte count), or undefined. */
+export const hostTensorProblem = (t: HostTensor): string | undefined => {
   if (!DTYPES.includes(t.dtype)) return `HostTensor: unknown dtype ${String(t.dtype)}`
   const problem = shapeProblem(t.shape)
   if (problem !== undefined) return `HostTensor: ${problem}`

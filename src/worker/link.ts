@@ -8,6 +8,7 @@ import { Cause, Data, Effect, Queue, Result, type Scope } from "effect"
 import { Connection, parseAddress } from "../net/connection.ts"
 import { decodeWorkerMessage } from "../protocol/codec.ts"
 import type { ControllerMessage, WorkerHello, WorkerMessage } from "../protocol/messages.ts"
+import { ErrorPayload } from "../protocol/values.ts"
 import type { Inbox } from "./loop.ts"
 
 export class LinkError extends Data.TaggedError("LinkError")<{ readonly message: string }> {}
@@ -59,8 +60,12 @@ export const connectController = (o: LinkOptions): Effect.Effect<ControllerLink,
     yield* Effect.addFinalizer(() => Effect.sync(() => conn?.close()))
     const send = (m: ControllerMessage) => {
       const sent = conn?.send(m)
-      // Only a value the wire cannot carry fails here; say so instead of dropping it.
-      if (sent && Result.isFailure(sent) && m._tag !== "ProtocolError") conn?.send({ _tag: "ProtocolError", message: `worker could not encode ${m._tag}: ${sent.failure.message}` })
+      if (sent === undefined || Result.isSuccess(sent)) return
+      // Only a value the wire cannot carry fails here; say so instead of dropping it. A fetch
+      // fails with why, or the controller would see it passed without a result.
+      const why = `worker could not encode ${m._tag}: ${sent.failure.message}`
+      if (m._tag === "FetchResult") conn?.send({ _tag: "RemoteFunctionFailed", ident: m.ident, error: new ErrorPayload("ProtocolError", why, []) })
+      else if (m._tag !== "ProtocolError") conn?.send({ _tag: "ProtocolError", message: why })
     }
     send({ _tag: "WorkerHello", ...o.hello })
     return { messages, send, close: () => conn?.close() }

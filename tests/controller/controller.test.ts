@@ -2,6 +2,7 @@
 // sends, borrows, fetches, batching, handle deletion, and how failures reach the program.
 import { afterAll, beforeAll, describe, expect, spyOn, test } from "bun:test"
 import { Effect, ManagedRuntime } from "effect"
+import { readdirSync } from "node:fs"
 import { Controller, ControllerError, HostTensor, RemoteError, type ControllerApi } from "../../src/controller/index.ts"
 
 const ROOT = new URL("../..", import.meta.url).pathname
@@ -10,6 +11,9 @@ let rt: ManagedRuntime.ManagedRuntime<Controller, unknown>
 let ctl: ControllerApi
 
 const run = <A, E>(e: Effect.Effect<A, E, Controller>) => rt.runPromise(e)
+// Handles of commands that never reached the workers, kept for the whole file: deleting them
+// would draw a ProtocolError (an unknown ref) into a later test's `problems`.
+const unsentHandles: unknown[] = []
 const values = (v: unknown) => [...(v as HostTensor).toArray()].map(Number)
 
 beforeAll(async () => {
@@ -42,6 +46,60 @@ describe("meshes and calls", () => {
     })))
     expect(error).toBeInstanceOf(ControllerError)
     expect(error.message).toContain("inner dims differ")
+  })
+
+  test("a value the wire cannot carry is refused at the call; one that slips past fails only its own command", async () => {
+    const mesh = await run(ctl.mesh({ all: 4 }))
+    for (const bad of [
+      mesh.call("ops.full", [[2], undefined]),
+      mesh.call("ops.neg", [() => 1]),
+      mesh.call("tests/controller/fixtures:rankValue", [], {}, { results: [{ dtype: "f32", shape: [Number.NaN] }] }),
+      mesh.call("ops.arange", [Number.POSITIVE_INFINITY]),
+      mesh.call("ops.neg", [2n ** 70n]),
+      mesh.call("ops.neg", [new HostTensor("f32", [2], new Uint8Array(4))]),
+    ]) expect(await run(Effect.flip(bad))).toBeInstanceOf(ControllerError)
+    // Nesting deeper than the codec takes gets past the Mesh's checks, in a batch with others.
+    let deep: unknown = 1
+    for (let i = 0; i < 40; i++) deep = [deep]
+    const before = problems.length
+    const [good, unsent] = await run(Effect.gen(function* () {
+      const ok = yield* mesh.call("ops.ones", [[2]])
+      const nested = yield* mesh.call("tests/controller/fixtures:rankValue", [deep], {}, { results: [{ dtype: "f32", shape: [2, 2] }] })
+      unsentHandles.push(nested)
+      const later = yield* mesh.call("ops.add", [ok, 1])
+      return yield* Effect.all([mesh.fetch(later), Effect.flip(mesh.fetch(nested, 3))]).pipe(Effect.timeout("5 seconds"))
+    }))
+    expect(values(good)).toEqual([2, 2])
+    expect(unsent).toBeInstanceOf(ControllerError)
+    expect(unsent.message).toContain("could not be sent")
+    expect(problems.slice(before).some((p) => p.includes("nesting deeper than"))).toBe(true)
+    problems.length = before
+  })
+
+  test("an operand with one element takes the other's shape, even an empty one", async () => {
+    const [shape, got] = await run(Effect.gen(function* () {
+      const mesh = yield* ctl.mesh({ all: 4 })
+      const empty = yield* mesh.call("ops.zeros", [[0]])
+      const one = yield* mesh.call("ops.ones", [[1]])
+      const sum = yield* mesh.call("ops.add", [one, empty])
+      return [sum.shape, yield* mesh.fetch(sum, 1)] as const
+    }))
+    expect(shape).toEqual([0])
+    expect((got as HostTensor).shape).toEqual([0])
+  })
+
+  test("a 0-dim tensor: reductions over its dim 0 or -1, and a transpose, run as their shape rules say", async () => {
+    const got = await run(Effect.gen(function* () {
+      const mesh = yield* ctl.mesh({ all: 4 })
+      const s = yield* mesh.call("ops.full", [[], 3])
+      const xs = [
+        yield* mesh.call("ops.sum", [s], { dim: 0 }),
+        yield* mesh.call("ops.max", [s], { dim: -1, keepdim: true }),
+        yield* mesh.call("ops.transpose", [s, 0, -1]),
+      ]
+      return yield* Effect.forEach(xs, (x) => Effect.map(mesh.fetch(x, 2), (v) => [x.shape, (v as HostTensor).shape, values(v)]))
+    }))
+    expect(got).toEqual([[[], [], [3]], [[], [], [3]], [[], [], [3]]])
   })
 
   test("fetchAll gives each rank's value, and a function applied on the worker", async () => {
@@ -115,6 +173,19 @@ describe("collectives and sends", () => {
     expect(values(got)).toEqual([10, 10, 10])
     expect(problems).toEqual([])
   })
+
+  test("a released tensor cannot be sent, nor a borrow's alias used once its scope closed", async () => {
+    const mesh = await run(ctl.mesh({ dp: 2, tp: 2 }))
+    const top = await run(mesh.slice({ dp: 0 })), bottom = await run(mesh.slice({ dp: 1 }))
+    const t = await run(top.call("ops.ones", [[2]]))
+    t.release()
+    expect(await run(Effect.flip(ctl.send(t, bottom)))).toBeInstanceOf(ControllerError)
+    const other = await run(ctl.stream())
+    const u = await run(mesh.call("ops.ones", [[2]]))
+    const alias = await run(Effect.scoped(mesh.borrow(u, other)))
+    expect(await run(Effect.flip(mesh.call("ops.neg", [alias], {}, { stream: other })))).toBeInstanceOf(ControllerError)
+    expect(problems).toEqual([])
+  })
 })
 
 describe("batching and handles", () => {
@@ -126,9 +197,10 @@ describe("batching and handles", () => {
       for (let i = 0; i < 9; i++) t = yield* mesh.call("ops.add", [t, 1])
       return yield* mesh.fetch(t)
     }))
-    // One batch for CreateDeviceMesh + 10 calls + the fetch (+ RequestStatus) per worker.
+    // One batch per worker: 10 calls and a RequestStatus, and the fetch on rank 0 (the mesh
+    // was made by an earlier test).
     expect(ctl.core.sent.frames - before.frames).toBe(4)
-    expect(ctl.core.sent.commands - before.commands).toBeGreaterThanOrEqual(4 * 12)
+    expect(ctl.core.sent.commands - before.commands).toBeGreaterThanOrEqual(4 * 11 + 1)
   })
 
   test("a released handle is deleted on the workers; a dropped one is deleted after GC", async () => {
@@ -155,6 +227,24 @@ describe("batching and handles", () => {
     }
     expect(release.mock.calls.some(([, refs]) => refs.includes(id))).toBe(true)
     release.mockRestore()
+  })
+
+  test("the same slice (or mesh) asked for again is the same mesh: a loop opens no communicator per iteration", async () => {
+    const mesh = await run(ctl.mesh({ dp: 2, tp: 2 }))
+    expect(await run(ctl.mesh({ dp: 2, tp: 2 }))).toBe(mesh)
+    expect(await run(mesh.slice({ dp: 1 }))).toBe(await run(mesh.slice({ dp: 1 })))
+    const workerPid = Number(await run(mesh.fetch(null, 0, { fn: "tests/controller/fixtures:pid" })))
+    const openFiles = () => readdirSync(`/proc/${workerPid}/fd`).length
+    const counts: number[] = []
+    for (let i = 0; i < 10; i++) {
+      const got = await run(Effect.gen(function* () {
+        const row = yield* mesh.slice({ dp: 0 })
+        return yield* row.fetch(yield* row.reduce(yield* row.call("ops.ones", [[2]]), "tp", "sum"))
+      }))
+      expect(values(got)).toEqual([2, 2])
+      counts.push(openFiles())
+    }
+    expect(counts.at(-1)).toBe(counts[0])
   })
 })
 

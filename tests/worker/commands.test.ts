@@ -59,6 +59,27 @@ describe("a single worker", () => {
     expect(numbers((await h.next(0, "FetchResult")).value)).toEqual([6])
   })
 
+  test("FetchValue sends a host tensor a function made as it is", async () => {
+    const a = 3500 + next()
+    h.send(0, call(next(), [a], "ops.arange", [3]))
+    const f = next()
+    h.send(0, fetch(f, ref(a), "fns:onHost"))
+    const r = await h.next(0, "FetchResult")
+    expect(r.ident).toBe(f)
+    expect(numbers((r.value as { host: unknown }).host)).toEqual([0, 1, 2])
+  })
+
+  test("a fetched value the wire cannot carry fails the fetch, saying why", async () => {
+    const f = next()
+    h.send(0, fetch(f, null, "fns:unsendable"))
+    const failed = await h.next(0, "RemoteFunctionFailed")
+    expect(failed.ident).toBe(f)
+    expect(failed.error.message).toContain("does not fit in 64 bits")
+    h.send(0, { _tag: "RequestStatus", ident: f })
+    await h.passed(0, f)
+    expect(h.seen(0, "FetchResult").some((m) => m.ident === f)).toBe(false)
+  })
+
   test("a user function with two results, an async one, and the function context", async () => {
     const base = 4000 + next(), r1 = 4000 + next(), r2 = 4000 + next(), r3 = 4000 + next()
     h.send(0, call(next(), [base], "ops.zeros", [[2]]))

@@ -2,7 +2,8 @@
 // everything downstream of it (through args, kwargs, mutated inputs, chains, collectives)
 // is poisoned without another report, while the mesh keeps running.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { call, createStream, factory, fetch, mesh, numbers, reduce, ref } from "./build.ts"
+import { NDSlice } from "../../src/protocol/ndslice.ts"
+import { call, createStream, factory, fetch, mesh, numbers, reduce, ref, send } from "./build.ts"
 import { startWorkers, type Harness } from "./harness.ts"
 
 let h: Harness
@@ -77,4 +78,31 @@ describe("DependentOnError", () => {
     expect(reportedBy1.map((m) => m.ident)).toEqual([failing])
     expect(reportedBy1[0]!.error.message).toContain("deliberate failure on rank 1")
   })
+
+  test("a rank that cannot read its input at all still joins the reduce and the send, so its peer neither waits out the comm timeout nor loses the communicator", async () => {
+    // Rank 1 never defined `t`: its Reduce and SendTensor fail at the root there, while rank 0's
+    // go through with rank 1's factory zeros (the harness's comm timeout is 10 s).
+    const t = fresh(), reduced = fresh(), moved = fresh(), before = failures(1).length
+    h.send(0, call(next(), [t], "ops.ones", [[2]]))
+    const started = performance.now()
+    const r = next(), s = next()
+    h.send("all", reduce(r, reduced, t, 2, ["x"], "sum", factory([2])))
+    h.send("all", send(s, moved, new NDSlice(1, [1], [1]), new NDSlice(0, [1], [1]), t, factory([2])))
+    const f = next()
+    h.send(0, fetch(f, [ref(reduced), ref(moved)]))
+    const [sum, got] = (await h.next(0, "FetchResult")).value as unknown[]
+    expect(performance.now() - started).toBeLessThan(5000)
+    expect(numbers(sum)).toEqual([1, 1])
+    expect(numbers(got)).toEqual([0, 0])
+    await expectPoisoned(1, reduced)
+    const reported = failures(1).slice(before)
+    expect(reported.map((m) => [m.ident, m.error.type, m.error.message])).toEqual([[r, "UnknownRef", `unknown ref ${t}`], [s, "UnknownRef", `unknown ref ${t}`]])
+    // The communicator still works for the next reduce.
+    const u = fresh(), again = fresh()
+    h.send("all", call(next(), [u], "ops.full", [[2], 3]))
+    h.send("all", reduce(next(), again, u, 2, ["x"], "sum", factory([2])))
+    const g = next()
+    h.send(1, fetch(g, ref(again)))
+    expect(numbers((await h.next(1, "FetchResult")).value)).toEqual([6, 6])
+  }, 20_000)
 })

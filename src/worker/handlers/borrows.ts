@@ -74,8 +74,9 @@ export const borrowDrop = (s: Session) => (m: BorrowDrop) => step(s, "BorrowDrop
   b.created?.destroy()
   if (!b.used) return
   // Without a recorded last use, `to`'s work so far is what `from` must wait for.
-  const done = b.lastUse ?? Event.create(s.native).record(b.to)
+  const done = b.lastUse ?? Event.create(s.native)
   try {
+    if (done !== b.lastUse) done.record(b.to)
     b.from.wait(done)
   } finally {
     done.destroy()

@@ -9,7 +9,7 @@ import { Stream } from "../../../ffi/stream.ts"
 import { Tensor } from "../../../ffi/tensor.ts"
 import type { FunctionContext, RemoteFunction } from "../../ops/function.ts"
 import type { CallFunction, FetchValue, Value } from "../../protocol/messages.ts"
-import type { Ref } from "../../protocol/values.ts"
+import { HostTensor, type Ref } from "../../protocol/values.ts"
 import { FunctionFailed, ResultCountMismatch, WrongRefType } from "../errors.ts"
 import { flattenTensors, getAs } from "../refs.ts"
 import { lookup, tryDefine, type Session } from "../session.ts"
@@ -80,6 +80,7 @@ export const callFunction = (s: Session) => (m: CallFunction) =>
 /** The wire form of a fetched value: tensors copied to host; what the wire cannot carry is refused. */
 const toWire = (v: unknown, stream: Stream): Value => {
   if (v instanceof Tensor) return v.toHost(stream)
+  if (v instanceof HostTensor) return v
   if (v === undefined || v === null) return null
   if (Array.isArray(v)) return v.map((x) => toWire(x, stream))
   if (v instanceof Uint8Array || ["boolean", "number", "bigint", "string"].includes(typeof v)) return v as Value

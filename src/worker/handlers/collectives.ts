@@ -1,7 +1,8 @@
 /**
  * Meshes and communication: CreateDeviceMesh, Reduce (every collective) and SendTensor.
- * A rank whose input is poisoned still takes part, with zeros from the factory, because the
- * other ranks cannot know to skip it; it then defines its own result as that poison.
+ * A rank whose input is poisoned (or cannot be read at all) still takes part, with zeros from
+ * the factory, because the other ranks cannot know to skip it; it then defines its own result
+ * as that poison (or fails with why it could not read the input).
  */
 import { Effect } from "effect"
 import type { Comm } from "../../../ffi/comm.ts"
@@ -10,7 +11,7 @@ import type { Stream } from "../../../ffi/stream.ts"
 import { Tensor } from "../../../ffi/tensor.ts"
 import type { CreateDeviceMesh, Reduce, SendTensor } from "../../protocol/messages.ts"
 import type { Ref, TensorFactory } from "../../protocol/values.ts"
-import { CommError, type DependentOnError } from "../errors.ts"
+import { CommError, DependentOnError } from "../errors.ts"
 import { DeviceMesh } from "../mesh.ts"
 import { getAs } from "../refs.ts"
 import { commError, reject, tryDefine, type Session } from "../session.ts"
@@ -31,11 +32,17 @@ const zeros = (s: Session, f: TensorFactory, stream: Stream): Tensor => {
   return t
 }
 
-/** This rank's input: the tensor, or factory zeros and the poison to define afterwards. */
-const inputOf = (s: Session, ref: Ref, factory: TensorFactory, stream: Stream): { tensor: Tensor; poison: DependentOnError | undefined } => {
-  const poison = s.env.errorOf(ref)
-  if (poison) return { tensor: zeros(s, factory, stream), poison }
-  return { tensor: getAs(s.env, ref, Tensor, "a tensor"), poison: undefined }
+/**
+ * This rank's input: the tensor, or factory zeros and the failure to raise afterwards (the
+ * stored poison, or why the ref could not be read: unknown, not a tensor). Not joining would
+ * leave the peers waiting out the comm timeout, and the communicator unusable after it.
+ */
+const inputOf = (s: Session, ref: Ref, factory: TensorFactory, stream: Stream): { tensor: Tensor; failure: unknown } => {
+  try {
+    return { tensor: getAs(s.env, ref, Tensor, "a tensor"), failure: undefined }
+  } catch (failure) {
+    return { tensor: zeros(s, factory, stream), failure }
+  }
 }
 
 /** The collective a Reduce names (DESIGN.md, Reduce), returning the result tensor. */
@@ -80,18 +87,18 @@ export const reduce = (s: Session) => (m: Reduce) =>
     const stream = streamOf(s, m.stream)
     const mesh = getAs(s.env, m.mesh, DeviceMesh, "a mesh")
     const run = (comm: Comm) => {
-      const { tensor, poison } = inputOf(s, m.tensor, m.factory, stream)
+      const { tensor, failure } = inputOf(s, m.tensor, m.factory, stream)
       let out: Tensor
       try {
         out = collective(s, comm, tensor, m, stream)
       } catch (e) {
-        if (poison) tensor.free()
+        if (failure !== undefined) tensor.free()
         throw commError(e)
       }
-      if (!poison) return s.env.define(m.result, out)
+      if (failure === undefined) return s.env.define(m.result, out)
       out.free()
       if (out !== tensor) tensor.free()
-      throw poison
+      throw failure
     }
     const comm = mesh.cachedComm(m.dims)
     return comm ? run(comm) : mesh.openComm(m.dims, s.comms.open).pipe(Effect.map(run))
@@ -117,12 +124,14 @@ export const sendTensor = (s: Session) => (m: SendTensor) =>
       received?.free()
       throw commError(e)
     } finally {
-      if (sending?.poison) sending.tensor.free()
+      if (sending?.failure !== undefined) sending.tensor.free()
     }
-    if (!received) return
-    if (from === s.rank && sending?.poison) {
-      received.free()
-      throw sending.poison
+    // A poisoned input poisons only a copy to oneself: what came from a peer is good. An input
+    // that could not be read at all is this command's own failure, reported as such.
+    const failure = sending?.failure
+    if (failure !== undefined && (from === s.rank || !(failure instanceof DependentOnError))) {
+      received?.free()
+      throw failure
     }
-    s.env.define(m.result, received)
+    if (received) s.env.define(m.result, received)
   })
