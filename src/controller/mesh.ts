@@ -313,12 +313,13 @@ export class Mesh {
     return rank
   }
 
-  private fetchFrom(ranks: ReadonlyArray<number>, value: unknown, opts: FetchOptions, site: string | undefined) {
+  /** A FetchValue to the ranks `ranks()` picks; a bad rank or argument is a ControllerError. */
+  private fetchFrom(ranks: () => ReadonlyArray<number>, value: unknown, opts: FetchOptions, site: string | undefined) {
     return Effect.suspend(() => {
-      const reads = new Reads()
+      const targets = ranks(), reads = new Reads()
       const object = this.convert(value, reads)
       this.firstUses(reads.borrows)
-      return this.core.fetch(ranks, reads.inputs, opts.fn ?? "fetch", site, (ident) => ({
+      return this.core.fetch(targets, reads.inputs, opts.fn ?? "fetch", site, (ident) => ({
         _tag: "FetchValue", ident, mutates: [], function: opts.fn ?? null, object, stream: (opts.stream ?? this.defaultStream).ref,
       }))
     }).pipe(Effect.catchDefect((e) => Effect.fail(e instanceof ControllerError ? e : refuse(String(e)))))
@@ -329,16 +330,12 @@ export class Mesh {
    * coordinates (default: the first rank). Fails with the RemoteError it depends on.
    */
   fetch(value: unknown, at: number | Readonly<Record<string, number>> = 0, opts: FetchOptions = {}): Effect.Effect<Value, Failure> {
-    const site = this.core.site()
-    return Effect.suspend(() => this.fetchFrom([this.rankAt(at)], value, opts, site)).pipe(
-      Effect.map((values) => values[0]!),
-      Effect.catchDefect((e) => Effect.fail(e instanceof ControllerError ? e : refuse(String(e)))),
-    )
+    return this.fetchFrom(() => [this.rankAt(at)], value, opts, this.core.site()).pipe(Effect.map((values) => values[0]!))
   }
 
   /** The value on every rank of the mesh, in mesh order. */
   fetchAll(value: unknown, opts: FetchOptions = {}): Effect.Effect<ReadonlyArray<Value>, Failure> {
-    return this.fetchFrom(this.ranks, value, opts, this.core.site())
+    return this.fetchFrom(() => this.ranks, value, opts, this.core.site())
   }
 
   /** The sub-mesh at fixed coordinates of some dims (those dims go away). */

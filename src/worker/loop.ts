@@ -20,7 +20,7 @@ export type SessionDeps = Omit<Parameters<typeof makeSession>[0], "send">
 /** How the loop ended: an Exit command, or the controller going away. */
 export type LoopEnd = "exit" | "disconnected"
 
-export const runLoop = (inbox: Inbox, deps: SessionDeps, options: { readonly restartable: boolean }) =>
+export const runLoop = (inbox: Inbox, deps: SessionDeps, options: { readonly restartable: boolean }): Effect.Effect<LoopEnd> =>
   Effect.gen(function* () {
     // Checked once: a disabled logDebug per command still costs an effect step.
     const level = yield* References.MinimumLogLevel
@@ -33,17 +33,17 @@ export const runLoop = (inbox: Inbox, deps: SessionDeps, options: { readonly res
       const batch = yield* Queue.takeAll(inbox.messages).pipe(Effect.catchCause(() => Effect.succeed(null)))
       if (batch === null) {
         closeSession(session)
-        return "disconnected" satisfies LoopEnd as LoopEnd
+        return "disconnected"
       }
       for (const m of batch) {
         yield* dispatch(m)
         if (!session.exiting) continue
         sendStatus(session)
         closeSession(session)
-        if (!options.restartable) return "exit" satisfies LoopEnd as LoopEnd
+        if (!options.restartable) return "exit"
         session = makeSession({ ...deps, send: inbox.send })
         dispatch = makeDispatch(session, debug)
         inbox.send({ _tag: "Restarted", restarts: ++restarts })
       }
     }
-  }).pipe(Effect.scoped)
+  })

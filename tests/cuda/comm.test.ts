@@ -6,7 +6,8 @@
 // than only in a multi-GPU job. Skipped, saying why, when the cuda backend cannot load.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { Comm } from "../../ffi/comm.ts"
-import { loadNative, ShimError, type Native } from "../../ffi/native.ts"
+import { loadNative, type Native } from "../../ffi/native.ts"
+import { alike } from "./alike.ts"
 import type { CommOpName } from "../../ffi/symbols.ts"
 import { Tensor } from "../../ffi/tensor.ts"
 import { DTYPES, HostTensor, ITEM_SIZE, type DType } from "../../src/protocol/values.ts"
@@ -56,22 +57,6 @@ beforeAll(() => {
   if (cuda !== undefined) comms = [single(cpu, TIMEOUT_MS), single(cuda, TIMEOUT_MS)]
 })
 afterAll(() => comms?.forEach((c) => c.destroy()))
-
-/** Runs the same call on the cpu (0) and the cuda (1) side; both succeed or both fail alike. */
-const alike = (what: string, call: (which: 0 | 1) => void): boolean => {
-  const outcome = (which: 0 | 1) => {
-    try {
-      call(which)
-      return "ok"
-    } catch (e) {
-      if (!(e instanceof ShimError)) throw e
-      return `${e.reason}: ${e.message}`
-    }
-  }
-  const [c, g] = [outcome(0), outcome(1)]
-  expect(`${what}: ${g}`).toBe(`${what}: ${c}`)
-  return c === "ok"
-}
 
 /** The same tensor on each side: host bytes, or uninitialised. */
 const pair = (dtype: DType, shape: ReadonlyArray<number>, bytes?: Uint8Array): [Tensor, Tensor] =>

@@ -5,7 +5,8 @@
 // Every failing call must fail alike on both: the same status and the same message. Skipped,
 // saying why, when the cuda backend cannot load.
 import { describe, expect, test } from "bun:test"
-import { loadNative, ShimError, type Native } from "../../ffi/native.ts"
+import { loadNative, type Native } from "../../ffi/native.ts"
+import { alike } from "./alike.ts"
 import * as ops from "../../ffi/ops.ts"
 import type { BinaryOpName, ReduceOpName, UnaryOpName } from "../../ffi/symbols.ts"
 import { Tensor } from "../../ffi/tensor.ts"
@@ -114,22 +115,6 @@ const differences = (what: string, x: Tensor, y: Tensor, ulps = 0): string[] => 
       bad.push(`${what}[${i}]: cpu ${p.key}, cuda ${q.key}`)
   }
   return bad.slice(0, 20)
-}
-
-/** Runs a call on each backend: both succeed, or both fail with the same status and message. */
-const alike = (what: string, call: (which: 0 | 1) => void): boolean => {
-  const outcome = (which: 0 | 1) => {
-    try {
-      call(which)
-      return "ok"
-    } catch (e) {
-      if (!(e instanceof ShimError)) throw e
-      return `${e.reason}: ${e.message}`
-    }
-  }
-  const [c, g] = [outcome(0), outcome(1)]
-  expect(`${what}: ${g}`).toBe(`${what}: ${c}`)
-  return c === "ok"
 }
 
 const N = 61 // odd, over every vector width, past the special values

@@ -2,7 +2,7 @@
  * The multi-host checks (issue 7), shared by tests/hosts/hosts.test.ts and scripts/reliability.ts.
  * Two network namespaces joined by a veth pair stand in for two hosts; the store and the
  * controller run on host 1, two ranks on each host, each in its own process:
- *   - Gloo communicators across the hosts (tests/comm/scenarios.ts through comm_peer.ts):
+ *   - Gloo communicators across the hosts (tests/comm/scenarios.ts through tests/comm/worker.ts):
  *     every collective and dtype, broadcast from every root, barrier; then sub-communicators
  *     along a dim that crosses the hosts, and p2p both ways round a ring;
  *   - the real worker (src/worker.ts, torchrun-style env; Gloo on its host's address, given by
@@ -21,7 +21,7 @@ import type { Mode, ReliabilityRow } from "../reliability.ts"
 const BUN = process.execPath
 const ROOT = new URL("../..", import.meta.url).pathname.replace(/\/$/, "")
 const file = (p: string) => new URL(p, import.meta.url).pathname
-const STORE = file("./store.ts"), COMM_PEER = file("./comm_peer.ts"), CONTROLLER = file("./controller.ts")
+const STORE = file("./store.ts"), COMM_PEER = file("../comm/worker.ts"), CONTROLLER = file("./controller.ts")
 const WORKER = file("../../src/worker.ts")
 /** Collective, rendezvous and store timeouts inside the tries; far above what a try needs. */
 const TIMEOUT_MS = 30_000
@@ -67,7 +67,7 @@ const commTry = (hosts: Hosts, scenario: string, port: number, needs: ReadonlyAr
     const host1 = hosts.hosts[0], before = hosts.traffic(host1), started = performance.now()
     await startStore(spawn, host1, port)
     const peers = ranks.map((r) => spawn(new HostProcess(`rank ${r}`, hostOf(hosts, r), [
-      BUN, COMM_PEER, scenario, String(r), String(WORLD), String(TIMEOUT_MS), host1.address, String(port), hostOf(hosts, r).address,
+      BUN, COMM_PEER, scenario, String(r), String(WORLD), String(TIMEOUT_MS), String(port), host1.address, hostOf(hosts, r).address,
     ], {})))
     const codes = await Promise.all(peers.map((p) => p.exit(TIMEOUT_MS * 2)))
     const ms = performance.now() - started, after = hosts.traffic(host1)
