@@ -35,10 +35,11 @@ const defineInputs = (): number => {
   return t
 }
 
-const fetchAll = async (r: number): Promise<number[][]> => {
+/** Every rank's value of `r`; a fetch that does not come within `timeoutMs` fails saying `because`. */
+const fetchAll = async (r: number, timeoutMs?: number, because?: string): Promise<number[][]> => {
   const f = next()
   h.send("all", fetch(f, ref(r)))
-  return Promise.all(ranks.map(async (rank) => numbers((await h.next(rank, "FetchResult")).value)))
+  return Promise.all(ranks.map(async (rank) => numbers((await h.next(rank, "FetchResult", timeoutMs, because)).value)))
 }
 
 /** The group through each rank for dims of the 2x2 mesh (rank = 2 dp + tp). */
@@ -128,7 +129,7 @@ describe("SendTensor", () => {
   test("to oneself is a copy", async () => {
     const t = defineInputs(), out = fresh()
     h.send("all", send(next(), out, NDSlice.contiguous([4]), NDSlice.contiguous([4]), t, factory([2, 2])))
-    const got = await fetchAll(out)
+    const got = await fetchAll(out, 5000, "a send to oneself did not complete (a recv from itself waits out the comm timeout)")
     for (const r of ranks) expect(got[r]!).toEqual(inputOf(r))
     h.send("all", call(next(), [], "ops.fill_", [ref(t), 0], { mutates: [t] }))
     expect((await fetchAll(out))[2]!).toEqual(inputOf(2))
