@@ -5,6 +5,7 @@
 // out a timeout.
 import { afterEach, beforeEach, describe, expect, test } from "bun:test"
 import { NDSlice } from "../../src/protocol/ndslice.ts"
+import { DeviceMesh } from "../../src/worker/mesh.ts"
 import { sendStatus } from "../../src/worker/session.ts"
 import { call, createStream, factory, fetch, mesh, numbers, reduce, ref, send } from "./build.ts"
 import { inProcessLoop, inProcessWorker, type InProcessWorker } from "./inProcess.ts"
@@ -44,6 +45,42 @@ describe("firstUncompletedIdent and Status", () => {
     await w.dispatch(call(1, [23], "ops.ones", [[1]]))
     sendStatus(w.session)
     expect(statuses().map((m) => m.firstUncompletedIdent)).toEqual([1, 2])
+  })
+})
+
+describe("control messages", () => {
+  test("RequestStatus moves firstUncompletedIdent past its ident and sends Status at once", async () => {
+    await w.dispatch({ _tag: "RequestStatus", ident: 41 })
+    expect(w.session.firstUncompletedIdent, "RequestStatus did not move firstUncompletedIdent past its ident").toBe(42)
+    expect(statuses().map((m) => m.firstUncompletedIdent), "RequestStatus did not send Status at once").toEqual([42])
+    // Never backwards: an older ident leaves it where it is.
+    await w.dispatch({ _tag: "RequestStatus", ident: 3 })
+    expect(w.session.firstUncompletedIdent).toBe(42)
+  })
+
+  test("a CommandGroup runs its commands in order", async () => {
+    await w.dispatch({ _tag: "CommandGroup", commands: [call(0, [60], "ops.full", [[2], 3]), call(1, [61], "ops.mul", [ref(60), 2]), fetch(2, ref(61))] })
+    expect(failures(), "a CommandGroup ran its commands out of order (a command ran before the one defining its input)").toEqual([])
+    const got = w.sent.find((m) => m._tag === "FetchResult")
+    expect(got && numbers(got.value)).toEqual([6, 6])
+  })
+
+  test("DeleteRefs forgets the refs, and says which were unknown", async () => {
+    await w.dispatch(call(0, [70], "ops.ones", [[1]]))
+    await w.dispatch({ _tag: "DeleteRefs", refs: [70, 71] })
+    expect(w.session.env.has(70), "DeleteRefs left the ref defined").toBe(false)
+    expect(w.sent.filter((m) => m._tag === "ProtocolError").map((m) => m.message)).toEqual(["DeleteRefs: unknown refs [71]"])
+  })
+})
+
+describe("meshes", () => {
+  test("a mesh dim's group is the ranks along that dim, through this rank", () => {
+    // A 2x3 mesh of ranks 10..15 (row-major), seen from rank 14 at (1, 1).
+    const m = new DeviceMesh(5, ["dp", "tp"], NDSlice.contiguous([2, 3], 10), 14, [1, 1])
+    expect(m.members(["tp"]), "the group along tp is not the ranks of this rank's row").toEqual([13, 14, 15])
+    expect(m.members(["dp"]), "the group along dp is not the ranks of this rank's column").toEqual([11, 14])
+    expect(m.members(["dp", "tp"])).toEqual([10, 11, 12, 13, 14, 15])
+    expect(m.members(["tp", "dp"])).toEqual([10, 13, 11, 14, 12, 15])
   })
 })
 
