@@ -76,7 +76,7 @@ describe("control messages", () => {
 describe("meshes", () => {
   test("a mesh dim's group is the ranks along that dim, through this rank", () => {
     // A 2x3 mesh of ranks 10..15 (row-major), seen from rank 14 at (1, 1).
-    const m = new DeviceMesh(5, ["dp", "tp"], NDSlice.contiguous([2, 3], 10), 14, [1, 1])
+    const m = new DeviceMesh(5, ["dp", "tp"], NDSlice.contiguous([2, 3], 10), 14, [1, 1], w.session.comms)
     expect(m.members(["tp"]), "the group along tp is not the ranks of this rank's row").toEqual([13, 14, 15])
     expect(m.members(["dp"]), "the group along dp is not the ranks of this rank's column").toEqual([11, 14])
     expect(m.members(["dp", "tp"])).toEqual([10, 11, 12, 13, 14, 15])

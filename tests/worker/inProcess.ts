@@ -10,11 +10,12 @@ import { Cause, Effect, Fiber, Queue, References } from "effect"
 import { Comm } from "../../ffi/comm.ts"
 import { loadNative } from "../../ffi/native.ts"
 import { Tensor } from "../../ffi/tensor.ts"
+import { Communicators } from "../../src/comm/communicators.ts"
 import type { ControllerMessage, WorkerMessage } from "../../src/protocol/messages.ts"
 import { FunctionTable } from "../../src/worker/functions.ts"
 import { makeDispatch } from "../../src/worker/handlers/index.ts"
 import { runLoop } from "../../src/worker/loop.ts"
-import { makeSession, type Comms, type Session } from "../../src/worker/session.ts"
+import { makeSession, type Session } from "../../src/worker/session.ts"
 import { FIXTURES } from "./harness.ts"
 
 export const native = loadNative("cpu")
@@ -63,7 +64,7 @@ export interface InProcessWorker {
 /** The handlers log each root failure at info; the reports themselves are what these tests read. */
 const quiet = <A, E>(e: Effect.Effect<A, E>) => e.pipe(Effect.provideService(References.MinimumLogLevel, "Warn"))
 
-const makeComms = (calls: CommCall[]): Comms => ({ world: recordingComm(calls), open: () => Effect.sync(() => recordingComm(calls)) })
+const makeComms = (calls: CommCall[]): Communicators => new Communicators(recordingComm(calls), () => Effect.sync(() => recordingComm(calls)))
 
 /** Rank 0 of a world of 1, its handlers driven one command at a time. */
 export const inProcessWorker = (): InProcessWorker => {
