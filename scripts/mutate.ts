@@ -7,14 +7,17 @@
  *   bun run scripts/mutate.ts --jobs 2        two scratch copies, two breaks at once
  *   bun run scripts/mutate.ts --only token    the breaks whose behaviour or area contains "token"
  *   bun run scripts/mutate.ts --check         only locate every edit (a stale entry fails)
- *   --timeout 90                              seconds per break before its tests are killed
+ *   --every                                   run every listed file under each break, not only
+ *                                             until the first fails, and show each one's verdict
+ *   --timeout 90                              seconds per test file before it is killed
  *
  * An edit is located by its exact text anywhere under src/ and ffi/, so files may move; text
  * found other than exactly once stops the run before anything is tested, naming the entry.
  * The copies take the working tree as it is (tracked and untracked files, not ignored ones)
  * with node_modules and build/ linked, and go away at the end. First the named test files run
- * once unbroken: a break is only "caught" against tests that pass without it. Exits 1 when a
- * break survived or an entry is stale.
+ * once unbroken: a break is only "caught" against tests that pass without it. Under a break the
+ * files run one at a time, in the order listed, until one fails. Exits 1 when a break survived
+ * or an entry is stale.
  */
 import { spawn, spawnSync } from "node:child_process"
 import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs"
@@ -32,6 +35,7 @@ const arg = (name: string): string | undefined => {
 const jobs = Math.max(1, Number(arg("jobs") ?? 1))
 const timeoutMs = Number(arg("timeout") ?? 90) * 1000
 const only = arg("only")?.toLowerCase()
+const every = process.argv.includes("--every")
 
 // ---- locating edits -----------------------------------------------------------------------
 
@@ -161,9 +165,24 @@ const applyAndRun = async (dir: string, l: Located): Promise<Outcome> => {
       if (!originals.has(path)) originals.set(path, text)
       writeFileSync(path, text.replace(e.search, () => e.replace))
     })
-    const r = await runTests(dir, l.mutation.tests, timeoutMs)
-    const verdict = r.timedOut ? "hung (killed)" : r.code === 0 ? "SURVIVED" : "caught"
-    return { located: l, verdict, ms: r.ms, failure: verdict === "caught" ? firstFailure(r.output) : "" }
+    // One file at a time in the order listed (the most direct first), so the time says how
+    // soon the first test that should notice does; the first failing file ends it (unless --every).
+    let ms = 0
+    const seen: string[] = []
+    let first: Outcome | undefined
+    for (const test of l.mutation.tests) {
+      const r = await runTests(dir, [test], timeoutMs)
+      ms += r.ms
+      const name = relative("tests", test)
+      const outcome: Outcome | undefined = r.timedOut
+        ? { located: l, verdict: "hung (killed)", ms, failure: `${name} still running` }
+        : r.code !== 0 ? { located: l, verdict: "caught", ms, failure: `${name}: ${firstFailure(r.output)}` } : undefined
+      first ??= outcome
+      if (!every && outcome !== undefined) break
+      seen.push(`${name} ${outcome === undefined ? "passed" : `${outcome.verdict} in ${(r.ms / 1000).toFixed(1)} s`}`)
+    }
+    if (every) return { located: l, verdict: first?.verdict ?? "SURVIVED", ms: first?.ms ?? ms, failure: seen.join("; ") }
+    return first ?? { located: l, verdict: "SURVIVED", ms, failure: "" }
   } finally {
     for (const [path, text] of originals) writeFileSync(path, text)
   }

@@ -191,7 +191,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     area: "controller", behaviour: "a fetch asks every rank for Status, so it settles without the 1 s wait",
     file: "src/controller/core.ts",
     edits: one("      this.statusWanted = true\n", ""),
-    tests: ["tests/controller/controller.test.ts"],
+    tests: ["tests/controller/core.test.ts", "tests/controller/controller.test.ts"],
   },
   {
     area: "controller", behaviour: "a command outstanding past hangAfterMs is reported",
