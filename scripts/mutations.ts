@@ -108,7 +108,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     area: "worker", behaviour: "a value under several refs lives until its last ref goes",
     file: "src/worker/refs.ts",
     edits: one("    if (n > 0) return void this.holds.set(value, n)\n", ""),
-    tests: ["tests/worker/borrows.test.ts", "tests/worker/resources.test.ts"],
+    tests: ["tests/worker/inProcess.test.ts", "tests/worker/borrows.test.ts", "tests/worker/resources.test.ts"],
   },
   {
     area: "worker", behaviour: "a mesh dim's group is the ranks along that dim",

@@ -73,6 +73,18 @@ describe("control messages", () => {
   })
 })
 
+describe("refs", () => {
+  test("a value under several refs lives until its last ref goes (a borrow's alias, an in-place result)", async () => {
+    await w.dispatch(call(0, [80], "ops.full", [[2], 7]))
+    await w.dispatch({ _tag: "BorrowCreate", result: ref(81), tensor: ref(80), from: ref(1), to: ref(1), alreadyBorrowed: false })
+    await w.dispatch({ _tag: "DeleteRefs", refs: [80] })
+    await w.dispatch(fetch(1, ref(81)))
+    expect(failures(), "deleting one ref of a value freed it under the other").toEqual([])
+    const got = w.sent.find((m) => m._tag === "FetchResult")
+    expect(got && numbers(got.value)).toEqual([7, 7])
+  })
+})
+
 describe("meshes", () => {
   test("a mesh dim's group is the ranks along that dim, through this rank", () => {
     // A 2x3 mesh of ranks 10..15 (row-major), seen from rank 14 at (1, 1).
