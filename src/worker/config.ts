@@ -31,6 +31,8 @@ export interface WorkerConfig {
   readonly commTimeoutMs: number
   /** Rendezvous and store-wait timeout. */
   readonly storeTimeoutMs: number
+  /** Restartable: how long to wait for a new controller while the store does not answer either. */
+  readonly orphanTimeoutMs: number
   /**
    * The address Gloo binds and advertises for this worker's pairs (MONARCH_HOSTNAME); absent:
    * the address this host reaches the store from (startup.ts), so several hosts need no setting.
@@ -77,6 +79,7 @@ export const readConfig = (env: Record<string, string | undefined> = process.env
     functionRoots: (env.MONARCH_FUNCTION_PATH ?? process.cwd()).split(":").filter((r) => r.length > 0),
     commTimeoutMs: int(env, "MONARCH_COMM_TIMEOUT_MS", 60_000),
     storeTimeoutMs: int(env, "MONARCH_STORE_TIMEOUT_MS", 60_000),
+    orphanTimeoutMs: int(env, "MONARCH_ORPHAN_TIMEOUT_MS", 60_000),
     hostname: env.MONARCH_HOSTNAME || undefined,
   }
 }

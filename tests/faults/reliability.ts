@@ -4,7 +4,7 @@
  * `held` = the tries where every condition held, `detail` = what the program saw and the
  * times measured from fault to error. faults.test.ts runs the same scenarios.
  */
-import { controllerKilled, controllerReplacedThroughStore, listenerRebound } from "./controller_loss.ts"
+import { BACKLOG, controllerAndStoreKilled, controllerKilled, controllerReplacedThroughStore, listenerRebound, ORPHAN_TIMEOUT_MS } from "./controller_loss.ts"
 import { COMM_TIMEOUT_MS, killWorker } from "./kill.ts"
 import { controllerKeyNeverSet, missingKey, STORE_TIMEOUT_MS, storeKilled } from "./store_loss.ts"
 import { summarise, type Trial } from "./trial.ts"
@@ -56,9 +56,14 @@ export const scenarios: ReadonlyArray<Scenario> = [
     tries: { default: 2, long: 10 }, tryMs: 30_000, once: () => killWorker("idle"),
   },
   {
-    check: "controller killed (kill -9), workers not restartable",
-    outcome: "every worker exited with status 0, logging why",
+    check: `controller killed (kill -9) with ${BACKLOG.commands} commands of ${BACKLOG.holdMs} ms queued, workers not restartable`,
+    outcome: "every worker dropped the backlog once its running command ended and exited with status 3 (link lost), logging why",
     tries: { default: 2, long: 10 }, tryMs: 40_000, once: controllerKilled,
+  },
+  {
+    check: `controller and store killed (kill -9), restartable workers (orphan timeout ${ORPHAN_TIMEOUT_MS / 1000} s)`,
+    outcome: "every worker waited out its orphan timeout, then exited with status 3 (link lost), logging why",
+    tries: { default: 1, long: 10 }, tryMs: 40_000, once: controllerAndStoreKilled,
   },
   {
     check: "controller killed (kill -9), restartable workers; next controller found through the store",
