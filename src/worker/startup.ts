@@ -20,6 +20,7 @@ import { Store } from "../store/service.ts"
 import type { WorkerConfig } from "./config.ts"
 import { CommError } from "./errors.ts"
 import { FunctionTable } from "./functions.ts"
+import { applyMemoryLimit } from "./memory.ts"
 import { connectController, type LinkError } from "./link.ts"
 import { runLoop, type LoopEnd } from "./loop.ts"
 import type { Comms } from "./session.ts"
@@ -109,6 +110,7 @@ export const runWorker = (config: WorkerConfig): Effect.Effect<WorkerEnd, unknow
     const native = yield* Backend
     if (native.device === "cuda") native.check(native.shim.shim_set_device(config.localRank), "shim_set_device")
     yield* Effect.logInfo(`rank ${config.rank}/${config.world} on ${native.device} (${native.reason}), pid ${process.pid}`)
+    yield* Effect.logInfo(applyMemoryLimit(native, config))
 
     const store = yield* Store
     const hostname = yield* glooHostname(config)

@@ -15,3 +15,6 @@ export const blockOnRank = defineFunction((ctx, rank: number, ms: number, t: unk
 export const hold = defineFunction((_ctx, ms: number) => {
   Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms)
 })
+
+/** The worker's tensor memory: bytes in use and the limit its shim enforces. */
+export const memory = defineFunction((ctx) => [ctx.native.memoryUsage().inUse, ctx.native.memoryUsage().limit])

@@ -6,6 +6,7 @@
  */
 import { BACKLOG, controllerAndStoreKilled, controllerKilled, controllerReplacedThroughStore, listenerRebound, ORPHAN_TIMEOUT_MS } from "./controller_loss.ts"
 import { COMM_TIMEOUT_MS, killWorker } from "./kill.ts"
+import { defaultLimit, LIMIT_MIB, overTheLimit } from "./memory.ts"
 import { controllerKeyNeverSet, missingKey, STORE_TIMEOUT_MS, storeKilled } from "./store_loss.ts"
 import { summarise, type Trial } from "./trial.ts"
 import type { Mode, ReliabilityRow } from "../reliability.ts"
@@ -84,6 +85,16 @@ export const scenarios: ReadonlyArray<Scenario> = [
     check: `worker with no CONTROLLER_ADDR and no controller key in the store (${store})`,
     outcome: "start-up failed: StoreTimeout naming /monarch/controller in the log, non-zero exit",
     tries: { default: 1, long: 10 }, tryMs: 40_000, once: controllerKeyNeverSet,
+  },
+  {
+    check: `ops.zeros of 100 MB per rank with MONARCH_MEMORY_LIMIT=${LIMIT_MIB}MiB (2 workers)`,
+    outcome: "fetch: RemoteError ShimError naming the memory limit, at once; earlier values intact, 16 MB allocated after, memory given back",
+    tries: { default: 1, long: 10 }, tryMs: 30_000, once: overTheLimit,
+  },
+  {
+    check: "ops.zeros of 1.5 x host memory per rank, default memory limit (2 workers)",
+    outcome: "each worker's limit was 80% of host memory / 2; fetch: RemoteError ShimError naming the memory limit, at once",
+    tries: { default: 1, long: 10 }, tryMs: 30_000, once: defaultLimit,
   },
   {
     check: `store client get of a key never set (${store})`,
