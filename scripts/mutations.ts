@@ -69,8 +69,8 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     area: "worker", behaviour: "a restartable Exit starts a fresh state",
     file: "src/worker/loop.ts",
     edits: one(
-      '        closeSession(session)\n        if (!options.restartable) return "exit"\n        session = makeSession({ ...deps, send: inbox.send })\n        dispatch = makeDispatch(session, debug)\n',
-      '        if (!options.restartable) {\n          closeSession(session)\n          return "exit"\n        }\n        session.exiting = false\n',
+      '          closeSession(session)\n          if (!options.restartable) return "exit"\n          session = fresh()\n          dispatch = makeDispatch(session, debug)\n',
+      '          if (!options.restartable) {\n            closeSession(session)\n            return "exit"\n          }\n          session.exiting = false\n',
     ),
     tests: ["tests/worker/inProcess.test.ts", "tests/worker/lifecycle.test.ts"],
   },

@@ -91,7 +91,7 @@ export const inProcessLoop = (options: { readonly restartable: boolean }): InPro
   const sent: ControllerMessage[] = [], calls: CommCall[] = []
   const messages = Effect.runSync(Queue.unbounded<WorkerMessage, Cause.Done>())
   const comms = makeComms(calls)
-  const fiber = Effect.runFork(quiet(runLoop({ messages, send: (m) => void sent.push(m) }, { rank: 0, world: 1, native, comms, functions: new FunctionTable([FIXTURES]) }, options)))
+  const fiber = Effect.runFork(quiet(runLoop({ messages, send: (m) => void sent.push(m), linkState: () => "open" }, { rank: 0, world: 1, native, comms, functions: new FunctionTable([FIXTURES]) }, options)))
   let seen = 0
   return {
     sent,
