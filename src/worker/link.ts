@@ -15,6 +15,8 @@ export class LinkError extends Data.TaggedError("LinkError")<{ readonly message:
 
 export interface ControllerLink extends Inbox {
   readonly close: () => void
+  /** Whether the controller sent any command: it admitted this worker. */
+  readonly commandsSeen: () => boolean
 }
 
 export interface LinkOptions {
@@ -30,6 +32,7 @@ export const connectController = (o: LinkOptions): Effect.Effect<ControllerLink,
   Effect.gen(function* () {
     const messages = yield* Queue.unbounded<WorkerMessage, Cause.Done>()
     let conn: Connection<WorkerMessage> | undefined
+    let commands = false
     const target = yield* Effect.try({ try: () => parseAddress(o.address), catch: (e) => new LinkError({ message: (e as Error).message }) })
     yield* Effect.tryPromise({
       try: () =>
@@ -41,7 +44,10 @@ export const connectController = (o: LinkOptions): Effect.Effect<ControllerLink,
               s.setNoDelay(true)
               conn = new Connection<WorkerMessage>(s, {
                 decode: decodeWorkerMessage,
-                onMessage: (m) => Queue.offerUnsafe(messages, m),
+                onMessage: (m) => {
+                  commands = true
+                  Queue.offerUnsafe(messages, m)
+                },
                 onInvalid: (e) => {
                   conn?.send({ _tag: "ProtocolError", message: e.message })
                   o.onInvalid?.(e.message)
@@ -68,5 +74,5 @@ export const connectController = (o: LinkOptions): Effect.Effect<ControllerLink,
       else if (m._tag !== "ProtocolError") conn?.send({ _tag: "ProtocolError", message: why })
     }
     send({ _tag: "WorkerHello", ...o.hello })
-    return { messages, send, close: () => conn?.close() }
+    return { messages, send, close: () => conn?.close(), commandsSeen: () => commands }
   })

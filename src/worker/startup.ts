@@ -14,12 +14,13 @@ import { openComm } from "../comm/rendezvous.ts"
 import type { StoreApi } from "../store/api.ts"
 import { makeClient } from "../store/client.ts"
 import { prefixStore } from "../store/prefix.ts"
+import { writeStoreFile } from "../store/addressFile.ts"
 import { serveOnThread } from "../store/serverThread.ts"
 import { Store } from "../store/service.ts"
 import type { WorkerConfig } from "./config.ts"
 import { CommError } from "./errors.ts"
 import { FunctionTable } from "./functions.ts"
-import { connectController } from "./link.ts"
+import { connectController, LinkError, type ControllerLink } from "./link.ts"
 import { runLoop } from "./loop.ts"
 import type { Comms } from "./session.ts"
 
@@ -36,6 +37,10 @@ export const workerStore = (config: WorkerConfig) =>
     const timeout = Duration.millis(config.storeTimeoutMs)
     const client = yield* makeClient({ host, port, timeout, connectTimeout: timeout })
     yield* Effect.logInfo(`store ${host}:${port} (torch ${client.dialect} dialect), prefix ${prefix}`)
+    if (config.storeFile !== undefined && config.rank === 0) {
+      yield* writeStoreFile(config.storeFile, { host, port, prefix })
+      yield* Effect.logInfo(`wrote the store's address to ${config.storeFile}`)
+    }
     return prefixStore(prefix, client)
   }))
 
@@ -85,6 +90,55 @@ const sanityCheck = (native: Native, world: Comm) =>
   })
 
 /**
+ * Meets the controller: reads its address (and token) from the environment or the store,
+ * connects and says hello, retrying with backoff while no controller admits this worker: the
+ * address is not in the store yet, the connection is refused, or the link closes before any
+ * command (a controller that refused this worker or failed to start). A worker that is not
+ * restartable gives up after connectTimeoutMs; a restartable one keeps waiting.
+ */
+const makeAttach = (config: WorkerConfig, store: StoreApi, device: string, log: (e: Effect.Effect<void>) => void) => {
+  /** One try: a link that carried at least one command, or why not. */
+  const attempt = <A>(use: (link: ControllerLink) => Effect.Effect<A>, waitMs: number) =>
+    Effect.scoped(Effect.gen(function* () {
+      const address = config.controllerAddress ?? decoder.decode(yield* store.get("controller", Duration.millis(waitMs)))
+      const token = config.token ?? decoder.decode(yield* store.get("token", Duration.millis(waitMs)))
+      const link = yield* connectController({
+        address,
+        hello: { rank: config.rank, world: config.world, pid: process.pid, token, device },
+        onInvalid: (message) => log(Effect.logWarning(`refused a frame: ${message}`)),
+      })
+      yield* Effect.logInfo(`connected to the controller at ${address}`)
+      const end = yield* use(link)
+      // A restartable worker serves whoever comes next, so any link that ends is a session.
+      return link.commandsSeen() || config.restartable ? { end } : { refused: `${address} closed the link before any command` }
+    })).pipe(
+      Effect.catchTag("LinkError", (e) => Effect.succeed({ refused: e.message })),
+      Effect.catchTag("StoreTimeout", (e) => Effect.succeed({ refused: `no controller address in the store yet (${e.keys.join(", ")})` })),
+    )
+
+  return {
+    /** Runs `use` on the first link a controller admits; returns how it ended. */
+    session: <A>(use: (link: ControllerLink) => Effect.Effect<A>) =>
+      Effect.gen(function* () {
+        const deadline = Date.now() + config.connectTimeoutMs
+        let backoffMs = 50
+        let said = ""
+        while (true) {
+          const left = config.restartable ? 1000 : Math.max(1, deadline - Date.now())
+          const tried = yield* attempt(use, Math.min(left, 1000))
+          if ("end" in tried) return tried.end
+          if (!config.restartable && Date.now() >= deadline)
+            return yield* new LinkError({ message: `no controller admitted this worker within ${config.connectTimeoutMs} ms (MONARCH_CONNECT_TIMEOUT_MS); last: ${tried.refused}` })
+          if (tried.refused !== said) yield* Effect.logInfo(`waiting for a controller: ${tried.refused}`)
+          said = tried.refused
+          yield* Effect.sleep(Duration.millis(backoffMs))
+          backoffMs = Math.min(backoffMs * 2, 1000)
+        }
+      }),
+  }
+}
+
+/**
  * Runs the worker until Exit, or until the controller leaves when it is not restartable; a
  * restartable worker then waits for the next controller, reading its address again each time.
  */
@@ -106,31 +160,14 @@ export const runWorker = (config: WorkerConfig) =>
     const comms = makeComms(config, hostname, native, store, world)
     const functions = new FunctionTable(config.functionRoots)
     const log = Effect.runSyncWith(yield* Effect.context<never>())
-    /** Whether "waiting for a new one" was said since the last controller was seen. */
-    let waiting = false
+    const deps = { rank: config.rank, world: config.world, native, comms, functions }
+    const attach = makeAttach(config, store, native.device, log)
     while (true) {
-      const address = config.controllerAddress ?? decoder.decode(yield* store.get("controller"))
-      const token = config.token ?? decoder.decode(yield* store.get("token"))
-      const end = yield* Effect.scoped(Effect.gen(function* () {
-        const link = yield* connectController({
-          address,
-          hello: { rank: config.rank, world: config.world, pid: process.pid, token, device: native.device },
-          onInvalid: (message) => log(Effect.logWarning(`refused a frame: ${message}`)),
-        })
-        waiting = false
-        yield* Effect.logInfo(`connected to the controller at ${address}`)
-        return yield* runLoop(link, { rank: config.rank, world: config.world, native, comms, functions }, { restartable: config.restartable })
-      })).pipe(
-        // Restartable: a controller not listening (yet) is waited for, its address read again
-        // each time, since the next one may publish a new address or re-bind the same one.
-        Effect.catchTag("LinkError", (e) => (config.restartable ? Effect.succeed(e) : Effect.fail(e))),
-      )
-      if (end === "exit" || (end === "disconnected" && !config.restartable)) {
+      const end = yield* attach.session((link) => runLoop(link, deps, { restartable: config.restartable }))
+      if (end === "exit" || !config.restartable) {
         yield* Effect.logInfo(end === "exit" ? "exit" : "the controller went away; exiting")
         return
       }
-      if (!waiting) yield* Effect.logInfo(end === "disconnected" ? "the controller went away; waiting for a new one" : `waiting for a controller: ${end.message}`)
-      waiting = true
-      yield* Effect.sleep("500 millis")
+      yield* Effect.logInfo("the controller went away; waiting for a new one")
     }
   })
