@@ -5,13 +5,13 @@
  * mode replaces the session with a fresh one.
  */
 import { Cause, Effect } from "effect"
-import type { Comm } from "../../ffi/comm.ts"
 import type { Native } from "../../ffi/native.ts"
 import type { Event, Stream } from "../../ffi/stream.ts"
 import type { Tensor } from "../../ffi/tensor.ts"
+import type { Communicators } from "../comm/communicators.ts"
 import type { ControllerMessage } from "../protocol/messages.ts"
 import type { Ref } from "../protocol/values.ts"
-import { CommError, DependentOnError, toErrorPayload } from "./errors.ts"
+import { DependentOnError, toErrorPayload } from "./errors.ts"
 import type { FunctionTable } from "./functions.ts"
 import { RefEnv, resolveTree } from "./refs.ts"
 
@@ -24,13 +24,6 @@ export interface Borrow {
   lastUse: Event | null
 }
 
-/** Communicators: the world one, and groups opened on demand through the store. */
-export interface Comms {
-  readonly world: Comm
-  /** A communicator over `members` (global ranks, in group order), agreed on by `key`. */
-  open(key: string, members: ReadonlyArray<number>): Effect.Effect<Comm, CommError>
-}
-
 export interface Session {
   readonly rank: number
   readonly world: number
@@ -38,7 +31,7 @@ export interface Session {
   readonly env: RefEnv
   /** Borrow id -> its state, or null when its creation failed (its steps are then no-ops). */
   readonly borrows: Map<number, Borrow | null>
-  readonly comms: Comms
+  readonly comms: Communicators
   readonly functions: FunctionTable
   /** Sends a message to the controller (queued; never blocks). */
   readonly send: (msg: ControllerMessage) => void
@@ -141,7 +134,3 @@ const poison = (s: Session, ident: number, refs: ReadonlyArray<Ref>, error: unkn
 
 /** Tells the controller a command without an ident could not be carried out. */
 export const reject = (s: Session, message: string): void => s.send({ _tag: "ProtocolError", message })
-
-/** Wraps a shim failure in the communication layer as a CommError. */
-export const commError = (e: unknown): CommError =>
-  e instanceof CommError ? e : new CommError({ message: e instanceof Error ? e.message : String(e), cause: e })

@@ -10,19 +10,17 @@ import type { Native } from "../../ffi/native.ts"
 import * as k from "../../ffi/ops.ts"
 import { Tensor } from "../../ffi/tensor.ts"
 import { Backend } from "../backend.ts"
-import { openComm } from "../comm/rendezvous.ts"
-import type { StoreApi } from "../store/api.ts"
+import { commError, Communicators } from "../comm/communicators.ts"
+import { CommError } from "../comm/errors.ts"
 import { makeClient } from "../store/client.ts"
 import { prefixStore } from "../store/prefix.ts"
 import { writeStoreFile } from "../store/addressFile.ts"
 import { serveOnThread } from "../store/serverThread.ts"
 import { Store } from "../store/service.ts"
 import type { WorkerConfig } from "./config.ts"
-import { CommError } from "./errors.ts"
 import { FunctionTable } from "./functions.ts"
 import { connectController, LinkError, type ControllerLink } from "./link.ts"
 import { runLoop } from "./loop.ts"
-import type { Comms } from "./session.ts"
 
 const decoder = new TextDecoder()
 
@@ -60,21 +58,8 @@ const glooHostname = (config: WorkerConfig) =>
         socket.close()
         return address
       },
-      catch: (e) => new CommError({ message: `no local address routes to the store at ${config.store.host}; set MONARCH_HOSTNAME: ${(e as Error).message}`, cause: e }),
+      catch: (e) => new CommError({ reason: "rendezvous", message: `no local address routes to the store at ${config.store.host}; set MONARCH_HOSTNAME: ${(e as Error).message}`, cause: e }),
     })
-
-/** Communicators through the store; the nth opening of a group key is the same on every member. */
-const makeComms = (config: WorkerConfig, hostname: string, native: Native, store: StoreApi, world: Comm): Comms => {
-  const opened = new Map<string, number>()
-  return {
-    world,
-    open: (key, members) => {
-      const n = opened.get(key) ?? 0
-      opened.set(key, n + 1)
-      return openComm({ native, store, key: `comm/${key}/${n}`, members, rank: config.rank, timeoutMs: config.commTimeoutMs, hostname })
-    },
-  }
-}
 
 /** All-reduces a one-element 1 over the world: proves every rank is connected. */
 const sanityCheck = (native: Native, world: Comm) =>
@@ -86,7 +71,10 @@ const sanityCheck = (native: Native, world: Comm) =>
       const got = new Float32Array(t.toHost().data.buffer)[0]
       if (got !== world.size) throw new Error(`sanity all_reduce gave ${got}, expected ${world.size}`)
     },
-    catch: (e) => new CommError({ message: `start-up all_reduce failed: ${(e as Error).message}`, cause: e }),
+    catch: (e) => {
+      const cause = commError(e)
+      return new CommError({ reason: cause.reason, message: `start-up all_reduce failed: ${cause.message}`, cause: e })
+    },
   })
 
 /**
@@ -150,14 +138,10 @@ export const runWorker = (config: WorkerConfig) =>
 
     const store = yield* Store
     const hostname = yield* glooHostname(config)
-    const world = yield* openComm({
-      native, store, key: "comm/world", members: Array.from({ length: config.world }, (_, r) => r),
-      rank: config.rank, timeoutMs: config.commTimeoutMs, hostname,
-    })
-    yield* sanityCheck(native, world)
+    const comms = yield* Communicators.open({ native, store, rank: config.rank, world: config.world, timeoutMs: config.commTimeoutMs, hostname })
+    yield* sanityCheck(native, comms.world)
     yield* Effect.logInfo(`world communicator ready (${config.world} ranks, Gloo on ${hostname})`)
 
-    const comms = makeComms(config, hostname, native, store, world)
     const functions = new FunctionTable(config.functionRoots)
     const log = Effect.runSyncWith(yield* Effect.context<never>())
     const deps = { rank: config.rank, world: config.world, native, comms, functions }
