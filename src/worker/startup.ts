@@ -4,7 +4,7 @@
  * a one-element tensor, the controller link, then the command loop. The backend and the
  * store are services (src/backend.ts, src/store/service.ts); src/worker.ts provides them.
  */
-import { Duration, Effect, Layer } from "effect"
+import { Duration, Effect, Layer, type Scope } from "effect"
 import type { Comm } from "../../ffi/comm.ts"
 import type { Native } from "../../ffi/native.ts"
 import * as k from "../../ffi/ops.ts"
@@ -12,16 +12,17 @@ import { Tensor } from "../../ffi/tensor.ts"
 import { Backend } from "../backend.ts"
 import { commError, Communicators } from "../comm/communicators.ts"
 import { CommError } from "../comm/errors.ts"
-import type { StoreApi } from "../store/api.ts"
+import { StoreError, type StoreTimeout } from "../store/errors.ts"
+import { writeStoreFile } from "../store/addressFile.ts"
 import { makeClient } from "../store/client.ts"
 import { prefixStore } from "../store/prefix.ts"
-import { writeStoreFile } from "../store/addressFile.ts"
 import { serveOnThread } from "../store/serverThread.ts"
 import { Store } from "../store/service.ts"
 import type { WorkerConfig } from "./config.ts"
 import { FunctionTable } from "./functions.ts"
-import { connectController, LinkError, type ControllerLink } from "./link.ts"
-import { runLoop } from "./loop.ts"
+import { connectController, LinkError } from "./link.ts"
+import { runLoop, type LoopEnd } from "./loop.ts"
+import { applyMemoryLimit } from "./memory.ts"
 
 const decoder = new TextDecoder()
 
@@ -79,63 +80,30 @@ const sanityCheck = (native: Native, world: Comm) =>
   })
 
 /**
- * Meets the controller: reads its address (and token) from the environment or the store,
- * connects and says hello, retrying with backoff while no controller admits this worker: the
- * address is not in the store yet, the connection is refused, or the link closes before any
- * command (a controller that refused this worker or failed to start). A worker that is not
- * restartable gives up after connectTimeoutMs; a restartable one keeps waiting.
+ * How a worker process ends (README, docs/protocol.md): 0 after an Exit, 1 when it failed (at
+ * start-up, or a defect), LINK_LOST when its controller went away without an Exit and it is not
+ * restartable, or when, restartable, it could reach neither a controller nor the store for
+ * MONARCH_ORPHAN_TIMEOUT_MS.
  */
-const makeAttach = (config: WorkerConfig, store: StoreApi, device: string, log: (e: Effect.Effect<void>) => void) => {
-  /** One try: a link that carried at least one command, or why not. */
-  const attempt = <A>(use: (link: ControllerLink) => Effect.Effect<A>, waitMs: number) =>
-    Effect.scoped(Effect.gen(function* () {
-      const address = config.controllerAddress ?? decoder.decode(yield* store.get("controller", Duration.millis(waitMs)))
-      const token = config.token ?? decoder.decode(yield* store.get("token", Duration.millis(waitMs)))
-      const link = yield* connectController({
-        address,
-        hello: { rank: config.rank, world: config.world, pid: process.pid, token, device },
-        onInvalid: (message) => log(Effect.logWarning(`refused a frame: ${message}`)),
-      })
-      yield* Effect.logInfo(`connected to the controller at ${address}`)
-      const end = yield* use(link)
-      // A restartable worker serves whoever comes next, so any link that ends is a session.
-      return link.commandsSeen() || config.restartable ? { end } : { refused: `${address} closed the link before any command` }
-    })).pipe(
-      Effect.catchTag("LinkError", (e) => Effect.succeed({ refused: e.message })),
-      Effect.catchTag("StoreTimeout", (e) => Effect.succeed({ refused: `no controller address in the store yet (${e.keys.join(", ")})` })),
-    )
+export const EXIT_STATUS = { exit: 0, failed: 1, linkLost: 3 } as const
 
-  return {
-    /** Runs `use` on the first link a controller admits; returns how it ended. */
-    session: <A>(use: (link: ControllerLink) => Effect.Effect<A>) =>
-      Effect.gen(function* () {
-        const deadline = Date.now() + config.connectTimeoutMs
-        let backoffMs = 50
-        let said = ""
-        while (true) {
-          const left = config.restartable ? 1000 : Math.max(1, deadline - Date.now())
-          const tried = yield* attempt(use, Math.min(left, 1000))
-          if ("end" in tried) return tried.end
-          if (!config.restartable && Date.now() >= deadline)
-            return yield* new LinkError({ message: `no controller admitted this worker within ${config.connectTimeoutMs} ms (MONARCH_CONNECT_TIMEOUT_MS); last: ${tried.refused}` })
-          if (tried.refused !== said) yield* Effect.logInfo(`waiting for a controller: ${tried.refused}`)
-          said = tried.refused
-          yield* Effect.sleep(Duration.millis(backoffMs))
-          backoffMs = Math.min(backoffMs * 2, 1000)
-        }
-      }),
-  }
-}
+/** How the worker ended: an Exit, or its controller gone for good. */
+export type WorkerEnd = "exit" | "link lost"
+
+/** A failure to reach the controller or to read its address, which a restartable worker waits out. */
+type Unreachable = LinkError | StoreError | StoreTimeout
 
 /**
  * Runs the worker until Exit, or until the controller leaves when it is not restartable; a
- * restartable worker then waits for the next controller, reading its address again each time.
+ * restartable worker then waits for the next controller, reading its address again each time,
+ * for as long as the store answers (or a controller does within orphanTimeoutMs).
  */
-export const runWorker = (config: WorkerConfig) =>
+export const runWorker = (config: WorkerConfig): Effect.Effect<WorkerEnd, unknown, Backend | Store | Scope.Scope> =>
   Effect.gen(function* () {
     const native = yield* Backend
     if (native.device === "cuda") native.check(native.shim.shim_set_device(config.localRank), "shim_set_device")
     yield* Effect.logInfo(`rank ${config.rank}/${config.world} on ${native.device} (${native.reason}), pid ${process.pid}`)
+    yield* Effect.logInfo(applyMemoryLimit(native, config))
 
     const store = yield* Store
     const hostname = yield* glooHostname(config)
@@ -145,14 +113,85 @@ export const runWorker = (config: WorkerConfig) =>
 
     const functions = new FunctionTable(config.functionRoots)
     const log = Effect.runSyncWith(yield* Effect.context<never>())
-    const deps = { rank: config.rank, world: config.world, native, comms, functions }
-    const attach = makeAttach(config, store, native.device, log)
+    /** Whether "waiting for a new one" was said since the last controller was seen. */
+    let waiting = false
+    /** When a controller or the store last answered (restartable: the orphan timeout runs from it). */
+    let lastAnswer = performance.now()
+    /**
+     * Not restartable: until a controller admits this worker (sends it a command), one not
+     * listening yet, not in the store yet, or one that refused this worker or failed to start
+     * is retried with backoff until connectTimeoutMs.
+     */
+    const connectDeadline = performance.now() + config.connectTimeoutMs
+    let backoffMs = 50
+    let said = ""
+    const readAddress = (waitMs?: number) => Effect.gen(function* () {
+      const wait = waitMs === undefined ? undefined : Duration.millis(waitMs)
+      const address = config.controllerAddress ?? decoder.decode(yield* store.get("controller", wait))
+      const token = config.token ?? decoder.decode(yield* store.get("token", wait))
+      return { address, token }
+    })
+    // Restartable: a dead store makes each read retry its connection for the store timeout.
+    const readBounded = !config.restartable
+      ? Effect.suspend(() => readAddress(Math.max(1, Math.min(1000, connectDeadline - performance.now()))))
+      : readAddress().pipe(Effect.timeoutOrElse({
+        duration: config.orphanTimeoutMs,
+        orElse: () => Effect.fail(new StoreError({ reason: "Connect", detail: `no controller address within ${config.orphanTimeoutMs} ms` })),
+      }))
     while (true) {
-      const end = yield* attach.session((link) => runLoop(link, deps, { restartable: config.restartable }))
-      if (end === "exit" || !config.restartable) {
-        yield* Effect.logInfo(end === "exit" ? "exit" : "the controller went away; exiting")
-        return
+      let address = config.controllerAddress ?? "the controller"
+      let admitted = false
+      const end: LoopEnd | Unreachable = yield* Effect.scoped(Effect.gen(function* () {
+        const read = yield* readBounded
+        address = read.address
+        const link = yield* connectController({
+          address,
+          hello: { rank: config.rank, world: config.world, pid: process.pid, token: read.token, device: native.device },
+          onInvalid: (message) => log(Effect.logWarning(`refused a frame: ${message}`)),
+        })
+        waiting = false
+        yield* Effect.logInfo(`connected to the controller at ${address}`)
+        const ended = yield* runLoop(link, { rank: config.rank, world: config.world, native, comms, functions }, { restartable: config.restartable })
+        admitted = link.commandsSeen()
+        return ended
+      })).pipe(
+        // A controller not listening (yet) is waited for, its address read again each time,
+        // since the next one may publish a new address or re-bind the same one.
+        Effect.catchTags({
+          LinkError: (e) => Effect.succeed(e),
+          StoreError: (e) => (config.restartable ? Effect.succeed(e) : Effect.fail(e)),
+          StoreTimeout: (e) => Effect.succeed(e),
+        }),
+      )
+      if (end === "exit") {
+        yield* Effect.logInfo("exit")
+        return "exit"
       }
-      yield* Effect.logInfo("the controller went away; waiting for a new one")
+      if (!config.restartable) {
+        if (end === "disconnected" && admitted) {
+          yield* Effect.logInfo("the controller went away; exiting")
+          return "link lost"
+        }
+        const why = end === "disconnected" ? `${address} closed the link before any command`
+          : end._tag === "StoreTimeout" ? `no controller address in the store yet (${end.keys.join(", ")})` : end.message
+        if (performance.now() >= connectDeadline)
+          return yield* new LinkError({ message: `no controller admitted this worker within ${config.connectTimeoutMs} ms (MONARCH_CONNECT_TIMEOUT_MS); last: ${why}` })
+        if (why !== said) yield* Effect.logInfo(`waiting for a controller: ${why}`)
+        said = why
+        yield* Effect.sleep(Duration.millis(backoffMs))
+        backoffMs = Math.min(backoffMs * 2, 1000)
+        continue
+      }
+      // The controller answered until it went away; a store that answers means the job lives.
+      if (end === "disconnected") lastAnswer = performance.now()
+      const probe = Math.max(1, Math.min(2000, config.orphanTimeoutMs - (performance.now() - lastAnswer)))
+      if (yield* store.check(["controller"]).pipe(Effect.timeout(probe), Effect.as(true), Effect.orElseSucceed(() => false))) lastAnswer = performance.now()
+      else if (performance.now() - lastAnswer >= config.orphanTimeoutMs) {
+        yield* Effect.logWarning(`neither a controller nor the store answered for ${config.orphanTimeoutMs} ms; exiting`)
+        return "link lost"
+      }
+      if (!waiting) yield* Effect.logInfo(end === "disconnected" ? "the controller went away; waiting for a new one" : `waiting for a controller: ${end.message}`)
+      waiting = true
+      yield* Effect.sleep("500 millis")
     }
   })
