@@ -32,6 +32,13 @@ export class FunctionFailed extends Data.TaggedError("FunctionFailed")<{
   readonly message: string
 }> {}
 
+/**
+ * A collective's or send's input is not what the command's factory declares (dtype or shape):
+ * the rank joins with the factory's zeros instead, so its peers never see a buffer of another
+ * size, and fails the command with this.
+ */
+export class InputMismatch extends Data.TaggedError("InputMismatch")<{ readonly message: string }> {}
+
 /** A collective or send failed in the communication layer (timeout, lost peer, bad sizes). */
 export class CommError extends Data.TaggedError("CommError")<{ readonly message: string; readonly cause?: unknown }> {}
 

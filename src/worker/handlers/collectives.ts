@@ -11,7 +11,7 @@ import type { Stream } from "../../../ffi/stream.ts"
 import { Tensor } from "../../../ffi/tensor.ts"
 import type { CreateDeviceMesh, Reduce, SendTensor } from "../../protocol/messages.ts"
 import type { Ref, TensorFactory } from "../../protocol/values.ts"
-import { CommError, DependentOnError } from "../errors.ts"
+import { CommError, DependentOnError, InputMismatch } from "../errors.ts"
 import { DeviceMesh } from "../mesh.ts"
 import { getAs } from "../refs.ts"
 import { commError, reject, tryDefine, type Session } from "../session.ts"
@@ -32,17 +32,26 @@ const zeros = (s: Session, f: TensorFactory, stream: Stream): Tensor => {
   return t
 }
 
+const sameShape = (a: ReadonlyArray<number>, b: ReadonlyArray<number>): boolean =>
+  a.length === b.length && a.every((d, i) => d === b[i])
+
 /**
  * This rank's input: the tensor, or factory zeros and the failure to raise afterwards (the
- * stored poison, or why the ref could not be read: unknown, not a tensor). Not joining would
- * leave the peers waiting out the comm timeout, and the communicator unusable after it.
+ * stored poison, why the ref could not be read: unknown, not a tensor, or a tensor other than
+ * the factory declares). Not joining would leave the peers waiting out the comm timeout, and
+ * the communicator unusable after it; joining with a tensor of another size would have them
+ * read or write past what they hold.
  */
-const inputOf = (s: Session, ref: Ref, factory: TensorFactory, stream: Stream): { tensor: Tensor; failure: unknown } => {
+const inputOf = (s: Session, what: string, ref: Ref, factory: TensorFactory, stream: Stream): { tensor: Tensor; failure: unknown } => {
+  let failure: unknown
   try {
-    return { tensor: getAs(s.env, ref, Tensor, "a tensor"), failure: undefined }
-  } catch (failure) {
-    return { tensor: zeros(s, factory, stream), failure }
+    const tensor = getAs(s.env, ref, Tensor, "a tensor")
+    if (tensor.dtype === factory.dtype && sameShape(tensor.shape, factory.shape)) return { tensor, failure: undefined }
+    failure = new InputMismatch({ message: `${what}: the input is ${tensor.dtype}[${tensor.shape}], the factory declares ${factory.dtype}[${factory.shape}]` })
+  } catch (e) {
+    failure = e
   }
+  return { tensor: zeros(s, factory, stream), failure }
 }
 
 /** The collective a Reduce names (DESIGN.md, Reduce), returning the result tensor. */
@@ -76,7 +85,8 @@ const collective = (s: Session, comm: Comm, input: Tensor, m: Reduce, stream: St
   }
   if (m.scatter) {
     if (m.inplace) throw new CommError({ message: "Reduce: reduce_scatter cannot be in place" })
-    if (input.shape[0] !== n) throw new CommError({ message: `Reduce: reduce_scatter needs dim 0 of ${input} to equal the group size ${n}` })
+    // A dim 0 other than the group size is the shim's to refuse: it tells the other members so,
+    // where a refusal here would leave them waiting.
     return into(fresh(input.shape.slice(1)), (out) => comm.reduceScatter(out, input, m.reduction as "sum", stream))
   }
   return into(m.inplace ? input : fresh(input.shape), (out) => comm.allReduce(out, input, m.reduction as "sum", stream))
@@ -87,7 +97,7 @@ export const reduce = (s: Session) => (m: Reduce) =>
     const stream = streamOf(s, m.stream)
     const mesh = getAs(s.env, m.mesh, DeviceMesh, "a mesh")
     const run = (comm: Comm) => {
-      const { tensor, failure } = inputOf(s, m.tensor, m.factory, stream)
+      const { tensor, failure } = inputOf(s, `Reduce ${m.ident}`, m.tensor, m.factory, stream)
       let out: Tensor
       try {
         out = collective(s, comm, tensor, m, stream)
@@ -108,7 +118,7 @@ export const sendTensor = (s: Session) => (m: SendTensor) =>
   tryDefine(s, m.ident, [m.result], () => {
     const stream = streamOf(s, m.stream)
     const sendAt = m.fromRanks.indexOf(s.rank), recvAt = m.toRanks.indexOf(s.rank)
-    const sending = sendAt >= 0 ? inputOf(s, m.tensor, m.factory, stream) : undefined
+    const sending = sendAt >= 0 ? inputOf(s, `SendTensor ${m.ident}`, m.tensor, m.factory, stream) : undefined
     const to = sendAt >= 0 ? m.toRanks.rankAt(sendAt) : -1
     const from = recvAt >= 0 ? m.fromRanks.rankAt(recvAt) : -1
     const received = recvAt >= 0 ? Tensor.empty(s.native, m.factory.dtype, m.factory.shape) : undefined
