@@ -4,7 +4,8 @@
  * checks (scalarProblem, hostTensorProblem), before anything is queued. Also the metadata the
  * program gives for results, and argument trees read as metadata for the built-ins' rules.
  */
-import type { TensorMeta } from "../ops/builtins.ts"
+import type { TensorMeta } from "../ops/meta.ts"
+import { UNKNOWN_TENSOR } from "../ops/registry.ts"
 import { hostTensorProblem, MAX_NDIM, scalarProblem } from "../protocol/codec.ts"
 import type { Value } from "../protocol/messages.ts"
 import { DTYPES, HostTensor } from "../protocol/values.ts"
@@ -89,10 +90,10 @@ export const checkMeta = (m: TensorMeta, i: number): TensorMeta => {
   return m
 }
 
-/** A tree of arguments with tensors replaced by their metadata (undefined where unknown). */
+/** A tree of arguments with tensors replaced by their metadata (UNKNOWN_TENSOR where unknown). */
 export const metasOf = (v: unknown): unknown => {
   if (typeof v !== "object" || v === null || v instanceof HostTensor || v instanceof Uint8Array) return v
-  if (v instanceof RemoteTensor) return v.meta
+  if (v instanceof RemoteTensor) return v.meta ?? UNKNOWN_TENSOR
   if (Array.isArray(v)) return v.map(metasOf)
   return Object.fromEntries(Object.keys(v).map((k) => [k, metasOf((v as Record<string, unknown>)[k])]))
 }

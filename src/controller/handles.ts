@@ -4,7 +4,7 @@
  * A tensor handle the program drops is deleted on its workers after GC (the registry below);
  * `release()` deletes it at once.
  */
-import type { TensorMeta } from "../ops/builtins.ts"
+import type { TensorMeta } from "../ops/meta.ts"
 import type { Ref } from "../protocol/values.ts"
 import type { BorrowState } from "./borrows.ts"
 import type { Core } from "./core.ts"

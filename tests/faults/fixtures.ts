@@ -1,5 +1,5 @@
 // User functions for the fault tests ("tests/faults/fixtures:<export>").
-import { op } from "../../src/ops/builtins.ts"
+import { op } from "../../src/ops/kernels.ts"
 import { defineFunction } from "../../src/ops/function.ts"
 
 /** The worker's process id, so a test can kill that exact process. */

@@ -6,6 +6,7 @@
  */
 import { Effect } from "effect"
 import type { Comm } from "../../../ffi/comm.ts"
+import type { CommOpName } from "../../../ffi/symbols.ts"
 import * as k from "../../../ffi/ops.ts"
 import type { Stream } from "../../../ffi/stream.ts"
 import { Tensor } from "../../../ffi/tensor.ts"
@@ -13,6 +14,7 @@ import { commError } from "../../comm/communicators.ts"
 import { CommError } from "../../comm/errors.ts"
 import type { CreateDeviceMesh, Reduce, SendTensor } from "../../protocol/messages.ts"
 import type { Ref, TensorFactory } from "../../protocol/values.ts"
+import { planCollective } from "../../ops/collectives.ts"
 import { DependentOnError } from "../errors.ts"
 import { DeviceMesh } from "../mesh.ts"
 import { getAs } from "../refs.ts"
@@ -49,7 +51,8 @@ const inputOf = (s: Session, ref: Ref, factory: TensorFactory, stream: Stream): 
 
 /** The collective a Reduce names (DESIGN.md, Reduce), returning the result tensor. */
 const collective = (s: Session, comm: Comm, input: Tensor, m: Reduce, stream: Stream): Tensor => {
-  const n = comm.size
+  const plan = planCollective(input, comm.size, m.reduction, m.scatter, m.inplace)
+  if (typeof plan === "string") throw new CommError({ reason: "invalid", message: `Reduce: ${plan}` })
   /** Runs op into out, freeing out if it was made here and op fails. */
   const into = (out: Tensor, op: (out: Tensor) => void): Tensor => {
     try {
@@ -60,12 +63,16 @@ const collective = (s: Session, comm: Comm, input: Tensor, m: Reduce, stream: St
       throw e
     }
   }
-  const fresh = (shape: ReadonlyArray<number>) => Tensor.empty(s.native, input.dtype, shape)
-  if (m.reduction === "stack") {
-    if (m.scatter) {
-      if (!m.inplace) return into(fresh(input.shape), (out) => comm.allToAll(out, input, stream))
+  const output = () => (m.inplace ? input : Tensor.empty(s.native, plan.result.dtype, plan.result.shape))
+  const op = m.reduction as CommOpName
+  switch (plan.collective) {
+    case "all_gather": return into(output(), (out) => comm.allGather(out, input, stream))
+    case "reduce_scatter": return into(output(), (out) => comm.reduceScatter(out, input, op, stream))
+    case "all_reduce": return into(output(), (out) => comm.allReduce(out, input, op, stream))
+    case "all_to_all": {
+      if (!m.inplace) return into(output(), (out) => comm.allToAll(out, input, stream))
       // all_to_all cannot read and write one buffer: in place goes through a copy.
-      const source = fresh(input.shape)
+      const source = Tensor.empty(s.native, input.dtype, input.shape)
       try {
         k.cast(source, input, stream)
         return into(input, (out) => comm.allToAll(out, source, stream))
@@ -73,15 +80,7 @@ const collective = (s: Session, comm: Comm, input: Tensor, m: Reduce, stream: St
         source.free()
       }
     }
-    if (m.inplace) throw new CommError({ reason: "invalid", message: "Reduce: stack (all_gather) cannot be in place" })
-    return into(fresh([n, ...input.shape]), (out) => comm.allGather(out, input, stream))
   }
-  if (m.scatter) {
-    if (m.inplace) throw new CommError({ reason: "invalid", message: "Reduce: reduce_scatter cannot be in place" })
-    if (input.shape[0] !== n) throw new CommError({ reason: "invalid", message: `Reduce: reduce_scatter needs dim 0 of ${input} to equal the group size ${n}` })
-    return into(fresh(input.shape.slice(1)), (out) => comm.reduceScatter(out, input, m.reduction as "sum", stream))
-  }
-  return into(m.inplace ? input : fresh(input.shape), (out) => comm.allReduce(out, input, m.reduction as "sum", stream))
 }
 
 export const reduce = (s: Session) => (m: Reduce) =>
