@@ -12,7 +12,8 @@
  *   - tensors are dense and contiguous (row-major). Ops never allocate their result: the
  *     caller passes an output tensor, and the op checks its dtype and shape.
  *   - a NULL stream means the backend's default stream.
- *   - the only global state is library handles (dlopen) and the thread-local error text.
+ *   - the only global state is library handles (dlopen), the thread-local error text, the
+ *     memory limit and the bytes counted against it, and (cuda) the cache of freed blocks.
  *
  * Semantics both backends share (tests/shim holds them to it):
  *   - integers wrap on overflow; division truncates and INT_MIN / -1 is INT_MIN; a zero
@@ -137,6 +138,16 @@ int shim_device_count(int32_t *count);
 
 /* Binds the calling process to one device (cuda: cudaSetDevice). cpu accepts only 0. */
 int shim_set_device(int32_t device);
+
+/* The memory a worker's tensors can use: host memory (cpu), or the current device's (cuda). */
+int shim_memory_total(int64_t *bytes);
+
+/* Limits the tensor memory of this process to bytes (0: no limit). An allocation that would
+ * pass it fails with SHIM_E_NOMEM, naming the limit, before any memory is taken. */
+int shim_set_memory_limit(int64_t bytes);
+
+/* Bytes of tensor memory in use (allocated and not yet freed), and the limit (0: none). */
+int shim_memory_usage(int64_t *in_use, int64_t *limit);
 
 /* ---- tensors -------------------------------------------------------------------------- */
 

@@ -13,6 +13,9 @@ export const symbols = {
   shim_probe: { args: [], returns: i32 },
   shim_device_count: { args: [ptr], returns: i32 },
   shim_set_device: { args: [i32], returns: i32 },
+  shim_memory_total: { args: [ptr], returns: i32 },
+  shim_set_memory_limit: { args: [i64], returns: i32 },
+  shim_memory_usage: { args: [ptr, ptr], returns: i32 },
 
   shim_tensor_alloc: { args: [i32, i32, ptr, ptr], returns: i32 },
   shim_tensor_view: { args: [ptr, i32, ptr, ptr], returns: i32 },
