@@ -2,11 +2,12 @@
 // process (tests/ops/torch_ref.py) serving every case, and the two must agree: dtype, shape,
 // and values within the tolerance of the result's dtype (TOLERANCE, the one table). Without
 // torch the cases skip, saying so.
-import { afterAll, beforeAll, describe, expect, test } from "bun:test"
+import { afterAll, beforeAll, expect, test } from "bun:test"
 import { existsSync } from "node:fs"
 import { HostTensor, type DType } from "../../src/protocol/values.ts"
 import { call, createStream, fetch, host, ref } from "../worker/build.ts"
 import { startWorkers, type Harness } from "../worker/harness.ts"
+import { describeUnless } from "../skip.ts"
 
 const PYTHON = "/usr/bin/python3"
 const SERVER = new URL("./torch_ref.py", import.meta.url).pathname
@@ -16,7 +17,6 @@ const torchMissing = (): string | undefined => {
   return r.exitCode === 0 ? undefined : `torch does not import in ${PYTHON}: ${r.stderr.toString().trim().split("\n").at(-1)}`
 }
 const missing = torchMissing()
-if (missing) console.log(`tests/ops/parity: skipped, ${missing}`)
 
 /** |ours - torch| <= atol + rtol * |torch|, per result dtype; integers and bool exactly. */
 const TOLERANCE: Readonly<Record<DType, { rtol: number; atol: number }>> = {
@@ -132,7 +132,7 @@ const CASES: Case[] = [
 
 const numbersOf = (h: HostTensor): number[] => [...h.toArray()].map(Number)
 
-describe.skipIf(missing !== undefined)("ops against torch 1.13", () => {
+describeUnless(missing)("ops against torch 1.13", () => {
   let h: Harness
   let torch: ReturnType<typeof Bun.spawn<"pipe", "pipe", "inherit">>
   const answers = new Map<number, unknown>()
