@@ -47,6 +47,11 @@ export interface CommonOptions {
   readonly startTimeoutMs?: number
   /** The listener's address; loopback by default. */
   readonly host?: string
+  /**
+   * Fail a fetch whose value is not final this long after it was issued with DeadlineExceeded,
+   * naming the ranks behind (default none; FetchOptions.deadlineMs per fetch).
+   */
+  readonly deadlineMs?: number
 }
 
 export interface LocalOptions extends CommonOptions {
@@ -74,6 +79,7 @@ const makeCore = (world: number, o: CommonOptions, exitGraceMs: number) =>
     world,
     ...(o.hangAfterMs === undefined ? {} : { hangAfterMs: o.hangAfterMs }),
     ...(o.captureSites === undefined ? {} : { captureSites: o.captureSites }),
+    ...(o.deadlineMs === undefined ? {} : { deadlineMs: o.deadlineMs }),
     onHang: o.onHang ?? ((r) => console.error(`monarch: command ${r.ident} (${r.label}) outstanding for ${Math.round(r.waitingMs)} ms; ranks [${r.behind}] have not passed it${r.site ? `; issued at ${r.site}` : ""}`)),
     onProblem: o.onProblem ?? ((p) => console.error(`monarch: ${p}`)),
     exitGraceMs,
@@ -145,10 +151,13 @@ const makeApi = (core: Core): Effect.Effect<ControllerApi, never, Scope.Scope> =
           const ranks = [...new Set([...from.ranks, ...to.ranks])].sort((a, b) => a - b)
           const inputs = from.reads(t)
           const result = core.newRef(), stream = opts.stream ?? defaultStream
+          // Rank i of `to` gets rank i of `from`'s tensor: its result depends on that sender alone.
+          const sender = new Map(to.ranks.map((r, i) => [r, from.ranks[i]!]))
+          const senders = new Set(from.ranks)
           core.command(ranks, "send", inputs, [result.id], site, (ident) => ({
             _tag: "SendTensor", ident, result, fromRanks: from.layout, toRanks: to.layout, tensor: t.ref,
             factory: new TensorFactory(t.meta!.shape, t.meta!.dtype, core.device), stream: stream.ref,
-          }))
+          }), { peers: (r) => (sender.has(r) ? [sender.get(r)!] : []), reads: (r) => senders.has(r) })
           return new RemoteTensor(to, result, t.meta, stream)
         },
         catch: (e) => (e instanceof ControllerError ? e : new ControllerError({ message: String(e) })),

@@ -13,7 +13,8 @@ import { NDSlice } from "../protocol/ndslice.ts"
 import { hostTensorProblem, INT64_MIN, MAX_NDIM, UINT64_MAX } from "../protocol/codec.ts"
 import { DTYPES, HostTensor, TensorFactory, type Ref } from "../protocol/values.ts"
 import type { Core } from "./core.ts"
-import { ControllerError, type RemoteError, type WorkerLost } from "./errors.ts"
+import { ControllerError } from "./errors.ts"
+import type { Exchange, Failure } from "./graph.ts"
 
 /** A stream that exists on every rank. */
 export class RemoteStream {
@@ -88,9 +89,11 @@ export interface FetchOptions {
   /** Apply this function on the worker before sending (e.g. "ops.sum"). */
   readonly fn?: string
   readonly stream?: RemoteStream
+  /** Fail with DeadlineExceeded when the value is not final this long after the call (default: the controller's deadlineMs). */
+  readonly deadlineMs?: number
 }
 
-export type Failure = RemoteError | WorkerLost | ControllerError
+export type { Failure }
 
 const refuse = (message: string) => new ControllerError({ message })
 
@@ -125,6 +128,8 @@ export class Mesh {
   private readonly covering = new WeakSet<Mesh>()
   /** Slices and flattenings of this mesh, by names and layout (see `derive`). */
   private readonly derived = new Map<string, Mesh>()
+  /** Per set of dims, how a collective over them makes each rank depend on its group. */
+  private readonly groups = new Map<string, Exchange>()
 
   constructor(
     readonly core: Core,
@@ -290,11 +295,23 @@ export class Mesh {
         this.core.command(this.ranks, `reduce ${reduction}${scatter ? " scatter" : ""} over ${names.join("+")}`, [t.ref.id], [result.id], site, (ident) => ({
           _tag: "Reduce", ident, result, tensor: t.ref, factory: new TensorFactory(t.meta!.shape, t.meta!.dtype, this.core.device), mesh: this.ref, stream: stream.ref,
           dims: names, reduction, scatter, inplace,
-        }))
+        }), this.groupExchange(names))
         return inplace ? t : new RemoteTensor(this, result, plan.result, stream)
       },
       catch: (e) => (e instanceof ControllerError ? e : refuse(String(e))),
     })
+  }
+
+  /** A collective over `dims`: each rank's result depends on every member of its group, inputs included. */
+  private groupExchange(dims: ReadonlyArray<string>): Exchange {
+    const key = dims.join(",")
+    let exchange = this.groups.get(key)
+    if (exchange === undefined) {
+      const index = dims.map((d) => this.names.indexOf(d))
+      const byRank = new Map(this.ranks.map((r) => [r, index.reduce<number[]>((group, d) => group.flatMap((m) => this.layout.members(d, m)), [r])]))
+      this.groups.set(key, (exchange = { peers: (r) => byRank.get(r) ?? [], reads: () => true }))
+    }
+    return exchange
   }
 
   private rankAt(at: number | Readonly<Record<string, number>>): number {
@@ -319,7 +336,7 @@ export class Mesh {
       this.firstUses(reads.borrows)
       return this.core.fetch(targets, reads.inputs, opts.fn ?? "fetch", site, (ident) => ({
         _tag: "FetchValue", ident, mutates: [], function: opts.fn ?? null, object, stream: (opts.stream ?? this.defaultStream).ref,
-      }))
+      }), opts.deadlineMs ?? this.core.options.deadlineMs)
     }).pipe(Effect.catchDefect((e) => Effect.fail(e instanceof ControllerError ? e : refuse(String(e)))))
   }
 

@@ -25,7 +25,7 @@ const setUp = () => {
   core.admit(link(0))
   core.admit(link(1))
   const result = new Ref(7)
-  const reduce = core.command([0, 1], "reduce sum over x", [], [result.id], undefined, (ident) => ({ _tag: "RequestStatus", ident }))
+  const reduce = core.command([0, 1], "reduce sum over x", [], [result.id], undefined, (ident) => ({ _tag: "RequestStatus", ident }), { peers: () => [0, 1], reads: () => true })
   const fetched = Effect.runPromise(Effect.flip(core.fetch([0], [result.id], "fetch", undefined, (ident) => ({ _tag: "RequestStatus", ident }))))
   const report = (type: string, message: string, reason?: string) =>
     core.onMessage(0, { _tag: "RemoteFunctionFailed", ident: reduce.ident, error: new ErrorPayload(type, message, [], reason) })
