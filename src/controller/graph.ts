@@ -12,10 +12,7 @@
  * (refs keep pointing at it for that outcome).
  */
 import { mayBePeerLoss } from "../comm/errors.ts"
-import type { ControllerError, DeadlineExceeded, RemoteError, WorkerLost } from "./errors.ts"
-
-/** Why a command failed: on a worker, a worker lost, a deadline, or a command the controller could not send. */
-export type Failure = RemoteError | WorkerLost | ControllerError | DeadlineExceeded
+import type { Failure } from "./errors.ts"
 
 /**
  * How a command's result on one rank depends on the others': absent for a rank-local command
