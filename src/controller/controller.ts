@@ -6,6 +6,8 @@
  */
 import { Context, Duration, Effect, Layer, Schedule, type Scope } from "effect"
 import { randomBytes } from "node:crypto"
+import { existsSync } from "node:fs"
+import { dirname, isAbsolute } from "node:path"
 import { Launcher } from "../launcher.ts"
 import { NDSlice } from "../protocol/ndslice.ts"
 import { TensorFactory } from "../protocol/values.ts"
@@ -17,6 +19,13 @@ import { Transport } from "./listener.ts"
 import { createMesh, Mesh, RemoteStream, RemoteTensor } from "./mesh.ts"
 
 const WORKER = new URL("../worker.ts", import.meta.url).pathname
+
+/**
+ * The default function root of Controller.local: the folder of the program's entry file, where
+ * its own modules sit. Not the working directory, which holds whatever the program was started
+ * from (a repository's scripts, benchmarks, tools); none when the entry is not a file.
+ */
+const programFolder = (): ReadonlyArray<string> => (isAbsolute(Bun.main) && existsSync(Bun.main) ? [dirname(Bun.main)] : [])
 
 export interface ControllerApi {
   readonly world: number
@@ -53,7 +62,10 @@ export interface LocalOptions extends CommonOptions {
   readonly world: number
   /** cpu (default), cuda or auto: MONARCH_DEVICE for the workers. */
   readonly device?: string
-  /** Roots user functions load from (MONARCH_FUNCTION_PATH); default the working directory. */
+  /**
+   * Roots user functions load from (the workers' MONARCH_FUNCTION_PATH); default the folder of
+   * the program's entry file (`programFolder`).
+   */
   readonly functionPath?: ReadonlyArray<string>
   /** More environment for the workers. */
   readonly env?: Readonly<Record<string, string>>
@@ -179,7 +191,7 @@ export class Controller extends Context.Service<Controller, ControllerApi>()("mo
           CONTROLLER_ADDR: listener.address,
           MONARCH_TOKEN: token,
           MONARCH_DEVICE: o.device ?? process.env.MONARCH_DEVICE ?? "cpu",
-          MONARCH_FUNCTION_PATH: (o.functionPath ?? [process.cwd()]).join(":"),
+          MONARCH_FUNCTION_PATH: (o.functionPath ?? programFolder()).join(":"),
         },
         onLine: (rank, line) => {
           lines[rank]!.push(line)

@@ -26,6 +26,7 @@ export interface WorkerConfig {
   readonly token: string | undefined
   readonly device: string
   readonly restartable: boolean
+  /** Where user modules may load from (MONARCH_FUNCTION_PATH); none when it is unset. */
   readonly functionRoots: ReadonlyArray<string>
   /** Collective and p2p timeout. */
   readonly commTimeoutMs: number
@@ -74,7 +75,8 @@ export const readConfig = (env: Record<string, string | undefined> = process.env
     token: env.MONARCH_TOKEN || undefined,
     device: env.MONARCH_DEVICE ?? "cpu",
     restartable: env.MONARCH_RESTARTABLE === "1",
-    functionRoots: (env.MONARCH_FUNCTION_PATH ?? process.cwd()).split(":").filter((r) => r.length > 0),
+    // No default: under torchrun the working directory is wherever the job was started from.
+    functionRoots: (env.MONARCH_FUNCTION_PATH ?? "").split(":").filter((r) => r.length > 0),
     commTimeoutMs: int(env, "MONARCH_COMM_TIMEOUT_MS", 60_000),
     storeTimeoutMs: int(env, "MONARCH_STORE_TIMEOUT_MS", 60_000),
     hostname: env.MONARCH_HOSTNAME || undefined,

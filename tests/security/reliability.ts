@@ -7,8 +7,8 @@ import { startController } from "../fuzz/controllerRig.ts"
 import { mib, rssChange } from "../fuzz/proc.ts"
 import type { Mode, ReliabilityRow } from "../reliability.ts"
 import {
-  checkConfiguredBind, checkFunctionsOnWorker, checkIntruders, checkListenerClaim, checkLoopback, checkReaderClaim, checkSilentConnections, checkStoreClaim,
-  checkWorkersServe, functionNames, makeFunctionTree, resolveAll, type IntruderResult,
+  checkConfiguredBind, checkFunctionsOnWorker, checkHiddenRoots, checkIntruders, checkListenerClaim, checkLoopback, checkReaderClaim, checkSilentConnections, checkStoreClaim,
+  checkWorkersServe, functionNames, HIDDEN_NAMES, makeFunctionTree, PROGRAM_MODULE, resolveAll, type IntruderResult, type ResolveResult,
 } from "./closedDoor.ts"
 import { isLoopback, type ListeningSocket } from "./sockets.ts"
 
@@ -67,19 +67,29 @@ export const run = async (mode: Mode): Promise<ReliabilityRow[]> => {
           `${r.silent.map((s) => s.name.replace(/^a connection that /, "")).join("; ")}: closed after ${r.silent.map((s) => s.ms.toFixed(0)).join(", ")} ms with a ${timeoutMs} ms timeout (default 10 s), ${r.reported} reported; a worker that said hello kept: ${r.helloKept}`)]
       }))
 
-      rows.push(...await attempt("functions outside the allowed roots", 11, async () => {
+      rows.push(...await attempt("functions outside the allowed roots", 15, async () => {
         const names = functionNames(tree)
         const refused = [...await resolveAll([tree.root], names.refused.map(([n]) => n)), ...await resolveAll([tree.rootLink], names.refused.map(([n]) => n))]
         const allowed = [...await resolveAll([tree.root], names.allowed), ...await resolveAll([tree.rootLink], names.allowed)]
         const onWorker = await checkFunctionsOnWorker(rig, tree)
-        const imported = tree.evilImported()
+        const hiddenRoots = await checkHiddenRoots(tree)
+        const imported = tree.imported()
         const refusedOk = refused.filter((r) => !r.resolved && r.tag === "FunctionNotFound").length
         const workerOk = onWorker.refused.filter((r) => !r.resolved && /FunctionNotFound/.test(r.message)).length
+        const byName = (rs: ReadonlyArray<ResolveResult>, name: string) => rs.filter((r) => r.name === name)
+        const unexported = [...byName(refused, "no-export:run"), ...byName(onWorker.refused, "no-export:run"), onWorker.program]
+        const unexportedOk = unexported.filter((r) => !r.resolved && /does not export .*it was not imported/.test(r.message)).length
+        const hidden = [...HIDDEN_NAMES.flatMap((n) => [...byName(refused, n), ...byName(onWorker.refused, n)]), ...hiddenRoots]
+        const hiddenOk = hidden.filter((r) => !r.resolved && /node_modules and dot folders are never searched|roots not used, being in node_modules or a dot folder/.test(r.message)).length
         return [
-          row("functions outside the allowed roots are refused (FunctionTable)", refused.length, imported ? 0 : refusedOk,
-            `absolute paths, .. escapes, file and directory symlinks leading out, a sibling extending the root's name, node: and bare names; root given directly and through a symlink; ${allowed.filter((r) => r.resolved).length}/${allowed.length} names inside resolved; nothing outside imported: ${!imported}`),
-          row("functions outside the allowed roots are refused (real worker)", onWorker.refused.length, imported ? 0 : workerOk,
+          row("functions outside the allowed roots are refused (FunctionTable)", refused.length, imported.length > 0 ? 0 : refusedOk,
+            `absolute paths, .. escapes, file and directory symlinks leading out, a sibling extending the root's name, node: and bare names; root given directly and through a symlink; ${allowed.filter((r) => r.resolved).length}/${allowed.length} names inside resolved; nothing outside imported: ${imported.length === 0}`),
+          row("functions outside the allowed roots are refused (real worker)", onWorker.refused.length, imported.length > 0 ? 0 : workerOk,
             `each a RemoteError naming FunctionNotFound; an allowed module ran: ${onWorker.allowedRan}`),
+          row("a module without the named export is refused before it runs", unexported.length, imported.includes("no-export") || !onWorker.servedAfter ? 0 : unexportedOk,
+            `read with Bun.Transpiler.scan: no-export:run (2 roots, a real worker) and ${PROGRAM_MODULE} on a real worker (it used to print usage and exit 2): its worker served after it: ${onWorker.servedAfter}; marks left by imports: [${imported}]`),
+          row("node_modules and dot folders are never roots or searched", hidden.length, imported.length > 0 ? 0 : hiddenOk,
+            `${HIDDEN_NAMES.join(", ")} (2 roots and a real worker), and a root inside node_modules and one in a dot folder; marks left by imports: [${imported}]`),
         ]
       }))
     } finally {
