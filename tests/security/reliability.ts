@@ -11,10 +11,18 @@ import {
   checkWorkersServe, functionNames, HIDDEN_NAMES, makeFunctionTree, PROGRAM_MODULE, resolveAll, type IntruderResult, type ResolveResult,
 } from "./closedDoor.ts"
 import { isLoopback, type ListeningSocket } from "./sockets.ts"
+import { MAX_HELLO_BYTES, MAX_PENDING_CONNECTIONS } from "../../src/controller/listener.ts"
+import { MAX_BUFFERED_BYTES, MAX_STORED_BYTES } from "../../src/store/server.ts"
+import {
+  checkPendingFlood, checkPreAuthClaims, checkStoreBuffers, checkStoreFill, checkStoreLimits,
+  type ClaimsResult, type FloodResult, type StoreBufferResult, type StoreFillResult,
+} from "./preAuth.ts"
 
 const AREA = "security"
 /** RSS growth allowed where nothing may be allocated (64 MiB of bytes follow each claim). */
 export const QUIET_KIB = 16 * 1024
+/** RSS growth allowed beyond a bound before authentication (buffers and the runtime's own). */
+export const PRE_AUTH_SLACK_KIB = 32 * 1024
 
 const row = (check: string, tries: number, held: number, detail: string): ReliabilityRow => ({ area: AREA, check, tries, held, detail })
 
@@ -111,6 +119,38 @@ export const run = async (mode: Mode): Promise<ReliabilityRow[]> => {
         `connection closed and reported, largest allocation ${Math.max(0, ...listener.allocations)} B, ${rssChange(listener.rssBeforeKiB, listener.rssAfterKiB)}`),
       row("a 2^40-byte key claim + 64 MiB to the store", 1, store.closed && quiet(store.rssBeforeKiB, store.rssAfterKiB) ? 1 : 0,
         `connection closed, RSS +${mib(store.rssAfterKiB - store.rssBeforeKiB)} MiB (refusal itself: tests/store/wire.test.ts, server.test.ts)`),
+    ]
+  }))
+
+  const rounds = mode === "long" ? 5 : 1
+  rows.push(...await attempt("memory before authentication", 7 * rounds, async () => {
+    const claims: ClaimsResult[] = [], floods: FloodResult[] = [], fills: StoreFillResult[] = [], buffers: Array<StoreBufferResult & { kind: string }> = []
+    const limits: Array<Awaited<ReturnType<typeof checkStoreLimits>>> = []
+    for (let i = 0; i < rounds; i++) {
+      claims.push(await checkPreAuthClaims(4))
+      floods.push(await checkPendingFlood())
+      fills.push(await checkStoreFill(256))
+      for (const kind of ["partial", "unread"] as const) buffers.push({ ...await checkStoreBuffers(kind), kind })
+      limits.push(await checkStoreLimits())
+    }
+    const grew = (r: { rssBeforeKiB: number; rssAfterKiB: number }) => r.rssAfterKiB - r.rssBeforeKiB
+    const most = (xs: ReadonlyArray<number>) => mib(Math.max(...xs))
+    return [
+      row("before its hello, a connection's first frame is capped (4 connections claiming 512 MiB + 16 MiB each)", claims.length * 4,
+        claims.reduce((n, r) => n + (r.largeAllocations.length === 0 && grew(r) < PRE_AUTH_SLACK_KIB ? Math.min(r.closed, r.refused) : 0), 0),
+        `refused from the prefix at ${MAX_HELLO_BYTES} bytes, closed and reported; allocations of 1 MiB or more: ${claims.reduce((n, r) => n + r.largeAllocations.length, 0)}; RSS grew ${most(claims.map(grew))} MiB at most`),
+      row(`connections without a hello are bounded (${MAX_PENDING_CONNECTIONS + 36} opened, limit ${MAX_PENDING_CONNECTIONS})`, floods.length,
+        floods.filter((r) => r.open === r.limit && r.newestKept && r.helloAdmitted).length,
+        `${floods.map((r) => r.open).join(", ")} left open, the newest; the oldest closed and reported (${floods.map((r) => r.evictions).join(", ")}); a worker saying hello then was admitted: ${floods.every((r) => r.helloAdmitted)}`),
+      row("the store's values are bounded (a stranger SETs 256 MiB in 4 MiB values)", fills.length,
+        fills.filter((r) => r.closed > 0 && r.said.includes("the store is full") && grew(r) < MAX_STORED_BYTES / 1024 + PRE_AUTH_SLACK_KIB && r.servesAfter).length,
+        `refused past ${mib(MAX_STORED_BYTES / 1024)} MiB ("the store is full"), the connection closed; store process RSS grew ${most(fills.map(grew))} MiB at most (it was 870 MiB and more unbounded); a key stored before still read`),
+      row("what the store's connections hold is bounded (8 half-sent 32 MiB MULTI_SETs; 64 unread GETs of 4 MiB)", buffers.length,
+        buffers.filter((r) => r.closed && r.said.includes("ServerOptions.maxBufferedBytes") && grew(r) < MAX_BUFFERED_BYTES / 1024 + PRE_AUTH_SLACK_KIB).length,
+        `the connection that passes ${mib(MAX_BUFFERED_BYTES / 1024)} MiB is closed; store process RSS grew ${buffers.map((r) => `${mib(grew(r))} MiB (${r.kind})`).join(", ")}`),
+      row("the store refuses an APPEND past the value limit, a flood of empty values, connections past the limit", limits.length * 3,
+        limits.reduce((n, r) => n + (r.appendClosed ? 1 : 0) + (r.emptyStored <= r.emptyBound ? 1 : 0) + (r.extraClosed === r.extraConnections ? 1 : 0), 0),
+        `with limits of 1 KiB a value, 64 KiB stored, 8 connections: ${limits.map((r) => `${r.emptyStored} of 2000 empty values stored (bound ${r.emptyBound}), ${r.extraClosed}/${r.extraConnections} extra connections closed`).join("; ")}`),
     ]
   }))
   return rows
