@@ -2,7 +2,8 @@
  * The Controller service: what a program composes into its own Effect pipeline. Two layers
  * provide it: `Controller.local` starts workers here through the launcher (CPU or CUDA), and
  * `Controller.attach` waits for workers started elsewhere (torchrun), meeting them through the
- * store. Either way the workers connect to this process's listener with the job's token.
+ * store. Either way the workers connect to this process's listener with the job's token, which
+ * attach takes from the environment on both sides (the store would give it to anyone).
  */
 import { Context, Duration, Effect, Layer, Schedule, type Scope } from "effect"
 import { randomBytes } from "node:crypto"
@@ -11,6 +12,7 @@ import { dirname, isAbsolute } from "node:path"
 import { Launcher } from "../launcher.ts"
 import { NDSlice } from "../protocol/ndslice.ts"
 import { TensorFactory } from "../protocol/values.ts"
+import { readToken, tokenProblem } from "../net/token.ts"
 import { prefixStore } from "../store/prefix.ts"
 import { Store } from "../store/service.ts"
 import { Core, type HangReport } from "./core.ts"
@@ -79,6 +81,27 @@ export interface AttachOptions extends CommonOptions {
   readonly store: { readonly host: string; readonly port: number }
   /** Key prefix the workers read (their MONARCH_STORE_PREFIX, under torchrun's agent prefix if any). */
   readonly prefix?: string
+  /**
+   * The job token the workers were given, at least MIN_ATTACH_TOKEN_LENGTH characters; default
+   * MONARCH_TOKEN or the file MONARCH_TOKEN_FILE names, as the workers read it. Never published in
+   * the store: its protocol has no authentication.
+   */
+  readonly token?: string
+}
+
+/** An attach token is chosen by people, so a short (guessable) one is refused. */
+export const MIN_ATTACH_TOKEN_LENGTH = 16
+
+/** The attach token from the options or the environment, or why there is none to use. */
+const attachToken = (o: Pick<AttachOptions, "token">): Effect.Effect<string, StartError> => {
+  const problem = o.token === undefined ? undefined : tokenProblem(o.token)
+  const given = o.token === undefined ? readToken() : problem === undefined ? { token: o.token } : { problem }
+  if ("problem" in given) return Effect.fail(new StartError({ message: given.problem }))
+  if (given.token === undefined)
+    return Effect.fail(new StartError({ message: "Controller.attach needs the job token: set MONARCH_TOKEN (or MONARCH_TOKEN_FILE) here and for the workers, or give `token`; it never goes through the store, which anyone who reaches it can read" }))
+  if (given.token.length < MIN_ATTACH_TOKEN_LENGTH)
+    return Effect.fail(new StartError({ message: `the job token has ${given.token.length} characters; use at least ${MIN_ATTACH_TOKEN_LENGTH} (e.g. openssl rand -hex 16)` }))
+  return Effect.succeed(given.token)
 }
 
 const makeCore = (world: number, o: CommonOptions, exitGraceMs: number) =>
@@ -220,16 +243,17 @@ export class Controller extends Context.Service<Controller, ControllerApi>()("mo
 
   /**
    * Meets `world` workers started elsewhere (e.g. `torchrun --no_python bun src/worker.ts`):
-   * publishes this controller's address and token in the Store (under `prefix`), then waits
-   * for them through the Transport. `Controller.attach` provides both.
+   * publishes this controller's address in the Store (under `prefix`), then waits for them
+   * through the Transport. The token comes from `token` or the environment on both sides, never
+   * from the store. `Controller.attach` provides both services.
    */
   static readonly layerAttach = (o: Omit<AttachOptions, "store">): Layer.Layer<Controller, StartError, Store | Transport> =>
     Layer.effect(Controller, Effect.gen(function* () {
       const core = makeCore(o.world, o, 0)
-      const token = process.env.MONARCH_TOKEN ?? randomBytes(16).toString("hex")
+      const token = yield* attachToken(o)
       const listener = yield* listenFor(core, token, o)
       const store = prefixStore(o.prefix ?? "monarch", yield* Store)
-      yield* store.multiSet([["token", token], ["controller", listener.address]]).pipe(Effect.mapError((e) => new StartError({ message: e.message })))
+      yield* store.set("controller", listener.address).pipe(Effect.mapError((e) => new StartError({ message: e.message })))
       yield* awaitWorkers(core, o, () => undefined)
       yield* Effect.addFinalizer(() => Effect.sync(() => core.exit()))
       return yield* makeApi(core)

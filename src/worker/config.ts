@@ -4,6 +4,7 @@
  * worker's (STORE_HOSTNAME/STORE_PORT), plus MONARCH_* settings. README lists them all.
  */
 import { Data } from "effect"
+import { readToken } from "../net/token.ts"
 
 /** A missing or malformed environment variable. */
 export class ConfigError extends Data.TaggedError("ConfigError")<{ readonly message: string }> {}
@@ -22,8 +23,8 @@ export interface WorkerConfig {
   }
   /** host:port or unix:/path; absent: read `<prefix>/controller` from the store. */
   readonly controllerAddress: string | undefined
-  /** The job's token; absent: read `<prefix>/token` from the store. */
-  readonly token: string | undefined
+  /** The job's token (MONARCH_TOKEN or MONARCH_TOKEN_FILE; never from the store, see src/net/token.ts). */
+  readonly token: string
   readonly device: string
   readonly restartable: boolean
   /** Where user modules may load from (MONARCH_FUNCTION_PATH); none when it is unset. */
@@ -61,6 +62,10 @@ export const readConfig = (env: Record<string, string | undefined> = process.env
   const agentStore = env.TORCHELASTIC_USE_AGENT_STORE === "True"
   // torch's env:// rendezvous puts workers under the agent's /worker/attempt_<n> prefix.
   const agentPrefix = underTorchrun && agentStore ? `/worker/attempt_${int(env, "TORCHELASTIC_RESTART_COUNT", 0)}/` : ""
+  const token = readToken(env)
+  if ("problem" in token) throw new ConfigError({ message: token.problem })
+  if (token.token === undefined)
+    throw new ConfigError({ message: "neither MONARCH_TOKEN nor MONARCH_TOKEN_FILE is set: the job token is never read from the store, which anyone who reaches it can read" })
   return {
     rank,
     world,
@@ -72,7 +77,7 @@ export const readConfig = (env: Record<string, string | undefined> = process.env
       hostedByRank0: underTorchrun && !agentStore,
     },
     controllerAddress: env.CONTROLLER_ADDR || undefined,
-    token: env.MONARCH_TOKEN || undefined,
+    token: token.token,
     device: env.MONARCH_DEVICE ?? "cpu",
     restartable: env.MONARCH_RESTARTABLE === "1",
     // No default: under torchrun the working directory is wherever the job was started from.

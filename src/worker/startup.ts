@@ -110,11 +110,10 @@ export const runWorker = (config: WorkerConfig) =>
     let waiting = false
     while (true) {
       const address = config.controllerAddress ?? decoder.decode(yield* store.get("controller"))
-      const token = config.token ?? decoder.decode(yield* store.get("token"))
       const end = yield* Effect.scoped(Effect.gen(function* () {
         const link = yield* connectController({
           address,
-          hello: { rank: config.rank, world: config.world, pid: process.pid, token, device: native.device },
+          hello: { rank: config.rank, world: config.world, pid: process.pid, token: config.token, device: native.device },
           onInvalid: (message) => log(Effect.logWarning(`refused a frame: ${message}`)),
         })
         waiting = false
