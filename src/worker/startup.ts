@@ -113,11 +113,16 @@ export const runWorker = (config: WorkerConfig): Effect.Effect<WorkerEnd, unknow
     /** When a controller or the store last answered (restartable: the orphan timeout runs from it). */
     let lastAnswer = performance.now()
     const readAddress = Effect.gen(function* () {
-      const address = config.controllerAddress ?? decoder.decode(yield* store.get("controller"))
-      return { address, token: config.token }
+      return config.controllerAddress ?? decoder.decode(yield* store.get("controller"))
     })
     // Restartable: a dead store makes each read retry its connection for the store timeout.
     const readBounded = !config.restartable ? readAddress : readAddress.pipe(Effect.timeoutOrElse({
+      duration: config.orphanTimeoutMs,
+      orElse: () => Effect.fail(new StoreError({ reason: "Connect", detail: `no controller address within ${config.orphanTimeoutMs} ms` })),
+    }))
+    while (true) {
+      const end: LoopEnd | Unreachable = yield* Effect.scoped(Effect.gen(function* () {
+        const address = yield* readBounded
         const link = yield* connectController({
           address,
           hello: { rank: config.rank, world: config.world, pid: process.pid, token: config.token, device: native.device },

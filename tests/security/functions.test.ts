@@ -47,7 +47,7 @@ test("roots inside node_modules or a dot folder are not used", async () => {
 })
 
 test("a worker has no function root unless MONARCH_FUNCTION_PATH names some (not the working directory)", () => {
-  const env = { RANK: "0", WORLD_SIZE: "1", MASTER_ADDR: "127.0.0.1", MASTER_PORT: "1" }
+  const env = { RANK: "0", WORLD_SIZE: "1", MASTER_ADDR: "127.0.0.1", MASTER_PORT: "1", MONARCH_TOKEN: "t" }
   expect(readConfig(env).functionRoots).toEqual([])
   expect(readConfig({ ...env, MONARCH_FUNCTION_PATH: "/a::/b" }).functionRoots).toEqual(["/a", "/b"])
 })
