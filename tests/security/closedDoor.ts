@@ -343,7 +343,8 @@ export const checkHiddenRoots = async (tree: FunctionTree): Promise<ReadonlyArra
 /** 64 MiB of bytes, touched, so that sending them later does not move this process's RSS. */
 const filler = (): Uint8Array => new Uint8Array(64 * 1024 * 1024).fill(0x5a)
 
-const settledRss = async (): Promise<number> => {
+/** RSS in KiB once garbage is collected. */
+export const settledRss = async (): Promise<number> => {
   Bun.gc(true)
   await Bun.sleep(50)
   return rssKiB(process.pid)

@@ -10,18 +10,12 @@ import { Effect, Exit, Scope } from "effect"
 import { listen, MAX_HELLO_BYTES, MAX_PENDING_CONNECTIONS } from "../../src/controller/listener.ts"
 import { encodeMessage } from "../../src/protocol/codec.ts"
 import { eventually } from "../fuzz/controllerRig.ts"
+import { settledRss } from "./closedDoor.ts"
 import { watchAllocations } from "../fuzz/frameLength.ts"
 import { rssKiB } from "../fuzz/proc.ts"
 import { frame, lengthPrefix, RawPeer } from "../fuzz/rawPeer.ts"
 import { ENTRY_OVERHEAD_BYTES, MAX_BUFFERED_BYTES, MAX_STORED_BYTES, startServer, type ServerOptions } from "../../src/store/server.ts"
 import { type Request, VALIDATION_MAGIC, Writer, writeRequest } from "../../src/store/wire.ts"
-
-/** RSS in KiB once garbage is collected. */
-export const settledRss = async (): Promise<number> => {
-  Bun.gc(true)
-  await Bun.sleep(50)
-  return rssKiB(process.pid)
-}
 
 /** A listener in this process for the duration of `body`, with every problem it reports. */
 const withListener = async <A>(options: { readonly maxPendingConnections?: number }, body: (address: string, problems: string[], admitted: () => number) => Promise<A>): Promise<A> => {
