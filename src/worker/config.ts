@@ -27,6 +27,14 @@ export interface WorkerConfig {
   readonly controllerAddress: string | undefined
   /** The job's token (MONARCH_TOKEN or MONARCH_TOKEN_FILE; never from the store, see src/net/token.ts). */
   readonly token: string
+  /**
+   * How long a worker keeps trying to reach a controller that admits it (MONARCH_CONNECT_TIMEOUT_MS):
+   * refused connections, a controller address not yet in the store and links closed before any
+   * command are retried with backoff until then. A restartable worker waits for good.
+   */
+  readonly connectTimeoutMs: number
+  /** MONARCH_STORE_FILE: where rank 0 writes the store's address and prefix, as JSON, once it is up. */
+  readonly storeFile: string | undefined
   readonly device: string
   readonly restartable: boolean
   /** Where user modules may load from (MONARCH_FUNCTION_PATH); none when it is unset. */
@@ -107,6 +115,8 @@ export const readConfig = (env: Record<string, string | undefined> = process.env
     },
     controllerAddress: env.CONTROLLER_ADDR || undefined,
     token: token.token,
+    connectTimeoutMs: int(env, "MONARCH_CONNECT_TIMEOUT_MS", 60_000),
+    storeFile: env.MONARCH_STORE_FILE || undefined,
     device: env.MONARCH_DEVICE ?? "cpu",
     restartable: env.MONARCH_RESTARTABLE === "1",
     // No default: under torchrun the working directory is wherever the job was started from.
