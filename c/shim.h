@@ -19,7 +19,9 @@
  *   - integers wrap on overflow; division truncates and INT_MIN / -1 is INT_MIN; a zero
  *     divisor or a negative integer exponent anywhere fails the op (SHIM_E_INVALID) before
  *     anything is written; 0 pow 0 is 1.
- *   - exp, log, sqrt, tanh, sigmoid on integer or bool tensors: SHIM_E_UNSUPPORTED.
+ *   - exp, log, sqrt, tanh, sigmoid and the other floating unary ops (erf..gelu_tanh) on
+ *     integer or bool tensors: SHIM_E_UNSUPPORTED; floor, ceil, round, trunc keep integers
+ *     and refuse bool; sign, isnan, isinf and logical_not take every dtype.
  *   - bool: add and maximum are or, mul and minimum are and; sub, div, pow, neg unsupported.
  *   - maximum, minimum, relu and max/min reductions propagate NaN.
  *   - binary_scalar computes in float for f32/f16/bf16, double for f64; for integer dtypes
@@ -73,7 +75,7 @@ enum shim_dtype {
 enum shim_max_dims { SHIM_MAX_DIMS = 8 };
 
 /* ---- op codes ------------------------------------------------------------------------ */
-enum shim_unary_op { /* shim_unary; the output has the input's dtype */
+enum shim_unary_op { /* shim_unary; out has a's dtype (SHIM_BOOL for ISNAN..) */
   SHIM_NEG = 0,
   SHIM_ABS = 1,
   SHIM_EXP = 2,
@@ -81,7 +83,26 @@ enum shim_unary_op { /* shim_unary; the output has the input's dtype */
   SHIM_SQRT = 4,
   SHIM_RELU = 5,
   SHIM_TANH = 6,
-  SHIM_SIGMOID = 7
+  SHIM_SIGMOID = 7,
+  SHIM_ERF = 8, /* EXP..GELU_TANH: floating dtypes only */
+  SHIM_LOG1P = 9,
+  SHIM_EXPM1 = 10,
+  SHIM_RSQRT = 11,
+  SHIM_RECIPROCAL = 12,
+  SHIM_SIN = 13,
+  SHIM_COS = 14,
+  SHIM_SILU = 15,
+  SHIM_SOFTPLUS = 16,   /* beta 1, threshold 20 (torch's defaults): x above 20 is x */
+  SHIM_GELU = 17,       /* the erf form */
+  SHIM_GELU_TANH = 18,  /* the tanh approximation */
+  SHIM_FLOOR = 19,      /* FLOOR..TRUNC: integers unchanged, bool unsupported */
+  SHIM_CEIL = 20,
+  SHIM_ROUND = 21,      /* half to even */
+  SHIM_TRUNC = 22,
+  SHIM_SIGN = 23,       /* every dtype; sign(NaN) is 0 */
+  SHIM_ISNAN = 24,      /* ISNAN..LOGICAL_NOT: every dtype, and they write SHIM_BOOL */
+  SHIM_ISINF = 25,
+  SHIM_LOGICAL_NOT = 26
 };
 
 enum shim_binary_op { /* shim_binary, shim_binary_scalar; comparisons write SHIM_BOOL */

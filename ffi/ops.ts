@@ -32,9 +32,13 @@ export const arange = (out: Tensor, start: number, step: number, s?: Stream): vo
 export const rand = (out: Tensor, seed: number | bigint, offset: number | bigint, normal: boolean, s?: Stream): void =>
   out.native.check(out.native.shim.shim_rand(out.handle, seed, offset, normal ? 1 : 0, stream(s)), "shim_rand")
 
+/** The unary ops that write bool whatever the input's dtype. */
+const PREDICATES: ReadonlySet<UnaryOpName> = new Set(["isnan", "isinf", "logical_not"])
+
 export const unary = (op: UnaryOpName, out: Tensor, a: Tensor, s?: Stream): void => {
   sameNumel(op, out, a)
-  if (out.dtype !== a.dtype) fail(op, `output ${out} must have the input's dtype ${a.dtype}`)
+  const want = PREDICATES.has(op) ? "bool" : a.dtype
+  if (out.dtype !== want) fail(op, `output ${out} must have dtype ${want}`)
   out.native.check(out.native.shim.shim_unary(UnaryOp[op], out.handle, a.handle, stream(s)), `shim_unary(${op})`)
 }
 

@@ -7,7 +7,10 @@
 
 #include "internal.h"
 
-static const char *const unary_names[] = {"neg", "abs", "exp", "log", "sqrt", "relu", "tanh", "sigmoid"};
+static const char *const unary_names[] = {"neg", "abs", "exp", "log", "sqrt", "relu", "tanh", "sigmoid", "erf",
+                                          "log1p", "expm1", "rsqrt", "reciprocal", "sin", "cos", "silu", "softplus",
+                                          "gelu", "gelu_tanh", "floor", "ceil", "round", "trunc", "sign", "isnan",
+                                          "isinf", "logical_not"};
 static const char *const binary_names[] = {"add", "sub", "mul", "div", "maximum", "minimum", "pow",
                                            "eq", "ne", "lt", "le", "gt", "ge"};
 static const char *const reduce_names[] = {"sum", "mean", "max", "min", "prod"};
@@ -39,14 +42,18 @@ int shim_check_rand(const shim_tensor *out, int32_t normal) {
 int shim_check_unary(int32_t op, const shim_tensor *out, const shim_tensor *a) {
   SHIM_REQUIRE_IN("shim_unary", out, "out");
   SHIM_REQUIRE_IN("shim_unary", a, "a");
-  if (op < 0 || op > SHIM_SIGMOID) return shim_fail(SHIM_E_INVALID, "shim_unary: unknown op code %d", op);
+  if (op < 0 || op > SHIM_LOGICAL_NOT) return shim_fail(SHIM_E_INVALID, "shim_unary: unknown op code %d", op);
   const char *name = unary_names[op];
   char bo[DESCRIPTION_CAP], ba[DESCRIPTION_CAP];
-  if (out->dtype != a->dtype || out->numel != a->numel)
-    return shim_fail(SHIM_E_INVALID, "shim_unary(%s): out is %s but a is %s (same dtype and element count needed)", name,
-                     shim_describe(out, bo, sizeof bo), shim_describe(a, ba, sizeof ba));
-  /* neg wraps on integers; abs and relu are defined on every dtype. */
-  int integer_safe = op == SHIM_ABS || op == SHIM_RELU || (op == SHIM_NEG && a->dtype != SHIM_BOOL);
+  int predicate = op >= SHIM_ISNAN; /* writes bool */
+  if (out->dtype != (predicate ? SHIM_BOOL : a->dtype) || out->numel != a->numel)
+    return shim_fail(SHIM_E_INVALID, "shim_unary(%s): out is %s but a is %s (%s and the same element count needed)", name,
+                     shim_describe(out, bo, sizeof bo), shim_describe(a, ba, sizeof ba), predicate ? "bool" : "a's dtype");
+  /* neg wraps on integers; abs, relu, sign and the predicates are defined on every dtype;
+   * floor..trunc keep integers. */
+  int rounding = op >= SHIM_FLOOR && op <= SHIM_TRUNC;
+  int integer_safe = op == SHIM_ABS || op == SHIM_RELU || op >= SHIM_SIGN ||
+                     ((op == SHIM_NEG || rounding) && a->dtype != SHIM_BOOL);
   if (!is_float(a->dtype) && !integer_safe)
     return shim_fail(SHIM_E_UNSUPPORTED, "shim_unary(%s): not defined on %s (cast to a floating dtype first)", name,
                      shim_dtype_name(a->dtype));

@@ -6,8 +6,10 @@
  *    complement does. div truncates toward zero and INT_MIN / -1 wraps to INT_MIN. A zero
  *    divisor, or a negative exponent for pow, anywhere in the operand fails the whole op with
  *    SHIM_E_INVALID before anything is written. 0 pow 0 is 1.
- *  - exp, log, sqrt, tanh and sigmoid are not defined on integer dtypes or bool: they return
- *    SHIM_E_UNSUPPORTED (cast to a floating dtype first). neg, abs and relu work natively.
+ *  - exp, log, sqrt, tanh, sigmoid and erf..gelu_tanh are not defined on integer dtypes or
+ *    bool: they return SHIM_E_UNSUPPORTED (cast to a floating dtype first). neg, abs, relu and
+ *    sign work natively; floor, ceil, round and trunc return integers unchanged (not bool);
+ *    isnan, isinf and logical_not take every dtype and write bool. round is half to even.
  *  - bool: add and maximum are or, mul and minimum are and, abs and relu return the input,
  *    comparisons order false < true; sub, div, pow and neg are SHIM_E_UNSUPPORTED.
  *  - maximum, minimum and relu propagate NaN; comparisons follow IEEE (NaN != NaN is true).
@@ -200,43 +202,113 @@ int shim_binary_scalar(int32_t op, shim_tensor *out, const shim_tensor *a, doubl
   return SHIM_OK;
 }
 
-#define FLOAT_UNARY(NAME, T, EXP, LOG, SQRT, TANH, ABS)                                     \
+/* M(f) names the C library function for T: expf for float (M_F32), exp for double. */
+#define M_F32(fn) fn##f
+#define M_F64(fn) fn
+#define FLOAT_UNARY(NAME, T, M)                                                              \
   static void NAME(int32_t op, T *o, const T *a, int64_t n) {                               \
+    const T one = 1, half = (T)0.5, sqrt1_2 = (T)0.70710678118654752440,                     \
+            k_tanh = (T)0.79788456080286535588 /* sqrt(2 / pi) */;                          \
     switch (op) {                                                                           \
       case SHIM_NEG: for (int64_t i = 0; i < n; i++) o[i] = -a[i]; break;                   \
-      case SHIM_ABS: for (int64_t i = 0; i < n; i++) o[i] = ABS(a[i]); break;               \
-      case SHIM_EXP: for (int64_t i = 0; i < n; i++) o[i] = EXP(a[i]); break;               \
-      case SHIM_LOG: for (int64_t i = 0; i < n; i++) o[i] = LOG(a[i]); break;               \
-      case SHIM_SQRT: for (int64_t i = 0; i < n; i++) o[i] = SQRT(a[i]); break;             \
+      case SHIM_ABS: for (int64_t i = 0; i < n; i++) o[i] = M(fabs)(a[i]); break;           \
+      case SHIM_EXP: for (int64_t i = 0; i < n; i++) o[i] = M(exp)(a[i]); break;            \
+      case SHIM_LOG: for (int64_t i = 0; i < n; i++) o[i] = M(log)(a[i]); break;            \
+      case SHIM_SQRT: for (int64_t i = 0; i < n; i++) o[i] = M(sqrt)(a[i]); break;          \
       case SHIM_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] < 0 ? (T)0 : a[i]; break; \
-      case SHIM_TANH: for (int64_t i = 0; i < n; i++) o[i] = TANH(a[i]); break;             \
-      case SHIM_SIGMOID: for (int64_t i = 0; i < n; i++) o[i] = (T)1 / ((T)1 + EXP(-a[i])); break; \
+      case SHIM_TANH: for (int64_t i = 0; i < n; i++) o[i] = M(tanh)(a[i]); break;          \
+      case SHIM_SIGMOID: for (int64_t i = 0; i < n; i++) o[i] = one / (one + M(exp)(-a[i])); break; \
+      case SHIM_ERF: for (int64_t i = 0; i < n; i++) o[i] = M(erf)(a[i]); break;            \
+      case SHIM_LOG1P: for (int64_t i = 0; i < n; i++) o[i] = M(log1p)(a[i]); break;        \
+      case SHIM_EXPM1: for (int64_t i = 0; i < n; i++) o[i] = M(expm1)(a[i]); break;        \
+      case SHIM_RSQRT: for (int64_t i = 0; i < n; i++) o[i] = one / M(sqrt)(a[i]); break;   \
+      case SHIM_RECIPROCAL: for (int64_t i = 0; i < n; i++) o[i] = one / a[i]; break;       \
+      case SHIM_SIN: for (int64_t i = 0; i < n; i++) o[i] = M(sin)(a[i]); break;            \
+      case SHIM_COS: for (int64_t i = 0; i < n; i++) o[i] = M(cos)(a[i]); break;            \
+      case SHIM_SILU: for (int64_t i = 0; i < n; i++) o[i] = a[i] / (one + M(exp)(-a[i])); break; \
+      case SHIM_SOFTPLUS:                                                                   \
+        for (int64_t i = 0; i < n; i++) o[i] = a[i] > (T)20 ? a[i] : M(log1p)(M(exp)(a[i])); \
+        break;                                                                              \
+      case SHIM_GELU:                                                                       \
+        for (int64_t i = 0; i < n; i++) o[i] = half * a[i] * (one + M(erf)(a[i] * sqrt1_2)); \
+        break;                                                                              \
+      case SHIM_GELU_TANH:                                                                  \
+        for (int64_t i = 0; i < n; i++) {                                                   \
+          T x = a[i];                                                                       \
+          o[i] = half * x * (one + M(tanh)(k_tanh * (x + (T)0.044715 * x * x * x)));        \
+        }                                                                                   \
+        break;                                                                              \
+      case SHIM_FLOOR: for (int64_t i = 0; i < n; i++) o[i] = M(floor)(a[i]); break;        \
+      case SHIM_CEIL: for (int64_t i = 0; i < n; i++) o[i] = M(ceil)(a[i]); break;          \
+      case SHIM_ROUND: for (int64_t i = 0; i < n; i++) o[i] = M(nearbyint)(a[i]); break;    \
+      case SHIM_TRUNC: for (int64_t i = 0; i < n; i++) o[i] = M(trunc)(a[i]); break;        \
+      case SHIM_SIGN: for (int64_t i = 0; i < n; i++) o[i] = (T)((a[i] > 0) - (a[i] < 0)); break; \
     }                                                                                       \
   }
 
-FLOAT_UNARY(unary_f32, float, expf, logf, sqrtf, tanhf, fabsf)
-FLOAT_UNARY(unary_f64, double, exp, log, sqrt, tanh, fabs)
+FLOAT_UNARY(unary_f32, float, M_F32)
+FLOAT_UNARY(unary_f64, double, M_F64)
 
+/* The integer cases; floor, ceil, round and trunc copy (the caller handles them). */
 #define SIGNED_UNARY(NAME, T, U)                                                                \
   static void NAME(int32_t op, T *o, const T *a, int64_t n) {                                   \
     switch (op) {                                                                               \
       case SHIM_NEG: for (int64_t i = 0; i < n; i++) o[i] = (T)(0 - (U)a[i]); break;            \
       case SHIM_ABS: for (int64_t i = 0; i < n; i++) o[i] = a[i] < 0 ? (T)(0 - (U)a[i]) : a[i]; break; \
       case SHIM_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] < 0 ? 0 : a[i]; break;        \
+      case SHIM_SIGN: for (int64_t i = 0; i < n; i++) o[i] = (T)((a[i] > 0) - (a[i] < 0)); break; \
     }                                                                                           \
   }
 
 SIGNED_UNARY(unary_i32, int32_t, uint32_t)
 SIGNED_UNARY(unary_i64, int64_t, uint64_t)
 
-/* u8 is unsigned: neg wraps, abs and relu return the input. bool: abs and relu do too. */
+/* u8 is unsigned: neg wraps, sign is nonzero, the others return the input. bool: abs, relu
+ * and sign return it too. */
 static void unary_bytes(int32_t op, int32_t dtype, uint8_t *o, const uint8_t *a, int64_t n) {
   if (op == SHIM_NEG) {
     for (int64_t i = 0; i < n; i++) o[i] = (uint8_t)(0u - a[i]);
-  } else if (dtype == SHIM_BOOL) {
+  } else if (dtype == SHIM_BOOL || op == SHIM_SIGN) {
     for (int64_t i = 0; i < n; i++) o[i] = a[i] != 0;
   } else if (o != a) {
     memcpy(o, a, (size_t)n);
+  }
+}
+
+/* isnan, isinf, logical_not into bool bytes; integers are never NaN or infinite. */
+#define PREDICATE(T)                                                                         \
+  switch (op) {                                                                              \
+    case SHIM_ISNAN: for (int64_t i = 0; i < m; i++) o[i] = x[i] != x[i]; break;               \
+    case SHIM_ISINF: for (int64_t i = 0; i < m; i++) o[i] = x[i] == (T)INFINITY || x[i] == -(T)INFINITY; break; \
+    default: for (int64_t i = 0; i < m; i++) o[i] = x[i] == 0; break;                         \
+  }
+
+static void unary_predicate(int32_t op, int32_t dtype, uint8_t *out, const void *a, int64_t n) {
+  if (dtype == SHIM_F64) {
+    const double *x = a;
+    uint8_t *o = out;
+    int64_t m = n;
+    PREDICATE(double)
+    return;
+  }
+  float buf[SHIM_CPU_CHUNK];
+  int64_t ibuf[SHIM_CPU_CHUNK];
+  int64_t size = shim_dtype_size(dtype);
+  for (int64_t base = 0; base < n; base += SHIM_CPU_CHUNK) {
+    int64_t m = shim_cpu_min64(SHIM_CPU_CHUNK, n - base);
+    uint8_t *o = out + base;
+    const char *src = (const char *)a + base * size;
+    if (shim_cpu_is_float(dtype)) {
+      const float *x = buf;
+      shim_cpu_load_f32(dtype, src, m, buf);
+      PREDICATE(float)
+    } else if (op == SHIM_LOGICAL_NOT) {
+      const int64_t *x = ibuf;
+      shim_cpu_load_i64(dtype, src, m, ibuf);
+      for (int64_t i = 0; i < m; i++) o[i] = x[i] == 0;
+    } else {
+      memset(o, 0, (size_t)m);
+    }
   }
 }
 
@@ -256,6 +328,14 @@ int shim_unary(int32_t op, shim_tensor *out, const shim_tensor *a, shim_stream *
   void *o = shim_cpu_data(out);
   const void *x = shim_cpu_data(a);
   int64_t n = a->numel;
+  if (op >= SHIM_ISNAN) {
+    unary_predicate(op, dtype, o, x, n);
+    return SHIM_OK;
+  }
+  if (!shim_cpu_is_float(dtype) && op >= SHIM_FLOOR && op <= SHIM_TRUNC) { /* integers are whole already */
+    if (o != x) memcpy(o, x, (size_t)(n * shim_dtype_size(dtype)));
+    return SHIM_OK;
+  }
   switch (dtype) {
     case SHIM_F32: unary_f32(op, o, x, n); break;
     case SHIM_F64: unary_f64(op, o, x, n); break;

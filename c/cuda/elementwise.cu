@@ -3,7 +3,8 @@
  * The semantics are the cpu's, point for point (c/cpu/elementwise.c has the full list): f16
  * and bf16 compute in float and round back once; integers wrap; integer div truncates and
  * INT_MIN / -1 wraps; maximum, minimum and relu propagate NaN; bool add/maximum are or,
- * mul/minimum are and; exp, log, sqrt, tanh and sigmoid are floating-only; the scalar of
+ * mul/minimum are and; exp, log, sqrt, tanh, sigmoid and erf..gelu_tanh are floating-only,
+ * floor..trunc keep integers, isnan, isinf and logical_not write bool; the scalar of
  * shim_binary_scalar is converted to the type the op computes in. Results may differ from the
  * cpu's in the last bit only where CUDA's exp, log, tanh and pow differ from the C library's.
  *
@@ -81,12 +82,36 @@ __device__ __forceinline__ float m_tanh(float x) { return tanhf(x); }
 __device__ __forceinline__ double m_tanh(double x) { return tanh(x); }
 __device__ __forceinline__ float m_pow(float x, float y) { return powf(x, y); }
 __device__ __forceinline__ double m_pow(double x, double y) { return pow(x, y); }
+__device__ __forceinline__ float m_erf(float x) { return erff(x); }
+__device__ __forceinline__ double m_erf(double x) { return erf(x); }
+__device__ __forceinline__ float m_log1p(float x) { return log1pf(x); }
+__device__ __forceinline__ double m_log1p(double x) { return log1p(x); }
+__device__ __forceinline__ float m_expm1(float x) { return expm1f(x); }
+__device__ __forceinline__ double m_expm1(double x) { return expm1(x); }
+__device__ __forceinline__ float m_sin(float x) { return sinf(x); }
+__device__ __forceinline__ double m_sin(double x) { return sin(x); }
+__device__ __forceinline__ float m_cos(float x) { return cosf(x); }
+__device__ __forceinline__ double m_cos(double x) { return cos(x); }
+__device__ __forceinline__ float m_floor(float x) { return floorf(x); }
+__device__ __forceinline__ double m_floor(double x) { return floor(x); }
+__device__ __forceinline__ float m_ceil(float x) { return ceilf(x); }
+__device__ __forceinline__ double m_ceil(double x) { return ceil(x); }
+__device__ __forceinline__ float m_rint(float x) { return rintf(x); } /* half to even */
+__device__ __forceinline__ double m_rint(double x) { return rint(x); }
+__device__ __forceinline__ float m_trunc(float x) { return truncf(x); }
+__device__ __forceinline__ double m_trunc(double x) { return trunc(x); }
 
-/* One unary op on a value of D's compute type. Ops the host rejected for D never get here. */
+/* One unary op on a value of D's compute type. Ops the host rejected for D never get here;
+ * the predicates (isnan, isinf, logical_not) are unary_predicate's. */
 template <typename D, int Op>
 __device__ __forceinline__ typename D::V unary_op(typename D::V x) {
   using V = typename D::V;
-  if constexpr (D::kind == Kind::Float) {
+  if constexpr (Op == SHIM_SIGN) {
+    if constexpr (D::kind == Kind::Float) return (V)((x > (V)0) - (x < (V)0));
+    else if constexpr (std::is_signed_v<V>) return (V)((x > 0) - (x < 0));
+    else return (V)(x != 0);
+  } else if constexpr (D::kind == Kind::Float) {
+    const V one = 1, half = (V)0.5;
     if constexpr (Op == SHIM_NEG) return -x;
     else if constexpr (Op == SHIM_ABS) return m_abs(x);
     else if constexpr (Op == SHIM_EXP) return m_exp(x);
@@ -94,15 +119,40 @@ __device__ __forceinline__ typename D::V unary_op(typename D::V x) {
     else if constexpr (Op == SHIM_SQRT) return m_sqrt(x);
     else if constexpr (Op == SHIM_RELU) return x < (V)0 ? (V)0 : x;
     else if constexpr (Op == SHIM_TANH) return m_tanh(x);
-    else return (V)1 / ((V)1 + m_exp(-x)); /* sigmoid */
+    else if constexpr (Op == SHIM_SIGMOID) return one / (one + m_exp(-x));
+    else if constexpr (Op == SHIM_ERF) return m_erf(x);
+    else if constexpr (Op == SHIM_LOG1P) return m_log1p(x);
+    else if constexpr (Op == SHIM_EXPM1) return m_expm1(x);
+    else if constexpr (Op == SHIM_RSQRT) return one / m_sqrt(x);
+    else if constexpr (Op == SHIM_RECIPROCAL) return one / x;
+    else if constexpr (Op == SHIM_SIN) return m_sin(x);
+    else if constexpr (Op == SHIM_COS) return m_cos(x);
+    else if constexpr (Op == SHIM_SILU) return x / (one + m_exp(-x));
+    else if constexpr (Op == SHIM_SOFTPLUS) return x > (V)20 ? x : m_log1p(m_exp(x));
+    else if constexpr (Op == SHIM_GELU) return half * x * (one + m_erf(x * (V)0.70710678118654752440));
+    else if constexpr (Op == SHIM_GELU_TANH) return half * x * (one + m_tanh((V)0.79788456080286535588 * (x + (V)0.044715 * x * x * x)));
+    else if constexpr (Op == SHIM_FLOOR) return m_floor(x);
+    else if constexpr (Op == SHIM_CEIL) return m_ceil(x);
+    else if constexpr (Op == SHIM_ROUND) return m_rint(x);
+    else return m_trunc(x);
   } else if constexpr (Op == SHIM_NEG) {
     return wrap_neg(x);
-  } else if constexpr (std::is_signed_v<V>) {
+  } else if constexpr (std::is_signed_v<V> && (Op == SHIM_ABS || Op == SHIM_RELU)) {
     if constexpr (Op == SHIM_ABS) return x < 0 ? wrap_neg(x) : x;
     else return x < 0 ? (V)0 : x; /* relu */
   } else {
-    return x; /* abs and relu of u8 and bool */
+    return x; /* abs and relu of u8 and bool; floor..trunc of integers */
   }
+}
+
+/* isnan, isinf and logical_not as a 0/1 byte; integers are never NaN or infinite. */
+template <typename D, int Op>
+__device__ __forceinline__ uint8_t unary_predicate(typename D::V x) {
+  using V = typename D::V;
+  if constexpr (Op == SHIM_LOGICAL_NOT) return (uint8_t)(x == (V)0);
+  else if constexpr (D::kind != Kind::Float) return 0;
+  else if constexpr (Op == SHIM_ISNAN) return (uint8_t)(x != x);
+  else return (uint8_t)(x == (V)INFINITY || x == -(V)INFINITY);
 }
 
 /* One binary op: D's compute type for arithmetic, 0 or 1 for comparisons. */
@@ -177,6 +227,13 @@ __global__ void unary_kernel(typename D::T *out, const typename D::T *a, int64_t
     done = packs * P;
   }
   for (int64_t i = done + tid; i < n; i += stride) out[i] = D::store(unary_op<D, Op>(D::load(a[i])));
+}
+
+template <typename D, int Op>
+__global__ void predicate_kernel(uint8_t *out, const typename D::T *a, int64_t n) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    out[i] = unary_predicate<D, Op>(D::load(a[i]));
 }
 
 template <typename D, int Op>
@@ -256,7 +313,26 @@ int with_unary_op(int32_t op, F &&f) {
     case SHIM_SQRT: return f(std::integral_constant<int, SHIM_SQRT>{});
     case SHIM_RELU: return f(std::integral_constant<int, SHIM_RELU>{});
     case SHIM_TANH: return f(std::integral_constant<int, SHIM_TANH>{});
-    default: return f(std::integral_constant<int, SHIM_SIGMOID>{});
+    case SHIM_SIGMOID: return f(std::integral_constant<int, SHIM_SIGMOID>{});
+    case SHIM_ERF: return f(std::integral_constant<int, SHIM_ERF>{});
+    case SHIM_LOG1P: return f(std::integral_constant<int, SHIM_LOG1P>{});
+    case SHIM_EXPM1: return f(std::integral_constant<int, SHIM_EXPM1>{});
+    case SHIM_RSQRT: return f(std::integral_constant<int, SHIM_RSQRT>{});
+    case SHIM_RECIPROCAL: return f(std::integral_constant<int, SHIM_RECIPROCAL>{});
+    case SHIM_SIN: return f(std::integral_constant<int, SHIM_SIN>{});
+    case SHIM_COS: return f(std::integral_constant<int, SHIM_COS>{});
+    case SHIM_SILU: return f(std::integral_constant<int, SHIM_SILU>{});
+    case SHIM_SOFTPLUS: return f(std::integral_constant<int, SHIM_SOFTPLUS>{});
+    case SHIM_GELU: return f(std::integral_constant<int, SHIM_GELU>{});
+    case SHIM_GELU_TANH: return f(std::integral_constant<int, SHIM_GELU_TANH>{});
+    case SHIM_FLOOR: return f(std::integral_constant<int, SHIM_FLOOR>{});
+    case SHIM_CEIL: return f(std::integral_constant<int, SHIM_CEIL>{});
+    case SHIM_ROUND: return f(std::integral_constant<int, SHIM_ROUND>{});
+    case SHIM_TRUNC: return f(std::integral_constant<int, SHIM_TRUNC>{});
+    case SHIM_SIGN: return f(std::integral_constant<int, SHIM_SIGN>{});
+    case SHIM_ISNAN: return f(std::integral_constant<int, SHIM_ISNAN>{});
+    case SHIM_ISINF: return f(std::integral_constant<int, SHIM_ISINF>{});
+    default: return f(std::integral_constant<int, SHIM_LOGICAL_NOT>{});
   }
 }
 
@@ -369,8 +445,14 @@ int shim_unary(int32_t op, shim_tensor *out, const shim_tensor *a, shim_stream *
     unsigned blocks = shim_cuda_blocks(vec ? n / pack_width<T>() + 1 : n);
     return with_unary_op(op, [&](auto code) -> int {
       constexpr int Op = decltype(code)::value;
-      constexpr bool integer_op = Op == SHIM_ABS || Op == SHIM_RELU || (Op == SHIM_NEG && D::kind != Kind::Bool);
-      if constexpr (D::kind != Kind::Float && !integer_op) {
+      constexpr bool rounding = Op >= SHIM_FLOOR && Op <= SHIM_TRUNC;
+      constexpr bool integer_op = Op == SHIM_ABS || Op == SHIM_RELU || Op == SHIM_SIGN ||
+                                  ((Op == SHIM_NEG || rounding) && D::kind != Kind::Bool);
+      if constexpr (Op >= SHIM_ISNAN) {
+        predicate_kernel<D, Op><<<shim_cuda_blocks(n), SHIM_CUDA_THREADS, 0, shim_cuda_stream(s)>>>((uint8_t *)o, x, n);
+        CUDA_CHECK_LAUNCH("predicate_kernel");
+        return SHIM_OK;
+      } else if constexpr (D::kind != Kind::Float && !integer_op) {
         return shim_fail(SHIM_E_UNSUPPORTED, "unary op %d on an integer dtype", Op); /* shim_check_unary refused it already */
       } else {
         unary_kernel<D, Op><<<blocks, SHIM_CUDA_THREADS, 0, shim_cuda_stream(s)>>>(o, x, n, vec);

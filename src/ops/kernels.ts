@@ -93,6 +93,8 @@ const fill = (value: number): Kernel<"zeros"> => (run, [out]) => k.fill(out!, va
 const random = (normal: boolean): Kernel<"rand"> => (run, [out], a) => k.rand(out!, a.seed, a.offset, normal, run.stream)
 
 const unary = (op: UnaryOpName): Kernel<"neg"> => (run, [out], a) => k.unary(op, out!, run.cast(a.input, out!.dtype), run.stream)
+/** isnan, isinf, logical_not: bool out of any dtype, no cast. */
+const predicate = (op: UnaryOpName): Kernel<"isnan"> => (run, [out], a) => k.unary(op, out!, a.input, run.stream)
 
 /** out = a (op) b over prepared operands: cast to the compute dtype, broadcast to the result's shape. */
 const binaryInto = (run: Run, op: BinaryOpName, kind: BinaryKind, name: string, out: Tensor, a: Tensor | number, b: Tensor | number): void => {
@@ -161,6 +163,11 @@ export const KERNELS: Kernels = {
   randn: random(true),
   neg: unary("neg"), abs: unary("abs"), exp: unary("exp"), log: unary("log"), sqrt: unary("sqrt"),
   relu: unary("relu"), tanh: unary("tanh"), sigmoid: unary("sigmoid"),
+  erf: unary("erf"), log1p: unary("log1p"), expm1: unary("expm1"), rsqrt: unary("rsqrt"), reciprocal: unary("reciprocal"),
+  sin: unary("sin"), cos: unary("cos"), floor: unary("floor"), ceil: unary("ceil"), round: unary("round"), trunc: unary("trunc"),
+  sign: unary("sign"), silu: unary("silu"), softplus: unary("softplus"),
+  gelu: (run, [out], a) => k.unary(a.approximate === "tanh" ? "gelu_tanh" : "gelu", out!, a.input, run.stream),
+  isnan: predicate("isnan"), isinf: predicate("isinf"), logical_not: predicate("logical_not"),
   add: binary("add", "arithmetic"), sub: binary("sub", "arithmetic"), mul: binary("mul", "arithmetic"), div: binary("div", "division"),
   maximum: binary("maximum", "arithmetic"), minimum: binary("minimum", "arithmetic"), pow: binary("pow", "arithmetic"),
   eq: binary("eq", "comparison"), ne: binary("ne", "comparison"), lt: binary("lt", "comparison"),

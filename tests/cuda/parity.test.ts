@@ -159,11 +159,15 @@ describe("cuda matches cpu", () => {
 
   parity("unary ops over every dtype", () => {
     const bad: string[] = []
-    const ulps: Record<UnaryOpName, number> = { neg: 0, abs: 0, relu: 0, sqrt: 0, exp: 3, log: 2, tanh: 3, sigmoid: 4 }
+    const ulps: Record<UnaryOpName, number> = {
+      neg: 0, abs: 0, relu: 0, sqrt: 0, exp: 3, log: 2, tanh: 3, sigmoid: 4, erf: 2, log1p: 2, expm1: 3, rsqrt: 2, reciprocal: 0,
+      sin: 2, cos: 2, silu: 4, softplus: 4, gelu: 4, gelu_tanh: 6, floor: 0, ceil: 0, round: 0, trunc: 0, sign: 0, isnan: 0, isinf: 0, logical_not: 0,
+    }
+    const predicates: ReadonlySet<UnaryOpName> = new Set(["isnan", "isinf", "logical_not"])
     for (const dtype of DTYPES) {
       const [a, b] = pair(dtype, [N], bytesOf(dtype, N, 2, { lo: -20, hi: 20 }))
       for (const op of Object.keys(ulps) as UnaryOpName[]) {
-        const [x, y] = emptyPair(dtype, [N])
+        const [x, y] = emptyPair(predicates.has(op) ? "bool" : dtype, [N])
         if (alike(`${op} ${dtype}`, (w) => ops.unary(op, w ? y : x, w ? b : a))) bad.push(...differences(`${op} ${dtype}`, x, y, ulps[op]))
         freeAll(x, y)
       }

@@ -27,11 +27,20 @@ const TOLERANCE: Readonly<Record<DType, { rtol: number; atol: number }>> = {
 /** A seeded tensor: values from a small LCG, integers in [-5, 5) (bool 0/1, u8 [0, 10)). */
 let seed = 12345
 const rnd = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31)
+/** x rounded to a floating dtype, to nearest even (bf16: from its f32 bits), so both sides start from one value. */
+const representable = (t: DType, x: number): number => {
+  if (t === "f64") return x
+  if (t === "f16") return Math.f16round(x)
+  const f = Math.fround(x)
+  if (t !== "bf16") return f
+  const u = new Uint32Array(Float32Array.of(f).buffer)[0]!
+  return new Float32Array(Uint32Array.of(((u + 0x7fff + ((u >>> 16) & 1)) >>> 16) << 16).buffer)[0]!
+}
 interface T { readonly t: DType; readonly shape: number[]; readonly data: number[] }
 const tensor = (t: DType, shape: number[], scale = 3): T => {
   const n = shape.reduce((a, b) => a * b, 1)
   const data = Array.from({ length: n }, () => t === "bool" ? Math.floor(rnd() * 2) : t === "u8" ? Math.floor(rnd() * 10)
-    : t === "i32" || t === "i64" ? Math.floor(rnd() * 10) - 5 : Math.fround((rnd() * 2 - 1) * scale))
+    : t === "i32" || t === "i64" ? Math.floor(rnd() * 10) - 5 : representable(t, (rnd() * 2 - 1) * scale))
   return { t, shape, data }
 }
 const ints = (t: "i64", shape: number[], values: number[]): T => ({ t, shape, data: values })
@@ -42,6 +51,19 @@ interface Case { readonly name: string; readonly op: string; readonly args: unkn
 const c = (name: string, op: string, args: unknown[], kwargs: Record<string, unknown> = {}): Case => ({ name, op, args, kwargs })
 
 const f = (...s: number[]) => tensor("f32", s)
+const FLOATS = ["f32", "f64", "f16", "bf16"] as const
+const isFloat = (t: DType): boolean => (FLOATS as ReadonlyArray<DType>).includes(t)
+const FLOAT_OF_INT = ["erf", "log1p", "expm1", "rsqrt", "reciprocal", "sin", "cos"]
+const MATH = [...FLOAT_OF_INT, "floor", "ceil", "round", "trunc", "sign", "silu", "softplus", "gelu"]
+const PREDICATES = ["isnan", "isinf", "logical_not"]
+/** log1p and rsqrt of values where they are defined (their NaNs are tested through isnan). */
+const positive = (op: string, x: T): T =>
+  op === "rsqrt" || op === "log1p" ? { ...x, data: x.data.map((v) => Math.abs(v) + (isFloat(x.t) ? 0.25 : 0)) } : x
+/** NaN, infinities and zeros among ordinary values (integers and bool: their own zeros). */
+const special = (t: DType): T => {
+  const x = tensor(t, [7])
+  return isFloat(t) ? { ...x, data: [NaN, Infinity, -Infinity, 0, -0, 1.5, -2] } : x
+}
 const CASES: Case[] = [
   // broadcasting and promotion
   c("add [3,4] + [4]", "add", [f(3, 4), f(4)]),
@@ -68,6 +90,26 @@ const CASES: Case[] = [
   c("sqrt f64", "sqrt", [{ ...tensor("f64", [4]), data: [0, 1, 2, 9] }]),
   c("log f32", "log", [{ ...f(3), data: [0.5, 1, 4] }]),
   c("clamp", "clamp", [f(6)], { min: -1, max: 0.5 }),
+  // math: every floating dtype, integer and bool inputs, 0-d, empty, special values
+  ...MATH.flatMap((op) => FLOATS.map((t) => c(`${op} ${t}`, op, [positive(op, tensor(t, [2, 3]))]))),
+  ...FLOAT_OF_INT.flatMap((op) => (["i64", "i32", "u8", "bool"] as const).map((t) => c(`${op} of ${t} is f32`, op, [positive(op, tensor(t, [5]))]))),
+  ...MATH.map((op) => c(`${op} 0-d`, op, [positive(op, f())])),
+  ...MATH.map((op) => c(`${op} empty`, op, [f(0, 3)])),
+  ...["floor", "ceil", "round", "trunc", "sign"].flatMap((op) => (["i64", "i32", "u8"] as const).map((t) => c(`${op} keeps ${t}`, op, [tensor(t, [5])]))),
+  c("sign of bool", "sign", [tensor("bool", [4])]),
+  c("round half to even", "round", [{ ...f(8), data: [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.5000002, -0.49999997] }]),
+  c("round half to even f64", "round", [{ ...tensor("f64", [4]), data: [0.5, 1.5, 2.5, -3.5] }]),
+  c("sign of NaN, inf, -0", "sign", [{ ...f(5), data: [NaN, Infinity, -Infinity, -0, 0] }]),
+  c("softplus past its threshold", "softplus", [{ ...f(4), data: [19.5, 20, 20.5, 100] }]),
+  c("expm1 and log1p near 0 keep precision", "expm1", [{ ...tensor("f64", [3]), data: [1e-10, -1e-12, 1e-5] }]),
+  c("log1p near 0", "log1p", [{ ...tensor("f64", [3]), data: [1e-10, -1e-12, 1e-5] }]),
+  c("gelu tanh form", "gelu", [f(3, 4)], { approximate: "tanh" }),
+  c("gelu tanh form bf16", "gelu", [tensor("bf16", [6])], { approximate: "tanh" }),
+  c("gelu tanh form f16", "gelu", [tensor("f16", [6])], { approximate: "tanh" }),
+  c("gelu tanh form f64", "gelu", [tensor("f64", [6])], { approximate: "tanh" }),
+  ...PREDICATES.flatMap((op) => [...FLOATS, "i64", "i32", "u8", "bool"].map((t) => c(`${op} ${t}`, op, [special(t as DType)]))),
+  ...PREDICATES.map((op) => c(`${op} 0-d`, op, [f()])),
+  ...PREDICATES.map((op) => c(`${op} empty`, op, [f(0)])),
   // creation
   c("arange(5) is i64", "arange", [5]),
   c("arange(0, 1, 0.25) is f32", "arange", [0, 1, 0.25]),
@@ -131,6 +173,9 @@ const CASES: Case[] = [
 ]
 
 const numbersOf = (h: HostTensor): number[] => [...h.toArray()].map(Number)
+/** JSON has no NaN or infinities: both sides spell them as strings ("NaN", "Infinity"; torch's "nan", "inf"). */
+const NON_FINITE: Readonly<Record<string, number>> = { inf: Infinity, "-inf": -Infinity, Infinity, "-Infinity": -Infinity }
+const fromJson = (v: number | string): number => (typeof v === "string" ? NON_FINITE[v] ?? NaN : v)
 
 describeUnless(missing)("ops against torch 1.13", () => {
   let h: Harness
@@ -162,7 +207,7 @@ describeUnless(missing)("ops against torch 1.13", () => {
   })
 
   const reference = (id: number, cs: Case): Promise<any> => {
-    torch.stdin.write(JSON.stringify({ id, op: cs.op, args: cs.args, kwargs: cs.kwargs }) + "\n")
+    torch.stdin.write(JSON.stringify({ id, op: cs.op, args: cs.args, kwargs: cs.kwargs }, (_, v) => (typeof v === "number" && !Number.isFinite(v) ? String(v) : v)) + "\n")
     torch.stdin.flush()
     return answers.has(id) ? Promise.resolve(answers.get(id)) : new Promise((resolve) => waiting.set(id, resolve))
   }
@@ -180,7 +225,7 @@ describeUnless(missing)("ops against torch 1.13", () => {
       expect(want.error).toBeUndefined()
       expect({ dtype: ours.dtype, shape: [...ours.shape] }).toEqual({ dtype: want.dtype, shape: want.shape })
       const { rtol, atol } = TOLERANCE[ours.dtype]
-      const mine = numbersOf(ours), theirs = (want.data as Array<number | string>).map(Number)
+      const mine = numbersOf(ours), theirs = (want.data as Array<number | string>).map(fromJson)
       const bad = mine.map((v, j) => [j, v, theirs[j]!] as const).filter(([, v, w]) => !(Object.is(v, w) || Math.abs(v - w) <= atol + rtol * Math.abs(w) || (Number.isNaN(v) && Number.isNaN(w))))
       expect(bad.slice(0, 4)).toEqual([])
     })

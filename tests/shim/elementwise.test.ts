@@ -3,7 +3,7 @@
 // with the wrap-around rules c/cpu/elementwise.c documents, bool by its or/and rules.
 import { afterEach, describe, expect, test } from "bun:test"
 import * as ops from "../../ffi/ops.ts"
-import { BinaryOp, type BinaryOpName, type UnaryOpName } from "../../ffi/symbols.ts"
+import { BinaryOp, UnaryOp, type BinaryOpName, type UnaryOpName } from "../../ffi/symbols.ts"
 import type { Tensor } from "../../ffi/tensor.ts"
 import {
   FLOATS, INTEGERS, bigValuesOf, empty, expectClose, expectShimError, freeAll, native, roundTo, sample, tensor, toIntSaturated,
@@ -15,7 +15,8 @@ afterEach(freeAll)
 type IntDType = (typeof INTEGERS)[number]
 const N = 37 // odd, and not a multiple of any vector width
 
-const UNARY_FLOAT: Record<UnaryOpName, (x: number) => number> = {
+/** The ops with a closed form in JS (the rest are checked against torch in tests/ops/parity.test.ts). */
+const UNARY_FLOAT: Partial<Record<UnaryOpName, (x: number) => number>> = {
   neg: (x) => -x,
   abs: Math.abs,
   exp: Math.exp,
@@ -24,6 +25,18 @@ const UNARY_FLOAT: Record<UnaryOpName, (x: number) => number> = {
   relu: (x) => (x < 0 ? 0 : x),
   tanh: Math.tanh,
   sigmoid: (x) => 1 / (1 + Math.exp(-x)),
+  log1p: Math.log1p,
+  expm1: Math.expm1,
+  rsqrt: (x) => 1 / Math.sqrt(x),
+  reciprocal: (x) => 1 / x,
+  sin: Math.sin,
+  cos: Math.cos,
+  silu: (x) => x / (1 + Math.exp(-x)),
+  softplus: (x) => (x > 20 ? x : Math.log1p(Math.exp(x))),
+  floor: Math.floor,
+  ceil: Math.ceil,
+  trunc: Math.trunc,
+  sign: Math.sign,
 }
 
 const ARITHMETIC: ReadonlyArray<BinaryOpName> = ["add", "sub", "mul", "div", "maximum", "minimum", "pow"]
@@ -109,12 +122,12 @@ describe("unary", () => {
   for (const dtype of FLOATS)
     for (const op of Object.keys(UNARY_FLOAT) as UnaryOpName[])
       test(`${dtype} ${op}`, () => {
-        const positive = op === "log" || op === "sqrt"
+        const positive = op === "log" || op === "sqrt" || op === "rsqrt" || op === "log1p"
         const xs = sample(dtype, N, positive ? 0.01 : -5, 5, 11)
         const a = tensor(dtype, [N], xs)
         const out = empty(dtype, [N])
         ops.unary(op, out, a)
-        expectClose(dtype, valuesOf(out), xs.map((x) => roundTo(dtype, UNARY_FLOAT[op](x))), op)
+        expectClose(dtype, valuesOf(out), xs.map((x) => roundTo(dtype, UNARY_FLOAT[op]!(x))), op)
         ops.unary(op, a, a) // in place
         expectClose(dtype, valuesOf(a), valuesOf(out), `${op} in place`)
       })
@@ -170,7 +183,7 @@ describe("unary", () => {
     test(`${dtype}: exp, log, sqrt, tanh and sigmoid are unsupported, naming the fix`, () => {
       const a = tensor(dtype, [2], [1, 0])
       const out = empty(dtype, [2])
-      for (const op of ["exp", "log", "sqrt", "tanh", "sigmoid"] as const)
+      for (const op of ["exp", "log", "sqrt", "tanh", "sigmoid", "erf", "sin", "silu", "gelu", "softplus", "reciprocal"] as const)
         expectShimError(() => ops.unary(op, out, a), "Unsupported", new RegExp(`shim_unary\\(${op}\\): not defined on ${dtype} \\(cast to a floating dtype first\\)`))
     })
 
@@ -180,7 +193,8 @@ describe("unary", () => {
     const raw = (op: number, out: Tensor) => native.check(native.shim.shim_unary(op, out.handle, a.handle, null), "shim_unary")
     expectShimError(() => raw(0, wrongDtype), "Invalid", /shim_unary\(neg\): out is f64\[3\] but a is f32\[3\]/)
     expectShimError(() => raw(0, wrongSize), "Invalid", /shim_unary\(neg\): out is f32\[4\] but a is f32\[3\]/)
-    expectShimError(() => raw(8, wrongSize), "Invalid", /shim_unary: unknown op code 8/)
+    const past = Object.keys(UnaryOp).length
+    expectShimError(() => raw(past, wrongSize), "Invalid", new RegExp(`shim_unary: unknown op code ${past}`))
   })
 })
 
