@@ -66,6 +66,11 @@ export interface CommonOptions {
   readonly startTimeoutMs?: number
   /** The listener's address; loopback by default. */
   readonly host?: string
+  /**
+   * Fail a fetch whose value is not final this long after it was issued with DeadlineExceeded,
+   * naming the ranks behind (default none; FetchOptions.deadlineMs per fetch).
+   */
+  readonly deadlineMs?: number
 }
 
 export interface LocalOptions extends CommonOptions {
@@ -130,6 +135,7 @@ const makeCore = (world: number, o: CommonOptions, exitGraceMs: number) =>
     world,
     ...(o.hangAfterMs === undefined ? {} : { hangAfterMs: o.hangAfterMs }),
     ...(o.captureSites === undefined ? {} : { captureSites: o.captureSites }),
+    ...(o.deadlineMs === undefined ? {} : { deadlineMs: o.deadlineMs }),
     onHang: o.onHang ?? ((r) => console.error(`monarch: command ${r.ident} (${r.label}) outstanding for ${Math.round(r.waitingMs)} ms; ranks [${r.behind}] have not passed it${r.site ? `; issued at ${r.site}` : ""}`)),
     onProblem: o.onProblem ?? ((p) => console.error(`monarch: ${p}`)),
     exitGraceMs,
