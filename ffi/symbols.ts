@@ -57,7 +57,7 @@ export const symbols = {
 } as const satisfies Record<string, FFIFunction>
 
 /** Status codes of c/shim.h. */
-export const Status = {
+export const ShimStatus = {
   OK: 0,
   INVALID: 1,
   NOMEM: 2,
