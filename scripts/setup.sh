@@ -23,6 +23,6 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 if [ ! -x node_modules/.bin/bun ] || [ package.json -nt node_modules/.package-lock.json ]; then
-  echo "setup: installing npm packages (effect, @msgpack/msgpack, bun)"
+  echo "setup: installing npm packages (effect, @msgpack/msgpack, bun, typescript)"
   npm install --no-audit --no-fund --loglevel=error
 fi

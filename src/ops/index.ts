@@ -1,0 +1,9 @@
+/**
+ * monarch-bun's worker-side API for user functions (`module:export` in a CallFunction): type a
+ * function with `defineFunction` and run built-ins from it with `op`.
+ *
+ *   export const scaled = defineFunction((ctx, x: unknown, k: number) => op(ctx, "mul", [x, k]))
+ */
+export { op, OpArgumentError, type TensorMeta } from "./builtins.ts"
+export { defineFunction, type FunctionContext, type RemoteFunction } from "./function.ts"
+export type { Tensor } from "../../ffi/tensor.ts"

@@ -1,0 +1,54 @@
+// The project typechecks, and so does every TypeScript block in README.md, compiled the way a
+// user's program is: each block is its own module, importing the package by its name.
+import { describe, expect, test } from "bun:test"
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { join } from "node:path"
+
+const ROOT = new URL("../..", import.meta.url).pathname
+const TSC = join(ROOT, "node_modules/.bin/tsc")
+
+/** Runs tsc on a project; its diagnostics are on stdout. */
+const tsc = (project: string) => {
+  const run = Bun.spawnSync([TSC, "--noEmit", "--pretty", "false", "-p", project], { cwd: ROOT, stdout: "pipe", stderr: "pipe" })
+  return { exitCode: run.exitCode, output: `${run.stdout.toString()}${run.stderr.toString()}`.trim() }
+}
+
+/** The README's ```ts / ```typescript blocks, each with the line its code starts on. */
+export const readmeBlocks = (markdown: string): Array<{ line: number; code: string }> => {
+  const blocks: Array<{ line: number; code: string }> = []
+  const lines = markdown.split("\n")
+  for (let i = 0; i < lines.length; i++) {
+    if (!/^```(ts|typescript)\s*$/.test(lines[i]!)) continue
+    const start = i + 1
+    let end = start
+    while (end < lines.length && !lines[end]!.startsWith("```")) end++
+    blocks.push({ line: start + 1, code: lines.slice(start, end).join("\n") })
+    i = end
+  }
+  return blocks
+}
+
+describe("typecheck", () => {
+  test("src, ffi, tests, bench, examples and scripts typecheck (tsc --noEmit -p .)", () => {
+    const { exitCode, output } = tsc("tsconfig.json")
+    if (exitCode !== 0) console.error(output)
+    expect(output).toBe("")
+    expect(exitCode).toBe(0)
+  }, 120_000)
+
+  test("every TypeScript block in README.md typechecks as a program of its own", () => {
+    const blocks = readmeBlocks(readFileSync(join(ROOT, "README.md"), "utf8"))
+    expect(blocks.length).toBeGreaterThanOrEqual(2)
+    // Inside the repository so that `monarch-bun/...` resolves to this package (its exports),
+    // as it does from a user's node_modules.
+    const dir = join(ROOT, "build/readme-blocks")
+    rmSync(dir, { recursive: true, force: true })
+    mkdirSync(dir, { recursive: true })
+    for (const b of blocks) writeFileSync(join(dir, `README.md-line-${b.line}.ts`), `${b.code}\nexport {}\n`)
+    writeFileSync(join(dir, "tsconfig.json"), JSON.stringify({ extends: "../../tsconfig.json", include: ["."] }))
+    const { exitCode, output } = tsc(join(dir, "tsconfig.json"))
+    if (exitCode !== 0) console.error(`README.md's TypeScript blocks (file names give each block's first line):\n${output}`)
+    expect(output).toBe("")
+    expect(exitCode).toBe(0)
+  }, 120_000)
+})
