@@ -25,7 +25,7 @@ import { parseArgs } from "node:util"
 import { loadNative } from "../ffi/native.ts"
 import * as k from "../ffi/ops.ts"
 import { Tensor } from "../ffi/tensor.ts"
-import { openComm } from "../src/comm/rendezvous.ts"
+import { rendezvous } from "../src/comm/rendezvous.ts"
 import { makeClient } from "../src/store/client.ts"
 import { startServer, type RunningServer } from "../src/store/server.ts"
 
@@ -62,7 +62,7 @@ const runRank = async (rank: number, world: number, port: number, cases: Readonl
   const timeoutMs = 120_000
   const comm = await Effect.runPromise(Effect.scoped(Effect.gen(function* () {
     const store = yield* makeClient({ port, timeout: Duration.millis(timeoutMs) })
-    return yield* openComm({ native, store, key: "bench/world", members: Array.from({ length: world }, (_, r) => r), rank, timeoutMs })
+    return yield* rendezvous({ native, store, key: "bench/world", members: Array.from({ length: world }, (_, r) => r), rank, timeoutMs })
   })))
   const tensors = cases.map((c) => Tensor.empty(native, "f32", [c.bytes / 4]))
   console.log(JSON.stringify({ ready: true }))

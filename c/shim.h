@@ -12,7 +12,8 @@
  *   - tensors are dense and contiguous (row-major). Ops never allocate their result: the
  *     caller passes an output tensor, and the op checks its dtype and shape.
  *   - a NULL stream means the backend's default stream.
- *   - the only global state is library handles (dlopen) and the thread-local error text.
+ *   - the only global state is library handles (dlopen), the thread-local error text, the
+ *     memory limit and the bytes counted against it, and (cuda) the cache of freed blocks.
  *
  * Semantics both backends share (tests/shim holds them to it):
  *   - integers wrap on overflow; division truncates and INT_MIN / -1 is INT_MIN; a zero
@@ -31,7 +32,9 @@
  *   - empty reductions: sum 0, prod 1, mean NaN, max/min SHIM_E_INVALID.
  *
  * ffi/symbols.ts must match this header name for name and type for type;
- * tests/ffi/symbols.test.ts parses this file and fails on any difference.
+ * tests/ffi/symbols.test.ts parses this file and fails on any difference. The enums are
+ * tagged so scripts/abi.ts can generate their TypeScript twins (ffi/abi.ts) from them; the
+ * same test fails when that file is stale. Functions take their codes as int32_t.
  */
 #ifndef MONARCH_SHIM_H
 #define MONARCH_SHIM_H
@@ -44,7 +47,7 @@ extern "C" {
 #endif
 
 /* ---- status codes ------------------------------------------------------------------ */
-enum {
+enum shim_status {
   SHIM_OK = 0,
   SHIM_E_INVALID = 1,     /* bad argument: null handle, dtype or shape mismatch, bad dim */
   SHIM_E_NOMEM = 2,       /* host or device allocation failed */
@@ -56,7 +59,7 @@ enum {
 };
 
 /* ---- element types (codes are part of the wire protocol too) ----------------------- */
-enum {
+enum shim_dtype {
   SHIM_F32 = 0,
   SHIM_F64 = 1,
   SHIM_F16 = 2,
@@ -67,10 +70,10 @@ enum {
   SHIM_BOOL = 7 /* one byte, 0 or 1 */
 };
 
-enum { SHIM_MAX_DIMS = 8 };
+enum shim_max_dims { SHIM_MAX_DIMS = 8 };
 
 /* ---- op codes ------------------------------------------------------------------------ */
-enum { /* shim_unary; the output has the input's dtype */
+enum shim_unary_op { /* shim_unary; the output has the input's dtype */
   SHIM_NEG = 0,
   SHIM_ABS = 1,
   SHIM_EXP = 2,
@@ -81,7 +84,7 @@ enum { /* shim_unary; the output has the input's dtype */
   SHIM_SIGMOID = 7
 };
 
-enum { /* shim_binary, shim_binary_scalar; comparisons write SHIM_BOOL */
+enum shim_binary_op { /* shim_binary, shim_binary_scalar; comparisons write SHIM_BOOL */
   SHIM_ADD = 0,
   SHIM_SUB = 1,
   SHIM_MUL = 2,
@@ -97,7 +100,7 @@ enum { /* shim_binary, shim_binary_scalar; comparisons write SHIM_BOOL */
   SHIM_GE = 12
 };
 
-enum { /* shim_reduce */
+enum shim_reduce_op { /* shim_reduce */
   SHIM_SUM = 0,
   SHIM_MEAN = 1,
   SHIM_MAX = 2,
@@ -105,7 +108,7 @@ enum { /* shim_reduce */
   SHIM_PROD = 4
 };
 
-enum { /* collectives */
+enum shim_comm_op { /* collectives */
   SHIM_OP_SUM = 0,
   SHIM_OP_PROD = 1,
   SHIM_OP_MIN = 2,
@@ -113,9 +116,9 @@ enum { /* collectives */
   SHIM_OP_AVG = 4 /* sum, then divide by the group size (truncating for integers; not bool) */
 };
 
-enum { SHIM_ALL_DIMS = -1 }; /* shim_reduce over every element */
+enum shim_all_dims { SHIM_ALL_DIMS = -1 }; /* shim_reduce over every element */
 
-enum { SHIM_SEND = 0, SHIM_RECV = 1 }; /* shim_p2p kinds */
+enum shim_p2p_kind { SHIM_SEND = 0, SHIM_RECV = 1 }; /* shim_p2p kinds */
 
 typedef struct shim_tensor shim_tensor;
 typedef struct shim_stream shim_stream;
@@ -135,6 +138,16 @@ int shim_device_count(int32_t *count);
 
 /* Binds the calling process to one device (cuda: cudaSetDevice). cpu accepts only 0. */
 int shim_set_device(int32_t device);
+
+/* The memory a worker's tensors can use: host memory (cpu), or the current device's (cuda). */
+int shim_memory_total(int64_t *bytes);
+
+/* Limits the tensor memory of this process to bytes (0: no limit). An allocation that would
+ * pass it fails with SHIM_E_NOMEM, naming the limit, before any memory is taken. */
+int shim_set_memory_limit(int64_t bytes);
+
+/* Bytes of tensor memory in use (allocated and not yet freed), and the limit (0: none). */
+int shim_memory_usage(int64_t *in_use, int64_t *limit);
 
 /* ---- tensors -------------------------------------------------------------------------- */
 

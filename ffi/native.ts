@@ -61,6 +61,23 @@ export class Native {
     return Number(this.outs[i])
   }
 
+  /** The memory this backend's tensors draw on: the host's (cpu) or the current device's (cuda). */
+  memoryTotal(): number {
+    this.check(this.shim.shim_memory_total(this.outsPtr), "shim_memory_total")
+    return this.outInt(0)
+  }
+
+  /** Limits this process's tensor memory (0: none); an allocation over it fails as NoMemory. */
+  setMemoryLimit(bytes: number): void {
+    this.check(this.shim.shim_set_memory_limit(bytes), "shim_set_memory_limit")
+  }
+
+  /** Tensor bytes in use and the limit (0: none). */
+  memoryUsage(): { readonly inUse: number; readonly limit: number } {
+    this.check(this.shim.shim_memory_usage(this.outsPtr, ptr(this.outs, 8)), "shim_memory_usage")
+    return { inUse: this.outInt(0), limit: this.outInt(1) }
+  }
+
   /** Fills the shape buffer and returns its pointer. */
   shapeArg(shape: ReadonlyArray<number>): Pointer {
     for (let i = 0; i < shape.length; i++) this.dims[i] = BigInt(shape[i]!)

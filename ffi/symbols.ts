@@ -13,6 +13,9 @@ export const symbols = {
   shim_probe: { args: [], returns: i32 },
   shim_device_count: { args: [ptr], returns: i32 },
   shim_set_device: { args: [i32], returns: i32 },
+  shim_memory_total: { args: [ptr], returns: i32 },
+  shim_set_memory_limit: { args: [i64], returns: i32 },
+  shim_memory_usage: { args: [ptr, ptr], returns: i32 },
 
   shim_tensor_alloc: { args: [i32, i32, ptr, ptr], returns: i32 },
   shim_tensor_view: { args: [ptr, i32, ptr, ptr], returns: i32 },
@@ -56,31 +59,6 @@ export const symbols = {
   shim_p2p: { args: [ptr, i32, ptr, ptr, ptr, ptr], returns: i32 },
 } as const satisfies Record<string, FFIFunction>
 
-/** Status codes of c/shim.h. */
-export const ShimStatus = {
-  OK: 0,
-  INVALID: 1,
-  NOMEM: 2,
-  UNSUPPORTED: 3,
-  BACKEND: 4,
-  COMM: 5,
-  TIMEOUT: 6,
-  UNAVAILABLE: 7,
-} as const
-
-/** Op codes of c/shim.h. */
-export const UnaryOp = { neg: 0, abs: 1, exp: 2, log: 3, sqrt: 4, relu: 5, tanh: 6, sigmoid: 7 } as const
-export const BinaryOp = {
-  add: 0, sub: 1, mul: 2, div: 3, maximum: 4, minimum: 5, pow: 6,
-  eq: 7, ne: 8, lt: 9, le: 10, gt: 11, ge: 12,
-} as const
-export const ReduceOp = { sum: 0, mean: 1, max: 2, min: 3, prod: 4 } as const
-export const CommOp = { sum: 0, prod: 1, min: 2, max: 3, avg: 4 } as const
-export const ALL_DIMS = -1
-export const P2P = { send: 0, recv: 1 } as const
-export const MAX_DIMS = 8
-
-export type UnaryOpName = keyof typeof UnaryOp
-export type BinaryOpName = keyof typeof BinaryOp
-export type ReduceOpName = keyof typeof ReduceOp
-export type CommOpName = keyof typeof CommOp
+// The header's enums, generated from it (scripts/abi.ts).
+export { ALL_DIMS, BinaryOp, CommOp, MAX_DIMS, P2P, ReduceOp, ShimStatus, UnaryOp } from "./abi.ts"
+export type { BinaryOpName, CommOpName, ReduceOpName, UnaryOpName } from "./abi.ts"

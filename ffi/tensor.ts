@@ -7,17 +7,12 @@ import { ptr, type Pointer } from "bun:ffi"
 import { HostTensor, ITEM_SIZE, dtypeCode, type Device, type DType } from "../src/protocol/values.ts"
 import { type Native, shimError } from "./native.ts"
 import { MAX_DIMS, ShimStatus } from "./symbols.ts"
+import { numelOf } from "../src/ops/meta.ts"
 import type { Stream } from "./stream.ts"
 
 const forgotten = new FinalizationRegistry<{ native: Native; handle: Pointer }>(({ native, handle }) => {
   native.shim.shim_tensor_free(handle)
 })
-
-export const numelOf = (shape: ReadonlyArray<number>): number => {
-  let n = 1
-  for (const d of shape) n *= d
-  return n
-}
 
 const checkShape = (shape: ReadonlyArray<number>, op: string): void => {
   if (shape.length > MAX_DIMS) throw shimError(ShimStatus.INVALID, op, `${shape.length} dims, at most ${MAX_DIMS}`)

@@ -6,7 +6,7 @@ import { Effect, Layer } from "effect"
 import { Backend } from "./backend.ts"
 import { logLayer } from "./log.ts"
 import { readConfig } from "./worker/config.ts"
-import { runWorker, workerStore } from "./worker/startup.ts"
+import { EXIT_STATUS, runWorker, workerStore } from "./worker/startup.ts"
 
 const main = Effect.suspend(() => {
   const config = readConfig()
@@ -18,6 +18,6 @@ const main = Effect.suspend(() => {
 )
 
 Effect.runPromise(main).then(
-  () => process.exit(0),
-  () => process.exit(1),
+  (end) => process.exit(end === "exit" ? EXIT_STATUS.exit : EXIT_STATUS.linkLost),
+  () => process.exit(EXIT_STATUS.failed),
 )

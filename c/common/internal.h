@@ -63,6 +63,15 @@ int shim_tensor_new(shim_storage *storage, int32_t dtype, int32_t ndim, const in
  * for the backend to free, else NULL. */
 shim_storage *shim_tensor_drop(shim_tensor *t);
 
+/* ---- the memory limit (memory.c) ------------------------------------------------------ */
+
+/* Counts nbytes of tensor memory as in use, or fails fn with SHIM_E_NOMEM when that would pass
+ * the limit (shim_set_memory_limit). Each backend calls it before allocating a storage. */
+int shim_memory_reserve(const char *fn, int64_t nbytes);
+
+/* Gives back what shim_memory_reserve counted, when the storage is freed (or its allocation failed). */
+void shim_memory_release(int64_t nbytes);
+
 /* ---- argument checks of the ops (checks.c) ------------------------------------------- */
 /* Each takes an entry point's arguments, null handles included, and fails as that entry point
  * (its name in the message) before anything is read from or written to tensor memory. */

@@ -9,7 +9,8 @@
  * The cache is process-wide state, like a library handle: one pool per process, behind one
  * mutex. MONARCH_CUDA_CACHE=0 turns it off (every free is a cudaFree), to measure its effect.
  * When cudaMalloc runs out, the device is synchronised, the cache emptied, and the call
- * retried once. */
+ * retried once. Storage counts against the memory limit (c/common/memory.c) by the bytes asked
+ * for, from allocation to release, whether its block is new or cached. */
 #include <pthread.h>
 #include <stdlib.h>
 
@@ -195,8 +196,12 @@ int give_back(shim_cuda_storage *st) {
 
 int shim_cuda_storage_alloc(int64_t nbytes, shim_cuda_storage **out) {
   pthread_once(&cache.once, read_setting);
+  SHIM_TRY(shim_memory_reserve("shim_tensor_alloc", nbytes));
   shim_cuda_storage *st = (shim_cuda_storage *)calloc(1, sizeof *st);
-  if (st == NULL) return shim_fail(SHIM_E_NOMEM, "out of host memory for a tensor's storage");
+  if (st == NULL) {
+    shim_memory_release(nbytes);
+    return shim_fail(SHIM_E_NOMEM, "out of host memory for a tensor's storage");
+  }
   st->base.nbytes = nbytes;
   if (nbytes > 0) {
     int device = 0;
@@ -209,6 +214,7 @@ int shim_cuda_storage_alloc(int64_t nbytes, shim_cuda_storage **out) {
     if (status == SHIM_OK && b == NULL) status = new_block(bytes, device, &b);
     if (status != SHIM_OK) {
       free(st);
+      shim_memory_release(nbytes);
       return status;
     }
     st->block = b;
@@ -219,6 +225,7 @@ int shim_cuda_storage_alloc(int64_t nbytes, shim_cuda_storage **out) {
 }
 
 int shim_cuda_storage_release(shim_cuda_storage *st) {
+  shim_memory_release(st->base.nbytes);
   int status = st->block != NULL ? give_back(st) : SHIM_OK;
   for (int32_t i = 0; i < st->nstreams; i++) {
     int s = shim_cuda_stream_release(st->streams[i]);

@@ -41,3 +41,11 @@ int shim_set_device(int32_t device) {
   CUDA_CHECK(cudaSetDevice(device));
   return SHIM_OK;
 }
+
+int shim_memory_total(int64_t *bytes) {
+  SHIM_REQUIRE(bytes, "bytes");
+  size_t free_bytes = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+  *bytes = (int64_t)total;
+  return SHIM_OK;
+}

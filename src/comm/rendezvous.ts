@@ -7,9 +7,9 @@ import { Duration, Effect } from "effect"
 import { Comm } from "../../ffi/comm.ts"
 import type { Native } from "../../ffi/native.ts"
 import type { StoreApi } from "../store/api.ts"
-import { CommError } from "../worker/errors.ts"
+import { CommError } from "./errors.ts"
 
-export interface OpenCommOptions {
+export interface RendezvousOptions {
   readonly native: Native
   readonly store: StoreApi
   /**
@@ -29,10 +29,10 @@ export interface OpenCommOptions {
 }
 
 const failure = (key: string, e: unknown): CommError =>
-  new CommError({ message: `rendezvous ${key}: ${e instanceof Error ? e.message : String(e)}`, cause: e })
+  new CommError({ reason: "rendezvous", message: `rendezvous ${key}: ${e instanceof Error ? e.message : String(e)}`, cause: e })
 
 /** A connected communicator over `members`; every member calls this with the same key. */
-export const openComm = Effect.fnUntraced(function* (o: OpenCommOptions) {
+export const rendezvous = Effect.fnUntraced(function* (o: RendezvousOptions) {
   const groupRank = o.members.indexOf(o.rank)
   if (groupRank < 0) return yield* failure(o.key, `rank ${o.rank} is not a member of [${o.members.join(", ")}]`)
   const comm = yield* Effect.try({

@@ -6,6 +6,7 @@
  * commands that hang.
  */
 import { Effect, Result } from "effect"
+import { mayBePeerLoss } from "../comm/errors.ts"
 import { encodeMessageParts } from "../protocol/codec.ts"
 import type { ControllerMessage, Value, WorkerMessage } from "../protocol/messages.ts"
 import { Ref, type Device } from "../protocol/values.ts"
@@ -120,7 +121,7 @@ export class Core {
         if (!node || !node.ranks.includes(rank))
           return this.options.onProblem?.(`rank ${rank} reported a failure of ident ${msg.ident}, which is not live on it: ${msg.error.message}`)
         return this.graph.fail(node, new RemoteError({
-          ident: msg.ident, rank, function: node.label, type: msg.error.type, reason: msg.error.message, frames: msg.error.frames, site: node.site,
+          ident: msg.ident, rank, function: node.label, type: msg.error.type, reason: msg.error.message, kind: msg.error.reason, frames: msg.error.frames, site: node.site,
         }))
       }
       case "ProtocolError":
@@ -156,7 +157,7 @@ export class Core {
   }
 
   /**
-   * A CommError that a peer reported for a command `rank` never passed is, most likely, this
+   * A CommError (timing out, losing a peer or a rendezvous) that a peer reported for a command `rank` never passed is, most likely, this
    * loss seen from the other side of the collective. Nothing orders that report against the
    * exit or the closed link that tells of the loss (on one host the exit usually comes first,
    * by a few ms). Withdrawing it, from the command and what it poisoned downstream, lets the
@@ -166,7 +167,7 @@ export class Core {
   private unblameCommErrors(rank: number): void {
     for (const node of this.graph.live.values()) {
       const symptom = node.failure
-      if (!node.waiting.has(rank) || symptom?._tag !== "RemoteError" || symptom.type !== "CommError" || symptom.ident !== node.ident) continue
+      if (!node.waiting.has(rank) || symptom?._tag !== "RemoteError" || !mayBePeerLoss(symptom.type, symptom.kind) || symptom.ident !== node.ident) continue
       const stack = [node]
       while (stack.length > 0) {
         const n = stack.pop()!

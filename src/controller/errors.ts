@@ -22,6 +22,8 @@ export class RemoteError extends Data.TaggedError("RemoteError")<{
   /** The worker-side error's type, e.g. "TypeError" or "ShimError". */
   readonly type: string
   readonly reason: string
+  /** The worker-side error's own reason, when it has one (a CommError's: timeout, peer-lost, ...). */
+  readonly kind: string | undefined
   readonly frames: ReadonlyArray<WorkerFrame>
   /** Where in the controller program the root command was issued. */
   readonly site: string | undefined

@@ -13,6 +13,6 @@ export { Controller, type AttachOptions, type ControllerApi, type LocalOptions }
 export type { HangReport } from "./core.ts"
 export { ControllerError, RemoteError, StartError, WorkerLost, type WorkerFrame } from "./errors.ts"
 export { Mesh, RemoteStream, RemoteTensor, type CallOptions, type FetchOptions } from "./mesh.ts"
-export type { TensorMeta } from "../ops/builtins.ts"
+export type { TensorMeta } from "../ops/meta.ts"
 export { defineFunction, type FunctionContext, type RemoteFunction } from "../ops/function.ts"
 export { HostTensor, type DType } from "../protocol/values.ts"

@@ -5,7 +5,9 @@
  * through the Core and returns an Effect.
  */
 import { Effect, type Scope } from "effect"
-import { builtins, type TensorMeta } from "../ops/builtins.ts"
+import type { TensorMeta } from "../ops/meta.ts"
+import { inferOutputs, opNamed, UNKNOWN_TENSOR } from "../ops/registry.ts"
+import { planCollective } from "../ops/collectives.ts"
 import type { Reduction, Value } from "../protocol/messages.ts"
 import { NDSlice } from "../protocol/ndslice.ts"
 import { hostTensorProblem, INT64_MIN, MAX_NDIM, UINT64_MAX } from "../protocol/codec.ts"
@@ -109,10 +111,10 @@ const checkMeta = (m: TensorMeta, i: number): TensorMeta => {
   return m
 }
 
-/** A tree of arguments with tensors replaced by their metadata (undefined where unknown). */
+/** A tree of arguments with tensors replaced by their metadata (UNKNOWN_TENSOR where unknown). */
 const metasOf = (v: unknown): unknown => {
   if (typeof v !== "object" || v === null || v instanceof HostTensor || v instanceof Uint8Array) return v
-  if (v instanceof RemoteTensor) return v.meta
+  if (v instanceof RemoteTensor) return v.meta ?? UNKNOWN_TENSOR
   if (Array.isArray(v)) return v.map(metasOf)
   return Object.fromEntries(Object.keys(v).map((k) => [k, metasOf((v as Record<string, unknown>)[k])]))
 }
@@ -211,11 +213,10 @@ export class Mesh {
   private resultMetas(fn: string, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, known: boolean, results: CallOptions["results"]): ReadonlyArray<TensorMeta | undefined> {
     if (results !== undefined) return typeof results === "number" ? Array.from({ length: results }, () => undefined) : results.map(checkMeta)
     if (!fn.startsWith("ops.")) return [undefined]
-    const op = Object.hasOwn(builtins, fn.slice(4)) ? builtins[fn.slice(4)] : undefined
+    const op = opNamed(fn.slice(4))
     if (!op) throw refuse(`no built-in ${fn}`)
-    if (!known) return fn.endsWith("_") || fn === "ops.noop" ? [] : [undefined]
     try {
-      return op.outputs(metasOf(args) as unknown[], metasOf(kwargs) as Record<string, unknown>)
+      return inferOutputs(op, metasOf(args) as unknown[], metasOf(kwargs) as Record<string, unknown>, known)
     } catch (e) {
       throw refuse((e as Error).message)
     }
@@ -279,11 +280,8 @@ export class Mesh {
         if (unknown.length > 0) throw refuse(`${this} has no dim ${unknown.join(", ")}`)
         if (!t.meta) throw refuse(`reduce needs the dtype and shape of ${t}; give the function's results as metadata (CallOptions.results)`)
         const { scatter = false, inplace = false } = opts
-        const n = names.reduce((p, d) => p * this.dims[d]!, 1)
-        const shape = t.meta.shape
-        if (scatter && reduction !== "stack" && shape[0] !== n) throw refuse(`reduce_scatter over ${names} needs dim 0 of ${t} to be ${n}`)
-        if (inplace && (reduction === "stack" ? !scatter : scatter)) throw refuse(`${reduction}${scatter ? " with scatter" : ""} cannot be in place`)
-        const meta: TensorMeta = { dtype: t.meta.dtype, shape: reduction === "stack" ? (scatter ? shape : [n, ...shape]) : scatter ? shape.slice(1) : shape }
+        const plan = planCollective(t.meta, names.reduce((p, d) => p * this.dims[d]!, 1), reduction, scatter, inplace)
+        if (typeof plan === "string") throw refuse(`reduce over ${names.join("+")}: ${plan}`)
         const stream = opts.stream ?? this.defaultStream
         const result = inplace ? t.ref : this.core.newRef()
         const reads = new Reads()
@@ -293,7 +291,7 @@ export class Mesh {
           _tag: "Reduce", ident, result, tensor: t.ref, factory: new TensorFactory(t.meta!.shape, t.meta!.dtype, this.core.device), mesh: this.ref, stream: stream.ref,
           dims: names, reduction, scatter, inplace,
         }))
-        return inplace ? t : new RemoteTensor(this, result, meta, stream)
+        return inplace ? t : new RemoteTensor(this, result, plan.result, stream)
       },
       catch: (e) => (e instanceof ControllerError ? e : refuse(String(e))),
     })

@@ -4,6 +4,7 @@
  *
  *   export const scaled = defineFunction((ctx, x: unknown, k: number) => op(ctx, "mul", [x, k]))
  */
-export { op, OpArgumentError, type TensorMeta } from "./builtins.ts"
+export { op } from "./kernels.ts"
+export { OpArgumentError, type TensorMeta } from "./meta.ts"
 export { defineFunction, type FunctionContext, type RemoteFunction } from "./function.ts"
 export type { Tensor } from "../../ffi/tensor.ts"

@@ -26,8 +26,9 @@
  *                    and picks `pad` so the raw bytes start at a multiple of 8 from the
  *                    start of the message body: a receiver that holds the body at an
  *                    8-aligned address can view the elements in place.
- *   5 ErrorPayload   a msgpack array [type: str, message: str, frames], frames an array of
- *                    [file: str, line: uint, function: str].
+ *   5 ErrorPayload   a msgpack array [type: str, message: str, frames] or [type, message,
+ *                    frames, reason: str], frames an array of [file: str, line: uint,
+ *                    function: str].
  *
  * Decoding untrusted bytes goes through decodeWorkerMessage / decodeControllerMessage
  * only: they return a Result and never throw, whatever the bytes. Every field is checked by
@@ -242,11 +243,12 @@ const decodeErrorPayload = (p: Uint8Array): ErrorPayload | BadExt => {
   } catch (e) {
     return new BadExt(`ErrorPayload: ${msgpackProblem(e, p.length)}`)
   }
-  if (!Array.isArray(inner) || inner.length !== 3) return new BadExt("ErrorPayload: expected [type, message, frames]")
-  const [type, message, frames] = inner as unknown[]
+  if (!Array.isArray(inner) || (inner.length !== 3 && inner.length !== 4)) return new BadExt("ErrorPayload: expected [type, message, frames]")
+  const [type, message, frames, reason] = inner as unknown[]
   if (typeof type !== "string") return new BadExt(`ErrorPayload.type: expected string, got ${describe(type)}`)
   if (typeof message !== "string") return new BadExt(`ErrorPayload.message: expected string, got ${describe(message)}`)
   if (!Array.isArray(frames)) return new BadExt(`ErrorPayload.frames: expected array, got ${describe(frames)}`)
+  if (inner.length === 4 && typeof reason !== "string") return new BadExt(`ErrorPayload.reason: expected string, got ${describe(reason)}`)
   const out = new Array<Frame>(frames.length)
   for (let i = 0; i < frames.length; i++) {
     const f: unknown = frames[i]
@@ -255,11 +257,13 @@ const decodeErrorPayload = (p: Uint8Array): ErrorPayload | BadExt => {
     if (typeof file !== "string" || typeof fn !== "string" || !isNatural(line)) return new BadExt(`ErrorPayload.frames[${i}]: expected [string, unsigned integer, string]`)
     out[i] = { file, line, function: fn }
   }
-  return new ErrorPayload(type, message, out)
+  return new ErrorPayload(type, message, out, reason as string | undefined)
 }
 
-const encodeErrorPayload = (e: ErrorPayload): Uint8Array =>
-  innerEncoder.encode([e.type, e.message, e.frames.map((f) => [f.file, f.line, f.function])])
+const encodeErrorPayload = (e: ErrorPayload): Uint8Array => {
+  const fields = [e.type, e.message, e.frames.map((f) => [f.file, f.line, f.function])]
+  return innerEncoder.encode(e.reason === undefined ? fields : [...fields, e.reason])
+}
 
 const extensions = new ExtensionCodec()
 extensions.register({ type: EXT_TYPES.Ref, encode: (v) => (v instanceof Ref ? encodeRef(v) : null), decode: decodeRef })
@@ -472,7 +476,8 @@ const factory = (v: unknown, where: string): TensorFactory => {
 
 const errorPayload = (v: unknown, where: string): ErrorPayload => {
   if (!(v instanceof ErrorPayload)) throw mismatch(where, "ErrorPayload", v)
-  if (typeof v.type !== "string" || typeof v.message !== "string" || !Array.isArray(v.frames)) throw new Invalid(where, "ErrorPayload: type and message must be strings, frames an array")
+  if (typeof v.type !== "string" || typeof v.message !== "string" || !Array.isArray(v.frames) || (v.reason !== undefined && typeof v.reason !== "string"))
+    throw new Invalid(where, "ErrorPayload: type, message and reason (if any) must be strings, frames an array")
   v.frames.forEach((f: Frame, i) => {
     if (typeof f !== "object" || f === null || typeof f.file !== "string" || !isNatural(f.line) || typeof f.function !== "string") throw new Invalid(`${where}.frames[${i}]`, "expected {file: string, line: unsigned integer, function: string}")
   })

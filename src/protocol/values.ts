@@ -68,11 +68,15 @@ export interface Frame {
   readonly function: string
 }
 
-/** A failure as reported over the wire: the error's type name, its message and frames. */
+/**
+ * A failure as reported over the wire: the error's type name, its message and frames, and
+ * its reason when the error has one (a CommError's: timeout, peer-lost, ...).
+ */
 export class ErrorPayload {
   constructor(
     readonly type: string,
     readonly message: string,
     readonly frames: ReadonlyArray<Frame>,
+    readonly reason?: string,
   ) {}
 }

@@ -12,6 +12,8 @@ export interface WorkerConfig {
   readonly rank: number
   readonly world: number
   readonly localRank: number
+  /** Workers on this host (LOCAL_WORLD_SIZE), sharing its memory. */
+  readonly localWorld: number
   readonly store: {
     readonly host: string
     readonly port: number
@@ -31,11 +33,37 @@ export interface WorkerConfig {
   readonly commTimeoutMs: number
   /** Rendezvous and store-wait timeout. */
   readonly storeTimeoutMs: number
+  /** Restartable: how long to wait for a new controller while the store does not answer either. */
+  readonly orphanTimeoutMs: number
+  /** MONARCH_MEMORY_LIMIT: bytes, a share of the backend's memory, off, or undefined (the default share). */
+  readonly memoryLimit: MemoryLimit | undefined
   /**
    * The address Gloo binds and advertises for this worker's pairs (MONARCH_HOSTNAME); absent:
    * the address this host reaches the store from (startup.ts), so several hosts need no setting.
    */
   readonly hostname: string | undefined
+}
+
+/** A tensor memory limit as configured: bytes, a fraction of the backend's memory, or none. */
+export type MemoryLimit = { readonly bytes: number } | { readonly fraction: number } | "off"
+
+const UNITS: Readonly<Record<string, number>> = { "": 1, k: 2 ** 10, m: 2 ** 20, g: 2 ** 30, t: 2 ** 40 }
+
+/** "off", "0", "512MiB", "8G", "1073741824" or "40%". */
+export const parseMemoryLimit = (raw: string): MemoryLimit => {
+  const text = raw.trim().toLowerCase()
+  if (text === "off" || text === "0") return "off"
+  const percent = /^(\d+(?:\.\d+)?)%$/.exec(text)
+  if (percent) {
+    const fraction = Number(percent[1]) / 100
+    if (fraction > 0 && fraction <= 1) return { fraction }
+  }
+  const size = /^(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?$/.exec(text)
+  if (size) {
+    const bytes = Math.floor(Number(size[1]) * UNITS[size[2]!]!)
+    if (Number.isSafeInteger(bytes) && bytes > 0) return { bytes }
+  }
+  throw new ConfigError({ message: `MONARCH_MEMORY_LIMIT=${raw} is not off, a size (bytes, or with K, M, G, T: 512MiB) or a share of memory (40%)` })
 }
 
 const int = (env: Record<string, string | undefined>, name: string, fallback?: number): number => {
@@ -64,6 +92,7 @@ export const readConfig = (env: Record<string, string | undefined> = process.env
     rank,
     world,
     localRank: int(env, "LOCAL_RANK", 0),
+    localWorld: Math.max(1, int(env, "LOCAL_WORLD_SIZE", 1)),
     store: {
       host,
       port,
@@ -77,6 +106,8 @@ export const readConfig = (env: Record<string, string | undefined> = process.env
     functionRoots: (env.MONARCH_FUNCTION_PATH ?? process.cwd()).split(":").filter((r) => r.length > 0),
     commTimeoutMs: int(env, "MONARCH_COMM_TIMEOUT_MS", 60_000),
     storeTimeoutMs: int(env, "MONARCH_STORE_TIMEOUT_MS", 60_000),
+    orphanTimeoutMs: int(env, "MONARCH_ORPHAN_TIMEOUT_MS", 60_000),
+    memoryLimit: env.MONARCH_MEMORY_LIMIT ? parseMemoryLimit(env.MONARCH_MEMORY_LIMIT) : undefined,
     hostname: env.MONARCH_HOSTNAME || undefined,
   }
 }

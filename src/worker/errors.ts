@@ -32,9 +32,6 @@ export class FunctionFailed extends Data.TaggedError("FunctionFailed")<{
   readonly message: string
 }> {}
 
-/** A collective or send failed in the communication layer (timeout, lost peer, bad sizes). */
-export class CommError extends Data.TaggedError("CommError")<{ readonly message: string; readonly cause?: unknown }> {}
-
 // "    at name (file:line:col)" or "    at file:line:col" (JavaScriptCore as printed by Bun).
 const FRAME = /^\s*at (?:(.*?) \()?(.+?):(\d+):\d+\)?$/
 
@@ -44,12 +41,15 @@ const framesOf = (stack: string | undefined): Frame[] =>
     return m ? [{ file: m[2]!, line: Number(m[3]), function: m[1] ?? "<anonymous>" }] : []
   })
 
-/** The wire form of a root failure: its type, its message, and the frames of the original throw. */
+/**
+ * The wire form of a root failure: its type, its message, the frames of the original throw,
+ * and its reason when it is a tagged error with one (CommError, ShimError).
+ */
 export const toErrorPayload = (error: unknown): ErrorPayload => {
   const root = error instanceof FunctionFailed && error.cause instanceof Error ? error.cause : error
   if (root instanceof Error) {
-    const type = (root as { _tag?: unknown })._tag
-    return new ErrorPayload(typeof type === "string" ? type : root.name, root.message, framesOf(root.stack))
+    const { _tag: type, reason } = root as { _tag?: unknown; reason?: unknown }
+    return new ErrorPayload(typeof type === "string" ? type : root.name, root.message, framesOf(root.stack), typeof type === "string" && typeof reason === "string" ? reason : undefined)
   }
   return new ErrorPayload("Error", String(root), [])
 }

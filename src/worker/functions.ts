@@ -6,7 +6,7 @@
 import { Effect } from "effect"
 import { existsSync, realpathSync, statSync } from "node:fs"
 import { isAbsolute, resolve, sep } from "node:path"
-import { asRemoteFunction, builtins } from "../ops/builtins.ts"
+import { builtinFunction } from "../ops/kernels.ts"
 import type { RemoteFunction } from "../ops/function.ts"
 import { FunctionNotFound } from "./errors.ts"
 
@@ -29,9 +29,8 @@ export class FunctionTable {
     const cached = this.resolved.get(name)
     if (cached) return Effect.succeed(cached)
     if (name.startsWith("ops.")) {
-      const builtin = Object.hasOwn(builtins, name.slice(4)) ? builtins[name.slice(4)] : undefined
-      if (!builtin) return Effect.fail(new FunctionNotFound({ message: `no built-in ${name}` }))
-      const fn = asRemoteFunction(builtin)
+      const fn = builtinFunction(name.slice(4))
+      if (!fn) return Effect.fail(new FunctionNotFound({ message: `no built-in ${name}` }))
       this.resolved.set(name, fn)
       return Effect.succeed(fn)
     }

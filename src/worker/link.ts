@@ -10,6 +10,7 @@ import { decodeWorkerMessage } from "../protocol/codec.ts"
 import type { ControllerMessage, WorkerHello, WorkerMessage } from "../protocol/messages.ts"
 import { ErrorPayload } from "../protocol/values.ts"
 import type { Inbox } from "./loop.ts"
+import type { LinkState } from "./session.ts"
 
 export class LinkError extends Data.TaggedError("LinkError")<{ readonly message: string }> {}
 
@@ -25,11 +26,15 @@ export interface LinkOptions {
   readonly onInvalid?: (message: string) => void
 }
 
+/** Whether a message is, or holds, an Exit. */
+const holdsExit = (m: WorkerMessage): boolean => m._tag === "Exit" || (m._tag === "CommandGroup" && m.commands.some(holdsExit))
+
 /** Connects, introduces the worker, and feeds commands to `messages` until either side closes. */
 export const connectController = (o: LinkOptions): Effect.Effect<ControllerLink, LinkError, Scope.Scope> =>
   Effect.gen(function* () {
     const messages = yield* Queue.unbounded<WorkerMessage, Cause.Done>()
     let conn: Connection<WorkerMessage> | undefined
+    let exitReceived = false, closed = false
     const target = yield* Effect.try({ try: () => parseAddress(o.address), catch: (e) => new LinkError({ message: (e as Error).message }) })
     yield* Effect.tryPromise({
       try: () =>
@@ -41,12 +46,18 @@ export const connectController = (o: LinkOptions): Effect.Effect<ControllerLink,
               s.setNoDelay(true)
               conn = new Connection<WorkerMessage>(s, {
                 decode: decodeWorkerMessage,
-                onMessage: (m) => Queue.offerUnsafe(messages, m),
+                onMessage: (m) => {
+                  if (holdsExit(m)) exitReceived = true
+                  Queue.offerUnsafe(messages, m)
+                },
                 onInvalid: (e) => {
                   conn?.send({ _tag: "ProtocolError", message: e.message })
                   o.onInvalid?.(e.message)
                 },
-                onClose: () => Queue.endUnsafe(messages),
+                onClose: () => {
+                  closed = true
+                  Queue.endUnsafe(messages)
+                },
               }, o.maxFrameBytes)
             },
             data: (_s, chunk) => conn?.receive(chunk),
@@ -68,5 +79,6 @@ export const connectController = (o: LinkOptions): Effect.Effect<ControllerLink,
       else if (m._tag !== "ProtocolError") conn?.send({ _tag: "ProtocolError", message: why })
     }
     send({ _tag: "WorkerHello", ...o.hello })
-    return { messages, send, close: () => conn?.close() }
+    const linkState = (): LinkState => (!closed ? "open" : exitReceived ? "ended" : "lost")
+    return { messages, send, linkState, close: () => conn?.close() }
   })

@@ -1,23 +1,28 @@
 /**
  * The command loop: takes the controller's messages in order and runs each through the
  * session's handler table, sends Status every second when it advanced, and on Exit either
- * ends or (restartable mode) starts a fresh session and sends Restarted.
+ * ends or (restartable mode) starts a fresh session and sends Restarted. When the link
+ * closes it takes no more commands: what is queued is dropped once the running one ends.
  */
 import { Cause, Effect, Queue, References, Schedule } from "effect"
 import type { ControllerMessage, WorkerMessage } from "../protocol/messages.ts"
 import { makeDispatch } from "./handlers/index.ts"
-import { closeSession, makeSession, sendStatus, type Session } from "./session.ts"
+import { closeSession, ioTurn, makeSession, sendStatus, type LinkState, type Session } from "./session.ts"
 
 /** What the loop needs of the link to the controller. */
 export interface Inbox {
   /** Valid commands in arrival order; ends (Cause.Done) when the controller goes away. */
   readonly messages: Queue.Dequeue<WorkerMessage, Cause.Done>
   readonly send: (msg: ControllerMessage) => void
+  readonly linkState: () => LinkState
 }
 
-export type SessionDeps = Omit<Parameters<typeof makeSession>[0], "send">
+export type SessionDeps = Omit<Parameters<typeof makeSession>[0], "send" | "linkState">
 
-/** How the loop ended: an Exit command, or the controller going away. */
+/**
+ * How the loop ended: an Exit command (also one received before the link closed, when not
+ * restartable), or the controller going away.
+ */
 export type LoopEnd = "exit" | "disconnected"
 
 export const runLoop = (inbox: Inbox, deps: SessionDeps, options: { readonly restartable: boolean }): Effect.Effect<LoopEnd> =>
@@ -26,24 +31,30 @@ export const runLoop = (inbox: Inbox, deps: SessionDeps, options: { readonly res
     const level = yield* References.MinimumLogLevel
     const debug = level === "Debug" || level === "Trace"
     let restarts = 0
-    let session: Session = makeSession({ ...deps, send: inbox.send })
+    const fresh = () => makeSession({ ...deps, send: inbox.send, linkState: inbox.linkState })
+    let session: Session = fresh()
     let dispatch = makeDispatch(session, debug)
+    const closed = (): LoopEnd => {
+      closeSession(session)
+      return inbox.linkState() === "ended" && !options.restartable ? "exit" : "disconnected"
+    }
     yield* Effect.forkChild(Effect.sync(() => sendStatus(session)).pipe(Effect.repeat(Schedule.spaced("1 second"))))
     while (true) {
       const batch = yield* Queue.takeAll(inbox.messages).pipe(Effect.catchCause(() => Effect.succeed(null)))
-      if (batch === null) {
-        closeSession(session)
-        return "disconnected"
-      }
+      if (batch === null || inbox.linkState() !== "open") return closed()
       for (const m of batch) {
         yield* dispatch(m)
-        if (!session.exiting) continue
-        sendStatus(session)
-        closeSession(session)
-        if (!options.restartable) return "exit"
-        session = makeSession({ ...deps, send: inbox.send })
-        dispatch = makeDispatch(session, debug)
-        inbox.send({ _tag: "Restarted", restarts: ++restarts })
+        if (session.exiting) {
+          sendStatus(session)
+          closeSession(session)
+          if (!options.restartable) return "exit"
+          session = fresh()
+          dispatch = makeDispatch(session, debug)
+          inbox.send({ _tag: "Restarted", restarts: ++restarts })
+        }
+        const turn = ioTurn(session)
+        if (turn) yield* turn
+        if (inbox.linkState() !== "open") return closed()
       }
     }
   })

@@ -5,13 +5,13 @@
  * mode replaces the session with a fresh one.
  */
 import { Cause, Effect } from "effect"
-import type { Comm } from "../../ffi/comm.ts"
 import type { Native } from "../../ffi/native.ts"
 import type { Event, Stream } from "../../ffi/stream.ts"
 import type { Tensor } from "../../ffi/tensor.ts"
+import type { Communicators } from "../comm/communicators.ts"
 import type { ControllerMessage } from "../protocol/messages.ts"
 import type { Ref } from "../protocol/values.ts"
-import { CommError, DependentOnError, toErrorPayload } from "./errors.ts"
+import { DependentOnError, toErrorPayload } from "./errors.ts"
 import type { FunctionTable } from "./functions.ts"
 import { RefEnv, resolveTree } from "./refs.ts"
 
@@ -24,13 +24,6 @@ export interface Borrow {
   lastUse: Event | null
 }
 
-/** Communicators: the world one, and groups opened on demand through the store. */
-export interface Comms {
-  readonly world: Comm
-  /** A communicator over `members` (global ranks, in group order), agreed on by `key`. */
-  open(key: string, members: ReadonlyArray<number>): Effect.Effect<Comm, CommError>
-}
-
 export interface Session {
   readonly rank: number
   readonly world: number
@@ -38,19 +31,32 @@ export interface Session {
   readonly env: RefEnv
   /** Borrow id -> its state, or null when its creation failed (its steps are then no-ops). */
   readonly borrows: Map<number, Borrow | null>
-  readonly comms: Comms
+  readonly comms: Communicators
   readonly functions: FunctionTable
   /** Sends a message to the controller (queued; never blocks). */
   readonly send: (msg: ControllerMessage) => void
+  /** Whether the link to the controller is still open (see LinkState). */
+  readonly linkState: () => LinkState
   firstUncompletedIdent: number
   lastSentStatus: number
   /** Set by Exit: the loop stops after the current command. */
   exiting: boolean
   /** Coordinates in the most recently created mesh, for function contexts. */
   coords: Readonly<Record<string, number>>
+  /** When the event loop last had a turn between commands (ioTurn). */
+  lastIoTurn: number
 }
 
-export const makeSession = (deps: Pick<Session, "rank" | "world" | "native" | "comms" | "functions" | "send">): Session => ({
+/**
+ * The controller link as the loop sees it: open; lost (closed with no Exit received: the
+ * controller died or dropped the worker); or ended (closed after an Exit came, the usual end
+ * of an attached job). Once it is not open, queued commands are dropped: no one will read
+ * their results.
+ */
+export type LinkState = "open" | "lost" | "ended"
+
+export const makeSession = (deps: Pick<Session, "rank" | "world" | "native" | "comms" | "functions" | "send"> & { readonly linkState?: () => LinkState }): Session => ({
+  linkState: () => "open",
   ...deps,
   env: new RefEnv(),
   borrows: new Map(),
@@ -58,7 +64,27 @@ export const makeSession = (deps: Pick<Session, "rank" | "world" | "native" | "c
   lastSentStatus: 0,
   exiting: false,
   coords: {},
+  lastIoTurn: performance.now(),
 })
+
+/** How long commands may run back to back before the event loop gets a turn. */
+const IO_TURN_MS = 50
+
+/**
+ * A turn of the event loop (a timer turn passes the socket poll) once commands have held it
+ * IO_TURN_MS, so a closed link is seen between long commands, not after the whole backlog;
+ * undefined, costing nothing, otherwise.
+ */
+export const ioTurn = (s: Session): Effect.Effect<void> | undefined => {
+  const now = performance.now()
+  if (now - s.lastIoTurn < IO_TURN_MS) return undefined
+  return Effect.promise(() => new Promise<void>((resume) => setTimeout(resume, 0))).pipe(
+    Effect.andThen(Effect.sync(() => void (s.lastIoTurn = performance.now()))),
+  )
+}
+
+/** Whether the loop should take no more commands: Exit was run, or the link is closed. */
+export const stopped = (s: Session): boolean => s.exiting || s.linkState() !== "open"
 
 /** Ends a session: every ref released, every borrow event destroyed. */
 export const closeSession = (s: Session): void => {
@@ -141,7 +167,3 @@ const poison = (s: Session, ident: number, refs: ReadonlyArray<Ref>, error: unkn
 
 /** Tells the controller a command without an ident could not be carried out. */
 export const reject = (s: Session, message: string): void => s.send({ _tag: "ProtocolError", message })
-
-/** Wraps a shim failure in the communication layer as a CommError. */
-export const commError = (e: unknown): CommError =>
-  e instanceof CommError ? e : new CommError({ message: e instanceof Error ? e.message : String(e), cause: e })

@@ -4,24 +4,24 @@
  * a one-element tensor, the controller link, then the command loop. The backend and the
  * store are services (src/backend.ts, src/store/service.ts); src/worker.ts provides them.
  */
-import { Duration, Effect, Layer } from "effect"
+import { Duration, Effect, Layer, type Scope } from "effect"
 import type { Comm } from "../../ffi/comm.ts"
 import type { Native } from "../../ffi/native.ts"
 import * as k from "../../ffi/ops.ts"
 import { Tensor } from "../../ffi/tensor.ts"
 import { Backend } from "../backend.ts"
-import { openComm } from "../comm/rendezvous.ts"
-import type { StoreApi } from "../store/api.ts"
+import { commError, Communicators } from "../comm/communicators.ts"
+import { CommError } from "../comm/errors.ts"
+import { StoreError, type StoreTimeout } from "../store/errors.ts"
 import { makeClient } from "../store/client.ts"
 import { prefixStore } from "../store/prefix.ts"
 import { serveOnThread } from "../store/serverThread.ts"
 import { Store } from "../store/service.ts"
 import type { WorkerConfig } from "./config.ts"
-import { CommError } from "./errors.ts"
 import { FunctionTable } from "./functions.ts"
-import { connectController } from "./link.ts"
-import { runLoop } from "./loop.ts"
-import type { Comms } from "./session.ts"
+import { connectController, type LinkError } from "./link.ts"
+import { runLoop, type LoopEnd } from "./loop.ts"
+import { applyMemoryLimit } from "./memory.ts"
 
 const decoder = new TextDecoder()
 
@@ -55,21 +55,8 @@ const glooHostname = (config: WorkerConfig) =>
         socket.close()
         return address
       },
-      catch: (e) => new CommError({ message: `no local address routes to the store at ${config.store.host}; set MONARCH_HOSTNAME: ${(e as Error).message}`, cause: e }),
+      catch: (e) => new CommError({ reason: "rendezvous", message: `no local address routes to the store at ${config.store.host}; set MONARCH_HOSTNAME: ${(e as Error).message}`, cause: e }),
     })
-
-/** Communicators through the store; the nth opening of a group key is the same on every member. */
-const makeComms = (config: WorkerConfig, hostname: string, native: Native, store: StoreApi, world: Comm): Comms => {
-  const opened = new Map<string, number>()
-  return {
-    world,
-    open: (key, members) => {
-      const n = opened.get(key) ?? 0
-      opened.set(key, n + 1)
-      return openComm({ native, store, key: `comm/${key}/${n}`, members, rank: config.rank, timeoutMs: config.commTimeoutMs, hostname })
-    },
-  }
-}
 
 /** All-reduces a one-element 1 over the world: proves every rank is connected. */
 const sanityCheck = (native: Native, world: Comm) =>
@@ -81,37 +68,63 @@ const sanityCheck = (native: Native, world: Comm) =>
       const got = new Float32Array(t.toHost().data.buffer)[0]
       if (got !== world.size) throw new Error(`sanity all_reduce gave ${got}, expected ${world.size}`)
     },
-    catch: (e) => new CommError({ message: `start-up all_reduce failed: ${(e as Error).message}`, cause: e }),
+    catch: (e) => {
+      const cause = commError(e)
+      return new CommError({ reason: cause.reason, message: `start-up all_reduce failed: ${cause.message}`, cause: e })
+    },
   })
 
 /**
- * Runs the worker until Exit, or until the controller leaves when it is not restartable; a
- * restartable worker then waits for the next controller, reading its address again each time.
+ * How a worker process ends (README, docs/protocol.md): 0 after an Exit, 1 when it failed (at
+ * start-up, or a defect), LINK_LOST when its controller went away without an Exit and it is not
+ * restartable, or when, restartable, it could reach neither a controller nor the store for
+ * MONARCH_ORPHAN_TIMEOUT_MS.
  */
-export const runWorker = (config: WorkerConfig) =>
+export const EXIT_STATUS = { exit: 0, failed: 1, linkLost: 3 } as const
+
+/** How the worker ended: an Exit, or its controller gone for good. */
+export type WorkerEnd = "exit" | "link lost"
+
+/** A failure to reach the controller or to read its address, which a restartable worker waits out. */
+type Unreachable = LinkError | StoreError | StoreTimeout
+
+/**
+ * Runs the worker until Exit, or until the controller leaves when it is not restartable; a
+ * restartable worker then waits for the next controller, reading its address again each time,
+ * for as long as the store answers (or a controller does within orphanTimeoutMs).
+ */
+export const runWorker = (config: WorkerConfig): Effect.Effect<WorkerEnd, unknown, Backend | Store | Scope.Scope> =>
   Effect.gen(function* () {
     const native = yield* Backend
     if (native.device === "cuda") native.check(native.shim.shim_set_device(config.localRank), "shim_set_device")
     yield* Effect.logInfo(`rank ${config.rank}/${config.world} on ${native.device} (${native.reason}), pid ${process.pid}`)
+    yield* Effect.logInfo(applyMemoryLimit(native, config))
 
     const store = yield* Store
     const hostname = yield* glooHostname(config)
-    const world = yield* openComm({
-      native, store, key: "comm/world", members: Array.from({ length: config.world }, (_, r) => r),
-      rank: config.rank, timeoutMs: config.commTimeoutMs, hostname,
-    })
-    yield* sanityCheck(native, world)
+    const comms = yield* Communicators.open({ native, store, rank: config.rank, world: config.world, timeoutMs: config.commTimeoutMs, hostname })
+    yield* sanityCheck(native, comms.world)
     yield* Effect.logInfo(`world communicator ready (${config.world} ranks, Gloo on ${hostname})`)
 
-    const comms = makeComms(config, hostname, native, store, world)
     const functions = new FunctionTable(config.functionRoots)
     const log = Effect.runSyncWith(yield* Effect.context<never>())
     /** Whether "waiting for a new one" was said since the last controller was seen. */
     let waiting = false
-    while (true) {
+    /** When a controller or the store last answered (restartable: the orphan timeout runs from it). */
+    let lastAnswer = performance.now()
+    const readAddress = Effect.gen(function* () {
       const address = config.controllerAddress ?? decoder.decode(yield* store.get("controller"))
       const token = config.token ?? decoder.decode(yield* store.get("token"))
-      const end = yield* Effect.scoped(Effect.gen(function* () {
+      return { address, token }
+    })
+    // Restartable: a dead store makes each read retry its connection for the store timeout.
+    const readBounded = !config.restartable ? readAddress : readAddress.pipe(Effect.timeoutOrElse({
+      duration: config.orphanTimeoutMs,
+      orElse: () => Effect.fail(new StoreError({ reason: "Connect", detail: `no controller address within ${config.orphanTimeoutMs} ms` })),
+    }))
+    while (true) {
+      const end: LoopEnd | Unreachable = yield* Effect.scoped(Effect.gen(function* () {
+        const { address, token } = yield* readBounded
         const link = yield* connectController({
           address,
           hello: { rank: config.rank, world: config.world, pid: process.pid, token, device: native.device },
@@ -123,11 +136,27 @@ export const runWorker = (config: WorkerConfig) =>
       })).pipe(
         // Restartable: a controller not listening (yet) is waited for, its address read again
         // each time, since the next one may publish a new address or re-bind the same one.
-        Effect.catchTag("LinkError", (e) => (config.restartable ? Effect.succeed(e) : Effect.fail(e))),
+        Effect.catchTags({
+          LinkError: (e) => (config.restartable ? Effect.succeed(e) : Effect.fail(e)),
+          StoreError: (e) => (config.restartable ? Effect.succeed(e) : Effect.fail(e)),
+          StoreTimeout: (e) => (config.restartable ? Effect.succeed(e) : Effect.fail(e)),
+        }),
       )
-      if (end === "exit" || (end === "disconnected" && !config.restartable)) {
-        yield* Effect.logInfo(end === "exit" ? "exit" : "the controller went away; exiting")
-        return
+      if (end === "exit") {
+        yield* Effect.logInfo("exit")
+        return "exit"
+      }
+      if (end === "disconnected" && !config.restartable) {
+        yield* Effect.logInfo("the controller went away; exiting")
+        return "link lost"
+      }
+      // The controller answered until it went away; a store that answers means the job lives.
+      if (end === "disconnected") lastAnswer = performance.now()
+      const probe = Math.max(1, Math.min(2000, config.orphanTimeoutMs - (performance.now() - lastAnswer)))
+      if (yield* store.check(["controller"]).pipe(Effect.timeout(probe), Effect.as(true), Effect.orElseSucceed(() => false))) lastAnswer = performance.now()
+      else if (performance.now() - lastAnswer >= config.orphanTimeoutMs) {
+        yield* Effect.logWarning(`neither a controller nor the store answered for ${config.orphanTimeoutMs} ms; exiting`)
+        return "link lost"
       }
       if (!waiting) yield* Effect.logInfo(end === "disconnected" ? "the controller went away; waiting for a new one" : `waiting for a controller: ${end.message}`)
       waiting = true

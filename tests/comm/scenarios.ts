@@ -10,7 +10,7 @@ import type { CommOpName } from "../../ffi/symbols.ts"
 import { Tensor } from "../../ffi/tensor.ts"
 import { DTYPES, HostTensor, type DType } from "../../src/protocol/values.ts"
 import type { StoreApi } from "../../src/store/api.ts"
-import { CommError } from "../../src/worker/errors.ts"
+import { CommError } from "../../src/comm/errors.ts"
 import { encode, inputBytes, inputs, reduced, reducedBytes, type Scalar } from "./reference.ts"
 
 /** A line a worker prints: a check's outcome, or an event the test waits for. */

@@ -9,7 +9,7 @@
 import { readFileSync } from "node:fs"
 import { Duration, Effect } from "effect"
 import { loadNative } from "../../ffi/native.ts"
-import { openComm } from "../../src/comm/rendezvous.ts"
+import { rendezvous } from "../../src/comm/rendezvous.ts"
 import { makeClient } from "../../src/store/client.ts"
 import { prefixStore } from "../../src/store/prefix.ts"
 import { emit, SCENARIOS } from "./scenarios.ts"
@@ -36,7 +36,7 @@ await Effect.runPromise(
           timeoutMs,
           store,
           open: async (key, members) => {
-            const comm = await Effect.runPromise(openComm({ native, store, key, members, rank, timeoutMs, hostname }))
+            const comm = await Effect.runPromise(rendezvous({ native, store, key, members, rank, timeoutMs, hostname }))
             emit({ event: "opened", key, shmSegments: shmSegments() })
             return comm
           },

@@ -1,5 +1,5 @@
 // User functions for the controller tests ("tests/controller/fixtures:<export>").
-import { op } from "../../src/ops/builtins.ts"
+import { op } from "../../src/ops/kernels.ts"
 import { defineFunction } from "../../src/ops/function.ts"
 
 /** Each rank's own value: a [2, 2] tensor of (rank + 1). */

@@ -1,9 +1,10 @@
 /**
  * Scenario 2: the controller goes away. Killed with SIGKILL (a controller program in its own
- * process, attached through the store), its workers exit cleanly when they are not
- * restartable; restartable ones wait, read the controller's address again, and serve the next
- * controller: one that publishes a new address in the store (Controller.attach), or a
- * listener re-bound on the same CONTROLLER_ADDR after the old one closed every link.
+ * process, attached through the store), its workers drop what is queued and exit with the
+ * link-lost status when they are not restartable; restartable ones wait, read the controller's
+ * address again, and serve the next controller: one that publishes a new address in the store
+ * (Controller.attach), or a listener re-bound on the same CONTROLLER_ADDR after the old one
+ * closed every link; with the store gone too, they give up after their orphan timeout.
  */
 import { Effect, Exit, ManagedRuntime, Scope } from "effect"
 import { Controller } from "../../src/controller/index.ts"
@@ -11,7 +12,8 @@ import { listen, type WorkerLink } from "../../src/controller/listener.ts"
 import type { ControllerMessage } from "../../src/protocol/messages.ts"
 import { startServer } from "../../src/store/server.ts"
 import { call, createStream, fetch, ref } from "../worker/build.ts"
-import { spawnController, spawnWorkers, stopAll, type Proc } from "./procs.ts"
+import { EXIT_STATUS } from "../../src/worker/startup.ts"
+import { spawnController, spawnStore, spawnWorkers, stopAll, type Proc } from "./procs.ts"
 import { attempt, type Trial } from "./trial.ts"
 
 const WORLD = 2
@@ -35,27 +37,68 @@ const withStore = async (env: Record<string, string>, body: (workers: Proc[], st
 }
 
 /** Starts the first controller in its own process and waits until it has used the workers. */
-const firstController = async (t: Trial, workers: Proc[], store: { host: string; port: number }): Promise<Proc | undefined> => {
-  const ctl = spawnController(WORLD, store)
+const firstController = async (t: Trial, workers: Proc[], store: { host: string; port: number }, backlog?: typeof BACKLOG): Promise<Proc | undefined> => {
+  const ctl = spawnController(WORLD, store, backlog)
   const ready = await ctl.line(/^ready /, 30_000)
   if (t.check(ready?.text === `ready ${WORLD},${WORLD}`, `the first controller never got its all-reduce: ${ready?.text}\n${ctl.tail()}\n${workers.map((w) => w.tail(5)).join("\n")}`)) return ctl
   await stopAll([ctl])
   return undefined
 }
 
-/** Not restartable: every worker exits with status 0 and says why. */
+/** A backlog that would keep the workers busy for BACKLOG.commands × BACKLOG.holdMs after the controller died. */
+export const BACKLOG = { commands: 100, holdMs: 200 } as const
+/** "Within 1 s of its running command ending", plus process scheduling on a loaded machine. */
+const ORPHAN_EXIT_MS = BACKLOG.holdMs + 1000 + 1000
+
+/**
+ * Not restartable, with a long backlog queued: every worker drops it once its running command
+ * ends, exits with the link-lost status (not a clean Exit's 0) and says why.
+ */
 export const controllerKilled = (): Promise<Trial> =>
   attempt((t) => withStore({}, async (workers, store) => {
-    const ctl = await firstController(t, workers, store)
+    const ctl = await firstController(t, workers, store, BACKLOG)
     if (!ctl) return
+    if (!t.check((await ctl.line(/^queued /, 10_000)) !== undefined, `the controller never queued its backlog\n${ctl.tail()}`)) return
+    // Let the batch reach the workers and the first command start.
+    await Bun.sleep(300)
     const killedAt = ctl.kill()
-    const ends = await Promise.all(workers.map((w) => w.exit(WAIT_MS)))
+    const ends = await Promise.all(workers.map((w) => w.exit(BACKLOG.commands * BACKLOG.holdMs)))
     ends.forEach((end, rank) => {
-      t.check(end?.status === 0, `worker ${rank} ${end ? `exited with status ${end.status}` : `was still running ${WAIT_MS} ms after`}\n${workers[rank]!.tail(6)}`)
+      const took = end ? Math.round(end.at - killedAt) : undefined
+      t.check(end?.status === EXIT_STATUS.linkLost, `worker ${rank} ${end ? `exited with status ${end.status} ${took} ms after the kill` : "was still running"}, not ${EXIT_STATUS.linkLost} (link lost)\n${workers[rank]!.tail(6)}`)
+      t.check(took !== undefined && took < ORPHAN_EXIT_MS, `worker ${rank} took ${took} ms to exit with ${BACKLOG.commands} commands of ${BACKLOG.holdMs} ms queued (limit ${ORPHAN_EXIT_MS} ms)`)
       t.check(workers[rank]!.lines.some((l) => /the controller went away; exiting/.test(l.text)), `worker ${rank} did not log why it exited`)
     })
     if (ends.every((e) => e !== undefined)) t.figure("kill→workers exited", Math.max(...ends.map((e) => e!.at)) - killedAt)
   }))
+
+/** Restartable, when the controller and the store die together: how long a worker waits for either. */
+export const ORPHAN_TIMEOUT_MS = 2000
+
+/** Restartable, controller and store both killed: the workers give up after the orphan timeout, status link lost. */
+export const controllerAndStoreKilled = (): Promise<Trial> =>
+  attempt(async (t) => {
+    const { proc: store, address } = await spawnStore()
+    const workers = spawnWorkers(WORLD, address, { ...TIMEOUTS, MONARCH_RESTARTABLE: "1", MONARCH_ORPHAN_TIMEOUT_MS: String(ORPHAN_TIMEOUT_MS) })
+    let ctl: Proc | undefined
+    try {
+      ctl = await firstController(t, workers, address)
+      if (!ctl) return
+      const killedAt = ctl.kill()
+      store.kill()
+      const ends = await Promise.all(workers.map((w) => w.exit(ORPHAN_TIMEOUT_MS + 10_000)))
+      ends.forEach((end, rank) => {
+        const took = end ? Math.round(end.at - killedAt) : undefined
+        t.check(end?.status === EXIT_STATUS.linkLost, `worker ${rank} ${end ? `exited with status ${end.status} after ${took} ms` : `was still running ${ORPHAN_TIMEOUT_MS + 10_000} ms after`}, not ${EXIT_STATUS.linkLost} (link lost)\n${workers[rank]!.tail(6)}`)
+        t.check(took === undefined || took >= ORPHAN_TIMEOUT_MS, `worker ${rank} gave up after ${took} ms, before its orphan timeout of ${ORPHAN_TIMEOUT_MS} ms`)
+        t.check(took === undefined || took < ORPHAN_TIMEOUT_MS + 4000, `worker ${rank} took ${took} ms to give up (orphan timeout ${ORPHAN_TIMEOUT_MS} ms)`)
+        t.check(workers[rank]!.lines.some((l) => /neither a controller nor the store answered/.test(l.text)), `worker ${rank} did not log why it gave up\n${workers[rank]!.tail(6)}`)
+      })
+      if (ends.every((e) => e !== undefined)) t.figure("kill→workers gave up", Math.max(...ends.map((e) => e!.at)) - killedAt)
+    } finally {
+      await stopAll([...workers, ctl, store])
+    }
+  })
 
 /** Restartable: the workers outlive the controller and a new one, found through the store, uses them. */
 export const controllerReplacedThroughStore = (): Promise<Trial> =>

@@ -1,5 +1,5 @@
 // User functions for the fault tests ("tests/faults/fixtures:<export>").
-import { op } from "../../src/ops/builtins.ts"
+import { op } from "../../src/ops/kernels.ts"
 import { defineFunction } from "../../src/ops/function.ts"
 
 /** The worker's process id, so a test can kill that exact process. */
@@ -10,3 +10,11 @@ export const blockOnRank = defineFunction((ctx, rank: number, ms: number, t: unk
   if (ctx.rank === rank) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms)
   return op(ctx, "clone", [t])
 })
+
+/** Holds every rank's process for `ms` (a long command), defining nothing. */
+export const hold = defineFunction((_ctx, ms: number) => {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms)
+})
+
+/** The worker's tensor memory: bytes in use and the limit its shim enforces. */
+export const memory = defineFunction((ctx) => [ctx.native.memoryUsage().inUse, ctx.native.memoryUsage().limit])

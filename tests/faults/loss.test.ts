@@ -27,8 +27,8 @@ const setUp = () => {
   const result = new Ref(7)
   const reduce = core.command([0, 1], "reduce sum over x", [], [result.id], undefined, (ident) => ({ _tag: "RequestStatus", ident }))
   const fetched = Effect.runPromise(Effect.flip(core.fetch([0], [result.id], "fetch", undefined, (ident) => ({ _tag: "RequestStatus", ident }))))
-  const report = (type: string, message: string) =>
-    core.onMessage(0, { _tag: "RemoteFunctionFailed", ident: reduce.ident, error: new ErrorPayload(type, message, []) })
+  const report = (type: string, message: string, reason?: string) =>
+    core.onMessage(0, { _tag: "RemoteFunctionFailed", ident: reduce.ident, error: new ErrorPayload(type, message, [], reason) })
   // Rank 0 has passed the reduce and the fetch (it reports its status after the failure).
   const passed = () => core.onMessage(0, { _tag: "Status", firstUncompletedIdent: reduce.ident + 2 })
   return { core, reduce, fetched, report, passed, problems }
@@ -37,7 +37,7 @@ const setUp = () => {
 describe("a peer's CommError and the loss of rank 1", () => {
   test("the CommError first, then the loss: WorkerLost naming rank 1", async () => {
     const { core, fetched, report, passed } = setUp()
-    report("CommError", "shim_all_reduce: Connection closed by peer")
+    report("CommError", "shim_all_reduce: Connection closed by peer", "peer-lost")
     passed()
     core.onExit({ rank: 1, status: 137, signal: "SIGKILL" })
     const error = await fetched
@@ -48,7 +48,7 @@ describe("a peer's CommError and the loss of rank 1", () => {
   test("the loss first, then the CommError: WorkerLost naming rank 1", async () => {
     const { core, fetched, report, passed } = setUp()
     core.onDisconnect(1)
-    report("CommError", "shim_all_reduce: Connection closed by peer")
+    report("CommError", "shim_all_reduce: Connection closed by peer", "peer-lost")
     passed()
     const error = await fetched
     expect(error).toBeInstanceOf(WorkerLost)
@@ -65,10 +65,20 @@ describe("a peer's CommError and the loss of rank 1", () => {
     expect(error).toMatchObject({ rank: 0, type: "FunctionFailed" })
   })
 
+  test("a CommError that blames the call, not a peer (reason invalid), stays the root: RemoteError from rank 0", async () => {
+    const { core, fetched, report, passed } = setUp()
+    report("CommError", "Reduce: reduce_scatter needs dim 0 of x to equal the group size 2", "invalid")
+    passed()
+    core.onDisconnect(1)
+    const error = await fetched
+    expect(error).toBeInstanceOf(RemoteError)
+    expect(error).toMatchObject({ rank: 0, type: "CommError", kind: "invalid" })
+  })
+
   test("a CommError on a command the lost rank had passed stays: RemoteError from rank 0", async () => {
     const { core, fetched, report, passed } = setUp()
     core.onMessage(1, { _tag: "Status", firstUncompletedIdent: 1 })
-    report("CommError", "shim_all_reduce: timed out")
+    report("CommError", "shim_all_reduce: timed out", "timeout")
     passed()
     const error = await fetched
     core.onDisconnect(1)

@@ -140,10 +140,12 @@ export const spawnStore = async (): Promise<{ proc: Proc; address: StoreAddress 
 
 /**
  * A controller program in a process of its own that attaches to `world` workers through
- * `store`, runs one all-reduce over them and prints `ready <sum>`, then idles until killed.
+ * `store`, runs one all-reduce over them and prints `ready <sum>`, then idles until killed;
+ * with `backlog`, it then queues that many commands of `holdMs` each and prints `queued <n>`.
  */
-export const spawnController = (world: number, store: StoreAddress): Proc =>
-  start("controller", [BUN, new URL("./controller_child.ts", import.meta.url).pathname, store.host, String(store.port), String(world)], {})
+export const spawnController = (world: number, store: StoreAddress, backlog?: { readonly commands: number; readonly holdMs: number }): Proc =>
+  start("controller", [BUN, new URL("./controller_child.ts", import.meta.url).pathname, store.host, String(store.port), String(world),
+    ...(backlog ? [`${backlog.commands},${backlog.holdMs}`] : [])], {})
 
 /** Kills and reaps every process still running. */
 export const stopAll = async (procs: ReadonlyArray<Proc | undefined>): Promise<void> => {

@@ -4,8 +4,9 @@
  * `held` = the tries where every condition held, `detail` = what the program saw and the
  * times measured from fault to error. faults.test.ts runs the same scenarios.
  */
-import { controllerKilled, controllerReplacedThroughStore, listenerRebound } from "./controller_loss.ts"
+import { BACKLOG, controllerAndStoreKilled, controllerKilled, controllerReplacedThroughStore, listenerRebound, ORPHAN_TIMEOUT_MS } from "./controller_loss.ts"
 import { COMM_TIMEOUT_MS, killWorker } from "./kill.ts"
+import { defaultLimit, LIMIT_MIB, overTheLimit } from "./memory.ts"
 import { controllerKeyNeverSet, missingKey, STORE_TIMEOUT_MS, storeKilled } from "./store_loss.ts"
 import { summarise, type Trial } from "./trial.ts"
 import type { Mode, ReliabilityRow } from "../reliability.ts"
@@ -56,9 +57,14 @@ export const scenarios: ReadonlyArray<Scenario> = [
     tries: { default: 2, long: 10 }, tryMs: 30_000, once: () => killWorker("idle"),
   },
   {
-    check: "controller killed (kill -9), workers not restartable",
-    outcome: "every worker exited with status 0, logging why",
+    check: `controller killed (kill -9) with ${BACKLOG.commands} commands of ${BACKLOG.holdMs} ms queued, workers not restartable`,
+    outcome: "every worker dropped the backlog once its running command ended and exited with status 3 (link lost), logging why",
     tries: { default: 2, long: 10 }, tryMs: 40_000, once: controllerKilled,
+  },
+  {
+    check: `controller and store killed (kill -9), restartable workers (orphan timeout ${ORPHAN_TIMEOUT_MS / 1000} s)`,
+    outcome: "every worker waited out its orphan timeout, then exited with status 3 (link lost), logging why",
+    tries: { default: 1, long: 10 }, tryMs: 40_000, once: controllerAndStoreKilled,
   },
   {
     check: "controller killed (kill -9), restartable workers; next controller found through the store",
@@ -79,6 +85,16 @@ export const scenarios: ReadonlyArray<Scenario> = [
     check: `worker with no CONTROLLER_ADDR and no controller key in the store (${store})`,
     outcome: "start-up failed: StoreTimeout naming /monarch/controller in the log, non-zero exit",
     tries: { default: 1, long: 10 }, tryMs: 40_000, once: controllerKeyNeverSet,
+  },
+  {
+    check: `ops.zeros of 100 MB per rank with MONARCH_MEMORY_LIMIT=${LIMIT_MIB}MiB (2 workers)`,
+    outcome: "fetch: RemoteError ShimError naming the memory limit, at once; earlier values intact, 16 MB allocated after, memory given back",
+    tries: { default: 1, long: 10 }, tryMs: 30_000, once: overTheLimit,
+  },
+  {
+    check: "ops.zeros of 1.5 x host memory per rank, default memory limit (2 workers)",
+    outcome: "each worker's limit was 80% of host memory / 2; fetch: RemoteError ShimError naming the memory limit, at once",
+    tries: { default: 1, long: 10 }, tryMs: 30_000, once: defaultLimit,
   },
   {
     check: `store client get of a key never set (${store})`,

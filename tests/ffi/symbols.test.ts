@@ -1,8 +1,12 @@
-// The bun:ffi table (ffi/symbols.ts) against the ABI header (c/shim.h): names, arity and types.
+// The bun:ffi table (ffi/symbols.ts) against the ABI header (c/shim.h): names, arity and types;
+// and the header's enums against their generated twins (ffi/abi.ts) and the wire's dtypes.
 import { describe, expect, test } from "bun:test"
 import { FFIType } from "bun:ffi"
 import { readFileSync } from "node:fs"
+import { DTypeCode } from "../../ffi/abi.ts"
 import { symbols } from "../../ffi/symbols.ts"
+import { abiSource, OUTPUT, parseEnums } from "../../scripts/abi.ts"
+import { DTYPES } from "../../src/protocol/values.ts"
 
 const header = readFileSync(new URL("../../c/shim.h", import.meta.url), "utf8")
 
@@ -46,5 +50,27 @@ describe("ffi/symbols.ts matches c/shim.h", () => {
 
   test("the mapping rejects a C type it does not know", () => {
     expect(() => ffiTypeOf("float x")).toThrow(/no FFI mapping/)
+  })
+})
+
+describe("ffi/abi.ts is generated from c/shim.h's enums", () => {
+  test("the file is what scripts/abi.ts writes now (else: bun run scripts/abi.ts)", () => {
+    expect(readFileSync(OUTPUT, "utf8")).toBe(abiSource(header))
+  })
+
+  test("the header's enums parse, the codes the ABI needs among them", () => {
+    const enums = parseEnums(header)
+    expect([...enums.keys()]).toEqual(expect.arrayContaining(["shim_status", "shim_dtype", "shim_max_dims", "shim_unary_op", "shim_binary_op", "shim_reduce_op"]))
+    expect(enums.get("shim_status")![0]).toEqual(["SHIM_OK", 0])
+  })
+
+  test("the wire's dtypes are the header's, in code order", () => {
+    expect(Object.entries(DTypeCode) as Array<[string, number]>).toEqual(DTYPES.map((d, i): [string, number] => [d, i]))
+  })
+
+  test("an untagged enum, or a tagged one without a table entry, is refused", () => {
+    expect(() => parseEnums("enum { SHIM_A = 0, SHIM_B = 1 };")).toThrow(/an enum without a tag/)
+    expect(() => abiSource("enum shim_new_op { SHIM_A = 0, SHIM_B = 1 };")).toThrow(/shim_new_op has no entry/)
+    expect(() => parseEnums("enum shim_x { SHIM_A = 1 << 2 };")).toThrow(/is not SHIM_NAME = number/)
   })
 })

@@ -4,7 +4,7 @@
  * before any memory is allocated for it, one within it must yield exactly its body. Against a
  * real worker (with a raw socket standing in for its controller): an oversized claim followed
  * by 64 MiB must be answered by a ProtocolError and a closed link; a non-restartable worker
- * then exits with status 0, a restartable one reconnects, serves again, and its RSS stays
+ * then exits with status 3 (link lost: no Exit came), a restartable one reconnects, serves again, and its RSS stays
  * within 10% of where it was.
  */
 import { Effect, Exit, Scope } from "effect"

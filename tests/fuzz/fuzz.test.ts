@@ -8,6 +8,7 @@ import { checkLookups } from "../protocol/lookups.ts"
 import { modeFromEnv } from "../reliability.ts"
 import { RSS_TOLERANCE, SIZES, fuzzSeed } from "./reliability.ts"
 import { countOf, fuzzWorker } from "./workerFuzz.ts"
+import { EXIT_STATUS } from "../../src/worker/startup.ts"
 
 const mode = modeFromEnv()
 const size = SIZES[mode]
@@ -55,11 +56,11 @@ describe("the length prefix under fuzz", () => {
     expect(r.allocatedForOver).toBe(0)
   }, long ? 300_000 : 30_000)
 
-  test("an oversized claim to a non-restartable worker: ProtocolError, link closed, clean exit", async () => {
+  test("an oversized claim to a non-restartable worker: ProtocolError, link closed, exit with the link-lost status", async () => {
     const r = await oversizedToWorker({ restartable: false, tries: 1, seed })
     expect(r.refused).toBe(1)
     expect(r.problem).toMatch(/^frame of \d+ bytes is over the 1073741824-byte maximum/)
-    expect(r.exit).toMatchObject({ rank: 0, status: 0 })
+    expect(r.exit).toMatchObject({ rank: 0, status: EXIT_STATUS.linkLost })
   }, 60_000)
 
   test(`${size.restarts} oversized claims to a restartable worker: each refused, it reconnects and serves, RSS within 10%`, async () => {

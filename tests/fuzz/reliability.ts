@@ -4,6 +4,7 @@
  * FrameReader and real workers. fuzz.test.ts runs the same checks at the same sizes and
  * asserts on their results. MONARCH_FUZZ_SEED replays another seed (default 1).
  */
+import { EXIT_STATUS } from "../../src/worker/startup.ts"
 import { fuzzControllerReader, type ControllerFuzzResult } from "./controllerFuzz.ts"
 import { fuzzFrameLengths, oversizedToWorker, type LengthFuzzResult, type WorkerLengthResult } from "./frameLength.ts"
 import { checkLookups, READS_PER_LOOKUP, type LookupCheck } from "../protocol/lookups.ts"
@@ -84,7 +85,7 @@ export const lengthRows = (claims: LengthFuzzResult, once: WorkerLengthResult, r
     area: "fuzz",
     check: "frame length: oversized claim + 64 MiB to a non-restartable worker",
     tries: 1,
-    held: once.refused === 1 && once.exit?.status === 0 ? 1 : 0,
+    held: once.refused === 1 && once.exit?.status === EXIT_STATUS.linkLost ? 1 : 0,
     detail: `ProtocolError "${once.problem}", link closed; exit ${once.exit === undefined ? "none" : `status ${once.exit.status}`}`,
   },
   {

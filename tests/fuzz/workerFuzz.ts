@@ -11,7 +11,7 @@ import { decodeWorkerMessage } from "../../src/protocol/codec.ts"
 import { OWNED_FRAME_BYTES } from "../../src/protocol/framing.ts"
 import type { ControllerMessage, Value, WorkerMessage } from "../../src/protocol/messages.ts"
 import { HostTensor, Ref } from "../../src/protocol/values.ts"
-import { builtins } from "../../src/ops/builtins.ts"
+import { inferOutputs, opNamed } from "../../src/ops/registry.ts"
 import { FIXTURES, startWorkers } from "../worker/harness.ts"
 import { FUZZ_STREAM, fuzzFrames, workerSeeds } from "./mutate.ts"
 import { isAlive, rssKiB } from "./proc.ts"
@@ -72,10 +72,10 @@ const hasRefOrTensor = (v: unknown): boolean =>
 
 /** Elements a built-in would allocate for these plain arguments (0 when it would refuse them). */
 const builtinElements = (fn: string, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>): number => {
-  const op = fn.startsWith("ops.") && Object.hasOwn(builtins, fn.slice(4)) ? builtins[fn.slice(4)]! : undefined
+  const op = fn.startsWith("ops.") ? opNamed(fn.slice(4)) : undefined
   if (op === undefined || hasRefOrTensor(args)) return 0
   try {
-    return op.outputs(args, kwargs).reduce((n, meta) => n + meta.shape.reduce((a, b) => a * b, 1), 0)
+    return inferOutputs(op, args, kwargs, true).reduce((n, meta) => n + meta!.shape.reduce((a, b) => a * b, 1), 0)
   } catch {
     return 0
   }

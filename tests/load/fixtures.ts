@@ -1,5 +1,5 @@
 // User functions for the load check ("tests/load/fixtures:<export>").
-import { op } from "../../src/ops/builtins.ts"
+import { op } from "../../src/ops/kernels.ts"
 import { defineFunction } from "../../src/ops/function.ts"
 
 /** Where each rank's counter starts: far enough apart that a value fetched from the wrong rank shows. */

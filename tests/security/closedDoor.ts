@@ -210,7 +210,7 @@ export const makeFunctionTree = (): FunctionTree => {
   const base = mkdtempSync(join(tmpdir(), "monarch-roots-"))
   const root = join(base, "root"), outside = join(base, "outside"), sibling = join(base, "root-evil")
   for (const d of [root, join(root, "sub"), outside, sibling]) mkdirSync(d, { recursive: true })
-  const ok = `import { op } from ${JSON.stringify(join(REPO, "src/ops/builtins.ts"))}
+  const ok = `import { op } from ${JSON.stringify(join(REPO, "src/ops/kernels.ts"))}
 export const seven = (ctx) => op(ctx, "full", [[2], 7])
 export const double = (_ctx, x) => 2 * x
 `

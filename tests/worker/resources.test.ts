@@ -5,6 +5,7 @@
 import { afterAll, describe, expect, spyOn, test } from "bun:test"
 import { Effect } from "effect"
 import { Comm } from "../../ffi/comm.ts"
+import { Communicators } from "../../src/comm/communicators.ts"
 import { loadNative } from "../../ffi/native.ts"
 import { Event } from "../../ffi/stream.ts"
 import { Tensor } from "../../ffi/tensor.ts"
@@ -51,7 +52,7 @@ const spies = [
 
 const sent: ControllerMessage[] = []
 const session = makeSession({
-  rank: 0, world: 1, native, comms: { world: soloComm(), open: () => Effect.sync(soloComm) },
+  rank: 0, world: 1, native, comms: new Communicators(soloComm(), () => Effect.sync(soloComm)),
   functions: new FunctionTable([FIXTURES]), send: (m) => void sent.push(m),
 })
 const dispatch = makeDispatch(session)

@@ -5,16 +5,15 @@
  * command asynchronously; everything else runs straight through.
  */
 import { Effect } from "effect"
-import { Stream } from "../../../ffi/stream.ts"
+import type { Stream } from "../../../ffi/stream.ts"
 import { Tensor } from "../../../ffi/tensor.ts"
 import type { FunctionContext, RemoteFunction } from "../../ops/function.ts"
 import type { CallFunction, FetchValue, Value } from "../../protocol/messages.ts"
-import { HostTensor, type Ref } from "../../protocol/values.ts"
+import { HostTensor } from "../../protocol/values.ts"
 import { FunctionFailed, ResultCountMismatch, WrongRefType } from "../errors.ts"
-import { flattenTensors, getAs } from "../refs.ts"
+import { flattenTensors } from "../refs.ts"
 import { lookup, tryDefine, type Session } from "../session.ts"
-
-export const streamOf = (s: Session, ref: Ref): Stream => getAs(s.env, ref, Stream, "a stream")
+import { streamOf } from "../streams.ts"
 
 const contextFor = (s: Session, stream: Stream, kwargs: Readonly<Record<string, unknown>>): FunctionContext => ({
   native: s.native, rank: s.rank, world: s.world, device: s.native.device, stream, coords: s.coords, kwargs,
@@ -60,7 +59,7 @@ const freeingAfter = (s: Session, made: Tensor[], body: () => Effect.Effect<void
 
 export const callFunction = (s: Session) => (m: CallFunction) =>
   tryDefine(s, m.ident, m.mutates.length === 0 ? m.results : [...m.results, ...m.mutates], () => {
-    const stream = streamOf(s, m.stream)
+    const stream = streamOf(s.env, m.stream)
     const uploads: Tensor[] = []
     return freeingAfter(s, uploads, () => {
       const args = lookup(s, m.args, stream, uploads) as unknown[]
@@ -91,7 +90,7 @@ const toWire = (v: unknown, stream: Stream): Value => {
 
 export const fetchValue = (s: Session) => (m: FetchValue) =>
   tryDefine(s, m.ident, m.mutates, () => {
-    const stream = streamOf(s, m.stream)
+    const stream = streamOf(s.env, m.stream)
     const made: Tensor[] = []
     return freeingAfter(s, made, () => {
       const value = lookup(s, m.object, stream, made)

@@ -6,22 +6,26 @@
  */
 import { Effect } from "effect"
 import type { Comm } from "../../../ffi/comm.ts"
+import type { CommOpName } from "../../../ffi/symbols.ts"
 import * as k from "../../../ffi/ops.ts"
 import type { Stream } from "../../../ffi/stream.ts"
 import { Tensor } from "../../../ffi/tensor.ts"
+import { commError } from "../../comm/communicators.ts"
+import { CommError } from "../../comm/errors.ts"
 import type { CreateDeviceMesh, Reduce, SendTensor } from "../../protocol/messages.ts"
 import type { Ref, TensorFactory } from "../../protocol/values.ts"
-import { CommError, DependentOnError } from "../errors.ts"
+import { planCollective } from "../../ops/collectives.ts"
+import { DependentOnError } from "../errors.ts"
 import { DeviceMesh } from "../mesh.ts"
 import { getAs } from "../refs.ts"
-import { commError, reject, tryDefine, type Session } from "../session.ts"
-import { streamOf } from "./calls.ts"
+import { reject, tryDefine, type Session } from "../session.ts"
+import { streamOf } from "../streams.ts"
 
 export const createDeviceMesh = (s: Session) => (m: CreateDeviceMesh) => Effect.sync(() => {
   const coords = m.ranks.coordinates(s.rank)
   if (coords === undefined) return reject(s, `CreateDeviceMesh ${m.result.id}: rank ${s.rank} is not in ${m.ranks}`)
   if (m.names.length !== m.ranks.ndim) return reject(s, `CreateDeviceMesh ${m.result.id}: ${m.names.length} names for ${m.ranks.ndim} dims`)
-  const mesh = new DeviceMesh(m.result.id, m.names, m.ranks, s.rank, coords)
+  const mesh = new DeviceMesh(m.result.id, m.names, m.ranks, s.rank, coords, s.comms)
   s.env.define(m.result, mesh)
   s.coords = mesh.coords
 })
@@ -47,7 +51,8 @@ const inputOf = (s: Session, ref: Ref, factory: TensorFactory, stream: Stream): 
 
 /** The collective a Reduce names (DESIGN.md, Reduce), returning the result tensor. */
 const collective = (s: Session, comm: Comm, input: Tensor, m: Reduce, stream: Stream): Tensor => {
-  const n = comm.size
+  const plan = planCollective(input, comm.size, m.reduction, m.scatter, m.inplace)
+  if (typeof plan === "string") throw new CommError({ reason: "invalid", message: `Reduce: ${plan}` })
   /** Runs op into out, freeing out if it was made here and op fails. */
   const into = (out: Tensor, op: (out: Tensor) => void): Tensor => {
     try {
@@ -58,12 +63,16 @@ const collective = (s: Session, comm: Comm, input: Tensor, m: Reduce, stream: St
       throw e
     }
   }
-  const fresh = (shape: ReadonlyArray<number>) => Tensor.empty(s.native, input.dtype, shape)
-  if (m.reduction === "stack") {
-    if (m.scatter) {
-      if (!m.inplace) return into(fresh(input.shape), (out) => comm.allToAll(out, input, stream))
+  const output = () => (m.inplace ? input : Tensor.empty(s.native, plan.result.dtype, plan.result.shape))
+  const op = m.reduction as CommOpName
+  switch (plan.collective) {
+    case "all_gather": return into(output(), (out) => comm.allGather(out, input, stream))
+    case "reduce_scatter": return into(output(), (out) => comm.reduceScatter(out, input, op, stream))
+    case "all_reduce": return into(output(), (out) => comm.allReduce(out, input, op, stream))
+    case "all_to_all": {
+      if (!m.inplace) return into(output(), (out) => comm.allToAll(out, input, stream))
       // all_to_all cannot read and write one buffer: in place goes through a copy.
-      const source = fresh(input.shape)
+      const source = Tensor.empty(s.native, input.dtype, input.shape)
       try {
         k.cast(source, input, stream)
         return into(input, (out) => comm.allToAll(out, source, stream))
@@ -71,20 +80,12 @@ const collective = (s: Session, comm: Comm, input: Tensor, m: Reduce, stream: St
         source.free()
       }
     }
-    if (m.inplace) throw new CommError({ message: "Reduce: stack (all_gather) cannot be in place" })
-    return into(fresh([n, ...input.shape]), (out) => comm.allGather(out, input, stream))
   }
-  if (m.scatter) {
-    if (m.inplace) throw new CommError({ message: "Reduce: reduce_scatter cannot be in place" })
-    if (input.shape[0] !== n) throw new CommError({ message: `Reduce: reduce_scatter needs dim 0 of ${input} to equal the group size ${n}` })
-    return into(fresh(input.shape.slice(1)), (out) => comm.reduceScatter(out, input, m.reduction as "sum", stream))
-  }
-  return into(m.inplace ? input : fresh(input.shape), (out) => comm.allReduce(out, input, m.reduction as "sum", stream))
 }
 
 export const reduce = (s: Session) => (m: Reduce) =>
   tryDefine(s, m.ident, [m.result], () => {
-    const stream = streamOf(s, m.stream)
+    const stream = streamOf(s.env, m.stream)
     const mesh = getAs(s.env, m.mesh, DeviceMesh, "a mesh")
     const run = (comm: Comm) => {
       const { tensor, failure } = inputOf(s, m.tensor, m.factory, stream)
@@ -100,13 +101,13 @@ export const reduce = (s: Session) => (m: Reduce) =>
       if (out !== tensor) tensor.free()
       throw failure
     }
-    const comm = mesh.cachedComm(m.dims)
-    return comm ? run(comm) : mesh.openComm(m.dims, s.comms.open).pipe(Effect.map(run))
+    const comm = s.comms.cached(mesh.id, m.dims)
+    return comm ? run(comm) : s.comms.open(mesh.id, m.dims, mesh.members(m.dims)).pipe(Effect.map(run))
   })
 
 export const sendTensor = (s: Session) => (m: SendTensor) =>
   tryDefine(s, m.ident, [m.result], () => {
-    const stream = streamOf(s, m.stream)
+    const stream = streamOf(s.env, m.stream)
     const sendAt = m.fromRanks.indexOf(s.rank), recvAt = m.toRanks.indexOf(s.rank)
     const sending = sendAt >= 0 ? inputOf(s, m.tensor, m.factory, stream) : undefined
     const to = sendAt >= 0 ? m.toRanks.rankAt(sendAt) : -1

@@ -1,7 +1,7 @@
 /** The control messages: RequestStatus, Exit, CommandGroup and DeleteRefs. */
 import { Effect } from "effect"
 import type { CommandGroup, DeleteRefs, Exit, RequestStatus, WorkerMessage } from "../../protocol/messages.ts"
-import { reject, sendStatus, type Session } from "../session.ts"
+import { ioTurn, reject, sendStatus, stopped, type Session } from "../session.ts"
 
 export const requestStatus = (s: Session) => (m: RequestStatus) => Effect.sync(() => {
   s.firstUncompletedIdent = Math.max(s.firstUncompletedIdent, m.ident + 1)
@@ -12,12 +12,14 @@ export const exit = (s: Session) => (_: Exit) => Effect.sync(() => {
   s.exiting = true
 })
 
-/** Runs the group's commands in order through `dispatch`, stopping at an Exit. */
+/** Runs the group's commands in order through `dispatch`, stopping at an Exit or a closed link. */
 export const commandGroup = (s: Session, dispatch: (m: WorkerMessage) => Effect.Effect<void>) => (m: CommandGroup) =>
   Effect.gen(function* () {
     for (const command of m.commands) {
       yield* dispatch(command)
-      if (s.exiting) return
+      const turn = ioTurn(s)
+      if (turn) yield* turn
+      if (stopped(s)) return
     }
   })
 

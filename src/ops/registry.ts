@@ -1,0 +1,47 @@
+/**
+ * The op registry: every built-in (`ops.<name>` on the wire) declared once, by family, with
+ * its torch signature and its dtype/shape rule (src/ops/spec.ts). Pure: the controller
+ * imports it to check calls and infer results before sending; the worker binds each entry to
+ * its kernels (src/ops/kernels.ts, which must cover every name here).
+ */
+import { isTensorMeta, type TensorMeta } from "./meta.ts"
+import { binder, signatureOf, type Binder, type Param } from "./params.ts"
+import type { OpSpec } from "./spec.ts"
+import { creation } from "./specs/creation.ts"
+import { elementwise } from "./specs/elementwise.ts"
+import { layout } from "./specs/layout.ts"
+import { reductions } from "./specs/reduction.ts"
+
+const SPECS = { ...creation, ...elementwise, ...reductions, ...layout }
+
+type Specs = typeof SPECS
+export type OpName = keyof Specs
+export type ParamsOf<N extends OpName> = Specs[N]["params"]
+
+/** A declared op with its name and its binder. */
+export type Op<N extends OpName = OpName> = Specs[N] & { readonly name: N; readonly bind: Binder<ParamsOf<N>> }
+
+export const OPS: { readonly [N in OpName]: Op<N> } = Object.fromEntries(
+  Object.entries(SPECS).map(([name, s]) => [name, { ...s, name, bind: binder(name, (s as OpSpec).params) }]),
+) as never
+
+/** The op `ops.<name>` names, or undefined. */
+export const opNamed = (name: string): Op | undefined => (Object.hasOwn(OPS, name) ? OPS[name as OpName] as Op : undefined)
+
+/** `ops.add(input, other)`: the signature of every op, for docs and messages. */
+export const signatures = (): string[] => Object.values(OPS).map((o) => `ops.${signatureOf(o.name, (o as OpSpec).params as ReadonlyArray<Param>)}`)
+
+/** A tensor whose dtype and shape the controller does not know (a user function's undeclared result). */
+export const UNKNOWN_TENSOR: unique symbol = Symbol("unknown tensor")
+
+/**
+ * The controller's check of a call before sending: binds the arguments (tensors as metas,
+ * UNKNOWN_TENSOR where not known) and returns the results' metas, or one undefined per result
+ * when an input's metadata is unknown. Throws OpArgumentError.
+ */
+export const inferOutputs = (op: Op, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, known: boolean): ReadonlyArray<TensorMeta | undefined> => {
+  const isTensor = (v: unknown): v is TensorMeta => v === UNKNOWN_TENSOR || isTensorMeta(v)
+  const bound = op.bind(args, kwargs, isTensor)
+  if (!known) return Array.from({ length: op.results }, () => undefined)
+  return (op as OpSpec).outputs(bound as never, op.name)
+}

@@ -1,0 +1,34 @@
+/**
+ * What one op declaration holds (the registry, src/ops/registry.ts, has one per op): its
+ * parameters in torch's order, how many results it defines, and its rule for their dtypes and
+ * shapes. The worker's kernel table (src/ops/kernels.ts) binds each declared op to the shim
+ * calls that run it; a declared op without a kernel does not compile.
+ *
+ * Still to come on each entry (issue 12): its backward rule, or an explicit "not
+ * differentiable", as a required field, so an op added without one does not compile either.
+ */
+import type { TensorMeta } from "./meta.ts"
+import type { Bound, Param } from "./params.ts"
+
+export interface OpSpec<P extends ReadonlyArray<Param> = ReadonlyArray<Param>> {
+  readonly params: P
+  /**
+   * The results' dtypes and shapes from the bound arguments' (tensors as TensorMetas); throws
+   * OpArgumentError (`bad(op, ...)`) for arguments the op cannot take. Runs on the controller
+   * before sending, and on the worker before allocating.
+   */
+  readonly outputs: (a: Bound<P>, op: string) => ReadonlyArray<TensorMeta>
+  /** How many results it defines (the count the controller uses when an input's shape is unknown). */
+  readonly results: number
+  /** In place: it writes its `input` and defines nothing (the controller lists it in `mutates`). */
+  readonly mutates?: "input"
+  /** Its result shares its input's memory: the kernel allocates nothing and returns it. */
+  readonly view?: true
+}
+
+/** Declares an op; `results` defaults to 1, or 0 for an in-place op. */
+export const spec = <const P extends ReadonlyArray<Param>>(
+  params: P,
+  outputs: (a: Bound<P>, op: string) => ReadonlyArray<TensorMeta>,
+  more: { readonly results?: number; readonly mutates?: "input"; readonly view?: true } = {},
+): OpSpec<P> => ({ params, outputs, results: more.results ?? (more.mutates ? 0 : 1), ...more })

@@ -1,0 +1,31 @@
+/** Creation ops: tensors made from sizes and numbers, with a dtype keyword (default f32). */
+import { bad } from "../meta.ts"
+import { arg, kw, opt } from "../params.ts"
+import { spec } from "../spec.ts"
+
+const sized = spec([arg("size", "shape"), kw("dtype", "dtype", "f32")], ({ size, dtype }) => [{ dtype, shape: size }])
+
+const random = spec(
+  [arg("size", "shape"), kw("dtype", "dtype", "f32"), kw("seed", "int", 0), kw("offset", "int", 0)],
+  ({ size, dtype }) => [{ dtype, shape: size }],
+)
+
+/** arange(end) or arange(start, end, step=1): start, step and the element count. */
+export const arangeBounds = (a: { start: number; end: number | null; step: number }, op: string): [number, number, number] => {
+  const [start, end] = a.end === null ? [0, a.start] : [a.start, a.end]
+  if (![start, end, a.step].every(Number.isFinite)) bad(op, `bounds must be finite, got ${start}, ${end}, ${a.step}`)
+  if (a.step === 0) bad(op, "step must not be 0")
+  return [start, a.step, Math.max(0, Math.ceil((end - start) / a.step))]
+}
+
+export const creation = {
+  zeros: sized,
+  ones: sized,
+  full: spec([arg("size", "shape"), arg("fill_value", "scalar"), kw("dtype", "dtype", "f32")], ({ size, dtype }) => [{ dtype, shape: size }]),
+  arange: spec(
+    [arg("start", "scalar"), opt("end", "scalar", null), opt("step", "scalar", 1), kw("dtype", "dtype", "f32")],
+    (a, op) => [{ dtype: a.dtype, shape: [arangeBounds(a, op)[2]] }],
+  ),
+  rand: random,
+  randn: random,
+}

@@ -1,0 +1,34 @@
+/**
+ * The worker's tensor memory limit (MONARCH_MEMORY_LIMIT), set in the shim, whose allocator
+ * refuses any tensor that would pass it with a NoMemory ShimError: that command fails, the
+ * worker goes on. By default each worker gets DEFAULT_SHARE of its backend's memory: on cpu,
+ * the host's, divided among the host's workers (LOCAL_WORLD_SIZE); on cuda, its own device's.
+ */
+import type { Native } from "../../ffi/native.ts"
+import type { WorkerConfig } from "./config.ts"
+
+/** Of the memory a worker's tensors draw on; the rest is left to the process itself and the host. */
+export const DEFAULT_SHARE = 0.8
+
+const gib = (bytes: number) => `${(bytes / 2 ** 30).toFixed(2)} GiB`
+
+/** The limit for this worker in bytes (0: none), and how it was chosen, for the log. */
+export const memoryLimitOf = (config: Pick<WorkerConfig, "memoryLimit" | "localWorld">, device: string, total: number): { readonly bytes: number; readonly why: string } => {
+  const limit = config.memoryLimit
+  const memory = device === "cuda" ? "the device's memory" : "host memory"
+  if (limit === "off") return { bytes: 0, why: "no memory limit (MONARCH_MEMORY_LIMIT=off)" }
+  if (limit !== undefined && "bytes" in limit) return { bytes: limit.bytes, why: `memory limit ${gib(limit.bytes)} (MONARCH_MEMORY_LIMIT)` }
+  // cuda: one device per worker; cpu: the host's workers share its memory.
+  const sharing = device === "cuda" ? 1 : config.localWorld
+  const fraction = limit === undefined ? DEFAULT_SHARE / sharing : limit.fraction
+  const bytes = Math.floor(total * fraction)
+  const how = limit === undefined ? `${DEFAULT_SHARE * 100}% of ${memory} (${gib(total)})${sharing > 1 ? ` shared by ${sharing} local workers` : ""}` : `${limit.fraction * 100}% of ${memory} (${gib(total)}, MONARCH_MEMORY_LIMIT)`
+  return { bytes, why: `memory limit ${gib(bytes)}: ${how}` }
+}
+
+/** Sets this worker's limit in the shim; returns the line to log. */
+export const applyMemoryLimit = (native: Native, config: Pick<WorkerConfig, "memoryLimit" | "localWorld">): string => {
+  const { bytes, why } = memoryLimitOf(config, native.device, native.memoryTotal())
+  native.setMemoryLimit(bytes)
+  return why
+}
