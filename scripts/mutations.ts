@@ -45,8 +45,8 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     area: "worker", behaviour: "a rank with a poisoned input joins the collective with zeros",
     file: "src/worker/handlers/collectives.ts",
     edits: one(
-      "      const { tensor, failure } = inputOf(s, m.tensor, m.factory, stream)\n",
-      "      const { tensor, failure } = inputOf(s, m.tensor, m.factory, stream)\n      if (failure !== undefined) throw failure\n",
+      "        out = collective(s, comm, tensor, m, stream)\n",
+      "        if (failure !== undefined) throw failure\n        out = collective(s, comm, tensor, m, stream)\n",
     ),
     tests: ["tests/worker/inProcess.test.ts", "tests/worker/errors.test.ts"],
   },
