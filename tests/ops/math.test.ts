@@ -1,20 +1,7 @@
 // The rules of the elementwise math ops (src/ops/specs/math.ts): their result dtypes, and the
 // inputs they refuse, as torch does. Their values are held against torch in parity.test.ts.
 import { describe, expect, test } from "bun:test"
-import { OpArgumentError, type TensorMeta } from "../../src/ops/meta.ts"
-import { inferOutputs, opNamed } from "../../src/ops/registry.ts"
-
-const t = (dtype: TensorMeta["dtype"], ...shape: number[]): TensorMeta => ({ dtype, shape })
-const infer = (name: string, args: unknown[], kwargs: Record<string, unknown> = {}) => inferOutputs(opNamed(name)!, args, kwargs, true)
-const refusal = (f: () => unknown): string => {
-  try {
-    f()
-  } catch (e) {
-    expect(e).toBeInstanceOf(OpArgumentError)
-    return (e as Error).message
-  }
-  throw new Error("expected an OpArgumentError")
-}
+import { infer, refusal, t } from "./infer.ts"
 
 describe("elementwise math rules", () => {
   test("transcendental functions of integers and bool give f32; floats keep their dtype", () => {
