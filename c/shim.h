@@ -16,13 +16,15 @@
  *     memory limit and the bytes counted against it, and (cuda) the cache of freed blocks.
  *
  * Semantics both backends share (tests/shim holds them to it):
- *   - integers wrap on overflow; division truncates and INT_MIN / -1 is INT_MIN; a zero
- *     divisor or a negative integer exponent anywhere fails the op (SHIM_E_INVALID) before
- *     anything is written; 0 pow 0 is 1.
+ *   - integers wrap on overflow; division truncates and INT_MIN / -1 is INT_MIN; floor_divide
+ *     and remainder round toward -inf; a zero divisor (div, floor_divide, remainder) or a
+ *     negative integer exponent anywhere fails the op (SHIM_E_INVALID) before anything is
+ *     written; 0 pow 0 is 1.
  *   - exp, log, sqrt, tanh, sigmoid and the other floating unary ops (erf..gelu_tanh) on
  *     integer or bool tensors: SHIM_E_UNSUPPORTED; floor, ceil, round, trunc keep integers
  *     and refuse bool; sign, isnan, isinf and logical_not take every dtype.
- *   - bool: add and maximum are or, mul and minimum are and; sub, div, pow, neg unsupported.
+ *   - bool: add and maximum are or, mul and minimum are and; sub, div, pow, floor_divide,
+ *     remainder, neg unsupported.
  *   - maximum, minimum, relu and max/min reductions propagate NaN.
  *   - binary_scalar computes in float for f32/f16/bf16, double for f64; for integer dtypes
  *     the scalar is first cast to the tensor's dtype.
@@ -105,7 +107,7 @@ enum shim_unary_op { /* shim_unary; out has a's dtype (SHIM_BOOL for ISNAN..) */
   SHIM_LOGICAL_NOT = 26
 };
 
-enum shim_binary_op { /* shim_binary, shim_binary_scalar; comparisons write SHIM_BOOL */
+enum shim_binary_op { /* shim_binary, shim_binary_scalar; EQ.. write SHIM_BOOL */
   SHIM_ADD = 0,
   SHIM_SUB = 1,
   SHIM_MUL = 2,
@@ -113,12 +115,23 @@ enum shim_binary_op { /* shim_binary, shim_binary_scalar; comparisons write SHIM
   SHIM_MAXIMUM = 4,
   SHIM_MINIMUM = 5,
   SHIM_POW = 6,
-  SHIM_EQ = 7,
-  SHIM_NE = 8,
-  SHIM_LT = 9,
-  SHIM_LE = 10,
-  SHIM_GT = 11,
-  SHIM_GE = 12
+  SHIM_FLOOR_DIVIDE = 7, /* rounds toward -inf (torch's floor_divide and div_floor) */
+  SHIM_REMAINDER = 8,    /* Python's: the sign of the divisor (torch.remainder) */
+  SHIM_EQ = 9,
+  SHIM_NE = 10,
+  SHIM_LT = 11,
+  SHIM_LE = 12,
+  SHIM_GT = 13,
+  SHIM_GE = 14,
+  SHIM_LOGICAL_AND = 15, /* nonzero and nonzero (NaN is nonzero) */
+  SHIM_LOGICAL_OR = 16
+};
+
+enum shim_ternary_op { /* shim_ternary */
+  SHIM_WHERE = 0,  /* a (any dtype, nonzero) ? b : c */
+  SHIM_LERP = 1,   /* a + c * (b - a), torch's two-sided form; floating only */
+  SHIM_ADDCMUL = 2, /* a + value * b * c; not bool */
+  SHIM_ADDCDIV = 3  /* a + value * b / c; floating only */
 };
 
 enum shim_reduce_op { /* shim_reduce */
@@ -210,6 +223,12 @@ int shim_binary(int32_t op, shim_tensor *out, const shim_tensor *a, const shim_t
 /* a (op) b, or b (op) a when scalar_first is 1. */
 int shim_binary_scalar(int32_t op, shim_tensor *out, const shim_tensor *a, double b,
                        int32_t scalar_first, shim_stream *s);
+
+/* out = op(a, b, c): b, c and out have one dtype, and a too except for SHIM_WHERE (a is the
+ * condition, of any dtype). Each operand has out's element count or exactly one element
+ * (broadcast). value is addcmul's and addcdiv's scalar (converted as binary_scalar's is). */
+int shim_ternary(int32_t op, shim_tensor *out, const shim_tensor *a, const shim_tensor *b, const shim_tensor *c,
+                 double value, shim_stream *s);
 
 /* Reduces dim (0 <= dim < ndim) or every element (SHIM_ALL_DIMS). out holds the product of
  * the other dims' sizes, in their order; its dtype may differ from a's (sum of bool to i64). */

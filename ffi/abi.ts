@@ -67,14 +67,27 @@ export const BinaryOp = {
   maximum: 4,
   minimum: 5,
   pow: 6,
-  eq: 7,
-  ne: 8,
-  lt: 9,
-  le: 10,
-  gt: 11,
-  ge: 12,
+  floor_divide: 7,
+  remainder: 8,
+  eq: 9,
+  ne: 10,
+  lt: 11,
+  le: 12,
+  gt: 13,
+  ge: 14,
+  logical_and: 15,
+  logical_or: 16,
 } as const
 export type BinaryOpName = keyof typeof BinaryOp
+
+/** shim_ternary's op codes. */
+export const TernaryOp = {
+  where: 0,
+  lerp: 1,
+  addcmul: 2,
+  addcdiv: 3,
+} as const
+export type TernaryOpName = keyof typeof TernaryOp
 
 /** shim_reduce's op codes. */
 export const ReduceOp = {

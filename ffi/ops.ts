@@ -5,12 +5,14 @@
  */
 import { ptr } from "bun:ffi"
 import { shimError } from "./native.ts"
-import { ALL_DIMS, BinaryOp, ReduceOp, ShimStatus, UnaryOp, type BinaryOpName, type ReduceOpName, type UnaryOpName } from "./symbols.ts"
+import {
+  ALL_DIMS, BinaryOp, ReduceOp, ShimStatus, TernaryOp, UnaryOp, type BinaryOpName, type ReduceOpName, type TernaryOpName, type UnaryOpName,
+} from "./symbols.ts"
 import type { Stream } from "./stream.ts"
 import type { Tensor } from "./tensor.ts"
 import { dtypeCode } from "../src/protocol/values.ts"
 
-const COMPARISONS: ReadonlySet<BinaryOpName> = new Set(["eq", "ne", "lt", "le", "gt", "ge"])
+const COMPARISONS: ReadonlySet<BinaryOpName> = new Set(["eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or"])
 export const isComparison = (op: BinaryOpName): boolean => COMPARISONS.has(op)
 
 const fail = (op: string, message: string): never => {
@@ -52,6 +54,12 @@ export const binary = (op: BinaryOpName, out: Tensor, a: Tensor, b: Tensor, s?: 
 export const binaryScalar = (op: BinaryOpName, out: Tensor, a: Tensor, b: number, scalarFirst: boolean, s?: Stream): void => {
   sameNumel(op, out, a)
   out.native.check(out.native.shim.shim_binary_scalar(BinaryOp[op], out.handle, a.handle, b, scalarFirst ? 1 : 0, stream(s)), `shim_binary_scalar(${op})`)
+}
+
+/** out = op(a, b, c); each operand has out's element count or one (value: addcmul's and addcdiv's scalar). */
+export const ternary = (op: TernaryOpName, out: Tensor, a: Tensor, b: Tensor, c: Tensor, value: number, s?: Stream): void => {
+  for (const x of [a, b, c]) if (x.numel !== out.numel && x.numel !== 1) fail(op, `operand ${x} does not fit output ${out}`)
+  out.native.check(out.native.shim.shim_ternary(TernaryOp[op], out.handle, a.handle, b.handle, c.handle, value, stream(s)), `shim_ternary(${op})`)
 }
 
 /** dim: a dimension of `a`, or undefined for every element. */

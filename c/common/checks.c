@@ -12,7 +12,9 @@ static const char *const unary_names[] = {"neg", "abs", "exp", "log", "sqrt", "r
                                           "gelu", "gelu_tanh", "floor", "ceil", "round", "trunc", "sign", "isnan",
                                           "isinf", "logical_not"};
 static const char *const binary_names[] = {"add", "sub", "mul", "div", "maximum", "minimum", "pow",
-                                           "eq", "ne", "lt", "le", "gt", "ge"};
+                                           "floor_divide", "remainder", "eq", "ne", "lt", "le", "gt", "ge",
+                                           "logical_and", "logical_or"};
+static const char *const ternary_names[] = {"where", "lerp", "addcmul", "addcdiv"};
 static const char *const reduce_names[] = {"sum", "mean", "max", "min", "prod"};
 
 static int is_float(int32_t dtype) { return dtype <= SHIM_BF16; }
@@ -62,12 +64,12 @@ int shim_check_unary(int32_t op, const shim_tensor *out, const shim_tensor *a) {
 
 /* What every binary op needs of op, dtype and out, the result having n elements. */
 static int check_binary_result(const char *fn, int32_t op, int32_t dtype, const shim_tensor *out, int64_t n) {
-  if (op < 0 || op > SHIM_GE) return shim_fail(SHIM_E_INVALID, "%s: unknown op code %d", fn, op);
+  if (op < 0 || op > SHIM_LOGICAL_OR) return shim_fail(SHIM_E_INVALID, "%s: unknown op code %d", fn, op);
   const char *name = binary_names[op];
-  if (dtype == SHIM_BOOL && (op == SHIM_SUB || op == SHIM_DIV || op == SHIM_POW))
+  if (dtype == SHIM_BOOL && (op == SHIM_SUB || op == SHIM_POW || shim_is_division(op)))
     return shim_fail(SHIM_E_UNSUPPORTED, "%s(%s): not defined on bool (cast to an integer or floating dtype first)", fn,
                      name);
-  int32_t want = op >= SHIM_EQ ? SHIM_BOOL : dtype; /* comparisons write bool */
+  int32_t want = op >= SHIM_EQ ? SHIM_BOOL : dtype; /* comparisons and logical ops write bool */
   char buf[DESCRIPTION_CAP];
   if (out->dtype != want)
     return shim_fail(SHIM_E_INVALID, "%s(%s): out is %s but must be %s", fn, name, shim_describe(out, buf, sizeof buf),
@@ -82,7 +84,7 @@ int shim_check_binary(int32_t op, const shim_tensor *out, const shim_tensor *a, 
   SHIM_REQUIRE_IN("shim_binary", out, "out");
   SHIM_REQUIRE_IN("shim_binary", a, "a");
   SHIM_REQUIRE_IN("shim_binary", b, "b");
-  const char *name = op >= 0 && op <= SHIM_GE ? binary_names[op] : "?";
+  const char *name = op >= 0 && op <= SHIM_LOGICAL_OR ? binary_names[op] : "?";
   char ba[DESCRIPTION_CAP], bb[DESCRIPTION_CAP];
   if (a->dtype != b->dtype)
     return shim_fail(SHIM_E_INVALID, "shim_binary(%s): dtypes differ: a is %s, b is %s", name,
@@ -101,10 +103,36 @@ int shim_check_binary_scalar(int32_t op, const shim_tensor *out, const shim_tens
 }
 
 int shim_fail_bad_operand(const char *fn, int32_t op, int32_t dtype, const char *what) {
-  if (op == SHIM_DIV)
-    return shim_fail(SHIM_E_INVALID, "%s(div): integer division by zero (%s has a zero element)", fn, what);
+  if (shim_is_division(op))
+    return shim_fail(SHIM_E_INVALID, "%s(%s): integer division by zero (%s has a zero element)", fn, binary_names[op], what);
   return shim_fail(SHIM_E_INVALID, "%s(pow): %s integer to a negative power (%s has a negative element)", fn,
                    shim_dtype_name(dtype), what);
+}
+
+int shim_check_ternary(int32_t op, const shim_tensor *out, const shim_tensor *a, const shim_tensor *b,
+                       const shim_tensor *c) {
+  const char *fn = "shim_ternary";
+  SHIM_REQUIRE_IN(fn, out, "out");
+  SHIM_REQUIRE_IN(fn, a, "a");
+  SHIM_REQUIRE_IN(fn, b, "b");
+  SHIM_REQUIRE_IN(fn, c, "c");
+  if (op < 0 || op > SHIM_ADDCDIV) return shim_fail(SHIM_E_INVALID, "%s: unknown op code %d", fn, op);
+  const char *name = ternary_names[op];
+  char bo[DESCRIPTION_CAP], ba[DESCRIPTION_CAP], bb[DESCRIPTION_CAP], bc[DESCRIPTION_CAP];
+  shim_describe(out, bo, sizeof bo);
+  shim_describe(a, ba, sizeof ba);
+  shim_describe(b, bb, sizeof bb);
+  shim_describe(c, bc, sizeof bc);
+  if (b->dtype != out->dtype || c->dtype != out->dtype || (op != SHIM_WHERE && a->dtype != out->dtype))
+    return shim_fail(SHIM_E_INVALID, "%s(%s): dtypes differ: out %s, a %s, b %s, c %s", fn, name, bo, ba, bb, bc);
+  int64_t n = out->numel;
+  if ((a->numel != n && a->numel != 1) || (b->numel != n && b->numel != 1) || (c->numel != n && c->numel != 1))
+    return shim_fail(SHIM_E_INVALID, "%s(%s): each operand needs out's %lld elements or one: a %s, b %s, c %s", fn, name,
+                     (long long)n, ba, bb, bc);
+  int floating_only = op == SHIM_LERP || op == SHIM_ADDCDIV;
+  if ((floating_only && !is_float(out->dtype)) || (op == SHIM_ADDCMUL && out->dtype == SHIM_BOOL))
+    return shim_fail(SHIM_E_UNSUPPORTED, "%s(%s): not defined on %s", fn, name, shim_dtype_name(out->dtype));
+  return SHIM_OK;
 }
 
 int shim_check_reduce(int32_t op, const shim_tensor *out, const shim_tensor *a, int32_t dim, shim_reduce_dims *dims) {

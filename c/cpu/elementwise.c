@@ -3,16 +3,20 @@
  * Semantics (the CUDA kernels must match):
  *  - f32 and f64 compute in their own type; f16 and bf16 compute in float and round back once.
  *  - i32, i64 and u8 wrap around on overflow (add, sub, mul, neg, abs, pow), as two's
- *    complement does. div truncates toward zero and INT_MIN / -1 wraps to INT_MIN. A zero
- *    divisor, or a negative exponent for pow, anywhere in the operand fails the whole op with
- *    SHIM_E_INVALID before anything is written. 0 pow 0 is 1.
+ *    complement does. div truncates toward zero and INT_MIN / -1 wraps to INT_MIN;
+ *    floor_divide rounds toward -inf and remainder takes the divisor's sign (Python's // and
+ *    %; floats by torch's fmod-based formulas). A zero integer divisor, or a negative exponent
+ *    for pow, anywhere in the operand fails the whole op with SHIM_E_INVALID before anything
+ *    is written. 0 pow 0 is 1.
  *  - exp, log, sqrt, tanh, sigmoid and erf..gelu_tanh are not defined on integer dtypes or
  *    bool: they return SHIM_E_UNSUPPORTED (cast to a floating dtype first). neg, abs, relu and
  *    sign work natively; floor, ceil, round and trunc return integers unchanged (not bool);
  *    isnan, isinf and logical_not take every dtype and write bool. round is half to even.
  *  - bool: add and maximum are or, mul and minimum are and, abs and relu return the input,
- *    comparisons order false < true; sub, div, pow and neg are SHIM_E_UNSUPPORTED.
- *  - maximum, minimum and relu propagate NaN; comparisons follow IEEE (NaN != NaN is true).
+ *    comparisons order false < true; sub, div, pow, floor_divide, remainder and neg are
+ *    SHIM_E_UNSUPPORTED.
+ *  - maximum, minimum and relu propagate NaN; comparisons follow IEEE (NaN != NaN is true);
+ *    logical_and and logical_or read nonzero (NaN included) as true and write bool.
  *  - Operands are matched by element count: a and b have out's count, or one element that
  *    every output element reuses (broadcast on either side).
  *  - shim_binary_scalar converts the scalar to the type the op computes in: float for f32,
@@ -27,7 +31,11 @@
 
 #include "cpu.h"
 
-static int is_comparison(int32_t op) { return op >= SHIM_EQ; }
+static int is_comparison(int32_t op) { return op >= SHIM_EQ; } /* and logical_and, logical_or: they write bool */
+
+/* M(fn) names the C library function for T: expf for float (M_F32), exp for double. */
+#define M_F32(fn) fn##f
+#define M_F64(fn) fn
 
 /* dst[i] = EXPR over n elements, with x and y bound to a's and b's elements. An operand with
  * fa (fb) == 0 has one element, loaded once, so each of the three loops vectorises; at least
@@ -45,13 +53,34 @@ static int is_comparison(int32_t op) { return op >= SHIM_EQ; }
     }                                                                               \
   } while (0)
 
-#define COMPARISONS                           \
-  case SHIM_EQ: EACH(ob, x == y); break;      \
-  case SHIM_NE: EACH(ob, x != y); break;      \
-  case SHIM_LT: EACH(ob, x < y); break;       \
-  case SHIM_LE: EACH(ob, x <= y); break;      \
-  case SHIM_GT: EACH(ob, x > y); break;       \
-  case SHIM_GE: EACH(ob, x >= y); break;
+#define COMPARISONS                                           \
+  case SHIM_EQ: EACH(ob, x == y); break;                      \
+  case SHIM_NE: EACH(ob, x != y); break;                      \
+  case SHIM_LT: EACH(ob, x < y); break;                       \
+  case SHIM_LE: EACH(ob, x <= y); break;                      \
+  case SHIM_GT: EACH(ob, x > y); break;                       \
+  case SHIM_GE: EACH(ob, x >= y); break;                      \
+  case SHIM_LOGICAL_AND: EACH(ob, (x != 0) & (y != 0)); break; \
+  case SHIM_LOGICAL_OR: EACH(ob, (x != 0) | (y != 0)); break;
+
+/* torch's div_floor_floating and remainder (c10/util/generic_math.h, BinaryOpsKernel.cpp):
+ * through fmod, so the quotient is exact where a / b would round up to the next integer. */
+#define FLOAT_FLOORING(T, M)                                                  \
+  static inline T floor_divide_##T(T a, T b) {                                \
+    if (b == 0) return a / b;                                                  \
+    T mod = M(fmod)(a, b), div = (a - mod) / b;                                \
+    if (mod != 0 && (b < 0) != (mod < 0)) div -= 1;                            \
+    if (div == 0) return M(copysign)(0, a / b);                                \
+    T floordiv = M(floor)(div);                                                \
+    return div - floordiv > (T)0.5 ? floordiv + 1 : floordiv;                  \
+  }                                                                           \
+  static inline T remainder_##T(T a, T b) {                                   \
+    T mod = M(fmod)(a, b);                                                     \
+    return mod != 0 && (b < 0) != (mod < 0) ? mod + b : mod;                   \
+  }
+
+FLOAT_FLOORING(float, M_F32)
+FLOAT_FLOORING(double, M_F64)
 
 #define FLOAT_BINARY(NAME, T, POW)                                                          \
   static void NAME(int32_t op, void *out, const T *a, int fa, const T *b, int fb, int64_t n) { \
@@ -66,6 +95,8 @@ static int is_comparison(int32_t op) { return op >= SHIM_EQ; }
       case SHIM_MAXIMUM: EACH(o, (x > y || x != x) ? x : y); break;                         \
       case SHIM_MINIMUM: EACH(o, (x < y || x != x) ? x : y); break;                         \
       case SHIM_POW: EACH(o, POW(x, y)); break;                                             \
+      case SHIM_FLOOR_DIVIDE: EACH(o, floor_divide_##T(x, y)); break;                       \
+      case SHIM_REMAINDER: EACH(o, remainder_##T(x, y)); break;                             \
       COMPARISONS                                                                           \
     }                                                                                       \
   }
@@ -75,6 +106,19 @@ FLOAT_BINARY(binary_f64, double, pow)
 
 /* Integer division and power in int64, wrapping; callers have ruled out y == 0 and y < 0. */
 static inline int64_t div_i64(int64_t x, int64_t y) { return y == -1 ? (int64_t)(0 - (uint64_t)x) : x / y; }
+
+/* Python's // and %: toward -inf, the remainder taking the divisor's sign. */
+static inline int64_t floor_divide_i64(int64_t x, int64_t y) {
+  if (y == -1) return (int64_t)(0 - (uint64_t)x);
+  int64_t q = x / y, r = x % y;
+  return r != 0 && (r < 0) != (y < 0) ? q - 1 : q;
+}
+
+static inline int64_t remainder_i64(int64_t x, int64_t y) {
+  if (y == -1) return 0;
+  int64_t r = x % y;
+  return r != 0 && (r < 0) != (y < 0) ? r + y : r;
+}
 
 static inline int64_t pow_i64(int64_t base, int64_t exponent) {
   uint64_t result = 1, b = (uint64_t)base;
@@ -97,6 +141,8 @@ static inline int64_t pow_i64(int64_t base, int64_t exponent) {
       case SHIM_MAXIMUM: EACH(o, x > y ? x : y); break;                                     \
       case SHIM_MINIMUM: EACH(o, x < y ? x : y); break;                                     \
       case SHIM_POW: EACH(o, (T)pow_i64(x, y)); break;                                      \
+      case SHIM_FLOOR_DIVIDE: EACH(o, (T)floor_divide_i64(x, y)); break;                    \
+      case SHIM_REMAINDER: EACH(o, (T)remainder_i64(x, y)); break;                          \
       COMPARISONS                                                                           \
     }                                                                                       \
   }
@@ -118,6 +164,8 @@ static void binary_bool(int32_t op, void *out, const uint8_t *a, int fa, const u
     case SHIM_LE: EACH(ob, (x != 0) <= (y != 0)); break;
     case SHIM_GT: EACH(ob, (x != 0) > (y != 0)); break;
     case SHIM_GE: EACH(ob, (x != 0) >= (y != 0)); break;
+    case SHIM_LOGICAL_AND: EACH(ob, (x != 0) & (y != 0)); break;
+    case SHIM_LOGICAL_OR: EACH(ob, (x != 0) | (y != 0)); break;
   }
 }
 
@@ -161,16 +209,16 @@ static void binary_kernel(int32_t op, int32_t dtype, void *out, const void *x, i
   }
 }
 
-/* Integer div and pow: rejects a zero divisor or a negative exponent among y's count values. */
+/* Integer division and pow: rejects a zero divisor or a negative exponent among y's count values. */
 static int check_integer_operand(const char *fn, int32_t op, int32_t dtype, const void *y, int64_t count, const char *what) {
-  if ((op != SHIM_DIV && op != SHIM_POW) || shim_cpu_is_float(dtype)) return SHIM_OK;
+  if ((!shim_is_division(op) && op != SHIM_POW) || shim_cpu_is_float(dtype)) return SHIM_OK;
   int64_t tmp[SHIM_CPU_CHUNK];
   int64_t size = shim_dtype_size(dtype);
   for (int64_t base = 0; base < count; base += SHIM_CPU_CHUNK) {
     int64_t m = shim_cpu_min64(SHIM_CPU_CHUNK, count - base);
     shim_cpu_load_i64(dtype, (const char *)y + base * size, m, tmp);
     int bad = 0;
-    for (int64_t i = 0; i < m; i++) bad |= op == SHIM_DIV ? tmp[i] == 0 : tmp[i] < 0;
+    for (int64_t i = 0; i < m; i++) bad |= op == SHIM_POW ? tmp[i] < 0 : tmp[i] == 0;
     if (bad) return shim_fail_bad_operand(fn, op, dtype, what);
   }
   return SHIM_OK;
@@ -202,9 +250,6 @@ int shim_binary_scalar(int32_t op, shim_tensor *out, const shim_tensor *a, doubl
   return SHIM_OK;
 }
 
-/* M(f) names the C library function for T: expf for float (M_F32), exp for double. */
-#define M_F32(fn) fn##f
-#define M_F64(fn) fn
 #define FLOAT_UNARY(NAME, T, M)                                                              \
   static void NAME(int32_t op, T *o, const T *a, int64_t n) {                               \
     const T one = 1, half = (T)0.5, sqrt1_2 = (T)0.70710678118654752440,                     \

@@ -7,13 +7,13 @@
  * several shim calls inside one command, through temporaries freed when it ends.
  */
 import * as k from "../../ffi/ops.ts"
-import type { BinaryOpName, ReduceOpName, UnaryOpName } from "../../ffi/symbols.ts"
+import type { BinaryOpName, ReduceOpName, TernaryOpName, UnaryOpName } from "../../ffi/symbols.ts"
 import { Tensor } from "../../ffi/tensor.ts"
 import type { DType } from "../protocol/values.ts"
 import type { FunctionContext, RemoteFunction } from "./function.ts"
 import { numelOf, OpArgumentError, type TensorMeta } from "./meta.ts"
 import type { Bound } from "./params.ts"
-import { broadcastShapes } from "./promotion.ts"
+import { broadcastShapes, resultType } from "./promotion.ts"
 import { opNamed, type Op, type OpName, type ParamsOf } from "./registry.ts"
 import { normDim } from "./rules.ts"
 import type { OpSpec } from "./spec.ts"
@@ -119,6 +119,31 @@ const binaryInPlace = (op: BinaryOpName, kind: BinaryKind): Kernel<"add_"> => (r
   k.cast(a.input, result, run.stream)
 }
 
+/** An operand of a ternary op in dtype over shape: a number as one element, a one-element tensor as it is. */
+const operand = (run: Run, x: Tensor | number, dtype: DType, shape: ReadonlyArray<number>): Tensor => {
+  if (typeof x === "number") {
+    const t = run.temp(dtype, [])
+    k.fill(t, x, run.stream)
+    return t
+  }
+  const t = run.cast(x, dtype)
+  return t.numel === 1 ? t : run.expand(t, shape)
+}
+
+/** out = op(a, b, c), the operands prepared in out's dtype (where's condition a keeps its own). */
+const ternaryInto = (run: Run, op: TernaryOpName, out: Tensor, a: Tensor | number, b: Tensor | number, c: Tensor | number, value = 0): void => {
+  const first = op === "where" ? operand(run, a, "bool", out.shape) : operand(run, a, out.dtype, out.shape)
+  k.ternary(op, out, first, operand(run, b, out.dtype, out.shape), operand(run, c, out.dtype, out.shape), value, run.stream)
+}
+
+/** In place: into the input when the result has its dtype, else through a temporary cast back. */
+const intoInput = (run: Run, input: Tensor, dtype: DType, compute: (out: Tensor) => void): void => {
+  if (dtype === input.dtype) return compute(input)
+  const result = run.temp(dtype, input.shape)
+  compute(result)
+  k.cast(input, result, run.stream)
+}
+
 /** Reduces `dims` of input into out, one dim at a time from the last (every dim: one call). */
 const reduceInto = (run: Run, op: ReduceOpName, out: Tensor, input: Tensor, dims: ReadonlyArray<number>): void => {
   if (dims.length === input.shape.length) return k.reduce(op, out, input, undefined, run.stream)
@@ -172,6 +197,18 @@ export const KERNELS: Kernels = {
   maximum: binary("maximum", "arithmetic"), minimum: binary("minimum", "arithmetic"), pow: binary("pow", "arithmetic"),
   eq: binary("eq", "comparison"), ne: binary("ne", "comparison"), lt: binary("lt", "comparison"),
   le: binary("le", "comparison"), gt: binary("gt", "comparison"), ge: binary("ge", "comparison"),
+  floor_divide: binary("floor_divide", "arithmetic"), remainder: binary("remainder", "arithmetic"),
+  floor_divide_: binaryInPlace("floor_divide", "arithmetic"), remainder_: binaryInPlace("remainder", "arithmetic"),
+  logical_and: binary("logical_and", "comparison"), logical_or: binary("logical_or", "comparison"),
+  where: (run, [out], a) => ternaryInto(run, "where", out!, a.condition, a.input, a.other),
+  masked_fill: (run, [out], a) => ternaryInto(run, "where", out!, a.mask, a.value, a.input),
+  masked_fill_: (run, _, a) => ternaryInto(run, "where", a.input, a.mask, a.value, a.input),
+  lerp: (run, [out], a) => ternaryInto(run, "lerp", out!, a.input, a.end, a.weight),
+  lerp_: (run, _, a) => ternaryInto(run, "lerp", a.input, a.input, a.end, a.weight),
+  addcmul: (run, [out], a) => ternaryInto(run, "addcmul", out!, a.input, a.tensor1, a.tensor2, a.value),
+  addcdiv: (run, [out], a) => ternaryInto(run, "addcdiv", out!, a.input, a.tensor1, a.tensor2, a.value),
+  addcmul_: (run, _, a) => intoInput(run, a.input, resultType([a.input, a.tensor1, a.tensor2]), (out) => ternaryInto(run, "addcmul", out, a.input, a.tensor1, a.tensor2, a.value)),
+  addcdiv_: (run, _, a) => intoInput(run, a.input, resultType([a.input, a.tensor1, a.tensor2]), (out) => ternaryInto(run, "addcdiv", out, a.input, a.tensor1, a.tensor2, a.value)),
   add_: binaryInPlace("add", "arithmetic"), sub_: binaryInPlace("sub", "arithmetic"), mul_: binaryInPlace("mul", "arithmetic"), div_: binaryInPlace("div", "division"),
   clamp: (run, [out], a) => {
     k.cast(out!, a.input, run.stream)

@@ -13,8 +13,9 @@ import { layout } from "./specs/layout.ts"
 import { math } from "./specs/math.ts"
 import { nn } from "./specs/nn.ts"
 import { reductions } from "./specs/reduction.ts"
+import { ternary } from "./specs/ternary.ts"
 
-const SPECS = { ...creation, ...elementwise, ...math, ...reductions, ...layout, ...nn }
+const SPECS = { ...creation, ...elementwise, ...math, ...ternary, ...reductions, ...layout, ...nn }
 
 type Specs = typeof SPECS
 export type OpName = keyof Specs

@@ -43,6 +43,7 @@ OPS = {
     "sum": lambda x, dim=None, keepdim=False: torch.sum(x) if dim is None else torch.sum(x, dim, keepdim=keepdim),
     "mean": lambda x, dim=None, keepdim=False: torch.mean(x) if dim is None else torch.mean(x, dim, keepdim=keepdim),
     "prod": lambda x, dim=None, keepdim=False: torch.prod(x) if dim is None else torch.prod(x, dim, keepdim=keepdim),
+    "masked_fill": lambda x, mask, value: x.masked_fill(mask, value),
     "silu": F.silu, "softplus": F.softplus, "gelu": F.gelu,
 }
 
@@ -56,7 +57,9 @@ def in_f32(fn, args, kwargs):
 for line in sys.stdin:
     case = json.loads(line)
     try:
-        fn = OPS.get(case["op"]) or getattr(torch, case["op"])
+        op = case["op"]
+        # In place: the tensor method, on the first argument, which is the result.
+        fn = OPS.get(op) or (getattr(torch.Tensor, op) if op.endswith("_") else getattr(torch, op))
         args, kwargs = decode(case["args"]), {k: decode(v) for k, v in case["kwargs"].items()}
         try:
             out = fn(*args, **kwargs)

@@ -3,7 +3,7 @@
 // with the wrap-around rules c/cpu/elementwise.c documents, bool by its or/and rules.
 import { afterEach, describe, expect, test } from "bun:test"
 import * as ops from "../../ffi/ops.ts"
-import { BinaryOp, UnaryOp, type BinaryOpName, type UnaryOpName } from "../../ffi/symbols.ts"
+import { BinaryOp, TernaryOp, UnaryOp, type BinaryOpName, type UnaryOpName } from "../../ffi/symbols.ts"
 import type { Tensor } from "../../ffi/tensor.ts"
 import {
   FLOATS, INTEGERS, bigValuesOf, empty, expectClose, expectShimError, freeAll, native, roundTo, sample, tensor, toIntSaturated,
@@ -323,7 +323,8 @@ describe("binary, tensor with tensor", () => {
     expectShimError(() => raw(BinaryOp.add, empty("f32", [5]), a, a), "Invalid", /shim_binary\(add\): out is f32\[5\] but the result has 3 elements/)
     expectShimError(() => raw(BinaryOp.lt, out, a, a), "Invalid", /shim_binary\(lt\): out is f32\[3\] but must be bool/)
     expectShimError(() => raw(BinaryOp.add, empty("bool", [3]), a, a), "Invalid", /shim_binary\(add\): out is bool\[3\] but must be f32/)
-    expectShimError(() => raw(13, out, a, a), "Invalid", /shim_binary: unknown op code 13/)
+    const past = Object.keys(BinaryOp).length
+    expectShimError(() => raw(past, out, a, a), "Invalid", new RegExp(`shim_binary: unknown op code ${past}`))
     expectShimError(
       () => native.check(native.shim.shim_binary_scalar(BinaryOp.add, empty("f32", [2]).handle, a.handle, 1, 0, null), "shim_binary_scalar"),
       "Invalid",
@@ -383,5 +384,41 @@ describe("binary with a scalar", () => {
     expect(valuesOf(out)).toEqual([0.125, 0.5])
     ops.binaryScalar("sub", out, a, 1, true)
     expect(valuesOf(out)).toEqual([-1, -7])
+  })
+})
+
+describe("floor_divide, remainder and the ternary ops", () => {
+  test("an integer zero divisor fails floor_divide and remainder, naming them, before writing", () => {
+    const a = tensor("i64", [3], [7, -7, 1]), zero = tensor("i64", [3], [2, 0, 1]), out = tensor("i64", [3], [9, 9, 9])
+    for (const op of ["floor_divide", "remainder"] as const) {
+      expectShimError(() => ops.binary(op, out, a, zero), "Invalid", new RegExp(`shim_binary\\(${op}\\): integer division by zero \\(b has a zero element\\)`))
+      expectShimError(() => ops.binaryScalar(op, out, a, 0, false), "Invalid", new RegExp(`shim_binary_scalar\\(${op}\\): integer division by zero`))
+    }
+    expect(valuesOf(out)).toEqual([9, 9, 9])
+  })
+
+  test("i32 INT_MIN floor_divide -1 wraps and its remainder is 0; u8 divides as unsigned", () => {
+    const min = -(2 ** 31), a = tensor("i32", [2], [min, -7]), b = tensor("i32", [2], [-1, 2]), out = empty("i32", [2])
+    ops.binary("floor_divide", out, a, b)
+    expect(valuesOf(out)).toEqual([min, -4])
+    ops.binary("remainder", out, a, b)
+    expect(valuesOf(out)).toEqual([0, 1])
+  })
+
+  test("where reads any condition dtype as nonzero (NaN is true) and takes one-element operands", () => {
+    const cond = tensor("f32", [4], [0, NaN, -0, 2]), x = tensor("i64", [4], [1, 2, 3, 4]), y = tensor("i64", [], [-1]), out = empty("i64", [4])
+    ops.ternary("where", out, cond, x, y, 0)
+    expect(valuesOf(out)).toEqual([-1, 2, -1, 4])
+  })
+
+  test("the shim refuses operand counts, dtypes and unsupported dtypes itself", () => {
+    const a = tensor("f32", [3], [1, 2, 3]), out = empty("f32", [3])
+    expectShimError(() => native.check(native.shim.shim_ternary(TernaryOp.lerp, out.handle, a.handle, empty("f32", [2]).handle, a.handle, 0, null), "shim_ternary"),
+      "Invalid", /shim_ternary\(lerp\): each operand needs out's 3 elements or one/)
+    expectShimError(() => ops.ternary("addcmul", out, a, a, empty("f64", [3]), 1), "Invalid", /shim_ternary\(addcmul\): dtypes differ/)
+    const i = tensor("i32", [3], [1, 2, 3])
+    expectShimError(() => ops.ternary("addcdiv", empty("i32", [3]), i, i, i, 1), "Unsupported", /shim_ternary\(addcdiv\): not defined on i32/)
+    const past = Object.keys(TernaryOp).length
+    expectShimError(() => native.check(native.shim.shim_ternary(past, out.handle, a.handle, a.handle, a.handle, 0, null), "shim_ternary"), "Invalid", new RegExp(`shim_ternary: unknown op code ${past}`))
   })
 })

@@ -1,8 +1,8 @@
 /**
  * Elementwise ops: unary, binary (tensor op tensor, tensor op number, number op tensor) and
  * their in-place forms, with numpy broadcasting and torch's type promotion (promotion.ts).
- * Comparisons compute in the promoted dtype and give bool; div is true division (integers
- * give f32); unary float functions of an integer tensor give f32 (torch's exp(int) is float).
+ * Comparisons (and logical_and/or) compute in the promoted dtype and give bool; div is true
+ * division (integers give f32); unary float functions of an integer tensor give f32 (torch's exp(int) is float).
  */
 import type { DType } from "../../protocol/values.ts"
 import { bad, describe, type TensorMeta } from "../meta.ts"
@@ -48,11 +48,17 @@ const binaryInPlace = (kind: BinaryKind) => spec([arg("input", "tensor"), arg("o
 
 const arithmetic = binary("arithmetic"), comparison = binary("comparison")
 
+/** torch's logical_and and logical_or take two tensors (numbers are refused). */
+const logical = spec([arg("input", "tensor"), arg("other", "tensor")], ({ input, other }, op) => [planBinary(op, "comparison", input, other).result])
+
 export const elementwise = {
   neg: unary(false), abs: unary(false), relu: unary(false),
   exp: unary(true), log: unary(true), sqrt: unary(true), tanh: unary(true), sigmoid: unary(true),
   add: arithmetic, sub: arithmetic, mul: arithmetic, div: binary("division"), maximum: arithmetic, minimum: arithmetic, pow: arithmetic,
   eq: comparison, ne: comparison, lt: comparison, le: comparison, gt: comparison, ge: comparison,
+  /** Python's // and % (toward -inf), as torch 1.13's floor_divide and remainder. */
+  floor_divide: arithmetic, remainder: arithmetic, floor_divide_: binaryInPlace("arithmetic"), remainder_: binaryInPlace("arithmetic"),
+  logical_and: logical, logical_or: logical,
   add_: binaryInPlace("arithmetic"), sub_: binaryInPlace("arithmetic"), mul_: binaryInPlace("arithmetic"), div_: binaryInPlace("division"),
   clamp: spec([arg("input", "tensor"), opt("min", "scalar", null), opt("max", "scalar", null)], ({ input, min, max }) =>
     [{ dtype: resultType([input, ...(min === null ? [] : [min]), ...(max === null ? [] : [max])]), shape: input.shape }]),
