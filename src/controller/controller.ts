@@ -11,7 +11,7 @@ import { NDSlice } from "../protocol/ndslice.ts"
 import { TensorFactory } from "../protocol/values.ts"
 import { prefixStore } from "../store/prefix.ts"
 import { Store } from "../store/service.ts"
-import { Core, type HangReport } from "./core.ts"
+import { Core, describeHang, type HangReport } from "./core.ts"
 import { ControllerError, StartError } from "./errors.ts"
 import { Transport } from "./listener.ts"
 import { createMesh, Mesh, RemoteStream, RemoteTensor } from "./mesh.ts"
@@ -74,7 +74,7 @@ const makeCore = (world: number, o: CommonOptions, exitGraceMs: number) =>
     world,
     ...(o.hangAfterMs === undefined ? {} : { hangAfterMs: o.hangAfterMs }),
     ...(o.captureSites === undefined ? {} : { captureSites: o.captureSites }),
-    onHang: o.onHang ?? ((r) => console.error(`monarch: command ${r.ident} (${r.label}) outstanding for ${Math.round(r.waitingMs)} ms; ranks [${r.behind}] have not passed it${r.site ? `; issued at ${r.site}` : ""}`)),
+    onHang: o.onHang ?? ((r) => console.error(`monarch: ${describeHang(r)}`)),
     onProblem: o.onProblem ?? ((p) => console.error(`monarch: ${p}`)),
     exitGraceMs,
   })

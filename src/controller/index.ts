@@ -10,7 +10,7 @@
  *   }).pipe(Effect.provide(Controller.local({ world: 4 })))
  */
 export { Controller, type AttachOptions, type ControllerApi, type LocalOptions } from "./controller.ts"
-export type { HangReport } from "./core.ts"
+export type { HangReport, RankAt } from "./core.ts"
 export { ControllerError, RemoteError, StartError, WorkerLost, type WorkerFrame } from "./errors.ts"
 export { Mesh, RemoteStream, RemoteTensor, type CallOptions, type FetchOptions } from "./mesh.ts"
 export type { TensorMeta } from "../ops/meta.ts"

@@ -12,6 +12,9 @@ import { FunctionNotFound } from "./errors.ts"
 
 const EXTENSIONS = ["", ".ts", ".js", ".mts", ".mjs"]
 
+/** Whether a function name is a built-in op (`ops.<name>`) rather than `module:export`. */
+export const isBuiltin = (name: string): boolean => name.startsWith("ops.")
+
 export class FunctionTable {
   private readonly resolved = new Map<string, RemoteFunction>()
   private readonly roots: ReadonlyArray<string>
@@ -28,7 +31,7 @@ export class FunctionTable {
   resolve(name: string): Effect.Effect<RemoteFunction, FunctionNotFound> {
     const cached = this.resolved.get(name)
     if (cached) return Effect.succeed(cached)
-    if (name.startsWith("ops.")) {
+    if (isBuiltin(name)) {
       const fn = builtinFunction(name.slice(4))
       if (!fn) return Effect.fail(new FunctionNotFound({ message: `no built-in ${name}` }))
       this.resolved.set(name, fn)
