@@ -26,6 +26,14 @@ export interface WorkerConfig {
   readonly controllerAddress: string | undefined
   /** The job's token; absent: read `<prefix>/token` from the store. */
   readonly token: string | undefined
+  /**
+   * How long a worker keeps trying to reach a controller that admits it (MONARCH_CONNECT_TIMEOUT_MS):
+   * refused connections, a controller address not yet in the store and links closed before any
+   * command are retried with backoff until then. A restartable worker waits for good.
+   */
+  readonly connectTimeoutMs: number
+  /** MONARCH_STORE_FILE: where rank 0 writes the store's address and prefix, as JSON, once it is up. */
+  readonly storeFile: string | undefined
   readonly device: string
   readonly restartable: boolean
   readonly functionRoots: ReadonlyArray<string>
@@ -101,6 +109,8 @@ export const readConfig = (env: Record<string, string | undefined> = process.env
     },
     controllerAddress: env.CONTROLLER_ADDR || undefined,
     token: env.MONARCH_TOKEN || undefined,
+    connectTimeoutMs: int(env, "MONARCH_CONNECT_TIMEOUT_MS", 60_000),
+    storeFile: env.MONARCH_STORE_FILE || undefined,
     device: env.MONARCH_DEVICE ?? "cpu",
     restartable: env.MONARCH_RESTARTABLE === "1",
     functionRoots: (env.MONARCH_FUNCTION_PATH ?? process.cwd()).split(":").filter((r) => r.length > 0),

@@ -104,7 +104,7 @@ export const intruders = (token: string, world: number): Array<{ readonly name: 
     { name: "a 4 GiB length prefix", bytes: lengthPrefix(0xffff_ffff), says: `${invalidFirst}frame of 4294967295 bytes is over the` },
     { name: "the right token for a rank already connected", bytes: hello({ rank: 0 }), says: `${taken} 0 of ${world}` },
     { name: "the right token for a rank outside the world", bytes: hello({ rank: world + 3 }), says: `${taken} ${world + 3} of ${world}` },
-    { name: "the right token with the wrong world size", bytes: hello({ rank: 0, world: world + 1 }), says: `${taken} 0 of ${world + 1}` },
+    { name: "the right token with the wrong world size", bytes: hello({ rank: 0, world: world + 1 }), says: `worker rank 0 has WORLD_SIZE=${world + 1}, but this controller was started for world ${world}` },
   ]
 }
 
