@@ -8,7 +8,6 @@ import { Context, Duration, Effect, Layer, Schedule, type Scope } from "effect"
 import { randomBytes } from "node:crypto"
 import { Launcher } from "../launcher.ts"
 import { NDSlice } from "../protocol/ndslice.ts"
-import { TensorFactory } from "../protocol/values.ts"
 import { parseAddress } from "../net/connection.ts"
 import type { StoreApi } from "../store/api.ts"
 import { readStoreFile } from "../store/addressFile.ts"
@@ -17,7 +16,8 @@ import { Store } from "../store/service.ts"
 import { Core, describeHang, type HangReport } from "./core.ts"
 import { ControllerError, StartError } from "./errors.ts"
 import { Transport } from "./listener.ts"
-import { createMesh, Mesh, RemoteStream, RemoteTensor } from "./mesh.ts"
+import { RemoteStream, type RemoteTensor } from "./handles.ts"
+import { createMesh, type Mesh } from "./mesh.ts"
 
 const WORKER = new URL("../worker.ts", import.meta.url).pathname
 
@@ -168,25 +168,7 @@ const makeApi = (core: Core): Effect.Effect<ControllerApi, never, Scope.Scope> =
         core.post(all, { _tag: "CreateStream", result: s.ref, default: false })
         return s
       }),
-      send: (t, to, opts = {}) => {
-        const site = core.site()
-        return Effect.try({
-        try: () => {
-          const from = t.mesh
-          if (from.size !== to.size) throw new ControllerError({ message: `cannot send ${t} from ${from} to ${to}: sizes differ` })
-          if (!t.meta) throw new ControllerError({ message: `send needs the dtype and shape of ${t}` })
-          const ranks = [...new Set([...from.ranks, ...to.ranks])].sort((a, b) => a - b)
-          const inputs = from.reads(t)
-          const result = core.newRef(), stream = opts.stream ?? defaultStream
-          core.command(ranks, "send", inputs, [result.id], site, (ident) => ({
-            _tag: "SendTensor", ident, result, fromRanks: from.layout, toRanks: to.layout, tensor: t.ref,
-            factory: new TensorFactory(t.meta!.shape, t.meta!.dtype, core.device), stream: stream.ref,
-          }))
-          return new RemoteTensor(to, result, t.meta, stream)
-        },
-        catch: (e) => (e instanceof ControllerError ? e : new ControllerError({ message: String(e) })),
-      })
-      },
+      send: (t, to, opts) => t.mesh.send(t, to, opts),
       checkHangs: () => core.checkHangs(),
     } satisfies ControllerApi
   })

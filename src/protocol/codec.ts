@@ -484,6 +484,20 @@ const errorPayload = (v: unknown, where: string): ErrorPayload => {
   return v
 }
 
+/** Why a value that is not an object (a bigint past 64 bits, undefined, a function) cannot go on the wire, or undefined. */
+export const scalarProblem = (v: unknown): string | undefined => {
+  switch (typeof v) {
+    case "number":
+    case "string":
+    case "boolean":
+      return undefined
+    case "bigint":
+      return v >= INT64_MIN && v <= UINT64_MAX ? undefined : `bigint ${v} does not fit in 64 bits`
+    default:
+      return `expected a value, got ${typeof v}`
+  }
+}
+
 /** Why a HostTensor cannot go on the wire (dtype, shape, byte count), or undefined. */
 export const hostTensorProblem = (t: HostTensor): string | undefined => {
   if (!DTYPES.includes(t.dtype)) return `HostTensor: unknown dtype ${String(t.dtype)}`
@@ -522,8 +536,10 @@ const checkValue = (v: unknown, depth: number): unknown => {
     case "string":
     case "boolean":
       return v
-    case "bigint":
-      return v >= INT64_MIN && v <= UINT64_MAX ? v : failValue(`bigint ${v} does not fit in 64 bits`)
+    case "bigint": {
+      const problem = scalarProblem(v)
+      return problem === undefined ? v : failValue(problem)
+    }
     case "object": {
       if (v === null) return v
       if (Array.isArray(v)) {
@@ -561,7 +577,7 @@ const checkValue = (v: unknown, depth: number): unknown => {
       return failValue(`expected a value, got ${describe(v)}`)
     }
     default:
-      return failValue(`expected a value, got ${typeof v}`)
+      return failValue(scalarProblem(v)!)
   }
 }
 

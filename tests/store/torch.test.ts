@@ -9,6 +9,7 @@ import { Effect } from "effect"
 import { makeClient } from "../../src/store/client.ts"
 import { prefixStore } from "../../src/store/prefix.ts"
 import { type RunningServer, startServer } from "../../src/store/server.ts"
+import { testUnless } from "../skip.ts"
 import { PythonPeer, run, runPython, text, torchAvailable } from "./helpers.ts"
 
 const torch = torchAvailable()
@@ -96,7 +97,7 @@ describe.skipIf(!torch.ok)("our client, torch.distributed.TCPStore server", () =
       }),
     ))
 
-  test.skipIf(torchDialect !== "1.13")("forced 2.x against torch 1.13 fails with Connect; the server keeps serving", () =>
+  testUnless(torchDialect === "1.13" ? undefined : `torch ${torch.ok ? torch.version : ""} speaks the 2.x dialect itself`)("forced 2.x against torch 1.13 fails with Connect; the server keeps serving", () =>
     run(
       Effect.gen(function* () {
         const e = yield* Effect.flip(makeClient({ port, dialect: "2.x", timeout: 300 }))
