@@ -56,6 +56,8 @@ export class Mesh {
     /** The ranks, laid out along the dims. */
     readonly layout: NDSlice,
     readonly defaultStream: RemoteStream,
+    /** Where a sub-mesh sits in the mesh it was sliced from: "pp=1 of 2" per fixed dim. */
+    readonly place: ReadonlyArray<string> = [],
   ) {
     this.ranks = [...layout]
   }
@@ -70,7 +72,7 @@ export class Mesh {
   }
 
   toString(): string {
-    return `Mesh(${this.names.map((n, i) => `${n}=${this.layout.sizes[i]}`).join(", ")})`
+    return `Mesh(${[...this.place, ...this.names.map((n, i) => `${n}=${this.layout.sizes[i]}`)].join(", ")})`
   }
 
   /** Converts `v` for a command (refusing what the wire cannot carry) and issues its borrows' first uses. */
@@ -243,13 +245,14 @@ export class Mesh {
       const unknown = Object.keys(at).filter((n) => !this.names.includes(n))
       if (unknown.length > 0) throw refuse(`${this} has no dim ${unknown.join(", ")}`)
       const layout = this.geometry(() => this.layout.fix(this.names.map((n) => at[n])))
-      return this.derive(this.names.filter((n) => at[n] === undefined), layout)
+      const place = this.names.flatMap((n, i) => (at[n] === undefined ? [] : [`${n}=${at[n]} of ${this.layout.sizes[i]}`]))
+      return this.derive(this.names.filter((n) => at[n] === undefined), layout, [...this.place, ...place])
     })
   }
 
   /** The same ranks as one dim `name` (the dims must nest, as in a row-major mesh). */
   flatten(name: string): Effect.Effect<Mesh, ControllerError> {
-    return attempt(() => this.derive([name], this.geometry(() => this.layout.flatten())))
+    return attempt(() => this.derive([name], this.geometry(() => this.layout.flatten()), this.place))
   }
 
   /**
@@ -257,10 +260,10 @@ export class Mesh {
    * workers, so a program slicing in a loop would otherwise add a mesh, and the communicators
    * its collectives open, per iteration.
    */
-  private derive(names: ReadonlyArray<string>, layout: NDSlice): Mesh {
+  private derive(names: ReadonlyArray<string>, layout: NDSlice, place: ReadonlyArray<string>): Mesh {
     const key = `${JSON.stringify(names)}${layout}`
     let mesh = this.derived.get(key)
-    if (mesh === undefined) this.derived.set(key, (mesh = createMesh(this.core, names, layout, this.defaultStream)))
+    if (mesh === undefined) this.derived.set(key, (mesh = createMesh(this.core, names, layout, this.defaultStream, place)))
     return mesh
   }
 
@@ -274,11 +277,11 @@ export class Mesh {
 }
 
 /** Defines a mesh on its ranks (CreateDeviceMesh) and returns it. */
-export const createMesh = (core: Core, names: ReadonlyArray<string>, layout: NDSlice, defaultStream: RemoteStream): Mesh => {
+export const createMesh = (core: Core, names: ReadonlyArray<string>, layout: NDSlice, defaultStream: RemoteStream, place: ReadonlyArray<string> = []): Mesh => {
   if (names.length !== layout.ndim) throw refuse(`${names.length} dim names for ${layout.ndim} dims`)
   if (new Set(names).size !== names.length) throw refuse(`repeated dim name in [${names}]`)
   const ref = core.newRef()
-  const mesh = new Mesh(core, ref, names, layout, defaultStream)
+  const mesh = new Mesh(core, ref, names, layout, defaultStream, place)
   core.post(mesh.ranks, { _tag: "CreateDeviceMesh", result: ref, names, ranks: layout })
   return mesh
 }
