@@ -21,7 +21,7 @@ import { Store } from "../store/service.ts"
 import { Core, describeHang, type HangReport, type WorkerInfo } from "./core.ts"
 import { ControllerError, StartError } from "./errors.ts"
 import { Transport } from "./listener.ts"
-import { RemoteStream, type RemoteTensor } from "./handles.ts"
+import { foreignHandle, RemoteStream, type RemoteTensor } from "./handles.ts"
 import { createMesh, type Mesh } from "./mesh.ts"
 
 const WORKER = new URL("../worker.ts", import.meta.url).pathname
@@ -189,7 +189,7 @@ const awaitWorkers = (core: Core, o: CommonOptions, failed: () => string | undef
 /** The API over a core whose workers are all connected, with the hang check running. */
 const makeApi = (core: Core): Effect.Effect<ControllerApi, never, Scope.Scope> =>
   Effect.gen(function* () {
-    const defaultStream = new RemoteStream(core.newRef())
+    const defaultStream = new RemoteStream(core, core.newRef())
     const all = Array.from({ length: core.world }, (_, r) => r)
     // One mesh per shape asked for: meshes are never deleted on the workers (Mesh.derive).
     const meshes = new Map<string, Mesh>()
@@ -212,11 +212,12 @@ const makeApi = (core: Core): Effect.Effect<ControllerApi, never, Scope.Scope> =
         catch: (e) => (e instanceof ControllerError ? e : new ControllerError({ message: String(e) })),
       }),
       stream: () => Effect.sync(() => {
-        const s = new RemoteStream(core.newRef())
+        const s = new RemoteStream(core, core.newRef())
         core.post(all, { _tag: "CreateStream", result: s.ref, default: false })
         return s
       }),
-      send: (t, to, opts) => t.mesh.send(t, to, opts),
+      // The tensor's own mesh sends it, once it is known to be this controller's.
+      send: (t, to, opts) => (t.core === core ? t.mesh.send(t, to, opts) : Effect.fail(foreignHandle(t))),
       checkHangs: () => core.checkHangs(),
     } satisfies ControllerApi
   })
