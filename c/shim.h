@@ -33,7 +33,7 @@
  *   - rand: float dtypes only; uniform values are capped below 1 in the target dtype.
  *   - elementwise shapes match by element count; out may alias an input there, but not in
  *     matmul or transpose.
- *   - empty reductions: sum 0, prod 1, mean NaN, max/min SHIM_E_INVALID.
+ *   - empty reductions: sum 0, prod 1, mean NaN, max/min SHIM_E_INVALID, any 0, all 1, norms 0.
  *
  * ffi/symbols.ts must match this header name for name and type for type;
  * tests/ffi/symbols.test.ts parses this file and fails on any difference. The enums are
@@ -139,7 +139,12 @@ enum shim_reduce_op { /* shim_reduce */
   SHIM_MEAN = 1,
   SHIM_MAX = 2,
   SHIM_MIN = 3,
-  SHIM_PROD = 4
+  SHIM_PROD = 4,
+  SHIM_ANY = 5,     /* nonzero anywhere (NaN is nonzero); empty: 0 */
+  SHIM_ALL = 6,     /* nonzero everywhere; empty: 1 */
+  SHIM_NORM1 = 7,   /* sum of |x|; NORM1..NORM_INF: floating dtypes only */
+  SHIM_NORM2 = 8,   /* sqrt of the sum of squares */
+  SHIM_NORM_INF = 9 /* max of |x| (NaN propagates); empty: 0 */
 };
 
 enum shim_comm_op { /* collectives */
@@ -234,6 +239,16 @@ int shim_ternary(int32_t op, shim_tensor *out, const shim_tensor *a, const shim_
  * the other dims' sizes, in their order; its dtype may differ from a's (sum of bool to i64). */
 int shim_reduce(int32_t op, shim_tensor *out, const shim_tensor *a, int32_t dim,
                 shim_stream *s);
+
+/* The index (i64) of the maximum (op SHIM_MAX) or minimum (SHIM_MIN) along dim, or of every
+ * element (SHIM_ALL_DIMS, flat): the first one, and a NaN counts as beyond every number (the
+ * first NaN wins), as torch's argmax and argmin. An empty reduced dim is SHIM_E_INVALID. */
+int shim_argreduce(int32_t op, shim_tensor *indices, const shim_tensor *a, int32_t dim, shim_stream *s);
+
+/* Running sum along dim (0 <= dim < ndim, or 0 for a 0-d a) into out of a's shape: floating
+ * inputs accumulate in double, integers and bool in int64 (wrapping), each prefix stored in
+ * out's dtype. */
+int shim_cumsum(shim_tensor *out, const shim_tensor *a, int32_t dim, shim_stream *s);
 
 /* a [..., m, k] @ b [..., k, n] -> out [..., m, n]; b may also be 2-D for every batch. */
 int shim_matmul(shim_tensor *out, const shim_tensor *a, const shim_tensor *b, shim_stream *s);

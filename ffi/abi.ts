@@ -96,6 +96,11 @@ export const ReduceOp = {
   max: 2,
   min: 3,
   prod: 4,
+  any: 5,
+  all: 6,
+  norm1: 7,
+  norm2: 8,
+  norm_inf: 9,
 } as const
 export type ReduceOpName = keyof typeof ReduceOp
 

@@ -68,6 +68,15 @@ export const reduce = (op: ReduceOpName, out: Tensor, a: Tensor, dim: number | u
   out.native.check(out.native.shim.shim_reduce(ReduceOp[op], out.handle, a.handle, dim ?? ALL_DIMS, stream(s)), `shim_reduce(${op})`)
 }
 
+/** The i64 index of a's max or min along dim, or over every element (undefined). */
+export const argreduce = (op: "max" | "min", indices: Tensor, a: Tensor, dim: number | undefined, s?: Stream): void =>
+  indices.native.check(indices.native.shim.shim_argreduce(ReduceOp[op], indices.handle, a.handle, dim ?? ALL_DIMS, stream(s)), `shim_argreduce(${op})`)
+
+export const cumsum = (out: Tensor, a: Tensor, dim: number, s?: Stream): void => {
+  sameNumel("cumsum", out, a)
+  out.native.check(out.native.shim.shim_cumsum(out.handle, a.handle, dim, stream(s)), "shim_cumsum")
+}
+
 export const matmul = (out: Tensor, a: Tensor, b: Tensor, s?: Stream): void => {
   if (a.dtype !== b.dtype || out.dtype !== a.dtype) fail("matmul", `dtypes differ: ${a} @ ${b} -> ${out}`)
   if (a.shape.length < 2 || b.shape.length < 2) fail("matmul", `needs at least 2-D operands: ${a} @ ${b}`)

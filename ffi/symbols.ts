@@ -32,6 +32,8 @@ export const symbols = {
   shim_binary_scalar: { args: [i32, ptr, ptr, f64, i32, ptr], returns: i32 },
   shim_ternary: { args: [i32, ptr, ptr, ptr, ptr, f64, ptr], returns: i32 },
   shim_reduce: { args: [i32, ptr, ptr, i32, ptr], returns: i32 },
+  shim_argreduce: { args: [i32, ptr, ptr, i32, ptr], returns: i32 },
+  shim_cumsum: { args: [ptr, ptr, i32, ptr], returns: i32 },
   shim_matmul: { args: [ptr, ptr, ptr, ptr], returns: i32 },
   shim_cast: { args: [ptr, ptr, ptr], returns: i32 },
   shim_transpose: { args: [ptr, ptr, i32, i32, ptr], returns: i32 },

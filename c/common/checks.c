@@ -15,7 +15,7 @@ static const char *const binary_names[] = {"add", "sub", "mul", "div", "maximum"
                                            "floor_divide", "remainder", "eq", "ne", "lt", "le", "gt", "ge",
                                            "logical_and", "logical_or"};
 static const char *const ternary_names[] = {"where", "lerp", "addcmul", "addcdiv"};
-static const char *const reduce_names[] = {"sum", "mean", "max", "min", "prod"};
+static const char *const reduce_names[] = {"sum", "mean", "max", "min", "prod", "any", "all", "norm1", "norm2", "norm_inf"};
 
 static int is_float(int32_t dtype) { return dtype <= SHIM_BF16; }
 
@@ -138,9 +138,12 @@ int shim_check_ternary(int32_t op, const shim_tensor *out, const shim_tensor *a,
 int shim_check_reduce(int32_t op, const shim_tensor *out, const shim_tensor *a, int32_t dim, shim_reduce_dims *dims) {
   SHIM_REQUIRE_IN("shim_reduce", out, "out");
   SHIM_REQUIRE_IN("shim_reduce", a, "a");
-  if (op < 0 || op > SHIM_PROD) return shim_fail(SHIM_E_INVALID, "shim_reduce: unknown op code %d", op);
+  if (op < 0 || op > SHIM_NORM_INF) return shim_fail(SHIM_E_INVALID, "shim_reduce: unknown op code %d", op);
   const char *name = reduce_names[op];
   char ba[DESCRIPTION_CAP], bo[DESCRIPTION_CAP];
+  if (op >= SHIM_NORM1 && !is_float(a->dtype))
+    return shim_fail(SHIM_E_UNSUPPORTED, "shim_reduce(%s): not defined on %s (cast to a floating dtype first)", name,
+                     shim_describe(a, ba, sizeof ba));
   if (dim != SHIM_ALL_DIMS && (dim < 0 || dim >= a->ndim))
     return shim_fail(SHIM_E_INVALID, "shim_reduce(%s): dim %d is out of range for a %s", name, dim,
                      shim_describe(a, ba, sizeof ba));
@@ -164,6 +167,47 @@ int shim_check_reduce(int32_t op, const shim_tensor *out, const shim_tensor *a, 
   dims->outer = outer;
   dims->r = r;
   dims->inner = inner;
+  return SHIM_OK;
+}
+
+int shim_check_argreduce(int32_t op, const shim_tensor *indices, const shim_tensor *a, int32_t dim, shim_reduce_dims *dims) {
+  const char *fn = "shim_argreduce";
+  SHIM_REQUIRE_IN(fn, indices, "indices");
+  SHIM_REQUIRE_IN(fn, a, "a");
+  if (op != SHIM_MAX && op != SHIM_MIN) return shim_fail(SHIM_E_INVALID, "%s: op must be max or min, not code %d", fn, op);
+  char bi[DESCRIPTION_CAP], ba[DESCRIPTION_CAP];
+  shim_describe(indices, bi, sizeof bi);
+  shim_describe(a, ba, sizeof ba);
+  if (indices->dtype != SHIM_I64) return shim_fail(SHIM_E_INVALID, "%s: indices is %s, not i64", fn, bi);
+  if (dim != SHIM_ALL_DIMS && (dim < 0 || dim >= a->ndim))
+    return shim_fail(SHIM_E_INVALID, "%s: dim %d is out of range for a %s", fn, dim, ba);
+  dims->outer = 1, dims->r = a->numel, dims->inner = 1;
+  if (dim != SHIM_ALL_DIMS) {
+    dims->r = a->shape[dim];
+    for (int32_t i = 0; i < dim; i++) dims->outer *= a->shape[i];
+    for (int32_t i = dim + 1; i < a->ndim; i++) dims->inner *= a->shape[i];
+  }
+  if (indices->numel != dims->outer * dims->inner)
+    return shim_fail(SHIM_E_INVALID, "%s: indices is %s but reducing %s leaves %lld elements", fn, bi, ba,
+                     (long long)(dims->outer * dims->inner));
+  if (dims->r == 0 && indices->numel > 0)
+    return shim_fail(SHIM_E_INVALID, "%s(%s): the reduced dim of %s is empty", fn, reduce_names[op], ba);
+  return SHIM_OK;
+}
+
+int shim_check_cumsum(const shim_tensor *out, const shim_tensor *a, int32_t dim, shim_reduce_dims *dims) {
+  const char *fn = "shim_cumsum";
+  SHIM_REQUIRE_IN(fn, out, "out");
+  SHIM_REQUIRE_IN(fn, a, "a");
+  char bo[DESCRIPTION_CAP], ba[DESCRIPTION_CAP];
+  shim_describe(out, bo, sizeof bo);
+  shim_describe(a, ba, sizeof ba);
+  if (out->numel != a->numel) return shim_fail(SHIM_E_INVALID, "%s: out is %s but a is %s", fn, bo, ba);
+  if (dim < 0 || dim >= (a->ndim > 0 ? a->ndim : 1)) return shim_fail(SHIM_E_INVALID, "%s: dim %d is out of range for %s", fn, dim, ba);
+  if (out->storage == a->storage && out->numel > 0) return shim_fail(SHIM_E_INVALID, "%s: out %s shares memory with a", fn, bo);
+  dims->outer = 1, dims->r = a->ndim > 0 ? a->shape[dim] : 1, dims->inner = 1;
+  for (int32_t i = 0; i < dim; i++) dims->outer *= a->shape[i];
+  for (int32_t i = dim + 1; i < a->ndim; i++) dims->inner *= a->shape[i];
   return SHIM_OK;
 }
 

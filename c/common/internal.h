@@ -105,6 +105,13 @@ typedef struct shim_reduce_dims {
 
 int shim_check_reduce(int32_t op, const shim_tensor *out, const shim_tensor *a, int32_t dim, shim_reduce_dims *dims);
 
+/* indices is i64 holding what reducing dim of a leaves; op is SHIM_MAX or SHIM_MIN; the dim is
+ * not empty. */
+int shim_check_argreduce(int32_t op, const shim_tensor *indices, const shim_tensor *a, int32_t dim, shim_reduce_dims *dims);
+
+/* out has a's element count; dims: a around dim. */
+int shim_check_cumsum(const shim_tensor *out, const shim_tensor *a, int32_t dim, shim_reduce_dims *dims);
+
 /* a [batch..., m, k] @ b ([batch...,] k, n); b_batched: b has a's batch dims, else it is 2-D. */
 typedef struct shim_matmul_dims {
   int64_t batch, m, k, n;

@@ -158,6 +158,10 @@ const reduceInto = (run: Run, op: ReduceOpName, out: Tensor, input: Tensor, dims
 
 const reduce = (op: ReduceOpName): Kernel<"sum"> => (run, [out], a, name) => reduceInto(run, op, out!, a.input, reducedDims(name, a.input, a.dim))
 
+/** argmax/argmin: along dim, or over every element (dim None, or a 0-d input). */
+const argReduce = (op: "max" | "min"): Kernel<"argmax"> => (run, [out], a, name) =>
+  k.argreduce(op, out!, a.input, a.dim === null || a.input.shape.length === 0 ? undefined : normDim(name, a.dim, a.input.shape.length), run.stream)
+
 const permute = (run: Run, out: Tensor, input: Tensor, p: ReadonlyArray<number>): void => {
   const own = contiguous(input.shape)
   copyInto(run, out, input, { offset: 0, strides: p.map((d) => own[d]!) })
@@ -217,6 +221,10 @@ export const KERNELS: Kernels = {
   },
   sum: reduce("sum"), prod: reduce("prod"), mean: reduce("mean"),
   amax: reduce("max"), amin: reduce("min"), max: reduce("max"), min: reduce("min"),
+  any: reduce("any"), all: reduce("all"),
+  argmax: argReduce("max"), argmin: argReduce("min"),
+  cumsum: (run, [out], a, op) => k.cumsum(out!, a.input, normDim(op, a.dim, a.input.shape.length), run.stream),
+  norm: (run, [out], a, name) => reduceInto(run, a.p === 1 ? "norm1" : a.p === 2 ? "norm2" : "norm_inf", out!, a.input, reducedDims(name, a.input, a.dim)),
   matmul: (run, [out], a) => matmulInto(run, out!, a.input, a.other),
   mm: (run, [out], a) => k.matmul(out!, a.input, a.mat2, run.stream),
   bmm: (run, [out], a) => k.matmul(out!, a.input, a.mat2, run.stream),

@@ -9,7 +9,7 @@ import { testUnless } from "../skip.ts"
 import { loadNative, type Native } from "../../ffi/native.ts"
 import { alike } from "./alike.ts"
 import * as ops from "../../ffi/ops.ts"
-import { BinaryOp, TernaryOp, type BinaryOpName, type ReduceOpName, type TernaryOpName, type UnaryOpName } from "../../ffi/symbols.ts"
+import { BinaryOp, ReduceOp, TernaryOp, type BinaryOpName, type ReduceOpName, type TernaryOpName, type UnaryOpName } from "../../ffi/symbols.ts"
 import { Tensor } from "../../ffi/tensor.ts"
 import { DTYPES, HostTensor, ITEM_SIZE, type DType } from "../../src/protocol/values.ts"
 
@@ -223,6 +223,28 @@ describe("cuda matches cpu", () => {
     expect(bad).toEqual([])
   })
 
+  parity("argmax, argmin and cumsum over each dim and over all", () => {
+    const bad: string[] = []
+    const shape = [5, 7, 9]
+    for (const dtype of DTYPES) {
+      const [a, b] = pair(dtype, shape, bytesOf(dtype, 315, 13, { lo: -4, hi: 4, integral: true }))
+      for (const dim of [0, 1, 2, undefined]) {
+        const outShape = dim === undefined ? [] : shape.filter((_, i) => i !== dim)
+        for (const op of ["max", "min"] as const) {
+          const [x, y] = emptyPair("i64", outShape)
+          if (alike(`arg${op} ${dtype} dim ${dim}`, (w) => ops.argreduce(op, w ? y : x, w ? b : a, dim))) bad.push(...differences(`arg${op} ${dtype} dim ${dim}`, x, y))
+          freeAll(x, y)
+        }
+        if (dim === undefined) continue
+        const [x, y] = emptyPair(isFloat(dtype) ? dtype : "i64", shape)
+        if (alike(`cumsum ${dtype} dim ${dim}`, (w) => ops.cumsum(w ? y : x, w ? b : a, dim))) bad.push(...differences(`cumsum ${dtype} dim ${dim}`, x, y))
+        freeAll(x, y)
+      }
+      freeAll(a, b)
+    }
+    expect(bad).toEqual([])
+  })
+
   parity("integer division by zero and negative powers fail alike, before writing", () => {
     for (const dtype of ["i32", "i64", "u8"] as const) {
       const [a, b] = pair(dtype, [N], bytesOf(dtype, N, 6, { lo: 1, hi: 9, specials: false }))
@@ -243,7 +265,7 @@ describe("cuda matches cpu", () => {
     const bad: string[] = []
     const shape = [5, 7, 9]
     for (const dtype of DTYPES)
-      for (const op of ["sum", "mean", "max", "min", "prod"] as ReduceOpName[]) {
+      for (const op of Object.keys(ReduceOp) as ReduceOpName[]) {
         const [lo, hi] = op === "prod" ? [-2, 2] : [-50, 50]
         const bytes = bytesOf(dtype, 315, 9, { lo, hi, specials: false, integral: true })
         if (isFloat(dtype)) {

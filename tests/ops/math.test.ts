@@ -45,4 +45,18 @@ describe("elementwise math rules", () => {
     expect(refusal(() => infer("addcmul_", [t("i32", 3), t("f32", 3), t("f32", 3)]))).toMatch(/result type f32 can't be cast to the input's i32/)
     expect(refusal(() => infer("lerp_", [t("f32", 3), t("f32", 2, 3), 0.5]))).toMatch(/does not fit in place/)
   })
+
+  test("reduction rules: any/all give bool (u8 stays u8); norm takes p 1, 2, inf of floats; argmax gives i64, not of bool; cumsum widens integers", () => {
+    expect(infer("any", [t("f32", 2, 3)], { dim: 1 })).toEqual([t("bool", 2)])
+    expect(infer("all", [t("u8", 2, 3)])).toEqual([t("u8")])
+    expect(refusal(() => infer("norm", [t("i64", 3)]))).toMatch(/ops\.norm: needs a floating input, got i64\[3\]/)
+    expect(refusal(() => infer("norm", [t("f32", 3)], { p: 3 }))).toMatch(/p must be 1, 2 or inf, got 3/)
+    expect(infer("norm", [t("f16", 2, 3), 1, [0, 1], true])).toEqual([t("f16", 1, 1)])
+    expect(infer("argmax", [t("f32", 2, 3)], { dim: -1, keepdim: true })).toEqual([t("i64", 2, 1)])
+    expect(refusal(() => infer("argmin", [t("bool", 3)]))).toMatch(/ops\.argmin: not defined on bool/)
+    expect(refusal(() => infer("argmax", [t("f32", 2, 0)], { dim: 1 }))).toMatch(/cannot reduce an empty dim of f32\[2, 0\]/)
+    expect(refusal(() => infer("argmax", [t("f32", 2)], { dim: [0] }))).toMatch(/dim must be an integer/)
+    expect(infer("cumsum", [t("bool", 4), 0])).toEqual([t("i64", 4)])
+    expect(refusal(() => infer("cumsum", [t("f32", 2, 3), 2]))).toMatch(/dim 2 out of range/)
+  })
 })

@@ -22,6 +22,8 @@ def decode(v):
         return [decode(x) for x in v]
     if isinstance(v, str) and v in DTYPES:
         return DTYPES[v]
+    if v in ("NaN", "Infinity", "-Infinity"):  # a number JSON cannot spell
+        return float(v)
     return v
 
 
@@ -44,8 +46,18 @@ OPS = {
     "mean": lambda x, dim=None, keepdim=False: torch.mean(x) if dim is None else torch.mean(x, dim, keepdim=keepdim),
     "prod": lambda x, dim=None, keepdim=False: torch.prod(x) if dim is None else torch.prod(x, dim, keepdim=keepdim),
     "masked_fill": lambda x, mask, value: x.masked_fill(mask, value),
+    "any": lambda x, dim=None, keepdim=False: torch.any(x) if dim is None else reduce_dims(torch.any, x, dim, keepdim),
+    "all": lambda x, dim=None, keepdim=False: torch.all(x) if dim is None else reduce_dims(torch.all, x, dim, keepdim),
+    "norm": lambda x, p=2, dim=None, keepdim=False: torch.norm(x, p=p, dim=dim, keepdim=keepdim),
     "silu": F.silu, "softplus": F.softplus, "gelu": F.gelu,
 }
+
+
+def reduce_dims(fn, x, dim, keepdim):
+    """torch 1.13's any and all take one dim: a list is reduced one dim at a time, from the last."""
+    for d in sorted([dim] if isinstance(dim, int) else dim, key=lambda d: d % max(x.dim(), 1), reverse=True):
+        x = fn(x, d, keepdim=keepdim)
+    return x
 
 
 def in_f32(fn, args, kwargs):
