@@ -19,7 +19,7 @@ import { DependentOnError, InputMismatch } from "../errors.ts"
 import { DeviceMesh } from "../mesh.ts"
 import { getAs } from "../refs.ts"
 import { reject, tryDefine, type Session } from "../session.ts"
-import { streamOf } from "../streams.ts"
+import { blocking, streamOf } from "../streams.ts"
 
 export const createDeviceMesh = (s: Session) => (m: CreateDeviceMesh) => Effect.sync(() => {
   const coords = m.ranks.coordinates(s.rank)
@@ -120,7 +120,7 @@ export const reduce = (s: Session) => (m: Reduce) =>
   tryDefine(s, m.ident, [m.result], () => {
     const stream = streamOf(s.env, m.stream)
     const mesh = getAs(s.env, m.mesh, DeviceMesh, "a mesh")
-    const run = (comm: Comm) => {
+    const run = (comm: Comm) => blocking(() => {
       const { tensor, failure } = inputOf(s, `Reduce ${m.ident}`, m.tensor, m.factory, stream)
       let out: Tensor
       try {
@@ -133,13 +133,13 @@ export const reduce = (s: Session) => (m: Reduce) =>
       out.free()
       if (out !== tensor) tensor.free()
       throw failure
-    }
+    })
     const comm = s.comms.cached(mesh.id, m.dims)
-    return comm ? run(comm) : s.comms.open(mesh.id, m.dims, mesh.members(m.dims)).pipe(Effect.map(run))
+    return comm ? run(comm) : s.comms.open(mesh.id, m.dims, mesh.members(m.dims)).pipe(Effect.flatMap(run))
   })
 
 export const sendTensor = (s: Session) => (m: SendTensor) =>
-  tryDefine(s, m.ident, [m.result], () => {
+  tryDefine(s, m.ident, [m.result], () => blocking(() => {
     const stream = streamOf(s.env, m.stream)
     const sendAt = m.fromRanks.indexOf(s.rank), recvAt = m.toRanks.indexOf(s.rank)
     const sending = sendAt >= 0 ? inputOf(s, `SendTensor ${m.ident}`, m.tensor, m.factory, stream) : undefined
@@ -168,4 +168,4 @@ export const sendTensor = (s: Session) => (m: SendTensor) =>
       throw failure
     }
     if (received) s.env.define(m.result, received)
-  })
+  }))
