@@ -38,7 +38,7 @@ describe("Borrow", () => {
     const last = borrow.lastUse
     expect(last).toBeInstanceOf(Event)
     borrow.drop(native)
-    expect([fromWaits.mock.calls.length, fromWaits.mock.calls[0]?.[0], toWaits.mock.calls.length]).toEqual([1, last, 1])
+    expect([fromWaits.mock.calls.length, fromWaits.mock.calls[0]?.[0], toWaits.mock.calls.length]).toEqual([1, last!, 1])
     expect(borrow.lastUse).toBeNull()
     expect(() => last!.handle).toThrow("destroyed")
     from.destroy()
