@@ -9,14 +9,13 @@ import { Effect } from "effect"
 import { makeClient } from "../../src/store/client.ts"
 import { prefixStore } from "../../src/store/prefix.ts"
 import { type RunningServer, startServer } from "../../src/store/server.ts"
-import { testUnless } from "../skip.ts"
+import { describeUnless, testUnless } from "../skip.ts"
 import { PythonPeer, run, runPython, text, torchAvailable } from "./helpers.ts"
 
 const torch = torchAvailable()
-if (!torch.ok) console.log(`skipping torch interop tests: ${torch.reason}`)
 const torchDialect = torch.ok && torch.version.startsWith("1.") ? "1.13" : "2.x"
 
-describe.skipIf(!torch.ok)("our client, torch.distributed.TCPStore server", () => {
+describeUnless(torch.ok ? undefined : torch.reason)("our client, torch.distributed.TCPStore server", () => {
   let peer: PythonPeer
   let port = 0
   beforeAll(async () => {
@@ -108,7 +107,7 @@ describe.skipIf(!torch.ok)("our client, torch.distributed.TCPStore server", () =
     ))
 })
 
-describe.skipIf(!torch.ok)("torch clients, our server", () => {
+describeUnless(torch.ok ? undefined : torch.reason)("torch clients, our server", () => {
   let server: RunningServer
   beforeAll(() => {
     server = startServer()

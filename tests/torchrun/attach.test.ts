@@ -5,6 +5,7 @@
 // prefix) says why with both sides' facts, and leaves the job's workers waiting for the next
 // controller, which then uses them. Skips when torch is missing.
 import { afterEach, describe, expect, test } from "bun:test"
+import { describeUnless, testUnless } from "../skip.ts"
 import { Duration, Effect } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -17,15 +18,13 @@ import { torchAvailable } from "../store/helpers.ts"
 import { torchrun, type Torchrun } from "./job.ts"
 
 const torch = torchAvailable()
-if (!torch.ok) console.log(`skipping torchrun attach tests: ${torch.reason}`)
 const c10dSkip = torch.ok && !torch.version.startsWith("1.")
   ? `torch ${torch.version}'s c10d rendezvous hands workers the agent's store, as the static case does`
   : undefined
-if (c10dSkip) console.log(`skipping torchrun c10d attach: ${c10dSkip}`)
 
 const WORKER_ENV = { MONARCH_TOKEN: ATTACH_TOKEN, MONARCH_COMM_TIMEOUT_MS: "20000", MONARCH_CONNECT_TIMEOUT_MS: "60000" }
 
-describe.skipIf(!torch.ok)(`torchrun ${torch.ok ? torch.version : ""} with Controller.attach`, () => {
+describeUnless(torch.ok ? undefined : torch.reason)(`torchrun ${torch.ok ? torch.version : ""} with Controller.attach`, () => {
   let logDir = ""
   let job: Torchrun | undefined
   afterEach(() => {
@@ -85,7 +84,7 @@ describe.skipIf(!torch.ok)(`torchrun ${torch.ok ? torch.version : ""} with Contr
     await endsCleanly(j)
   }, 120_000)
 
-  test.skipIf(c10dSkip !== undefined)("c10d (as --standalone): worker rank 0 hosts the store and writes where to MONARCH_STORE_FILE; attach({ store: { file } })", async () => {
+  testUnless(c10dSkip)("c10d (as --standalone): worker rank 0 hosts the store and writes where to MONARCH_STORE_FILE; attach({ store: { file } })", async () => {
     const dir = mkdtempSync(join(tmpdir(), "monarch-storefile-"))
     const file = join(dir, "store.json")
     try {

@@ -6,6 +6,7 @@
 // workers say hello, compute, all-reduce, and exit on Exit so that torchrun ends with 0; the
 // store each used is then checked from the outside. Skips when torch is missing.
 import { afterEach, describe, expect, test } from "bun:test"
+import { describeUnless, testUnless } from "../skip.ts"
 import { Duration, Effect } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { createServer } from "node:net"
@@ -20,7 +21,6 @@ import { environOf, PYTHON, torchrun, type Torchrun } from "./job.ts"
 
 const AGENT_STORE_KEYS = new URL("./agent_store_keys.py", import.meta.url).pathname
 const torch = torchAvailable()
-if (!torch.ok) console.log(`skipping torchrun tests: ${torch.reason}`)
 /** torch 1.x: c10d gives workers no store of their own; its server speaks the 1.13 dialect. */
 const torchOne = torch.ok && torch.version.startsWith("1.")
 
@@ -54,7 +54,7 @@ const exercise = async (c: Controller) => {
 const storeClient = (host: string, port: number) =>
   makeClient({ host, port, timeout: Duration.seconds(5), connectTimeout: Duration.seconds(5) })
 
-describe.skipIf(!torch.ok)(`torchrun ${torch.ok ? torch.version : ""} --no_python with src/worker.ts`, () => {
+describeUnless(torch.ok ? undefined : torch.reason)(`torchrun ${torch.ok ? torch.version : ""} --no_python with src/worker.ts`, () => {
   let logDir = ""
   let controller: Controller | undefined
   let job: Torchrun | undefined
@@ -113,8 +113,7 @@ describe.skipIf(!torch.ok)(`torchrun ${torch.ok ? torch.version : ""} --no_pytho
     { name: "--standalone", skip: c10dSkip ?? standaloneSkip, flags: async () => ["--standalone"] },
   ]
   for (const { name, skip, flags } of c10d) {
-    if (skip) console.log(`skipping torchrun ${name}: ${skip}`)
-    test.skipIf(skip !== undefined)(`${name}: worker rank 0 hosts the store at MASTER_ADDR:MASTER_PORT`, async () => {
+    testUnless(skip)(`${name}: worker rank 0 hosts the store at MASTER_ADDR:MASTER_PORT`, async () => {
       const { controller: c, job: j } = await start(await flags())
       const envs = [0, 1].map((r) => environOf(c.hello(r).pid))
       for (const env of envs) expect(env.TORCHELASTIC_USE_AGENT_STORE).toBe("False")
