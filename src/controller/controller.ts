@@ -6,7 +6,7 @@
  */
 import { Context, Duration, Effect, Layer, Schedule, type Scope } from "effect"
 import { randomBytes } from "node:crypto"
-import { Launcher } from "../launcher.ts"
+import { Launcher } from "../launcher/index.ts"
 import { NDSlice } from "../protocol/ndslice.ts"
 import { parseAddress } from "../net/connection.ts"
 import type { StoreApi } from "../store/api.ts"

@@ -16,7 +16,7 @@ export type Handlers = {
 }
 
 /** One line per command for debug logs. */
-const describe = (m: WorkerMessage): string =>
+const logLine = (m: WorkerMessage): string =>
   m._tag === "CommandGroup" ? `CommandGroup of ${m.commands.length}` : "ident" in m ? `${m._tag} ${m.ident}` : m._tag
 
 /**
@@ -32,7 +32,7 @@ export const makeDispatch = (s: Session, debug = false): ((m: WorkerMessage) => 
         return Effect.logError(`${m._tag} failed unexpectedly`, e)
       }),
     )
-  const dispatch = debug ? (m: WorkerMessage) => Effect.andThen(Effect.logDebug(describe(m)), run(m)) : run
+  const dispatch = debug ? (m: WorkerMessage) => Effect.andThen(Effect.logDebug(logLine(m)), run(m)) : run
   const handlers: Handlers = {
     CreateDeviceMesh: createDeviceMesh(s),
     CreateStream: createStream(s),

@@ -8,7 +8,7 @@
 import type { Subprocess } from "bun"
 import { Context, Data, Deferred, Effect, Layer, type Scope } from "effect"
 import { randomBytes } from "node:crypto"
-import { startServer } from "./store/server.ts"
+import { startServer } from "../store/server.ts"
 
 export class LaunchError extends Data.TaggedError("LaunchError")<{ readonly message: string }> {}
 
