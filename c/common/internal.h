@@ -118,6 +118,29 @@ typedef struct shim_transpose_dims {
 int shim_check_transpose(const shim_tensor *out, const shim_tensor *a, int32_t dim0, int32_t dim1,
                          shim_transpose_dims *dims);
 
+/* A strided copy collapsed to at most SHIM_MAX_DIMS dims (adjacent dims merged where both
+ * sides allow), innermost last; numel is the element count. */
+typedef struct shim_strided_plan {
+  int32_t ndim;
+  int64_t numel;
+  int64_t shape[SHIM_MAX_DIMS];
+  int64_t dst_strides[SHIM_MAX_DIMS];
+  int64_t src_strides[SHIM_MAX_DIMS];
+  int64_t dst_offset, src_offset;
+} shim_strided_plan;
+
+int shim_check_copy_strided(const shim_tensor *dst, int64_t dst_offset, const int64_t *dst_strides, const shim_tensor *src,
+                            int64_t src_offset, const int64_t *src_strides, int32_t ndim, const int64_t *shape,
+                            shim_strided_plan *plan);
+
+/* index read as [outer, j, inner] and a as [outer, r, a_inner] around dim; index's other dims
+ * must fit in a's, so each output element (o, j, i) reads a at (o', index, i') with o' and i'
+ * the same coordinates in a's layout: the backends walk index's shape with a's strides. */
+int shim_check_gather(const shim_tensor *out, const shim_tensor *a, int32_t dim, const shim_tensor *index);
+
+/* a read as [outer, r, inner] around dim (as shim_check_reduce does). */
+int shim_check_softmax(const shim_tensor *out, const shim_tensor *a, int32_t dim, int32_t log, shim_reduce_dims *dims);
+
 /* ---- communicators (comm_checks.c) ---------------------------------------------------- */
 
 /* What both backends' communicators hold and the checks read: each backend's struct

@@ -29,7 +29,7 @@ const inputOf = (r: number) => [1, 2, 3, 4].map((v) => v * (r + 1))
 /** Defines a fresh ref holding inputOf(rank) on every rank. */
 const defineInputs = (): number => {
   const t = fresh(), base = fresh(), i = next(), j = next()
-  h.send("all", call(i, [base], "ops.arange", [1, 5]))
+  h.send("all", call(i, [base], "ops.arange", [1, 5], { kwargs: { dtype: "f32" } }))
   for (const r of ranks) h.send(r, call(j, [t], "ops.mul", [ref(base), r + 1]))
   h.send("all", call(next(), [t], "ops.reshape", [ref(t), [2, 2]]))
   return t
