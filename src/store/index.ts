@@ -1,7 +1,6 @@
 /**
- * monarch-bun's TCPStore, the entry for programs: the `Store` service (a client, or a prefix
- * of one) and `StoreServer` (a server here, or on its own thread), their errors, and the
- * plain client and server they are built on.
+ * monarch-bun's store: a TCPStore client and server speaking PyTorch's c10d protocol (torch
+ * 1.13 and 2.x dialects), as functions and as the `Store` / `StoreServer` services.
  */
 export type { StoreApi, StoreValue } from "./api.ts"
 export { makeClient, type ClientOptions, type TcpStoreClient } from "./client.ts"

@@ -1,7 +1,7 @@
 /**
- * monarch-bun's worker, the entry for programs that run one in their own process (src/worker.ts
- * is the process itself): its configuration from the environment, the services it needs
- * (Backend, and the store through `workerStore`), and `runWorker`.
+ * monarch-bun's worker, to embed in a program of one's own: read the configuration from the
+ * environment and run it with a backend and a store. `monarch-bun worker` (src/worker.ts) is
+ * this with the defaults.
  */
 export { Backend } from "./backend.ts"
 export { ConfigError, readConfig, type WorkerConfig } from "./config.ts"

@@ -34,8 +34,18 @@ import { Event, Stream } from "../../ffi/stream.ts"
 import type { Ref } from "../protocol/values.ts"
 import { getAs, type RefEnv } from "./refs.ts"
 
-/** Runs work that may wait on the peers (a collective, a send); a throw is its failure. */
-export const blocking = <A>(work: () => A): Effect.Effect<A, unknown> => Effect.try({ try: work, catch: (e) => e })
+/**
+ * Runs work that may wait on the peers (a collective, a send); a throw is its failure. Work
+ * that must first open a communicator returns the Effect that does both, run in turn.
+ */
+export const blocking = <A>(work: () => A | Effect.Effect<A, unknown>): Effect.Effect<A, unknown> =>
+  Effect.flatten(Effect.try({
+    try: () => {
+      const result = work()
+      return Effect.isEffect(result) ? result : Effect.succeed(result)
+    },
+    catch: (e) => e,
+  }))
 
 /** The stream `ref` names; throws UnknownRef, WrongRefType or the stored poison. */
 export const streamOf = (env: RefEnv, ref: Ref): Stream => getAs(env, ref, Stream, "a stream")

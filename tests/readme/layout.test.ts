@@ -74,7 +74,7 @@ const MAY_IMPORT: Readonly<Record<string, ReadonlyArray<string>>> = {
   ffi: ["ops", "protocol"],
   ops: ["ffi", "protocol"],
   comm: ["ffi", "store", "protocol"],
-  launcher: ["store"],
+  launcher: ["net", "store"],
   worker: ["protocol", "net", "store", "comm", "ops", "ffi"],
   controller: ["protocol", "net", "store", "ops", "launcher", "comm/errors.ts"],
   "worker.ts": ["worker"],

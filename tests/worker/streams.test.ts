@@ -16,6 +16,14 @@ describe("blocking", () => {
     expect(Effect.runSync(work)).toBe(1)
   })
 
+  test("work that returns an Effect (a communicator to open first) is run in turn", () => {
+    let opened = 0
+    expect(Effect.runSync(blocking(() => Effect.sync(() => ++opened).pipe(Effect.map((n) => n * 10))))).toBe(10)
+    expect(opened).toBe(1)
+    const failed = Effect.runSyncExit(blocking(() => Effect.fail("rendezvous")))
+    expect(Exit.isFailure(failed) && (failed.cause.reasons[0] as { error?: unknown }).error).toBe("rendezvous")
+  })
+
   test("a throw is the Effect's failure, with the thrown value itself", () => {
     const thrown = new RangeError("peer gone")
     const exit = Effect.runSyncExit(blocking(() => { throw thrown }))
