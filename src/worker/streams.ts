@@ -16,7 +16,9 @@
  *   transport sees the peer go), never a hang. The store a rank hosts (torchrun without an
  *   agent store) runs on its own thread (store/serverThread.ts), so the other ranks' rendezvous
  *   go on while this loop is blocked. The controller, seeing no Status from a blocked rank,
- *   reports the command as hung after hangAfterMs, naming the ranks that have not passed it.
+ *   reports the command as hung after hangAfterMs, naming the ranks that have not passed it;
+ *   a command that may hold the thread first sends a Status up to itself (session.ts,
+ *   announce), so the report names the command the rank is in.
  *   Between commands the loop gives the event loop a turn once commands have held it for a
  *   while (session.ts, ioTurn), so a closed link is seen between long commands.
  *
