@@ -75,8 +75,9 @@ const MAY_IMPORT: Readonly<Record<string, ReadonlyArray<string>>> = {
   ops: ["ffi", "protocol"],
   comm: ["ffi", "store", "protocol"],
   launcher: ["net", "store"],
-  worker: ["protocol", "net", "store", "comm", "ops", "ffi"],
-  controller: ["protocol", "net", "store", "ops", "launcher", "comm/errors.ts"],
+  trace: ["protocol"],
+  worker: ["protocol", "net", "store", "comm", "ops", "ffi", "trace"],
+  controller: ["protocol", "net", "store", "ops", "launcher", "trace", "comm/errors.ts"],
   "worker.ts": ["worker"],
   "launch.ts": ["launcher"],
 }
