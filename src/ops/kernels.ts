@@ -158,6 +158,47 @@ const reduceInto = (run: Run, op: ReduceOpName, out: Tensor, input: Tensor, dims
 
 const reduce = (op: ReduceOpName): Kernel<"sum"> => (run, [out], a, name) => reduceInto(run, op, out!, a.input, reducedDims(name, a.input, a.dim))
 
+/** f16 and bf16 compose in f32 (rounded once at the end), f32 and f64 in their own dtype. */
+const composeDtype = (d: DType): DType => (d === "f16" || d === "bf16" ? "f32" : d)
+const keptShape = (x: TensorMeta, dims: ReadonlyArray<number>): number[] => x.shape.map((s, i) => (dims.includes(i) ? 1 : s))
+
+/**
+ * var and std, composed: the mean (kept dims), the squared deviations, their sum over
+ * N - correction (6 shim calls; no fused kernel yet).
+ */
+const moments = (run: Run, out: Tensor, input: Tensor, dims: ReadonlyArray<number>, correction: number, sqrt: boolean): void => {
+  const dtype = composeDtype(input.dtype), x = run.cast(input, dtype), kept = keptShape(x, dims)
+  const n = dims.reduce((m, d) => m * x.shape[d]!, 1)
+  const mean = run.temp(dtype, kept), dev = run.temp(dtype, x.shape), result = out.dtype === dtype ? out : run.temp(dtype, out.shape)
+  reduceInto(run, "mean", mean, x, dims)
+  k.binary("sub", dev, x, run.expand(mean, x.shape), run.stream)
+  k.binary("mul", dev, dev, dev, run.stream)
+  reduceInto(run, "sum", result, dev, dims)
+  k.binaryScalar("div", result, result, Math.max(n - correction, 0), false, run.stream)
+  if (sqrt) k.unary("sqrt", result, result, run.stream)
+  if (result !== out) k.cast(out, result, run.stream)
+}
+
+/**
+ * logsumexp, composed as torch's: the max over dims (an infinite one taken as 0, so inf - inf
+ * does not make NaN), log of the sum of exp of the shifted input, plus the max (8 shim calls).
+ */
+const logsumexp = (run: Run, out: Tensor, input: Tensor, dims: ReadonlyArray<number>): void => {
+  const dtype = composeDtype(input.dtype), x = run.cast(input, dtype), kept = keptShape(x, dims)
+  const max = run.temp(dtype, kept), infinite = run.temp("bool", kept), zero = run.temp(dtype, [])
+  reduceInto(run, "max", max, x, dims)
+  k.unary("isinf", infinite, max, run.stream)
+  k.fill(zero, 0, run.stream)
+  k.ternary("where", max, infinite, zero, max, 0, run.stream)
+  const shifted = run.temp(dtype, x.shape), result = out.dtype === dtype ? out : run.temp(dtype, out.shape)
+  k.binary("sub", shifted, x, run.expand(max, x.shape), run.stream)
+  k.unary("exp", shifted, shifted, run.stream)
+  reduceInto(run, "sum", result, shifted, dims)
+  k.unary("log", result, result, run.stream)
+  k.binary("add", result, result, run.view(max, result.shape), run.stream)
+  if (result !== out) k.cast(out, result, run.stream)
+}
+
 /** argmax/argmin: along dim, or over every element (dim None, or a 0-d input). */
 const argReduce = (op: "max" | "min"): Kernel<"argmax"> => (run, [out], a, name) =>
   k.argreduce(op, out!, a.input, a.dim === null || a.input.shape.length === 0 ? undefined : normDim(name, a.dim, a.input.shape.length), run.stream)
@@ -223,6 +264,9 @@ export const KERNELS: Kernels = {
   amax: reduce("max"), amin: reduce("min"), max: reduce("max"), min: reduce("min"),
   any: reduce("any"), all: reduce("all"),
   argmax: argReduce("max"), argmin: argReduce("min"),
+  var: (run, [out], a, op) => moments(run, out!, a.input, reducedDims(op, a.input, a.dim), a.correction, false),
+  std: (run, [out], a, op) => moments(run, out!, a.input, reducedDims(op, a.input, a.dim), a.correction, true),
+  logsumexp: (run, [out], a, op) => logsumexp(run, out!, a.input, reducedDims(op, a.input, a.dim)),
   cumsum: (run, [out], a, op) => k.cumsum(out!, a.input, normDim(op, a.dim, a.input.shape.length), run.stream),
   norm: (run, [out], a, name) => reduceInto(run, a.p === 1 ? "norm1" : a.p === 2 ? "norm2" : "norm_inf", out!, a.input, reducedDims(name, a.input, a.dim)),
   matmul: (run, [out], a) => matmulInto(run, out!, a.input, a.other),

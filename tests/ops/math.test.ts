@@ -59,4 +59,13 @@ describe("elementwise math rules", () => {
     expect(infer("cumsum", [t("bool", 4), 0])).toEqual([t("i64", 4)])
     expect(refusal(() => infer("cumsum", [t("f32", 2, 3), 2]))).toMatch(/dim 2 out of range/)
   })
+
+  test("var, std and logsumexp: floating only, torch's keywords, logsumexp needs a dim that is not empty", () => {
+    expect(infer("var", [t("f32", 2, 3), 1], { correction: 0, keepdim: true })).toEqual([t("f32", 2, 1)])
+    expect(refusal(() => infer("std", [t("f32", 2, 3), 1, 0]))).toMatch(/takes 2 positional arguments/)
+    expect(refusal(() => infer("var", [t("i64", 3)]))).toMatch(/ops\.var: needs a floating input/)
+    expect(infer("logsumexp", [t("bf16", 2, 3), [0, 1]])).toEqual([t("bf16")])
+    expect(refusal(() => infer("logsumexp", [t("f32", 3)]))).toMatch(/missing argument 'dim'/)
+    expect(refusal(() => infer("logsumexp", [t("f32", 0, 3), 0]))).toMatch(/cannot reduce an empty dim/)
+  })
 })

@@ -1,7 +1,7 @@
 /** Reductions over dims (an int, a list, or None for every dim), with keepdim. */
 import type { DType } from "../../protocol/values.ts"
 import { bad, describe, numelOf, type TensorMeta } from "../meta.ts"
-import { arg, opt } from "../params.ts"
+import { arg, kw, opt } from "../params.ts"
 import { isFloating } from "../promotion.ts"
 import { normDim } from "../rules.ts"
 import { spec } from "../spec.ts"
@@ -51,6 +51,12 @@ const argReduction = spec([arg("input", "tensor"), opt("dim", "int", null), opt(
   return [{ dtype: "i64", shape: reducedShape(input, input.shape.length === 0 ? [] : [d], keepdim) }]
 })
 
+/** var and std: the sum of squared deviations over N - correction; floating inputs only. */
+const moments = spec([arg("input", "tensor"), opt("dim", "dims", null), kw("correction", "int", 1), kw("keepdim", "bool", false)], ({ input, dim, keepdim }, op) => {
+  if (!isFloating(input.dtype)) bad(op, `needs a floating input, got ${describe(input)} (cast with ops.to)`)
+  return [{ dtype: input.dtype, shape: reducedShape(input, reducedDims(op, input, dim), keepdim) }]
+})
+
 const NORM_ORDERS: ReadonlyArray<number> = [1, 2, Infinity]
 
 export const reductions = {
@@ -65,6 +71,14 @@ export const reductions = {
   /** bool, but u8 stays u8 (torch 1.13's any and all). */
   any: logicalReduction, all: logicalReduction,
   argmax: argReduction, argmin: argReduction,
+  var: moments, std: moments,
+  /** Over dims that are not empty (torch needs dim); large values do not overflow. */
+  logsumexp: spec([arg("input", "tensor"), arg("dim", "dims"), opt("keepdim", "bool", false)], ({ input, dim, keepdim }, op) => {
+    if (!isFloating(input.dtype)) bad(op, `needs a floating input, got ${describe(input)} (cast with ops.to)`)
+    const dims = reducedDims(op, input, dim)
+    if (dims.some((d) => input.shape[d] === 0)) bad(op, `cannot reduce an empty dim of ${describe(input)}`)
+    return [{ dtype: input.dtype, shape: reducedShape(input, dims, keepdim) }]
+  }),
   /** Integers and bool accumulate into i64 (as sum does). */
   cumsum: spec([arg("input", "tensor"), arg("dim", "int")], ({ input, dim }, op) => {
     normDim(op, dim, input.shape.length)
