@@ -4,12 +4,15 @@
  * resets it at the start of each call, so nothing per call lives in module variables.
  */
 import type { WorkerMessage } from "./messages.ts"
+import type { ScanStack } from "./scan.ts"
 
 export interface DecodeContext {
   /** Copy tensor and bin bytes out of the frame: it is only borrowed (FrameOwnership). */
   copyBytes: boolean
   /** Checks one command of a CommandGroup: the message codec itself, one level down. */
   readonly command: (wire: unknown, depth: number, ctx: DecodeContext) => WorkerMessage
+  /** The pre-scan's scratch: free again once the outer scan is done, so an ErrorPayload's inner scan reuses it. */
+  readonly scanStack: ScanStack
 }
 
 /** A large tensor left out of the encoder's buffer (encodeMessageParts). */

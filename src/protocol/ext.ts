@@ -173,8 +173,8 @@ export const msgpackProblem = (e: unknown, length: number): string => {
   return `malformed msgpack: ${text}`
 }
 
-const decodeErrorPayload = (p: Uint8Array): ErrorPayload | BadExt => {
-  const scanned = scan(p)
+const decodeErrorPayload = (p: Uint8Array, ctx: DecodeContext): ErrorPayload | BadExt => {
+  const scanned = scan(p, ctx.scanStack)
   if (typeof scanned === "string") return new BadExt(`ErrorPayload: ${scanned}`)
   let inner: unknown
   try {
@@ -227,7 +227,7 @@ export const decodingExtensions = (marked: boolean): ExtensionCodec<DecodeContex
   c.register({ type: EXT_TYPES.NDSlice, encode: none, decode: decodeNDSlice })
   c.register({ type: EXT_TYPES.TensorFactory, encode: none, decode: decodeTensorFactory })
   c.register({ type: EXT_TYPES.HostTensor, encode: none, decode: (p, _type, ctx) => decodeHostTensor(p, ctx) })
-  c.register({ type: EXT_TYPES.ErrorPayload, encode: none, decode: decodeErrorPayload })
+  c.register({ type: EXT_TYPES.ErrorPayload, encode: none, decode: (p, _type, ctx) => decodeErrorPayload(p, ctx) })
   if (marked) c.register({ type: NOT_UTF8.type, encode: none, decode: decodeNotUtf8 })
   return c
 }

@@ -68,25 +68,38 @@ export const factoryField = either("TensorFactory", (v, where): TensorFactory =>
   return v
 })
 
-/** A Value tree (messages.ts's Value) of the given wire form. */
-const valueField = <V>(wire: string, shape: (v: unknown, where: string) => void): Field<V> => ({
-  wire,
+/** How a decode checks Value trees: copying bin out of a borrowed frame. */
+const decoding = (ctx: DecodeContext): Check => (ctx.copyBytes ? Check.Borrowed : Check.Owned)
+
+/** A Value tree (messages.ts's Value). */
+export const anyValue = <V>(): Field<V> => ({
+  wire: "Value",
+  decode: (v, where, depth, ctx) => value<V>(v, where, depth, decoding(ctx)),
+  encode: (v, where, depth) => value<V>(v, where, depth, Check.Encode),
+})
+
+export const valueList = <V>(): Field<ReadonlyArray<V>> => ({
+  wire: "[Value]",
   decode: (v, where, depth, ctx) => {
-    shape(v, where)
-    return value<V>(v, where, depth, ctx.copyBytes ? Check.Borrowed : Check.Owned)
+    if (!Array.isArray(v)) throw mismatch(where, "array", v)
+    return value<ReadonlyArray<V>>(v, where, depth, decoding(ctx))
   },
   encode: (v, where, depth) => {
-    shape(v, where)
-    return value<V>(v, where, depth, Check.Encode)
+    if (!Array.isArray(v)) throw mismatch(where, "array", v)
+    return value<ReadonlyArray<V>>(v, where, depth, Check.Encode)
   },
 })
 
-export const anyValue = <V>() => valueField<V>("Value", () => {})
-export const valueList = <V>() => valueField<ReadonlyArray<V>>("[Value]", (v, where) => {
-  if (!Array.isArray(v)) throw mismatch(where, "array", v)
-})
-export const valueMap = <V>() => valueField<{ readonly [key: string]: V }>("{str: Value}", (v, where) => {
-  if (!isMap(v)) throw mismatch(where, "map", v)
+export const valueMap = <V>(): Field<{ readonly [key: string]: V }> => ({
+  wire: "{str: Value}",
+  decode: (v, where, depth, ctx) => {
+    if (!isMap(v)) throw mismatch(where, "map", v)
+    return value<{ readonly [key: string]: V }>(v, where, depth, decoding(ctx))
+  },
+  encode: (v, where, depth) => {
+    if (!isMap(v)) throw mismatch(where, "map", v)
+    return value<{ readonly [key: string]: V }>(v, where, depth, Check.Encode)
+  },
 })
 
 /** A CommandGroup's commands: message arrays, each checked by the message codec a level down. */
@@ -95,21 +108,27 @@ export const commandList = <M>(): Field<ReadonlyArray<M>> => ({
   decode: (v, where, depth, ctx) => {
     const wire = array(v, where, depth)
     const commands = new Array<M>(wire.length)
-    for (let i = 0; i < wire.length; i++) commands[i] = within(`${where}[${i}]`, () => ctx.command(wire[i], depth + 1, ctx) as M)
+    let i = 0
+    try {
+      for (; i < wire.length; i++) commands[i] = ctx.command(wire[i], depth + 1, ctx) as M
+    } catch (e) {
+      throw inside(`${where}[${i}]`, e)
+    }
     return commands
   },
   encode: (v, where, depth, ctx) => {
     const commands = array(v, where, depth)
-    return commands.map((m, i) => within(`${where}[${i}]`, () => ctx.command(m, depth + 1, ctx)))
+    const wire = new Array<unknown>(commands.length)
+    let i = 0
+    try {
+      for (; i < commands.length; i++) wire[i] = ctx.command(commands[i], depth + 1, ctx)
+    } catch (e) {
+      throw inside(`${where}[${i}]`, e)
+    }
+    return wire
   },
 })
 
-/** Runs `body`, naming its failure as inside `where`. */
-const within = <T>(where: string, body: () => T): T => {
-  try {
-    return body()
-  } catch (e) {
-    throw e instanceof Invalid ? new Invalid(e.where === "" ? where : `${where}.${e.where}`, e.problem) : e
-  }
-}
-
+/** A failure inside the command at `where`, named from there. */
+const inside = (where: string, e: unknown): unknown =>
+  e instanceof Invalid ? new Invalid(e.where === "" ? where : `${where}.${e.where}`, e.problem) : e

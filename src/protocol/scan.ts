@@ -24,31 +24,43 @@ export class BadStrings {
   strs = false
 }
 
+/** Scratch for scan: the items left in each open container (index = depth). */
+export type ScanStack = Float64Array
+
+export const scanStack = (): ScanStack => new Float64Array(MAX_DEPTH + 3)
+
 /**
  * The problem with `b`'s structure, or undefined when the library may decode it, or the
  * strs in it that are not UTF-8 (then decode markBadStrings(b, ...) instead).
  */
-export const scan = (b: Uint8Array): string | undefined | BadStrings => {
+export const scan = (b: Uint8Array, stack: ScanStack): string | undefined | BadStrings => {
   const n = b.length
   const truncated = `truncated message (${n} bytes)`
-  // Remaining items of each open container (index = depth).
-  const stack: number[] = [0]
   let marks: BadStrings | undefined
   let pos = 0, depth = 0, owed = 0
   while (pos < n) {
     const head = b[pos]!
     const at = pos++
-    let items = 0, skip = 0, text = -1, extType = -1
+    let items = 0, skip = 0
     if (head < 0x80 || head >= 0xe0 || head === 0xc0 || head === 0xc2 || head === 0xc3) skip = 0
     else if (head < 0x90) items = 2 * (head - 0x80)
     else if (head < 0xa0) items = head - 0x90
-    else if (head < 0xc0) { skip = head - 0xa0; text = pos }
-    else {
+    else if (head < 0xc0) {
+      skip = head - 0xa0
+      const end = pos + skip
+      // ASCII here; the full check from the first byte that is not.
+      if (end <= n) for (let i = pos; i < end; i++) if (b[i]! >= 0x80) {
+        if (!isUtf8(b, i, end)) marks = note(marks, at, end, NOT_UTF8.marker)
+        break
+      }
+    } else {
       if (pos + 4 > n && head !== 0xc1) {
         // Headers read below may run past the end: check exactly.
         const need = HEADER_BYTES[head - 0xc4] ?? 0
         if (pos + need > n) return truncated
       }
+      // Where a str's bytes start, or an ext's type byte sits.
+      let text = -1, ext = -1
       switch (head) {
         case 0xc1: return undefined // reserved: the library names it
         case 0xc4: skip = 1 + b[pos]!; break
@@ -57,22 +69,27 @@ export const scan = (b: Uint8Array): string | undefined | BadStrings => {
         case 0xda: skip = 2 + ((b[pos]! << 8) | b[pos + 1]!); text = pos + 2; break
         case 0xc6: skip = 4 + u32be(b, pos); break
         case 0xdb: skip = 4 + u32be(b, pos); text = pos + 4; break
-        case 0xc7: skip = 2 + b[pos]!; extType = pos + 1; break
-        case 0xc8: skip = 3 + ((b[pos]! << 8) | b[pos + 1]!); extType = pos + 2; break
-        case 0xc9: skip = 5 + u32be(b, pos); extType = pos + 4; break
+        case 0xc7: skip = 2 + b[pos]!; ext = pos + 1; break
+        case 0xc8: skip = 3 + ((b[pos]! << 8) | b[pos + 1]!); ext = pos + 2; break
+        case 0xc9: skip = 5 + u32be(b, pos); ext = pos + 4; break
         case 0xca: case 0xce: case 0xd2: skip = 4; break
         case 0xcb: case 0xcf: case 0xd3: skip = 8; break
         case 0xcc: case 0xd0: skip = 1; break
         case 0xcd: case 0xd1: skip = 2; break
-        case 0xd4: skip = 2; extType = pos; break
-        case 0xd5: skip = 3; extType = pos; break
-        case 0xd6: skip = 5; extType = pos; break
-        case 0xd7: skip = 9; extType = pos; break
-        case 0xd8: skip = 17; extType = pos; break
+        case 0xd4: skip = 2; ext = pos; break
+        case 0xd5: skip = 3; ext = pos; break
+        case 0xd6: skip = 5; ext = pos; break
+        case 0xd7: skip = 9; ext = pos; break
+        case 0xd8: skip = 17; ext = pos; break
         case 0xdc: items = (b[pos]! << 8) | b[pos + 1]!; pos += 2; break
         case 0xdd: items = u32be(b, pos); pos += 4; break
         case 0xde: items = 2 * ((b[pos]! << 8) | b[pos + 1]!); pos += 2; break
         case 0xdf: items = 2 * u32be(b, pos); pos += 4; break
+      }
+      const end = pos + skip
+      if (end <= n) {
+        if (text >= 0 && !isUtf8(b, text, end)) marks = note(marks, at, end, NOT_UTF8.marker)
+        else if (ext >= 0 && b[ext] === NOT_UTF8_TYPE_BYTE) marks = note(marks, at, end, NOT_UTF8.genuine)
       }
     }
     if (items > 0) {
@@ -86,12 +103,6 @@ export const scan = (b: Uint8Array): string | undefined | BadStrings => {
     }
     pos += skip
     if (pos > n) return truncated
-    if ((text >= 0 && !isUtf8(b, text, pos)) || (extType >= 0 && b[extType] === NOT_UTF8_TYPE_BYTE)) {
-      marks ??= new BadStrings()
-      marks.spans.push(at, pos)
-      marks.kinds.push(text >= 0 ? NOT_UTF8.marker : NOT_UTF8.genuine)
-      if (text >= 0) marks.strs = true
-    }
     // A whole value: it completes an item of the enclosing container, maybe closing it.
     while (depth > 0) {
       owed--
@@ -102,6 +113,15 @@ export const scan = (b: Uint8Array): string | undefined | BadStrings => {
   }
   if (depth > 0 || pos === 0) return truncated
   return marks?.strs ? marks : undefined
+}
+
+/** `marks` (made on first use) with the value at [start, end) added. */
+const note = (marks: BadStrings | undefined, start: number, end: number, kind: number): BadStrings => {
+  const m = marks ?? new BadStrings()
+  m.spans.push(start, end)
+  m.kinds.push(kind)
+  if (kind === NOT_UTF8.marker) m.strs = true
+  return m
 }
 
 /** `b` with each span of `marks` replaced by its fixext 1 NOT_UTF8 marker. */

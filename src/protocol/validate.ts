@@ -187,6 +187,7 @@ class ValueFailure {
 /** How a Value tree is checked: as decoded from an owned frame, from a borrowed one, or to be encoded. */
 export const Check = { Owned: 0, Borrowed: 1, Encode: 2 } as const
 export type Check = (typeof Check)[keyof typeof Check]
+const BORROWED: Check = Check.Borrowed, ENCODE: Check = Check.Encode
 
 /**
  * Stands for a map key that was not UTF-8 (the decoder's mapKeyConverter gives it for the
@@ -209,7 +210,7 @@ export const wellFormed = (v: string, where: string): string => {
 const checkValue = (v: unknown, depth: number, check: Check): unknown => {
   switch (typeof v) {
     case "string":
-      return check === Check.Encode && !v.isWellFormed() ? new ValueFailure(LONE_SURROGATE) : v
+      return check === ENCODE && !v.isWellFormed() ? new ValueFailure(LONE_SURROGATE) : v
     case "number":
     case "boolean":
       return v
@@ -233,7 +234,7 @@ const checkValue = (v: unknown, depth: number, check: Check): unknown => {
         const problem = hostTensorProblem(v)
         return problem === undefined ? v : new ValueFailure(problem)
       }
-      if (v instanceof Uint8Array) return check === Check.Borrowed ? copyOf(v) : v
+      if (v instanceof Uint8Array) return check === BORROWED ? copyOf(v) : v
       if (v instanceof BadExt) return new ValueFailure(v.problem)
       const proto: unknown = Object.getPrototypeOf(v)
       if (proto === Object.prototype || proto === null) {
@@ -242,7 +243,7 @@ const checkValue = (v: unknown, depth: number, check: Check): unknown => {
         for (const key in map) {
           if (key === "__proto__") return new ValueFailure("map key __proto__ is not allowed")
           if (key === BAD_KEY) return new ValueFailure(`map key ${NOT_UTF8.problem}`)
-          if (check === Check.Encode && !key.isWellFormed()) return new ValueFailure(`map key: ${LONE_SURROGATE}`)
+          if (check === ENCODE && !key.isWellFormed()) return new ValueFailure(`map key: ${LONE_SURROGATE}`)
           const x = map[key], y = checkValue(x, depth + 1, check)
           if (y !== x) {
             if (y instanceof ValueFailure) { y.path.push(key); return y }
