@@ -23,7 +23,6 @@
  *                    frames, reason: str], frames an array of [file: str, line: uint,
  *                    function: str].
  *
- *
  * A payload that fails its layout check decodes as a BadExt, which the field's check reports
  * where it sits (validate.ts).
  */
