@@ -205,6 +205,27 @@ int shim_cast(shim_tensor *out, const shim_tensor *a, shim_stream *s);
 int shim_transpose(shim_tensor *out, const shim_tensor *a, int32_t dim0, int32_t dim1,
                    shim_stream *s);
 
+/* dst[dst_offset + sum_d i_d * dst_strides[d]] = src[src_offset + sum_d i_d * src_strides[d]]
+ * for every index i of `shape` (ndim dims, ndim <= SHIM_MAX_DIMS; strides in elements: 0
+ * repeats an element, a negative one walks back). One dtype; every element reached lies inside
+ * its tensor; dst and src do not share memory. The layout ops (expand, permute, slicing, cat,
+ * flip, ...) are this one copy. */
+int shim_copy_strided(shim_tensor *dst, int64_t dst_offset, const int64_t *dst_strides,
+                      const shim_tensor *src, int64_t src_offset, const int64_t *src_strides,
+                      int32_t ndim, const int64_t *shape, shim_stream *s);
+
+/* out[..., j, ...] = a[..., index[..., j, ...], ...] along dim (torch.gather): index is i64
+ * with a's ndim, out has index's shape and a's dtype, and index's other dims are no larger
+ * than a's. An index outside 0..a.shape[dim]-1 fails the op (SHIM_E_INVALID) before anything
+ * is written. */
+int shim_gather(shim_tensor *out, const shim_tensor *a, int32_t dim, const shim_tensor *index,
+                shim_stream *s);
+
+/* Softmax of a along dim (log = 1: log-softmax) into out, of a's dtype and shape; floating
+ * dtypes only. Computes in float (double for f64), subtracting the maximum first, so large
+ * inputs do not overflow. */
+int shim_softmax(shim_tensor *out, const shim_tensor *a, int32_t dim, int32_t log, shim_stream *s);
+
 /* ---- streams and events ------------------------------------------------------------- */
 /* cpu: work runs in order when issued, and events are complete once recorded. */
 

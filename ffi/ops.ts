@@ -3,6 +3,7 @@
  * crosses the boundary (the C side checks again), then issues the op on a stream. Outputs
  * are allocated by the caller (src/ops/ decides their shapes).
  */
+import { ptr } from "bun:ffi"
 import { shimError } from "./native.ts"
 import { ALL_DIMS, BinaryOp, ReduceOp, ShimStatus, UnaryOp, type BinaryOpName, type ReduceOpName, type UnaryOpName } from "./symbols.ts"
 import type { Stream } from "./stream.ts"
@@ -73,3 +74,29 @@ export const transpose = (out: Tensor, a: Tensor, dim0: number, dim1: number, s?
   sameNumel("transpose", out, a)
   out.native.check(out.native.shim.shim_transpose(out.handle, a.handle, dim0, dim1, stream(s)), "shim_transpose")
 }
+
+/** A strided view of a tensor's elements (in elements): where it starts, and each dim's size and step. */
+export interface Strided {
+  readonly offset: number
+  readonly strides: ReadonlyArray<number>
+}
+
+const stridesBuf = new BigInt64Array(3 * 8), stridesPtr = ptr(stridesBuf)
+
+/** dst viewed as `to` gets src viewed as `from`, over `shape` (the layout ops: expand, permute, slicing, cat). */
+export const copyStrided = (dst: Tensor, to: Strided, src: Tensor, from: Strided, shape: ReadonlyArray<number>, s?: Stream): void => {
+  const n = shape.length
+  if (n > 8 || to.strides.length !== n || from.strides.length !== n) fail("copy_strided", `${n} dims with ${to.strides.length} and ${from.strides.length} strides`)
+  for (let i = 0; i < n; i++) {
+    stridesBuf[i] = BigInt(to.strides[i]!)
+    stridesBuf[8 + i] = BigInt(from.strides[i]!)
+    stridesBuf[16 + i] = BigInt(shape[i]!)
+  }
+  dst.native.check(dst.native.shim.shim_copy_strided(dst.handle, to.offset, stridesPtr, src.handle, from.offset, ptr(stridesBuf, 64), n, ptr(stridesBuf, 128), stream(s)), "shim_copy_strided")
+}
+
+export const gather = (out: Tensor, a: Tensor, dim: number, index: Tensor, s?: Stream): void =>
+  out.native.check(out.native.shim.shim_gather(out.handle, a.handle, dim, index.handle, stream(s)), "shim_gather")
+
+export const softmax = (out: Tensor, a: Tensor, dim: number, log: boolean, s?: Stream): void =>
+  out.native.check(out.native.shim.shim_softmax(out.handle, a.handle, dim, log ? 1 : 0, stream(s)), `shim_softmax${log ? "(log)" : ""}`)

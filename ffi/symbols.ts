@@ -34,6 +34,9 @@ export const symbols = {
   shim_matmul: { args: [ptr, ptr, ptr, ptr], returns: i32 },
   shim_cast: { args: [ptr, ptr, ptr], returns: i32 },
   shim_transpose: { args: [ptr, ptr, i32, i32, ptr], returns: i32 },
+  shim_copy_strided: { args: [ptr, i64, ptr, ptr, i64, ptr, i32, ptr, ptr], returns: i32 },
+  shim_gather: { args: [ptr, ptr, i32, ptr, ptr], returns: i32 },
+  shim_softmax: { args: [ptr, ptr, i32, i32, ptr], returns: i32 },
 
   shim_stream_create: { args: [ptr], returns: i32 },
   shim_stream_destroy: { args: [ptr], returns: i32 },

@@ -209,3 +209,113 @@ int shim_check_transpose(const shim_tensor *out, const shim_tensor *a, int32_t d
   dims->s1 = a->shape[d1];
   return SHIM_OK;
 }
+
+/* The lowest and highest element offsets that offset + sum i_d * strides[d] reaches over shape. */
+static void reach(int64_t offset, const int64_t *strides, const int64_t *shape, int32_t ndim, int64_t *lo, int64_t *hi) {
+  *lo = *hi = offset;
+  for (int32_t d = 0; d < ndim; d++) {
+    int64_t span = (shape[d] - 1) * strides[d];
+    if (span < 0) *lo += span;
+    else *hi += span;
+  }
+}
+
+int shim_check_copy_strided(const shim_tensor *dst, int64_t dst_offset, const int64_t *dst_strides, const shim_tensor *src,
+                            int64_t src_offset, const int64_t *src_strides, int32_t ndim, const int64_t *shape,
+                            shim_strided_plan *plan) {
+  const char *fn = "shim_copy_strided";
+  SHIM_REQUIRE_IN(fn, dst, "dst");
+  SHIM_REQUIRE_IN(fn, src, "src");
+  if (ndim < 0 || ndim > SHIM_MAX_DIMS) return shim_fail(SHIM_E_INVALID, "%s: ndim %d outside 0..%d", fn, ndim, SHIM_MAX_DIMS);
+  if (ndim > 0) {
+    SHIM_REQUIRE_IN(fn, shape, "shape");
+    SHIM_REQUIRE_IN(fn, dst_strides, "dst_strides");
+    SHIM_REQUIRE_IN(fn, src_strides, "src_strides");
+  }
+  char bd[DESCRIPTION_CAP], bs[DESCRIPTION_CAP];
+  if (dst->dtype != src->dtype)
+    return shim_fail(SHIM_E_INVALID, "%s: dtypes differ: dst is %s, src is %s", fn, shim_describe(dst, bd, sizeof bd),
+                     shim_describe(src, bs, sizeof bs));
+  int64_t numel = 1;
+  for (int32_t d = 0; d < ndim; d++) {
+    if (shape[d] < 0) return shim_fail(SHIM_E_INVALID, "%s: shape[%d] is %lld", fn, d, (long long)shape[d]);
+    numel *= shape[d];
+  }
+  plan->numel = numel;
+  plan->ndim = 0;
+  plan->dst_offset = dst_offset;
+  plan->src_offset = src_offset;
+  if (numel == 0) return SHIM_OK;
+  if (dst->storage == src->storage) return shim_fail(SHIM_E_INVALID, "%s: dst and src share memory", fn);
+  int64_t lo, hi;
+  reach(dst_offset, dst_strides, shape, ndim, &lo, &hi);
+  if (lo < 0 || hi >= dst->numel)
+    return shim_fail(SHIM_E_INVALID, "%s: the copy writes elements %lld..%lld of %s", fn, (long long)lo, (long long)hi,
+                     shim_describe(dst, bd, sizeof bd));
+  reach(src_offset, src_strides, shape, ndim, &lo, &hi);
+  if (lo < 0 || hi >= src->numel)
+    return shim_fail(SHIM_E_INVALID, "%s: the copy reads elements %lld..%lld of %s", fn, (long long)lo, (long long)hi,
+                     shim_describe(src, bs, sizeof bs));
+  /* Drop size-1 dims, then merge d into the dim after it when both sides step through d as
+   * one run of the inner dim (stride[d] == stride[d+1] * shape[d+1]). */
+  for (int32_t d = 0; d < ndim; d++) {
+    if (shape[d] == 1) continue;
+    int32_t k = plan->ndim;
+    if (k > 0 && plan->dst_strides[k - 1] == dst_strides[d] * shape[d] && plan->src_strides[k - 1] == src_strides[d] * shape[d]) {
+      plan->shape[k - 1] *= shape[d];
+      plan->dst_strides[k - 1] = dst_strides[d];
+      plan->src_strides[k - 1] = src_strides[d];
+      continue;
+    }
+    plan->shape[k] = shape[d];
+    plan->dst_strides[k] = dst_strides[d];
+    plan->src_strides[k] = src_strides[d];
+    plan->ndim = k + 1;
+  }
+  return SHIM_OK;
+}
+
+int shim_check_gather(const shim_tensor *out, const shim_tensor *a, int32_t dim, const shim_tensor *index) {
+  const char *fn = "shim_gather";
+  SHIM_REQUIRE_IN(fn, out, "out");
+  SHIM_REQUIRE_IN(fn, a, "a");
+  SHIM_REQUIRE_IN(fn, index, "index");
+  char ba[DESCRIPTION_CAP], bi[DESCRIPTION_CAP], bo[DESCRIPTION_CAP];
+  shim_describe(a, ba, sizeof ba);
+  shim_describe(index, bi, sizeof bi);
+  if (index->dtype != SHIM_I64) return shim_fail(SHIM_E_INVALID, "%s: index is %s, not i64", fn, bi);
+  if (index->ndim != a->ndim) return shim_fail(SHIM_E_INVALID, "%s: index %s and a %s have different ranks", fn, bi, ba);
+  if (dim < 0 || dim >= (a->ndim > 0 ? a->ndim : 1)) return shim_fail(SHIM_E_INVALID, "%s: dim %d is out of range for %s", fn, dim, ba);
+  for (int32_t d = 0; d < a->ndim; d++)
+    if (d != dim && index->shape[d] > a->shape[d])
+      return shim_fail(SHIM_E_INVALID, "%s: index %s is larger than a %s in dim %d", fn, bi, ba, d);
+  if (out->dtype != a->dtype || out->ndim != index->ndim || out->numel != index->numel)
+    return shim_fail(SHIM_E_INVALID, "%s: out is %s but must be %s with index's shape %s", fn, shim_describe(out, bo, sizeof bo),
+                     shim_dtype_name(a->dtype), bi);
+  for (int32_t d = 0; d < out->ndim; d++)
+    if (out->shape[d] != index->shape[d])
+      return shim_fail(SHIM_E_INVALID, "%s: out is %s but must have index's shape %s", fn, shim_describe(out, bo, sizeof bo), bi);
+  if (index->numel > 0 && a->ndim > 0 && a->shape[dim] == 0)
+    return shim_fail(SHIM_E_INVALID, "%s: a %s is empty along dim %d", fn, ba, dim);
+  return SHIM_OK;
+}
+
+int shim_check_softmax(const shim_tensor *out, const shim_tensor *a, int32_t dim, int32_t log, shim_reduce_dims *dims) {
+  const char *fn = log ? "shim_softmax(log)" : "shim_softmax";
+  SHIM_REQUIRE_IN(fn, out, "out");
+  SHIM_REQUIRE_IN(fn, a, "a");
+  char ba[DESCRIPTION_CAP], bo[DESCRIPTION_CAP];
+  shim_describe(a, ba, sizeof ba);
+  if (log != 0 && log != 1) return shim_fail(SHIM_E_INVALID, "%s: log must be 0 or 1, not %d", fn, log);
+  if (!is_float(a->dtype)) return shim_fail(SHIM_E_UNSUPPORTED, "%s: not defined on %s (cast to a floating dtype first)", fn, ba);
+  if (out->dtype != a->dtype || out->numel != a->numel)
+    return shim_fail(SHIM_E_INVALID, "%s: out is %s but a is %s (same dtype and element count needed)", fn,
+                     shim_describe(out, bo, sizeof bo), ba);
+  if (dim < 0 || dim >= (a->ndim > 0 ? a->ndim : 1)) return shim_fail(SHIM_E_INVALID, "%s: dim %d is out of range for %s", fn, dim, ba);
+  dims->outer = 1;
+  dims->r = a->ndim > 0 ? a->shape[dim] : 1;
+  dims->inner = 1;
+  for (int32_t i = 0; i < dim; i++) dims->outer *= a->shape[i];
+  for (int32_t i = dim + 1; i < a->ndim; i++) dims->inner *= a->shape[i];
+  return SHIM_OK;
+}

@@ -3,6 +3,7 @@
  * presence, dtypes and element counts for each collective, reduce ops, roots, peers, and the
  * address bytes exchanged at connect. Each check fails as its entry point, before any
  * transport is touched. */
+#include <stdio.h>
 #include <string.h>
 
 #include "internal.h"
@@ -145,4 +146,76 @@ int shim_check_p2p(const shim_comm_state *c, int32_t n, const int32_t *kinds, co
     SHIM_TRY(check_tensor(what, tensors[i], "a tensor"));
   }
   return SHIM_OK;
+}
+
+shim_comm_header shim_comm_header_of(int32_t call, const shim_tensor *t, int32_t arg) {
+  shim_comm_header h;
+  memset(&h, 0, sizeof h);
+  h.magic = SHIM_COMM_HEADER_MAGIC;
+  h.call = call;
+  h.dtype = t->dtype;
+  h.arg = arg;
+  h.numel = t->numel;
+  return h;
+}
+
+shim_comm_header shim_comm_refusal(int32_t call) {
+  shim_comm_header h;
+  memset(&h, 0, sizeof h);
+  h.magic = SHIM_COMM_HEADER_MAGIC;
+  h.call = call;
+  h.refused = 1;
+  return h;
+}
+
+static const char *call_name(int32_t call) {
+  switch (call) {
+    case SHIM_CALL_ALL_REDUCE: return "all_reduce";
+    case SHIM_CALL_ALL_GATHER: return "all_gather";
+    case SHIM_CALL_REDUCE_SCATTER: return "reduce_scatter";
+    case SHIM_CALL_ALL_TO_ALL: return "all_to_all";
+    case SHIM_CALL_BROADCAST: return "broadcast";
+    case SHIM_CALL_SEND: return "send";
+    case SHIM_CALL_RECV: return "recv";
+    default: return "an unknown call";
+  }
+}
+
+static const char *op_name(int32_t op) {
+  static const char *const names[] = {"sum", "prod", "min", "max", "avg"};
+  return op >= SHIM_OP_SUM && op <= SHIM_OP_AVG ? names[op] : "?";
+}
+
+/* "all_reduce (sum) of 1000 x f32" */
+static void describe_header(const shim_comm_header *h, char *buf, size_t cap) {
+  if (h->magic != SHIM_COMM_HEADER_MAGIC) {
+    snprintf(buf, cap, "no valid header");
+    return;
+  }
+  if (h->refused) {
+    snprintf(buf, cap, "%s, refused on its own arguments", call_name(h->call));
+    return;
+  }
+  char arg[32] = "";
+  if (h->call == SHIM_CALL_ALL_REDUCE || h->call == SHIM_CALL_REDUCE_SCATTER) snprintf(arg, sizeof arg, " (%s)", op_name(h->arg));
+  else if (h->call == SHIM_CALL_BROADCAST) snprintf(arg, sizeof arg, " (root %d)", h->arg);
+  snprintf(buf, cap, "%s%s of %lld x %s", call_name(h->call), arg, (long long)h->numel, shim_dtype_name(h->dtype));
+}
+
+int shim_comm_headers_agree(const shim_comm_header *mine, const shim_comm_header *theirs) {
+  /* A transfer's two sides name it differently (send, recv); what must agree is the rest. */
+  const int32_t expected = mine->call == SHIM_CALL_SEND ? SHIM_CALL_RECV : mine->call == SHIM_CALL_RECV ? SHIM_CALL_SEND : mine->call;
+  return theirs->magic == SHIM_COMM_HEADER_MAGIC && !theirs->refused && !mine->refused && theirs->call == expected &&
+         theirs->dtype == mine->dtype &&
+         theirs->numel == mine->numel && theirs->arg == mine->arg;
+}
+
+int shim_check_agreement(const char *fn, const shim_comm_header *mine, int32_t mine_rank, const shim_comm_header *theirs,
+                         int32_t theirs_rank) {
+  if (shim_comm_headers_agree(mine, theirs)) return SHIM_OK;
+  char a[96], b[96];
+  describe_header(mine, a, sizeof a);
+  describe_header(theirs, b, sizeof b);
+  return shim_fail(SHIM_E_INVALID, "%s: members disagree, nothing was transferred: member %d passed %s, member %d %s", fn,
+                   mine_rank, a, theirs_rank, b);
 }

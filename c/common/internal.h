@@ -118,6 +118,29 @@ typedef struct shim_transpose_dims {
 int shim_check_transpose(const shim_tensor *out, const shim_tensor *a, int32_t dim0, int32_t dim1,
                          shim_transpose_dims *dims);
 
+/* A strided copy collapsed to at most SHIM_MAX_DIMS dims (adjacent dims merged where both
+ * sides allow), innermost last; numel is the element count. */
+typedef struct shim_strided_plan {
+  int32_t ndim;
+  int64_t numel;
+  int64_t shape[SHIM_MAX_DIMS];
+  int64_t dst_strides[SHIM_MAX_DIMS];
+  int64_t src_strides[SHIM_MAX_DIMS];
+  int64_t dst_offset, src_offset;
+} shim_strided_plan;
+
+int shim_check_copy_strided(const shim_tensor *dst, int64_t dst_offset, const int64_t *dst_strides, const shim_tensor *src,
+                            int64_t src_offset, const int64_t *src_strides, int32_t ndim, const int64_t *shape,
+                            shim_strided_plan *plan);
+
+/* index read as [outer, j, inner] and a as [outer, r, a_inner] around dim; index's other dims
+ * must fit in a's, so each output element (o, j, i) reads a at (o', index, i') with o' and i'
+ * the same coordinates in a's layout: the backends walk index's shape with a's strides. */
+int shim_check_gather(const shim_tensor *out, const shim_tensor *a, int32_t dim, const shim_tensor *index);
+
+/* a read as [outer, r, inner] around dim (as shim_check_reduce does). */
+int shim_check_softmax(const shim_tensor *out, const shim_tensor *a, int32_t dim, int32_t log, shim_reduce_dims *dims);
+
 /* ---- communicators (comm_checks.c) ---------------------------------------------------- */
 
 /* What both backends' communicators hold and the checks read: each backend's struct
@@ -152,6 +175,52 @@ int shim_check_all_to_all(const shim_comm_state *c, const shim_tensor *out, cons
 int shim_check_broadcast(const shim_comm_state *c, const shim_tensor *t, int32_t root);
 int shim_check_p2p(const shim_comm_state *c, int32_t n, const int32_t *kinds, const int32_t *peers,
                    shim_tensor *const *tensors);
+
+/* ---- agreement between members (comm_checks.c) ---------------------------------------
+ * Before any data moves, every member tells the others what it passes to the call: which
+ * call, dtype, element count and op or root (for a transfer, each side of it tells the other).
+ * Members whose inputs disagree would otherwise overrun or under-fill each other's buffers
+ * inside the transport (Gloo enforces sizes on its own threads, aborting the process), so they
+ * all fail the call instead, knowing the same headers; nothing has moved, and the comm stays
+ * usable. */
+enum {
+  SHIM_CALL_ALL_REDUCE = 1,
+  SHIM_CALL_ALL_GATHER = 2,
+  SHIM_CALL_REDUCE_SCATTER = 3,
+  SHIM_CALL_ALL_TO_ALL = 4,
+  SHIM_CALL_BROADCAST = 5,
+  SHIM_CALL_SEND = 6, /* a transfer as its sender describes it */
+  SHIM_CALL_RECV = 7  /* and as its receiver does */
+};
+
+typedef struct shim_comm_header {
+  uint32_t magic; /* SHIM_COMM_HEADER_MAGIC: a header, not stray bytes */
+  int32_t call;   /* SHIM_CALL_* */
+  int32_t dtype;
+  int32_t arg; /* the reduce op, the broadcast root, or 0 */
+  int64_t numel;
+  int32_t refused;  /* 1: this member refuses the call on its own arguments (it tells the others so) */
+  int32_t reserved; /* zero */
+} shim_comm_header;
+
+#define SHIM_COMM_HEADER_MAGIC 0x5244484du /* "MHDR" */
+
+/* This member's header for a call over tensor t. */
+shim_comm_header shim_comm_header_of(int32_t call, const shim_tensor *t, int32_t arg);
+
+/* The header of a member that refuses `call` on its own arguments (sizes that do not split,
+ * an op its dtype lacks): it still takes part in the agreement, so that the others fail the
+ * call with it instead of waiting for it. No header agrees with one of these. */
+shim_comm_header shim_comm_refusal(int32_t call);
+
+/* Whether two members' headers agree: for a transfer, the sender's and the receiver's
+ * describe the same bytes; for a collective, they are the same; neither is a refusal. */
+int shim_comm_headers_agree(const shim_comm_header *mine, const shim_comm_header *theirs);
+
+/* shim_comm_headers_agree, as fn's failure: SHIM_E_INVALID naming both members and what
+ * each passed, when they do not. */
+int shim_check_agreement(const char *fn, const shim_comm_header *mine, int32_t mine_rank,
+                         const shim_comm_header *theirs, int32_t theirs_rank);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,12 @@
 // every member runs on this host (comm_shm.h); else, for small inputs, the "exchange" below;
 // else Gloo's ring. Each address slot therefore also says where this member's shared segment
 // is, and connect ends with an all-reduce that agrees on whether every member mapped them all.
+//
+// Before any data moves, the members agree on what each passed (internal.h, shim_comm_header):
+// the shared-memory path and the exchange carry the header with their first round; the other
+// collectives exchange headers alone first; a transfer's sender and receiver swap theirs. A
+// disagreement fails the call on every member with the comm still usable, and Gloo, whose own
+// threads abort the process on a size it did not expect, never sees one.
 #include <netdb.h>
 
 #include <algorithm>
@@ -82,13 +88,16 @@ class TwoPhaseContext : public gloo::Context {
 constexpr uint64_t kP2PSlotPrefix = uint64_t{0x10} << 56;
 constexpr uint64_t kP2PSequenceMask = (uint64_t{1} << 55) - 1;
 
-uint64_t p2p_slot(int32_t src, int32_t dst, uint64_t sequence) {
-  return kP2PSlotPrefix | (uint64_t{src > dst} << 55) | (sequence & kP2PSequenceMask);
+uint64_t p2p_slot(uint64_t prefix, int32_t src, int32_t dst, uint64_t sequence) {
+  return prefix | (uint64_t{src > dst} << 55) | (sequence & kP2PSequenceMask);
 }
 
-// The exchange, for members on several hosts: an all-reduce of at most kExchangeBytes (all
-// peers' contributions together) sends this member's whole input to every peer and reduces
-// what arrives locally, in rank order, so every member computes the same bits. Gloo's ring
+// The exchange: every member sends one message to every peer, its header and then up to
+// `capacity` bytes of payload, and receives theirs. With no payload it is how the members agree
+// before a collective; with its input as payload it is a whole all-reduce, for members on
+// several hosts: an all-reduce of at most kExchangeBytes (all peers' contributions together)
+// sends this member's whole input to every peer and reduces what arrives locally, in rank
+// order, so every member computes the same bits. Gloo's ring
 // needs 2(n-1) dependent steps, each a receive-ready notice and then the data, and each hop
 // costs tens of microseconds on a busy machine. Here the receives for the next exchange are
 // posted as soon as the current one has arrived, so a member's sends find the peers ready and
@@ -98,11 +107,22 @@ uint64_t p2p_slot(int32_t src, int32_t dst, uint64_t sequence) {
 constexpr size_t kExchangeBytes = 256 * 1024;
 constexpr uint64_t kExchangeSlotPrefix = uint64_t{0x11} << 56;
 constexpr uint64_t kExchangeSequenceMask = (uint64_t{1} << 56) - 1;
+// A message's header takes this much, so that its payload stays 64-byte aligned.
+constexpr size_t kHeaderBytes = 64;
+static_assert(sizeof(shim_comm_header) <= kHeaderBytes, "a header fits its place");
+
+// A transfer's sender and receiver swap headers on slots of their own (prefixes no collective,
+// p2p data or exchange uses), counted like its data.
+constexpr uint64_t kSenderHeaderPrefix = uint64_t{0x12} << 56;
+constexpr uint64_t kReceiverHeaderPrefix = uint64_t{0x13} << 56;
 
 struct Exchange {
-  size_t capacity = 0;  // bytes per member in each half of the scratch
-  std::array<std::unique_ptr<uint8_t[]>, 2> scratch;  // size x capacity each; slot r holds member r's input
+  size_t capacity = 0;  // payload bytes per member in each half of the scratch
+  size_t stride() const { return kHeaderBytes + capacity; }
+  std::array<std::unique_ptr<uint8_t[]>, 2> scratch;  // size x stride each; slot r holds member r's message
   std::array<std::unique_ptr<gloo::transport::UnboundBuffer>, 2> inbox;  // over each half
+  std::unique_ptr<uint8_t[]> message;  // this member's outgoing message (stride bytes)
+  std::unique_ptr<gloo::transport::UnboundBuffer> outbox;  // over it
   uint64_t sequence = 0;  // exchanges begun, the same on every member
   bool posted = false;    // whether the receives for `sequence` are posted
   // Why posting the next exchange's receives failed. That exchange reports it: the one that
@@ -121,7 +141,7 @@ struct shim_comm : shim_comm_state {
   uint32_t tag = 0;     // collective sequence number, the same on every member
   std::vector<uint64_t> sent, received;  // p2p transfers issued per peer, in each direction
   // Declared after `context`, so its buffers (and any receives still posted) go first.
-  std::unique_ptr<Exchange> exchange;  // made on the first small all-reduce
+  std::unique_ptr<Exchange> exchange;  // made on the first collective
   // This member's shared segment and its view of the others' (null for a one-member comm);
   // shm_ready once every member has mapped every segment.
   std::unique_ptr<ShmGroup> shm;
@@ -197,31 +217,42 @@ void post_exchange(shim_comm *c, Exchange &x) {
   const uint64_t slot = kExchangeSlotPrefix | (x.sequence & kExchangeSequenceMask);
   gloo::transport::UnboundBuffer &inbox = *x.inbox[x.sequence & 1];
   for (int32_t peer = 0; peer < c->size; peer++)
-    if (peer != c->rank) inbox.recv(peer, slot, static_cast<size_t>(peer) * x.capacity, x.capacity);
+    if (peer != c->rank) inbox.recv(peer, slot, static_cast<size_t>(peer) * x.stride(), x.stride());
   x.posted = true;
 }
 
-void allreduce_by_exchange(shim_comm *c, void *out, const void *in, size_t n, size_t bytes, shim_reduce_fn fn) {
+Exchange &exchange_of(shim_comm *c) {
   if (!c->exchange) {
     auto x = std::make_unique<Exchange>();
     x->capacity = exchange_capacity(c);
     for (int half = 0; half < 2; half++) {
-      x->scratch[half].reset(new uint8_t[static_cast<size_t>(c->size) * x->capacity]);
-      x->inbox[half] = c->context->createUnboundBuffer(x->scratch[half].get(), static_cast<size_t>(c->size) * x->capacity);
+      x->scratch[half].reset(new uint8_t[static_cast<size_t>(c->size) * x->stride()]);
+      x->inbox[half] = c->context->createUnboundBuffer(x->scratch[half].get(), static_cast<size_t>(c->size) * x->stride());
     }
+    x->message.reset(new uint8_t[x->stride()]);
+    x->outbox = c->context->createUnboundBuffer(x->message.get(), x->stride());
     c->exchange = std::move(x);
   }
-  Exchange &x = *c->exchange;
+  return *c->exchange;
+}
+
+// One exchange: `mine` and `bytes` (at most the capacity) of payload to every peer, and every
+// peer's message into *arrived (member r's at r x stride, its payload kHeaderBytes in). Fails
+// as fn, on every member alike, when a peer's header is not `mine`; then no payload is read.
+int exchange(shim_comm *c, const char *fn, const shim_comm_header &mine, const void *payload, size_t bytes,
+             const uint8_t **arrived) {
+  Exchange &x = exchange_of(c);
   if (x.postFailure) std::rethrow_exception(x.postFailure);
   const auto deadline = std::chrono::steady_clock::now() + c->timeout;
   if (!x.posted) post_exchange(c, x);
   const uint64_t slot = kExchangeSlotPrefix | (x.sequence & kExchangeSequenceMask);
-  uint8_t *arrived = x.scratch[x.sequence & 1].get();
+  const uint8_t *half = x.scratch[x.sequence & 1].get();
   gloo::transport::UnboundBuffer &inbox = *x.inbox[x.sequence & 1];
 
-  auto mine = c->context->createUnboundBuffer(const_cast<void *>(in), bytes);
+  memcpy(x.message.get(), &mine, sizeof mine);
+  if (bytes > 0) memcpy(x.message.get() + kHeaderBytes, payload, bytes);
   for (int32_t peer = 0; peer < c->size; peer++)
-    if (peer != c->rank) mine->send(peer, slot, 0, bytes);
+    if (peer != c->rank) x.outbox->send(peer, slot, 0, kHeaderBytes + bytes);
   for (int32_t i = 1; i < c->size; i++) wait_transfer(inbox, false, deadline);
   x.sequence++;
   x.posted = false;
@@ -230,19 +261,37 @@ void allreduce_by_exchange(shim_comm *c, void *out, const void *in, size_t n, si
   } catch (...) {
     x.postFailure = std::current_exception();
   }
-  // The sends read `in`, which may be `out`: they must be done before out is written.
-  for (int32_t i = 1; i < c->size; i++) wait_transfer(*mine, true, deadline);
-
-  // In place, this member's input is overwritten by the first step; past rank 1 it is still
-  // needed then, so it is read from a copy.
-  const void *own = in;
-  if (in == out && c->rank >= 2) {
-    memcpy(arrived + static_cast<size_t>(c->rank) * x.capacity, in, bytes);
-    own = arrived + static_cast<size_t>(c->rank) * x.capacity;
+  for (int32_t i = 1; i < c->size; i++) wait_transfer(*x.outbox, true, deadline);
+  for (int32_t peer = 0; peer < c->size; peer++) {
+    if (peer == c->rank) continue;
+    shim_comm_header theirs;
+    memcpy(&theirs, half + static_cast<size_t>(peer) * x.stride(), sizeof theirs);
+    SHIM_TRY(shim_check_agreement(fn, &mine, c->rank, &theirs, peer));
   }
-  auto from = [&](int32_t r) -> const void * { return r == c->rank ? own : arrived + static_cast<size_t>(r) * x.capacity; };
-  fn(out, from(0), from(1), n);
-  for (int32_t r = 2; r < c->size; r++) fn(out, out, from(r), n);
+  *arrived = half;
+  return SHIM_OK;
+}
+
+// The agreement before a collective that moves its data some other way.
+int agree_on(shim_comm *c, const char *fn, const shim_comm_header &mine) {
+  if (c->size == 1) return SHIM_OK;
+  const uint8_t *arrived;
+  return exchange(c, fn, mine, nullptr, 0, &arrived);
+}
+
+// The all-reduce as one exchange of every member's whole input (bytes <= capacity).
+int allreduce_by_exchange(shim_comm *c, const char *fn, const shim_comm_header &mine, void *out, const void *in, size_t n,
+                          size_t bytes, shim_reduce_fn fn_reduce) {
+  const uint8_t *arrived;
+  SHIM_TRY(exchange(c, fn, mine, in, bytes, &arrived));
+  // This member's own input is read from its outgoing message, a copy: out may be in.
+  const size_t stride = c->exchange->stride();
+  auto from = [&](int32_t r) -> const void * {
+    return r == c->rank ? c->exchange->message.get() + kHeaderBytes : arrived + static_cast<size_t>(r) * stride + kHeaderBytes;
+  };
+  fn_reduce(out, from(0), from(1), n);
+  for (int32_t r = 2; r < c->size; r++) fn_reduce(out, out, from(r), n);
+  return SHIM_OK;
 }
 
 // Whether `mine` holds on every member: the shared-memory path is taken by all or by none.
@@ -258,16 +307,44 @@ bool agree(shim_comm *c, bool mine) {
   return all == 1;
 }
 
-void allreduce(shim_comm *c, void *out, const void *in, size_t n, int64_t element_size, shim_reduce_fn fn) {
+// The all-reduce on whichever path every member takes, after agreeing on `mine`.
+int allreduce(shim_comm *c, const char *fn, const shim_comm_header &mine, void *out, const void *in, size_t n,
+              int64_t element_size, shim_reduce_fn reduce) {
   const size_t bytes = n * static_cast<size_t>(element_size);
-  if (c->shm_ready) return c->shm->allreduce(out, in, bytes, static_cast<size_t>(element_size), fn, std::chrono::steady_clock::now() + c->timeout);
-  if (c->size > 1 && bytes <= exchange_capacity(c)) return allreduce_by_exchange(c, out, in, n, bytes, fn);
-  switch (element_size) {
-    case 1: allreduce_as<uint8_t>(c, out, in, n, fn); break;
-    case 2: allreduce_as<uint16_t>(c, out, in, n, fn); break;
-    case 4: allreduce_as<uint32_t>(c, out, in, n, fn); break;
-    default: allreduce_as<uint64_t>(c, out, in, n, fn); break;
+  if (c->size == 1) {
+    if (out != in && bytes > 0) memcpy(out, in, bytes);
+    return SHIM_OK;
   }
+  if (c->shm_ready) {
+    shim_comm_header theirs;
+    const int other = c->shm->allreduce(out, in, bytes, static_cast<size_t>(element_size), reduce,
+                                        std::chrono::steady_clock::now() + c->timeout, mine, &theirs);
+    return other < 0 ? SHIM_OK : shim_check_agreement(fn, &mine, c->rank, &theirs, other);
+  }
+  if (bytes <= exchange_capacity(c)) return allreduce_by_exchange(c, fn, mine, out, in, n, bytes, reduce);
+  SHIM_TRY(agree_on(c, fn, mine));
+  switch (element_size) {
+    case 1: allreduce_as<uint8_t>(c, out, in, n, reduce); break;
+    case 2: allreduce_as<uint16_t>(c, out, in, n, reduce); break;
+    case 4: allreduce_as<uint32_t>(c, out, in, n, reduce); break;
+    default: allreduce_as<uint64_t>(c, out, in, n, reduce); break;
+  }
+  return SHIM_OK;
+}
+
+// A call this member refuses on its own arguments, once its comm is usable: it still takes
+// part in the agreement, on the path the others take, saying it refuses, so that they fail the
+// call too instead of waiting for it. What it reports is its own refusal.
+int refused(shim_comm *c, const char *fn, int32_t call, int status) {
+  if (status == SHIM_OK || c == nullptr || c->size == 1 || !c->connected || c->failure[0] != '\0') return status;
+  const std::string why = shim_last_error();
+  const shim_comm_header mine = shim_comm_refusal(call);
+  (void)guarded(c, fn, [&]() -> int {
+    if (call != SHIM_CALL_ALL_REDUCE && call != SHIM_CALL_REDUCE_SCATTER) return agree_on(c, fn, mine);
+    uint8_t nothing = 0;  // no header agrees with a refusal, so nothing is reduced
+    return allreduce(c, fn, mine, &nothing, &nothing, 0, 1, shim_comm_reduce_fn(SHIM_U8, SHIM_OP_SUM));
+  });
+  return shim_fail(status, "%s", why.c_str());
 }
 
 }  // namespace
@@ -355,20 +432,23 @@ int shim_comm_destroy(shim_comm *c) {
 }
 
 int shim_all_reduce(shim_comm *c, shim_tensor *out, const shim_tensor *in, int32_t op, shim_stream *s) {
-  SHIM_TRY(shim_check_all_reduce(c, out, in, op));
-  if (in->numel == 0) return SHIM_OK;
+  const char *what = "shim_all_reduce";
+  SHIM_TRY(refused(c, what, SHIM_CALL_ALL_REDUCE, shim_check_all_reduce(c, out, in, op)));
   const shim_reduce_fn fn = shim_comm_reduce_fn(in->dtype, op);
-  return guarded(c, "shim_all_reduce", [&] {
-    allreduce(c, data(out), data(in), static_cast<size_t>(in->numel), shim_dtype_size(in->dtype), fn);
+  return guarded(c, what, [&]() -> int {
+    SHIM_TRY(allreduce(c, what, shim_comm_header_of(SHIM_CALL_ALL_REDUCE, in, op), data(out), data(in),
+                       static_cast<size_t>(in->numel), shim_dtype_size(in->dtype), fn));
     if (op == SHIM_OP_AVG) shim_comm_divide(out->dtype, data(out), static_cast<size_t>(out->numel), c->size);
     return SHIM_OK;
   });
 }
 
 int shim_all_gather(shim_comm *c, shim_tensor *out, const shim_tensor *in, shim_stream *s) {
-  SHIM_TRY(shim_check_all_gather(c, out, in));
-  if (in->numel == 0) return SHIM_OK;
-  return guarded(c, "shim_all_gather", [&] {
+  const char *what = "shim_all_gather";
+  SHIM_TRY(refused(c, what, SHIM_CALL_ALL_GATHER, shim_check_all_gather(c, out, in)));
+  return guarded(c, what, [&]() -> int {
+    SHIM_TRY(agree_on(c, what, shim_comm_header_of(SHIM_CALL_ALL_GATHER, in, 0)));
+    if (in->numel == 0) return SHIM_OK;
     gloo::AllgatherOptions opts(c->context);
     opts.setInput(static_cast<uint8_t *>(data(in)), nbytes(in));
     opts.setOutput(static_cast<uint8_t *>(data(out)), nbytes(out));
@@ -381,13 +461,14 @@ int shim_all_gather(shim_comm *c, shim_tensor *out, const shim_tensor *in, shim_
 // This Gloo has no options-style reduce-scatter: all-reduce into scratch, keep our chunk.
 int shim_reduce_scatter(shim_comm *c, shim_tensor *out, const shim_tensor *in, int32_t op, shim_stream *s) {
   const char *what = "shim_reduce_scatter";
-  SHIM_TRY(shim_check_reduce_scatter(c, out, in, op));
-  if (in->numel == 0) return SHIM_OK;
+  SHIM_TRY(refused(c, what, SHIM_CALL_REDUCE_SCATTER, shim_check_reduce_scatter(c, out, in, op)));
   const shim_reduce_fn fn = shim_comm_reduce_fn(in->dtype, op);
-  std::unique_ptr<uint8_t[]> scratch(new (std::nothrow) uint8_t[nbytes(in)]);
+  std::unique_ptr<uint8_t[]> scratch(new (std::nothrow) uint8_t[std::max<size_t>(nbytes(in), 1)]);
   if (!scratch) return shim_fail(SHIM_E_NOMEM, "%s: no memory for a %zu-byte scratch buffer", what, nbytes(in));
-  return guarded(c, what, [&] {
-    allreduce(c, scratch.get(), data(in), static_cast<size_t>(in->numel), shim_dtype_size(in->dtype), fn);
+  return guarded(c, what, [&]() -> int {
+    SHIM_TRY(allreduce(c, what, shim_comm_header_of(SHIM_CALL_REDUCE_SCATTER, in, op), scratch.get(), data(in),
+                       static_cast<size_t>(in->numel), shim_dtype_size(in->dtype), fn));
+    if (in->numel == 0) return SHIM_OK;
     memcpy(data(out), scratch.get() + static_cast<size_t>(c->rank) * nbytes(out), nbytes(out));
     if (op == SHIM_OP_AVG) shim_comm_divide(out->dtype, data(out), static_cast<size_t>(out->numel), c->size);
     return SHIM_OK;
@@ -395,9 +476,11 @@ int shim_reduce_scatter(shim_comm *c, shim_tensor *out, const shim_tensor *in, i
 }
 
 int shim_all_to_all(shim_comm *c, shim_tensor *out, const shim_tensor *in, shim_stream *s) {
-  SHIM_TRY(shim_check_all_to_all(c, out, in));
-  if (in->numel == 0) return SHIM_OK;
-  return guarded(c, "shim_all_to_all", [&] {
+  const char *what = "shim_all_to_all";
+  SHIM_TRY(refused(c, what, SHIM_CALL_ALL_TO_ALL, shim_check_all_to_all(c, out, in)));
+  return guarded(c, what, [&]() -> int {
+    SHIM_TRY(agree_on(c, what, shim_comm_header_of(SHIM_CALL_ALL_TO_ALL, in, 0)));
+    if (in->numel == 0) return SHIM_OK;
     gloo::AlltoallOptions opts(c->context);
     opts.setInput(static_cast<uint8_t *>(data(in)), nbytes(in));
     opts.setOutput(static_cast<uint8_t *>(data(out)), nbytes(out));
@@ -408,9 +491,11 @@ int shim_all_to_all(shim_comm *c, shim_tensor *out, const shim_tensor *in, shim_
 }
 
 int shim_broadcast(shim_comm *c, shim_tensor *t, int32_t root, shim_stream *s) {
-  SHIM_TRY(shim_check_broadcast(c, t, root));
-  if (t->numel == 0) return SHIM_OK;
-  return guarded(c, "shim_broadcast", [&] {
+  const char *what = "shim_broadcast";
+  SHIM_TRY(refused(c, what, SHIM_CALL_BROADCAST, shim_check_broadcast(c, t, root)));
+  return guarded(c, what, [&]() -> int {
+    SHIM_TRY(agree_on(c, what, shim_comm_header_of(SHIM_CALL_BROADCAST, t, root)));
+    if (t->numel == 0) return SHIM_OK;
     gloo::BroadcastOptions opts(c->context);
     opts.setOutput(static_cast<uint8_t *>(data(t)), nbytes(t));
     opts.setRoot(root);
@@ -430,29 +515,60 @@ int shim_barrier(shim_comm *c, shim_stream *s) {
   });
 }
 
+// Two rounds. First each side of every transfer sends its header to the other and receives
+// theirs, and a receiver posts its data receive at once; then a sender whose receiver agrees
+// sends its data, and one that does not sends an empty message where a receive is waiting
+// (which completes it). Both sides know both headers, so they decide alike, and their
+// sequences stay matched whatever they decide.
 int shim_p2p(shim_comm *c, int32_t n, const int32_t *kinds, const int32_t *peers, shim_tensor *const *tensors,
              shim_stream *s) {
+  const char *what = "shim_p2p";
   SHIM_TRY(shim_check_p2p(c, n, kinds, peers, tensors));
   if (n == 0) return SHIM_OK;
-  return guarded(c, "shim_p2p", [&] {
-    struct Transfer {
-      std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
-      bool send;
-    };
-    std::vector<Transfer> posted;
+  return guarded(c, what, [&]() -> int {
+    constexpr size_t H = sizeof(shim_comm_header);
+    // [0, n): this member's header for each transfer; [n, 2n): the other side's.
+    std::vector<shim_comm_header> headers(2 * static_cast<size_t>(n));
+    auto exchanged = c->context->createUnboundBuffer(headers.data(), headers.size() * H);
+    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> moved(n);
+    std::vector<uint64_t> slots(n);
+    const auto deadline = std::chrono::steady_clock::now() + c->timeout;
     for (int32_t i = 0; i < n; i++) {
-      const shim_tensor *t = tensors[i];
-      if (t->numel == 0) continue;  // both sides skip it, so the sequences stay matched
       const int32_t peer = peers[i];
       const bool send = kinds[i] == SHIM_SEND;
-      auto buffer = c->context->createUnboundBuffer(data(t), nbytes(t));
-      if (send) buffer->send(peer, p2p_slot(c->rank, peer, c->sent[peer]++));
-      else buffer->recv(peer, p2p_slot(peer, c->rank, c->received[peer]++));
-      posted.push_back(Transfer{std::move(buffer), send});
+      const int32_t src = send ? c->rank : peer, dst = send ? peer : c->rank;
+      const uint64_t sequence = send ? c->sent[peer]++ : c->received[peer]++;
+      headers[i] = shim_comm_header_of(send ? SHIM_CALL_SEND : SHIM_CALL_RECV, tensors[i], 0);
+      const uint64_t own = p2p_slot(send ? kSenderHeaderPrefix : kReceiverHeaderPrefix, src, dst, sequence);
+      const uint64_t other = p2p_slot(send ? kReceiverHeaderPrefix : kSenderHeaderPrefix, src, dst, sequence);
+      exchanged->send(peer, own, static_cast<size_t>(i) * H, H);
+      exchanged->recv(peer, other, static_cast<size_t>(n + i) * H, H);
+      slots[i] = p2p_slot(kP2PSlotPrefix, src, dst, sequence);
+      if (!send && tensors[i]->numel > 0) {
+        moved[i] = c->context->createUnboundBuffer(data(tensors[i]), nbytes(tensors[i]));
+        moved[i]->recv(peer, slots[i]);
+      }
     }
-    const auto deadline = std::chrono::steady_clock::now() + c->timeout;
-    for (Transfer &t : posted) wait_transfer(*t.buffer, t.send, deadline);
-    return SHIM_OK;
+    for (int32_t i = 0; i < n; i++) wait_transfer(*exchanged, false, deadline);
+    int32_t first_disagreement = -1;
+    for (int32_t i = 0; i < n; i++) {
+      const bool agreed = shim_comm_headers_agree(&headers[i], &headers[n + i]);
+      if (!agreed && first_disagreement < 0) first_disagreement = i;
+      if (kinds[i] != SHIM_SEND) continue;
+      if (agreed && tensors[i]->numel > 0) {
+        moved[i] = c->context->createUnboundBuffer(data(tensors[i]), nbytes(tensors[i]));
+        moved[i]->send(peers[i], slots[i]);
+      } else if (!agreed && headers[n + i].numel > 0) {
+        moved[i] = c->context->createUnboundBuffer(headers.data(), H);
+        moved[i]->send(peers[i], slots[i], 0, 0);
+      }
+    }
+    for (int32_t i = 0; i < n; i++)
+      if (moved[i]) wait_transfer(*moved[i], kinds[i] == SHIM_SEND, deadline);
+    for (int32_t i = 0; i < n; i++) wait_transfer(*exchanged, true, deadline);
+    if (first_disagreement < 0) return SHIM_OK;
+    const int32_t i = first_disagreement;
+    return shim_check_agreement(what, &headers[i], c->rank, &headers[n + i], peers[i]);
   });
 }
 

@@ -58,6 +58,10 @@ struct Header {
   alignas(64) std::atomic<uint32_t> counters[2];
   std::atomic<uint32_t> sleepers[2];  // waiters asleep on each counter: a publish wakes only if any
   alignas(64) std::atomic<uint32_t> aborted;
+  // What this member passed to the all-reduce of each half's latest round, written before it
+  // publishes `arrived` for that round. A half comes round again only once every member has
+  // arrived at the round between, so no one still reads the one it replaces.
+  alignas(64) shim_comm_header call[2];
 };
 static_assert(sizeof(Header) <= kHeaderBytes, "header fits its page");
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "counters are shared across processes");
@@ -246,22 +250,44 @@ void ShmGroup::await(int which, uint32_t target, steady_clock::time_point deadli
   }
 }
 
-void ShmGroup::allreduce(void *out, const void *in, size_t bytes, size_t element_size, shim_reduce_fn fn,
-                         steady_clock::time_point deadline) {
+int ShmGroup::disagreeing(uint32_t round, shim_comm_header *theirs) const {
+  const shim_comm_header &mine = header(segments_[rank_].base).call[round & 1];
+  for (int r = 0; r < size_; r++) {
+    if (r == rank_) continue;
+    const shim_comm_header &h = header(segments_[r].base).call[round & 1];
+    if (!shim_comm_headers_agree(&mine, &h)) {
+      *theirs = h;
+      return r;
+    }
+  }
+  return -1;
+}
+
+int ShmGroup::allreduce(void *out, const void *in, size_t bytes, size_t element_size, shim_reduce_fn fn,
+                        steady_clock::time_point deadline, const shim_comm_header &mine, shim_comm_header *theirs) {
   try {
     Header &own = header(segments_[rank_].base);
+    // Every path begins with a round whose `arrived` carries `mine`, so members that disagree
+    // (even on which path to take) meet in that round and leave it together.
+    auto begin = [&](uint32_t round, const void *chunk, size_t length, bool first) {
+      own.call[round & 1] = mine;
+      memcpy(stage(segments_[rank_].base, round), chunk, length);
+      publishCounter(own, kArrived, round);
+      await(kArrived, round, deadline);
+      const int other = first ? disagreeing(round, theirs) : -1;
+      if (other >= 0) publishCounter(own, kReduced, round);
+      return other;
+    };
     if (bytes <= kWholeBytes) {
       // Small: every member reduces the whole input from every stage; one barrier. `reduced`
       // keeps pace so that it never falls 2^31 rounds behind `arrived`.
       const uint32_t round = ++round_;
-      memcpy(stage(segments_[rank_].base, round), in, bytes);
-      publishCounter(own, kArrived, round);
-      await(kArrived, round, deadline);
+      if (const int other = begin(round, in, bytes, true); other >= 0) return other;
       const size_t count = bytes / element_size;
       fn(out, stage(segments_[0].base, round), stage(segments_[1].base, round), count);
       for (int r = 2; r < size_; r++) fn(out, out, stage(segments_[r].base, round), count);
       own.counters[kReduced].store(round);
-      return;
+      return -1;
     }
     for (size_t at = 0; at < bytes; at += kChunkBytes) {
       const size_t length = std::min(kChunkBytes, bytes - at), elements = length / element_size;
@@ -269,9 +295,7 @@ void ShmGroup::allreduce(void *out, const void *in, size_t bytes, size_t element
       // This member's slice of the chunk: elements [first(rank), first(rank + 1)).
       auto first = [&](int r) { return elements * static_cast<size_t>(r) / static_cast<size_t>(size_) * element_size; };
 
-      memcpy(stage(segments_[rank_].base, round), static_cast<const uint8_t *>(in) + at, length);
-      publishCounter(own, kArrived, round);
-      await(kArrived, round, deadline);
+      if (const int other = begin(round, static_cast<const uint8_t *>(in) + at, length, at == 0); other >= 0) return other;
 
       const size_t from = first(rank_), count = (first(rank_ + 1) - from) / element_size;
       if (count > 0) {
@@ -285,6 +309,7 @@ void ShmGroup::allreduce(void *out, const void *in, size_t bytes, size_t element
       for (int r = 0; r < size_; r++)
         memcpy(static_cast<uint8_t *>(out) + at + first(r), result(segments_[r].base, round) + first(r), first(r + 1) - first(r));
     }
+    return -1;
   } catch (...) {
     fail();
     throw;

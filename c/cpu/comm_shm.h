@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "../common/internal.h"
 #include "comm_gloo_reduce.h"
 
 // One member's view of the group's segments. Each member creates its own segment (a memfd)
@@ -44,11 +45,14 @@ class ShmGroup {
   void closeDescriptor();
 
   // out = the reduction of every member's `in` (bytes long, elements of element_size), in
-  // rank order, so every member gets the same bits; out may be in. Throws std::runtime_error;
-  // its text says "timed out" when the deadline passed. After a throw the group is unusable
-  // and the other members' calls fail soon after.
-  void allreduce(void *out, const void *in, size_t bytes, size_t element_size, shim_reduce_fn fn,
-                 std::chrono::steady_clock::time_point deadline);
+  // rank order, so every member gets the same bits; out may be in. `mine` describes this
+  // member's call; every member checks every other's in the first round, before reading any
+  // stage, and when one disagrees all return the lowest such member (its header in *theirs),
+  // with nothing reduced and the group still usable. Else returns -1. Throws
+  // std::runtime_error; its text says "timed out" when the deadline passed. After a throw the
+  // group is unusable and the other members' calls fail soon after.
+  int allreduce(void *out, const void *in, size_t bytes, size_t element_size, shim_reduce_fn fn,
+                std::chrono::steady_clock::time_point deadline, const shim_comm_header &mine, shim_comm_header *theirs);
 
   // Tells the other members this one has failed (any of its collectives), so that they stop
   // waiting for it here.
@@ -62,6 +66,8 @@ class ShmGroup {
 
   void await(int which, uint32_t target, std::chrono::steady_clock::time_point deadline);
   void checkPeers(bool probeLiveness) const;
+  // The first member whose header for `round` does not agree with ours (copied to *theirs), or -1.
+  int disagreeing(uint32_t round, shim_comm_header *theirs) const;
 
   int rank_, size_;
   int fd_ = -1;

@@ -2,21 +2,35 @@
  * The Controller service: what a program composes into its own Effect pipeline. Two layers
  * provide it: `Controller.local` starts workers here through the launcher (CPU or CUDA), and
  * `Controller.attach` waits for workers started elsewhere (torchrun), meeting them through the
- * store. Either way the workers connect to this process's listener with the job's token.
+ * store. Either way the workers connect to this process's listener with the job's token, which
+ * attach takes from the environment on both sides (the store would give it to anyone).
  */
 import { Context, Duration, Effect, Layer, Schedule, type Scope } from "effect"
 import { randomBytes } from "node:crypto"
+import { existsSync } from "node:fs"
+import { dirname, isAbsolute } from "node:path"
 import { Launcher } from "../launcher.ts"
 import { NDSlice } from "../protocol/ndslice.ts"
-import { TensorFactory } from "../protocol/values.ts"
+import { parseAddress } from "../net/connection.ts"
+import { readToken, tokenProblem } from "../net/token.ts"
+import type { StoreApi } from "../store/api.ts"
+import { readStoreFile } from "../store/addressFile.ts"
 import { prefixStore } from "../store/prefix.ts"
 import { Store } from "../store/service.ts"
 import { Core, type HangReport } from "./core.ts"
 import { ControllerError, StartError } from "./errors.ts"
 import { Transport } from "./listener.ts"
-import { createMesh, Mesh, RemoteStream, RemoteTensor } from "./mesh.ts"
+import { RemoteStream, type RemoteTensor } from "./handles.ts"
+import { createMesh, type Mesh } from "./mesh.ts"
 
 const WORKER = new URL("../worker.ts", import.meta.url).pathname
+
+/**
+ * The default function root of Controller.local: the folder of the program's entry file, where
+ * its own modules sit. Not the working directory, which holds whatever the program was started
+ * from (a repository's scripts, benchmarks, tools); none when the entry is not a file.
+ */
+const programFolder = (): ReadonlyArray<string> => (isAbsolute(Bun.main) && existsSync(Bun.main) ? [dirname(Bun.main)] : [])
 
 export interface ControllerApi {
   readonly world: number
@@ -53,7 +67,10 @@ export interface LocalOptions extends CommonOptions {
   readonly world: number
   /** cpu (default), cuda or auto: MONARCH_DEVICE for the workers. */
   readonly device?: string
-  /** Roots user functions load from (MONARCH_FUNCTION_PATH); default the working directory. */
+  /**
+   * Roots user functions load from (the workers' MONARCH_FUNCTION_PATH); default the folder of
+   * the program's entry file (`programFolder`).
+   */
   readonly functionPath?: ReadonlyArray<string>
   /** More environment for the workers. */
   readonly env?: Readonly<Record<string, string>>
@@ -63,10 +80,44 @@ export interface LocalOptions extends CommonOptions {
 
 export interface AttachOptions extends CommonOptions {
   readonly world: number
-  /** The store the workers use (torchrun: MASTER_ADDR / MASTER_PORT). */
-  readonly store: { readonly host: string; readonly port: number }
-  /** Key prefix the workers read (their MONARCH_STORE_PREFIX, under torchrun's agent prefix if any). */
+  /**
+   * Listen on this fixed address ("host:port", "unix:/path"), the workers' CONTROLLER_ADDR.
+   * Default: an ephemeral port on `host`, published in the store for the workers to read.
+   */
+  readonly listen?: string
+  /**
+   * The store the workers use, where this controller publishes its address: `{ host, port }`
+   * (torchrun's MASTER_ADDR / MASTER_PORT), or `{ file }`, the MONARCH_STORE_FILE that worker
+   * rank 0 writes the store's address and prefix to (torchrun's c10d and --standalone, where
+   * rank 0 hosts the store on a port torchrun picked). Omitted: no store; `listen` is needed.
+   */
+  readonly store?: { readonly host: string; readonly port: number } | { readonly file: string }
+  /**
+   * Key prefix the workers read (their MONARCH_STORE_PREFIX, under torchrun's agent prefix if
+   * any): default "monarch", or the one in the store file.
+   */
   readonly prefix?: string
+  /**
+   * The job token the workers were given, at least MIN_ATTACH_TOKEN_LENGTH characters; default
+   * MONARCH_TOKEN or the file MONARCH_TOKEN_FILE names, as the workers read it. Never published in
+   * the store: its protocol has no authentication.
+   */
+  readonly token?: string
+}
+
+/** An attach token is chosen by people, so a short (guessable) one is refused. */
+export const MIN_ATTACH_TOKEN_LENGTH = 16
+
+/** The attach token from the options or the environment, or why there is none to use. */
+const attachToken = (o: Pick<AttachOptions, "token">): Effect.Effect<string, StartError> => {
+  const problem = o.token === undefined ? undefined : tokenProblem(o.token)
+  const given = o.token === undefined ? readToken() : problem === undefined ? { token: o.token } : { problem }
+  if ("problem" in given) return Effect.fail(new StartError({ message: given.problem }))
+  if (given.token === undefined)
+    return Effect.fail(new StartError({ message: "Controller.attach needs the job token: set MONARCH_TOKEN (or MONARCH_TOKEN_FILE) here and for the workers, or give `token`; it never goes through the store, which anyone who reaches it can read" }))
+  if (given.token.length < MIN_ATTACH_TOKEN_LENGTH)
+    return Effect.fail(new StartError({ message: `the job token has ${given.token.length} characters; use at least ${MIN_ATTACH_TOKEN_LENGTH} (e.g. openssl rand -hex 16)` }))
+  return Effect.succeed(given.token)
 }
 
 const makeCore = (world: number, o: CommonOptions, exitGraceMs: number) =>
@@ -79,30 +130,47 @@ const makeCore = (world: number, o: CommonOptions, exitGraceMs: number) =>
     exitGraceMs,
   })
 
-/** The listener the workers connect to (through the Transport), feeding the core. */
-const listenFor = (core: Core, token: string, o: CommonOptions) =>
+/**
+ * The listener the workers connect to (through the Transport), feeding the core. A worker of
+ * another world size is refused and named in `refusals` (a start-up that cannot succeed).
+ */
+const listenFor = (core: Core, token: string, o: CommonOptions & { readonly listen?: string }, refusals: string[] = []) =>
   Effect.flatMap(Effect.service(Transport), (transport) => transport.listen({
     token,
-    ...(o.host === undefined ? {} : { host: o.host }),
+    ...listenAt(o),
     onWorker: (link) => {
-      if (!core.admit(link)) {
-        core.options.onProblem?.(`refused a second or out-of-range worker claiming rank ${link.hello.rank} of ${link.hello.world}`)
-        link.close()
-      }
+      if (core.admit(link)) return
+      const { rank, world } = link.hello
+      const why = world !== core.world
+        ? `worker rank ${rank} has WORLD_SIZE=${world}, but this controller was started for world ${core.world}`
+        : `refused a second or out-of-range worker claiming rank ${rank} of ${world}`
+      if (world !== core.world) refusals.push(why)
+      core.options.onProblem?.(why)
+      link.close()
     },
     onMessage: (rank, msg) => core.onMessage(rank, msg),
     onDisconnect: (rank) => core.onDisconnect(rank),
     onProblem: (p) => core.options.onProblem?.(p),
   })).pipe(Effect.mapError((e) => new StartError({ message: e.message })))
 
-/** Waits until every rank has connected; `failed` ends the wait early with a reason. */
-const awaitWorkers = (core: Core, o: CommonOptions, failed: () => string | undefined) =>
+/** Where the listener binds: `listen` ("host:port" or "unix:/path"), else an ephemeral port on `host`. */
+const listenAt = (o: CommonOptions & { readonly listen?: string }): { host?: string; port?: number; unix?: string } => {
+  if (o.listen === undefined) return o.host === undefined ? {} : { host: o.host }
+  const at = parseAddress(o.listen)
+  return "unix" in at ? { unix: at.unix } : { host: at.hostname, port: at.port }
+}
+
+/**
+ * Waits until every rank has connected; `failed` ends the wait early with a reason, and
+ * `explain` adds to the message of a wait that timed out.
+ */
+const awaitWorkers = (core: Core, o: CommonOptions, failed: () => string | undefined, explain: Effect.Effect<string> = Effect.succeed("")) =>
   Effect.gen(function* () {
     const deadline = Date.now() + (o.startTimeoutMs ?? 60_000)
     while (core.connected < core.world) {
       const why = failed()
       if (why) return yield* new StartError({ message: why })
-      if (Date.now() > deadline) return yield* new StartError({ message: `${core.connected} of ${core.world} workers connected within ${o.startTimeoutMs ?? 60_000} ms` })
+      if (Date.now() > deadline) return yield* new StartError({ message: `${core.connected} of ${core.world} workers connected within ${o.startTimeoutMs ?? 60_000} ms${yield* explain}` })
       yield* Effect.sleep("10 millis")
     }
   })
@@ -135,25 +203,7 @@ const makeApi = (core: Core): Effect.Effect<ControllerApi, never, Scope.Scope> =
         core.post(all, { _tag: "CreateStream", result: s.ref, default: false })
         return s
       }),
-      send: (t, to, opts = {}) => {
-        const site = core.site()
-        return Effect.try({
-        try: () => {
-          const from = t.mesh
-          if (from.size !== to.size) throw new ControllerError({ message: `cannot send ${t} from ${from} to ${to}: sizes differ` })
-          if (!t.meta) throw new ControllerError({ message: `send needs the dtype and shape of ${t}` })
-          const ranks = [...new Set([...from.ranks, ...to.ranks])].sort((a, b) => a - b)
-          const inputs = from.reads(t)
-          const result = core.newRef(), stream = opts.stream ?? defaultStream
-          core.command(ranks, "send", inputs, [result.id], site, (ident) => ({
-            _tag: "SendTensor", ident, result, fromRanks: from.layout, toRanks: to.layout, tensor: t.ref,
-            factory: new TensorFactory(t.meta!.shape, t.meta!.dtype, core.device), stream: stream.ref,
-          }))
-          return new RemoteTensor(to, result, t.meta, stream)
-        },
-        catch: (e) => (e instanceof ControllerError ? e : new ControllerError({ message: String(e) })),
-      })
-      },
+      send: (t, to, opts) => t.mesh.send(t, to, opts),
       checkHangs: () => core.checkHangs(),
     } satisfies ControllerApi
   })
@@ -179,7 +229,7 @@ export class Controller extends Context.Service<Controller, ControllerApi>()("mo
           CONTROLLER_ADDR: listener.address,
           MONARCH_TOKEN: token,
           MONARCH_DEVICE: o.device ?? process.env.MONARCH_DEVICE ?? "cpu",
-          MONARCH_FUNCTION_PATH: (o.functionPath ?? [process.cwd()]).join(":"),
+          MONARCH_FUNCTION_PATH: (o.functionPath ?? programFolder()).join(":"),
         },
         onLine: (rank, line) => {
           lines[rank]!.push(line)
@@ -208,27 +258,69 @@ export class Controller extends Context.Service<Controller, ControllerApi>()("mo
 
   /**
    * Meets `world` workers started elsewhere (e.g. `torchrun --no_python bun src/worker.ts`):
-   * publishes this controller's address and token in the Store (under `prefix`), then waits
-   * for them through the Transport. `Controller.attach` provides both.
+   * publishes this controller's address in the Store (under `prefix`), unless the workers were
+   * given it (`listen`), then waits for them through the Transport. The token comes from
+   * `token` or the environment on both sides, never from the store. `Controller.attach`
+   * provides both services.
    */
   static readonly layerAttach = (o: Omit<AttachOptions, "store">): Layer.Layer<Controller, StartError, Store | Transport> =>
-    Layer.effect(Controller, Effect.gen(function* () {
-      const core = makeCore(o.world, o, 0)
-      const token = process.env.MONARCH_TOKEN ?? randomBytes(16).toString("hex")
-      const listener = yield* listenFor(core, token, o)
-      const store = prefixStore(o.prefix ?? "monarch", yield* Store)
-      yield* store.multiSet([["token", token], ["controller", listener.address]]).pipe(Effect.mapError((e) => new StartError({ message: e.message })))
-      yield* awaitWorkers(core, o, () => undefined)
-      yield* Effect.addFinalizer(() => Effect.sync(() => core.exit()))
-      return yield* makeApi(core)
-    }))
+    Layer.effect(Controller, Effect.flatMap(Effect.service(Store), (store) => attachWith(o, store)))
 
-  /** `layerAttach` with a TCP store client and the TCP transport. */
+  /**
+   * `layerAttach` with a TCP store client (the store's address given, or read from the file
+   * worker rank 0 writes) and the TCP transport; without `store`, only the listener.
+   */
   static readonly attach = (o: AttachOptions): Layer.Layer<Controller, StartError> => {
-    const timeout = Duration.millis(o.startTimeoutMs ?? 60_000)
-    const store = Store.layerClient({ ...o.store, timeout, connectTimeout: timeout }).pipe(
-      Layer.catchTag("StoreError", (e) => Layer.effect(Store, Effect.fail(new StartError({ message: `store ${o.store.host}:${o.store.port}: ${e.message}` })))),
-    )
-    return Controller.layerAttach(o).pipe(Layer.provide(Layer.mergeAll(store, Transport.layer)))
+    const timeoutMs = o.startTimeoutMs ?? 60_000
+    if (o.store === undefined) {
+      if (o.listen === undefined) return Layer.effect(Controller, Effect.fail(new StartError({ message: "Controller.attach needs `store` (where to publish its address) or `listen` (the workers' CONTROLLER_ADDR)" })))
+      return Layer.effect(Controller, attachWith(o, undefined)).pipe(Layer.provide(Transport.layer))
+    }
+    const given = o.store
+    const located: Effect.Effect<{ host: string; port: number; prefix?: string }, StartError> = "file" in given
+      ? readStoreFile(given.file, timeoutMs).pipe(Effect.mapError((e) => new StartError({ message: e.message })))
+      : Effect.succeed({ host: given.host, port: given.port })
+    return Layer.unwrap(Effect.map(located, (at) => {
+      const timeout = Duration.millis(timeoutMs)
+      const store = Store.layerClient({ host: at.host, port: at.port, timeout, connectTimeout: timeout }).pipe(
+        Layer.catchTag("StoreError", (e) => Layer.effect(Store, Effect.fail(new StartError({ message: `store ${at.host}:${at.port}: ${e.message}` })))),
+      )
+      const prefix = o.prefix ?? at.prefix
+      return Controller.layerAttach({ ...o, ...(prefix === undefined ? {} : { prefix }) }).pipe(Layer.provide(Layer.mergeAll(store, Transport.layer)))
+    }))
   }
 }
+
+/** Attach over a store (publishing the address there) or none (the workers were given `listen`). */
+const attachWith = (o: Omit<AttachOptions, "store">, base: StoreApi | undefined) =>
+  Effect.gen(function* () {
+    const core = makeCore(o.world, o, 0)
+    const token = yield* attachToken(o)
+    const refusals: string[] = []
+    const listener = yield* listenFor(core, token, o, refusals)
+    const prefix = o.prefix ?? "monarch"
+    const store = base === undefined ? undefined : prefixStore(prefix, base)
+    if (store !== undefined) yield* store.set("controller", listener.address).pipe(Effect.mapError((e) => new StartError({ message: e.message })))
+    yield* awaitWorkers(core, o, () => refusals[0], base === undefined ? Effect.succeed("") : whereWorkersAre(base, prefix, o.world))
+    yield* Effect.addFinalizer(() => Effect.sync(() => core.exit()))
+    return yield* makeApi(core)
+  })
+
+/**
+ * For a start-up that timed out over a store: whether the workers' keys (each rank's world
+ * communicator address, `<prefix>/comm/world/<rank>`) are under `prefix`, and if not, which of
+ * the usual prefixes holds them. TCPStore cannot list keys, so the usual ones are probed.
+ */
+const whereWorkersAre = (store: StoreApi, prefix: string, world: number): Effect.Effect<string> =>
+  Effect.gen(function* () {
+    const ours = prefix.split("/").at(-1) ?? "monarch"
+    const candidates = [...new Set([prefix, "monarch", ours, ...[0, 1, 2, 3].flatMap((n) => [`/worker/attempt_${n}/${ours}`, `/worker/attempt_${n}/monarch`])])]
+    const found: string[] = []
+    for (const p of candidates) {
+      const ranks: number[] = []
+      for (let r = 0; r < Math.max(world, 8) && (yield* store.check([`${p}/comm/world/${r}`]).pipe(Effect.orElseSucceed(() => false))); r++) ranks.push(r)
+      if (ranks.length > 0) found.push(`${p}/comm/world/{${ranks.join(",")}}`)
+    }
+    if (found.length === 0) return `; the store has no worker keys under "${prefix}" nor under the usual prefixes (${candidates.join(", ")}): have the workers reached this store?`
+    return `; the store has no worker keys under "${prefix}" (prefix), it has: ${found.join(", ")}`
+  })

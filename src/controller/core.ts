@@ -11,8 +11,8 @@ import { encodeMessageParts } from "../protocol/codec.ts"
 import type { ControllerMessage, Value, WorkerMessage } from "../protocol/messages.ts"
 import { Ref, type Device } from "../protocol/values.ts"
 import type { ProcessExit } from "../launcher.ts"
-import { ControllerError, RemoteError, WorkerLost } from "./errors.ts"
-import { Graph, type Failure, type Node } from "./graph.ts"
+import { ControllerError, RemoteError, WorkerLost, type Failure } from "./errors.ts"
+import { Graph, type Node } from "./graph.ts"
 import type { WorkerLink } from "./listener.ts"
 
 /** A command outstanding longer than `hangAfterMs`, and the ranks that have not passed it. */

@@ -55,5 +55,8 @@ export class WorkerLost extends Data.TaggedError("WorkerLost")<{
 /** A call refused by the controller before it reached any worker (bad arguments, unknown shape). */
 export class ControllerError extends Data.TaggedError("ControllerError")<{ readonly message: string }> {}
 
+/** Why a command failed: on a worker, a worker lost, or a command the controller could not send. */
+export type Failure = RemoteError | WorkerLost | ControllerError
+
 /** Starting or attaching to workers failed. */
 export class StartError extends Data.TaggedError("StartError")<{ readonly message: string }> {}

@@ -6,10 +6,7 @@
  * it has passed its ident and its dependencies have settled: it can no longer fail, and
  * leaves the graph (refs keep pointing at it for its outcome).
  */
-import type { ControllerError, RemoteError, WorkerLost } from "./errors.ts"
-
-/** Why a command failed: on a worker, a worker lost, or a command the controller could not send. */
-export type Failure = RemoteError | WorkerLost | ControllerError
+import type { Failure } from "./errors.ts"
 
 export class Node {
   failure: Failure | undefined

@@ -2,83 +2,296 @@
  * The worker's side of the registry: each declared op bound to the shim calls that run it.
  * This is the only module of src/ops that loads native code; the controller never imports it.
  * `KERNELS` is typed over every op name, so an op declared without a kernel does not compile,
- * and each kernel sees its op's arguments bound by name (tensors as worker Tensors).
+ * and each kernel sees its op's arguments bound by name (tensors as worker Tensors) and the
+ * results' metadata its rule gave. Composite ops (linear, cross_entropy, layer_norm) run as
+ * several shim calls inside one command, through temporaries freed when it ends.
  */
 import * as k from "../../ffi/ops.ts"
 import type { BinaryOpName, ReduceOpName, UnaryOpName } from "../../ffi/symbols.ts"
 import { Tensor } from "../../ffi/tensor.ts"
+import type { DType } from "../protocol/values.ts"
 import type { FunctionContext, RemoteFunction } from "./function.ts"
-import { OpArgumentError } from "./meta.ts"
+import { numelOf, OpArgumentError, type TensorMeta } from "./meta.ts"
 import type { Bound } from "./params.ts"
-import { OPS, opNamed, type Op, type OpName, type ParamsOf } from "./registry.ts"
+import { broadcastShapes } from "./promotion.ts"
+import { opNamed, type Op, type OpName, type ParamsOf } from "./registry.ts"
+import { normDim } from "./rules.ts"
 import type { OpSpec } from "./spec.ts"
 import { arangeBounds } from "./specs/creation.ts"
-import { reshapeShape, transposeDims } from "./specs/layout.ts"
-import { normDim } from "./rules.ts"
+import { planBinary, type BinaryKind } from "./specs/elementwise.ts"
+import { expandShape, permutation, sliceOf, transposePermutation } from "./specs/layout.ts"
+import { reducedDims } from "./specs/reduction.ts"
 
 /**
- * Computes into `outs`, allocated from the op's rule. A view op allocates nothing and
- * returns its result instead; an in-place op writes its input.
+ * Computes into `outs`, allocated from the op's rule (`metas`). A view op allocates nothing
+ * and returns its result instead; an in-place op writes its input.
  */
-export type Kernel<N extends OpName> = (ctx: FunctionContext, outs: ReadonlyArray<Tensor>, a: Bound<ParamsOf<N>, Tensor>, op: N) => Tensor | void
+export type Kernel<N extends OpName> = (run: Run, outs: ReadonlyArray<Tensor>, a: Bound<ParamsOf<N>, Tensor>, op: string, metas: ReadonlyArray<TensorMeta>) => Tensor | void
 
 type Kernels = { readonly [N in OpName]: Kernel<N> }
 
-const fill = (value: number) => (ctx: FunctionContext, [out]: ReadonlyArray<Tensor>) => k.fill(out!, value, ctx.stream)
+/** One command's context and its temporaries (freed when the command's kernel returns). */
+class Run {
+  readonly temps: Tensor[] = []
+  constructor(readonly ctx: FunctionContext) {}
 
-const random = (normal: boolean) => (ctx: FunctionContext, [out]: ReadonlyArray<Tensor>, a: { seed: number; offset: number }) =>
-  k.rand(out!, a.seed, a.offset, normal, ctx.stream)
+  get stream() {
+    return this.ctx.stream
+  }
 
-const unary = (op: UnaryOpName) => (ctx: FunctionContext, [out]: ReadonlyArray<Tensor>, a: { input: Tensor }) => k.unary(op, out!, a.input, ctx.stream)
+  temp(dtype: DType, shape: ReadonlyArray<number>): Tensor {
+    const t = Tensor.empty(this.ctx.native, dtype, shape)
+    this.temps.push(t)
+    return t
+  }
 
-const binaryInto = (op: BinaryOpName, ctx: FunctionContext, out: Tensor, a: Tensor | number, b: Tensor | number): void => {
-  if (typeof a !== "number" && typeof b !== "number") k.binary(op, out, a, b, ctx.stream)
-  else if (typeof a !== "number") k.binaryScalar(op, out, a, b as number, false, ctx.stream)
-  else k.binaryScalar(op, out, b as Tensor, a, true, ctx.stream)
+  /** t in dtype (t itself when it has it). */
+  cast(t: Tensor, dtype: DType): Tensor {
+    if (t.dtype === dtype) return t
+    const out = this.temp(dtype, t.shape)
+    k.cast(out, t, this.stream)
+    return out
+  }
+
+  /** t broadcast to shape, materialised (t itself when it has the shape). */
+  expand(t: Tensor, shape: ReadonlyArray<number>): Tensor {
+    if (t.shape.length === shape.length && t.shape.every((d, i) => d === shape[i])) return t
+    const out = this.temp(t.dtype, shape)
+    copyInto(this, out, t, broadcastStrides(t.shape, shape))
+    return out
+  }
+
+  /** A view of t (a temporary handle on the same memory). */
+  view(t: Tensor, shape: ReadonlyArray<number>): Tensor {
+    const v = t.view(shape)
+    this.temps.push(v)
+    return v
+  }
+
+  free(): void {
+    for (const t of this.temps) t.free()
+  }
 }
 
-const binary = (op: BinaryOpName) => (ctx: FunctionContext, [out]: ReadonlyArray<Tensor>, a: { input: Tensor | number; other: Tensor | number }) =>
-  binaryInto(op, ctx, out!, a.input, a.other)
+const contiguous = (shape: ReadonlyArray<number>): number[] => {
+  const s = new Array<number>(shape.length)
+  for (let i = shape.length - 1, acc = 1; i >= 0; i--) (s[i] = acc), (acc *= shape[i]!)
+  return s
+}
 
-const binaryInPlace = (op: BinaryOpName) => (ctx: FunctionContext, _: ReadonlyArray<Tensor>, a: { input: Tensor; other: Tensor | number }) =>
-  binaryInto(op, ctx, a.input, a.input, a.other)
+/** Strides reading `from` (contiguous) as if broadcast to `to`: 0 on broadcast dims. */
+const broadcastStrides = (from: ReadonlyArray<number>, to: ReadonlyArray<number>): k.Strided => {
+  const own = contiguous(from), lead = to.length - from.length
+  return { offset: 0, strides: to.map((d, i) => (i < lead || from[i - lead] !== d ? 0 : own[i - lead]!)) }
+}
 
-const reduce = (op: ReduceOpName) => (ctx: FunctionContext, [out]: ReadonlyArray<Tensor>, a: { input: Tensor; dim: number | null }, name: string) =>
-  // A 0-dim tensor's one element is all of its dim 0.
-  k.reduce(op, out!, a.input, a.dim === null || a.input.shape.length === 0 ? undefined : normDim(name, a.dim, a.input.shape.length), ctx.stream)
+/** out (contiguous, its own shape) = src read through `view`. */
+const copyInto = (run: Run, out: Tensor, src: Tensor, view: k.Strided): void =>
+  k.copyStrided(out, { offset: 0, strides: contiguous(out.shape) }, src, view, out.shape, run.stream)
 
-const transpose = (ctx: FunctionContext, out: Tensor, a: Tensor, d0: number, d1: number, op: string): void =>
-  // A 0-dim tensor transposed is itself (a copy).
-  a.shape.length === 0 ? k.cast(out, a, ctx.stream) : k.transpose(out, a, ...transposeDims(op, a, d0, d1), ctx.stream)
+const fill = (value: number): Kernel<"zeros"> => (run, [out]) => k.fill(out!, value, run.stream)
+const random = (normal: boolean): Kernel<"rand"> => (run, [out], a) => k.rand(out!, a.seed, a.offset, normal, run.stream)
 
-const cast = (ctx: FunctionContext, [out]: ReadonlyArray<Tensor>, a: { input: Tensor }) => k.cast(out!, a.input, ctx.stream)
+const unary = (op: UnaryOpName): Kernel<"neg"> => (run, [out], a) => k.unary(op, out!, run.cast(a.input, out!.dtype), run.stream)
+
+/** out = a (op) b over prepared operands: cast to the compute dtype, broadcast to the result's shape. */
+const binaryInto = (run: Run, op: BinaryOpName, kind: BinaryKind, name: string, out: Tensor, a: Tensor | number, b: Tensor | number): void => {
+  const plan = planBinary(name, kind, a, b)
+  const prepare = (x: Tensor | number) => typeof x === "number" || numelOf(x.shape) === 1 ? (typeof x === "number" ? x : run.cast(x, plan.compute)) : run.expand(run.cast(x, plan.compute), plan.result.shape)
+  const x = prepare(a), y = prepare(b)
+  if (typeof x !== "number" && typeof y !== "number") {
+    // Two one-element operands of a result with more dims than either: the shim matches counts.
+    k.binary(op, out, x, y, run.stream)
+  } else if (typeof x !== "number") k.binaryScalar(op, out, run.expand(x, plan.result.shape), y as number, false, run.stream)
+  else k.binaryScalar(op, out, run.expand(y as Tensor, plan.result.shape), x, true, run.stream)
+}
+
+const binary = (op: BinaryOpName, kind: BinaryKind): Kernel<"add"> => (run, [out], a, name) => binaryInto(run, op, kind, name, out!, a.input, a.other)
+
+/** In place: straight into the input when the result has its dtype, else through a temporary. */
+const binaryInPlace = (op: BinaryOpName, kind: BinaryKind): Kernel<"add_"> => (run, _, a, name) => {
+  const plan = planBinary(name, kind, a.input, a.other)
+  if (plan.result.dtype === a.input.dtype) return binaryInto(run, op, kind, name, a.input, a.input, a.other)
+  const result = run.temp(plan.result.dtype, plan.result.shape)
+  binaryInto(run, op, kind, name, result, a.input, a.other)
+  k.cast(a.input, result, run.stream)
+}
+
+/** Reduces `dims` of input into out, one dim at a time from the last (every dim: one call). */
+const reduceInto = (run: Run, op: ReduceOpName, out: Tensor, input: Tensor, dims: ReadonlyArray<number>): void => {
+  if (dims.length === input.shape.length) return k.reduce(op, out, input, undefined, run.stream)
+  let cur = input
+  for (let i = dims.length - 1; i >= 0; i--) {
+    const d = dims[i]!
+    const next = i === 0 ? out : run.temp(out.dtype, cur.shape.filter((_, j) => j !== d))
+    k.reduce(op, next, cur, d, run.stream)
+    cur = next
+  }
+}
+
+const reduce = (op: ReduceOpName): Kernel<"sum"> => (run, [out], a, name) => reduceInto(run, op, out!, a.input, reducedDims(name, a.input, a.dim))
+
+const permute = (run: Run, out: Tensor, input: Tensor, p: ReadonlyArray<number>): void => {
+  const own = contiguous(input.shape)
+  copyInto(run, out, input, { offset: 0, strides: p.map((d) => own[d]!) })
+}
+
+/** torch's matmul over views and broadcast batches: 1-D operands gain a dim, then drop it. */
+const matmulInto = (run: Run, out: Tensor, x: Tensor, y: Tensor): void => {
+  const xs = x.shape.length === 1 ? [1, x.shape[0]!] : [...x.shape], ys = y.shape.length === 1 ? [y.shape[0]!, 1] : [...y.shape]
+  const batch = broadcastShapes("matmul", [xs.slice(0, -2), ys.slice(0, -2)])
+  const xv = run.expand(x.shape.length === 1 ? run.view(x, xs) : x, [...batch, ...xs.slice(-2)])
+  const yBatched = ys.length > 2
+  const yv0 = y.shape.length === 1 ? run.view(y, ys) : y
+  const yv = yBatched ? run.expand(yv0, [...batch, ...ys.slice(-2)]) : yv0
+  k.matmul(run.view(out, [...batch, xs.at(-2)!, ys.at(-1)!]), xv, yv, run.stream)
+}
+
+const stridesOf = (t: TensorMeta) => contiguous(t.shape)
 
 export const KERNELS: Kernels = {
   zeros: fill(0),
   ones: fill(1),
-  full: (ctx, [out], a) => k.fill(out!, a.fill_value, ctx.stream),
-  arange: (ctx, [out], a, op) => {
+  full: (run, [out], a) => k.fill(out!, a.fill_value, run.stream),
+  arange: (run, [out], a, op) => {
     const [start, step] = arangeBounds(a, op)
-    k.arange(out!, start, step, ctx.stream)
+    k.arange(out!, start, step, run.stream)
   },
   rand: random(false),
   randn: random(true),
   neg: unary("neg"), abs: unary("abs"), exp: unary("exp"), log: unary("log"), sqrt: unary("sqrt"),
   relu: unary("relu"), tanh: unary("tanh"), sigmoid: unary("sigmoid"),
-  add: binary("add"), sub: binary("sub"), mul: binary("mul"), div: binary("div"),
-  maximum: binary("maximum"), minimum: binary("minimum"), pow: binary("pow"),
-  eq: binary("eq"), ne: binary("ne"), lt: binary("lt"), le: binary("le"), gt: binary("gt"), ge: binary("ge"),
-  add_: binaryInPlace("add"), sub_: binaryInPlace("sub"), mul_: binaryInPlace("mul"), div_: binaryInPlace("div"),
-  sum: reduce("sum"), prod: reduce("prod"), mean: reduce("mean"), max: reduce("max"), min: reduce("min"),
-  matmul: (ctx, [out], a) => k.matmul(out!, a.input, a.other, ctx.stream),
-  transpose: (ctx, [out], a, op) => transpose(ctx, out!, a.input, a.dim0, a.dim1, op),
-  t: (ctx, [out], a, op) => transpose(ctx, out!, a.input, 0, 1, op),
-  reshape: (_, __, a, op) => a.input.view(reshapeShape(op, a.input, a.shape)),
-  to: cast,
-  clone: cast,
-  copy_: (ctx, _, a) => k.cast(a.input, a.src, ctx.stream),
-  fill_: (ctx, _, a) => k.fill(a.input, a.value, ctx.stream),
+  add: binary("add", "arithmetic"), sub: binary("sub", "arithmetic"), mul: binary("mul", "arithmetic"), div: binary("div", "division"),
+  maximum: binary("maximum", "arithmetic"), minimum: binary("minimum", "arithmetic"), pow: binary("pow", "arithmetic"),
+  eq: binary("eq", "comparison"), ne: binary("ne", "comparison"), lt: binary("lt", "comparison"),
+  le: binary("le", "comparison"), gt: binary("gt", "comparison"), ge: binary("ge", "comparison"),
+  add_: binaryInPlace("add", "arithmetic"), sub_: binaryInPlace("sub", "arithmetic"), mul_: binaryInPlace("mul", "arithmetic"), div_: binaryInPlace("div", "division"),
+  clamp: (run, [out], a) => {
+    k.cast(out!, a.input, run.stream)
+    if (a.min !== null) k.binaryScalar("maximum", out!, out!, a.min, false, run.stream)
+    if (a.max !== null) k.binaryScalar("minimum", out!, out!, a.max, false, run.stream)
+  },
+  sum: reduce("sum"), prod: reduce("prod"), mean: reduce("mean"),
+  amax: reduce("max"), amin: reduce("min"), max: reduce("max"), min: reduce("min"),
+  matmul: (run, [out], a) => matmulInto(run, out!, a.input, a.other),
+  mm: (run, [out], a) => k.matmul(out!, a.input, a.mat2, run.stream),
+  bmm: (run, [out], a) => k.matmul(out!, a.input, a.mat2, run.stream),
+  transpose: (run, [out], a, op) => permute(run, out!, a.input, transposePermutation(op, a.input, a.dim0, a.dim1)),
+  t: (run, [out], a, op) => permute(run, out!, a.input, transposePermutation(op, a.input, 0, -1)),
+  permute: (run, [out], a, op) => permute(run, out!, a.input, permutation(op, a.input, a.dims)),
+  reshape: (_, __, a, ___, [m]) => a.input.view(m!.shape),
+  view: (_, __, a, ___, [m]) => a.input.view(m!.shape),
+  flatten: (_, __, a, ___, [m]) => a.input.view(m!.shape),
+  squeeze: (_, __, a, ___, [m]) => a.input.view(m!.shape),
+  unsqueeze: (_, __, a, ___, [m]) => a.input.view(m!.shape),
+  expand: (run, [out], a, op) => copyInto(run, out!, a.input, broadcastStrides(a.input.shape, expandShape(op, a.input, a.size))),
+  broadcast_to: (run, [out], a, op) => copyInto(run, out!, a.input, broadcastStrides(a.input.shape, expandShape(op, a.input, a.size))),
+  contiguous: (run, [out], a) => k.cast(out!, a.input, run.stream),
+  clone: (run, [out], a) => k.cast(out!, a.input, run.stream),
+  to: (run, [out], a) => k.cast(out!, a.input, run.stream),
+  narrow: (run, [out], a, op) => {
+    const d = normDim(op, a.dim, a.input.shape.length), s = stridesOf(a.input), size = a.input.shape[d] ?? 1
+    copyInto(run, out!, a.input, { offset: (a.start < 0 ? a.start + size : a.start) * (s[d] ?? 1), strides: s })
+  },
+  select: (run, [out], a, op) => {
+    const d = normDim(op, a.dim, a.input.shape.length), s = stridesOf(a.input), size = a.input.shape[d]!
+    copyInto(run, out!, a.input, { offset: (a.index < 0 ? a.index + size : a.index) * s[d]!, strides: s.filter((_, i) => i !== d) })
+  },
+  slice: (run, [out], a, op) => {
+    const d = normDim(op, a.dim, a.input.shape.length), s = stridesOf(a.input)
+    const [start, step] = sliceOf(op, a.input.shape[d]!, a.start, a.end, a.step)
+    copyInto(run, out!, a.input, { offset: start * s[d]!, strides: s.map((x, i) => (i === d ? x * step : x)) })
+  },
+  flip: (run, [out], a, op) => {
+    const s = stridesOf(a.input), n = a.input.shape.length
+    const dims = (typeof a.dims === "number" ? [a.dims] : a.dims).map((d) => normDim(op, d, n))
+    let offset = 0
+    const strides = s.map((x, i) => (dims.includes(i) ? ((offset += (a.input.shape[i]! - 1) * x), -x) : x))
+    copyInto(run, out!, a.input, { offset, strides })
+  },
+  cat: (run, [out], a, op) => {
+    const d = normDim(op, a.dim, out!.shape.length), os = contiguous(out!.shape)
+    let at = 0
+    for (const t of a.tensors) {
+      k.copyStrided(out!, { offset: at * os[d]!, strides: os }, run.cast(t, out!.dtype), { offset: 0, strides: contiguous(t.shape) }, t.shape, run.stream)
+      at += t.shape[d]!
+    }
+  },
+  stack: (run, [out], a, op) => {
+    const d = normDim(op, a.dim, out!.shape.length), os = contiguous(out!.shape)
+    a.tensors.forEach((t, i) =>
+      k.copyStrided(out!, { offset: i * os[d]!, strides: os.filter((_, j) => j !== d) }, run.cast(t, out!.dtype), { offset: 0, strides: contiguous(t.shape) }, t.shape, run.stream))
+  },
+  index_select: (run, [out], a, op) => {
+    if (a.input.shape.length === 0) return k.cast(out!, a.input, run.stream)
+    const d = normDim(op, a.dim, a.input.shape.length)
+    // gather's index: the selection repeated along every other dim of the result.
+    const index = run.temp("i64", out!.shape)
+    copyInto(run, index, a.index, { offset: 0, strides: out!.shape.map((_, i) => (i === d ? 1 : 0)) })
+    k.gather(out!, a.input, d, index, run.stream)
+  },
+  gather: (run, [out], a, op) => k.gather(out!, a.input, normDim(op, a.dim, a.input.shape.length), a.index, run.stream),
+  copy_: (run, _, a) => k.cast(a.input, run.expand(a.src, a.input.shape), run.stream),
+  fill_: (run, _, a) => k.fill(a.input, a.value, run.stream),
   noop: () => undefined,
+  softmax: (run, [out], a, op) => k.softmax(out!, a.input, normDim(op, a.dim, a.input.shape.length), false, run.stream),
+  log_softmax: (run, [out], a, op) => k.softmax(out!, a.input, normDim(op, a.dim, a.input.shape.length), true, run.stream),
+  linear: (run, [out], a) => {
+    const [o, i] = a.weight.shape as [number, number]
+    const wt = run.temp(a.weight.dtype, [i, o])
+    k.transpose(wt, a.weight, 0, 1, run.stream)
+    matmulInto(run, out!, a.input, wt)
+    if (a.bias) k.binary("add", out!, out!, run.expand(a.bias, out!.shape), run.stream)
+  },
+  cross_entropy: (run, [out], a) => {
+    const { input, target } = a, [n, c] = input.shape as [number, number], dtype = input.dtype
+    const logp = run.temp(dtype, [n, c])
+    k.softmax(logp, input, 1, true, run.stream)
+    // Ignored targets pick class 0 and are masked out.
+    const valid = run.temp("bool", [n])
+    k.binaryScalar("ne", valid, target, a.ignore_index, false, run.stream)
+    const safe = run.temp("i64", [n])
+    k.binary("mul", safe, target, run.cast(valid, "i64"), run.stream)
+    const picked = run.temp(dtype, [n, 1])
+    k.gather(picked, logp, 1, run.view(safe, [n, 1]), run.stream)
+    const weight = run.cast(valid, dtype), loss = run.temp(dtype, [n])
+    k.binaryScalar("mul", loss, run.view(picked, [n]), -(1 - a.label_smoothing), false, run.stream)
+    if (a.label_smoothing > 0) {
+      const smooth = run.temp(dtype, [n])
+      k.reduce("sum", smooth, logp, 1, run.stream)
+      k.binaryScalar("mul", smooth, smooth, -a.label_smoothing / c, false, run.stream)
+      k.binary("add", loss, loss, smooth, run.stream)
+    }
+    k.binary("mul", loss, loss, weight, run.stream)
+    if (a.reduction === "none") return k.cast(out!, loss, run.stream)
+    k.reduce("sum", out!, loss, undefined, run.stream)
+    if (a.reduction === "mean") {
+      const count = run.temp(dtype, [])
+      k.reduce("sum", count, weight, undefined, run.stream)
+      k.binary("div", out!, out!, count, run.stream)
+    }
+  },
+  layer_norm: (run, [out], a) => {
+    const m = numelOf(a.normalized_shape), r = numelOf(a.input.shape) / m, dtype = a.input.dtype
+    const x = run.view(a.input, [r, m]), y = run.view(out!, [r, m])
+    const mean = run.temp(dtype, [r, 1]), varr = run.temp(dtype, [r, 1])
+    k.reduce("mean", mean, x, 1, run.stream)
+    k.binary("sub", y, x, run.expand(mean, [r, m]), run.stream)
+    const sq = run.temp(dtype, [r, m])
+    k.binary("mul", sq, y, y, run.stream)
+    k.reduce("mean", varr, sq, 1, run.stream)
+    k.binaryScalar("add", varr, varr, a.eps, false, run.stream)
+    k.unary("sqrt", varr, varr, run.stream)
+    k.binary("div", y, y, run.expand(varr, [r, m]), run.stream)
+    if (a.weight) k.binary("mul", y, y, run.expand(run.view(a.weight, [1, m]), [r, m]), run.stream)
+    if (a.bias) k.binary("add", y, y, run.expand(run.view(a.bias, [1, m]), [r, m]), run.stream)
+  },
+  embedding: (run, [out], a) => {
+    const n = numelOf(a.input.shape), d = a.weight.shape[1]!
+    const index = run.temp("i64", [n, d])
+    copyInto(run, index, a.input, { offset: 0, strides: [1, 0] })
+    k.gather(run.view(out!, [n, d]), a.weight, 0, index, run.stream)
+  },
 }
 
 const isTensor = (v: unknown): v is Tensor => v instanceof Tensor
@@ -92,14 +305,17 @@ const asRemoteFunction = <N extends OpName>(op: Op<N>): RemoteFunction => {
   return (ctx, ...args) => {
     const bound = op.bind(args, ctx.kwargs, isTensor)
     const metas = rule(bound as never, op.name)
-    if (op.view) return kernel(ctx, [], bound as never, op.name)
+    const run = new Run(ctx)
     const outs: Tensor[] = []
     try {
+      if (op.view) return kernel(run, [], bound as never, op.name, metas)
       for (const m of metas) outs.push(Tensor.empty(ctx.native, m.dtype, m.shape))
-      kernel(ctx, outs, bound as never, op.name)
+      kernel(run, outs, bound as never, op.name, metas)
     } catch (e) {
       for (const t of outs) t.free()
       throw e
+    } finally {
+      run.free()
     }
     return outs.length === 1 ? outs[0] : outs.length === 0 ? undefined : outs
   }

@@ -12,6 +12,8 @@ import { bad, describe, type TensorMeta } from "./meta.ts"
 /** What a parameter accepts, and the value the bound argument then has (T: the tensor type). */
 export interface KindValue<T> {
   readonly tensor: T
+  /** A list of tensors (cat, stack). */
+  readonly tensors: T[]
   readonly scalar: number
   readonly tensorOrScalar: T | number
   readonly int: number
@@ -23,6 +25,7 @@ export interface KindValue<T> {
   readonly ints: number[]
   /** A dim, or a list of dims, not yet normalised (that needs the tensor's rank). */
   readonly dims: number | number[]
+  readonly string: string
 }
 export type Kind = keyof KindValue<unknown>
 
@@ -58,7 +61,7 @@ const WRONG = Symbol("wrong kind")
 const isInt = (v: unknown): v is number => typeof v === "number" && Number.isSafeInteger(v)
 
 const EXPECTS: Readonly<Record<Kind, string>> = {
-  tensor: "a tensor", scalar: "a number", tensorOrScalar: "a tensor or a number", int: "an integer", bool: "a boolean",
+  tensor: "a tensor", tensors: "a list of tensors", string: "a string", scalar: "a number", tensorOrScalar: "a tensor or a number", int: "an integer", bool: "a boolean",
   dtype: `a dtype (${DTYPES.join(", ")})`, shape: "a size or a list of sizes", ints: "a list of integers", dims: "a dim or a list of dims",
 }
 
@@ -66,6 +69,8 @@ const EXPECTS: Readonly<Record<Kind, string>> = {
 const coerce = (kind: Kind, v: unknown, isTensor: (v: unknown) => boolean): unknown => {
   switch (kind) {
     case "tensor": return isTensor(v) ? v : WRONG
+    case "tensors": return Array.isArray(v) && v.every(isTensor) ? v : WRONG
+    case "string": return typeof v === "string" ? v : WRONG
     case "scalar": return typeof v === "number" ? v : typeof v === "boolean" ? Number(v) : WRONG
     case "tensorOrScalar": return isTensor(v) || typeof v === "number" ? v : typeof v === "boolean" ? Number(v) : WRONG
     case "int": return isInt(v) ? v : WRONG

@@ -10,9 +10,10 @@ import type { OpSpec } from "./spec.ts"
 import { creation } from "./specs/creation.ts"
 import { elementwise } from "./specs/elementwise.ts"
 import { layout } from "./specs/layout.ts"
+import { nn } from "./specs/nn.ts"
 import { reductions } from "./specs/reduction.ts"
 
-const SPECS = { ...creation, ...elementwise, ...reductions, ...layout }
+const SPECS = { ...creation, ...elementwise, ...reductions, ...layout, ...nn }
 
 type Specs = typeof SPECS
 export type OpName = keyof Specs

@@ -99,6 +99,44 @@ export class NDSlice {
     return Array.from({ length: this.sizes[dim]! }, (_, i) => start + stride * i)
   }
 
+  /** The rank at `coords`, one per dim; RangeError when one is outside its dim. */
+  rankOf(coords: ReadonlyArray<number>): number {
+    if (coords.length !== this.ndim) throw new RangeError(`NDSlice: ${coords.length} coordinates for ${this.ndim} dims`)
+    let rank = this.offset
+    for (let d = 0; d < coords.length; d++) rank += this.coordinate(d, coords[d]!) * this.strides[d]!
+    return rank
+  }
+
+  /**
+   * The sub-slice with each dim whose coordinate is given fixed there and removed, the others
+   * kept in order; RangeError when a coordinate is outside its dim.
+   */
+  fix(coords: ReadonlyArray<number | undefined>): NDSlice {
+    if (coords.length !== this.ndim) throw new RangeError(`NDSlice: ${coords.length} coordinates for ${this.ndim} dims`)
+    let offset = this.offset
+    const sizes: number[] = [], strides: number[] = []
+    for (let d = 0; d < coords.length; d++) {
+      const c = coords[d]
+      if (c !== undefined) offset += this.coordinate(d, c) * this.strides[d]!
+      else { sizes.push(this.sizes[d]!); strides.push(this.strides[d]!) }
+    }
+    return new NDSlice(offset, sizes, strides)
+  }
+
+  /** The same ranks as one dim, in the same order; RangeError unless the dims nest (row-major). */
+  flatten(): NDSlice {
+    const { sizes, strides } = this
+    for (let d = 0; d + 1 < sizes.length; d++)
+      if (strides[d] !== strides[d + 1]! * sizes[d + 1]!) throw new RangeError(`NDSlice: dims ${d} and ${d + 1} do not nest, so the slice does not flatten`)
+    return new NDSlice(this.offset, [this.length], [strides.at(-1) ?? 1])
+  }
+
+  /** `c` when it is a coordinate of dim `d`; RangeError otherwise. */
+  private coordinate(d: number, c: number): number {
+    if (!Number.isInteger(c) || c < 0 || c >= this.sizes[d]!) throw new RangeError(`NDSlice: coordinate ${c} of dim ${d} is outside 0..${this.sizes[d]! - 1}`)
+    return c
+  }
+
   *[Symbol.iterator](): IterableIterator<number> {
     const n = this.length
     for (let i = 0; i < n; i++) yield this.rankAt(i)

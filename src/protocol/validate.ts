@@ -152,6 +152,20 @@ export const errorPayload = (v: unknown, where: string): ErrorPayload => {
   return v
 }
 
+/** Why a value that is not an object (a bigint past 64 bits, undefined, a function) cannot go on the wire, or undefined. */
+export const scalarProblem = (v: unknown): string | undefined => {
+  switch (typeof v) {
+    case "number":
+    case "string":
+    case "boolean":
+      return undefined
+    case "bigint":
+      return v >= INT64_MIN && v <= UINT64_MAX ? undefined : `bigint ${v} does not fit in 64 bits`
+    default:
+      return `expected a value, got ${typeof v}`
+  }
+}
+
 /** Why a HostTensor cannot go on the wire (dtype, shape, byte count), or undefined. */
 export const hostTensorProblem = (t: HostTensor): string | undefined => {
   if (!DTYPES.includes(t.dtype)) return `HostTensor: unknown dtype ${String(t.dtype)}`
@@ -214,8 +228,10 @@ const checkValue = (v: unknown, depth: number, check: Check): unknown => {
     case "number":
     case "boolean":
       return v
-    case "bigint":
-      return v >= INT64_MIN && v <= UINT64_MAX ? v : new ValueFailure(`bigint ${v} does not fit in 64 bits`)
+    case "bigint": {
+      const problem = scalarProblem(v)
+      return problem === undefined ? v : new ValueFailure(problem)
+    }
     case "object": {
       if (v === null) return v
       if (Array.isArray(v)) {
@@ -255,7 +271,7 @@ const checkValue = (v: unknown, depth: number, check: Check): unknown => {
       return new ValueFailure(`expected a value, got ${describe(v)}`)
     }
     default:
-      return new ValueFailure(`expected a value, got ${typeof v}`)
+      return new ValueFailure(scalarProblem(v)!)
   }
 }
 

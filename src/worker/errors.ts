@@ -32,6 +32,13 @@ export class FunctionFailed extends Data.TaggedError("FunctionFailed")<{
   readonly message: string
 }> {}
 
+/**
+ * A collective's or send's input is not what the command's factory declares (dtype or shape):
+ * the rank joins with the factory's zeros instead, so its peers never see a buffer of another
+ * size, and fails the command with this.
+ */
+export class InputMismatch extends Data.TaggedError("InputMismatch")<{ readonly message: string }> {}
+
 // "    at name (file:line:col)" or "    at file:line:col" (JavaScriptCore as printed by Bun).
 const FRAME = /^\s*at (?:(.*?) \()?(.+?):(\d+):\d+\)?$/
 

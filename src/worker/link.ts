@@ -16,6 +16,8 @@ export class LinkError extends Data.TaggedError("LinkError")<{ readonly message:
 
 export interface ControllerLink extends Inbox {
   readonly close: () => void
+  /** Whether the controller sent any command: it admitted this worker. */
+  readonly commandsSeen: () => boolean
 }
 
 export interface LinkOptions {
@@ -34,7 +36,7 @@ export const connectController = (o: LinkOptions): Effect.Effect<ControllerLink,
   Effect.gen(function* () {
     const messages = yield* Queue.unbounded<WorkerMessage, Cause.Done>()
     let conn: Connection<WorkerMessage> | undefined
-    let exitReceived = false, closed = false
+    let exitReceived = false, closed = false, commands = false
     const target = yield* Effect.try({ try: () => parseAddress(o.address), catch: (e) => new LinkError({ message: (e as Error).message }) })
     yield* Effect.tryPromise({
       try: () =>
@@ -47,6 +49,7 @@ export const connectController = (o: LinkOptions): Effect.Effect<ControllerLink,
               conn = new Connection<WorkerMessage>(s, {
                 decode: decodeWorkerMessage,
                 onMessage: (m) => {
+                  commands = true
                   if (holdsExit(m)) exitReceived = true
                   Queue.offerUnsafe(messages, m)
                 },
@@ -80,5 +83,5 @@ export const connectController = (o: LinkOptions): Effect.Effect<ControllerLink,
     }
     send({ _tag: "WorkerHello", ...o.hello })
     const linkState = (): LinkState => (!closed ? "open" : exitReceived ? "ended" : "lost")
-    return { messages, send, linkState, close: () => conn?.close() }
+    return { messages, send, linkState, close: () => conn?.close(), commandsSeen: () => commands }
   })

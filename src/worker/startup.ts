@@ -13,13 +13,14 @@ import { Backend } from "../backend.ts"
 import { commError, Communicators } from "../comm/communicators.ts"
 import { CommError } from "../comm/errors.ts"
 import { StoreError, type StoreTimeout } from "../store/errors.ts"
+import { writeStoreFile } from "../store/addressFile.ts"
 import { makeClient } from "../store/client.ts"
 import { prefixStore } from "../store/prefix.ts"
 import { serveOnThread } from "../store/serverThread.ts"
 import { Store } from "../store/service.ts"
 import type { WorkerConfig } from "./config.ts"
 import { FunctionTable } from "./functions.ts"
-import { connectController, type LinkError } from "./link.ts"
+import { connectController, LinkError } from "./link.ts"
 import { runLoop, type LoopEnd } from "./loop.ts"
 import { applyMemoryLimit } from "./memory.ts"
 
@@ -36,6 +37,10 @@ export const workerStore = (config: WorkerConfig) =>
     const timeout = Duration.millis(config.storeTimeoutMs)
     const client = yield* makeClient({ host, port, timeout, connectTimeout: timeout })
     yield* Effect.logInfo(`store ${host}:${port} (torch ${client.dialect} dialect), prefix ${prefix}`)
+    if (config.storeFile !== undefined && config.rank === 0) {
+      yield* writeStoreFile(config.storeFile, { host, port, prefix })
+      yield* Effect.logInfo(`wrote the store's address to ${config.storeFile}`)
+    }
     return prefixStore(prefix, client)
   }))
 
@@ -112,43 +117,67 @@ export const runWorker = (config: WorkerConfig): Effect.Effect<WorkerEnd, unknow
     let waiting = false
     /** When a controller or the store last answered (restartable: the orphan timeout runs from it). */
     let lastAnswer = performance.now()
-    const readAddress = Effect.gen(function* () {
-      const address = config.controllerAddress ?? decoder.decode(yield* store.get("controller"))
-      const token = config.token ?? decoder.decode(yield* store.get("token"))
-      return { address, token }
+    /**
+     * Not restartable: until a controller admits this worker (sends it a command), one not
+     * listening yet, not in the store yet, or one that refused this worker or failed to start
+     * is retried with backoff until connectTimeoutMs.
+     */
+    const connectDeadline = performance.now() + config.connectTimeoutMs
+    let backoffMs = 50
+    let said = ""
+    const readAddress = (waitMs?: number) => Effect.gen(function* () {
+      const wait = waitMs === undefined ? undefined : Duration.millis(waitMs)
+      return config.controllerAddress ?? decoder.decode(yield* store.get("controller", wait))
     })
     // Restartable: a dead store makes each read retry its connection for the store timeout.
-    const readBounded = !config.restartable ? readAddress : readAddress.pipe(Effect.timeoutOrElse({
-      duration: config.orphanTimeoutMs,
-      orElse: () => Effect.fail(new StoreError({ reason: "Connect", detail: `no controller address within ${config.orphanTimeoutMs} ms` })),
-    }))
+    const readBounded = !config.restartable
+      ? Effect.suspend(() => readAddress(Math.max(1, Math.min(1000, connectDeadline - performance.now()))))
+      : readAddress().pipe(Effect.timeoutOrElse({
+        duration: config.orphanTimeoutMs,
+        orElse: () => Effect.fail(new StoreError({ reason: "Connect", detail: `no controller address within ${config.orphanTimeoutMs} ms` })),
+      }))
     while (true) {
+      let address = config.controllerAddress ?? "the controller"
+      let admitted = false
       const end: LoopEnd | Unreachable = yield* Effect.scoped(Effect.gen(function* () {
-        const { address, token } = yield* readBounded
+        address = yield* readBounded
         const link = yield* connectController({
           address,
-          hello: { rank: config.rank, world: config.world, pid: process.pid, token, device: native.device },
+          hello: { rank: config.rank, world: config.world, pid: process.pid, token: config.token, device: native.device },
           onInvalid: (message) => log(Effect.logWarning(`refused a frame: ${message}`)),
         })
         waiting = false
         yield* Effect.logInfo(`connected to the controller at ${address}`)
-        return yield* runLoop(link, { rank: config.rank, world: config.world, native, comms, functions }, { restartable: config.restartable })
+        const ended = yield* runLoop(link, { rank: config.rank, world: config.world, native, comms, functions }, { restartable: config.restartable })
+        admitted = link.commandsSeen()
+        return ended
       })).pipe(
-        // Restartable: a controller not listening (yet) is waited for, its address read again
-        // each time, since the next one may publish a new address or re-bind the same one.
+        // A controller not listening (yet) is waited for, its address read again each time,
+        // since the next one may publish a new address or re-bind the same one.
         Effect.catchTags({
-          LinkError: (e) => (config.restartable ? Effect.succeed(e) : Effect.fail(e)),
+          LinkError: (e) => Effect.succeed(e),
           StoreError: (e) => (config.restartable ? Effect.succeed(e) : Effect.fail(e)),
-          StoreTimeout: (e) => (config.restartable ? Effect.succeed(e) : Effect.fail(e)),
+          StoreTimeout: (e) => Effect.succeed(e),
         }),
       )
       if (end === "exit") {
         yield* Effect.logInfo("exit")
         return "exit"
       }
-      if (end === "disconnected" && !config.restartable) {
-        yield* Effect.logInfo("the controller went away; exiting")
-        return "link lost"
+      if (!config.restartable) {
+        if (end === "disconnected" && admitted) {
+          yield* Effect.logInfo("the controller went away; exiting")
+          return "link lost"
+        }
+        const why = end === "disconnected" ? `${address} closed the link before any command`
+          : end._tag === "StoreTimeout" ? `no controller address in the store yet (${end.keys.join(", ")})` : end.message
+        if (performance.now() >= connectDeadline)
+          return yield* new LinkError({ message: `no controller admitted this worker within ${config.connectTimeoutMs} ms (MONARCH_CONNECT_TIMEOUT_MS); last: ${why}` })
+        if (why !== said) yield* Effect.logInfo(`waiting for a controller: ${why}`)
+        said = why
+        yield* Effect.sleep(Duration.millis(backoffMs))
+        backoffMs = Math.min(backoffMs * 2, 1000)
+        continue
       }
       // The controller answered until it went away; a store that answers means the job lives.
       if (end === "disconnected") lastAnswer = performance.now()

@@ -409,6 +409,101 @@ const diesBeforeConnect = async (w: Worker): Promise<void> => {
   emit({ event: "failed", first })
 }
 
+/**
+ * Members that pass disagreeing tensors (issue 14): the last member's differs in element count
+ * (a little, or across a path's size threshold), dtype, reduce op or root, in every collective
+ * and in a transfer. Every member the disagreement touches fails the call with Invalid naming
+ * both sides, before anything moves (Gloo would abort the process on a size it did not expect),
+ * the others' transfers complete, and the comm then all-reduces correctly.
+ */
+const disagreeing = async (w: Worker): Promise<void> => {
+  const { rank, size } = w
+  const all = range(size)
+  const comm = await w.open("world", all)
+  const t = new Tensors(w.native)
+  const odd = rank === size - 1
+  const LARGE = (1 << 20) + 3 // past the exchange and the shared-memory path's single round
+  let round = 0
+  /** f fails on this member with the disagreement; then the comm still all-reduces right. */
+  const expectDisagreement = (check: string, f: () => void, fails = true, own?: ShimReason): void => {
+    let error: unknown
+    try {
+      f()
+    } catch (e) {
+      error = e
+    }
+    const said = error instanceof ShimError ? `${error.reason}: ${error.message}` : String(error)
+    const ok = !fails ? error === undefined
+      : own !== undefined && odd ? error instanceof ShimError && error.reason === own && !error.message.includes("members disagree")
+      : error instanceof ShimError && error.reason === "Invalid" && error.message.includes("members disagree")
+    emit(ok ? { check, ok } : { check, ok, detail: error === undefined ? "succeeded" : said })
+    const n = 3 + (round++ % 5)
+    using x = t.upload("f32", [n], inputs("f32", "sum", rank, n, round))
+    try {
+      comm.allReduce(x, x, "sum")
+      checkBytes(`${check}: then an all_reduce`, bytesOf(x), encode("f32", reduced("f32", "sum", all, n, round)))
+    } catch (e) {
+      emit({ check: `${check}: then an all_reduce`, ok: false, detail: String(e) })
+    }
+  }
+  const counts = (small: number, other: number) => (odd ? other : small)
+
+  for (const [what, n, dtype] of [["count", counts(5, 7), "f32"], ["count across paths", counts(5, LARGE), "f32"], ["dtype", 5, odd ? "f64" : "f32"]] as const)
+    for (const op of OPS) {
+      using input = t.upload(dtype, [n], inputs(dtype, op, rank, n, 1))
+      using out = t.empty(dtype, [n])
+      expectDisagreement(`all_reduce ${op}: ${what}`, () => comm.allReduce(out, input, op))
+      using m = t.upload(dtype, [size * n], inputs(dtype, op, rank, size * n, 2))
+      using part = t.empty(dtype, [n])
+      expectDisagreement(`reduce_scatter ${op}: ${what}`, () => comm.reduceScatter(part, m, op))
+    }
+  {
+    using x = t.upload("f32", [4], inputs("f32", "sum", rank, 4, 3))
+    expectDisagreement("all_reduce: op", () => comm.allReduce(x, x, odd ? "max" : "sum"))
+  }
+  for (const [what, n, dtype] of [["count", counts(5, 7), "i32"], ["count, large", counts(5, LARGE), "i32"], ["dtype", 5, odd ? "i64" : "i32"], ["empty", counts(0, 5), "i32"]] as const) {
+    using input = t.upload(dtype, [n], inputs(dtype, "none", rank, n, 4))
+    using gathered = t.empty(dtype, [size, n])
+    expectDisagreement(`all_gather: ${what}`, () => comm.allGather(gathered, input))
+    using spread = t.upload(dtype, [size * n], inputs(dtype, "none", rank, size * n, 5))
+    using back = t.empty(dtype, [size * n])
+    expectDisagreement(`all_to_all: ${what}`, () => comm.allToAll(back, spread))
+    using b = t.upload(dtype, [n], inputs(dtype, "none", rank, n, 6))
+    expectDisagreement(`broadcast: ${what}`, () => comm.broadcast(b, 0))
+  }
+  {
+    using b = t.upload("u8", [6], inputs("u8", "none", rank, 6, 7))
+    expectDisagreement("broadcast: root", () => comm.broadcast(b, odd ? 1 : 0))
+  }
+  // The last member refuses the call on its own arguments, which the others cannot check:
+  // it still tells them, so they fail it too instead of waiting for it.
+  {
+    using spread = t.upload("f32", [odd ? size * 2 + 1 : size * 2], inputs("f32", "none", rank, odd ? size * 2 + 1 : size * 2, 10))
+    using back = t.empty("f32", [odd ? size * 2 + 1 : size * 2])
+    expectDisagreement("all_to_all: a count that does not split, refused by the last member", () => comm.allToAll(back, spread), true, "Invalid")
+    using m = t.upload("f32", [odd ? size * 2 + 1 : size * 2], inputs("f32", "sum", rank, odd ? size * 2 + 1 : size * 2, 11))
+    using part = t.empty("f32", [2])
+    expectDisagreement("reduce_scatter: an input not size x out, refused by the last member", () => comm.reduceScatter(part, m, "sum"), true, "Invalid")
+    using flags = t.upload(odd ? "bool" : "u8", [3], inputs(odd ? "bool" : "u8", "sum", rank, 3, 12))
+    expectDisagreement("all_reduce avg: bool on the last member, refused by it", () => comm.allReduce(flags, flags, "avg"), true, "Unsupported")
+  }
+  // A ring of transfers in which only the last member sends something else (to member 0), so
+  // only that pair disagrees and the other transfers arrive.
+  const next = (rank + 1) % size, prev = (rank + size - 1) % size
+  for (const [what, sent, dtype] of [["count", counts(5, 9), "f32"], ["count, large", counts(5, LARGE), "f32"], ["dtype", 5, odd ? "f64" : "f32"], ["empty", counts(5, 0), "f32"]] as const) {
+    using out = t.upload(dtype, [sent], inputs(dtype, "none", rank, sent, 8))
+    using into = t.empty("f32", [5])
+    const touched = odd || rank === 0
+    expectDisagreement(`p2p: ${what}`, () => comm.p2p([{ kind: "send", peer: next, tensor: out }, { kind: "recv", peer: prev, tensor: into }]), touched)
+    if (!touched) checkBytes(`p2p: ${what}: the agreeing transfer`, bytesOf(into), encode("f32", inputs("f32", "none", prev, 5, 8)))
+  }
+  // Nothing is left half-done: a large all-reduce and a barrier still work.
+  using big = t.upload("f32", [LARGE], inputs("f32", "sum", rank, LARGE, 9))
+  comm.allReduce(big, big, "sum")
+  checkBytes("a large all_reduce after every disagreement", bytesOf(big), encode("f32", reduced("f32", "sum", all, LARGE, 9)))
+  comm.barrier()
+}
+
 export const SCENARIOS: Readonly<Record<string, (w: Worker) => Promise<void>>> = {
   collectives,
   mesh,
@@ -422,4 +517,5 @@ export const SCENARIOS: Readonly<Record<string, (w: Worker) => Promise<void>>> =
   "peer-silent": abandoned((comm, x) => comm.allReduce(x, x, "sum")),
   "p2p-silent": abandoned((comm, x, w) => comm.p2p([{ kind: "recv", peer: w.size - 1, tensor: x }])),
   "dies-before-connect": diesBeforeConnect,
+  disagreeing,
 }

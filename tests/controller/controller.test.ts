@@ -161,6 +161,19 @@ describe("collectives and sends", () => {
     expect(got.map((v) => values(v)[0])).toEqual([1, 2])
   })
 
+  test("a mesh sends too (ctl.send is the same), and refuses a tensor that is not on its ranks", async () => {
+    const [got, refused] = await run(Effect.gen(function* () {
+      const mesh = yield* ctl.mesh({ dp: 2, tp: 2 })
+      const top = yield* mesh.slice({ dp: 0 }), bottom = yield* mesh.slice({ dp: 1 })
+      const v = yield* bottom.call("tests/controller/fixtures:rankValue", [], {}, { results: [{ dtype: "f32", shape: [2, 2] }] })
+      const moved = yield* bottom.send(v, top)
+      return [yield* top.fetchAll(moved), yield* Effect.flip(top.send(v, bottom))] as const
+    }))
+    expect(got.map((v) => values(v)[0])).toEqual([3, 4])
+    expect(refused).toBeInstanceOf(ControllerError)
+    expect(refused.message).toContain("is not on ranks [0,1]")
+  })
+
   test("a borrow issues Create, FirstUse, LastUse and Drop, and the alias works on its stream", async () => {
     const got = await run(Effect.scoped(Effect.gen(function* () {
       const mesh = yield* ctl.mesh({ all: 4 })

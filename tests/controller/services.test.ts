@@ -18,7 +18,7 @@ test("a recording launcher and a Unix-socket transport, provided by the program"
   const got = await Effect.runPromise(Effect.gen(function* () {
     const ctl = yield* Controller
     const mesh = yield* ctl.mesh({ x: 2 })
-    const t = yield* mesh.call("ops.arange", [3])
+    const t = yield* mesh.call("ops.arange", [3], { dtype: "f32" })
     return yield* mesh.fetch(yield* mesh.reduce(t, "x", "sum"), 1)
   }).pipe(Effect.provide(Controller.layerLocal({ world: 2, onWorkerLine: () => {} }).pipe(Layer.provide(Layer.mergeAll(recording, unix))))))
 

@@ -1,7 +1,7 @@
 // A worker killed with SIGKILL mid-run: the results that need it fail within 2 s with an
 // error naming the rank and its exit status; results that do not need it complete.
 import { afterAll, beforeAll, expect, test } from "bun:test"
-import { Effect, ManagedRuntime } from "effect"
+import { Effect, ManagedRuntime, Result } from "effect"
 import { Controller, WorkerLost, type ControllerApi } from "../../src/controller/index.ts"
 
 const ROOT = new URL("../..", import.meta.url).pathname
@@ -25,6 +25,11 @@ test("kill -9 of a worker mid-command fails exactly the results that need it, wi
   // Rank 3 is busy (blocked) when it dies, so the fetch is in flight.
   const slow = await run(bottom.call("tests/controller/fixtures:blockOnRank", [3, 10_000, t], {}, { results: [{ dtype: "f32", shape: [2] }] }))
   const pending = rt.runPromise(Effect.flip(bottom.fetch(slow, 1)))
+  // The other row has a result in flight too (rank 0 sleeps on it past the kill): it needs no
+  // rank 3, so it must still complete.
+  const early = await run(top.call("ops.full", [[2], 5]))
+  const slowTop = await run(top.call("tests/controller/fixtures:slowOnRank", [0, 1500, early], {}, { results: [{ dtype: "f32", shape: [2] }] }))
+  const inFlight = rt.runPromise(Effect.result(top.fetch(slowTop, 0)))
   await Bun.sleep(200)
   const killedAt = performance.now()
   process.kill(victimPid, "SIGKILL")
@@ -36,6 +41,9 @@ test("kill -9 of a worker mid-command fails exactly the results that need it, wi
   expect(lost.message).toContain("rank 3 exited with status 137")
   expect(took).toBeLessThan(2000)
 
+  const before = await inFlight
+  expect(Result.isSuccess(before) ? [...(before.success as { toArray(): Float32Array }).toArray()] : String(before.failure),
+    "a result in flight on a mesh without the lost rank failed with the loss").toEqual([5, 5])
   // The other row never needed rank 3.
   const u = await run(top.call("ops.full", [[2], 7]))
   expect([...(await run(top.fetch(u, 1)) as { toArray(): Float32Array }).toArray()]).toEqual([7, 7])

@@ -5,6 +5,7 @@
 // wait on its completion, finalize), so a wrong NCCL declaration or size shows up here rather
 // than only in a multi-GPU job. Skipped, saying why, when the cuda backend cannot load.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
+import { testUnless } from "../skip.ts"
 import { Comm } from "../../ffi/comm.ts"
 import { loadNative, type Native } from "../../ffi/native.ts"
 import { alike } from "./alike.ts"
@@ -19,7 +20,7 @@ try {
   console.log(`tests/cuda/comm: skipped, the cuda backend cannot load: ${(e as Error).message}`)
 }
 const cpu = loadNative("cpu")
-const parity = cuda !== undefined ? test : test.skip
+const parity = testUnless(cuda === undefined ? "the cuda backend cannot load (tests/cuda/comm said why above)" : undefined)
 
 const TIMEOUT_MS = 30_000
 const N = 37 // odd, so no count is a multiple of a vector width by chance

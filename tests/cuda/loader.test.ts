@@ -3,6 +3,7 @@
 // version (stubs compiled here with cc). Each load must fail with SHIM_E_UNAVAILABLE and say
 // what was tried and what to set, not crash. Skipped, saying why, without libshim-cuda.so or cc.
 import { beforeAll, afterAll, describe, expect, test } from "bun:test"
+import { testUnless } from "../skip.ts"
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -21,8 +22,7 @@ const why = !existsSync(libraryPath("cuda"))
   : cc === null
     ? "no C compiler (cc) to build the stub libraries"
     : ""
-if (why) console.log(`tests/cuda/loader: skipped: ${why}`)
-const loaderTest = why ? test.skip : test
+const loaderTest = testUnless(why || undefined)
 
 let dir = ""
 

@@ -5,6 +5,7 @@
 // stale read. The allocator gets the same treatment: memory freed while A still writes it must
 // not be handed to B's next tensor. Skipped, saying why, when the cuda backend cannot load.
 import { describe, expect, test } from "bun:test"
+import { testUnless } from "../skip.ts"
 import * as ops from "../../ffi/ops.ts"
 import { loadNative, type Native } from "../../ffi/native.ts"
 import { Event, Stream } from "../../ffi/stream.ts"
@@ -17,7 +18,7 @@ try {
   console.log(`tests/cuda/ordering: skipped, the cuda backend cannot load: ${(e as Error).message}`)
 }
 
-const cuda = native !== undefined ? test : test.skip
+const cuda = testUnless(native === undefined ? "the cuda backend cannot load (tests/cuda/ordering said why above)" : undefined)
 const N = 1 << 20 // 4 MiB of f32: a copy takes microseconds, far below the spin
 const SPIN_US = 300_000
 

@@ -5,6 +5,7 @@
 // Every failing call must fail alike on both: the same status and the same message. Skipped,
 // saying why, when the cuda backend cannot load.
 import { describe, expect, test } from "bun:test"
+import { testUnless } from "../skip.ts"
 import { loadNative, type Native } from "../../ffi/native.ts"
 import { alike } from "./alike.ts"
 import * as ops from "../../ffi/ops.ts"
@@ -19,7 +20,7 @@ try {
   console.log(`tests/cuda/parity: skipped, the cuda backend cannot load: ${(e as Error).message}`)
 }
 const cpu = loadNative("cpu")
-const parity = cuda !== undefined ? test : test.skip
+const parity = testUnless(cuda === undefined ? "the cuda backend cannot load (tests/cuda/parity said why above)" : undefined)
 
 const FLOATS: ReadonlyArray<DType> = ["f32", "f64", "f16", "bf16"]
 const isFloat = (d: DType) => FLOATS.includes(d)

@@ -4,7 +4,7 @@
 // Driven here message by message against the real Core (no processes), since between real
 // processes one order is much more common than the other (kill.ts runs those).
 import { describe, expect, test } from "bun:test"
-import { Effect } from "effect"
+import { Effect, Result } from "effect"
 import { Core } from "../../src/controller/core.ts"
 import { RemoteError, WorkerLost } from "../../src/controller/errors.ts"
 import type { WorkerLink } from "../../src/controller/listener.ts"
@@ -99,5 +99,24 @@ describe("a fetch that a lost worker poisons", () => {
     core.onMessage(0, { _tag: "FetchResult", ident: reduce.ident + 1, value: 1 })
     passed()
     expect(problems).toEqual([])
+  })
+})
+
+describe("a loss and the results that do not need the lost rank", () => {
+  test("a fetch in flight on rank 0 alone, issued before rank 1 was lost, still completes with rank 0's value", async () => {
+    const core = new Core({ world: 2, captureSites: false })
+    core.admit(link(0))
+    core.admit(link(1))
+    const t = new Ref(3)
+    const made = core.command([0], "ones on rank 0", [], [t.id], undefined, (ident) => ({ _tag: "RequestStatus", ident }))
+    const both = core.command([0, 1], "ones on both", [], [4], undefined, (ident) => ({ _tag: "RequestStatus", ident }))
+    const fetched = Effect.runPromise(Effect.result(core.fetch([0], [t.id], "fetch on rank 0", undefined, (ident) => ({ _tag: "RequestStatus", ident }))))
+    core.onExit({ rank: 1, status: 137, signal: "SIGKILL" })
+    expect(both.failure?._tag, "the command that needed rank 1 did not fail with WorkerLost").toBe("WorkerLost")
+    expect(made.failure, "a loss failed a command on a mesh without the lost rank").toBeUndefined()
+    core.onMessage(0, { _tag: "FetchResult", ident: made.ident + 2, value: 42 })
+    core.onMessage(0, { _tag: "Status", firstUncompletedIdent: made.ident + 3 })
+    const outcome = await fetched
+    expect(Result.isSuccess(outcome) ? outcome.success : outcome.failure, "a loss failed a result in flight on a mesh that does not include the lost rank").toEqual([42])
   })
 })

@@ -2,15 +2,15 @@
 // says what runs where). The rows these tests check are the ones RELIABILITY.md shows. Skips,
 // saying why, where namespaces cannot be made (no iproute2, not root / no CAP_NET_ADMIN).
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
+import { testUnless } from "../skip.ts"
 import { removeAllHosts } from "./netns.ts"
 import { killHostProcesses } from "./process.ts"
 import type { ReliabilityRow } from "../reliability.ts"
 import { run, unavailable } from "./reliability.ts"
 
 const reason = unavailable()
-if (reason !== undefined) console.log(`skipping the multi-host tests: ${reason}`)
 
-const hostTest = test.skipIf(reason !== undefined)
+const hostTest = testUnless(reason)
 
 describe("two hosts joined by a veth pair", () => {
   let rows: ReliabilityRow[] = []

@@ -3,11 +3,14 @@
 // exit status and signals.
 import { describe, expect, test } from "bun:test"
 import type { Subprocess } from "bun"
+import { Controller } from "../../src/controller/index.ts"
+import { allReduce, ATTACH_TOKEN, withController } from "../attaching.ts"
 import { freePort, isAlive } from "../processes.ts"
 
 const BUN = process.execPath
 const LAUNCH = new URL("../../src/launch.ts", import.meta.url).pathname
 const CHILD = new URL("./child.ts", import.meta.url).pathname
+const WORKER = new URL("../../src/worker.ts", import.meta.url).pathname
 
 /** A running launcher and everything it prints, line by line. */
 class Launcher {
@@ -168,4 +171,18 @@ describe("launch: store", () => {
     expect(fromRank(l.stdout, 1)).toEqual([`got hello from ${pid}`])
     expect(fromRank(l.stdout, 2)).toEqual([`got hello from ${pid}`])
   }, 20_000)
+})
+
+describe("launch: with Controller.attach", () => {
+  test("src/launch.ts runs src/worker.ts; a controller attaches through its store, sharing the caller's MONARCH_TOKEN", async () => {
+    const port = await freePort()
+    const l = Launcher.start(["--nproc", "2", "--store-port", String(port)], [WORKER], { MONARCH_TOKEN: ATTACH_TOKEN, MONARCH_LOG: "warn" })
+    try {
+      const sums = await withController(Controller.attach({ world: 2, store: { host: "127.0.0.1", port }, startTimeoutMs: 20_000 }), allReduce)
+      expect(sums).toEqual([[10, 10, 10], [10, 10, 10]])
+      expect(await l.status).toBe(0)
+    } finally {
+      l.proc.kill("SIGKILL")
+    }
+  }, 30_000)
 })

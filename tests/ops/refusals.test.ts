@@ -69,6 +69,7 @@ describe("a worker refuses a direct client's bad call", () => {
       ["ops.sum", [host("f32", [3], [1, 2, 3])], { axis: 0 }, /ops\.sum: unexpected keyword argument 'axis'/],
       ["ops.zeros", [[2]], { dtype: "float32" }, /dtype must be a dtype/],
       ["ops.transpose", [host("f32", [3], [1, 2, 3]), 0], {}, /missing argument 'dim1'/],
+      ["ops.add", [host("f32", [2, 3], [1, 2, 3, 4, 5, 6]), host("f32", [2], [1, 2])], {}, /shapes do not broadcast: \[2, 3\] and \[2\]/],
     ]
     let ident = 0
     for (const [fn, args, kwargs, message] of cases) {
@@ -78,6 +79,12 @@ describe("a worker refuses a direct client's bad call", () => {
       expect(failed.error.message).toMatch(message)
       ident++
     }
+    // What only the kernel can see (an index's values) fails in the shim, as that command's failure.
+    h.send(0, call(ident, [150], "ops.gather", [host("f32", [3], [1, 2, 3]), 0, host("i64", [2], [0, 3])]))
+    const failed = await h.next(0, "RemoteFunctionFailed")
+    expect([failed.ident, failed.error.type]).toEqual([ident, "ShimError"])
+    expect(failed.error.message).toMatch(/index 3 is out of range for dim 0 of size 3/)
+    ident++
     h.send(0, call(ident, [200], "ops.sum", [host("f32", [3], [1, 2, 3])], { kwargs: { dim: 0 } }))
     h.send(0, fetch(ident + 1, ref(200)))
     expect(numbers((await h.next(0, "FetchResult")).value)).toEqual([6])

@@ -171,3 +171,34 @@ describe("lookups take a bounded number of steps (reads of sizes and strides)", 
     }
   })
 })
+
+describe("geometry: rankOf, fix, flatten", () => {
+  // sizes [2, 3] from 4: ranks 4 5 6 / 7 8 9.
+  const s = NDSlice.contiguous([2, 3], 4)
+
+  test("rankOf: the rank at coordinates, refusing one outside its dim", () => {
+    expect([s.rankOf([0, 0]), s.rankOf([1, 2]), s.rankOf([0, 2])]).toEqual([4, 9, 6])
+    expect(() => s.rankOf([2, 0])).toThrow("NDSlice: coordinate 2 of dim 0 is outside 0..1")
+    expect(() => s.rankOf([0, 1.5])).toThrow("coordinate 1.5 of dim 1")
+    expect(() => s.rankOf([0])).toThrow("1 coordinates for 2 dims")
+  })
+
+  test("fix: a dim fixed goes away, the others keep their strides", () => {
+    const row = s.fix([1, undefined]), column = s.fix([undefined, 2])
+    expect([...row]).toEqual([7, 8, 9])
+    expect([row.offset, row.sizes, row.strides]).toEqual([7, [3], [1]])
+    expect([...column]).toEqual([6, 9])
+    expect([column.sizes, column.strides]).toEqual([[2], [3]])
+    expect([...s.fix([1, 0])]).toEqual([7])
+    expect(() => s.fix([undefined, 3])).toThrow("coordinate 3 of dim 1 is outside 0..2")
+  })
+
+  test("flatten: nested dims become one, in the same order; others refuse", () => {
+    const flat = s.flatten()
+    expect([flat.offset, flat.sizes, flat.strides]).toEqual([4, [6], [1]])
+    expect([...flat]).toEqual([...s])
+    expect([...s.fix([undefined, 1]).flatten()]).toEqual([5, 8])
+    expect(() => new NDSlice(0, [2, 2], [1, 2]).flatten()).toThrow("dims 0 and 1 do not nest")
+    expect([...new NDSlice(3, [], []).flatten()]).toEqual([3])
+  })
+})

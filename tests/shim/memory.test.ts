@@ -5,6 +5,7 @@
 import { afterEach, describe, expect, test } from "bun:test"
 import { DEFAULT_SHARE, memoryLimitOf } from "../../src/worker/memory.ts"
 import { parseMemoryLimit } from "../../src/worker/config.ts"
+import { testUnless } from "../skip.ts"
 import { empty, expectShimError, freeAll, native, viewOf } from "./helpers.ts"
 
 afterEach(() => {
@@ -46,7 +47,7 @@ describe("the shim's memory limit", () => {
     expectShimError(() => native.setMemoryLimit(-1), "Invalid", /negative/)
   })
 
-  test.skipIf(native.device !== "cpu")("cpu: the memory total is the host's", () => {
+  testUnless(native.device === "cpu" ? undefined : `the backend loaded is ${native.device}, not cpu`)("cpu: the memory total is the host's", () => {
     expect(native.memoryTotal()).toBe(require("node:os").totalmem())
   })
 })

@@ -10,11 +10,12 @@ import {
   DTYPES, bigValuesOf, empty, encode, expectClose, expectShimError, freeAll, isFloat, native, product, roundTo, sample,
   tensor, valuesOf, viewOf,
 } from "./helpers.ts"
+import { testUnless } from "../skip.ts"
 
 afterEach(freeAll)
 
 describe("devices", () => {
-  test.skipIf(native.device !== "cpu")("cpu probes fine and has one device, 0", () => {
+  testUnless(native.device === "cpu" ? undefined : `the backend loaded is ${native.device}, not cpu`)("cpu probes fine and has one device, 0", () => {
     expect(native.shim.shim_probe()).toBe(0)
     const count = new Int32Array(1)
     native.check(native.shim.shim_device_count(ptr(count)), "shim_device_count")

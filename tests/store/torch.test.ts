@@ -9,13 +9,13 @@ import { Effect } from "effect"
 import { makeClient } from "../../src/store/client.ts"
 import { prefixStore } from "../../src/store/prefix.ts"
 import { type RunningServer, startServer } from "../../src/store/server.ts"
+import { describeUnless, testUnless } from "../skip.ts"
 import { PythonPeer, run, runPython, text, torchAvailable } from "./helpers.ts"
 
 const torch = torchAvailable()
-if (!torch.ok) console.log(`skipping torch interop tests: ${torch.reason}`)
 const torchDialect = torch.ok && torch.version.startsWith("1.") ? "1.13" : "2.x"
 
-describe.skipIf(!torch.ok)("our client, torch.distributed.TCPStore server", () => {
+describeUnless(torch.ok ? undefined : torch.reason)("our client, torch.distributed.TCPStore server", () => {
   let peer: PythonPeer
   let port = 0
   beforeAll(async () => {
@@ -96,7 +96,7 @@ describe.skipIf(!torch.ok)("our client, torch.distributed.TCPStore server", () =
       }),
     ))
 
-  test.skipIf(torchDialect !== "1.13")("forced 2.x against torch 1.13 fails with Connect; the server keeps serving", () =>
+  testUnless(torchDialect === "1.13" ? undefined : `torch ${torch.ok ? torch.version : ""} speaks the 2.x dialect itself`)("forced 2.x against torch 1.13 fails with Connect; the server keeps serving", () =>
     run(
       Effect.gen(function* () {
         const e = yield* Effect.flip(makeClient({ port, dialect: "2.x", timeout: 300 }))
@@ -107,7 +107,7 @@ describe.skipIf(!torch.ok)("our client, torch.distributed.TCPStore server", () =
     ))
 })
 
-describe.skipIf(!torch.ok)("torch clients, our server", () => {
+describeUnless(torch.ok ? undefined : torch.reason)("torch clients, our server", () => {
   let server: RunningServer
   beforeAll(() => {
     server = startServer()

@@ -6,8 +6,9 @@
 // workers say hello, compute, all-reduce, and exit on Exit so that torchrun ends with 0; the
 // store each used is then checked from the outside. Skips when torch is missing.
 import { afterEach, describe, expect, test } from "bun:test"
+import { describeUnless, testUnless } from "../skip.ts"
 import { Duration, Effect } from "effect"
-import { mkdtempSync, readFileSync, rmSync } from "node:fs"
+import { mkdtempSync, rmSync } from "node:fs"
 import { createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
@@ -16,12 +17,10 @@ import { call, createStream, factory, fetch, mesh, numbers, reduce, ref } from "
 import { startController, type Controller } from "./controller.ts"
 import { makeClient } from "../../src/store/client.ts"
 import { freePort } from "../processes.ts"
+import { environOf, PYTHON, torchrun, type Torchrun } from "./job.ts"
 
-const PYTHON = process.env.TORCH_PYTHON ?? "/usr/bin/python3"
-const WORKER = new URL("../../src/worker.ts", import.meta.url).pathname
 const AGENT_STORE_KEYS = new URL("./agent_store_keys.py", import.meta.url).pathname
 const torch = torchAvailable()
-if (!torch.ok) console.log(`skipping torchrun tests: ${torch.reason}`)
 /** torch 1.x: c10d gives workers no store of their own; its server speaks the 1.13 dialect. */
 const torchOne = torch.ok && torch.version.startsWith("1.")
 
@@ -36,42 +35,6 @@ const c10dSkip = torch.ok && !torchOne
   ? `torch ${torch.version}'s c10d rendezvous hands workers the agent's store (tcpstore.md §3.2), as the static case does`
   : undefined
 const standaloneSkip = torch.ok && !(await portFree(29400)) ? "port 29400, which --standalone always takes, is in use" : undefined
-
-/** A process's environment, from /proc: what torchrun actually gave a worker. */
-const environOf = (pid: number): Record<string, string> =>
-  Object.fromEntries(readFileSync(`/proc/${pid}/environ`, "latin1").split("\0").filter((e) => e.includes("="))
-    .map((e) => [e.slice(0, e.indexOf("=")), e.slice(e.indexOf("=") + 1)]))
-
-interface Torchrun {
-  readonly output: string[]
-  readonly status: Promise<number>
-  readonly kill: () => void
-}
-
-/**
- * Runs torchrun over two workers. Debian's 1.13 on Python 3.11 cannot parse the default
- * --redirects/--tee of "0" (its Std flag lookup misses the zero member), so stdout goes to the
- * log folder only (1) and stderr, where the workers log, is teed to the console as well (2).
- */
-const torchrun = (flags: string[], env: Record<string, string>, logDir: string): Torchrun => {
-  const proc = Bun.spawn([
-    PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--no_python", "--redirects", "1", "--tee", "2",
-    "--log_dir", logDir, "--monitor_interval", "0.2", ...flags, process.execPath, WORKER,
-  ], { env: { ...process.env, ...env }, stdin: "ignore", stdout: "pipe", stderr: "pipe" })
-  const output: string[] = []
-  const pump = async (s: ReadableStream<Uint8Array>) => {
-    const decoder = new TextDecoder()
-    let pending = ""
-    for await (const chunk of s) {
-      const lines = (pending + decoder.decode(chunk, { stream: true })).split("\n")
-      pending = lines.pop()!
-      output.push(...lines)
-    }
-    if (pending) output.push(pending)
-  }
-  const drained = Promise.all([pump(proc.stdout), pump(proc.stderr)])
-  return { output, status: drained.then(() => proc.exited), kill: () => proc.kill("SIGKILL") }
-}
 
 /** What a test did to the mesh; its effects are checked here, the same for both arrangements. */
 const exercise = async (c: Controller) => {
@@ -91,7 +54,7 @@ const exercise = async (c: Controller) => {
 const storeClient = (host: string, port: number) =>
   makeClient({ host, port, timeout: Duration.seconds(5), connectTimeout: Duration.seconds(5) })
 
-describe.skipIf(!torch.ok)(`torchrun ${torch.ok ? torch.version : ""} --no_python with src/worker.ts`, () => {
+describeUnless(torch.ok ? undefined : torch.reason)(`torchrun ${torch.ok ? torch.version : ""} --no_python with src/worker.ts`, () => {
   let logDir = ""
   let controller: Controller | undefined
   let job: Torchrun | undefined
@@ -150,8 +113,7 @@ describe.skipIf(!torch.ok)(`torchrun ${torch.ok ? torch.version : ""} --no_pytho
     { name: "--standalone", skip: c10dSkip ?? standaloneSkip, flags: async () => ["--standalone"] },
   ]
   for (const { name, skip, flags } of c10d) {
-    if (skip) console.log(`skipping torchrun ${name}: ${skip}`)
-    test.skipIf(skip !== undefined)(`${name}: worker rank 0 hosts the store at MASTER_ADDR:MASTER_PORT`, async () => {
+    testUnless(skip)(`${name}: worker rank 0 hosts the store at MASTER_ADDR:MASTER_PORT`, async () => {
       const { controller: c, job: j } = await start(await flags())
       const envs = [0, 1].map((r) => environOf(c.hello(r).pid))
       for (const env of envs) expect(env.TORCHELASTIC_USE_AGENT_STORE).toBe("False")

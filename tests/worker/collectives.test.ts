@@ -29,16 +29,17 @@ const inputOf = (r: number) => [1, 2, 3, 4].map((v) => v * (r + 1))
 /** Defines a fresh ref holding inputOf(rank) on every rank. */
 const defineInputs = (): number => {
   const t = fresh(), base = fresh(), i = next(), j = next()
-  h.send("all", call(i, [base], "ops.arange", [1, 5]))
+  h.send("all", call(i, [base], "ops.arange", [1, 5], { kwargs: { dtype: "f32" } }))
   for (const r of ranks) h.send(r, call(j, [t], "ops.mul", [ref(base), r + 1]))
   h.send("all", call(next(), [t], "ops.reshape", [ref(t), [2, 2]]))
   return t
 }
 
-const fetchAll = async (r: number): Promise<number[][]> => {
+/** Every rank's value of `r`; a fetch that does not come within `timeoutMs` fails saying `because`. */
+const fetchAll = async (r: number, timeoutMs?: number, because?: string): Promise<number[][]> => {
   const f = next()
   h.send("all", fetch(f, ref(r)))
-  return Promise.all(ranks.map(async (rank) => numbers((await h.next(rank, "FetchResult")).value)))
+  return Promise.all(ranks.map(async (rank) => numbers((await h.next(rank, "FetchResult", timeoutMs, because)).value)))
 }
 
 /** The group through each rank for dims of the 2x2 mesh (rank = 2 dp + tp). */
@@ -128,10 +129,27 @@ describe("SendTensor", () => {
   test("to oneself is a copy", async () => {
     const t = defineInputs(), out = fresh()
     h.send("all", send(next(), out, NDSlice.contiguous([4]), NDSlice.contiguous([4]), t, factory([2, 2])))
-    const got = await fetchAll(out)
+    const got = await fetchAll(out, 5000, "a send to oneself did not complete (a recv from itself waits out the comm timeout)")
     for (const r of ranks) expect(got[r]!).toEqual(inputOf(r))
     h.send("all", call(next(), [], "ops.fill_", [ref(t), 0], { mutates: [t] }))
     expect((await fetchAll(out))[2]!).toEqual(inputOf(2))
+  })
+
+  test("a rank whose input is poisoned sends zeros, and what it receives from a peer in the same step is still good", async () => {
+    // 0 -> 1 -> 2 in one step, rank 1's input poisoned: rank 2 gets zeros, rank 1 rank 0's tensor.
+    const t = defineInputs(), bad = fresh(), out = fresh()
+    h.send(1, call(next(), [bad], "fns:alwaysFails"))
+    h.send(1, call(next(), [t], "ops.add", [ref(t), ref(bad)], { mutates: [t] }))
+    const s = next()
+    h.send("all", send(s, out, new NDSlice(0, [2], [1]), new NDSlice(1, [2], [1]), t, factory([2, 2])))
+    const f = next()
+    h.send([1, 2], fetch(f, ref(out)))
+    h.send([1, 2], { _tag: "RequestStatus", ident: f })
+    await Promise.all([h.passed(1, f), h.passed(2, f)])
+    // Each answer came before its Status, if at all.
+    const got = (rank: number, because: string) => h.next(rank, "FetchResult", 1, because).then((m) => [m.ident, numbers(m.value)])
+    expect(await got(1, "a rank whose send input was poisoned lost what it received from its peer")).toEqual([f, inputOf(0)])
+    expect(await got(2, "a poisoned send input did not reach its peer")).toEqual([f, [0, 0, 0, 0]])
   })
 
   test("pairs: even ranks to odd ones, while every rank also sends in the next step", async () => {

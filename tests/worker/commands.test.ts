@@ -116,7 +116,7 @@ describe("a single worker", () => {
     const cases: Array<[string, unknown[], RegExp, string]> = [
       ["ops.nope", [], /no built-in ops\.nope/, "FunctionNotFound"],
       ["fns:alwaysFails", [], /this function always fails/, "TypeError"],
-      ["fns:missing", [], /no function export "missing"/, "FunctionNotFound"],
+      ["fns:missing", [], /does not export "missing"/, "FunctionNotFound"],
       ["../../../etc/passwd:x", [], /not found under the allowed roots/, "FunctionNotFound"],
       ["/etc/passwd:x", [], /absolute paths are not allowed/, "FunctionNotFound"],
       ["ops.add", ["a", 1], /must be a tensor/, "OpArgumentError"],
@@ -126,7 +126,10 @@ describe("a single worker", () => {
     for (const [fn, args, message, type] of cases) {
       const i = next()
       h.send(0, call(i, [6000 + i], fn, args as never))
-      const failed = await h.next(0, "RemoteFunctionFailed")
+      // Status after it proves whether a failure came: it would have been sent first.
+      h.send(0, { _tag: "RequestStatus", ident: i })
+      await h.passed(0, i)
+      const failed = await h.next(0, "RemoteFunctionFailed", 1, `${fn}(${args.map((a) => Bun.inspect(a)).join(", ")}) should fail with ${type}; it reported no failure`)
       expect(failed.ident).toBe(i)
       expect(failed.error.message).toMatch(message)
       expect(failed.error.type).toBe(type)

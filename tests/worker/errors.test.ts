@@ -70,7 +70,8 @@ describe("DependentOnError", () => {
     const f = next()
     h.send(0, fetch(f, ref(reduced)))
     // rank 0 holds 2s; rank 1 joined with zeros from the factory.
-    expect(numbers((await h.next(0, "FetchResult")).value)).toEqual([2, 2, 2])
+    const got = await h.next(0, "FetchResult", 5000, "rank 1, whose input is poisoned, did not join the reduce with zeros (rank 0 is still waiting in it)")
+    expect(numbers(got.value)).toEqual([2, 2, 2])
     await expectPoisoned(1, reduced)
     await h.passed(0, r)
     expect(failures(0).length).toBe(before[0]!)

@@ -24,10 +24,15 @@ export interface Harness {
   readonly exits: ProcessExit[]
   readonly lines: string[]
   send(ranks: number | ReadonlyArray<number> | "all", msg: WorkerMessage): void
-  /** The next message of `tag` from `rank` after those already taken, waiting up to timeoutMs. */
-  next<T extends Tag>(rank: number, tag: T, timeoutMs?: number): Promise<Of<T>>
+  /**
+   * The next message of `tag` from `rank` after those already taken, waiting up to timeoutMs;
+   * a timeout's error starts with `because` when given (the behaviour the wait stands for).
+   */
+  next<T extends Tag>(rank: number, tag: T, timeoutMs?: number, because?: string): Promise<Of<T>>
   /** Status from `rank` once it reports having passed `ident`. */
-  passed(rank: number, ident: number, timeoutMs?: number): Promise<void>
+  passed(rank: number, ident: number, timeoutMs?: number, because?: string): Promise<void>
+  /** The first value `what` returns that is not undefined (checked on every message), or fails after timeoutMs saying `because`. */
+  until<A>(what: () => A | undefined, timeoutMs: number, because: string): Promise<A>
   /** Messages of `tag` from `rank` so far, without waiting (taken ones included). */
   seen<T extends Tag>(rank: number, tag: T): Of<T>[]
   close(): Promise<void>
@@ -68,7 +73,7 @@ export const startWorkers = async (o: HarnessOptions): Promise<Harness> => {
   }))
   job.onExit((e) => { exits.push(e); wake() })
 
-  const waitFor = <A>(what: () => A | undefined, timeoutMs: number, label: string): Promise<A> =>
+  const waitFor = <A>(what: () => A | undefined, timeoutMs: number, label: string, because?: string): Promise<A> =>
     new Promise((resolve, reject) => {
       const finish = () => {
         wakers.delete(check)
@@ -91,7 +96,7 @@ export const startWorkers = async (o: HarnessOptions): Promise<Harness> => {
       }
       const timer = setTimeout(() => {
         wakers.delete(check)
-        reject(new Error(`timed out after ${timeoutMs} ms waiting for ${label}\n${lines.slice(-30).join("\n")}`))
+        reject(new Error(`${because === undefined ? "" : `${because}: `}timed out after ${timeoutMs} ms waiting for ${label}\n${lines.slice(-30).join("\n")}`))
       }, timeoutMs)
       if (!check()) wakers.add(check)
     })
@@ -104,17 +109,20 @@ export const startWorkers = async (o: HarnessOptions): Promise<Harness> => {
       const list = ranks === "all" ? links.map((_, r) => r) : typeof ranks === "number" ? [ranks] : ranks
       for (const r of list) links[r]!.send(msg)
     },
-    next(rank, tag, timeoutMs = 10_000) {
+    next(rank, tag, timeoutMs = 10_000, because) {
       return waitFor(() => {
         const from = taken[rank]!.get(tag) ?? 0
         const i = received[rank]!.findIndex((m, j) => j >= from && m._tag === tag)
         if (i < 0) return undefined
         taken[rank]!.set(tag, i + 1)
         return received[rank]![i] as Of<typeof tag>
-      }, timeoutMs, `${tag} from rank ${rank}`)
+      }, timeoutMs, `${tag} from rank ${rank}`, because)
     },
-    passed(rank, ident, timeoutMs = 10_000) {
-      return waitFor(() => received[rank]!.some((m) => m._tag === "Status" && m.firstUncompletedIdent > ident) || undefined, timeoutMs, `rank ${rank} passing ident ${ident}`).then(() => undefined)
+    passed(rank, ident, timeoutMs = 10_000, because) {
+      return waitFor(() => received[rank]!.some((m) => m._tag === "Status" && m.firstUncompletedIdent > ident) || undefined, timeoutMs, `rank ${rank} passing ident ${ident}`, because).then(() => undefined)
+    },
+    until(what, timeoutMs, because) {
+      return waitFor(what, timeoutMs, "the condition", because)
     },
     seen(rank, tag) {
       return received[rank]!.filter((m) => m._tag === tag) as Of<typeof tag>[]

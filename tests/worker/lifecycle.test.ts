@@ -1,4 +1,4 @@
-// A worker's life: Status every second once it advanced, bad frames refused without losing
+// A worker's life: Status every second once it advanced (and only then), bad frames refused without losing
 // anything, Exit (and in restartable mode a fresh state and Restarted).
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { encode } from "@msgpack/msgpack"
@@ -22,6 +22,17 @@ describe("a worker's life", () => {
     const took = performance.now() - t0
     expect(h.seen(0, "Status").length).toBe(before + 1)
     expect(took).toBeLessThan(2500)
+    // At least one more tick of the once-a-second Status passes here with nothing advanced.
+    await Bun.sleep(1500)
+    expect(h.seen(0, "Status").length, "Status was sent again though nothing advanced").toBe(before + 1)
+  })
+
+  test("a command that fails synchronously is passed by the periodic Status, with no RequestStatus", async () => {
+    // An unknown ref in the arguments fails in the handler body itself; nothing after it runs.
+    h.send(0, call(3, [11], "ops.add", [ref(99_999), 1]))
+    expect((await h.next(0, "RemoteFunctionFailed")).ident).toBe(3)
+    await h.passed(0, 3, 3000, "a command that failed synchronously did not advance firstUncompletedIdent (a false hang on the controller)")
+    expect(h.seen(0, "Status").at(-1)!.firstUncompletedIdent).toBe(4)
   })
 
   test("1,000 malformed frames are each answered, and defined values survive them", async () => {
@@ -48,11 +59,13 @@ describe("a worker's life", () => {
 
   test("restartable: Exit starts a fresh state and says Restarted", async () => {
     h.send(0, { _tag: "Exit" })
-    expect((await h.next(0, "Restarted")).restarts).toBe(1)
+    expect((await h.next(0, "Restarted", 5000, "a restartable Exit sent no Restarted")).restarts).toBe(1)
+    const mark = h.received[0]!.length
     h.send(0, createStream)
     h.send(0, fetch(0, ref(10)))
-    const failed = await h.next(0, "RemoteFunctionFailed")
-    expect(failed.error.message).toContain("unknown ref 10")
+    const answer = await h.until(() => h.received[0]!.slice(mark).find((m) => (m._tag === "FetchResult" || m._tag === "RemoteFunctionFailed") && m.ident === 0), 5000, "the fetch after the restart got no answer")
+    expect(answer._tag, "a restartable Exit kept the old state: ref 10 from before the restart was still defined").toBe("RemoteFunctionFailed")
+    expect(answer._tag === "RemoteFunctionFailed" && answer.error.message).toContain("unknown ref 10")
     h.send(0, call(1, [10], "ops.full", [[1], 9]))
     h.send(0, fetch(2, ref(10)))
     expect(numbers((await h.next(0, "FetchResult")).value)).toEqual([9])

@@ -104,11 +104,11 @@ describe("what a command allocates is held or freed", () => {
     }
   })
 
-  test("SendTensor to oneself, with a good, a poisoned and an unknown input, and a copy that fails", async () => {
+  test("SendTensor to oneself, with a good, a poisoned and an unknown input, and one other than its factory", async () => {
     expect(await run(send(ident++, 40, one, one, T, factory([2])))).toEqual([])
     expect(await run(send(ident++, 41, one, one, BAD, factory([2])))).toEqual([])
     expect(await run(send(ident++, 42, one, one, 999, factory([2])))).toEqual(["RemoteFunctionFailed UnknownRef"])
-    expect(await run(send(ident++, 43, one, one, T, factory([3])))).toEqual(["RemoteFunctionFailed CommError"])
+    expect(await run(send(ident++, 43, one, one, T, factory([3])))).toEqual(["RemoteFunctionFailed InputMismatch"])
   })
 
   test("a borrow dropped after its stream was deleted still destroys its event", async () => {

@@ -23,8 +23,9 @@ export const creation = {
   ones: sized,
   full: spec([arg("size", "shape"), arg("fill_value", "scalar"), kw("dtype", "dtype", "f32")], ({ size, dtype }) => [{ dtype, shape: size }]),
   arange: spec(
-    [arg("start", "scalar"), opt("end", "scalar", null), opt("step", "scalar", 1), kw("dtype", "dtype", "f32")],
-    (a, op) => [{ dtype: a.dtype, shape: [arangeBounds(a, op)[2]] }],
+    [arg("start", "scalar"), opt("end", "scalar", null), opt("step", "scalar", 1), kw("dtype", "dtype", null)],
+    // Integral bounds give i64, as torch's do.
+    (a, op) => [{ dtype: a.dtype ?? ([a.start, a.end ?? 0, a.step].every(Number.isInteger) ? "i64" : "f32"), shape: [arangeBounds(a, op)[2]] }],
   ),
   rand: random,
   randn: random,

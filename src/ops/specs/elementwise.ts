@@ -1,43 +1,59 @@
 /**
  * Elementwise ops: unary, binary (tensor op tensor, tensor op number, number op tensor) and
- * their in-place forms. Operands have one dtype; a one-element operand broadcasts.
+ * their in-place forms, with numpy broadcasting and torch's type promotion (promotion.ts).
+ * Comparisons compute in the promoted dtype and give bool; div is true division (integers
+ * give f32); unary float functions of an integer tensor give f32 (torch's exp(int) is float).
  */
-import { bad, describe, numelOf, type TensorMeta } from "../meta.ts"
-import { arg } from "../params.ts"
+import type { DType } from "../../protocol/values.ts"
+import { bad, describe, type TensorMeta } from "../meta.ts"
+import { arg, opt } from "../params.ts"
+import { broadcastShapes, canCast, isFloating, resultType } from "../promotion.ts"
 import { spec } from "../spec.ts"
 
-const unary = spec([arg("input", "tensor")], ({ input }) => [input])
-
-/** The result of a binary op: comparisons give bool, the rest the operands' dtype. */
-const binaryOutput = (op: string, a: TensorMeta | number, b: TensorMeta | number, comparison: boolean): TensorMeta => {
-  const dtypeOf = (t: TensorMeta): TensorMeta["dtype"] => (comparison ? "bool" : t.dtype)
-  if (typeof a !== "number" && typeof b !== "number") {
-    if (a.dtype !== b.dtype) bad(op, `dtypes differ: ${describe(a)} and ${describe(b)} (cast with ops.to)`)
-    const na = numelOf(a.shape), nb = numelOf(b.shape)
-    if (na !== nb && na !== 1 && nb !== 1) bad(op, `shapes do not broadcast: ${describe(a)} and ${describe(b)}`)
-    if (na === nb && a.shape.join() !== b.shape.join()) bad(op, `shapes differ: ${describe(a)} and ${describe(b)}`)
-    // A one-element operand takes the other's shape, even an empty one (as the shim computes).
-    return { dtype: dtypeOf(a), shape: (na === 1 && nb !== 1 ? b : a).shape }
-  }
-  if (typeof a !== "number") return { dtype: dtypeOf(a), shape: a.shape }
-  if (typeof b === "number") bad(op, "needs a tensor operand, got two numbers")
-  return { dtype: dtypeOf(b as TensorMeta), shape: (b as TensorMeta).shape }
+/** What a binary op computes in and gives. */
+export interface BinaryPlan {
+  readonly compute: DType
+  readonly result: TensorMeta
 }
 
-const binary = (comparison: boolean) =>
-  spec([arg("input", "tensorOrScalar"), arg("other", "tensorOrScalar")], ({ input, other }, op) => [binaryOutput(op, input, other, comparison)])
+export type BinaryKind = "arithmetic" | "division" | "comparison"
 
-const binaryInPlace = spec([arg("input", "tensor"), arg("other", "tensorOrScalar")], ({ input, other }, op) => {
-  const o = binaryOutput(op, input, other, false)
-  if (o.shape !== input.shape || o.dtype !== input.dtype) bad(op, `cannot write ${describe(o)} into ${describe(input)}`)
+export const planBinary = (op: string, kind: BinaryKind, a: TensorMeta | number, b: TensorMeta | number): BinaryPlan => {
+  if (typeof a === "number" && typeof b === "number") bad(op, "needs a tensor operand, got two numbers")
+  let compute = resultType([a, b])
+  if (kind === "division" && !isFloating(compute)) compute = "f32"
+  const shapes = [a, b].filter((x): x is TensorMeta => typeof x !== "number").map((x) => x.shape)
+  const shape = shapes.length === 1 ? shapes[0]! : broadcastShapes(op, shapes)
+  return { compute, result: { dtype: kind === "comparison" ? "bool" : compute, shape } }
+}
+
+/** neg, abs, relu keep the dtype; float functions of integers give f32. */
+const unary = (floatOnly: boolean) => spec([arg("input", "tensor")], ({ input }) =>
+  [{ dtype: floatOnly && !isFloating(input.dtype) ? "f32" : input.dtype, shape: input.shape }])
+
+const binary = (kind: BinaryKind) =>
+  spec([arg("input", "tensorOrScalar"), arg("other", "tensorOrScalar")], ({ input, other }, op) => [planBinary(op, kind, input, other).result])
+
+/** An in-place form: the result must keep the input's shape, and its dtype must cast into the input's. */
+export const checkInPlace = (op: string, input: TensorMeta, result: TensorMeta): void => {
+  if (result.shape.length !== input.shape.length || result.shape.some((d, i) => d !== input.shape[i]))
+    bad(op, `the result ${describe(result)} does not fit in place in ${describe(input)}`)
+  if (!canCast(result.dtype, input.dtype)) bad(op, `result type ${result.dtype} can't be cast to the input's ${input.dtype}`)
+}
+
+const binaryInPlace = (kind: BinaryKind) => spec([arg("input", "tensor"), arg("other", "tensorOrScalar")], ({ input, other }, op) => {
+  checkInPlace(op, input, planBinary(op, kind, input, other).result)
   return []
 }, { mutates: "input" })
 
-const arithmetic = binary(false), comparison = binary(true)
+const arithmetic = binary("arithmetic"), comparison = binary("comparison")
 
 export const elementwise = {
-  neg: unary, abs: unary, exp: unary, log: unary, sqrt: unary, relu: unary, tanh: unary, sigmoid: unary,
-  add: arithmetic, sub: arithmetic, mul: arithmetic, div: arithmetic, maximum: arithmetic, minimum: arithmetic, pow: arithmetic,
+  neg: unary(false), abs: unary(false), relu: unary(false),
+  exp: unary(true), log: unary(true), sqrt: unary(true), tanh: unary(true), sigmoid: unary(true),
+  add: arithmetic, sub: arithmetic, mul: arithmetic, div: binary("division"), maximum: arithmetic, minimum: arithmetic, pow: arithmetic,
   eq: comparison, ne: comparison, lt: comparison, le: comparison, gt: comparison, ge: comparison,
-  add_: binaryInPlace, sub_: binaryInPlace, mul_: binaryInPlace, div_: binaryInPlace,
+  add_: binaryInPlace("arithmetic"), sub_: binaryInPlace("arithmetic"), mul_: binaryInPlace("arithmetic"), div_: binaryInPlace("division"),
+  clamp: spec([arg("input", "tensor"), opt("min", "scalar", null), opt("max", "scalar", null)], ({ input, min, max }) =>
+    [{ dtype: resultType([input, ...(min === null ? [] : [min]), ...(max === null ? [] : [max])]), shape: input.shape }]),
 }

@@ -15,7 +15,7 @@ import { CommError } from "../../comm/errors.ts"
 import type { CreateDeviceMesh, Reduce, SendTensor } from "../../protocol/messages.ts"
 import type { Ref, TensorFactory } from "../../protocol/values.ts"
 import { planCollective } from "../../ops/collectives.ts"
-import { DependentOnError } from "../errors.ts"
+import { DependentOnError, InputMismatch } from "../errors.ts"
 import { DeviceMesh } from "../mesh.ts"
 import { getAs } from "../refs.ts"
 import { reject, tryDefine, type Session } from "../session.ts"
@@ -36,23 +36,56 @@ const zeros = (s: Session, f: TensorFactory, stream: Stream): Tensor => {
   return t
 }
 
+const sameShape = (a: ReadonlyArray<number>, b: ReadonlyArray<number>): boolean =>
+  a.length === b.length && a.every((d, i) => d === b[i])
+
 /**
  * This rank's input: the tensor, or factory zeros and the failure to raise afterwards (the
- * stored poison, or why the ref could not be read: unknown, not a tensor). Not joining would
- * leave the peers waiting out the comm timeout, and the communicator unusable after it.
+ * stored poison, why the ref could not be read: unknown, not a tensor, or a tensor other than
+ * the factory declares). Not joining would leave the peers waiting out the comm timeout, and
+ * the communicator unusable after it; joining with a tensor of another size would have them
+ * read or write past what they hold.
  */
-const inputOf = (s: Session, ref: Ref, factory: TensorFactory, stream: Stream): { tensor: Tensor; failure: unknown } => {
+const inputOf = (s: Session, what: string, ref: Ref, factory: TensorFactory, stream: Stream): { tensor: Tensor; failure: unknown } => {
+  let failure: unknown
   try {
-    return { tensor: getAs(s.env, ref, Tensor, "a tensor"), failure: undefined }
-  } catch (failure) {
-    return { tensor: zeros(s, factory, stream), failure }
+    const tensor = getAs(s.env, ref, Tensor, "a tensor")
+    if (tensor.dtype === factory.dtype && sameShape(tensor.shape, factory.shape)) return { tensor, failure: undefined }
+    failure = new InputMismatch({ message: `${what}: the input is ${tensor.dtype}[${tensor.shape}], the factory declares ${factory.dtype}[${factory.shape}]` })
+  } catch (e) {
+    failure = e
+  }
+  return { tensor: zeros(s, factory, stream), failure }
+}
+
+/**
+ * A Reduce this rank cannot plan (its factory is not what the others were given): the
+ * collective it names is still made, with the input as it is, so that the shim refuses it
+ * there and tells the other members, who would otherwise wait out the comm timeout in it.
+ */
+const joinRefusing = (s: Session, comm: Comm, input: Tensor, m: Reduce, stream: Stream): void => {
+  const naive = (shape: ReadonlyArray<number>) => Tensor.empty(s.native, input.dtype, shape)
+  const op = m.reduction as CommOpName
+  const call = m.reduction === "stack"
+    ? m.scatter ? (out: Tensor) => comm.allToAll(out, input, stream) : (out: Tensor) => comm.allGather(out, input, stream)
+    : m.scatter ? (out: Tensor) => comm.reduceScatter(out, input, op, stream) : (out: Tensor) => comm.allReduce(out, input, op, stream)
+  const out = naive(m.reduction === "stack" && !m.scatter ? [comm.size, ...input.shape] : m.scatter && m.reduction !== "stack" ? input.shape.slice(1) : input.shape)
+  try {
+    call(out)
+  } catch {
+    // The refusal is this rank's own plan failure, raised by the caller.
+  } finally {
+    out.free()
   }
 }
 
 /** The collective a Reduce names (DESIGN.md, Reduce), returning the result tensor. */
 const collective = (s: Session, comm: Comm, input: Tensor, m: Reduce, stream: Stream): Tensor => {
   const plan = planCollective(input, comm.size, m.reduction, m.scatter, m.inplace)
-  if (typeof plan === "string") throw new CommError({ reason: "invalid", message: `Reduce: ${plan}` })
+  if (typeof plan === "string") {
+    joinRefusing(s, comm, input, m, stream)
+    throw new CommError({ reason: "invalid", message: `Reduce: ${plan}` })
+  }
   /** Runs op into out, freeing out if it was made here and op fails. */
   const into = (out: Tensor, op: (out: Tensor) => void): Tensor => {
     try {
@@ -88,7 +121,7 @@ export const reduce = (s: Session) => (m: Reduce) =>
     const stream = streamOf(s.env, m.stream)
     const mesh = getAs(s.env, m.mesh, DeviceMesh, "a mesh")
     const run = (comm: Comm) => {
-      const { tensor, failure } = inputOf(s, m.tensor, m.factory, stream)
+      const { tensor, failure } = inputOf(s, `Reduce ${m.ident}`, m.tensor, m.factory, stream)
       let out: Tensor
       try {
         out = collective(s, comm, tensor, m, stream)
@@ -109,7 +142,7 @@ export const sendTensor = (s: Session) => (m: SendTensor) =>
   tryDefine(s, m.ident, [m.result], () => {
     const stream = streamOf(s.env, m.stream)
     const sendAt = m.fromRanks.indexOf(s.rank), recvAt = m.toRanks.indexOf(s.rank)
-    const sending = sendAt >= 0 ? inputOf(s, m.tensor, m.factory, stream) : undefined
+    const sending = sendAt >= 0 ? inputOf(s, `SendTensor ${m.ident}`, m.tensor, m.factory, stream) : undefined
     const to = sendAt >= 0 ? m.toRanks.rankAt(sendAt) : -1
     const from = recvAt >= 0 ? m.fromRanks.rankAt(recvAt) : -1
     const received = recvAt >= 0 ? Tensor.empty(s.native, m.factory.dtype, m.factory.shape) : undefined

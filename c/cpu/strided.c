@@ -1,0 +1,86 @@
+/* strided.c: shim_copy_strided and shim_gather on the cpu: element moves by index, with no
+ * arithmetic, so elements move as opaque 1-, 2-, 4- or 8-byte words. */
+#include <string.h>
+
+#include "cpu.h"
+
+/* n elements, dst stepping ds and src ss (in elements); contiguous runs are one memcpy. */
+#define RUN(T)                                                                                  \
+  do {                                                                                          \
+    T *d = (T *)dst;                                                                            \
+    const T *s = (const T *)src;                                                                \
+    for (int64_t i = 0; i < n; i++) d[i * ds] = s[i * ss];                                      \
+  } while (0)
+
+static void run(char *dst, int64_t ds, const char *src, int64_t ss, int64_t n, int64_t size) {
+  if (ds == 1 && ss == 1) {
+    memcpy(dst, src, (size_t)(n * size));
+    return;
+  }
+  switch (size) {
+    case 1: RUN(uint8_t); break;
+    case 2: RUN(uint16_t); break;
+    case 4: RUN(uint32_t); break;
+    default: RUN(uint64_t); break;
+  }
+}
+
+int shim_copy_strided(shim_tensor *dst, int64_t dst_offset, const int64_t *dst_strides, const shim_tensor *src,
+                      int64_t src_offset, const int64_t *src_strides, int32_t ndim, const int64_t *shape, shim_stream *s) {
+  shim_strided_plan p;
+  SHIM_TRY(shim_check_copy_strided(dst, dst_offset, dst_strides, src, src_offset, src_strides, ndim, shape, &p));
+  if (p.numel == 0) return SHIM_OK;
+  const int64_t size = shim_dtype_size(dst->dtype);
+  char *d = shim_cpu_data(dst);
+  const char *sp = shim_cpu_data(src);
+  if (p.ndim == 0) {
+    memcpy(d + p.dst_offset * size, sp + p.src_offset * size, (size_t)size);
+    return SHIM_OK;
+  }
+  const int32_t k = p.ndim - 1;
+  const int64_t n = p.shape[k], outer = p.numel / n;
+  int64_t idx[SHIM_MAX_DIMS] = {0}, doff = p.dst_offset, soff = p.src_offset;
+  for (int64_t o = 0; o < outer; o++) {
+    run(d + doff * size, p.dst_strides[k], sp + soff * size, p.src_strides[k], n, size);
+    for (int32_t j = k - 1; j >= 0; j--) { /* the next index of the outer dims, last fastest */
+      doff += p.dst_strides[j];
+      soff += p.src_strides[j];
+      if (++idx[j] < p.shape[j]) break;
+      doff -= p.dst_strides[j] * p.shape[j];
+      soff -= p.src_strides[j] * p.shape[j];
+      idx[j] = 0;
+    }
+  }
+  return SHIM_OK;
+}
+
+int shim_gather(shim_tensor *out, const shim_tensor *a, int32_t dim, const shim_tensor *index, shim_stream *s) {
+  SHIM_TRY(shim_check_gather(out, a, dim, index));
+  const int64_t *ix = shim_cpu_data(index);
+  const int64_t r = a->ndim > 0 ? a->shape[dim] : 1;
+  for (int64_t e = 0; e < index->numel; e++)
+    if (ix[e] < 0 || ix[e] >= r)
+      return shim_fail(SHIM_E_INVALID, "shim_gather: index %lld is out of range for dim %d of size %lld", (long long)ix[e],
+                       dim, (long long)r);
+  const int32_t nd = a->ndim;
+  int64_t stride[SHIM_MAX_DIMS], idx[SHIM_MAX_DIMS] = {0}, acc = 1;
+  for (int32_t d = nd - 1; d >= 0; d--) {
+    stride[d] = acc;
+    acc *= a->shape[d];
+  }
+  const int64_t size = shim_dtype_size(a->dtype);
+  char *o = shim_cpu_data(out);
+  const char *src = shim_cpu_data(a);
+  int64_t base = 0; /* a's offset of the current index in every dim but dim */
+  for (int64_t e = 0; e < index->numel; e++) {
+    const int64_t off = base + (nd > 0 ? ix[e] * stride[dim] : 0);
+    memcpy(o + e * size, src + off * size, (size_t)size);
+    for (int32_t d = nd - 1; d >= 0; d--) {
+      if (d != dim) base += stride[d];
+      if (++idx[d] < index->shape[d]) break;
+      if (d != dim) base -= stride[d] * index->shape[d];
+      idx[d] = 0;
+    }
+  }
+  return SHIM_OK;
+}

@@ -1,0 +1,252 @@
+/**
+ * The deliberate breaks scripts/mutate.ts applies, one at a time: each names the behaviour it
+ * breaks, the exact text it replaces (found by searching the source tree, so a file may move;
+ * an edit whose text is not found exactly once is reported as stale), and the test files that
+ * should notice. `file` is where the text was when the entry was written, shown when it moved.
+ */
+
+export interface Edit {
+  readonly search: string
+  readonly replace: string
+}
+
+export interface Mutation {
+  readonly area: "worker" | "controller" | "protocol"
+  /** The behaviour the break removes, as a test failing on it should say. */
+  readonly behaviour: string
+  readonly file: string
+  readonly edits: ReadonlyArray<Edit>
+  readonly tests: ReadonlyArray<string>
+}
+
+const one = (search: string, replace: string): ReadonlyArray<Edit> => [{ search, replace }]
+
+export const MUTATIONS: ReadonlyArray<Mutation> = [
+  // ---- worker -----------------------------------------------------------------------------
+  {
+    area: "worker", behaviour: "a command that fails synchronously still advances firstUncompletedIdent",
+    file: "src/worker/session.ts",
+    edits: one("      complete()\n      return poison(s, ident, refs, e)", "      return poison(s, ident, refs, e)"),
+    tests: ["tests/worker/inProcess.test.ts", "tests/worker/lifecycle.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "Status is not re-sent when nothing advanced",
+    file: "src/worker/session.ts",
+    edits: one("    s.lastSentStatus = s.firstUncompletedIdent\n", ""),
+    tests: ["tests/worker/inProcess.test.ts", "tests/worker/lifecycle.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "Status is not sent before anything completed",
+    file: "src/worker/session.ts",
+    edits: one("if (s.firstUncompletedIdent > s.lastSentStatus) {", "if (s.firstUncompletedIdent >= s.lastSentStatus) {"),
+    tests: ["tests/worker/inProcess.test.ts", "tests/worker/lifecycle.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a rank with a poisoned input joins the collective with zeros",
+    file: "src/worker/handlers/collectives.ts",
+    edits: one(
+      "        out = collective(s, comm, tensor, m, stream)\n",
+      "        if (failure !== undefined) throw failure\n        out = collective(s, comm, tensor, m, stream)\n",
+    ),
+    tests: ["tests/worker/inProcess.test.ts", "tests/worker/errors.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a send to oneself is a copy and posts no receive",
+    file: "src/worker/handlers/collectives.ts",
+    edits: one('...(received && from !== s.rank ? [{ kind: "recv"', '...(received ? [{ kind: "recv"'),
+    tests: ["tests/worker/inProcess.test.ts", "tests/worker/collectives.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a function returning more tensors than declared fails (ResultCountMismatch)",
+    file: "src/worker/handlers/calls.ts",
+    edits: [
+      { search: "if (tensors.length !== m.results.length) {", replace: "if (tensors.length < m.results.length) {" },
+      { search: "for (let i = 0; i < tensors.length; i++) s.env.define(m.results[i]!, tensors[i]!)", replace: "for (let i = 0; i < m.results.length; i++) s.env.define(m.results[i]!, tensors[i]!)" },
+    ],
+    tests: ["tests/worker/inProcess.test.ts", "tests/worker/commands.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a restartable Exit starts a fresh state",
+    file: "src/worker/loop.ts",
+    edits: one(
+      '          closeSession(session)\n          if (!options.restartable) return "exit"\n          session = fresh()\n          dispatch = makeDispatch(session, debug)\n',
+      '          if (!options.restartable) {\n            closeSession(session)\n            return "exit"\n          }\n          session.exiting = false\n',
+    ),
+    tests: ["tests/worker/inProcess.test.ts", "tests/worker/lifecycle.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a failure that depends on a poisoned input is not reported again",
+    file: "src/worker/session.ts",
+    edits: one("  if (error instanceof DependentOnError) {\n    for (const r of refs) s.env.define(r, error)\n    return Effect.void\n  }\n", ""),
+    tests: ["tests/worker/errors.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "looking up a poisoned ref fails with its poison",
+    file: "src/worker/refs.ts",
+    edits: one("    if (v instanceof DependentOnError) throw v\n", ""),
+    tests: ["tests/worker/errors.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "RequestStatus moves firstUncompletedIdent past its ident",
+    file: "src/worker/handlers/control.ts",
+    edits: one("  s.firstUncompletedIdent = Math.max(s.firstUncompletedIdent, m.ident + 1)\n", ""),
+    tests: ["tests/worker/inProcess.test.ts", "tests/worker/commands.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a CommandGroup runs its commands in order",
+    file: "src/worker/handlers/control.ts",
+    edits: one("    for (const command of m.commands) {", "    for (const command of [...m.commands].reverse()) {"),
+    tests: ["tests/worker/inProcess.test.ts", "tests/worker/commands.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "DeleteRefs forgets the refs",
+    file: "src/worker/handlers/control.ts",
+    edits: one("const unknown = m.refs.filter((id) => !s.env.delete(id))", "const unknown = m.refs.filter((id) => !s.env.has(id))"),
+    tests: ["tests/worker/inProcess.test.ts", "tests/worker/commands.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a value under several refs lives until its last ref goes",
+    file: "src/worker/refs.ts",
+    edits: one("    if (n > 0) return void this.holds.set(value, n)\n", ""),
+    tests: ["tests/worker/inProcess.test.ts", "tests/worker/borrows.test.ts", "tests/worker/resources.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a mesh dim's group is the ranks along that dim",
+    file: "src/worker/mesh.ts",
+    edits: one("Array.from({ length: size }, (_, c) => r + c * stride)", "Array.from({ length: size }, (_, c) => r + c)"),
+    tests: ["tests/worker/inProcess.test.ts", "tests/worker/collectives.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a poisoned send input poisons only a copy to oneself, not what came from a peer",
+    file: "src/worker/handlers/collectives.ts",
+    edits: one("if (failure !== undefined && (from === s.rank || !(failure instanceof DependentOnError))) {", "if (failure !== undefined) {"),
+    tests: ["tests/worker/collectives.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "FetchValue applies its function to the value",
+    file: "src/worker/handlers/calls.ts",
+    edits: one("      if (m.function === null) return reply(value)\n", "      return reply(value)\n"),
+    tests: ["tests/worker/commands.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a frame that does not decode is answered with a ProtocolError",
+    file: "src/worker/link.ts",
+    edits: one('                  conn?.send({ _tag: "ProtocolError", message: e.message })\n', ""),
+    tests: ["tests/worker/lifecycle.test.ts"],
+  },
+
+  // ---- controller -------------------------------------------------------------------------
+  {
+    area: "controller", behaviour: "a lost worker fails only the commands that need it (graph)",
+    file: "src/controller/graph.ts",
+    edits: one("      if (!node.waiting.delete(rank)) continue\n", "      node.waiting.delete(rank)\n"),
+    tests: ["tests/faults/loss.test.ts", "tests/controller/supervision.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a lost worker fails only the fetches that need it (every pending fetch failed)",
+    file: "src/controller/core.ts",
+    edits: one(
+      "    for (const ident of [...this.fetches.keys()]) this.tryFinish(ident)\n",
+      "    for (const [ident, p] of this.fetches) if (!p.answered) { p.answered = true; p.resume(Effect.fail(new WorkerLost({ rank, status: exit?.status, signal: undefined, ident }))) }\n",
+    ),
+    tests: ["tests/faults/loss.test.ts", "tests/controller/supervision.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a root failure poisons everything downstream of it",
+    file: "src/controller/graph.ts",
+    edits: one("      n.failure = failure\n      stack.push(...n.dependents)\n", "      n.failure = failure\n"),
+    tests: ["tests/controller/controller.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a command settles only once every rank has passed it",
+    file: "src/controller/graph.ts",
+    edits: one("      if (node.ident >= firstUncompleted) break\n", "      if (node.ident > firstUncompleted) break\n"),
+    tests: ["tests/controller/controller.test.ts", "tests/faults/loss.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "one encoding is shared only by ranks with the same commands",
+    file: "src/controller/core.ts",
+    edits: one("if (!previous || !sameMessages(queue, previous.queue)) {", "if (!previous) {"),
+    tests: ["tests/controller/controller.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a peer's CommError gives way to the loss that explains it",
+    file: "src/controller/core.ts",
+    edits: one("    this.unblameCommErrors(rank)\n", ""),
+    tests: ["tests/faults/loss.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "the job token refuses a WorkerHello",
+    file: "src/controller/listener.ts",
+    edits: one('if (msg._tag !== "WorkerHello" || !sameToken(msg.token, o.token)) {', 'if (msg._tag !== "WorkerHello") {'),
+    tests: ["tests/security/token.test.ts", "tests/security/closedDoor.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a rank already connected is not admitted again",
+    file: "src/controller/core.ts",
+    edits: one("rank >= this.world || this.links[rank]) return false", "rank >= this.world) return false"),
+    tests: ["tests/security/closedDoor.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a fetch asks every rank for Status, so it settles without the 1 s wait",
+    file: "src/controller/core.ts",
+    edits: one("      this.statusWanted = true\n", ""),
+    tests: ["tests/controller/core.test.ts", "tests/controller/controller.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a command outstanding past hangAfterMs is reported",
+    file: "src/controller/core.ts",
+    edits: one("      if (waitingMs < after) break\n", "      if (waitingMs < 2 * after) break\n"),
+    tests: ["tests/controller/controller.test.ts"],
+  },
+
+  // ---- protocol ---------------------------------------------------------------------------
+  {
+    area: "protocol", behaviour: "NDSlice.rankAt walks row-major",
+    file: "src/protocol/ndslice.ts",
+    edits: one("      index = Math.floor(index / size)\n", "      index = Math.ceil(index / size)\n"),
+    tests: ["tests/protocol/ndslice.test.ts"],
+  },
+  {
+    area: "protocol", behaviour: "NDSlice.members walks the dim through the rank",
+    file: "src/protocol/ndslice.ts",
+    edits: one("start = rank - stride * coords[dim]!", "start = rank"),
+    tests: ["tests/protocol/ndslice.test.ts"],
+  },
+  {
+    area: "protocol", behaviour: "an NDSlice stride must be a non-negative safe integer",
+    file: "src/protocol/ndslice.ts",
+    edits: one("      if (!natural(stride)) return `stride ${stride} of dim ${d} is not a non-negative safe integer`\n", ""),
+    tests: ["tests/protocol/ndslice.test.ts", "tests/protocol/malformed.test.ts"],
+  },
+  {
+    area: "protocol", behaviour: "a length prefix over the maximum frame size is refused",
+    file: "src/protocol/framing.ts",
+    edits: one("        if (length > this.maxFrameBytes) {", "        if (length > 2 * this.maxFrameBytes) {"),
+    tests: ["tests/protocol/framing.test.ts"],
+  },
+  {
+    area: "protocol", behaviour: "SendTensor's fromRanks and toRanks must be the same length",
+    file: "src/protocol/codec.ts",
+    edits: one("if (fromRanks.length !== toRanks.length) throw new Invalid(", "if (false) throw new Invalid("),
+    tests: ["tests/protocol/malformed.test.ts", "tests/protocol/codec.test.ts"],
+  },
+  {
+    area: "protocol", behaviour: "a value nesting arrays deeper than MAX_DEPTH is refused",
+    file: "src/protocol/codec.ts",
+    edits: one("      if (Array.isArray(v)) {\n        if (depth > MAX_DEPTH) return failValue(`nesting deeper than ${MAX_DEPTH}`)\n", "      if (Array.isArray(v)) {\n"),
+    tests: ["tests/protocol/malformed.test.ts", "tests/protocol/codec.test.ts"],
+  },
+  {
+    area: "protocol", behaviour: "a message for the other direction is refused",
+    file: "src/protocol/codec.ts",
+    edits: one("  if (!direction.accepts(code as number)) throw new Invalid(", "  if (false) throw new Invalid("),
+    tests: ["tests/protocol/malformed.test.ts", "tests/protocol/codec.test.ts"],
+  },
+  {
+    area: "protocol", behaviour: "a u32 in an ext payload is read little-endian in full",
+    file: "src/protocol/codec.ts",
+    edits: one("+ b[at + 3]! * 0x100_0000", "+ b[at + 3]! * 0x10_0000"),
+    tests: ["tests/protocol/codec.test.ts"],
+  },
+]

@@ -1,0 +1,99 @@
+/**
+ * A command's arguments on their way to the wire: handles become refs (noting what the command
+ * reads), and what the wire cannot carry is refused at the call with the protocol's own
+ * checks (scalarProblem, hostTensorProblem), before anything is queued. Also the metadata the
+ * program gives for results, and argument trees read as metadata for the built-ins' rules.
+ */
+import type { TensorMeta } from "../ops/meta.ts"
+import { UNKNOWN_TENSOR } from "../ops/registry.ts"
+import { hostTensorProblem, MAX_NDIM, scalarProblem } from "../protocol/validate.ts"
+import type { Value } from "../protocol/messages.ts"
+import { DTYPES, HostTensor } from "../protocol/values.ts"
+import type { BorrowState } from "./borrows.ts"
+import { ControllerError } from "./errors.ts"
+import { RemoteTensor } from "./handles.ts"
+
+export const refuse = (message: string) => new ControllerError({ message })
+
+/** What one command's argument trees read, gathered while converting them to the wire. */
+export class Reads {
+  /** Ref ids of the tensors read. */
+  readonly inputs: number[] = []
+  /** Borrows read for the first time, once each. */
+  readonly borrows: BorrowState[] = []
+  /** Whether every tensor read has a known dtype and shape. */
+  known = true
+}
+
+/** The mesh a command runs on, as its arguments see it. */
+export interface Placement {
+  readonly ranks: ReadonlyArray<number>
+  toString(): string
+}
+
+/**
+ * Converts the arguments of the commands of one mesh. Called once per argument of every
+ * command, so it walks the tree once and checks a tensor's mesh once per pair of meshes.
+ */
+export class Arguments {
+  /** Meshes found to hold every rank of this one, so their tensors need no per-command rank check. */
+  private readonly covering = new WeakSet<object>()
+
+  constructor(private readonly mesh: Placement) {}
+
+  /**
+   * A tree of arguments as it goes on the wire, noting in `reads` what it reads: tensors must
+   * live on (at least) the mesh's ranks.
+   */
+  convert(v: unknown, reads: Reads): Value {
+    if (v === null) return v
+    if (typeof v !== "object") {
+      const problem = scalarProblem(v)
+      if (problem !== undefined) throw refuse(problem)
+      return v as Value
+    }
+    if (v instanceof RemoteTensor) {
+      if (v.released) throw refuse(`${v} was released`)
+      if (v.mesh !== this.mesh && !this.covering.has(v.mesh)) {
+        const missing = this.mesh.ranks.filter((r) => !v.mesh.layout.contains(r))
+        if (missing.length > 0) throw refuse(`${v} is not on ranks [${missing}] of ${this.mesh}`)
+        this.covering.add(v.mesh)
+      }
+      reads.inputs.push(v.ref.id)
+      if (v.borrow && !v.borrow.used && !reads.borrows.includes(v.borrow)) reads.borrows.push(v.borrow)
+      if (!v.meta) reads.known = false
+      return v.ref
+    }
+    if (v instanceof HostTensor) {
+      const problem = hostTensorProblem(v)
+      if (problem !== undefined) throw refuse(problem)
+      return v
+    }
+    if (v instanceof Uint8Array) return v
+    if (Array.isArray(v)) {
+      const out = new Array<Value>(v.length)
+      for (let i = 0; i < v.length; i++) out[i] = this.convert(v[i], reads)
+      return out
+    }
+    // Like the wire, only plain objects are maps: a stream, a mesh or any other instance is refused.
+    const proto: unknown = Object.getPrototypeOf(v)
+    if (proto !== Object.prototype && proto !== null) throw refuse(`a ${v.constructor?.name ?? "non-plain object"} cannot be an argument`)
+    const keys = Object.keys(v)
+    return keys.length === 0 ? {} : Object.fromEntries(keys.map((k) => [k, this.convert((v as Record<string, unknown>)[k], reads)]))
+  }
+}
+
+/** A result's metadata as given by the program: later commands (reduce, send) put it on the wire. */
+export const checkMeta = (m: TensorMeta, i: number): TensorMeta => {
+  const shapeOk = Array.isArray(m?.shape) && m.shape.length <= MAX_NDIM && m.shape.every((d) => Number.isSafeInteger(d) && d >= 0)
+  if (!DTYPES.includes(m?.dtype) || !shapeOk) throw refuse(`results[${i}]: ${JSON.stringify(m)} is not a dtype (${DTYPES.join(", ")}) and a shape of at most ${MAX_NDIM} sizes`)
+  return m
+}
+
+/** A tree of arguments with tensors replaced by their metadata (UNKNOWN_TENSOR where unknown). */
+export const metasOf = (v: unknown): unknown => {
+  if (typeof v !== "object" || v === null || v instanceof HostTensor || v instanceof Uint8Array) return v
+  if (v instanceof RemoteTensor) return v.meta ?? UNKNOWN_TENSOR
+  if (Array.isArray(v)) return v.map(metasOf)
+  return Object.fromEntries(Object.keys(v).map((k) => [k, metasOf((v as Record<string, unknown>)[k])]))
+}

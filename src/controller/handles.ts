@@ -1,0 +1,62 @@
+/**
+ * The handles a controller program holds: a RemoteTensor is a ref defined on a mesh's ranks
+ * (with its dtype and shape when they are known); a RemoteStream is a stream on every rank.
+ * A tensor handle the program drops is deleted on its workers after GC (the registry below);
+ * `release()` deletes it at once.
+ */
+import type { TensorMeta } from "../ops/meta.ts"
+import type { Ref } from "../protocol/values.ts"
+import type { BorrowState } from "./borrows.ts"
+import type { Core } from "./core.ts"
+import type { Mesh } from "./mesh.ts"
+
+/** A stream that exists on every rank. */
+export class RemoteStream {
+  constructor(readonly ref: Ref) {}
+}
+
+/** Deletes, with the next batch, the ref of a tensor handle that was garbage collected. */
+const dropped = new FinalizationRegistry<{ core: Core; ranks: ReadonlyArray<number>; id: number }>(({ core, ranks, id }) => core.release(ranks, [id]))
+
+/** A tensor on the ranks of a mesh. Dropping the handle deletes it on the workers. */
+export class RemoteTensor {
+  #released = false
+
+  constructor(
+    readonly mesh: Mesh,
+    readonly ref: Ref,
+    /** dtype and shape, when the controller can know them. */
+    readonly meta: TensorMeta | undefined,
+    /** The stream that produced it (the one a borrow waits on). */
+    readonly stream: RemoteStream,
+    /** Set on a borrow's alias, which its scope deletes instead of the registry. */
+    readonly borrow?: BorrowState,
+  ) {
+    if (!borrow) dropped.register(this, { core: mesh.core, ranks: mesh.ranks, id: ref.id }, this)
+  }
+
+  /** Whether release() was called (or a borrow's scope closed): the handle can no longer be used. */
+  get released(): boolean {
+    return this.#released || this.borrow?.dropped === true
+  }
+
+  get dtype() {
+    return this.meta?.dtype
+  }
+
+  get shape() {
+    return this.meta?.shape
+  }
+
+  /** Deletes the tensor on its workers now (with the next batch); later uses fail. */
+  release(): void {
+    if (this.#released || this.borrow) return
+    this.#released = true
+    dropped.unregister(this)
+    this.mesh.core.release(this.mesh.ranks, [this.ref.id])
+  }
+
+  toString(): string {
+    return `RemoteTensor(${this.ref.id}${this.meta ? ` ${this.meta.dtype}[${this.meta.shape}]` : ""} on ${this.mesh})`
+  }
+}

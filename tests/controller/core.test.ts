@@ -1,0 +1,47 @@
+// The controller's core, message by message (no processes): what a fetch puts in the batch it
+// goes out with. The commands' own messages do not matter here: DeleteRefs stands in for them.
+import { expect, test } from "bun:test"
+import { Effect, Result } from "effect"
+import { Core } from "../../src/controller/core.ts"
+import type { WorkerLink } from "../../src/controller/listener.ts"
+import { decodeWorkerMessage } from "../../src/protocol/codec.ts"
+import type { WorkerMessage } from "../../src/protocol/messages.ts"
+
+/** A link that decodes every frame the core writes to it. */
+const recordingLink = (rank: number, world: number, got: WorkerMessage[]): WorkerLink => ({
+  hello: { _tag: "WorkerHello", rank, world, pid: 1000 + rank, token: "t", device: "cpu" },
+  send: (m) => (got.push(m), true),
+  sendEncoded: (parts) => {
+    const decoded = decodeWorkerMessage(Buffer.concat(parts.map((p) => Buffer.from(p))))
+    if (Result.isFailure(decoded)) throw new Error(decoded.failure.message)
+    got.push(decoded.success)
+    return true
+  },
+  sendRawForTestsOnly: () => {},
+  close: () => {},
+})
+
+test("a fetch goes out with a RequestStatus for the last ident, so it settles without the once-a-second Status", async () => {
+  const core = new Core({ world: 1, captureSites: false })
+  const got: WorkerMessage[] = []
+  core.admit(recordingLink(0, 1, got))
+  const call = core.command([0], "a call", [], [5], undefined, (ident) => ({ _tag: "DeleteRefs", refs: [ident] }))
+  const fetched = Effect.runPromise(core.fetch([0], [5], "fetch", undefined, (ident) => ({ _tag: "DeleteRefs", refs: [ident] })))
+  await Bun.sleep(0)
+  expect(got.length, "one batch for the one worker").toBe(1)
+  const batch = got[0]!
+  const commands = batch._tag === "CommandGroup" ? batch.commands : [batch]
+  expect(commands.at(-1), "a fetch's batch did not ask for Status (the fetch would wait for the once-a-second one)").toEqual({ _tag: "RequestStatus", ident: call.ident + 1 })
+  core.onMessage(0, { _tag: "FetchResult", ident: call.ident + 1, value: 3 })
+  core.onMessage(0, { _tag: "Status", firstUncompletedIdent: call.ident + 2 })
+  expect(await fetched).toEqual([3])
+})
+
+test("a batch without a fetch asks for no Status", async () => {
+  const core = new Core({ world: 1, captureSites: false })
+  const got: WorkerMessage[] = []
+  core.admit(recordingLink(0, 1, got))
+  core.command([0], "a call", [], [5], undefined, (ident) => ({ _tag: "DeleteRefs", refs: [ident] }))
+  await Bun.sleep(0)
+  expect(got).toEqual([{ _tag: "DeleteRefs", refs: [0] }])
+})

@@ -1,0 +1,57 @@
+# The torch reference for tests/ops/parity.test.ts: one process serving many cases, one JSON
+# object per line on stdin ({"id", "op", "args", "kwargs"}; tensors as {"t": dtype, "shape",
+# "data"}), one answer per line on stdout ({"id", "dtype", "shape", "data"} or {"id", "error"}).
+import json
+import math
+import sys
+
+import torch
+import torch.nn.functional as F
+
+torch.set_num_threads(1)
+DTYPES = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf16": torch.bfloat16,
+          "i32": torch.int32, "i64": torch.int64, "u8": torch.uint8, "bool": torch.bool}
+NAMES = {v: k for k, v in DTYPES.items()}
+
+
+def decode(v):
+    if isinstance(v, dict) and "t" in v:
+        return torch.tensor(v["data"], dtype=torch.float64).to(DTYPES[v["t"]]).reshape(v["shape"])
+    if isinstance(v, list):
+        return [decode(x) for x in v]
+    if isinstance(v, str) and v in DTYPES:
+        return DTYPES[v]
+    return v
+
+
+def sliced(x, dim=0, start=None, end=None, step=1):
+    return x[(slice(None),) * (dim % x.dim()) + (slice(start, end, step),)]
+
+
+# Our names whose torch spelling differs (the rest are torch.<name>).
+OPS = {
+    "softmax": F.softmax, "log_softmax": F.log_softmax, "cross_entropy": F.cross_entropy,
+    "layer_norm": F.layer_norm, "embedding": F.embedding, "linear": F.linear,
+    "slice": sliced, "to": lambda x, dtype=None: x.to(dtype) if dtype is not None else x.clone(),
+    "max": lambda x, dim=None, keepdim=False: torch.amax(x, dim=() if dim is None else dim, keepdim=keepdim),
+    "min": lambda x, dim=None, keepdim=False: torch.amin(x, dim=() if dim is None else dim, keepdim=keepdim),
+    "amax": lambda x, dim=None, keepdim=False: torch.amax(x, dim=() if dim is None else dim, keepdim=keepdim),
+    "amin": lambda x, dim=None, keepdim=False: torch.amin(x, dim=() if dim is None else dim, keepdim=keepdim),
+    "expand": lambda x, size: x.expand(*size), "permute": lambda x, dims: x.permute(*dims),
+    "view": lambda x, shape: x.reshape(shape), "contiguous": lambda x: x.contiguous(),
+    "sum": lambda x, dim=None, keepdim=False: torch.sum(x) if dim is None else torch.sum(x, dim, keepdim=keepdim),
+    "mean": lambda x, dim=None, keepdim=False: torch.mean(x) if dim is None else torch.mean(x, dim, keepdim=keepdim),
+    "prod": lambda x, dim=None, keepdim=False: torch.prod(x) if dim is None else torch.prod(x, dim, keepdim=keepdim),
+}
+
+for line in sys.stdin:
+    case = json.loads(line)
+    try:
+        fn = OPS.get(case["op"]) or getattr(torch, case["op"])
+        out = fn(*decode(case["args"]), **{k: decode(v) for k, v in case["kwargs"].items()})
+        flat = out.detach().reshape(-1)
+        data = flat.tolist() if not flat.is_floating_point() else [x if math.isfinite(x) else str(x) for x in flat.double().tolist()]
+        answer = {"id": case["id"], "dtype": NAMES[out.dtype], "shape": list(out.shape), "data": data}
+    except Exception as e:  # the case reports it; the server goes on
+        answer = {"id": case["id"], "error": f"{type(e).__name__}: {e}"}
+    print(json.dumps(answer), flush=True)
