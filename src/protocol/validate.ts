@@ -12,8 +12,8 @@ export const MAX_DEPTH = 32
 /** The most dims an NDSlice, TensorFactory or HostTensor may have on the wire. */
 export const MAX_NDIM = 8
 /** The bigints the wire carries: int64 and uint64. */
-export const INT64_MIN = -(1n << 63n)
-export const UINT64_MAX = (1n << 64n) - 1n
+const INT64_MIN = -(1n << 63n)
+const UINT64_MAX = (1n << 64n) - 1n
 export const U32_MAX = 0xffff_ffff
 const MAX_SAFE_BIGINT = BigInt(Number.MAX_SAFE_INTEGER)
 
@@ -60,7 +60,7 @@ export const expected = (what: string, v: unknown): string => (v instanceof BadE
 
 export const mismatch = (where: string, what: string, v: unknown): Invalid => new Invalid(where, expected(what, v))
 
-export const tooDeep = (where: string) => new Invalid(where, `nesting deeper than ${MAX_DEPTH}`)
+const tooDeep = (where: string) => new Invalid(where, `nesting deeper than ${MAX_DEPTH}`)
 
 export const shapeText = (dtype: string, shape: ReadonlyArray<number>) => `${dtype}[${shape.join(",")}]`
 
