@@ -11,13 +11,14 @@ import { existsSync } from "node:fs"
 import { dirname, isAbsolute } from "node:path"
 import { Launcher } from "../launcher.ts"
 import { NDSlice } from "../protocol/ndslice.ts"
+import type { Device } from "../protocol/values.ts"
 import { parseAddress } from "../net/connection.ts"
 import { readToken, tokenProblem } from "../net/token.ts"
 import type { StoreApi } from "../store/api.ts"
 import { readStoreFile } from "../store/addressFile.ts"
 import { prefixStore } from "../store/prefix.ts"
 import { Store } from "../store/service.ts"
-import { Core, type HangReport } from "./core.ts"
+import { Core, type HangReport, type WorkerInfo } from "./core.ts"
 import { ControllerError, StartError } from "./errors.ts"
 import { Transport } from "./listener.ts"
 import { RemoteStream, type RemoteTensor } from "./handles.ts"
@@ -34,6 +35,10 @@ const programFolder = (): ReadonlyArray<string> => (isAbsolute(Bun.main) && exis
 
 export interface ControllerApi {
   readonly world: number
+  /** The workers' device (cpu or cuda), as they said when they connected. */
+  readonly device: Device
+  /** Each rank's worker, in rank order: process id, the address it connected from, device. */
+  readonly workers: () => ReadonlyArray<WorkerInfo>
   /** @internal the engine, for tests and benchmarks */
   readonly core: Core
   /** A mesh over every rank, dims row-major in the order given, e.g. `{ dp: 2, tp: 2 }`. */
@@ -61,6 +66,11 @@ export interface CommonOptions {
   readonly startTimeoutMs?: number
   /** The listener's address; loopback by default. */
   readonly host?: string
+  /**
+   * Fail a fetch whose value is not final this long after it was issued with DeadlineExceeded,
+   * naming the ranks behind (default none; FetchOptions.deadlineMs per fetch).
+   */
+  readonly deadlineMs?: number
 }
 
 export interface LocalOptions extends CommonOptions {
@@ -125,6 +135,7 @@ const makeCore = (world: number, o: CommonOptions, exitGraceMs: number) =>
     world,
     ...(o.hangAfterMs === undefined ? {} : { hangAfterMs: o.hangAfterMs }),
     ...(o.captureSites === undefined ? {} : { captureSites: o.captureSites }),
+    ...(o.deadlineMs === undefined ? {} : { deadlineMs: o.deadlineMs }),
     onHang: o.onHang ?? ((r) => console.error(`monarch: command ${r.ident} (${r.label}) outstanding for ${Math.round(r.waitingMs)} ms; ranks [${r.behind}] have not passed it${r.site ? `; issued at ${r.site}` : ""}`)),
     onProblem: o.onProblem ?? ((p) => console.error(`monarch: ${p}`)),
     exitGraceMs,
@@ -186,6 +197,8 @@ const makeApi = (core: Core): Effect.Effect<ControllerApi, never, Scope.Scope> =
     yield* Effect.forkScoped(Effect.sync(() => core.checkHangs()).pipe(Effect.repeat(Schedule.spaced("1 second"))))
     return {
       world: core.world,
+      device: core.device,
+      workers: () => core.workers,
       core,
       mesh: (dims) => Effect.try({
         try: () => {
@@ -224,7 +237,7 @@ export class Controller extends Context.Service<Controller, ControllerApi>()("mo
         nproc: o.world,
         command: [WORKER],
         env: {
-          MONARCH_LOG: "warn",
+          MONARCH_LOG: process.env.MONARCH_LOG ?? "warn",
           ...o.env,
           CONTROLLER_ADDR: listener.address,
           MONARCH_TOKEN: token,

@@ -15,6 +15,7 @@ import { Arguments, checkMeta, metasOf, Reads, refuse } from "./arguments.ts"
 import { borrow, firstUses } from "./borrows.ts"
 import type { Core } from "./core.ts"
 import { ControllerError, type Failure } from "./errors.ts"
+import type { Exchange } from "./graph.ts"
 import { RemoteStream, RemoteTensor } from "./handles.ts"
 
 export interface CallOptions {
@@ -32,6 +33,8 @@ export interface FetchOptions {
   /** Apply this function on the worker before sending (e.g. "ops.sum"). */
   readonly fn?: string
   readonly stream?: RemoteStream
+  /** Fail with DeadlineExceeded when the value is not final this long after the call (default: the controller's deadlineMs). */
+  readonly deadlineMs?: number
 }
 
 /** Runs `f` as an Effect, failing with a ControllerError for anything it throws. */
@@ -43,6 +46,8 @@ export class Mesh {
   private readonly args = new Arguments(this)
   /** Slices and flattenings of this mesh, by names and layout (see `derive`). */
   private readonly derived = new Map<string, Mesh>()
+  /** Per set of dims, how a collective over them makes each rank depend on its group. */
+  private readonly groups = new Map<string, Exchange>()
 
   constructor(
     readonly core: Core,
@@ -51,6 +56,8 @@ export class Mesh {
     /** The ranks, laid out along the dims. */
     readonly layout: NDSlice,
     readonly defaultStream: RemoteStream,
+    /** Where a sub-mesh sits in the mesh it was sliced from: "pp=1 of 2" per fixed dim. */
+    readonly place: ReadonlyArray<string> = [],
   ) {
     this.ranks = [...layout]
   }
@@ -65,7 +72,7 @@ export class Mesh {
   }
 
   toString(): string {
-    return `Mesh(${this.names.map((n, i) => `${n}=${this.layout.sizes[i]}`).join(", ")})`
+    return `Mesh(${[...this.place, ...this.names.map((n, i) => `${n}=${this.layout.sizes[i]}`)].join(", ")})`
   }
 
   /** Converts `v` for a command (refusing what the wire cannot carry) and issues its borrows' first uses. */
@@ -150,9 +157,21 @@ export class Mesh {
       this.core.command(this.ranks, `reduce ${reduction}${scatter ? " scatter" : ""} over ${names.join("+")}`, [t.ref.id], [result.id], site, (ident) => ({
         _tag: "Reduce", ident, result, tensor: t.ref, factory: new TensorFactory(t.meta!.shape, t.meta!.dtype, this.core.device), mesh: this.ref, stream: stream.ref,
         dims: names, reduction, scatter, inplace,
-      }))
+      }), this.groupExchange(names))
       return inplace ? t : new RemoteTensor(this, result, plan.result, stream)
     })
+  }
+
+  /** A collective over `dims`: each rank's result depends on every member of its group, inputs included. */
+  private groupExchange(dims: ReadonlyArray<string>): Exchange {
+    const key = dims.join(",")
+    let exchange = this.groups.get(key)
+    if (exchange === undefined) {
+      const index = dims.map((d) => this.names.indexOf(d))
+      const byRank = new Map(this.ranks.map((r) => [r, index.reduce<number[]>((group, d) => group.flatMap((m) => this.layout.members(d, m)), [r])]))
+      this.groups.set(key, (exchange = { peers: (r) => byRank.get(r) ?? [], reads: () => true }))
+    }
+    return exchange
   }
 
   /**
@@ -167,10 +186,13 @@ export class Mesh {
       const ranks = [...new Set([...this.ranks, ...to.ranks])].sort((a, b) => a - b)
       const { reads } = this.read(t)
       const result = this.core.newRef(), stream = opts.stream ?? this.defaultStream
+      // Rank i of `to` gets rank i of this mesh's tensor: its result depends on that sender alone.
+      const sender = new Map(to.ranks.map((r, i) => [r, this.ranks[i]!]))
+      const senders = new Set(this.ranks)
       this.core.command(ranks, "send", reads.inputs, [result.id], site, (ident) => ({
         _tag: "SendTensor", ident, result, fromRanks: this.layout, toRanks: to.layout, tensor: t.ref,
         factory: new TensorFactory(t.meta!.shape, t.meta!.dtype, this.core.device), stream: stream.ref,
-      }))
+      }), { peers: (r) => (sender.has(r) ? [sender.get(r)!] : []), reads: (r) => senders.has(r) })
       return new RemoteTensor(to, result, t.meta, stream)
     })
   }
@@ -200,7 +222,7 @@ export class Mesh {
       const { value: object, reads } = this.read(value)
       return this.core.fetch(targets, reads.inputs, opts.fn ?? "fetch", site, (ident) => ({
         _tag: "FetchValue", ident, mutates: [], function: opts.fn ?? null, object, stream: (opts.stream ?? this.defaultStream).ref,
-      }))
+      }), opts.deadlineMs ?? this.core.options.deadlineMs)
     }).pipe(Effect.catchDefect((e) => Effect.fail(e instanceof ControllerError ? e : refuse(String(e)))))
   }
 
@@ -223,13 +245,14 @@ export class Mesh {
       const unknown = Object.keys(at).filter((n) => !this.names.includes(n))
       if (unknown.length > 0) throw refuse(`${this} has no dim ${unknown.join(", ")}`)
       const layout = this.geometry(() => this.layout.fix(this.names.map((n) => at[n])))
-      return this.derive(this.names.filter((n) => at[n] === undefined), layout)
+      const place = this.names.flatMap((n, i) => (at[n] === undefined ? [] : [`${n}=${at[n]} of ${this.layout.sizes[i]}`]))
+      return this.derive(this.names.filter((n) => at[n] === undefined), layout, [...this.place, ...place])
     })
   }
 
   /** The same ranks as one dim `name` (the dims must nest, as in a row-major mesh). */
   flatten(name: string): Effect.Effect<Mesh, ControllerError> {
-    return attempt(() => this.derive([name], this.geometry(() => this.layout.flatten())))
+    return attempt(() => this.derive([name], this.geometry(() => this.layout.flatten()), this.place))
   }
 
   /**
@@ -237,10 +260,10 @@ export class Mesh {
    * workers, so a program slicing in a loop would otherwise add a mesh, and the communicators
    * its collectives open, per iteration.
    */
-  private derive(names: ReadonlyArray<string>, layout: NDSlice): Mesh {
+  private derive(names: ReadonlyArray<string>, layout: NDSlice, place: ReadonlyArray<string>): Mesh {
     const key = `${JSON.stringify(names)}${layout}`
     let mesh = this.derived.get(key)
-    if (mesh === undefined) this.derived.set(key, (mesh = createMesh(this.core, names, layout, this.defaultStream)))
+    if (mesh === undefined) this.derived.set(key, (mesh = createMesh(this.core, names, layout, this.defaultStream, place)))
     return mesh
   }
 
@@ -254,11 +277,11 @@ export class Mesh {
 }
 
 /** Defines a mesh on its ranks (CreateDeviceMesh) and returns it. */
-export const createMesh = (core: Core, names: ReadonlyArray<string>, layout: NDSlice, defaultStream: RemoteStream): Mesh => {
+export const createMesh = (core: Core, names: ReadonlyArray<string>, layout: NDSlice, defaultStream: RemoteStream, place: ReadonlyArray<string> = []): Mesh => {
   if (names.length !== layout.ndim) throw refuse(`${names.length} dim names for ${layout.ndim} dims`)
   if (new Set(names).size !== names.length) throw refuse(`repeated dim name in [${names}]`)
   const ref = core.newRef()
-  const mesh = new Mesh(core, ref, names, layout, defaultStream)
+  const mesh = new Mesh(core, ref, names, layout, defaultStream, place)
   core.post(mesh.ranks, { _tag: "CreateDeviceMesh", result: ref, names, ranks: layout })
   return mesh
 }
