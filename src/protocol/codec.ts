@@ -24,7 +24,7 @@ import type { DecodeContext, EncodeContext, OutOfLine } from "./context.ts"
 import { WireError } from "./errors.ts"
 import { decodingExtensions, encodingExtensions, EXT_TYPES, msgpackProblem } from "./ext.ts"
 import type { FrameOwnership } from "./framing.ts"
-import { CONTROLLER_MESSAGES, MESSAGES, WORKER_MESSAGES, type ControllerMessage, type Message, type MessageSpec, type Tag, type WorkerMessage } from "./messages.ts"
+import { CONTROLLER_MESSAGES, WORKER_MESSAGES, type ControllerMessage, type Message, type MessageSpec, type Tag, type WorkerMessage } from "./messages.ts"
 import { markBadStrings, scan, scanStack } from "./scan.ts"
 import { BAD_KEY, BadExt, describe, Invalid, MAX_DEPTH, U32_MAX } from "./validate.ts"
 
@@ -54,10 +54,10 @@ interface Entry {
  * The per-message decode and encode functions, generated from the declaration when the
  * module loads. NOTE: generated rather than one loop over the fields, because a loop stores
  * and reads properties by computed names and calls every kind from one site, which JSC
- * cannot specialise: that cost 3x on small commands (bench/codec.ts). Generated, each is an
+ * cannot specialise: that made small commands several times slower (bench/codec.ts). Generated, each is an
  * object literal or array literal with constant names, as the hand-written decoders were.
  */
-const compile = (tag: string, fields: MessageSpec["fields"]): { decode: BuildMessage; encode: BuildWire } => {
+const compile = (tag: string, { code, fields }: MessageSpec): { decode: BuildMessage; encode: BuildWire } => {
   const key = (name: string) => JSON.stringify(name)
   // Each field's functions and name are the generated code's own variables: direct calls.
   const names = fields.flatMap((_, i) => [`d${i}`, `e${i}`, `w${i}`])
@@ -67,7 +67,7 @@ const compile = (tag: string, fields: MessageSpec["fields"]): { decode: BuildMes
   const make = (body: string) => new Function(...names, `"use strict"; return ${body}`)(...values)
   return {
     decode: make(`(a, depth, ctx) => ({ _tag: ${key(tag)}${decoded.join("")} })`),
-    encode: make(`(m, depth, ctx) => [${MESSAGES[tag as Tag].code}${encoded.join("")}]`),
+    encode: make(`(m, depth, ctx) => [${code}${encoded.join("")}]`),
   }
 }
 
@@ -78,7 +78,7 @@ const entries = (table: Readonly<Record<string, MessageSpec>>, direction: Direct
     direction,
     fieldCount: m.fields.length,
     rule: m.rule as Entry["rule"],
-    ...compile(tag, m.fields),
+    ...compile(tag, m),
   }))
 
 const ALL = [...entries(WORKER_MESSAGES, "worker"), ...entries(CONTROLLER_MESSAGES, "controller")]
@@ -95,14 +95,14 @@ const checkRule = (e: Entry, m: Record<string, unknown>): void => {
 // ---- decoding -------------------------------------------------------------------------------
 
 /** Checks one message array (at `depth`) and builds the message. */
-const decodeMessageArray = (v: unknown, direction: Direction | undefined, depth: number, ctx: DecodeContext): Message => {
+const decodeMessageArray = (v: unknown, direction: Direction, depth: number, ctx: DecodeContext): Message => {
   if (!Array.isArray(v)) throw new Invalid("", `expected a message array [code, ...fields], got ${describe(v)}`)
   if (depth > MAX_DEPTH) throw new Invalid("", `nesting deeper than ${MAX_DEPTH}`)
   if (v.length === 0) throw new Invalid("", "empty message array (expected [code, ...fields])")
   const code: unknown = v[0]
   const e = typeof code === "number" ? BY_CODE[code] : undefined
   if (e === undefined) throw new Invalid("", typeof code === "number" ? `unknown message code ${code}` : `message code: expected integer, got ${code instanceof BadExt ? code.problem : describe(code)}`)
-  if (direction !== undefined && e.direction !== direction) throw new Invalid("", `${e.tag} (code ${code}) is not accepted by the ${direction}`)
+  if (e.direction !== direction) throw new Invalid("", `${e.tag} (code ${code}) is not accepted by the ${direction}`)
   if (v.length !== e.fieldCount + 1) throw new Invalid(e.tag, `expected ${e.fieldCount} fields, got ${v.length - 1}`)
   const m = e.decode(v, depth, ctx)
   if (e.rule !== undefined) checkRule(e, m)
