@@ -18,7 +18,7 @@ import type { StoreApi } from "../store/api.ts"
 import { readStoreFile } from "../store/addressFile.ts"
 import { prefixStore } from "../store/prefix.ts"
 import { Store } from "../store/service.ts"
-import { Core, type HangReport, type WorkerInfo } from "./core.ts"
+import { Core, describeHang, type HangReport, type WorkerInfo } from "./core.ts"
 import { ControllerError, StartError } from "./errors.ts"
 import { Transport } from "./listener.ts"
 import { foreignHandle, RemoteStream, type RemoteTensor } from "./handles.ts"
@@ -136,7 +136,7 @@ const makeCore = (world: number, o: CommonOptions, exitGraceMs: number) =>
     ...(o.hangAfterMs === undefined ? {} : { hangAfterMs: o.hangAfterMs }),
     ...(o.captureSites === undefined ? {} : { captureSites: o.captureSites }),
     ...(o.deadlineMs === undefined ? {} : { deadlineMs: o.deadlineMs }),
-    onHang: o.onHang ?? ((r) => console.error(`monarch: command ${r.ident} (${r.label}) outstanding for ${Math.round(r.waitingMs)} ms; ranks [${r.behind}] have not passed it${r.site ? `; issued at ${r.site}` : ""}`)),
+    onHang: o.onHang ?? ((r) => console.error(`monarch: ${describeHang(r)}`)),
     onProblem: o.onProblem ?? ((p) => console.error(`monarch: ${p}`)),
     exitGraceMs,
   })
