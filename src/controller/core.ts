@@ -73,7 +73,6 @@ interface PendingFetch {
 const sameMessages = (a: ReadonlyArray<WorkerMessage>, b: ReadonlyArray<WorkerMessage>): boolean =>
   a.length === b.length && a.every((m, i) => m === b[i])
 
-/** Frames that are not the user's: this library, Effect, Bun and node internals. */
 /** One rank's worker process. */
 export interface WorkerInfo {
   readonly rank: number

@@ -243,6 +243,8 @@ export class Graph {
   }
 
   private trySettle(first: Node): void {
+    // Most calls (every command issued and every one passed) find it still waiting.
+    if (first.settled || first.waiting.size > 0 || first.pendingDeps > 0) return
     const ready = [first]
     while (ready.length > 0) {
       const node = ready.pop()!
