@@ -60,25 +60,32 @@ for line in sys.stdin:
 
 class TorchPeers {
   private readonly procs: Array<Bun.Subprocess<"pipe", "pipe", "inherit">>
-  private readonly readers: Array<ReadableStreamDefaultReader<Uint8Array>>
-  private readonly buffered: string[]
+  /** Per process, the lines it printed not read yet, and a reader waiting for the next. */
+  private readonly lines: string[][]
+  private readonly waiting: Array<((line: string) => void) | undefined>
   constructor(count: number) {
     this.procs = Array.from({ length: count }, () => Bun.spawn([TORCH, "-c", TORCH_SCRIPT], { stdin: "pipe", stdout: "pipe", stderr: "inherit" }))
-    this.readers = this.procs.map((p) => p.stdout.getReader())
-    this.buffered = this.procs.map(() => "")
+    this.lines = this.procs.map(() => [])
+    this.waiting = this.procs.map(() => undefined)
+    this.procs.forEach((p, i) => void this.pump(p, i))
   }
-  private async line(i: number): Promise<string> {
-    for (;;) {
-      const nl = this.buffered[i]!.indexOf("\n")
-      if (nl >= 0) {
-        const l = this.buffered[i]!.slice(0, nl)
-        this.buffered[i] = this.buffered[i]!.slice(nl + 1)
-        return l
+  private async pump(p: Bun.Subprocess<"pipe", "pipe", "inherit">, i: number): Promise<void> {
+    let text = ""
+    for await (const chunk of p.stdout) {
+      text += new TextDecoder().decode(chunk)
+      for (let nl = text.indexOf("\n"); nl >= 0; nl = text.indexOf("\n")) {
+        const line = text.slice(0, nl)
+        text = text.slice(nl + 1)
+        const w = this.waiting[i]
+        if (w) (this.waiting[i] = undefined), w(line)
+        else this.lines[i]!.push(line)
       }
-      const { value, done } = await this.readers[i]!.read()
-      if (done) throw new Error(`torch process ${i} ended`)
-      this.buffered[i] += new TextDecoder().decode(value)
     }
+    this.waiting[i]?.(`torch process ${i} ended (is torch at ${TORCH}?)`)
+  }
+  private line(i: number): Promise<string> {
+    const l = this.lines[i]!.shift()
+    return l !== undefined ? Promise.resolve(l) : new Promise((resolve) => (this.waiting[i] = resolve))
   }
   async ready(): Promise<void> {
     await Promise.all(this.procs.map((_, i) => this.line(i)))
@@ -86,7 +93,10 @@ class TorchPeers {
   /** All processes run n ops at once; the slowest one's seconds per op (they share the cores). */
   async perOp(c: Case["torch"], n: number): Promise<number> {
     for (const p of this.procs) p.stdin.write(`${c} ${n}\n`), p.stdin.flush()
-    const secs = await Promise.all(this.procs.map((_, i) => this.line(i).then(Number)))
+    const secs = await Promise.all(this.procs.map((_, i) => this.line(i).then((l) => {
+      if (!Number.isFinite(Number(l))) throw new Error(l)
+      return Number(l)
+    })))
     return Math.max(...secs) / n
   }
   stop(): void {
