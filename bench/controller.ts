@@ -8,8 +8,9 @@
  *   bun run bench/controller.ts [--ops N] [--rounds R] [--worlds 1,4] [--no-sites]
  *
  * Prints, per case, medians over the rounds: end-to-end us per op (issue to fetched), the
- * controller's CPU us per op (this process), the workers' CPU us per op (per worker, from
- * /proc/<pid>/stat), commands per frame sent, torch's us per op, and ours / torch's.
+ * controller's CPU us per op (this process; and of it, until the last op was issued), the
+ * workers' CPU us per op (per worker, from /proc/<pid>/stat), commands per frame sent,
+ * torch's us per op, and ours / torch's.
  */
 import { readFileSync } from "node:fs"
 import { Effect, type Layer, ManagedRuntime } from "effect"
@@ -118,6 +119,8 @@ const selfCpu = () => {
 interface Sample {
   readonly e2e: number
   readonly controllerCpu: number
+  /** The controller's CPU until the last op was issued (before the fetch's wait). */
+  readonly issueCpu: number
   readonly workerCpu: number
   readonly perFrame: number
   readonly torch: number
@@ -140,11 +143,12 @@ const runWorld = (world: number, torch: TorchPeers) =>
           const y = yield* c.issue(mesh, x)
           if (c.torch === "inplace") x = y
         }
+        const issued = selfCpu()
         yield* mesh.fetch(x)
         const t1 = performance.now(), c1 = selfCpu(), w1 = pids.map(cpuOf)
         const frames = ctl.core.sent.frames - sent0.frames, commands = ctl.core.sent.commands - sent0.commands
         const workerCpu = w1.reduce((s, w, r) => s + w - w0[r]!, 0) / world
-        return { e2e: (t1 - t0) / 1000 / n, controllerCpu: (c1 - c0) / n, workerCpu: workerCpu / n, perFrame: commands / Math.max(frames, 1) }
+        return { e2e: (t1 - t0) / 1000 / n, controllerCpu: (c1 - c0) / n, issueCpu: (issued - c0) / n, workerCpu: workerCpu / n, perFrame: commands / Math.max(frames, 1) }
       })
     for (const c of CASES) yield* round(c, Math.min(OPS, 2000)) // warm-up
     for (let r = 0; r < ROUNDS; r++) {
@@ -160,8 +164,8 @@ const runWorld = (world: number, torch: TorchPeers) =>
 const us = (s: number) => (s * 1e6).toFixed(2)
 console.log(`bench/controller: ${OPS} ops then a fetch per round, ${ROUNDS} rounds, medians; call sites ${CAPTURE_SITES ? "captured" : "off"}; load ${readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ")}`)
 console.log("")
-console.log("| world | op | end to end us/op | controller CPU us/op | worker CPU us/op | commands/frame | torch us/op | ours / torch |")
-console.log("|---:|---|---:|---:|---:|---:|---:|---:|")
+console.log("| world | op | end to end us/op | controller CPU us/op | of it, issuing | worker CPU us/op | commands/frame | torch us/op | ours / torch |")
+console.log("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
 for (const world of WORLDS) {
   const torch = new TorchPeers(world)
   await torch.ready()
@@ -172,7 +176,7 @@ for (const world of WORLDS) {
     for (const [name, ss] of samples) {
       const e2e = median(ss.map((s) => s.e2e)), t = median(ss.map((s) => s.torch))
       const ratio = median(ss.map((s) => s.e2e / s.torch))
-      console.log(`| ${world} | ${name} | ${us(e2e)} | ${us(median(ss.map((s) => s.controllerCpu)))} | ${us(median(ss.map((s) => s.workerCpu)))} | ${median(ss.map((s) => s.perFrame)).toFixed(1)} | ${us(t)} | ${ratio.toFixed(2)}x |`)
+      console.log(`| ${world} | ${name} | ${us(e2e)} | ${us(median(ss.map((s) => s.controllerCpu)))} | ${us(median(ss.map((s) => s.issueCpu)))} | ${us(median(ss.map((s) => s.workerCpu)))} | ${median(ss.map((s) => s.perFrame)).toFixed(1)} | ${us(t)} | ${ratio.toFixed(2)}x |`)
     }
   } finally {
     await rt.dispose()
