@@ -27,10 +27,12 @@ export type Connect = (key: string, members: ReadonlyArray<number>) => Effect.Ef
 export interface Notes {
   readonly abandoned: (key: string) => Effect.Effect<number | undefined>
   readonly abandon: (key: string, ident: number) => Effect.Effect<void>
+  /** Deletes `keys` from the store (bounded: a store that is gone holds nothing up). */
+  readonly forget: (keys: ReadonlyArray<string>) => Effect.Effect<void>
 }
 
 /** No notes (one member, tests): a failed communicator is only opened again at the next collective. */
-const NO_NOTES: Notes = { abandoned: () => Effect.succeed(undefined), abandon: () => Effect.void }
+const NO_NOTES: Notes = { abandoned: () => Effect.succeed(undefined), abandon: () => Effect.void, forget: () => Effect.void }
 
 interface Group {
   readonly comm: Comm
@@ -62,6 +64,8 @@ const decoder = new TextDecoder()
 export class Communicators {
   /** Mesh id -> dims ("dp,tp") -> the group's communicator. */
   private readonly groups = new Map<number, Map<string, Group>>()
+  /** The keys of every group communicator opened since the last `forget` (its members' addresses and note under each). */
+  private readonly opened = new Map<string, number>()
 
   constructor(
     /** The communicator over every rank (sends go through it). */
@@ -82,6 +86,7 @@ export class Communicators {
         Effect.orElseSucceed(() => undefined),
       ),
       abandon: (key, ident) => o.store.set(`${key}/abandoned`, String(ident)).pipe(Effect.timeout(Duration.millis(NOTE_MS)), Effect.ignore),
+      forget: (keys) => Effect.forEach(keys, (k) => o.store.deleteKey(k), { concurrency: 16, discard: true }).pipe(Effect.timeout(Duration.millis(NOTE_MS)), Effect.ignore),
     }
     const everyone = Array.from({ length: o.world }, (_, r) => r)
     return connect("comm/world", everyone).pipe(Effect.map((world) => new Communicators(world, connect, notes)))
@@ -142,6 +147,7 @@ export class Communicators {
   private open(mesh: number, dims: ReadonlyArray<string>, members: ReadonlyArray<number>, ident: number): Effect.Effect<Group, CommError> {
     const name = dims.join(",")
     const key = `${groupName(mesh, name, members)}/${ident}`
+    this.opened.set(key, members.length)
     return this.connect(key, members).pipe(
       Effect.mapError((e) => inGlobalRanks(e, members)),
       Effect.map((comm) => {
@@ -152,6 +158,21 @@ export class Communicators {
         return opened
       }),
     )
+  }
+
+  /**
+   * A restartable worker between controllers: destroys every group communicator and deletes
+   * the store keys of every one opened so far. The next controller numbers its meshes and
+   * commands from the start again, so its groups take the same keys; an address left there
+   * would be read by a member before its owner publishes the new one, and the connect to the
+   * old, closed communicator refused. Every worker runs this before it reconnects, and a
+   * controller sends nothing before all are connected, so no new key is deleted.
+   */
+  forget(): Effect.Effect<void> {
+    for (const mesh of [...this.groups.keys()]) this.release(mesh)
+    const keys = [...this.opened].flatMap(([key, size]) => [...Array.from({ length: size }, (_, r) => `${key}/${r}`), `${key}/abandoned`])
+    this.opened.clear()
+    return keys.length === 0 ? Effect.void : this.notes.forget(keys)
   }
 
   /** Destroys the communicators of a mesh whose last ref went. */

@@ -184,6 +184,8 @@ export const runWorker = (config: WorkerConfig): Effect.Effect<WorkerEnd, unknow
       }
       // The controller answered until it went away; a store that answers means the job lives.
       if (end === "disconnected") lastAnswer = performance.now()
+      // The next controller's groups take the same store keys: none of this one's may be left.
+      yield* comms.forget()
       const probe = Math.max(1, Math.min(2000, config.orphanTimeoutMs - (performance.now() - lastAnswer)))
       if (yield* store.check(["controller"]).pipe(Effect.timeout(probe), Effect.as(true), Effect.orElseSucceed(() => false))) lastAnswer = performance.now()
       else if (performance.now() - lastAnswer >= config.orphanTimeoutMs) {

@@ -34,7 +34,8 @@ export const attempt = async (body: (t: Trial) => Promise<void>): Promise<Trial>
   try {
     await body(t)
   } catch (e) {
-    t.problems.push(`threw: ${e instanceof Error ? e.stack ?? e.message : String(e)}`)
+    // The message first: an Effect error's stack is captured before its message getter can run, so it reads just "Error".
+    t.problems.push(`threw: ${e instanceof Error ? `${e.name}: ${e.message}\n${e.stack ?? ""}` : String(e)}`)
   }
   return t
 }
