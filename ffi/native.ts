@@ -85,8 +85,9 @@ export class Native {
   }
 }
 
+/** Where the libraries are: MONARCH_SHIM_DIR, else the package's build/ (make, or `monarch-bun build`). */
 const buildDir = process.env.MONARCH_SHIM_DIR ?? new URL("../build/", import.meta.url).pathname
-export const libraryPath = (device: Device): string => `${buildDir}/libshim-${device}.so`
+export const libraryPath = (device: Device): string => `${buildDir.replace(/\/$/, "")}/libshim-${device}.so`
 
 const open = (device: Device, reason: string): Native => {
   const path = libraryPath(device)
@@ -121,7 +122,7 @@ export function loadNative(request: string = process.env.MONARCH_DEVICE ?? "cpu"
   let native: Native
   if (request === "cpu") {
     const cpu = libraryPath("cpu")
-    if (!existsSync(cpu)) throw shimError(Status.UNAVAILABLE, "load", `${cpu} is not built; run make`)
+    if (!existsSync(cpu)) throw shimError(Status.UNAVAILABLE, "load", `${cpu} is not built: run \`make\` in a clone, or \`monarch-bun build\` where the package is installed (it needs make, gcc, g++, libgloo-dev and libopenblas-dev), or set MONARCH_SHIM_DIR to a folder holding libshim-cpu.so`)
     native = open("cpu", "MONARCH_DEVICE=cpu")
   } else if (request === "cuda") {
     const cuda = tryCuda("MONARCH_DEVICE=cuda")
