@@ -110,6 +110,9 @@ interface TestRun {
   readonly output: string
 }
 
+/** Process groups of the test runs in progress, killed if this script is interrupted. */
+const running = new Set<number>()
+
 /** Runs `bun test --bail` on `tests` in `dir`, in a process group of its own killed after `limitMs`. */
 const runTests = (dir: string, tests: ReadonlyArray<string>, limitMs: number): Promise<TestRun> =>
   new Promise((resolve) => {
@@ -117,6 +120,7 @@ const runTests = (dir: string, tests: ReadonlyArray<string>, limitMs: number): P
     const child = spawn("setsid", [join(dir, "node_modules/.bin/bun"), "test", "--bail", ...tests], {
       cwd: dir, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, MONARCH_TEST_VERBOSE: "" },
     })
+    running.add(child.pid!)
     let output = ""
     child.stdout.on("data", (d) => (output += d))
     child.stderr.on("data", (d) => (output += d))
@@ -131,6 +135,7 @@ const runTests = (dir: string, tests: ReadonlyArray<string>, limitMs: number): P
       killGroup()
     }, limitMs)
     child.on("close", (code) => {
+      running.delete(child.pid!)
       clearTimeout(timer)
       killGroup() // workers a failing test left behind
       resolve({ code, timedOut, ms: performance.now() - t0, output })
@@ -203,6 +208,17 @@ const main = async () => {
     return
   }
   const base = mkdtempSync(join(tmpdir(), "monarch-mutate-"))
+  // The runs are in sessions of their own, out of reach of the terminal's signals.
+  for (const signal of ["SIGINT", "SIGTERM"] as const)
+    process.on(signal, () => {
+      for (const pid of running) {
+        try {
+          process.kill(-pid, "SIGKILL")
+        } catch {}
+      }
+      rmSync(base, { recursive: true, force: true })
+      process.exit(130)
+    })
   const slots = Array.from({ length: Math.min(jobs, located.length) }, (_, i) => join(base, `copy${i}`))
   try {
     for (const s of slots) makeCopy(s)
@@ -211,7 +227,8 @@ const main = async () => {
     const baseline = await runTests(slots[0]!, allTests, 10 * timeoutMs)
     if (baseline.code !== 0) {
       console.error(`the tests fail unbroken (${Math.round(baseline.ms / 1000)} s), so no break can be judged:\n${baseline.output.split("\n").slice(-40).join("\n")}`)
-      process.exit(1)
+      process.exitCode = 1
+      return // through the finally below, which removes the copies
     }
     console.log(`unbroken: ${/Ran \d+ tests? across \d+ files?/.exec(baseline.output)?.[0] ?? "ran"}, all passing, in ${(baseline.ms / 1000).toFixed(1)} s`)
     const outcomes: Outcome[] = new Array(located.length)

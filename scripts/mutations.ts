@@ -45,8 +45,8 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     area: "worker", behaviour: "a rank with a poisoned input joins the collective with zeros",
     file: "src/worker/handlers/collectives.ts",
     edits: one(
-      "        out = collective(s, comm, tensor, m, stream)\n",
-      "        if (failure !== undefined) throw failure\n        out = collective(s, comm, tensor, m, stream)\n",
+      "        return { input, out: collective(s, comm, input.tensor, m, stream) }\n",
+      "        if (input.failure !== undefined) throw input.failure\n        return { input, out: collective(s, comm, input.tensor, m, stream) }\n",
     ),
     tests: ["tests/worker/inProcess.test.ts", "tests/worker/errors.test.ts"],
   },
@@ -154,7 +154,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "controller", behaviour: "a root failure poisons everything downstream of it",
     file: "src/controller/graph.ts",
-    edits: one("      n.failure = failure\n      stack.push(...n.dependents)\n", "      n.failure = failure\n"),
+    edits: one("      n.tainted = true\n      stack.push(...n.dependents)\n", "      n.tainted = true\n"),
     tests: ["tests/controller/controller.test.ts"],
   },
   {
@@ -171,8 +171,8 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   },
   {
     area: "controller", behaviour: "a peer's CommError gives way to the loss that explains it",
-    file: "src/controller/core.ts",
-    edits: one("    this.unblameCommErrors(rank)\n", ""),
+    file: "src/controller/graph.ts",
+    edits: one('case "RemoteError": return mayBePeerLoss(f.type, f.kind) ? 3 : 0', 'case "RemoteError": return 0'),
     tests: ["tests/faults/loss.test.ts"],
   },
   {

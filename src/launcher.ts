@@ -8,6 +8,7 @@
 import type { Subprocess } from "bun"
 import { Context, Data, Deferred, Effect, Layer, type Scope } from "effect"
 import { randomBytes } from "node:crypto"
+import { readToken } from "./net/token.ts"
 import { startServer } from "./store/server.ts"
 
 export class LaunchError extends Data.TaggedError("LaunchError")<{ readonly message: string }> {}
@@ -84,7 +85,10 @@ export const launch = (options: LaunchOptions): Effect.Effect<Job, LaunchError, 
       Effect.try({ try: () => startServer({ host, port: options.storePort ?? 0 }), catch: (e) => new LaunchError({ message: `store: ${(e as Error).message}` }) }),
       (s) => Effect.sync(s.stop),
     )
-    const token = options.env?.MONARCH_TOKEN ?? process.env.MONARCH_TOKEN ?? randomBytes(16).toString("hex")
+    // The caller's token (MONARCH_TOKEN or MONARCH_TOKEN_FILE), so that a controller given the same can attach.
+    const given = options.env?.MONARCH_TOKEN === undefined ? readToken() : { token: options.env.MONARCH_TOKEN }
+    if ("problem" in given) return yield* new LaunchError({ message: given.problem })
+    const token = given.token ?? randomBytes(16).toString("hex")
     const onLine = options.onLine ?? defaultOnLine
     const graceMs = options.graceMs ?? 5000
     const done = yield* Deferred.make<ProcessExit>()

@@ -1,18 +1,52 @@
 /**
  * A worker's communicators: the world one, opened at start-up, and one per group of a mesh
- * (the ranks that differ from this one only in some dims), opened through the store on first
- * use and kept until the mesh goes. This is the only place that names communicators in the
- * store and turns the shim's failures into CommErrors.
+ * (the ranks that differ from this one only in some dims), opened through the store at the
+ * group's first collective and kept until the mesh goes. This is the only place that names
+ * communicators in the store and turns the shim's failures into CommErrors, naming the
+ * group's members by their global ranks.
+ *
+ * A group's communicator that a timeout or a lost peer left unusable is torn down, a note
+ * saying at which command goes in the store, and the group's next collective opens a new one
+ * once its members answer. Every member runs the same commands, so an opening is keyed by the
+ * command that opens it: members can only ever meet within one command. A member whose
+ * collective went through while a peer's failed keeps the old communicator until its next
+ * collective on it fails; the peer's note then says the peer lives and has moved on, so it
+ * opens the new one at once and runs the collective again on it.
  */
-import { Effect } from "effect"
+import { Duration, Effect } from "effect"
 import type { Comm } from "../../ffi/comm.ts"
 import { ShimError, type Native } from "../../ffi/native.ts"
 import type { StoreApi } from "../store/api.ts"
 import { CommError, reasonOfShimStatus, type CommReason } from "./errors.ts"
 import { rendezvous } from "./rendezvous.ts"
 
-/** Connects a communicator over `members` (global ranks, in group order) agreed on by `key`. */
-export type Connect = (key: string, members: ReadonlyArray<number>) => Effect.Effect<Comm, CommError>
+/**
+ * Connects a communicator over `members` (global ranks, in group order) agreed on by `key`,
+ * waiting up to `waitMs` for the members (default the comm timeout).
+ */
+export type Connect = (key: string, members: ReadonlyArray<number>, waitMs?: number) => Effect.Effect<Comm, CommError>
+
+/** Where members leave word that they gave up a communicator: `abandoned(key)` is the command they did it at. */
+export interface Notes {
+  readonly abandoned: (key: string) => Effect.Effect<number | undefined>
+  readonly abandon: (key: string, ident: number) => Effect.Effect<void>
+}
+
+/** No notes (one member, tests): a failed communicator is only opened again at the next collective. */
+const NO_NOTES: Notes = { abandoned: () => Effect.succeed(undefined), abandon: () => Effect.void }
+
+interface Group {
+  readonly comm: Comm
+  readonly members: ReadonlyArray<number>
+  /** The store key it was opened under. */
+  readonly key: string
+}
+
+/** Failures after which a communicator cannot be used again (the shim keeps the first failure). */
+const UNUSABLE_AFTER: ReadonlyArray<CommReason> = ["timeout", "peer-lost"]
+
+/** How long a note may take to read or write: a store that is gone must not hold a failure up. */
+const NOTE_MS = 2000
 
 export interface CommunicatorsOptions {
   readonly native: Native
@@ -26,47 +60,110 @@ export interface CommunicatorsOptions {
   readonly hostname: string
 }
 
+const decoder = new TextDecoder()
+
 export class Communicators {
   /** Mesh id -> dims ("dp,tp") -> the group's communicator. */
-  private readonly groups = new Map<number, Map<string, Comm>>()
-  /** Store key -> how many times it was opened, for a fresh key each time. */
-  private readonly openings = new Map<string, number>()
+  private readonly groups = new Map<number, Map<string, Group>>()
+  /** Groups (by name) whose communicator failed and was torn down: their next opening waits longer. */
+  private readonly discarded = new Set<string>()
 
   constructor(
     /** The communicator over every rank (sends go through it). */
     readonly world: Comm,
     private readonly connect: Connect,
+    /** The comm timeout: a group opened again waits twice this for its members. */
+    private readonly timeoutMs: number,
+    private readonly notes: Notes = NO_NOTES,
   ) {}
 
   /** The world communicator, then the rest through the store (the worker's start-up). */
   static open(o: CommunicatorsOptions): Effect.Effect<Communicators, CommError> {
-    const connect: Connect = (key, members) =>
-      rendezvous({ native: o.native, store: o.store, key, members, rank: o.rank, timeoutMs: o.timeoutMs, hostname: o.hostname })
+    const connect: Connect = (key, members, waitMs) =>
+      rendezvous({ native: o.native, store: o.store, key, members, rank: o.rank, timeoutMs: o.timeoutMs, hostname: o.hostname, ...(waitMs === undefined ? {} : { waitMs }) })
+    const notes: Notes = {
+      abandoned: (key) => o.store.check([`${key}/abandoned`]).pipe(
+        Effect.flatMap((there) => (there ? o.store.get(`${key}/abandoned`) : Effect.succeed(undefined))),
+        Effect.map((v) => (v === undefined ? undefined : Number(decoder.decode(v)))),
+        Effect.timeout(Duration.millis(NOTE_MS)),
+        Effect.orElseSucceed(() => undefined),
+      ),
+      abandon: (key, ident) => o.store.set(`${key}/abandoned`, String(ident)).pipe(Effect.timeout(Duration.millis(NOTE_MS)), Effect.ignore),
+    }
     const everyone = Array.from({ length: o.world }, (_, r) => r)
-    return connect("comm/world", everyone).pipe(Effect.map((world) => new Communicators(world, connect)))
-  }
-
-  /** The communicator of mesh `mesh`'s group over `dims`, if it was opened before (the fast path). */
-  cached(mesh: number, dims: ReadonlyArray<string>): Comm | undefined {
-    return this.groups.get(mesh)?.get(dims.join(","))
+    return connect("comm/world", everyone).pipe(Effect.map((world) => new Communicators(world, connect, o.timeoutMs, notes)))
   }
 
   /**
-   * Opens the communicator of mesh `mesh`'s group over `dims`, whose members are `members`.
-   * Every member opens it at the same command, so the nth opening of a group is the same
-   * communicator on each: the store never forgets a key, so each opening takes a new one.
+   * Runs `op` on mesh `mesh`'s group over `dims` for command `ident`: on the group's
+   * communicator, opened first if needed (the group's members from `members`). Synchronous
+   * when the communicator is there and `op` works (the common case); otherwise the Effect that
+   * finishes it, failing with a CommError that names global ranks.
    */
-  open(mesh: number, dims: ReadonlyArray<string>, members: ReadonlyArray<number>): Effect.Effect<Comm, CommError> {
+  collective<A>(mesh: number, dims: ReadonlyArray<string>, members: () => ReadonlyArray<number>, ident: number, op: (comm: Comm) => A): A | Effect.Effect<A, CommError> {
+    const group = this.groups.get(mesh)?.get(dims.join(","))
+    if (group === undefined) return Effect.flatMap(this.open(mesh, dims, members(), ident), (g) => this.attempt(mesh, dims, g, ident, op, true))
+    try {
+      return op(group.comm)
+    } catch (e) {
+      return this.failed(mesh, dims, group, ident, e, op, true)
+    }
+  }
+
+  /** `op` on a group just opened, as an Effect. */
+  private attempt<A>(mesh: number, dims: ReadonlyArray<string>, group: Group, ident: number, op: (comm: Comm) => A, mayRetry: boolean): Effect.Effect<A, CommError> {
+    return Effect.suspend(() => {
+      try {
+        return Effect.succeed(op(group.comm))
+      } catch (e) {
+        return this.failed(mesh, dims, group, ident, e, op, mayRetry)
+      }
+    })
+  }
+
+  /**
+   * A collective failed with `e`. A communicator it left unusable is torn down, with a note;
+   * if a peer's note says it gave this one up at an earlier command, this member went on past
+   * that failure alone: it opens the new communicator now and tries `op` once more.
+   */
+  private failed<A>(mesh: number, dims: ReadonlyArray<string>, group: Group, ident: number, e: unknown, op: (comm: Comm) => A, mayRetry: boolean): Effect.Effect<A, CommError> {
+    const error = inGlobalRanks(commError(e), group.members)
+    if (!UNUSABLE_AFTER.includes(error.reason)) return Effect.fail(error)
     const name = dims.join(",")
-    // Groups over the same dims differ by their first member: it names the group.
-    const group = `comm/mesh${mesh}/${name}@${members[0]}`
-    const n = this.openings.get(group) ?? 0
-    this.openings.set(group, n + 1)
-    return this.connect(`${group}/${n}`, members).pipe(Effect.tap((comm) => Effect.sync(() => {
-      let byDims = this.groups.get(mesh)
-      if (byDims === undefined) this.groups.set(mesh, (byDims = new Map()))
-      byDims.set(name, comm)
-    })))
+    if (this.groups.get(mesh)?.get(name) === group) this.groups.get(mesh)!.delete(name)
+    this.discarded.add(groupName(mesh, name, group.members))
+    group.comm.destroy()
+    const self = this
+    return Effect.gen(function* () {
+      const earlier = yield* self.notes.abandoned(group.key)
+      yield* self.notes.abandon(group.key, ident)
+      if (!mayRetry || earlier === undefined || earlier >= ident) return yield* Effect.fail(error)
+      const fresh = yield* self.open(mesh, dims, group.members, ident)
+      return yield* self.attempt(mesh, dims, fresh, ident, op, false)
+    })
+  }
+
+  /**
+   * Opens the communicator of mesh `mesh`'s group over `dims`, whose members are `members`, at
+   * command `ident` (every member opens it at the same one). A group opened again after a
+   * failure waits for its members for two comm timeouts: each may still be failing its last
+   * collective on the old communicator. A failed opening withdraws this member's address.
+   */
+  private open(mesh: number, dims: ReadonlyArray<string>, members: ReadonlyArray<number>, ident: number): Effect.Effect<Group, CommError> {
+    const name = dims.join(","), group = groupName(mesh, name, members)
+    const key = `${group}/${ident}`
+    const waitMs = this.discarded.has(group) ? 2 * this.timeoutMs : undefined
+    return this.connect(key, members, waitMs).pipe(
+      Effect.mapError((e) => inGlobalRanks(e, members)),
+      Effect.map((comm) => {
+        this.discarded.delete(group)
+        let byDims = this.groups.get(mesh)
+        if (byDims === undefined) this.groups.set(mesh, (byDims = new Map()))
+        const opened: Group = { comm, members, key }
+        byDims.set(name, opened)
+        return opened
+      }),
+    )
   }
 
   /** Destroys the communicators of a mesh whose last ref went. */
@@ -74,9 +171,12 @@ export class Communicators {
     const byDims = this.groups.get(mesh)
     if (byDims === undefined) return
     this.groups.delete(mesh)
-    for (const comm of byDims.values()) comm.destroy()
+    for (const { comm } of byDims.values()) comm.destroy()
   }
 }
+
+/** A group's name in the store: groups over the same dims differ by their first member. */
+const groupName = (mesh: number, dims: string, members: ReadonlyArray<number>) => `comm/mesh${mesh}/${dims}@${members[0]}`
 
 /**
  * A failure under a collective or send as a CommError: the shim's status gives the reason;
@@ -86,4 +186,18 @@ export const commError = (e: unknown, fallback: CommReason = "invalid"): CommErr
   if (e instanceof CommError) return e
   const reason = e instanceof ShimError ? reasonOfShimStatus(e.reason) : fallback
   return new CommError({ reason, message: e instanceof Error ? e.message : String(e), cause: e })
+}
+
+/**
+ * The shim and Gloo name a group's members by their rank in the group ("rank 1"): the same
+ * message with each such rank as the global rank it is, and the group's members.
+ */
+export const inGlobalRanks = (e: CommError, members: ReadonlyArray<number>): CommError => {
+  const identity = members.every((m, i) => m === i)
+  if (identity) return e
+  const message = e.message.replace(/\b(rank|peer|member) (\d+)\b/g, (whole, _word: string, n: string) => {
+    const global = members[Number(n)]
+    return global === undefined ? whole : `rank ${global}`
+  })
+  return new CommError({ reason: e.reason, message: `${message} (group of ranks [${members.join(", ")}])`, cause: e.cause })
 }

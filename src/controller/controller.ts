@@ -2,13 +2,17 @@
  * The Controller service: what a program composes into its own Effect pipeline. Two layers
  * provide it: `Controller.local` starts workers here through the launcher (CPU or CUDA), and
  * `Controller.attach` waits for workers started elsewhere (torchrun), meeting them through the
- * store. Either way the workers connect to this process's listener with the job's token.
+ * store. Either way the workers connect to this process's listener with the job's token, which
+ * attach takes from the environment on both sides (the store would give it to anyone).
  */
 import { Context, Duration, Effect, Layer, Schedule, type Scope } from "effect"
 import { randomBytes } from "node:crypto"
+import { existsSync } from "node:fs"
+import { dirname, isAbsolute } from "node:path"
 import { Launcher } from "../launcher.ts"
 import { NDSlice } from "../protocol/ndslice.ts"
 import { parseAddress } from "../net/connection.ts"
+import { readToken, tokenProblem } from "../net/token.ts"
 import type { StoreApi } from "../store/api.ts"
 import { readStoreFile } from "../store/addressFile.ts"
 import { prefixStore } from "../store/prefix.ts"
@@ -20,6 +24,13 @@ import { RemoteStream, type RemoteTensor } from "./handles.ts"
 import { createMesh, type Mesh } from "./mesh.ts"
 
 const WORKER = new URL("../worker.ts", import.meta.url).pathname
+
+/**
+ * The default function root of Controller.local: the folder of the program's entry file, where
+ * its own modules sit. Not the working directory, which holds whatever the program was started
+ * from (a repository's scripts, benchmarks, tools); none when the entry is not a file.
+ */
+const programFolder = (): ReadonlyArray<string> => (isAbsolute(Bun.main) && existsSync(Bun.main) ? [dirname(Bun.main)] : [])
 
 export interface ControllerApi {
   readonly world: number
@@ -50,13 +61,21 @@ export interface CommonOptions {
   readonly startTimeoutMs?: number
   /** The listener's address; loopback by default. */
   readonly host?: string
+  /**
+   * Fail a fetch whose value is not final this long after it was issued with DeadlineExceeded,
+   * naming the ranks behind (default none; FetchOptions.deadlineMs per fetch).
+   */
+  readonly deadlineMs?: number
 }
 
 export interface LocalOptions extends CommonOptions {
   readonly world: number
   /** cpu (default), cuda or auto: MONARCH_DEVICE for the workers. */
   readonly device?: string
-  /** Roots user functions load from (MONARCH_FUNCTION_PATH); default the working directory. */
+  /**
+   * Roots user functions load from (the workers' MONARCH_FUNCTION_PATH); default the folder of
+   * the program's entry file (`programFolder`).
+   */
   readonly functionPath?: ReadonlyArray<string>
   /** More environment for the workers. */
   readonly env?: Readonly<Record<string, string>>
@@ -83,6 +102,27 @@ export interface AttachOptions extends CommonOptions {
    * any): default "monarch", or the one in the store file.
    */
   readonly prefix?: string
+  /**
+   * The job token the workers were given, at least MIN_ATTACH_TOKEN_LENGTH characters; default
+   * MONARCH_TOKEN or the file MONARCH_TOKEN_FILE names, as the workers read it. Never published in
+   * the store: its protocol has no authentication.
+   */
+  readonly token?: string
+}
+
+/** An attach token is chosen by people, so a short (guessable) one is refused. */
+export const MIN_ATTACH_TOKEN_LENGTH = 16
+
+/** The attach token from the options or the environment, or why there is none to use. */
+const attachToken = (o: Pick<AttachOptions, "token">): Effect.Effect<string, StartError> => {
+  const problem = o.token === undefined ? undefined : tokenProblem(o.token)
+  const given = o.token === undefined ? readToken() : problem === undefined ? { token: o.token } : { problem }
+  if ("problem" in given) return Effect.fail(new StartError({ message: given.problem }))
+  if (given.token === undefined)
+    return Effect.fail(new StartError({ message: "Controller.attach needs the job token: set MONARCH_TOKEN (or MONARCH_TOKEN_FILE) here and for the workers, or give `token`; it never goes through the store, which anyone who reaches it can read" }))
+  if (given.token.length < MIN_ATTACH_TOKEN_LENGTH)
+    return Effect.fail(new StartError({ message: `the job token has ${given.token.length} characters; use at least ${MIN_ATTACH_TOKEN_LENGTH} (e.g. openssl rand -hex 16)` }))
+  return Effect.succeed(given.token)
 }
 
 const makeCore = (world: number, o: CommonOptions, exitGraceMs: number) =>
@@ -90,6 +130,7 @@ const makeCore = (world: number, o: CommonOptions, exitGraceMs: number) =>
     world,
     ...(o.hangAfterMs === undefined ? {} : { hangAfterMs: o.hangAfterMs }),
     ...(o.captureSites === undefined ? {} : { captureSites: o.captureSites }),
+    ...(o.deadlineMs === undefined ? {} : { deadlineMs: o.deadlineMs }),
     onHang: o.onHang ?? ((r) => console.error(`monarch: command ${r.ident} (${r.label}) outstanding for ${Math.round(r.waitingMs)} ms; ranks [${r.behind}] have not passed it${r.site ? `; issued at ${r.site}` : ""}`)),
     onProblem: o.onProblem ?? ((p) => console.error(`monarch: ${p}`)),
     exitGraceMs,
@@ -194,7 +235,7 @@ export class Controller extends Context.Service<Controller, ControllerApi>()("mo
           CONTROLLER_ADDR: listener.address,
           MONARCH_TOKEN: token,
           MONARCH_DEVICE: o.device ?? process.env.MONARCH_DEVICE ?? "cpu",
-          MONARCH_FUNCTION_PATH: (o.functionPath ?? [process.cwd()]).join(":"),
+          MONARCH_FUNCTION_PATH: (o.functionPath ?? programFolder()).join(":"),
         },
         onLine: (rank, line) => {
           lines[rank]!.push(line)
@@ -224,8 +265,9 @@ export class Controller extends Context.Service<Controller, ControllerApi>()("mo
   /**
    * Meets `world` workers started elsewhere (e.g. `torchrun --no_python bun src/worker.ts`):
    * publishes this controller's address in the Store (under `prefix`), unless the workers were
-   * given it (`listen`), then waits for them through the Transport. `Controller.attach`
-   * provides both.
+   * given it (`listen`), then waits for them through the Transport. The token comes from
+   * `token` or the environment on both sides, never from the store. `Controller.attach`
+   * provides both services.
    */
   static readonly layerAttach = (o: Omit<AttachOptions, "store">): Layer.Layer<Controller, StartError, Store | Transport> =>
     Layer.effect(Controller, Effect.flatMap(Effect.service(Store), (store) => attachWith(o, store)))
@@ -259,14 +301,12 @@ export class Controller extends Context.Service<Controller, ControllerApi>()("mo
 const attachWith = (o: Omit<AttachOptions, "store">, base: StoreApi | undefined) =>
   Effect.gen(function* () {
     const core = makeCore(o.world, o, 0)
-    // Workers given a fixed address cannot read a token from the store: they share MONARCH_TOKEN.
-    if (base === undefined && process.env.MONARCH_TOKEN === undefined) return yield* new StartError({ message: "Controller.attach({ listen }) without a store needs the workers' token in MONARCH_TOKEN" })
-    const token = process.env.MONARCH_TOKEN ?? randomBytes(16).toString("hex")
+    const token = yield* attachToken(o)
     const refusals: string[] = []
     const listener = yield* listenFor(core, token, o, refusals)
     const prefix = o.prefix ?? "monarch"
     const store = base === undefined ? undefined : prefixStore(prefix, base)
-    if (store !== undefined) yield* store.multiSet([["token", token], ["controller", listener.address]]).pipe(Effect.mapError((e) => new StartError({ message: e.message })))
+    if (store !== undefined) yield* store.set("controller", listener.address).pipe(Effect.mapError((e) => new StartError({ message: e.message })))
     yield* awaitWorkers(core, o, () => refusals[0], base === undefined ? Effect.succeed("") : whereWorkersAre(base, prefix, o.world))
     yield* Effect.addFinalizer(() => Effect.sync(() => core.exit()))
     return yield* makeApi(core)

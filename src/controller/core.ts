@@ -1,18 +1,18 @@
 /**
  * The controller's engine, below the Mesh API: it numbers commands and refs, batches what is
  * issued in one tick into one CommandGroup per worker, tracks every command in the
- * dependency graph, completes fetches once every rank involved has passed them, turns worker
- * reports and lost workers into failures of exactly the results that need them, and reports
- * commands that hang.
+ * dependency graph, completes a fetch once every rank its value depends on has passed what it
+ * depends on (and no others), fails one that outlasts its deadline, turns worker reports and
+ * lost workers into failures of exactly the results that need them, and reports commands that
+ * hang.
  */
 import { Effect, Result } from "effect"
-import { mayBePeerLoss } from "../comm/errors.ts"
 import { encodeMessageParts } from "../protocol/codec.ts"
 import type { ControllerMessage, Value, WorkerMessage } from "../protocol/messages.ts"
 import { Ref, type Device } from "../protocol/values.ts"
 import type { ProcessExit } from "../launcher.ts"
-import { ControllerError, RemoteError, WorkerLost, type Failure } from "./errors.ts"
-import { Graph, type Node } from "./graph.ts"
+import { ControllerError, DeadlineExceeded, RemoteError, WorkerLost, type Failure } from "./errors.ts"
+import { Graph, type Exchange, type Node } from "./graph.ts"
 import type { WorkerLink } from "./listener.ts"
 
 /** A command outstanding longer than `hangAfterMs`, and the ranks that have not passed it. */
@@ -35,14 +35,19 @@ export interface CoreOptions {
   readonly onProblem?: (problem: string) => void
   /** How long to wait for a disconnected worker's exit status before failing its results. */
   readonly exitGraceMs?: number
+  /** Fail a fetch not answered this long after it was issued (DeadlineExceeded); default none. */
+  readonly deadlineMs?: number
 }
 
 interface PendingFetch {
   readonly node: Node
   readonly values: Map<number, Value>
+  /** Per rank, the highest ident its value depends on there (Graph.needs), fixed at issue. */
+  readonly needs: ReadonlyMap<number, number>
   readonly resume: (e: Effect.Effect<ReadonlyArray<Value>, Failure | ControllerError>) => void
-  /** Failed early by a lost worker; kept until it settles so late results are dropped quietly. */
+  /** Failed early (a lost worker, the deadline); kept until complete so late results are dropped quietly. */
   answered: boolean
+  deadline: ReturnType<typeof setTimeout> | undefined
 }
 
 const sameMessages = (a: ReadonlyArray<WorkerMessage>, b: ReadonlyArray<WorkerMessage>): boolean =>
@@ -107,8 +112,11 @@ export class Core {
 
   onMessage(rank: number, msg: ControllerMessage): void {
     switch (msg._tag) {
-      case "Status":
-        return this.graph.advance(rank, msg.firstUncompletedIdent)
+      case "Status": {
+        this.graph.advance(rank, msg.firstUncompletedIdent)
+        for (const [ident, pending] of this.fetches) if (pending.needs.has(rank)) this.tryFinish(ident)
+        return
+      }
       case "FetchResult": {
         const pending = this.fetches.get(msg.ident)
         if (!pending) return this.options.onProblem?.(`rank ${rank} sent a FetchResult for unknown ident ${msg.ident}`)
@@ -122,7 +130,7 @@ export class Core {
           return this.options.onProblem?.(`rank ${rank} reported a failure of ident ${msg.ident}, which is not live on it: ${msg.error.message}`)
         return this.graph.fail(node, new RemoteError({
           ident: msg.ident, rank, function: node.label, type: msg.error.type, reason: msg.error.message, kind: msg.error.reason, frames: msg.error.frames, site: node.site,
-        }))
+        }), rank)
       }
       case "ProtocolError":
         return this.options.onProblem?.(`rank ${rank} refused a command: ${msg.message}`)
@@ -151,31 +159,8 @@ export class Core {
     this.links[rank] = undefined
     this.outbox[rank] = []
     const exit = this.exits.get(rank)
-    this.unblameCommErrors(rank)
     this.graph.lose(rank, (node) => new WorkerLost({ rank, status: exit?.status, signal: exit?.signal ?? undefined, ident: node.ident }))
     for (const ident of [...this.fetches.keys()]) this.tryFinish(ident)
-  }
-
-  /**
-   * A CommError (timing out, losing a peer or a rendezvous) that a peer reported for a command `rank` never passed is, most likely, this
-   * loss seen from the other side of the collective. Nothing orders that report against the
-   * exit or the closed link that tells of the loss (on one host the exit usually comes first,
-   * by a few ms). Withdrawing it, from the command and what it poisoned downstream, lets the
-   * loss name the rank that died whichever came first. No one has seen that failure yet: all
-   * of it waits on `rank`, so none of it has settled or answered a fetch.
-   */
-  private unblameCommErrors(rank: number): void {
-    for (const node of this.graph.live.values()) {
-      const symptom = node.failure
-      if (!node.waiting.has(rank) || symptom?._tag !== "RemoteError" || !mayBePeerLoss(symptom.type, symptom.kind) || symptom.ident !== node.ident) continue
-      const stack = [node]
-      while (stack.length > 0) {
-        const n = stack.pop()!
-        if (n.failure !== symptom) continue
-        n.failure = undefined
-        stack.push(...n.dependents)
-      }
-    }
   }
 
   // ---- issuing --------------------------------------------------------------------------
@@ -200,29 +185,36 @@ export class Core {
 
   /**
    * Queues a command with an ident for `ranks`, tracked in the graph: `inputs` are the ref
-   * ids it reads, `defines` those it (re)defines.
+   * ids it reads, `defines` those it (re)defines, `exchange` how its ranks depend on each
+   * other (none: each rank's result depends on its own inputs only).
    */
-  command(ranks: ReadonlyArray<number>, label: string, inputs: ReadonlyArray<number>, defines: ReadonlyArray<number>, site: string | undefined, make: (ident: number) => WorkerMessage): Node {
+  command(ranks: ReadonlyArray<number>, label: string, inputs: ReadonlyArray<number>, defines: ReadonlyArray<number>, site: string | undefined, make: (ident: number) => WorkerMessage, exchange?: Exchange): Node {
     const ident = this.nextIdent++
-    const node = this.graph.add(ident, ranks, inputs, defines, label, site)
+    const node = this.graph.add(ident, ranks, inputs, defines, label, site, exchange)
     this.post(ranks, make(ident))
     return node
   }
 
   /**
-   * Fetches a value from `ranks`: completes when every rank involved has passed the fetch,
-   * with the value from each rank in order, or the failure it depends on (a lost worker's
-   * at once).
+   * Fetches a value from `ranks`: completes once every rank that the value on `ranks` depends
+   * on has passed what it depends on there (ranks outside those answer nothing and are not
+   * waited for), with the value from each rank in order, or the failure it depends on (a lost
+   * worker's at once). `deadlineMs` (default the core's) bounds the wait: then it fails with
+   * DeadlineExceeded naming the ranks behind.
    */
-  fetch(ranks: ReadonlyArray<number>, inputs: ReadonlyArray<number>, label: string, site: string | undefined, make: (ident: number) => WorkerMessage): Effect.Effect<ReadonlyArray<Value>, Failure | ControllerError> {
+  fetch(ranks: ReadonlyArray<number>, inputs: ReadonlyArray<number>, label: string, site: string | undefined, make: (ident: number) => WorkerMessage, deadlineMs = this.options.deadlineMs): Effect.Effect<ReadonlyArray<Value>, Failure | ControllerError> {
     return Effect.callback((resume) => {
       const node = this.command(ranks, label, inputs, [], site, make)
-      this.fetches.set(node.ident, { node, values: new Map(), resume, answered: false })
+      const pending: PendingFetch = { node, values: new Map(), needs: this.graph.needs(node, ranks), resume, answered: false, deadline: undefined }
+      this.fetches.set(node.ident, pending)
       // Every rank reports its status after this batch, so the fetch settles without waiting
       // for the once-a-second Status.
       this.statusWanted = true
-      if (!node.settled) node.onSettle.push(() => this.tryFinish(node.ident))
       this.tryFinish(node.ident)
+      if (deadlineMs !== undefined && this.fetches.has(node.ident) && !pending.answered) {
+        pending.deadline = setTimeout(() => this.expire(pending, deadlineMs), deadlineMs)
+        pending.deadline.unref?.()
+      }
     })
   }
 
@@ -230,20 +222,44 @@ export class Core {
     const pending = this.fetches.get(ident)
     if (!pending) return
     const { node, values, resume } = pending
-    if (!node.settled) {
+    let complete = true, lostEarly = false
+    for (const [rank, last] of pending.needs) {
+      if (this.graph.passed(rank) > last) continue
+      if (this.graph.isLost(rank)) lostEarly = true
+      else complete = false
+    }
+    if (!complete) {
       // A lost worker's failure is final (nothing replaces a WorkerLost), so it is answered
       // now, not once the other ranks pass the fetch: one of them may be waiting out its comm
       // timeout in a rendezvous or collective with the dead rank.
-      if (node.failure?._tag !== "WorkerLost" || pending.answered) return
+      if (!lostEarly || pending.answered) return
+      const failure = this.graph.failureAt(node, node.ranks)
+      if (failure === undefined) return
       pending.answered = true
-      return resume(Effect.fail(node.failure))
+      clearTimeout(pending.deadline)
+      return resume(Effect.fail(failure))
     }
     this.fetches.delete(ident)
+    clearTimeout(pending.deadline)
     if (pending.answered) return
-    if (node.failure) return resume(Effect.fail(node.failure))
+    const failure = this.graph.failureAt(node, node.ranks)
+    if (failure) return resume(Effect.fail(failure))
     const missing = node.ranks.filter((r) => !values.has(r))
     if (missing.length > 0) return resume(Effect.fail(new ControllerError({ message: `ranks [${missing}] passed fetch ${ident} without a result` })))
     resume(Effect.succeed(node.ranks.map((r) => values.get(r)!)))
+  }
+
+  /** A fetch's deadline passed before its value was final: it fails, naming the ranks behind and where each is. */
+  private expire(pending: PendingFetch, deadlineMs: number): void {
+    if (pending.answered || !this.fetches.has(pending.node.ident)) return
+    const behind = [...pending.needs].filter(([rank, last]) => this.graph.passed(rank) <= last && !this.graph.isLost(rank)).map(([rank]) => rank).sort((a, b) => a - b)
+    const at = behind.map((rank) => {
+      const ident = this.graph.passed(rank)
+      const node = this.graph.node(ident)
+      return { rank, ident, label: node?.label }
+    })
+    pending.answered = true
+    pending.resume(Effect.fail(new DeadlineExceeded({ ident: pending.node.ident, label: pending.node.label, deadlineMs, behind: at, site: pending.node.site })))
   }
 
   /** Deletes refs on `ranks` with the next batch. */

@@ -52,11 +52,26 @@ export class WorkerLost extends Data.TaggedError("WorkerLost")<{
   }
 }
 
+/** A fetch whose value was not final within its deadline: the ranks behind, each at the command it has not passed. */
+export class DeadlineExceeded extends Data.TaggedError("DeadlineExceeded")<{
+  /** The fetch. */
+  readonly ident: number
+  readonly label: string
+  readonly deadlineMs: number
+  readonly behind: ReadonlyArray<{ readonly rank: number; readonly ident: number; readonly label: string | undefined }>
+  readonly site: string | undefined
+}> {
+  override get message(): string {
+    const where = this.behind.map((b) => `rank ${b.rank} at command ${b.ident}${b.label ? ` (${b.label})` : ""}`).join(", ")
+    return `fetch ${this.ident} (${this.label}) was not answered within its ${this.deadlineMs} ms deadline: ${where} not passed yet${this.site ? `\n  issued at ${this.site}` : ""}`
+  }
+}
+
 /** A call refused by the controller before it reached any worker (bad arguments, unknown shape). */
 export class ControllerError extends Data.TaggedError("ControllerError")<{ readonly message: string }> {}
 
 /** Why a command failed: on a worker, a worker lost, or a command the controller could not send. */
-export type Failure = RemoteError | WorkerLost | ControllerError
+export type Failure = RemoteError | WorkerLost | ControllerError | DeadlineExceeded
 
 /** Starting or attaching to workers failed. */
 export class StartError extends Data.TaggedError("StartError")<{ readonly message: string }> {}

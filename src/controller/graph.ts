@@ -1,27 +1,50 @@
 /**
  * The controller's view of what is in flight: every command (by ident) with the ranks that
  * run it and the commands it depends on, and every ref with the command that last defined
- * it. A root failure reported by any rank poisons its command and, through the edges,
- * everything that depends on it on every rank. A command settles once every rank that runs
- * it has passed its ident and its dependencies have settled: it can no longer fail, and
- * leaves the graph (refs keep pointing at it for its outcome).
+ * it. Dependencies are per rank: a command's result on rank r depends on its inputs on r
+ * (where r reads them) and on the same command on its peers (a collective's group, a send's
+ * sender), and so on back. A root failure (reported by a rank, a rank lost, a command the
+ * controller could not send) is recorded where it happened and poisons exactly the results
+ * whose dependencies reach it; a result on a rank that never depends on it stays good.
+ *
+ * A command settles once every rank that runs it has passed its ident and its dependencies
+ * have settled: it can no longer fail, its outcome per rank is fixed, and it leaves the graph
+ * (refs keep pointing at it for that outcome).
  */
+import { mayBePeerLoss } from "../comm/errors.ts"
 import type { Failure } from "./errors.ts"
 
+/**
+ * How a command's result on one rank depends on the others': absent for a rank-local command
+ * (each rank's result depends on its own inputs only).
+ */
+export interface Exchange {
+  /** The ranks whose run of this same command rank r's result depends on (r need not be listed). */
+  readonly peers: (rank: number) => ReadonlyArray<number>
+  /** Whether rank r reads the inputs itself (a send's receivers do not: theirs come from the sender). */
+  readonly reads: (rank: number) => boolean
+}
+
 export class Node {
-  failure: Failure | undefined
   /** Ranks that have not yet reported passing this ident. */
   readonly waiting: Set<number>
+  /** Root failures where they happened, by rank. */
+  roots: Map<number, Failure> | undefined
+  /** Whether some failure may be in its dependencies on some rank (false: nothing to look up). */
+  tainted = false
+  /** The commands that defined its inputs; dropped once it settles. */
+  deps: Node[] = []
   /** Unsettled dependencies. */
   pendingDeps = 0
   readonly dependents: Node[] = []
   settled = false
-  /** Run once, when the node settles. */
-  readonly onSettle: Array<(node: Node) => void> = []
+  /** Once settled: the failure of its result on each rank that has one. */
+  outcome: Map<number, Failure> | undefined
 
   constructor(
     readonly ident: number,
     readonly ranks: ReadonlyArray<number>,
+    readonly exchange: Exchange | undefined,
     /** What the command ran (a function name, or the message), for error reports. */
     readonly label: string,
     /** Where in the controller program it was issued. */
@@ -30,6 +53,64 @@ export class Node {
   ) {
     this.waiting = new Set(ranks)
   }
+
+  /** Records a root failure on `rank` (every rank when undefined); the first one per rank stays. */
+  addRoot(failure: Failure, rank?: number): void {
+    this.roots ??= new Map()
+    for (const r of rank === undefined ? this.ranks : [rank]) if (!this.roots.has(r)) this.roots.set(r, failure)
+  }
+}
+
+/**
+ * Which failure a result reports when its dependencies hold several: one a worker reported
+ * for its own reasons (or the controller's refusal) first, then a lost rank, then a deadline,
+ * and last a CommError that may only be a lost peer seen from the other side of a collective
+ * (so the error names the rank that died rather than the one that noticed); among equals, the
+ * earliest command's, the root cause.
+ */
+const precedence = (f: Failure): number => {
+  switch (f._tag) {
+    case "RemoteError": return mayBePeerLoss(f.type, f.kind) ? 3 : 0
+    case "ControllerError": return 0
+    case "WorkerLost": return 1
+    case "DeadlineExceeded": return 2
+  }
+}
+
+interface Found {
+  readonly failure: Failure
+  readonly ident: number
+}
+
+const better = (a: Found | undefined, b: Found | undefined): Found | undefined => {
+  if (a === undefined || b === undefined) return a ?? b
+  const pa = precedence(a.failure), pb = precedence(b.failure)
+  return pb < pa || (pb === pa && b.ident < a.ident) ? b : a
+}
+
+/** A (command, rank) pair's dependencies, visited once per walk. */
+type Visit = (node: Node, rank: number) => void
+
+/** Walks the pairs (node, rank) that (from, rank) depends on through unsettled commands, `from` included. */
+const walk = (from: Node, ranks: Iterable<number>, visit: Visit): void => {
+  const seen = new Map<Node, Set<number>>()
+  const stack: Array<[Node, number]> = []
+  const push = (node: Node, rank: number) => {
+    let at = seen.get(node)
+    if (at === undefined) seen.set(node, (at = new Set()))
+    if (at.has(rank)) return
+    at.add(rank)
+    stack.push([node, rank])
+  }
+  for (const r of ranks) push(from, r)
+  while (stack.length > 0) {
+    const [node, rank] = stack.pop()!
+    visit(node, rank)
+    if (node.settled) continue
+    if (node.exchange) for (const p of node.exchange.peers(rank)) if (node.ranks.includes(p)) push(node, p)
+    if (node.exchange && !node.exchange.reads(rank)) continue
+    for (const dep of node.deps) if (dep.ranks.includes(rank)) push(dep, rank)
+  }
 }
 
 export class Graph {
@@ -37,31 +118,33 @@ export class Graph {
   readonly live = new Map<number, Node>()
   private readonly refs = new Map<number, Node>()
   /** Per rank, the first ident it has not passed. */
-  private readonly passed = new Map<number, number>()
+  private readonly passedBelow = new Map<number, number>()
   /** Ranks that are gone, with the failure a command that needs one gets. */
   private readonly lost = new Map<number, (node: Node) => Failure>()
 
   /**
-   * Records a command: its ranks, the refs it reads, and the refs it (re)defines. It fails at
-   * once when an input is already poisoned or one of its ranks is gone.
+   * Records a command: its ranks, how its ranks depend on each other (`exchange`), the refs it
+   * reads, and the refs it (re)defines. On a rank already gone it fails at once.
    */
-  add(ident: number, ranks: ReadonlyArray<number>, inputs: ReadonlyArray<number>, defines: ReadonlyArray<number>, label: string, site?: string): Node {
-    const node = new Node(ident, ranks, label, site, performance.now())
+  add(ident: number, ranks: ReadonlyArray<number>, inputs: ReadonlyArray<number>, defines: ReadonlyArray<number>, label: string, site?: string, exchange?: Exchange): Node {
+    const node = new Node(ident, ranks, exchange, label, site, performance.now())
     for (const r of ranks) {
       const gone = this.lost.get(r)
       if (gone) {
-        node.failure ??= gone(node)
+        node.addRoot(gone(node), r)
+        node.tainted = true
         node.waiting.delete(r)
-      } else if ((this.passed.get(r) ?? 0) > ident) node.waiting.delete(r)
+      } else if (this.passed(r) > ident) node.waiting.delete(r)
     }
     for (const id of inputs) {
       const dep = this.refs.get(id)
-      if (!dep) continue
-      if (dep.failure) node.failure ??= dep.failure
+      if (!dep || node.deps.includes(dep)) continue
+      if (dep.tainted) node.tainted = true
       if (!dep.settled) {
+        node.deps.push(dep)
         dep.dependents.push(node)
         node.pendingDeps++
-      }
+      } else if (dep.outcome) node.deps.push(dep)
     }
     for (const id of defines) this.refs.set(id, node)
     this.live.set(ident, node)
@@ -75,11 +158,6 @@ export class Graph {
     if (node) this.refs.set(ref, node)
   }
 
-  /** The failure a ref carries, if its command failed or depends on one that did. */
-  failureOf(ref: number): Failure | undefined {
-    return this.refs.get(ref)?.failure
-  }
-
   /** Forgets refs the controller deleted. */
   forget(refs: ReadonlyArray<number>): void {
     for (const id of refs) this.refs.delete(id)
@@ -89,21 +167,55 @@ export class Graph {
     return this.live.get(ident)
   }
 
-  /** A root failure of a live command: poisons it and everything downstream. */
-  fail(node: Node, failure: Failure): void {
+  /** The first ident `rank` has not passed. */
+  passed(rank: number): number {
+    return this.passedBelow.get(rank) ?? 0
+  }
+
+  /** A root failure of a live command on `rank` (every rank when undefined). */
+  fail(node: Node, failure: Failure, rank?: number): void {
+    node.addRoot(failure, rank)
+    this.taint(node)
+  }
+
+  /** Marks a node and its unsettled dependents as possibly failed. */
+  private taint(node: Node): void {
     const stack = [node]
     while (stack.length > 0) {
       const n = stack.pop()!
-      if (n.failure) continue
-      n.failure = failure
+      if (n.tainted && n !== node) continue
+      n.tainted = true
       stack.push(...n.dependents)
     }
   }
 
+  /** The failure the result of `node` on `rank` carries, if any (of those known so far). */
+  failureAt(node: Node, ranks: Iterable<number>): Failure | undefined {
+    if (!node.tainted) return undefined
+    let found: Found | undefined
+    walk(node, ranks, (n, r) => {
+      const failure = n.settled ? n.outcome?.get(r) : n.roots?.get(r)
+      if (failure) found = better(found, { failure, ident: "ident" in failure ? failure.ident : n.ident })
+    })
+    return found?.failure
+  }
+
+  /**
+   * The ranks a result on `ranks` still waits for: for each, the highest ident of a command
+   * in its dependencies that the rank has not passed. The result is final once each has.
+   */
+  needs(node: Node, ranks: Iterable<number>): Map<number, number> {
+    const needs = new Map<number, number>()
+    walk(node, ranks, (n, r) => {
+      if (n.waiting.has(r) && (needs.get(r) ?? -1) < n.ident) needs.set(r, n.ident)
+    })
+    return needs
+  }
+
   /** Rank `rank` has passed every ident below `firstUncompleted`. */
   advance(rank: number, firstUncompleted: number): void {
-    if (firstUncompleted <= (this.passed.get(rank) ?? 0)) return
-    this.passed.set(rank, firstUncompleted)
+    if (firstUncompleted <= this.passed(rank)) return
+    this.passedBelow.set(rank, firstUncompleted)
     // Settling deletes from `live` while this walks it, which Map iteration allows.
     for (const node of this.live.values()) {
       if (node.ident >= firstUncompleted) break
@@ -111,12 +223,12 @@ export class Graph {
     }
   }
 
-  /** Rank `rank` is gone: every command that needs it, now or later, fails with `failure`. */
+  /** Rank `rank` is gone: every command it has not passed, now or later, fails there with `failure`. */
   lose(rank: number, failure: (node: Node) => Failure): void {
     this.lost.set(rank, failure)
     for (const node of [...this.live.values()]) {
       if (!node.waiting.delete(rank)) continue
-      this.fail(node, failure(node))
+      this.fail(node, failure(node), rank)
       this.trySettle(node)
     }
   }
@@ -130,14 +242,24 @@ export class Graph {
     while (ready.length > 0) {
       const node = ready.pop()!
       if (node.settled || node.waiting.size > 0 || node.pendingDeps > 0) continue
+      // Its dependencies have settled: each rank's outcome is final, and they can go.
+      if (node.tainted) {
+        const outcome = new Map<number, Failure>()
+        for (const r of node.ranks) {
+          const f = this.failureAt(node, [r])
+          if (f) outcome.set(r, f)
+        }
+        node.outcome = outcome.size > 0 ? outcome : undefined
+        node.tainted = node.outcome !== undefined
+      }
       node.settled = true
+      node.deps = []
       this.live.delete(node.ident)
       for (const d of node.dependents) {
         d.pendingDeps--
         ready.push(d)
       }
       node.dependents.length = 0
-      for (const f of node.onSettle.splice(0)) f(node)
     }
   }
 }

@@ -11,7 +11,7 @@
  */
 export { Controller, type AttachOptions, type ControllerApi, type LocalOptions } from "./controller.ts"
 export type { HangReport } from "./core.ts"
-export { ControllerError, RemoteError, StartError, WorkerLost, type WorkerFrame } from "./errors.ts"
+export { ControllerError, DeadlineExceeded, RemoteError, StartError, WorkerLost, type WorkerFrame } from "./errors.ts"
 export { RemoteStream, RemoteTensor } from "./handles.ts"
 export { Mesh, type CallOptions, type FetchOptions } from "./mesh.ts"
 export { eager, ops, opsOn, type OpFunction, type OpMethod, type Ops, type TensorMethods } from "./ops.ts"

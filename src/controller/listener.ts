@@ -2,13 +2,15 @@
  * The controller's end of the worker links: a listener (loopback TCP by default, or a Unix
  * socket) that admits a connection once its first message is a WorkerHello carrying the
  * job's token, and then routes each worker's messages by rank. A connection without the
- * token is refused and reported.
+ * token is refused and reported. Until it is admitted a connection costs little: its first
+ * frame may be no longer than a hello needs, and only so many such connections are kept.
  */
 import type { Socket } from "bun"
 import { Context, Data, Effect, Layer, type Scope } from "effect"
 import { timingSafeEqual } from "node:crypto"
 import { Connection } from "../net/connection.ts"
 import { decodeControllerMessage } from "../protocol/codec.ts"
+import { DEFAULT_MAX_FRAME_BYTES } from "../protocol/framing.ts"
 import type { ControllerMessage, WorkerHello, WorkerMessage } from "../protocol/messages.ts"
 
 export class ListenError extends Data.TaggedError("ListenError")<{ readonly message: string }> {}
@@ -42,10 +44,23 @@ export interface ListenOptions extends ListenerEvents {
   readonly port?: number
   /** Listen on a Unix socket instead. */
   readonly unix?: string
+  /** The longest frame from an admitted worker (default DEFAULT_MAX_FRAME_BYTES). */
   readonly maxFrameBytes?: number
+  /** The longest first frame, before a connection is admitted (default MAX_HELLO_BYTES). */
+  readonly maxHelloBytes?: number
+  /**
+   * Connections kept open before they are admitted (default MAX_PENDING_CONNECTIONS); one more
+   * closes the oldest, so a flood of silent connections cannot hold out a worker that says
+   * hello at once.
+   */
+  readonly maxPendingConnections?: number
   /** A connection that sends no whole message this long after opening is closed (default 10 s). */
   readonly helloTimeoutMs?: number
 }
+
+/** A WorkerHello is well under 100 bytes with a 32-character token; MONARCH_TOKEN may be up to 1 KiB. */
+export const MAX_HELLO_BYTES = 4096
+export const MAX_PENDING_CONNECTIONS = 64
 
 export interface Listener {
   /** "host:port" or "unix:/path": what workers connect to (CONTROLLER_ADDR). */
@@ -69,8 +84,17 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
   Effect.gen(function* () {
     const host = o.host ?? "127.0.0.1"
     const helloTimeoutMs = o.helloTimeoutMs ?? 10_000
+    const maxPending = o.maxPendingConnections ?? MAX_PENDING_CONNECTIONS
+    /** Connections not admitted yet, oldest first. */
+    const pending = new Set<State>()
     const open = (socket: Socket<State>) => {
       socket.setNoDelay?.(true)
+      if (pending.size >= maxPending) {
+        const oldest = pending.values().next().value!
+        pending.delete(oldest)
+        o.onProblem(`closed the oldest of ${maxPending} connections that had not said hello, to take a new one`)
+        oldest.conn.close()
+      }
       const state: State = {
         link: undefined,
         helloTimer: undefined,
@@ -79,6 +103,7 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
           onMessage: (msg) => {
             if (state.link) return o.onMessage(state.link.hello.rank, msg)
             clearTimeout(state.helloTimer)
+            pending.delete(state)
             if (msg._tag !== "WorkerHello" || !sameToken(msg.token, o.token)) {
               o.onProblem(`refused a connection whose first message was ${msg._tag === "WorkerHello" ? "a WorkerHello with the wrong token" : msg._tag}`)
               return state.conn.close()
@@ -93,7 +118,9 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
             o.onWorker(link)
             // A link onWorker closed at once was refused (its rank is taken, say): it never
             // speaks for that rank, and its close (reported during close()) is no disconnect.
-            if (!state.conn.closed) state.link = link
+            if (state.conn.closed) return
+            state.link = link
+            state.conn.reader.maxFrameBytes = o.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES
           },
           onInvalid: (e) => {
             if (!state.link) {
@@ -104,11 +131,13 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
           },
           onClose: () => {
             clearTimeout(state.helloTimer)
+            pending.delete(state)
             if (state.link) o.onDisconnect(state.link.hello.rank)
           },
-        }, o.maxFrameBytes),
+        }, o.maxHelloBytes ?? MAX_HELLO_BYTES),
       }
       socket.data = state
+      pending.add(state)
       // A connection that never speaks would otherwise hold its socket for good.
       state.helloTimer = setTimeout(() => {
         if (state.link !== undefined || state.conn.closed) return

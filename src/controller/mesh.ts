@@ -15,6 +15,7 @@ import { Arguments, checkMeta, metasOf, Reads, refuse } from "./arguments.ts"
 import { borrow, firstUses } from "./borrows.ts"
 import type { Core } from "./core.ts"
 import { ControllerError, type Failure } from "./errors.ts"
+import type { Exchange } from "./graph.ts"
 import { RemoteStream, RemoteTensor } from "./handles.ts"
 
 export interface CallOptions {
@@ -32,6 +33,8 @@ export interface FetchOptions {
   /** Apply this function on the worker before sending (e.g. "ops.sum"). */
   readonly fn?: string
   readonly stream?: RemoteStream
+  /** Fail with DeadlineExceeded when the value is not final this long after the call (default: the controller's deadlineMs). */
+  readonly deadlineMs?: number
 }
 
 /** Runs `f` as an Effect, failing with a ControllerError for anything it throws. */
@@ -43,6 +46,8 @@ export class Mesh {
   private readonly args = new Arguments(this)
   /** Slices and flattenings of this mesh, by names and layout (see `derive`). */
   private readonly derived = new Map<string, Mesh>()
+  /** Per set of dims, how a collective over them makes each rank depend on its group. */
+  private readonly groups = new Map<string, Exchange>()
 
   constructor(
     readonly core: Core,
@@ -158,9 +163,21 @@ export class Mesh {
       this.core.command(this.ranks, `reduce ${reduction}${scatter ? " scatter" : ""} over ${names.join("+")}`, [t.ref.id], [result.id], site, (ident) => ({
         _tag: "Reduce", ident, result, tensor: t.ref, factory: new TensorFactory(t.meta!.shape, t.meta!.dtype, this.core.device), mesh: this.ref, stream: stream.ref,
         dims: names, reduction, scatter, inplace,
-      }))
+      }), this.groupExchange(names))
       return inplace ? t : new RemoteTensor(this, result, plan.result, stream)
     })
+  }
+
+  /** A collective over `dims`: each rank's result depends on every member of its group, inputs included. */
+  private groupExchange(dims: ReadonlyArray<string>): Exchange {
+    const key = dims.join(",")
+    let exchange = this.groups.get(key)
+    if (exchange === undefined) {
+      const index = dims.map((d) => this.names.indexOf(d))
+      const byRank = new Map(this.ranks.map((r) => [r, index.reduce<number[]>((group, d) => group.flatMap((m) => this.layout.members(d, m)), [r])]))
+      this.groups.set(key, (exchange = { peers: (r) => byRank.get(r) ?? [], reads: () => true }))
+    }
+    return exchange
   }
 
   /**
@@ -175,10 +192,13 @@ export class Mesh {
       const ranks = [...new Set([...this.ranks, ...to.ranks])].sort((a, b) => a - b)
       const { reads } = this.read(t)
       const result = this.core.newRef(), stream = opts.stream ?? this.defaultStream
+      // Rank i of `to` gets rank i of this mesh's tensor: its result depends on that sender alone.
+      const sender = new Map(to.ranks.map((r, i) => [r, this.ranks[i]!]))
+      const senders = new Set(this.ranks)
       this.core.command(ranks, "send", reads.inputs, [result.id], site, (ident) => ({
         _tag: "SendTensor", ident, result, fromRanks: this.layout, toRanks: to.layout, tensor: t.ref,
         factory: new TensorFactory(t.meta!.shape, t.meta!.dtype, this.core.device), stream: stream.ref,
-      }))
+      }), { peers: (r) => (sender.has(r) ? [sender.get(r)!] : []), reads: (r) => senders.has(r) })
       return new RemoteTensor(to, result, t.meta, stream)
     })
   }
@@ -208,7 +228,7 @@ export class Mesh {
       const { value: object, reads } = this.read(value)
       return this.core.fetch(targets, reads.inputs, opts.fn ?? "fetch", site, (ident) => ({
         _tag: "FetchValue", ident, mutates: [], function: opts.fn ?? null, object, stream: (opts.stream ?? this.defaultStream).ref,
-      }))
+      }), opts.deadlineMs ?? this.core.options.deadlineMs)
     }).pipe(Effect.catchDefect((e) => Effect.fail(e instanceof ControllerError ? e : refuse(String(e)))))
   }
 

@@ -5,6 +5,8 @@
  */
 export class SocketWriter {
   private backlog: Uint8Array[] = []
+  /** Bytes in the backlog: accepted by write() but not yet by the socket. */
+  pendingBytes = 0
 
   constructor(private readonly socket: { write(data: Uint8Array): number }) {}
 
@@ -12,11 +14,15 @@ export class SocketWriter {
   write(bytes: Uint8Array): boolean {
     if (this.backlog.length > 0) {
       this.backlog.push(bytes.slice())
+      this.pendingBytes += bytes.byteLength
       return true
     }
     const n = this.socket.write(bytes)
     if (n < 0) return false
-    if (n < bytes.byteLength) this.backlog.push(bytes.slice(n))
+    if (n < bytes.byteLength) {
+      this.backlog.push(bytes.slice(n))
+      this.pendingBytes += bytes.byteLength - n
+    }
     return true
   }
 
@@ -26,6 +32,7 @@ export class SocketWriter {
       const bytes = this.backlog[0]!
       const n = this.socket.write(bytes)
       if (n < 0) return
+      this.pendingBytes -= Math.min(n, bytes.byteLength)
       if (n < bytes.byteLength) {
         this.backlog[0] = bytes.subarray(n)
         return

@@ -32,7 +32,11 @@ export interface FrameReaderOptions {
  * must not throw, nor push into the same reader.
  */
 export class FrameReader {
-  readonly maxFrameBytes: number
+  /**
+   * Longer bodies are refused. May change between frames: the controller's listener starts a
+   * connection at what a WorkerHello needs and raises it once the hello is accepted.
+   */
+  maxFrameBytes: number
   readonly maxSpareBytes: number
   /** The memory of owned frames handed over: only these may come back through recycle(). */
   private readonly handedOver = new WeakSet<ArrayBufferLike>()

@@ -99,7 +99,7 @@ class Connection {
       socket.data.writer?.drain()
     },
     close(socket, error) {
-      socket.data.fail(error === undefined ? "closed by the server" : `connection error: ${error.message}`)
+      socket.data.fail(error === undefined ? "closed by the server (ours closes a connection on a GET of a missing key or a request past its limits, saying which in its log)" : `connection error: ${error.message}`)
     },
   }
 

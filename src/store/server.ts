@@ -13,6 +13,11 @@
  *   ADD on a non-numeric value, WATCH_KEY (1.13, unused by torch; not implemented) and a second
  *   WAIT while one is pending close that connection only.
  * - The 1.13 callback connection never sends anything; it simply stays open.
+ * - Memory is bounded, since anyone who can reach the store may use it (torch's has no
+ *   authentication either): the values held (maxStoredBytes; a value, APPEND's included, is at
+ *   most limits.maxValueBytes), what the connections hold together (maxBufferedBytes: requests
+ *   being read, replies not yet read, pending WAITs' keys) and the number of connections
+ *   (maxConnections). A request past a bound closes its connection, saying why on stderr.
  */
 import type { Socket } from "bun"
 import {
@@ -39,7 +44,23 @@ export interface ServerOptions {
   /** 0 (the default) picks a free port; read it from the result. */
   readonly port?: number
   readonly limits?: Partial<Limits>
+  /** Keys and values held, with ENTRY_OVERHEAD_BYTES per key (default MAX_STORED_BYTES). */
+  readonly maxStoredBytes?: number
+  /** What all connections hold together while reading, writing and waiting (default MAX_BUFFERED_BYTES). */
+  readonly maxBufferedBytes?: number
+  /** Connections open at once; one more is closed at once (default MAX_CONNECTIONS). */
+  readonly maxConnections?: number
 }
+
+/**
+ * The default bounds. A job's rendezvous needs far less: each communicator stores one address
+ * per member of about 200 bytes per peer, so 64 ranks' world communicator is under 1 MiB.
+ */
+export const MAX_STORED_BYTES = 64 * 1024 * 1024
+export const MAX_BUFFERED_BYTES = 64 * 1024 * 1024
+export const MAX_CONNECTIONS = 1024
+/** What a key costs beyond its bytes, so that a flood of empty values is bounded too. */
+export const ENTRY_OVERHEAD_BYTES = 64
 
 export interface RunningServer {
   readonly host: string
@@ -52,6 +73,8 @@ export interface RunningServer {
 interface Waiting {
   missing: number
   readonly keys: ReadonlyArray<string>
+  /** The keys' bytes, counted against maxBufferedBytes. */
+  readonly bytes: number
 }
 
 class Conn {
@@ -60,8 +83,11 @@ class Conn {
   waiting: Waiting | null = null
   /** Replies produced while handling the current batch; written together by `flush`. */
   out: Array<Uint8Array> = []
+  outBytes = 0
   readonly writer: SocketWriter
   closed = false
+  /** Bytes this connection was last counted as holding (see `account`). */
+  held = 0
   constructor(readonly socket: Socket<Conn>) {
     this.writer = new SocketWriter(socket)
   }
@@ -103,17 +129,26 @@ const parseCounter = (v: Uint8Array, key: string): bigint => {
   return n
 }
 
+/** A connection would take the connections past maxBufferedBytes: its unsent replies are dropped. */
+class OverBudget extends WireViolation {}
+
 /** Starts listening; throws when the address cannot be bound. */
 export const startServer = (options: ServerOptions = {}): RunningServer => {
   const host = options.host ?? "127.0.0.1"
   const limits: Limits = { ...SERVER_LIMITS, ...options.limits }
+  const maxStoredBytes = options.maxStoredBytes ?? MAX_STORED_BYTES
+  const maxBufferedBytes = options.maxBufferedBytes ?? MAX_BUFFERED_BYTES
+  const maxConnections = options.maxConnections ?? MAX_CONNECTIONS
   const data = new Map<string, Uint8Array>()
+  let storedBytes = 0, bufferedBytes = 0, connections = 0
+  const entryBytes = (key: string, value: Uint8Array) => key.length + value.byteLength + ENTRY_OVERHEAD_BYTES
   const waiters = new Map<string, Set<Conn>>()
   /** Connections with replies queued during the current callback. */
   const dirty = new Set<Conn>()
 
   const queue = (conn: Conn, bytes: Uint8Array) => {
     conn.out.push(bytes)
+    conn.outBytes += bytes.byteLength
     dirty.add(conn)
   }
 
@@ -121,8 +156,10 @@ export const startServer = (options: ServerOptions = {}): RunningServer => {
     for (const conn of dirty) {
       const out = conn.out
       conn.out = []
+      conn.outBytes = 0
       if (out.length === 1) conn.writer.write(out[0]!)
       else if (out.length > 1) conn.writer.write(Buffer.concat(out))
+      account(conn)
     }
     dirty.clear()
   }
@@ -139,8 +176,26 @@ export const startServer = (options: ServerOptions = {}): RunningServer => {
     }
   }
 
+  /**
+   * Counts what `conn` holds now (input being parsed, replies the socket has not taken, a
+   * WAIT's keys); true when every connection together holds more than maxBufferedBytes.
+   */
+  const account = (conn: Conn): boolean => {
+    const now = conn.closed ? 0 : conn.input.buf.byteLength + conn.outBytes + conn.writer.pendingBytes + (conn.waiting?.bytes ?? 0)
+    bufferedBytes += now - conn.held
+    conn.held = now
+    return bufferedBytes > maxBufferedBytes
+  }
+
   /** Stores a value and answers every WAIT whose last missing key this was. */
   const store = (key: string, value: Uint8Array) => {
+    if (value.byteLength > limits.maxValueBytes)
+      throw new WireViolation(`a value of ${value.byteLength} bytes for key ${key} is over the ${limits.maxValueBytes}-byte maximum`)
+    const old = data.get(key)
+    const next = storedBytes - (old === undefined ? 0 : entryBytes(key, old)) + entryBytes(key, value)
+    if (next > storedBytes && next > maxStoredBytes)
+      throw new WireViolation(`the store is full: it holds ${storedBytes} bytes of its ${maxStoredBytes}, and ${value.byteLength} more for key ${key} would pass that (ServerOptions.maxStoredBytes)`)
+    storedBytes = next
     data.set(key, value)
     const set = waiters.get(key)
     if (set === undefined) return
@@ -199,7 +254,7 @@ export const startServer = (options: ServerOptions = {}): RunningServer => {
         if (conn.waiting !== null) throw new WireViolation("WAIT while another WAIT is pending")
         const missing = [...new Set(req.keys.map(keyOf))].filter((k) => !data.has(k))
         if (missing.length === 0) return queue(conn, ONE_BYTE[STOP_WAITING])
-        conn.waiting = { missing: missing.length, keys: missing }
+        conn.waiting = { missing: missing.length, keys: missing, bytes: missing.reduce((n, k) => n + k.length, 0) }
         for (const k of missing) {
           const set = waiters.get(k)
           if (set === undefined) waiters.set(k, new Set([conn]))
@@ -209,8 +264,11 @@ export const startServer = (options: ServerOptions = {}): RunningServer => {
       }
       case "getNumKeys":
         return queue(conn, new Writer(8).i64(BigInt(data.size)).bytes())
-      case "deleteKey":
-        return queue(conn, new Writer(8).i64(data.delete(keyOf(req.key)) ? 1n : 0n).bytes())
+      case "deleteKey": {
+        const key = keyOf(req.key), old = data.get(key)
+        if (old !== undefined) storedBytes -= entryBytes(key, old)
+        return queue(conn, new Writer(8).i64(data.delete(key) ? 1n : 0n).bytes())
+      }
       case "append": {
         const key = keyOf(req.key)
         const current = data.get(key)
@@ -248,15 +306,23 @@ export const startServer = (options: ServerOptions = {}): RunningServer => {
     return true
   }
 
-  const close = (conn: Conn) => {
+  /** Closes `conn` after the replies queued for it, unless it is closed for holding too much. */
+  const close = (conn: Conn, why: unknown) => {
     conn.closed = true
     dropWait(conn)
+    if (why instanceof OverBudget) {
+      conn.out = []
+      conn.outBytes = 0
+    }
     flush()
+    account(conn)
     conn.socket.end()
   }
 
   const receive = (conn: Conn, chunk: Uint8Array) => {
     conn.input.append(chunk)
+    if (account(conn))
+      throw new OverBudget(`its ${conn.held} bytes of requests and unread replies would take the connections past the ${maxBufferedBytes} bytes they may hold together (ServerOptions.maxBufferedBytes)`)
     if (conn.dialect === null && !detect(conn)) return
     const dialect = conn.dialect!
     while (conn.input.length > 0) {
@@ -270,6 +336,9 @@ export const startServer = (options: ServerOptions = {}): RunningServer => {
       }
       handle(conn, req)
       conn.input.consumeTo(c.pos)
+      // Replies not read yet count too: a client that asks and never reads is stopped here.
+      if (account(conn))
+        throw new OverBudget(`its ${conn.held} bytes of requests and unread replies would take the connections past the ${maxBufferedBytes} bytes they may hold together (ServerOptions.maxBufferedBytes)`)
     }
   }
 
@@ -280,7 +349,11 @@ export const startServer = (options: ServerOptions = {}): RunningServer => {
       binaryType: "uint8array",
       open(socket) {
         socket.setNoDelay(true)
-        socket.data = new Conn(socket)
+        const conn = (socket.data = new Conn(socket))
+        if (++connections <= maxConnections) return void account(conn)
+        console.warn(`store server: closing a new connection: ${maxConnections} are open (ServerOptions.maxConnections)`)
+        conn.closed = true
+        socket.end()
       },
       data(socket, chunk) {
         const conn = socket.data
@@ -290,18 +363,22 @@ export const startServer = (options: ServerOptions = {}): RunningServer => {
         } catch (e) {
           // NOTE: the client only sees the connection close, so say why here.
           console.warn(`store server: closing a connection: ${e instanceof WireViolation ? e.message : e}`)
-          return close(conn)
+          return close(conn, e)
         } finally {
           flush()
+          account(conn)
         }
       },
       drain(socket) {
         socket.data.writer.drain()
+        account(socket.data)
       },
       close(socket) {
         const conn = socket.data
         conn.closed = true
+        connections--
         dropWait(conn)
+        account(conn)
       },
     },
   })
@@ -312,6 +389,7 @@ export const startServer = (options: ServerOptions = {}): RunningServer => {
     stop: () => {
       listener.stop(true)
       data.clear()
+      storedBytes = 0
       waiters.clear()
     },
   }

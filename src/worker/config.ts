@@ -4,6 +4,7 @@
  * worker's (STORE_HOSTNAME/STORE_PORT), plus MONARCH_* settings. README lists them all.
  */
 import { Data } from "effect"
+import { readToken } from "../net/token.ts"
 
 /** A missing or malformed environment variable. */
 export class ConfigError extends Data.TaggedError("ConfigError")<{ readonly message: string }> {}
@@ -24,8 +25,8 @@ export interface WorkerConfig {
   }
   /** host:port or unix:/path; absent: read `<prefix>/controller` from the store. */
   readonly controllerAddress: string | undefined
-  /** The job's token; absent: read `<prefix>/token` from the store. */
-  readonly token: string | undefined
+  /** The job's token (MONARCH_TOKEN or MONARCH_TOKEN_FILE; never from the store, see src/net/token.ts). */
+  readonly token: string
   /**
    * How long a worker keeps trying to reach a controller that admits it (MONARCH_CONNECT_TIMEOUT_MS):
    * refused connections, a controller address not yet in the store and links closed before any
@@ -36,6 +37,7 @@ export interface WorkerConfig {
   readonly storeFile: string | undefined
   readonly device: string
   readonly restartable: boolean
+  /** Where user modules may load from (MONARCH_FUNCTION_PATH); none when it is unset. */
   readonly functionRoots: ReadonlyArray<string>
   /** Collective and p2p timeout. */
   readonly commTimeoutMs: number
@@ -96,6 +98,10 @@ export const readConfig = (env: Record<string, string | undefined> = process.env
   const agentStore = env.TORCHELASTIC_USE_AGENT_STORE === "True"
   // torch's env:// rendezvous puts workers under the agent's /worker/attempt_<n> prefix.
   const agentPrefix = underTorchrun && agentStore ? `/worker/attempt_${int(env, "TORCHELASTIC_RESTART_COUNT", 0)}/` : ""
+  const token = readToken(env)
+  if ("problem" in token) throw new ConfigError({ message: token.problem })
+  if (token.token === undefined)
+    throw new ConfigError({ message: "neither MONARCH_TOKEN nor MONARCH_TOKEN_FILE is set: the job token is never read from the store, which anyone who reaches it can read" })
   return {
     rank,
     world,
@@ -108,12 +114,13 @@ export const readConfig = (env: Record<string, string | undefined> = process.env
       hostedByRank0: underTorchrun && !agentStore,
     },
     controllerAddress: env.CONTROLLER_ADDR || undefined,
-    token: env.MONARCH_TOKEN || undefined,
+    token: token.token,
     connectTimeoutMs: int(env, "MONARCH_CONNECT_TIMEOUT_MS", 60_000),
     storeFile: env.MONARCH_STORE_FILE || undefined,
     device: env.MONARCH_DEVICE ?? "cpu",
     restartable: env.MONARCH_RESTARTABLE === "1",
-    functionRoots: (env.MONARCH_FUNCTION_PATH ?? process.cwd()).split(":").filter((r) => r.length > 0),
+    // No default: under torchrun the working directory is wherever the job was started from.
+    functionRoots: (env.MONARCH_FUNCTION_PATH ?? "").split(":").filter((r) => r.length > 0),
     commTimeoutMs: int(env, "MONARCH_COMM_TIMEOUT_MS", 60_000),
     storeTimeoutMs: int(env, "MONARCH_STORE_TIMEOUT_MS", 60_000),
     orphanTimeoutMs: int(env, "MONARCH_ORPHAN_TIMEOUT_MS", 60_000),

@@ -127,9 +127,7 @@ export const runWorker = (config: WorkerConfig): Effect.Effect<WorkerEnd, unknow
     let said = ""
     const readAddress = (waitMs?: number) => Effect.gen(function* () {
       const wait = waitMs === undefined ? undefined : Duration.millis(waitMs)
-      const address = config.controllerAddress ?? decoder.decode(yield* store.get("controller", wait))
-      const token = config.token ?? decoder.decode(yield* store.get("token", wait))
-      return { address, token }
+      return config.controllerAddress ?? decoder.decode(yield* store.get("controller", wait))
     })
     // Restartable: a dead store makes each read retry its connection for the store timeout.
     const readBounded = !config.restartable
@@ -142,11 +140,10 @@ export const runWorker = (config: WorkerConfig): Effect.Effect<WorkerEnd, unknow
       let address = config.controllerAddress ?? "the controller"
       let admitted = false
       const end: LoopEnd | Unreachable = yield* Effect.scoped(Effect.gen(function* () {
-        const read = yield* readBounded
-        address = read.address
+        address = yield* readBounded
         const link = yield* connectController({
           address,
-          hello: { rank: config.rank, world: config.world, pid: process.pid, token: read.token, device: native.device },
+          hello: { rank: config.rank, world: config.world, pid: process.pid, token: config.token, device: native.device },
           onInvalid: (message) => log(Effect.logWarning(`refused a frame: ${message}`)),
         })
         waiting = false

@@ -267,7 +267,7 @@ describe("failures", () => {
       const mesh = yield* ctl.mesh({ all: 4 })
       const t = yield* mesh.call("ops.ones", [[2]])
       const bad = yield* mesh.call("tests/controller/fixtures:failOnRank", [2, t], {}, { results: [{ dtype: "f32", shape: [2] }] })
-      return yield* mesh.fetch(bad, 0)
+      return yield* mesh.fetch(bad, 2)
     })))
     expect(error).toBeInstanceOf(RemoteError)
     const e = error as RemoteError
@@ -278,21 +278,27 @@ describe("failures", () => {
     expect(e.site).toContain("controller.test.ts")
   })
 
-  test("a failure on one rank poisons dependents on every rank, through a reduce too", async () => {
-    const [viaReduce, dependent, independent] = await run(Effect.gen(function* () {
+  test("a failure on one rank poisons its dependents there and, through a reduce, in its group; other ranks' results stay good", async () => {
+    const [own, viaReduce, dependent, otherGroup, otherRank, independent] = await run(Effect.gen(function* () {
       const mesh = yield* ctl.mesh({ dp: 2, tp: 2 })
       const t = yield* mesh.call("ops.ones", [[2]])
       const bad = yield* mesh.call("tests/controller/fixtures:failOnRank", [3, t], {}, { results: [{ dtype: "f32", shape: [2] }] })
       const reduced = yield* mesh.reduce(bad, "tp", "sum")
       const later = yield* mesh.call("ops.add", [reduced, 1])
       const fine = yield* mesh.call("ops.add", [t, 1])
-      return yield* Effect.all([Effect.flip(mesh.fetch(reduced, 0)), Effect.flip(mesh.fetch(later, { dp: 0, tp: 1 })), mesh.fetch(fine, 3)])
+      return yield* Effect.all([
+        Effect.flip(mesh.fetch(bad, 3)), Effect.flip(mesh.fetch(reduced, 2)), Effect.flip(mesh.fetch(later, { dp: 1, tp: 0 })),
+        mesh.fetch(later, { dp: 0, tp: 1 }), mesh.fetch(bad, 2), mesh.fetch(fine, 3),
+      ])
     }))
-    for (const e of [viaReduce, dependent]) {
+    for (const e of [own, viaReduce, dependent]) {
       expect(e).toBeInstanceOf(RemoteError)
       expect((e as RemoteError).rank).toBe(3)
     }
     expect((viaReduce as RemoteError).ident).toBe((dependent as RemoteError).ident)
+    // The top row's tp group never held rank 3's input; rank 2's own call succeeded.
+    expect(values(otherGroup)).toEqual([3, 3])
+    expect(values(otherRank)).toEqual([1, 1])
     expect(values(independent)).toEqual([2, 2])
   })
 

@@ -47,8 +47,9 @@ test("kill -9 of a worker mid-command fails exactly the results that need it, wi
   // The other row never needed rank 3.
   const u = await run(top.call("ops.full", [[2], 7]))
   expect([...(await run(top.fetch(u, 1)) as { toArray(): Float32Array }).toArray()]).toEqual([7, 7])
-  // New work that needs rank 3 fails at once.
+  // New work on a mesh holding rank 3 fails at once where it needs rank 3, and only there.
   const everywhere = await run(mesh.call("ops.ones", [[2]]))
-  const again = await run(Effect.flip(mesh.fetch(everywhere, 0)))
+  const again = await run(Effect.flip(mesh.fetch(everywhere, 3)))
   expect(again).toBeInstanceOf(WorkerLost)
+  expect([...(await run(mesh.fetch(everywhere, 0)) as { toArray(): Float32Array }).toArray()]).toEqual([1, 1])
 }, 30_000)

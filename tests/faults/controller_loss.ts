@@ -13,7 +13,7 @@ import type { ControllerMessage } from "../../src/protocol/messages.ts"
 import { startServer } from "../../src/store/server.ts"
 import { call, createStream, fetch, ref } from "../worker/build.ts"
 import { EXIT_STATUS } from "../../src/worker/startup.ts"
-import { spawnController, spawnStore, spawnWorkers, stopAll, type Proc } from "./procs.ts"
+import { FAULT_TOKEN, spawnController, spawnStore, spawnWorkers, stopAll, type Proc } from "./procs.ts"
 import { attempt, type Trial } from "./trial.ts"
 
 const WORLD = 2
@@ -114,7 +114,7 @@ export const controllerReplacedThroughStore = (): Promise<Trial> =>
     if (!t.check(workers.every((w) => w.running), `a worker exited while waiting:\n${workers.map((w) => w.tail(5)).join("\n")}`)) return
 
     const startedAt = performance.now()
-    const rt = ManagedRuntime.make(Controller.attach({ world: WORLD, store, startTimeoutMs: WAIT_MS + 5000, onProblem: (p) => t.problems.push(`new controller: ${p}`) }))
+    const rt = ManagedRuntime.make(Controller.attach({ world: WORLD, store, token: FAULT_TOKEN, startTimeoutMs: WAIT_MS + 5000, onProblem: (p) => t.problems.push(`new controller: ${p}`) }))
     try {
       const next = await rt.runPromise(Effect.service(Controller))
       t.figure("new controller→all reconnected", performance.now() - startedAt)

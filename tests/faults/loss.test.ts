@@ -25,7 +25,7 @@ const setUp = () => {
   core.admit(link(0))
   core.admit(link(1))
   const result = new Ref(7)
-  const reduce = core.command([0, 1], "reduce sum over x", [], [result.id], undefined, (ident) => ({ _tag: "RequestStatus", ident }))
+  const reduce = core.command([0, 1], "reduce sum over x", [], [result.id], undefined, (ident) => ({ _tag: "RequestStatus", ident }), { peers: () => [0, 1], reads: () => true })
   const fetched = Effect.runPromise(Effect.flip(core.fetch([0], [result.id], "fetch", undefined, (ident) => ({ _tag: "RequestStatus", ident }))))
   const report = (type: string, message: string, reason?: string) =>
     core.onMessage(0, { _tag: "RemoteFunctionFailed", ident: reduce.ident, error: new ErrorPayload(type, message, [], reason) })
@@ -112,8 +112,9 @@ describe("a loss and the results that do not need the lost rank", () => {
     const both = core.command([0, 1], "ones on both", [], [4], undefined, (ident) => ({ _tag: "RequestStatus", ident }))
     const fetched = Effect.runPromise(Effect.result(core.fetch([0], [t.id], "fetch on rank 0", undefined, (ident) => ({ _tag: "RequestStatus", ident }))))
     core.onExit({ rank: 1, status: 137, signal: "SIGKILL" })
-    expect(both.failure?._tag, "the command that needed rank 1 did not fail with WorkerLost").toBe("WorkerLost")
-    expect(made.failure, "a loss failed a command on a mesh without the lost rank").toBeUndefined()
+    expect(core.graph.failureAt(both, [1])?._tag, "the command that needed rank 1 did not fail with WorkerLost there").toBe("WorkerLost")
+    expect(core.graph.failureAt(both, [0]), "a loss failed rank 0's result of a command that did not need rank 1").toBeUndefined()
+    expect(core.graph.failureAt(made, [0]), "a loss failed a command on a mesh without the lost rank").toBeUndefined()
     core.onMessage(0, { _tag: "FetchResult", ident: made.ident + 2, value: 42 })
     core.onMessage(0, { _tag: "Status", firstUncompletedIdent: made.ident + 3 })
     const outcome = await fetched

@@ -112,6 +112,12 @@ const start = (name: string, command: string[], env: Record<string, string | und
   return new Proc(name, Bun.spawn(command, { env: { ...base, ...env }, stdin: "ignore", stdout: "pipe", stderr: "pipe" }))
 }
 
+/**
+ * The job token of the attach scenarios: workers and controllers get it in their environment
+ * (MONARCH_TOKEN), since attach never puts it in the store.
+ */
+export const FAULT_TOKEN = "faults-job-token-0123456789"
+
 export interface StoreAddress {
   readonly host: string
   readonly port: number
@@ -123,7 +129,7 @@ export const spawnWorkers = (world: number, store: StoreAddress, env: Record<str
     start(`worker ${rank}`, [BUN, WORKER], {
       RANK: String(rank), WORLD_SIZE: String(world), LOCAL_RANK: String(rank), LOCAL_WORLD_SIZE: String(world),
       STORE_HOSTNAME: store.host, STORE_PORT: String(store.port),
-      MONARCH_FUNCTION_PATH: ROOT, MONARCH_LOG: "info",
+      MONARCH_FUNCTION_PATH: ROOT, MONARCH_LOG: "info", MONARCH_TOKEN: FAULT_TOKEN,
       ...env,
     }))
 
@@ -145,7 +151,7 @@ export const spawnStore = async (): Promise<{ proc: Proc; address: StoreAddress 
  */
 export const spawnController = (world: number, store: StoreAddress, backlog?: { readonly commands: number; readonly holdMs: number }): Proc =>
   start("controller", [BUN, new URL("./controller_child.ts", import.meta.url).pathname, store.host, String(store.port), String(world),
-    ...(backlog ? [`${backlog.commands},${backlog.holdMs}`] : [])], {})
+    ...(backlog ? [`${backlog.commands},${backlog.holdMs}`] : [])], { MONARCH_TOKEN: FAULT_TOKEN })
 
 /** Kills and reaps every process still running. */
 export const stopAll = async (procs: ReadonlyArray<Proc | undefined>): Promise<void> => {

@@ -7,6 +7,7 @@
 import { BACKLOG, controllerAndStoreKilled, controllerKilled, controllerReplacedThroughStore, listenerRebound, ORPHAN_TIMEOUT_MS } from "./controller_loss.ts"
 import { COMM_TIMEOUT_MS, killWorker } from "./kill.ts"
 import { defaultLimit, LIMIT_MIB, overTheLimit } from "./memory.ts"
+import { COMM_TIMEOUT_MS as PRECISE_COMM_TIMEOUT_MS, DEADLINE_MS, lostRankPrecisely, stoppedWorker } from "./precise.ts"
 import { controllerKeyNeverSet, missingKey, STORE_TIMEOUT_MS, storeKilled } from "./store_loss.ts"
 import { summarise, type Trial } from "./trial.ts"
 import type { Mode, ReliabilityRow } from "../reliability.ts"
@@ -55,6 +56,16 @@ export const scenarios: ReadonlyArray<Scenario> = [
     check: "kill -9 of rank 3 idle between commands",
     outcome: "next fetch from it: WorkerLost rank 3 (137, SIGKILL); earlier fetches, other row intact",
     tries: { default: 2, long: 10 }, tryMs: 30_000, once: () => killWorker("idle"),
+  },
+  {
+    check: "kill -9 of rank 3 with work in flight on the whole 2x2 mesh",
+    outcome: "in flight: rank 1's and rank 2's own results of a rank-local op and the top row's tp sum completed; rank 3's result: WorkerLost; afterwards on the same mesh new rank-local work and top-row sums completed, the bottom row's sum failed WorkerLost rank 3",
+    tries: { default: 1, long: 10 }, tryMs: 30_000, once: lostRankPrecisely,
+  },
+  {
+    check: `SIGSTOP of rank 3 inside a tp all_reduce (2x2 mesh, comm timeout ${PRECISE_COMM_TIMEOUT_MS / 1000} s), then SIGCONT`,
+    outcome: `while stopped: the top row's values answered at once; a fetch needing rank 3 with a ${DEADLINE_MS / 1000} s deadline failed DeadlineExceeded naming rank 3; the hang report named [2, 3]; rank 2's CommError named global rank 3; after SIGCONT the group's communicator was opened again and tp sums completed on every rank`,
+    tries: { default: 1, long: 10 }, tryMs: 40_000, once: stoppedWorker,
   },
   {
     check: `controller killed (kill -9) with ${BACKLOG.commands} commands of ${BACKLOG.holdMs} ms queued, workers not restartable`,

@@ -11,7 +11,7 @@ import { Controller, RemoteError } from "../../src/controller/index.ts"
 import { makeClient } from "../../src/store/client.ts"
 import { StoreTimeout } from "../../src/store/errors.ts"
 import { startServer } from "../../src/store/server.ts"
-import { spawnStore, spawnWorkers, stopAll } from "./procs.ts"
+import { FAULT_TOKEN, spawnStore, spawnWorkers, stopAll } from "./procs.ts"
 import { attempt, type Trial } from "./trial.ts"
 
 export const STORE_TIMEOUT_MS = 2000
@@ -23,7 +23,7 @@ export const storeKilled = (): Promise<Trial> =>
   attempt(async (t) => {
     const { proc: store, address } = await spawnStore()
     const workers = spawnWorkers(4, address, { MONARCH_COMM_TIMEOUT_MS: "3000", MONARCH_STORE_TIMEOUT_MS: String(STORE_TIMEOUT_MS) })
-    const rt = ManagedRuntime.make(Controller.attach({ world: 4, store: address, startTimeoutMs: 30_000, onProblem: (p) => t.problems.push(`controller: ${p}`) }))
+    const rt = ManagedRuntime.make(Controller.attach({ world: 4, store: address, token: FAULT_TOKEN, startTimeoutMs: 30_000, onProblem: (p) => t.problems.push(`controller: ${p}`) }))
     try {
       const ctl = await rt.runPromise(Effect.service(Controller))
       const run = <A, E>(e: Effect.Effect<A, E, Controller>) => rt.runPromise(e)

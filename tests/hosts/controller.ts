@@ -2,8 +2,8 @@
  * The controller program of the multi-host check, run on host 1 as a user would run theirs:
  *   bun tests/hosts/controller.ts <host 1 address> <store port> <world>
  * Controller.attach with its listener bound to host 1's address (not the loopback default),
- * publishing that address and the token in the store on host 1; then every step of plan.ts on
- * a { host, local } mesh. Prints one JSON line (plan.ts ControllerReport) and exits 0, or the
+ * publishing that address in the store on host 1 (the token comes from MONARCH_TOKEN, as the
+ * workers' does); then every step of plan.ts on a { host, local } mesh. Prints one JSON line (plan.ts ControllerReport) and exits 0, or the
  * failure on stderr and exits 1.
  */
 import { Effect } from "effect"

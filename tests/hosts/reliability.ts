@@ -115,8 +115,12 @@ const workerEnv = (hosts: Hosts, rank: number, port: number): Record<string, str
     MONARCH_COMM_TIMEOUT_MS: String(TIMEOUT_MS),
     MONARCH_STORE_TIMEOUT_MS: String(TIMEOUT_MS),
     MONARCH_LOG: "warn",
+    MONARCH_TOKEN: HOSTS_TOKEN,
   }
 }
+
+/** The job token, in every process's environment (attach never puts it in the store). */
+const HOSTS_TOKEN = "hosts-job-token-0123456789"
 
 /**
  * The lower bound on what host 1 receives in the plan: ranks 2 and 3's f32 vectors (the world
@@ -131,7 +135,7 @@ const controllerTry = (hosts: Hosts, port: number): Promise<Outcome> =>
   withProcesses(async (spawn) => {
     const [host1, host2] = hosts.hosts, before = hosts.traffic(host1), started = performance.now()
     await startStore(spawn, host1, port)
-    const controller = spawn(new HostProcess("controller", host1, [BUN, CONTROLLER, host1.address, String(port), String(WORLD)], {}))
+    const controller = spawn(new HostProcess("controller", host1, [BUN, CONTROLLER, host1.address, String(port), String(WORLD)], { MONARCH_TOKEN: HOSTS_TOKEN }))
     const workers = ranks.map((r) => spawn(new HostProcess(`worker ${r}`, hostOf(hosts, r), [BUN, WORKER], workerEnv(hosts, r, port))))
     const reportLine = await controller.line((l) => l.startsWith("{"), 3 * TIMEOUT_MS)
     const report = JSON.parse(reportLine) as ControllerReport

@@ -46,12 +46,17 @@ describe("function roots on a real worker", () => {
   test("an allowed module runs; escapes fail as RemoteErrors naming the refusal, and nothing outside is imported", async () => {
     const r = await checkFunctionsOnWorker(rig, tree)
     expect(r.allowedRan).toBe(true)
-    expect(r.refused.length).toBeGreaterThanOrEqual(9)
+    expect(r.refused.length).toBeGreaterThanOrEqual(13)
     for (const f of r.refused) {
       expect({ name: f.name, resolved: f.resolved, tag: f.tag }).toEqual({ name: f.name, resolved: false, tag: "RemoteError" })
-      expect(f.message).toMatch(/FunctionNotFound: .*(not found under the allowed roots|absolute paths are not allowed|neither ops)/)
+      expect(f.message).toMatch(/FunctionNotFound: .*(not found under the allowed roots|absolute paths are not allowed|neither ops|does not export)/)
     }
-    expect(tree.evilImported()).toBe(false)
+    expect(tree.imported()).toEqual([])
+    // The launcher's command line, named with an export it lacks, is refused without running
+    // (it used to print its usage and exit 2 on every worker).
+    expect(r.program).toMatchObject({ resolved: false, tag: "RemoteError" })
+    expect(r.program.message).toMatch(/FunctionNotFound: .*src\/launch\.ts does not export "x".*it was not imported/)
+    expect(r.servedAfter).toBe(true)
   }, 30_000)
 })
 

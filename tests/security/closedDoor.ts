@@ -6,7 +6,7 @@
  * before anything is allocated for it (the frame reader, the controller listener, the store).
  */
 import { Cause, Effect, Exit, Result, Scope } from "effect"
-import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs"
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { listen } from "../../src/controller/listener.ts"
@@ -194,44 +194,65 @@ export const checkWorkersServe = async (rig: ControllerRig): Promise<boolean> =>
  *   base/root/link-out.ts -> ../outside/evil.ts, base/root/dir-out -> ../outside
  *   base/outside/evil.ts                     importing it leaves base/imported-evil behind
  *   base/root-evil/evil.ts                   a sibling whose name extends the root's
+ *   base/root/no-export.ts                   exports something else; importing it leaves a mark
+ *   base/root/node_modules/pkg/index.ts, base/root/.hidden/m.ts     inside a root, never searched
+ *   base/root/shown.ts -> .hidden/m.ts       a symlink into a dot folder
+ *   base/node_modules/pkg/m.ts, base/.dotroot/m.ts                  roots that are never used
  *   base/rootlink -> root                    a root given through a symlink
+ * Every module but ok.ts and sub/inner.ts leaves base/imported-<name> behind when imported.
  */
 export interface FunctionTree {
   readonly base: string
   readonly root: string
   readonly rootLink: string
   readonly outside: string
-  /** True once any evil module was imported. */
+  /** Roots inside node_modules and a dot folder, each holding m.ts (export run). */
+  readonly hiddenRoots: ReadonlyArray<string>
+  /** True once any module that must not load was imported. */
   readonly evilImported: () => boolean
+  /** The marks left by imported modules, by name ("evil", "no-export", ...). */
+  readonly imported: () => ReadonlyArray<string>
   readonly remove: () => void
 }
 
 export const makeFunctionTree = (): FunctionTree => {
   const base = mkdtempSync(join(tmpdir(), "monarch-roots-"))
   const root = join(base, "root"), outside = join(base, "outside"), sibling = join(base, "root-evil")
-  for (const d of [root, join(root, "sub"), outside, sibling]) mkdirSync(d, { recursive: true })
+  const hiddenRoots = [join(base, "node_modules", "pkg"), join(base, ".dotroot")]
+  const inRoot = [join(root, "node_modules", "pkg"), join(root, ".hidden")]
+  for (const d of [root, join(root, "sub"), outside, sibling, ...hiddenRoots, ...inRoot]) mkdirSync(d, { recursive: true })
   const ok = `import { op } from ${JSON.stringify(join(REPO, "src/ops/kernels.ts"))}
 export const seven = (ctx) => op(ctx, "full", [[2], 7])
 export const double = (_ctx, x) => 2 * x
 `
-  const evil = `import { writeFileSync } from "node:fs"
-writeFileSync(${JSON.stringify(join(base, "imported-evil"))}, "imported " + import.meta.path)
-export const run = () => 1
-`
+  // Its top level leaves a mark: importing it at all is what must not happen.
+  const marking = (mark: string, exports = "export const run = () => 1\n") => `import { writeFileSync } from "node:fs"
+writeFileSync(${JSON.stringify(join(base, `imported-${mark}`))}, "imported " + import.meta.path)
+${exports}`
   writeFileSync(join(root, "ok.ts"), ok)
   writeFileSync(join(root, "sub", "inner.ts"), "export const f = () => 1\n")
-  writeFileSync(join(outside, "evil.ts"), evil)
-  writeFileSync(join(sibling, "evil.ts"), evil)
+  writeFileSync(join(outside, "evil.ts"), marking("evil"))
+  writeFileSync(join(sibling, "evil.ts"), marking("evil"))
+  writeFileSync(join(root, "no-export.ts"), marking("no-export", "export const other = () => 1\n"))
+  writeFileSync(join(inRoot[0]!, "index.ts"), marking("node_modules"))
+  writeFileSync(join(inRoot[1]!, "m.ts"), marking("dot-folder"))
+  for (const r of hiddenRoots) writeFileSync(join(r, "m.ts"), marking("hidden-root"))
   symlinkSync(join(root, "ok.ts"), join(root, "link-in.ts"))
   symlinkSync(join(outside, "evil.ts"), join(root, "link-out.ts"))
+  symlinkSync(join(inRoot[1]!, "m.ts"), join(root, "shown.ts"))
   symlinkSync(outside, join(root, "dir-out"))
   symlinkSync(root, join(base, "rootlink"))
+  const imported = () => readdirSync(base).filter((f) => f.startsWith("imported-")).map((f) => f.slice("imported-".length))
   return {
-    base, root, rootLink: join(base, "rootlink"), outside,
-    evilImported: () => existsSync(join(base, "imported-evil")),
+    base, root, rootLink: join(base, "rootlink"), outside, hiddenRoots,
+    evilImported: () => imported().length > 0,
+    imported,
     remove: () => rmSync(base, { recursive: true, force: true }),
   }
 }
+
+/** Names of the tree's modules in node_modules and a dot folder (one through a symlink). */
+export const HIDDEN_NAMES = ["node_modules/pkg/index:run", ".hidden/m:run", "shown:run"]
 
 /** Names that must resolve, and names that must not (with why). */
 export const functionNames = (tree: FunctionTree): { readonly allowed: ReadonlyArray<string>; readonly refused: ReadonlyArray<[string, string]> } => ({
@@ -248,6 +269,10 @@ export const functionNames = (tree: FunctionTree): { readonly allowed: ReadonlyA
     ["effect:pipe", "a bare package name"],
     ["ok\0:double", "a NUL byte"],
     ["ok", "no export named"],
+    ["no-export:run", "a module without the export (its top level must not run)"],
+    [HIDDEN_NAMES[0]!, "a module inside node_modules"],
+    [HIDDEN_NAMES[1]!, "a module in a dot folder"],
+    [HIDDEN_NAMES[2]!, "a symlink into a dot folder"],
   ],
 })
 
@@ -274,29 +299,52 @@ export const resolveAll = async (roots: ReadonlyArray<string>, names: ReadonlyAr
   return out
 }
 
-/** Through a real worker: an allowed module runs, refused names fail as RemoteErrors. */
-export const checkFunctionsOnWorker = async (rig: ControllerRig, tree: FunctionTree): Promise<{ readonly allowedRan: boolean; readonly refused: ReadonlyArray<ResolveResult> }> => {
+/**
+ * A module of this repository that is a program, not functions: importing it runs its command
+ * line (usage on stderr, exit 2). Named with an export it lacks, it must be refused unrun.
+ */
+export const PROGRAM_MODULE = "src/launch:x"
+
+/**
+ * Through a real worker (whose roots include the repository): an allowed module runs, refused
+ * names fail as RemoteErrors, and naming the launcher's command line (PROGRAM_MODULE) fails
+ * without running it, the worker serving on.
+ */
+export const checkFunctionsOnWorker = async (rig: ControllerRig, tree: FunctionTree): Promise<{
+  readonly allowedRan: boolean
+  readonly refused: ReadonlyArray<ResolveResult>
+  readonly program: ResolveResult
+  readonly servedAfter: boolean
+}> => {
   const mesh = await rig.run(rig.ctl.mesh({ all: rig.pids.length }))
   const results = { results: [{ dtype: "f32" as const, shape: [2] }] }
   const ok = await rig.run(mesh.call("ok:seven", [], {}, results))
   const allowedRan = [...((await rig.run(mesh.fetch(ok))) as HostTensor).toArray()].join() === "7,7"
-  const refused: ResolveResult[] = []
-  for (const [name] of functionNames(tree).refused.filter(([n]) => !n.includes("\0"))) {
+  const attempt = async (name: string): Promise<ResolveResult> => {
     const t = await rig.run(mesh.call(name, [], {}, results))
     const fetched = await rig.run(Effect.result(mesh.fetch(t)))
-    refused.push(Result.isSuccess(fetched)
+    return Result.isSuccess(fetched)
       ? { name, resolved: true, tag: "", message: "" }
-      : { name, resolved: false, tag: fetched.failure._tag, message: fetched.failure.message })
+      : { name, resolved: false, tag: fetched.failure._tag, message: fetched.failure.message }
   }
-  return { allowedRan, refused }
+  const refused: ResolveResult[] = []
+  for (const [name] of functionNames(tree).refused.filter(([n]) => !n.includes("\0"))) refused.push(await attempt(name))
+  const program = await attempt(PROGRAM_MODULE)
+  const servedAfter = await checkWorkersServe(rig)
+  return { allowedRan, refused, program, servedAfter }
 }
+
+/** FunctionTables over roots inside node_modules and a dot folder: nothing resolves, nothing is imported. */
+export const checkHiddenRoots = async (tree: FunctionTree): Promise<ReadonlyArray<ResolveResult>> =>
+  Promise.all(tree.hiddenRoots.map(async (root) => (await resolveAll([root], ["m:run"]))[0]!))
 
 // ---- oversized frames -------------------------------------------------------------------------
 
 /** 64 MiB of bytes, touched, so that sending them later does not move this process's RSS. */
 const filler = (): Uint8Array => new Uint8Array(64 * 1024 * 1024).fill(0x5a)
 
-const settledRss = async (): Promise<number> => {
+/** RSS in KiB once garbage is collected. */
+export const settledRss = async (): Promise<number> => {
   Bun.gc(true)
   await Bun.sleep(50)
   return rssKiB(process.pid)

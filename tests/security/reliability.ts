@@ -7,14 +7,23 @@ import { startController } from "../fuzz/controllerRig.ts"
 import { mib, rssChange } from "../fuzz/proc.ts"
 import type { Mode, ReliabilityRow } from "../reliability.ts"
 import {
-  checkConfiguredBind, checkFunctionsOnWorker, checkIntruders, checkListenerClaim, checkLoopback, checkReaderClaim, checkSilentConnections, checkStoreClaim,
-  checkWorkersServe, functionNames, makeFunctionTree, resolveAll, type IntruderResult,
+  checkConfiguredBind, checkFunctionsOnWorker, checkHiddenRoots, checkIntruders, checkListenerClaim, checkLoopback, checkReaderClaim, checkSilentConnections, checkStoreClaim,
+  checkWorkersServe, functionNames, HIDDEN_NAMES, makeFunctionTree, PROGRAM_MODULE, resolveAll, type IntruderResult, type ResolveResult,
 } from "./closedDoor.ts"
 import { isLoopback, type ListeningSocket } from "./sockets.ts"
+import { checkAttachRefusals, checkAttachToken, type AttachTokenResult } from "./attachToken.ts"
+import { MAX_HELLO_BYTES, MAX_PENDING_CONNECTIONS } from "../../src/controller/listener.ts"
+import { MAX_BUFFERED_BYTES, MAX_STORED_BYTES } from "../../src/store/server.ts"
+import {
+  checkPendingFlood, checkPreAuthClaims, checkStoreBuffers, checkStoreFill, checkStoreLimits,
+  type ClaimsResult, type FloodResult, type StoreBufferResult, type StoreFillResult,
+} from "./preAuth.ts"
 
 const AREA = "security"
 /** RSS growth allowed where nothing may be allocated (64 MiB of bytes follow each claim). */
 export const QUIET_KIB = 16 * 1024
+/** RSS growth allowed beyond a bound before authentication (buffers and the runtime's own). */
+export const PRE_AUTH_SLACK_KIB = 32 * 1024
 
 const row = (check: string, tries: number, held: number, detail: string): ReliabilityRow => ({ area: AREA, check, tries, held, detail })
 
@@ -67,19 +76,29 @@ export const run = async (mode: Mode): Promise<ReliabilityRow[]> => {
           `${r.silent.map((s) => s.name.replace(/^a connection that /, "")).join("; ")}: closed after ${r.silent.map((s) => s.ms.toFixed(0)).join(", ")} ms with a ${timeoutMs} ms timeout (default 10 s), ${r.reported} reported; a worker that said hello kept: ${r.helloKept}`)]
       }))
 
-      rows.push(...await attempt("functions outside the allowed roots", 11, async () => {
+      rows.push(...await attempt("functions outside the allowed roots", 15, async () => {
         const names = functionNames(tree)
         const refused = [...await resolveAll([tree.root], names.refused.map(([n]) => n)), ...await resolveAll([tree.rootLink], names.refused.map(([n]) => n))]
         const allowed = [...await resolveAll([tree.root], names.allowed), ...await resolveAll([tree.rootLink], names.allowed)]
         const onWorker = await checkFunctionsOnWorker(rig, tree)
-        const imported = tree.evilImported()
+        const hiddenRoots = await checkHiddenRoots(tree)
+        const imported = tree.imported()
         const refusedOk = refused.filter((r) => !r.resolved && r.tag === "FunctionNotFound").length
         const workerOk = onWorker.refused.filter((r) => !r.resolved && /FunctionNotFound/.test(r.message)).length
+        const byName = (rs: ReadonlyArray<ResolveResult>, name: string) => rs.filter((r) => r.name === name)
+        const unexported = [...byName(refused, "no-export:run"), ...byName(onWorker.refused, "no-export:run"), onWorker.program]
+        const unexportedOk = unexported.filter((r) => !r.resolved && /does not export .*it was not imported/.test(r.message)).length
+        const hidden = [...HIDDEN_NAMES.flatMap((n) => [...byName(refused, n), ...byName(onWorker.refused, n)]), ...hiddenRoots]
+        const hiddenOk = hidden.filter((r) => !r.resolved && /node_modules and dot folders are never searched|roots not used, being in node_modules or a dot folder/.test(r.message)).length
         return [
-          row("functions outside the allowed roots are refused (FunctionTable)", refused.length, imported ? 0 : refusedOk,
-            `absolute paths, .. escapes, file and directory symlinks leading out, a sibling extending the root's name, node: and bare names; root given directly and through a symlink; ${allowed.filter((r) => r.resolved).length}/${allowed.length} names inside resolved; nothing outside imported: ${!imported}`),
-          row("functions outside the allowed roots are refused (real worker)", onWorker.refused.length, imported ? 0 : workerOk,
+          row("functions outside the allowed roots are refused (FunctionTable)", refused.length, imported.length > 0 ? 0 : refusedOk,
+            `absolute paths, .. escapes, file and directory symlinks leading out, a sibling extending the root's name, node: and bare names; root given directly and through a symlink; ${allowed.filter((r) => r.resolved).length}/${allowed.length} names inside resolved; nothing outside imported: ${imported.length === 0}`),
+          row("functions outside the allowed roots are refused (real worker)", onWorker.refused.length, imported.length > 0 ? 0 : workerOk,
             `each a RemoteError naming FunctionNotFound; an allowed module ran: ${onWorker.allowedRan}`),
+          row("a module without the named export is refused before it runs", unexported.length, imported.includes("no-export") || !onWorker.servedAfter ? 0 : unexportedOk,
+            `read with Bun.Transpiler.scan: no-export:run (2 roots, a real worker) and ${PROGRAM_MODULE} on a real worker (it used to print usage and exit 2): its worker served after it: ${onWorker.servedAfter}; marks left by imports: [${imported}]`),
+          row("node_modules and dot folders are never roots or searched", hidden.length, imported.length > 0 ? 0 : hiddenOk,
+            `${HIDDEN_NAMES.join(", ")} (2 roots and a real worker), and a root inside node_modules and one in a dot folder; marks left by imports: [${imported}]`),
         ]
       }))
     } finally {
@@ -101,6 +120,54 @@ export const run = async (mode: Mode): Promise<ReliabilityRow[]> => {
         `connection closed and reported, largest allocation ${Math.max(0, ...listener.allocations)} B, ${rssChange(listener.rssBeforeKiB, listener.rssAfterKiB)}`),
       row("a 2^40-byte key claim + 64 MiB to the store", 1, store.closed && quiet(store.rssBeforeKiB, store.rssAfterKiB) ? 1 : 0,
         `connection closed, RSS +${mib(store.rssAfterKiB - store.rssBeforeKiB)} MiB (refusal itself: tests/store/wire.test.ts, server.test.ts)`),
+    ]
+  }))
+
+  const rounds = mode === "long" ? 5 : 1
+  rows.push(...await attempt("memory before authentication", 7 * rounds, async () => {
+    const claims: ClaimsResult[] = [], floods: FloodResult[] = [], fills: StoreFillResult[] = [], buffers: Array<StoreBufferResult & { kind: string }> = []
+    const limits: Array<Awaited<ReturnType<typeof checkStoreLimits>>> = []
+    for (let i = 0; i < rounds; i++) {
+      claims.push(await checkPreAuthClaims(4))
+      floods.push(await checkPendingFlood())
+      fills.push(await checkStoreFill(256))
+      for (const kind of ["partial", "unread"] as const) buffers.push({ ...await checkStoreBuffers(kind), kind })
+      limits.push(await checkStoreLimits())
+    }
+    const grew = (r: { rssBeforeKiB: number; rssAfterKiB: number }) => r.rssAfterKiB - r.rssBeforeKiB
+    const most = (xs: ReadonlyArray<number>) => mib(Math.max(...xs))
+    return [
+      row("before its hello, a connection's first frame is capped (4 connections claiming 512 MiB + 16 MiB each)", claims.length * 4,
+        claims.reduce((n, r) => n + (r.largeAllocations.length === 0 && grew(r) < PRE_AUTH_SLACK_KIB ? Math.min(r.closed, r.refused) : 0), 0),
+        `refused from the prefix at ${MAX_HELLO_BYTES} bytes, closed and reported; allocations of 1 MiB or more: ${claims.reduce((n, r) => n + r.largeAllocations.length, 0)}; RSS grew ${most(claims.map(grew))} MiB at most`),
+      row(`connections without a hello are bounded (${MAX_PENDING_CONNECTIONS + 36} opened, limit ${MAX_PENDING_CONNECTIONS})`, floods.length,
+        floods.filter((r) => r.open === r.limit && r.newestKept && r.helloAdmitted).length,
+        `${floods.map((r) => r.open).join(", ")} left open, the newest; the oldest closed and reported (${floods.map((r) => r.evictions).join(", ")}); a worker saying hello then was admitted: ${floods.every((r) => r.helloAdmitted)}`),
+      row("the store's values are bounded (a stranger SETs 256 MiB in 4 MiB values)", fills.length,
+        fills.filter((r) => r.closed > 0 && r.said.includes("the store is full") && grew(r) < MAX_STORED_BYTES / 1024 + PRE_AUTH_SLACK_KIB && r.servesAfter).length,
+        `refused past ${mib(MAX_STORED_BYTES / 1024)} MiB ("the store is full"), the connection closed; store process RSS grew ${most(fills.map(grew))} MiB at most (unbounded before: 870 MiB was seen); a key stored before still read`),
+      row("what the store's connections hold is bounded (8 half-sent 32 MiB MULTI_SETs; 64 unread GETs of 4 MiB)", buffers.length,
+        buffers.filter((r) => r.closed && r.said.includes("ServerOptions.maxBufferedBytes") && grew(r) < MAX_BUFFERED_BYTES / 1024 + PRE_AUTH_SLACK_KIB).length,
+        `the connection that passes ${mib(MAX_BUFFERED_BYTES / 1024)} MiB is closed; store process RSS grew ${buffers.map((r) => `${mib(grew(r))} MiB (${r.kind})`).join(", ")}`),
+      row("the store refuses an APPEND past the value limit, a flood of empty values, connections past the limit", limits.length * 3,
+        limits.reduce((n, r) => n + (r.appendClosed ? 1 : 0) + (r.emptyStored <= r.emptyBound ? 1 : 0) + (r.extraClosed === r.extraConnections ? 1 : 0), 0),
+        `with limits of 1 KiB a value, 64 KiB stored, 8 connections: ${limits.map((r) => `${r.emptyStored} of 2000 empty values stored (bound ${r.emptyBound}), ${r.extraClosed}/${r.extraConnections} extra connections closed`).join("; ")}`),
+    ]
+  }))
+
+  rows.push(...await attempt("attach-mode token", 3 * rounds, async () => {
+    const runs: AttachTokenResult[] = []
+    for (let i = 0; i < rounds; i++) runs.push(await checkAttachToken())
+    const refusals = await checkAttachRefusals()
+    return [
+      row("attach: the token never crosses the store (every byte through a recording proxy)", runs.length, runs.filter((r) => r.storeBytes > 0 && !r.tokenInStore && r.found === undefined).length,
+        `${runs.map((r) => r.storeBytes).join(", ")} bytes seen between the store and the controller, 2 workers and a stranger; the token in them: ${runs.some((r) => r.tokenInStore)}; monarch/token found: ${runs.some((r) => r.found !== undefined)}`),
+      row("attach: a stranger saying hello as rank 0 before the workers is refused; the real workers attach", runs.length,
+        runs.filter((r) => r.impostorClosed && r.impostorReported && !r.impostorAdmitted && r.served && r.exits.every((x) => x === 0)).length,
+        `refused and reported as a wrong token; then an all-reduce on the 2 real workers (MONARCH_TOKEN) and exits ${runs.map((r) => r.exits.join("/")).join(", ")}`),
+      row("attach without a token, with a short one, and a worker without one are refused at start", 3,
+        [refusals.none.includes("MONARCH_TOKEN"), refusals.short.includes("at least 16"), refusals.worker.includes("MONARCH_TOKEN")].filter(Boolean).length,
+        `"${refusals.none.split(":")[0]}"; "${refusals.short}"; worker: "${refusals.worker.split(":")[0]}"`),
     ]
   }))
   return rows

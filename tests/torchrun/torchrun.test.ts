@@ -93,7 +93,7 @@ describeUnless(torch.ok ? undefined : torch.reason)(`torchrun ${torch.ok ? torch
       const store = yield* storeClient(envs[0]!.MASTER_ADDR!, port)
       expect(store.dialect).toBe(torchOne ? "1.13" : "2.x")
       expect(yield* store.check(["/worker/attempt_0/monarch/comm/world/0", "/worker/attempt_0/monarch/comm/world/1"])).toBe(true)
-      expect(yield* store.check(["/worker/attempt_0/monarch/comm/mesh2/x@0/0/0"])).toBe(true)
+      expect(yield* store.check(["/worker/attempt_0/monarch/comm/mesh2/x@0/1/0"])).toBe(true)
       expect(yield* store.check(["monarch/comm/world/0"])).toBe(false)
     })))
     // A torch client reading the agent store as torch's own env:// rendezvous does (through
@@ -126,7 +126,7 @@ describeUnless(torch.ok ? undefined : torch.reason)(`torchrun ${torch.ok ? torch
       await Effect.runPromise(Effect.scoped(Effect.gen(function* () {
         const store = yield* storeClient(host, port)
         expect(store.dialect).toBe("2.x")
-        expect(yield* store.check(["monarch/comm/world/0", "monarch/comm/world/1", "monarch/comm/mesh2/x@0/0/1"])).toBe(true)
+        expect(yield* store.check(["monarch/comm/world/0", "monarch/comm/world/1", "monarch/comm/mesh2/x@0/1/1"])).toBe(true)
         expect(yield* store.check(["/worker/attempt_0/monarch/comm/world/0"])).toBe(false)
       })))
       await exitCleanly(c, j)

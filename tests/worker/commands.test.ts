@@ -116,7 +116,7 @@ describe("a single worker", () => {
     const cases: Array<[string, unknown[], RegExp, string]> = [
       ["ops.nope", [], /no built-in ops\.nope/, "FunctionNotFound"],
       ["fns:alwaysFails", [], /this function always fails/, "TypeError"],
-      ["fns:missing", [], /no function export "missing"/, "FunctionNotFound"],
+      ["fns:missing", [], /does not export "missing"/, "FunctionNotFound"],
       ["../../../etc/passwd:x", [], /not found under the allowed roots/, "FunctionNotFound"],
       ["/etc/passwd:x", [], /absolute paths are not allowed/, "FunctionNotFound"],
       ["ops.add", ["a", 1], /must be a tensor/, "OpArgumentError"],

@@ -120,22 +120,24 @@ export const reduce = (s: Session) => (m: Reduce) =>
   tryDefine(s, m.ident, [m.result], () => {
     const stream = streamOf(s.env, m.stream)
     const mesh = getAs(s.env, m.mesh, DeviceMesh, "a mesh")
-    const run = (comm: Comm) => {
-      const { tensor, failure } = inputOf(s, `Reduce ${m.ident}`, m.tensor, m.factory, stream)
-      let out: Tensor
+    // Retried once on a new communicator when a peer had given the old one up (Communicators).
+    const attempt = (comm: Comm) => {
+      const input = inputOf(s, `Reduce ${m.ident}`, m.tensor, m.factory, stream)
       try {
-        out = collective(s, comm, tensor, m, stream)
+        return { input, out: collective(s, comm, input.tensor, m, stream) }
       } catch (e) {
-        if (failure !== undefined) tensor.free()
-        throw commError(e)
+        if (input.failure !== undefined) input.tensor.free()
+        throw e
       }
-      if (failure === undefined) return s.env.define(m.result, out)
-      out.free()
-      if (out !== tensor) tensor.free()
-      throw failure
     }
-    const comm = s.comms.cached(mesh.id, m.dims)
-    return comm ? run(comm) : s.comms.open(mesh.id, m.dims, mesh.members(m.dims)).pipe(Effect.map(run))
+    const finish = ({ input, out }: ReturnType<typeof attempt>) => {
+      if (input.failure === undefined) return s.env.define(m.result, out)
+      out.free()
+      if (out !== input.tensor) input.tensor.free()
+      throw input.failure
+    }
+    const done = s.comms.collective(mesh.id, m.dims, () => mesh.members(m.dims), m.ident, attempt)
+    return Effect.isEffect(done) ? Effect.map(done, finish) : finish(done)
   })
 
 export const sendTensor = (s: Session) => (m: SendTensor) =>
