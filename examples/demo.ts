@@ -37,7 +37,7 @@ const step = (mesh: Mesh, x: RemoteTensor, y: RemoteTensor, w: RemoteTensor) =>
 const program = Effect.gen(function* () {
   const ctl = yield* Controller
   const mesh = yield* ctl.mesh({ dp: 2, tp: 2 })
-  console.log(`training on ${mesh} (${ctl.world} workers, ${ctl.core.device}): ${SAMPLES} samples per dp rank, ${2 * FEATURES_PER_TP} features`)
+  console.log(`training on ${mesh} (${ctl.world} workers, ${ctl.device}): ${SAMPLES} samples per dp rank, ${2 * FEATURES_PER_TP} features`)
 
   const [x, yPart] = yield* mesh.callMany("examples/linreg:makeShard", [SAMPLES, FEATURES_PER_TP], {}, {
     results: [{ dtype: "f32", shape: [SAMPLES, FEATURES_PER_TP] }, { dtype: "f32", shape: [SAMPLES, 1] }],

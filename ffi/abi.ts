@@ -1,7 +1,7 @@
 // Generated from c/shim.h by scripts/abi.ts: do not edit (tests/ffi/symbols.test.ts checks it).
 
 /** Status codes every shim function returns. */
-export const Status = {
+export const ShimStatus = {
   OK: 0,
   INVALID: 1,
   NOMEM: 2,

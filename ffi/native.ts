@@ -7,7 +7,7 @@ import { dlopen, ptr, read, type Library, type Pointer } from "bun:ffi"
 import { existsSync } from "node:fs"
 import { Data } from "effect"
 import type { Device } from "../src/protocol/values.ts"
-import { Status, symbols } from "./symbols.ts"
+import { ShimStatus, symbols } from "./symbols.ts"
 
 export type ShimSymbols = Library<typeof symbols>["symbols"]
 
@@ -48,7 +48,7 @@ export class Native {
 
   /** Throws a ShimError naming `op` when status is not OK. */
   check(status: number, op: string): void {
-    if (status !== Status.OK) throw shimError(status, op, String(this.shim.shim_last_error()))
+    if (status !== ShimStatus.OK) throw shimError(status, op, String(this.shim.shim_last_error()))
   }
 
   /** The pointer an out-parameter call left in slot i. */
@@ -106,7 +106,7 @@ const tryCuda = (reason: string): Native | string => {
     return `${path} does not load: ${(e as Error).message}`
   }
   const status = native.shim.shim_probe()
-  if (status !== Status.OK) return `cuda probe failed: ${String(native.shim.shim_last_error())}`
+  if (status !== ShimStatus.OK) return `cuda probe failed: ${String(native.shim.shim_last_error())}`
   return native
 }
 
@@ -122,18 +122,18 @@ export function loadNative(request: string = process.env.MONARCH_DEVICE ?? "cpu"
   let native: Native
   if (request === "cpu") {
     const cpu = libraryPath("cpu")
-    if (!existsSync(cpu)) throw shimError(Status.UNAVAILABLE, "load", `${cpu} is not built: run \`make\` in a clone, or \`monarch-bun build\` where the package is installed (it needs make, gcc, g++, libgloo-dev and libopenblas-dev), or set MONARCH_SHIM_DIR to a folder holding libshim-cpu.so`)
+    if (!existsSync(cpu)) throw shimError(ShimStatus.UNAVAILABLE, "load", `${cpu} is not built: run \`make\` in a clone, or \`monarch-bun build\` where the package is installed (it needs make, gcc, g++, libgloo-dev and libopenblas-dev), or set MONARCH_SHIM_DIR to a folder holding libshim-cpu.so`)
     native = open("cpu", "MONARCH_DEVICE=cpu")
   } else if (request === "cuda") {
     const cuda = tryCuda("MONARCH_DEVICE=cuda")
     if (typeof cuda === "string")
-      throw shimError(Status.UNAVAILABLE, "load", `${cuda} (set MONARCH_DEVICE=cpu or auto; MONARCH_NCCL_LIB and MONARCH_CUBLAS_LIB locate the libraries)`)
+      throw shimError(ShimStatus.UNAVAILABLE, "load", `${cuda} (set MONARCH_DEVICE=cpu or auto; MONARCH_NCCL_LIB and MONARCH_CUBLAS_LIB locate the libraries)`)
     native = cuda
   } else if (request === "auto") {
     const cuda = tryCuda("MONARCH_DEVICE=auto found a usable device")
     native = typeof cuda === "string" ? open("cpu", `MONARCH_DEVICE=auto chose cpu: ${cuda}`) : cuda
   } else {
-    throw shimError(Status.INVALID, "load", `MONARCH_DEVICE must be cpu, cuda or auto, not ${JSON.stringify(request)}`)
+    throw shimError(ShimStatus.INVALID, "load", `MONARCH_DEVICE must be cpu, cuda or auto, not ${JSON.stringify(request)}`)
   }
   loaded.set(request, native)
   return native

@@ -5,7 +5,7 @@
  */
 import { ptr } from "bun:ffi"
 import { shimError } from "./native.ts"
-import { ALL_DIMS, BinaryOp, ReduceOp, Status, UnaryOp, type BinaryOpName, type ReduceOpName, type UnaryOpName } from "./symbols.ts"
+import { ALL_DIMS, BinaryOp, ReduceOp, ShimStatus, UnaryOp, type BinaryOpName, type ReduceOpName, type UnaryOpName } from "./symbols.ts"
 import type { Stream } from "./stream.ts"
 import type { Tensor } from "./tensor.ts"
 import { dtypeCode } from "../src/protocol/values.ts"
@@ -14,7 +14,7 @@ const COMPARISONS: ReadonlySet<BinaryOpName> = new Set(["eq", "ne", "lt", "le", 
 export const isComparison = (op: BinaryOpName): boolean => COMPARISONS.has(op)
 
 const fail = (op: string, message: string): never => {
-  throw shimError(Status.INVALID, op, message)
+  throw shimError(ShimStatus.INVALID, op, message)
 }
 
 const sameNumel = (op: string, out: Tensor, a: Tensor): void => {

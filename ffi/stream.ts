@@ -4,7 +4,7 @@
  */
 import type { Pointer } from "bun:ffi"
 import { type Native, shimError } from "./native.ts"
-import { Status } from "./symbols.ts"
+import { ShimStatus } from "./symbols.ts"
 
 export class Event implements Disposable {
   #handle: Pointer | null
@@ -15,7 +15,7 @@ export class Event implements Disposable {
 
   /** Throws once destroyed: the shim would read freed memory. */
   get handle(): Pointer {
-    if (this.#handle === null) throw shimError(Status.INVALID, "Event", "use of a destroyed event")
+    if (this.#handle === null) throw shimError(ShimStatus.INVALID, "Event", "use of a destroyed event")
     return this.#handle
   }
 
@@ -62,7 +62,7 @@ export class Stream implements Disposable {
 
   /** null: the device's default stream. Throws once destroyed. */
   get handle(): Pointer | null {
-    if (this.#destroyed) throw shimError(Status.INVALID, "Stream", "use of a destroyed stream")
+    if (this.#destroyed) throw shimError(ShimStatus.INVALID, "Stream", "use of a destroyed stream")
     return this.#handle
   }
 

@@ -63,5 +63,5 @@ export const symbols = {
 } as const satisfies Record<string, FFIFunction>
 
 // The header's enums, generated from it (scripts/abi.ts).
-export { ALL_DIMS, BinaryOp, CommOp, MAX_DIMS, P2P, ReduceOp, Status, UnaryOp } from "./abi.ts"
+export { ALL_DIMS, BinaryOp, CommOp, MAX_DIMS, P2P, ReduceOp, ShimStatus, UnaryOp } from "./abi.ts"
 export type { BinaryOpName, CommOpName, ReduceOpName, UnaryOpName } from "./abi.ts"

@@ -6,7 +6,7 @@
 import { ptr, type Pointer } from "bun:ffi"
 import { HostTensor, ITEM_SIZE, dtypeCode, type Device, type DType } from "../src/protocol/values.ts"
 import { type Native, shimError } from "./native.ts"
-import { MAX_DIMS, Status } from "./symbols.ts"
+import { MAX_DIMS, ShimStatus } from "./symbols.ts"
 import { numelOf } from "../src/ops/meta.ts"
 import type { Stream } from "./stream.ts"
 
@@ -15,9 +15,9 @@ const forgotten = new FinalizationRegistry<{ native: Native; handle: Pointer }>(
 })
 
 const checkShape = (shape: ReadonlyArray<number>, op: string): void => {
-  if (shape.length > MAX_DIMS) throw shimError(Status.INVALID, op, `${shape.length} dims, at most ${MAX_DIMS}`)
+  if (shape.length > MAX_DIMS) throw shimError(ShimStatus.INVALID, op, `${shape.length} dims, at most ${MAX_DIMS}`)
   for (const d of shape)
-    if (!Number.isSafeInteger(d) || d < 0) throw shimError(Status.INVALID, op, `bad shape [${shape}]`)
+    if (!Number.isSafeInteger(d) || d < 0) throw shimError(ShimStatus.INVALID, op, `bad shape [${shape}]`)
 }
 
 export class Tensor implements Disposable {
@@ -37,7 +37,7 @@ export class Tensor implements Disposable {
   static empty(native: Native, dtype: DType, shape: ReadonlyArray<number>): Tensor {
     checkShape(shape, "Tensor.empty")
     const code = dtypeCode(dtype)
-    if (code < 0) throw shimError(Status.INVALID, "Tensor.empty", `unknown dtype ${String(dtype)}`)
+    if (code < 0) throw shimError(ShimStatus.INVALID, "Tensor.empty", `unknown dtype ${String(dtype)}`)
     native.check(native.shim.shim_tensor_alloc(code, shape.length, native.shapeArg(shape), native.outsPtr), "shim_tensor_alloc")
     return new Tensor(native, native.outPtr(), dtype, [...shape])
   }
@@ -47,14 +47,14 @@ export class Tensor implements Disposable {
     const t = Tensor.empty(native, host.dtype, host.shape)
     if (host.data.byteLength !== t.nbytes) {
       t.free()
-      throw shimError(Status.INVALID, "Tensor.fromHost", `${host.data.byteLength} bytes for ${host.dtype}[${host.shape}] (${t.nbytes} expected)`)
+      throw shimError(ShimStatus.INVALID, "Tensor.fromHost", `${host.data.byteLength} bytes for ${host.dtype}[${host.shape}] (${t.nbytes} expected)`)
     }
     if (t.nbytes > 0) native.check(native.shim.shim_tensor_copy_in(t.handle, ptr(host.data), t.nbytes, stream?.handle ?? null), "shim_tensor_copy_in")
     return t
   }
 
   get handle(): Pointer {
-    if (this.#handle === null) throw shimError(Status.INVALID, "Tensor", `use of a freed ${this}`)
+    if (this.#handle === null) throw shimError(ShimStatus.INVALID, "Tensor", `use of a freed ${this}`)
     return this.#handle
   }
 
@@ -85,7 +85,7 @@ export class Tensor implements Disposable {
   /** The same memory under another shape with the same element count. */
   view(shape: ReadonlyArray<number>): Tensor {
     checkShape(shape, "Tensor.view")
-    if (numelOf(shape) !== this.numel) throw shimError(Status.INVALID, "Tensor.view", `cannot view ${this} as [${shape}]`)
+    if (numelOf(shape) !== this.numel) throw shimError(ShimStatus.INVALID, "Tensor.view", `cannot view ${this} as [${shape}]`)
     this.native.check(this.native.shim.shim_tensor_view(this.handle, shape.length, this.native.shapeArg(shape), this.native.outsPtr), "shim_tensor_view")
     return new Tensor(this.native, this.native.outPtr(), this.dtype, [...shape])
   }

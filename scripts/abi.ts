@@ -9,7 +9,7 @@ import { readFileSync, writeFileSync } from "node:fs"
 /** Each tagged enum of more than one constant: its TypeScript name and how a constant's name becomes a key. */
 /** Op tables also get a type of their keys (UnaryOpName, ...). */
 const TABLES: Readonly<Record<string, { readonly name: string; readonly key: (c: string) => string; readonly doc: string; readonly names?: true }>> = {
-  shim_status: { name: "Status", key: (c) => c.replace(/^SHIM_(E_)?/, ""), doc: "Status codes every shim function returns." },
+  shim_status: { name: "ShimStatus", key: (c) => c.replace(/^SHIM_(E_)?/, ""), doc: "Status codes every shim function returns." },
   shim_dtype: { name: "DTypeCode", key: (c) => c.replace(/^SHIM_/, "").toLowerCase(), doc: "Element type codes (src/protocol/values.ts's DTYPES is in this order)." },
   shim_unary_op: { name: "UnaryOp", key: (c) => c.replace(/^SHIM_/, "").toLowerCase(), doc: "shim_unary's op codes.", names: true },
   shim_binary_op: { name: "BinaryOp", key: (c) => c.replace(/^SHIM_/, "").toLowerCase(), doc: "shim_binary's and shim_binary_scalar's op codes.", names: true },

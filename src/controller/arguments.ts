@@ -11,7 +11,8 @@ import type { Value } from "../protocol/messages.ts"
 import { DTYPES, HostTensor } from "../protocol/values.ts"
 import type { BorrowState } from "./borrows.ts"
 import { ControllerError } from "./errors.ts"
-import { RemoteTensor } from "./handles.ts"
+import type { Core } from "./core.ts"
+import { checkOwner, RemoteTensor } from "./handles.ts"
 
 export const refuse = (message: string) => new ControllerError({ message })
 
@@ -27,6 +28,8 @@ export class Reads {
 
 /** The mesh a command runs on, as its arguments see it. */
 export interface Placement {
+  /** The controller it belongs to: tensors of another are refused. */
+  readonly core: Core
   readonly ranks: ReadonlyArray<number>
   toString(): string
 }
@@ -53,6 +56,7 @@ export class Arguments {
       return v as Value
     }
     if (v instanceof RemoteTensor) {
+      checkOwner(this.mesh.core, v)
       if (v.released) throw refuse(`${v} was released`)
       if (v.mesh !== this.mesh && !this.covering.has(v.mesh)) {
         const missing = this.mesh.ranks.filter((r) => !v.mesh.layout.contains(r))

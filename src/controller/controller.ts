@@ -11,16 +11,17 @@ import { existsSync } from "node:fs"
 import { dirname, isAbsolute } from "node:path"
 import { Launcher } from "../launcher.ts"
 import { NDSlice } from "../protocol/ndslice.ts"
+import type { Device } from "../protocol/values.ts"
 import { parseAddress } from "../net/connection.ts"
 import { readToken, tokenProblem } from "../net/token.ts"
 import type { StoreApi } from "../store/api.ts"
 import { readStoreFile } from "../store/addressFile.ts"
 import { prefixStore } from "../store/prefix.ts"
 import { Store } from "../store/service.ts"
-import { Core, type HangReport } from "./core.ts"
+import { Core, type HangReport, type WorkerInfo } from "./core.ts"
 import { ControllerError, StartError } from "./errors.ts"
 import { Transport } from "./listener.ts"
-import { RemoteStream, type RemoteTensor } from "./handles.ts"
+import { foreignHandle, RemoteStream, type RemoteTensor } from "./handles.ts"
 import { createMesh, type Mesh } from "./mesh.ts"
 
 const WORKER = new URL("../worker.ts", import.meta.url).pathname
@@ -34,6 +35,10 @@ const programFolder = (): ReadonlyArray<string> => (isAbsolute(Bun.main) && exis
 
 export interface ControllerApi {
   readonly world: number
+  /** The workers' device (cpu or cuda), as they said when they connected. */
+  readonly device: Device
+  /** Each rank's worker, in rank order: process id, the address it connected from, device. */
+  readonly workers: () => ReadonlyArray<WorkerInfo>
   /** @internal the engine, for tests and benchmarks */
   readonly core: Core
   /** A mesh over every rank, dims row-major in the order given, e.g. `{ dp: 2, tp: 2 }`. */
@@ -184,7 +189,7 @@ const awaitWorkers = (core: Core, o: CommonOptions, failed: () => string | undef
 /** The API over a core whose workers are all connected, with the hang check running. */
 const makeApi = (core: Core): Effect.Effect<ControllerApi, never, Scope.Scope> =>
   Effect.gen(function* () {
-    const defaultStream = new RemoteStream(core.newRef())
+    const defaultStream = new RemoteStream(core, core.newRef())
     const all = Array.from({ length: core.world }, (_, r) => r)
     // One mesh per shape asked for: meshes are never deleted on the workers (Mesh.derive).
     const meshes = new Map<string, Mesh>()
@@ -192,6 +197,8 @@ const makeApi = (core: Core): Effect.Effect<ControllerApi, never, Scope.Scope> =
     yield* Effect.forkScoped(Effect.sync(() => core.checkHangs()).pipe(Effect.repeat(Schedule.spaced("1 second"))))
     return {
       world: core.world,
+      device: core.device,
+      workers: () => core.workers,
       core,
       mesh: (dims) => Effect.try({
         try: () => {
@@ -205,11 +212,12 @@ const makeApi = (core: Core): Effect.Effect<ControllerApi, never, Scope.Scope> =
         catch: (e) => (e instanceof ControllerError ? e : new ControllerError({ message: String(e) })),
       }),
       stream: () => Effect.sync(() => {
-        const s = new RemoteStream(core.newRef())
+        const s = new RemoteStream(core, core.newRef())
         core.post(all, { _tag: "CreateStream", result: s.ref, default: false })
         return s
       }),
-      send: (t, to, opts) => t.mesh.send(t, to, opts),
+      // The tensor's own mesh sends it, once it is known to be this controller's.
+      send: (t, to, opts) => (t.core === core ? t.mesh.send(t, to, opts) : Effect.fail(foreignHandle(t))),
       checkHangs: () => core.checkHangs(),
     } satisfies ControllerApi
   })
@@ -230,7 +238,7 @@ export class Controller extends Context.Service<Controller, ControllerApi>()("mo
         nproc: o.world,
         command: [WORKER],
         env: {
-          MONARCH_LOG: "warn",
+          MONARCH_LOG: process.env.MONARCH_LOG ?? "warn",
           ...o.env,
           CONTROLLER_ADDR: listener.address,
           MONARCH_TOKEN: token,

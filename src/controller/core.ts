@@ -56,6 +56,15 @@ const sameMessages = (a: ReadonlyArray<WorkerMessage>, b: ReadonlyArray<WorkerMe
 /** Frames that are not the user's: this library, Effect, Bun and node internals. */
 const LIBRARY_FRAME = /\/src\/(controller|protocol|net)\/|\/node_modules\/|\(native\)|\(node:|\[native code\]/
 
+/** One rank's worker process. */
+export interface WorkerInfo {
+  readonly rank: number
+  readonly pid: number
+  /** The address it connected from ("local" over a Unix socket). */
+  readonly host: string
+  readonly device: Device
+}
+
 /** The first frame of the stack outside the controller library: the user's call. */
 const captureSite = (): string | undefined => {
   const limit = Error.stackTraceLimit
@@ -104,6 +113,11 @@ export class Core {
   /** The workers' device, as their hellos said. */
   get device(): Device {
     return this.links.find((l) => l !== undefined)?.hello.device === "cuda" ? "cuda" : "cpu"
+  }
+
+  /** Each connected rank's worker, as its hello and its connection said. */
+  get workers(): ReadonlyArray<WorkerInfo> {
+    return this.links.flatMap((l) => (l === undefined ? [] : [{ rank: l.hello.rank, pid: l.hello.pid, host: l.host, device: l.hello.device === "cuda" ? "cuda" : "cpu" }]))
   }
 
   get connected(): number {

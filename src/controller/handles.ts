@@ -2,17 +2,36 @@
  * The handles a controller program holds: a RemoteTensor is a ref defined on a mesh's ranks
  * (with its dtype and shape when they are known); a RemoteStream is a stream on every rank.
  * A tensor handle the program drops is deleted on its workers after GC (the registry below);
- * `release()` deletes it at once.
+ * `release()` deletes it at once. Every handle (and mesh) carries its owner, the Core of the
+ * controller that made it: its ref ids mean nothing to another controller, which refuses it.
  */
 import type { TensorMeta } from "../ops/meta.ts"
 import type { DType, Ref } from "../protocol/values.ts"
 import type { BorrowState } from "./borrows.ts"
 import type { Core } from "./core.ts"
+import { ControllerError } from "./errors.ts"
 import type { Mesh } from "./mesh.ts"
 
 /** A stream that exists on every rank. */
 export class RemoteStream {
-  constructor(readonly ref: Ref) {}
+  constructor(
+    /** The controller that made it. */
+    readonly core: Core,
+    readonly ref: Ref,
+  ) {}
+
+  toString(): string {
+    return `RemoteStream(${this.ref.id})`
+  }
+}
+
+/** The refusal of a handle another controller made (its ref ids would name this one's own refs). */
+export const foreignHandle = (handle: object): ControllerError =>
+  new ControllerError({ message: `${handle} belongs to another controller; a handle can be used only with the controller that made it` })
+
+/** Throws foreignHandle unless controller `core` made `handle`. */
+export const checkOwner = (core: Core, handle: { readonly core: Core }): void => {
+  if (handle.core !== core) throw foreignHandle(handle)
 }
 
 /** Deletes, with the next batch, the ref of a tensor handle that was garbage collected. */
@@ -42,6 +61,11 @@ export class RemoteTensor<D extends DType = DType> {
   /** Whether release() was called (or a borrow's scope closed): the handle can no longer be used. */
   get released(): boolean {
     return this.#released || this.borrow?.dropped === true
+  }
+
+  /** The controller that made it (its mesh's). */
+  get core(): Core {
+    return this.mesh.core
   }
 
   get dtype(): D | undefined {

@@ -18,6 +18,8 @@ export class ListenError extends Data.TaggedError("ListenError")<{ readonly mess
 /** An admitted worker. */
 export interface WorkerLink {
   readonly hello: WorkerHello
+  /** The address the worker connected from ("local" over a Unix socket). */
+  readonly host: string
   /** Encodes and sends; returns false when the link is closed or the message cannot be encoded. */
   readonly send: (msg: WorkerMessage) => boolean
   /** Sends a message already encoded (encodeMessageParts), e.g. one batch for several ranks. */
@@ -110,6 +112,7 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
             }
             const link: WorkerLink = {
               hello: msg,
+              host: socket.remoteAddress || "local",
               send: (m) => !state.conn.closed && state.conn.send(m)._tag === "Success",
               sendEncoded: (parts) => !state.conn.closed && (state.conn.writer.write(parts), true),
               sendRawForTestsOnly: (body) => void state.conn.writer.write(body),

@@ -16,7 +16,7 @@ import { borrow, firstUses } from "./borrows.ts"
 import type { Core } from "./core.ts"
 import { ControllerError, type Failure } from "./errors.ts"
 import type { Exchange } from "./graph.ts"
-import { RemoteStream, RemoteTensor } from "./handles.ts"
+import { checkOwner, RemoteStream, RemoteTensor } from "./handles.ts"
 
 export interface CallOptions {
   readonly stream?: RemoteStream
@@ -56,6 +56,8 @@ export class Mesh {
     /** The ranks, laid out along the dims. */
     readonly layout: NDSlice,
     readonly defaultStream: RemoteStream,
+    /** Where a sub-mesh sits in the mesh it was sliced from: "pp=1 of 2" per fixed dim. */
+    readonly place: ReadonlyArray<string> = [],
   ) {
     this.ranks = [...layout]
   }
@@ -70,7 +72,20 @@ export class Mesh {
   }
 
   toString(): string {
-    return `Mesh(${this.names.map((n, i) => `${n}=${this.layout.sizes[i]}`).join(", ")})`
+    return `Mesh(${[...this.place, ...this.names.map((n, i) => `${n}=${this.layout.sizes[i]}`)].join(", ")})`
+  }
+
+  /** Refuses dim names this mesh does not have, naming the ones it has. */
+  private checkDims(names: ReadonlyArray<string>): void {
+    const unknown = names.filter((d) => !this.names.includes(d))
+    if (unknown.length > 0) throw refuse(`${this} has no dim ${unknown.join(", ")} (its dims: ${this.names.join(", ") || "none"})`)
+  }
+
+  /** The stream a command runs on: `given` when this controller made it, else the default. */
+  private streamFor(given: RemoteStream | undefined): RemoteStream {
+    if (given === undefined) return this.defaultStream
+    checkOwner(this.core, given)
+    return given
   }
 
   /** Converts `v` for a command (refusing what the wire cannot carry) and issues its borrows' first uses. */
@@ -102,7 +117,7 @@ export class Mesh {
     const mutated = mutates.map((t) => t.ref)
     this.args.convert(mutates, reads)
     const metas = this.resultMetas(fn, args, kwargs, known, opts.results)
-    const stream = opts.stream ?? this.defaultStream
+    const stream = this.streamFor(opts.stream)
     const results = metas.map(() => this.core.newRef())
     const defines = results.map((r) => r.id)
     for (const r of mutated) defines.push(r.id)
@@ -151,13 +166,12 @@ export class Mesh {
     const site = this.core.site()
     return attempt(() => {
       const names = typeof dims === "string" ? [dims] : [...dims]
-      const unknown = names.filter((d) => !this.names.includes(d))
-      if (unknown.length > 0) throw refuse(`${this} has no dim ${unknown.join(", ")}`)
+      this.checkDims(names)
       if (!t.meta) throw refuse(`reduce needs the dtype and shape of ${t}; give the function's results as metadata (CallOptions.results)`)
       const { scatter = false, inplace = false } = opts
       const plan = planCollective(t.meta, names.reduce((p, d) => p * this.dims[d]!, 1), reduction, scatter, inplace)
       if (typeof plan === "string") throw refuse(`reduce over ${names.join("+")}: ${plan}`)
-      const stream = opts.stream ?? this.defaultStream
+      const stream = this.streamFor(opts.stream)
       const result = inplace ? t.ref : this.core.newRef()
       this.read(t)
       this.core.command(this.ranks, `reduce ${reduction}${scatter ? " scatter" : ""} over ${names.join("+")}`, [t.ref.id], [result.id], site, (ident) => ({
@@ -187,11 +201,13 @@ export class Mesh {
   send(t: RemoteTensor, to: Mesh, opts: { readonly stream?: RemoteStream } = {}): Effect.Effect<RemoteTensor, ControllerError> {
     const site = this.core.site()
     return attempt(() => {
+      checkOwner(this.core, to)
       if (this.size !== to.size) throw refuse(`cannot send ${t} from ${this} to ${to}: sizes differ`)
       if (!t.meta) throw refuse(`send needs the dtype and shape of ${t}`)
       const ranks = [...new Set([...this.ranks, ...to.ranks])].sort((a, b) => a - b)
+      const stream = this.streamFor(opts.stream)
       const { reads } = this.read(t)
-      const result = this.core.newRef(), stream = opts.stream ?? this.defaultStream
+      const result = this.core.newRef()
       // Rank i of `to` gets rank i of this mesh's tensor: its result depends on that sender alone.
       const sender = new Map(to.ranks.map((r, i) => [r, this.ranks[i]!]))
       const senders = new Set(this.ranks)
@@ -203,13 +219,21 @@ export class Mesh {
     })
   }
 
-  /** The rank at an index, or at coordinates (dims not given: 0). */
+  /** The rank at an index, or at coordinates of this mesh's dims (dims not given: 0). */
   private rankAt(at: number | Readonly<Record<string, number>>): number {
     if (typeof at === "number") {
-      if (!Number.isInteger(at) || at < 0 || at >= this.size) throw refuse(`index ${at} is outside ${this}`)
+      if (!Number.isInteger(at) || at < 0 || at >= this.size) throw refuse(`index ${at} is outside ${this} (indices 0..${this.size - 1})`)
       return this.layout.rankAt(at)
     }
-    return this.geometry(() => this.layout.rankOf(this.names.map((n) => at[n] ?? 0)))
+    if (typeof at !== "object" || at === null || Array.isArray(at)) throw refuse(`${JSON.stringify(at)} is neither an index nor coordinates of ${this} (dims ${this.names.join(", ")})`)
+    this.checkDims(Object.keys(at))
+    const coords = this.names.map((n, i) => {
+      const c = at[n] ?? 0, size = this.layout.sizes[i]!
+      if (!Number.isInteger(c) || c < 0 || c >= size)
+        throw refuse(`${n}=${c} is outside ${this} (its dims: ${this.names.map((m, j) => `${m} 0..${this.layout.sizes[j]! - 1}`).join(", ")})`)
+      return c
+    })
+    return this.layout.rankOf(coords)
   }
 
   /** NDSlice's answer, or its RangeError as a ControllerError naming this mesh. */
@@ -224,10 +248,10 @@ export class Mesh {
   /** A FetchValue to the ranks `ranks()` picks; a bad rank or argument is a ControllerError. */
   private fetchFrom(ranks: () => ReadonlyArray<number>, value: unknown, opts: FetchOptions, site: string | undefined) {
     return Effect.suspend(() => {
-      const targets = ranks()
+      const targets = ranks(), stream = this.streamFor(opts.stream)
       const { value: object, reads } = this.read(value)
       return this.core.fetch(targets, reads.inputs, opts.fn ?? "fetch", site, (ident) => ({
-        _tag: "FetchValue", ident, mutates: [], function: opts.fn ?? null, object, stream: (opts.stream ?? this.defaultStream).ref,
+        _tag: "FetchValue", ident, mutates: [], function: opts.fn ?? null, object, stream: stream.ref,
       }), opts.deadlineMs ?? this.core.options.deadlineMs)
     }).pipe(Effect.catchDefect((e) => Effect.fail(e instanceof ControllerError ? e : refuse(String(e)))))
   }
@@ -248,16 +272,16 @@ export class Mesh {
   /** The sub-mesh at fixed coordinates of some dims (those dims go away). */
   slice(at: Readonly<Record<string, number>>): Effect.Effect<Mesh, ControllerError> {
     return attempt(() => {
-      const unknown = Object.keys(at).filter((n) => !this.names.includes(n))
-      if (unknown.length > 0) throw refuse(`${this} has no dim ${unknown.join(", ")}`)
+      this.checkDims(Object.keys(at))
       const layout = this.geometry(() => this.layout.fix(this.names.map((n) => at[n])))
-      return this.derive(this.names.filter((n) => at[n] === undefined), layout)
+      const place = this.names.flatMap((n, i) => (at[n] === undefined ? [] : [`${n}=${at[n]} of ${this.layout.sizes[i]}`]))
+      return this.derive(this.names.filter((n) => at[n] === undefined), layout, [...this.place, ...place])
     })
   }
 
   /** The same ranks as one dim `name` (the dims must nest, as in a row-major mesh). */
   flatten(name: string): Effect.Effect<Mesh, ControllerError> {
-    return attempt(() => this.derive([name], this.geometry(() => this.layout.flatten())))
+    return attempt(() => this.derive([name], this.geometry(() => this.layout.flatten()), this.place))
   }
 
   /**
@@ -265,10 +289,10 @@ export class Mesh {
    * workers, so a program slicing in a loop would otherwise add a mesh, and the communicators
    * its collectives open, per iteration.
    */
-  private derive(names: ReadonlyArray<string>, layout: NDSlice): Mesh {
+  private derive(names: ReadonlyArray<string>, layout: NDSlice, place: ReadonlyArray<string>): Mesh {
     const key = `${JSON.stringify(names)}${layout}`
     let mesh = this.derived.get(key)
-    if (mesh === undefined) this.derived.set(key, (mesh = createMesh(this.core, names, layout, this.defaultStream)))
+    if (mesh === undefined) this.derived.set(key, (mesh = createMesh(this.core, names, layout, this.defaultStream, place)))
     return mesh
   }
 
@@ -276,17 +300,21 @@ export class Mesh {
    * Uses `t` on another stream for the scope: BorrowCreate now, BorrowFirstUse before the
    * first command that uses the alias, BorrowLastUse and BorrowDrop when the scope closes.
    */
-  borrow(t: RemoteTensor, to: RemoteStream): Effect.Effect<RemoteTensor, never, Scope.Scope> {
-    return borrow(this.core, t, to)
+  borrow(t: RemoteTensor, to: RemoteStream): Effect.Effect<RemoteTensor, ControllerError, Scope.Scope> {
+    return attempt(() => {
+      checkOwner(this.core, t)
+      checkOwner(this.core, to)
+      if (t.released) throw refuse(`${t} was released`)
+    }).pipe(Effect.andThen(borrow(this.core, t, to)))
   }
 }
 
 /** Defines a mesh on its ranks (CreateDeviceMesh) and returns it. */
-export const createMesh = (core: Core, names: ReadonlyArray<string>, layout: NDSlice, defaultStream: RemoteStream): Mesh => {
+export const createMesh = (core: Core, names: ReadonlyArray<string>, layout: NDSlice, defaultStream: RemoteStream, place: ReadonlyArray<string> = []): Mesh => {
   if (names.length !== layout.ndim) throw refuse(`${names.length} dim names for ${layout.ndim} dims`)
   if (new Set(names).size !== names.length) throw refuse(`repeated dim name in [${names}]`)
   const ref = core.newRef()
-  const mesh = new Mesh(core, ref, names, layout, defaultStream)
+  const mesh = new Mesh(core, ref, names, layout, defaultStream, place)
   core.post(mesh.ranks, { _tag: "CreateDeviceMesh", result: ref, names, ranks: layout })
   return mesh
 }

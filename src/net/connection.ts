@@ -7,14 +7,14 @@
 import type { Socket } from "bun"
 import { Result } from "effect"
 import { encodeMessageParts } from "../protocol/codec.ts"
-import type { ProtocolError } from "../protocol/errors.ts"
+import type { WireError } from "../protocol/errors.ts"
 import { FrameReader, FrameWriter, type FrameOwnership } from "../protocol/framing.ts"
 import type { Message } from "../protocol/messages.ts"
 
 export interface ConnectionHandlers<In> {
-  readonly decode: (body: Uint8Array, ownership: FrameOwnership) => Result.Result<In, ProtocolError>
+  readonly decode: (body: Uint8Array, ownership: FrameOwnership) => Result.Result<In, WireError>
   readonly onMessage: (msg: In) => void
-  readonly onInvalid: (error: ProtocolError) => void
+  readonly onInvalid: (error: WireError) => void
   readonly onClose: () => void
 }
 
@@ -47,7 +47,7 @@ export class Connection<In> {
   }
 
   /** Encodes and writes a message; false (and nothing sent) when it cannot be encoded. */
-  send(msg: Message): Result.Result<void, ProtocolError> {
+  send(msg: Message): Result.Result<void, WireError> {
     if (this.closed) return Result.succeed(undefined)
     return Result.map(encodeMessageParts(msg), (parts) => void this.writer.write(parts))
   }

@@ -39,7 +39,7 @@
  */
 import { DecodeError, Decoder, Encoder, ExtData, ExtensionCodec } from "@msgpack/msgpack"
 import { Result } from "effect"
-import { ProtocolError } from "./errors.ts"
+import { WireError } from "./errors.ts"
 import type { FrameOwnership } from "./framing.ts"
 import {
   MESSAGE_CODES,
@@ -724,8 +724,8 @@ const decodeMessageArray = (v: unknown, direction: Direction, depth: number): Me
   return entry.decode(v, depth)
 }
 
-const invalidError = (e: Invalid): ProtocolError =>
-  new ProtocolError({ message: e.where === "" ? e.problem : `${e.where}: ${e.problem}`, fatal: false })
+const invalidError = (e: Invalid): WireError =>
+  new WireError({ message: e.where === "" ? e.problem : `${e.where}: ${e.problem}`, fatal: false })
 
 /** What a msgpack decode failure means, in words. */
 const msgpackProblem = (e: unknown, length: number): string => {
@@ -734,21 +734,21 @@ const msgpackProblem = (e: unknown, length: number): string => {
   return `malformed msgpack: ${text}`
 }
 
-const decodeWith = <M extends Message>(bytes: Uint8Array, ownership: FrameOwnership, direction: Direction): Result.Result<M, ProtocolError> => {
-  if (bytes.length === 0) return Result.fail(new ProtocolError({ message: "empty message", fatal: false }))
+const decodeWith = <M extends Message>(bytes: Uint8Array, ownership: FrameOwnership, direction: Direction): Result.Result<M, WireError> => {
+  if (bytes.length === 0) return Result.fail(new WireError({ message: "empty message", fatal: false }))
   const bounds = scanProblem(bytes)
-  if (bounds !== undefined) return Result.fail(new ProtocolError({ message: bounds, fatal: false }))
+  if (bounds !== undefined) return Result.fail(new WireError({ message: bounds, fatal: false }))
   copyTensorBytes = ownership !== "owned"
   let wire: unknown
   try {
     wire = decoder.decode(bytes)
   } catch (e) {
-    return Result.fail(new ProtocolError({ message: msgpackProblem(e, bytes.length), fatal: false }))
+    return Result.fail(new WireError({ message: msgpackProblem(e, bytes.length), fatal: false }))
   }
   try {
     return Result.succeed(decodeMessageArray(wire, direction, 1) as M)
   } catch (e) {
-    return Result.fail(e instanceof Invalid ? invalidError(e) : new ProtocolError({ message: `cannot decode: ${String(e)}`, fatal: false }))
+    return Result.fail(e instanceof Invalid ? invalidError(e) : new WireError({ message: `cannot decode: ${String(e)}`, fatal: false }))
   }
 }
 
@@ -757,11 +757,11 @@ const decodeWith = <M extends Message>(bytes: Uint8Array, ownership: FrameOwners
  * "borrowed" bytes (valid only for now, e.g. a small frame from FrameReader) tensor and bin
  * bytes are copied out; with "owned" bytes they are views into `bytes` when 8-aligned.
  */
-export const decodeWorkerMessage = (bytes: Uint8Array, ownership: FrameOwnership = "borrowed"): Result.Result<WorkerMessage, ProtocolError> =>
+export const decodeWorkerMessage = (bytes: Uint8Array, ownership: FrameOwnership = "borrowed"): Result.Result<WorkerMessage, WireError> =>
   decodeWith<WorkerMessage>(bytes, ownership, WORKER_BOUND)
 
 /** Decodes and checks a message sent to the controller (codes 64..69); as decodeWorkerMessage. */
-export const decodeControllerMessage = (bytes: Uint8Array, ownership: FrameOwnership = "borrowed"): Result.Result<ControllerMessage, ProtocolError> =>
+export const decodeControllerMessage = (bytes: Uint8Array, ownership: FrameOwnership = "borrowed"): Result.Result<ControllerMessage, WireError> =>
   decodeWith<ControllerMessage>(bytes, ownership, CONTROLLER_BOUND)
 
 // ---- encoding -------------------------------------------------------------------------------
@@ -779,7 +779,7 @@ const toWire = (m: Message): unknown[] => {
  * The body of `m` as the encoder's output (valid until the next encode) plus the large
  * tensors left out of it, with the ext lengths patched to include them.
  */
-const encodeParts = (m: Message): Result.Result<{ readonly body: Uint8Array; readonly outOfLine: ReadonlyArray<OutOfLine>; readonly length: number }, ProtocolError> => {
+const encodeParts = (m: Message): Result.Result<{ readonly body: Uint8Array; readonly outOfLine: ReadonlyArray<OutOfLine>; readonly length: number }, WireError> => {
   outOfLine = []
   outOfLineBytes = 0
   copyTensorBytes = false
@@ -788,7 +788,7 @@ const encodeParts = (m: Message): Result.Result<{ readonly body: Uint8Array; rea
     decodeMessageArray(wire, EITHER, 1)
     const body = encoder.encodeSharedRef(wire)
     const length = body.length + outOfLineBytes
-    if (length > U32_MAX) return Result.fail(new ProtocolError({ message: `${m._tag}: ${length} bytes does not fit in one frame`, fatal: false }))
+    if (length > U32_MAX) return Result.fail(new WireError({ message: `${m._tag}: ${length} bytes does not fit in one frame`, fatal: false }))
     const view = new DataView(body.buffer, body.byteOffset, body.byteLength)
     for (const o of outOfLine) {
       if (body[o.lengthAt - 1] !== 0xc9 || body[o.lengthAt + 4] !== EXT_TYPES.HostTensor) throw new Error("HostTensor was not written as ext 32")
@@ -796,7 +796,7 @@ const encodeParts = (m: Message): Result.Result<{ readonly body: Uint8Array; rea
     }
     return Result.succeed({ body, outOfLine, length })
   } catch (e) {
-    const error = e instanceof Invalid ? invalidError(e) : new ProtocolError({ message: `cannot encode ${String(m?._tag)}: ${e instanceof Error ? e.message : String(e)}`, fatal: false })
+    const error = e instanceof Invalid ? invalidError(e) : new WireError({ message: `cannot encode ${String(m?._tag)}: ${e instanceof Error ? e.message : String(e)}`, fatal: false })
     return Result.fail(error)
   } finally {
     outOfLine = []
@@ -806,9 +806,9 @@ const encodeParts = (m: Message): Result.Result<{ readonly body: Uint8Array; rea
 
 /**
  * Encodes a message as one contiguous msgpack body (tensor bytes copied once). Fails with
- * a ProtocolError naming the field when `m` holds something the wire cannot carry.
+ * a WireError naming the field when `m` holds something the wire cannot carry.
  */
-export const encodeMessage = (m: Message): Result.Result<Uint8Array, ProtocolError> =>
+export const encodeMessage = (m: Message): Result.Result<Uint8Array, WireError> =>
   Result.map(encodeParts(m), ({ body, outOfLine, length }) => {
     if (outOfLine.length === 0) return body.slice()
     const out = Bun.allocUnsafe(length) // uninitialised: the loop below writes every byte
@@ -829,7 +829,7 @@ export const encodeMessage = (m: Message): Result.Result<Uint8Array, ProtocolErr
  * tensors of OUT_OF_LINE_BYTES or more are their own parts, views of HostTensor.data, so
  * they are not copied at all; keep them unchanged until written. The other parts are fresh.
  */
-export const encodeMessageParts = (m: Message): Result.Result<ReadonlyArray<Uint8Array>, ProtocolError> =>
+export const encodeMessageParts = (m: Message): Result.Result<ReadonlyArray<Uint8Array>, WireError> =>
   Result.map(encodeParts(m), ({ body, outOfLine }) => {
     const parts: Uint8Array[] = []
     let from = 0

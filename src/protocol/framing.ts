@@ -4,7 +4,7 @@
  * writes frames to a socket that may take fewer bytes than offered. What a body holds is
  * codec.ts's business.
  */
-import { ProtocolError } from "./errors.ts"
+import { WireError } from "./errors.ts"
 
 /** The largest body a FrameReader accepts unless told otherwise: 1 GiB. */
 export const DEFAULT_MAX_FRAME_BYTES = 1024 ** 3
@@ -51,7 +51,7 @@ export class FrameReader {
   private bodyFill = 0
   /** Reused for torn small bodies. */
   private small = new Uint8Array(0)
-  private failure: ProtocolError | undefined
+  private failure: WireError | undefined
 
   constructor(
     private readonly onFrame: (body: Uint8Array, ownership: FrameOwnership) => void,
@@ -97,10 +97,10 @@ export class FrameReader {
 
   /**
    * Feeds one chunk; calls `onFrame` for every body it completes. Returns a fatal
-   * ProtocolError when a length prefix exceeds the maximum: the stream cannot be split any
+   * WireError when a length prefix exceeds the maximum: the stream cannot be split any
    * further, so close the connection. From then on every push returns that error.
    */
-  push(chunk: Uint8Array): ProtocolError | undefined {
+  push(chunk: Uint8Array): WireError | undefined {
     if (this.failure !== undefined) return this.failure
     let at = 0
     while (at < chunk.length) {
@@ -119,7 +119,7 @@ export class FrameReader {
           length = new DataView(this.header.buffer).getUint32(0)
         }
         if (length > this.maxFrameBytes) {
-          this.failure = new ProtocolError({ message: `frame of ${length} bytes is over the ${this.maxFrameBytes}-byte maximum; the stream cannot be resynchronised`, fatal: true })
+          this.failure = new WireError({ message: `frame of ${length} bytes is over the ${this.maxFrameBytes}-byte maximum; the stream cannot be resynchronised`, fatal: true })
           return this.failure
         }
         if (length < OWNED_FRAME_BYTES && chunk.length - at >= length) {

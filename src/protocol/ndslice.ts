@@ -70,27 +70,12 @@ export class NDSlice {
   coordinates(rank: number): number[] | undefined {
     const rest = rank - this.offset
     if (!Number.isInteger(rest) || rest < 0 || this.length === 0) return undefined
-    const coords = new Array<number>(this.ndim).fill(0)
-    // Largest strides first. For the usual nested layouts (each stride at least the span of
-    // the smaller ones) the first candidate is the only one; other layouts backtrack.
-    const order = [...this.sizes.keys()].filter((d) => this.sizes[d]! > 1 && this.strides[d]! > 0).sort((a, b) => this.strides[b]! - this.strides[a]!)
-    // reach[i]: the largest sum the dims order[i..] can still add.
-    const reach = new Array<number>(order.length + 1).fill(0)
-    for (let i = order.length - 1; i >= 0; i--) reach[i] = reach[i + 1]! + (this.sizes[order[i]!]! - 1) * this.strides[order[i]!]!
-    const search = (i: number, left: number): boolean => {
-      if (i === order.length) return left === 0
-      if (left > reach[i]!) return false
-      const d = order[i]!, stride = this.strides[d]!
-      for (let c = Math.min(Math.floor(left / stride), this.sizes[d]! - 1); c >= 0; c--) {
-        if (left - c * stride > reach[i + 1]!) break
-        coords[d] = c
-        if (search(i + 1, left - c * stride)) return true
-      }
-      coords[d] = 0
-      return false
-    }
-    return search(0, rest) ? coords : undefined
+    this.#lookup ??= makeLookup(this.sizes, this.strides)
+    return this.#lookup(rest)
   }
+
+  /** Built on the first lookup: the slice never changes. */
+  #lookup: Lookup | undefined
 
   /** Row-major index of a rank, or -1 when the rank is not in the slice. */
   indexOf(rank: number): number {
@@ -159,5 +144,82 @@ export class NDSlice {
 
   toString(): string {
     return `NDSlice(offset=${this.offset}, sizes=[${this.sizes}], strides=[${this.strides}])`
+  }
+}
+
+/** Coordinates of `rest` = rank - offset (a non-negative integer), or undefined. */
+type Lookup = (rest: number) => number[] | undefined
+
+/** A non-nesting slice with more coordinates than this is searched per lookup, not indexed. */
+const MAX_INDEXED = 1 << 18
+
+/**
+ * How a slice finds coordinates, chosen once per slice. Dims that can move a rank (size > 1,
+ * stride > 0) are taken largest stride first. When strides nest (each above the reach of
+ * all smaller ones, as in every contiguous or sub-sliced mesh) a rank splits one way only:
+ * O(ndim) division. Otherwise an index of every rank, filled in the search order so ties
+ * resolve as documented; and past MAX_INDEXED coordinates a depth-first search that
+ * remembers the dead ends, so it is polynomial, not exponential.
+ */
+const makeLookup = (sizes: ReadonlyArray<number>, strides: ReadonlyArray<number>): Lookup => {
+  const ndim = sizes.length
+  // Read through sizes and strides, not copies: the tests count the reads as steps.
+  const dims = [...Array(ndim).keys()].filter((d) => sizes[d]! > 1 && strides[d]! > 0).sort((a, b) => strides[b]! - strides[a]!)
+  const size = (i: number) => sizes[dims[i]!]!, stride = (i: number) => strides[dims[i]!]!
+  // reach[i]: the largest sum the dims i.. can add.
+  const reach = new Array<number>(dims.length + 1).fill(0)
+  for (let i = dims.length - 1; i >= 0; i--) reach[i] = reach[i + 1]! + (size(i) - 1) * stride(i)
+  const coordsOf = (digits: ArrayLike<number>): number[] => {
+    const coords = new Array<number>(ndim).fill(0)
+    for (let i = 0; i < dims.length; i++) coords[dims[i]!] = digits[i]!
+    return coords
+  }
+
+  if (dims.every((_, i) => stride(i) > reach[i + 1]!)) {
+    return (rest) => {
+      const digits = new Array<number>(dims.length)
+      for (let i = 0; i < dims.length; i++) {
+        const c = Math.floor(rest / stride(i))
+        if (c >= size(i)) return undefined
+        digits[i] = c
+        rest -= c * stride(i)
+      }
+      return rest === 0 ? coordsOf(digits) : undefined
+    }
+  }
+
+  if (dims.reduce((n, _, i) => n * size(i), 1) <= MAX_INDEXED) {
+    // Every coordinate in search order (dims in order, each counting down); the first to
+    // reach a rank is the one the documented rule picks.
+    const index = new Map<number, number[]>()
+    const digits = dims.map((_, i) => size(i) - 1)
+    let sum = reach[0]!
+    while (true) {
+      if (!index.has(sum)) index.set(sum, coordsOf(digits))
+      let i = dims.length - 1
+      while (i >= 0 && digits[i] === 0) { digits[i] = size(i) - 1; sum += (size(i) - 1) * stride(i); i-- }
+      if (i < 0) break
+      digits[i]!--
+      sum -= stride(i)
+    }
+    return (rest) => index.get(rest)?.slice()
+  }
+
+  return (rest) => {
+    const digits = new Array<number>(dims.length).fill(0)
+    // dead[i]: sums the dims i.. cannot make.
+    const dead = dims.map(() => new Set<number>())
+    const search = (i: number, left: number): boolean => {
+      if (i === dims.length) return left === 0
+      if (left > reach[i]! || dead[i]!.has(left)) return false
+      for (let c = Math.min(Math.floor(left / stride(i)), size(i) - 1); c >= 0; c--) {
+        if (left - c * stride(i) > reach[i + 1]!) break
+        digits[i] = c
+        if (search(i + 1, left - c * stride(i))) return true
+      }
+      dead[i]!.add(left)
+      return false
+    }
+    return search(0, rest) ? coordsOf(digits) : undefined
   }
 }

@@ -78,7 +78,7 @@ export const connectController = (o: LinkOptions): Effect.Effect<ControllerLink,
       // Only a value the wire cannot carry fails here; say so instead of dropping it. A fetch
       // fails with why, or the controller would see it passed without a result.
       const why = `worker could not encode ${m._tag}: ${sent.failure.message}`
-      if (m._tag === "FetchResult") conn?.send({ _tag: "RemoteFunctionFailed", ident: m.ident, error: new ErrorPayload("ProtocolError", why, []) })
+      if (m._tag === "FetchResult") conn?.send({ _tag: "RemoteFunctionFailed", ident: m.ident, error: new ErrorPayload(sent.failure._tag, why, []) })
       else if (m._tag !== "ProtocolError") conn?.send({ _tag: "ProtocolError", message: why })
     }
     send({ _tag: "WorkerHello", ...o.hello })

@@ -5,7 +5,7 @@ import { Result } from "effect"
 import { readFileSync } from "node:fs"
 import { dirname, resolve } from "node:path"
 import { shimError } from "../../ffi/native.ts"
-import { Status } from "../../ffi/symbols.ts"
+import { ShimStatus } from "../../ffi/symbols.ts"
 import { commError } from "../../src/comm/communicators.ts"
 import { CommError, mayBePeerLoss } from "../../src/comm/errors.ts"
 import { decodeControllerMessage, encodeMessage } from "../../src/protocol/codec.ts"
@@ -28,7 +28,7 @@ const importClosure = (file: string, seen = new Set<string>()): Set<string> => {
 
 describe("CommError's reason", () => {
   test("comes from the shim's status", () => {
-    const reasons = [Status.TIMEOUT, Status.COMM, Status.INVALID, Status.UNSUPPORTED, Status.NOMEM, Status.BACKEND]
+    const reasons = [ShimStatus.TIMEOUT, ShimStatus.COMM, ShimStatus.INVALID, ShimStatus.UNSUPPORTED, ShimStatus.NOMEM, ShimStatus.BACKEND]
       .map((status) => commError(shimError(status, "shim_all_reduce", "x")).reason)
     expect(reasons).toEqual(["timeout", "peer-lost", "invalid", "invalid", "device", "device"])
   })
@@ -40,7 +40,7 @@ describe("CommError's reason", () => {
   })
 
   test("travels in the failure's payload over the wire", () => {
-    const payload = toErrorPayload(commError(shimError(Status.TIMEOUT, "shim_all_reduce", "timed out after 50 ms")))
+    const payload = toErrorPayload(commError(shimError(ShimStatus.TIMEOUT, "shim_all_reduce", "timed out after 50 ms")))
     expect(payload).toMatchObject({ type: "CommError", reason: "timeout" })
     const bytes = encodeMessage({ _tag: "RemoteFunctionFailed", ident: 3, error: payload })
     if (!Result.isSuccess(bytes)) throw new Error(bytes.failure.message)

@@ -8,7 +8,7 @@ import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { libraryPath } from "../../ffi/native.ts"
-import { Status } from "../../ffi/symbols.ts"
+import { ShimStatus } from "../../ffi/symbols.ts"
 
 const ENTRY_POINTS = [
   "ncclGetVersion", "ncclGetUniqueId", "ncclCommInitRankConfig", "ncclCommGetAsyncError", "ncclCommFinalize",
@@ -62,7 +62,7 @@ describe("loading NCCL", () => {
   loaderTest("a missing file names itself and the variable to set", () => {
     const missing = join(tmpdir(), "no-such-dir", "libnccl.so.2")
     const { status, error } = load(missing)
-    expect(status).toBe(Status.UNAVAILABLE)
+    expect(status).toBe(ShimStatus.UNAVAILABLE)
     expect(error).toContain(`NCCL did not load; tried ${missing} (`)
     expect(error).toContain("Set MONARCH_NCCL_LIB")
   })
@@ -70,14 +70,14 @@ describe("loading NCCL", () => {
   loaderTest("a library without every entry point names the first missing one", () => {
     const partial = stub("partial", ["ncclGetVersion", "ncclGetUniqueId"], 22703)
     const { status, error } = load(partial)
-    expect(status).toBe(Status.UNAVAILABLE)
+    expect(status).toBe(ShimStatus.UNAVAILABLE)
     expect(error).toBe(`${partial} does not export ncclCommInitRankConfig`)
   })
 
   loaderTest("a release older than 2.14 is refused with its version code", () => {
     const old = stub("old", ENTRY_POINTS, 21304)
     const { status, error } = load(old)
-    expect(status).toBe(Status.UNAVAILABLE)
+    expect(status).toBe(ShimStatus.UNAVAILABLE)
     expect(error).toContain(`${old} reports NCCL version code 21304`)
     expect(error).toContain("2.14 or a later 2.x is needed")
   }, 20_000)

@@ -12,6 +12,7 @@ import { ErrorPayload, Ref } from "../../src/protocol/values.ts"
 
 const link = (rank: number): WorkerLink => ({
   hello: { _tag: "WorkerHello", rank, world: 2, pid: 1000 + rank, token: "t", device: "cpu" },
+  host: "127.0.0.1",
   send: () => true,
   sendEncoded: () => true,
   sendRawForTestsOnly: () => {},

@@ -4,6 +4,7 @@
 import { describe, expect, test } from "bun:test"
 import { fuzzControllerReader } from "./controllerFuzz.ts"
 import { fuzzFrameLengths, oversizedToWorker } from "./frameLength.ts"
+import { checkLookups } from "../protocol/lookups.ts"
 import { modeFromEnv } from "../reliability.ts"
 import { RSS_TOLERANCE, SIZES, fuzzSeed } from "./reliability.ts"
 import { countOf, fuzzWorker } from "./workerFuzz.ts"
@@ -69,4 +70,13 @@ describe("the length prefix under fuzz", () => {
     expect(r.exit).toBeUndefined()
     expect(r.rssAfterKiB!).toBeLessThanOrEqual(r.rssBeforeKiB * (1 + RSS_TOLERANCE))
   }, long ? 300_000 : 60_000)
+})
+
+describe("NDSlice lookups", () => {
+  test(`${size.lookupSlices} random slices and 8 dims of stride 2: every rank found as brute force finds it, within the read budget`, () => {
+    const r = checkLookups({ slices: size.lookupSlices, seed })
+    expect(r.failures).toEqual([])
+    expect(r.held).toBe(r.lookups)
+    expect(r.lookups).toBeGreaterThan(size.lookupSlices * 10)
+  }, long ? 300_000 : 30_000)
 })

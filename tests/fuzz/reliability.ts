@@ -7,6 +7,7 @@
 import { EXIT_STATUS } from "../../src/worker/startup.ts"
 import { fuzzControllerReader, type ControllerFuzzResult } from "./controllerFuzz.ts"
 import { fuzzFrameLengths, oversizedToWorker, type LengthFuzzResult, type WorkerLengthResult } from "./frameLength.ts"
+import { checkLookups, READS_PER_LOOKUP, type LookupCheck } from "../protocol/lookups.ts"
 import { rssChange } from "./proc.ts"
 import { countOf, fuzzWorker, type WorkerFuzzResult } from "./workerFuzz.ts"
 import type { Mode, ReliabilityRow } from "../reliability.ts"
@@ -15,8 +16,8 @@ import type { Mode, ReliabilityRow } from "../reliability.ts"
 
 /** How much each check does per mode. */
 export const SIZES = {
-  default: { workerFrames: 5_000, workerWarmup: 10_000, controllerFrames: 5_000, lengthClaims: 10_000, restarts: 3 },
-  long: { workerFrames: 100_000, workerWarmup: 50_000, controllerFrames: 100_000, lengthClaims: 200_000, restarts: 20 },
+  default: { workerFrames: 5_000, workerWarmup: 10_000, controllerFrames: 5_000, lengthClaims: 10_000, restarts: 3, lookupSlices: 300 },
+  long: { workerFrames: 100_000, workerWarmup: 50_000, controllerFrames: 100_000, lengthClaims: 200_000, restarts: 20, lookupSlices: 5_000 },
 } as const
 
 export const fuzzSeed = (): number => Number(process.env.MONARCH_FUZZ_SEED ?? 1)
@@ -96,6 +97,16 @@ export const lengthRows = (claims: LengthFuzzResult, once: WorkerLengthResult, r
   },
 ]
 
+export const lookupRows = (r: LookupCheck, seed: number): ReliabilityRow[] => [
+  {
+    area: "fuzz",
+    check: `NDSlice lookups: ${r.slices} random slices of 1-8 dims and 8 dims of stride 2 (sizes 16), every rank against brute force`,
+    tries: r.lookups,
+    held: r.held,
+    detail: `at most ${r.maxReads} reads of sizes and strides for one lookup (allowed ${READS_PER_LOOKUP}; the backtracking search took millions)${r.failures.length > 0 ? `; failed: ${r.failures.join("; ")}` : ""}; seed ${seed}`,
+  },
+]
+
 /** A row for a check that threw instead of returning. */
 const failedRow = (check: string, tries: number, e: unknown): ReliabilityRow => ({
   area: "fuzz", check, tries, held: 0, detail: `failed: ${(e instanceof Error ? e.message : String(e)).split("\n")[0]}`,
@@ -122,5 +133,6 @@ export const run = async (mode: Mode): Promise<ReliabilityRow[]> => {
         await oversizedToWorker({ restartable: false, tries: 1, seed }),
         await oversizedToWorker({ restartable: true, tries: size.restarts, seed }),
       ))),
+    ...(await attempt("NDSlice lookups", size.lookupSlices, async () => lookupRows(checkLookups({ slices: size.lookupSlices, seed }), seed))),
   ]
 }

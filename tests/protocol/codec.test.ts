@@ -10,7 +10,7 @@ import {
   MAX_DEPTH,
   OUT_OF_LINE_BYTES,
 } from "../../src/protocol/codec.ts"
-import { ProtocolError } from "../../src/protocol/errors.ts"
+import { WireError } from "../../src/protocol/errors.ts"
 import { MESSAGE_CODES, type ControllerMessage, type Message, type Value, type WorkerMessage } from "../../src/protocol/messages.ts"
 import { NDSlice } from "../../src/protocol/ndslice.ts"
 import { DTYPES, ErrorPayload, HostTensor, ITEM_SIZE, Ref, TensorFactory, type DType } from "../../src/protocol/values.ts"
@@ -270,7 +270,7 @@ describe("encoding refuses what the wire cannot carry", () => {
   const refused = (m: unknown): string => {
     const r = encodeMessage(m as Message)
     if (Result.isSuccess(r)) throw new Error("encoded")
-    expect(r.failure).toBeInstanceOf(ProtocolError)
+    expect(r.failure).toBeInstanceOf(WireError)
     return r.failure.message
   }
   const fetch = (value: unknown) => refused({ _tag: "FetchResult", ident: 1, value })

@@ -4,7 +4,7 @@
 import { afterAll, describe, expect, spyOn, test } from "bun:test"
 import { Result } from "effect"
 import { decodeControllerMessage, encodeMessageParts } from "../../src/protocol/codec.ts"
-import { ProtocolError } from "../../src/protocol/errors.ts"
+import { WireError } from "../../src/protocol/errors.ts"
 import { FrameReader, FrameWriter, OWNED_FRAME_BYTES, type ByteSink, type FrameOwnership } from "../../src/protocol/framing.ts"
 import type { ControllerMessage } from "../../src/protocol/messages.ts"
 import { HostTensor } from "../../src/protocol/values.ts"
@@ -114,7 +114,7 @@ describe("FrameReader", () => {
       },
     })
     const allocUnsafe = spyOn(Bun, "allocUnsafe")
-    let error: ProtocolError | undefined
+    let error: WireError | undefined
     try {
       error = reader.push(new Original([...framed([body(3, 1)]), 0x00, 0x00, 0x03, 0xe9]))
     } finally {
@@ -122,7 +122,7 @@ describe("FrameReader", () => {
       sizes.push(...allocUnsafe.mock.calls.map(([n]) => n))
       allocUnsafe.mockRestore()
     }
-    expect(error).toBeInstanceOf(ProtocolError)
+    expect(error).toBeInstanceOf(WireError)
     expect(error!.fatal).toBe(true)
     expect(error!.message).toBe("frame of 1001 bytes is over the 1000-byte maximum; the stream cannot be resynchronised")
     expect(sizes.filter((n) => n > 100)).toEqual([])

@@ -1,10 +1,10 @@
 // Untrusted bytes through decodeWorkerMessage / decodeControllerMessage: every malformed input
-// gives a ProtocolError that names the problem and where, and nothing ever throws.
+// gives a WireError that names the problem and where, and nothing ever throws.
 import { Decoder, Encoder, ExtData } from "@msgpack/msgpack"
 import { describe, expect, test } from "bun:test"
 import { Result } from "effect"
 import { decodeControllerMessage, decodeWorkerMessage, encodeMessage, MAX_DEPTH } from "../../src/protocol/codec.ts"
-import { ProtocolError } from "../../src/protocol/errors.ts"
+import { WireError } from "../../src/protocol/errors.ts"
 import { MESSAGE_CODES, MESSAGE_FIELDS, type Message } from "../../src/protocol/messages.ts"
 import { NDSlice } from "../../src/protocol/ndslice.ts"
 import { ErrorPayload, HostTensor, Ref, TensorFactory } from "../../src/protocol/values.ts"
@@ -16,13 +16,13 @@ const bytesOf = (wire: unknown): Uint8Array => raw.encode(wire)
 const wireOf = (m: Message): unknown[] => rawDecoder.decode(Result.getOrThrow(encodeMessage(m))) as unknown[]
 
 const isWorkerBound = (code: number) => code < 64
-const decode = (bytes: Uint8Array, code = 1): Result.Result<Message, ProtocolError> => (isWorkerBound(code) ? decodeWorkerMessage(bytes) : decodeControllerMessage(bytes))
+const decode = (bytes: Uint8Array, code = 1): Result.Result<Message, WireError> => (isWorkerBound(code) ? decodeWorkerMessage(bytes) : decodeControllerMessage(bytes))
 
-/** The error's message; fails the test if decoding succeeded or the error is not a ProtocolError. */
+/** The error's message; fails the test if decoding succeeded or the error is not a WireError. */
 const problem = (bytes: Uint8Array, code = 1): string => {
   const r = decode(bytes, code)
   if (Result.isSuccess(r)) throw new Error(`decoded: ${String(r.success._tag)}`)
-  expect(r.failure).toBeInstanceOf(ProtocolError)
+  expect(r.failure).toBeInstanceOf(WireError)
   expect(r.failure.fatal).toBe(false)
   return r.failure.message
 }
@@ -325,13 +325,13 @@ describe("random input", () => {
   /** Decodes `bytes` both ways: must not throw; a success must encode again. */
   const survive = (bytes: Uint8Array): "ok" | "refused" => {
     let outcome: "ok" | "refused" = "refused"
-    const results: Array<Result.Result<Message, ProtocolError>> = [decodeWorkerMessage(bytes), decodeWorkerMessage(bytes, "owned"), decodeControllerMessage(bytes)]
+    const results: Array<Result.Result<Message, WireError>> = [decodeWorkerMessage(bytes), decodeWorkerMessage(bytes, "owned"), decodeControllerMessage(bytes)]
     for (const r of results) {
       if (Result.isSuccess(r)) {
         outcome = "ok"
         expect(Result.isSuccess(encodeMessage(r.success))).toBe(true)
       } else {
-        expect(r.failure).toBeInstanceOf(ProtocolError)
+        expect(r.failure).toBeInstanceOf(WireError)
         expect(r.failure.message.length).toBeGreaterThan(0)
         expect(r.failure.fatal).toBe(false)
       }

@@ -2,6 +2,7 @@
 // strides that are not nested, 0-dim slices, and the constructor's checks.
 import { describe, expect, test } from "bun:test"
 import { NDSlice } from "../../src/protocol/ndslice.ts"
+import { checkLookups, counted, READS_PER_LOOKUP, type ReadCounter } from "./lookups.ts"
 
 describe("contiguous", () => {
   // sizes [2, 3] from 4: strides [3, 1]; ranks 4 5 6 / 7 8 9.
@@ -112,6 +113,62 @@ describe("constructor checks", () => {
     expect(() => new NDSlice(0, [2, 2], [1, -2])).toThrow("NDSlice: stride -2 of dim 1 is not a non-negative safe integer")
     expect(() => new NDSlice(0, [2 ** 30, 2 ** 30], [2 ** 30, 1])).toThrow(/largest rank .* is not a safe integer/)
     expect(NDSlice.problem(0, [2], [1])).toBeUndefined()
+  })
+})
+
+describe("lookups on many layouts, against brute force", () => {
+  test("300 random slices of 1 to 8 dims (nesting or not, repeated strides, stride 0, size 1): every rank up to past the last", () => {
+    const r = checkLookups({ slices: 300, seed: 7 })
+    expect(r.failures).toEqual([])
+    expect(r.held).toBe(r.lookups)
+    expect(r.lookups).toBeGreaterThan(3000)
+  })
+
+  test("a non-nesting slice too large to index (600 x 600, strides 3 and 5)", () => {
+    const s = new NDSlice(2, [600, 600], [3, 5])
+    const direct = new Map<number, number[]>()
+    // Largest stride first, counting down: the first coordinates met for a rank are the ones expected.
+    for (let j = 599; j >= 0; j--) for (let i = 599; i >= 0; i--) if (!direct.has(2 + 3 * i + 5 * j)) direct.set(2 + 3 * i + 5 * j, [i, j])
+    for (let r = 0; r <= 2 + 599 * 8 + 2; r++) {
+      const got = s.coordinates(r), want = direct.get(r)
+      if (got?.[0] !== want?.[0] || got?.[1] !== want?.[1]) expect({ rank: r, got }).toEqual({ rank: r, got: want })
+    }
+  })
+})
+
+describe("lookups take a bounded number of steps (reads of sizes and strides)", () => {
+  test(`8 dims of stride 2 (sizes 16, coordinates do not nest): every rank 0..250 within ${READS_PER_LOOKUP} reads each (backtracking: millions)`, () => {
+    const counter: ReadCounter = { reads: 0, budget: Infinity }
+    const s = new NDSlice(0, counted(Array(8).fill(16), counter), counted(Array(8).fill(2), counter))
+    counter.reads = 0
+    counter.budget = 251 * READS_PER_LOOKUP
+    const found = Array.from({ length: 251 }, (_, r) => s.coordinates(r))
+    // Even ranks up to 2 * 8 * 15 are in, filled greedily from dim 0; odd ranks are not.
+    expect(found.filter((c) => c !== undefined).length).toBe(121)
+    expect(found[95]).toBeUndefined()
+    expect(found[80]).toEqual([15, 15, 10, 0, 0, 0, 0, 0])
+    expect(found[240]).toEqual(Array(8).fill(15))
+  })
+
+  test("8 dims of size 2, stride 2 (indexed): 1000 lookups within 50 reads each", () => {
+    const counter: ReadCounter = { reads: 0, budget: Infinity }
+    const s = new NDSlice(1, counted(Array(8).fill(2), counter), counted(Array(8).fill(2), counter))
+    counter.reads = 0
+    counter.budget = 1000 * 50
+    for (let i = 0; i < 1000; i++) expect(s.contains(i % 20)).toBe(i % 20 % 2 === 1 && i % 20 <= 17)
+    expect(s.coordinates(7)).toEqual([1, 1, 1, 0, 0, 0, 0, 0])
+  })
+
+  test("a nested slice of 10^15 ranks: O(ndim) per lookup, 200 reads for 5 dims", () => {
+    const counter: ReadCounter = { reads: 0, budget: Infinity }
+    const sizes = Array(5).fill(1000)
+    const s = new NDSlice(3, counted(sizes, counter), counted([...NDSlice.contiguous(sizes).strides], counter))
+    counter.reads = 0
+    counter.budget = 100 * 200
+    for (let i = 0; i < 100; i++) {
+      const rank = 3 + i * 7_919_000_011
+      expect(s.rankAt(s.indexOf(rank))).toBe(rank)
+    }
   })
 })
 

@@ -11,7 +11,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { listen } from "../../src/controller/listener.ts"
 import { encodeMessage } from "../../src/protocol/codec.ts"
-import type { ProtocolError } from "../../src/protocol/errors.ts"
+import type { WireError } from "../../src/protocol/errors.ts"
 import { FrameReader } from "../../src/protocol/framing.ts"
 import type { Message } from "../../src/protocol/messages.ts"
 import type { HostTensor } from "../../src/protocol/values.ts"
@@ -367,7 +367,7 @@ export const checkReaderClaim = async (claim: number, maxFrameBytes?: number): P
   const bytes = filler()
   const reader = new FrameReader(() => {}, maxFrameBytes === undefined ? {} : { maxFrameBytes })
   const rssBeforeKiB = await settledRss()
-  let error: ProtocolError | undefined
+  let error: WireError | undefined
   const watch = watchAllocations()
   try {
     error = reader.push(lengthPrefix(claim))

@@ -11,6 +11,7 @@ import {
   checkWorkersServe, functionNames, HIDDEN_NAMES, makeFunctionTree, PROGRAM_MODULE, resolveAll, type IntruderResult, type ResolveResult,
 } from "./closedDoor.ts"
 import { isLoopback, type ListeningSocket } from "./sockets.ts"
+import { checkFetchCoordinates, checkForeignHandles, GOOD_COORDINATES, type CoordinatesResult, type ForeignResult } from "./handles.ts"
 import { checkAttachRefusals, checkAttachToken, type AttachTokenResult } from "./attachToken.ts"
 import { MAX_HELLO_BYTES, MAX_PENDING_CONNECTIONS } from "../../src/controller/listener.ts"
 import { MAX_BUFFERED_BYTES, MAX_STORED_BYTES } from "../../src/store/server.ts"
@@ -169,6 +170,26 @@ export const run = async (mode: Mode): Promise<ReliabilityRow[]> => {
         [refusals.none.includes("MONARCH_TOKEN"), refusals.short.includes("at least 16"), refusals.worker.includes("MONARCH_TOKEN")].filter(Boolean).length,
         `"${refusals.none.split(":")[0]}"; "${refusals.short}"; worker: "${refusals.worker.split(":")[0]}"`),
     ]
+  }))
+
+  rows.push(...await attempt("another controller's handles", 14 * rounds, async () => {
+    const runs: ForeignResult[] = []
+    for (let i = 0; i < rounds; i++) runs.push(await checkForeignHandles())
+    const refusals = runs.flatMap((r) => r.refusals)
+    const intact = runs.every((r) => r.first.every((v) => v === 7) && r.second.every((v) => v === 1000))
+    return [row("another controller's tensor, stream or mesh is refused in every use (two controllers in one process)", refusals.length,
+      intact ? refusals.filter((f) => f.tag === "ControllerError" && f.message.includes("belongs to another controller")).length : 0,
+      `same ref ids (${runs[0]!.ids.join(" and ")}); argument, nested argument, mutates, a call's stream, fetch, fetchAll, a fetch's stream, reduce, a reduce's stream, ctl.send, mesh.send both ways, borrow of the tensor and onto the stream; each ControllerError; both controllers' values intact after (7s, 1000s): ${intact}`)]
+  }))
+
+  rows.push(...await attempt("fetch coordinates", 8 * rounds, async () => {
+    const runs: CoordinatesResult[] = []
+    for (let i = 0; i < rounds; i++) runs.push(await checkFetchCoordinates())
+    const refusals = runs.flatMap((r) => r.refusals)
+    const goodOk = runs.every((r) => r.good.map((v) => v[0]).join() === GOOD_COORDINATES.map(([, rank]) => rank + 1).join())
+    return [row("fetch at a dim the mesh lacks, out of range, or not coordinates is refused naming its dims", refusals.length,
+      goodOk ? refusals.filter((f) => f.tag === "ControllerError" && /dp, tp|dp 0\.\.1|dp=2, tp=2/.test(f.message)).length : 0,
+      `${runs[0]!.refusals.map((f) => f.name).join("; ")}; e.g. "${runs[0]!.refusals[0]!.message}"; ${GOOD_COORDINATES.length} good coordinates fetched the right rank: ${goodOk}`)]
   }))
   return rows
 }

@@ -1,7 +1,7 @@
 // The project typechecks, and so does every TypeScript block in README.md, compiled the way a
 // user's program is: each block is its own module, importing the package by its name.
 import { describe, expect, test } from "bun:test"
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 
 const ROOT = new URL("../..", import.meta.url).pathname
@@ -51,4 +51,25 @@ describe("typecheck", () => {
     expect(output).toBe("")
     expect(exitCode).toBe(0)
   }, 120_000)
+
+  test("examples and README.md use no member the sources mark @internal", () => {
+    // `/** @internal ... */ readonly core: Core` and the like, anywhere in src/.
+    const internal = new Set<string>()
+    const walk = (dir: string) => {
+      for (const e of readdirSync(dir, { withFileTypes: true })) {
+        const path = join(dir, e.name)
+        if (e.isDirectory()) walk(path)
+        else if (e.name.endsWith(".ts"))
+          for (const m of readFileSync(path, "utf8").matchAll(/@internal[^*]*\*\/\s*(?:readonly\s+|static\s+|get\s+)*(\w+)/g)) internal.add(m[1]!)
+      }
+    }
+    walk(join(ROOT, "src"))
+    expect(internal.size).toBeGreaterThan(0)
+    const users = [
+      ...readdirSync(join(ROOT, "examples")).filter((f) => f.endsWith(".ts")).map((f) => ({ name: `examples/${f}`, code: readFileSync(join(ROOT, "examples", f), "utf8") })),
+      ...readmeBlocks(readFileSync(join(ROOT, "README.md"), "utf8")).map((b) => ({ name: `README.md line ${b.line}`, code: b.code })),
+    ]
+    const uses = users.flatMap(({ name, code }) => [...internal].filter((m) => new RegExp(`\\.${m}\\b`).test(code)).map((m) => `${name}: .${m}`))
+    expect(uses).toEqual([])
+  })
 })
