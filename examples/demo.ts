@@ -64,9 +64,9 @@ const program = Effect.gen(function* () {
   console.log("\nnow rank 3 fails on purpose while checking its shard:")
   const checked = yield* mesh.call("examples/linreg:checkShard", [x, 3], {}, { results: [{ dtype: "f32", shape: [SAMPLES, FEATURES_PER_TP] }] })
   const downstream = yield* mesh.reduce(checked, "dp", "sum")
-  const failure = yield* Effect.flip(mesh.fetch(downstream, { dp: 0, tp: 0 }))
+  const failure = yield* Effect.flip(mesh.fetch(downstream, { dp: 0, tp: 1 }))
   if (!(failure instanceof RemoteError)) return yield* Effect.fail(new Error(`expected a RemoteError, got ${String(failure)}`))
-  console.log(`  fetching a result that depends on it fails on every rank, with:\n  ${failure.message.replaceAll("\n", "\n  ")}`)
+  console.log(`  fetching a result that depends on it (rank 1 reduces over dp with rank 3) fails with:\n  ${failure.message.replaceAll("\n", "\n  ")}`)
 
   const loss = yield* step(mesh, x!, y, w)
   console.log(`the mesh goes on: one more step, loss ${scalar(yield* mesh.fetch(loss)).toFixed(6)}`)

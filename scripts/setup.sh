@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the build and the tests need, saying what it does, and only what is missing:
-# Debian packages (Gloo, OpenBLAS; torch 1.13 for the interop tests unless MONARCH_NO_TORCH=1)
+# Debian packages (Gloo, OpenBLAS; torch 1.13 for the interop tests unless MONARCH_NO_TORCH=1;
+# chromium for the trace viewer's test unless MONARCH_NO_BROWSER=1)
 # and the npm packages (Bun itself comes from npm).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +10,8 @@ missing=()
 [ -f /usr/include/gloo/allreduce.h ] || missing+=(libgloo-dev)
 [ -f /usr/include/x86_64-linux-gnu/openblas-pthread/cblas.h ] || [ -f /usr/include/cblas.h ] || missing+=(libopenblas-dev)
 command -v ip >/dev/null || missing+=(iproute2)
+# The trace viewer's test draws it in headless Chromium.
+if [ "${MONARCH_NO_BROWSER:-0}" != 1 ] && ! command -v chromium >/dev/null; then missing+=(chromium); fi
 if [ "${MONARCH_NO_TORCH:-0}" != 1 ] && ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
   missing+=(python3-torch)
 fi

@@ -15,7 +15,13 @@
  * AVG is a sum and then a divide kernel for every dtype, as on the cpu (NCCL's ncclAvg scales
  * before it sums, which rounds differently); integers truncate. bool travels as uint8: sum and
  * max are max (or), prod and min are min (and), avg is refused. Data that is only moved
- * (gather, broadcast, all-to-all, send/recv) travels as bytes. */
+ * (gather, broadcast, all-to-all, send/recv) travels as bytes.
+ *
+ * Before any data moves, the members agree on what each passed (internal.h, shim_comm_header):
+ * a collective first all-gathers every member's header, a transfer's two sides swap theirs, and
+ * each member checks them on the host. Members that disagree (which NCCL would answer with a
+ * hang or with bytes past a buffer's end) all fail the call, and the comm stays usable; a
+ * member that refuses its own arguments still takes part, saying so. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -185,6 +191,43 @@ int collective(shim_comm *c, const char *what, cudaStream_t stream, const shim_t
   return wait_done(c, what, stream, deadline);
 }
 
+/* Agreement before a collective: every member's header all-gathered through device memory and
+ * checked here, so every member fails alike when one differs (internal.h). */
+int agree_on(shim_comm *c, const char *what, shim_stream *s, const shim_comm_header &mine) {
+  if (c->size == 1) return SHIM_OK;
+  const size_t H = sizeof(shim_comm_header);
+  cudaStream_t stream = shim_cuda_stream(s);
+  ShimScratch headers;
+  SHIM_TRY(headers.alloc((int64_t)(H * (size_t)c->size), s));
+  char *all = (char *)headers.data();
+  CUDA_CHECK(cudaMemcpyAsync(all + (size_t)c->rank * H, &mine, H, cudaMemcpyHostToDevice, stream));
+  SHIM_TRY(collective(c, what, stream, NULL, [&] {
+    return c->nccl->ncclAllGather(all + (size_t)c->rank * H, all, H, ncclUint8, c->comm, stream);
+  }));
+  shim_comm_header *seen = (shim_comm_header *)malloc(H * (size_t)c->size);
+  if (seen == NULL) return shim_fail(SHIM_E_NOMEM, "%s: out of host memory", what);
+  int status = SHIM_OK;
+  cudaError_t e = cudaMemcpyAsync(seen, all, H * (size_t)c->size, cudaMemcpyDeviceToHost, stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess) status = shim_cuda_fail(e, "cudaMemcpyAsync", __FILE__, __LINE__);
+  for (int32_t peer = 0; status == SHIM_OK && peer < c->size; peer++)
+    if (peer != c->rank) status = shim_check_agreement(what, &mine, c->rank, &seen[peer], peer);
+  free(seen);
+  return status;
+}
+
+/* A call this member refuses on its own arguments, once its comm is usable: it still takes
+ * part in the agreement, saying it refuses, so that the others fail the call too instead of
+ * waiting for it. What it reports is its own refusal. */
+int refused(shim_comm *c, const char *what, int32_t call, shim_stream *s, int status) {
+  if (status == SHIM_OK || c == NULL || c->size == 1 || !c->connected || c->failure[0] != '\0' || c->comm == NULL)
+    return status;
+  char why[1024];
+  snprintf(why, sizeof why, "%s", shim_last_error());
+  (void)agree_on(c, what, s, shim_comm_refusal(call));
+  return shim_fail(status, "%s", why);
+}
+
 /* Issues grouped sends and receives (body returns the first failed result, else ncclSuccess),
  * closing the group even after a failure; then waits for them within the comm's timeout. */
 template <typename Body>
@@ -284,36 +327,42 @@ int shim_comm_destroy(shim_comm *c) {
 }
 
 int shim_all_reduce(shim_comm *c, shim_tensor *out, const shim_tensor *in, int32_t op, shim_stream *s) {
-  SHIM_TRY(shim_check_all_reduce(c, out, in, op));
+  const char *what = "shim_all_reduce";
+  SHIM_TRY(refused(c, what, SHIM_CALL_ALL_REDUCE, s, shim_check_all_reduce(c, out, in, op)));
+  SHIM_TRY(agree_on(c, what, s, shim_comm_header_of(SHIM_CALL_ALL_REDUCE, in, op)));
   if (in->numel == 0) return SHIM_OK;
   shim_cuda_track(s, out);
   shim_cuda_track(s, in);
   cudaStream_t stream = shim_cuda_stream(s);
-  return collective(c, "shim_all_reduce", stream, op == SHIM_OP_AVG ? out : NULL, [&] {
+  return collective(c, what, stream, op == SHIM_OP_AVG ? out : NULL, [&] {
     return c->nccl->ncclAllReduce(shim_cuda_data(in), shim_cuda_data(out), (size_t)in->numel, nccl_type(in->dtype),
                                   nccl_op(in->dtype, op), c->comm, stream);
   });
 }
 
 int shim_all_gather(shim_comm *c, shim_tensor *out, const shim_tensor *in, shim_stream *s) {
-  SHIM_TRY(shim_check_all_gather(c, out, in));
+  const char *what = "shim_all_gather";
+  SHIM_TRY(refused(c, what, SHIM_CALL_ALL_GATHER, s, shim_check_all_gather(c, out, in)));
+  SHIM_TRY(agree_on(c, what, s, shim_comm_header_of(SHIM_CALL_ALL_GATHER, in, 0)));
   if (in->numel == 0) return SHIM_OK;
   shim_cuda_track(s, out);
   shim_cuda_track(s, in);
   cudaStream_t stream = shim_cuda_stream(s);
-  return collective(c, "shim_all_gather", stream, NULL, [&] {
+  return collective(c, what, stream, NULL, [&] {
     return c->nccl->ncclAllGather(shim_cuda_data(in), shim_cuda_data(out), (size_t)shim_cuda_nbytes(in), ncclUint8,
                                   c->comm, stream);
   });
 }
 
 int shim_reduce_scatter(shim_comm *c, shim_tensor *out, const shim_tensor *in, int32_t op, shim_stream *s) {
-  SHIM_TRY(shim_check_reduce_scatter(c, out, in, op));
+  const char *what = "shim_reduce_scatter";
+  SHIM_TRY(refused(c, what, SHIM_CALL_REDUCE_SCATTER, s, shim_check_reduce_scatter(c, out, in, op)));
+  SHIM_TRY(agree_on(c, what, s, shim_comm_header_of(SHIM_CALL_REDUCE_SCATTER, in, op)));
   if (in->numel == 0) return SHIM_OK;
   shim_cuda_track(s, out);
   shim_cuda_track(s, in);
   cudaStream_t stream = shim_cuda_stream(s);
-  return collective(c, "shim_reduce_scatter", stream, op == SHIM_OP_AVG ? out : NULL, [&] {
+  return collective(c, what, stream, op == SHIM_OP_AVG ? out : NULL, [&] {
     return c->nccl->ncclReduceScatter(shim_cuda_data(in), shim_cuda_data(out), (size_t)out->numel, nccl_type(in->dtype),
                                       nccl_op(in->dtype, op), c->comm, stream);
   });
@@ -321,7 +370,9 @@ int shim_reduce_scatter(shim_comm *c, shim_tensor *out, const shim_tensor *in, i
 
 /* A grouped send and receive per peer; this member's own chunk is a device copy. */
 int shim_all_to_all(shim_comm *c, shim_tensor *out, const shim_tensor *in, shim_stream *s) {
-  SHIM_TRY(shim_check_all_to_all(c, out, in));
+  const char *what = "shim_all_to_all";
+  SHIM_TRY(refused(c, what, SHIM_CALL_ALL_TO_ALL, s, shim_check_all_to_all(c, out, in)));
+  SHIM_TRY(agree_on(c, what, s, shim_comm_header_of(SHIM_CALL_ALL_TO_ALL, in, 0)));
   if (in->numel == 0) return SHIM_OK;
   shim_cuda_track(s, out);
   shim_cuda_track(s, in);
@@ -331,7 +382,7 @@ int shim_all_to_all(shim_comm *c, shim_tensor *out, const shim_tensor *in, shim_
   char *dst = (char *)shim_cuda_data(out);
   CUDA_CHECK(cudaMemcpyAsync(dst + (size_t)c->rank * chunk, src + (size_t)c->rank * chunk, chunk,
                              cudaMemcpyDeviceToDevice, stream));
-  return grouped(c, "shim_all_to_all", stream, [&] {
+  return grouped(c, what, stream, [&] {
     for (int32_t peer = 0; peer < c->size; peer++) {
       if (peer == c->rank) continue;
       ncclResult_t r = c->nccl->ncclSend(src + (size_t)peer * chunk, chunk, ncclUint8, peer, c->comm, stream);
@@ -344,11 +395,13 @@ int shim_all_to_all(shim_comm *c, shim_tensor *out, const shim_tensor *in, shim_
 }
 
 int shim_broadcast(shim_comm *c, shim_tensor *t, int32_t root, shim_stream *s) {
-  SHIM_TRY(shim_check_broadcast(c, t, root));
+  const char *what = "shim_broadcast";
+  SHIM_TRY(refused(c, what, SHIM_CALL_BROADCAST, s, shim_check_broadcast(c, t, root)));
+  SHIM_TRY(agree_on(c, what, s, shim_comm_header_of(SHIM_CALL_BROADCAST, t, root)));
   if (t->numel == 0) return SHIM_OK;
   shim_cuda_track(s, t);
   cudaStream_t stream = shim_cuda_stream(s);
-  return collective(c, "shim_broadcast", stream, NULL, [&] {
+  return collective(c, what, stream, NULL, [&] {
     return c->nccl->ncclBroadcast(shim_cuda_data(t), shim_cuda_data(t), (size_t)shim_cuda_nbytes(t), ncclUint8, root,
                                   c->comm, stream);
   });
@@ -364,21 +417,62 @@ int shim_barrier(shim_comm *c, shim_stream *s) {
                     [&] { return c->nccl->ncclAllReduce(byte, byte, 1, ncclUint8, ncclMax, c->comm, stream); });
 }
 
+/* Two rounds: each side of every transfer sends its header to the other and receives theirs;
+ * then the transfers whose sides agree move their data, and the others move nothing on either
+ * side (both know both headers), failing the call. */
 int shim_p2p(shim_comm *c, int32_t n, const int32_t *kinds, const int32_t *peers, shim_tensor *const *tensors,
              shim_stream *s) {
+  const char *what = "shim_p2p";
   SHIM_TRY(shim_check_p2p(c, n, kinds, peers, tensors));
   if (n == 0) return SHIM_OK;
   for (int32_t i = 0; i < n; i++) shim_cuda_track(s, tensors[i]);
   cudaStream_t stream = shim_cuda_stream(s);
-  return grouped(c, "shim_p2p", stream, [&] {
-    for (int32_t i = 0; i < n; i++) {
-      const shim_tensor *t = tensors[i];
-      if (t->numel == 0) continue; /* both sides skip it */
-      ncclResult_t r = kinds[i] == SHIM_SEND
-                           ? c->nccl->ncclSend(shim_cuda_data(t), (size_t)shim_cuda_nbytes(t), ncclUint8, peers[i], c->comm, stream)
-                           : c->nccl->ncclRecv(shim_cuda_data(t), (size_t)shim_cuda_nbytes(t), ncclUint8, peers[i], c->comm, stream);
-      if (r != ncclSuccess && r != ncclInProgress) return r;
-    }
-    return ncclSuccess;
-  });
+  const size_t H = sizeof(shim_comm_header);
+  /* [0, n): this member's header for each transfer; [n, 2n): the other side's. */
+  shim_comm_header *headers = (shim_comm_header *)malloc(2 * H * (size_t)n);
+  if (headers == NULL) return shim_fail(SHIM_E_NOMEM, "%s: out of host memory", what);
+  for (int32_t i = 0; i < n; i++) headers[i] = shim_comm_header_of(kinds[i] == SHIM_SEND ? SHIM_CALL_SEND : SHIM_CALL_RECV, tensors[i], 0);
+  ShimScratch swapped;
+  int status = swapped.alloc((int64_t)(2 * H * (size_t)n), s);
+  char *dev = (char *)swapped.data();
+  if (status == SHIM_OK) {
+    cudaError_t e = cudaMemcpyAsync(dev, headers, H * (size_t)n, cudaMemcpyHostToDevice, stream);
+    if (e != cudaSuccess) status = shim_cuda_fail(e, "cudaMemcpyAsync", __FILE__, __LINE__);
+  }
+  if (status == SHIM_OK)
+    status = grouped(c, what, stream, [&] {
+      for (int32_t i = 0; i < n; i++) {
+        ncclResult_t r = c->nccl->ncclSend(dev + (size_t)i * H, H, ncclUint8, peers[i], c->comm, stream);
+        if (r != ncclSuccess && r != ncclInProgress) return r;
+        r = c->nccl->ncclRecv(dev + (size_t)(n + i) * H, H, ncclUint8, peers[i], c->comm, stream);
+        if (r != ncclSuccess && r != ncclInProgress) return r;
+      }
+      return ncclSuccess;
+    });
+  if (status == SHIM_OK) {
+    cudaError_t e = cudaMemcpyAsync(headers + n, dev + (size_t)n * H, H * (size_t)n, cudaMemcpyDeviceToHost, stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+    if (e != cudaSuccess) status = shim_cuda_fail(e, "cudaMemcpyAsync", __FILE__, __LINE__);
+  }
+  int32_t first_disagreement = -1;
+  for (int32_t i = 0; status == SHIM_OK && i < n; i++)
+    if (first_disagreement < 0 && !shim_comm_headers_agree(&headers[i], &headers[n + i])) first_disagreement = i;
+  if (status == SHIM_OK)
+    status = grouped(c, what, stream, [&] {
+      for (int32_t i = 0; i < n; i++) {
+        const shim_tensor *t = tensors[i];
+        if (t->numel == 0 || !shim_comm_headers_agree(&headers[i], &headers[n + i])) continue; /* both sides skip it */
+        ncclResult_t r = kinds[i] == SHIM_SEND
+                             ? c->nccl->ncclSend(shim_cuda_data(t), (size_t)shim_cuda_nbytes(t), ncclUint8, peers[i], c->comm, stream)
+                             : c->nccl->ncclRecv(shim_cuda_data(t), (size_t)shim_cuda_nbytes(t), ncclUint8, peers[i], c->comm, stream);
+        if (r != ncclSuccess && r != ncclInProgress) return r;
+      }
+      return ncclSuccess;
+    });
+  if (status == SHIM_OK && first_disagreement >= 0) {
+    const int32_t i = first_disagreement;
+    status = shim_check_agreement(what, &headers[i], c->rank, &headers[n + i], peers[i]);
+  }
+  free(headers);
+  return status;
 }

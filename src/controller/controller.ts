@@ -7,8 +7,10 @@
  */
 import { Context, Duration, Effect, Layer, Schedule, type Scope } from "effect"
 import { randomBytes } from "node:crypto"
+import { mkdtempSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
 import { existsSync } from "node:fs"
-import { dirname, isAbsolute } from "node:path"
+import { dirname, isAbsolute, join } from "node:path"
 import { Launcher } from "../launcher.ts"
 import { NDSlice } from "../protocol/ndslice.ts"
 import type { Device } from "../protocol/values.ts"
@@ -17,8 +19,9 @@ import { readToken, tokenProblem } from "../net/token.ts"
 import type { StoreApi } from "../store/api.ts"
 import { readStoreFile } from "../store/addressFile.ts"
 import { prefixStore } from "../store/prefix.ts"
+import { mergeTraces, writeTrace } from "../trace/merge.ts"
 import { Store } from "../store/service.ts"
-import { Core, type HangReport, type WorkerInfo } from "./core.ts"
+import { Core, describeHang, type HangReport, type WorkerInfo } from "./core.ts"
 import { ControllerError, StartError } from "./errors.ts"
 import { Transport } from "./listener.ts"
 import { foreignHandle, RemoteStream, type RemoteTensor } from "./handles.ts"
@@ -75,6 +78,12 @@ export interface CommonOptions {
 
 export interface LocalOptions extends CommonOptions {
   readonly world: number
+  /**
+   * Record a timeline: every command's span on each rank and stream, merged when the layer
+   * ends into this Chrome trace / Perfetto JSON file, with a viewer next to it (.html).
+   * Default: MONARCH_TRACE; unset, nothing is recorded.
+   */
+  readonly trace?: string
   /** cpu (default), cuda or auto: MONARCH_DEVICE for the workers. */
   readonly device?: string
   /**
@@ -136,7 +145,7 @@ const makeCore = (world: number, o: CommonOptions, exitGraceMs: number) =>
     ...(o.hangAfterMs === undefined ? {} : { hangAfterMs: o.hangAfterMs }),
     ...(o.captureSites === undefined ? {} : { captureSites: o.captureSites }),
     ...(o.deadlineMs === undefined ? {} : { deadlineMs: o.deadlineMs }),
-    onHang: o.onHang ?? ((r) => console.error(`monarch: command ${r.ident} (${r.label}) outstanding for ${Math.round(r.waitingMs)} ms; ranks [${r.behind}] have not passed it${r.site ? `; issued at ${r.site}` : ""}`)),
+    onHang: o.onHang ?? ((r) => console.error(`monarch: ${describeHang(r)}`)),
     onProblem: o.onProblem ?? ((p) => console.error(`monarch: ${p}`)),
     exitGraceMs,
   })
@@ -234,6 +243,8 @@ export class Controller extends Context.Service<Controller, ControllerApi>()("mo
       const token = randomBytes(16).toString("hex")
       const listener = yield* listenFor(core, token, o)
       const lines: string[][] = Array.from({ length: o.world }, () => [])
+      const tracePath = o.trace ?? (process.env.MONARCH_TRACE || undefined)
+      const traceDir = tracePath === undefined ? undefined : mkdtempSync(join(tmpdir(), "monarch-trace-"))
       const job = yield* launcher.launch({
         nproc: o.world,
         command: [WORKER],
@@ -244,6 +255,7 @@ export class Controller extends Context.Service<Controller, ControllerApi>()("mo
           MONARCH_TOKEN: token,
           MONARCH_DEVICE: o.device ?? process.env.MONARCH_DEVICE ?? "cpu",
           MONARCH_FUNCTION_PATH: (o.functionPath ?? programFolder()).join(":"),
+          ...(traceDir === undefined ? {} : { MONARCH_TRACE_DIR: traceDir }),
         },
         onLine: (rank, line) => {
           lines[rank]!.push(line)
@@ -262,6 +274,12 @@ export class Controller extends Context.Service<Controller, ControllerApi>()("mo
       yield* Effect.addFinalizer(() => Effect.gen(function* () {
         core.exit()
         yield* job.done.pipe(Effect.timeout("5 seconds"), Effect.ignore)
+        if (tracePath !== undefined && traceDir !== undefined) yield* Effect.sync(() => {
+          const { trace, missing } = mergeTraces(traceDir, o.world)
+          const viewer = writeTrace(tracePath, trace)
+          rmSync(traceDir, { recursive: true, force: true })
+          process.stderr.write(`monarch: wrote the timeline to ${tracePath} (view: ${viewer})${missing.length ? `; ranks [${missing}] wrote none` : ""}\n`)
+        }).pipe(Effect.catchDefect((e) => Effect.sync(() => process.stderr.write(`monarch: could not write the timeline to ${tracePath}: ${String(e)}\n`))))
       }))
       return yield* makeApi(core)
     }))

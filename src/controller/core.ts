@@ -15,13 +15,32 @@ import { ControllerError, DeadlineExceeded, RemoteError, WorkerLost, type Failur
 import { Graph, type Exchange, type Node } from "./graph.ts"
 import type { WorkerLink } from "./listener.ts"
 
-/** A command outstanding longer than `hangAfterMs`, and the ranks that have not passed it. */
+/** Where a rank is: the command it is executing, or waiting in (or queued at). */
+export interface RankAt {
+  readonly rank: number
+  readonly ident: number
+  readonly label: string
+}
+
+/**
+ * A command outstanding longer than `hangAfterMs`, the ranks that have not passed it, and the
+ * command each of them is in: the first it has not passed. Workers report passing a command
+ * before one that may hold them long (a user function, a collective, a send), so that is the
+ * command they are executing or waiting in, not one they finished while their thread was held.
+ */
 export interface HangReport {
   readonly ident: number
   readonly label: string
   readonly site: string | undefined
   readonly waitingMs: number
   readonly behind: ReadonlyArray<number>
+  readonly at: ReadonlyArray<RankAt>
+}
+
+/** A report as one line, for the log. */
+export const describeHang = (r: HangReport): string => {
+  const at = r.at.map((a) => `rank ${a.rank} is in command ${a.ident} (${a.label})`).join(", ")
+  return `command ${r.ident} (${r.label}) outstanding for ${Math.round(r.waitingMs)} ms; ranks [${r.behind}] have not passed it${at ? `; ${at}` : ""}${r.site ? `; issued at ${r.site}` : ""}`
 }
 
 export interface CoreOptions {
@@ -359,10 +378,17 @@ export class Core {
       if (waitingMs < after) break
       if (node.waiting.size === 0 || this.hangReported.has(node.ident)) continue
       this.hangReported.add(node.ident)
-      reports.push({ ident: node.ident, label: node.label, site: node.site, waitingMs, behind: [...node.waiting].sort((a, b) => a - b) })
+      const behind = [...node.waiting].sort((a, b) => a - b)
+      reports.push({ ident: node.ident, label: node.label, site: node.site, waitingMs, behind, at: behind.flatMap((r) => this.rankAt(r)) })
     }
     for (const r of reports) this.options.onHang?.(r)
     return reports
+  }
+
+  /** The first live command `rank` has not passed (none when it has passed them all). */
+  private rankAt(rank: number): RankAt[] {
+    for (const node of this.graph.live.values()) if (node.waiting.has(rank)) return [{ rank, ident: node.ident, label: node.label }]
+    return []
   }
 
   /** Sends Exit to every connected worker now. */

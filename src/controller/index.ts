@@ -10,7 +10,7 @@
  *   }).pipe(Effect.provide(Controller.local({ world: 4 })))
  */
 export { Controller, type AttachOptions, type ControllerApi, type LocalOptions } from "./controller.ts"
-export type { HangReport, WorkerInfo } from "./core.ts"
+export type { HangReport, RankAt, WorkerInfo } from "./core.ts"
 export { ControllerError, DeadlineExceeded, RemoteError, StartError, WorkerLost, type WorkerFrame } from "./errors.ts"
 export { RemoteStream, RemoteTensor } from "./handles.ts"
 export { Mesh, type CallOptions, type FetchOptions } from "./mesh.ts"

@@ -35,6 +35,8 @@ export interface WorkerConfig {
   readonly connectTimeoutMs: number
   /** MONARCH_STORE_FILE: where rank 0 writes the store's address and prefix, as JSON, once it is up. */
   readonly storeFile: string | undefined
+  /** MONARCH_TRACE_DIR: record every command's span and write `rank-<r>.json` there at the end. */
+  readonly traceDir: string | undefined
   readonly device: string
   readonly restartable: boolean
   /** Where user modules may load from (MONARCH_FUNCTION_PATH); none when it is unset. */
@@ -117,6 +119,7 @@ export const readConfig = (env: Record<string, string | undefined> = process.env
     token: token.token,
     connectTimeoutMs: int(env, "MONARCH_CONNECT_TIMEOUT_MS", 60_000),
     storeFile: env.MONARCH_STORE_FILE || undefined,
+    traceDir: env.MONARCH_TRACE_DIR || undefined,
     device: env.MONARCH_DEVICE ?? "cpu",
     restartable: env.MONARCH_RESTARTABLE === "1",
     // No default: under torchrun the working directory is wherever the job was started from.

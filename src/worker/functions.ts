@@ -28,6 +28,9 @@ const loaderOf = (path: string): "ts" | "js" => LOADERS.find(([ext]) => path.end
 const declaredExports = (path: string): ReadonlyArray<string> =>
   new Bun.Transpiler({ loader: loaderOf(path) }).scan(readFileSync(path, "utf8")).exports
 
+/** Whether a function name is a built-in op (`ops.<name>`) rather than `module:export`. */
+export const isBuiltin = (name: string): boolean => name.startsWith("ops.")
+
 export class FunctionTable {
   private readonly resolved = new Map<string, RemoteFunction>()
   private readonly roots: ReadonlyArray<string>
@@ -48,7 +51,7 @@ export class FunctionTable {
   resolve(name: string): Effect.Effect<RemoteFunction, FunctionNotFound> {
     const cached = this.resolved.get(name)
     if (cached) return Effect.succeed(cached)
-    if (name.startsWith("ops.")) {
+    if (isBuiltin(name)) {
       const fn = builtinFunction(name.slice(4))
       if (!fn) return Effect.fail(new FunctionNotFound({ message: `no built-in ${name}` }))
       this.resolved.set(name, fn)

@@ -6,6 +6,7 @@
  */
 import { Cause, Effect, Queue, References, Schedule } from "effect"
 import type { ControllerMessage, WorkerMessage } from "../protocol/messages.ts"
+import type { Recorder } from "../trace/record.ts"
 import { makeDispatch } from "./handlers/index.ts"
 import { closeSession, ioTurn, makeSession, sendStatus, type LinkState, type Session } from "./session.ts"
 
@@ -25,7 +26,7 @@ export type SessionDeps = Omit<Parameters<typeof makeSession>[0], "send" | "link
  */
 export type LoopEnd = "exit" | "disconnected"
 
-export const runLoop = (inbox: Inbox, deps: SessionDeps, options: { readonly restartable: boolean }): Effect.Effect<LoopEnd> =>
+export const runLoop = (inbox: Inbox, deps: SessionDeps, options: { readonly restartable: boolean; readonly trace?: Recorder }): Effect.Effect<LoopEnd> =>
   Effect.gen(function* () {
     // Checked once: a disabled logDebug per command still costs an effect step.
     const level = yield* References.MinimumLogLevel
@@ -33,7 +34,7 @@ export const runLoop = (inbox: Inbox, deps: SessionDeps, options: { readonly res
     let restarts = 0
     const fresh = () => makeSession({ ...deps, send: inbox.send, linkState: inbox.linkState })
     let session: Session = fresh()
-    let dispatch = makeDispatch(session, debug)
+    let dispatch = makeDispatch(session, debug, options.trace)
     const closed = (): LoopEnd => {
       closeSession(session)
       return inbox.linkState() === "ended" && !options.restartable ? "exit" : "disconnected"
@@ -49,7 +50,7 @@ export const runLoop = (inbox: Inbox, deps: SessionDeps, options: { readonly res
           closeSession(session)
           if (!options.restartable) return "exit"
           session = fresh()
-          dispatch = makeDispatch(session, debug)
+          dispatch = makeDispatch(session, debug, options.trace)
           inbox.send({ _tag: "Restarted", restarts: ++restarts })
         }
         const turn = ioTurn(session)

@@ -105,6 +105,18 @@ export const sendStatus = (s: Session): void => {
 }
 
 /**
+ * Before a command that may hold the thread for long (a user function, a collective, a send),
+ * tells the controller that every command before `ident` is done: while the thread is held no
+ * Status can go out, and a hang report would blame a command this rank finished long ago
+ * instead of the one it is in. One Status when the last one sent is behind; nothing otherwise.
+ */
+export const announce = (s: Session, ident: number): void => {
+  if (ident <= s.lastSentStatus) return
+  s.firstUncompletedIdent = Math.max(s.firstUncompletedIdent, ident)
+  sendStatus(s)
+}
+
+/**
  * Looks up every Ref in a tree (HostTensors become device tensors, recorded in `uploads`);
  * throws the stored DependentOnError, or UnknownRef.
  */

@@ -14,6 +14,7 @@ import { commError, Communicators } from "../comm/communicators.ts"
 import { CommError } from "../comm/errors.ts"
 import { StoreError, type StoreTimeout } from "../store/errors.ts"
 import { writeStoreFile } from "../store/addressFile.ts"
+import { Recorder } from "../trace/record.ts"
 import { makeClient } from "../store/client.ts"
 import { prefixStore } from "../store/prefix.ts"
 import { serveOnThread } from "../store/serverThread.ts"
@@ -112,6 +113,8 @@ export const runWorker = (config: WorkerConfig): Effect.Effect<WorkerEnd, unknow
     yield* Effect.logInfo(`world communicator ready (${config.world} ranks, Gloo on ${hostname})`)
 
     const functions = new FunctionTable(config.functionRoots)
+    const trace = config.traceDir === undefined ? undefined : new Recorder(config.rank, config.traceDir)
+    if (trace) yield* Effect.addFinalizer(() => Effect.sync(() => trace.write()).pipe(Effect.catchDefect((e) => Effect.logWarning(`could not write the trace: ${String(e)}`))))
     const log = Effect.runSyncWith(yield* Effect.context<never>())
     /** Whether "waiting for a new one" was said since the last controller was seen. */
     let waiting = false
@@ -148,7 +151,7 @@ export const runWorker = (config: WorkerConfig): Effect.Effect<WorkerEnd, unknow
         })
         waiting = false
         yield* Effect.logInfo(`connected to the controller at ${address}`)
-        const ended = yield* runLoop(link, { rank: config.rank, world: config.world, native, comms, functions }, { restartable: config.restartable })
+        const ended = yield* runLoop(link, { rank: config.rank, world: config.world, native, comms, functions }, { restartable: config.restartable, ...(trace ? { trace } : {}) })
         admitted = link.commandsSeen()
         return ended
       })).pipe(

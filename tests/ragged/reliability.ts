@@ -1,12 +1,13 @@
 /**
- * Issue 14's rows for ragged collectives and sends (the contract of tests/reliability.ts):
- * every case of cases.ts on both transports, through a direct protocol client, and the shim's
- * own "disagreeing" scenario (tests/comm/scenarios.ts) on both all-reduce paths; each run once
- * (five times in long mode). A try holds when every condition of its case held.
+ * Issue 14's rows for items 1 and 6 (the contract of tests/reliability.ts): every case of
+ * cases.ts on both transports, through a direct protocol client; the shim's own "disagreeing"
+ * scenario (tests/comm/scenarios.ts) on both all-reduce paths; and the hang report of hang.ts.
+ * Each runs once (five times in long mode); a try holds when every condition of its case held.
  */
 import { SHARED_MEMORY, TCP, WorkerGroup } from "../comm/spawn.ts"
 import type { Mode, ReliabilityRow } from "../reliability.ts"
 import { CASES, COMMANDS, MISMATCHES, Rig, TRANSPORTS, type Transport } from "./cases.ts"
+import { BLOCK_MS, HANG_AFTER_MS, hangNamesRunningCommand } from "./hang.ts"
 
 const AREA = "ragged"
 const PASSES: Record<Mode, number> = { default: 1, long: 5 }
@@ -72,6 +73,8 @@ export const run = async (mode: Mode): Promise<ReliabilityRow[]> => {
   const passes = PASSES[mode]
   const { inputs, factories } = await runCases(passes)
   const shim = await runShimScenario(passes)
+  const hang = tally()
+  for (let pass = 0; pass < passes; pass++) await record(hang, `pass ${pass}`, async () => void (await hangNamesRunningCommand()))
   const kinds = `${COMMANDS.length} commands (all_reduce sum/prod/min/max/avg, reduce_scatter of each, all_reduce in place, stack, stack with scatter, send)`
   const inputMismatches = MISMATCHES.filter((m) => !m.factoriesDiffer).map((m) => m.name).join(", ")
   const factoryMismatches = MISMATCHES.filter((m) => m.factoriesDiffer).map((m) => m.name.replace(/^different factories /, "")).join(", ")
@@ -93,6 +96,12 @@ export const run = async (mode: Mode): Promise<ReliabilityRow[]> => {
       check: "the shim's members disagreeing (count, across path thresholds, dtype, op, root, empty, refusals) in every collective, broadcast and p2p; shared memory and TCP, 2 and 3 members",
       tries: shim.tries, held: shim.held,
       detail: detail(shim, "every touched member failed each call (Invalid), agreeing transfers arrived, the comm all-reduced right after each, processes exited 0"),
+    },
+    {
+      area: AREA,
+      check: `hang reports while rank 1 blocks ${BLOCK_MS / 1000} s in a user function after an ops.ones and rank 0 waits for it in an all_reduce (hangAfterMs ${HANG_AFTER_MS})`,
+      tries: hang.tries, held: hang.held,
+      detail: detail(hang, "no report blamed the finished ops.ones; the block's report put rank 1 in it; the all_reduce's put rank 0 in the all_reduce and rank 1 in the block"),
     },
   ]
 }

@@ -11,8 +11,9 @@ import type { FunctionContext, RemoteFunction } from "../../ops/function.ts"
 import type { CallFunction, FetchValue, Value } from "../../protocol/messages.ts"
 import { HostTensor } from "../../protocol/values.ts"
 import { FunctionFailed, ResultCountMismatch, WrongRefType } from "../errors.ts"
+import { isBuiltin } from "../functions.ts"
 import { flattenTensors } from "../refs.ts"
-import { lookup, tryDefine, type Session } from "../session.ts"
+import { announce, lookup, tryDefine, type Session } from "../session.ts"
 import { streamOf } from "../streams.ts"
 
 const contextFor = (s: Session, stream: Stream, kwargs: Readonly<Record<string, unknown>>): FunctionContext => ({
@@ -60,6 +61,8 @@ const freeingAfter = (s: Session, made: Tensor[], body: () => Effect.Effect<void
 export const callFunction = (s: Session) => (m: CallFunction) =>
   tryDefine(s, m.ident, m.mutates.length === 0 ? m.results : [...m.results, ...m.mutates], () => {
     const stream = streamOf(s.env, m.stream)
+    // Built-ins are quick for all but the largest tensors, and too frequent to announce.
+    if (!isBuiltin(m.function)) announce(s, m.ident)
     const uploads: Tensor[] = []
     return freeingAfter(s, uploads, () => {
       const args = lookup(s, m.args, stream, uploads) as unknown[]
@@ -96,6 +99,7 @@ export const fetchValue = (s: Session) => (m: FetchValue) =>
       const value = lookup(s, m.object, stream, made)
       const reply = (v: unknown) => s.send({ _tag: "FetchResult", ident: m.ident, value: toWire(v, stream) })
       if (m.function === null) return reply(value)
+      if (!isBuiltin(m.function)) announce(s, m.ident)
       return invoke(s, m.function, (fn) => fn(contextFor(s, stream, {}), value), (v) => {
         made.push(...flattenTensors(v))
         reply(v)

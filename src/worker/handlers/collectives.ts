@@ -18,7 +18,7 @@ import { planCollective } from "../../ops/collectives.ts"
 import { DependentOnError, InputMismatch } from "../errors.ts"
 import { DeviceMesh } from "../mesh.ts"
 import { getAs } from "../refs.ts"
-import { reject, tryDefine, type Session } from "../session.ts"
+import { announce, reject, tryDefine, type Session } from "../session.ts"
 import { streamOf } from "../streams.ts"
 
 export const createDeviceMesh = (s: Session) => (m: CreateDeviceMesh) => Effect.sync(() => {
@@ -120,6 +120,7 @@ export const reduce = (s: Session) => (m: Reduce) =>
   tryDefine(s, m.ident, [m.result], () => {
     const stream = streamOf(s.env, m.stream)
     const mesh = getAs(s.env, m.mesh, DeviceMesh, "a mesh")
+    announce(s, m.ident)
     // Retried once on a new communicator when a peer had given the old one up (Communicators).
     const attempt = (comm: Comm) => {
       const input = inputOf(s, `Reduce ${m.ident}`, m.tensor, m.factory, stream)
@@ -144,6 +145,7 @@ export const sendTensor = (s: Session) => (m: SendTensor) =>
   tryDefine(s, m.ident, [m.result], () => {
     const stream = streamOf(s.env, m.stream)
     const sendAt = m.fromRanks.indexOf(s.rank), recvAt = m.toRanks.indexOf(s.rank)
+    if (sendAt >= 0 || recvAt >= 0) announce(s, m.ident)
     const sending = sendAt >= 0 ? inputOf(s, `SendTensor ${m.ident}`, m.tensor, m.factory, stream) : undefined
     const to = sendAt >= 0 ? m.toRanks.rankAt(sendAt) : -1
     const from = recvAt >= 0 ? m.fromRanks.rankAt(recvAt) : -1

@@ -4,6 +4,7 @@
  */
 import { Effect } from "effect"
 import type { WorkerMessage } from "../../protocol/messages.ts"
+import { nowMicros, type Recorder } from "../../trace/record.ts"
 import { reject, type Session } from "../session.ts"
 import { borrowCreate, borrowDrop, borrowFirstUse, borrowLastUse } from "./borrows.ts"
 import { callFunction, fetchValue } from "./calls.ts"
@@ -20,11 +21,12 @@ const describe = (m: WorkerMessage): string =>
   m._tag === "CommandGroup" ? `CommandGroup of ${m.commands.length}` : "ident" in m ? `${m._tag} ${m.ident}` : m._tag
 
 /**
- * The handlers of one session, and `dispatch` over them (logging each command when `debug`).
+ * The handlers of one session, and `dispatch` over them (logging each command when `debug`,
+ * recording each on the timeline when `trace`).
  * A handler that throws where it should not is a bug; dispatch turns it into a ProtocolError
  * reply and a log line, so the worker and everything it holds survive it.
  */
-export const makeDispatch = (s: Session, debug = false): ((m: WorkerMessage) => Effect.Effect<void>) => {
+export const makeDispatch = (s: Session, debug = false, trace?: Recorder): ((m: WorkerMessage) => Effect.Effect<void>) => {
   const run = (m: WorkerMessage): Effect.Effect<void> =>
     (handlers[m._tag] as (m: WorkerMessage) => Effect.Effect<void>)(m).pipe(
       Effect.catchDefect((e) => {
@@ -32,7 +34,12 @@ export const makeDispatch = (s: Session, debug = false): ((m: WorkerMessage) => 
         return Effect.logError(`${m._tag} failed unexpectedly`, e)
       }),
     )
-  const dispatch = debug ? (m: WorkerMessage) => Effect.andThen(Effect.logDebug(describe(m)), run(m)) : run
+  const logged = debug ? (m: WorkerMessage) => Effect.andThen(Effect.logDebug(describe(m)), run(m)) : run
+  // Tracing wraps each command (a group's too) only when on: the plain path stays as it was.
+  const dispatch = trace === undefined ? logged : (m: WorkerMessage) => Effect.suspend(() => {
+    const start = nowMicros()
+    return Effect.ensuring(logged(m), Effect.sync(() => trace.record(m, start)))
+  })
   const handlers: Handlers = {
     CreateDeviceMesh: createDeviceMesh(s),
     CreateStream: createStream(s),
