@@ -19,7 +19,8 @@
  *   - integers wrap on overflow; division truncates and INT_MIN / -1 is INT_MIN; a zero
  *     divisor or a negative integer exponent anywhere fails the op (SHIM_E_INVALID) before
  *     anything is written; 0 pow 0 is 1.
- *   - exp, log, sqrt, tanh, sigmoid on integer or bool tensors: SHIM_E_UNSUPPORTED.
+ *   - exp, log, sqrt, tanh, sigmoid and the unary ops after them (erf ... trunc) on integer
+ *     or bool tensors: SHIM_E_UNSUPPORTED.
  *   - bool: add and maximum are or, mul and minimum are and; sub, div, pow, neg unsupported.
  *   - maximum, minimum, relu and max/min reductions propagate NaN.
  *   - binary_scalar computes in float for f32/f16/bf16, double for f64; for integer dtypes
@@ -81,7 +82,21 @@ enum shim_unary_op { /* shim_unary; the output has the input's dtype */
   SHIM_SQRT = 4,
   SHIM_RELU = 5,
   SHIM_TANH = 6,
-  SHIM_SIGMOID = 7
+  SHIM_SIGMOID = 7,
+  SHIM_ERF = 8,
+  SHIM_LOG1P = 9,
+  SHIM_EXPM1 = 10,
+  SHIM_SIN = 11,
+  SHIM_COS = 12,
+  SHIM_RSQRT = 13,
+  SHIM_RECIPROCAL = 14,
+  SHIM_SILU = 15,
+  SHIM_GELU = 16 /* x * Phi(x), the erf form */,
+  SHIM_GELU_TANH = 17 /* gelu's tanh approximation */,
+  SHIM_FLOOR = 18,
+  SHIM_CEIL = 19,
+  SHIM_ROUND = 20 /* half to even */,
+  SHIM_TRUNC = 21
 };
 
 enum shim_binary_op { /* shim_binary, shim_binary_scalar; comparisons write SHIM_BOOL */

@@ -36,6 +36,20 @@ export const UnaryOp = {
   relu: 5,
   tanh: 6,
   sigmoid: 7,
+  erf: 8,
+  log1p: 9,
+  expm1: 10,
+  sin: 11,
+  cos: 12,
+  rsqrt: 13,
+  reciprocal: 14,
+  silu: 15,
+  gelu: 16,
+  gelu_tanh: 17,
+  floor: 18,
+  ceil: 19,
+  round: 20,
+  trunc: 21,
 } as const
 export type UnaryOpName = keyof typeof UnaryOp
 

@@ -7,7 +7,9 @@
 
 #include "internal.h"
 
-static const char *const unary_names[] = {"neg", "abs", "exp", "log", "sqrt", "relu", "tanh", "sigmoid"};
+static const char *const unary_names[] = {"neg", "abs", "exp", "log", "sqrt", "relu", "tanh", "sigmoid",
+                                          "erf", "log1p", "expm1", "sin", "cos", "rsqrt", "reciprocal",
+                                          "silu", "gelu", "gelu_tanh", "floor", "ceil", "round", "trunc"};
 static const char *const binary_names[] = {"add", "sub", "mul", "div", "maximum", "minimum", "pow",
                                            "eq", "ne", "lt", "le", "gt", "ge"};
 static const char *const reduce_names[] = {"sum", "mean", "max", "min", "prod"};
@@ -39,7 +41,7 @@ int shim_check_rand(const shim_tensor *out, int32_t normal) {
 int shim_check_unary(int32_t op, const shim_tensor *out, const shim_tensor *a) {
   SHIM_REQUIRE_IN("shim_unary", out, "out");
   SHIM_REQUIRE_IN("shim_unary", a, "a");
-  if (op < 0 || op > SHIM_SIGMOID) return shim_fail(SHIM_E_INVALID, "shim_unary: unknown op code %d", op);
+  if (op < 0 || op > SHIM_TRUNC) return shim_fail(SHIM_E_INVALID, "shim_unary: unknown op code %d", op);
   const char *name = unary_names[op];
   char bo[DESCRIPTION_CAP], ba[DESCRIPTION_CAP];
   if (out->dtype != a->dtype || out->numel != a->numel)

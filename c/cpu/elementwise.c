@@ -200,22 +200,42 @@ int shim_binary_scalar(int32_t op, shim_tensor *out, const shim_tensor *a, doubl
   return SHIM_OK;
 }
 
-#define FLOAT_UNARY(NAME, T, EXP, LOG, SQRT, TANH, ABS)                                     \
-  static void NAME(int32_t op, T *o, const T *a, int64_t n) {                               \
-    switch (op) {                                                                           \
-      case SHIM_NEG: for (int64_t i = 0; i < n; i++) o[i] = -a[i]; break;                   \
-      case SHIM_ABS: for (int64_t i = 0; i < n; i++) o[i] = ABS(a[i]); break;               \
-      case SHIM_EXP: for (int64_t i = 0; i < n; i++) o[i] = EXP(a[i]); break;               \
-      case SHIM_LOG: for (int64_t i = 0; i < n; i++) o[i] = LOG(a[i]); break;               \
-      case SHIM_SQRT: for (int64_t i = 0; i < n; i++) o[i] = SQRT(a[i]); break;             \
-      case SHIM_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] < 0 ? (T)0 : a[i]; break; \
-      case SHIM_TANH: for (int64_t i = 0; i < n; i++) o[i] = TANH(a[i]); break;             \
-      case SHIM_SIGMOID: for (int64_t i = 0; i < n; i++) o[i] = (T)1 / ((T)1 + EXP(-a[i])); break; \
-    }                                                                                       \
+/* M(fn) names libm's fn for T: expf for float, exp for double. */
+#define M_F32(fn) fn##f
+#define M_F64(fn) fn
+#define EACH_UNARY(EXPR) for (int64_t i = 0; i < n; i++) { elem x = a[i]; o[i] = (EXPR); } break
+#define FLOAT_UNARY(NAME, T, M)                                                                       \
+  static void NAME(int32_t op, T *o, const T *a, int64_t n) {                                         \
+    typedef T elem;                                                                                   \
+    switch (op) {                                                                                     \
+      case SHIM_NEG: EACH_UNARY(-x);                                                                  \
+      case SHIM_ABS: EACH_UNARY(M(fabs)(x));                                                          \
+      case SHIM_EXP: EACH_UNARY(M(exp)(x));                                                           \
+      case SHIM_LOG: EACH_UNARY(M(log)(x));                                                           \
+      case SHIM_SQRT: EACH_UNARY(M(sqrt)(x));                                                         \
+      case SHIM_RELU: EACH_UNARY(x < 0 ? (T)0 : x);                                                   \
+      case SHIM_TANH: EACH_UNARY(M(tanh)(x));                                                         \
+      case SHIM_SIGMOID: EACH_UNARY((T)1 / ((T)1 + M(exp)(-x)));                                      \
+      case SHIM_ERF: EACH_UNARY(M(erf)(x));                                                           \
+      case SHIM_LOG1P: EACH_UNARY(M(log1p)(x));                                                       \
+      case SHIM_EXPM1: EACH_UNARY(M(expm1)(x));                                                       \
+      case SHIM_SIN: EACH_UNARY(M(sin)(x));                                                           \
+      case SHIM_COS: EACH_UNARY(M(cos)(x));                                                           \
+      case SHIM_RSQRT: EACH_UNARY((T)1 / M(sqrt)(x));                                                 \
+      case SHIM_RECIPROCAL: EACH_UNARY((T)1 / x);                                                     \
+      case SHIM_SILU: EACH_UNARY(x / ((T)1 + M(exp)(-x)));                                            \
+      case SHIM_GELU: EACH_UNARY((T)0.5 * x * ((T)1 + M(erf)(x * (T)0.70710678118654752440)));        \
+      case SHIM_GELU_TANH:                                                                            \
+        EACH_UNARY((T)0.5 * x * ((T)1 + M(tanh)((T)0.79788456080286535588 * (x + (T)0.044715 * x * x * x)))); \
+      case SHIM_FLOOR: EACH_UNARY(M(floor)(x));                                                       \
+      case SHIM_CEIL: EACH_UNARY(M(ceil)(x));                                                         \
+      case SHIM_ROUND: EACH_UNARY(M(nearbyint)(x));                                                   \
+      case SHIM_TRUNC: EACH_UNARY(M(trunc)(x));                                                       \
+    }                                                                                                 \
   }
 
-FLOAT_UNARY(unary_f32, float, expf, logf, sqrtf, tanhf, fabsf)
-FLOAT_UNARY(unary_f64, double, exp, log, sqrt, tanh, fabs)
+FLOAT_UNARY(unary_f32, float, M_F32)
+FLOAT_UNARY(unary_f64, double, M_F64)
 
 #define SIGNED_UNARY(NAME, T, U)                                                                \
   static void NAME(int32_t op, T *o, const T *a, int64_t n) {                                   \

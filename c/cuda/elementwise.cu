@@ -80,6 +80,24 @@ __device__ __forceinline__ double m_sqrt(double x) { return sqrt(x); }
 __device__ __forceinline__ float m_tanh(float x) { return tanhf(x); }
 __device__ __forceinline__ double m_tanh(double x) { return tanh(x); }
 __device__ __forceinline__ float m_pow(float x, float y) { return powf(x, y); }
+__device__ __forceinline__ float m_erf(float x) { return erff(x); }
+__device__ __forceinline__ double m_erf(double x) { return erf(x); }
+__device__ __forceinline__ float m_log1p(float x) { return log1pf(x); }
+__device__ __forceinline__ double m_log1p(double x) { return log1p(x); }
+__device__ __forceinline__ float m_expm1(float x) { return expm1f(x); }
+__device__ __forceinline__ double m_expm1(double x) { return expm1(x); }
+__device__ __forceinline__ float m_sin(float x) { return sinf(x); }
+__device__ __forceinline__ double m_sin(double x) { return sin(x); }
+__device__ __forceinline__ float m_cos(float x) { return cosf(x); }
+__device__ __forceinline__ double m_cos(double x) { return cos(x); }
+__device__ __forceinline__ float m_floor(float x) { return floorf(x); }
+__device__ __forceinline__ double m_floor(double x) { return floor(x); }
+__device__ __forceinline__ float m_ceil(float x) { return ceilf(x); }
+__device__ __forceinline__ double m_ceil(double x) { return ceil(x); }
+__device__ __forceinline__ float m_rint(float x) { return rintf(x); }
+__device__ __forceinline__ double m_rint(double x) { return rint(x); }
+__device__ __forceinline__ float m_trunc(float x) { return truncf(x); }
+__device__ __forceinline__ double m_trunc(double x) { return trunc(x); }
 __device__ __forceinline__ double m_pow(double x, double y) { return pow(x, y); }
 
 /* One unary op on a value of D's compute type. Ops the host rejected for D never get here. */
@@ -94,7 +112,22 @@ __device__ __forceinline__ typename D::V unary_op(typename D::V x) {
     else if constexpr (Op == SHIM_SQRT) return m_sqrt(x);
     else if constexpr (Op == SHIM_RELU) return x < (V)0 ? (V)0 : x;
     else if constexpr (Op == SHIM_TANH) return m_tanh(x);
-    else return (V)1 / ((V)1 + m_exp(-x)); /* sigmoid */
+    else if constexpr (Op == SHIM_SIGMOID) return (V)1 / ((V)1 + m_exp(-x));
+    else if constexpr (Op == SHIM_ERF) return m_erf(x);
+    else if constexpr (Op == SHIM_LOG1P) return m_log1p(x);
+    else if constexpr (Op == SHIM_EXPM1) return m_expm1(x);
+    else if constexpr (Op == SHIM_SIN) return m_sin(x);
+    else if constexpr (Op == SHIM_COS) return m_cos(x);
+    else if constexpr (Op == SHIM_RSQRT) return (V)1 / m_sqrt(x);
+    else if constexpr (Op == SHIM_RECIPROCAL) return (V)1 / x;
+    else if constexpr (Op == SHIM_SILU) return x / ((V)1 + m_exp(-x));
+    else if constexpr (Op == SHIM_GELU) return (V)0.5 * x * ((V)1 + m_erf(x * (V)0.70710678118654752440));
+    else if constexpr (Op == SHIM_GELU_TANH)
+      return (V)0.5 * x * ((V)1 + m_tanh((V)0.79788456080286535588 * (x + (V)0.044715 * x * x * x)));
+    else if constexpr (Op == SHIM_FLOOR) return m_floor(x);
+    else if constexpr (Op == SHIM_CEIL) return m_ceil(x);
+    else if constexpr (Op == SHIM_ROUND) return m_rint(x);
+    else return m_trunc(x);
   } else if constexpr (Op == SHIM_NEG) {
     return wrap_neg(x);
   } else if constexpr (std::is_signed_v<V>) {
@@ -256,7 +289,21 @@ int with_unary_op(int32_t op, F &&f) {
     case SHIM_SQRT: return f(std::integral_constant<int, SHIM_SQRT>{});
     case SHIM_RELU: return f(std::integral_constant<int, SHIM_RELU>{});
     case SHIM_TANH: return f(std::integral_constant<int, SHIM_TANH>{});
-    default: return f(std::integral_constant<int, SHIM_SIGMOID>{});
+    case SHIM_SIGMOID: return f(std::integral_constant<int, SHIM_SIGMOID>{});
+    case SHIM_ERF: return f(std::integral_constant<int, SHIM_ERF>{});
+    case SHIM_LOG1P: return f(std::integral_constant<int, SHIM_LOG1P>{});
+    case SHIM_EXPM1: return f(std::integral_constant<int, SHIM_EXPM1>{});
+    case SHIM_SIN: return f(std::integral_constant<int, SHIM_SIN>{});
+    case SHIM_COS: return f(std::integral_constant<int, SHIM_COS>{});
+    case SHIM_RSQRT: return f(std::integral_constant<int, SHIM_RSQRT>{});
+    case SHIM_RECIPROCAL: return f(std::integral_constant<int, SHIM_RECIPROCAL>{});
+    case SHIM_SILU: return f(std::integral_constant<int, SHIM_SILU>{});
+    case SHIM_GELU: return f(std::integral_constant<int, SHIM_GELU>{});
+    case SHIM_GELU_TANH: return f(std::integral_constant<int, SHIM_GELU_TANH>{});
+    case SHIM_FLOOR: return f(std::integral_constant<int, SHIM_FLOOR>{});
+    case SHIM_CEIL: return f(std::integral_constant<int, SHIM_CEIL>{});
+    case SHIM_ROUND: return f(std::integral_constant<int, SHIM_ROUND>{});
+    default: return f(std::integral_constant<int, SHIM_TRUNC>{});
   }
 }
 

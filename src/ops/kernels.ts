@@ -13,7 +13,7 @@ import type { DType } from "../protocol/values.ts"
 import type { FunctionContext, RemoteFunction } from "./function.ts"
 import { numelOf, OpArgumentError, type TensorMeta } from "./meta.ts"
 import type { Bound } from "./params.ts"
-import { broadcastShapes } from "./promotion.ts"
+import { broadcastShapes, isFloating } from "./promotion.ts"
 import { opNamed, type Op, type OpName, type ParamsOf } from "./registry.ts"
 import { normDim } from "./rules.ts"
 import type { OpSpec } from "./spec.ts"
@@ -94,6 +94,10 @@ const random = (normal: boolean): Kernel<"rand"> => (run, [out], a) => k.rand(ou
 
 const unary = (op: UnaryOpName): Kernel<"neg"> => (run, [out], a) => k.unary(op, out!, run.cast(a.input, out!.dtype), run.stream)
 
+/** floor, ceil, round, trunc: the identity on integers. */
+const rounding = (op: UnaryOpName): Kernel<"floor"> => (run, [out], a) =>
+  isFloating(a.input.dtype) ? k.unary(op, out!, a.input, run.stream) : k.cast(out!, a.input, run.stream)
+
 /** out = a (op) b over prepared operands: cast to the compute dtype, broadcast to the result's shape. */
 const binaryInto = (run: Run, op: BinaryOpName, kind: BinaryKind, name: string, out: Tensor, a: Tensor | number, b: Tensor | number): void => {
   const plan = planBinary(name, kind, a, b)
@@ -161,6 +165,10 @@ export const KERNELS: Kernels = {
   randn: random(true),
   neg: unary("neg"), abs: unary("abs"), exp: unary("exp"), log: unary("log"), sqrt: unary("sqrt"),
   relu: unary("relu"), tanh: unary("tanh"), sigmoid: unary("sigmoid"),
+  erf: unary("erf"), log1p: unary("log1p"), expm1: unary("expm1"), sin: unary("sin"), cos: unary("cos"),
+  rsqrt: unary("rsqrt"), reciprocal: unary("reciprocal"), silu: unary("silu"),
+  gelu: (run, [out], a) => k.unary(a.approximate === "tanh" ? "gelu_tanh" : "gelu", out!, run.cast(a.input, out!.dtype), run.stream),
+  floor: rounding("floor"), ceil: rounding("ceil"), round: rounding("round"), trunc: rounding("trunc"),
   add: binary("add", "arithmetic"), sub: binary("sub", "arithmetic"), mul: binary("mul", "arithmetic"), div: binary("div", "division"),
   maximum: binary("maximum", "arithmetic"), minimum: binary("minimum", "arithmetic"), pow: binary("pow", "arithmetic"),
   eq: binary("eq", "comparison"), ne: binary("ne", "comparison"), lt: binary("lt", "comparison"),

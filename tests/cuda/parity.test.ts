@@ -159,7 +159,10 @@ describe("cuda matches cpu", () => {
 
   parity("unary ops over every dtype", () => {
     const bad: string[] = []
-    const ulps: Record<UnaryOpName, number> = { neg: 0, abs: 0, relu: 0, sqrt: 0, exp: 3, log: 2, tanh: 3, sigmoid: 4 }
+    const ulps: Record<UnaryOpName, number> = {
+      neg: 0, abs: 0, relu: 0, sqrt: 0, exp: 3, log: 2, tanh: 3, sigmoid: 4, erf: 3, log1p: 2, expm1: 3, sin: 2, cos: 2,
+      rsqrt: 2, reciprocal: 1, silu: 4, gelu: 4, gelu_tanh: 5, floor: 0, ceil: 0, round: 0, trunc: 0,
+    }
     for (const dtype of DTYPES) {
       const [a, b] = pair(dtype, [N], bytesOf(dtype, N, 2, { lo: -20, hi: 20 }))
       for (const op of Object.keys(ulps) as UnaryOpName[]) {

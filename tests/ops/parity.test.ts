@@ -65,6 +65,13 @@ const CASES: Case[] = [
   // unary
   ...["neg", "abs", "exp", "tanh", "sigmoid", "relu"].map((op) => c(`${op} f32`, op, [f(2, 3)])),
   c("exp of i64 is f32", "exp", [tensor("i64", [4])]),
+  ...["erf", "expm1", "sin", "cos", "reciprocal", "silu", "gelu"].map((op) => c(`${op} f32`, op, [f(2, 5)])),
+  c("log1p f64", "log1p", [{ ...tensor("f64", [4]), data: [0, 1e-10, 0.5, 3] }]),
+  c("rsqrt f32", "rsqrt", [{ ...f(3), data: [0.25, 1, 9] }]),
+  c("gelu tanh form", "gelu", [f(2, 5)], { approximate: "tanh" }),
+  c("gelu of f64", "gelu", [tensor("f64", [6])]),
+  ...["floor", "ceil", "round", "trunc"].map((op) => c(`${op} f32, halves included`, op, [{ ...f(8), data: [-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 2.7, -2.2] }])),
+  c("round of i64 is itself", "round", [tensor("i64", [4])]),
   c("sqrt f64", "sqrt", [{ ...tensor("f64", [4]), data: [0, 1, 2, 9] }]),
   c("log f32", "log", [{ ...f(3), data: [0.5, 1, 4] }]),
   c("clamp", "clamp", [f(6)], { min: -1, max: 0.5 }),

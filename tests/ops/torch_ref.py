@@ -32,7 +32,7 @@ def sliced(x, dim=0, start=None, end=None, step=1):
 OPS = {
     "softmax": F.softmax, "log_softmax": F.log_softmax, "cross_entropy": F.cross_entropy,
     "layer_norm": F.layer_norm, "embedding": F.embedding, "linear": F.linear,
-    "slice": sliced, "to": lambda x, dtype=None: x.to(dtype) if dtype is not None else x.clone(),
+    "slice": sliced, "gelu": F.gelu, "silu": F.silu, "to": lambda x, dtype=None: x.to(dtype) if dtype is not None else x.clone(),
     "max": lambda x, dim=None, keepdim=False: torch.amax(x, dim=() if dim is None else dim, keepdim=keepdim),
     "min": lambda x, dim=None, keepdim=False: torch.amin(x, dim=() if dim is None else dim, keepdim=keepdim),
     "amax": lambda x, dim=None, keepdim=False: torch.amax(x, dim=() if dim is None else dim, keepdim=keepdim),

@@ -3,7 +3,7 @@
 // with the wrap-around rules c/cpu/elementwise.c documents, bool by its or/and rules.
 import { afterEach, describe, expect, test } from "bun:test"
 import * as ops from "../../ffi/ops.ts"
-import { BinaryOp, type BinaryOpName, type UnaryOpName } from "../../ffi/symbols.ts"
+import { BinaryOp, UnaryOp, type BinaryOpName, type UnaryOpName } from "../../ffi/symbols.ts"
 import type { Tensor } from "../../ffi/tensor.ts"
 import {
   FLOATS, INTEGERS, bigValuesOf, empty, expectClose, expectShimError, freeAll, native, roundTo, sample, tensor, toIntSaturated,
@@ -15,6 +15,36 @@ afterEach(freeAll)
 type IntDType = (typeof INTEGERS)[number]
 const N = 37 // odd, and not a multiple of any vector width
 
+/** erf in double: its Taylor series near 0, 1 - erfc's continued fraction (Lentz) beyond. */
+const erf = (x: number): number => {
+  const ax = Math.abs(x)
+  if (ax < 2) {
+    let term = ax, sum = ax
+    for (let n = 1; n < 60; n++) {
+      term *= (-ax * ax) / n
+      sum += term / (2 * n + 1)
+    }
+    return Math.sign(x) * sum * (2 / Math.sqrt(Math.PI))
+  }
+  // erfc(x) = exp(-x^2)/sqrt(pi) * 1/(x + 1/2/(x + 1/(x + 3/2/(x + ...))))
+  let f = ax, c = ax, d = 0
+  for (let n = 1; n < 200; n++) {
+    const an = n / 2
+    d = ax + an * d
+    d = 1 / d
+    c = ax + an / c
+    f *= c * d
+  }
+  const erfc = Math.exp(-ax * ax) / Math.sqrt(Math.PI) / f
+  return Math.sign(x) * (1 - erfc)
+}
+
+/** Round half to even (C's nearbyint in the default mode). */
+const rint = (x: number): number => {
+  const r = Math.round(x)
+  return Math.abs(x % 1) === 0.5 && r % 2 !== 0 ? r - 1 : r
+}
+
 const UNARY_FLOAT: Record<UnaryOpName, (x: number) => number> = {
   neg: (x) => -x,
   abs: Math.abs,
@@ -24,6 +54,20 @@ const UNARY_FLOAT: Record<UnaryOpName, (x: number) => number> = {
   relu: (x) => (x < 0 ? 0 : x),
   tanh: Math.tanh,
   sigmoid: (x) => 1 / (1 + Math.exp(-x)),
+  erf,
+  log1p: Math.log1p,
+  expm1: Math.expm1,
+  sin: Math.sin,
+  cos: Math.cos,
+  rsqrt: (x) => 1 / Math.sqrt(x),
+  reciprocal: (x) => 1 / x,
+  silu: (x) => x / (1 + Math.exp(-x)),
+  gelu: (x) => 0.5 * x * (1 + erf(x / Math.SQRT2)),
+  gelu_tanh: (x) => 0.5 * x * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (x + 0.044715 * x ** 3))),
+  floor: Math.floor,
+  ceil: Math.ceil,
+  round: rint,
+  trunc: Math.trunc,
 }
 
 const ARITHMETIC: ReadonlyArray<BinaryOpName> = ["add", "sub", "mul", "div", "maximum", "minimum", "pow"]
@@ -109,7 +153,7 @@ describe("unary", () => {
   for (const dtype of FLOATS)
     for (const op of Object.keys(UNARY_FLOAT) as UnaryOpName[])
       test(`${dtype} ${op}`, () => {
-        const positive = op === "log" || op === "sqrt"
+        const positive = op === "log" || op === "sqrt" || op === "rsqrt" || op === "log1p"
         const xs = sample(dtype, N, positive ? 0.01 : -5, 5, 11)
         const a = tensor(dtype, [N], xs)
         const out = empty(dtype, [N])
@@ -180,7 +224,8 @@ describe("unary", () => {
     const raw = (op: number, out: Tensor) => native.check(native.shim.shim_unary(op, out.handle, a.handle, null), "shim_unary")
     expectShimError(() => raw(0, wrongDtype), "Invalid", /shim_unary\(neg\): out is f64\[3\] but a is f32\[3\]/)
     expectShimError(() => raw(0, wrongSize), "Invalid", /shim_unary\(neg\): out is f32\[4\] but a is f32\[3\]/)
-    expectShimError(() => raw(8, wrongSize), "Invalid", /shim_unary: unknown op code 8/)
+    const unknown = Object.keys(UnaryOp).length // the first code past the last op
+    expectShimError(() => raw(unknown, wrongSize), "Invalid", new RegExp(`shim_unary: unknown op code ${unknown}`))
   })
 })
 

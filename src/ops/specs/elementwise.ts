@@ -6,7 +6,7 @@
  */
 import type { DType } from "../../protocol/values.ts"
 import { bad, describe, type TensorMeta } from "../meta.ts"
-import { arg, opt } from "../params.ts"
+import { arg, kw, opt } from "../params.ts"
 import { broadcastShapes, canCast, isFloating, resultType } from "../promotion.ts"
 import { spec } from "../spec.ts"
 
@@ -53,6 +53,14 @@ const arithmetic = binary("arithmetic"), comparison = binary("comparison")
 export const elementwise = {
   neg: unary("same"), abs: unary("same"), relu: unary("same"),
   exp: unary("float"), log: unary("float"), sqrt: unary("float"), tanh: unary("float"), sigmoid: unary("float"),
+  erf: unary("float"), log1p: unary("float"), expm1: unary("float"), sin: unary("float"), cos: unary("float"),
+  rsqrt: unary("float"), reciprocal: unary("float"), silu: unary("float"),
+  gelu: spec([arg("input", "tensor"), kw("approximate", "string", "none")], ({ input, approximate }, op) => {
+    if (approximate !== "none" && approximate !== "tanh") bad(op, `approximate must be "none" or "tanh", got "${approximate}"`)
+    return [{ dtype: isFloating(input.dtype) ? input.dtype : "f32", shape: input.shape }]
+  }, { dtype: "float" }),
+  // Integers are their own floor, ceil, round and trunc.
+  floor: unary("same"), ceil: unary("same"), round: unary("same"), trunc: unary("same"),
   add: arithmetic, sub: arithmetic, mul: arithmetic, div: binary("division"), maximum: arithmetic, minimum: arithmetic, pow: arithmetic,
   eq: comparison, ne: comparison, lt: comparison, le: comparison, gt: comparison, ge: comparison,
   add_: binaryInPlace("arithmetic"), sub_: binaryInPlace("arithmetic"), mul_: binaryInPlace("arithmetic"), div_: binaryInPlace("division"),
