@@ -71,6 +71,7 @@ bench: setup
 	@$(MAKE) --no-print-directory all
 	$(BUN) run bench/codec.ts
 	$(BUN) run bench/dispatch.ts
+	$(BUN) run bench/trace.ts
 	$(BUN) run bench/collectives.ts
 
 clean:

@@ -164,6 +164,18 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/controller/controller.test.ts", "tests/faults/loss.test.ts"],
   },
   {
+    area: "controller", behaviour: "a collective's result on a rank depends on every member of its group",
+    file: "src/controller/graph.ts",
+    edits: one("    if (node.exchange) for (const p of node.exchange.peers(rank)) if (node.ranks.includes(p)) push(node, p)\n", ""),
+    tests: ["tests/faults/loss.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a fetch waits only for the ranks its value depends on",
+    file: "src/controller/graph.ts",
+    edits: one("      if (n.waiting.has(r) && (needs.get(r) ?? -1) < n.ident) needs.set(r, n.ident)\n", "      for (const w of n.waiting) if ((needs.get(w) ?? -1) < n.ident) needs.set(w, n.ident)\n"),
+    tests: ["tests/faults/loss.test.ts"],
+  },
+  {
     area: "controller", behaviour: "one encoding is shared only by ranks with the same commands",
     file: "src/controller/core.ts",
     edits: one("if (!previous || !sameMessages(queue, previous.queue)) {", "if (!previous) {"),

@@ -20,11 +20,8 @@ import type { StoreApi } from "../store/api.ts"
 import { CommError, reasonOfShimStatus, type CommReason } from "./errors.ts"
 import { rendezvous } from "./rendezvous.ts"
 
-/**
- * Connects a communicator over `members` (global ranks, in group order) agreed on by `key`,
- * waiting up to `waitMs` for the members (default the comm timeout).
- */
-export type Connect = (key: string, members: ReadonlyArray<number>, waitMs?: number) => Effect.Effect<Comm, CommError>
+/** Connects a communicator over `members` (global ranks, in group order) agreed on by `key`. */
+export type Connect = (key: string, members: ReadonlyArray<number>) => Effect.Effect<Comm, CommError>
 
 /** Where members leave word that they gave up a communicator: `abandoned(key)` is the command they did it at. */
 export interface Notes {
@@ -65,22 +62,18 @@ const decoder = new TextDecoder()
 export class Communicators {
   /** Mesh id -> dims ("dp,tp") -> the group's communicator. */
   private readonly groups = new Map<number, Map<string, Group>>()
-  /** Groups (by name) whose communicator failed and was torn down: their next opening waits longer. */
-  private readonly discarded = new Set<string>()
 
   constructor(
     /** The communicator over every rank (sends go through it). */
     readonly world: Comm,
     private readonly connect: Connect,
-    /** The comm timeout: a group opened again waits twice this for its members. */
-    private readonly timeoutMs: number,
     private readonly notes: Notes = NO_NOTES,
   ) {}
 
   /** The world communicator, then the rest through the store (the worker's start-up). */
   static open(o: CommunicatorsOptions): Effect.Effect<Communicators, CommError> {
-    const connect: Connect = (key, members, waitMs) =>
-      rendezvous({ native: o.native, store: o.store, key, members, rank: o.rank, timeoutMs: o.timeoutMs, hostname: o.hostname, ...(waitMs === undefined ? {} : { waitMs }) })
+    const connect: Connect = (key, members) =>
+      rendezvous({ native: o.native, store: o.store, key, members, rank: o.rank, timeoutMs: o.timeoutMs, hostname: o.hostname })
     const notes: Notes = {
       abandoned: (key) => o.store.check([`${key}/abandoned`]).pipe(
         Effect.flatMap((there) => (there ? o.store.get(`${key}/abandoned`) : Effect.succeed(undefined))),
@@ -91,7 +84,7 @@ export class Communicators {
       abandon: (key, ident) => o.store.set(`${key}/abandoned`, String(ident)).pipe(Effect.timeout(Duration.millis(NOTE_MS)), Effect.ignore),
     }
     const everyone = Array.from({ length: o.world }, (_, r) => r)
-    return connect("comm/world", everyone).pipe(Effect.map((world) => new Communicators(world, connect, o.timeoutMs, notes)))
+    return connect("comm/world", everyone).pipe(Effect.map((world) => new Communicators(world, connect, notes)))
   }
 
   /**
@@ -131,7 +124,6 @@ export class Communicators {
     if (!UNUSABLE_AFTER.includes(error.reason)) return Effect.fail(error)
     const name = dims.join(",")
     if (this.groups.get(mesh)?.get(name) === group) this.groups.get(mesh)!.delete(name)
-    this.discarded.add(groupName(mesh, name, group.members))
     group.comm.destroy()
     const self = this
     return Effect.gen(function* () {
@@ -145,18 +137,14 @@ export class Communicators {
 
   /**
    * Opens the communicator of mesh `mesh`'s group over `dims`, whose members are `members`, at
-   * command `ident` (every member opens it at the same one). A group opened again after a
-   * failure waits for its members for two comm timeouts: each may still be failing its last
-   * collective on the old communicator. A failed opening withdraws this member's address.
+   * command `ident` (every member opens it at the same one, under a key of its own).
    */
   private open(mesh: number, dims: ReadonlyArray<string>, members: ReadonlyArray<number>, ident: number): Effect.Effect<Group, CommError> {
-    const name = dims.join(","), group = groupName(mesh, name, members)
-    const key = `${group}/${ident}`
-    const waitMs = this.discarded.has(group) ? 2 * this.timeoutMs : undefined
-    return this.connect(key, members, waitMs).pipe(
+    const name = dims.join(",")
+    const key = `${groupName(mesh, name, members)}/${ident}`
+    return this.connect(key, members).pipe(
       Effect.mapError((e) => inGlobalRanks(e, members)),
       Effect.map((comm) => {
-        this.discarded.delete(group)
         let byDims = this.groups.get(mesh)
         if (byDims === undefined) this.groups.set(mesh, (byDims = new Map()))
         const opened: Group = { comm, members, key }

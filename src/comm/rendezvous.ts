@@ -22,10 +22,8 @@ export interface RendezvousOptions {
   readonly members: ReadonlyArray<number>
   /** This process's global rank, one of `members`. */
   readonly rank: number
-  /** Bounds every later call on the communicator, and (unless waitMs) the wait for the other members here. */
+  /** Bounds the wait for the other members here, and every later call on the communicator. */
   readonly timeoutMs: number
-  /** How long to wait for the other members' addresses (default timeoutMs). */
-  readonly waitMs?: number
   /** The address the transport binds and advertises (cpu); "" or absent: loopback. */
   readonly hostname?: string
 }
@@ -44,7 +42,7 @@ export const rendezvous = Effect.fnUntraced(function* (o: RendezvousOptions) {
   const connected = Effect.gen(function* () {
     const address = yield* Effect.try({ try: () => comm.address(), catch: (e) => failure(o.key, e) })
     yield* o.store.set(`${o.key}/${groupRank}`, address)
-    const timeout = Duration.millis(o.waitMs ?? o.timeoutMs)
+    const timeout = Duration.millis(o.timeoutMs)
     const addresses = yield* Effect.forEach(o.members, (_, r) => o.store.get(`${o.key}/${r}`, timeout))
     // Blocks until every pair is connected (or the timeout): Gloo's own threads do the work.
     yield* Effect.try({ try: () => comm.connect(addresses), catch: (e) => failure(o.key, e) })

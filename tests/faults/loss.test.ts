@@ -122,3 +122,49 @@ describe("a loss and the results that do not need the lost rank", () => {
     expect(Result.isSuccess(outcome) ? outcome.success : outcome.failure, "a loss failed a result in flight on a mesh that does not include the lost rank").toEqual([42])
   })
 })
+
+describe("a fetch waits only for the ranks its value depends on (rank 1 silent, as if stopped)", () => {
+  const rankLocal = (core: Core, ref: number) => core.command([0, 1], "ones on both", [], [ref], undefined, (ident) => ({ _tag: "RequestStatus", ident }))
+  const both = { peers: () => [0, 1], reads: () => true }
+
+  test("rank 0's result of a rank-local command on both ranks: answered once rank 0 alone has passed it", async () => {
+    const core = new Core({ world: 2, captureSites: false })
+    core.admit(link(0))
+    core.admit(link(1))
+    const made = rankLocal(core, 3)
+    const fetched = Effect.runPromise(core.fetch([0], [3], "fetch", undefined, (ident) => ({ _tag: "RequestStatus", ident })))
+    core.onMessage(0, { _tag: "FetchResult", ident: made.ident + 1, value: 5 })
+    core.onMessage(0, { _tag: "Status", firstUncompletedIdent: made.ident + 2 })
+    const outcome = await Promise.race([fetched, Bun.sleep(100).then(() => "still waiting for rank 1")])
+    expect(outcome, "a fetch of rank 0's own value waited for rank 1").toEqual([5])
+  })
+
+  test("rank 0's result of a collective with rank 1 waits for rank 1; with a deadline it fails naming rank 1", async () => {
+    const core = new Core({ world: 2, captureSites: false })
+    core.admit(link(0))
+    core.admit(link(1))
+    rankLocal(core, 3)
+    const reduce = core.command([0, 1], "reduce sum over x", [3], [4], undefined, (ident) => ({ _tag: "RequestStatus", ident }), both)
+    const fetched = Effect.runPromise(Effect.result(core.fetch([0], [4], "fetch", undefined, (ident) => ({ _tag: "RequestStatus", ident }), 150)))
+    core.onMessage(0, { _tag: "FetchResult", ident: reduce.ident + 1, value: 5 })
+    core.onMessage(0, { _tag: "Status", firstUncompletedIdent: reduce.ident + 2 })
+    const outcome = await Promise.race([fetched, Bun.sleep(2000).then(() => "no answer after the deadline")])
+    if (typeof outcome === "string" || Result.isSuccess(outcome)) throw new Error(`a fetch of a collective's result did not wait for rank 1, or its deadline did not fire: ${Bun.inspect(outcome)}`)
+    expect(outcome.failure).toMatchObject({ _tag: "DeadlineExceeded", deadlineMs: 150, behind: [{ rank: 1, ident: 0, label: "ones on both" }] })
+  })
+
+  test("a failure on rank 1 poisons rank 1's result of a rank-local command, and rank 0's of a collective, but not rank 0's own", async () => {
+    const core = new Core({ world: 2, captureSites: false })
+    core.admit(link(0))
+    core.admit(link(1))
+    const made = rankLocal(core, 3)
+    const reduce = core.command([0, 1], "reduce sum over x", [3], [4], undefined, (ident) => ({ _tag: "RequestStatus", ident }), both)
+    core.onMessage(1, { _tag: "RemoteFunctionFailed", ident: made.ident, error: new ErrorPayload("FunctionFailed", "deliberate", []) })
+    // Both settle: their outcomes per rank are final.
+    for (const r of [0, 1]) core.onMessage(r, { _tag: "Status", firstUncompletedIdent: reduce.ident + 1 })
+    expect(reduce.settled).toBe(true)
+    expect(core.graph.failureAt(made, [1])).toBeInstanceOf(RemoteError)
+    expect(core.graph.failureAt(made, [0]), "rank 1's failure poisoned rank 0's own result").toBeUndefined()
+    expect(core.graph.failureAt(reduce, [0]), "rank 0's share of a collective with rank 1's poisoned input was not poisoned").toMatchObject({ _tag: "RemoteError", rank: 1 })
+  })
+})

@@ -65,7 +65,12 @@ export const scenarios: ReadonlyArray<Scenario> = [
   {
     check: `SIGSTOP of rank 3 inside a tp all_reduce (2x2 mesh, comm timeout ${PRECISE_COMM_TIMEOUT_MS / 1000} s), then SIGCONT`,
     outcome: `while stopped: the top row's values answered at once; a fetch needing rank 3 with a ${DEADLINE_MS / 1000} s deadline failed DeadlineExceeded naming rank 3; the hang report named [2, 3]; rank 2's CommError named global rank 3; after SIGCONT the group's communicator was opened again and tp sums completed on every rank`,
-    tries: { default: 1, long: 10 }, tryMs: 40_000, once: stoppedWorker,
+    tries: { default: 1, long: 10 }, tryMs: 40_000, once: () => stoppedWorker(),
+  },
+  {
+    check: `SIGSTOP of rank 3 inside a tp all_reduce, then SIGCONT, Gloo TCP only (MONARCH_COMM_SHM=0, comm timeout ${PRECISE_COMM_TIMEOUT_MS / 1000} s)`,
+    outcome: "as over shared memory; rank 2's CommError (Gloo's timeout, which names no peer) named the group by global ranks [2, 3]",
+    tries: { default: 1, long: 10 }, tryMs: 40_000, once: () => stoppedWorker(true),
   },
   {
     check: `controller killed (kill -9) with ${BACKLOG.commands} commands of ${BACKLOG.holdMs} ms queued, workers not restartable`,

@@ -64,7 +64,7 @@ export interface InProcessWorker {
 /** The handlers log each root failure at info; the reports themselves are what these tests read. */
 const quiet = <A, E>(e: Effect.Effect<A, E>) => e.pipe(Effect.provideService(References.MinimumLogLevel, "Warn"))
 
-const makeComms = (calls: CommCall[]): Communicators => new Communicators(recordingComm(calls), () => Effect.sync(() => recordingComm(calls)), 10_000)
+const makeComms = (calls: CommCall[]): Communicators => new Communicators(recordingComm(calls), () => Effect.sync(() => recordingComm(calls)))
 
 /** Rank 0 of a world of 1, its handlers driven one command at a time. */
 export const inProcessWorker = (): InProcessWorker => {

@@ -52,7 +52,7 @@ const spies = [
 
 const sent: ControllerMessage[] = []
 const session = makeSession({
-  rank: 0, world: 1, native, comms: new Communicators(soloComm(), () => Effect.sync(soloComm), 10_000),
+  rank: 0, world: 1, native, comms: new Communicators(soloComm(), () => Effect.sync(soloComm)),
   functions: new FunctionTable([FIXTURES]), send: (m) => void sent.push(m),
 })
 const dispatch = makeDispatch(session)

@@ -36,9 +36,10 @@ export const makeDispatch = (s: Session, debug = false, trace?: Recorder): ((m: 
     )
   const logged = debug ? (m: WorkerMessage) => Effect.andThen(Effect.logDebug(describe(m)), run(m)) : run
   // Tracing wraps each command (a group's too) only when on: the plain path stays as it was.
+  // `run` turns defects into replies, so the end is always reached.
   const dispatch = trace === undefined ? logged : (m: WorkerMessage) => Effect.suspend(() => {
     const start = nowMicros()
-    return Effect.ensuring(logged(m), Effect.sync(() => trace.record(m, start)))
+    return Effect.map(logged(m), () => trace.record(m, start))
   })
   const handlers: Handlers = {
     CreateDeviceMesh: createDeviceMesh(s),
