@@ -268,7 +268,11 @@ int shim_debug_stream_spin(shim_stream *s, int64_t microseconds);
  * of shim_comm_address through the store; every member then calls shim_comm_connect with
  * every member's bytes. A sub-communicator is another create/connect over its own members.
  * Every call below waits at most the timeout given at creation, then fails with
- * SHIM_E_TIMEOUT; a peer that is gone gives SHIM_E_COMM. */
+ * SHIM_E_TIMEOUT; a peer that is gone gives SHIM_E_COMM. Before any data moves, the members
+ * of a collective (the two sides of a transfer) agree on what each passed: members that
+ * disagree on dtype, element count, op or root all fail the call with SHIM_E_INVALID
+ * ("members disagree"), and the comm stays usable; a member that refuses its own arguments
+ * fails with its own error and still tells the others, who fail so. */
 
 /* hostname: the address this member's transport binds and advertises (cpu; "" = loopback).
  * cuda ignores it. */

@@ -17,7 +17,8 @@ if [ -n "$missing" ]; then
   exit 0
 fi
 echo "monarch-bun: building the native library in $(pwd)/build"
-if ! make -j2 all >build-native.log 2>&1; then
+# The cpu library first, so it is there even while nvcc (minutes) builds the cuda one.
+if ! { make -j2 cpu && make -j2 all; } >build-native.log 2>&1; then
   tail -20 build-native.log >&2
   echo "monarch-bun: building the native library failed (log: $(pwd)/build-native.log)" >&2
   [ "$1" = --required ] && exit 1

@@ -1,5 +1,5 @@
 /**
- * Command line of the launcher (src/launcher.ts):
+ * Command line of the launcher (src/launcher/):
  *
  *   bun run src/launch.ts --nproc N [--host ADDR] [--store-port PORT] -- <program> [args...]
  *
@@ -8,7 +8,7 @@
  */
 import { Effect } from "effect"
 import { parseArgs } from "node:util"
-import { launch } from "./launcher.ts"
+import { launch } from "./launcher/index.ts"
 
 const USAGE = "usage: bun run src/launch.ts --nproc N [--host ADDR] [--store-port PORT] -- <program> [args...]"
 

@@ -3,10 +3,7 @@
  * `torchrun --no_python`. Configuration comes from the environment (src/worker/config.ts).
  */
 import { Effect, Layer } from "effect"
-import { Backend } from "./backend.ts"
-import { logLayer } from "./log.ts"
-import { readConfig } from "./worker/config.ts"
-import { EXIT_STATUS, runWorker, workerStore } from "./worker/startup.ts"
+import { Backend, EXIT_STATUS, logLayer, readConfig, runWorker, workerStore } from "./worker/index.ts"
 
 const main = Effect.suspend(() => {
   const config = readConfig()

@@ -14,7 +14,7 @@ import { Data } from "effect"
  * - `invalid`: the call itself was wrong (sizes, dims, dtypes); no peer is to blame.
  * - `device`: the device failed under the collective (memory, the CUDA runtime).
  */
-export const COMM_REASONS = ["timeout", "peer-lost", "rendezvous", "invalid", "device"] as const
+const COMM_REASONS = ["timeout", "peer-lost", "rendezvous", "invalid", "device"] as const
 export type CommReason = (typeof COMM_REASONS)[number]
 
 const TAG = "CommError"

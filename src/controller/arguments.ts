@@ -6,7 +6,7 @@
  */
 import type { TensorMeta } from "../ops/meta.ts"
 import { UNKNOWN_TENSOR } from "../ops/registry.ts"
-import { hostTensorProblem, MAX_NDIM, scalarProblem } from "../protocol/codec.ts"
+import { hostTensorProblem, MAX_NDIM, scalarProblem } from "../protocol/validate.ts"
 import type { Value } from "../protocol/messages.ts"
 import { DTYPES, HostTensor } from "../protocol/values.ts"
 import type { BorrowState } from "./borrows.ts"

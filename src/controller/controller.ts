@@ -11,7 +11,7 @@ import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { existsSync } from "node:fs"
 import { dirname, isAbsolute, join } from "node:path"
-import { Launcher } from "../launcher.ts"
+import { Launcher } from "../launcher/index.ts"
 import { NDSlice } from "../protocol/ndslice.ts"
 import type { Device } from "../protocol/values.ts"
 import { parseAddress } from "../net/connection.ts"
@@ -99,6 +99,11 @@ export interface LocalOptions extends CommonOptions {
 
 export interface AttachOptions extends CommonOptions {
   readonly world: number
+  /**
+   * Merge the timeline the workers record into `dir` (their MONARCH_TRACE_DIR, a folder this
+   * process sees too) into the Chrome trace `path`, with its viewer, when the layer ends.
+   */
+  readonly trace?: { readonly path: string; readonly dir: string }
   /**
    * Listen on this fixed address ("host:port", "unix:/path"), the workers' CONTROLLER_ADDR.
    * Default: an ephemeral port on `host`, published in the store for the workers to read.
@@ -274,12 +279,10 @@ export class Controller extends Context.Service<Controller, ControllerApi>()("mo
       yield* Effect.addFinalizer(() => Effect.gen(function* () {
         core.exit()
         yield* job.done.pipe(Effect.timeout("5 seconds"), Effect.ignore)
-        if (tracePath !== undefined && traceDir !== undefined) yield* Effect.sync(() => {
-          const { trace, missing } = mergeTraces(traceDir, o.world)
-          const viewer = writeTrace(tracePath, trace)
+        if (tracePath !== undefined && traceDir !== undefined) {
+          yield* writeTimeline(tracePath, traceDir, o.world, 0)
           rmSync(traceDir, { recursive: true, force: true })
-          process.stderr.write(`monarch: wrote the timeline to ${tracePath} (view: ${viewer})${missing.length ? `; ranks [${missing}] wrote none` : ""}\n`)
-        }).pipe(Effect.catchDefect((e) => Effect.sync(() => process.stderr.write(`monarch: could not write the timeline to ${tracePath}: ${String(e)}\n`))))
+        }
       }))
       return yield* makeApi(core)
     }))
@@ -334,9 +337,27 @@ const attachWith = (o: Omit<AttachOptions, "store">, base: StoreApi | undefined)
     const store = base === undefined ? undefined : prefixStore(prefix, base)
     if (store !== undefined) yield* store.set("controller", listener.address).pipe(Effect.mapError((e) => new StartError({ message: e.message })))
     yield* awaitWorkers(core, o, () => refusals[0], base === undefined ? Effect.succeed("") : whereWorkersAre(base, prefix, o.world))
-    yield* Effect.addFinalizer(() => Effect.sync(() => core.exit()))
+    yield* Effect.addFinalizer(() => Effect.gen(function* () {
+      core.exit()
+      if (o.trace !== undefined) yield* writeTimeline(o.trace.path, o.trace.dir, o.world, 10_000)
+    }))
     return yield* makeApi(core)
   })
+
+/**
+ * Merges the ranks' timelines in `dir` into `path` (and its viewer), waiting up to `waitMs` for
+ * every rank to have written its file (workers write it as they exit), and says where it is.
+ */
+const writeTimeline = (path: string, dir: string, world: number, waitMs: number) =>
+  Effect.gen(function* () {
+    const deadline = Date.now() + waitMs
+    while (Date.now() < deadline && mergeTraces(dir, world).missing.length > 0) yield* Effect.sleep("50 millis")
+    yield* Effect.sync(() => {
+      const { trace, missing } = mergeTraces(dir, world)
+      const viewer = writeTrace(path, trace)
+      process.stderr.write(`monarch: wrote the timeline to ${path} (view: ${viewer})${missing.length ? `; ranks [${missing}] wrote none` : ""}\n`)
+    })
+  }).pipe(Effect.catchDefect((e) => Effect.sync(() => process.stderr.write(`monarch: could not write the timeline to ${path}: ${String(e)}\n`))))
 
 /**
  * For a start-up that timed out over a store: whether the workers' keys (each rank's world

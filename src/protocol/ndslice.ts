@@ -7,7 +7,7 @@ export class NDSlice {
   /**
    * Throws RangeError unless sizes and strides have the same length and offset, sizes and
    * strides are non-negative safe integers whose largest rank is a safe integer too (the
-   * wire carries them as u64; codec.ts checks the same before constructing one).
+   * wire carries them as u64; ext.ts checks the same before constructing one).
    */
   constructor(
     readonly offset: number,

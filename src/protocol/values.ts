@@ -1,7 +1,7 @@
 /**
  * Values that travel inside messages besides plain msgpack data: references to
  * worker-side objects, host tensors, tensor recipes and error reports. Each has its
- * own msgpack ext type (see codec.ts and docs/protocol.md).
+ * own msgpack ext type (see ext.ts and docs/protocol.md).
  */
 
 /** Element types; the numeric code is shared by the C ABI (c/shim.h) and the wire. */

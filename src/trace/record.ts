@@ -5,7 +5,7 @@
  * Times are microseconds since the epoch, so the ranks of one host line up. Only a worker
  * with tracing on makes a Recorder; the dispatch of one without it is unchanged.
  */
-import { writeFileSync } from "node:fs"
+import { renameSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
 import type { WorkerMessage } from "../protocol/messages.ts"
 
@@ -90,7 +90,9 @@ export class Recorder {
   write(): string {
     const path = join(this.dir, `rank-${this.rank}.json`)
     const trace: RankTrace = { rank: this.rank, tracks: Object.fromEntries(this.tracks), spans: this.spans }
-    writeFileSync(path, JSON.stringify(trace))
+    // Whole or not at all: the controller may be waiting for the file to appear.
+    writeFileSync(`${path}.partial`, JSON.stringify(trace))
+    renameSync(`${path}.partial`, path)
     return path
   }
 }

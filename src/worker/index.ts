@@ -3,6 +3,7 @@
  * environment and run it with a backend and a store. `monarch-bun worker` (src/worker.ts) is
  * this with the defaults.
  */
-export { Backend } from "../backend.ts"
+export { Backend } from "./backend.ts"
 export { ConfigError, readConfig, type WorkerConfig } from "./config.ts"
+export { logLayer } from "./log.ts"
 export { EXIT_STATUS, runWorker, workerStore, type WorkerEnd } from "./startup.ts"

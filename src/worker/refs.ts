@@ -80,10 +80,11 @@ export class RefEnv {
 export const getAs = <T>(env: RefEnv, ref: Ref, kind: Function & { readonly prototype: T }, what: string): T => {
   const v = env.get(ref)
   if (v instanceof kind) return v as T
-  throw new WrongRefType({ message: `ref ${ref.id} holds ${describe(v)}, expected ${what}` })
+  throw new WrongRefType({ message: `ref ${ref.id} holds ${kindOf(v)}, expected ${what}` })
 }
 
-const describe = (v: unknown): string =>
+/** What kind of value `v` is, for messages: its class's name, "null", or its typeof. */
+export const kindOf = (v: unknown): string =>
   v === null ? "null" : typeof v === "object" ? (v.constructor?.name ?? "an object") : typeof v
 
 /**

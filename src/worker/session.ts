@@ -6,7 +6,7 @@
  */
 import { Cause, Effect } from "effect"
 import type { Native } from "../../ffi/native.ts"
-import type { Event, Stream } from "../../ffi/stream.ts"
+import type { Stream } from "../../ffi/stream.ts"
 import type { Tensor } from "../../ffi/tensor.ts"
 import type { Communicators } from "../comm/communicators.ts"
 import type { ControllerMessage } from "../protocol/messages.ts"
@@ -14,15 +14,7 @@ import type { Ref } from "../protocol/values.ts"
 import { DependentOnError, toErrorPayload } from "./errors.ts"
 import type { FunctionTable } from "./functions.ts"
 import { RefEnv, resolveTree } from "./refs.ts"
-
-/** A borrow's events: `created` on `from` at creation, `lastUse` on `to` after its last use. */
-export interface Borrow {
-  readonly from: Stream
-  readonly to: Stream
-  created: Event | null
-  used: boolean
-  lastUse: Event | null
-}
+import type { Borrow } from "./streams.ts"
 
 export interface Session {
   readonly rank: number
@@ -88,10 +80,7 @@ export const stopped = (s: Session): boolean => s.exiting || s.linkState() !== "
 
 /** Ends a session: every ref released, every borrow event destroyed. */
 export const closeSession = (s: Session): void => {
-  for (const b of s.borrows.values()) {
-    b?.created?.destroy()
-    b?.lastUse?.destroy()
-  }
+  for (const b of s.borrows.values()) b?.destroy()
   s.borrows.clear()
   s.env.clear()
 }

@@ -2,14 +2,14 @@
  * The worker's start-up, in the order DESIGN.md gives: the store (hosted on its own thread by
  * rank 0 when torchrun did not start one), the world communicator and a sanity all_reduce of
  * a one-element tensor, the controller link, then the command loop. The backend and the
- * store are services (src/backend.ts, src/store/service.ts); src/worker.ts provides them.
+ * store are services (backend.ts, src/store/service.ts); src/worker.ts provides them.
  */
 import { Duration, Effect, Layer, type Scope } from "effect"
 import type { Comm } from "../../ffi/comm.ts"
 import type { Native } from "../../ffi/native.ts"
 import * as k from "../../ffi/ops.ts"
 import { Tensor } from "../../ffi/tensor.ts"
-import { Backend } from "../backend.ts"
+import { Backend } from "./backend.ts"
 import { commError, Communicators } from "../comm/communicators.ts"
 import { CommError } from "../comm/errors.ts"
 import { StoreError, type StoreTimeout } from "../store/errors.ts"

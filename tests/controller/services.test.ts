@@ -7,7 +7,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { Controller, HostTensor } from "../../src/controller/index.ts"
 import { listen, Transport } from "../../src/controller/listener.ts"
-import { launch, Launcher, type LaunchOptions } from "../../src/launcher.ts"
+import { launch, Launcher, type LaunchOptions } from "../../src/launcher/index.ts"
 
 test("a recording launcher and a Unix-socket transport, provided by the program", async () => {
   const launched: LaunchOptions[] = []

@@ -15,7 +15,7 @@
  */
 import { Effect, ManagedRuntime } from "effect"
 import { Controller, WorkerLost, type ControllerApi, type HostTensor } from "../../src/controller/index.ts"
-import type { ProcessExit } from "../../src/launcher.ts"
+import type { ProcessExit } from "../../src/launcher/index.ts"
 import type { ControllerMessage } from "../../src/protocol/messages.ts"
 import { ROOT } from "./procs.ts"
 import { attempt, type Trial } from "./trial.ts"

@@ -12,7 +12,7 @@ import { decodeControllerMessage, encodeMessage } from "../../src/protocol/codec
 import { DEFAULT_MAX_FRAME_BYTES, FrameReader, OWNED_FRAME_BYTES } from "../../src/protocol/framing.ts"
 import type { ControllerMessage, WorkerMessage } from "../../src/protocol/messages.ts"
 import { HostTensor, Ref } from "../../src/protocol/values.ts"
-import { launch, type ProcessExit } from "../../src/launcher.ts"
+import { launch, type ProcessExit } from "../../src/launcher/index.ts"
 import { eventually } from "./controllerRig.ts"
 import { Rng } from "./mutate.ts"
 import { rssKiB } from "./proc.ts"

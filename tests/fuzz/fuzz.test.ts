@@ -5,6 +5,8 @@ import { describe, expect, test } from "bun:test"
 import { fuzzControllerReader } from "./controllerFuzz.ts"
 import { fuzzFrameLengths, oversizedToWorker } from "./frameLength.ts"
 import { checkLookups } from "../protocol/lookups.ts"
+import { checkNotUtf8 } from "../protocol/notUtf8.ts"
+import { notUtf8ToWorker } from "./notUtf8Worker.ts"
 import { modeFromEnv } from "../reliability.ts"
 import { RSS_TOLERANCE, SIZES, fuzzSeed } from "./reliability.ts"
 import { countOf, fuzzWorker } from "./workerFuzz.ts"
@@ -79,4 +81,19 @@ describe("NDSlice lookups", () => {
     expect(r.held).toBe(r.lookups)
     expect(r.lookups).toBeGreaterThan(size.lookupSlices * 10)
   }, long ? 300_000 : 30_000)
+})
+
+describe("strs that are not UTF-8", () => {
+  test(`${size.notUtf8} messages with a bad str in a random field: each refused naming the field; valid text in its place decodes intact`, () => {
+    const r = checkNotUtf8({ tries: size.notUtf8, seed })
+    expect(r.failures).toEqual([])
+    expect(r.held).toBe(r.tries)
+  }, long ? 300_000 : 30_000)
+
+  test(`${size.notUtf8Worker} such frames to a live worker: each answered by a ProtocolError naming the field; the worker goes on`, async () => {
+    const r = await notUtf8ToWorker({ frames: size.notUtf8Worker, seed })
+    expect(r.failures).toEqual([])
+    expect(r.answered).toBe(r.frames)
+    expect(r.served).toBe(true)
+  }, long ? 600_000 : 60_000)
 })

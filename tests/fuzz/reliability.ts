@@ -8,6 +8,8 @@ import { EXIT_STATUS } from "../../src/worker/startup.ts"
 import { fuzzControllerReader, type ControllerFuzzResult } from "./controllerFuzz.ts"
 import { fuzzFrameLengths, oversizedToWorker, type LengthFuzzResult, type WorkerLengthResult } from "./frameLength.ts"
 import { checkLookups, READS_PER_LOOKUP, type LookupCheck } from "../protocol/lookups.ts"
+import { checkNotUtf8, type NotUtf8Check } from "../protocol/notUtf8.ts"
+import { notUtf8ToWorker, type NotUtf8WorkerResult } from "./notUtf8Worker.ts"
 import { rssChange } from "./proc.ts"
 import { countOf, fuzzWorker, type WorkerFuzzResult } from "./workerFuzz.ts"
 import type { Mode, ReliabilityRow } from "../reliability.ts"
@@ -16,8 +18,8 @@ import type { Mode, ReliabilityRow } from "../reliability.ts"
 
 /** How much each check does per mode. */
 export const SIZES = {
-  default: { workerFrames: 5_000, workerWarmup: 10_000, controllerFrames: 5_000, lengthClaims: 10_000, restarts: 3, lookupSlices: 300 },
-  long: { workerFrames: 100_000, workerWarmup: 50_000, controllerFrames: 100_000, lengthClaims: 200_000, restarts: 20, lookupSlices: 5_000 },
+  default: { workerFrames: 5_000, workerWarmup: 10_000, controllerFrames: 5_000, lengthClaims: 10_000, restarts: 3, lookupSlices: 300, notUtf8: 3_000, notUtf8Worker: 200 },
+  long: { workerFrames: 100_000, workerWarmup: 50_000, controllerFrames: 100_000, lengthClaims: 200_000, restarts: 20, lookupSlices: 5_000, notUtf8: 100_000, notUtf8Worker: 5_000 },
 } as const
 
 export const fuzzSeed = (): number => Number(process.env.MONARCH_FUZZ_SEED ?? 1)
@@ -107,6 +109,23 @@ export const lookupRows = (r: LookupCheck, seed: number): ReliabilityRow[] => [
   },
 ]
 
+export const notUtf8Rows = (codec: NotUtf8Check, worker: NotUtf8WorkerResult, seed: number): ReliabilityRow[] => [
+  {
+    area: "fuzz",
+    check: `str not UTF-8: ${codec.tries} messages with a bad str in a random field, through the codec`,
+    tries: codec.tries,
+    held: codec.held,
+    detail: `each refused naming the field, and the same frame with valid text decoded intact${codec.failures.length > 0 ? `; failed: ${codec.failures.join("; ")}` : ""}; seed ${seed}`,
+  },
+  {
+    area: "fuzz",
+    check: `str not UTF-8: ${worker.frames} such frames to a live worker`,
+    tries: worker.frames,
+    held: worker.served ? worker.answered : 0,
+    detail: `${worker.answered} answered by a ProtocolError naming the field; ${worker.served ? "value kept, fetch served after" : "the worker did not serve after"}${worker.failures.length > 0 ? `; failed: ${worker.failures.join("; ")}` : ""}`,
+  },
+]
+
 /** A row for a check that threw instead of returning. */
 const failedRow = (check: string, tries: number, e: unknown): ReliabilityRow => ({
   area: "fuzz", check, tries, held: 0, detail: `failed: ${(e instanceof Error ? e.message : String(e)).split("\n")[0]}`,
@@ -134,5 +153,7 @@ export const run = async (mode: Mode): Promise<ReliabilityRow[]> => {
         await oversizedToWorker({ restartable: true, tries: size.restarts, seed }),
       ))),
     ...(await attempt("NDSlice lookups", size.lookupSlices, async () => lookupRows(checkLookups({ slices: size.lookupSlices, seed }), seed))),
+    ...(await attempt("str not UTF-8", size.notUtf8, async () =>
+      notUtf8Rows(checkNotUtf8({ tries: size.notUtf8, seed }), await notUtf8ToWorker({ frames: size.notUtf8Worker, seed }), seed))),
   ]
 }

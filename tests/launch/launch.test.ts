@@ -3,6 +3,9 @@
 // exit status and signals.
 import { describe, expect, test } from "bun:test"
 import type { Subprocess } from "bun"
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { Controller } from "../../src/controller/index.ts"
 import { allReduce, ATTACH_TOKEN, withController } from "../attaching.ts"
 import { freePort, isAlive } from "../processes.ts"
@@ -183,6 +186,25 @@ describe("launch: with Controller.attach", () => {
       expect(await l.status).toBe(0)
     } finally {
       l.proc.kill("SIGKILL")
+    }
+  }, 30_000)
+})
+
+describe("launch: a traced job under Controller.attach", () => {
+  test("workers given MONARCH_TRACE_DIR record their timeline; attach({ trace }) merges it when it ends", async () => {
+    const port = await freePort()
+    const dir = mkdtempSync(join(tmpdir(), "monarch-attach-trace-"))
+    const l = Launcher.start(["--nproc", "2", "--store-port", String(port)], [WORKER], { MONARCH_TOKEN: ATTACH_TOKEN, MONARCH_LOG: "warn", MONARCH_TRACE_DIR: dir })
+    try {
+      const path = join(dir, "job.json")
+      await withController(Controller.attach({ world: 2, store: { host: "127.0.0.1", port }, startTimeoutMs: 20_000, trace: { path, dir } }), allReduce)
+      const spans = (JSON.parse(readFileSync(path, "utf8")) as { traceEvents: Array<{ ph: string; pid: number; cat?: string }> }).traceEvents.filter((e) => e.ph === "X")
+      for (const rank of [0, 1]) expect(spans.filter((s) => s.pid === rank && s.cat === "collective").length).toBe(1)
+      expect(existsSync(join(dir, "job.html"))).toBe(true)
+      expect(await l.status).toBe(0)
+    } finally {
+      l.proc.kill("SIGKILL")
+      rmSync(dir, { recursive: true, force: true })
     }
   }, 30_000)
 })

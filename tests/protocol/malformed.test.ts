@@ -8,6 +8,7 @@ import { WireError } from "../../src/protocol/errors.ts"
 import { MESSAGE_CODES, MESSAGE_FIELDS, type Message } from "../../src/protocol/messages.ts"
 import { NDSlice } from "../../src/protocol/ndslice.ts"
 import { ErrorPayload, HostTensor, Ref, TensorFactory } from "../../src/protocol/values.ts"
+import { decodeAny, expectedProblem, NOT_UTF8_BYTES, PLACEMENTS, withText } from "./notUtf8.ts"
 
 // Raw msgpack, ext payloads kept as ExtData: how a test writes bytes the codec would never make.
 const raw = new Encoder({ useBigInt64: true })
@@ -364,5 +365,46 @@ describe("random input", () => {
     // Both kinds happen: mutations that are still valid, and ones that are caught.
     expect(outcomes.ok).toBeGreaterThan(0)
     expect(outcomes.refused).toBeGreaterThan(0)
+  })
+})
+
+describe("strs that are not UTF-8 are refused, naming the field", () => {
+  for (const placement of PLACEMENTS) {
+    test(placement.where, () => {
+      const sample = placement.make("")
+      for (const [what, bytes] of NOT_UTF8_BYTES) {
+        const r = decodeAny(withText(placement, [0x61, ...bytes]), sample)
+        expect({ what, problem: Result.isFailure(r) ? r.failure.message : "accepted" }).toEqual({ what, problem: expectedProblem(placement) })
+      }
+      // Valid text of every width still decodes, to exactly itself.
+      const text = "aü€𝄞"
+      expect(Result.getOrThrow(decodeAny(withText(placement, [...new TextEncoder().encode(text)]), sample))).toStrictEqual(placement.make(text) as never)
+    })
+  }
+
+  test("a long str (decoded by the library with TextDecoder) with one bad byte", () => {
+    const fetch = PLACEMENTS.find((p) => p.where === "FetchResult.value[0]")!
+    const bytes = [...new TextEncoder().encode("x".repeat(300)), 0xff]
+    expect(problem(withText(fetch, bytes), 66)).toBe("FetchResult.value[0]: not valid UTF-8")
+  })
+
+  test("a genuine ext -128 next to a bad str is still named as what it is", () => {
+    const call = wireOf(samples[0]!)
+    call[5] = [new ExtData(-128, new Uint8Array([0])), "\u007f"]
+    const bytes = bytesOf(call)
+    bytes[bytes.lastIndexOf(0x7f)] = 0xff
+    expect(problem(bytes)).toBe("CallFunction.args[0]: expected a value, got ext type -128")
+  })
+
+  test("encoding refuses lone surrogates, which UTF-8 cannot carry", () => {
+    const refusal = (m: Message) => {
+      const r = encodeMessage(m)
+      return Result.isFailure(r) ? r.failure.message : "encoded"
+    }
+    const lone = "a\ud800"
+    expect(refusal({ _tag: "ProtocolError", message: lone })).toBe("ProtocolError.message: string with a lone surrogate (not encodable as UTF-8)")
+    expect(refusal({ _tag: "FetchResult", ident: 1, value: { k: [lone] } })).toBe("FetchResult.value.k[0]: string with a lone surrogate (not encodable as UTF-8)")
+    expect(refusal({ _tag: "FetchResult", ident: 1, value: { [lone]: 1 } })).toBe("FetchResult.value: map key: string with a lone surrogate (not encodable as UTF-8)")
+    expect(refusal({ _tag: "CreateDeviceMesh", result: new Ref(1), names: [lone], ranks: NDSlice.contiguous([1]) })).toBe("CreateDeviceMesh.names[0]: string with a lone surrogate (not encodable as UTF-8)")
   })
 })

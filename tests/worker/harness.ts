@@ -5,7 +5,7 @@
  */
 import { Effect, Exit, Scope } from "effect"
 import { listen, type WorkerLink } from "../../src/controller/listener.ts"
-import { launch, type Job, type ProcessExit } from "../../src/launcher.ts"
+import { launch, type Job, type ProcessExit } from "../../src/launcher/index.ts"
 import type { ControllerMessage, WorkerMessage } from "../../src/protocol/messages.ts"
 
 const WORKER = new URL("../../src/worker.ts", import.meta.url).pathname

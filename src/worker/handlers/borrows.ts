@@ -4,26 +4,23 @@
  * waits for it; the last use records where `to` is; the drop makes `from` wait for that.
  */
 import { Effect } from "effect"
-import { Event, Stream } from "../../../ffi/stream.ts"
 import type { BorrowCreate, BorrowDrop, BorrowFirstUse, BorrowLastUse } from "../../protocol/messages.ts"
 import { DependentOnError } from "../errors.ts"
-import { getAs } from "../refs.ts"
-import { reject, type Borrow, type Session } from "../session.ts"
+import { reject, type Session } from "../session.ts"
+import { Borrow, streamOf } from "../streams.ts"
 
 /** Forgets a borrow's state, destroying its events. */
 const forget = (s: Session, id: number): void => {
-  const b = s.borrows.get(id)
-  b?.created?.destroy()
-  b?.lastUse?.destroy()
+  s.borrows.get(id)?.destroy()
   s.borrows.delete(id)
 }
 
 export const borrowCreate = (s: Session) => (m: BorrowCreate) => Effect.sync(() => {
   forget(s, m.result.id)
   try {
-    const from = getAs(s.env, m.from, Stream, "a stream"), to = getAs(s.env, m.to, Stream, "a stream")
+    const from = streamOf(s.env, m.from), to = streamOf(s.env, m.to)
     s.env.define(m.result, s.env.get(m.tensor))
-    if (!m.alreadyBorrowed) s.borrows.set(m.result.id, { from, to, created: from.record(), used: false, lastUse: null })
+    if (!m.alreadyBorrowed) s.borrows.set(m.result.id, new Borrow(from, to))
   } catch (e) {
     // A poisoned tensor poisons the alias; a bad ref leaves it undefined (uses then fail).
     if (e instanceof DependentOnError) s.env.define(m.result, e)
@@ -52,33 +49,15 @@ const step = (s: Session, name: string, id: number, body: () => void) => Effect.
 })
 
 export const borrowFirstUse = (s: Session) => (m: BorrowFirstUse) => step(s, "BorrowFirstUse", m.borrow, () => {
-  const b = borrowOf(s, m.borrow, "BorrowFirstUse")
-  if (b === null || b.created === null) return
-  b.to.wait(b.created)
-  b.created.destroy()
-  b.created = null
-  b.used = true
+  borrowOf(s, m.borrow, "BorrowFirstUse")?.firstUse()
 })
 
 export const borrowLastUse = (s: Session) => (m: BorrowLastUse) => step(s, "BorrowLastUse", m.borrow, () => {
-  const b = borrowOf(s, m.borrow, "BorrowLastUse")
-  if (b === null || !b.used) return
-  b.lastUse?.destroy()
-  b.lastUse = b.to.record()
+  borrowOf(s, m.borrow, "BorrowLastUse")?.markLastUse()
 })
 
 export const borrowDrop = (s: Session) => (m: BorrowDrop) => step(s, "BorrowDrop", m.borrow, () => {
   const b = borrowOf(s, m.borrow, "BorrowDrop")
   s.borrows.delete(m.borrow)
-  if (b === null) return
-  b.created?.destroy()
-  if (!b.used) return
-  // Without a recorded last use, `to`'s work so far is what `from` must wait for.
-  const done = b.lastUse ?? Event.create(s.native)
-  try {
-    if (done !== b.lastUse) done.record(b.to)
-    b.from.wait(done)
-  } finally {
-    done.destroy()
-  }
+  b?.drop(s.native)
 })

@@ -12,7 +12,7 @@ import type { CallFunction, FetchValue, Value } from "../../protocol/messages.ts
 import { HostTensor } from "../../protocol/values.ts"
 import { FunctionFailed, ResultCountMismatch, WrongRefType } from "../errors.ts"
 import { isBuiltin } from "../functions.ts"
-import { flattenTensors } from "../refs.ts"
+import { flattenTensors, kindOf } from "../refs.ts"
 import { announce, lookup, tryDefine, type Session } from "../session.ts"
 import { streamOf } from "../streams.ts"
 
@@ -80,15 +80,15 @@ export const callFunction = (s: Session) => (m: CallFunction) =>
   })
 
 /** The wire form of a fetched value: tensors copied to host; what the wire cannot carry is refused. */
-const toWire = (v: unknown, stream: Stream): Value => {
+const fetchedValue = (v: unknown, stream: Stream): Value => {
   if (v instanceof Tensor) return v.toHost(stream)
   if (v instanceof HostTensor) return v
   if (v === undefined || v === null) return null
-  if (Array.isArray(v)) return v.map((x) => toWire(x, stream))
+  if (Array.isArray(v)) return v.map((x) => fetchedValue(x, stream))
   if (v instanceof Uint8Array || ["boolean", "number", "bigint", "string"].includes(typeof v)) return v as Value
   if (typeof v !== "object" || Object.getPrototypeOf(v) !== Object.prototype)
-    throw new WrongRefType({ message: `cannot fetch a ${typeof v === "object" ? (v.constructor?.name ?? "non-plain object") : typeof v}` })
-  return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, toWire(x, stream)]))
+    throw new WrongRefType({ message: `cannot fetch a ${kindOf(v)}` })
+  return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, fetchedValue(x, stream)]))
 }
 
 export const fetchValue = (s: Session) => (m: FetchValue) =>
@@ -97,7 +97,7 @@ export const fetchValue = (s: Session) => (m: FetchValue) =>
     const made: Tensor[] = []
     return freeingAfter(s, made, () => {
       const value = lookup(s, m.object, stream, made)
-      const reply = (v: unknown) => s.send({ _tag: "FetchResult", ident: m.ident, value: toWire(v, stream) })
+      const reply = (v: unknown) => s.send({ _tag: "FetchResult", ident: m.ident, value: fetchedValue(v, stream) })
       if (m.function === null) return reply(value)
       if (!isBuiltin(m.function)) announce(s, m.ident)
       return invoke(s, m.function, (fn) => fn(contextFor(s, stream, {}), value), (v) => {

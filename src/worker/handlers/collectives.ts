@@ -19,7 +19,7 @@ import { DependentOnError, InputMismatch } from "../errors.ts"
 import { DeviceMesh } from "../mesh.ts"
 import { getAs } from "../refs.ts"
 import { announce, reject, tryDefine, type Session } from "../session.ts"
-import { streamOf } from "../streams.ts"
+import { blocking, streamOf } from "../streams.ts"
 
 export const createDeviceMesh = (s: Session) => (m: CreateDeviceMesh) => Effect.sync(() => {
   const coords = m.ranks.coordinates(s.rank)
@@ -137,12 +137,14 @@ export const reduce = (s: Session) => (m: Reduce) =>
       if (out !== input.tensor) input.tensor.free()
       throw input.failure
     }
-    const done = s.comms.collective(mesh.id, m.dims, () => mesh.members(m.dims), m.ident, attempt)
-    return Effect.isEffect(done) ? Effect.map(done, finish) : finish(done)
+    return blocking(() => {
+      const done = s.comms.collective(mesh.id, m.dims, () => mesh.members(m.dims), m.ident, attempt)
+      return Effect.isEffect(done) ? Effect.map(done, finish) : finish(done)
+    })
   })
 
 export const sendTensor = (s: Session) => (m: SendTensor) =>
-  tryDefine(s, m.ident, [m.result], () => {
+  tryDefine(s, m.ident, [m.result], () => blocking(() => {
     const stream = streamOf(s.env, m.stream)
     const sendAt = m.fromRanks.indexOf(s.rank), recvAt = m.toRanks.indexOf(s.rank)
     if (sendAt >= 0 || recvAt >= 0) announce(s, m.ident)
@@ -172,4 +174,4 @@ export const sendTensor = (s: Session) => (m: SendTensor) =>
       throw failure
     }
     if (received) s.env.define(m.result, received)
-  })
+  }))

@@ -17,7 +17,7 @@ export type Handlers = {
 }
 
 /** One line per command for debug logs. */
-const describe = (m: WorkerMessage): string =>
+const logLine = (m: WorkerMessage): string =>
   m._tag === "CommandGroup" ? `CommandGroup of ${m.commands.length}` : "ident" in m ? `${m._tag} ${m.ident}` : m._tag
 
 /**
@@ -34,7 +34,7 @@ export const makeDispatch = (s: Session, debug = false, trace?: Recorder): ((m: 
         return Effect.logError(`${m._tag} failed unexpectedly`, e)
       }),
     )
-  const logged = debug ? (m: WorkerMessage) => Effect.andThen(Effect.logDebug(describe(m)), run(m)) : run
+  const logged = debug ? (m: WorkerMessage) => Effect.andThen(Effect.logDebug(logLine(m)), run(m)) : run
   // Tracing wraps each command (a group's too) only when on: the plain path stays as it was.
   // `run` turns defects into replies, so the end is always reached.
   const dispatch = trace === undefined ? logged : (m: WorkerMessage) => Effect.suspend(() => {

@@ -3,8 +3,8 @@
  * MONARCH_DEVICE picks it; ffi/native.ts). Workers and user code take it from the context.
  */
 import { Context, Effect, Layer } from "effect"
-import { loadNative, shimError, ShimError, type Native } from "../ffi/native.ts"
-import { ShimStatus } from "../ffi/symbols.ts"
+import { loadNative, shimError, ShimError, type Native } from "../../ffi/native.ts"
+import { ShimStatus } from "../../ffi/symbols.ts"
 
 export class Backend extends Context.Service<Backend, Native>()("monarch/Backend") {
   /** Loads the backend for `device` (cpu, cuda or auto); fails saying why it cannot. */

@@ -8,8 +8,8 @@
 import type { Subprocess } from "bun"
 import { Context, Data, Deferred, Effect, Layer, type Scope } from "effect"
 import { randomBytes } from "node:crypto"
-import { readToken } from "./net/token.ts"
-import { startServer } from "./store/server.ts"
+import { readToken } from "../net/token.ts"
+import { startServer } from "../store/server.ts"
 
 export class LaunchError extends Data.TaggedError("LaunchError")<{ readonly message: string }> {}
 

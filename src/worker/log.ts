@@ -8,7 +8,7 @@ import { Cause, Layer, Logger, References, type LogLevel } from "effect"
 const LEVELS: Readonly<Record<string, LogLevel.LogLevel>> = { debug: "Debug", info: "Info", warn: "Warn", error: "Error" }
 
 /** The level MONARCH_LOG asks for. */
-export const logLevelFromEnv = (value = process.env.MONARCH_LOG): LogLevel.LogLevel => LEVELS[value?.toLowerCase() ?? ""] ?? "Info"
+const logLevelFromEnv = (value = process.env.MONARCH_LOG): LogLevel.LogLevel => LEVELS[value?.toLowerCase() ?? ""] ?? "Info"
 
 const render = (message: unknown): string =>
   (Array.isArray(message) ? message : [message]).map((m) => (typeof m === "string" ? m : Bun.inspect(m))).join(" ")
