@@ -14,6 +14,7 @@ import type { ProcessExit } from "../launcher/index.ts"
 import { ControllerError, DeadlineExceeded, RemoteError, WorkerLost, type Failure } from "./errors.ts"
 import { Graph, type Exchange, type Node } from "./graph.ts"
 import type { WorkerLink } from "./listener.ts"
+import { CallSite } from "./sites.ts"
 
 /** Where a rank is: the command it is executing, or waiting in (or queued at). */
 export interface RankAt {
@@ -72,9 +73,6 @@ interface PendingFetch {
 const sameMessages = (a: ReadonlyArray<WorkerMessage>, b: ReadonlyArray<WorkerMessage>): boolean =>
   a.length === b.length && a.every((m, i) => m === b[i])
 
-/** Frames that are not the user's: this library, Effect, Bun and node internals. */
-const LIBRARY_FRAME = /\/src\/(controller|protocol|net)\/|\/node_modules\/|\(native\)|\(node:|\[native code\]/
-
 /** One rank's worker process. */
 export interface WorkerInfo {
   readonly rank: number
@@ -82,16 +80,6 @@ export interface WorkerInfo {
   /** The address it connected from ("local" over a Unix socket). */
   readonly host: string
   readonly device: Device
-}
-
-/** The first frame of the stack outside the controller library: the user's call. */
-const captureSite = (): string | undefined => {
-  const limit = Error.stackTraceLimit
-  Error.stackTraceLimit = 60
-  const stack = new Error().stack
-  Error.stackTraceLimit = limit
-  const line = stack?.split("\n").slice(1).find((l) => l.includes("(/") && !LIBRARY_FRAME.test(l))
-  return line?.trim().replace(/^at /, "")
 }
 
 export class Core {
@@ -202,8 +190,8 @@ export class Core {
    * Where the program is issuing from. Called when an API method is called (while the
    * program's generator is on the stack), not when its Effect runs.
    */
-  site(): string | undefined {
-    return this.captureSites ? captureSite() : undefined
+  site(): CallSite | undefined {
+    return this.captureSites ? CallSite.capture() : undefined
   }
 
   newRef(): Ref {
@@ -221,7 +209,7 @@ export class Core {
    * ids it reads, `defines` those it (re)defines, `exchange` how its ranks depend on each
    * other (none: each rank's result depends on its own inputs only).
    */
-  command(ranks: ReadonlyArray<number>, label: string, inputs: ReadonlyArray<number>, defines: ReadonlyArray<number>, site: string | undefined, make: (ident: number) => WorkerMessage, exchange?: Exchange): Node {
+  command(ranks: ReadonlyArray<number>, label: string, inputs: ReadonlyArray<number>, defines: ReadonlyArray<number>, site: CallSite | undefined, make: (ident: number) => WorkerMessage, exchange?: Exchange): Node {
     const ident = this.nextIdent++
     const node = this.graph.add(ident, ranks, inputs, defines, label, site, exchange)
     this.post(ranks, make(ident))
@@ -235,7 +223,7 @@ export class Core {
    * worker's at once). `deadlineMs` (default the core's) bounds the wait: then it fails with
    * DeadlineExceeded naming the ranks behind.
    */
-  fetch(ranks: ReadonlyArray<number>, inputs: ReadonlyArray<number>, label: string, site: string | undefined, make: (ident: number) => WorkerMessage, deadlineMs = this.options.deadlineMs): Effect.Effect<ReadonlyArray<Value>, Failure | ControllerError> {
+  fetch(ranks: ReadonlyArray<number>, inputs: ReadonlyArray<number>, label: string, site: CallSite | undefined, make: (ident: number) => WorkerMessage, deadlineMs = this.options.deadlineMs): Effect.Effect<ReadonlyArray<Value>, Failure | ControllerError> {
     return Effect.callback((resume) => {
       const node = this.command(ranks, label, inputs, [], site, make)
       const pending: PendingFetch = { node, values: new Map(), needs: this.graph.needs(node, ranks), resume, answered: false, deadline: undefined }

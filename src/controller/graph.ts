@@ -13,6 +13,7 @@
  */
 import { mayBePeerLoss } from "../comm/errors.ts"
 import type { Failure } from "./errors.ts"
+import type { CallSite } from "./sites.ts"
 
 /**
  * How a command's result on one rank depends on the others': absent for a rank-local command
@@ -47,11 +48,15 @@ export class Node {
     readonly exchange: Exchange | undefined,
     /** What the command ran (a function name, or the message), for error reports. */
     readonly label: string,
-    /** Where in the controller program it was issued. */
-    readonly site: string | undefined,
+    private readonly callSite: CallSite | undefined,
     readonly issuedAt: number,
   ) {
     this.waiting = new Set(ranks)
+  }
+
+  /** Where in the controller program it was issued (formatted when first asked for). */
+  get site(): string | undefined {
+    return this.callSite?.format()
   }
 
   /** Records a root failure on `rank` (every rank when undefined); the first one per rank stays. */
@@ -126,7 +131,7 @@ export class Graph {
    * Records a command: its ranks, how its ranks depend on each other (`exchange`), the refs it
    * reads, and the refs it (re)defines. On a rank already gone it fails at once.
    */
-  add(ident: number, ranks: ReadonlyArray<number>, inputs: ReadonlyArray<number>, defines: ReadonlyArray<number>, label: string, site?: string, exchange?: Exchange): Node {
+  add(ident: number, ranks: ReadonlyArray<number>, inputs: ReadonlyArray<number>, defines: ReadonlyArray<number>, label: string, site?: CallSite, exchange?: Exchange): Node {
     const node = new Node(ident, ranks, exchange, label, site, performance.now())
     for (const r of ranks) {
       const gone = this.lost.get(r)
@@ -238,6 +243,8 @@ export class Graph {
   }
 
   private trySettle(first: Node): void {
+    // Most calls (every command issued and every one passed) find it still waiting.
+    if (first.settled || first.waiting.size > 0 || first.pendingDeps > 0) return
     const ready = [first]
     while (ready.length > 0) {
       const node = ready.pop()!

@@ -17,6 +17,7 @@ import type { Core } from "./core.ts"
 import { ControllerError, type Failure } from "./errors.ts"
 import type { Exchange } from "./graph.ts"
 import { checkOwner, RemoteStream, RemoteTensor } from "./handles.ts"
+import type { CallSite } from "./sites.ts"
 
 export interface CallOptions {
   readonly stream?: RemoteStream
@@ -109,7 +110,7 @@ export class Mesh {
   }
 
   /** Issues a CallFunction; returns one handle per result. */
-  private issueCall(fn: string, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, opts: CallOptions, site: string | undefined): RemoteTensor[] {
+  private issueCall(fn: string, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, opts: CallOptions, site: CallSite | undefined): RemoteTensor[] {
     const reads = new Reads()
     const wireArgs = this.args.convert(args, reads) as Value[], wireKwargs = this.args.convert(kwargs, reads) as Record<string, Value>
     const known = reads.known
@@ -246,7 +247,7 @@ export class Mesh {
   }
 
   /** A FetchValue to the ranks `ranks()` picks; a bad rank or argument is a ControllerError. */
-  private fetchFrom(ranks: () => ReadonlyArray<number>, value: unknown, opts: FetchOptions, site: string | undefined) {
+  private fetchFrom(ranks: () => ReadonlyArray<number>, value: unknown, opts: FetchOptions, site: CallSite | undefined) {
     return Effect.suspend(() => {
       const targets = ranks(), stream = this.streamFor(opts.stream)
       const { value: object, reads } = this.read(value)

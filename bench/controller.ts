@@ -1,0 +1,185 @@
+/**
+ * The controller's cost per op (issue 13): mesh-wide ops on a one-element tensor through the
+ * public API (mesh.run / mesh.call), N of them then one fetch, at world 1 and 4, beside torch
+ * eager running the same op in the same run (Debian's torch 1.13 at /usr/bin/python3; at world
+ * 4, four torch processes each running it at once on the same cores). Rounds alternate: ours,
+ * then torch's, per case.
+ *
+ *   bun run bench/controller.ts [--ops N] [--rounds R] [--worlds 1,4] [--no-sites]
+ *
+ * Prints, per case, medians over the rounds: end-to-end us per op (issue to fetched), the
+ * controller's CPU us per op (this process; and of it, until the last op was issued), the
+ * workers' CPU us per op (per worker, from /proc/<pid>/stat), commands per frame sent,
+ * torch's us per op, and ours / torch's.
+ */
+import { readFileSync } from "node:fs"
+import { Effect, type Layer, ManagedRuntime } from "effect"
+import { Controller, type Mesh, type RemoteTensor } from "../src/controller/index.ts"
+
+const args = process.argv.slice(2)
+const flag = (name: string) => (args.includes(name) ? args[args.indexOf(name) + 1] : undefined)
+const OPS = Number(flag("--ops") ?? 20_000)
+const ROUNDS = Number(flag("--rounds") ?? 5)
+const WORLDS = (flag("--worlds") ?? "1,4").split(",").map(Number)
+const CAPTURE_SITES = !args.includes("--no-sites")
+const TORCH = "/usr/bin/python3"
+const CLOCK_TICKS = 100
+
+/** The cases: our op on a handle, and torch's same op in Python. */
+interface Case {
+  readonly name: string
+  readonly torch: "inplace" | "fresh"
+  /** Issues one op on `x` through the mesh; returns the handle that holds the result. */
+  readonly issue: (mesh: Mesh, x: RemoteTensor) => Effect.Effect<RemoteTensor, unknown>
+}
+
+const CASES: ReadonlyArray<Case> = [
+  { name: "add_ in place (x.add_(1))", torch: "inplace", issue: (mesh, x) => Effect.as(mesh.run("ops.add_", [x, 1], {}, { mutates: [x] }), x) },
+  { name: "add, fresh result (y = x.add(1))", torch: "fresh", issue: (mesh, x) => mesh.call("ops.add", [x, 1]) },
+]
+
+/** torch's side: each process imports torch once, then per "go" line times N ops of a case. */
+const TORCH_SCRIPT = `
+import sys, time, torch
+torch.set_num_threads(1)
+x = torch.ones(1)
+print("ready", flush=True)
+for line in sys.stdin:
+    case, n = line.split(); n = int(n)
+    if case == "inplace":
+        for _ in range(1000): x.add_(1)
+        t = time.perf_counter()
+        for _ in range(n): x.add_(1)
+        dt = time.perf_counter() - t
+    else:
+        for _ in range(1000): y = x.add(1)
+        t = time.perf_counter()
+        for _ in range(n): y = x.add(1)
+        dt = time.perf_counter() - t
+    print(dt, flush=True)
+`
+
+class TorchPeers {
+  private readonly procs: Array<Bun.Subprocess<"pipe", "pipe", "inherit">>
+  /** Per process, the lines it printed not read yet, and a reader waiting for the next. */
+  private readonly lines: string[][]
+  private readonly waiting: Array<((line: string) => void) | undefined>
+  constructor(count: number) {
+    this.procs = Array.from({ length: count }, () => Bun.spawn([TORCH, "-c", TORCH_SCRIPT], { stdin: "pipe", stdout: "pipe", stderr: "inherit" }))
+    this.lines = this.procs.map(() => [])
+    this.waiting = this.procs.map(() => undefined)
+    this.procs.forEach((p, i) => void this.pump(p, i))
+  }
+  private async pump(p: Bun.Subprocess<"pipe", "pipe", "inherit">, i: number): Promise<void> {
+    let text = ""
+    for await (const chunk of p.stdout) {
+      text += new TextDecoder().decode(chunk)
+      for (let nl = text.indexOf("\n"); nl >= 0; nl = text.indexOf("\n")) {
+        const line = text.slice(0, nl)
+        text = text.slice(nl + 1)
+        const w = this.waiting[i]
+        if (w) (this.waiting[i] = undefined), w(line)
+        else this.lines[i]!.push(line)
+      }
+    }
+    this.waiting[i]?.(`torch process ${i} ended (is torch at ${TORCH}?)`)
+  }
+  private line(i: number): Promise<string> {
+    const l = this.lines[i]!.shift()
+    return l !== undefined ? Promise.resolve(l) : new Promise((resolve) => (this.waiting[i] = resolve))
+  }
+  async ready(): Promise<void> {
+    await Promise.all(this.procs.map((_, i) => this.line(i)))
+  }
+  /** All processes run n ops at once; the slowest one's seconds per op (they share the cores). */
+  async perOp(c: Case["torch"], n: number): Promise<number> {
+    for (const p of this.procs) p.stdin.write(`${c} ${n}\n`), p.stdin.flush()
+    const secs = await Promise.all(this.procs.map((_, i) => this.line(i).then((l) => {
+      if (!Number.isFinite(Number(l))) throw new Error(l)
+      return Number(l)
+    })))
+    return Math.max(...secs) / n
+  }
+  stop(): void {
+    for (const p of this.procs) p.stdin.end(), p.kill()
+  }
+}
+
+/** User plus system CPU seconds of a process. */
+const cpuOf = (pid: number): number => {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+  return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS
+}
+const selfCpu = () => {
+  const u = process.cpuUsage()
+  return (u.user + u.system) / 1e6
+}
+
+interface Sample {
+  readonly e2e: number
+  readonly controllerCpu: number
+  /** The controller's CPU until the last op was issued (before the fetch's wait). */
+  readonly issueCpu: number
+  readonly workerCpu: number
+  readonly perFrame: number
+  readonly torch: number
+}
+
+const median = (xs: ReadonlyArray<number>) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
+
+const runWorld = (world: number, torch: TorchPeers) =>
+  Effect.gen(function* () {
+    const ctl = yield* Controller
+    const mesh = yield* ctl.mesh({ all: world })
+    const pids = ctl.workers().map((w) => w.pid)
+    const samples = new Map<string, Sample[]>(CASES.map((c) => [c.name, []]))
+    const round = (c: Case, n: number) =>
+      Effect.gen(function* () {
+        let x = yield* mesh.call("ops.ones", [[1]])
+        yield* mesh.fetch(x)
+        const sent0 = { ...ctl.core.sent }, w0 = pids.map(cpuOf), c0 = selfCpu(), t0 = performance.now()
+        for (let i = 0; i < n; i++) {
+          const y = yield* c.issue(mesh, x)
+          if (c.torch === "inplace") x = y
+        }
+        const issued = selfCpu()
+        yield* mesh.fetch(x)
+        const t1 = performance.now(), c1 = selfCpu(), w1 = pids.map(cpuOf)
+        const frames = ctl.core.sent.frames - sent0.frames, commands = ctl.core.sent.commands - sent0.commands
+        const workerCpu = w1.reduce((s, w, r) => s + w - w0[r]!, 0) / world
+        return { e2e: (t1 - t0) / 1000 / n, controllerCpu: (c1 - c0) / n, issueCpu: (issued - c0) / n, workerCpu: workerCpu / n, perFrame: commands / Math.max(frames, 1) }
+      })
+    for (const c of CASES) yield* round(c, Math.min(OPS, 2000)) // warm-up
+    for (let r = 0; r < ROUNDS; r++) {
+      for (const c of CASES) {
+        const ours = yield* round(c, OPS)
+        const t = yield* Effect.promise(() => torch.perOp(c.torch, OPS))
+        samples.get(c.name)!.push({ ...ours, torch: t })
+      }
+    }
+    return samples
+  })
+
+const us = (s: number) => (s * 1e6).toFixed(2)
+console.log(`bench/controller: ${OPS} ops then a fetch per round, ${ROUNDS} rounds, medians; call sites ${CAPTURE_SITES ? "captured" : "off"}; load ${readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ")}`)
+console.log("")
+console.log("| world | op | end to end us/op | controller CPU us/op | of it, issuing | worker CPU us/op | commands/frame | torch us/op | ours / torch |")
+console.log("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+for (const world of WORLDS) {
+  const torch = new TorchPeers(world)
+  await torch.ready()
+  const layer = Controller.local({ world, captureSites: CAPTURE_SITES, onWorkerLine: () => {} })
+  const rt = ManagedRuntime.make(layer as Layer.Layer<Controller, unknown>)
+  try {
+    const samples = await rt.runPromise(runWorld(world, torch))
+    for (const [name, ss] of samples) {
+      const e2e = median(ss.map((s) => s.e2e)), t = median(ss.map((s) => s.torch))
+      const ratio = median(ss.map((s) => s.e2e / s.torch))
+      console.log(`| ${world} | ${name} | ${us(e2e)} | ${us(median(ss.map((s) => s.controllerCpu)))} | ${us(median(ss.map((s) => s.issueCpu)))} | ${us(median(ss.map((s) => s.workerCpu)))} | ${median(ss.map((s) => s.perFrame)).toFixed(1)} | ${us(t)} | ${ratio.toFixed(2)}x |`)
+    }
+  } finally {
+    await rt.dispose()
+    torch.stop()
+  }
+}
