@@ -16,12 +16,15 @@
  *     memory limit and the bytes counted against it, and (cuda) the cache of freed blocks.
  *
  * Semantics both backends share (tests/shim holds them to it):
- *   - integers wrap on overflow; division truncates and INT_MIN / -1 is INT_MIN; a zero
- *     divisor or a negative integer exponent anywhere fails the op (SHIM_E_INVALID) before
- *     anything is written; 0 pow 0 is 1.
- *   - exp, log, sqrt, tanh, sigmoid and the unary ops after them (erf ... trunc) on integer
- *     or bool tensors: SHIM_E_UNSUPPORTED.
- *   - bool: add and maximum are or, mul and minimum are and; sub, div, pow, neg unsupported.
+ *   - integers wrap on overflow; division truncates and INT_MIN / -1 is INT_MIN; floor_divide
+ *     and remainder round toward -inf; a zero divisor (div, floor_divide, remainder) or a
+ *     negative integer exponent anywhere fails the op (SHIM_E_INVALID) before anything is
+ *     written; 0 pow 0 is 1.
+ *   - exp, log, sqrt, tanh, sigmoid and the other floating unary ops (erf..gelu_tanh) on
+ *     integer or bool tensors: SHIM_E_UNSUPPORTED; floor, ceil, round, trunc keep integers
+ *     and refuse bool; sign, isnan, isinf and logical_not take every dtype.
+ *   - bool: add and maximum are or, mul and minimum are and; sub, div, pow, floor_divide,
+ *     remainder, neg unsupported.
  *   - maximum, minimum, relu and max/min reductions propagate NaN.
  *   - binary_scalar computes in float for f32/f16/bf16, double for f64; for integer dtypes
  *     the scalar is first cast to the tensor's dtype.
@@ -30,7 +33,7 @@
  *   - rand: float dtypes only; uniform values are capped below 1 in the target dtype.
  *   - elementwise shapes match by element count; out may alias an input there, but not in
  *     matmul or transpose.
- *   - empty reductions: sum 0, prod 1, mean NaN, max/min SHIM_E_INVALID.
+ *   - empty reductions: sum 0, prod 1, mean NaN, max/min SHIM_E_INVALID, any 0, all 1, norms 0.
  *
  * ffi/symbols.ts must match this header name for name and type for type;
  * tests/ffi/symbols.test.ts parses this file and fails on any difference. The enums are
@@ -74,7 +77,7 @@ enum shim_dtype {
 enum shim_max_dims { SHIM_MAX_DIMS = 8 };
 
 /* ---- op codes ------------------------------------------------------------------------ */
-enum shim_unary_op { /* shim_unary; the output has the input's dtype */
+enum shim_unary_op { /* shim_unary; out has a's dtype (SHIM_BOOL for ISNAN..) */
   SHIM_NEG = 0,
   SHIM_ABS = 1,
   SHIM_EXP = 2,
@@ -83,23 +86,28 @@ enum shim_unary_op { /* shim_unary; the output has the input's dtype */
   SHIM_RELU = 5,
   SHIM_TANH = 6,
   SHIM_SIGMOID = 7,
-  SHIM_ERF = 8,
+  SHIM_ERF = 8, /* EXP..GELU_TANH: floating dtypes only */
   SHIM_LOG1P = 9,
   SHIM_EXPM1 = 10,
-  SHIM_SIN = 11,
-  SHIM_COS = 12,
-  SHIM_RSQRT = 13,
-  SHIM_RECIPROCAL = 14,
+  SHIM_RSQRT = 11,
+  SHIM_RECIPROCAL = 12,
+  SHIM_SIN = 13,
+  SHIM_COS = 14,
   SHIM_SILU = 15,
-  SHIM_GELU = 16 /* x * Phi(x), the erf form */,
-  SHIM_GELU_TANH = 17 /* gelu's tanh approximation */,
-  SHIM_FLOOR = 18,
-  SHIM_CEIL = 19,
-  SHIM_ROUND = 20 /* half to even */,
-  SHIM_TRUNC = 21
+  SHIM_SOFTPLUS = 16,   /* beta 1, threshold 20 (torch's defaults): x above 20 is x */
+  SHIM_GELU = 17,       /* the erf form */
+  SHIM_GELU_TANH = 18,  /* the tanh approximation */
+  SHIM_FLOOR = 19,      /* FLOOR..TRUNC: integers unchanged, bool unsupported */
+  SHIM_CEIL = 20,
+  SHIM_ROUND = 21,      /* half to even */
+  SHIM_TRUNC = 22,
+  SHIM_SIGN = 23,       /* every dtype; sign(NaN) is 0 */
+  SHIM_ISNAN = 24,      /* ISNAN..LOGICAL_NOT: every dtype, and they write SHIM_BOOL */
+  SHIM_ISINF = 25,
+  SHIM_LOGICAL_NOT = 26
 };
 
-enum shim_binary_op { /* shim_binary, shim_binary_scalar; comparisons write SHIM_BOOL */
+enum shim_binary_op { /* shim_binary, shim_binary_scalar; EQ.. write SHIM_BOOL */
   SHIM_ADD = 0,
   SHIM_SUB = 1,
   SHIM_MUL = 2,
@@ -107,12 +115,23 @@ enum shim_binary_op { /* shim_binary, shim_binary_scalar; comparisons write SHIM
   SHIM_MAXIMUM = 4,
   SHIM_MINIMUM = 5,
   SHIM_POW = 6,
-  SHIM_EQ = 7,
-  SHIM_NE = 8,
-  SHIM_LT = 9,
-  SHIM_LE = 10,
-  SHIM_GT = 11,
-  SHIM_GE = 12
+  SHIM_FLOOR_DIVIDE = 7, /* rounds toward -inf (torch's floor_divide and div_floor) */
+  SHIM_REMAINDER = 8,    /* Python's: the sign of the divisor (torch.remainder) */
+  SHIM_EQ = 9,
+  SHIM_NE = 10,
+  SHIM_LT = 11,
+  SHIM_LE = 12,
+  SHIM_GT = 13,
+  SHIM_GE = 14,
+  SHIM_LOGICAL_AND = 15, /* nonzero and nonzero (NaN is nonzero) */
+  SHIM_LOGICAL_OR = 16
+};
+
+enum shim_ternary_op { /* shim_ternary */
+  SHIM_WHERE = 0,  /* a (any dtype, nonzero) ? b : c */
+  SHIM_LERP = 1,   /* a + c * (b - a), torch's two-sided form; floating only */
+  SHIM_ADDCMUL = 2, /* a + value * b * c; not bool */
+  SHIM_ADDCDIV = 3  /* a + value * b / c; floating only */
 };
 
 enum shim_reduce_op { /* shim_reduce */
@@ -120,7 +139,12 @@ enum shim_reduce_op { /* shim_reduce */
   SHIM_MEAN = 1,
   SHIM_MAX = 2,
   SHIM_MIN = 3,
-  SHIM_PROD = 4
+  SHIM_PROD = 4,
+  SHIM_ANY = 5,     /* nonzero anywhere (NaN is nonzero); empty: 0 */
+  SHIM_ALL = 6,     /* nonzero everywhere; empty: 1 */
+  SHIM_NORM1 = 7,   /* sum of |x|; NORM1..NORM_INF: floating dtypes only */
+  SHIM_NORM2 = 8,   /* sqrt of the sum of squares */
+  SHIM_NORM_INF = 9 /* max of |x| (NaN propagates); empty: 0 */
 };
 
 enum shim_comm_op { /* collectives */
@@ -205,10 +229,26 @@ int shim_binary(int32_t op, shim_tensor *out, const shim_tensor *a, const shim_t
 int shim_binary_scalar(int32_t op, shim_tensor *out, const shim_tensor *a, double b,
                        int32_t scalar_first, shim_stream *s);
 
+/* out = op(a, b, c): b, c and out have one dtype, and a too except for SHIM_WHERE (a is the
+ * condition, of any dtype). Each operand has out's element count or exactly one element
+ * (broadcast). value is addcmul's and addcdiv's scalar (converted as binary_scalar's is). */
+int shim_ternary(int32_t op, shim_tensor *out, const shim_tensor *a, const shim_tensor *b, const shim_tensor *c,
+                 double value, shim_stream *s);
+
 /* Reduces dim (0 <= dim < ndim) or every element (SHIM_ALL_DIMS). out holds the product of
  * the other dims' sizes, in their order; its dtype may differ from a's (sum of bool to i64). */
 int shim_reduce(int32_t op, shim_tensor *out, const shim_tensor *a, int32_t dim,
                 shim_stream *s);
+
+/* The index (i64) of the maximum (op SHIM_MAX) or minimum (SHIM_MIN) along dim, or of every
+ * element (SHIM_ALL_DIMS, flat): the first one, and a NaN counts as beyond every number (the
+ * first NaN wins), as torch's argmax and argmin. An empty reduced dim is SHIM_E_INVALID. */
+int shim_argreduce(int32_t op, shim_tensor *indices, const shim_tensor *a, int32_t dim, shim_stream *s);
+
+/* Running sum along dim (0 <= dim < ndim, or 0 for a 0-d a) into out of a's shape: floating
+ * inputs accumulate in double, integers and bool in int64 (wrapping), each prefix stored in
+ * out's dtype. */
+int shim_cumsum(shim_tensor *out, const shim_tensor *a, int32_t dim, shim_stream *s);
 
 /* a [..., m, k] @ b [..., k, n] -> out [..., m, n]; b may also be 2-D for every batch. */
 int shim_matmul(shim_tensor *out, const shim_tensor *a, const shim_tensor *b, shim_stream *s);

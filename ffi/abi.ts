@@ -39,17 +39,22 @@ export const UnaryOp = {
   erf: 8,
   log1p: 9,
   expm1: 10,
-  sin: 11,
-  cos: 12,
-  rsqrt: 13,
-  reciprocal: 14,
+  rsqrt: 11,
+  reciprocal: 12,
+  sin: 13,
+  cos: 14,
   silu: 15,
-  gelu: 16,
-  gelu_tanh: 17,
-  floor: 18,
-  ceil: 19,
-  round: 20,
-  trunc: 21,
+  softplus: 16,
+  gelu: 17,
+  gelu_tanh: 18,
+  floor: 19,
+  ceil: 20,
+  round: 21,
+  trunc: 22,
+  sign: 23,
+  isnan: 24,
+  isinf: 25,
+  logical_not: 26,
 } as const
 export type UnaryOpName = keyof typeof UnaryOp
 
@@ -62,14 +67,27 @@ export const BinaryOp = {
   maximum: 4,
   minimum: 5,
   pow: 6,
-  eq: 7,
-  ne: 8,
-  lt: 9,
-  le: 10,
-  gt: 11,
-  ge: 12,
+  floor_divide: 7,
+  remainder: 8,
+  eq: 9,
+  ne: 10,
+  lt: 11,
+  le: 12,
+  gt: 13,
+  ge: 14,
+  logical_and: 15,
+  logical_or: 16,
 } as const
 export type BinaryOpName = keyof typeof BinaryOp
+
+/** shim_ternary's op codes. */
+export const TernaryOp = {
+  where: 0,
+  lerp: 1,
+  addcmul: 2,
+  addcdiv: 3,
+} as const
+export type TernaryOpName = keyof typeof TernaryOp
 
 /** shim_reduce's op codes. */
 export const ReduceOp = {
@@ -78,6 +96,11 @@ export const ReduceOp = {
   max: 2,
   min: 3,
   prod: 4,
+  any: 5,
+  all: 6,
+  norm1: 7,
+  norm2: 8,
+  norm_inf: 9,
 } as const
 export type ReduceOpName = keyof typeof ReduceOp
 

@@ -5,12 +5,14 @@
  */
 import { ptr } from "bun:ffi"
 import { shimError } from "./native.ts"
-import { ALL_DIMS, BinaryOp, ReduceOp, ShimStatus, UnaryOp, type BinaryOpName, type ReduceOpName, type UnaryOpName } from "./symbols.ts"
+import {
+  ALL_DIMS, BinaryOp, ReduceOp, ShimStatus, TernaryOp, UnaryOp, type BinaryOpName, type ReduceOpName, type TernaryOpName, type UnaryOpName,
+} from "./symbols.ts"
 import type { Stream } from "./stream.ts"
 import type { Tensor } from "./tensor.ts"
 import { dtypeCode } from "../src/protocol/values.ts"
 
-const COMPARISONS: ReadonlySet<BinaryOpName> = new Set(["eq", "ne", "lt", "le", "gt", "ge"])
+const COMPARISONS: ReadonlySet<BinaryOpName> = new Set(["eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or"])
 export const isComparison = (op: BinaryOpName): boolean => COMPARISONS.has(op)
 
 const fail = (op: string, message: string): never => {
@@ -32,9 +34,13 @@ export const arange = (out: Tensor, start: number, step: number, s?: Stream): vo
 export const rand = (out: Tensor, seed: number | bigint, offset: number | bigint, normal: boolean, s?: Stream): void =>
   out.native.check(out.native.shim.shim_rand(out.handle, seed, offset, normal ? 1 : 0, stream(s)), "shim_rand")
 
+/** The unary ops that write bool whatever the input's dtype. */
+const PREDICATES: ReadonlySet<UnaryOpName> = new Set(["isnan", "isinf", "logical_not"])
+
 export const unary = (op: UnaryOpName, out: Tensor, a: Tensor, s?: Stream): void => {
   sameNumel(op, out, a)
-  if (out.dtype !== a.dtype) fail(op, `output ${out} must have the input's dtype ${a.dtype}`)
+  const want = PREDICATES.has(op) ? "bool" : a.dtype
+  if (out.dtype !== want) fail(op, `output ${out} must have dtype ${want}`)
   out.native.check(out.native.shim.shim_unary(UnaryOp[op], out.handle, a.handle, stream(s)), `shim_unary(${op})`)
 }
 
@@ -50,10 +56,25 @@ export const binaryScalar = (op: BinaryOpName, out: Tensor, a: Tensor, b: number
   out.native.check(out.native.shim.shim_binary_scalar(BinaryOp[op], out.handle, a.handle, b, scalarFirst ? 1 : 0, stream(s)), `shim_binary_scalar(${op})`)
 }
 
+/** out = op(a, b, c); each operand has out's element count or one (value: addcmul's and addcdiv's scalar). */
+export const ternary = (op: TernaryOpName, out: Tensor, a: Tensor, b: Tensor, c: Tensor, value: number, s?: Stream): void => {
+  for (const x of [a, b, c]) if (x.numel !== out.numel && x.numel !== 1) fail(op, `operand ${x} does not fit output ${out}`)
+  out.native.check(out.native.shim.shim_ternary(TernaryOp[op], out.handle, a.handle, b.handle, c.handle, value, stream(s)), `shim_ternary(${op})`)
+}
+
 /** dim: a dimension of `a`, or undefined for every element. */
 export const reduce = (op: ReduceOpName, out: Tensor, a: Tensor, dim: number | undefined, s?: Stream): void => {
   if (dim !== undefined && (!Number.isInteger(dim) || dim < 0 || dim >= a.shape.length)) fail(op, `dim ${dim} out of range for ${a}`)
   out.native.check(out.native.shim.shim_reduce(ReduceOp[op], out.handle, a.handle, dim ?? ALL_DIMS, stream(s)), `shim_reduce(${op})`)
+}
+
+/** The i64 index of a's max or min along dim, or over every element (undefined). */
+export const argreduce = (op: "max" | "min", indices: Tensor, a: Tensor, dim: number | undefined, s?: Stream): void =>
+  indices.native.check(indices.native.shim.shim_argreduce(ReduceOp[op], indices.handle, a.handle, dim ?? ALL_DIMS, stream(s)), `shim_argreduce(${op})`)
+
+export const cumsum = (out: Tensor, a: Tensor, dim: number, s?: Stream): void => {
+  sameNumel("cumsum", out, a)
+  out.native.check(out.native.shim.shim_cumsum(out.handle, a.handle, dim, stream(s)), "shim_cumsum")
 }
 
 export const matmul = (out: Tensor, a: Tensor, b: Tensor, s?: Stream): void => {

@@ -30,7 +30,10 @@ export const symbols = {
   shim_unary: { args: [i32, ptr, ptr, ptr], returns: i32 },
   shim_binary: { args: [i32, ptr, ptr, ptr, ptr], returns: i32 },
   shim_binary_scalar: { args: [i32, ptr, ptr, f64, i32, ptr], returns: i32 },
+  shim_ternary: { args: [i32, ptr, ptr, ptr, ptr, f64, ptr], returns: i32 },
   shim_reduce: { args: [i32, ptr, ptr, i32, ptr], returns: i32 },
+  shim_argreduce: { args: [i32, ptr, ptr, i32, ptr], returns: i32 },
+  shim_cumsum: { args: [ptr, ptr, i32, ptr], returns: i32 },
   shim_matmul: { args: [ptr, ptr, ptr, ptr], returns: i32 },
   shim_cast: { args: [ptr, ptr, ptr], returns: i32 },
   shim_transpose: { args: [ptr, ptr, i32, i32, ptr], returns: i32 },
@@ -63,5 +66,5 @@ export const symbols = {
 } as const satisfies Record<string, FFIFunction>
 
 // The header's enums, generated from it (scripts/abi.ts).
-export { ALL_DIMS, BinaryOp, CommOp, MAX_DIMS, P2P, ReduceOp, ShimStatus, UnaryOp } from "./abi.ts"
-export type { BinaryOpName, CommOpName, ReduceOpName, UnaryOpName } from "./abi.ts"
+export { ALL_DIMS, BinaryOp, CommOp, MAX_DIMS, P2P, ReduceOp, ShimStatus, TernaryOp, UnaryOp } from "./abi.ts"
+export type { BinaryOpName, CommOpName, ReduceOpName, TernaryOpName, UnaryOpName } from "./abi.ts"

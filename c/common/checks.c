@@ -7,12 +7,15 @@
 
 #include "internal.h"
 
-static const char *const unary_names[] = {"neg", "abs", "exp", "log", "sqrt", "relu", "tanh", "sigmoid",
-                                          "erf", "log1p", "expm1", "sin", "cos", "rsqrt", "reciprocal",
-                                          "silu", "gelu", "gelu_tanh", "floor", "ceil", "round", "trunc"};
+static const char *const unary_names[] = {"neg", "abs", "exp", "log", "sqrt", "relu", "tanh", "sigmoid", "erf",
+                                          "log1p", "expm1", "rsqrt", "reciprocal", "sin", "cos", "silu", "softplus",
+                                          "gelu", "gelu_tanh", "floor", "ceil", "round", "trunc", "sign", "isnan",
+                                          "isinf", "logical_not"};
 static const char *const binary_names[] = {"add", "sub", "mul", "div", "maximum", "minimum", "pow",
-                                           "eq", "ne", "lt", "le", "gt", "ge"};
-static const char *const reduce_names[] = {"sum", "mean", "max", "min", "prod"};
+                                           "floor_divide", "remainder", "eq", "ne", "lt", "le", "gt", "ge",
+                                           "logical_and", "logical_or"};
+static const char *const ternary_names[] = {"where", "lerp", "addcmul", "addcdiv"};
+static const char *const reduce_names[] = {"sum", "mean", "max", "min", "prod", "any", "all", "norm1", "norm2", "norm_inf"};
 
 static int is_float(int32_t dtype) { return dtype <= SHIM_BF16; }
 
@@ -41,14 +44,18 @@ int shim_check_rand(const shim_tensor *out, int32_t normal) {
 int shim_check_unary(int32_t op, const shim_tensor *out, const shim_tensor *a) {
   SHIM_REQUIRE_IN("shim_unary", out, "out");
   SHIM_REQUIRE_IN("shim_unary", a, "a");
-  if (op < 0 || op > SHIM_TRUNC) return shim_fail(SHIM_E_INVALID, "shim_unary: unknown op code %d", op);
+  if (op < 0 || op > SHIM_LOGICAL_NOT) return shim_fail(SHIM_E_INVALID, "shim_unary: unknown op code %d", op);
   const char *name = unary_names[op];
   char bo[DESCRIPTION_CAP], ba[DESCRIPTION_CAP];
-  if (out->dtype != a->dtype || out->numel != a->numel)
-    return shim_fail(SHIM_E_INVALID, "shim_unary(%s): out is %s but a is %s (same dtype and element count needed)", name,
-                     shim_describe(out, bo, sizeof bo), shim_describe(a, ba, sizeof ba));
-  /* neg wraps on integers; abs and relu are defined on every dtype. */
-  int integer_safe = op == SHIM_ABS || op == SHIM_RELU || (op == SHIM_NEG && a->dtype != SHIM_BOOL);
+  int predicate = op >= SHIM_ISNAN; /* writes bool */
+  if (out->dtype != (predicate ? SHIM_BOOL : a->dtype) || out->numel != a->numel)
+    return shim_fail(SHIM_E_INVALID, "shim_unary(%s): out is %s but a is %s (%s and the same element count needed)", name,
+                     shim_describe(out, bo, sizeof bo), shim_describe(a, ba, sizeof ba), predicate ? "bool" : "a's dtype");
+  /* neg wraps on integers; abs, relu, sign and the predicates are defined on every dtype;
+   * floor..trunc keep integers. */
+  int rounding = op >= SHIM_FLOOR && op <= SHIM_TRUNC;
+  int integer_safe = op == SHIM_ABS || op == SHIM_RELU || op >= SHIM_SIGN ||
+                     ((op == SHIM_NEG || rounding) && a->dtype != SHIM_BOOL);
   if (!is_float(a->dtype) && !integer_safe)
     return shim_fail(SHIM_E_UNSUPPORTED, "shim_unary(%s): not defined on %s (cast to a floating dtype first)", name,
                      shim_dtype_name(a->dtype));
@@ -57,12 +64,12 @@ int shim_check_unary(int32_t op, const shim_tensor *out, const shim_tensor *a) {
 
 /* What every binary op needs of op, dtype and out, the result having n elements. */
 static int check_binary_result(const char *fn, int32_t op, int32_t dtype, const shim_tensor *out, int64_t n) {
-  if (op < 0 || op > SHIM_GE) return shim_fail(SHIM_E_INVALID, "%s: unknown op code %d", fn, op);
+  if (op < 0 || op > SHIM_LOGICAL_OR) return shim_fail(SHIM_E_INVALID, "%s: unknown op code %d", fn, op);
   const char *name = binary_names[op];
-  if (dtype == SHIM_BOOL && (op == SHIM_SUB || op == SHIM_DIV || op == SHIM_POW))
+  if (dtype == SHIM_BOOL && (op == SHIM_SUB || op == SHIM_POW || shim_is_division(op)))
     return shim_fail(SHIM_E_UNSUPPORTED, "%s(%s): not defined on bool (cast to an integer or floating dtype first)", fn,
                      name);
-  int32_t want = op >= SHIM_EQ ? SHIM_BOOL : dtype; /* comparisons write bool */
+  int32_t want = op >= SHIM_EQ ? SHIM_BOOL : dtype; /* comparisons and logical ops write bool */
   char buf[DESCRIPTION_CAP];
   if (out->dtype != want)
     return shim_fail(SHIM_E_INVALID, "%s(%s): out is %s but must be %s", fn, name, shim_describe(out, buf, sizeof buf),
@@ -77,7 +84,7 @@ int shim_check_binary(int32_t op, const shim_tensor *out, const shim_tensor *a, 
   SHIM_REQUIRE_IN("shim_binary", out, "out");
   SHIM_REQUIRE_IN("shim_binary", a, "a");
   SHIM_REQUIRE_IN("shim_binary", b, "b");
-  const char *name = op >= 0 && op <= SHIM_GE ? binary_names[op] : "?";
+  const char *name = op >= 0 && op <= SHIM_LOGICAL_OR ? binary_names[op] : "?";
   char ba[DESCRIPTION_CAP], bb[DESCRIPTION_CAP];
   if (a->dtype != b->dtype)
     return shim_fail(SHIM_E_INVALID, "shim_binary(%s): dtypes differ: a is %s, b is %s", name,
@@ -96,18 +103,47 @@ int shim_check_binary_scalar(int32_t op, const shim_tensor *out, const shim_tens
 }
 
 int shim_fail_bad_operand(const char *fn, int32_t op, int32_t dtype, const char *what) {
-  if (op == SHIM_DIV)
-    return shim_fail(SHIM_E_INVALID, "%s(div): integer division by zero (%s has a zero element)", fn, what);
+  if (shim_is_division(op))
+    return shim_fail(SHIM_E_INVALID, "%s(%s): integer division by zero (%s has a zero element)", fn, binary_names[op], what);
   return shim_fail(SHIM_E_INVALID, "%s(pow): %s integer to a negative power (%s has a negative element)", fn,
                    shim_dtype_name(dtype), what);
+}
+
+int shim_check_ternary(int32_t op, const shim_tensor *out, const shim_tensor *a, const shim_tensor *b,
+                       const shim_tensor *c) {
+  const char *fn = "shim_ternary";
+  SHIM_REQUIRE_IN(fn, out, "out");
+  SHIM_REQUIRE_IN(fn, a, "a");
+  SHIM_REQUIRE_IN(fn, b, "b");
+  SHIM_REQUIRE_IN(fn, c, "c");
+  if (op < 0 || op > SHIM_ADDCDIV) return shim_fail(SHIM_E_INVALID, "%s: unknown op code %d", fn, op);
+  const char *name = ternary_names[op];
+  char bo[DESCRIPTION_CAP], ba[DESCRIPTION_CAP], bb[DESCRIPTION_CAP], bc[DESCRIPTION_CAP];
+  shim_describe(out, bo, sizeof bo);
+  shim_describe(a, ba, sizeof ba);
+  shim_describe(b, bb, sizeof bb);
+  shim_describe(c, bc, sizeof bc);
+  if (b->dtype != out->dtype || c->dtype != out->dtype || (op != SHIM_WHERE && a->dtype != out->dtype))
+    return shim_fail(SHIM_E_INVALID, "%s(%s): dtypes differ: out %s, a %s, b %s, c %s", fn, name, bo, ba, bb, bc);
+  int64_t n = out->numel;
+  if ((a->numel != n && a->numel != 1) || (b->numel != n && b->numel != 1) || (c->numel != n && c->numel != 1))
+    return shim_fail(SHIM_E_INVALID, "%s(%s): each operand needs out's %lld elements or one: a %s, b %s, c %s", fn, name,
+                     (long long)n, ba, bb, bc);
+  int floating_only = op == SHIM_LERP || op == SHIM_ADDCDIV;
+  if ((floating_only && !is_float(out->dtype)) || (op == SHIM_ADDCMUL && out->dtype == SHIM_BOOL))
+    return shim_fail(SHIM_E_UNSUPPORTED, "%s(%s): not defined on %s", fn, name, shim_dtype_name(out->dtype));
+  return SHIM_OK;
 }
 
 int shim_check_reduce(int32_t op, const shim_tensor *out, const shim_tensor *a, int32_t dim, shim_reduce_dims *dims) {
   SHIM_REQUIRE_IN("shim_reduce", out, "out");
   SHIM_REQUIRE_IN("shim_reduce", a, "a");
-  if (op < 0 || op > SHIM_PROD) return shim_fail(SHIM_E_INVALID, "shim_reduce: unknown op code %d", op);
+  if (op < 0 || op > SHIM_NORM_INF) return shim_fail(SHIM_E_INVALID, "shim_reduce: unknown op code %d", op);
   const char *name = reduce_names[op];
   char ba[DESCRIPTION_CAP], bo[DESCRIPTION_CAP];
+  if (op >= SHIM_NORM1 && !is_float(a->dtype))
+    return shim_fail(SHIM_E_UNSUPPORTED, "shim_reduce(%s): not defined on %s (cast to a floating dtype first)", name,
+                     shim_describe(a, ba, sizeof ba));
   if (dim != SHIM_ALL_DIMS && (dim < 0 || dim >= a->ndim))
     return shim_fail(SHIM_E_INVALID, "shim_reduce(%s): dim %d is out of range for a %s", name, dim,
                      shim_describe(a, ba, sizeof ba));
@@ -131,6 +167,47 @@ int shim_check_reduce(int32_t op, const shim_tensor *out, const shim_tensor *a, 
   dims->outer = outer;
   dims->r = r;
   dims->inner = inner;
+  return SHIM_OK;
+}
+
+int shim_check_argreduce(int32_t op, const shim_tensor *indices, const shim_tensor *a, int32_t dim, shim_reduce_dims *dims) {
+  const char *fn = "shim_argreduce";
+  SHIM_REQUIRE_IN(fn, indices, "indices");
+  SHIM_REQUIRE_IN(fn, a, "a");
+  if (op != SHIM_MAX && op != SHIM_MIN) return shim_fail(SHIM_E_INVALID, "%s: op must be max or min, not code %d", fn, op);
+  char bi[DESCRIPTION_CAP], ba[DESCRIPTION_CAP];
+  shim_describe(indices, bi, sizeof bi);
+  shim_describe(a, ba, sizeof ba);
+  if (indices->dtype != SHIM_I64) return shim_fail(SHIM_E_INVALID, "%s: indices is %s, not i64", fn, bi);
+  if (dim != SHIM_ALL_DIMS && (dim < 0 || dim >= a->ndim))
+    return shim_fail(SHIM_E_INVALID, "%s: dim %d is out of range for a %s", fn, dim, ba);
+  dims->outer = 1, dims->r = a->numel, dims->inner = 1;
+  if (dim != SHIM_ALL_DIMS) {
+    dims->r = a->shape[dim];
+    for (int32_t i = 0; i < dim; i++) dims->outer *= a->shape[i];
+    for (int32_t i = dim + 1; i < a->ndim; i++) dims->inner *= a->shape[i];
+  }
+  if (indices->numel != dims->outer * dims->inner)
+    return shim_fail(SHIM_E_INVALID, "%s: indices is %s but reducing %s leaves %lld elements", fn, bi, ba,
+                     (long long)(dims->outer * dims->inner));
+  if (dims->r == 0 && indices->numel > 0)
+    return shim_fail(SHIM_E_INVALID, "%s(%s): the reduced dim of %s is empty", fn, reduce_names[op], ba);
+  return SHIM_OK;
+}
+
+int shim_check_cumsum(const shim_tensor *out, const shim_tensor *a, int32_t dim, shim_reduce_dims *dims) {
+  const char *fn = "shim_cumsum";
+  SHIM_REQUIRE_IN(fn, out, "out");
+  SHIM_REQUIRE_IN(fn, a, "a");
+  char bo[DESCRIPTION_CAP], ba[DESCRIPTION_CAP];
+  shim_describe(out, bo, sizeof bo);
+  shim_describe(a, ba, sizeof ba);
+  if (out->numel != a->numel) return shim_fail(SHIM_E_INVALID, "%s: out is %s but a is %s", fn, bo, ba);
+  if (dim < 0 || dim >= (a->ndim > 0 ? a->ndim : 1)) return shim_fail(SHIM_E_INVALID, "%s: dim %d is out of range for %s", fn, dim, ba);
+  if (out->storage == a->storage && out->numel > 0) return shim_fail(SHIM_E_INVALID, "%s: out %s shares memory with a", fn, bo);
+  dims->outer = 1, dims->r = a->ndim > 0 ? a->shape[dim] : 1, dims->inner = 1;
+  for (int32_t i = 0; i < dim; i++) dims->outer *= a->shape[i];
+  for (int32_t i = dim + 1; i < a->ndim; i++) dims->inner *= a->shape[i];
   return SHIM_OK;
 }
 

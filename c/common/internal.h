@@ -87,7 +87,14 @@ int shim_check_unary(int32_t op, const shim_tensor *out, const shim_tensor *a);
 int shim_check_binary(int32_t op, const shim_tensor *out, const shim_tensor *a, const shim_tensor *b, int64_t *n);
 int shim_check_binary_scalar(int32_t op, const shim_tensor *out, const shim_tensor *a);
 
-/* Fails fn for an integer div whose operand `what` holds a zero, or an integer pow whose
+/* div, floor_divide and remainder: a zero integer divisor fails them. */
+static inline int shim_is_division(int32_t op) { return op == SHIM_DIV || op == SHIM_FLOOR_DIVIDE || op == SHIM_REMAINDER; }
+
+/* Every operand has out's element count or one; dtypes and op code valid for the op. */
+int shim_check_ternary(int32_t op, const shim_tensor *out, const shim_tensor *a, const shim_tensor *b,
+                       const shim_tensor *c);
+
+/* Fails fn for an integer division whose operand `what` holds a zero, or an integer pow whose
  * exponent `what` holds a negative value; each backend scans its own memory for one. */
 int shim_fail_bad_operand(const char *fn, int32_t op, int32_t dtype, const char *what);
 
@@ -97,6 +104,13 @@ typedef struct shim_reduce_dims {
 } shim_reduce_dims;
 
 int shim_check_reduce(int32_t op, const shim_tensor *out, const shim_tensor *a, int32_t dim, shim_reduce_dims *dims);
+
+/* indices is i64 holding what reducing dim of a leaves; op is SHIM_MAX or SHIM_MIN; the dim is
+ * not empty. */
+int shim_check_argreduce(int32_t op, const shim_tensor *indices, const shim_tensor *a, int32_t dim, shim_reduce_dims *dims);
+
+/* out has a's element count; dims: a around dim. */
+int shim_check_cumsum(const shim_tensor *out, const shim_tensor *a, int32_t dim, shim_reduce_dims *dims);
 
 /* a [batch..., m, k] @ b ([batch...,] k, n); b_batched: b has a's batch dims, else it is 2-D. */
 typedef struct shim_matmul_dims {

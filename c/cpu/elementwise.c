@@ -3,14 +3,20 @@
  * Semantics (the CUDA kernels must match):
  *  - f32 and f64 compute in their own type; f16 and bf16 compute in float and round back once.
  *  - i32, i64 and u8 wrap around on overflow (add, sub, mul, neg, abs, pow), as two's
- *    complement does. div truncates toward zero and INT_MIN / -1 wraps to INT_MIN. A zero
- *    divisor, or a negative exponent for pow, anywhere in the operand fails the whole op with
- *    SHIM_E_INVALID before anything is written. 0 pow 0 is 1.
- *  - exp, log, sqrt, tanh and sigmoid are not defined on integer dtypes or bool: they return
- *    SHIM_E_UNSUPPORTED (cast to a floating dtype first). neg, abs and relu work natively.
+ *    complement does. div truncates toward zero and INT_MIN / -1 wraps to INT_MIN;
+ *    floor_divide rounds toward -inf and remainder takes the divisor's sign (Python's // and
+ *    %; floats by torch's fmod-based formulas). A zero integer divisor, or a negative exponent
+ *    for pow, anywhere in the operand fails the whole op with SHIM_E_INVALID before anything
+ *    is written. 0 pow 0 is 1.
+ *  - exp, log, sqrt, tanh, sigmoid and erf..gelu_tanh are not defined on integer dtypes or
+ *    bool: they return SHIM_E_UNSUPPORTED (cast to a floating dtype first). neg, abs, relu and
+ *    sign work natively; floor, ceil, round and trunc return integers unchanged (not bool);
+ *    isnan, isinf and logical_not take every dtype and write bool. round is half to even.
  *  - bool: add and maximum are or, mul and minimum are and, abs and relu return the input,
- *    comparisons order false < true; sub, div, pow and neg are SHIM_E_UNSUPPORTED.
- *  - maximum, minimum and relu propagate NaN; comparisons follow IEEE (NaN != NaN is true).
+ *    comparisons order false < true; sub, div, pow, floor_divide, remainder and neg are
+ *    SHIM_E_UNSUPPORTED.
+ *  - maximum, minimum and relu propagate NaN; comparisons follow IEEE (NaN != NaN is true);
+ *    logical_and and logical_or read nonzero (NaN included) as true and write bool.
  *  - Operands are matched by element count: a and b have out's count, or one element that
  *    every output element reuses (broadcast on either side).
  *  - shim_binary_scalar converts the scalar to the type the op computes in: float for f32,
@@ -25,7 +31,11 @@
 
 #include "cpu.h"
 
-static int is_comparison(int32_t op) { return op >= SHIM_EQ; }
+static int is_comparison(int32_t op) { return op >= SHIM_EQ; } /* and logical_and, logical_or: they write bool */
+
+/* M(fn) names the C library function for T: expf for float (M_F32), exp for double. */
+#define M_F32(fn) fn##f
+#define M_F64(fn) fn
 
 /* dst[i] = EXPR over n elements, with x and y bound to a's and b's elements. An operand with
  * fa (fb) == 0 has one element, loaded once, so each of the three loops vectorises; at least
@@ -43,13 +53,34 @@ static int is_comparison(int32_t op) { return op >= SHIM_EQ; }
     }                                                                               \
   } while (0)
 
-#define COMPARISONS                           \
-  case SHIM_EQ: EACH(ob, x == y); break;      \
-  case SHIM_NE: EACH(ob, x != y); break;      \
-  case SHIM_LT: EACH(ob, x < y); break;       \
-  case SHIM_LE: EACH(ob, x <= y); break;      \
-  case SHIM_GT: EACH(ob, x > y); break;       \
-  case SHIM_GE: EACH(ob, x >= y); break;
+#define COMPARISONS                                           \
+  case SHIM_EQ: EACH(ob, x == y); break;                      \
+  case SHIM_NE: EACH(ob, x != y); break;                      \
+  case SHIM_LT: EACH(ob, x < y); break;                       \
+  case SHIM_LE: EACH(ob, x <= y); break;                      \
+  case SHIM_GT: EACH(ob, x > y); break;                       \
+  case SHIM_GE: EACH(ob, x >= y); break;                      \
+  case SHIM_LOGICAL_AND: EACH(ob, (x != 0) & (y != 0)); break; \
+  case SHIM_LOGICAL_OR: EACH(ob, (x != 0) | (y != 0)); break;
+
+/* torch's div_floor_floating and remainder (c10/util/generic_math.h, BinaryOpsKernel.cpp):
+ * through fmod, so the quotient is exact where a / b would round up to the next integer. */
+#define FLOAT_FLOORING(T, M)                                                  \
+  static inline T floor_divide_##T(T a, T b) {                                \
+    if (b == 0) return a / b;                                                  \
+    T mod = M(fmod)(a, b), div = (a - mod) / b;                                \
+    if (mod != 0 && (b < 0) != (mod < 0)) div -= 1;                            \
+    if (div == 0) return M(copysign)(0, a / b);                                \
+    T floordiv = M(floor)(div);                                                \
+    return div - floordiv > (T)0.5 ? floordiv + 1 : floordiv;                  \
+  }                                                                           \
+  static inline T remainder_##T(T a, T b) {                                   \
+    T mod = M(fmod)(a, b);                                                     \
+    return mod != 0 && (b < 0) != (mod < 0) ? mod + b : mod;                   \
+  }
+
+FLOAT_FLOORING(float, M_F32)
+FLOAT_FLOORING(double, M_F64)
 
 #define FLOAT_BINARY(NAME, T, POW)                                                          \
   static void NAME(int32_t op, void *out, const T *a, int fa, const T *b, int fb, int64_t n) { \
@@ -64,6 +95,8 @@ static int is_comparison(int32_t op) { return op >= SHIM_EQ; }
       case SHIM_MAXIMUM: EACH(o, (x > y || x != x) ? x : y); break;                         \
       case SHIM_MINIMUM: EACH(o, (x < y || x != x) ? x : y); break;                         \
       case SHIM_POW: EACH(o, POW(x, y)); break;                                             \
+      case SHIM_FLOOR_DIVIDE: EACH(o, floor_divide_##T(x, y)); break;                       \
+      case SHIM_REMAINDER: EACH(o, remainder_##T(x, y)); break;                             \
       COMPARISONS                                                                           \
     }                                                                                       \
   }
@@ -73,6 +106,19 @@ FLOAT_BINARY(binary_f64, double, pow)
 
 /* Integer division and power in int64, wrapping; callers have ruled out y == 0 and y < 0. */
 static inline int64_t div_i64(int64_t x, int64_t y) { return y == -1 ? (int64_t)(0 - (uint64_t)x) : x / y; }
+
+/* Python's // and %: toward -inf, the remainder taking the divisor's sign. */
+static inline int64_t floor_divide_i64(int64_t x, int64_t y) {
+  if (y == -1) return (int64_t)(0 - (uint64_t)x);
+  int64_t q = x / y, r = x % y;
+  return r != 0 && (r < 0) != (y < 0) ? q - 1 : q;
+}
+
+static inline int64_t remainder_i64(int64_t x, int64_t y) {
+  if (y == -1) return 0;
+  int64_t r = x % y;
+  return r != 0 && (r < 0) != (y < 0) ? r + y : r;
+}
 
 static inline int64_t pow_i64(int64_t base, int64_t exponent) {
   uint64_t result = 1, b = (uint64_t)base;
@@ -95,6 +141,8 @@ static inline int64_t pow_i64(int64_t base, int64_t exponent) {
       case SHIM_MAXIMUM: EACH(o, x > y ? x : y); break;                                     \
       case SHIM_MINIMUM: EACH(o, x < y ? x : y); break;                                     \
       case SHIM_POW: EACH(o, (T)pow_i64(x, y)); break;                                      \
+      case SHIM_FLOOR_DIVIDE: EACH(o, (T)floor_divide_i64(x, y)); break;                    \
+      case SHIM_REMAINDER: EACH(o, (T)remainder_i64(x, y)); break;                          \
       COMPARISONS                                                                           \
     }                                                                                       \
   }
@@ -116,6 +164,8 @@ static void binary_bool(int32_t op, void *out, const uint8_t *a, int fa, const u
     case SHIM_LE: EACH(ob, (x != 0) <= (y != 0)); break;
     case SHIM_GT: EACH(ob, (x != 0) > (y != 0)); break;
     case SHIM_GE: EACH(ob, (x != 0) >= (y != 0)); break;
+    case SHIM_LOGICAL_AND: EACH(ob, (x != 0) & (y != 0)); break;
+    case SHIM_LOGICAL_OR: EACH(ob, (x != 0) | (y != 0)); break;
   }
 }
 
@@ -159,16 +209,16 @@ static void binary_kernel(int32_t op, int32_t dtype, void *out, const void *x, i
   }
 }
 
-/* Integer div and pow: rejects a zero divisor or a negative exponent among y's count values. */
+/* Integer division and pow: rejects a zero divisor or a negative exponent among y's count values. */
 static int check_integer_operand(const char *fn, int32_t op, int32_t dtype, const void *y, int64_t count, const char *what) {
-  if ((op != SHIM_DIV && op != SHIM_POW) || shim_cpu_is_float(dtype)) return SHIM_OK;
+  if ((!shim_is_division(op) && op != SHIM_POW) || shim_cpu_is_float(dtype)) return SHIM_OK;
   int64_t tmp[SHIM_CPU_CHUNK];
   int64_t size = shim_dtype_size(dtype);
   for (int64_t base = 0; base < count; base += SHIM_CPU_CHUNK) {
     int64_t m = shim_cpu_min64(SHIM_CPU_CHUNK, count - base);
     shim_cpu_load_i64(dtype, (const char *)y + base * size, m, tmp);
     int bad = 0;
-    for (int64_t i = 0; i < m; i++) bad |= op == SHIM_DIV ? tmp[i] == 0 : tmp[i] < 0;
+    for (int64_t i = 0; i < m; i++) bad |= op == SHIM_POW ? tmp[i] < 0 : tmp[i] == 0;
     if (bad) return shim_fail_bad_operand(fn, op, dtype, what);
   }
   return SHIM_OK;
@@ -200,63 +250,110 @@ int shim_binary_scalar(int32_t op, shim_tensor *out, const shim_tensor *a, doubl
   return SHIM_OK;
 }
 
-/* M(fn) names libm's fn for T: expf for float, exp for double. */
-#define M_F32(fn) fn##f
-#define M_F64(fn) fn
-#define EACH_UNARY(EXPR) for (int64_t i = 0; i < n; i++) { elem x = a[i]; o[i] = (EXPR); } break
-#define FLOAT_UNARY(NAME, T, M)                                                                       \
-  static void NAME(int32_t op, T *o, const T *a, int64_t n) {                                         \
-    typedef T elem;                                                                                   \
-    switch (op) {                                                                                     \
-      case SHIM_NEG: EACH_UNARY(-x);                                                                  \
-      case SHIM_ABS: EACH_UNARY(M(fabs)(x));                                                          \
-      case SHIM_EXP: EACH_UNARY(M(exp)(x));                                                           \
-      case SHIM_LOG: EACH_UNARY(M(log)(x));                                                           \
-      case SHIM_SQRT: EACH_UNARY(M(sqrt)(x));                                                         \
-      case SHIM_RELU: EACH_UNARY(x < 0 ? (T)0 : x);                                                   \
-      case SHIM_TANH: EACH_UNARY(M(tanh)(x));                                                         \
-      case SHIM_SIGMOID: EACH_UNARY((T)1 / ((T)1 + M(exp)(-x)));                                      \
-      case SHIM_ERF: EACH_UNARY(M(erf)(x));                                                           \
-      case SHIM_LOG1P: EACH_UNARY(M(log1p)(x));                                                       \
-      case SHIM_EXPM1: EACH_UNARY(M(expm1)(x));                                                       \
-      case SHIM_SIN: EACH_UNARY(M(sin)(x));                                                           \
-      case SHIM_COS: EACH_UNARY(M(cos)(x));                                                           \
-      case SHIM_RSQRT: EACH_UNARY((T)1 / M(sqrt)(x));                                                 \
-      case SHIM_RECIPROCAL: EACH_UNARY((T)1 / x);                                                     \
-      case SHIM_SILU: EACH_UNARY(x / ((T)1 + M(exp)(-x)));                                            \
-      case SHIM_GELU: EACH_UNARY((T)0.5 * x * ((T)1 + M(erf)(x * (T)0.70710678118654752440)));        \
-      case SHIM_GELU_TANH:                                                                            \
-        EACH_UNARY((T)0.5 * x * ((T)1 + M(tanh)((T)0.79788456080286535588 * (x + (T)0.044715 * x * x * x)))); \
-      case SHIM_FLOOR: EACH_UNARY(M(floor)(x));                                                       \
-      case SHIM_CEIL: EACH_UNARY(M(ceil)(x));                                                         \
-      case SHIM_ROUND: EACH_UNARY(M(nearbyint)(x));                                                   \
-      case SHIM_TRUNC: EACH_UNARY(M(trunc)(x));                                                       \
-    }                                                                                                 \
+#define FLOAT_UNARY(NAME, T, M)                                                              \
+  static void NAME(int32_t op, T *o, const T *a, int64_t n) {                               \
+    const T one = 1, half = (T)0.5, sqrt1_2 = (T)0.70710678118654752440,                     \
+            k_tanh = (T)0.79788456080286535588 /* sqrt(2 / pi) */;                          \
+    switch (op) {                                                                           \
+      case SHIM_NEG: for (int64_t i = 0; i < n; i++) o[i] = -a[i]; break;                   \
+      case SHIM_ABS: for (int64_t i = 0; i < n; i++) o[i] = M(fabs)(a[i]); break;           \
+      case SHIM_EXP: for (int64_t i = 0; i < n; i++) o[i] = M(exp)(a[i]); break;            \
+      case SHIM_LOG: for (int64_t i = 0; i < n; i++) o[i] = M(log)(a[i]); break;            \
+      case SHIM_SQRT: for (int64_t i = 0; i < n; i++) o[i] = M(sqrt)(a[i]); break;          \
+      case SHIM_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] < 0 ? (T)0 : a[i]; break; \
+      case SHIM_TANH: for (int64_t i = 0; i < n; i++) o[i] = M(tanh)(a[i]); break;          \
+      case SHIM_SIGMOID: for (int64_t i = 0; i < n; i++) o[i] = one / (one + M(exp)(-a[i])); break; \
+      case SHIM_ERF: for (int64_t i = 0; i < n; i++) o[i] = M(erf)(a[i]); break;            \
+      case SHIM_LOG1P: for (int64_t i = 0; i < n; i++) o[i] = M(log1p)(a[i]); break;        \
+      case SHIM_EXPM1: for (int64_t i = 0; i < n; i++) o[i] = M(expm1)(a[i]); break;        \
+      case SHIM_RSQRT: for (int64_t i = 0; i < n; i++) o[i] = one / M(sqrt)(a[i]); break;   \
+      case SHIM_RECIPROCAL: for (int64_t i = 0; i < n; i++) o[i] = one / a[i]; break;       \
+      case SHIM_SIN: for (int64_t i = 0; i < n; i++) o[i] = M(sin)(a[i]); break;            \
+      case SHIM_COS: for (int64_t i = 0; i < n; i++) o[i] = M(cos)(a[i]); break;            \
+      case SHIM_SILU: for (int64_t i = 0; i < n; i++) o[i] = a[i] / (one + M(exp)(-a[i])); break; \
+      case SHIM_SOFTPLUS:                                                                   \
+        for (int64_t i = 0; i < n; i++) o[i] = a[i] > (T)20 ? a[i] : M(log1p)(M(exp)(a[i])); \
+        break;                                                                              \
+      case SHIM_GELU:                                                                       \
+        for (int64_t i = 0; i < n; i++) o[i] = half * a[i] * (one + M(erf)(a[i] * sqrt1_2)); \
+        break;                                                                              \
+      case SHIM_GELU_TANH:                                                                  \
+        for (int64_t i = 0; i < n; i++) {                                                   \
+          T x = a[i];                                                                       \
+          o[i] = half * x * (one + M(tanh)(k_tanh * (x + (T)0.044715 * x * x * x)));        \
+        }                                                                                   \
+        break;                                                                              \
+      case SHIM_FLOOR: for (int64_t i = 0; i < n; i++) o[i] = M(floor)(a[i]); break;        \
+      case SHIM_CEIL: for (int64_t i = 0; i < n; i++) o[i] = M(ceil)(a[i]); break;          \
+      case SHIM_ROUND: for (int64_t i = 0; i < n; i++) o[i] = M(nearbyint)(a[i]); break;    \
+      case SHIM_TRUNC: for (int64_t i = 0; i < n; i++) o[i] = M(trunc)(a[i]); break;        \
+      case SHIM_SIGN: for (int64_t i = 0; i < n; i++) o[i] = (T)((a[i] > 0) - (a[i] < 0)); break; \
+    }                                                                                       \
   }
 
 FLOAT_UNARY(unary_f32, float, M_F32)
 FLOAT_UNARY(unary_f64, double, M_F64)
 
+/* The integer cases; floor, ceil, round and trunc copy (the caller handles them). */
 #define SIGNED_UNARY(NAME, T, U)                                                                \
   static void NAME(int32_t op, T *o, const T *a, int64_t n) {                                   \
     switch (op) {                                                                               \
       case SHIM_NEG: for (int64_t i = 0; i < n; i++) o[i] = (T)(0 - (U)a[i]); break;            \
       case SHIM_ABS: for (int64_t i = 0; i < n; i++) o[i] = a[i] < 0 ? (T)(0 - (U)a[i]) : a[i]; break; \
       case SHIM_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] < 0 ? 0 : a[i]; break;        \
+      case SHIM_SIGN: for (int64_t i = 0; i < n; i++) o[i] = (T)((a[i] > 0) - (a[i] < 0)); break; \
     }                                                                                           \
   }
 
 SIGNED_UNARY(unary_i32, int32_t, uint32_t)
 SIGNED_UNARY(unary_i64, int64_t, uint64_t)
 
-/* u8 is unsigned: neg wraps, abs and relu return the input. bool: abs and relu do too. */
+/* u8 is unsigned: neg wraps, sign is nonzero, the others return the input. bool: abs, relu
+ * and sign return it too. */
 static void unary_bytes(int32_t op, int32_t dtype, uint8_t *o, const uint8_t *a, int64_t n) {
   if (op == SHIM_NEG) {
     for (int64_t i = 0; i < n; i++) o[i] = (uint8_t)(0u - a[i]);
-  } else if (dtype == SHIM_BOOL) {
+  } else if (dtype == SHIM_BOOL || op == SHIM_SIGN) {
     for (int64_t i = 0; i < n; i++) o[i] = a[i] != 0;
   } else if (o != a) {
     memcpy(o, a, (size_t)n);
+  }
+}
+
+/* isnan, isinf, logical_not into bool bytes; integers are never NaN or infinite. */
+#define PREDICATE(T)                                                                         \
+  switch (op) {                                                                              \
+    case SHIM_ISNAN: for (int64_t i = 0; i < m; i++) o[i] = x[i] != x[i]; break;               \
+    case SHIM_ISINF: for (int64_t i = 0; i < m; i++) o[i] = x[i] == (T)INFINITY || x[i] == -(T)INFINITY; break; \
+    default: for (int64_t i = 0; i < m; i++) o[i] = x[i] == 0; break;                         \
+  }
+
+static void unary_predicate(int32_t op, int32_t dtype, uint8_t *out, const void *a, int64_t n) {
+  if (dtype == SHIM_F64) {
+    const double *x = a;
+    uint8_t *o = out;
+    int64_t m = n;
+    PREDICATE(double)
+    return;
+  }
+  float buf[SHIM_CPU_CHUNK];
+  int64_t ibuf[SHIM_CPU_CHUNK];
+  int64_t size = shim_dtype_size(dtype);
+  for (int64_t base = 0; base < n; base += SHIM_CPU_CHUNK) {
+    int64_t m = shim_cpu_min64(SHIM_CPU_CHUNK, n - base);
+    uint8_t *o = out + base;
+    const char *src = (const char *)a + base * size;
+    if (shim_cpu_is_float(dtype)) {
+      const float *x = buf;
+      shim_cpu_load_f32(dtype, src, m, buf);
+      PREDICATE(float)
+    } else if (op == SHIM_LOGICAL_NOT) {
+      const int64_t *x = ibuf;
+      shim_cpu_load_i64(dtype, src, m, ibuf);
+      for (int64_t i = 0; i < m; i++) o[i] = x[i] == 0;
+    } else {
+      memset(o, 0, (size_t)m);
+    }
   }
 }
 
@@ -276,6 +373,14 @@ int shim_unary(int32_t op, shim_tensor *out, const shim_tensor *a, shim_stream *
   void *o = shim_cpu_data(out);
   const void *x = shim_cpu_data(a);
   int64_t n = a->numel;
+  if (op >= SHIM_ISNAN) {
+    unary_predicate(op, dtype, o, x, n);
+    return SHIM_OK;
+  }
+  if (!shim_cpu_is_float(dtype) && op >= SHIM_FLOOR && op <= SHIM_TRUNC) { /* integers are whole already */
+    if (o != x) memcpy(o, x, (size_t)(n * shim_dtype_size(dtype)));
+    return SHIM_OK;
+  }
   switch (dtype) {
     case SHIM_F32: unary_f32(op, o, x, n); break;
     case SHIM_F64: unary_f64(op, o, x, n); break;

@@ -1,33 +1,41 @@
-/* reduce.c: shim_reduce on the cpu. a is read as [outer, r, inner] with r the reduced dim
+/* reduce.c: shim_reduce, shim_argreduce and shim_cumsum on the cpu. a is read as [outer, r, inner] with r the reduced dim
  * (SHIM_ALL_DIMS: [1, numel, 1]). Integer and bool inputs accumulate in int64 (sum and prod
  * wrap), floating inputs in double; the result is then converted to out's dtype by the rules
  * of cpu.h, so the sum of a bool tensor into i64 counts its true elements. mean divides in
- * double. Over an empty dim, sum is 0, prod 1 and mean NaN; max and min fail (no identity).
- * max and min propagate NaN. */
+ * double. Over an empty dim, sum is 0, prod 1, mean NaN, any 0, all 1 and the norms 0; max
+ * and min fail (no identity). max, min and the inf-norm propagate NaN; any and all read
+ * nonzero (NaN included) as true. */
 #include <math.h>
 
 #include "cpu.h"
 
-/* fold_all: *acc (op)= every x[i]; fold_each: acc[i] (op)= x[i]. sum and mean both add. */
-#define FOLDS(SUFFIX, ACC, ADD, MUL, MAX, MIN)                                             \
-  static void fold_all_##SUFFIX(int32_t op, ACC *acc, const ACC *x, int64_t m) {            \
+/* fold_all: *acc (op)= every x[i]; fold_each: acc[i] (op)= x[i]. sum and mean both add;
+ * the norms fold |x| (ABS) or its square. */
+#define FOLD_CASES(STEP)                                                                   \
+  case SHIM_SUM: case SHIM_MEAN: STEP(ADD(v, x)); break;                                   \
+  case SHIM_PROD: STEP(MUL(v, x)); break;                                                  \
+  case SHIM_MAX: STEP(MAX(v, x)); break;                                                   \
+  case SHIM_MIN: STEP(MIN(v, x)); break;                                                   \
+  case SHIM_ANY: STEP((ACC)((v != 0) | (x != 0))); break;                                  \
+  case SHIM_ALL: STEP((ACC)((v != 0) & (x != 0))); break;                                  \
+  case SHIM_NORM1: STEP(ADD(v, ABS(x))); break;                                            \
+  case SHIM_NORM2: STEP(ADD(v, MUL(x, x))); break;                                         \
+  case SHIM_NORM_INF: STEP(MAX(v, ABS(x))); break;
+
+#define FOLDS(SUFFIX, ACC_T)                                                             \
+  static void fold_all_##SUFFIX(int32_t op, ACC_T *acc, const ACC_T *xs, int64_t m) {       \
+    typedef ACC_T ACC;                                                                     \
     ACC v = *acc;                                                                          \
-    switch (op) {                                                                          \
-      case SHIM_SUM: case SHIM_MEAN: for (int64_t i = 0; i < m; i++) v = ADD(v, x[i]); break; \
-      case SHIM_PROD: for (int64_t i = 0; i < m; i++) v = MUL(v, x[i]); break;             \
-      case SHIM_MAX: for (int64_t i = 0; i < m; i++) v = MAX(v, x[i]); break;              \
-      case SHIM_MIN: for (int64_t i = 0; i < m; i++) v = MIN(v, x[i]); break;              \
-    }                                                                                      \
+    switch (op) { FOLD_CASES(ALL_STEP) }                                                   \
     *acc = v;                                                                              \
   }                                                                                        \
-  static void fold_each_##SUFFIX(int32_t op, ACC *acc, const ACC *x, int64_t m) {           \
-    switch (op) {                                                                          \
-      case SHIM_SUM: case SHIM_MEAN: for (int64_t i = 0; i < m; i++) acc[i] = ADD(acc[i], x[i]); break; \
-      case SHIM_PROD: for (int64_t i = 0; i < m; i++) acc[i] = MUL(acc[i], x[i]); break;   \
-      case SHIM_MAX: for (int64_t i = 0; i < m; i++) acc[i] = MAX(acc[i], x[i]); break;    \
-      case SHIM_MIN: for (int64_t i = 0; i < m; i++) acc[i] = MIN(acc[i], x[i]); break;    \
-    }                                                                                      \
+  static void fold_each_##SUFFIX(int32_t op, ACC_T *acc, const ACC_T *xs, int64_t m) {      \
+    typedef ACC_T ACC;                                                                     \
+    switch (op) { FOLD_CASES(EACH_STEP) }                                                  \
   }
+/* The fold's two loops: v over every x, or each acc[i] with its x. */
+#define ALL_STEP(E) for (int64_t i = 0; i < m; i++) { ACC x = xs[i]; v = (E); }
+#define EACH_STEP(E) for (int64_t i = 0; i < m; i++) { ACC x = xs[i], v = acc[i]; acc[i] = (E); }
 
 #define ADD_F(v, x) ((v) + (x))
 #define MUL_F(v, x) ((v) * (x))
@@ -37,13 +45,29 @@
 #define MUL_I(v, x) ((int64_t)((uint64_t)(v) * (uint64_t)(x)))
 #define MAX_I(v, x) ((x) > (v) ? (x) : (v))
 #define MIN_I(v, x) ((x) < (v) ? (x) : (v))
+#define ABS_I(x) ((x) < 0 ? -(x) : (x)) /* the norms refuse integers; only for the switch */
 
-FOLDS(f64, double, ADD_F, MUL_F, MAX_F, MIN_F)
-FOLDS(i64, int64_t, ADD_I, MUL_I, MAX_I, MIN_I)
+#define ADD ADD_F
+#define MUL MUL_F
+#define MAX MAX_F
+#define MIN MIN_F
+#define ABS fabs
+FOLDS(f64, double)
+#undef ADD
+#undef MUL
+#undef MAX
+#undef MIN
+#undef ABS
+#define ADD ADD_I
+#define MUL MUL_I
+#define MAX MAX_I
+#define MIN MIN_I
+#define ABS ABS_I
+FOLDS(i64, int64_t)
 
 static double identity_f64(int32_t op) {
   switch (op) {
-    case SHIM_PROD: return 1.0;
+    case SHIM_PROD: case SHIM_ALL: return 1.0;
     case SHIM_MAX: return -INFINITY;
     case SHIM_MIN: return INFINITY;
     default: return 0.0;
@@ -52,7 +76,7 @@ static double identity_f64(int32_t op) {
 
 static int64_t identity_i64(int32_t op) {
   switch (op) {
-    case SHIM_PROD: return 1;
+    case SHIM_PROD: case SHIM_ALL: return 1;
     case SHIM_MAX: return INT64_MIN;
     case SHIM_MIN: return INT64_MAX;
     default: return 0;
@@ -63,6 +87,8 @@ static int64_t identity_i64(int32_t op) {
 static void finish_f64(int32_t op, int32_t dtype, double *acc, int64_t m, int64_t r, void *dst) {
   if (op == SHIM_MEAN)
     for (int64_t i = 0; i < m; i++) acc[i] /= (double)r; /* r == 0: 0 / 0 is NaN */
+  if (op == SHIM_NORM2)
+    for (int64_t i = 0; i < m; i++) acc[i] = sqrt(acc[i]);
   shim_cpu_store_f64(dtype, acc, m, dst);
 }
 
@@ -116,5 +142,91 @@ int shim_reduce(int32_t op, shim_tensor *out, const shim_tensor *a, int32_t dim,
   SHIM_TRY(shim_check_reduce(op, out, a, dim, &dims));
   if (shim_cpu_is_float(a->dtype)) reduce_f64(op, a, out, dims.outer, dims.r, dims.inner);
   else reduce_i64(op, a, out, dims.outer, dims.r, dims.inner);
+  return SHIM_OK;
+}
+
+/* Whether x replaces best in an argmax (max) or argmin: strictly beyond it, or the first NaN. */
+static inline int beats_f64(int max, double x, double best) {
+  if (best != best) return 0;
+  return x != x || (max ? x > best : x < best);
+}
+
+static inline int beats_i64(int max, int64_t x, int64_t best) { return max ? x > best : x < best; }
+
+/* The first index of the extreme along r, for each of a chunk of inner positions at a time. */
+#define ARG_REDUCER(SUFFIX, ACC)                                                                 \
+  static void argreduce_##SUFFIX(int max, const shim_tensor *a, int64_t *dst, int64_t outer, int64_t r, int64_t inner) { \
+    const char *src = shim_cpu_data(a);                                                          \
+    int64_t size = shim_dtype_size(a->dtype);                                                    \
+    ACC best[SHIM_CPU_CHUNK], x[SHIM_CPU_CHUNK];                                                 \
+    for (int64_t o = 0; o < outer; o++) {                                                        \
+      if (inner == 1) {                                                                          \
+        ACC b = 0;                                                                               \
+        int64_t at = 0;                                                                          \
+        for (int64_t base = 0; base < r; base += SHIM_CPU_CHUNK) {                               \
+          int64_t m = shim_cpu_min64(SHIM_CPU_CHUNK, r - base);                                  \
+          shim_cpu_load_##SUFFIX(a->dtype, src + (o * r + base) * size, m, x);                   \
+          for (int64_t j = 0; j < m; j++)                                                        \
+            if ((base == 0 && j == 0) || beats_##SUFFIX(max, x[j], b)) b = x[j], at = base + j;  \
+        }                                                                                        \
+        dst[o] = at;                                                                             \
+        continue;                                                                                \
+      }                                                                                          \
+      for (int64_t k0 = 0; k0 < inner; k0 += SHIM_CPU_CHUNK) {                                   \
+        int64_t m = shim_cpu_min64(SHIM_CPU_CHUNK, inner - k0);                                  \
+        int64_t *idx = dst + o * inner + k0;                                                     \
+        shim_cpu_load_##SUFFIX(a->dtype, src + (o * r * inner + k0) * size, m, best);            \
+        for (int64_t i = 0; i < m; i++) idx[i] = 0;                                              \
+        for (int64_t j = 1; j < r; j++) {                                                        \
+          shim_cpu_load_##SUFFIX(a->dtype, src + ((o * r + j) * inner + k0) * size, m, x);       \
+          for (int64_t i = 0; i < m; i++)                                                        \
+            if (beats_##SUFFIX(max, x[i], best[i])) best[i] = x[i], idx[i] = j;                  \
+        }                                                                                        \
+      }                                                                                          \
+    }                                                                                            \
+  }
+
+ARG_REDUCER(f64, double)
+ARG_REDUCER(i64, int64_t)
+
+int shim_argreduce(int32_t op, shim_tensor *indices, const shim_tensor *a, int32_t dim, shim_stream *s) {
+  shim_reduce_dims dims;
+  SHIM_TRY(shim_check_argreduce(op, indices, a, dim, &dims));
+  if (indices->numel == 0) return SHIM_OK;
+  int64_t *dst = shim_cpu_data(indices);
+  if (shim_cpu_is_float(a->dtype)) argreduce_f64(op == SHIM_MAX, a, dst, dims.outer, dims.r, dims.inner);
+  else argreduce_i64(op == SHIM_MAX, a, dst, dims.outer, dims.r, dims.inner);
+  return SHIM_OK;
+}
+
+/* Running sums down r, a chunk of inner positions at a time (one position when inner == 1). */
+#define CUMSUM(SUFFIX, ACC, ADD)                                                                 \
+  static void cumsum_##SUFFIX(const shim_tensor *a, shim_tensor *out, int64_t outer, int64_t r, int64_t inner) { \
+    const char *src = shim_cpu_data(a);                                                          \
+    char *dst = shim_cpu_data(out);                                                              \
+    int64_t size = shim_dtype_size(a->dtype), out_size = shim_dtype_size(out->dtype);            \
+    ACC acc[SHIM_CPU_CHUNK], x[SHIM_CPU_CHUNK];                                                  \
+    for (int64_t o = 0; o < outer; o++)                                                          \
+      for (int64_t k0 = 0; k0 < inner; k0 += SHIM_CPU_CHUNK) {                                   \
+        int64_t m = shim_cpu_min64(SHIM_CPU_CHUNK, inner - k0);                                  \
+        for (int64_t i = 0; i < m; i++) acc[i] = 0;                                              \
+        for (int64_t j = 0; j < r; j++) {                                                        \
+          int64_t at = (o * r + j) * inner + k0;                                                 \
+          shim_cpu_load_##SUFFIX(a->dtype, src + at * size, m, x);                               \
+          for (int64_t i = 0; i < m; i++) acc[i] = ADD(acc[i], x[i]);                            \
+          shim_cpu_store_##SUFFIX(out->dtype, acc, m, dst + at * out_size);                      \
+        }                                                                                        \
+      }                                                                                          \
+  }
+
+CUMSUM(f64, double, ADD_F)
+CUMSUM(i64, int64_t, ADD_I)
+
+int shim_cumsum(shim_tensor *out, const shim_tensor *a, int32_t dim, shim_stream *s) {
+  shim_reduce_dims dims;
+  SHIM_TRY(shim_check_cumsum(out, a, dim, &dims));
+  if (a->numel == 0) return SHIM_OK;
+  if (shim_cpu_is_float(a->dtype)) cumsum_f64(a, out, dims.outer, dims.r, dims.inner);
+  else cumsum_i64(a, out, dims.outer, dims.r, dims.inner);
   return SHIM_OK;
 }

@@ -2,15 +2,17 @@
  *
  * The semantics are the cpu's, point for point (c/cpu/elementwise.c has the full list): f16
  * and bf16 compute in float and round back once; integers wrap; integer div truncates and
- * INT_MIN / -1 wraps; maximum, minimum and relu propagate NaN; bool add/maximum are or,
- * mul/minimum are and; exp, log, sqrt, tanh and sigmoid are floating-only; the scalar of
+ * INT_MIN / -1 wraps; floor_divide and remainder are Python's (floats by torch's fmod
+ * formulas); maximum, minimum and relu propagate NaN; bool add/maximum are or,
+ * mul/minimum are and; exp, log, sqrt, tanh, sigmoid and erf..gelu_tanh are floating-only,
+ * floor..trunc keep integers, isnan, isinf and logical_not write bool; the scalar of
  * shim_binary_scalar is converted to the type the op computes in. Results may differ from the
  * cpu's in the last bit only where CUDA's exp, log, tanh and pow differ from the C library's.
  *
- * A zero divisor or a negative integer exponent fails the op with SHIM_E_INVALID before
+ * A zero integer divisor (div, floor_divide, remainder) or a negative integer exponent fails the op with SHIM_E_INVALID before
  * anything is written, as on the cpu. When that operand is on the device, a scan kernel looks
- * for one and the host waits for its answer: integer div and pow with a tensor divisor (or
- * exponent) are the only host-synchronous ops here.
+ * for one and the host waits for its answer: integer division and pow with a tensor divisor
+ * (or exponent) are the only host-synchronous ops here.
  *
  * Kernels are grid-stride loops. When every full operand and the output are 16-byte aligned
  * (always, for the allocator's blocks) each thread moves 16 bytes of input per access (four
@@ -24,6 +26,7 @@ using namespace shim;
 
 namespace {
 
+/* Comparisons and logical_and/or: they write bool. */
 __host__ __device__ constexpr bool is_comparison(int op) { return op >= SHIM_EQ; }
 
 /* ---- device arithmetic ---------------------------------------------------------------- */
@@ -80,6 +83,11 @@ __device__ __forceinline__ double m_sqrt(double x) { return sqrt(x); }
 __device__ __forceinline__ float m_tanh(float x) { return tanhf(x); }
 __device__ __forceinline__ double m_tanh(double x) { return tanh(x); }
 __device__ __forceinline__ float m_pow(float x, float y) { return powf(x, y); }
+__device__ __forceinline__ double m_pow(double x, double y) { return pow(x, y); }
+__device__ __forceinline__ float m_fmod(float x, float y) { return fmodf(x, y); }
+__device__ __forceinline__ double m_fmod(double x, double y) { return fmod(x, y); }
+__device__ __forceinline__ float m_copysign(float x, float y) { return copysignf(x, y); }
+__device__ __forceinline__ double m_copysign(double x, double y) { return copysign(x, y); }
 __device__ __forceinline__ float m_erf(float x) { return erff(x); }
 __device__ __forceinline__ double m_erf(double x) { return erf(x); }
 __device__ __forceinline__ float m_log1p(float x) { return log1pf(x); }
@@ -94,17 +102,62 @@ __device__ __forceinline__ float m_floor(float x) { return floorf(x); }
 __device__ __forceinline__ double m_floor(double x) { return floor(x); }
 __device__ __forceinline__ float m_ceil(float x) { return ceilf(x); }
 __device__ __forceinline__ double m_ceil(double x) { return ceil(x); }
-__device__ __forceinline__ float m_rint(float x) { return rintf(x); }
+__device__ __forceinline__ float m_rint(float x) { return rintf(x); } /* half to even */
 __device__ __forceinline__ double m_rint(double x) { return rint(x); }
 __device__ __forceinline__ float m_trunc(float x) { return truncf(x); }
 __device__ __forceinline__ double m_trunc(double x) { return trunc(x); }
-__device__ __forceinline__ double m_pow(double x, double y) { return pow(x, y); }
 
-/* One unary op on a value of D's compute type. Ops the host rejected for D never get here. */
+/* torch's div_floor_floating and float remainder (c/cpu/elementwise.c has the same). */
+template <typename V>
+__device__ __forceinline__ V float_floor_divide(V a, V b) {
+  if (b == (V)0) return a / b;
+  V mod = m_fmod(a, b), div = (a - mod) / b;
+  if (mod != (V)0 && (b < (V)0) != (mod < (V)0)) div -= (V)1;
+  if (div == (V)0) return m_copysign((V)0, a / b);
+  V floordiv = m_floor(div);
+  return div - floordiv > (V)0.5 ? floordiv + (V)1 : floordiv;
+}
+
+template <typename V>
+__device__ __forceinline__ V float_remainder(V a, V b) {
+  V mod = m_fmod(a, b);
+  return mod != (V)0 && (b < (V)0) != (mod < (V)0) ? mod + b : mod;
+}
+
+/* Python's // and % on integers; the divisor is nonzero (checked before the launch). */
+template <typename V>
+__device__ __forceinline__ V int_floor_divide(V x, V y) {
+  if constexpr (std::is_signed_v<V>) {
+    if (y == (V)-1) return wrap_neg(x);
+    V q = (V)(x / y), r = (V)(x % y);
+    return r != 0 && (r < 0) != (y < 0) ? (V)(q - 1) : q;
+  } else {
+    return (V)(x / y);
+  }
+}
+
+template <typename V>
+__device__ __forceinline__ V int_remainder(V x, V y) {
+  if constexpr (std::is_signed_v<V>) {
+    if (y == (V)-1) return 0;
+    V r = (V)(x % y);
+    return r != 0 && (r < 0) != (y < 0) ? (V)(r + y) : r;
+  } else {
+    return (V)(x % y);
+  }
+}
+
+/* One unary op on a value of D's compute type. Ops the host rejected for D never get here;
+ * the predicates (isnan, isinf, logical_not) are unary_predicate's. */
 template <typename D, int Op>
 __device__ __forceinline__ typename D::V unary_op(typename D::V x) {
   using V = typename D::V;
-  if constexpr (D::kind == Kind::Float) {
+  if constexpr (Op == SHIM_SIGN) {
+    if constexpr (D::kind == Kind::Float) return (V)((x > (V)0) - (x < (V)0));
+    else if constexpr (std::is_signed_v<V>) return (V)((x > 0) - (x < 0));
+    else return (V)(x != 0);
+  } else if constexpr (D::kind == Kind::Float) {
+    const V one = 1, half = (V)0.5;
     if constexpr (Op == SHIM_NEG) return -x;
     else if constexpr (Op == SHIM_ABS) return m_abs(x);
     else if constexpr (Op == SHIM_EXP) return m_exp(x);
@@ -112,30 +165,40 @@ __device__ __forceinline__ typename D::V unary_op(typename D::V x) {
     else if constexpr (Op == SHIM_SQRT) return m_sqrt(x);
     else if constexpr (Op == SHIM_RELU) return x < (V)0 ? (V)0 : x;
     else if constexpr (Op == SHIM_TANH) return m_tanh(x);
-    else if constexpr (Op == SHIM_SIGMOID) return (V)1 / ((V)1 + m_exp(-x));
+    else if constexpr (Op == SHIM_SIGMOID) return one / (one + m_exp(-x));
     else if constexpr (Op == SHIM_ERF) return m_erf(x);
     else if constexpr (Op == SHIM_LOG1P) return m_log1p(x);
     else if constexpr (Op == SHIM_EXPM1) return m_expm1(x);
+    else if constexpr (Op == SHIM_RSQRT) return one / m_sqrt(x);
+    else if constexpr (Op == SHIM_RECIPROCAL) return one / x;
     else if constexpr (Op == SHIM_SIN) return m_sin(x);
     else if constexpr (Op == SHIM_COS) return m_cos(x);
-    else if constexpr (Op == SHIM_RSQRT) return (V)1 / m_sqrt(x);
-    else if constexpr (Op == SHIM_RECIPROCAL) return (V)1 / x;
-    else if constexpr (Op == SHIM_SILU) return x / ((V)1 + m_exp(-x));
-    else if constexpr (Op == SHIM_GELU) return (V)0.5 * x * ((V)1 + m_erf(x * (V)0.70710678118654752440));
-    else if constexpr (Op == SHIM_GELU_TANH)
-      return (V)0.5 * x * ((V)1 + m_tanh((V)0.79788456080286535588 * (x + (V)0.044715 * x * x * x)));
+    else if constexpr (Op == SHIM_SILU) return x / (one + m_exp(-x));
+    else if constexpr (Op == SHIM_SOFTPLUS) return x > (V)20 ? x : m_log1p(m_exp(x));
+    else if constexpr (Op == SHIM_GELU) return half * x * (one + m_erf(x * (V)0.70710678118654752440));
+    else if constexpr (Op == SHIM_GELU_TANH) return half * x * (one + m_tanh((V)0.79788456080286535588 * (x + (V)0.044715 * x * x * x)));
     else if constexpr (Op == SHIM_FLOOR) return m_floor(x);
     else if constexpr (Op == SHIM_CEIL) return m_ceil(x);
     else if constexpr (Op == SHIM_ROUND) return m_rint(x);
     else return m_trunc(x);
   } else if constexpr (Op == SHIM_NEG) {
     return wrap_neg(x);
-  } else if constexpr (std::is_signed_v<V>) {
+  } else if constexpr (std::is_signed_v<V> && (Op == SHIM_ABS || Op == SHIM_RELU)) {
     if constexpr (Op == SHIM_ABS) return x < 0 ? wrap_neg(x) : x;
     else return x < 0 ? (V)0 : x; /* relu */
   } else {
-    return x; /* abs and relu of u8 and bool */
+    return x; /* abs and relu of u8 and bool; floor..trunc of integers */
   }
+}
+
+/* isnan, isinf and logical_not as a 0/1 byte; integers are never NaN or infinite. */
+template <typename D, int Op>
+__device__ __forceinline__ uint8_t unary_predicate(typename D::V x) {
+  using V = typename D::V;
+  if constexpr (Op == SHIM_LOGICAL_NOT) return (uint8_t)(x == (V)0);
+  else if constexpr (D::kind != Kind::Float) return 0;
+  else if constexpr (Op == SHIM_ISNAN) return (uint8_t)(x != x);
+  else return (uint8_t)(x == (V)INFINITY || x == -(V)INFINITY);
 }
 
 /* One binary op: D's compute type for arithmetic, 0 or 1 for comparisons. */
@@ -148,6 +211,8 @@ __device__ __forceinline__ auto binary_op(typename D::V x, typename D::V y) {
   else if constexpr (Op == SHIM_LE) return (uint8_t)(x <= y);
   else if constexpr (Op == SHIM_GT) return (uint8_t)(x > y);
   else if constexpr (Op == SHIM_GE) return (uint8_t)(x >= y);
+  else if constexpr (Op == SHIM_LOGICAL_AND) return (uint8_t)((x != (V)0) & (y != (V)0));
+  else if constexpr (Op == SHIM_LOGICAL_OR) return (uint8_t)((x != (V)0) | (y != (V)0));
   else if constexpr (D::kind == Kind::Bool) {
     if constexpr (Op == SHIM_ADD || Op == SHIM_MAXIMUM) return (V)(x | y);
     else return (V)(x & y); /* mul, minimum */
@@ -158,6 +223,8 @@ __device__ __forceinline__ auto binary_op(typename D::V x, typename D::V y) {
     else if constexpr (Op == SHIM_DIV) return x / y;
     else if constexpr (Op == SHIM_MAXIMUM) return (x > y || x != x) ? x : y;
     else if constexpr (Op == SHIM_MINIMUM) return (x < y || x != x) ? x : y;
+    else if constexpr (Op == SHIM_FLOOR_DIVIDE) return float_floor_divide(x, y);
+    else if constexpr (Op == SHIM_REMAINDER) return float_remainder(x, y);
     else return m_pow(x, y);
   } else {
     if constexpr (Op == SHIM_ADD) return wrap_add(x, y);
@@ -166,6 +233,8 @@ __device__ __forceinline__ auto binary_op(typename D::V x, typename D::V y) {
     else if constexpr (Op == SHIM_DIV) return int_div(x, y);
     else if constexpr (Op == SHIM_MAXIMUM) return x > y ? x : y;
     else if constexpr (Op == SHIM_MINIMUM) return x < y ? x : y;
+    else if constexpr (Op == SHIM_FLOOR_DIVIDE) return int_floor_divide(x, y);
+    else if constexpr (Op == SHIM_REMAINDER) return int_remainder(x, y);
     else return int_pow(x, y);
   }
 }
@@ -210,6 +279,13 @@ __global__ void unary_kernel(typename D::T *out, const typename D::T *a, int64_t
     done = packs * P;
   }
   for (int64_t i = done + tid; i < n; i += stride) out[i] = D::store(unary_op<D, Op>(D::load(a[i])));
+}
+
+template <typename D, int Op>
+__global__ void predicate_kernel(uint8_t *out, const typename D::T *a, int64_t n) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+    out[i] = unary_predicate<D, Op>(D::load(a[i]));
 }
 
 template <typename D, int Op>
@@ -259,53 +335,19 @@ __global__ void find_bad_operand(const typename D::T *y, int64_t n, int32_t *fla
 
 /* ---- host side ------------------------------------------------------------------------ */
 
-/* Calls f(std::integral_constant<int, op>{}) for a binary op code already validated. */
-template <typename F>
-int with_binary_op(int32_t op, F &&f) {
-  switch (op) {
-    case SHIM_ADD: return f(std::integral_constant<int, SHIM_ADD>{});
-    case SHIM_SUB: return f(std::integral_constant<int, SHIM_SUB>{});
-    case SHIM_MUL: return f(std::integral_constant<int, SHIM_MUL>{});
-    case SHIM_DIV: return f(std::integral_constant<int, SHIM_DIV>{});
-    case SHIM_MAXIMUM: return f(std::integral_constant<int, SHIM_MAXIMUM>{});
-    case SHIM_MINIMUM: return f(std::integral_constant<int, SHIM_MINIMUM>{});
-    case SHIM_POW: return f(std::integral_constant<int, SHIM_POW>{});
-    case SHIM_EQ: return f(std::integral_constant<int, SHIM_EQ>{});
-    case SHIM_NE: return f(std::integral_constant<int, SHIM_NE>{});
-    case SHIM_LT: return f(std::integral_constant<int, SHIM_LT>{});
-    case SHIM_LE: return f(std::integral_constant<int, SHIM_LE>{});
-    case SHIM_GT: return f(std::integral_constant<int, SHIM_GT>{});
-    default: return f(std::integral_constant<int, SHIM_GE>{});
-  }
+/* Calls f(std::integral_constant<int, op>{}) for an op code in First..Last (the enums are
+ * contiguous) already validated; Last takes anything past it. */
+template <int Op, int Last, typename F>
+int with_op_in(int32_t op, F &&f) {
+  if constexpr (Op == Last) return f(std::integral_constant<int, Op>{});
+  else return op == Op ? f(std::integral_constant<int, Op>{}) : with_op_in<Op + 1, Last>(op, f);
 }
 
 template <typename F>
-int with_unary_op(int32_t op, F &&f) {
-  switch (op) {
-    case SHIM_NEG: return f(std::integral_constant<int, SHIM_NEG>{});
-    case SHIM_ABS: return f(std::integral_constant<int, SHIM_ABS>{});
-    case SHIM_EXP: return f(std::integral_constant<int, SHIM_EXP>{});
-    case SHIM_LOG: return f(std::integral_constant<int, SHIM_LOG>{});
-    case SHIM_SQRT: return f(std::integral_constant<int, SHIM_SQRT>{});
-    case SHIM_RELU: return f(std::integral_constant<int, SHIM_RELU>{});
-    case SHIM_TANH: return f(std::integral_constant<int, SHIM_TANH>{});
-    case SHIM_SIGMOID: return f(std::integral_constant<int, SHIM_SIGMOID>{});
-    case SHIM_ERF: return f(std::integral_constant<int, SHIM_ERF>{});
-    case SHIM_LOG1P: return f(std::integral_constant<int, SHIM_LOG1P>{});
-    case SHIM_EXPM1: return f(std::integral_constant<int, SHIM_EXPM1>{});
-    case SHIM_SIN: return f(std::integral_constant<int, SHIM_SIN>{});
-    case SHIM_COS: return f(std::integral_constant<int, SHIM_COS>{});
-    case SHIM_RSQRT: return f(std::integral_constant<int, SHIM_RSQRT>{});
-    case SHIM_RECIPROCAL: return f(std::integral_constant<int, SHIM_RECIPROCAL>{});
-    case SHIM_SILU: return f(std::integral_constant<int, SHIM_SILU>{});
-    case SHIM_GELU: return f(std::integral_constant<int, SHIM_GELU>{});
-    case SHIM_GELU_TANH: return f(std::integral_constant<int, SHIM_GELU_TANH>{});
-    case SHIM_FLOOR: return f(std::integral_constant<int, SHIM_FLOOR>{});
-    case SHIM_CEIL: return f(std::integral_constant<int, SHIM_CEIL>{});
-    case SHIM_ROUND: return f(std::integral_constant<int, SHIM_ROUND>{});
-    default: return f(std::integral_constant<int, SHIM_TRUNC>{});
-  }
-}
+int with_binary_op(int32_t op, F &&f) { return with_op_in<SHIM_ADD, SHIM_LOGICAL_OR>(op, f); }
+
+template <typename F>
+int with_unary_op(int32_t op, F &&f) { return with_op_in<SHIM_NEG, SHIM_LOGICAL_NOT>(op, f); }
 
 template <typename V>
 constexpr bool is_negative(V v) {
@@ -321,12 +363,12 @@ int check_device_operand(const char *fn, int32_t op, const typename D::T *y, int
   if constexpr (D::kind != Kind::Int) {
     return SHIM_OK;
   } else {
-    if ((op != SHIM_DIV && op != SHIM_POW) || count == 0) return SHIM_OK;
+    if ((!shim_is_division(op) && op != SHIM_POW) || count == 0) return SHIM_OK;
     cudaStream_t stream = shim_cuda_stream(s);
     ShimScratch flag;
     SHIM_TRY(flag.alloc(sizeof(int32_t), s));
     CUDA_CHECK(cudaMemsetAsync(flag.data(), 0, sizeof(int32_t), stream));
-    if (op == SHIM_DIV) find_bad_operand<D, false><<<shim_cuda_blocks(count), SHIM_CUDA_THREADS, 0, stream>>>(y, count, (int32_t *)flag.data());
+    if (op != SHIM_POW) find_bad_operand<D, false><<<shim_cuda_blocks(count), SHIM_CUDA_THREADS, 0, stream>>>(y, count, (int32_t *)flag.data());
     else find_bad_operand<D, true><<<shim_cuda_blocks(count), SHIM_CUDA_THREADS, 0, stream>>>(y, count, (int32_t *)flag.data());
     CUDA_CHECK_LAUNCH("find_bad_operand");
     int32_t bad = 0;
@@ -345,7 +387,8 @@ int launch_binary(int32_t op, void *out, const Operand<D> &a, const Operand<D> &
   unsigned blocks = shim_cuda_blocks(vec ? n / pack_width<T>() + 1 : n);
   return with_binary_op(op, [&](auto code) -> int {
     constexpr int Op = decltype(code)::value;
-    if constexpr (D::kind == Kind::Bool && (Op == SHIM_SUB || Op == SHIM_DIV || Op == SHIM_POW)) {
+    if constexpr (D::kind == Kind::Bool && (Op == SHIM_SUB || Op == SHIM_DIV || Op == SHIM_POW || Op == SHIM_FLOOR_DIVIDE ||
+                                            Op == SHIM_REMAINDER)) {
       return shim_fail(SHIM_E_UNSUPPORTED, "binary op %d on bool", Op); /* shim_check_binary refused it already */
     } else {
       binary_kernel<D, Op><<<blocks, SHIM_CUDA_THREADS, 0, stream>>>(out, a, b, n, vec);
@@ -391,7 +434,7 @@ int shim_binary_scalar(int32_t op, shim_tensor *out, const shim_tensor *a, doubl
     if (scalar_first) {
       SHIM_TRY(check_device_operand<D>("shim_binary_scalar", op, t, n, "a", s));
     } else if constexpr (D::kind == Kind::Int) {
-      if ((op == SHIM_DIV && scalar == 0) || (op == SHIM_POW && is_negative(scalar)))
+      if ((shim_is_division(op) && scalar == 0) || (op == SHIM_POW && is_negative(scalar)))
         return shim_fail_bad_operand("shim_binary_scalar", op, a->dtype, "the scalar");
     }
     Operand<D> tensor{t, V(), true}, value{nullptr, scalar, false};
@@ -416,8 +459,14 @@ int shim_unary(int32_t op, shim_tensor *out, const shim_tensor *a, shim_stream *
     unsigned blocks = shim_cuda_blocks(vec ? n / pack_width<T>() + 1 : n);
     return with_unary_op(op, [&](auto code) -> int {
       constexpr int Op = decltype(code)::value;
-      constexpr bool integer_op = Op == SHIM_ABS || Op == SHIM_RELU || (Op == SHIM_NEG && D::kind != Kind::Bool);
-      if constexpr (D::kind != Kind::Float && !integer_op) {
+      constexpr bool rounding = Op >= SHIM_FLOOR && Op <= SHIM_TRUNC;
+      constexpr bool integer_op = Op == SHIM_ABS || Op == SHIM_RELU || Op == SHIM_SIGN ||
+                                  ((Op == SHIM_NEG || rounding) && D::kind != Kind::Bool);
+      if constexpr (Op >= SHIM_ISNAN) {
+        predicate_kernel<D, Op><<<shim_cuda_blocks(n), SHIM_CUDA_THREADS, 0, shim_cuda_stream(s)>>>((uint8_t *)o, x, n);
+        CUDA_CHECK_LAUNCH("predicate_kernel");
+        return SHIM_OK;
+      } else if constexpr (D::kind != Kind::Float && !integer_op) {
         return shim_fail(SHIM_E_UNSUPPORTED, "unary op %d on an integer dtype", Op); /* shim_check_unary refused it already */
       } else {
         unary_kernel<D, Op><<<blocks, SHIM_CUDA_THREADS, 0, shim_cuda_stream(s)>>>(o, x, n, vec);

@@ -1,9 +1,10 @@
-/* reduce.cu: shim_reduce on the device, with the cpu's semantics (c/cpu/reduce.c): a is read
+/* reduce.cu: shim_reduce, shim_argreduce and shim_cumsum on the device (the last two a thread
+ * per output line, stepping down the dim, as simple as the cpu's); shim_reduce with the cpu's semantics (c/cpu/reduce.c): a is read
  * as [outer, r, inner] with r the reduced dim (SHIM_ALL_DIMS: [1, numel, 1]); integer and bool
  * inputs accumulate in int64 (sum and prod wrap), floating inputs in double; the result is
  * converted to out's dtype by elements.h's rules, so the sum of a bool tensor into i64 counts
- * its true elements; mean divides in double. Over an empty dim sum is 0, prod 1 and mean NaN;
- * max and min fail. max and min propagate NaN. Floating sums add in another order than the
+ * its true elements; mean divides in double. Over an empty dim sum is 0, prod 1, mean NaN,
+ * any 0, all 1 and the norms 0; max and min fail. max, min and the inf-norm propagate NaN. Floating sums add in another order than the
  * cpu's, so they can differ from it in the last bits.
  *
  * inner == 1 (a reduced last dim, or every element): a warp per row, lanes striding along it.
@@ -23,7 +24,7 @@ namespace {
 template <typename Acc, int Op>
 struct Fold {
   static __device__ __forceinline__ Acc identity() {
-    if constexpr (Op == SHIM_PROD) return (Acc)1;
+    if constexpr (Op == SHIM_PROD || Op == SHIM_ALL) return (Acc)1;
     else if constexpr (Op == SHIM_MAX) {
       if constexpr (std::is_same_v<Acc, double>) return -INFINITY;
       else return INT64_MIN;
@@ -37,7 +38,10 @@ struct Fold {
 
   /* v (op) x; a NaN, once in, stays. */
   static __device__ __forceinline__ Acc apply(Acc v, Acc x) {
-    if constexpr (std::is_same_v<Acc, double>) {
+    if constexpr (Op == SHIM_ANY) return (Acc)((v != (Acc)0) | (x != (Acc)0));
+    else if constexpr (Op == SHIM_ALL) return (Acc)((v != (Acc)0) & (x != (Acc)0));
+    else if constexpr (Op >= SHIM_NORM1) return norm_step(v, x); /* floating only (checked) */
+    else if constexpr (std::is_same_v<Acc, double>) {
       if constexpr (Op == SHIM_PROD) return v * x;
       else if constexpr (Op == SHIM_MAX) return (x > v || x != x) ? x : v;
       else if constexpr (Op == SHIM_MIN) return (x < v || x != x) ? x : v;
@@ -50,13 +54,29 @@ struct Fold {
     }
   }
 
+  /* The norms fold |x| (or its square) into v; partials combine as sums or maxima. */
+  static __device__ __forceinline__ Acc norm_step(Acc v, Acc x) {
+    const Acc ax = x < (Acc)0 ? -x : x;
+    if constexpr (Op == SHIM_NORM1) return v + ax;
+    else if constexpr (Op == SHIM_NORM2) return v + x * x;
+    else return (ax > v || ax != ax) ? ax : v;
+  }
+
+  /* Two partial accumulators as one: the norms' partials add (or take the larger), the
+   * other folds combine by their own step. */
+  static __device__ __forceinline__ Acc combine(Acc v, Acc w) {
+    if constexpr (Op == SHIM_NORM1 || Op == SHIM_NORM2) return v + w;
+    else if constexpr (Op == SHIM_NORM_INF) return (w > v || w != w) ? w : v;
+    else return apply(v, w);
+  }
+
   /* The fold of the 32 lanes' values, in lane 0. */
   static __device__ __forceinline__ Acc warp(Acc v) {
     for (int offset = 16; offset > 0; offset >>= 1) {
       Acc other;
       if constexpr (std::is_same_v<Acc, double>) other = __shfl_down_sync(0xffffffffu, v, offset);
       else other = (int64_t)__shfl_down_sync(0xffffffffu, (long long)v, offset);
-      v = apply(v, other);
+      v = combine(v, other);
     }
     return v;
   }
@@ -64,6 +84,7 @@ struct Fold {
   /* out[i] = the accumulator over r elements, as out's dtype. */
   static __device__ __forceinline__ void finish(void *out, int32_t out_dtype, int64_t i, Acc v, int64_t r) {
     if constexpr (std::is_same_v<Acc, double>) {
+      if constexpr (Op == SHIM_NORM2) v = sqrt(v);
       store_f64_as(out_dtype, out, i, Op == SHIM_MEAN ? v / (double)r : v); /* r == 0: 0 / 0 is NaN */
     } else if constexpr (Op == SHIM_MEAN) {
       store_f64_as(out_dtype, out, i, (double)v / (double)r);
@@ -145,7 +166,7 @@ __global__ void reduce_partials(const Acc *partial, int64_t outputs, int64_t spl
   const int64_t warps = (int64_t)gridDim.x * blockDim.x / 32;
   for (int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32; w < outputs; w += warps) {
     Acc v = F::identity();
-    for (int64_t j = lane; j < splits; j += 32) v = F::apply(v, partial[w * splits + j]);
+    for (int64_t j = lane; j < splits; j += 32) v = F::combine(v, partial[w * splits + j]);
     v = F::warp(v);
     if (lane == 0) F::finish(out, out_dtype, w, v, r);
   }
@@ -212,7 +233,99 @@ int shim_reduce(int32_t op, shim_tensor *out, const shim_tensor *a, int32_t dim,
       case SHIM_MEAN: return launch_reduce<D, SHIM_MEAN>(in, o, out->dtype, dims, s);
       case SHIM_MAX: return launch_reduce<D, SHIM_MAX>(in, o, out->dtype, dims, s);
       case SHIM_MIN: return launch_reduce<D, SHIM_MIN>(in, o, out->dtype, dims, s);
-      default: return launch_reduce<D, SHIM_PROD>(in, o, out->dtype, dims, s);
+      case SHIM_PROD: return launch_reduce<D, SHIM_PROD>(in, o, out->dtype, dims, s);
+      case SHIM_ANY: return launch_reduce<D, SHIM_ANY>(in, o, out->dtype, dims, s);
+      case SHIM_ALL: return launch_reduce<D, SHIM_ALL>(in, o, out->dtype, dims, s);
+      case SHIM_NORM1: return launch_reduce<D, SHIM_NORM1>(in, o, out->dtype, dims, s);
+      case SHIM_NORM2: return launch_reduce<D, SHIM_NORM2>(in, o, out->dtype, dims, s);
+      default: return launch_reduce<D, SHIM_NORM_INF>(in, o, out->dtype, dims, s);
     }
+  });
+}
+
+namespace {
+
+/* Whether x replaces best in an argmax (Max) or argmin: strictly beyond it, or the first NaN. */
+template <bool Max, typename Acc>
+__device__ __forceinline__ bool beats(Acc x, Acc best) {
+  if constexpr (std::is_same_v<Acc, double>) {
+    if (best != best) return false;
+    if (x != x) return true;
+  }
+  return Max ? x > best : x < best;
+}
+
+/* A thread per output (o, k), stepping down r: the first index of the extreme. */
+template <typename D, bool Max>
+__global__ void argreduce_kernel(const typename D::T *in, int64_t *idx, int64_t outputs, int64_t inner, int64_t r) {
+  using Acc = AccOf<D>;
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < outputs; t += stride) {
+    const int64_t o = t / inner, k = t % inner;
+    Acc best = to_acc<D>(in[o * r * inner + k]);
+    int64_t at = 0;
+    for (int64_t j = 1; j < r; j++) {
+      Acc x = to_acc<D>(in[(o * r + j) * inner + k]);
+      if (beats<Max>(x, best)) best = x, at = j;
+    }
+    idx[t] = at;
+  }
+}
+
+/* A thread per (o, k), a running sum down r stored at each step. */
+template <typename D>
+__global__ void cumsum_kernel(const typename D::T *in, void *out, int32_t out_dtype, int64_t lines, int64_t inner, int64_t r) {
+  using Acc = AccOf<D>;
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < lines; t += stride) {
+    const int64_t o = t / inner, k = t % inner;
+    Acc acc = 0;
+    for (int64_t j = 0; j < r; j++) {
+      const int64_t at = (o * r + j) * inner + k;
+      if constexpr (std::is_same_v<Acc, double>) {
+        acc += D::to_f64(in[at]);
+        store_f64_as(out_dtype, out, at, acc);
+      } else {
+        acc = (int64_t)((uint64_t)acc + (uint64_t)D::to_i64(in[at]));
+        store_i64_as(out_dtype, out, at, acc);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+int shim_argreduce(int32_t op, shim_tensor *indices, const shim_tensor *a, int32_t dim, shim_stream *s) {
+  shim_reduce_dims dims;
+  SHIM_TRY(shim_check_argreduce(op, indices, a, dim, &dims));
+  const int64_t outputs = indices->numel;
+  if (outputs == 0) return SHIM_OK;
+  shim_cuda_track(s, indices);
+  shim_cuda_track(s, a);
+  cudaStream_t stream = shim_cuda_stream(s);
+  return dispatch(a->dtype, [&](auto d) -> int {
+    using D = decltype(d);
+    const typename D::T *in = (const typename D::T *)shim_cuda_data(a);
+    int64_t *idx = (int64_t *)shim_cuda_data(indices);
+    if (op == SHIM_MAX) argreduce_kernel<D, true><<<shim_cuda_blocks(outputs), SHIM_CUDA_THREADS, 0, stream>>>(in, idx, outputs, dims.inner, dims.r);
+    else argreduce_kernel<D, false><<<shim_cuda_blocks(outputs), SHIM_CUDA_THREADS, 0, stream>>>(in, idx, outputs, dims.inner, dims.r);
+    CUDA_CHECK_LAUNCH("argreduce_kernel");
+    return SHIM_OK;
+  });
+}
+
+int shim_cumsum(shim_tensor *out, const shim_tensor *a, int32_t dim, shim_stream *s) {
+  shim_reduce_dims dims;
+  SHIM_TRY(shim_check_cumsum(out, a, dim, &dims));
+  if (a->numel == 0) return SHIM_OK;
+  shim_cuda_track(s, out);
+  shim_cuda_track(s, a);
+  const int64_t lines = dims.outer * dims.inner;
+  return dispatch(a->dtype, [&](auto d) -> int {
+    using D = decltype(d);
+    cumsum_kernel<D><<<shim_cuda_blocks(lines), SHIM_CUDA_THREADS, 0, shim_cuda_stream(s)>>>(
+        (const typename D::T *)shim_cuda_data(a), shim_cuda_data(out), out->dtype, lines, dims.inner, dims.r);
+    CUDA_CHECK_LAUNCH("cumsum_kernel");
+    return SHIM_OK;
   });
 }

@@ -7,13 +7,13 @@
  * several shim calls inside one command, through temporaries freed when it ends.
  */
 import * as k from "../../ffi/ops.ts"
-import type { BinaryOpName, ReduceOpName, UnaryOpName } from "../../ffi/symbols.ts"
+import type { BinaryOpName, ReduceOpName, TernaryOpName, UnaryOpName } from "../../ffi/symbols.ts"
 import { Tensor } from "../../ffi/tensor.ts"
 import type { DType } from "../protocol/values.ts"
 import type { FunctionContext, RemoteFunction } from "./function.ts"
 import { numelOf, OpArgumentError, type TensorMeta } from "./meta.ts"
 import type { Bound } from "./params.ts"
-import { broadcastShapes, isFloating } from "./promotion.ts"
+import { broadcastShapes, resultType } from "./promotion.ts"
 import { opNamed, type Op, type OpName, type ParamsOf } from "./registry.ts"
 import { normDim } from "./rules.ts"
 import type { OpSpec } from "./spec.ts"
@@ -93,10 +93,8 @@ const fill = (value: number): Kernel<"zeros"> => (run, [out]) => k.fill(out!, va
 const random = (normal: boolean): Kernel<"rand"> => (run, [out], a) => k.rand(out!, a.seed, a.offset, normal, run.stream)
 
 const unary = (op: UnaryOpName): Kernel<"neg"> => (run, [out], a) => k.unary(op, out!, run.cast(a.input, out!.dtype), run.stream)
-
-/** floor, ceil, round, trunc: the identity on integers. */
-const rounding = (op: UnaryOpName): Kernel<"floor"> => (run, [out], a) =>
-  isFloating(a.input.dtype) ? k.unary(op, out!, a.input, run.stream) : k.cast(out!, a.input, run.stream)
+/** isnan, isinf, logical_not: bool out of any dtype, no cast. */
+const predicate = (op: UnaryOpName): Kernel<"isnan"> => (run, [out], a) => k.unary(op, out!, a.input, run.stream)
 
 /** out = a (op) b over prepared operands: cast to the compute dtype, broadcast to the result's shape. */
 const binaryInto = (run: Run, op: BinaryOpName, kind: BinaryKind, name: string, out: Tensor, a: Tensor | number, b: Tensor | number): void => {
@@ -121,6 +119,31 @@ const binaryInPlace = (op: BinaryOpName, kind: BinaryKind): Kernel<"add_"> => (r
   k.cast(a.input, result, run.stream)
 }
 
+/** An operand of a ternary op in dtype over shape: a number as one element, a one-element tensor as it is. */
+const operand = (run: Run, x: Tensor | number, dtype: DType, shape: ReadonlyArray<number>): Tensor => {
+  if (typeof x === "number") {
+    const t = run.temp(dtype, [])
+    k.fill(t, x, run.stream)
+    return t
+  }
+  const t = run.cast(x, dtype)
+  return t.numel === 1 ? t : run.expand(t, shape)
+}
+
+/** out = op(a, b, c), the operands prepared in out's dtype (where's condition a keeps its own). */
+const ternaryInto = (run: Run, op: TernaryOpName, out: Tensor, a: Tensor | number, b: Tensor | number, c: Tensor | number, value = 0): void => {
+  const first = op === "where" ? operand(run, a, "bool", out.shape) : operand(run, a, out.dtype, out.shape)
+  k.ternary(op, out, first, operand(run, b, out.dtype, out.shape), operand(run, c, out.dtype, out.shape), value, run.stream)
+}
+
+/** In place: into the input when the result has its dtype, else through a temporary cast back. */
+const intoInput = (run: Run, input: Tensor, dtype: DType, compute: (out: Tensor) => void): void => {
+  if (dtype === input.dtype) return compute(input)
+  const result = run.temp(dtype, input.shape)
+  compute(result)
+  k.cast(input, result, run.stream)
+}
+
 /** Reduces `dims` of input into out, one dim at a time from the last (every dim: one call). */
 const reduceInto = (run: Run, op: ReduceOpName, out: Tensor, input: Tensor, dims: ReadonlyArray<number>): void => {
   if (dims.length === input.shape.length) return k.reduce(op, out, input, undefined, run.stream)
@@ -134,6 +157,51 @@ const reduceInto = (run: Run, op: ReduceOpName, out: Tensor, input: Tensor, dims
 }
 
 const reduce = (op: ReduceOpName): Kernel<"sum"> => (run, [out], a, name) => reduceInto(run, op, out!, a.input, reducedDims(name, a.input, a.dim))
+
+/** f16 and bf16 compose in f32 (rounded once at the end), f32 and f64 in their own dtype. */
+const composeDtype = (d: DType): DType => (d === "f16" || d === "bf16" ? "f32" : d)
+const keptShape = (x: TensorMeta, dims: ReadonlyArray<number>): number[] => x.shape.map((s, i) => (dims.includes(i) ? 1 : s))
+
+/**
+ * var and std, composed: the mean (kept dims), the squared deviations, their sum over
+ * N - correction (6 shim calls; no fused kernel yet).
+ */
+const moments = (run: Run, out: Tensor, input: Tensor, dims: ReadonlyArray<number>, correction: number, sqrt: boolean): void => {
+  const dtype = composeDtype(input.dtype), x = run.cast(input, dtype), kept = keptShape(x, dims)
+  const n = dims.reduce((m, d) => m * x.shape[d]!, 1)
+  const mean = run.temp(dtype, kept), dev = run.temp(dtype, x.shape), result = out.dtype === dtype ? out : run.temp(dtype, out.shape)
+  reduceInto(run, "mean", mean, x, dims)
+  k.binary("sub", dev, x, run.expand(mean, x.shape), run.stream)
+  k.binary("mul", dev, dev, dev, run.stream)
+  reduceInto(run, "sum", result, dev, dims)
+  k.binaryScalar("div", result, result, Math.max(n - correction, 0), false, run.stream)
+  if (sqrt) k.unary("sqrt", result, result, run.stream)
+  if (result !== out) k.cast(out, result, run.stream)
+}
+
+/**
+ * logsumexp, composed as torch's: the max over dims (an infinite one taken as 0, so inf - inf
+ * does not make NaN), log of the sum of exp of the shifted input, plus the max (8 shim calls).
+ */
+const logsumexp = (run: Run, out: Tensor, input: Tensor, dims: ReadonlyArray<number>): void => {
+  const dtype = composeDtype(input.dtype), x = run.cast(input, dtype), kept = keptShape(x, dims)
+  const max = run.temp(dtype, kept), infinite = run.temp("bool", kept), zero = run.temp(dtype, [])
+  reduceInto(run, "max", max, x, dims)
+  k.unary("isinf", infinite, max, run.stream)
+  k.fill(zero, 0, run.stream)
+  k.ternary("where", max, infinite, zero, max, 0, run.stream)
+  const shifted = run.temp(dtype, x.shape), result = out.dtype === dtype ? out : run.temp(dtype, out.shape)
+  k.binary("sub", shifted, x, run.expand(max, x.shape), run.stream)
+  k.unary("exp", shifted, shifted, run.stream)
+  reduceInto(run, "sum", result, shifted, dims)
+  k.unary("log", result, result, run.stream)
+  k.binary("add", result, result, run.view(max, result.shape), run.stream)
+  if (result !== out) k.cast(out, result, run.stream)
+}
+
+/** argmax/argmin: along dim, or over every element (dim None, or a 0-d input). */
+const argReduce = (op: "max" | "min"): Kernel<"argmax"> => (run, [out], a, name) =>
+  k.argreduce(op, out!, a.input, a.dim === null || a.input.shape.length === 0 ? undefined : normDim(name, a.dim, a.input.shape.length), run.stream)
 
 const permute = (run: Run, out: Tensor, input: Tensor, p: ReadonlyArray<number>): void => {
   const own = contiguous(input.shape)
@@ -165,14 +233,27 @@ export const KERNELS: Kernels = {
   randn: random(true),
   neg: unary("neg"), abs: unary("abs"), exp: unary("exp"), log: unary("log"), sqrt: unary("sqrt"),
   relu: unary("relu"), tanh: unary("tanh"), sigmoid: unary("sigmoid"),
-  erf: unary("erf"), log1p: unary("log1p"), expm1: unary("expm1"), sin: unary("sin"), cos: unary("cos"),
-  rsqrt: unary("rsqrt"), reciprocal: unary("reciprocal"), silu: unary("silu"),
-  gelu: (run, [out], a) => k.unary(a.approximate === "tanh" ? "gelu_tanh" : "gelu", out!, run.cast(a.input, out!.dtype), run.stream),
-  floor: rounding("floor"), ceil: rounding("ceil"), round: rounding("round"), trunc: rounding("trunc"),
+  erf: unary("erf"), log1p: unary("log1p"), expm1: unary("expm1"), rsqrt: unary("rsqrt"), reciprocal: unary("reciprocal"),
+  sin: unary("sin"), cos: unary("cos"), floor: unary("floor"), ceil: unary("ceil"), round: unary("round"), trunc: unary("trunc"),
+  sign: unary("sign"), silu: unary("silu"), softplus: unary("softplus"),
+  gelu: (run, [out], a) => k.unary(a.approximate === "tanh" ? "gelu_tanh" : "gelu", out!, a.input, run.stream),
+  isnan: predicate("isnan"), isinf: predicate("isinf"), logical_not: predicate("logical_not"),
   add: binary("add", "arithmetic"), sub: binary("sub", "arithmetic"), mul: binary("mul", "arithmetic"), div: binary("div", "division"),
   maximum: binary("maximum", "arithmetic"), minimum: binary("minimum", "arithmetic"), pow: binary("pow", "arithmetic"),
   eq: binary("eq", "comparison"), ne: binary("ne", "comparison"), lt: binary("lt", "comparison"),
   le: binary("le", "comparison"), gt: binary("gt", "comparison"), ge: binary("ge", "comparison"),
+  floor_divide: binary("floor_divide", "arithmetic"), remainder: binary("remainder", "arithmetic"),
+  floor_divide_: binaryInPlace("floor_divide", "arithmetic"), remainder_: binaryInPlace("remainder", "arithmetic"),
+  logical_and: binary("logical_and", "comparison"), logical_or: binary("logical_or", "comparison"),
+  where: (run, [out], a) => ternaryInto(run, "where", out!, a.condition, a.input, a.other),
+  masked_fill: (run, [out], a) => ternaryInto(run, "where", out!, a.mask, a.value, a.input),
+  masked_fill_: (run, _, a) => ternaryInto(run, "where", a.input, a.mask, a.value, a.input),
+  lerp: (run, [out], a) => ternaryInto(run, "lerp", out!, a.input, a.end, a.weight),
+  lerp_: (run, _, a) => ternaryInto(run, "lerp", a.input, a.input, a.end, a.weight),
+  addcmul: (run, [out], a) => ternaryInto(run, "addcmul", out!, a.input, a.tensor1, a.tensor2, a.value),
+  addcdiv: (run, [out], a) => ternaryInto(run, "addcdiv", out!, a.input, a.tensor1, a.tensor2, a.value),
+  addcmul_: (run, _, a) => intoInput(run, a.input, resultType([a.input, a.tensor1, a.tensor2]), (out) => ternaryInto(run, "addcmul", out, a.input, a.tensor1, a.tensor2, a.value)),
+  addcdiv_: (run, _, a) => intoInput(run, a.input, resultType([a.input, a.tensor1, a.tensor2]), (out) => ternaryInto(run, "addcdiv", out, a.input, a.tensor1, a.tensor2, a.value)),
   add_: binaryInPlace("add", "arithmetic"), sub_: binaryInPlace("sub", "arithmetic"), mul_: binaryInPlace("mul", "arithmetic"), div_: binaryInPlace("div", "division"),
   clamp: (run, [out], a) => {
     k.cast(out!, a.input, run.stream)
@@ -181,6 +262,13 @@ export const KERNELS: Kernels = {
   },
   sum: reduce("sum"), prod: reduce("prod"), mean: reduce("mean"),
   amax: reduce("max"), amin: reduce("min"), max: reduce("max"), min: reduce("min"),
+  any: reduce("any"), all: reduce("all"),
+  argmax: argReduce("max"), argmin: argReduce("min"),
+  var: (run, [out], a, op) => moments(run, out!, a.input, reducedDims(op, a.input, a.dim), a.correction, false),
+  std: (run, [out], a, op) => moments(run, out!, a.input, reducedDims(op, a.input, a.dim), a.correction, true),
+  logsumexp: (run, [out], a, op) => logsumexp(run, out!, a.input, reducedDims(op, a.input, a.dim)),
+  cumsum: (run, [out], a, op) => k.cumsum(out!, a.input, normDim(op, a.dim, a.input.shape.length), run.stream),
+  norm: (run, [out], a, name) => reduceInto(run, a.p === 1 ? "norm1" : a.p === 2 ? "norm2" : "norm_inf", out!, a.input, reducedDims(name, a.input, a.dim)),
   matmul: (run, [out], a) => matmulInto(run, out!, a.input, a.other),
   mm: (run, [out], a) => k.matmul(out!, a.input, a.mat2, run.stream),
   bmm: (run, [out], a) => k.matmul(out!, a.input, a.mat2, run.stream),

@@ -10,10 +10,12 @@ import type { OpSpec } from "./spec.ts"
 import { creation } from "./specs/creation.ts"
 import { elementwise } from "./specs/elementwise.ts"
 import { layout } from "./specs/layout.ts"
+import { math } from "./specs/math.ts"
 import { nn } from "./specs/nn.ts"
 import { reductions } from "./specs/reduction.ts"
+import { ternary } from "./specs/ternary.ts"
 
-const SPECS = { ...creation, ...elementwise, ...reductions, ...layout, ...nn }
+const SPECS = { ...creation, ...elementwise, ...math, ...ternary, ...reductions, ...layout, ...nn }
 
 type Specs = typeof SPECS
 export type OpName = keyof Specs

@@ -9,7 +9,7 @@ import { testUnless } from "../skip.ts"
 import { loadNative, type Native } from "../../ffi/native.ts"
 import { alike } from "./alike.ts"
 import * as ops from "../../ffi/ops.ts"
-import type { BinaryOpName, ReduceOpName, UnaryOpName } from "../../ffi/symbols.ts"
+import { BinaryOp, ReduceOp, TernaryOp, type BinaryOpName, type ReduceOpName, type TernaryOpName, type UnaryOpName } from "../../ffi/symbols.ts"
 import { Tensor } from "../../ffi/tensor.ts"
 import { DTYPES, HostTensor, ITEM_SIZE, type DType } from "../../src/protocol/values.ts"
 
@@ -160,13 +160,14 @@ describe("cuda matches cpu", () => {
   parity("unary ops over every dtype", () => {
     const bad: string[] = []
     const ulps: Record<UnaryOpName, number> = {
-      neg: 0, abs: 0, relu: 0, sqrt: 0, exp: 3, log: 2, tanh: 3, sigmoid: 4, erf: 3, log1p: 2, expm1: 3, sin: 2, cos: 2,
-      rsqrt: 2, reciprocal: 1, silu: 4, gelu: 4, gelu_tanh: 5, floor: 0, ceil: 0, round: 0, trunc: 0,
+      neg: 0, abs: 0, relu: 0, sqrt: 0, exp: 3, log: 2, tanh: 3, sigmoid: 4, erf: 2, log1p: 2, expm1: 3, rsqrt: 2, reciprocal: 0,
+      sin: 2, cos: 2, silu: 4, softplus: 4, gelu: 4, gelu_tanh: 6, floor: 0, ceil: 0, round: 0, trunc: 0, sign: 0, isnan: 0, isinf: 0, logical_not: 0,
     }
+    const predicates: ReadonlySet<UnaryOpName> = new Set(["isnan", "isinf", "logical_not"])
     for (const dtype of DTYPES) {
       const [a, b] = pair(dtype, [N], bytesOf(dtype, N, 2, { lo: -20, hi: 20 }))
       for (const op of Object.keys(ulps) as UnaryOpName[]) {
-        const [x, y] = emptyPair(dtype, [N])
+        const [x, y] = emptyPair(predicates.has(op) ? "bool" : dtype, [N])
         if (alike(`${op} ${dtype}`, (w) => ops.unary(op, w ? y : x, w ? b : a))) bad.push(...differences(`${op} ${dtype}`, x, y, ulps[op]))
         freeAll(x, y)
       }
@@ -177,7 +178,7 @@ describe("cuda matches cpu", () => {
 
   parity("binary ops, tensor with tensor, with a broadcast one, and with a scalar", () => {
     const bad: string[] = []
-    const OPS: BinaryOpName[] = ["add", "sub", "mul", "div", "maximum", "minimum", "pow", "eq", "ne", "lt", "le", "gt", "ge"]
+    const OPS = Object.keys(BinaryOp) as BinaryOpName[]
     for (const dtype of DTYPES) {
       // divisors and exponents without zeros or negatives, so integer div and pow run
       const [a, b] = pair(dtype, [N], bytesOf(dtype, N, 3, { lo: -50, hi: 50 }))
@@ -201,12 +202,55 @@ describe("cuda matches cpu", () => {
     expect(bad).toEqual([])
   })
 
+  parity("ternary ops over every dtype, with full and one-element operands", () => {
+    const bad: string[] = []
+    for (const dtype of DTYPES) {
+      const [a, b] = pair(dtype, [N], bytesOf(dtype, N, 9, { lo: -50, hi: 50 }))
+      const [p, q] = pair(dtype, [N], bytesOf(dtype, N, 10, { lo: 1, hi: 6, specials: false }))
+      const [s, t] = pair(dtype, [], bytesOf(dtype, 1, 11, { lo: 0, hi: 1, specials: false }))
+      const [m, n] = pair("bool", [N], bytesOf("bool", N, 12))
+      for (const op of Object.keys(TernaryOp) as TernaryOpName[]) {
+        const [x, y] = emptyPair(dtype, [N])
+        const [c0, c1] = op === "where" ? [m, n] : [a, b]
+        if (alike(`${op} ${dtype}`, (w) => ops.ternary(op, w ? y : x, w ? c1 : c0, w ? b : a, w ? q : p, 0.5)))
+          bad.push(...differences(`${op} ${dtype}`, x, y, isFloat(dtype) ? 2 : 0))
+        if (alike(`${op} ${dtype} broadcast`, (w) => ops.ternary(op, w ? y : x, w ? c1 : c0, w ? t : s, w ? b : a, -2)))
+          bad.push(...differences(`${op} ${dtype} broadcast`, x, y, isFloat(dtype) ? 2 : 0))
+        freeAll(x, y)
+      }
+      freeAll(a, b, p, q, s, t, m, n)
+    }
+    expect(bad).toEqual([])
+  })
+
+  parity("argmax, argmin and cumsum over each dim and over all", () => {
+    const bad: string[] = []
+    const shape = [5, 7, 9]
+    for (const dtype of DTYPES) {
+      const [a, b] = pair(dtype, shape, bytesOf(dtype, 315, 13, { lo: -4, hi: 4, integral: true }))
+      for (const dim of [0, 1, 2, undefined]) {
+        const outShape = dim === undefined ? [] : shape.filter((_, i) => i !== dim)
+        for (const op of ["max", "min"] as const) {
+          const [x, y] = emptyPair("i64", outShape)
+          if (alike(`arg${op} ${dtype} dim ${dim}`, (w) => ops.argreduce(op, w ? y : x, w ? b : a, dim))) bad.push(...differences(`arg${op} ${dtype} dim ${dim}`, x, y))
+          freeAll(x, y)
+        }
+        if (dim === undefined) continue
+        const [x, y] = emptyPair(isFloat(dtype) ? dtype : "i64", shape)
+        if (alike(`cumsum ${dtype} dim ${dim}`, (w) => ops.cumsum(w ? y : x, w ? b : a, dim))) bad.push(...differences(`cumsum ${dtype} dim ${dim}`, x, y))
+        freeAll(x, y)
+      }
+      freeAll(a, b)
+    }
+    expect(bad).toEqual([])
+  })
+
   parity("integer division by zero and negative powers fail alike, before writing", () => {
     for (const dtype of ["i32", "i64", "u8"] as const) {
       const [a, b] = pair(dtype, [N], bytesOf(dtype, N, 6, { lo: 1, hi: 9, specials: false }))
       const [z, zz] = pair(dtype, [N], bytesOf(dtype, N, 7, { lo: -3, hi: 3 }))
       const [x, y] = pair(dtype, [N], bytesOf(dtype, N, 8, { lo: 0, hi: 0, specials: false }))
-      alike(`div ${dtype}`, (w) => ops.binary("div", w ? y : x, w ? b : a, w ? zz : z))
+      for (const op of ["div", "floor_divide", "remainder"] as const) alike(`${op} ${dtype}`, (w) => ops.binary(op, w ? y : x, w ? b : a, w ? zz : z))
       alike(`pow ${dtype}`, (w) => ops.binary("pow", w ? y : x, w ? b : a, w ? zz : z))
       alike(`div ${dtype} by scalar 0`, (w) => ops.binaryScalar("div", w ? y : x, w ? b : a, 0, false))
       alike(`scalar div ${dtype}`, (w) => ops.binaryScalar("div", w ? y : x, w ? zz : z, 5, true))
@@ -221,7 +265,7 @@ describe("cuda matches cpu", () => {
     const bad: string[] = []
     const shape = [5, 7, 9]
     for (const dtype of DTYPES)
-      for (const op of ["sum", "mean", "max", "min", "prod"] as ReduceOpName[]) {
+      for (const op of Object.keys(ReduceOp) as ReduceOpName[]) {
         const [lo, hi] = op === "prod" ? [-2, 2] : [-50, 50]
         const bytes = bytesOf(dtype, 315, 9, { lo, hi, specials: false, integral: true })
         if (isFloat(dtype)) {
@@ -300,8 +344,9 @@ describe("cuda matches cpu", () => {
     }
     alike("unary on bool", (w) => call(w, "shim_unary", 0, w ? by : bx, w ? by : bx, null))
     alike("unary exp on i32", (w) => call(w, "shim_unary", 2, w ? j : i, w ? j : i, null))
-    alike("unknown binary op", (w) => call(w, "shim_binary", 13, w ? y : x, w ? b : a, w ? b : a, null))
-    alike("binary out dtype", (w) => call(w, "shim_binary", 9, w ? y : x, w ? b : a, w ? b : a, null))
+    alike("unknown binary op", (w) => call(w, "shim_binary", Object.keys(BinaryOp).length, w ? y : x, w ? b : a, w ? b : a, null))
+    alike("binary out dtype", (w) => call(w, "shim_binary", BinaryOp.lt, w ? y : x, w ? b : a, w ? b : a, null))
+    alike("ternary operand count", (w) => call(w, "shim_ternary", TernaryOp.lerp, w ? y : x, w ? b : a, w ? b : a, w ? y : x, 0, null))
     alike("reduce bad dim", (w) => call(w, "shim_reduce", 0, w ? y : x, w ? b : a, 5, null))
     alike("reduce out size", (w) => call(w, "shim_reduce", 0, w ? y : x, w ? b : a, -1, null))
     alike("matmul inner dims", (w) => call(w, "shim_matmul", w ? y : x, w ? b : a, w ? b : a, null))

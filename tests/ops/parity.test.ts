@@ -4,6 +4,7 @@
 // torch the cases skip, saying so.
 import { afterAll, beforeAll, expect, test } from "bun:test"
 import { existsSync } from "node:fs"
+import type { Value } from "../../src/protocol/messages.ts"
 import { HostTensor, type DType } from "../../src/protocol/values.ts"
 import { call, createStream, fetch, host, ref } from "../worker/build.ts"
 import { startWorkers, type Harness } from "../worker/harness.ts"
@@ -27,11 +28,20 @@ const TOLERANCE: Readonly<Record<DType, { rtol: number; atol: number }>> = {
 /** A seeded tensor: values from a small LCG, integers in [-5, 5) (bool 0/1, u8 [0, 10)). */
 let seed = 12345
 const rnd = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31)
+/** x rounded to a floating dtype, to nearest even (bf16: from its f32 bits), so both sides start from one value. */
+const representable = (t: DType, x: number): number => {
+  if (t === "f64") return x
+  if (t === "f16") return Math.f16round(x)
+  const f = Math.fround(x)
+  if (t !== "bf16") return f
+  const u = new Uint32Array(Float32Array.of(f).buffer)[0]!
+  return new Float32Array(Uint32Array.of(((u + 0x7fff + ((u >>> 16) & 1)) >>> 16) << 16).buffer)[0]!
+}
 interface T { readonly t: DType; readonly shape: number[]; readonly data: number[] }
 const tensor = (t: DType, shape: number[], scale = 3): T => {
   const n = shape.reduce((a, b) => a * b, 1)
   const data = Array.from({ length: n }, () => t === "bool" ? Math.floor(rnd() * 2) : t === "u8" ? Math.floor(rnd() * 10)
-    : t === "i32" || t === "i64" ? Math.floor(rnd() * 10) - 5 : Math.fround((rnd() * 2 - 1) * scale))
+    : t === "i32" || t === "i64" ? Math.floor(rnd() * 10) - 5 : representable(t, (rnd() * 2 - 1) * scale))
   return { t, shape, data }
 }
 const ints = (t: "i64", shape: number[], values: number[]): T => ({ t, shape, data: values })
@@ -42,6 +52,21 @@ interface Case { readonly name: string; readonly op: string; readonly args: unkn
 const c = (name: string, op: string, args: unknown[], kwargs: Record<string, unknown> = {}): Case => ({ name, op, args, kwargs })
 
 const f = (...s: number[]) => tensor("f32", s)
+const FLOATS = ["f32", "f64", "f16", "bf16"] as const
+/** A divisor without zeros (|x| + 0.5). */
+const nonzero = (x: T): T => ({ ...x, data: x.data.map((v) => representable(x.t, Math.abs(v) + 0.5)) })
+const isFloat = (t: DType): boolean => (FLOATS as ReadonlyArray<DType>).includes(t)
+const FLOAT_OF_INT = ["erf", "log1p", "expm1", "rsqrt", "reciprocal", "sin", "cos"]
+const MATH = [...FLOAT_OF_INT, "floor", "ceil", "round", "trunc", "sign", "silu", "softplus", "gelu"]
+const PREDICATES = ["isnan", "isinf", "logical_not"]
+/** log1p and rsqrt of values where they are defined (their NaNs are tested through isnan). */
+const positive = (op: string, x: T): T =>
+  op === "rsqrt" || op === "log1p" ? { ...x, data: x.data.map((v) => Math.abs(v) + (isFloat(x.t) ? 0.25 : 0)) } : x
+/** NaN, infinities and zeros among ordinary values (integers and bool: their own zeros). */
+const special = (t: DType): T => {
+  const x = tensor(t, [7])
+  return isFloat(t) ? { ...x, data: [NaN, Infinity, -Infinity, 0, -0, 1.5, -2] } : x
+}
 const CASES: Case[] = [
   // broadcasting and promotion
   c("add [3,4] + [4]", "add", [f(3, 4), f(4)]),
@@ -65,16 +90,79 @@ const CASES: Case[] = [
   // unary
   ...["neg", "abs", "exp", "tanh", "sigmoid", "relu"].map((op) => c(`${op} f32`, op, [f(2, 3)])),
   c("exp of i64 is f32", "exp", [tensor("i64", [4])]),
-  ...["erf", "expm1", "sin", "cos", "reciprocal", "silu", "gelu"].map((op) => c(`${op} f32`, op, [f(2, 5)])),
-  c("log1p f64", "log1p", [{ ...tensor("f64", [4]), data: [0, 1e-10, 0.5, 3] }]),
-  c("rsqrt f32", "rsqrt", [{ ...f(3), data: [0.25, 1, 9] }]),
-  c("gelu tanh form", "gelu", [f(2, 5)], { approximate: "tanh" }),
-  c("gelu of f64", "gelu", [tensor("f64", [6])]),
-  ...["floor", "ceil", "round", "trunc"].map((op) => c(`${op} f32, halves included`, op, [{ ...f(8), data: [-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 2.7, -2.2] }])),
-  c("round of i64 is itself", "round", [tensor("i64", [4])]),
   c("sqrt f64", "sqrt", [{ ...tensor("f64", [4]), data: [0, 1, 2, 9] }]),
   c("log f32", "log", [{ ...f(3), data: [0.5, 1, 4] }]),
   c("clamp", "clamp", [f(6)], { min: -1, max: 0.5 }),
+  // math: every floating dtype, integer and bool inputs, 0-d, empty, special values
+  ...MATH.flatMap((op) => FLOATS.map((t) => c(`${op} ${t}`, op, [positive(op, tensor(t, [2, 3]))]))),
+  ...FLOAT_OF_INT.flatMap((op) => (["i64", "i32", "u8", "bool"] as const).map((t) => c(`${op} of ${t} is f32`, op, [positive(op, tensor(t, [5]))]))),
+  ...MATH.map((op) => c(`${op} 0-d`, op, [positive(op, f())])),
+  ...MATH.map((op) => c(`${op} empty`, op, [f(0, 3)])),
+  ...["floor", "ceil", "round", "trunc", "sign"].flatMap((op) => (["i64", "i32", "u8"] as const).map((t) => c(`${op} keeps ${t}`, op, [tensor(t, [5])]))),
+  c("sign of bool", "sign", [tensor("bool", [4])]),
+  c("round half to even", "round", [{ ...f(8), data: [0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.5000002, -0.49999997] }]),
+  c("round half to even f64", "round", [{ ...tensor("f64", [4]), data: [0.5, 1.5, 2.5, -3.5] }]),
+  c("sign of NaN, inf, -0", "sign", [{ ...f(5), data: [NaN, Infinity, -Infinity, -0, 0] }]),
+  c("softplus past its threshold", "softplus", [{ ...f(4), data: [19.5, 20, 20.5, 100] }]),
+  c("expm1 and log1p near 0 keep precision", "expm1", [{ ...tensor("f64", [3]), data: [1e-10, -1e-12, 1e-5] }]),
+  c("log1p near 0", "log1p", [{ ...tensor("f64", [3]), data: [1e-10, -1e-12, 1e-5] }]),
+  c("gelu tanh form", "gelu", [f(3, 4)], { approximate: "tanh" }),
+  c("gelu tanh form bf16", "gelu", [tensor("bf16", [6])], { approximate: "tanh" }),
+  c("gelu tanh form f16", "gelu", [tensor("f16", [6])], { approximate: "tanh" }),
+  c("gelu tanh form f64", "gelu", [tensor("f64", [6])], { approximate: "tanh" }),
+  ...PREDICATES.flatMap((op) => [...FLOATS, "i64", "i32", "u8", "bool"].map((t) => c(`${op} ${t}`, op, [special(t as DType)]))),
+  ...PREDICATES.map((op) => c(`${op} 0-d`, op, [f()])),
+  ...PREDICATES.map((op) => c(`${op} empty`, op, [f(0)])),
+  // floor_divide, remainder (toward -inf, the divisor's sign), logical_and/or
+  ...["floor_divide", "remainder"].flatMap((op) => [
+    c(`${op} f32 broadcast`, op, [f(3, 4), nonzero(f(4))]),
+    c(`${op} f64 mixed signs`, op, [{ ...tensor("f64", [6]), data: [7, -7, 7, -7, 5.5, -0.5] }, { ...tensor("f64", [6]), data: [2, 2, -2, -2, -1.5, 3] }]),
+    c(`${op} f16`, op, [tensor("f16", [5]), nonzero(tensor("f16", [5]))]),
+    c(`${op} bf16`, op, [tensor("bf16", [5]), nonzero(tensor("bf16", [5]))]),
+    c(`${op} i64 mixed signs`, op, [ints("i64", [6], [7, -7, 7, -7, 0, -1]), ints("i64", [6], [2, 2, -2, -2, 3, 5])]),
+    c(`${op} i32 by a number`, op, [tensor("i32", [6]), 3]),
+    c(`${op} u8`, op, [tensor("u8", [5]), { ...tensor("u8", [5]), data: [1, 2, 3, 4, 7] }]),
+    c(`${op} number by i64`, op, [5, ints("i64", [2], [3, -3])]),
+    c(`${op} i64 by f32 promotes`, op, [tensor("i64", [4]), nonzero(f(4))]),
+    c(`${op} 0-d`, op, [f(), 1.5]),
+    c(`${op} empty`, op, [f(0, 2), f(2)]),
+  ]),
+  c("floor_divide f32 by 0 is IEEE", "floor_divide", [{ ...f(3), data: [1, -1, 0] }, 0]),
+  ...["logical_and", "logical_or"].flatMap((op) => [
+    c(`${op} bool`, op, [tensor("bool", [6]), tensor("bool", [6])]),
+    c(`${op} f32 with NaN and zeros, broadcast`, op, [{ ...f(2, 3), data: [NaN, 0, 1, -0, 2, 0] }, { ...tensor("i64", [3]), data: [0, 1, 3] }]),
+    c(`${op} i32 with i64`, op, [tensor("i32", [5]), tensor("i64", [5])]),
+    c(`${op} 0-d and empty`, op, [tensor("u8", []), tensor("bf16", [0])]),
+  ]),
+  // where, masked_fill, lerp, addcmul, addcdiv
+  c("floor_divide_ i64 in place", "floor_divide_", [ints("i64", [4], [7, -7, 3, -1]), ints("i64", [4], [2, 2, -2, 3])]),
+  c("remainder_ f32 in place, broadcast", "remainder_", [f(2, 3), nonzero(f(3))]),
+  c("masked_fill_ in place", "masked_fill_", [f(2, 3), tensor("bool", [2, 3]), 7]),
+  c("lerp_ in place", "lerp_", [f(4), f(4), 0.75]),
+  c("addcmul_ in place", "addcmul_", [f(2, 2), f(2), f(2, 1)], { value: 2 }),
+  c("addcmul_ i64 in place", "addcmul_", [tensor("i64", [3]), tensor("i64", [3]), tensor("i64", [3])], { value: -1 }),
+  c("addcdiv_ in place", "addcdiv_", [tensor("f64", [3]), tensor("f64", [3]), nonzero(tensor("f64", [3]))], { value: 0.25 }),
+  c("where broadcast, promotes", "where", [tensor("bool", [3, 1]), f(4), tensor("f64", [3, 4])]),
+  c("where with numbers", "where", [tensor("bool", [5]), tensor("i64", [5]), 0.5]),
+  c("where two integers", "where", [tensor("bool", [4]), 1, 0]),
+  ...(["f16", "bf16", "i32", "u8", "bool"] as const).map((t) => c(`where ${t}`, "where", [tensor("bool", [2, 3]), tensor(t, [2, 3]), tensor(t, [3])])),
+  c("where 0-d condition", "where", [tensor("bool", []), f(3), f(3)]),
+  c("where empty", "where", [tensor("bool", [0]), f(0), f(1)]),
+  c("masked_fill broadcast mask", "masked_fill", [f(2, 3), tensor("bool", [3]), -1e9]),
+  c("masked_fill i64 truncates the value", "masked_fill", [tensor("i64", [2, 2]), tensor("bool", [2, 2]), 2.7]),
+  c("masked_fill bf16", "masked_fill", [tensor("bf16", [4]), tensor("bool", [4]), 0.3]),
+  c("masked_fill 0-d mask", "masked_fill", [f(3), tensor("bool", []), 5]),
+  ...FLOATS.map((t) => c(`lerp ${t} scalar weight`, "lerp", [tensor(t, [2, 3]), tensor(t, [3]), 0.3])),
+  c("lerp tensor weight, both sides of 0.5", "lerp", [f(2, 3), f(2, 3), { ...f(3), data: [0.2, 0.5, 0.9] }]),
+  c("lerp f64 broadcast weight", "lerp", [tensor("f64", [4]), tensor("f64", [4]), { ...tensor("f64", [2, 1]), data: [-0.7, 1.3] }]),
+  c("lerp 0-d and empty", "lerp", [f(), f(0), 0.5]),
+  ...FLOATS.map((t) => c(`addcmul ${t}`, "addcmul", [tensor(t, [2, 3]), tensor(t, [3]), tensor(t, [2, 1])], { value: 0.5 })),
+  c("addcmul i64", "addcmul", [tensor("i64", [4]), tensor("i64", [4]), tensor("i64", [4])], { value: 3 }),
+  c("addcmul promotes i32 with f32", "addcmul", [tensor("i32", [3]), f(3), f(3)], { value: -2 }),
+  c("addcmul u8", "addcmul", [tensor("u8", [3]), tensor("u8", [3]), tensor("u8", [3])]),
+  ...FLOATS.map((t) => c(`addcdiv ${t}`, "addcdiv", [tensor(t, [2, 3]), tensor(t, [3]), nonzero(tensor(t, [2, 1]))], { value: 0.5 })),
+  c("addcdiv f32 default value, broadcast", "addcdiv", [f(3, 1), f(1, 4), nonzero(f(4))]),
+  c("addcdiv 0-d", "addcdiv", [f(), f(), nonzero(f())], { value: 2 }),
   // creation
   c("arange(5) is i64", "arange", [5]),
   c("arange(0, 1, 0.25) is f32", "arange", [0, 1, 0.25]),
@@ -89,6 +177,47 @@ const CASES: Case[] = [
   c("amax dim 0", "amax", [f(3, 4)], { dim: 0 }),
   c("amin dims keepdim", "amin", [f(2, 3, 4)], { dim: [-1, 0], keepdim: true }),
   c("prod dim", "prod", [f(3, 2)], { dim: 1 }),
+  ...["any", "all"].flatMap((op) => [
+    ...([...FLOATS, "i64", "i32", "u8", "bool"] as const).map((t) => c(`${op} ${t} dim`, op, [t === "bool" || t === "u8" || t === "i64" || t === "i32" ? tensor(t, [3, 4]) : special(t)], t === "bool" || t === "u8" || t === "i64" || t === "i32" ? { dim: 1 } : {})),
+    c(`${op} dims keepdim`, op, [tensor("bool", [2, 3, 4])], { dim: [0, -1], keepdim: true }),
+    c(`${op} 0-d`, op, [tensor("i64", [])]),
+    c(`${op} empty dim`, op, [f(0, 3)], { dim: 0 }),
+  ]),
+  ...[1, 2, Infinity].flatMap((p) => [
+    ...FLOATS.map((t) => c(`norm p=${p} ${t}`, "norm", [tensor(t, [3, 4])], { p })),
+    c(`norm p=${p} dim -1 keepdim`, "norm", [f(2, 3, 4)], { p, dim: -1, keepdim: true }),
+    c(`norm p=${p} dims`, "norm", [tensor("f64", [2, 3, 4])], { p, dim: [0, 2] }),
+  ]),
+  ...["argmax", "argmin"].flatMap((op) => [
+    ...([...FLOATS, "i64", "i32", "u8"] as const).map((t) => c(`${op} ${t} dim 1`, op, [tensor(t, [3, 5])], { dim: 1 })),
+    c(`${op} dim 0 keepdim`, op, [f(4, 3)], { dim: 0, keepdim: true }),
+    c(`${op} negative dim, 3-D`, op, [tensor("f64", [2, 3, 4])], { dim: -2 }),
+    c(`${op} over everything`, op, [f(3, 4)]),
+    c(`${op} ties give the first`, op, [ints("i64", [6], [1, 3, 3, -2, -2, 3])]),
+    c(`${op} NaN wins, the first one`, op, [{ ...f(2, 3), data: [1, NaN, NaN, 5, -1, NaN] }], { dim: 1 }),
+    c(`${op} 0-d`, op, [f()]),
+  ]),
+  ...([...FLOATS, "i64", "i32", "u8", "bool"] as const).map((t) => c(`cumsum ${t}`, "cumsum", [tensor(t, [3, 4]), 1])),
+  c("cumsum dim 0", "cumsum", [f(4, 3), 0]),
+  c("cumsum negative dim, 3-D", "cumsum", [tensor("f64", [2, 3, 4]), -2]),
+  c("cumsum 0-d", "cumsum", [f(), 0]),
+  c("cumsum empty", "cumsum", [f(0, 3), 1]),
+  ...["var", "std"].flatMap((op) => [
+    ...FLOATS.map((t) => c(`${op} ${t} dim 1`, op, [tensor(t, [3, 5])], { dim: 1 })),
+    c(`${op} over everything`, op, [f(4, 5)]),
+    c(`${op} correction 0, dims keepdim`, op, [tensor("f64", [2, 3, 4])], { dim: [0, -1], correction: 0, keepdim: true }),
+    c(`${op} correction 2`, op, [f(6)], { dim: 0, correction: 2 }),
+    c(`${op} one element, correction 1: NaN or inf as torch`, op, [f(1)], { dim: 0 }),
+  ]),
+  ...FLOATS.map((t) => c(`logsumexp ${t}`, "logsumexp", [tensor(t, [3, 4]), 1])),
+  c("logsumexp large values", "logsumexp", [tensor("f32", [2, 4], 1000), -1]),
+  c("logsumexp dims keepdim", "logsumexp", [tensor("f64", [2, 3, 4]), [0, 2], true]),
+  c("logsumexp with infinities", "logsumexp", [{ ...f(3, 2), data: [Infinity, 1, -Infinity, -Infinity, NaN, 2] }, 1]),
+  c("logsumexp 0-d", "logsumexp", [f(), 0]),
+  c("norm default p over every dim", "norm", [f(5, 2)]),
+  c("norm empty", "norm", [f(2, 0)], { dim: 1 }),
+  c("norm 0-d", "norm", [f()]),
+  c("norm inf with NaN", "norm", [special("f32")], { p: Infinity }),
   // nn
   c("softmax last dim", "softmax", [f(3, 5)], { dim: -1 }),
   c("softmax dim 0", "softmax", [f(4, 3)], { dim: 0 }),
@@ -138,6 +267,9 @@ const CASES: Case[] = [
 ]
 
 const numbersOf = (h: HostTensor): number[] => [...h.toArray()].map(Number)
+/** JSON has no NaN or infinities: both sides spell them as strings ("NaN", "Infinity"; torch's "nan", "inf"). */
+const NON_FINITE: Readonly<Record<string, number>> = { inf: Infinity, "-inf": -Infinity, Infinity, "-Infinity": -Infinity }
+const fromJson = (v: number | string): number => (typeof v === "string" ? NON_FINITE[v] ?? NaN : v)
 
 describeUnless(missing)("ops against torch 1.13", () => {
   let h: Harness
@@ -145,7 +277,7 @@ describeUnless(missing)("ops against torch 1.13", () => {
   const answers = new Map<number, unknown>()
   const waiting = new Map<number, (v: unknown) => void>()
   const reference = (id: number, cs: Case): Promise<any> => {
-    torch.stdin.write(JSON.stringify({ id, op: cs.op, args: cs.args, kwargs: cs.kwargs }) + "\n")
+    torch.stdin.write(JSON.stringify({ id, op: cs.op, args: cs.args, kwargs: cs.kwargs }, (_, v) => (typeof v === "number" && !Number.isFinite(v) ? String(v) : v)) + "\n")
     torch.stdin.flush()
     return answers.has(id) ? Promise.resolve(answers.get(id)) : new Promise((resolve) => waiting.set(id, resolve))
   }
@@ -192,14 +324,19 @@ describeUnless(missing)("ops against torch 1.13", () => {
     test(cs.name, async () => {
       const expected = reference(i, cs)
       const id = ident, result = 10_000 + i
-      ident += 2
-      h.send(0, call(id, [result], `ops.${cs.op}`, toWire(cs.args) as never, { kwargs: toWire(cs.kwargs) as never }))
+      ident += 3
+      if (cs.op.endsWith("_")) {
+        // In place: the input becomes a worker tensor, the op writes it, and it is what comes back.
+        const [input, ...rest] = toWire(cs.args) as Value[]
+        h.send(0, call(id + 2, [result], "ops.clone", [input!]))
+        h.send(0, call(id, [], `ops.${cs.op}`, [ref(result), ...rest], { kwargs: toWire(cs.kwargs) as never, mutates: [result] }))
+      } else h.send(0, call(id, [result], `ops.${cs.op}`, toWire(cs.args) as never, { kwargs: toWire(cs.kwargs) as never }))
       h.send(0, fetch(id + 1, ref(result)))
       const ours = await answerOf(id), want = await expected
       expect(want.error).toBeUndefined()
       expect({ dtype: ours.dtype, shape: [...ours.shape] }).toEqual({ dtype: want.dtype, shape: want.shape })
       const { rtol, atol } = TOLERANCE[ours.dtype]
-      const mine = numbersOf(ours), theirs = (want.data as Array<number | string>).map(Number)
+      const mine = numbersOf(ours), theirs = (want.data as Array<number | string>).map(fromJson)
       const bad = mine.map((v, j) => [j, v, theirs[j]!] as const).filter(([, v, w]) => !(Object.is(v, w) || Math.abs(v - w) <= atol + rtol * Math.abs(w) || (Number.isNaN(v) && Number.isNaN(w))))
       expect(bad.slice(0, 4)).toEqual([])
     }, 30_000)

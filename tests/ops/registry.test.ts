@@ -5,22 +5,12 @@ import { describe, expect, test } from "bun:test"
 import { readFileSync } from "node:fs"
 import { dirname, resolve } from "node:path"
 import { planCollective } from "../../src/ops/collectives.ts"
-import { isTensorMeta, OpArgumentError, type TensorMeta } from "../../src/ops/meta.ts"
+import { isTensorMeta, type TensorMeta } from "../../src/ops/meta.ts"
 import { inferOutputs, OPS, opNamed, signatures, UNKNOWN_TENSOR } from "../../src/ops/registry.ts"
 import { DOC, documented, opsTable } from "../../scripts/opsdoc.ts"
+import { infer, refusal, t } from "./infer.ts"
 
 const ROOT = new URL("../..", import.meta.url).pathname
-const t = (dtype: TensorMeta["dtype"], ...shape: number[]): TensorMeta => ({ dtype, shape })
-const infer = (name: string, args: unknown[], kwargs: Record<string, unknown> = {}) => inferOutputs(opNamed(name)!, args, kwargs, true)
-const refusal = (f: () => unknown): string => {
-  try {
-    f()
-  } catch (e) {
-    expect(e).toBeInstanceOf(OpArgumentError)
-    return (e as Error).message
-  }
-  throw new Error("expected an OpArgumentError")
-}
 
 describe("binding a call to an op's parameters", () => {
   test("by position or by keyword, with defaults, gives the same result", () => {

@@ -16,11 +16,14 @@ NAMES = {v: k for k, v in DTYPES.items()}
 
 def decode(v):
     if isinstance(v, dict) and "t" in v:
-        return torch.tensor(v["data"], dtype=torch.float64).to(DTYPES[v["t"]]).reshape(v["shape"])
+        data = [float(x) if isinstance(x, str) else x for x in v["data"]]  # "NaN", "Infinity"
+        return torch.tensor(data, dtype=torch.float64).to(DTYPES[v["t"]]).reshape(v["shape"])
     if isinstance(v, list):
         return [decode(x) for x in v]
     if isinstance(v, str) and v in DTYPES:
         return DTYPES[v]
+    if v in ("NaN", "Infinity", "-Infinity"):  # a number JSON cannot spell
+        return float(v)
     return v
 
 
@@ -32,7 +35,7 @@ def sliced(x, dim=0, start=None, end=None, step=1):
 OPS = {
     "softmax": F.softmax, "log_softmax": F.log_softmax, "cross_entropy": F.cross_entropy,
     "layer_norm": F.layer_norm, "embedding": F.embedding, "linear": F.linear,
-    "slice": sliced, "gelu": F.gelu, "silu": F.silu, "to": lambda x, dtype=None: x.to(dtype) if dtype is not None else x.clone(),
+    "slice": sliced, "to": lambda x, dtype=None: x.to(dtype) if dtype is not None else x.clone(),
     "max": lambda x, dim=None, keepdim=False: torch.amax(x, dim=() if dim is None else dim, keepdim=keepdim),
     "min": lambda x, dim=None, keepdim=False: torch.amin(x, dim=() if dim is None else dim, keepdim=keepdim),
     "amax": lambda x, dim=None, keepdim=False: torch.amax(x, dim=() if dim is None else dim, keepdim=keepdim),
@@ -42,13 +45,40 @@ OPS = {
     "sum": lambda x, dim=None, keepdim=False: torch.sum(x) if dim is None else torch.sum(x, dim, keepdim=keepdim),
     "mean": lambda x, dim=None, keepdim=False: torch.mean(x) if dim is None else torch.mean(x, dim, keepdim=keepdim),
     "prod": lambda x, dim=None, keepdim=False: torch.prod(x) if dim is None else torch.prod(x, dim, keepdim=keepdim),
+    "masked_fill": lambda x, mask, value: x.masked_fill(mask, value),
+    "any": lambda x, dim=None, keepdim=False: torch.any(x) if dim is None else reduce_dims(torch.any, x, dim, keepdim),
+    "all": lambda x, dim=None, keepdim=False: torch.all(x) if dim is None else reduce_dims(torch.all, x, dim, keepdim),
+    "norm": lambda x, p=2, dim=None, keepdim=False: torch.norm(x, p=p, dim=dim, keepdim=keepdim),
+    "silu": F.silu, "softplus": F.softplus, "gelu": F.gelu,
 }
+
+
+def reduce_dims(fn, x, dim, keepdim):
+    """torch 1.13's any and all take one dim: a list is reduced one dim at a time, from the last."""
+    for d in sorted([dim] if isinstance(dim, int) else dim, key=lambda d: d % max(x.dim(), 1), reverse=True):
+        x = fn(x, d, keepdim=keepdim)
+    return x
+
+
+def in_f32(fn, args, kwargs):
+    """torch 1.13 has no cpu kernel for some ops on f16: compute in f32, round once to f16."""
+    up = lambda v: v.float() if isinstance(v, torch.Tensor) and v.dtype == torch.float16 else v
+    out = fn(*[up(a) for a in args], **kwargs)
+    return out.half() if out.is_floating_point() else out
 
 for line in sys.stdin:
     case = json.loads(line)
     try:
-        fn = OPS.get(case["op"]) or getattr(torch, case["op"])
-        out = fn(*decode(case["args"]), **{k: decode(v) for k, v in case["kwargs"].items()})
+        op = case["op"]
+        # In place: the tensor method, on the first argument, which is the result.
+        fn = OPS.get(op) or (getattr(torch.Tensor, op) if op.endswith("_") else getattr(torch, op))
+        args, kwargs = decode(case["args"]), {k: decode(v) for k, v in case["kwargs"].items()}
+        try:
+            out = fn(*args, **kwargs)
+        except RuntimeError as e:
+            if "not implemented for 'Half'" not in str(e):
+                raise
+            out = in_f32(fn, args, kwargs)
         flat = out.detach().reshape(-1)
         data = flat.tolist() if not flat.is_floating_point() else [x if math.isfinite(x) else str(x) for x in flat.double().tolist()]
         answer = {"id": case["id"], "dtype": NAMES[out.dtype], "shape": list(out.shape), "data": data}

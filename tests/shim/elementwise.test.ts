@@ -3,7 +3,7 @@
 // with the wrap-around rules c/cpu/elementwise.c documents, bool by its or/and rules.
 import { afterEach, describe, expect, test } from "bun:test"
 import * as ops from "../../ffi/ops.ts"
-import { BinaryOp, UnaryOp, type BinaryOpName, type UnaryOpName } from "../../ffi/symbols.ts"
+import { BinaryOp, TernaryOp, UnaryOp, type BinaryOpName, type UnaryOpName } from "../../ffi/symbols.ts"
 import type { Tensor } from "../../ffi/tensor.ts"
 import {
   FLOATS, INTEGERS, bigValuesOf, empty, expectClose, expectShimError, freeAll, native, roundTo, sample, tensor, toIntSaturated,
@@ -15,37 +15,8 @@ afterEach(freeAll)
 type IntDType = (typeof INTEGERS)[number]
 const N = 37 // odd, and not a multiple of any vector width
 
-/** erf in double: its Taylor series near 0, 1 - erfc's continued fraction (Lentz) beyond. */
-const erf = (x: number): number => {
-  const ax = Math.abs(x)
-  if (ax < 2) {
-    let term = ax, sum = ax
-    for (let n = 1; n < 60; n++) {
-      term *= (-ax * ax) / n
-      sum += term / (2 * n + 1)
-    }
-    return Math.sign(x) * sum * (2 / Math.sqrt(Math.PI))
-  }
-  // erfc(x) = exp(-x^2)/sqrt(pi) * 1/(x + 1/2/(x + 1/(x + 3/2/(x + ...))))
-  let f = ax, c = ax, d = 0
-  for (let n = 1; n < 200; n++) {
-    const an = n / 2
-    d = ax + an * d
-    d = 1 / d
-    c = ax + an / c
-    f *= c * d
-  }
-  const erfc = Math.exp(-ax * ax) / Math.sqrt(Math.PI) / f
-  return Math.sign(x) * (1 - erfc)
-}
-
-/** Round half to even (C's nearbyint in the default mode). */
-const rint = (x: number): number => {
-  const r = Math.round(x)
-  return Math.abs(x % 1) === 0.5 && r % 2 !== 0 ? r - 1 : r
-}
-
-const UNARY_FLOAT: Record<UnaryOpName, (x: number) => number> = {
+/** The ops with a closed form in JS (the rest are checked against torch in tests/ops/parity.test.ts). */
+const UNARY_FLOAT: Partial<Record<UnaryOpName, (x: number) => number>> = {
   neg: (x) => -x,
   abs: Math.abs,
   exp: Math.exp,
@@ -54,20 +25,18 @@ const UNARY_FLOAT: Record<UnaryOpName, (x: number) => number> = {
   relu: (x) => (x < 0 ? 0 : x),
   tanh: Math.tanh,
   sigmoid: (x) => 1 / (1 + Math.exp(-x)),
-  erf,
   log1p: Math.log1p,
   expm1: Math.expm1,
-  sin: Math.sin,
-  cos: Math.cos,
   rsqrt: (x) => 1 / Math.sqrt(x),
   reciprocal: (x) => 1 / x,
+  sin: Math.sin,
+  cos: Math.cos,
   silu: (x) => x / (1 + Math.exp(-x)),
-  gelu: (x) => 0.5 * x * (1 + erf(x / Math.SQRT2)),
-  gelu_tanh: (x) => 0.5 * x * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (x + 0.044715 * x ** 3))),
+  softplus: (x) => (x > 20 ? x : Math.log1p(Math.exp(x))),
   floor: Math.floor,
   ceil: Math.ceil,
-  round: rint,
   trunc: Math.trunc,
+  sign: Math.sign,
 }
 
 const ARITHMETIC: ReadonlyArray<BinaryOpName> = ["add", "sub", "mul", "div", "maximum", "minimum", "pow"]
@@ -158,7 +127,7 @@ describe("unary", () => {
         const a = tensor(dtype, [N], xs)
         const out = empty(dtype, [N])
         ops.unary(op, out, a)
-        expectClose(dtype, valuesOf(out), xs.map((x) => roundTo(dtype, UNARY_FLOAT[op](x))), op)
+        expectClose(dtype, valuesOf(out), xs.map((x) => roundTo(dtype, UNARY_FLOAT[op]!(x))), op)
         ops.unary(op, a, a) // in place
         expectClose(dtype, valuesOf(a), valuesOf(out), `${op} in place`)
       })
@@ -214,7 +183,7 @@ describe("unary", () => {
     test(`${dtype}: exp, log, sqrt, tanh and sigmoid are unsupported, naming the fix`, () => {
       const a = tensor(dtype, [2], [1, 0])
       const out = empty(dtype, [2])
-      for (const op of ["exp", "log", "sqrt", "tanh", "sigmoid"] as const)
+      for (const op of ["exp", "log", "sqrt", "tanh", "sigmoid", "erf", "sin", "silu", "gelu", "softplus", "reciprocal"] as const)
         expectShimError(() => ops.unary(op, out, a), "Unsupported", new RegExp(`shim_unary\\(${op}\\): not defined on ${dtype} \\(cast to a floating dtype first\\)`))
     })
 
@@ -224,8 +193,8 @@ describe("unary", () => {
     const raw = (op: number, out: Tensor) => native.check(native.shim.shim_unary(op, out.handle, a.handle, null), "shim_unary")
     expectShimError(() => raw(0, wrongDtype), "Invalid", /shim_unary\(neg\): out is f64\[3\] but a is f32\[3\]/)
     expectShimError(() => raw(0, wrongSize), "Invalid", /shim_unary\(neg\): out is f32\[4\] but a is f32\[3\]/)
-    const unknown = Object.keys(UnaryOp).length // the first code past the last op
-    expectShimError(() => raw(unknown, wrongSize), "Invalid", new RegExp(`shim_unary: unknown op code ${unknown}`))
+    const past = Object.keys(UnaryOp).length
+    expectShimError(() => raw(past, wrongSize), "Invalid", new RegExp(`shim_unary: unknown op code ${past}`))
   })
 })
 
@@ -354,7 +323,8 @@ describe("binary, tensor with tensor", () => {
     expectShimError(() => raw(BinaryOp.add, empty("f32", [5]), a, a), "Invalid", /shim_binary\(add\): out is f32\[5\] but the result has 3 elements/)
     expectShimError(() => raw(BinaryOp.lt, out, a, a), "Invalid", /shim_binary\(lt\): out is f32\[3\] but must be bool/)
     expectShimError(() => raw(BinaryOp.add, empty("bool", [3]), a, a), "Invalid", /shim_binary\(add\): out is bool\[3\] but must be f32/)
-    expectShimError(() => raw(13, out, a, a), "Invalid", /shim_binary: unknown op code 13/)
+    const past = Object.keys(BinaryOp).length
+    expectShimError(() => raw(past, out, a, a), "Invalid", new RegExp(`shim_binary: unknown op code ${past}`))
     expectShimError(
       () => native.check(native.shim.shim_binary_scalar(BinaryOp.add, empty("f32", [2]).handle, a.handle, 1, 0, null), "shim_binary_scalar"),
       "Invalid",
@@ -414,5 +384,41 @@ describe("binary with a scalar", () => {
     expect(valuesOf(out)).toEqual([0.125, 0.5])
     ops.binaryScalar("sub", out, a, 1, true)
     expect(valuesOf(out)).toEqual([-1, -7])
+  })
+})
+
+describe("floor_divide, remainder and the ternary ops", () => {
+  test("an integer zero divisor fails floor_divide and remainder, naming them, before writing", () => {
+    const a = tensor("i64", [3], [7, -7, 1]), zero = tensor("i64", [3], [2, 0, 1]), out = tensor("i64", [3], [9, 9, 9])
+    for (const op of ["floor_divide", "remainder"] as const) {
+      expectShimError(() => ops.binary(op, out, a, zero), "Invalid", new RegExp(`shim_binary\\(${op}\\): integer division by zero \\(b has a zero element\\)`))
+      expectShimError(() => ops.binaryScalar(op, out, a, 0, false), "Invalid", new RegExp(`shim_binary_scalar\\(${op}\\): integer division by zero`))
+    }
+    expect(valuesOf(out)).toEqual([9, 9, 9])
+  })
+
+  test("i32 INT_MIN floor_divide -1 wraps and its remainder is 0; u8 divides as unsigned", () => {
+    const min = -(2 ** 31), a = tensor("i32", [2], [min, -7]), b = tensor("i32", [2], [-1, 2]), out = empty("i32", [2])
+    ops.binary("floor_divide", out, a, b)
+    expect(valuesOf(out)).toEqual([min, -4])
+    ops.binary("remainder", out, a, b)
+    expect(valuesOf(out)).toEqual([0, 1])
+  })
+
+  test("where reads any condition dtype as nonzero (NaN is true) and takes one-element operands", () => {
+    const cond = tensor("f32", [4], [0, NaN, -0, 2]), x = tensor("i64", [4], [1, 2, 3, 4]), y = tensor("i64", [], [-1]), out = empty("i64", [4])
+    ops.ternary("where", out, cond, x, y, 0)
+    expect(valuesOf(out)).toEqual([-1, 2, -1, 4])
+  })
+
+  test("the shim refuses operand counts, dtypes and unsupported dtypes itself", () => {
+    const a = tensor("f32", [3], [1, 2, 3]), out = empty("f32", [3])
+    expectShimError(() => native.check(native.shim.shim_ternary(TernaryOp.lerp, out.handle, a.handle, empty("f32", [2]).handle, a.handle, 0, null), "shim_ternary"),
+      "Invalid", /shim_ternary\(lerp\): each operand needs out's 3 elements or one/)
+    expectShimError(() => ops.ternary("addcmul", out, a, a, empty("f64", [3]), 1), "Invalid", /shim_ternary\(addcmul\): dtypes differ/)
+    const i = tensor("i32", [3], [1, 2, 3])
+    expectShimError(() => ops.ternary("addcdiv", empty("i32", [3]), i, i, i, 1), "Unsupported", /shim_ternary\(addcdiv\): not defined on i32/)
+    const past = Object.keys(TernaryOp).length
+    expectShimError(() => native.check(native.shim.shim_ternary(past, out.handle, a.handle, a.handle, a.handle, 0, null), "shim_ternary"), "Invalid", new RegExp(`shim_ternary: unknown op code ${past}`))
   })
 })

@@ -171,7 +171,8 @@ describe("errors", () => {
     const a = tensor("f32", [2, 3], Array(6).fill(1))
     expectShimError(() => raw(ReduceOp.mean, empty("f32", [3]), a, 1), "Invalid", /shim_reduce\(mean\): out is f32\[3\] but reducing dim 1 of f32\[2, 3\] leaves 2 elements/)
     expectShimError(() => raw(ReduceOp.sum, empty("f32", [2]), a, ALL_DIMS), "Invalid", /reducing all dims of f32\[2, 3\] leaves 1 elements/)
-    expectShimError(() => raw(5, empty("f32", []), a, ALL_DIMS), "Invalid", /shim_reduce: unknown op code 5/)
+    const past = Object.keys(ReduceOp).length
+    expectShimError(() => raw(past, empty("f32", []), a, ALL_DIMS), "Invalid", new RegExp(`shim_reduce: unknown op code ${past}`))
   })
 
   test("the integer mean into u8 saturates like a cast", () => {
@@ -179,5 +180,36 @@ describe("errors", () => {
     const out = empty("u8", [])
     ops.reduce("mean", out, a, undefined)
     expect(valuesOf(out)).toEqual([Number(toIntSaturated("u8", -15))])
+  })
+})
+
+describe("argreduce and cumsum", () => {
+  test("argmax and argmin take the first extreme, and the first NaN; along a dim or over all", () => {
+    const a = tensor("f32", [2, 3], [1, 5, 5, NaN, -1, NaN]), idx = empty("i64", [2])
+    ops.argreduce("max", idx, a, 1)
+    expect(valuesOf(idx)).toEqual([1, 0])
+    ops.argreduce("min", idx, tensor("i32", [2, 3], [4, -2, -2, 0, 0, 9]), 1)
+    expect(valuesOf(idx)).toEqual([1, 0])
+    const all = empty("i64", [])
+    ops.argreduce("min", all, tensor("i64", [2, 2], [3, 1, -7, -7]), undefined)
+    expect(valuesOf(all)).toEqual([2])
+  })
+
+  test("the shim refuses an empty dim, a non-i64 output, other ops, and cumsum into shared memory", () => {
+    const a = tensor("f32", [2, 0], [])
+    expectShimError(() => ops.argreduce("max", empty("i64", [2]), a, 1), "Invalid", /shim_argreduce\(max\): the reduced dim of f32\[2, 0\] is empty/)
+    const b = tensor("f32", [3], [1, 2, 3])
+    expectShimError(() => ops.argreduce("max", empty("i32", []), b, 0), "Invalid", /shim_argreduce: indices is i32\[\], not i64/)
+    expectShimError(() => native.check(native.shim.shim_argreduce(ReduceOp.sum, empty("i64", []).handle, b.handle, 0, null), "shim_argreduce"), "Invalid", /op must be max or min/)
+    expectShimError(() => ops.cumsum(b, b, 0), "Invalid", /shim_cumsum: out f32\[3\] shares memory with a/)
+  })
+
+  test("cumsum of i32 into i64 wraps in int64; of f16 accumulates in double, rounding each prefix", () => {
+    const out = empty("i64", [3])
+    ops.cumsum(out, tensor("i32", [3], [2 ** 31 - 1, 1, -5]), 0)
+    expect(valuesOf(out)).toEqual([2 ** 31 - 1, 2 ** 31, 2 ** 31 - 5])
+    const h = empty("f16", [3])
+    ops.cumsum(h, tensor("f16", [3], [2048, 1, 1]), 0)
+    expect(valuesOf(h)).toEqual([2048, 2048, 2050])
   })
 })

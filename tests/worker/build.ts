@@ -31,9 +31,13 @@ export const send = (ident: number, result: number, from: NDSlice, to: NDSlice, 
 
 export const factory = (shape: number[], dtype: DType = "f32") => new TensorFactory(shape, dtype, "cpu")
 
+/** bf16 bits of a value bf16 represents (its f32 bits' top half). */
+const bf16Bits = (x: number): number => new Uint32Array(Float32Array.of(x).buffer)[0]! >>> 16
+
+/** A host tensor of values its dtype represents (f16 and bf16 values already rounded to it). */
 export const host = (dtype: DType, shape: number[], values: number[]): HostTensor => {
-  const Ctor = { f32: Float32Array, f64: Float64Array, i32: Int32Array, u8: Uint8Array, bool: Uint8Array } as Record<string, any>
-  const arr = dtype === "i64" ? BigInt64Array.from(values.map(BigInt)) : new Ctor[dtype](values)
+  const Ctor = { f32: Float32Array, f64: Float64Array, f16: Float16Array, i32: Int32Array, u8: Uint8Array, bool: Uint8Array } as Record<string, any>
+  const arr = dtype === "i64" ? BigInt64Array.from(values.map(BigInt)) : dtype === "bf16" ? Uint16Array.from(values, bf16Bits) : new Ctor[dtype](values)
   return new HostTensor(dtype, shape, new Uint8Array(arr.buffer))
 }
 

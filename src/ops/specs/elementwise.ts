@@ -1,12 +1,12 @@
 /**
  * Elementwise ops: unary, binary (tensor op tensor, tensor op number, number op tensor) and
  * their in-place forms, with numpy broadcasting and torch's type promotion (promotion.ts).
- * Comparisons compute in the promoted dtype and give bool; div is true division (integers
- * give f32); unary float functions of an integer tensor give f32 (torch's exp(int) is float).
+ * Comparisons (and logical_and/or) compute in the promoted dtype and give bool; div is true
+ * division (integers give f32); unary float functions of an integer tensor give f32 (torch's exp(int) is float).
  */
 import type { DType } from "../../protocol/values.ts"
 import { bad, describe, type TensorMeta } from "../meta.ts"
-import { arg, kw, opt } from "../params.ts"
+import { arg, opt } from "../params.ts"
 import { broadcastShapes, canCast, isFloating, resultType } from "../promotion.ts"
 import { spec } from "../spec.ts"
 
@@ -50,19 +50,17 @@ const binaryInPlace = (kind: BinaryKind) => spec([arg("input", "tensor"), arg("o
 
 const arithmetic = binary("arithmetic"), comparison = binary("comparison")
 
+/** torch's logical_and and logical_or take two tensors (numbers are refused). */
+const logical = spec([arg("input", "tensor"), arg("other", "tensor")], ({ input, other }, op) => [planBinary(op, "comparison", input, other).result])
+
 export const elementwise = {
   neg: unary("same"), abs: unary("same"), relu: unary("same"),
   exp: unary("float"), log: unary("float"), sqrt: unary("float"), tanh: unary("float"), sigmoid: unary("float"),
-  erf: unary("float"), log1p: unary("float"), expm1: unary("float"), sin: unary("float"), cos: unary("float"),
-  rsqrt: unary("float"), reciprocal: unary("float"), silu: unary("float"),
-  gelu: spec([arg("input", "tensor"), kw("approximate", "string", "none")], ({ input, approximate }, op) => {
-    if (approximate !== "none" && approximate !== "tanh") bad(op, `approximate must be "none" or "tanh", got "${approximate}"`)
-    return [{ dtype: isFloating(input.dtype) ? input.dtype : "f32", shape: input.shape }]
-  }, { dtype: "float" }),
-  // Integers are their own floor, ceil, round and trunc.
-  floor: unary("same"), ceil: unary("same"), round: unary("same"), trunc: unary("same"),
   add: arithmetic, sub: arithmetic, mul: arithmetic, div: binary("division"), maximum: arithmetic, minimum: arithmetic, pow: arithmetic,
   eq: comparison, ne: comparison, lt: comparison, le: comparison, gt: comparison, ge: comparison,
+  /** Python's // and % (toward -inf), as torch 1.13's floor_divide and remainder. */
+  floor_divide: arithmetic, remainder: arithmetic, floor_divide_: binaryInPlace("arithmetic"), remainder_: binaryInPlace("arithmetic"),
+  logical_and: logical, logical_or: logical,
   add_: binaryInPlace("arithmetic"), sub_: binaryInPlace("arithmetic"), mul_: binaryInPlace("arithmetic"), div_: binaryInPlace("division"),
   clamp: spec([arg("input", "tensor"), opt("min", "scalar", null), opt("max", "scalar", null)], ({ input, min, max }) =>
     [{ dtype: resultType([input, ...(min === null ? [] : [min]), ...(max === null ? [] : [max])]), shape: input.shape }], { dtype: "promote" }),

@@ -5,7 +5,7 @@ import { isFloating } from "../promotion.ts"
 import { normDim } from "../rules.ts"
 import { spec } from "../spec.ts"
 
-const floating = (op: string, x: TensorMeta): void => {
+export const floating = (op: string, x: TensorMeta): void => {
   if (!isFloating(x.dtype)) bad(op, `needs a floating input, got ${describe(x)} (cast with ops.to)`)
 }
 

@@ -1,7 +1,7 @@
 /** Reductions over dims (an int, a list, or None for every dim), with keepdim. */
 import type { DType } from "../../protocol/values.ts"
-import { bad, describe, type TensorMeta } from "../meta.ts"
-import { arg, opt } from "../params.ts"
+import { bad, describe, numelOf, type TensorMeta } from "../meta.ts"
+import { arg, kw, opt } from "../params.ts"
 import { isFloating } from "../promotion.ts"
 import { normDim } from "../rules.ts"
 import { spec } from "../spec.ts"
@@ -37,6 +37,29 @@ const reduction = <const R extends Rule>(rule: R) => spec(
   { dtype: rule === "widen" ? "sum" : "same" } as { dtype: R extends "widen" ? "sum" : "same" },
 )
 
+const logicalReduction = spec([arg("input", "tensor"), opt("dim", "dims", null), opt("keepdim", "bool", false)], ({ input, dim, keepdim }, op) =>
+  [{ dtype: input.dtype === "u8" ? "u8" : "bool", shape: reducedShape(input, reducedDims(op, input, dim), keepdim) }])
+
+/** argmax/argmin: i64 indices along one dim, or into the flattened input (dim None); not bool (as torch's). */
+const argReduction = spec([arg("input", "tensor"), opt("dim", "int", null), opt("keepdim", "bool", false)], ({ input, dim, keepdim }, op) => {
+  if (input.dtype === "bool") bad(op, `not defined on bool (${describe(input)})`)
+  if (dim === null) {
+    if (numelOf(input.shape) === 0) bad(op, `cannot reduce the empty ${describe(input)}`)
+    return [{ dtype: "i64", shape: keepdim ? input.shape.map(() => 1) : [] }]
+  }
+  const d = normDim(op, dim, input.shape.length)
+  if (input.shape[d] === 0) bad(op, `cannot reduce an empty dim of ${describe(input)}`)
+  return [{ dtype: "i64", shape: reducedShape(input, input.shape.length === 0 ? [] : [d], keepdim) }]
+})
+
+/** var and std: the sum of squared deviations over N - correction; floating inputs only. */
+const moments = spec([arg("input", "tensor"), opt("dim", "dims", null), kw("correction", "int", 1), kw("keepdim", "bool", false)], ({ input, dim, keepdim }, op) => {
+  if (!isFloating(input.dtype)) bad(op, `needs a floating input, got ${describe(input)} (cast with ops.to)`)
+  return [{ dtype: input.dtype, shape: reducedShape(input, reducedDims(op, input, dim), keepdim) }]
+})
+
+const NORM_ORDERS: ReadonlyArray<number> = [1, 2, Infinity]
+
 export const reductions = {
   sum: reduction("widen"),
   prod: reduction("widen"),
@@ -46,4 +69,26 @@ export const reductions = {
   /** Values only (torch's max(dim) also returns indices; not yet). */
   max: reduction("same"),
   min: reduction("same"),
+  /** bool, but u8 stays u8 (torch 1.13's any and all). */
+  any: logicalReduction, all: logicalReduction,
+  argmax: argReduction, argmin: argReduction,
+  var: moments, std: moments,
+  /** Over dims that are not empty (torch needs dim); large values do not overflow. */
+  logsumexp: spec([arg("input", "tensor"), arg("dim", "dims"), opt("keepdim", "bool", false)], ({ input, dim, keepdim }, op) => {
+    if (!isFloating(input.dtype)) bad(op, `needs a floating input, got ${describe(input)} (cast with ops.to)`)
+    const dims = reducedDims(op, input, dim)
+    if (dims.some((d) => input.shape[d] === 0)) bad(op, `cannot reduce an empty dim of ${describe(input)}`)
+    return [{ dtype: input.dtype, shape: reducedShape(input, dims, keepdim) }]
+  }),
+  /** Integers and bool accumulate into i64 (as sum does). */
+  cumsum: spec([arg("input", "tensor"), arg("dim", "int")], ({ input, dim }, op) => {
+    normDim(op, dim, input.shape.length)
+    return [{ dtype: isFloating(input.dtype) ? input.dtype : "i64", shape: input.shape }]
+  }),
+  /** p = 1, 2 or inf over dims; floating inputs only. */
+  norm: spec([arg("input", "tensor"), opt("p", "scalar", 2), opt("dim", "dims", null), opt("keepdim", "bool", false)], ({ input, p, dim, keepdim }, op) => {
+    if (!isFloating(input.dtype)) bad(op, `needs a floating input, got ${describe(input)} (cast with ops.to)`)
+    if (!NORM_ORDERS.includes(p)) bad(op, `p must be 1, 2 or inf, got ${p}`)
+    return [{ dtype: input.dtype, shape: reducedShape(input, reducedDims(op, input, dim), keepdim) }]
+  }),
 }
