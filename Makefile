@@ -73,6 +73,7 @@ bench: setup
 	$(BUN) run bench/dispatch.ts
 	$(BUN) run bench/trace.ts
 	$(BUN) run bench/collectives.ts
+	$(BUN) run bench/ops.ts
 
 clean:
 	rm -rf build

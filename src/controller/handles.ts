@@ -6,7 +6,7 @@
  * controller that made it: its ref ids mean nothing to another controller, which refuses it.
  */
 import type { TensorMeta } from "../ops/meta.ts"
-import type { Ref } from "../protocol/values.ts"
+import type { DType, Ref } from "../protocol/values.ts"
 import type { BorrowState } from "./borrows.ts"
 import type { Core } from "./core.ts"
 import { ControllerError } from "./errors.ts"
@@ -37,15 +37,19 @@ export const checkOwner = (core: Core, handle: { readonly core: Core }): void =>
 /** Deletes, with the next batch, the ref of a tensor handle that was garbage collected. */
 const dropped = new FinalizationRegistry<{ core: Core; ranks: ReadonlyArray<number>; id: number }>(({ core, ranks, id }) => core.release(ranks, [id]))
 
-/** A tensor on the ranks of a mesh. Dropping the handle deletes it on the workers. */
-export class RemoteTensor {
+/**
+ * A tensor on the ranks of a mesh. Dropping the handle deletes it on the workers. D types
+ * its dtype where the op that made it tells (its fetched values are then typed arrays of
+ * that dtype); the ops are its methods too (src/controller/ops.ts).
+ */
+export class RemoteTensor<D extends DType = DType> {
   #released = false
 
   constructor(
     readonly mesh: Mesh,
     readonly ref: Ref,
     /** dtype and shape, when the controller can know them. */
-    readonly meta: TensorMeta | undefined,
+    readonly meta: (TensorMeta & { readonly dtype: D }) | undefined,
     /** The stream that produced it (the one a borrow waits on). */
     readonly stream: RemoteStream,
     /** Set on a borrow's alias, which its scope deletes instead of the registry. */
@@ -64,7 +68,7 @@ export class RemoteTensor {
     return this.mesh.core
   }
 
-  get dtype() {
+  get dtype(): D | undefined {
     return this.meta?.dtype
   }
 

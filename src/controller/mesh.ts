@@ -129,6 +129,14 @@ export class Mesh {
     return results.map((r, i) => new RemoteTensor(this, r, metas[i], stream))
   }
 
+  /**
+   * @internal The typed ops' entry (src/controller/ops.ts): issues a CallFunction now and
+   * returns its results, or throws the ControllerError that refused it.
+   */
+  issue(fn: string, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, opts: CallOptions): RemoteTensor[] {
+    return this.issueCall(fn, args, kwargs, opts, this.core.site())
+  }
+
   /** Calls a function on every rank; its one result as a handle. */
   call(fn: string, args: ReadonlyArray<unknown> = [], kwargs: Readonly<Record<string, unknown>> = {}, opts: CallOptions = {}): Effect.Effect<RemoteTensor, ControllerError> {
     const site = this.core.site()

@@ -29,33 +29,48 @@ export interface KindValue<T> {
 }
 export type Kind = keyof KindValue<unknown>
 
-export interface Param<N extends string = string, K extends Kind = Kind, D = unknown> {
+export interface Param<N extends string = string, K extends Kind = Kind, D = unknown, R extends boolean = boolean, W extends boolean = boolean> {
   readonly name: N
   readonly kind: K
   /** Absent: the argument is required. null: torch's None. */
   readonly default?: D
-  readonly required: boolean
+  readonly required: R
   /** After torch's `*`: only by name. */
-  readonly kwOnly: boolean
+  readonly kwOnly: W
 }
 
 /** The value a bound parameter has: its kind's, or null when None is its default. */
-export type ValueOf<P, T> = P extends Param<string, infer K, infer D> ? KindValue<T>[K] | (null extends D ? null : never) : never
+export type ValueOf<P, T> = P extends Param<string, infer K, infer D, boolean, boolean> ? KindValue<T>[K] | (null extends D ? null : never) : never
 
 /** A call's arguments bound by name (T: TensorMeta on the controller, Tensor on the worker). */
 export type Bound<P extends ReadonlyArray<Param>, T = TensorMeta> = { readonly [E in P[number] as E["name"]]: ValueOf<E, T> }
 
 /** A required parameter. */
-export const arg = <N extends string, K extends Kind>(name: N, kind: K): Param<N, K, never> =>
+export const arg = <N extends string, K extends Kind>(name: N, kind: K): Param<N, K, never, true, false> =>
   ({ name, kind, required: true, kwOnly: false })
 
 /** An optional parameter with its default (null: None). */
-export const opt = <N extends string, K extends Kind, const D extends KindValue<TensorMeta>[K] | null>(name: N, kind: K, default_: D): Param<N, K, D> =>
+export const opt = <N extends string, K extends Kind, const D extends KindValue<TensorMeta>[K] | null>(name: N, kind: K, default_: D): Param<N, K, D, false, false> =>
   ({ name, kind, default: default_, required: false, kwOnly: false })
 
 /** A keyword-only parameter (after torch's `*`) with its default. */
-export const kw = <N extends string, K extends Kind, const D extends KindValue<TensorMeta>[K] | null>(name: N, kind: K, default_: D): Param<N, K, D> =>
+export const kw = <N extends string, K extends Kind, const D extends KindValue<TensorMeta>[K] | null>(name: N, kind: K, default_: D): Param<N, K, D, false, true> =>
   ({ name, kind, default: default_, required: false, kwOnly: true })
+
+/** A call's keyword arguments: any parameter by name (an optional one may be null, for None). */
+export type Kwargs<P extends ReadonlyArray<Param>, T> = { readonly [E in P[number] as E["name"]]?: ValueOf<E, T> | (E["required"] extends true ? never : null) }
+
+/**
+ * The ways to call an op with parameters P, as tuples: the required positionals, then any
+ * number of the optional ones in order, then optionally an object of keyword arguments (what
+ * the typed surface, src/controller/ops.ts, accepts; T is its tensor type).
+ */
+export type CallForms<P extends ReadonlyArray<Param>, T, All extends ReadonlyArray<Param> = P, Acc extends ReadonlyArray<unknown> = readonly []> =
+  P extends readonly [infer H extends Param, ...infer R extends ReadonlyArray<Param>]
+    ? H["kwOnly"] extends true ? readonly [...Acc, Kwargs<All, T>?]
+    : H["required"] extends true ? CallForms<R, T, All, readonly [...Acc, ValueOf<H, T>]>
+    : readonly [...Acc, Kwargs<All, T>?] | CallForms<R, T, All, readonly [...Acc, ValueOf<H, T>]>
+    : readonly [...Acc, Kwargs<All, T>?]
 
 const WRONG = Symbol("wrong kind")
 const isInt = (v: unknown): v is number => typeof v === "number" && Number.isSafeInteger(v)

@@ -20,6 +20,7 @@ const SPECS = { ...creation, ...elementwise, ...math, ...ternary, ...reductions,
 type Specs = typeof SPECS
 export type OpName = keyof Specs
 export type ParamsOf<N extends OpName> = Specs[N]["params"]
+export type ResultDtypeOf<N extends OpName> = Specs[N]["dtype"]
 
 /** A declared op with its name and its binder. */
 export type Op<N extends OpName = OpName> = Specs[N] & { readonly name: N; readonly bind: Binder<ParamsOf<N>> }

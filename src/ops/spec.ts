@@ -10,8 +10,19 @@
 import type { TensorMeta } from "./meta.ts"
 import type { Bound, Param } from "./params.ts"
 
-export interface OpSpec<P extends ReadonlyArray<Param> = ReadonlyArray<Param>> {
+/**
+ * What the result's dtype is, for the typed surface's types (the rule computes the real one):
+ * the first tensor's ("same"), bool, floating (an integer input gives f32), torch's promotion
+ * of the two operands ("promote"; "divide" then makes integers f32), a sum's (integers give
+ * i64), the dtype argument's ("to"), the second tensor's ("other"), the `dtype` keyword's
+ * (default f32: "created"), arange's (i64 for integral bounds), or not known before the call
+ * ("any").
+ */
+export type DtypeKind = "same" | "bool" | "float" | "promote" | "divide" | "sum" | "to" | "other" | "created" | "arange" | "any"
+
+export interface OpSpec<P extends ReadonlyArray<Param> = ReadonlyArray<Param>, K extends DtypeKind = DtypeKind> {
   readonly params: P
+  readonly dtype: K
   /**
    * The results' dtypes and shapes from the bound arguments' (tensors as TensorMetas); throws
    * OpArgumentError (`bad(op, ...)`) for arguments the op cannot take. Runs on the controller
@@ -27,8 +38,8 @@ export interface OpSpec<P extends ReadonlyArray<Param> = ReadonlyArray<Param>> {
 }
 
 /** Declares an op; `results` defaults to 1, or 0 for an in-place op. */
-export const spec = <const P extends ReadonlyArray<Param>>(
+export const spec = <const P extends ReadonlyArray<Param>, const K extends DtypeKind = "any">(
   params: P,
   outputs: (a: Bound<P>, op: string) => ReadonlyArray<TensorMeta>,
-  more: { readonly results?: number; readonly mutates?: "input"; readonly view?: true } = {},
-): OpSpec<P> => ({ params, outputs, results: more.results ?? (more.mutates ? 0 : 1), ...more })
+  more: { readonly dtype?: K; readonly results?: number; readonly mutates?: "input"; readonly view?: true } = {},
+): OpSpec<P, K> => ({ params, outputs, results: more.results ?? (more.mutates ? 0 : 1), ...more, dtype: (more.dtype ?? "any") as K })

@@ -25,19 +25,27 @@ export class Ref {
 /** The typed array a host tensor's elements read as (bf16 widens to float32). */
 export type ElementArray = Float32Array | Float64Array | Float16Array | Int32Array | BigInt64Array | Uint8Array
 
+/** The typed array a host tensor of dtype D reads as. */
+export type ElementArrayOf<D extends DType> = D extends "f32" | "bf16" ? Float32Array : D extends "f64" ? Float64Array
+  : D extends "f16" ? Float16Array : D extends "i32" ? Int32Array : D extends "i64" ? BigInt64Array : Uint8Array
+
 /** A dense, contiguous tensor in host memory, as carried by the wire (little-endian bytes). */
-export class HostTensor {
+export class HostTensor<D extends DType = DType> {
   constructor(
-    readonly dtype: DType,
+    readonly dtype: D,
     readonly shape: ReadonlyArray<number>,
     /** numel x itemsize bytes; may be a view into a received frame. */
     readonly data: Uint8Array,
   ) {}
 
   /** The elements as a typed array (a copy, so it is aligned and owned). */
-  toArray(): ElementArray {
+  toArray(): ElementArrayOf<D> {
+    return this.elements() as ElementArrayOf<D>
+  }
+
+  private elements(): ElementArray {
     const bytes = this.data.slice().buffer
-    switch (this.dtype) {
+    switch (this.dtype as DType) {
       case "f32": return new Float32Array(bytes)
       case "f64": return new Float64Array(bytes)
       case "f16": return new Float16Array(bytes)

@@ -7,6 +7,7 @@ import { dirname, resolve } from "node:path"
 import { planCollective } from "../../src/ops/collectives.ts"
 import { isTensorMeta, type TensorMeta } from "../../src/ops/meta.ts"
 import { inferOutputs, OPS, opNamed, signatures, UNKNOWN_TENSOR } from "../../src/ops/registry.ts"
+import { DOC, documented, opsTable } from "../../scripts/opsdoc.ts"
 import { infer, refusal, t } from "./infer.ts"
 
 const ROOT = new URL("../..", import.meta.url).pathname
@@ -58,6 +59,12 @@ describe("binding a call to an op's parameters", () => {
     expect(all.length).toBe(Object.keys(OPS).length)
     expect(all).toContain("ops.arange(start, end=None, step=1, *, dtype=None)")
     for (const op of Object.values(OPS)) if (op.mutates) expect(op.results).toBe(0)
+  })
+
+  test("docs/protocol.md lists every op as the registry declares it (else: bun run scripts/opsdoc.ts)", () => {
+    const doc = documented(readFileSync(DOC, "utf8"))
+    expect(doc).toBe(opsTable())
+    for (const name of Object.keys(OPS)) expect(doc).toContain(`\`ops.${name}(`)
   })
 
   test("a name that is no op, or an inherited property, is not found", () => {

@@ -3,11 +3,12 @@ import { bad } from "../meta.ts"
 import { arg, kw, opt } from "../params.ts"
 import { spec } from "../spec.ts"
 
-const sized = spec([arg("size", "shape"), kw("dtype", "dtype", "f32")], ({ size, dtype }) => [{ dtype, shape: size }])
+const sized = spec([arg("size", "shape"), kw("dtype", "dtype", "f32")], ({ size, dtype }) => [{ dtype, shape: size }], { dtype: "created" })
 
 const random = spec(
   [arg("size", "shape"), kw("dtype", "dtype", "f32"), kw("seed", "int", 0), kw("offset", "int", 0)],
   ({ size, dtype }) => [{ dtype, shape: size }],
+  { dtype: "created" },
 )
 
 /** arange(end) or arange(start, end, step=1): start, step and the element count. */
@@ -21,11 +22,12 @@ export const arangeBounds = (a: { start: number; end: number | null; step: numbe
 export const creation = {
   zeros: sized,
   ones: sized,
-  full: spec([arg("size", "shape"), arg("fill_value", "scalar"), kw("dtype", "dtype", "f32")], ({ size, dtype }) => [{ dtype, shape: size }]),
+  full: spec([arg("size", "shape"), arg("fill_value", "scalar"), kw("dtype", "dtype", "f32")], ({ size, dtype }) => [{ dtype, shape: size }], { dtype: "created" }),
   arange: spec(
     [arg("start", "scalar"), opt("end", "scalar", null), opt("step", "scalar", 1), kw("dtype", "dtype", null)],
     // Integral bounds give i64, as torch's do.
     (a, op) => [{ dtype: a.dtype ?? ([a.start, a.end ?? 0, a.step].every(Number.isInteger) ? "i64" : "f32"), shape: [arangeBounds(a, op)[2]] }],
+    { dtype: "arange" },
   ),
   rand: random,
   randn: random,

@@ -28,11 +28,13 @@ export const planBinary = (op: string, kind: BinaryKind, a: TensorMeta | number,
 }
 
 /** neg, abs, relu keep the dtype; float functions of integers give f32. */
-const unary = (floatOnly: boolean) => spec([arg("input", "tensor")], ({ input }) =>
-  [{ dtype: floatOnly && !isFloating(input.dtype) ? "f32" : input.dtype, shape: input.shape }])
+const unary = <const K extends "same" | "float">(dtype: K) => spec([arg("input", "tensor")], ({ input }) =>
+  [{ dtype: dtype === "float" && !isFloating(input.dtype) ? "f32" : input.dtype, shape: input.shape }], { dtype })
 
-const binary = (kind: BinaryKind) =>
-  spec([arg("input", "tensorOrScalar"), arg("other", "tensorOrScalar")], ({ input, other }, op) => [planBinary(op, kind, input, other).result])
+const DTYPE_KIND = { arithmetic: "promote", division: "divide", comparison: "bool" } as const
+
+const binary = <const B extends BinaryKind>(kind: B) =>
+  spec([arg("input", "tensorOrScalar"), arg("other", "tensorOrScalar")], ({ input, other }, op) => [planBinary(op, kind, input, other).result], { dtype: DTYPE_KIND[kind] })
 
 /** An in-place form: the result must keep the input's shape, and its dtype must cast into the input's. */
 export const checkInPlace = (op: string, input: TensorMeta, result: TensorMeta): void => {
@@ -44,7 +46,7 @@ export const checkInPlace = (op: string, input: TensorMeta, result: TensorMeta):
 const binaryInPlace = (kind: BinaryKind) => spec([arg("input", "tensor"), arg("other", "tensorOrScalar")], ({ input, other }, op) => {
   checkInPlace(op, input, planBinary(op, kind, input, other).result)
   return []
-}, { mutates: "input" })
+}, { mutates: "input", dtype: "same" })
 
 const arithmetic = binary("arithmetic"), comparison = binary("comparison")
 
@@ -52,8 +54,8 @@ const arithmetic = binary("arithmetic"), comparison = binary("comparison")
 const logical = spec([arg("input", "tensor"), arg("other", "tensor")], ({ input, other }, op) => [planBinary(op, "comparison", input, other).result])
 
 export const elementwise = {
-  neg: unary(false), abs: unary(false), relu: unary(false),
-  exp: unary(true), log: unary(true), sqrt: unary(true), tanh: unary(true), sigmoid: unary(true),
+  neg: unary("same"), abs: unary("same"), relu: unary("same"),
+  exp: unary("float"), log: unary("float"), sqrt: unary("float"), tanh: unary("float"), sigmoid: unary("float"),
   add: arithmetic, sub: arithmetic, mul: arithmetic, div: binary("division"), maximum: arithmetic, minimum: arithmetic, pow: arithmetic,
   eq: comparison, ne: comparison, lt: comparison, le: comparison, gt: comparison, ge: comparison,
   /** Python's // and % (toward -inf), as torch 1.13's floor_divide and remainder. */
@@ -61,5 +63,5 @@ export const elementwise = {
   logical_and: logical, logical_or: logical,
   add_: binaryInPlace("arithmetic"), sub_: binaryInPlace("arithmetic"), mul_: binaryInPlace("arithmetic"), div_: binaryInPlace("division"),
   clamp: spec([arg("input", "tensor"), opt("min", "scalar", null), opt("max", "scalar", null)], ({ input, min, max }) =>
-    [{ dtype: resultType([input, ...(min === null ? [] : [min]), ...(max === null ? [] : [max])]), shape: input.shape }]),
+    [{ dtype: resultType([input, ...(min === null ? [] : [min]), ...(max === null ? [] : [max])]), shape: input.shape }], { dtype: "promote" }),
 }

@@ -94,25 +94,25 @@ const indexTensor = (op: string, index: TensorMeta, what: string): void => {
   if (index.dtype !== "i64") bad(op, `${what} must be an i64 tensor, got ${describe(index)}`)
 }
 
-const same = spec([arg("input", "tensor")], ({ input }) => [input])
-const reshapeSpec = spec([arg("input", "tensor"), arg("shape", "ints")], ({ input, shape }, op) => [{ dtype: input.dtype, shape: reshapeShape(op, input, shape) }], { view: true })
+const same = spec([arg("input", "tensor")], ({ input }) => [input], { dtype: "same" })
+const reshapeSpec = spec([arg("input", "tensor"), arg("shape", "ints")], ({ input, shape }, op) => [{ dtype: input.dtype, shape: reshapeShape(op, input, shape) }], { view: true, dtype: "same" })
 
 export const layout = {
-  matmul: spec([arg("input", "tensor"), arg("other", "tensor")], ({ input, other }, op) => [matmulShape(op, input, other)]),
+  matmul: spec([arg("input", "tensor"), arg("other", "tensor")], ({ input, other }, op) => [matmulShape(op, input, other)], { dtype: "same" }),
   mm: spec([arg("input", "tensor"), arg("mat2", "tensor")], ({ input, mat2 }, op) => {
     if (input.shape.length !== 2 || mat2.shape.length !== 2) bad(op, `needs 2-D operands: ${describe(input)} @ ${describe(mat2)}`)
     return [matmulShape(op, input, mat2)]
-  }),
+  }, { dtype: "same" }),
   bmm: spec([arg("input", "tensor"), arg("mat2", "tensor")], ({ input, mat2 }, op) => {
     if (input.shape.length !== 3 || mat2.shape.length !== 3 || input.shape[0] !== mat2.shape[0]) bad(op, `needs 3-D operands with one batch size: ${describe(input)} @ ${describe(mat2)}`)
     return [matmulShape(op, input, mat2)]
-  }),
-  transpose: spec([arg("input", "tensor"), arg("dim0", "int"), arg("dim1", "int")], ({ input, dim0, dim1 }, op) => [permuted(input, transposePermutation(op, input, dim0, dim1))]),
+  }, { dtype: "same" }),
+  transpose: spec([arg("input", "tensor"), arg("dim0", "int"), arg("dim1", "int")], ({ input, dim0, dim1 }, op) => [permuted(input, transposePermutation(op, input, dim0, dim1))], { dtype: "same" }),
   t: spec([arg("input", "tensor")], ({ input }, op) => {
     if (input.shape.length > 2) bad(op, `expects a tensor of at most 2 dims, got ${describe(input)}`)
     return [permuted(input, transposePermutation(op, input, 0, -1))]
-  }),
-  permute: spec([arg("input", "tensor"), arg("dims", "ints")], ({ input, dims }, op) => [permuted(input, permutation(op, input, dims))]),
+  }, { dtype: "same" }),
+  permute: spec([arg("input", "tensor"), arg("dims", "ints")], ({ input, dims }, op) => [permuted(input, permutation(op, input, dims))], { dtype: "same" }),
   reshape: reshapeSpec,
   view: reshapeSpec,
   flatten: spec([arg("input", "tensor"), opt("start_dim", "int", 0), opt("end_dim", "int", -1)], ({ input, start_dim, end_dim }, op) => {
@@ -121,43 +121,43 @@ export const layout = {
     const s = normDim(op, start_dim, n), e = normDim(op, end_dim, n)
     if (s > e) bad(op, `start_dim ${start_dim} comes after end_dim ${end_dim}`)
     return [{ dtype: input.dtype, shape: [...input.shape.slice(0, s), numelOf(input.shape.slice(s, e + 1)), ...input.shape.slice(e + 1)] }]
-  }, { view: true }),
+  }, { view: true, dtype: "same" }),
   squeeze: spec([arg("input", "tensor"), opt("dim", "dims", null)], ({ input, dim }, op) => {
     const n = input.shape.length
     const dims = dim === null ? input.shape.map((_, i) => i) : (typeof dim === "number" ? [dim] : dim).map((d) => normDim(op, d, n))
     return [{ dtype: input.dtype, shape: input.shape.filter((s, i) => !(s === 1 && dims.includes(i))) }]
-  }, { view: true }),
+  }, { view: true, dtype: "same" }),
   unsqueeze: spec([arg("input", "tensor"), arg("dim", "int")], ({ input, dim }, op) => {
     const d = normDim(op, dim, input.shape.length + 1), shape = [...input.shape]
     shape.splice(d, 0, 1)
     return [{ dtype: input.dtype, shape }]
-  }, { view: true }),
-  expand: spec([arg("input", "tensor"), arg("size", "ints")], ({ input, size }, op) => [{ dtype: input.dtype, shape: expandShape(op, input, size) }]),
-  broadcast_to: spec([arg("input", "tensor"), arg("size", "ints")], ({ input, size }, op) => [{ dtype: input.dtype, shape: expandShape(op, input, size) }]),
+  }, { view: true, dtype: "same" }),
+  expand: spec([arg("input", "tensor"), arg("size", "ints")], ({ input, size }, op) => [{ dtype: input.dtype, shape: expandShape(op, input, size) }], { dtype: "same" }),
+  broadcast_to: spec([arg("input", "tensor"), arg("size", "ints")], ({ input, size }, op) => [{ dtype: input.dtype, shape: expandShape(op, input, size) }], { dtype: "same" }),
   contiguous: same,
   clone: same,
-  to: spec([arg("input", "tensor"), opt("dtype", "dtype", null)], ({ input, dtype }) => [{ dtype: dtype ?? input.dtype, shape: input.shape }]),
+  to: spec([arg("input", "tensor"), opt("dtype", "dtype", null)], ({ input, dtype }) => [{ dtype: dtype ?? input.dtype, shape: input.shape }], { dtype: "to" }),
   narrow: spec([arg("input", "tensor"), arg("dim", "int"), arg("start", "int"), arg("length", "int")], ({ input, dim, start, length }, op) => {
     const d = normDim(op, dim, input.shape.length), size = input.shape[d] ?? 1, s = start < 0 ? start + size : start
     if (s < 0 || length < 0 || s + length > size) bad(op, `start ${start} and length ${length} exceed dim ${d} of ${describe(input)}`)
     return [{ dtype: input.dtype, shape: input.shape.map((x, i) => (i === d ? length : x)) }]
-  }),
+  }, { dtype: "same" }),
   select: spec([arg("input", "tensor"), arg("dim", "int"), arg("index", "int")], ({ input, dim, index }, op) => {
     if (input.shape.length === 0) bad(op, "cannot select from a 0-dim tensor")
     const d = normDim(op, dim, input.shape.length), size = input.shape[d]!
     if (index < -size || index >= size) bad(op, `index ${index} is out of range for dim ${d} of ${describe(input)}`)
     return [{ dtype: input.dtype, shape: input.shape.filter((_, i) => i !== d) }]
-  }),
+  }, { dtype: "same" }),
   slice: spec([arg("input", "tensor"), opt("dim", "int", 0), opt("start", "int", null), opt("end", "int", null), opt("step", "int", 1)], ({ input, dim, start, end, step }, op) => {
     if (input.shape.length === 0) bad(op, "cannot slice a 0-dim tensor")
     const d = normDim(op, dim, input.shape.length), [, , length] = sliceOf(op, input.shape[d]!, start, end, step)
     return [{ dtype: input.dtype, shape: input.shape.map((x, i) => (i === d ? length : x)) }]
-  }),
+  }, { dtype: "same" }),
   flip: spec([arg("input", "tensor"), arg("dims", "dims")], ({ input, dims }, op) => {
     for (const d of typeof dims === "number" ? [dims] : dims) normDim(op, d, input.shape.length)
     return [input]
-  }),
-  cat: spec([arg("tensors", "tensors"), opt("dim", "int", 0)], ({ tensors, dim }, op) => [catShape(op, tensors, dim)]),
+  }, { dtype: "same" }),
+  cat: spec([arg("tensors", "tensors"), opt("dim", "int", 0)], ({ tensors, dim }, op) => [catShape(op, tensors, dim)], { dtype: "same" }),
   stack: spec([arg("tensors", "tensors"), opt("dim", "int", 0)], ({ tensors, dim }, op) => {
     if (tensors.length === 0) bad(op, "needs at least one tensor")
     const first = tensors[0]!
@@ -165,24 +165,24 @@ export const layout = {
     const d = normDim(op, dim, first.shape.length + 1), shape = [...first.shape]
     shape.splice(d, 0, tensors.length)
     return [{ dtype: tensors.reduce((p, t) => promoteTypes(p, t.dtype), first.dtype), shape }]
-  }),
+  }, { dtype: "same" }),
   index_select: spec([arg("input", "tensor"), arg("dim", "int"), arg("index", "tensor")], ({ input, dim, index }, op) => {
     indexTensor(op, index, "index")
     if (index.shape.length > 1) bad(op, `index must be 0-D or 1-D, got ${describe(index)}`)
     const d = normDim(op, dim, input.shape.length)
     return [{ dtype: input.dtype, shape: input.shape.length === 0 ? [] : input.shape.map((s, i) => (i === d ? numelOf(index.shape) : s)) }]
-  }),
+  }, { dtype: "same" }),
   gather: spec([arg("input", "tensor"), arg("dim", "int"), arg("index", "tensor")], ({ input, dim, index }, op) => {
     indexTensor(op, index, "index")
     const d = normDim(op, dim, input.shape.length)
     if (index.shape.length !== input.shape.length || index.shape.some((s, i) => i !== d && s > input.shape[i]!))
       bad(op, `index ${describe(index)} must have the rank of ${describe(input)} and no larger size outside dim ${d}`)
     return [{ dtype: input.dtype, shape: index.shape }]
-  }),
+  }, { dtype: "same" }),
   copy_: spec([arg("input", "tensor"), arg("src", "tensor")], ({ input, src }, op) => {
     if (broadcastShapes(op, [input.shape, src.shape]).join() !== input.shape.join()) bad(op, `cannot copy ${describe(src)} into ${describe(input)}`)
     return []
-  }, { mutates: "input" }),
-  fill_: spec([arg("input", "tensor"), arg("value", "scalar")], () => [], { mutates: "input" }),
+  }, { mutates: "input", dtype: "same" }),
+  fill_: spec([arg("input", "tensor"), arg("value", "scalar")], () => [], { mutates: "input", dtype: "same" }),
   noop: spec([], () => [], { results: 0 }),
 }

@@ -13,7 +13,7 @@ const softmax = spec([arg("input", "tensor"), arg("dim", "int")], ({ input, dim 
   floating(op, input)
   normDim(op, dim, input.shape.length)
   return [input]
-})
+}, { dtype: "same" })
 
 export const REDUCTIONS = ["none", "mean", "sum"] as const
 
@@ -30,7 +30,7 @@ export const nn = {
     if (input.dtype !== weight.dtype || (bias && bias.dtype !== input.dtype)) bad(op, `dtypes differ: ${[input, weight, bias].filter(Boolean).map(describe).join(", ")}`)
     if (bias && (bias.shape.length !== 1 || bias.shape[0] !== weight.shape[0])) bad(op, `bias ${describe(bias)} must be [${weight.shape[0]}]`)
     return [{ dtype: input.dtype, shape: [...input.shape.slice(0, -1), weight.shape[0]!] }]
-  }),
+  }, { dtype: "same" }),
   cross_entropy: spec(
     [arg("input", "tensor"), arg("target", "tensor"), opt("ignore_index", "int", -100), opt("reduction", "string", "mean"), opt("label_smoothing", "scalar", 0)],
     ({ input, target, reduction, label_smoothing }, op) => {
@@ -42,6 +42,7 @@ export const nn = {
       if (!(label_smoothing >= 0 && label_smoothing <= 1)) bad(op, `label_smoothing must be in [0, 1], got ${label_smoothing}`)
       return [{ dtype: input.dtype, shape: reduction === "none" ? target.shape : [] }]
     },
+    { dtype: "same" },
   ),
   layer_norm: spec(
     [arg("input", "tensor"), arg("normalized_shape", "shape"), opt("weight", "tensor", null), opt("bias", "tensor", null), opt("eps", "scalar", 1e-5)],
@@ -54,10 +55,11 @@ export const nn = {
         if (p && (p.shape.join() !== normalized_shape.join() || p.dtype !== input.dtype)) bad(op, `weight and bias must be ${input.dtype}[${normalized_shape}], got ${describe(p)}`)
       return [input]
     },
+    { dtype: "same" },
   ),
   embedding: spec([arg("input", "tensor"), arg("weight", "tensor")], ({ input, weight }, op) => {
     if (input.dtype !== "i64") bad(op, `input must hold indices (i64), got ${describe(input)}`)
     if (weight.shape.length !== 2) bad(op, `weight must be [num_embeddings, embedding_dim], got ${describe(weight)}`)
     return [{ dtype: weight.dtype, shape: [...input.shape, weight.shape[1]!] }]
-  }),
+  }, { dtype: "other" }),
 }

@@ -24,7 +24,7 @@ const INTEGER_SUM: ReadonlySet<DType> = new Set(["bool", "u8", "i32"])
 type Rule = "widen" | "floating" | "same"
 
 /** sum and prod of bool, u8 and i32 accumulate into i64 (as torch's do); mean needs a floating input. */
-const reduction = (rule: Rule) => spec(
+const reduction = <const R extends Rule>(rule: R) => spec(
   [arg("input", "tensor"), opt("dim", "dims", null), opt("keepdim", "bool", false)],
   ({ input, dim, keepdim }, op) => {
     if (rule === "floating" && !isFloating(input.dtype)) bad(op, `needs a floating input, got ${describe(input)} (cast with ops.to)`)
@@ -34,6 +34,7 @@ const reduction = (rule: Rule) => spec(
     const dtype = rule === "widen" && INTEGER_SUM.has(input.dtype) ? "i64" : input.dtype
     return [{ dtype, shape: reducedShape(input, dims, keepdim) }]
   },
+  { dtype: rule === "widen" ? "sum" : "same" } as { dtype: R extends "widen" ? "sum" : "same" },
 )
 
 const logicalReduction = spec([arg("input", "tensor"), opt("dim", "dims", null), opt("keepdim", "bool", false)], ({ input, dim, keepdim }, op) =>

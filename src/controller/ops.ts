@@ -1,0 +1,151 @@
+/**
+ * The typed op surface: `ops.<torch name>(...)` and the same ops as methods of a tensor
+ * (`x.matmul(w).add(b).relu()`), each derived from the registry (src/ops/registry.ts): its
+ * parameters give the call's types (positional in torch's order, then an optional object of
+ * keyword arguments), its dtype kind gives the result's dtype type, and its rule gives the
+ * result's metadata at once.
+ *
+ * Where the boundary with Effect sits: an op call is synchronous and only queues a command,
+ * like torch's eager calls; it returns the result handle with its dtype and shape, or throws
+ * the ControllerError the registry's check raised (a bad shape, dtype or keyword) before
+ * anything is sent. Model code is therefore plain code, with no `yield*` per op. `eager(f)`
+ * runs such code as an Effect whose typed failure is that ControllerError (so `catchTag`
+ * catches a refusal; any other throw stays a defect). What happens on the workers surfaces
+ * where a value is awaited: `t.fetch()` is an Effect failing with RemoteError or WorkerLost.
+ */
+import { Effect } from "effect"
+import { type OpName, OPS, type ParamsOf, type ResultDtypeOf } from "../ops/registry.ts"
+import type { CallForms, Param } from "../ops/params.ts"
+import type { DType, HostTensor } from "../protocol/values.ts"
+import { ControllerError, type Failure } from "./errors.ts"
+import { RemoteTensor } from "./handles.ts"
+import type { Mesh } from "./mesh.ts"
+import { refuse } from "./arguments.ts"
+
+type FloatingDType = "f32" | "f64" | "f16" | "bf16"
+type IntegralDType = "bool" | "u8" | "i32"
+
+/** The dtype a tensor argument has at the type level (DType when unknown). */
+type DTypeOf<V> = V extends RemoteTensor<infer D> ? D : never
+
+/** Promotion at the type level where it is certain: one dtype, or a float tensor with a number. */
+type Promoted<D extends DType, O> = [O] extends [number] ? (D extends FloatingDType ? D : DType)
+  : [DTypeOf<O>] extends [never] ? DType : [DTypeOf<O>] extends [D] ? ([D] extends [DTypeOf<O>] ? D : DType) : DType
+
+/** The result dtype of an op of dtype kind K, given the first tensor's D and the other arguments. */
+type ResultDType<K, D extends DType, Rest extends ReadonlyArray<unknown>> =
+  K extends "same" ? D
+  : K extends "bool" ? "bool"
+  : K extends "float" ? (D extends FloatingDType ? D : "f32")
+  : K extends "promote" ? Promoted<D, Rest[0]>
+  : K extends "divide" ? Divided<Promoted<D, Rest[0]>>
+  : K extends "sum" ? (D extends IntegralDType ? "i64" : D)
+  : K extends "to" ? (Rest extends readonly [infer X extends DType, ...unknown[]] ? X : Rest extends readonly [{ readonly dtype: infer X extends DType }] ? X : D)
+  : K extends "other" ? (Rest extends readonly [RemoteTensor<infer X>, ...unknown[]] ? X : DType)
+  : K extends "created" ? (Rest extends readonly [...unknown[], { readonly dtype: infer X extends DType }] ? X : "f32")
+  : K extends "arange" ? Arange<Rest>
+  : DType
+
+/** arange's dtype: the keyword's, else i64 when every bound is an integral literal (f32 when one is not). */
+type Arange<A> = A extends readonly [...unknown[], { readonly dtype: infer X extends DType }] ? X
+  : A extends ReadonlyArray<number> ? (number extends A[number] ? DType : `${A[number]}` extends `${bigint}` ? "i64" : "f32") : DType
+
+/** True division: a floating promotion stays, an integer one gives f32, an unknown one stays unknown. */
+type Divided<P extends DType> = [P] extends [FloatingDType] ? P : [DType] extends [P] ? DType : "f32"
+
+type Tail<P> = P extends readonly [Param, ...infer R extends ReadonlyArray<Param>] ? R : readonly []
+
+/** Ops whose first parameter is the tensor `input`: those become methods. */
+type MethodName = { [N in OpName]: ParamsOf<N> extends readonly [Param<"input", "tensor" | "tensorOrScalar">, ...ReadonlyArray<Param>] ? N : never }[OpName]
+
+/** `ops.<name>`: every argument as torch takes it; the first tensor's dtype types the result. */
+export type OpFunction<N extends OpName> = <const A extends CallForms<ParamsOf<N>, RemoteTensor>>(...args: A) =>
+  RemoteTensor<ResultDType<ResultDtypeOf<N>, FirstDType<A>, ResultDtypeOf<N> extends "arange" ? A : A extends readonly [unknown, ...infer R] ? R : A>>
+
+/** The dtype of a call's first argument: a tensor's, or a list of tensors' (cat, stack). */
+type FirstDType<A> = A extends readonly [infer F, ...unknown[]]
+  ? F extends RemoteTensor<infer D> ? D : F extends ReadonlyArray<RemoteTensor<infer D>> ? D : DType
+  : DType
+
+/** A tensor method: the op with the tensor as its `input`. */
+export type OpMethod<N extends OpName, D extends DType> = <const A extends CallForms<Tail<ParamsOf<N>>, RemoteTensor>>(...args: A) =>
+  RemoteTensor<ResultDType<ResultDtypeOf<N>, D, A>>
+
+export type Ops = { readonly [N in OpName]: OpFunction<N> }
+export type TensorMethods<D extends DType> = { readonly [N in MethodName]: OpMethod<N, D> }
+
+const isKwargs = (v: unknown): v is Record<string, unknown> =>
+  typeof v === "object" && v !== null && Object.getPrototypeOf(v) === Object.prototype
+
+/** The mesh of the first tensor in the arguments (a list of tensors included). */
+const meshOf = (args: ReadonlyArray<unknown>): Mesh | undefined => {
+  for (const a of args) {
+    if (a instanceof RemoteTensor) return a.mesh
+    if (Array.isArray(a)) for (const x of a) if (x instanceof RemoteTensor) return x.mesh
+  }
+  return undefined
+}
+
+/** Issues `ops.<name>` on `mesh` (or the first tensor's) and returns its result, or the mutated input. */
+const invoke = (name: OpName, mesh: Mesh | undefined, all: ReadonlyArray<unknown>): RemoteTensor => {
+  const last = all.at(-1)
+  const kwargs = isKwargs(last) ? last : {}
+  const args = isKwargs(last) ? all.slice(0, -1) : all
+  const on = mesh ?? meshOf(args) ?? meshOf(Object.values(kwargs))
+  if (on === undefined) throw refuse(`ops.${name} has no tensor argument to take a mesh from; use opsOn(mesh).${name}`)
+  const op = OPS[name]
+  const input = op.mutates ? args[0] ?? kwargs.input : undefined
+  const results = on.issue(`ops.${name}`, args, kwargs, input instanceof RemoteTensor ? { mutates: [input] } : {})
+  if (input instanceof RemoteTensor) return input
+  if (results.length !== 1) throw refuse(`ops.${name} has ${results.length} results`)
+  return results[0]!
+}
+
+const functions = (mesh: Mesh | undefined): Ops =>
+  Object.fromEntries((Object.keys(OPS) as OpName[]).map((name) => [name, (...args: unknown[]) => invoke(name, mesh, args)])) as never
+
+/** Every op; the mesh is the first tensor argument's. */
+export const ops: Ops = functions(undefined)
+
+/** Every op on one mesh: creation ops (zeros, arange, randn, ...) need one. */
+export const opsOn = (mesh: Mesh): Ops => functions(mesh)
+
+/**
+ * Runs synchronous model code (op calls) as an Effect: a call the controller refused fails it
+ * with that ControllerError (catchable by tag); any other throw is a defect.
+ */
+export const eager = <A>(f: () => A): Effect.Effect<A, ControllerError> =>
+  Effect.suspend(() => {
+    try {
+      return Effect.succeed(f())
+    } catch (e) {
+      return e instanceof ControllerError ? Effect.fail(e) : Effect.die(e)
+    }
+  })
+
+/** What a tensor handle gains besides its op methods. */
+export interface TensorValue<D extends DType> {
+  /** Its value on one rank of its mesh (by index or coordinates; default the first). */
+  fetch(at?: number | Readonly<Record<string, number>>): Effect.Effect<HostTensor<D>, Failure>
+}
+
+declare module "./handles.ts" {
+  interface RemoteTensor<D extends DType = DType> extends TensorMethods<D>, TensorValue<D> {}
+}
+
+Object.defineProperty(RemoteTensor.prototype, "fetch", {
+  value(this: RemoteTensor, at: number | Readonly<Record<string, number>> = 0) {
+    return this.mesh.fetch(this, at)
+  },
+})
+
+// The methods: each op whose first parameter is its input tensor.
+for (const name of Object.keys(OPS) as OpName[]) {
+  const first = (OPS[name].params as ReadonlyArray<Param>)[0]
+  if (first?.name !== "input" || (first.kind !== "tensor" && first.kind !== "tensorOrScalar")) continue
+  Object.defineProperty(RemoteTensor.prototype, name, {
+    value(this: RemoteTensor, ...args: unknown[]) {
+      return invoke(name, this.mesh, [this, ...args])
+    },
+  })
+}

@@ -1,0 +1,109 @@
+// The typed op surface on the controller: model code as in PyTorch (methods and ops.*, no
+// yield* per op), metadata known at the call, typed fetches, refusals caught by tag through
+// eager(), in-place methods. The project's typecheck (tests/typecheck) checks the types below,
+// the @ts-expect-error lines included.
+import { afterAll, beforeAll, describe, expect, spyOn, test } from "bun:test"
+import { Effect, ManagedRuntime } from "effect"
+import { Controller, eager, ops, opsOn, type ControllerApi, type HostTensor, type RemoteTensor } from "../../src/controller/index.ts"
+
+let rt: ManagedRuntime.ManagedRuntime<Controller, unknown>
+let ctl: ControllerApi
+beforeAll(async () => {
+  rt = ManagedRuntime.make(Controller.local({ world: 2, onWorkerLine: () => {} }))
+  ctl = await rt.runPromise(Effect.service(Controller))
+}, 60_000)
+afterAll(() => rt?.dispose())
+
+/** log-softmax cross-entropy of rows of `logits` against class indices, in plain JS. */
+const crossEntropy = (logits: Float32Array, classes: number, targets: BigInt64Array): number => {
+  let total = 0
+  for (let n = 0; n < targets.length; n++) {
+    const row = [...logits.subarray(n * classes, (n + 1) * classes)], m = Math.max(...row)
+    const lse = m + Math.log(row.reduce((s, v) => s + Math.exp(v - m), 0))
+    total += lse - row[Number(targets[n])]!
+  }
+  return total / targets.length
+}
+
+describe("model code through the typed surface", () => {
+  test("an MLP forward pass with broadcasting, softmax, cat, indexing and cross_entropy", async () => {
+    const got = await rt.runPromise(Effect.gen(function* () {
+      const mesh = yield* ctl.mesh({ dp: 2 })
+      const on = opsOn(mesh)
+      const { x, logits, probs, both, picked, loss, targets } = yield* eager(() => {
+        const x = on.randn([4, 3], { seed: 1 }), w1 = on.randn([3, 8], { seed: 2 }), b1 = on.randn([8], { seed: 3 })
+        const w2 = on.randn([5, 8], { seed: 4 })
+        const logits = ops.linear(x.matmul(w1).add(b1).relu(), w2)       // [4, 8] + [8] broadcasts
+        const probs = logits.softmax(-1)
+        const both = ops.cat([logits, probs], { dim: 1 })
+        const targets = on.arange(4)                                     // i64, as torch's
+        const picked = logits.index_select(0, targets.flip([0]))
+        return { x, logits, probs, both, picked, targets, loss: ops.cross_entropy(logits, targets) }
+      })
+      // Metadata without a round trip.
+      expect([x.shape, logits.shape, probs.shape, both.shape, picked.shape, loss.shape]).toEqual([[4, 3], [4, 5], [4, 5], [4, 10], [4, 5], []])
+      expect([logits.dtype, targets.dtype, loss.dtype]).toEqual(["f32", "i64", "f32"])
+      const l: HostTensor<"f32"> = yield* logits.fetch({ dp: 1 })
+      const values: Float32Array = l.toArray()
+      // @ts-expect-error an f32 tensor's values are not a Float64Array
+      const wrong: Float64Array = l.toArray()
+      void wrong
+      return {
+        logits: values, probs: (yield* probs.fetch()).toArray(), both: (yield* both.fetch()).toArray(),
+        picked: (yield* picked.fetch()).toArray(), loss: (yield* loss.fetch()).toArray(), targets: (yield* targets.fetch()).toArray(),
+      }
+    }))
+    expect(got.logits).toBeInstanceOf(Float32Array)
+    expect(got.targets).toBeInstanceOf(BigInt64Array)
+    expect([...got.targets]).toEqual([0n, 1n, 2n, 3n])
+    for (let n = 0; n < 4; n++) expect(got.probs.subarray(n * 5, n * 5 + 5).reduce((a, b) => a + b, 0)).toBeCloseTo(1, 5)
+    expect([...got.both.subarray(0, 5)]).toEqual([...got.logits.subarray(0, 5)])
+    expect([...got.picked.subarray(0, 5)]).toEqual([...got.logits.subarray(15, 20)])
+    expect(got.loss[0]!).toBeCloseTo(crossEntropy(got.logits, 5, got.targets), 5)
+  })
+
+  test("a refused call fails eager() with a ControllerError caught by its tag, and sends nothing", async () => {
+    const issued = spyOn(ctl.core, "command")
+    const messages = await rt.runPromise(Effect.gen(function* () {
+      const mesh = yield* ctl.mesh({ dp: 2 })
+      const on = opsOn(mesh)
+      const x = yield* eager(() => on.ones([4, 3]))
+      issued.mockClear()
+      const reason = (f: () => unknown) => eager(f).pipe(Effect.as("sent"), Effect.catchTag("ControllerError", (e) => Effect.succeed(e.message)))
+      return [
+        yield* reason(() => x.matmul(on.ones([4, 3])).relu()),
+        // @ts-expect-error sum has no keyword "axis"
+        yield* reason(() => x.sum({ axis: 0 })),
+        yield* reason(() => x.add(on.ones([2]))),
+      ]
+    }))
+    expect(messages[0]).toMatch(/ops\.matmul: inner dims differ: f32\[4, 3\] @ f32\[4, 3\]/)
+    expect(messages[1]).toMatch(/unexpected keyword argument 'axis'/)
+    expect(messages[2]).toMatch(/shapes do not broadcast/)
+    // Only the ones() calls inside the refused blocks were issued; no refused op was.
+    expect(issued.mock.calls.map((c) => c[1])).toEqual(["ops.ones", "ops.ones"])
+    issued.mockRestore()
+  })
+
+  test("in-place methods change their tensor and return it; keyword and positional forms agree", async () => {
+    const [w, byKw, byPos] = await rt.runPromise(Effect.gen(function* () {
+      const mesh = yield* ctl.mesh({ dp: 2 })
+      const w: RemoteTensor<"f32"> = yield* eager(() => opsOn(mesh).full([2, 2], 3))
+      const same = yield* eager(() => w.mul_(2))
+      expect(same).toBe(w)
+      const [a, b] = yield* eager(() => [w.sum({ dim: 0, keepdim: true }), w.sum(0, true)])
+      const counted: RemoteTensor<"i64"> = yield* eager(() => opsOn(mesh).ones([2], { dtype: "bool" }).sum())
+      void counted
+      expect(a!.shape).toEqual([1, 2])
+      return [(yield* w.fetch()).toArray(), (yield* a!.fetch()).toArray(), (yield* b!.fetch()).toArray()]
+    }))
+    expect([...w]).toEqual([6, 6, 6, 6])
+    expect([...byKw]).toEqual([12, 12])
+    expect([...byPos]).toEqual([...byKw])
+  })
+
+  test("an op with no tensor argument needs a mesh, and says so", async () => {
+    const message = await rt.runPromise(eager(() => ops.zeros([2])).pipe(Effect.flip, Effect.map((e) => e.message)))
+    expect(message).toMatch(/ops\.zeros has no tensor argument to take a mesh from; use opsOn\(mesh\)\.zeros/)
+  })
+})
