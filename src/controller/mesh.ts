@@ -182,7 +182,7 @@ export class Mesh {
         dims: names, reduction, scatter, inplace,
       }), this.groupExchange(names))
       const out = inplace ? t : new RemoteTensor(this, result, plan.result, stream)
-      out.placement = opts.placement ?? afterCollective(t.placement, names, reduction, scatter)
+      out.placement = opts.placement ?? afterCollective(t.placement, this.names, names, reduction, scatter)
       return out
     })
   }

@@ -4,7 +4,8 @@
  *
  *   - `replicate`: every member holds the whole tensor, the same values;
  *   - `shard(d)`: member i holds the i-th of equal pieces of the logical tensor cut along its
- *     dim d (the pieces, concatenated along d in member order, make the whole);
+ *     dim d (the pieces, concatenated along d in member order, make the whole); when several
+ *     mesh dims shard one tensor dim, they nest in mesh-dim order (the first is outermost);
  *   - `partial`: every member holds an addend; the logical tensor is their sum (what a
  *     row-parallel matmul leaves before its reduce).
  *
@@ -50,15 +51,11 @@ export const checkPlacement = (t: RemoteTensor, spec: PlacementSpec): Placement 
   if (unknown.length > 0) throw refuse(`placement of ${t}: ${mesh} has no dim ${unknown.join(", ")} (its dims: ${mesh.names.join(", ") || "none"})`)
   const ndim = t.meta?.shape.length
   const placement: Record<string, DimPlacement> = {}
-  const shardedBy = new Map<number, string>()
   for (const name of mesh.names) {
     const d = spec[name] ?? replicate
     if (d.kind === "shard") {
       if (!Number.isInteger(d.dim) || d.dim < 0 || (ndim !== undefined && d.dim >= ndim))
         throw refuse(`placement of ${t}: shard(${d.dim}) on ${name} names no dim of a ${ndim ?? "?"}-dim tensor`)
-      // One mesh dim per tensor dim: nested shards of one dim would need an order this type does not state.
-      if (shardedBy.has(d.dim)) throw refuse(`placement of ${t}: tensor dim ${d.dim} is sharded over both ${shardedBy.get(d.dim)} and ${name}`)
-      shardedBy.set(d.dim, name)
     } else if (d.kind !== "replicate" && d.kind !== "partial") throw refuse(`placement of ${t}: ${JSON.stringify(d)} on ${name} is not replicate, shard(d) or partial`)
     placement[name] = d
   }
@@ -79,15 +76,18 @@ export const blockOf = (p: Placement, mesh: Mesh, rank: number, local: ReadonlyA
   if (coords === undefined) throw refuse(`rank ${rank} is not in ${mesh}`)
   const shape = [...local], offsets = local.map(() => 0)
   let first = true
+  // Per tensor dim, the block's index among its pieces: mixed radix over the mesh dims sharding it, in mesh order.
+  const piece = local.map(() => 0)
   mesh.names.forEach((name, m) => {
     const d = p[name] ?? replicate
     if (d.kind === "partial") throw refuse(`a partial tensor (over ${name}) has no blocks until it is reduced`)
     if (d.kind === "replicate") first &&= coords[m] === 0
     else {
-      offsets[d.dim] = coords[m]! * local[d.dim]!
-      shape[d.dim] = local[d.dim]! * mesh.layout.sizes[m]!
+      piece[d.dim] = piece[d.dim]! * mesh.layout.sizes[m]! + coords[m]!
+      shape[d.dim] = shape[d.dim]! * mesh.layout.sizes[m]!
     }
   })
+  local.forEach((n, d) => (offsets[d] = piece[d]! * n))
   return { shape, offsets, first }
 }
 
@@ -98,18 +98,18 @@ export const blockOf = (p: Placement, mesh: Mesh, rank: number, local: ReadonlyA
  * member i the i-th slice of dim 0 of the reduced tensor, i.e. shard(0) of the logical tensor
  * whose dims 0 and 1 are merged; all_to_all re-lays the data, so the caller states the result's
  * placement (without one it reads as shard(0): member i holds the i-th chunk from every member).
- * Dims of the mesh not reduced keep the input's entry, moved one tensor dim up after a stack
- * (it adds dim 0) and one down after a reduce_scatter (it removes dim 0; a shard of dim 0 over
- * another mesh dim then has no meaning, and the caller must state the placement).
+ * Dims of the result's mesh not reduced keep the input's entry, moved one tensor dim up after a
+ * stack (it adds dim 0) and one down after a reduce_scatter (it removes dim 0: a shard of that
+ * dim becomes shard(0) of the merged dim, nested in mesh order with the reduced dims').
+ * `names` are the dims of the mesh the result is on (the input may be on a mesh it was sliced from).
  */
-export const afterCollective = (input: Placement, dims: ReadonlyArray<string>, reduction: Reduction, scatter: boolean): PlacementSpec => {
+export const afterCollective = (input: Placement, names: ReadonlyArray<string>, dims: ReadonlyArray<string>, reduction: Reduction, scatter: boolean): PlacementSpec => {
   const out: Record<string, DimPlacement> = {}
   const shift = reduction === "stack" ? (scatter ? 0 : 1) : scatter ? -1 : 0
-  for (const [name, d] of Object.entries(input)) {
+  for (const name of names) {
+    const d = input[name] ?? replicate
     if (dims.includes(name)) out[name] = scatter ? shard(0) : replicate
-    else if (d.kind !== "shard" || shift === 0) out[name] = d
-    else if (d.dim + shift < 0) throw refuse(`reduce_scatter over ${dims.join("+")} removes dim 0, which ${name} shards: give the result's placement (option placement)`)
-    else out[name] = shard(d.dim + shift)
+    else out[name] = d.kind === "shard" ? shard(Math.max(0, d.dim + shift)) : d
   }
   return out
 }

@@ -40,7 +40,6 @@ describe("placements", () => {
     }
     expect(refused(() => w.place({ pp: shard(0) }))).toContain("has no dim pp")
     expect(refused(() => w.place({ tp: shard(2) }))).toContain("shard(2) on tp names no dim of a 2-dim tensor")
-    expect(refused(() => w.place({ dp: shard(0), tp: shard(0) }))).toContain("sharded over both dp and tp")
     expect(w.placement.tp).toEqual(shard(0))
   })
 
@@ -53,9 +52,11 @@ describe("placements", () => {
     const cube = (await run(mesh.call("ops.ones", [[2, 3, 4]]))).place({ dp: shard(2), tp: partial })
     const scattered = await run(mesh.reduce(cube, "tp", "sum", { scatter: true }))
     expect(scattered.placement).toEqual({ dp: shard(1), tp: shard(0) })
+    // Dim 0 sharded over dp, reduce-scattered over tp: rows nest, dp outside tp.
     const rows = (await run(mesh.call("ops.ones", [[2, 3]]))).place({ dp: shard(0) })
-    const ambiguous = await run(Effect.flip(mesh.reduce(rows, "tp", "sum", { scatter: true })))
-    expect(ambiguous.message).toContain("removes dim 0, which dp shards")
+    expect((await run(mesh.reduce(rows, "tp", "sum", { scatter: true }))).placement).toEqual({ dp: shard(0), tp: shard(0) })
+    const [row] = await run(Effect.all([mesh.slice({ dp: 1 })]))
+    expect((await run(row!.reduce(x, "tp", "sum"))).placement).toEqual({ tp: replicate })
     const both = await run(mesh.reduce(x, ["dp", "tp"], "avg"))
     expect(both.placement).toEqual({ dp: replicate, tp: replicate })
     const stated = await run(mesh.reduce(x, "tp", "stack", { scatter: true, placement: { tp: shard(1) } }))
@@ -78,6 +79,9 @@ describe("placements", () => {
     expect(blocks.map((b) => b.first)).toEqual([true, true, true, true])
     const rep = mesh.ranks.map((r) => blockOf(local.place({ tp: shard(1) }).placement, mesh, r, [2, 3]))
     expect(rep.map((b) => [b.offsets, b.first])).toEqual([[[0, 0], true], [[0, 3], true], [[0, 0], false], [[0, 3], false]])
+    // Both mesh dims on tensor dim 0: dp outermost.
+    const nested = mesh.ranks.map((r) => blockOf({ dp: shard(0), tp: shard(0) }, mesh, r, [2, 3]))
+    expect(nested.map((b) => [b.shape, b.offsets])).toEqual([0, 1, 2, 3].map((i) => [[8, 3], [2 * i, 0]]))
     expect(() => blockOf({ dp: partial, tp: replicate }, mesh, 0, [2, 3])).toThrow("no blocks until it is reduced")
   })
 })
