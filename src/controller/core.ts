@@ -187,11 +187,15 @@ export class Core {
   // ---- issuing --------------------------------------------------------------------------
 
   /**
-   * Where the program is issuing from. Called when an API method is called (while the
-   * program's generator is on the stack), not when its Effect runs.
+   * Where the program is issuing from. Called by an API method when the program calls it
+   * (while the program's generator is on the stack), not when its Effect runs. `between`: the
+   * library frames between that method and the user's (a typed op's wrapper, say); the stack
+   * is captured that deep and no deeper (see CallSite.capture).
    */
-  site(): CallSite | undefined {
-    return this.captureSites ? CallSite.capture() : undefined
+  site(between = 0): CallSite | undefined {
+    // Frames: CallSite.capture, this, the API method, `between` more, the user's (a tail call
+    // that drops one of ours only leaves room for one more of the user's).
+    return this.captureSites ? CallSite.capture(4 + between) : undefined
   }
 
   newRef(): Ref {

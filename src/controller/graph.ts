@@ -37,6 +37,8 @@ export class Node {
   deps: Node[] = []
   /** Unsettled dependencies. */
   pendingDeps = 0
+  /** Whether it or an unsettled command it depends on (when it was added) is an exchange: only then can its result wait on another rank. */
+  exchanged: boolean
   readonly dependents: Node[] = []
   settled = false
   /** Once settled: the failure of its result on each rank that has one. */
@@ -52,6 +54,7 @@ export class Node {
     readonly issuedAt: number,
   ) {
     this.waiting = new Set(ranks)
+    this.exchanged = exchange !== undefined
   }
 
   /** Where in the controller program it was issued (formatted when first asked for). */
@@ -96,8 +99,11 @@ const better = (a: Found | undefined, b: Found | undefined): Found | undefined =
 /** A (command, rank) pair's dependencies, visited once per walk. */
 type Visit = (node: Node, rank: number) => void
 
-/** Walks the pairs (node, rank) that (from, rank) depends on through unsettled commands, `from` included. */
-const walk = (from: Node, ranks: Iterable<number>, visit: Visit): void => {
+/**
+ * Walks the pairs (node, rank) that (from, rank) depends on through unsettled commands, `from`
+ * included; `exchangesOnly`: only through dependencies that reach an exchange (see needs).
+ */
+const walk = (from: Node, ranks: Iterable<number>, visit: Visit, exchangesOnly = false): void => {
   const seen = new Map<Node, Set<number>>()
   const stack: Array<[Node, number]> = []
   const push = (node: Node, rank: number) => {
@@ -114,7 +120,7 @@ const walk = (from: Node, ranks: Iterable<number>, visit: Visit): void => {
     if (node.settled) continue
     if (node.exchange) for (const p of node.exchange.peers(rank)) if (node.ranks.includes(p)) push(node, p)
     if (node.exchange && !node.exchange.reads(rank)) continue
-    for (const dep of node.deps) if (dep.ranks.includes(rank)) push(dep, rank)
+    for (const dep of node.deps) if ((!exchangesOnly || dep.exchanged) && dep.ranks.includes(rank)) push(dep, rank)
   }
 }
 
@@ -146,6 +152,7 @@ export class Graph {
       if (!dep || node.deps.includes(dep)) continue
       if (dep.tainted) node.tainted = true
       if (!dep.settled) {
+        if (dep.exchanged) node.exchanged = true
         node.deps.push(dep)
         dep.dependents.push(node)
         node.pendingDeps++
@@ -211,9 +218,12 @@ export class Graph {
    */
   needs(node: Node, ranks: Iterable<number>): Map<number, number> {
     const needs = new Map<number, number>()
+    // Only exchanges bring in other ranks. A dependency on the same rank through none has a
+    // lower ident than its dependent there, which the rank passes after it (idents pass in
+    // order): it cannot raise that rank's need, so a chain of rank-local commands is not walked.
     walk(node, ranks, (n, r) => {
       if (n.waiting.has(r) && (needs.get(r) ?? -1) < n.ident) needs.set(r, n.ident)
-    })
+    }, true)
     return needs
   }
 

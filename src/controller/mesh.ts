@@ -115,9 +115,8 @@ export class Mesh {
     const reads = new Reads()
     const wireArgs = this.args.convert(args, reads) as Value[], wireKwargs = this.args.convert(kwargs, reads) as Record<string, Value>
     const known = reads.known
-    const mutates = opts.mutates ?? []
-    const mutated = mutates.map((t) => t.ref)
-    this.args.convert(mutates, reads)
+    // The mutated tensors are read too: converting them checks them and notes the reads.
+    const mutated = opts.mutates === undefined || opts.mutates.length === 0 ? [] : this.args.convert(opts.mutates, reads) as Ref[]
     const metas = this.resultMetas(fn, args, kwargs, known, opts.results)
     const stream = this.streamFor(opts.stream)
     const results = metas.map(() => this.core.newRef())
@@ -135,7 +134,8 @@ export class Mesh {
    * returns its results, or throws the ControllerError that refused it.
    */
   issue(fn: string, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, opts: CallOptions): RemoteTensor[] {
-    return this.issueCall(fn, args, kwargs, opts, this.core.site())
+    // Between issue and the user: ops.ts's invoke and the method or function that called it.
+    return this.issueCall(fn, args, kwargs, opts, this.core.site(2))
   }
 
   /** Calls a function on every rank; its one result as a handle. */
@@ -266,7 +266,8 @@ export class Mesh {
    * coordinates (default: the first rank). Fails with the RemoteError it depends on.
    */
   fetch(value: unknown, at: number | Readonly<Record<string, number>> = 0, opts: FetchOptions = {}): Effect.Effect<Value, Failure> {
-    return this.fetchFrom(() => [this.rankAt(at)], value, opts, this.core.site()).pipe(Effect.map((values) => values[0]!))
+    // One more frame: a tensor's own fetch() calls this.
+    return this.fetchFrom(() => [this.rankAt(at)], value, opts, this.core.site(1)).pipe(Effect.map((values) => values[0]!))
   }
 
   /** The value on every rank of the mesh, in mesh order. */

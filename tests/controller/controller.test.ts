@@ -3,7 +3,7 @@
 import { afterAll, beforeAll, describe, expect, spyOn, test } from "bun:test"
 import { Effect, ManagedRuntime } from "effect"
 import { readdirSync } from "node:fs"
-import { Controller, ControllerError, HostTensor, RemoteError, type ControllerApi } from "../../src/controller/index.ts"
+import { Controller, ControllerError, HostTensor, ops, RemoteError, type ControllerApi } from "../../src/controller/index.ts"
 
 const ROOT = new URL("../..", import.meta.url).pathname
 const problems: string[] = []
@@ -280,6 +280,23 @@ describe("failures", () => {
     expect(e.function).toBe("tests/controller/fixtures:failOnRank")
     expect(e.frames.some((f) => f.file.endsWith("tests/controller/fixtures.ts"))).toBe(true)
     expect(e.site).toContain("controller.test.ts")
+  })
+
+  test("a typed op that fails on the workers names its own call site, as a method and as a function", async () => {
+    const [method, fn] = await run(Effect.gen(function* () {
+      const mesh = yield* ctl.mesh({ all: 4 })
+      // Its shape is unknown to the controller ([2, 2] on the workers), so the bad matmul is sent.
+      const u = yield* mesh.call("tests/controller/fixtures:rankValue", [], {}, { results: 1 })
+      const w = yield* mesh.call("ops.ones", [[3, 5]])
+      const viaMethod = u.matmul(w)
+      const viaFunction = ops.matmul(u, w)
+      return yield* Effect.all([Effect.flip(mesh.fetch(viaMethod)), Effect.flip(mesh.fetch(viaFunction))])
+    }))
+    for (const e of [method, fn]) {
+      expect(e).toBeInstanceOf(RemoteError)
+      expect((e as RemoteError).function).toBe("ops.matmul")
+      expect((e as RemoteError).site).toContain("controller.test.ts")
+    }
   })
 
   test("a failure on one rank poisons its dependents there and, through a reduce, in its group; other ranks' results stay good", async () => {

@@ -1,0 +1,27 @@
+// The dependency graph by itself (no processes): which ranks a fetch waits for.
+import { expect, test } from "bun:test"
+import { Graph } from "../../src/controller/graph.ts"
+
+const both = [0, 1]
+/** A collective over ranks 0 and 1: each rank's result depends on both. */
+const group = { peers: () => both, reads: () => true }
+
+test("a fetch behind a long chain of rank-local commands still waits for the ranks of a collective at the chain's start", () => {
+  const g = new Graph()
+  g.add(0, both, [], [1], "ones")
+  g.add(1, both, [1], [2], "reduce", undefined, group)
+  for (let i = 2; i < 102; i++) g.add(i, both, [2], [2], "add_")
+  const fetch = g.add(102, [0], [2], [], "fetch")
+  expect(Object.fromEntries(g.needs(fetch, [0]))).toEqual({ 0: 102, 1: 1 })
+  // Once rank 1 has passed the collective, only rank 0 is waited for.
+  g.advance(1, 2)
+  expect(Object.fromEntries(g.needs(fetch, [0]))).toEqual({ 0: 102 })
+})
+
+test("a fetch behind rank-local commands only waits for its own rank", () => {
+  const g = new Graph()
+  g.add(0, both, [], [1], "ones")
+  for (let i = 1; i < 100; i++) g.add(i, both, [1], [1], "add_")
+  const fetch = g.add(100, [1], [1], [], "fetch")
+  expect(Object.fromEntries(g.needs(fetch, [1]))).toEqual({ 1: 100 })
+})
