@@ -1,10 +1,11 @@
 /**
  * Tensor: a shim tensor handle with its dtype, shape and device. Free it with `free()` (or a
  * `using` declaration) when done; a FinalizationRegistry frees forgotten ones on GC, only as
- * a safety net.
+ * a safety net. On cpu, a small tensor's freed handle is kept for the next tensor of the same
+ * dtype and shape (HandlePool): most commands' outputs are the shapes of the last ones.
  */
 import { ptr, type Pointer } from "bun:ffi"
-import { HostTensor, ITEM_SIZE, dtypeCode, type Device, type DType } from "../src/protocol/values.ts"
+import { DTYPES, HostTensor, ITEM_SIZE, dtypeCode, type Device, type DType } from "../src/protocol/values.ts"
 import { type Native, shimError } from "./native.ts"
 import { MAX_DIMS, ShimStatus } from "./symbols.ts"
 import { numelOf } from "../src/ops/meta.ts"
@@ -14,6 +15,89 @@ const forgotten = new FinalizationRegistry<{ native: Native; handle: Pointer }>(
   native.shim.shim_tensor_free(handle)
 })
 
+/**
+ * Handles of freed small cpu tensors, by dtype and shape, for Tensor.empty to reuse instead of
+ * a shim allocation and free per command. NOTE: cpu only: there kernels finish before their
+ * call returns, so a freed tensor's memory is idle; a cuda kernel may still be reading it on
+ * its stream (the cuda shim has its own stream-aware cache). Never a view's handle, nor that
+ * of a tensor a live view shares memory with (Tensor.views). Bounded: POOL_HANDLES per dtype
+ * and shape, POOL_TENSOR_BYTES each, so it holds at most a few MiB; emptied when an
+ * allocation fails for memory.
+ */
+class HandlePool {
+  private readonly free = new Map<number, Array<{ readonly handle: Pointer; readonly shape: ReadonlyArray<number>; readonly nbytes: number }>>()
+  /** Bytes of the tensors kept (the shim counts them as in use). */
+  bytes = 0
+
+  /** A number naming a dtype, rank and element count (the shape itself is compared on take). */
+  private static key(code: number, shape: ReadonlyArray<number>, numel: number): number {
+    return (numel * (MAX_DIMS + 1) + shape.length) * 8 + code
+  }
+
+  take(code: number, shape: ReadonlyArray<number>): Pointer | undefined {
+    const numel = numelOf(shape)
+    if (numel > POOL_NUMEL) return undefined
+    const list = this.free.get(HandlePool.key(code, shape, numel))
+    if (list === undefined) return undefined
+    for (let i = list.length - 1; i >= 0; i--) {
+      const e = list[i]!
+      if (e.shape.length === shape.length && e.shape.every((d, j) => d === shape[j])) {
+        list[i] = list[list.length - 1]!
+        list.pop()
+        this.bytes -= e.nbytes
+        return e.handle
+      }
+    }
+    return undefined
+  }
+
+  /** Keeps `handle` for reuse; false when it is not kept (then free it). */
+  put(code: number, shape: ReadonlyArray<number>, nbytes: number, handle: Pointer): boolean {
+    if (nbytes > POOL_TENSOR_BYTES) return false
+    const key = HandlePool.key(code, shape, numelOf(shape))
+    let list = this.free.get(key)
+    if (list === undefined) this.free.set(key, (list = []))
+    if (list.length >= POOL_HANDLES) return false
+    list.push({ handle, shape, nbytes })
+    this.bytes += nbytes
+    return true
+  }
+
+  /** Frees every handle kept. */
+  drain(native: Native): void {
+    for (const list of this.free.values()) for (const e of list) native.check(native.shim.shim_tensor_free(e.handle), "shim_tensor_free")
+    this.free.clear()
+    this.bytes = 0
+  }
+
+  get size(): number {
+    let n = 0
+    for (const list of this.free.values()) n += list.length
+    return n
+  }
+}
+
+const POOL_HANDLES = 16
+const POOL_TENSOR_BYTES = 4096
+const POOL_NUMEL = POOL_TENSOR_BYTES
+const pools = new WeakMap<Native, HandlePool>()
+/** The pool of a cpu backend (undefined on cuda). */
+const poolOf = (native: Native): HandlePool | undefined => {
+  if (native.device !== "cpu") return undefined
+  let pool = pools.get(native)
+  if (pool === undefined) pools.set(native, (pool = new HandlePool()))
+  return pool
+}
+
+/** Whether a tensor of `shape` would fit under the memory limit once the pool's tensors are freed. */
+const fitsWithout = (native: Native, pool: HandlePool, code: number, shape: ReadonlyArray<number>): boolean => {
+  const { inUse, limit } = native.memoryUsage()
+  return limit === 0 || inUse - pool.bytes + numelOf(shape) * ITEM_SIZE[DTYPES[code]!] <= limit
+}
+
+/** Tensor handles kept for reuse on this backend (for tests and counters). */
+export const pooledHandles = (native: Native): number => poolOf(native)?.size ?? 0
+
 const checkShape = (shape: ReadonlyArray<number>, op: string): void => {
   if (shape.length > MAX_DIMS) throw shimError(ShimStatus.INVALID, op, `${shape.length} dims, at most ${MAX_DIMS}`)
   for (const d of shape)
@@ -22,24 +106,63 @@ const checkShape = (shape: ReadonlyArray<number>, op: string): void => {
 
 export class Tensor implements Disposable {
   #handle: Pointer | null
+  /** The tensor whose memory this one views (undefined: its own memory). */
+  #base: Tensor | undefined = undefined
+  /** Live views of this tensor's memory: while any is, its handle is not pooled. */
+  #views = 0
+  /** Whether the FinalizationRegistry frees it if it is forgotten (see `owned`). */
+  #tracked: boolean
 
   private constructor(
     readonly native: Native,
     handle: Pointer,
     readonly dtype: DType,
     readonly shape: ReadonlyArray<number>,
+    tracked: boolean,
   ) {
     this.#handle = handle
-    forgotten.register(this, { native, handle }, this)
+    this.#tracked = tracked
+    if (tracked) forgotten.register(this, { native, handle }, this)
   }
 
   /** An uninitialised tensor. */
   static empty(native: Native, dtype: DType, shape: ReadonlyArray<number>): Tensor {
+    return Tensor.allocate(native, dtype, shape, true)
+  }
+
+  /**
+   * An uninitialised tensor with no finalizer: for a caller that frees it or hands it to an
+   * owner before anything else runs (a command's outputs, which the worker's env holds and
+   * frees). Registering and unregistering each was a tenth of a one-element op's worker time.
+   * `track()` gives it the safety net after all when it reaches code that may forget it.
+   */
+  static owned(native: Native, dtype: DType, shape: ReadonlyArray<number>): Tensor {
+    return Tensor.allocate(native, dtype, shape, false)
+  }
+
+  /** Puts the tensor under the FinalizationRegistry (a no-op when it is already). */
+  track(): this {
+    if (!this.#tracked && this.#handle !== null) {
+      forgotten.register(this, { native: this.native, handle: this.#handle }, this)
+      this.#tracked = true
+    }
+    return this
+  }
+
+  private static allocate(native: Native, dtype: DType, shape: ReadonlyArray<number>, tracked: boolean): Tensor {
     checkShape(shape, "Tensor.empty")
     const code = dtypeCode(dtype)
     if (code < 0) throw shimError(ShimStatus.INVALID, "Tensor.empty", `unknown dtype ${String(dtype)}`)
-    native.check(native.shim.shim_tensor_alloc(code, shape.length, native.shapeArg(shape), native.outsPtr), "shim_tensor_alloc")
-    return new Tensor(native, native.outPtr(), dtype, [...shape])
+    const pool = poolOf(native)
+    const kept = pool?.take(code, shape)
+    if (kept !== undefined) return new Tensor(native, kept, dtype, [...shape], tracked)
+    let status = native.shim.shim_tensor_alloc(code, shape.length, native.shapeArg(shape), native.outsPtr)
+    if (status === ShimStatus.NOMEM && pool !== undefined && pool.bytes > 0 && fitsWithout(native, pool, code, shape)) {
+      pool.drain(native)
+      status = native.shim.shim_tensor_alloc(code, shape.length, native.shapeArg(shape), native.outsPtr)
+    }
+    native.check(status, "shim_tensor_alloc")
+    return new Tensor(native, native.outPtr(), dtype, [...shape], tracked)
   }
 
   /** A tensor holding a copy of host bytes. */
@@ -87,7 +210,11 @@ export class Tensor implements Disposable {
     checkShape(shape, "Tensor.view")
     if (numelOf(shape) !== this.numel) throw shimError(ShimStatus.INVALID, "Tensor.view", `cannot view ${this} as [${shape}]`)
     this.native.check(this.native.shim.shim_tensor_view(this.handle, shape.length, this.native.shapeArg(shape), this.native.outsPtr), "shim_tensor_view")
-    return new Tensor(this.native, this.native.outPtr(), this.dtype, [...shape])
+    const v = new Tensor(this.native, this.native.outPtr(), this.dtype, [...shape], true)
+    const base = this.#base ?? this
+    v.#base = base
+    base.#views++
+    return v
   }
 
   /** Releases the handle now; later uses fail with a ShimError. Freeing twice is a no-op. */
@@ -95,7 +222,10 @@ export class Tensor implements Disposable {
     const handle = this.#handle
     if (handle === null) return
     this.#handle = null
-    forgotten.unregister(this)
+    if (this.#tracked) forgotten.unregister(this)
+    const base = this.#base
+    if (base !== undefined) base.#views--
+    else if (this.#views === 0 && poolOf(this.native)?.put(dtypeCode(this.dtype), this.shape, this.nbytes, handle)) return
     this.native.check(this.native.shim.shim_tensor_free(handle), "shim_tensor_free")
   }
 

@@ -40,7 +40,7 @@ class Run {
   }
 
   temp(dtype: DType, shape: ReadonlyArray<number>): Tensor {
-    const t = Tensor.empty(this.ctx.native, dtype, shape)
+    const t = Tensor.owned(this.ctx.native, dtype, shape)
     this.temps.push(t)
     return t
   }
@@ -436,7 +436,8 @@ const asRemoteFunction = <N extends OpName>(op: Op<N>): RemoteFunction => {
     const outs: Tensor[] = []
     try {
       if (op.view) return kernel(run, [], bound as never, op.name, metas)
-      for (const m of metas) outs.push(Tensor.empty(ctx.native, m.dtype, m.shape))
+      // Owned: a command's outputs go to the env (or are freed) as soon as this returns.
+      for (const m of metas) outs.push(Tensor.owned(ctx.native, m.dtype, m.shape))
       kernel(run, outs, bound as never, op.name, metas)
     } catch (e) {
       for (const t of outs) t.free()
@@ -470,5 +471,6 @@ export const op = (ctx: FunctionContext, name: OpName, args: ReadonlyArray<unkno
   if (!fn) throw new OpArgumentError({ message: `no built-in ops.${name}` })
   const out = fn({ ...ctx, kwargs }, ...args)
   if (!(out instanceof Tensor)) throw new OpArgumentError({ message: `ops.${name} does not return one tensor` })
-  return out
+  // User code may drop it: the finalizer is its safety net.
+  return out.track()
 }

@@ -3,7 +3,7 @@
  * not compile until it has a handler. Dispatch is a lookup in it.
  */
 import { Effect } from "effect"
-import type { WorkerMessage } from "../../protocol/messages.ts"
+import { WORKER_MESSAGES, type WorkerMessage } from "../../protocol/messages.ts"
 import { nowMicros, type Recorder } from "../../trace/record.ts"
 import { reject, type Session } from "../session.ts"
 import { borrowCreate, borrowDrop, borrowFirstUse, borrowLastUse } from "./borrows.ts"
@@ -27,13 +27,15 @@ const logLine = (m: WorkerMessage): string =>
  * reply and a log line, so the worker and everything it holds survive it.
  */
 export const makeDispatch = (s: Session, debug = false, trace?: Recorder): ((m: WorkerMessage) => Effect.Effect<void>) => {
+  // One defect guard per message kind, made once: building it per command (the closure and the
+  // combinator's own dispatch) was a tenth of a one-element op's dispatch.
+  const guard = (tag: WorkerMessage["_tag"]) => Effect.catchDefect((e: unknown) => {
+    reject(s, `${tag}: internal error: ${e instanceof Error ? e.message : String(e)}`)
+    return Effect.logError(`${tag} failed unexpectedly`, e)
+  })
+  const guards = Object.fromEntries(Object.keys(WORKER_MESSAGES).map((tag) => [tag, guard(tag as WorkerMessage["_tag"])])) as Record<string, (e: Effect.Effect<void>) => Effect.Effect<void>>
   const run = (m: WorkerMessage): Effect.Effect<void> =>
-    (handlers[m._tag] as (m: WorkerMessage) => Effect.Effect<void>)(m).pipe(
-      Effect.catchDefect((e) => {
-        reject(s, `${m._tag}: internal error: ${e instanceof Error ? e.message : String(e)}`)
-        return Effect.logError(`${m._tag} failed unexpectedly`, e)
-      }),
-    )
+    guards[m._tag]!((handlers[m._tag] as (m: WorkerMessage) => Effect.Effect<void>)(m))
   const logged = debug ? (m: WorkerMessage) => Effect.andThen(Effect.logDebug(logLine(m)), run(m)) : run
   // Tracing wraps each command (a group's too) only when on: the plain path stays as it was.
   // `run` turns defects into replies, so the end is always reached.
