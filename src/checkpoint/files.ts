@@ -76,7 +76,11 @@ export class SafetensorsReader implements Disposable {
   readonly header: SafetensorsHeader
 
   constructor(readonly path: string, readonly name: string) {
-    this.fd = openSync(path, "r")
+    try {
+      this.fd = openSync(path, "r")
+    } catch (e) {
+      throw new CheckpointPathError({ message: `${name}: cannot be opened (${e instanceof Error ? e.message : String(e)})` })
+    }
     try {
       const size = fstatSync(this.fd).size
       let prefix = this.read(0, Math.min(size, 4096))

@@ -71,3 +71,47 @@ describe("save and load on a 2x2 mesh", () => {
     }))
   }, 60_000)
 })
+
+describe("what load refuses", () => {
+  test("a mesh of another shape, a flipped byte, a truncated file, a missing file: each a CheckpointError naming it", async () => {
+    await run((mesh) => Effect.gen(function* () {
+      const state = yield* makeState(mesh)
+      const { version } = yield* Effect.flatMap(save(mesh, state, "b"), (p) => p.durable)
+      const dir = join(ROOT, "b", version)
+      const failure = (e: Effect.Effect<unknown, unknown>) => Effect.flip(e).pipe(Effect.map((f) => `${(f as { _tag: string })._tag}: ${(f as Error).message}`))
+      const ctl = yield* Controller
+      expect(yield* failure(load(yield* ctl.mesh({ all: 4 }), "b"))).toMatch(/^CheckpointError: .*saved from a mesh of dims dp=2, tp=2; Mesh\(all=4\) has another shape/)
+
+      const file = join(dir, "rank-1.safetensors")
+      const good = readFileSync(file)
+      const flipped = Buffer.from(good)
+      flipped[flipped.length - 3]! ^= 0x10
+      writeFileSync(file, flipped)
+      expect(yield* failure(load(mesh, "b"))).toMatch(/^CheckpointError: CheckpointCorrupt: .*rank-1\.safetensors: tensor "\S+" does not hold the bytes that were saved/)
+
+      writeFileSync(file, good.subarray(0, good.length - 100))
+      expect(yield* failure(load(mesh, "b"))).toMatch(/^CheckpointError: CheckpointCorrupt: .*rank-1\.safetensors: .*truncated/)
+      writeFileSync(file, Buffer.concat([Buffer.from([0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]), good.subarray(8)]))
+      expect(yield* failure(load(mesh, "b"))).toMatch(/^CheckpointError: CheckpointCorrupt: .*rank-1\.safetensors: header length \d+ (is over|runs past)/)
+      rmSync(file)
+      expect(yield* failure(load(mesh, "b"))).toMatch(/^CheckpointError: CheckpointPathError: .*rank-1\.safetensors: cannot be opened/)
+      writeFileSync(file, good)
+      writeFileSync(join(dir, "manifest.json"), readFileSync(join(dir, "manifest.json"), "utf8").slice(0, 50))
+      expect(yield* failure(load(mesh, "b"))).toMatch(/^CheckpointError: CheckpointCorrupt: .*manifest\.json: not JSON/)
+      expect(yield* failure(load(mesh, "nothing-here"))).toMatch(/^CheckpointError: CheckpointPathError: no checkpoint in .*nothing-here: it has no LATEST file/)
+      // The mesh goes on after each refusal.
+      expect(((yield* mesh.fetch(state.params.w)) as HostTensor).shape).toEqual([3, 4])
+    }))
+  }, 60_000)
+
+  test("paths out of the checkpoint root are refused on the workers", async () => {
+    await run((mesh) => Effect.gen(function* () {
+      const state = { w: yield* eager(() => opsOn(mesh).ones([2])) }
+      for (const dir of ["../escape", "/tmp/abs", "a/../../escape"]) {
+        const f = yield* Effect.flip(Effect.flatMap(save(mesh, state, dir), (p) => p.durable))
+        expect(`${f._tag}: ${f.message}`).toMatch(/^CheckpointError: CheckpointPathError: checkpoint path ".*" (is absolute|leads out of the checkpoint root)/)
+      }
+      expect(readdirSync(join(ROOT, "..")).includes("escape")).toBe(false)
+    }))
+  }, 60_000)
+})
