@@ -18,6 +18,7 @@ export {
   type Loaded, type PendingSave, type RankWrite, type SaveOptions, type Saved, type State,
 } from "./checkpoint.ts"
 export { Mesh, type CallOptions, type FetchOptions } from "./mesh.ts"
+export { blockOf, partial, replicate, replicated, shard, shardedDims, type DimPlacement, type Placement, type PlacementSpec } from "./placement.ts"
 export { eager, ops, opsOn, type OpFunction, type OpMethod, type Ops, type TensorMethods } from "./ops.ts"
 export type { TensorMeta } from "../ops/meta.ts"
 export { defineFunction, type FunctionContext, type RemoteFunction } from "../ops/function.ts"
