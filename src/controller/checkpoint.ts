@@ -33,8 +33,11 @@ export class PerRank {
 }
 export const perRank = (t: RemoteTensor): PerRank => new PerRank(t)
 
-/** A state tree: tensors (or PerRank ones), and numbers, strings, booleans, null, in arrays and objects. */
-export type State = RemoteTensor | PerRank | number | string | boolean | null | ReadonlyArray<State> | { readonly [key: string]: State }
+/**
+ * A state tree: tensors (or PerRank ones), and numbers, strings, booleans, null, in arrays and
+ * plain objects (an interface's objects too: what a leaf may be is checked when it is saved).
+ */
+export type State = RemoteTensor | PerRank | number | string | boolean | null | ReadonlyArray<State> | { readonly [key: string]: State } | object
 
 export interface SaveOptions {
   /** The version's name (default `step-<step>` when the tree has a numeric `step`, else `save`), made unique with a suffix. */

@@ -6,8 +6,7 @@ import { Effect } from "effect"
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { Controller, eager, load, opsOn, save, type HostTensor, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
-import { shard } from "../../src/controller/placement.ts"
+import { Controller, eager, load, opsOn, save, shard, type HostTensor, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
 import { attempt, type Trial } from "../faults/trial.ts"
 
 /** Per rank, a shard this big is being written when the kill comes. */

@@ -7,8 +7,7 @@ import { Effect } from "effect"
 import { mkdtempSync, readdirSync, readFileSync, rmSync, truncateSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
-import { shard } from "../../src/controller/placement.ts"
-import { Controller, eager, load, opsOn, perRank, save, type HostTensor, type Mesh, type RemoteTensor, type State } from "../../src/controller/index.ts"
+import { Controller, eager, load, opsOn, perRank, save, shard, type HostTensor, type Mesh, type RemoteTensor, type State } from "../../src/controller/index.ts"
 import { parseHeader } from "../../src/checkpoint/format.ts"
 
 const ROOT = mkdtempSync(join(tmpdir(), "monarch-ckpt-"))

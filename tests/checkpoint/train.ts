@@ -6,8 +6,7 @@
  * function of the state and the step, so a resumed run repeats an uninterrupted one bit for bit.
  */
 import { Effect } from "effect"
-import { eager, opsOn, type HostTensor, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
-import { shard } from "../../src/controller/placement.ts"
+import { eager, opsOn, shard, type HostTensor, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
 
 export interface TrainState {
   w: RemoteTensor
