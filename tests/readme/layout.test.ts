@@ -79,6 +79,7 @@ const MAY_IMPORT: Readonly<Record<string, ReadonlyArray<string>>> = {
   checkpoint: ["protocol"],
   worker: ["protocol", "net", "store", "comm", "ops", "ffi", "trace", "checkpoint"],
   controller: ["protocol", "net", "store", "ops", "launcher", "trace", "comm/errors.ts", "checkpoint"],
+  optim: ["controller", "ops"],
   "worker.ts": ["worker"],
   "launch.ts": ["launcher"],
 }
