@@ -28,22 +28,13 @@ const TENSORS = 8
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor((xs.length - 1) / 2)]!
 const gbps = (bytes: number, ms: number) => bytes / ms / 1e6
 
-/** The plain peer: `bytes` written to a file with one writeSync and an fsync; ms. */
-const plainWrite = (path: string, data: Uint8Array): number => {
+/** The plain peers: `data` written to a file with writeSync and an fsync, or read back with readSync; ms. */
+const plain = (path: string, data: Uint8Array, write: boolean): number => {
   const t = performance.now()
-  const fd = openSync(path, "w")
+  const fd = openSync(path, write ? "w" : "r")
   let done = 0
-  while (done < data.length) done += writeSync(fd, data, done, data.length - done, done)
-  fsyncSync(fd)
-  closeSync(fd)
-  return performance.now() - t
-}
-
-const plainRead = (path: string, into: Uint8Array): number => {
-  const t = performance.now()
-  const fd = openSync(path, "r")
-  let done = 0
-  while (done < into.length) done += readSync(fd, into, done, into.length - done, done)
+  while (done < data.length) done += (write ? writeSync : readSync)(fd, data, done, data.length - done, done)
+  if (write) fsyncSync(fd)
   closeSync(fd)
   return performance.now() - t
 }
@@ -70,9 +61,9 @@ const program = Effect.gen(function* () {
     for (const t of (loaded.state as { params: RemoteTensor[] }).params) t.release()
     const files = [0, 1].map((r) => join(ROOT, `plain-${r}.bin`))
     // The peer writes (then reads) both ranks' bytes, one file after the other.
-    const w = files.map((f) => plainWrite(f, buffer.subarray(0, perRank)))
+    const w = files.map((f) => plain(f, buffer.subarray(0, perRank), true))
     plainW.push(gbps(2 * perRank, w[0]! + w[1]!))
-    const r = files.map((f) => plainRead(f, buffer.subarray(0, perRank)))
+    const r = files.map((f) => plain(f, buffer.subarray(0, perRank), false))
     plainR.push(gbps(2 * perRank, r[0]! + r[1]!))
   }
 
