@@ -33,7 +33,7 @@ const plain = (path: string, data: Uint8Array, write: boolean): number => {
   const t = performance.now()
   const fd = openSync(path, write ? "w" : "r")
   let done = 0
-  while (done < data.length) done += (write ? writeSync : readSync)(fd, data, done, data.length - done, done)
+  while (done < data.length) done += write ? writeSync(fd, data, done, data.length - done, done) : readSync(fd, data, done, data.length - done, done)
   if (write) fsyncSync(fd)
   closeSync(fd)
   return performance.now() - t

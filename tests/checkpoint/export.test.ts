@@ -1,19 +1,19 @@
 // Consolidated export: a 2x2 mesh's state gathered into one safetensors file that torch 1.13
 // reads (parsed with the standard library and numpy) and runs the mesh's forward pass on; and
 // the reverse: a file torch's side wrote, imported onto meshes of tp 4 and tp 1, re-sharded.
-import { afterAll, describe, expect, test } from "bun:test"
+import { afterAll, expect, test } from "bun:test"
 import { Effect } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { Controller, eager, exportFile, importFile, opsOn, shard, type HostTensor } from "../../src/controller/index.ts"
+import { describeUnless } from "../skip.ts"
 import { PYTHON, torchMissing } from "../torch.ts"
 
 const ROOT = mkdtempSync(join(tmpdir(), "monarch-export-"))
 afterAll(() => rmSync(ROOT, { recursive: true, force: true }))
 const SCRIPT = join(import.meta.dir, "safetensors_torch.py")
 const missing = torchMissing()
-if (missing) console.error(`skipping the torch side of tests/checkpoint/export.test.ts: ${missing}`)
 
 const python = (...args: string[]) => {
   const r = Bun.spawnSync([PYTHON, SCRIPT, ...args], { stderr: "pipe" })
@@ -23,7 +23,7 @@ const python = (...args: string[]) => {
 
 const local = () => Controller.local({ world: 4, checkpoints: ROOT })
 
-describe.skipIf(missing !== undefined)("consolidated export and import (torch 1.13)", () => {
+describeUnless(missing)("consolidated export and import (torch 1.13)", () => {
   test("a tp-sharded weight, gathered whole: torch's forward pass on the file matches the mesh's", async () => {
     const ours = await Effect.runPromise(Effect.gen(function* () {
       const mesh = yield* (yield* Controller).mesh({ dp: 2, tp: 2 })
