@@ -13,7 +13,8 @@
  *     caller passes an output tensor, and the op checks its dtype and shape.
  *   - a NULL stream means the backend's default stream.
  *   - the only global state is library handles (dlopen), the thread-local error text, the
- *     memory limit and the bytes counted against it, and (cuda) the cache of freed blocks.
+ *     memory limit and the bytes counted against it, and the cache of freed blocks (host memory
+ *     on cpu, device memory on cuda).
  *
  * Semantics both backends share (tests/shim holds them to it):
  *   - integers wrap on overflow; division truncates and INT_MIN / -1 is INT_MIN; floor_divide
@@ -31,7 +32,7 @@
  *   - cast: float to integer truncates and saturates, NaN becomes 0; integer to integer
  *     wraps; to bool is "nonzero"; f64/i64 round to f16/bf16 once, straight from the source.
  *   - rand: float dtypes only; uniform values are capped below 1 in the target dtype.
- *   - elementwise shapes match by element count; out may alias an input there, but not in
+ *   - elementwise shapes match by element count (shim_binary: or repeat); out may alias an input there, but not in
  *     matmul or transpose.
  *   - empty reductions: sum 0, prod 1, mean NaN, max/min SHIM_E_INVALID, any 0, all 1, norms 0.
  *
@@ -221,7 +222,9 @@ int shim_rand(shim_tensor *out, uint64_t seed, uint64_t offset, int32_t normal, 
 
 int shim_unary(int32_t op, shim_tensor *out, const shim_tensor *a, shim_stream *s);
 
-/* a and b have one dtype; the same shape, or either has exactly one element (broadcast). */
+/* a and b have one dtype; the same element count, or either has exactly one element, or a count
+ * that divides the other's: it repeats every count elements (a broadcast over leading dims,
+ * such as a bias [n] added to [m, n]). */
 int shim_binary(int32_t op, shim_tensor *out, const shim_tensor *a, const shim_tensor *b,
                 shim_stream *s);
 

@@ -46,7 +46,8 @@ export const unary = (op: UnaryOpName, out: Tensor, a: Tensor, s?: Stream): void
 
 export const binary = (op: BinaryOpName, out: Tensor, a: Tensor, b: Tensor, s?: Stream): void => {
   if (a.dtype !== b.dtype) fail(op, `dtypes differ: ${a} and ${b}`)
-  if (a.numel !== b.numel && a.numel !== 1 && b.numel !== 1) fail(op, `shapes do not broadcast: ${a} and ${b}`)
+  const small = Math.min(a.numel, b.numel), big = Math.max(a.numel, b.numel)
+  if (a.numel !== b.numel && a.numel !== 1 && b.numel !== 1 && (small === 0 || big % small !== 0)) fail(op, `shapes do not broadcast: ${a} and ${b}`)
   if (out.numel !== Math.max(a.numel, b.numel) && !(a.numel === 0 || b.numel === 0)) fail(op, `output ${out} has the wrong size`)
   out.native.check(out.native.shim.shim_binary(BinaryOp[op], out.handle, a.handle, b.handle, stream(s)), `shim_binary(${op})`)
 }

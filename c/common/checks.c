@@ -89,10 +89,11 @@ int shim_check_binary(int32_t op, const shim_tensor *out, const shim_tensor *a, 
   if (a->dtype != b->dtype)
     return shim_fail(SHIM_E_INVALID, "shim_binary(%s): dtypes differ: a is %s, b is %s", name,
                      shim_describe(a, ba, sizeof ba), shim_describe(b, bb, sizeof bb));
-  if (a->numel != b->numel && a->numel != 1 && b->numel != 1)
-    return shim_fail(SHIM_E_INVALID, "shim_binary(%s): sizes differ and neither has one element: a is %s, b is %s", name,
+  const int64_t small = a->numel < b->numel ? a->numel : b->numel, big = a->numel < b->numel ? b->numel : a->numel;
+  if (a->numel != b->numel && a->numel != 1 && b->numel != 1 && (small == 0 || big % small != 0))
+    return shim_fail(SHIM_E_INVALID, "shim_binary(%s): sizes differ and neither repeats to the other's: a is %s, b is %s", name,
                      shim_describe(a, ba, sizeof ba), shim_describe(b, bb, sizeof bb));
-  *n = a->numel == 1 ? b->numel : a->numel;
+  *n = a->numel == 1 ? b->numel : b->numel == 1 ? a->numel : big;
   return check_binary_result("shim_binary", op, a->dtype, out, *n);
 }
 

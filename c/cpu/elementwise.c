@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "vecmath.h"
 
 static int is_comparison(int32_t op) { return op >= SHIM_EQ; } /* and logical_and, logical_or: they write bool */
 
@@ -82,8 +83,8 @@ static int is_comparison(int32_t op) { return op >= SHIM_EQ; } /* and logical_an
 FLOAT_FLOORING(float, M_F32)
 FLOAT_FLOORING(double, M_F64)
 
-#define FLOAT_BINARY(NAME, T, POW)                                                          \
-  static void NAME(int32_t op, void *out, const T *a, int fa, const T *b, int fb, int64_t n) { \
+#define FLOAT_BINARY(NAME, T, POW, ATTR)                                                    \
+  ATTR static void NAME(int32_t op, void *out, const T *a, int fa, const T *b, int fb, int64_t n) { \
     typedef T elem;                                                                         \
     T *o = out;                                                                             \
     uint8_t *ob = out;                                                                      \
@@ -101,8 +102,8 @@ FLOAT_FLOORING(double, M_F64)
     }                                                                                       \
   }
 
-FLOAT_BINARY(binary_f32, float, powf)
-FLOAT_BINARY(binary_f64, double, pow)
+FLOAT_BINARY(binary_f32, float, powf, SHIM_CPU_CLONES)
+FLOAT_BINARY(binary_f64, double, pow, )
 
 /* Integer division and power in int64, wrapping; callers have ruled out y == 0 and y < 0. */
 static inline int64_t div_i64(int64_t x, int64_t y) { return y == -1 ? (int64_t)(0 - (uint64_t)x) : x / y; }
@@ -228,7 +229,18 @@ int shim_binary(int32_t op, shim_tensor *out, const shim_tensor *a, const shim_t
   int64_t n;
   SHIM_TRY(shim_check_binary(op, out, a, b, &n));
   SHIM_TRY(check_integer_operand("shim_binary", op, a->dtype, shim_cpu_data(b), b->numel, "b"));
-  binary_kernel(op, a->dtype, shim_cpu_data(out), shim_cpu_data(a), a->numel == n, shim_cpu_data(b), b->numel == n, n);
+  const char *x = shim_cpu_data(a), *y = shim_cpu_data(b);
+  char *o = shim_cpu_data(out);
+  const int64_t m = a->numel < b->numel ? a->numel : b->numel;
+  if (m <= 1 || m == n) {
+    binary_kernel(op, a->dtype, o, x, a->numel == n, y, b->numel == n, n);
+    return SHIM_OK;
+  }
+  /* One operand repeats every m elements: the kernel over each repetition, both sides full. */
+  const int64_t size = shim_dtype_size(a->dtype), out_size = shim_dtype_size(out->dtype);
+  const int a_repeats = a->numel == m;
+  for (int64_t base = 0; base < n; base += m)
+    binary_kernel(op, a->dtype, o + base * out_size, a_repeats ? x : x + base * size, 1, a_repeats ? y + base * size : y, 1, m);
   return SHIM_OK;
 }
 
@@ -250,19 +262,19 @@ int shim_binary_scalar(int32_t op, shim_tensor *out, const shim_tensor *a, doubl
   return SHIM_OK;
 }
 
-#define FLOAT_UNARY(NAME, T, M)                                                              \
-  static void NAME(int32_t op, T *o, const T *a, int64_t n) {                               \
+#define FLOAT_UNARY(NAME, T, M, EXP, TANH, SIGMOID, ATTR)                                   \
+  ATTR static void NAME(int32_t op, T *o, const T *a, int64_t n) {                          \
     const T one = 1, half = (T)0.5, sqrt1_2 = (T)0.70710678118654752440,                     \
             k_tanh = (T)0.79788456080286535588 /* sqrt(2 / pi) */;                          \
     switch (op) {                                                                           \
       case SHIM_NEG: for (int64_t i = 0; i < n; i++) o[i] = -a[i]; break;                   \
       case SHIM_ABS: for (int64_t i = 0; i < n; i++) o[i] = M(fabs)(a[i]); break;           \
-      case SHIM_EXP: for (int64_t i = 0; i < n; i++) o[i] = M(exp)(a[i]); break;            \
+      case SHIM_EXP: for (int64_t i = 0; i < n; i++) o[i] = EXP(a[i]); break;               \
       case SHIM_LOG: for (int64_t i = 0; i < n; i++) o[i] = M(log)(a[i]); break;            \
       case SHIM_SQRT: for (int64_t i = 0; i < n; i++) o[i] = M(sqrt)(a[i]); break;          \
       case SHIM_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] < 0 ? (T)0 : a[i]; break; \
-      case SHIM_TANH: for (int64_t i = 0; i < n; i++) o[i] = M(tanh)(a[i]); break;          \
-      case SHIM_SIGMOID: for (int64_t i = 0; i < n; i++) o[i] = one / (one + M(exp)(-a[i])); break; \
+      case SHIM_TANH: for (int64_t i = 0; i < n; i++) o[i] = TANH(a[i]); break;             \
+      case SHIM_SIGMOID: for (int64_t i = 0; i < n; i++) o[i] = SIGMOID(a[i]); break;          \
       case SHIM_ERF: for (int64_t i = 0; i < n; i++) o[i] = M(erf)(a[i]); break;            \
       case SHIM_LOG1P: for (int64_t i = 0; i < n; i++) o[i] = M(log1p)(a[i]); break;        \
       case SHIM_EXPM1: for (int64_t i = 0; i < n; i++) o[i] = M(expm1)(a[i]); break;        \
@@ -270,7 +282,7 @@ int shim_binary_scalar(int32_t op, shim_tensor *out, const shim_tensor *a, doubl
       case SHIM_RECIPROCAL: for (int64_t i = 0; i < n; i++) o[i] = one / a[i]; break;       \
       case SHIM_SIN: for (int64_t i = 0; i < n; i++) o[i] = M(sin)(a[i]); break;            \
       case SHIM_COS: for (int64_t i = 0; i < n; i++) o[i] = M(cos)(a[i]); break;            \
-      case SHIM_SILU: for (int64_t i = 0; i < n; i++) o[i] = a[i] / (one + M(exp)(-a[i])); break; \
+      case SHIM_SILU: for (int64_t i = 0; i < n; i++) o[i] = a[i] * SIGMOID(a[i]); break;   \
       case SHIM_SOFTPLUS:                                                                   \
         for (int64_t i = 0; i < n; i++) o[i] = a[i] > (T)20 ? a[i] : M(log1p)(M(exp)(a[i])); \
         break;                                                                              \
@@ -280,7 +292,7 @@ int shim_binary_scalar(int32_t op, shim_tensor *out, const shim_tensor *a, doubl
       case SHIM_GELU_TANH:                                                                  \
         for (int64_t i = 0; i < n; i++) {                                                   \
           T x = a[i];                                                                       \
-          o[i] = half * x * (one + M(tanh)(k_tanh * (x + (T)0.044715 * x * x * x)));        \
+          o[i] = half * x * (one + TANH(k_tanh * (x + (T)0.044715 * x * x * x)));           \
         }                                                                                   \
         break;                                                                              \
       case SHIM_FLOOR: for (int64_t i = 0; i < n; i++) o[i] = M(floor)(a[i]); break;        \
@@ -291,8 +303,11 @@ int shim_binary_scalar(int32_t op, shim_tensor *out, const shim_tensor *a, doubl
     }                                                                                       \
   }
 
-FLOAT_UNARY(unary_f32, float, M_F32)
-FLOAT_UNARY(unary_f64, double, M_F64)
+static inline double sigmoid_f64(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+/* f32 through vecmath.h, so exp, tanh, sigmoid, silu and gelu_tanh vectorise. */
+FLOAT_UNARY(unary_f32, float, M_F32, shim_vexpf, shim_vtanhf, shim_vsigmoidf, SHIM_CPU_CLONES)
+FLOAT_UNARY(unary_f64, double, M_F64, exp, tanh, sigmoid_f64, )
 
 /* The integer cases; floor, ceil, round and trunc copy (the caller handles them). */
 #define SIGNED_UNARY(NAME, T, U)                                                                \

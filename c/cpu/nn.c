@@ -5,8 +5,49 @@
  * a scratch copy. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cpu.h"
+#include "vecmath.h"
+
+/* Softmax over contiguous rows of r floats (dim is the last one, the common case): the max in
+ * vector lanes (a NaN anywhere makes the row NaN), exp into out, its sum in lanes, then one
+ * multiply by the reciprocal (softmax) or one subtraction (log-softmax) per element. */
+SHIM_CPU_CLONES static void softmax_rows_f32(float *o, const float *x, int64_t rows, int64_t r, int take_log) {
+  for (int64_t row = 0; row < rows; row++) {
+    const float *xs = x + row * r;
+    float *os = o + row * r;
+    shim_v16f best = SHIM_V16_SPLAT(-INFINITY), acc = {0};
+    shim_v16i nans = {0};
+    float m = -INFINITY, sum = 0;
+    int nan = 0;
+    int64_t j = 0;
+    for (; j + 16 <= r; j += 16) {
+      shim_v16f v;
+      SHIM_V16_LOAD(v, xs + j);
+      nans |= v != v;
+      best = SHIM_V16_SELECT(v > best, v, best);
+    }
+    for (int k = 0; k < 16; k++) m = best[k] > m ? best[k] : m, nan |= nans[k];
+    for (; j < r; j++) m = xs[j] > m ? xs[j] : m, nan |= xs[j] != xs[j];
+    if (nan) m = NAN;
+    for (j = 0; j < r; j++) os[j] = shim_vexpf(xs[j] - m);
+    for (j = 0; j + 16 <= r; j += 16) {
+      shim_v16f v;
+      SHIM_V16_LOAD(v, os + j);
+      acc += v;
+    }
+    for (int k = 0; k < 16; k++) sum += acc[k];
+    for (; j < r; j++) sum += os[j];
+    if (take_log) {
+      float shift = m + logf(sum);
+      for (j = 0; j < r; j++) os[j] = xs[j] - shift;
+    } else {
+      float inv = 1.0f / sum;
+      for (j = 0; j < r; j++) os[j] *= inv;
+    }
+  }
+}
 
 #define SOFTMAX(NAME, T, EXP, LOG)                                                             \
   static void NAME(T *o, const T *x, int64_t outer, int64_t r, int64_t inner, int take_log) {  \
@@ -36,7 +77,12 @@
       }                                                                                        \
   }
 
-SOFTMAX(softmax_f32, float, expf, logf)
+SOFTMAX(softmax_strided_f32, float, shim_vexpf, logf)
+
+static void softmax_f32(float *o, const float *x, int64_t outer, int64_t r, int64_t inner, int take_log) {
+  if (inner == 1) softmax_rows_f32(o, x, outer, r, take_log);
+  else softmax_strided_f32(o, x, outer, r, inner, take_log);
+}
 SOFTMAX(softmax_f64, double, exp, log)
 
 int shim_softmax(shim_tensor *out, const shim_tensor *a, int32_t dim, int32_t log, shim_stream *s) {

@@ -6,8 +6,10 @@
  * and min fail (no identity). max, min and the inf-norm propagate NaN; any and all read
  * nonzero (NaN included) as true. */
 #include <math.h>
+#include <string.h>
 
 #include "cpu.h"
+#include "vecmath.h"
 
 /* fold_all: *acc (op)= every x[i]; fold_each: acc[i] (op)= x[i]. sum and mean both add;
  * the norms fold |x| (ABS) or its square. */
@@ -102,6 +104,41 @@ static void finish_i64(int32_t op, int32_t dtype, int64_t *acc, int64_t m, int64
   shim_cpu_store_f64(dtype, mean, m, dst);
 }
 
+/* Whether row_f32 folds op: sum and mean (in double), max and min (exact in float). */
+static int row_f32_folds(int32_t op) { return op == SHIM_SUM || op == SHIM_MEAN || op == SHIM_MAX || op == SHIM_MIN; }
+
+/* One contiguous f32 row folded in vector lanes (the lanes change the order of the double
+ * additions, not their precision); NaN propagates through max and min. */
+SHIM_CPU_CLONES static double row_f32(int32_t op, const float *x, int64_t r) {
+  int64_t j = 0;
+  if (op == SHIM_SUM || op == SHIM_MEAN) {
+    shim_v8d acc = {0};
+    double sum = 0;
+    for (; j + 8 <= r; j += 8) {
+      shim_v8f v;
+      memcpy(&v, x + j, sizeof v);
+      acc += __builtin_convertvector(v, shim_v8d);
+    }
+    for (; j < r; j++) sum += (double)x[j];
+    for (int k = 0; k < 8; k++) sum += acc[k];
+    return sum;
+  }
+  const int max = op == SHIM_MAX;
+  float m = max ? -INFINITY : INFINITY;
+  int nan = 0;
+  shim_v16f best = SHIM_V16_SPLAT(m);
+  shim_v16i nans = {0};
+  for (; j + 16 <= r; j += 16) {
+    shim_v16f v;
+    SHIM_V16_LOAD(v, x + j);
+    nans |= v != v;
+    best = max ? SHIM_V16_SELECT(v > best, v, best) : SHIM_V16_SELECT(v < best, v, best);
+  }
+  for (int k = 0; k < 16; k++) m = max ? (best[k] > m ? best[k] : m) : (best[k] < m ? best[k] : m), nan |= nans[k];
+  for (; j < r; j++) m = max ? (x[j] > m ? x[j] : m) : (x[j] < m ? x[j] : m), nan |= x[j] != x[j];
+  return nan ? NAN : m;
+}
+
 /* The driver, once per accumulator type: contiguous runs when inner == 1, otherwise blocks
  * of up to a chunk of inner positions accumulated row by row (reads stay sequential). */
 #define REDUCER(SUFFIX, ACC)                                                                   \
@@ -112,6 +149,11 @@ static void finish_i64(int32_t op, int32_t dtype, int64_t *acc, int64_t m, int64
     int64_t size = shim_dtype_size(a->dtype), out_size = shim_dtype_size(out->dtype);          \
     ACC acc[SHIM_CPU_CHUNK], x[SHIM_CPU_CHUNK];                                                \
     for (int64_t o = 0; o < outer; o++) {                                                      \
+      if (inner == 1 && a->dtype == SHIM_F32 && row_f32_folds(op)) {                           \
+        acc[0] = row_f32(op, (const float *)src + o * r, r);                                   \
+        finish_##SUFFIX(op, out->dtype, acc, 1, r, dst + o * out_size);                        \
+        continue;                                                                              \
+      }                                                                                        \
       if (inner == 1) {                                                                        \
         acc[0] = identity_##SUFFIX(op);                                                        \
         for (int64_t base = 0; base < r; base += SHIM_CPU_CHUNK) {                             \

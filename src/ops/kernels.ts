@@ -96,13 +96,29 @@ const unary = (op: UnaryOpName): Kernel<"neg"> => (run, [out], a) => k.unary(op,
 /** isnan, isinf, logical_not: bool out of any dtype, no cast. */
 const predicate = (op: UnaryOpName): Kernel<"isnan"> => (run, [out], a) => k.unary(op, out!, a.input, run.stream)
 
-/** out = a (op) b over prepared operands: cast to the compute dtype, broadcast to the result's shape. */
+/**
+ * Whether a tensor of `shape` broadcast to `to` is its own elements repeated (its shape, past
+ * leading 1s, is the trailing dims of `to`, as a bias is): shim_binary takes it as it is.
+ */
+const repeatsTo = (shape: ReadonlyArray<number>, to: ReadonlyArray<number>): boolean => {
+  if (numelOf(to) === 0) return false
+  const own = shape.slice(Math.max(0, shape.findIndex((d) => d !== 1)))
+  return own.length <= to.length && own.every((d, i) => d === to[to.length - own.length + i])
+}
+
+/** out = a (op) b over prepared operands: cast to the compute dtype, broadcast to the result's shape unless it repeats. */
 const binaryInto = (run: Run, op: BinaryOpName, kind: BinaryKind, name: string, out: Tensor, a: Tensor | number, b: Tensor | number): void => {
   const plan = planBinary(name, kind, a, b)
-  const prepare = (x: Tensor | number) => typeof x === "number" || numelOf(x.shape) === 1 ? (typeof x === "number" ? x : run.cast(x, plan.compute)) : run.expand(run.cast(x, plan.compute), plan.result.shape)
-  const x = prepare(a), y = prepare(b)
+  const prepare = (x: Tensor | number) => {
+    if (typeof x === "number") return x
+    const t = run.cast(x, plan.compute)
+    return numelOf(x.shape) === 1 || repeatsTo(x.shape, plan.result.shape) ? t : run.expand(t, plan.result.shape)
+  }
+  let x = prepare(a)
+  const y = prepare(b)
   if (typeof x !== "number" && typeof y !== "number") {
-    // Two one-element operands of a result with more dims than either: the shim matches counts.
+    // The shim needs one operand of the result's count (two one-element ones match counts too).
+    if (x.numel !== out.numel && y.numel !== out.numel) x = run.expand(x, plan.result.shape)
     k.binary(op, out, x, y, run.stream)
   } else if (typeof x !== "number") k.binaryScalar(op, out, run.expand(x, plan.result.shape), y as number, false, run.stream)
   else k.binaryScalar(op, out, run.expand(y as Tensor, plan.result.shape), x, true, run.stream)
