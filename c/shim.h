@@ -189,6 +189,10 @@ int shim_set_memory_limit(int64_t bytes);
 /* Bytes of tensor memory in use (allocated and not yet freed), and the limit (0: none). */
 int shim_memory_usage(int64_t *in_use, int64_t *limit);
 
+/* The threads this process's kernels may use, n >= 1 (cpu: the large elementwise, reduction
+ * and row kernels split their work across n, and BLAS runs n; 1 until set). cuda ignores it. */
+int shim_set_threads(int32_t n);
+
 /* ---- tensors -------------------------------------------------------------------------- */
 
 /* A new uninitialised tensor. ndim may be 0 (a scalar, one element); a dim may be 0. */
@@ -283,6 +287,19 @@ int shim_gather(shim_tensor *out, const shim_tensor *a, int32_t dim, const shim_
  * dtypes only. Computes in float (double for f64), subtracting the maximum first, so large
  * inputs do not overflow. */
 int shim_softmax(shim_tensor *out, const shim_tensor *a, int32_t dim, int32_t log, shim_stream *s);
+
+/* Layer normalisation over the last m elements (a read as [rows, m]; m > 0 divides a's count):
+ * out = (x - mean) / sqrt(var + eps) * weight + bias, with the biased variance. weight and bias
+ * (m elements of a's dtype each) may be NULL. Floating dtypes; computes in float (double for
+ * f64), the mean and variance accumulated in double. out has a's dtype and count. */
+int shim_layer_norm(shim_tensor *out, const shim_tensor *a, const shim_tensor *weight, const shim_tensor *bias,
+                    int64_t m, double eps, shim_stream *s);
+
+/* torch.index_select: out = a with dim's entries picked by index (i64, 0-D or 1-D), so out has
+ * a's dtype and shape but index's count along dim (0 <= dim < ndim; a 0-d a is read as [1]).
+ * An index outside 0..a.shape[dim]-1 fails the op (SHIM_E_INVALID) before anything is written. */
+int shim_index_select(shim_tensor *out, const shim_tensor *a, int32_t dim, const shim_tensor *index,
+                      shim_stream *s);
 
 /* ---- streams and events ------------------------------------------------------------- */
 /* cpu: work runs in order when issued, and events are complete once recorded. */

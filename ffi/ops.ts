@@ -122,3 +122,11 @@ export const gather = (out: Tensor, a: Tensor, dim: number, index: Tensor, s?: S
 
 export const softmax = (out: Tensor, a: Tensor, dim: number, log: boolean, s?: Stream): void =>
   out.native.check(out.native.shim.shim_softmax(out.handle, a.handle, dim, log ? 1 : 0, stream(s)), `shim_softmax${log ? "(log)" : ""}`)
+
+/** Layer norm over the last m elements of a (weight and bias: m elements each, or null). */
+export const layerNorm = (out: Tensor, a: Tensor, weight: Tensor | null, bias: Tensor | null, m: number, eps: number, s?: Stream): void =>
+  out.native.check(out.native.shim.shim_layer_norm(out.handle, a.handle, weight?.handle ?? null, bias?.handle ?? null, m, eps, stream(s)), "shim_layer_norm")
+
+/** out = a's entries along dim picked by index (0-D or 1-D i64). */
+export const indexSelect = (out: Tensor, a: Tensor, dim: number, index: Tensor, s?: Stream): void =>
+  out.native.check(out.native.shim.shim_index_select(out.handle, a.handle, dim, index.handle, stream(s)), "shim_index_select")

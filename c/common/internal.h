@@ -172,6 +172,14 @@ int shim_check_gather(const shim_tensor *out, const shim_tensor *a, int32_t dim,
 /* a read as [outer, r, inner] around dim (as shim_check_reduce does). */
 int shim_check_softmax(const shim_tensor *out, const shim_tensor *a, int32_t dim, int32_t log, shim_reduce_dims *dims);
 
+/* shim_layer_norm: rows is a's count over m. */
+int shim_check_layer_norm(const shim_tensor *out, const shim_tensor *a, const shim_tensor *weight, const shim_tensor *bias,
+                          int64_t m, int64_t *rows);
+
+/* shim_index_select: a read as [outer, r, inner] around dim (the index's range is 0..r-1). */
+int shim_check_index_select(const shim_tensor *out, const shim_tensor *a, int32_t dim, const shim_tensor *index,
+                            shim_reduce_dims *dims);
+
 /* ---- communicators (comm_checks.c) ---------------------------------------------------- */
 
 /* What both backends' communicators hold and the checks read: each backend's struct

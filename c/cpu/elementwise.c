@@ -225,22 +225,43 @@ static int check_integer_operand(const char *fn, int32_t op, int32_t dtype, cons
   return SHIM_OK;
 }
 
+/* One binary op over a range: elements of out (period 0), or whole repetitions of the operand
+ * that repeats every `period` elements. x (y) is full when fx (fy), else one element. */
+typedef struct {
+  int32_t op, dtype;
+  char *o;
+  const char *x, *y;
+  int fx, fy, x_repeats;
+  int64_t period, size, out_size;
+} binary_job;
+
+static void binary_range(void *ctx, int64_t begin, int64_t end) {
+  const binary_job *j = ctx;
+  if (j->period == 0) {
+    binary_kernel(j->op, j->dtype, j->o + begin * j->out_size, j->fx ? j->x + begin * j->size : j->x, j->fx,
+                  j->fy ? j->y + begin * j->size : j->y, j->fy, end - begin);
+    return;
+  }
+  const int64_t m = j->period;
+  for (int64_t r = begin; r < end; r++)
+    binary_kernel(j->op, j->dtype, j->o + r * m * j->out_size, j->x_repeats ? j->x : j->x + r * m * j->size, 1,
+                  j->x_repeats ? j->y + r * m * j->size : j->y, 1, m);
+}
+
 int shim_binary(int32_t op, shim_tensor *out, const shim_tensor *a, const shim_tensor *b, shim_stream *s) {
   int64_t n;
   SHIM_TRY(shim_check_binary(op, out, a, b, &n));
   SHIM_TRY(check_integer_operand("shim_binary", op, a->dtype, shim_cpu_data(b), b->numel, "b"));
-  const char *x = shim_cpu_data(a), *y = shim_cpu_data(b);
-  char *o = shim_cpu_data(out);
   const int64_t m = a->numel < b->numel ? a->numel : b->numel;
+  binary_job job = {op, a->dtype, shim_cpu_data(out), shim_cpu_data(a), shim_cpu_data(b), a->numel == n, b->numel == n, a->numel == m,
+                    0, shim_dtype_size(a->dtype), shim_dtype_size(out->dtype)};
   if (m <= 1 || m == n) {
-    binary_kernel(op, a->dtype, o, x, a->numel == n, y, b->numel == n, n);
+    shim_cpu_parallel(n, SHIM_CPU_GRAIN, binary_range, &job);
     return SHIM_OK;
   }
   /* One operand repeats every m elements: the kernel over each repetition, both sides full. */
-  const int64_t size = shim_dtype_size(a->dtype), out_size = shim_dtype_size(out->dtype);
-  const int a_repeats = a->numel == m;
-  for (int64_t base = 0; base < n; base += m)
-    binary_kernel(op, a->dtype, o + base * out_size, a_repeats ? x : x + base * size, 1, a_repeats ? y + base * size : y, 1, m);
+  job.period = m;
+  shim_cpu_parallel(n / m, SHIM_CPU_GRAIN / m + 1, binary_range, &job);
   return SHIM_OK;
 }
 
@@ -258,7 +279,8 @@ int shim_binary_scalar(int32_t op, shim_tensor *out, const shim_tensor *a, doubl
   shim_cpu_from_f64(a->dtype, b, &scalar);
   const void *x = scalar_first ? (const void *)&scalar : t, *y = scalar_first ? t : (const void *)&scalar;
   SHIM_TRY(check_integer_operand("shim_binary_scalar", op, a->dtype, y, scalar_first ? n : 1, scalar_first ? "a" : "the scalar"));
-  binary_kernel(op, a->dtype, o, x, !scalar_first, y, scalar_first, n);
+  binary_job job = {op, a->dtype, o, x, y, !scalar_first, scalar_first, 0, 0, shim_dtype_size(a->dtype), shim_dtype_size(out->dtype)};
+  shim_cpu_parallel(n, SHIM_CPU_GRAIN, binary_range, &job);
   return SHIM_OK;
 }
 
@@ -382,19 +404,27 @@ static void unary_half(int32_t op, int32_t dtype, uint16_t *o, const uint16_t *a
   }
 }
 
-int shim_unary(int32_t op, shim_tensor *out, const shim_tensor *a, shim_stream *s) {
-  SHIM_TRY(shim_check_unary(op, out, a));
-  int32_t dtype = a->dtype;
-  void *o = shim_cpu_data(out);
-  const void *x = shim_cpu_data(a);
-  int64_t n = a->numel;
+/* One unary op over a range of elements (a part of shim_cpu_parallel). */
+typedef struct {
+  int32_t op, dtype;
+  char *o;
+  const char *x;
+  int64_t size, out_size;
+} unary_job;
+
+static void unary_range(void *ctx, int64_t begin, int64_t end) {
+  const unary_job *j = ctx;
+  const int32_t op = j->op, dtype = j->dtype;
+  void *o = j->o + begin * j->out_size;
+  const void *x = j->x + begin * j->size;
+  const int64_t n = end - begin;
   if (op >= SHIM_ISNAN) {
     unary_predicate(op, dtype, o, x, n);
-    return SHIM_OK;
+    return;
   }
   if (!shim_cpu_is_float(dtype) && op >= SHIM_FLOOR && op <= SHIM_TRUNC) { /* integers are whole already */
-    if (o != x) memcpy(o, x, (size_t)(n * shim_dtype_size(dtype)));
-    return SHIM_OK;
+    if (o != x) memcpy(o, x, (size_t)(n * j->size));
+    return;
   }
   switch (dtype) {
     case SHIM_F32: unary_f32(op, o, x, n); break;
@@ -404,5 +434,11 @@ int shim_unary(int32_t op, shim_tensor *out, const shim_tensor *a, shim_stream *
     case SHIM_I64: unary_i64(op, o, x, n); break;
     case SHIM_U8: case SHIM_BOOL: unary_bytes(op, dtype, o, x, n); break;
   }
+}
+
+int shim_unary(int32_t op, shim_tensor *out, const shim_tensor *a, shim_stream *s) {
+  SHIM_TRY(shim_check_unary(op, out, a));
+  unary_job job = {op, a->dtype, shim_cpu_data(out), shim_cpu_data(a), shim_dtype_size(a->dtype), shim_dtype_size(out->dtype)};
+  shim_cpu_parallel(a->numel, SHIM_CPU_GRAIN, unary_range, &job);
   return SHIM_OK;
 }

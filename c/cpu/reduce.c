@@ -142,13 +142,13 @@ SHIM_CPU_CLONES static double row_f32(int32_t op, const float *x, int64_t r) {
 /* The driver, once per accumulator type: contiguous runs when inner == 1, otherwise blocks
  * of up to a chunk of inner positions accumulated row by row (reads stay sequential). */
 #define REDUCER(SUFFIX, ACC)                                                                   \
-  static void reduce_##SUFFIX(int32_t op, const shim_tensor *a, shim_tensor *out, int64_t outer, int64_t r, \
+  static void reduce_##SUFFIX(int32_t op, const shim_tensor *a, shim_tensor *out, int64_t o0, int64_t o1, int64_t r, \
                               int64_t inner) {                                                 \
     const char *src = shim_cpu_data(a);                                                        \
     char *dst = shim_cpu_data(out);                                                            \
     int64_t size = shim_dtype_size(a->dtype), out_size = shim_dtype_size(out->dtype);          \
     ACC acc[SHIM_CPU_CHUNK], x[SHIM_CPU_CHUNK];                                                \
-    for (int64_t o = 0; o < outer; o++) {                                                      \
+    for (int64_t o = o0; o < o1; o++) {                                                        \
       if (inner == 1 && a->dtype == SHIM_F32 && row_f32_folds(op)) {                           \
         acc[0] = row_f32(op, (const float *)src + o * r, r);                                   \
         finish_##SUFFIX(op, out->dtype, acc, 1, r, dst + o * out_size);                        \
@@ -179,11 +179,25 @@ SHIM_CPU_CLONES static double row_f32(int32_t op, const float *x, int64_t r) {
 REDUCER(f64, double)
 REDUCER(i64, int64_t)
 
-int shim_reduce(int32_t op, shim_tensor *out, const shim_tensor *a, int32_t dim, shim_stream *s) {
+/* A range of the outer index (a part of shim_cpu_parallel). */
+typedef struct {
+  int32_t op;
+  const shim_tensor *a;
+  shim_tensor *out;
   shim_reduce_dims dims;
-  SHIM_TRY(shim_check_reduce(op, out, a, dim, &dims));
-  if (shim_cpu_is_float(a->dtype)) reduce_f64(op, a, out, dims.outer, dims.r, dims.inner);
-  else reduce_i64(op, a, out, dims.outer, dims.r, dims.inner);
+} reduce_job;
+
+static void reduce_range(void *ctx, int64_t begin, int64_t end) {
+  const reduce_job *j = ctx;
+  if (shim_cpu_is_float(j->a->dtype)) reduce_f64(j->op, j->a, j->out, begin, end, j->dims.r, j->dims.inner);
+  else reduce_i64(j->op, j->a, j->out, begin, end, j->dims.r, j->dims.inner);
+}
+
+int shim_reduce(int32_t op, shim_tensor *out, const shim_tensor *a, int32_t dim, shim_stream *s) {
+  reduce_job job = {.op = op, .a = a, .out = out};
+  SHIM_TRY(shim_check_reduce(op, out, a, dim, &job.dims));
+  const int64_t per_outer = job.dims.r * job.dims.inner;
+  shim_cpu_parallel(job.dims.outer, SHIM_CPU_GRAIN / (per_outer > 0 ? per_outer : 1) + 1, reduce_range, &job);
   return SHIM_OK;
 }
 

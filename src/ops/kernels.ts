@@ -3,7 +3,7 @@
  * This is the only module of src/ops that loads native code; the controller never imports it.
  * `KERNELS` is typed over every op name, so an op declared without a kernel does not compile,
  * and each kernel sees its op's arguments bound by name (tensors as worker Tensors) and the
- * results' metadata its rule gave. Composite ops (linear, cross_entropy, layer_norm) run as
+ * results' metadata its rule gave. Composite ops (linear, cross_entropy) run as
  * several shim calls inside one command, through temporaries freed when it ends.
  */
 import * as k from "../../ffi/ops.ts"
@@ -114,11 +114,10 @@ const binaryInto = (run: Run, op: BinaryOpName, kind: BinaryKind, name: string, 
     const t = run.cast(x, plan.compute)
     return numelOf(x.shape) === 1 || repeatsTo(x.shape, plan.result.shape) ? t : run.expand(t, plan.result.shape)
   }
-  let x = prepare(a)
-  const y = prepare(b)
+  // Of two operands that repeat, the longer has the result's count, as the shim needs.
+  const x = prepare(a), y = prepare(b)
   if (typeof x !== "number" && typeof y !== "number") {
-    // The shim needs one operand of the result's count (two one-element ones match counts too).
-    if (x.numel !== out.numel && y.numel !== out.numel) x = run.expand(x, plan.result.shape)
+    // Two one-element operands of a result with more dims than either: the shim matches counts.
     k.binary(op, out, x, y, run.stream)
   } else if (typeof x !== "number") k.binaryScalar(op, out, run.expand(x, plan.result.shape), y as number, false, run.stream)
   else k.binaryScalar(op, out, run.expand(y as Tensor, plan.result.shape), x, true, run.stream)
@@ -334,14 +333,8 @@ export const KERNELS: Kernels = {
     a.tensors.forEach((t, i) =>
       k.copyStrided(out!, { offset: i * os[d]!, strides: os.filter((_, j) => j !== d) }, run.cast(t, out!.dtype), { offset: 0, strides: contiguous(t.shape) }, t.shape, run.stream))
   },
-  index_select: (run, [out], a, op) => {
-    if (a.input.shape.length === 0) return k.cast(out!, a.input, run.stream)
-    const d = normDim(op, a.dim, a.input.shape.length)
-    // gather's index: the selection repeated along every other dim of the result.
-    const index = run.temp("i64", out!.shape)
-    copyInto(run, index, a.index, { offset: 0, strides: out!.shape.map((_, i) => (i === d ? 1 : 0)) })
-    k.gather(out!, a.input, d, index, run.stream)
-  },
+  index_select: (run, [out], a, op) =>
+    k.indexSelect(out!, a.input, a.input.shape.length === 0 ? 0 : normDim(op, a.dim, a.input.shape.length), a.index, run.stream),
   gather: (run, [out], a, op) => k.gather(out!, a.input, normDim(op, a.dim, a.input.shape.length), a.index, run.stream),
   copy_: (run, _, a) => k.cast(a.input, run.expand(a.src, a.input.shape), run.stream),
   fill_: (run, _, a) => k.fill(a.input, a.value, run.stream),
@@ -383,26 +376,10 @@ export const KERNELS: Kernels = {
       k.binary("div", out!, out!, count, run.stream)
     }
   },
-  layer_norm: (run, [out], a) => {
-    const m = numelOf(a.normalized_shape), r = numelOf(a.input.shape) / m, dtype = a.input.dtype
-    const x = run.view(a.input, [r, m]), y = run.view(out!, [r, m])
-    const mean = run.temp(dtype, [r, 1]), varr = run.temp(dtype, [r, 1])
-    k.reduce("mean", mean, x, 1, run.stream)
-    k.binary("sub", y, x, run.expand(mean, [r, m]), run.stream)
-    const sq = run.temp(dtype, [r, m])
-    k.binary("mul", sq, y, y, run.stream)
-    k.reduce("mean", varr, sq, 1, run.stream)
-    k.binaryScalar("add", varr, varr, a.eps, false, run.stream)
-    k.unary("sqrt", varr, varr, run.stream)
-    k.binary("div", y, y, run.expand(varr, [r, m]), run.stream)
-    if (a.weight) k.binary("mul", y, y, run.expand(run.view(a.weight, [1, m]), [r, m]), run.stream)
-    if (a.bias) k.binary("add", y, y, run.expand(run.view(a.bias, [1, m]), [r, m]), run.stream)
-  },
+  layer_norm: (run, [out], a) => k.layerNorm(out!, a.input, a.weight, a.bias, numelOf(a.normalized_shape), a.eps, run.stream),
   embedding: (run, [out], a) => {
-    const n = numelOf(a.input.shape), d = a.weight.shape[1]!
-    const index = run.temp("i64", [n, d])
-    copyInto(run, index, a.input, { offset: 0, strides: [1, 0] })
-    k.gather(run.view(out!, [n, d]), a.weight, 0, index, run.stream)
+    const n = numelOf(a.input.shape)
+    k.indexSelect(run.view(out!, [n, a.weight.shape[1]!]), a.weight, 0, run.view(a.input, [n]), run.stream)
   },
 }
 
