@@ -2,16 +2,17 @@
 // bits with 2 threads as with 1 (each part is a contiguous range the one-thread loop would
 // also cover in order); bad counts are refused. Also the two row kernels the split uses,
 // shim_layer_norm and shim_index_select, refusing bad arguments before writing anything.
-import { afterAll, afterEach, describe, expect, test } from "bun:test"
+import { afterAll, afterEach, expect, test } from "bun:test"
 import { readFileSync } from "node:fs"
 import * as ops from "../../ffi/ops.ts"
 import type { Tensor } from "../../ffi/tensor.ts"
 import { bitsOf, empty, expectShimError, freeAll, native, tensor, valuesOf } from "./helpers.ts"
+import { describeUnless } from "../skip.ts"
 
 afterEach(freeAll)
 afterAll(() => native.setThreads(1))
 
-const skip = native.device !== "cpu"
+const why = native.device !== "cpu" ? `cpu backend only (MONARCH_DEVICE=${native.device})` : undefined
 const N = 300_000 // above a few parts' grain (2^16 elements)
 
 const threadCount = () => Number(/Threads:\s+(\d+)/.exec(readFileSync("/proc/self/status", "utf8"))![1])
@@ -27,7 +28,7 @@ const atBoth = (run: () => Tensor): [unknown, unknown] => {
   return [one, two]
 }
 
-describe.skipIf(skip)("cpu threads", () => {
+describeUnless(why)("cpu threads", () => {
   test("refuses a thread count outside 1 to 64", () => {
     for (const n of [0, -1, 65]) expectShimError(() => native.setThreads(n), "Invalid", /shim_set_threads: -?\d+ threads, not 1 to 64/)
   })
@@ -56,7 +57,7 @@ describe.skipIf(skip)("cpu threads", () => {
   })
 })
 
-describe.skipIf(skip)("layer_norm and index_select", () => {
+describeUnless(why)("layer_norm and index_select", () => {
   test("layer_norm matches double, with and without weight and bias", () => {
     const xs = [1, 2, 3, 4, 10, 0, -10, 4], x = tensor("f32", [2, 4], xs), w = tensor("f32", [4], [1, 2, 3, 4]), b = tensor("f32", [4], [0, 1, 0, -1])
     for (const [wt, bt] of [[null, null], [w, b], [w, null], [null, b]] as const) {

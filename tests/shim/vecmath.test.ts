@@ -2,14 +2,15 @@
 // in ulps against double over a million inputs spread across every float bit pattern, their
 // special values, and the vector row loops of softmax and the last-dim reductions at lengths
 // that leave a tail after the vector lanes.
-import { afterEach, describe, expect, test } from "bun:test"
+import { afterEach, expect, test } from "bun:test"
 import * as ops from "../../ffi/ops.ts"
 import type { UnaryOpName } from "../../ffi/symbols.ts"
 import { empty, freeAll, native, tensor, valuesOf } from "./helpers.ts"
+import { describeUnless } from "../skip.ts"
 
 afterEach(freeAll)
 
-const skip = native.device !== "cpu"
+const why = native.device !== "cpu" ? `cpu backend only (MONARCH_DEVICE=${native.device})` : undefined
 
 /** Every 4093rd float bit pattern (both signs, NaNs included): about a million inputs. */
 const INPUTS = (() => {
@@ -40,7 +41,7 @@ const CASES: ReadonlyArray<readonly [UnaryOpName, (x: number) => number, number]
   ["silu", (x) => x * sigmoid(x), 5],
 ]
 
-describe.skipIf(skip)("vectorised f32 math", () => {
+describeUnless(why)("vectorised f32 math", () => {
   for (const [op, reference, bound] of CASES)
     test(`${op}: within ${bound} ulps of double over a million inputs`, () => {
       const x = tensor("f32", [INPUTS.length], INPUTS), out = empty("f32", [INPUTS.length])
