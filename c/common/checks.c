@@ -380,6 +380,15 @@ int shim_check_gather(const shim_tensor *out, const shim_tensor *a, int32_t dim,
   return SHIM_OK;
 }
 
+/* a read as [outer, r, inner] around dim (a 0-d a as [1, 1, 1]). */
+static void around(const shim_tensor *a, int32_t dim, shim_reduce_dims *dims) {
+  dims->outer = 1;
+  dims->r = a->ndim > 0 ? a->shape[dim] : 1;
+  dims->inner = 1;
+  for (int32_t i = 0; i < dim; i++) dims->outer *= a->shape[i];
+  for (int32_t i = dim + 1; i < a->ndim; i++) dims->inner *= a->shape[i];
+}
+
 int shim_check_softmax(const shim_tensor *out, const shim_tensor *a, int32_t dim, int32_t log, shim_reduce_dims *dims) {
   const char *fn = log ? "shim_softmax(log)" : "shim_softmax";
   SHIM_REQUIRE_IN(fn, out, "out");
@@ -392,11 +401,7 @@ int shim_check_softmax(const shim_tensor *out, const shim_tensor *a, int32_t dim
     return shim_fail(SHIM_E_INVALID, "%s: out is %s but a is %s (same dtype and element count needed)", fn,
                      shim_describe(out, bo, sizeof bo), ba);
   if (dim < 0 || dim >= (a->ndim > 0 ? a->ndim : 1)) return shim_fail(SHIM_E_INVALID, "%s: dim %d is out of range for %s", fn, dim, ba);
-  dims->outer = 1;
-  dims->r = a->ndim > 0 ? a->shape[dim] : 1;
-  dims->inner = 1;
-  for (int32_t i = 0; i < dim; i++) dims->outer *= a->shape[i];
-  for (int32_t i = dim + 1; i < a->ndim; i++) dims->inner *= a->shape[i];
+  around(a, dim, dims);
   return SHIM_OK;
 }
 
@@ -433,11 +438,7 @@ int shim_check_index_select(const shim_tensor *out, const shim_tensor *a, int32_
   shim_describe(index, bi, sizeof bi);
   if (index->dtype != SHIM_I64 || index->ndim > 1) return shim_fail(SHIM_E_INVALID, "%s: index is %s, not 0-D or 1-D i64", fn, bi);
   if (dim < 0 || dim >= (a->ndim > 0 ? a->ndim : 1)) return shim_fail(SHIM_E_INVALID, "%s: dim %d is out of range for %s", fn, dim, ba);
-  dims->outer = 1;
-  dims->r = a->ndim > 0 ? a->shape[dim] : 1;
-  dims->inner = 1;
-  for (int32_t i = 0; i < dim; i++) dims->outer *= a->shape[i];
-  for (int32_t i = dim + 1; i < a->ndim; i++) dims->inner *= a->shape[i];
+  around(a, dim, dims);
   if (out->dtype != a->dtype || out->numel != dims->outer * index->numel * dims->inner)
     return shim_fail(SHIM_E_INVALID, "%s: out is %s but must be %s with %lld entries along dim %d of %s", fn,
                      shim_describe(out, bo, sizeof bo), shim_dtype_name(a->dtype), (long long)index->numel, dim, ba);
