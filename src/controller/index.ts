@@ -13,6 +13,7 @@ export { Controller, type AttachOptions, type ControllerApi, type LocalOptions }
 export type { HangReport, RankAt, WorkerInfo } from "./core.ts"
 export { ControllerError, DeadlineExceeded, RemoteError, StartError, WorkerLost, type WorkerFrame } from "./errors.ts"
 export { RemoteStream, RemoteTensor } from "./handles.ts"
+export { compile, type Compiled, type CompileOptions } from "./recording.ts"
 export { Mesh, type CallOptions, type FetchOptions } from "./mesh.ts"
 export { eager, ops, opsOn, type OpFunction, type OpMethod, type Ops, type TensorMethods } from "./ops.ts"
 export type { TensorMeta } from "../ops/meta.ts"

@@ -100,7 +100,7 @@ export const WORKER_MESSAGES = {
   /** Ends the command loop (in restartable mode: starts a fresh state and sends Restarted). */
   Exit: message(6, []),
   /** Commands run in order, as if sent one by one. */
-  CommandGroup: message(7, [["commands", commands, "each a full `[code, ...]` array, codes 1–14"]]),
+  CommandGroup: message(7, [["commands", commands, "each a full `[code, ...]` array, codes 1–16"]]),
   /** Forgets refs (by id). An unknown id is a ProtocolError for that id; the rest still go. */
   DeleteRefs: message(8, [["refs", uintList, "ref ids"]]),
   /**
@@ -148,7 +148,37 @@ export const WORKER_MESSAGES = {
     ["factory", factoryField],
     ["stream", refField],
   ], (m) => (m.fromRanks.length !== m.toRanks.length ? ["toRanks", `${m.toRanks.length} ranks for ${m.fromRanks.length} in fromRanks`] : undefined)),
+  /**
+   * Defines recording `recording` on this worker: `commands` as a step recorded once on the
+   * controller (compile), to be run by CallRecording. Inside, `formals` and `params` stand for
+   * a call's actuals and params, `results` for what it defines, and every other ref a command
+   * defines is a temporary, freed when the call ends. Command k runs with ident `ident + k`
+   * of the call; a call takes `idents` idents in all.
+   */
+  DefineRecording: message(15, [
+    ["recording", uintField],
+    ["idents", uintField],
+    ["formals", uintList, "ref ids"],
+    ["params", uintList, "ref ids"],
+    ["results", uintList, "ref ids"],
+    ["commands", commands, "CallFunction, Reduce, SendTensor and Borrow* arrays, idents from 0"],
+  ]),
+  /**
+   * Runs recording `recording` as idents `ident` .. `ident + idents - 1`: `actuals` bind its
+   * formals, `params` its params, and `results` are defined as its results (a poisoned one
+   * poisoned). Its temporaries are freed when it ends.
+   */
+  CallRecording: message(16, [
+    ["ident", uintField],
+    ["recording", uintField],
+    ["results", refList],
+    ["actuals", refList],
+    ["params", values],
+  ]),
 } as const
+
+/** The messages a recording may hold: the commands that compute, and borrows' steps. */
+export const RECORDABLE = ["CallFunction", "Reduce", "SendTensor", "BorrowCreate", "BorrowFirstUse", "BorrowLastUse", "BorrowDrop"] as const
 
 /** Worker -> controller: codes 64 and up, so a message sent the wrong way is refused by code alone. */
 export const CONTROLLER_MESSAGES = {
@@ -194,6 +224,8 @@ export type BorrowLastUse = MessageOf<"BorrowLastUse">
 export type BorrowDrop = MessageOf<"BorrowDrop">
 export type Reduce = MessageOf<"Reduce">
 export type SendTensor = MessageOf<"SendTensor">
+export type DefineRecording = MessageOf<"DefineRecording">
+export type CallRecording = MessageOf<"CallRecording">
 export type WorkerHello = MessageOf<"WorkerHello">
 export type Status = MessageOf<"Status">
 export type FetchResult = MessageOf<"FetchResult">

@@ -10,6 +10,7 @@ import { borrowCreate, borrowDrop, borrowFirstUse, borrowLastUse } from "./borro
 import { callFunction, fetchValue } from "./calls.ts"
 import { createDeviceMesh, reduce, sendTensor } from "./collectives.ts"
 import { commandGroup, deleteRefs, exit, requestStatus } from "./control.ts"
+import { callRecording, defineRecording } from "./recordings.ts"
 import { createStream } from "./streams.ts"
 
 export type Handlers = {
@@ -56,6 +57,8 @@ export const makeDispatch = (s: Session, debug = false, trace?: Recorder): ((m: 
     BorrowDrop: borrowDrop(s),
     Reduce: reduce(s),
     SendTensor: sendTensor(s),
+    DefineRecording: defineRecording(s),
+    CallRecording: callRecording(s, dispatch),
   }
   return dispatch
 }
