@@ -78,6 +78,7 @@ const MAY_IMPORT: Readonly<Record<string, ReadonlyArray<string>>> = {
   trace: ["protocol"],
   worker: ["protocol", "net", "store", "comm", "ops", "ffi", "trace"],
   controller: ["protocol", "net", "store", "ops", "launcher", "trace", "comm/errors.ts"],
+  optim: ["controller", "ops"],
   "worker.ts": ["worker"],
   "launch.ts": ["launcher"],
 }
