@@ -26,7 +26,7 @@ import type { Core } from "./core.ts"
 import { ControllerError, RemoteError } from "./errors.ts"
 import type { Exchange, Node } from "./graph.ts"
 import { RemoteTensor } from "./handles.ts"
-import type { CallSite } from "./sites.ts"
+import { CallSite } from "./sites.ts"
 import { Trace, type Traced } from "./trace.ts"
 
 export interface CompileOptions {
@@ -137,9 +137,9 @@ interface Traced1<R> {
 }
 
 /** Runs the step with Core recording instead of sending; the trace's handles are retired after. */
-const traced = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, name: string, step: (...args: A) => unknown, args: ReadonlyArray<unknown>): Effect.Effect<Traced1<R>, E | ControllerError, Rq> =>
+const traced = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, name: string, step: (...args: A) => unknown, args: ReadonlyArray<unknown>, called: CallSite | undefined): Effect.Effect<Traced1<R>, E | ControllerError, Rq> =>
   Effect.suspend(() => {
-    const trace = new Trace(name, () => core.site())
+    const trace = new Trace(name, () => core.site(), called)
     core.tracing = trace
     const end = Effect.sync(() => {
       if (core.tracing === trace) core.tracing = undefined
@@ -442,7 +442,7 @@ const rebuild = (v: unknown, fresh: ReadonlyMap<RemoteTensor, RemoteTensor>, tra
  * is sent), a number found where it was, with its new value, is a parameter there. One that
  * changes anything else, or makes the step fail, is fixed: part of the signature.
  */
-const probeNumbers = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, name: string, step: (...args: A) => unknown, args: ReadonlyArray<unknown>, flat: Flat, first: Trace) =>
+const probeNumbers = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, name: string, step: (...args: A) => unknown, args: ReadonlyArray<unknown>, flat: Flat, first: Trace, called: CallSite | undefined) =>
   Effect.gen(function* () {
     const fixed: Array<number | undefined> = [], fixedWhy: Array<string | undefined> = [], at: Array<Array<{ command: number; path: Path }>> = []
     for (let i = 0; i < flat.numbers.length; i++) {
@@ -453,7 +453,7 @@ const probeNumbers = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, na
         fixedWhy.push(`${flat.numberPaths[i]} (a number) is part of the signature: ${why}`)
         at.push([])
       }
-      const again = yield* Effect.result(traced<A, R, E, Rq>(core, name, step, withNumbers(args, changed)))
+      const again = yield* Effect.result(traced<A, R, E, Rq>(core, name, step, withNumbers(args, changed), called))
       if (again._tag === "Failure") {
         fix(`with another value the step fails (${(again.failure as { message?: string }).message ?? String(again.failure)})`)
         continue
@@ -514,34 +514,33 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
   const retraces: string[] = []
   let traces = 0
 
-  const record = (core: Core, args: ReadonlyArray<unknown>, flat: Flat) =>
+  const record = (core: Core, args: ReadonlyArray<unknown>, flat: Flat, called: CallSite | undefined) =>
     Effect.gen(function* () {
-      const first = yield* traced<A, R, E, Rq>(core, name, step, args)
+      const first = yield* traced<A, R, E, Rq>(core, name, step, args, called)
       traces++
-      const numbers = yield* probeNumbers<A, R, E, Rq>(core, name, step, args, flat, first.trace)
+      const numbers = yield* probeNumbers<A, R, E, Rq>(core, name, step, args, flat, first.trace, called)
       const { recording, defines } = build(core, name, first.trace, flat, first.value, numbers)
       for (const d of defines) core.post(d.ranks, d.message)
       return recording
     })
 
-  const compiled = (...args: A) =>
+  const find = (flat: Flat) => cache.get(flat.key)?.find((r) => mismatch(r, flat, flat) === undefined)
+  const needsTrace = (r: Recording<R> | undefined) => r === undefined || (options.verify === true && r.calls === 1)
+
+  /** A call that traces: a new signature, or verify's second call. */
+  const tracing = (core: Core, args: ReadonlyArray<unknown>, flat: Flat, found: Recording<R> | undefined, called: CallSite | undefined) =>
     Effect.gen(function* () {
-      const ctl = yield* Controller
-      const core = ctl.core
-      if (core.tracing) return yield* new ControllerError({ message: `compile(${name}) was called while compile(${core.tracing.name}) records its step; call it outside, or let the outer step be one recording` })
-      const flat = flatten(args)
-      const entries = cache.get(flat.key) ?? []
-      let recording = entries.find((r) => mismatch(r, flat, flat) === undefined)
+      let recording = found
       if (recording === undefined) {
         if (last !== undefined) {
           const why = `compile(${name}): tracing again: ${mismatch(last.recording, last.flat, flat)}`
           retraces.push(why)
           onRetrace(why)
         }
-        recording = yield* record(core, args, flat)
-        cache.set(flat.key, [...entries, recording])
-      } else if (options.verify && recording.calls === 1) {
-        const again = yield* traced<A, R, E, Rq>(core, name, step, args)
+        recording = yield* record(core, args, flat, called)
+        cache.set(flat.key, [...(cache.get(flat.key) ?? []), recording])
+      } else {
+        const again = yield* traced<A, R, E, Rq>(core, name, step, args, called)
         traces++
         const diverged = verifyAgainst(recording, again.trace, flat)
         if (diverged !== undefined)
@@ -550,6 +549,20 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
       last = { flat, recording }
       return call(core, recording, flat)
     })
+
+  const compiled = (...args: A) => {
+    const flat = flatten(args)
+    // Where the program calls the step (as Core.site is for each command), when it will be traced.
+    const called = needsTrace(find(flat)) ? CallSite.capture() : undefined
+    return Effect.flatMap(Effect.service(Controller), (ctl) => {
+      const core = ctl.core
+      if (core.tracing) return Effect.fail(new ControllerError({ message: `compile(${name}) was called while compile(${core.tracing.name}) records its step; call it outside, or let the outer step be one recording` }))
+      const found = find(flat)
+      if (needsTrace(found)) return tracing(core, args, flat, found, called)
+      last = { flat, recording: found! }
+      return Effect.succeed(call(core, found!, flat))
+    })
+  }
   return Object.defineProperties(compiled, {
     traces: { get: () => traces },
     retraces: { get: () => retraces },

@@ -34,13 +34,18 @@ export class Trace {
   constructor(
     /** What the refusals name: compile(<name>). */
     readonly name: string,
-    /** The site of the call being traced. */
+    /** Where the program is now (for borrow steps, issued without one). */
     private readonly site: () => CallSite | undefined,
+    /**
+     * Where the step was called: the site of a command whose own frame is gone (a tail call
+     * such as `(x) => x.add(1)`, which the engine runs without a frame of its own).
+     */
+    private readonly called: CallSite | undefined,
   ) {}
 
   command(ranks: ReadonlyArray<number>, label: string, inputs: ReadonlyArray<number>, defines: ReadonlyArray<number>, site: CallSite | undefined, make: (ident: number) => WorkerMessage, exchange?: Exchange): Node {
     const ident = this.idents++
-    this.commands.push({ ranks, label, inputs: [...inputs], defines: [...defines], site, exchange, message: make(ident) })
+    this.commands.push({ ranks, label, inputs: [...inputs], defines: [...defines], site: site?.format() === undefined ? this.called : site, exchange, message: make(ident) })
     for (const id of defines) this.defined.add(id)
     // Stands in for the graph's node: nothing ever waits on it.
     return new Node(ident, ranks, exchange, label, site, 0)
@@ -49,7 +54,7 @@ export class Trace {
   /** Takes the messages a recording holds (true); the rest (meshes, streams) go out as usual. */
   post(ranks: ReadonlyArray<number>, msg: WorkerMessage): boolean {
     if (msg._tag === "BorrowCreate") {
-      this.commands.push({ ranks, label: "borrow", inputs: [msg.tensor.id], defines: [msg.result.id], site: this.site(), exchange: undefined, message: msg })
+      this.commands.push({ ranks, label: "borrow", inputs: [msg.tensor.id], defines: [msg.result.id], site: this.site() ?? this.called, exchange: undefined, message: msg })
       this.defined.add(msg.result.id)
       return true
     }

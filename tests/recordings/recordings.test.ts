@@ -125,4 +125,38 @@ describe("compile(step)", () => {
     const after = await inUse()
     after.forEach((bytes, r) => expect(bytes).toBeLessThanOrEqual(before[r]!))
   }, 120_000)
+
+  test("a number that reaches an op through arithmetic inside the step is part of the signature, and the retrace says so", async () => {
+    const retraces: string[] = []
+    const step = compile((x: RemoteTensor, t: number) => x.mul(Math.cos(t)), { name: "scheduled", onRetrace: (w) => void retraces.push(w) })
+    const x = opsOn(mesh).ones([1])
+    expect(await values(await run(step(x, 0)))).toEqual([1])
+    expect(await values(await run(step(x, 0)))).toEqual([1])
+    expect(step.traces).toBe(1)
+    const [v] = await values(await run(step(x, Math.PI)))
+    expect(v).toBeCloseTo(-1, 6)
+    expect(retraces).toHaveLength(1)
+    expect(retraces[0]).toContain("argument 1: 0, now 3.14")
+    expect(retraces[0]).toMatch(/argument 1 \(a number\) is part of the signature: it reaches ops\.mul issued at .*recordings\.test\.ts:\d+/)
+    expect(retraces[0]).toContain("through arithmetic (1 there)")
+  }, 30_000)
+
+  test("verify: true traces the second call too and fails it, naming both call sites, when it issued other commands", async () => {
+    let calls = 0
+    const step = compile((x: RemoteTensor) => {
+      calls++
+      const y = calls === 1 ? x.add(1) : x.sub(1)
+      return y
+    }, { verify: true, name: "drifting" })
+    const x = opsOn(mesh).ones([2])
+    expect(await values(await run(step(x)))).toEqual([2, 2])
+    const failure = await run(Effect.flip(step(x)))
+    expect(failure.message).toMatch(/^compile\(drifting, \{ verify: true \}\): the step's second call issued other commands than its first: command 0: ops\.add issued at .*recordings\.test\.ts:\d+:\d+\), then ops\.sub issued at .*recordings\.test\.ts:\d+:\d+\)/)
+    // A step that issues the same commands passes verification, with new parameter values too.
+    const steady = compile((x: RemoteTensor, k: number) => x.mul(k), { verify: true })
+    expect(await values(await run(steady(x, 2)))).toEqual([2, 2])
+    expect(await values(await run(steady(x, 3)))).toEqual([3, 3])
+    expect(await values(await run(steady(x, 4)))).toEqual([4, 4])
+    expect(steady.traces).toBe(2)
+  }, 30_000)
 })
