@@ -14,6 +14,7 @@ export type { RecoverOptions, RecoveryReport, Start } from "./recovery.ts"
 export type { HangReport, RankAt, WorkerInfo } from "./core.ts"
 export { ControllerError, DeadlineExceeded, RemoteError, StartError, WorkerLost, type WorkerFrame } from "./errors.ts"
 export { RemoteStream, RemoteTensor } from "./handles.ts"
+export { compile, type Compiled, type CompileOptions } from "./recording.ts"
 export {
   CheckpointError, exportFile, importFile, load, perRank, PerRank, readCheckpoint, restoreInto, save, tensorsOf,
   type Loaded, type PendingSave, type RankWrite, type SaveOptions, type Saved, type State,
