@@ -98,6 +98,9 @@ const fitsWithout = (native: Native, pool: HandlePool, code: number, shape: Read
 /** Tensor handles kept for reuse on this backend (for tests and counters). */
 export const pooledHandles = (native: Native): number => poolOf(native)?.size ?? 0
 
+/** Bytes of live tensors: what the shim counts in use, less what the pool keeps for reuse. */
+export const liveTensorBytes = (native: Native): number => native.memoryUsage().inUse - (poolOf(native)?.bytes ?? 0)
+
 const checkShape = (shape: ReadonlyArray<number>, op: string): void => {
   if (shape.length > MAX_DIMS) throw shimError(ShimStatus.INVALID, op, `${shape.length} dims, at most ${MAX_DIMS}`)
   for (const d of shape)

@@ -139,7 +139,7 @@ interface Traced1<R> {
 /** Runs the step with Core recording instead of sending; the trace's handles are retired after. */
 const traced = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, name: string, step: (...args: A) => unknown, args: ReadonlyArray<unknown>, called: CallSite | undefined): Effect.Effect<Traced1<R>, E | ControllerError, Rq> =>
   Effect.suspend(() => {
-    const trace = new Trace(name, () => core.site(), called)
+    const trace = new Trace(name, () => core.site(4), called) // between a borrow's method and here: its post, Core.post, Trace.post, this
     core.tracing = trace
     const end = Effect.sync(() => {
       if (core.tracing === trace) core.tracing = undefined
@@ -553,7 +553,7 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
   const compiled = (...args: A) => {
     const flat = flatten(args)
     // Where the program calls the step (as Core.site is for each command), when it will be traced.
-    const called = needsTrace(find(flat)) ? CallSite.capture() : undefined
+    const called = needsTrace(find(flat)) ? CallSite.capture(4) : undefined // this, `compiled`, the user's, one spare
     return Effect.flatMap(Effect.service(Controller), (ctl) => {
       const core = ctl.core
       if (core.tracing) return Effect.fail(new ControllerError({ message: `compile(${name}) was called while compile(${core.tracing.name}) records its step; call it outside, or let the outer step be one recording` }))

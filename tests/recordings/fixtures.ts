@@ -1,4 +1,5 @@
 // User functions for the recording tests ("tests/recordings/fixtures:<export>").
+import { liveTensorBytes } from "../../ffi/tensor.ts"
 import { op } from "../../src/ops/kernels.ts"
 import { defineFunction } from "../../src/ops/function.ts"
 
@@ -11,5 +12,5 @@ export const failIf = defineFunction((ctx, rank: number, fail: number, t: unknow
 /** t times (rank + 1): each rank's own value. */
 export const byRank = defineFunction((ctx, t: unknown) => op(ctx, "mul", [t, ctx.rank + 1]))
 
-/** This worker's tensor memory in use, in bytes (fetched with any tensor). */
-export const memoryInUse = defineFunction((ctx) => ctx.native.memoryUsage().inUse)
+/** This worker's live tensors' memory, in bytes (fetched with any tensor; not what the handle pool keeps for reuse). */
+export const memoryInUse = defineFunction((ctx) => liveTensorBytes(ctx.native))
