@@ -12,8 +12,13 @@ import { numelOf } from "../src/ops/meta.ts"
 import type { Stream } from "./stream.ts"
 
 const forgotten = new FinalizationRegistry<{ native: Native; handle: Pointer }>(({ native, handle }) => {
+  live--
   native.shim.shim_tensor_free(handle)
 })
+
+/** Tensor handles of this process not yet freed (views included). */
+let live = 0
+export const liveTensorCount = (): number => live
 
 /**
  * Handles of freed small cpu tensors, by dtype and shape, for Tensor.empty to reuse instead of
@@ -125,6 +130,7 @@ export class Tensor implements Disposable {
   ) {
     this.#handle = handle
     this.#tracked = tracked
+    live++
     if (tracked) forgotten.register(this, { native, handle }, this)
   }
 
@@ -225,6 +231,7 @@ export class Tensor implements Disposable {
     const handle = this.#handle
     if (handle === null) return
     this.#handle = null
+    live--
     if (this.#tracked) forgotten.unregister(this)
     const base = this.#base
     if (base !== undefined) base.#views--

@@ -21,6 +21,7 @@ import { type OpName, OPS } from "../ops/registry.ts"
 import type { DType } from "../protocol/values.ts"
 import { refuse } from "./arguments.ts"
 import { RemoteTensor } from "./handles.ts"
+import { escape } from "./lifetime.ts"
 import type { Mesh } from "./mesh.ts"
 import { ops, opsOn } from "./ops.ts"
 
@@ -235,6 +236,8 @@ Object.defineProperties(RemoteTensor.prototype, {
     },
     set(this: RemoteTensor, g: RemoteTensor | undefined) {
       if (!this.autograd?.leaf) throw refuse(`${this} is not a leaf that requires grad`)
+      // A leaf's gradient outlives the step that made it (lifetime.ts).
+      if (g !== undefined) escape(g)
       this.autograd.grad = g
     },
   },
@@ -242,8 +245,10 @@ Object.defineProperties(RemoteTensor.prototype, {
     value(this: RemoteTensor, gradOutput?: RemoteTensor) {
       for (const [leaf, g] of backwardFrom(backend(this.mesh), this, seedFor(this, { gradOutput }), undefined)) {
         const e = leaf.autograd!
-        if (e.grad === undefined) e.grad = g
-        else noGrad(() => {
+        if (e.grad === undefined) {
+          escape(g)
+          e.grad = g
+        } else noGrad(() => {
           ops.add_(e.grad!, g)
           g.release()
         })

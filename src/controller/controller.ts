@@ -86,6 +86,11 @@ export interface CommonOptions {
    * naming the ranks behind (default none; FetchOptions.deadlineMs per fetch).
    */
   readonly deadlineMs?: number
+  /** Commands a mesh may have in flight before inStep / Mesh.throttle wait (default MAX_IN_FLIGHT, core.ts). */
+  readonly maxInFlight?: number
+  /** Delete dropped tensor handles after GC (default true); off, they are only reported (onLeak, Core.leaks). */
+  readonly gcRelease?: boolean
+  readonly onLeak?: (handle: string) => void
 }
 
 export interface LocalOptions extends CommonOptions {
@@ -176,6 +181,9 @@ const makeCore = (world: number, o: CommonOptions, exitGraceMs: number) =>
     ...(o.hangAfterMs === undefined ? {} : { hangAfterMs: o.hangAfterMs }),
     ...(o.captureSites === undefined ? {} : { captureSites: o.captureSites }),
     ...(o.deadlineMs === undefined ? {} : { deadlineMs: o.deadlineMs }),
+    ...(o.maxInFlight === undefined ? {} : { maxInFlight: o.maxInFlight }),
+    ...(o.gcRelease === undefined ? {} : { gcRelease: o.gcRelease }),
+    ...(o.onLeak === undefined ? {} : { onLeak: o.onLeak }),
     onHang: o.onHang ?? ((r) => console.error(`monarch: ${describeHang(r)}`)),
     onProblem: o.onProblem ?? ((p) => console.error(`monarch: ${p}`)),
     exitGraceMs,

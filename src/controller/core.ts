@@ -14,6 +14,7 @@ import type { ProcessExit } from "../launcher/index.ts"
 import { ControllerError, DeadlineExceeded, RemoteError, WorkerLost, type Failure } from "./errors.ts"
 import { Graph, type Exchange, type Node } from "./graph.ts"
 import type { WorkerLink } from "./listener.ts"
+import type { StepScope } from "./lifetime.ts"
 import { CallSite } from "./sites.ts"
 import type { Trace } from "./trace.ts"
 
@@ -58,6 +59,25 @@ export interface CoreOptions {
   readonly exitGraceMs?: number
   /** Fail a fetch not answered this long after it was issued (DeadlineExceeded); default none. */
   readonly deadlineMs?: number
+  /** Commands a mesh may have in flight (issued, not yet passed by all its ranks) before a step waits (default MAX_IN_FLIGHT). */
+  readonly maxInFlight?: number
+  /**
+   * Whether a tensor handle the program drops without release() is deleted on its workers
+   * after GC (default true). Off, the registry only reports it (onLeak): for tests that show
+   * a program releases everything deterministically.
+   */
+  readonly gcRelease?: boolean
+  /** A tensor handle was garbage collected without release() (counted in Core.leaks too). */
+  readonly onLeak?: (handle: string) => void
+}
+
+/** Default bound on a mesh's commands in flight: about a second of tiny ops. */
+export const MAX_IN_FLIGHT = 1 << 18
+
+/** A step waiting for a mesh's commands in flight to come within the bound. */
+interface CapacityWaiter {
+  readonly ranks: ReadonlyArray<number>
+  readonly resume: (e: Effect.Effect<void>) => void
 }
 
 interface PendingFetch {
@@ -114,6 +134,12 @@ export class Core {
   private readonly spans: Span[] = []
   /** Frames sent and commands in them, for tests and benchmarks of batching. */
   readonly sent = { frames: 0, commands: 0 }
+  /** Tensor handles garbage collected without release() (see CoreOptions.gcRelease). */
+  leaks = 0
+  /** The innermost open step scope (lifetime.ts): every tensor handle made now joins it. */
+  scope: StepScope | undefined = undefined
+  readonly maxInFlight: number
+  private readonly waiters: CapacityWaiter[] = []
 
   constructor(readonly options: CoreOptions) {
     this.world = options.world
@@ -121,6 +147,7 @@ export class Core {
     this.outbox = Array.from({ length: options.world }, () => [])
     this.deletes = Array.from({ length: options.world }, () => [])
     this.captureSites = options.captureSites ?? true
+    this.maxInFlight = options.maxInFlight ?? MAX_IN_FLIGHT
   }
 
   // ---- links ------------------------------------------------------------------------------
@@ -152,6 +179,7 @@ export class Core {
       case "Status": {
         this.graph.advance(rank, msg.firstUncompletedIdent)
         for (const [ident, pending] of this.fetches) if (pending.needs.has(rank)) this.tryFinish(ident)
+        this.wakeWaiters()
         return
       }
       case "FetchResult": {
@@ -200,6 +228,55 @@ export class Core {
     const exit = this.exits.get(rank)
     this.graph.lose(rank, (node) => new WorkerLost({ rank, status: exit?.status, signal: exit?.signal ?? undefined, ident: node.ident }))
     for (const ident of [...this.fetches.keys()]) this.tryFinish(ident)
+    this.wakeWaiters()
+  }
+
+  // ---- commands in flight -----------------------------------------------------------------
+
+  /**
+   * Commands issued that some rank of `ranks` has not passed yet, counted in idents (lost ranks
+   * pass nothing more and are not waited for).
+   */
+  inFlight(ranks: ReadonlyArray<number>): number {
+    let slowest = this.nextIdent
+    for (const r of ranks) if (!this.graph.isLost(r)) slowest = Math.min(slowest, this.graph.passed(r))
+    return this.nextIdent - slowest
+  }
+
+  /**
+   * Succeeds once `ranks` have at most maxInFlight commands in flight: at once when they
+   * have. NOTE: op calls are synchronous and cannot wait, so the bound is applied where a
+   * program yields, between steps (lifetime.ts's inStep, Mesh.throttle); meanwhile every batch
+   * asks for a Status (flush), so the wait ends as soon as the workers catch up, without
+   * draining the pipeline.
+   */
+  whenCapacity(ranks: ReadonlyArray<number>): Effect.Effect<void> {
+    return Effect.callback((resume) => {
+      if (this.inFlight(ranks) <= this.maxInFlight) return resume(Effect.void)
+      this.waiters.push({ ranks, resume })
+      this.statusWanted = true
+      this.scheduleFlush()
+    })
+  }
+
+  private wakeWaiters(): void {
+    for (let i = this.waiters.length - 1; i >= 0; i--) {
+      const w = this.waiters[i]!
+      if (this.inFlight(w.ranks) > this.maxInFlight) continue
+      this.waiters.splice(i, 1)
+      w.resume(Effect.void)
+    }
+  }
+
+  /** A dropped handle was collected: deleted (gcRelease) or only reported. */
+  collected(ranks: ReadonlyArray<number>, id: number, handle: string): boolean {
+    if (this.options.gcRelease ?? true) {
+      this.release(ranks, [id])
+      return true
+    }
+    this.leaks++
+    this.options.onLeak?.(handle)
+    return false
   }
 
   // ---- issuing --------------------------------------------------------------------------
@@ -354,6 +431,9 @@ export class Core {
   flush(): void {
     this.flushQueued = false
     const last = this.nextIdent - 1
+    // Past half the bound, every batch asks where the workers are, so a step waiting for
+    // capacity sees them catch up batch by batch.
+    if (!this.statusWanted && this.nextIdent - this.slowestPassed() > this.maxInFlight / 2) this.statusWanted = true
     const status: WorkerMessage | undefined = this.statusWanted && last >= 0 ? { _tag: "RequestStatus", ident: last } : undefined
     // Ranks of a mesh usually get the very same commands: encode such a batch once.
     let previous: { readonly queue: WorkerMessage[]; readonly parts: ReadonlyArray<Uint8Array> } | undefined
@@ -377,6 +457,13 @@ export class Core {
       this.sent.commands += queue.length
     }
     this.statusWanted = false
+  }
+
+  /** The first ident the slowest connected rank has not passed. */
+  private slowestPassed(): number {
+    let slowest = this.nextIdent
+    for (let r = 0; r < this.world; r++) if (this.links[r] !== undefined) slowest = Math.min(slowest, this.graph.passed(r))
+    return slowest
   }
 
   /**

@@ -1,13 +1,14 @@
 /**
  * The handles a controller program holds: a RemoteTensor is a ref defined on a mesh's ranks
  * (with its dtype and shape when they are known); a RemoteStream is a stream on every rank.
- * A tensor handle the program drops is deleted on its workers after GC (the registry below);
- * `release()` deletes it at once. Every handle (and mesh) carries its owner, the Core of the
+ * `release()` deletes a tensor on its workers at once, and so does the step scope it was made
+ * in when that closes (lifetime.ts); a handle the program drops is deleted after GC (the
+ * registry below), a safety net. Each mesh counts what its live handles hold (LiveCount). Every handle (and mesh) carries its owner, the Core of the
  * controller that made it: its ref ids mean nothing to another controller, which refuses it.
  */
 import type { Entry } from "../autograd/tape.ts"
-import type { TensorMeta } from "../ops/meta.ts"
-import type { DType, Ref } from "../protocol/values.ts"
+import { numelOf, type TensorMeta } from "../ops/meta.ts"
+import { ITEM_SIZE, type DType, type Ref } from "../protocol/values.ts"
 import type { BorrowState } from "./borrows.ts"
 import type { Core } from "./core.ts"
 import { ControllerError } from "./errors.ts"
@@ -35,8 +36,35 @@ export const checkOwner = (core: Core, handle: { readonly core: Core }): void =>
   if (handle.core !== core) throw foreignHandle(handle)
 }
 
-/** Deletes, with the next batch, the ref of a tensor handle that was garbage collected. */
-const dropped = new FinalizationRegistry<{ core: Core; ranks: ReadonlyArray<number>; id: number }>(({ core, ranks, id }) => core.release(ranks, [id]))
+/** What a mesh holds on its workers through its live tensor handles (Mesh.live). */
+export class LiveCount {
+  /** Tensor refs defined and not released (a borrow's alias not counted). */
+  refs = 0
+  /** Their bytes, of those whose dtype and shape the controller knows. */
+  bytes = 0
+}
+
+interface Dropped {
+  readonly mesh: Mesh
+  readonly id: number
+  readonly bytes: number
+}
+
+/**
+ * A tensor handle garbage collected without release(): deleted with the next batch, or only
+ * reported when the controller's gcRelease is off. A safety net: release is deterministic
+ * (release(), step scopes in lifetime.ts); nothing forces GC.
+ */
+const dropped = new FinalizationRegistry<Dropped>(({ mesh, id, bytes }) => {
+  if (mesh.core.collected(mesh.ranks, id, `RemoteTensor(${id} on ${mesh})`)) countRelease(mesh.live, bytes)
+})
+
+const bytesOf = (meta: TensorMeta | undefined): number => (meta === undefined ? 0 : numelOf(meta.shape) * ITEM_SIZE[meta.dtype])
+
+const countRelease = (live: LiveCount, bytes: number): void => {
+  live.refs--
+  live.bytes -= bytes
+}
 
 /**
  * A tensor on the ranks of a mesh. Dropping the handle deletes it on the workers. D types
@@ -63,7 +91,13 @@ export class RemoteTensor<D extends DType = DType> {
     /** Set on a borrow's alias, which its scope deletes instead of the registry. */
     readonly borrow?: BorrowState,
   ) {
-    if (!borrow) dropped.register(this, { core: mesh.core, ranks: mesh.ranks, id: ref.id }, this)
+    if (!borrow) {
+      const bytes = bytesOf(meta)
+      dropped.register(this, { mesh, id: ref.id, bytes }, this)
+      mesh.live.refs++
+      mesh.live.bytes += bytes
+      mesh.core.scope?.adopt(this)
+    }
     mesh.core.tracing?.handles.push(this)
   }
 
@@ -75,7 +109,7 @@ export class RemoteTensor<D extends DType = DType> {
   /** @internal Makes a handle of a recording's trace unusable, deleting nothing (the workers never had it). */
   retire(why: string): void {
     this.#retired = why
-    dropped.unregister(this)
+    if (dropped.unregister(this)) countRelease(this.mesh.live, bytesOf(this.meta))
   }
 
   /** Whether release() was called (or a borrow's scope closed): the handle can no longer be used. */
@@ -119,6 +153,7 @@ export class RemoteTensor<D extends DType = DType> {
     if (this.#holds > 0) return
     this.#released = true
     dropped.unregister(this)
+    countRelease(this.mesh.live, bytesOf(this.meta))
     this.mesh.core.release(this.mesh.ranks, [this.ref.id])
   }
 

@@ -13,7 +13,8 @@ export { Controller, type AttachOptions, type ControllerApi, type LocalOptions, 
 export type { RecoverOptions, RecoveryReport, Start } from "./recovery.ts"
 export type { HangReport, RankAt, WorkerInfo } from "./core.ts"
 export { ControllerError, DeadlineExceeded, RemoteError, StartError, WorkerLost, type WorkerFrame } from "./errors.ts"
-export { RemoteStream, RemoteTensor } from "./handles.ts"
+export { LiveCount, RemoteStream, RemoteTensor } from "./handles.ts"
+export { escape, inStep, scoped, StepScope, stepScope } from "./lifetime.ts"
 export { compile, type Compiled, type CompileOptions } from "./recording.ts"
 export {
   CheckpointError, exportFile, importFile, load, perRank, PerRank, readCheckpoint, restoreInto, save, tensorsOf,

@@ -16,7 +16,7 @@ import { borrow, firstUses } from "./borrows.ts"
 import type { Core } from "./core.ts"
 import { ControllerError, type Failure } from "./errors.ts"
 import type { Exchange } from "./graph.ts"
-import { checkOwner, RemoteStream, RemoteTensor } from "./handles.ts"
+import { checkOwner, LiveCount, RemoteStream, RemoteTensor } from "./handles.ts"
 import { afterCollective, afterSend, type PlacementSpec } from "./placement.ts"
 import type { CallSite } from "./sites.ts"
 
@@ -45,6 +45,8 @@ const attempt = <A>(f: () => A): Effect.Effect<A, ControllerError> =>
 
 export class Mesh {
   readonly ranks: ReadonlyArray<number>
+  /** What this mesh's live tensor handles hold on its workers: refs, and bytes where known. */
+  readonly live = new LiveCount()
   private readonly args = new Arguments(this)
   /** Slices and flattenings of this mesh, by names and layout (see `derive`). */
   private readonly derived = new Map<string, Mesh>()
@@ -158,6 +160,21 @@ export class Mesh {
   run(fn: string, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>> = {}, opts: CallOptions = {}): Effect.Effect<void, ControllerError> {
     const site = this.core.site()
     return attempt(() => void this.issueCall(fn, args, kwargs, { results: 0, ...opts }, site))
+  }
+
+  /**
+   * Waits until this mesh has at most the controller's bound of commands in flight (issued,
+   * not yet passed by every rank; CoreOptions.maxInFlight): at once when it has. Op calls are
+   * synchronous and never wait, so a program applies the bound between steps: inStep
+   * (lifetime.ts) does this first.
+   */
+  throttle(): Effect.Effect<void> {
+    return this.core.whenCapacity(this.ranks)
+  }
+
+  /** Commands issued on this controller that some rank of this mesh has not passed yet. */
+  get inFlight(): number {
+    return this.core.inFlight(this.ranks)
   }
 
   /**

@@ -1,4 +1,5 @@
 // User functions for the controller tests ("tests/controller/fixtures:<export>").
+import { liveTensorBytes, liveTensorCount } from "../../ffi/tensor.ts"
 import { op } from "../../src/ops/kernels.ts"
 import { defineFunction } from "../../src/ops/function.ts"
 
@@ -23,3 +24,6 @@ export const blockOnRank = defineFunction((ctx, rank: number, ms: number, t: unk
 })
 
 export const pid = defineFunction(() => process.pid)
+
+/** This worker's live tensor handles, their bytes (not the reuse pool's) and its RSS. */
+export const workerMemory = defineFunction((ctx) => [liveTensorCount(), liveTensorBytes(ctx.native), process.memoryUsage().rss])
