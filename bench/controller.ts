@@ -3,7 +3,8 @@
  * public API (mesh.run / mesh.call), N of them then one fetch, at world 1 and 4, beside torch
  * eager running the same op in the same run (Debian's torch 1.13 at /usr/bin/python3; at world
  * 4, four torch processes each running it at once on the same cores). Rounds alternate: ours,
- * then torch's, per case.
+ * then torch's, per case. Each op goes through mesh.run / mesh.call (an Effect per op) and
+ * through the typed surface (x.add_(1), synchronous).
  *
  *   bun run bench/controller.ts [--ops N] [--rounds R] [--worlds 1,4] [--no-sites]
  *
@@ -36,6 +37,9 @@ interface Case {
 const CASES: ReadonlyArray<Case> = [
   { name: "add_ in place (x.add_(1))", torch: "inplace", issue: (mesh, x) => Effect.as(mesh.run("ops.add_", [x, 1], {}, { mutates: [x] }), x) },
   { name: "add, fresh result (y = x.add(1))", torch: "fresh", issue: (mesh, x) => mesh.call("ops.add", [x, 1]) },
+  // The typed surface (synchronous op calls, model code's way): no Effect per op.
+  { name: "typed x.add_(1)", torch: "inplace", issue: (_, x) => Effect.succeed(x.add_(1)) },
+  { name: "typed y = x.add(1)", torch: "fresh", issue: (_, x) => Effect.succeed(x.add(1)) },
 ]
 
 /** torch's side: each process imports torch once, then per "go" line times N ops of a case. */
