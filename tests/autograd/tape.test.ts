@@ -154,6 +154,21 @@ describe("lifetimes", () => {
     expect(made.filter((id) => !gone.has(id))).toEqual([w.grad!.ref.id])
   })
 
+  test("the gradients a recorded backward returns are the tape's: released once used", async () => {
+    const double = customGrad("double", (x: RemoteTensor) => ({ value: ops.mul(x, 2), backward: (g) => [ops.mul(g, 2)] }))
+    const w = tensor([1, 2]).requiresGrad_()
+    const issued = spyOn(ctl.core, "command"), deleted = spyOn(ctl.core, "release")
+    const loss = ops.sum(ops.exp(double(w)))
+    issued.mockClear()
+    loss.backward()
+    const made = issued.mock.calls.flatMap((c) => c[3] as number[])
+    const gone = new Set(deleted.mock.calls.flatMap(([, refs]) => refs))
+    issued.mockRestore()
+    deleted.mockRestore()
+    expect(made.filter((id) => !gone.has(id))).toEqual([w.grad!.ref.id])
+    close(await values(w.grad!), [1, 2].map((v) => 2 * Math.exp(2 * v)))
+  })
+
   test("a command that fails in forward poisons exactly the gradients that read it", async () => {
     const table = tensor([1, 2, 3, 4], [2, 2]).requiresGrad_(), v = tensor([5, 6]).requiresGrad_()
     const bad = opsOn(mesh).add(opsOn(mesh).zeros([1], { dtype: "i64" }), 7)          // row 7 of a 2-row table: fails on the worker
