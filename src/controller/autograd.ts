@@ -76,13 +76,15 @@ const backend = (mesh: Mesh): Backend<RemoteTensor> => {
 const isTensorArg = (v: unknown): v is RemoteTensor => v instanceof RemoteTensor
 const TENSOR_KINDS: ReadonlySet<string> = new Set(["tensor", "tensorOrScalar", "tensors"])
 
-/** Whether any tensor among a call's arguments requires grad (the check every op call makes while recording). */
-const anyRequiresGrad = (args: ReadonlyArray<unknown>): boolean => {
-  for (const a of args) {
-    if (a instanceof RemoteTensor) { if (a.autograd !== undefined && requiresGrad(a)) return true }
-    else if (Array.isArray(a)) { if (anyRequiresGrad(a)) return true }
-    else if (typeof a === "object" && a !== null && anyRequiresGrad(Object.values(a))) return true
+/** Whether a tensor in an argument tree requires grad (the check every op call makes while recording: no allocation). */
+const anyRequiresGrad = (v: unknown): boolean => {
+  if (v instanceof RemoteTensor) return v.autograd !== undefined && requiresGrad(v)
+  if (Array.isArray(v)) {
+    for (const x of v) if (anyRequiresGrad(x)) return true
+    return false
   }
+  if (typeof v === "object" && v !== null && Object.getPrototypeOf(v) === Object.prototype)
+    for (const k in v) if (anyRequiresGrad((v as Record<string, unknown>)[k])) return true
   return false
 }
 
@@ -99,7 +101,7 @@ export const refuseInPlace = (name: OpName, mutated: ReadonlyArray<RemoteTensor>
 
 /** @internal The typed surface's hook (ops.ts): records the node of `ops.<name>` when an input requires grad. */
 export const recordOp = (name: OpName, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, result: RemoteTensor): void => {
-  if (!isRecording() || !(anyRequiresGrad(args) || anyRequiresGrad([kwargs]))) return
+  if (!isRecording() || !(anyRequiresGrad(args) || anyRequiresGrad(kwargs))) return
   const op = OPS[name]
   if (op.backward === NOT_DIFFERENTIABLE || result.meta === undefined || !isFloating(result.meta.dtype)) return
   const rule = op.backward
