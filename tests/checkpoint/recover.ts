@@ -11,7 +11,7 @@ import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { Controller, save, type RecoveryReport } from "../../src/controller/index.ts"
 import { attempt, type Trial } from "../faults/trial.ts"
-import { initState, lossValue, train, type TrainState } from "./train.ts"
+import { initState, lossValue, restored, saved, train } from "./train.ts"
 
 export const STEPS = 8, SAVE_EVERY = 3, KILL_AT = 7
 const KILLED = 2
@@ -26,9 +26,9 @@ const supervised = (root: string, kill: boolean) => {
     const ctl = yield* Controller
     return yield* ctl.supervise((start) => Effect.gen(function* () {
       const mesh = start.resumed?.mesh ?? (yield* ctl.mesh({ dp: 2, tp: 2 }))
-      const s = start.resumed ? (start.resumed.state as unknown as TrainState) : yield* initState(mesh)
+      const s = start.resumed ? restored(start.resumed.state) : yield* initState(mesh)
       const bits = yield* train(mesh, s, STEPS - s.step, (st) => Effect.gen(function* () {
-        if (st.step % SAVE_EVERY === 0) yield* Effect.flatMap(save(mesh, st, "run"), (p) => p.durable)
+        if (st.step % SAVE_EVERY === 0) yield* Effect.flatMap(save(mesh, saved(st), "run"), (p) => p.durable)
         // Killed with the next step's commands about to go out: they fail, the step's fetch says WorkerLost.
         if (kill && start.restarts === 0 && st.step === KILL_AT - 1) {
           process.kill(ctl.workers()[KILLED]!.pid, "SIGKILL")
