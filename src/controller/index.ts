@@ -9,7 +9,8 @@
  *     return yield* mesh.fetch(s)
  *   }).pipe(Effect.provide(Controller.local({ world: 4 })))
  */
-export { Controller, type AttachOptions, type ControllerApi, type LocalOptions } from "./controller.ts"
+export { Controller, type AttachOptions, type ControllerApi, type LocalOptions, type RecoveryFailure } from "./controller.ts"
+export type { RecoverOptions, RecoveryReport, Start } from "./recovery.ts"
 export type { HangReport, RankAt, WorkerInfo } from "./core.ts"
 export { ControllerError, DeadlineExceeded, RemoteError, StartError, WorkerLost, type WorkerFrame } from "./errors.ts"
 export { RemoteStream, RemoteTensor } from "./handles.ts"
