@@ -54,6 +54,6 @@ test("bad fused steps are refused with a reason, and write nothing", () => {
     "Unsupported: shim_sgd: param is i64; the fused steps take f32 or f64 (keep f32 master weights)",
   ])
   const flags = native.shim.shim_sgd(p.handle, g.handle, null, 0.1, 0, 0, 0, 64, null)
-  expect([flags, native.shim.shim_last_error().toString()]).toEqual([1, "shim_sgd: unknown flags 0x40"])
+  expect([flags, String(native.shim.shim_last_error())]).toEqual([1, "shim_sgd: unknown flags 0x40"])
   expect([...p.toHost().toArray()]).toEqual([0.5, 0.5, 0.5, 0.5])
 })
