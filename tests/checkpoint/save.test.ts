@@ -67,6 +67,9 @@ describe("save and load on a 2x2 mesh", () => {
       expect([s.step, s.lr, s.name]).toEqual([12, 0.5, "run"])
       expect(s.col.placement).toEqual(state.col.placement)
       expect(yield* values(mesh, [s.params.w, s.params.row, s.col, s.rng.tensor])).toEqual(before)
+      // Saving the loaded tree again with keep 1 leaves only the new version beside LATEST.
+      const again = yield* Effect.flatMap(save(mesh, loaded.state, "a", { keep: 1 }), (p) => p.durable)
+      expect(readdirSync(dir).sort()).toEqual(["LATEST", again.version])
     }))
   }, 60_000)
 })
