@@ -21,6 +21,7 @@ import { ControllerError, type Failure } from "./errors.ts"
 import { RemoteTensor } from "./handles.ts"
 import type { Mesh } from "./mesh.ts"
 import { refuse } from "./arguments.ts"
+import { recordOp } from "./autograd.ts"
 
 type FloatingDType = "f32" | "f64" | "f16" | "bf16"
 type IntegralDType = "bool" | "u8" | "i32"
@@ -95,9 +96,11 @@ const invoke = (name: OpName, mesh: Mesh | undefined, all: ReadonlyArray<unknown
   if (on === undefined) throw refuse(`ops.${name} has no tensor argument to take a mesh from; use opsOn(mesh).${name}`)
   const op = OPS[name]
   const input = op.mutates ? args[0] ?? kwargs.input : undefined
+  if (input instanceof RemoteTensor) recordOp(name, args, kwargs, undefined)
   const results = on.issue(`ops.${name}`, args, kwargs, input instanceof RemoteTensor ? { mutates: [input] } : {})
   if (input instanceof RemoteTensor) return input
   if (results.length !== 1) throw refuse(`ops.${name} has ${results.length} results`)
+  recordOp(name, args, kwargs, results[0])
   return results[0]!
 }
 

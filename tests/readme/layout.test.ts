@@ -77,7 +77,8 @@ const MAY_IMPORT: Readonly<Record<string, ReadonlyArray<string>>> = {
   launcher: ["net", "store"],
   trace: ["protocol"],
   worker: ["protocol", "net", "store", "comm", "ops", "ffi", "trace"],
-  controller: ["protocol", "net", "store", "ops", "launcher", "trace", "comm/errors.ts"],
+  autograd: ["ops", "protocol"],
+  controller: ["protocol", "net", "store", "ops", "autograd", "launcher", "trace", "comm/errors.ts"],
   "worker.ts": ["worker"],
   "launch.ts": ["launcher"],
 }
