@@ -48,15 +48,15 @@ const opsFor = (mesh: Mesh): GradOps<RemoteTensor> => {
 const metaOf = (t: RemoteTensor): TensorMeta => t.meta ?? (() => { throw refuse(`autograd needs the dtype and shape of ${t}`) })()
 
 const backend = (mesh: Mesh): Backend<RemoteTensor> => {
-  const o = () => opsFor(mesh)
   const noted = (t: RemoteTensor) => (made?.push(t), t)
   return {
     ones: (like) => noted(opsOn(mesh).ones([...metaOf(like).shape], { dtype: metaOf(like).dtype })),
-    zeros: (like) => o().zeros([...metaOf(like).shape], { dtype: metaOf(like).dtype }),
-    add: (a, b) => o().add(a, b),
+    // A gradient lives on its tensor's mesh, which after a send is not the root's.
+    zeros: (like) => opsFor(like.mesh).zeros([...metaOf(like).shape], { dtype: metaOf(like).dtype }),
+    add: (a, b) => opsFor(a.mesh).add(a, b),
     fit: (g, to) => {
-      const m = metaOf(g), summed = sumTo(o(), g, m.shape, to.shape)
-      return m.dtype === to.dtype ? summed : o().to(summed, to.dtype)
+      const m = metaOf(g), summed = sumTo(opsFor(g.mesh), g, m.shape, to.shape)
+      return m.dtype === to.dtype ? summed : opsFor(g.mesh).to(summed, to.dtype)
     },
     copy: (t) => ops.clone(t),
     track: (f) => {
