@@ -12,8 +12,7 @@
  * it. Everything else is replicated.
  */
 import { Effect } from "effect"
-import { blockOf, type ControllerError, gradGenerator, HostTensor, type Mesh, noGrad, opsOn, ops, type PlacementSpec, type RemoteTensor, shard } from "../../src/controller/index.ts"
-import { allReduce, copyTo } from "../../src/controller/meshgrad.ts"
+import { allReduce, blockOf, type ControllerError, copyTo, gradGenerator, HostTensor, type Mesh, noGrad, opsOn, ops, type PlacementSpec, type RemoteTensor, shard } from "../../src/controller/index.ts"
 import type { Batch } from "./data.ts"
 import { type GPTConfig, paramSpecs, splitDim } from "./weights.ts"
 

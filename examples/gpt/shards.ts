@@ -18,3 +18,9 @@ export const block = defineFunction((ctx, whole: Tensor, offsets: ReadonlyArray<
   for (const v of views) v[Symbol.dispose]()
   return out
 })
+
+/** Checks a batch's rows before use; in the demo one rank finds a token out of range. */
+export const checkRows = defineFunction((ctx, x: Tensor, badRank: number) => {
+  if (ctx.rank === badRank) throw new RangeError(`rank ${ctx.rank}'s rows (dp=${ctx.coords.dp}) hold a token outside the vocabulary`)
+  return op(ctx, "clone", [x])
+})

@@ -4,8 +4,7 @@
 // sum(y * c) per rank; every rank's x.grad must equal what torch computes for the same group.
 import { afterAll, beforeAll, expect, test } from "bun:test"
 import { Effect, ManagedRuntime } from "effect"
-import { Controller, type ControllerApi, HostTensor, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
-import { allGather, allReduce, allToAll, copyTo, reduceScatter, sendTo } from "../../src/controller/meshgrad.ts"
+import { allGather, allReduce, allToAll, Controller, type ControllerApi, copyTo, HostTensor, type Mesh, reduceScatter, type RemoteTensor, sendTo } from "../../src/controller/index.ts"
 import { TORCH_PYTHON, torchMissing } from "../../examples/gpt/twin.ts"
 import { describeUnless } from "../skip.ts"
 
