@@ -87,14 +87,21 @@ const anyRequiresGrad = (args: ReadonlyArray<unknown>): boolean => {
 }
 
 /**
- * @internal The typed surface's hook (ops.ts): records the node of `ops.<name>` when an input
- * requires grad; refuses an in-place op on such a tensor (its saved values would change under backward).
+ * @internal The typed surface's check before an in-place op: while recording, a tensor that
+ * requires grad may not change in place (backward would read changed values). An optimizer
+ * step runs inside noGrad().
  */
-export const recordOp = (name: OpName, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, result: RemoteTensor | undefined): void => {
+export const refuseInPlace = (name: OpName, mutated: ReadonlyArray<RemoteTensor>): void => {
+  if (!isRecording()) return
+  const t = mutated.find((m) => m.autograd !== undefined && requiresGrad(m))
+  if (t !== undefined) throw refuse(`ops.${name} changes ${t}, which requires grad, in place; do it inside noGrad() (as an optimizer step does), or on a detach()ed copy`)
+}
+
+/** @internal The typed surface's hook (ops.ts): records the node of `ops.<name>` when an input requires grad. */
+export const recordOp = (name: OpName, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, result: RemoteTensor): void => {
   if (!isRecording() || !(anyRequiresGrad(args) || anyRequiresGrad([kwargs]))) return
   const op = OPS[name]
-  if (op.mutates) throw refuse(`ops.${name} changes a tensor that requires grad in place; do it inside noGrad(), or on a detach()ed copy`)
-  if (result === undefined || op.backward === NOT_DIFFERENTIABLE || result.meta === undefined || !isFloating(result.meta.dtype)) return
+  if (op.backward === NOT_DIFFERENTIABLE || result.meta === undefined || !isFloating(result.meta.dtype)) return
   const rule = op.backward
   const bound = op.bind(args, kwargs, isTensorArg) as Record<string, unknown>
   const tensorParams = (op.params as ReadonlyArray<Param>).filter((p) => TENSOR_KINDS.has(p.kind))

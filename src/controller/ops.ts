@@ -16,12 +16,13 @@
 import { Effect } from "effect"
 import { type OpName, OPS, type ParamsOf, type ResultDtypeOf } from "../ops/registry.ts"
 import type { CallForms, Param } from "../ops/params.ts"
+import { mutatedParams, type OpSpec } from "../ops/spec.ts"
 import type { DType, HostTensor } from "../protocol/values.ts"
 import { ControllerError, type Failure } from "./errors.ts"
 import { RemoteTensor } from "./handles.ts"
 import type { Mesh } from "./mesh.ts"
 import { refuse } from "./arguments.ts"
-import { recordOp } from "./autograd.ts"
+import { recordOp, refuseInPlace } from "./autograd.ts"
 
 type FloatingDType = "f32" | "f64" | "f16" | "bf16"
 type IntegralDType = "bool" | "u8" | "i32"
@@ -95,13 +96,28 @@ const invoke = (name: OpName, mesh: Mesh | undefined, all: ReadonlyArray<unknown
   const on = mesh ?? meshOf(args) ?? meshOf(Object.values(kwargs))
   if (on === undefined) throw refuse(`ops.${name} has no tensor argument to take a mesh from; use opsOn(mesh).${name}`)
   const op = OPS[name]
-  const input = op.mutates ? args[0] ?? kwargs.input : undefined
-  if (input instanceof RemoteTensor) recordOp(name, args, kwargs, undefined)
-  const results = on.issue(`ops.${name}`, args, kwargs, input instanceof RemoteTensor ? { mutates: [input] } : {})
-  if (input instanceof RemoteTensor) return input
+  const mutated = mutatedTensors(op, args, kwargs)
+  if (mutated.length > 0) refuseInPlace(name, mutated)
+  const results = on.issue(`ops.${name}`, args, kwargs, mutated.length > 0 ? { mutates: mutated } : {})
+  if (op.mutates) return mutated[0]!
   if (results.length !== 1) throw refuse(`ops.${name} has ${results.length} results`)
-  recordOp(name, args, kwargs, results[0])
-  return results[0]!
+  const result = results[0]!
+  recordOp(name, args, kwargs, result)
+  return result
+}
+
+/** The tensors an in-place op writes, from the parameters it names (by position or keyword; lists flattened). */
+const mutatedTensors = (op: (typeof OPS)[OpName], args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>): RemoteTensor[] => {
+  const names = mutatedParams(op as OpSpec)
+  if (names.length === 0) return []
+  const params = op.params as ReadonlyArray<Param>
+  const out = names.flatMap((n) => {
+    const i = params.findIndex((p) => p.name === n)
+    const v = (i < args.length ? args[i] : undefined) ?? kwargs[n]
+    return (Array.isArray(v) ? v : [v]).filter((t): t is RemoteTensor => t instanceof RemoteTensor)
+  })
+  if (out.length === 0) throw refuse(`ops.${op.name} writes in place, but was given no tensor to write (${names.join(", ")})`)
+  return out
 }
 
 const functions = (mesh: Mesh | undefined): Ops =>

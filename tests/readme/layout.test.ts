@@ -79,6 +79,7 @@ const MAY_IMPORT: Readonly<Record<string, ReadonlyArray<string>>> = {
   worker: ["protocol", "net", "store", "comm", "ops", "ffi", "trace"],
   autograd: ["ops", "protocol"],
   controller: ["protocol", "net", "store", "ops", "autograd", "launcher", "trace", "comm/errors.ts"],
+  optim: ["controller", "ops"],
   "worker.ts": ["worker"],
   "launch.ts": ["launcher"],
 }
