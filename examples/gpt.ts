@@ -11,10 +11,10 @@
  */
 import { Effect } from "effect"
 import { allReduce, Controller, HostTensor, type Mesh, noGrad, RemoteError, shard } from "../src/controller/index.ts"
-import { ComposedAdamW } from "./gpt/adamw.ts"
+import { AdamW } from "../src/optim/index.ts"
 import { type Batch, blockSize, generator, makeBatch, makeBatches, SEP, show, VOCAB } from "./gpt/data.ts"
 import { distribute, distributeBatch, GPT, trainStep } from "./gpt/model.ts"
-import { torchLosses, torchMissing, type AdamWOptions } from "./gpt/twin.ts"
+import { adamw, torchLosses, torchMissing, type AdamWOptions } from "./gpt/twin.ts"
 import { type GPTConfig, initialWeights, paramSpecs } from "./gpt/weights.ts"
 
 const DIGITS = 5, ROWS = 32, HELD_OUT = 256
@@ -75,7 +75,7 @@ const program = Effect.gen(function* () {
   const twin = missing === undefined ? torchLosses(CONFIG, weights, new Map(paramSpecs(CONFIG).map((s) => [s.name, s.shape])), batches, OPTIM) : undefined
 
   const model = yield* GPT.make(mesh, CONFIG, weights)
-  const opt = new ComposedAdamW(model.parameters, OPTIM)
+  const opt = new AdamW(model.parameters, adamw(OPTIM))
   const losses: number[] = []
   const started = performance.now()
   for (const [s, b] of batches.entries()) {

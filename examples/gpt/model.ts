@@ -12,7 +12,7 @@
  * it. Everything else is replicated.
  */
 import { Effect } from "effect"
-import { allReduce, blockOf, type ControllerError, copyTo, gradGenerator, HostTensor, type Mesh, noGrad, opsOn, ops, type PlacementSpec, type RemoteTensor, shard } from "../../src/controller/index.ts"
+import { allReduce, blockOf, type ControllerError, copyTo, gradGenerator, HostTensor, type Mesh, noGrad, opsOn, ops, type PlacementSpec, type RemoteTensor, shard, zeroGrad } from "../../src/controller/index.ts"
 import type { Batch } from "./data.ts"
 import { type GPTConfig, paramSpecs, splitDim } from "./weights.ts"
 
@@ -119,10 +119,9 @@ export class GPT {
   }
 }
 
-/** Anything that steps parameters from their `.grad` (src/optim's AdamW). */
+/** Anything that steps parameters from their `.grad` (src/optim's AdamW, SGD). */
 export interface Stepper {
   step(): void
-  zeroGrad(): void
 }
 
 /**
@@ -136,7 +135,7 @@ export const trainStep = (model: GPT, opt: Stepper, x: RemoteTensor, y: RemoteTe
     p.grad = noGrad(() => allReduce(g, "dp", "avg"))
     g.release()
   }
-  opt.step()
-  opt.zeroGrad()
+  noGrad(() => opt.step()) // torch.optim steps under no_grad too
+  zeroGrad(model.parameters)
   return noGrad(() => allReduce(loss.detach(), "dp", "avg"))
 }

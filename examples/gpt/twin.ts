@@ -15,6 +15,9 @@ export interface AdamWOptions {
   readonly weight_decay: number
 }
 
+/** The same hyper-parameters as src/optim's AdamW takes them. */
+export const adamw = (o: AdamWOptions) => ({ lr: o.lr, betas: o.betas, eps: o.eps, weightDecay: o.weight_decay })
+
 /** Why the twin cannot run here, or undefined when torch imports. */
 export const torchMissing = (): string | undefined => {
   const r = Bun.spawnSync([TORCH_PYTHON, "-c", "import torch; print(torch.__version__)"], { stdout: "pipe", stderr: "pipe" })

@@ -112,4 +112,15 @@ describeUnless(missing)("each mesh rule against torch autograd", () => {
     const got = await run(top!.fetchAll(x.grad!))
     got.forEach((g, m) => expectClose(`send, rank ${m}`, (g as HostTensor).toArray() as Float64Array, want![m]!))
   }, 60_000)
+
+  test("a failure in forward poisons exactly the gradients that depend on it through the collectives", async () => {
+    // Rank 3's weights fail; all_gather's backward (a reduce_scatter over tp) joins ranks 2 and 3 only.
+    const x = (await perRank(mesh, new Map([0, 1, 2, 3].map((r) => [r, values(6)])), [2, 3])).requiresGrad_()
+    const c = await perRank(mesh, new Map([0, 1, 2, 3].map((r) => [r, values(12)])), [2, 2, 3])
+    const weight = await run(mesh.call("tests/gpt/fixtures:failOnRank", [c, 3], {}, { results: [{ dtype: "f64", shape: [2, 2, 3] }] }))
+    allGather(x.mul(x), "tp").mul(weight).sum().backward()
+    const outcomes = await Promise.all([0, 1, 2, 3].map((r) => run(Effect.exit(mesh.fetch(x.grad!, r)))))
+    expect(outcomes.map((o) => o._tag)).toEqual(["Success", "Success", "Failure", "Failure"])
+    for (const o of outcomes.slice(2)) expect(String(o)).toContain("deliberate failure on rank 3")
+  }, 60_000)
 })

@@ -5,10 +5,10 @@
 import { afterAll, beforeAll, expect, test } from "bun:test"
 import { Effect, ManagedRuntime } from "effect"
 import { Controller, type ControllerApi, type HostTensor } from "../../src/controller/index.ts"
-import { ComposedAdamW } from "../../examples/gpt/adamw.ts"
+import { AdamW } from "../../src/optim/index.ts"
 import { blockSize, makeBatches, VOCAB } from "../../examples/gpt/data.ts"
 import { distributeBatch, GPT, trainStep } from "../../examples/gpt/model.ts"
-import { torchLosses, torchMissing, type AdamWOptions } from "../../examples/gpt/twin.ts"
+import { adamw, torchLosses, torchMissing, type AdamWOptions } from "../../examples/gpt/twin.ts"
 import { type GPTConfig, initialWeights, paramSpecs } from "../../examples/gpt/weights.ts"
 import { describeUnless } from "../skip.ts"
 
@@ -22,7 +22,7 @@ const lossesOnMesh = (dims: { dp: number; tp: number }, config: GPTConfig, weigh
   rt.runPromise(Effect.gen(function* () {
     const mesh = yield* ctl.mesh(dims)
     const model = yield* GPT.make(mesh, config, weights)
-    const opt = new ComposedAdamW(model.parameters, OPTIM)
+    const opt = new AdamW(model.parameters, adamw(OPTIM))
     const losses: number[] = []
     for (const b of makeBatches(11, STEPS, ROWS, DIGITS)) {
       const [x, y] = yield* distributeBatch(mesh, b)
