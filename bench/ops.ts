@@ -27,7 +27,7 @@ interface Case { readonly name: string; readonly op: string; readonly args: Arg[
 
 const f = (...shape: number[]): Arg => ({ t: "f32", shape })
 const X = f(64, 128, 256), X2 = f(8192, 256)
-const CASES: Case[] = [
+const ALL_CASES: Case[] = [
   { name: "add [64,128,256] + same", op: "add", args: [X, X], reps: 5 },
   { name: "add [64,128,256] + [256] (broadcast)", op: "add", args: [X, f(256)], reps: 5 },
   { name: "mul [64,128,256] * 2", op: "mul", args: [X, 2], reps: 5 },
@@ -49,6 +49,8 @@ const CASES: Case[] = [
   { name: "embedding [8192] ids into [1000,256]", op: "embedding", args: [{ t: "i64", shape: [8192], high: 1000 }, f(1000, 256)], reps: 5 },
   { name: "cross_entropy [2048,1000]", op: "cross_entropy", args: [f(2048, 1000), { t: "i64", shape: [2048], high: 1000 }], reps: 3 },
 ]
+const only = process.argv.indexOf("--only")
+const CASES = only < 0 ? ALL_CASES : ALL_CASES.filter((c) => c.name.includes(process.argv[only + 1] ?? ""))
 const ROUNDS = quick ? 3 : 7
 
 const made: NativeTensor[] = []

@@ -1,4 +1,4 @@
-/* strided.cu: shim_copy_strided and shim_gather on the device. Each thread computes its
+/* strided.cu: shim_copy_strided, shim_gather and shim_index_select on the device. Each thread computes its
  * element's source (and destination) offset from its flat index over the collapsed shape;
  * elements move as opaque 1-, 2-, 4- or 8-byte words. */
 #include "elements.h"
@@ -49,6 +49,16 @@ __global__ void gather_kernel(U *out, const U *a, const int64_t *index, int64_t 
   }
 }
 
+/* out[x, j, i] = a[x, index[j], i] over [outer, n, inner]. */
+template <typename U>
+__global__ void index_select_kernel(U *out, const U *a, const int64_t *index, int64_t total, int64_t n, int64_t r, int64_t inner) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
+    const int64_t i = e % inner, j = (e / inner) % n, x = e / (inner * n);
+    out[e] = a[(x * r + index[j]) * inner + i];
+  }
+}
+
 template <typename F>
 int by_size(int64_t size, F &&f) {
   switch (size) {
@@ -57,6 +67,21 @@ int by_size(int64_t size, F &&f) {
     case 4: return f(uint32_t{});
     default: return f(uint64_t{});
   }
+}
+
+/* Fails fn when any of the n indices is outside 0..r-1 (waits for the stream to know). */
+int check_indices(const char *fn, const int64_t *ix, int64_t n, int64_t r, int32_t dim, shim_stream *s) {
+  cudaStream_t stream = shim_cuda_stream(s);
+  ShimScratch flag;
+  SHIM_TRY(flag.alloc(sizeof(int32_t), s));
+  CUDA_CHECK(cudaMemsetAsync(flag.data(), 0, sizeof(int32_t), stream));
+  find_bad_index<<<shim_cuda_blocks(n), SHIM_CUDA_THREADS, 0, stream>>>(ix, n, r, (int32_t *)flag.data());
+  CUDA_CHECK_LAUNCH("find_bad_index");
+  int32_t bad = 0;
+  CUDA_CHECK(cudaMemcpyAsync(&bad, flag.data(), sizeof bad, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (bad) return shim_fail(SHIM_E_INVALID, "%s: an index is out of range for dim %d of size %lld", fn, dim, (long long)r);
+  return SHIM_OK;
 }
 
 }  // namespace
@@ -97,22 +122,33 @@ int shim_gather(shim_tensor *out, const shim_tensor *a, int32_t dim, const shim_
   shim_cuda_track(s, index);
   cudaStream_t stream = shim_cuda_stream(s);
   const int64_t *ix = (const int64_t *)shim_cuda_data(index);
-  {
-    ShimScratch flag;
-    SHIM_TRY(flag.alloc(sizeof(int32_t), s));
-    CUDA_CHECK(cudaMemsetAsync(flag.data(), 0, sizeof(int32_t), stream));
-    find_bad_index<<<shim_cuda_blocks(n), SHIM_CUDA_THREADS, 0, stream>>>(ix, n, g.r, (int32_t *)flag.data());
-    CUDA_CHECK_LAUNCH("find_bad_index");
-    int32_t bad = 0;
-    CUDA_CHECK(cudaMemcpyAsync(&bad, flag.data(), sizeof bad, cudaMemcpyDeviceToHost, stream));
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-    if (bad) return shim_fail(SHIM_E_INVALID, "shim_gather: an index is out of range for dim %d of size %lld", dim, (long long)g.r);
-  }
+  SHIM_TRY(check_indices("shim_gather", ix, n, g.r, dim, s));
   return by_size(shim_dtype_size(a->dtype), [&](auto word) -> int {
     using U = decltype(word);
     gather_kernel<U><<<shim_cuda_blocks(n), SHIM_CUDA_THREADS, 0, stream>>>((U *)shim_cuda_data(out),
                                                                           (const U *)shim_cuda_data(a), ix, n, g);
     CUDA_CHECK_LAUNCH("gather_kernel");
+    return SHIM_OK;
+  });
+}
+
+int shim_index_select(shim_tensor *out, const shim_tensor *a, int32_t dim, const shim_tensor *index, shim_stream *s) {
+  shim_reduce_dims d;
+  SHIM_TRY(shim_check_index_select(out, a, dim, index, &d));
+  const int64_t n = index->numel, total = out->numel;
+  if (n == 0) return SHIM_OK;
+  shim_cuda_track(s, out);
+  shim_cuda_track(s, a);
+  shim_cuda_track(s, index);
+  const int64_t *ix = (const int64_t *)shim_cuda_data(index);
+  SHIM_TRY(check_indices("shim_index_select", ix, n, d.r, dim, s));
+  if (total == 0) return SHIM_OK;
+  cudaStream_t stream = shim_cuda_stream(s);
+  return by_size(shim_dtype_size(a->dtype), [&](auto word) -> int {
+    using U = decltype(word);
+    index_select_kernel<U><<<shim_cuda_blocks(total), SHIM_CUDA_THREADS, 0, stream>>>((U *)shim_cuda_data(out),
+                                                                                    (const U *)shim_cuda_data(a), ix, total, n, d.r, d.inner);
+    CUDA_CHECK_LAUNCH("index_select_kernel");
     return SHIM_OK;
   });
 }

@@ -41,12 +41,19 @@ export interface WorkerConfig {
   readonly restartable: boolean
   /** Where user modules may load from (MONARCH_FUNCTION_PATH); none when it is unset. */
   readonly functionRoots: ReadonlyArray<string>
+  /** MONARCH_CHECKPOINT_DIR: the only folder checkpoint commands write or read (none: they are refused). */
+  readonly checkpointRoot: string | undefined
   /** Collective and p2p timeout. */
   readonly commTimeoutMs: number
   /** Rendezvous and store-wait timeout. */
   readonly storeTimeoutMs: number
   /** Restartable: how long to wait for a new controller while the store does not answer either. */
   readonly orphanTimeoutMs: number
+  /**
+   * MONARCH_CPU_THREADS: the threads a cpu worker's kernels and BLAS use (default 1: a host
+   * usually runs a worker per rank, and more threads than cores only contend).
+   */
+  readonly cpuThreads: number
   /** MONARCH_MEMORY_LIMIT: bytes, a share of the backend's memory, off, or undefined (the default share). */
   readonly memoryLimit: MemoryLimit | undefined
   /**
@@ -89,6 +96,13 @@ const int = (env: Record<string, string | undefined>, name: string, fallback?: n
   return n
 }
 
+/** The shim takes 1 to 64 (shim_set_threads). */
+const cpuThreads = (env: Record<string, string | undefined>): number => {
+  const n = int(env, "MONARCH_CPU_THREADS", 1)
+  if (n < 1 || n > 64) throw new ConfigError({ message: `MONARCH_CPU_THREADS=${n} is not 1 to 64` })
+  return n
+}
+
 /** Reads the configuration; throws ConfigError naming the variable at fault. */
 export const readConfig = (env: Record<string, string | undefined> = process.env): WorkerConfig => {
   const rank = int(env, "RANK"), world = int(env, "WORLD_SIZE")
@@ -124,9 +138,11 @@ export const readConfig = (env: Record<string, string | undefined> = process.env
     restartable: env.MONARCH_RESTARTABLE === "1",
     // No default: under torchrun the working directory is wherever the job was started from.
     functionRoots: (env.MONARCH_FUNCTION_PATH ?? "").split(":").filter((r) => r.length > 0),
+    checkpointRoot: env.MONARCH_CHECKPOINT_DIR || undefined,
     commTimeoutMs: int(env, "MONARCH_COMM_TIMEOUT_MS", 60_000),
     storeTimeoutMs: int(env, "MONARCH_STORE_TIMEOUT_MS", 60_000),
     orphanTimeoutMs: int(env, "MONARCH_ORPHAN_TIMEOUT_MS", 60_000),
+    cpuThreads: cpuThreads(env),
     memoryLimit: env.MONARCH_MEMORY_LIMIT ? parseMemoryLimit(env.MONARCH_MEMORY_LIMIT) : undefined,
     hostname: env.MONARCH_HOSTNAME || undefined,
   }

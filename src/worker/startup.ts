@@ -105,6 +105,7 @@ export const runWorker = (config: WorkerConfig): Effect.Effect<WorkerEnd, unknow
     if (native.device === "cuda") native.check(native.shim.shim_set_device(config.localRank), "shim_set_device")
     yield* Effect.logInfo(`rank ${config.rank}/${config.world} on ${native.device} (${native.reason}), pid ${process.pid}`)
     yield* Effect.logInfo(applyMemoryLimit(native, config))
+    native.setThreads(config.cpuThreads)
 
     const store = yield* Store
     const hostname = yield* glooHostname(config)
@@ -151,7 +152,7 @@ export const runWorker = (config: WorkerConfig): Effect.Effect<WorkerEnd, unknow
         })
         waiting = false
         yield* Effect.logInfo(`connected to the controller at ${address}`)
-        const ended = yield* runLoop(link, { rank: config.rank, world: config.world, native, comms, functions }, { restartable: config.restartable, ...(trace ? { trace } : {}) })
+        const ended = yield* runLoop(link, { rank: config.rank, world: config.world, native, comms, functions, checkpointRoot: config.checkpointRoot }, { restartable: config.restartable, ...(trace ? { trace } : {}) })
         admitted = link.commandsSeen()
         return ended
       })).pipe(

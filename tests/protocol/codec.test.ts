@@ -58,6 +58,11 @@ const workerSamples: WorkerMessage[] = [
   { _tag: "CreateDeviceMesh", result: new Ref(3), names: ["host", "gpu"], ranks: new NDSlice(4, [2, 3], [10, 2]) },
   { _tag: "CreateStream", result: new Ref(1), default: true },
   { _tag: "CreateStream", result: new Ref(2), default: false },
+  {
+    _tag: "DefineRecording", recording: 3, idents: 2, formals: [5, 6], params: [9], results: [100],
+    commands: [{ ...callFunction, ident: 0 }, { _tag: "BorrowFirstUse", borrow: 4 }, { ...callFunction, ident: 1, args: [new Ref(100), new Ref(9)] }],
+  },
+  { _tag: "CallRecording", ident: 40, recording: 3, results: [new Ref(200)], actuals: [new Ref(11), new Ref(12)], params: [0.125] },
   callFunction,
   { _tag: "CallFunction", ident: 0, results: [], mutates: [], function: "mod/x.ts:f", args: everyTensor, kwargs: {}, stream: new Ref(2) },
   { _tag: "FetchValue", ident: 13, mutates: [], function: null, object: new Ref(100), stream: new Ref(1) },
@@ -91,6 +96,10 @@ const workerSamples: WorkerMessage[] = [
     _tag: "SendTensor", ident: 18, result: new Ref(40), fromRanks: NDSlice.contiguous([2, 2]), toRanks: new NDSlice(8, [2, 2], [1, 4]),
     tensor: new Ref(5), factory: new TensorFactory([0, 3], "u8", "cpu"), stream: new Ref(2),
   },
+  { _tag: "SaveShards", ident: 19, dir: "run/.tmp-3-ab", tensors: [new Ref(5), new Ref(6)], names: ["w", "b"], writers: [[0, 1], [0]], stream: new Ref(2) },
+  { _tag: "CommitCheckpoint", ident: 20, dir: "run", tmp: "run/.tmp-3-ab", version: "3", manifest: "{\"format\":1}", keep: 2 },
+  { _tag: "ReadCheckpoint", ident: 21, path: "run", version: null },
+  { _tag: "LoadShards", ident: 22, results: [new Ref(41)], sources: [[[0, "run/3/rank-0.safetensors", "w", [0, 0], [2, 4], "123"]]], stream: new Ref(2) },
 ]
 
 const controllerSamples: ControllerMessage[] = [
@@ -120,10 +129,10 @@ const placedAt = (bytes: Uint8Array, offset: number): Uint8Array => {
 }
 
 describe("round trip", () => {
-  test("the samples cover all 20 messages", () => {
+  test("the samples cover all 26 messages", () => {
     const tags = new Set([...workerSamples, ...controllerSamples].map((m) => m._tag))
     expect(([...tags] as string[]).sort()).toEqual(Object.keys(MESSAGE_CODES).sort())
-    expect(tags.size).toBe(20)
+    expect(tags.size).toBe(26)
   })
 
   for (const m of workerSamples) {
