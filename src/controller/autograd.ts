@@ -137,7 +137,11 @@ export const recordBackward = (name: string, output: RemoteTensor, inputs: Reado
   if (!isRecording() || !anyRequiresGrad(inputs)) return
   if (output.meta === undefined || !isFloating(output.meta.dtype)) throw refuse(`${name}: a gradient needs a floating result of known dtype and shape, got ${output}`)
   for (const t of inputs) metaOf(t)
-  record(name, output, inputs, saved, (grad, needs) => backward(grad).map((g, i) => (needs[i] ? g : undefined)))
+  // The gradients it returns are the tape's to release (like a rule's), except `grad` itself, which the tape holds already.
+  record(name, output, inputs, saved, (grad, needs) => backward(grad).map((g, i) => {
+    if (g !== undefined && g !== grad) made?.push(g)
+    return needs[i] ? g : undefined
+  }))
 }
 
 /**

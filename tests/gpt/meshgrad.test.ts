@@ -2,9 +2,9 @@
 // collective and send runs on a real 2x2 mesh with rank-dependent inputs x (squared before the
 // collective, so the gradient depends on the values) and rank-dependent weights c of a loss
 // sum(y * c) per rank; every rank's x.grad must equal what torch computes for the same group.
-import { afterAll, beforeAll, expect, test } from "bun:test"
+import { afterAll, beforeAll, expect, spyOn, test } from "bun:test"
 import { Effect, ManagedRuntime } from "effect"
-import { allGather, allReduce, allToAll, Controller, type ControllerApi, copyTo, HostTensor, type Mesh, reduceScatter, type RemoteTensor, sendTo } from "../../src/controller/index.ts"
+import { allGather, allReduce, allToAll, Controller, type ControllerApi, copyTo, HostTensor, Mesh, reduceScatter, type RemoteTensor, sendTo } from "../../src/controller/index.ts"
 import { TORCH_PYTHON, torchMissing } from "../../examples/gpt/twin.ts"
 import { describeUnless } from "../skip.ts"
 
@@ -111,6 +111,28 @@ describeUnless(missing)("each mesh rule against torch autograd", () => {
     sendTo(x.mul(x), bottom!).mul(weight).sum().backward()
     const got = await run(top!.fetchAll(x.grad!))
     got.forEach((g, m) => expectClose(`send, rank ${m}`, (g as HostTensor).toArray() as Float64Array, want![m]!))
+  }, 60_000)
+
+  test("what the rules issue in backward is released once used: only the leaves' gradients stay", async () => {
+    const x = (await perRank(mesh, new Map([0, 1, 2, 3].map((r) => [r, values(12)])), [4, 3])).requiresGrad_()
+    const issued: RemoteTensor[] = []
+    const original = Mesh.prototype.issueReduce
+    const spy = spyOn(Mesh.prototype, "issueReduce").mockImplementation(function (this: Mesh, ...args) {
+      const out = original.apply(this, args)
+      issued.push(out)
+      return out
+    })
+    try {
+      const y = reduceScatter(allToAll(allReduce(allGather(x.mul(x), "tp"), "dp", "avg"), "tp"), "tp", "avg")
+      const before = issued.length
+      y.sum().backward()
+      const inBackward = issued.slice(before)
+      expect(inBackward.length).toBe(3) // reduce_scatter, all_to_all, all_gather (an avg all_reduce divides: no collective)
+      expect(inBackward.filter((t) => !t.released).map(String)).toEqual([])
+      expect(x.grad!.released).toBe(false)
+    } finally {
+      spy.mockRestore()
+    }
   }, 60_000)
 
   test("a failure in forward poisons exactly the gradients that depend on it through the collectives", async () => {
