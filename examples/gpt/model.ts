@@ -132,7 +132,7 @@ export interface Stepper {
 export const trainStep = (model: GPT, opt: Stepper, x: RemoteTensor, y: RemoteTensor): RemoteTensor => {
   const loss = model.loss(x, y)
   for (const [p, g] of gradGenerator(loss, model.parameters)) {
-    p.grad = noGrad(() => allReduce(g, "dp", "avg"))
+    p.grad = noGrad(() => allReduce(g, "dp", "avg")).place(p.placement)
     g.release()
   }
   noGrad(() => opt.step()) // torch.optim steps under no_grad too

@@ -4,7 +4,7 @@
 // tp=1 (dp=4, tied head) and tp=2 (dp=2, untied head). Skips, saying why, without torch.
 import { afterAll, beforeAll, expect, test } from "bun:test"
 import { Effect, ManagedRuntime } from "effect"
-import { Controller, type ControllerApi, type HostTensor } from "../../src/controller/index.ts"
+import { Controller, type ControllerApi, type HostTensor, replicate, shard } from "../../src/controller/index.ts"
 import { AdamW } from "../../src/optim/index.ts"
 import { blockSize, makeBatches, VOCAB } from "../../examples/gpt/data.ts"
 import { distributeBatch, GPT, trainStep } from "../../examples/gpt/model.ts"
@@ -22,6 +22,9 @@ const lossesOnMesh = (dims: { dp: number; tp: number }, config: GPTConfig, weigh
   rt.runPromise(Effect.gen(function* () {
     const mesh = yield* ctl.mesh(dims)
     const model = yield* GPT.make(mesh, config, weights)
+    // The parameters say how tp splits them (checkpoints and clipping read it).
+    expect([model.params.get("h.0.attn.q.weight")!.placement.tp, model.params.get("h.0.mlp.proj.weight")!.placement.tp, model.params.get("wte.weight")!.placement.tp])
+      .toEqual([shard(0), shard(1), replicate])
     const opt = new AdamW(model.parameters, adamw(OPTIM))
     const losses: number[] = []
     for (const b of makeBatches(11, STEPS, ROWS, DIGITS)) {
