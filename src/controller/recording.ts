@@ -345,7 +345,7 @@ const build = <R>(core: Core, name: string, trace: Trace, flat: Flat, value: R, 
   const returned = new Set<RemoteTensor>()
   const collect = (v: unknown): void => {
     if (v instanceof RemoteTensor) {
-      if (trace.defined.has(v.ref.id) && !returned.has(v)) returned.add(v), outputs.push({ made: v }), outputRefs.push(v.ref.id), tracedRefs.push(v.ref.id)
+      if (trace.defined.has(v.ref.id) && !formalIndex.has(v.ref.id) && !returned.has(v)) returned.add(v), outputs.push({ made: v }), outputRefs.push(v.ref.id), tracedRefs.push(v.ref.id)
     } else if (Array.isArray(v)) v.forEach(collect)
     else if (typeof v === "object" && v !== null && isPlain(v)) Object.values(v).forEach(collect)
   }
