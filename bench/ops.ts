@@ -7,6 +7,7 @@
  *   through a worker: the op issued through the controller to a local cpu worker (its
  *     MONARCH_CPU_THREADS set to the thread count), each result released as issued, and one
  *     element of the last fetched at the end of a round;
+ *     (and the worker's CPU time per op, from /proc, to tell its work from waiting for a core);
  *   torch: one torch 1.13 process (Debian's /usr/bin/python3) serving the cases.
  * Rounds alternate ours, torch's and the worker's per case, so load on the machine hits them
  * alike; each op is called once untimed first. Ratios are torch's time over ours (>= 1: as
@@ -108,7 +109,7 @@ const torchLines = (async function* () {
     }
   }
 })()
-const torchLine = async (): Promise<string | undefined> => (await torchLines.next()).value
+const torchLine = async (): Promise<string | undefined> => (await torchLines.next()).value ?? undefined
 torch.stdin.write(JSON.stringify(CASES.map((c) => ({ op: c.op, args: c.args, kwargs: c.kwargs ?? {} }))) + "\n")
 torch.stdin.flush()
 const torchReady = (await torchLine()) === "ready"
@@ -153,17 +154,24 @@ const workerRound = (mesh: Mesh, i: number, args: ReadonlyArray<unknown>, reps: 
 
 // ---- the run --------------------------------------------------------------------------------
 const median = (xs: ReadonlyArray<number>) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
-interface Row { kernel: number[]; torch: number[]; worker: number[]; ratio: number[]; workerRatio: number[] }
+interface Row { kernel: number[]; torch: number[]; worker: number[]; ratio: number[]; workerRatio: number[]; workerCpu: number }
+
+/** User plus system CPU seconds of a process (/proc ticks of 10 ms: summed over all rounds). */
+const cpuOf = (pid: number): number => {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8"), fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+  return (Number(fields[11]) + Number(fields[12])) / 100
+}
 
 const measure = async (threads: number): Promise<Row[]> => {
-  const rows: Row[] = CASES.map(() => ({ kernel: [], torch: [], worker: [], ratio: [], workerRatio: [] }))
+  const rows: Row[] = CASES.map(() => ({ kernel: [], torch: [], worker: [], ratio: [], workerRatio: [], workerCpu: NaN }))
   let rt: ManagedRuntime.ManagedRuntime<Controller, unknown> | undefined
-  let mesh: Mesh | undefined, remoteArgs: unknown[][] = []
+  let mesh: Mesh | undefined, remoteArgs: unknown[][] = [], pid = 0
   if (WORKER) {
     const layer = Controller.local({ world: 1, env: { MONARCH_CPU_THREADS: String(threads) }, onWorkerLine: () => {} })
     rt = ManagedRuntime.make(layer as Layer.Layer<Controller, unknown>)
     mesh = await rt.runPromise(Effect.gen(function* () {
       const ctl = yield* Controller
+      pid = ctl.workers()[0]!.pid
       return yield* ctl.mesh({ all: 1 })
     }))
     remoteArgs = await rt.runPromise(Effect.all(CASES.map((c) => Effect.all(c.args.map((a) => buildRemote(mesh!, a)))))) as unknown[][]
@@ -173,16 +181,19 @@ const measure = async (threads: number): Promise<Row[]> => {
       const reps = CASES[i]!.reps
       kernelRound(i, threads, 1) // warm-up
       if (rt) await rt.runPromise(workerRound(mesh!, i, remoteArgs[i]!, 1))
+      let cpu = 0
       for (let r = 0; r < ROUNDS; r++) {
         const k = kernelRound(i, threads, reps), t = await torchRound(i, threads, reps)
         rows[i]!.kernel.push(k)
         if (t !== undefined) rows[i]!.torch.push(t), rows[i]!.ratio.push(t / k)
         if (rt) {
-          const w = await rt.runPromise(workerRound(mesh!, i, remoteArgs[i]!, reps))
+          const c0 = cpuOf(pid), w = await rt.runPromise(workerRound(mesh!, i, remoteArgs[i]!, reps))
+          cpu += cpuOf(pid) - c0
           rows[i]!.worker.push(w)
           if (t !== undefined) rows[i]!.workerRatio.push(t / w)
         }
       }
+      rows[i]!.workerCpu = cpu / (ROUNDS * reps)
     }
   } finally {
     await rt?.dispose()
@@ -196,11 +207,11 @@ console.log(`bench/ops: median of ${ROUNDS} rounds, ms per call; load ${readFile
 for (const threads of THREADS) {
   const rows = await measure(threads)
   console.log("")
-  console.log(`| op (${threads} thread${threads > 1 ? "s" : ""}) | ours kernel-only | torch | torch / ours | ours through a worker | torch / worker |`)
-  console.log("|---|---:|---:|---:|---:|---:|")
+  console.log(`| op (${threads} thread${threads > 1 ? "s" : ""}) | ours kernel-only | torch | torch / ours | ours through a worker | torch / worker | worker CPU per op |`)
+  console.log("|---|---:|---:|---:|---:|---:|---:|")
   CASES.forEach((c, i) => {
     const r = rows[i]!
-    console.log(`| ${c.name} | ${ms(r.kernel)} | ${ms(r.torch)} | ${x(r.ratio)} | ${ms(r.worker)} | ${x(r.workerRatio)} |`)
+    console.log(`| ${c.name} | ${ms(r.kernel)} | ${ms(r.torch)} | ${x(r.ratio)} | ${ms(r.worker)} | ${x(r.workerRatio)} | ${Number.isNaN(r.workerCpu) ? "-" : (r.workerCpu * 1000).toFixed(2)} |`)
   })
 }
 torch.stdin.end()
