@@ -22,6 +22,7 @@ import { ControllerError, type Failure } from "./errors.ts"
 import { RemoteTensor } from "./handles.ts"
 import type { Mesh } from "./mesh.ts"
 import { refuse } from "./arguments.ts"
+import { recordOp, refuseInPlace } from "./autograd.ts"
 
 type FloatingDType = "f32" | "f64" | "f16" | "bf16"
 type IntegralDType = "bool" | "u8" | "i32"
@@ -96,10 +97,13 @@ const invoke = (name: OpName, mesh: Mesh | undefined, all: ReadonlyArray<unknown
   if (on === undefined) throw refuse(`ops.${name} has no tensor argument to take a mesh from; use opsOn(mesh).${name}`)
   const op = OPS[name]
   const mutated = mutatedTensors(op, args, kwargs)
+  if (mutated.length > 0) refuseInPlace(name, mutated)
   const results = on.issue(`ops.${name}`, args, kwargs, mutated.length > 0 ? { mutates: mutated } : {})
   if (op.mutates) return mutated[0]!
   if (results.length !== 1) throw refuse(`ops.${name} has ${results.length} results`)
-  return results[0]!
+  const result = results[0]!
+  recordOp(name, args, kwargs, result)
+  return result
 }
 
 /** The tensors an in-place op writes, from the parameters it names (by position or keyword; lists flattened). */

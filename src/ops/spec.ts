@@ -7,6 +7,7 @@
  * Still to come on each entry (issue 12): its backward rule, or an explicit "not
  * differentiable", as a required field, so an op added without one does not compile either.
  */
+import type { Backward } from "./grad.ts"
 import type { TensorMeta } from "./meta.ts"
 import type { Bound, Param } from "./params.ts"
 
@@ -38,6 +39,8 @@ export interface OpSpec<P extends ReadonlyArray<Param> = ReadonlyArray<Param>, K
   readonly mutates?: Mutates
   /** Its result shares its input's memory: the kernel allocates nothing and returns it. */
   readonly view?: true
+  /** Its gradient with respect to each tensor input, or NOT_DIFFERENTIABLE. */
+  readonly backward: Backward<P>
 }
 
 /** What an in-place op writes: its `input`, or the tensors of the parameters named. */
@@ -46,9 +49,10 @@ export type Mutates = "input" | ReadonlyArray<string>
 /** The names of the parameters an op writes (none for an op that is not in place). */
 export const mutatedParams = (op: OpSpec): ReadonlyArray<string> => (op.mutates === undefined ? [] : op.mutates === "input" ? ["input"] : op.mutates)
 
-/** Declares an op; `results` defaults to 1, or 0 for an in-place op. */
+/** Declares an op with its backward rule; `results` defaults to 1, or 0 for an in-place op. */
 export const spec = <const P extends ReadonlyArray<Param>, const K extends DtypeKind = "any">(
   params: P,
   outputs: (a: Bound<P>, op: string) => ReadonlyArray<TensorMeta>,
+  backward: Backward<P>,
   more: { readonly dtype?: K; readonly results?: number; readonly mutates?: Mutates; readonly view?: true } = {},
-): OpSpec<P, K> => ({ params, outputs, results: more.results ?? (more.mutates ? 0 : 1), ...more, dtype: (more.dtype ?? "any") as K })
+): OpSpec<P, K> => ({ params, outputs, backward, results: more.results ?? (more.mutates ? 0 : 1), ...more, dtype: (more.dtype ?? "any") as K })
