@@ -65,7 +65,7 @@ test: setup
 
 demo: setup
 	@$(MAKE) --no-print-directory all
-	$(BUN) run examples/demo.ts
+	$(BUN) run examples/gpt.ts
 
 bench: setup
 	@$(MAKE) --no-print-directory all
