@@ -12,7 +12,7 @@ let rt: ManagedRuntime.ManagedRuntime<Controller, unknown>
 let ctl: ControllerApi
 let mesh: Mesh
 beforeAll(async () => {
-  rt = ManagedRuntime.make(Controller.local({ world: 1, onWorkerLine: () => {} }))
+  rt = ManagedRuntime.make(Controller.local({ world: 1, functionPath: [new URL("../..", import.meta.url).pathname], onWorkerLine: () => {} }))
   ctl = await rt.runPromise(Effect.service(Controller))
   mesh = await rt.runPromise(ctl.mesh({ dp: 1 }))
 }, 60_000)
@@ -118,6 +118,19 @@ describe("the graph", () => {
   })
 })
 
+/** The refs the commands issued by f define that were not deleted by the time it returned. */
+const leftAlive = (f: () => void): number[] => {
+  const issued = spyOn(ctl.core, "command"), deleted = spyOn(ctl.core, "release")
+  try {
+    f()
+    const gone = new Set(deleted.mock.calls.flatMap(([, refs]) => refs))
+    return issued.mock.calls.flatMap((c) => c[3] as number[]).filter((id) => !gone.has(id))
+  } finally {
+    issued.mockRestore()
+    deleted.mockRestore()
+  }
+}
+
 describe("lifetimes", () => {
   test("a saved tensor released before backward is kept until backward has read it, then deleted", async () => {
     const w = tensor([0.5, -1]).requiresGrad_()
@@ -151,29 +164,15 @@ describe("lifetimes", () => {
 
   test("backward releases its intermediate gradients and temporaries: only the leaves' gradients stay", async () => {
     const w = tensor([1, 2, 3]).requiresGrad_()
-    const issued = spyOn(ctl.core, "command"), deleted = spyOn(ctl.core, "release")
     const loss = ops.mean(ops.mul(ops.sigmoid(ops.mul(w, 2)), w))
-    issued.mockClear()
-    loss.backward()
-    const made = issued.mock.calls.flatMap((c) => c[3] as number[])
-    const gone = new Set(deleted.mock.calls.flatMap(([, refs]) => refs))
-    issued.mockRestore()
-    deleted.mockRestore()
-    expect(made.filter((id) => !gone.has(id))).toEqual([w.grad!.ref.id])
+    expect(leftAlive(() => loss.backward())).toEqual([w.grad!.ref.id])
   })
 
   test("the gradients a recorded backward returns are the tape's: released once used", async () => {
     const double = customGrad("double", (x: RemoteTensor) => ({ value: ops.mul(x, 2), backward: (g) => [ops.mul(g, 2)] }))
     const w = tensor([1, 2]).requiresGrad_()
-    const issued = spyOn(ctl.core, "command"), deleted = spyOn(ctl.core, "release")
     const loss = ops.sum(ops.exp(double(w)))
-    issued.mockClear()
-    loss.backward()
-    const made = issued.mock.calls.flatMap((c) => c[3] as number[])
-    const gone = new Set(deleted.mock.calls.flatMap(([, refs]) => refs))
-    issued.mockRestore()
-    deleted.mockRestore()
-    expect(made.filter((id) => !gone.has(id))).toEqual([w.grad!.ref.id])
+    expect(leftAlive(() => loss.backward())).toEqual([w.grad!.ref.id])
     close(await values(w.grad!), [1, 2].map((v) => 2 * Math.exp(2 * v)))
   })
 
@@ -206,5 +205,20 @@ describe("lifetimes", () => {
     expect(await outcome(loss)).toMatch(/out of range/)
     expect(await outcome(table.grad!)).toMatch(/out of range/)
     expect(await outcome(v.grad!)).toEqual([10, 12])
+  })
+
+  test("a command that fails in backward poisons exactly the gradients downstream of it", async () => {
+    // A gradient computed by a user function that fails on the worker.
+    const failing = customGrad("failing", (x: RemoteTensor) => ({
+      value: ops.mul(x, 2),
+      backward: (g) => [Effect.runSync(mesh.call("tests/controller/fixtures:failOnRank", [0, g], {}, { results: [g.meta!] }))],
+    }))
+    const w = tensor([1, 2]).requiresGrad_(), v = tensor([3, 4]).requiresGrad_()
+    const loss = ops.add(ops.sum(failing(ops.exp(w))), ops.sum(ops.mul(v, v)))
+    loss.backward()
+    const outcome = (t: RemoteTensor) => rt.runPromise(t.fetch().pipe(Effect.map((h) => [...h.toArray()].map(Number)), Effect.catchTag("RemoteError", (e) => Effect.succeed(e.message))))
+    expect(await outcome(w.grad!)).toMatch(/deliberate failure on rank 0/)
+    expect(await outcome(v.grad!)).toEqual([6, 8])
+    close(await outcome(loss) as number[], [2 * (Math.exp(1) + Math.exp(2)) + 25])
   })
 })
