@@ -11,7 +11,7 @@ export interface Edit {
 }
 
 export interface Mutation {
-  readonly area: "worker" | "controller" | "protocol"
+  readonly area: "worker" | "controller" | "protocol" | "autograd"
   /** The behaviour the break removes, as a test failing on it should say. */
   readonly behaviour: string
   readonly file: string
@@ -260,5 +260,115 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     file: "src/protocol/codec.ts",
     edits: one("+ b[at + 3]! * 0x100_0000", "+ b[at + 3]! * 0x10_0000"),
     tests: ["tests/protocol/codec.test.ts"],
+  },
+  // ---- checkpoints ------------------------------------------------------------------------
+  {
+    area: "worker", behaviour: "a checkpoint shard is reported saved only once its file is durable",
+    file: "src/worker/handlers/checkpoints.ts",
+    edits: one("    const write = writeShardFile(", "    s.send({ _tag: \"FetchResult\", ident: m.ident, value: { file, bytes: 0, hashes: tensors.map((t) => hashBytes(t.host.data)), ms: 0 } })\n    const write = writeShardFile("),
+    tests: ["tests/checkpoint/crash.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a checkpoint block whose bytes do not hash to the manifest's is refused",
+    file: "src/worker/handlers/checkpoints.ts",
+    edits: one("if (src.hash !== null && hashBytes(data) !== src.hash)", "if (src.hash === \"never\")"),
+    tests: ["tests/checkpoint/save.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "checkpoint paths leading out of the checkpoint root are refused",
+    file: "src/checkpoint/files.ts",
+    edits: one("  if (!inside(full) || relative(base, full).split(sep).includes(\"..\")) throw", "  if (false) throw"),
+    tests: ["tests/checkpoint/save.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a checkpoint load gives each rank the block it held",
+    file: "src/controller/checkpoint.ts",
+    edits: one("const held = rec.shards[rec.holders[saved.ranks[i]!]!]", "const held = rec.shards[0]"),
+    tests: ["tests/checkpoint/save.test.ts", "tests/checkpoint/resume.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a checkpoint export puts each block at its offsets in the whole tensor",
+    file: "src/controller/checkpoint.ts",
+    edits: one("blockRuns(lay.shape, b.offsets, local)", "blockRuns(lay.shape, local.map(() => 0), local)"),
+    tests: ["tests/checkpoint/export.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a recovery from a lost worker resumes from the last checkpoint",
+    file: "src/controller/recovery.ts",
+    edits: one("          current = yield* launch\n          resumed = yield* resume", "          current = yield* launch\n          resumed = undefined"),
+    tests: ["tests/checkpoint/recover.test.ts"],
+  },
+  // ---- autograd ---------------------------------------------------------------------------
+  {
+    area: "autograd", behaviour: "a node lets go of its saved tensors once backward has run it",
+    file: "src/autograd/tape.ts",
+    edits: one("    for (const t of saved) t.letGo()", ""),
+    tests: ["tests/autograd/tape.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "backward releases each temporary as soon as it is used",
+    file: "src/autograd/tape.ts",
+    edits: one("      node.consume()\n      sweep()\n", "      node.consume()\n"),
+    tests: ["tests/autograd/tape.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "independent branches run the latest recorded first",
+    file: "src/autograd/tape.ts",
+    edits: one("if (ready[i]!.seq > ready[at]!.seq) at = i", "if (ready[i]!.seq < ready[at]!.seq) at = i"),
+    tests: ["tests/autograd/tape.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "releasing the outputs of an unused graph lets go of what it saved",
+    file: "src/autograd/tape.ts",
+    edits: one("    this.node?.unused()", ""),
+    tests: ["tests/autograd/tape.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "a second backward through a consumed graph is refused",
+    file: "src/autograd/tape.ts",
+    edits: one("    if (k.consumed) throw", "    if (k.consumed && false) throw"),
+    tests: ["tests/autograd/tape.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "a release waits for the tape's holds",
+    file: "src/controller/handles.ts",
+    edits: one("    if (this.#released || this.#holds > 0) return", "    if (this.#released) return"),
+    tests: ["tests/autograd/tape.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "a release the tape finished is not sent twice",
+    file: "src/controller/handles.ts",
+    edits: one("    if (this.#released || this.#holds > 0) return", "    if (this.#holds > 0) return"),
+    tests: ["tests/autograd/tape.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "an in-place op on a tensor that requires grad is refused while recording",
+    file: "src/controller/autograd.ts",
+    edits: one("  if (t !== undefined) throw refuse", "  if (t === null) throw refuse"),
+    tests: ["tests/autograd/tape.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "the gradients a recorded backward returns are released once used",
+    file: "src/controller/autograd.ts",
+    edits: one("    if (g !== undefined && g !== grad) made?.push(g)", ""),
+    tests: ["tests/autograd/tape.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "the tape sums a broadcast gradient back to its input's shape",
+    file: "src/controller/autograd.ts",
+    edits: one("summed = sumTo(opsFor(g.mesh), g, m.shape, to.shape)", "summed = g"),
+    tests: ["tests/autograd/gradcheck.test.ts", "tests/autograd/tape.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "mul's gradient for other is grad times input",
+    file: "src/ops/specs/elementwise.ts",
+    edits: one("other: () => o.mul(c.grad, c.args.input) })),", "other: () => o.mul(c.grad, c.args.other) })),"),
+    tests: ["tests/autograd/gradcheck.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "cross_entropy's smoothed target spreads label_smoothing over the classes",
+    file: "src/ops/specs/nn.ts",
+    edits: one("1 - s), s / classes)", "1 - s), s)"),
+    tests: ["tests/autograd/gradcheck.test.ts"],
   },
 ]
