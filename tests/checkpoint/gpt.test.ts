@@ -1,13 +1,17 @@
 // Resume is exact with the GPT demo's model (examples/gpt) and src/optim's AdamW on a dp=2 x tp=2
 // mesh: N steps, save (every parameter's tp shard, AdamW's step and moments), stop; a new
 // controller builds the model, loads the checkpoint into it and trains M more: the losses of
-// steps N+1..N+M are bitwise those of one uninterrupted N+M run (CPU).
+// steps N+1..N+M are bitwise those of one uninterrupted N+M run (CPU). And its consolidated
+// export: the trained parameters gathered whole into one safetensors file, which the demo's torch
+// twin (examples/gpt/twin.py) loads strictly and whose loss on a batch matches the mesh's.
 import { afterAll, expect, test } from "bun:test"
 import { Effect } from "effect"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { Controller, type HostTensor, load, restoreInto, type RemoteTensor, save, type State } from "../../src/controller/index.ts"
+import { allReduce, Controller, exportFile, type HostTensor, load, noGrad, restoreInto, type RemoteTensor, save, type State } from "../../src/controller/index.ts"
+import { describeUnless } from "../skip.ts"
+import { PYTHON, torchMissing } from "../torch.ts"
 import { AdamW } from "../../src/optim/index.ts"
 import { blockSize, makeBatches, VOCAB } from "../../examples/gpt/data.ts"
 import { distributeBatch, GPT, trainStep } from "../../examples/gpt/model.ts"
@@ -76,3 +80,24 @@ test(`GPT + AdamW: train ${N}, save, stop; load, train ${M}: the losses equal an
   expect(first).toEqual(whole.slice(0, N))
   expect(resumed).toEqual(whole.slice(N))
 }, 120_000)
+
+describeUnless(torchMissing())("the GPT's consolidated export (torch 1.13)", () => {
+  test("trained on the mesh, exported whole: the torch twin loads every parameter and its loss on a batch matches", async () => {
+    const file = join(ROOT, "gpt.safetensors")
+    const held = makeBatches(9, 1, ROWS, DIGITS)[0]!
+    const ours = await onMesh((mesh) => Effect.gen(function* () {
+      const model = yield* GPT.make(mesh, CONFIG, initialWeights(CONFIG, 1))
+      yield* train(model, new AdamW(model.parameters, OPTIONS), 0, N)
+      yield* exportFile(mesh, { params: Object.fromEntries(model.params) }, file)
+      const [x, y] = yield* distributeBatch(mesh, held)
+      const loss = noGrad(() => allReduce(model.loss(x, y), "dp", "avg"))
+      return ((yield* mesh.fetch(loss)) as HostTensor).toArray()[0] as number
+    }))
+    const r = Bun.spawnSync([PYTHON, join(import.meta.dir, "safetensors_torch.py"), "gpt", file], {
+      stdin: new TextEncoder().encode(JSON.stringify({ config: CONFIG, ...held })), stderr: "pipe",
+    })
+    if (r.exitCode !== 0) throw new Error(r.stderr.toString())
+    const torch = JSON.parse(r.stdout.toString()) as { loss: number }
+    expect(Math.abs(torch.loss - ours) / Math.abs(ours)).toBeLessThan(1e-5)
+  }, 120_000)
+})
