@@ -34,6 +34,9 @@ cuda: build/libshim-cuda.so
 build/libshim-cpu.so: $(CPU_OBJ)
 	$(CXX) -shared -o $@ $^ -lgloo -lopenblas -lpthread -lm
 
+# The optimizer steps' loops vectorise their square roots only without errno (they never take a negative one).
+build/obj/cpu/cpu/optim.c.o: CFLAGS += -fno-math-errno
+
 build/obj/cpu/%.c.o: c/%.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c -o $@ $<

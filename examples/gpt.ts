@@ -21,7 +21,7 @@ const DIGITS = 5, ROWS = 32, HELD_OUT = 256
 /** MONARCH_DEMO_STEPS shortens the run (tests/gpt/demo.test.ts). */
 const STEPS = Number(process.env.MONARCH_DEMO_STEPS ?? 200)
 const CONFIG: GPTConfig = { vocab: VOCAB, block: blockSize(DIGITS), dim: 48, heads: 4, layers: 2, tied: false }
-const OPTIM: AdamWOptions = { lr: 3e-3, betas: [0.9, 0.99], eps: 1e-8, weight_decay: 0.01 }
+const OPTIM: AdamWOptions = { lr: 3e-3, betas: [0.9, 0.99], eps: 1e-8, weight_decay: 0.01, clip: 1 }
 
 const scalar = (v: unknown): number => (v as HostTensor).toArray()[0] as number
 const bar = (done: number, total: number) => `[${"#".repeat(Math.round((20 * done) / total)).padEnd(20, ".")}]`
@@ -66,7 +66,7 @@ const program = Effect.gen(function* () {
   const mesh = yield* ctl.mesh({ dp: 2, tp: 2 })
   const count = paramSpecs(CONFIG).reduce((n, s) => n + s.shape.reduce((a, b) => a * b, 1), 0)
   console.log(`a GPT on ${mesh} (${ctl.world} workers, ${ctl.device}): ${CONFIG.layers} layers, ${CONFIG.heads} heads (${CONFIG.heads / 2} per tp rank), dim ${CONFIG.dim}, ${count} parameters`)
-  console.log(`task: reverse ${DIGITS} digits (12345=54321), ${ROWS / 2} problems per dp rank per step, AdamW lr ${OPTIM.lr}`)
+  console.log(`task: reverse ${DIGITS} digits (12345=54321), ${ROWS / 2} problems per dp rank per step, AdamW lr ${OPTIM.lr}, gradients clipped to norm ${OPTIM.clip}`)
 
   const weights = initialWeights(CONFIG, 1)
   const batches = makeBatches(2, STEPS, ROWS, DIGITS)
@@ -80,7 +80,7 @@ const program = Effect.gen(function* () {
   const started = performance.now()
   for (const [s, b] of batches.entries()) {
     const [x, y] = yield* distributeBatch(mesh, b)
-    losses.push(scalar(yield* mesh.fetch(trainStep(model, opt, x, y))))
+    losses.push(scalar(yield* mesh.fetch(yield* trainStep(model, opt, x, y, OPTIM.clip))))
     const line = `step ${String(s + 1).padStart(3)}/${STEPS} ${bar(s + 1, STEPS)} loss ${losses.at(-1)!.toFixed(4)}`
     if (process.stdout.isTTY) process.stdout.write(`\r${line}`)
     if ((s + 1) % 20 === 0 || s === 0) process.stdout.write(process.stdout.isTTY ? "\n" : `${line}\n`)
@@ -108,7 +108,7 @@ const program = Effect.gen(function* () {
   const failure = yield* mesh.fetch(heldLoss, { dp: 0, tp: 1 }).pipe(Effect.match({ onSuccess: () => "a value", onFailure: (e) => e }))
   if (!(failure instanceof RemoteError)) return yield* Effect.fail(new Error(`expected the fetch to fail with a RemoteError, got ${String(failure)}`))
   console.log(`  fetching a loss that depends on it (rank 1 averages over dp with rank 3) fails with:\n  ${failure.message.replaceAll("\n", "\n  ")}`)
-  console.log(`the mesh goes on: one more step, loss ${scalar(yield* mesh.fetch(trainStep(model, opt, x, y))).toFixed(4)}`)
+  console.log(`the mesh goes on: one more step, loss ${scalar(yield* mesh.fetch(yield* trainStep(model, opt, x, y, OPTIM.clip))).toFixed(4)}`)
 })
 
 const started = performance.now()

@@ -19,55 +19,6 @@
 #define SHIM_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define SHIM_CPU_CLONES
-/* erfc(z) for z >= 0 (Numerical Recipes' erfcc: relative error below 1.2e-7 everywhere), so
- * the tails keep their precision where 1 - erf(z) would cancel. */
-static inline float shim_verfc_pos(float z) {
-  float t = 1.0f / (1.0f + 0.5f * z);
-  float p = 0.17087277f;
-  p = p * t - 0.82215223f;
-  p = p * t + 1.48851587f;
-  p = p * t - 1.13520398f;
-  p = p * t + 0.27886807f;
-  p = p * t - 0.18628806f;
-  p = p * t + 0.09678418f;
-  p = p * t + 0.37409196f;
-  p = p * t + 1.00002368f;
-  return t * shim_vexpf(p * t - 1.26551223f - z * z);
-}
-
-/* sqrt(pi) / 2 erf(x) / x - 1 over z = x^2, by its Taylor series through x^13 (relative error
- * below 1e-9 for |x| < 0.5): sum over n >= 1 of (-1)^n z^n / (n! (2n + 1)). */
-static inline float shim_verf_series(float z) {
-  float p = -1.0f / 75600.0f;
-  p = p * z + 1.0f / 9360.0f;
-  p = p * z - 1.0f / 1320.0f;
-  p = p * z + 1.0f / 216.0f;
-  p = p * z - 1.0f / 42.0f;
-  p = p * z + 1.0f / 10.0f;
-  p = p * z - 1.0f / 3.0f;
-  return p * z;
-}
-
-/* erf: the series below |x| 0.5, else 1 - erfc(|x|) with x's sign; both computed and one picked. */
-static inline float shim_verff(float x) {
-  const float two_over_sqrt_pi = 1.1283791670955126f;
-  float small = two_over_sqrt_pi * x * (1.0f + shim_verf_series(x * x));
-  float ax = x < 0 ? -x : x, big = 1.0f - shim_verfc_pos(ax);
-  big = x < 0 ? -big : big;
-  return ax < 0.5f ? small : big;
-}
-
-/* gelu, the erf form: x / 2 (1 + erf(t)), t = x / sqrt 2, from one erfc(|t|): x / 2 erfc(|t|)
- * below t = -0.5 (so the negative tail does not cancel), x / 2 (2 - erfc(t)) above 0.5, the
- * series between. */
-static inline float shim_vgeluf(float x) {
-  const float two_over_sqrt_pi = 1.1283791670955126f;
-  float t = x * 0.70710678118654752f, at = t < 0 ? -t : t, e = shim_verfc_pos(at);
-  float middle = 0.5f * x * (1.0f + two_over_sqrt_pi * t * (1.0f + shim_verf_series(t * t)));
-  float outer = 0.5f * x * (t < 0 ? e : 2.0f - e);
-  return at < 0.5f ? middle : outer;
-}
-
 #endif
 
 /* Sixteen floats (eight doubles) as GCC vector extensions, for the folds the loop vectoriser
@@ -157,29 +108,37 @@ static inline float shim_verfc_pos(float z) {
   return t * shim_vexpf(p * t - 1.26551223f - z * z);
 }
 
-/* erf: its Taylor series through x^13 below |x| 0.5 (relative error below 1e-9 there), else
- * 1 - erfc(|x|) with x's sign; both computed and one picked. */
-static inline float shim_verff(float x) {
-  float z = x * x;
-  float p = -1.0f / 75600.0f; /* the series of sqrt(pi) / 2 erf(x) / x: sum (-1)^n z^n / (n! (2n + 1)) */
+/* sqrt(pi) / 2 erf(x) / x - 1 over z = x^2, by its Taylor series through x^13 (relative error
+ * below 1e-9 for |x| < 0.5): sum over n >= 1 of (-1)^n z^n / (n! (2n + 1)). */
+static inline float shim_verf_series(float z) {
+  float p = -1.0f / 75600.0f;
   p = p * z + 1.0f / 9360.0f;
   p = p * z - 1.0f / 1320.0f;
   p = p * z + 1.0f / 216.0f;
   p = p * z - 1.0f / 42.0f;
   p = p * z + 1.0f / 10.0f;
   p = p * z - 1.0f / 3.0f;
-  float small = x * (1.1283791670955126f + 1.1283791670955126f * p * z);
+  return p * z;
+}
+
+/* erf: the series below |x| 0.5, else 1 - erfc(|x|) with x's sign; both computed and one picked. */
+static inline float shim_verff(float x) {
+  const float two_over_sqrt_pi = 1.1283791670955126f;
+  float small = two_over_sqrt_pi * x * (1.0f + shim_verf_series(x * x));
   float ax = x < 0 ? -x : x, big = 1.0f - shim_verfc_pos(ax);
   big = x < 0 ? -big : big;
   return ax < 0.5f ? small : big;
 }
 
-/* gelu, the erf form: x / 2 (1 + erf(x / sqrt 2)), as x / 2 erfc(|x| / sqrt 2) below x = -0.5
- * sqrt 2 so the negative tail does not cancel. */
+/* gelu, the erf form: x / 2 (1 + erf(t)), t = x / sqrt 2, from one erfc(|t|): x / 2 erfc(|t|)
+ * below t = -0.5 (so the negative tail does not cancel), x / 2 (2 - erfc(t)) above 0.5, the
+ * series between. */
 static inline float shim_vgeluf(float x) {
-  float t = x * 0.70710678118654752f, tail = 0.5f * x * shim_verfc_pos(-t);
-  float body = 0.5f * x * (1.0f + shim_verff(t));
-  return t < -0.5f ? tail : body;
+  const float two_over_sqrt_pi = 1.1283791670955126f;
+  float t = x * 0.70710678118654752f, at = t < 0 ? -t : t, e = shim_verfc_pos(at);
+  float middle = 0.5f * x * (1.0f + two_over_sqrt_pi * t * (1.0f + shim_verf_series(t * t)));
+  float outer = 0.5f * x * (t < 0 ? e : 2.0f - e);
+  return at < 0.5f ? middle : outer;
 }
 
 #endif

@@ -13,6 +13,7 @@
  */
 import { Effect } from "effect"
 import { allReduce, blockOf, type ControllerError, copyTo, gradGenerator, HostTensor, type Mesh, noGrad, opsOn, ops, type PlacementSpec, type RemoteTensor, shard, zeroGrad } from "../../src/controller/index.ts"
+import { clipGradNorm } from "../../src/optim/index.ts"
 import type { Batch } from "./data.ts"
 import { type GPTConfig, paramSpecs, splitDim } from "./weights.ts"
 
@@ -126,16 +127,19 @@ export interface Stepper {
 
 /**
  * One training step: forward, backward with each gradient averaged over dp as soon as it is
- * final (the gradient generator), the optimizer's step. Returns the loss averaged over dp, a
- * handle (fetch it to wait for the step).
+ * final (the gradient generator), clipping by global norm across the dp and tp shards (when
+ * `clip` is given), the optimizer's step. Returns the loss averaged over dp, a handle (fetch it
+ * to wait for the step).
  */
-export const trainStep = (model: GPT, opt: Stepper, x: RemoteTensor, y: RemoteTensor): RemoteTensor => {
-  const loss = model.loss(x, y)
-  for (const [p, g] of gradGenerator(loss, model.parameters)) {
-    p.grad = noGrad(() => allReduce(g, "dp", "avg")).place(p.placement)
-    g.release()
-  }
-  noGrad(() => opt.step()) // torch.optim steps under no_grad too
-  zeroGrad(model.parameters)
-  return noGrad(() => allReduce(loss.detach(), "dp", "avg"))
-}
+export const trainStep = (model: GPT, opt: Stepper, x: RemoteTensor, y: RemoteTensor, clip?: number): Effect.Effect<RemoteTensor, ControllerError> =>
+  Effect.gen(function* () {
+    const loss = model.loss(x, y)
+    for (const [p, g] of gradGenerator(loss, model.parameters)) {
+      p.grad = noGrad(() => allReduce(g, "dp", "avg")).place(p.placement)
+      g.release()
+    }
+    if (clip !== undefined) (yield* clipGradNorm(model.parameters.map((p) => p.grad!), clip)).release()
+    noGrad(() => opt.step()) // torch.optim steps under no_grad too
+    zeroGrad(model.parameters)
+    return noGrad(() => allReduce(loss.detach(), "dp", "avg"))
+  })

@@ -1,6 +1,6 @@
 """The torch twin of examples/gpt/model.ts: the same GPT in torch 1.13, trained from the same
 initial weights on the same batches (both handed over on stdin as JSON, not re-drawn), with
-torch.optim.AdamW and the same hyper-parameters. Prints {"losses": [...]} (one per step) and,
+torch.optim.AdamW and the same hyper-parameters (and clip_grad_norm_ when asked). Prints {"losses": [...]} (one per step) and,
 when asked, the logits of a forward pass.
 
     /usr/bin/python3 examples/gpt/twin.py < request.json
@@ -76,6 +76,8 @@ def main():
         loss = F.cross_entropy(logits.reshape(-1, cfg["vocab"]), y)
         opt.zero_grad()
         loss.backward()
+        if o.get("clip") is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), o["clip"])
         opt.step()
         losses.append(loss.item())
     json.dump({"losses": losses}, sys.stdout)

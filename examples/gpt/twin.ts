@@ -13,6 +13,8 @@ export interface AdamWOptions {
   readonly betas: readonly [number, number]
   readonly eps: number
   readonly weight_decay: number
+  /** clip_grad_norm_'s max_norm before each step, if any. */
+  readonly clip?: number
 }
 
 /** The same hyper-parameters as src/optim's AdamW takes them. */
