@@ -8,6 +8,7 @@
  *   bun run bench/ops.ts [--quick]
  */
 import type { Tensor as NativeTensor } from "../ffi/tensor.ts"
+import { Generator } from "../src/ops/generator.ts"
 
 // Before the shim (and OpenBLAS with it) loads: the imports below are dynamic for that.
 process.env.OPENBLAS_NUM_THREADS = "1"
@@ -20,7 +21,7 @@ const { HostTensor } = await import("../src/protocol/values.ts")
 const quick = process.argv.includes("--quick")
 const native = loadNative("cpu")
 const stream = Stream.default(native)
-const ctx = { native, rank: 0, world: 1, device: "cpu" as const, stream, coords: {}, kwargs: {} }
+const ctx = { native, rank: 0, world: 1, device: "cpu" as const, stream, coords: {}, generator: new Generator(0), kwargs: {} }
 
 type Arg = { t: "f32"; shape: number[] } | { t: "i64"; shape: number[]; high: number } | number | number[] | string | Arg[]
 interface Case { readonly name: string; readonly op: string; readonly args: Arg[]; readonly kwargs?: Record<string, unknown>; readonly reps: number }

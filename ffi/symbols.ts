@@ -41,6 +41,12 @@ export const symbols = {
   shim_gather: { args: [ptr, ptr, i32, ptr, ptr], returns: i32 },
   shim_softmax: { args: [ptr, ptr, i32, i32, ptr], returns: i32 },
 
+  shim_triangle: { args: [ptr, ptr, i64, i32, ptr], returns: i32 },
+  shim_attention: { args: [ptr, ptr, ptr, ptr, ptr, f64, i32, ptr], returns: i32 },
+  shim_rms_norm: { args: [ptr, ptr, ptr, i64, f64, ptr], returns: i32 },
+  shim_dropout: { args: [ptr, ptr, ptr, f64, u64, u64, ptr], returns: i32 },
+  shim_scatter: { args: [i32, ptr, i32, ptr, ptr, ptr], returns: i32 },
+
   shim_stream_create: { args: [ptr], returns: i32 },
   shim_stream_destroy: { args: [ptr], returns: i32 },
   shim_stream_synchronize: { args: [ptr], returns: i32 },
@@ -66,5 +72,5 @@ export const symbols = {
 } as const satisfies Record<string, FFIFunction>
 
 // The header's enums, generated from it (scripts/abi.ts).
-export { ALL_DIMS, BinaryOp, CommOp, MAX_DIMS, P2P, ReduceOp, ShimStatus, TernaryOp, UnaryOp } from "./abi.ts"
-export type { BinaryOpName, CommOpName, ReduceOpName, TernaryOpName, UnaryOpName } from "./abi.ts"
+export { ALL_DIMS, BinaryOp, CommOp, MAX_DIMS, P2P, ReduceOp, ScatterOp, ShimStatus, TernaryOp, UnaryOp } from "./abi.ts"
+export type { BinaryOpName, CommOpName, ReduceOpName, ScatterOpName, TernaryOpName, UnaryOpName } from "./abi.ts"
