@@ -49,6 +49,13 @@ const CASES: Case[] = [
   { name: "cat dim -1 of two [64,128,256]", op: "cat", args: [[X, X], -1], reps: 3 },
   { name: "embedding [8192] ids into [1000,256]", op: "embedding", args: [{ t: "i64", shape: [8192], high: 1000 }, f(1000, 256)], reps: 5 },
   { name: "cross_entropy [2048,1000]", op: "cross_entropy", args: [f(2048, 1000), { t: "i64", shape: [2048], high: 1000 }], reps: 3 },
+  // issue 11.2's ops; torch 1.13 has no scaled_dot_product_attention or rms_norm: its side runs their math forms
+  { name: "sdpa causal q,k,v [16,4,128,64]", op: "scaled_dot_product_attention", args: [f(16, 4, 128, 64), f(16, 4, 128, 64), f(16, 4, 128, 64)], kwargs: { is_causal: true }, reps: 1 },
+  { name: "rms_norm [8192,256] over 256", op: "rms_norm", args: [X2, [256], f(256)], reps: 3 },
+  { name: "tril [64,128,256]", op: "tril", args: [X], reps: 3 },
+  { name: "nll_loss [2048,1000]", op: "nll_loss", args: [f(2048, 1000), { t: "i64", shape: [2048], high: 1000 }], reps: 3 },
+  { name: "mse_loss [64,128,256]", op: "mse_loss", args: [X, X], reps: 3 },
+  { name: "split [64,128,768] in 3 along -1", op: "split", args: [f(64, 128, 768), 256, -1], reps: 3 },
 ]
 const ROUNDS = quick ? 3 : 7
 
@@ -72,13 +79,16 @@ const build = (a: Arg): unknown => {
   return t
 }
 
+/** Frees what a built-in returned: one tensor, or several (split). */
+const freeResult = (r: unknown) => (Array.isArray(r) ? r : [r]).forEach((t) => (t as NativeTensor).free())
+
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
 
 const ours = CASES.map((c) => {
   const fn = builtinFunction(c.op)!, args = c.args.map(build), times: number[] = []
   for (let r = 0; r < ROUNDS; r++) {
     const t0 = performance.now()
-    for (let i = 0; i < c.reps; i++) (fn({ ...ctx, kwargs: c.kwargs ?? {} }, ...args) as NativeTensor).free()
+    for (let i = 0; i < c.reps; i++) freeResult(fn({ ...ctx, kwargs: c.kwargs ?? {} }, ...args))
     times.push((performance.now() - t0) / 1000 / c.reps)
   }
   return median(times)
@@ -100,3 +110,26 @@ CASES.forEach((c, i) => {
   const t = torch?.[i]
   console.log(`${c.name.padEnd(46)} ${ms(ours[i]!)} ${t === undefined ? "        -" : ms(t)}  ${t === undefined ? "-" : (t / ours[i]!).toFixed(2).padStart(9) + "x"}`)
 })
+
+// The fused attention against the same attention composed from our own ops (what a user had
+// before it): transpose, matmul, scale, causal masked_fill, softmax, matmul.
+{
+  const call = (op: string, args: unknown[], kwargs: Record<string, unknown> = {}) => builtinFunction(op)!({ ...ctx, kwargs }, ...args) as NativeTensor
+  const shape = [16, 4, 128, 64]
+  const [q, k, v] = [0, 1, 2].map((seed) => call("randn", [shape], { seed }))
+  const mask = call("logical_not", [call("tril", [call("ones", [[128, 128]], { dtype: "bool" })])])
+  const composed = () => {
+    const kt = call("transpose", [k, -2, -1]), s = call("matmul", [q, kt]), scaled = call("mul", [s, 1 / 8])
+    const masked = call("masked_fill", [scaled, mask, -Infinity]), p = call("softmax", [masked, -1]), o = call("matmul", [p, v])
+    for (const t of [kt, s, scaled, masked, p, o]) t.free()
+  }
+  const fused = () => call("scaled_dot_product_attention", [q, k, v], { is_causal: true }).free()
+  const time = (f: () => void) => median(Array.from({ length: ROUNDS }, () => {
+    const t0 = performance.now()
+    f()
+    return (performance.now() - t0) / 1000
+  }))
+  const [tf, tc] = [time(fused), time(composed)]
+  console.log(`\nscaled_dot_product_attention, causal, q,k,v [16,4,128,64]: fused ${ms(tf)} ms, composed of our ops ${ms(tc)} ms, composed/fused ${(tc / tf).toFixed(2)}x`)
+  for (const t of [q, k, v, mask]) t!.free()
+}

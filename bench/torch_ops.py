@@ -1,6 +1,7 @@
 # torch's side of bench/ops.ts: times each case (JSON on stdin) on CPU with one thread and
 # prints one JSON line of medians (seconds per call), in case order.
 import json
+import math
 import statistics
 import sys
 import time
@@ -23,10 +24,25 @@ def make(spec):
     return spec
 
 
+def sdpa(q, k, v, is_causal=False):
+    """torch 1.13 has no scaled_dot_product_attention: torch 2's math form."""
+    w = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if is_causal:
+        w = w.masked_fill(~torch.ones(w.shape[-2], w.shape[-1], dtype=torch.bool).tril(), float("-inf"))
+    return torch.softmax(w, -1) @ v
+
+
+def rms_norm(x, normalized_shape, weight):
+    """torch 1.13 has no rms_norm: torch 2.4's definition."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + torch.finfo(x.dtype).eps) * weight
+
+
 OPS = {"softmax": F.softmax, "log_softmax": F.log_softmax, "linear": F.linear, "layer_norm": F.layer_norm,
        "embedding": F.embedding, "cross_entropy": F.cross_entropy,
        "amax": lambda x, dim: torch.amax(x, dim), "sum": lambda x, dim: torch.sum(x, dim),
-       "mean": lambda x, dim: torch.mean(x, dim), "transpose": lambda x, a, b: x.transpose(a, b).contiguous()}
+       "mean": lambda x, dim: torch.mean(x, dim), "transpose": lambda x, a, b: x.transpose(a, b).contiguous(),
+       "scaled_dot_product_attention": sdpa, "rms_norm": rms_norm, "nll_loss": F.nll_loss, "mse_loss": F.mse_loss,
+       "split": lambda x, s, d: [t.contiguous() for t in torch.split(x, s, d)]}
 out = []
 for case in cases:
     args = [make(a) for a in case["args"]]
