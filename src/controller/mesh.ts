@@ -17,6 +17,7 @@ import type { Core } from "./core.ts"
 import { ControllerError, type Failure } from "./errors.ts"
 import type { Exchange } from "./graph.ts"
 import { checkOwner, RemoteStream, RemoteTensor } from "./handles.ts"
+import { afterCollective, afterSend, type PlacementSpec } from "./placement.ts"
 import type { CallSite } from "./sites.ts"
 
 export interface CallOptions {
@@ -161,9 +162,10 @@ export class Mesh {
 
   /**
    * A collective over one or more dims: all_reduce (`sum`, `avg`, ...), all_gather
-   * (`stack`), reduce_scatter (`scatter`), all_to_all (`stack` with `scatter`).
+   * (`stack`), reduce_scatter (`scatter`), all_to_all (`stack` with `scatter`). The result's
+   * placement follows from the input's (placement.ts, afterCollective), or is `placement`.
    */
-  reduce(t: RemoteTensor, dims: string | ReadonlyArray<string>, reduction: Reduction, opts: { scatter?: boolean; inplace?: boolean; stream?: RemoteStream } = {}): Effect.Effect<RemoteTensor, ControllerError> {
+  reduce(t: RemoteTensor, dims: string | ReadonlyArray<string>, reduction: Reduction, opts: { scatter?: boolean; inplace?: boolean; stream?: RemoteStream; placement?: PlacementSpec } = {}): Effect.Effect<RemoteTensor, ControllerError> {
     const site = this.core.site()
     return attempt(() => {
       const names = typeof dims === "string" ? [dims] : [...dims]
@@ -179,7 +181,9 @@ export class Mesh {
         _tag: "Reduce", ident, result, tensor: t.ref, factory: new TensorFactory(t.meta!.shape, t.meta!.dtype, this.core.device), mesh: this.ref, stream: stream.ref,
         dims: names, reduction, scatter, inplace,
       }), this.groupExchange(names))
-      return inplace ? t : new RemoteTensor(this, result, plan.result, stream)
+      const out = inplace ? t : new RemoteTensor(this, result, plan.result, stream)
+      out.placement = opts.placement ?? afterCollective(t.placement, this.names, names, reduction, scatter)
+      return out
     })
   }
 
@@ -216,7 +220,7 @@ export class Mesh {
         _tag: "SendTensor", ident, result, fromRanks: this.layout, toRanks: to.layout, tensor: t.ref,
         factory: new TensorFactory(t.meta!.shape, t.meta!.dtype, this.core.device), stream: stream.ref,
       }), { peers: (r) => (sender.has(r) ? [sender.get(r)!] : []), reads: (r) => senders.has(r) })
-      return new RemoteTensor(to, result, t.meta, stream)
+      return new RemoteTensor(to, result, t.meta, stream).place(afterSend(t.placement, to))
     })
   }
 
