@@ -17,23 +17,6 @@ __global__ void triangle_kernel(U *out, const U *a, int64_t n, int64_t rows, int
   }
 }
 
-template <typename F>
-int by_size(int64_t size, F &&f) {
-  switch (size) {
-    case 1: return f(uint8_t{});
-    case 2: return f(uint16_t{});
-    case 4: return f(uint32_t{});
-    default: return f(uint64_t{});
-  }
-}
-
-__global__ void find_bad_index(const int64_t *index, int64_t n, int64_t r, int32_t *flag) {
-  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-  bool bad = false;
-  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) bad |= index[e] < 0 || index[e] >= r;
-  if (bad) *flag = 1;
-}
-
 template <typename D>
 __device__ __forceinline__ void scatter_one(int32_t op, typename D::T *dst, typename D::T src) {
   if (op == SHIM_SCATTER_ASSIGN) {
@@ -102,17 +85,7 @@ int shim_scatter(int32_t op, shim_tensor *out, int32_t dim, const shim_tensor *i
   shim_cuda_track(s, src);
   cudaStream_t stream = shim_cuda_stream(s);
   const int64_t *ix = (const int64_t *)shim_cuda_data(index);
-  {
-    ShimScratch flag;
-    SHIM_TRY(flag.alloc(sizeof(int32_t), s));
-    CUDA_CHECK(cudaMemsetAsync(flag.data(), 0, sizeof(int32_t), stream));
-    find_bad_index<<<shim_cuda_blocks(n), SHIM_CUDA_THREADS, 0, stream>>>(ix, n, g.r, (int32_t *)flag.data());
-    CUDA_CHECK_LAUNCH("find_bad_index");
-    int32_t bad = 0;
-    CUDA_CHECK(cudaMemcpyAsync(&bad, flag.data(), sizeof bad, cudaMemcpyDeviceToHost, stream));
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-    if (bad) return shim_fail(SHIM_E_INVALID, "shim_scatter: an index is out of range for dim %d of size %lld", dim, (long long)g.r);
-  }
+  SHIM_TRY(shim_cuda_check_indices("shim_scatter", ix, n, g.r, dim, s));
   const int64_t lines = g.ndim > 0 ? n / g.shape[dim] : 1;
   return dispatch(out->dtype, [&](auto dt) -> int {
     using D = decltype(dt);

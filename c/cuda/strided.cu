@@ -3,6 +3,8 @@
  * elements move as opaque 1-, 2-, 4- or 8-byte words. */
 #include "elements.h"
 
+using namespace shim;
+
 namespace {
 
 template <typename U>
@@ -49,17 +51,21 @@ __global__ void gather_kernel(U *out, const U *a, const int64_t *index, int64_t 
   }
 }
 
-template <typename F>
-int by_size(int64_t size, F &&f) {
-  switch (size) {
-    case 1: return f(uint8_t{});
-    case 2: return f(uint16_t{});
-    case 4: return f(uint32_t{});
-    default: return f(uint64_t{});
-  }
-}
-
 }  // namespace
+
+int shim_cuda_check_indices(const char *fn, const int64_t *ix, int64_t n, int64_t r, int32_t dim, shim_stream *s) {
+  cudaStream_t stream = shim_cuda_stream(s);
+  ShimScratch flag;
+  SHIM_TRY(flag.alloc(sizeof(int32_t), s));
+  CUDA_CHECK(cudaMemsetAsync(flag.data(), 0, sizeof(int32_t), stream));
+  find_bad_index<<<shim_cuda_blocks(n), SHIM_CUDA_THREADS, 0, stream>>>(ix, n, r, (int32_t *)flag.data());
+  CUDA_CHECK_LAUNCH("find_bad_index");
+  int32_t bad = 0;
+  CUDA_CHECK(cudaMemcpyAsync(&bad, flag.data(), sizeof bad, cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (bad) return shim_fail(SHIM_E_INVALID, "%s: an index is out of range for dim %d of size %lld", fn, dim, (long long)r);
+  return SHIM_OK;
+}
 
 int shim_copy_strided(shim_tensor *dst, int64_t dst_offset, const int64_t *dst_strides, const shim_tensor *src,
                       int64_t src_offset, const int64_t *src_strides, int32_t ndim, const int64_t *shape, shim_stream *s) {
@@ -97,17 +103,7 @@ int shim_gather(shim_tensor *out, const shim_tensor *a, int32_t dim, const shim_
   shim_cuda_track(s, index);
   cudaStream_t stream = shim_cuda_stream(s);
   const int64_t *ix = (const int64_t *)shim_cuda_data(index);
-  {
-    ShimScratch flag;
-    SHIM_TRY(flag.alloc(sizeof(int32_t), s));
-    CUDA_CHECK(cudaMemsetAsync(flag.data(), 0, sizeof(int32_t), stream));
-    find_bad_index<<<shim_cuda_blocks(n), SHIM_CUDA_THREADS, 0, stream>>>(ix, n, g.r, (int32_t *)flag.data());
-    CUDA_CHECK_LAUNCH("find_bad_index");
-    int32_t bad = 0;
-    CUDA_CHECK(cudaMemcpyAsync(&bad, flag.data(), sizeof bad, cudaMemcpyDeviceToHost, stream));
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-    if (bad) return shim_fail(SHIM_E_INVALID, "shim_gather: an index is out of range for dim %d of size %lld", dim, (long long)g.r);
-  }
+  SHIM_TRY(shim_cuda_check_indices("shim_gather", ix, n, g.r, dim, s));
   return by_size(shim_dtype_size(a->dtype), [&](auto word) -> int {
     using U = decltype(word);
     gather_kernel<U><<<shim_cuda_blocks(n), SHIM_CUDA_THREADS, 0, stream>>>((U *)shim_cuda_data(out),

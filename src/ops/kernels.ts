@@ -148,6 +148,17 @@ const attention: Kernel<"scaled_dot_product_attention"> = (run, [out], a, op) =>
   k.attention(run.view(out!, [b, p.l, p.ev]), flat(query, p.l, p.e), flat(key, p.s, p.e), flat(value, p.s, p.ev), mask, a.scale ?? 1 / Math.sqrt(p.e), a.is_causal, run.stream)
 }
 
+/** A loss's reduction: none (each element), sum, or mean over the targets' weights (ignored ones weigh 0). */
+const reduceLoss = (run: Run, out: Tensor, loss: Tensor, weight: Tensor, reduction: string): void => {
+  if (reduction === "none") return k.cast(out, loss, run.stream)
+  k.reduce("sum", out, loss, undefined, run.stream)
+  if (reduction === "mean") {
+    const total = run.temp(weight.dtype, [])
+    k.reduce("sum", total, weight, undefined, run.stream)
+    k.binary("div", out, out, total, run.stream)
+  }
+}
+
 /**
  * nll_loss, composed: the input at each target along the class dim (gather), times the
  * target's weight (0 for ignore_index), negated, then summed or averaged over the weights.
@@ -172,13 +183,7 @@ const nllLoss: Kernel<"nll_loss"> = (run, [out], a) => {
   const loss = run.temp(dtype, tshape)
   k.binary("mul", loss, run.view(picked, tshape), weight, run.stream)
   k.unary("neg", loss, loss, run.stream)
-  if (a.reduction === "none") return k.cast(out!, loss, run.stream)
-  k.reduce("sum", out!, loss, undefined, run.stream)
-  if (a.reduction === "mean") {
-    const total = run.temp(dtype, [])
-    k.reduce("sum", total, weight, undefined, run.stream)
-    k.binary("div", out!, out!, total, run.stream)
-  }
+  reduceLoss(run, out!, loss, weight, a.reduction)
 }
 
 /** mse_loss, composed: the squared broadcast difference, then its mean or sum. */
@@ -473,13 +478,7 @@ export const KERNELS: Kernels = {
       k.binary("add", loss, loss, smooth, run.stream)
     }
     k.binary("mul", loss, loss, weight, run.stream)
-    if (a.reduction === "none") return k.cast(out!, loss, run.stream)
-    k.reduce("sum", out!, loss, undefined, run.stream)
-    if (a.reduction === "mean") {
-      const count = run.temp(dtype, [])
-      k.reduce("sum", count, weight, undefined, run.stream)
-      k.binary("div", out!, out!, count, run.stream)
-    }
+    reduceLoss(run, out!, loss, weight, a.reduction)
   },
   layer_norm: (run, [out], a) => {
     const m = numelOf(a.normalized_shape), r = numelOf(a.input.shape) / m, dtype = a.input.dtype
