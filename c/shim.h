@@ -320,6 +320,34 @@ int shim_dropout(shim_tensor *out, shim_tensor *mask, const shim_tensor *a, doub
  * line along dim is walked in index order, so both backends give the same values. */
 int shim_scatter(int32_t op, shim_tensor *out, int32_t dim, const shim_tensor *index, const shim_tensor *src,
                  shim_stream *s);
+/* ---- optimizers ---------------------------------------------------------------------- */
+/* One parameter updated in place per call, each element read and written once, in the order
+ * of torch.optim's single-tensor loop (torch 1.13): f32 computes in float with every scalar
+ * rounded to float as torch's scalar ops round them, f64 in double; other dtypes are
+ * SHIM_E_UNSUPPORTED (keep f32 master weights). Every tensor has param's dtype and element
+ * count and none aliases another. */
+
+enum shim_optim_flag { /* shim_sgd's and shim_adamw's flags, or'ed */
+  SHIM_OPTIM_NESTEROV = 1, /* sgd: step along d + momentum * buf instead of buf */
+  SHIM_OPTIM_MAXIMIZE = 2, /* both: ascend (the gradient negated) */
+  SHIM_OPTIM_FIRST = 4,    /* sgd: the momentum buffer starts as d (torch's first step) */
+  SHIM_OPTIM_AMSGRAD = 8   /* adamw: normalise by the running maximum of exp_avg_sq */
+};
+
+/* torch.optim.SGD: d = grad + weight_decay * param; with momentum != 0, buf = d on the FIRST
+ * step, else buf = momentum * buf + (1 - dampening) * d, and d = buf (NESTEROV: d + momentum *
+ * buf); param = param - lr * d. momentum_buf may be NULL when momentum is 0. */
+int shim_sgd(shim_tensor *param, const shim_tensor *grad, shim_tensor *momentum_buf, double lr, double momentum,
+             double dampening, double weight_decay, int32_t flags, shim_stream *s);
+
+/* torch.optim.AdamW's step number `step` (1 on the first): param *= 1 - lr * weight_decay;
+ * exp_avg = beta1 * exp_avg + (1 - beta1) * grad; exp_avg_sq = beta2 * exp_avg_sq +
+ * (1 - beta2) * grad^2; v = exp_avg_sq (AMSGRAD: max_exp_avg_sq = max(max_exp_avg_sq,
+ * exp_avg_sq), v = that); param -= lr / (1 - beta1^step) * exp_avg / (sqrt(v) /
+ * sqrt(1 - beta2^step) + eps). max_exp_avg_sq may be NULL without AMSGRAD. */
+int shim_adamw(shim_tensor *param, const shim_tensor *grad, shim_tensor *exp_avg, shim_tensor *exp_avg_sq,
+               shim_tensor *max_exp_avg_sq, double lr, double beta1, double beta2, double eps, double weight_decay,
+               int64_t step, int32_t flags, shim_stream *s);
 
 /* ---- streams and events ------------------------------------------------------------- */
 /* cpu: work runs in order when issued, and events are complete once recorded. */

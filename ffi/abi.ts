@@ -128,3 +128,11 @@ export const P2P = {
   send: 0,
   recv: 1,
 } as const
+
+/** shim_sgd's and shim_adamw's flags (or'ed). */
+export const OptimFlag = {
+  nesterov: 1,
+  maximize: 2,
+  first: 4,
+  amsgrad: 8,
+} as const

@@ -6,8 +6,8 @@
 import { ptr } from "bun:ffi"
 import { shimError } from "./native.ts"
 import {
-  ALL_DIMS, BinaryOp, ReduceOp, ScatterOp, ShimStatus, TernaryOp, UnaryOp, type BinaryOpName, type ReduceOpName, type ScatterOpName, type TernaryOpName,
-  type UnaryOpName,
+  ALL_DIMS, BinaryOp, OptimFlag, ReduceOp, ScatterOp, ShimStatus, TernaryOp, UnaryOp, type BinaryOpName, type ReduceOpName, type ScatterOpName,
+  type TernaryOpName, type UnaryOpName,
 } from "./symbols.ts"
 import type { Stream } from "./stream.ts"
 import type { Tensor } from "./tensor.ts"
@@ -141,3 +141,39 @@ export const dropout = (out: Tensor, mask: Tensor, a: Tensor, p: number, seed: b
 /** out[.., index, ..] (op)= src along dim, in place. */
 export const scatter = (op: ScatterOpName, out: Tensor, dim: number, index: Tensor, src: Tensor, s?: Stream): void =>
   out.native.check(out.native.shim.shim_scatter(ScatterOp[op], out.handle, dim, index.handle, src.handle, stream(s)), `shim_scatter(${op})`)
+/** torch.optim.SGD's hyper-parameters for one step (shim_sgd). */
+export interface SgdStep {
+  readonly lr: number
+  readonly momentum: number
+  readonly dampening: number
+  readonly weightDecay: number
+  readonly nesterov: boolean
+  readonly maximize: boolean
+  /** The momentum buffer starts as the step's direction (torch's first step). */
+  readonly first: boolean
+}
+
+/** One SGD step of param in place (momentumBuf: undefined when momentum is 0). */
+export const sgd = (param: Tensor, grad: Tensor, momentumBuf: Tensor | undefined, a: SgdStep, s?: Stream): void => {
+  const flags = (a.nesterov ? OptimFlag.nesterov : 0) | (a.maximize ? OptimFlag.maximize : 0) | (a.first ? OptimFlag.first : 0)
+  param.native.check(param.native.shim.shim_sgd(param.handle, grad.handle, momentumBuf?.handle ?? null, a.lr, a.momentum, a.dampening, a.weightDecay, flags, stream(s)), "shim_sgd")
+}
+
+/** torch.optim.AdamW's hyper-parameters for step number `step` (1 on the first). */
+export interface AdamwStep {
+  readonly lr: number
+  readonly beta1: number
+  readonly beta2: number
+  readonly eps: number
+  readonly weightDecay: number
+  readonly step: number
+  readonly amsgrad: boolean
+  readonly maximize: boolean
+}
+
+/** One AdamW step of param in place (maxExpAvgSq: undefined without amsgrad). */
+export const adamw = (param: Tensor, grad: Tensor, expAvg: Tensor, expAvgSq: Tensor, maxExpAvgSq: Tensor | undefined, a: AdamwStep, s?: Stream): void => {
+  const flags = (a.amsgrad ? OptimFlag.amsgrad : 0) | (a.maximize ? OptimFlag.maximize : 0)
+  param.native.check(param.native.shim.shim_adamw(param.handle, grad.handle, expAvg.handle, expAvgSq.handle, maxExpAvgSq?.handle ?? null,
+    a.lr, a.beta1, a.beta2, a.eps, a.weightDecay, a.step, flags, stream(s)), "shim_adamw")
+}

@@ -192,6 +192,14 @@ typedef struct shim_scatter_dims {
 
 int shim_check_scatter(int32_t op, const shim_tensor *out, int32_t dim, const shim_tensor *index, const shim_tensor *src,
                        shim_scatter_dims *dims);
+/* ---- the fused optimizer steps (optim_checks.c) ---------------------------------------- */
+
+/* param is f32 or f64; grad and the buffers have its dtype and element count and share no
+ * memory with it; flags known to the step; adamw's step >= 1. */
+int shim_check_sgd(const shim_tensor *param, const shim_tensor *grad, const shim_tensor *momentum_buf, double momentum,
+                   int32_t flags);
+int shim_check_adamw(const shim_tensor *param, const shim_tensor *grad, const shim_tensor *exp_avg,
+                     const shim_tensor *exp_avg_sq, const shim_tensor *max_exp_avg_sq, int64_t step, int32_t flags);
 
 /* ---- communicators (comm_checks.c) ---------------------------------------------------- */
 

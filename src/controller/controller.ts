@@ -10,7 +10,7 @@ import { randomBytes } from "node:crypto"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { existsSync } from "node:fs"
-import { dirname, isAbsolute, join } from "node:path"
+import { dirname, isAbsolute, join, resolve } from "node:path"
 import { Launcher } from "../launcher/index.ts"
 import { NDSlice } from "../protocol/ndslice.ts"
 import type { Device } from "../protocol/values.ts"
@@ -93,6 +93,12 @@ export interface LocalOptions extends CommonOptions {
   readonly functionPath?: ReadonlyArray<string>
   /** More environment for the workers. */
   readonly env?: Readonly<Record<string, string>>
+  /**
+   * The workers' checkpoint root (their MONARCH_CHECKPOINT_DIR): checkpoint paths are relative
+   * to it and no checkpoint command writes or reads outside it. Default: MONARCH_CHECKPOINT_DIR
+   * here, else none (checkpoint commands are refused).
+   */
+  readonly checkpoints?: string
   /** Each line a worker prints; default: stderr with a rank prefix. */
   readonly onWorkerLine?: (rank: number, line: string) => void
 }
@@ -127,6 +133,12 @@ export interface AttachOptions extends CommonOptions {
    * the store: its protocol has no authentication.
    */
   readonly token?: string
+}
+
+/** Where Controller.local's workers keep checkpoints: `checkpoints`, else MONARCH_CHECKPOINT_DIR, as an absolute path. */
+const checkpointRoot = (o: LocalOptions): string | undefined => {
+  const root = o.checkpoints ?? (process.env.MONARCH_CHECKPOINT_DIR || undefined)
+  return root === undefined ? undefined : resolve(root)
 }
 
 /** An attach token is chosen by people, so a short (guessable) one is refused. */
@@ -260,6 +272,7 @@ export class Controller extends Context.Service<Controller, ControllerApi>()("mo
           MONARCH_TOKEN: token,
           MONARCH_DEVICE: o.device ?? process.env.MONARCH_DEVICE ?? "cpu",
           MONARCH_FUNCTION_PATH: (o.functionPath ?? programFolder()).join(":"),
+          ...(checkpointRoot(o) === undefined ? {} : { MONARCH_CHECKPOINT_DIR: checkpointRoot(o) }),
           ...(traceDir === undefined ? {} : { MONARCH_TRACE_DIR: traceDir }),
         },
         onLine: (rank, line) => {

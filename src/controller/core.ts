@@ -67,6 +67,8 @@ interface PendingFetch {
   readonly resume: (e: Effect.Effect<ReadonlyArray<Value>, Failure | ControllerError>) => void
   /** Failed early (a lost worker, the deadline); kept until complete so late results are dropped quietly. */
   answered: boolean
+  /** Its results may come after its ranks passed it (a checkpoint file written in the background): wait for them. */
+  readonly late: boolean
   deadline: ReturnType<typeof setTimeout> | undefined
 }
 
@@ -221,12 +223,14 @@ export class Core {
    * on has passed what it depends on there (ranks outside those answer nothing and are not
    * waited for), with the value from each rank in order, or the failure it depends on (a lost
    * worker's at once). `deadlineMs` (default the core's) bounds the wait: then it fails with
-   * DeadlineExceeded naming the ranks behind.
+   * DeadlineExceeded naming the ranks behind. With `late`, a rank's result may come after it
+   * passed the command (work it finishes in the background); a rank lost before sending it
+   * fails the fetch with WorkerLost.
    */
-  fetch(ranks: ReadonlyArray<number>, inputs: ReadonlyArray<number>, label: string, site: CallSite | undefined, make: (ident: number) => WorkerMessage, deadlineMs = this.options.deadlineMs): Effect.Effect<ReadonlyArray<Value>, Failure | ControllerError> {
+  fetch(ranks: ReadonlyArray<number>, inputs: ReadonlyArray<number>, label: string, site: CallSite | undefined, make: (ident: number) => WorkerMessage, deadlineMs = this.options.deadlineMs, late = false): Effect.Effect<ReadonlyArray<Value>, Failure | ControllerError> {
     return Effect.callback((resume) => {
       const node = this.command(ranks, label, inputs, [], site, make)
-      const pending: PendingFetch = { node, values: new Map(), needs: this.graph.needs(node, ranks), resume, answered: false, deadline: undefined }
+      const pending: PendingFetch = { node, values: new Map(), needs: this.graph.needs(node, ranks), resume, answered: false, deadline: undefined, late }
       this.fetches.set(node.ident, pending)
       // Every rank reports its status after this batch, so the fetch settles without waiting
       // for the once-a-second Status.
@@ -259,6 +263,18 @@ export class Core {
       pending.answered = true
       clearTimeout(pending.deadline)
       return resume(Effect.fail(failure))
+    }
+    if (pending.late && !pending.answered && this.graph.failureAt(node, node.ranks) === undefined) {
+      const waitingFor = node.ranks.filter((r) => !values.has(r))
+      const lost = waitingFor.find((r) => this.graph.isLost(r))
+      if (lost === undefined && waitingFor.length > 0) return
+      if (lost !== undefined) {
+        const exit = this.exits.get(lost)
+        pending.answered = true
+        clearTimeout(pending.deadline)
+        this.fetches.delete(ident)
+        return resume(Effect.fail(new WorkerLost({ rank: lost, status: exit?.status, signal: exit?.signal ?? undefined, ident })))
+      }
     }
     this.fetches.delete(ident)
     clearTimeout(pending.deadline)

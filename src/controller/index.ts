@@ -13,6 +13,10 @@ export { Controller, type AttachOptions, type ControllerApi, type LocalOptions }
 export type { HangReport, RankAt, WorkerInfo } from "./core.ts"
 export { ControllerError, DeadlineExceeded, RemoteError, StartError, WorkerLost, type WorkerFrame } from "./errors.ts"
 export { RemoteStream, RemoteTensor } from "./handles.ts"
+export {
+  CheckpointError, exportFile, importFile, load, perRank, PerRank, readCheckpoint, restoreInto, save, tensorsOf,
+  type Loaded, type PendingSave, type RankWrite, type SaveOptions, type Saved, type State,
+} from "./checkpoint.ts"
 export { Mesh, type CallOptions, type FetchOptions } from "./mesh.ts"
 export { blockOf, partial, replicate, replicated, shard, shardedDims, type DimPlacement, type Placement, type PlacementSpec } from "./placement.ts"
 export { eager, ops, opsOn, type OpFunction, type OpMethod, type Ops, type TensorMethods } from "./ops.ts"

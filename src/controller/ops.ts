@@ -16,7 +16,7 @@
 import { Effect } from "effect"
 import { type OpName, OPS, type ParamsOf, type ResultDtypeOf, type ReturnsOf } from "../ops/registry.ts"
 import type { CallForms, Param } from "../ops/params.ts"
-import type { ReturnKind } from "../ops/spec.ts"
+import { mutatedParams, type OpSpec, type ReturnKind } from "../ops/spec.ts"
 import type { DType, HostTensor } from "../protocol/values.ts"
 import { ControllerError, type Failure } from "./errors.ts"
 import { RemoteTensor } from "./handles.ts"
@@ -108,9 +108,9 @@ const invoke = (name: OpName, mesh: Mesh | undefined, all: ReadonlyArray<unknown
   const on = mesh ?? meshOf(args) ?? meshOf(Object.values(kwargs))
   if (on === undefined) throw refuse(`ops.${name} has no tensor argument to take a mesh from; use opsOn(mesh).${name}`)
   const op = OPS[name]
-  const input = op.mutates ? args[0] ?? kwargs.input : undefined
-  const results = on.issue(`ops.${name}`, args, kwargs, input instanceof RemoteTensor ? { mutates: [input] } : {})
-  if (input instanceof RemoteTensor) return input
+  const mutated = mutatedTensors(op, args, kwargs)
+  const results = on.issue(`ops.${name}`, args, kwargs, mutated.length > 0 ? { mutates: mutated } : {})
+  if (op.mutates) return mutated[0]!
   switch (op.returns as ReturnKind) {
     case "none": return undefined
     case "tensors": return results
@@ -120,6 +120,20 @@ const invoke = (name: OpName, mesh: Mesh | undefined, all: ReadonlyArray<unknown
       if (results.length !== 1) throw refuse(`ops.${name} has ${results.length} results`)
       return results[0]!
   }
+}
+
+/** The tensors an in-place op writes, from the parameters it names (by position or keyword; lists flattened). */
+const mutatedTensors = (op: (typeof OPS)[OpName], args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>): RemoteTensor[] => {
+  const names = mutatedParams(op as OpSpec)
+  if (names.length === 0) return []
+  const params = op.params as ReadonlyArray<Param>
+  const out = names.flatMap((n) => {
+    const i = params.findIndex((p) => p.name === n)
+    const v = (i < args.length ? args[i] : undefined) ?? kwargs[n]
+    return (Array.isArray(v) ? v : [v]).filter((t): t is RemoteTensor => t instanceof RemoteTensor)
+  })
+  if (out.length === 0) throw refuse(`ops.${op.name} writes in place, but was given no tensor to write (${names.join(", ")})`)
+  return out
 }
 
 const functions = (mesh: Mesh | undefined): Ops =>

@@ -505,12 +505,43 @@ export const KERNELS: Kernels = {
     k.fill(ones, 1, run.stream)
     k.scatter("assign", out!, index.length - 1, run.view(a.tensor, index), ones, run.stream)
   },
+  _fused_sgd_: (run, _, a) => a.params.forEach((p, i) =>
+    k.sgd(p, a.grads[i]!, a.momentum_buffers[i], {
+      lr: a.lr, momentum: a.momentum, dampening: a.dampening, weightDecay: a.weight_decay, nesterov: a.nesterov, maximize: a.maximize, first: a.is_first_step,
+    }, run.stream)),
+  _fused_adamw_: (run, _, a) => a.params.forEach((p, i) =>
+    k.adamw(p, a.grads[i]!, a.exp_avgs[i]!, a.exp_avg_sqs[i]!, a.max_exp_avg_sqs[i], {
+      lr: a.lr, beta1: a.beta1, beta2: a.beta2, eps: a.eps, weightDecay: a.weight_decay, step: a.step, amsgrad: a.amsgrad, maximize: a.maximize,
+    }, run.stream)),
+  _sum_of_squares: (run, [out], a) => sumOfSquares(run, out!, a.tensors),
+  _clip_by_total_norm_: (run, _, a) => clipByTotalNorm(run, a.tensors, a.total_norm, a.max_norm),
   embedding: (run, [out], a) => {
     const n = numelOf(a.input.shape), d = a.weight.shape[1]!
     const index = run.temp("i64", [n, d])
     copyInto(run, index, a.input, { offset: 0, strides: [1, 0] })
     k.gather(run.view(out!, [n, d]), a.weight, 0, index, run.stream)
   },
+}
+
+/** The sum of the tensors' squared elements, accumulated in double: each one's 2-norm squared. */
+const sumOfSquares = (run: Run, out: Tensor, tensors: ReadonlyArray<Tensor>): void => {
+  const acc = run.temp("f64", []), norm = run.temp("f64", [])
+  k.fill(acc, 0, run.stream)
+  for (const t of tensors) {
+    k.reduce("norm2", norm, t, undefined, run.stream)
+    k.binary("mul", norm, norm, norm, run.stream)
+    k.binary("add", acc, acc, norm, run.stream)
+  }
+  k.cast(out, acc, run.stream)
+}
+
+/** torch's clip_grad_norm_ coefficient, min(max_norm / (total_norm + 1e-6), 1) in total_norm's dtype, applied to each tensor. */
+const clipByTotalNorm = (run: Run, tensors: ReadonlyArray<Tensor>, totalNorm: Tensor, maxNorm: number): void => {
+  const coef = run.temp(totalNorm.dtype, [])
+  k.binaryScalar("add", coef, run.view(totalNorm, []), 1e-6, false, run.stream)
+  k.binaryScalar("div", coef, coef, maxNorm, true, run.stream)
+  k.binaryScalar("minimum", coef, coef, 1, false, run.stream)
+  for (const t of tensors) k.binary("mul", t, t, run.cast(coef, t.dtype), run.stream)
 }
 
 const isTensor = (v: unknown): v is Tensor => v instanceof Tensor

@@ -12,11 +12,12 @@ import { elementwise } from "./specs/elementwise.ts"
 import { layout } from "./specs/layout.ts"
 import { math } from "./specs/math.ts"
 import { nn } from "./specs/nn.ts"
+import { optim } from "./specs/optim.ts"
 import { random } from "./specs/random.ts"
 import { reductions } from "./specs/reduction.ts"
 import { ternary } from "./specs/ternary.ts"
 
-const SPECS = { ...creation, ...random, ...elementwise, ...math, ...ternary, ...reductions, ...layout, ...nn }
+const SPECS = { ...creation, ...random, ...elementwise, ...math, ...ternary, ...reductions, ...layout, ...nn, ...optim }
 
 type Specs = typeof SPECS
 export type OpName = keyof Specs

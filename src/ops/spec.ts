@@ -45,15 +45,24 @@ export interface OpSpec<P extends ReadonlyArray<Param> = ReadonlyArray<Param>, K
    */
   readonly results: number | ((a: Bound<P>, op: string) => number)
   readonly returns: R
-  /** In place: it writes its `input` and defines nothing (the controller lists it in `mutates`). */
-  readonly mutates?: "input"
+  /**
+   * In place: it writes its `input` (or the tensors of the parameters named, a list of tensors
+   * included) and defines nothing; the controller lists them in `mutates`.
+   */
+  readonly mutates?: Mutates
   /** Its result shares its input's memory: the kernel allocates nothing and returns it. */
   readonly view?: true
 }
+
+/** What an in-place op writes: its `input`, or the tensors of the parameters named. */
+export type Mutates = "input" | ReadonlyArray<string>
+
+/** The names of the parameters an op writes (none for an op that is not in place). */
+export const mutatedParams = (op: OpSpec): ReadonlyArray<string> => (op.mutates === undefined ? [] : op.mutates === "input" ? ["input"] : op.mutates)
 
 /** Declares an op; `results` defaults to 1, or 0 for an in-place op. */
 export const spec = <const P extends ReadonlyArray<Param>, const K extends DtypeKind = "any", const R extends ReturnKind = "tensor">(
   params: P,
   outputs: (a: Bound<P>, op: string) => ReadonlyArray<TensorMeta>,
-  more: { readonly dtype?: K; readonly results?: number | ((a: Bound<P>, op: string) => number); readonly returns?: R; readonly mutates?: "input"; readonly view?: true } = {},
+  more: { readonly dtype?: K; readonly results?: number | ((a: Bound<P>, op: string) => number); readonly returns?: R; readonly mutates?: Mutates; readonly view?: true } = {},
 ): OpSpec<P, K, R> => ({ params, outputs, results: more.results ?? (more.mutates ? 0 : 1), ...more, dtype: (more.dtype ?? "any") as K, returns: (more.returns ?? (more.mutates || more.results === 0 ? "none" : "tensor")) as R })

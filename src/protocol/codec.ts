@@ -153,7 +153,7 @@ const decodeWith = <M extends Message>(bytes: Uint8Array, ownership: FrameOwners
 }
 
 /**
- * Decodes and checks a message sent to a worker (codes 1..14). Never throws. With
+ * Decodes and checks a message sent to a worker (codes below 64). Never throws. With
  * "borrowed" bytes (valid only for now, e.g. a small frame from FrameReader) tensor and bin
  * bytes are copied out; with "owned" bytes they are views into `bytes` when 8-aligned.
  */

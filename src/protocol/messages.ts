@@ -100,7 +100,7 @@ export const WORKER_MESSAGES = {
   /** Ends the command loop (in restartable mode: starts a fresh state and sends Restarted). */
   Exit: message(6, []),
   /** Commands run in order, as if sent one by one. */
-  CommandGroup: message(7, [["commands", commands, "each a full `[code, ...]` array, codes 1–14"]]),
+  CommandGroup: message(7, [["commands", commands, "each a full `[code, ...]` array, codes below 64"]]),
   /** Forgets refs (by id). An unknown id is a ProtocolError for that id; the rest still go. */
   DeleteRefs: message(8, [["refs", uintList, "ref ids"]]),
   /**
@@ -148,6 +148,52 @@ export const WORKER_MESSAGES = {
     ["factory", factoryField],
     ["stream", refField],
   ], (m) => (m.fromRanks.length !== m.toRanks.length ? ["toRanks", `${m.toRanks.length} ranks for ${m.fromRanks.length} in fromRanks`] : undefined)),
+  /**
+   * Checkpoints (codes 40..43; paths are relative to the worker's checkpoint root, which it never
+   * writes or reads outside of). Copies `tensors` to host memory now, a snapshot later commands
+   * cannot change, then writes those whose `writers` list this rank as
+   * `<dir>/rank-<rank>.safetensors` in the background and answers FetchResult(ident,
+   * `{ file, bytes, hashes, ms }`) once the file is durable (or `{ error }`): the command itself
+   * completes at once.
+   */
+  SaveShards: message(40, [
+    ["ident", uintField],
+    ["dir", strField, "the version's temporary directory"],
+    ["tensors", refList],
+    // The tensors' names in the file, one per tensor.
+    ["names", strList],
+    ["writers", valueList<Value>(), "per tensor, the ranks that write it: [uint]"],
+    ["stream", refField],
+  ], (m) => (m.names.length !== m.tensors.length ? ["names", `${m.names.length} names for ${m.tensors.length} tensors`]
+    : m.writers.length !== m.tensors.length ? ["writers", `${m.writers.length} writer lists for ${m.tensors.length} tensors`] : undefined)),
+  /**
+   * Publishes a version whose shards are durable in `tmp`: writes `manifest` there, syncs, renames
+   * it to `<dir>/<version>`, replaces `<dir>/LATEST` by rename, keeps the newest `keep` versions;
+   * answers FetchResult(ident, null).
+   */
+  CommitCheckpoint: message(41, [
+    ["ident", uintField],
+    ["dir", strField],
+    ["tmp", strField],
+    ["version", strField],
+    ["manifest", strField, "JSON"],
+    ["keep", uintField],
+  ]),
+  /**
+   * Answers FetchResult(ident, `{ version, manifest }`) for a checkpoint directory (the version
+   * LATEST names unless `version` is given), or `{ header }` (JSON) for a `.safetensors` file.
+   */
+  ReadCheckpoint: message(42, [["ident", uintField], ["path", strField], ["version", strOrNil]]),
+  /**
+   * Defines each of `results` from a block of a tensor in a safetensors file: `sources[i]` lists,
+   * per rank, `[rank, file, key, offsets, shape, hash or nil]`; this rank reads its own entry.
+   */
+  LoadShards: message(43, [
+    ["ident", uintField],
+    ["results", refList],
+    ["sources", valueList<Value>(), "per result: [[rank, file, key, [uint], [uint], str or nil]]"],
+    ["stream", refField],
+  ], (m) => (m.sources.length !== m.results.length ? ["sources", `${m.sources.length} sources for ${m.results.length} results`] : undefined)),
 } as const
 
 /** Worker -> controller: codes 64 and up, so a message sent the wrong way is refused by code alone. */
@@ -194,6 +240,10 @@ export type BorrowLastUse = MessageOf<"BorrowLastUse">
 export type BorrowDrop = MessageOf<"BorrowDrop">
 export type Reduce = MessageOf<"Reduce">
 export type SendTensor = MessageOf<"SendTensor">
+export type SaveShards = MessageOf<"SaveShards">
+export type CommitCheckpoint = MessageOf<"CommitCheckpoint">
+export type ReadCheckpoint = MessageOf<"ReadCheckpoint">
+export type LoadShards = MessageOf<"LoadShards">
 export type WorkerHello = MessageOf<"WorkerHello">
 export type Status = MessageOf<"Status">
 export type FetchResult = MessageOf<"FetchResult">

@@ -34,9 +34,20 @@ export const scanStack = (): ScanStack => new Float64Array(MAX_DEPTH + 3)
  * strs in it that are not UTF-8 (then decode markBadStrings(b, ...) instead).
  */
 export const scan = (b: Uint8Array, stack: ScanStack): string | undefined | BadStrings => {
+  const first = walk(b, stack, undefined)
+  // Rare: walk again, noting every bad str and every genuine ext -128 (which the markers would shadow).
+  return first === BAD_STR ? walk(b, stack, new BadStrings()) : first
+}
+
+/** What walk returns without `marks` on the first str that is not UTF-8. */
+const BAD_STR = new BadStrings()
+
+/**
+ * The walk behind scan. Without `marks` (the common case: one pass, no bookkeeping per value)
+ * it stops at the first bad str; with them it notes each bad str and genuine ext -128.
+ */
+const walk = (b: Uint8Array, stack: ScanStack, marks: BadStrings | undefined): string | undefined | BadStrings => {
   const n = b.length
-  const truncated = `truncated message (${n} bytes)`
-  let marks: BadStrings | undefined
   let pos = 0, depth = 0, owed = 0
   while (pos < n) {
     const head = b[pos]!
@@ -47,49 +58,50 @@ export const scan = (b: Uint8Array, stack: ScanStack): string | undefined | BadS
     else if (head < 0xa0) items = head - 0x90
     else if (head < 0xc0) {
       skip = head - 0xa0
+      // The common case, so inline: ASCII (one test for all its bytes), or the full check.
       const end = pos + skip
-      // ASCII here; the full check from the first byte that is not.
-      if (end <= n) for (let i = pos; i < end; i++) if (b[i]! >= 0x80) {
-        if (!isUtf8(b, i, end)) marks = note(marks, at, end, NOT_UTF8.marker)
-        break
+      let high = 0
+      if (end <= n) for (let i = pos; i < end; i++) high |= b[i]!
+      if (high >= 0x80 && !isUtf8(b, pos, end)) {
+        if (marks === undefined) return BAD_STR
+        note(marks, at, pos + skip, NOT_UTF8.marker)
       }
     } else {
       if (pos + 4 > n && head !== 0xc1) {
         // Headers read below may run past the end: check exactly.
         const need = HEADER_BYTES[head - 0xc4] ?? 0
-        if (pos + need > n) return truncated
+        if (pos + need > n) return truncated(n)
       }
-      // Where a str's bytes start, or an ext's type byte sits.
-      let text = -1, ext = -1
+      // Where a long str's bytes start.
+      let text = -1
       switch (head) {
         case 0xc1: return undefined // reserved: the library names it
         case 0xc4: skip = 1 + b[pos]!; break
-        case 0xd9: skip = 1 + b[pos]!; text = pos + 1; break
         case 0xc5: skip = 2 + ((b[pos]! << 8) | b[pos + 1]!); break
-        case 0xda: skip = 2 + ((b[pos]! << 8) | b[pos + 1]!); text = pos + 2; break
         case 0xc6: skip = 4 + u32be(b, pos); break
+        case 0xd9: skip = 1 + b[pos]!; text = pos + 1; break
+        case 0xda: skip = 2 + ((b[pos]! << 8) | b[pos + 1]!); text = pos + 2; break
         case 0xdb: skip = 4 + u32be(b, pos); text = pos + 4; break
-        case 0xc7: skip = 2 + b[pos]!; ext = pos + 1; break
-        case 0xc8: skip = 3 + ((b[pos]! << 8) | b[pos + 1]!); ext = pos + 2; break
-        case 0xc9: skip = 5 + u32be(b, pos); ext = pos + 4; break
+        case 0xc7: skip = 2 + b[pos]!; if (marks !== undefined) genuine(b, marks, at, pos + 1, pos + skip); break
+        case 0xc8: skip = 3 + ((b[pos]! << 8) | b[pos + 1]!); if (marks !== undefined) genuine(b, marks, at, pos + 2, pos + skip); break
+        case 0xc9: skip = 5 + u32be(b, pos); if (marks !== undefined) genuine(b, marks, at, pos + 4, pos + skip); break
         case 0xca: case 0xce: case 0xd2: skip = 4; break
         case 0xcb: case 0xcf: case 0xd3: skip = 8; break
         case 0xcc: case 0xd0: skip = 1; break
         case 0xcd: case 0xd1: skip = 2; break
-        case 0xd4: skip = 2; ext = pos; break
-        case 0xd5: skip = 3; ext = pos; break
-        case 0xd6: skip = 5; ext = pos; break
-        case 0xd7: skip = 9; ext = pos; break
-        case 0xd8: skip = 17; ext = pos; break
+        case 0xd4: skip = 2; if (marks !== undefined) genuine(b, marks, at, pos, pos + skip); break
+        case 0xd5: skip = 3; if (marks !== undefined) genuine(b, marks, at, pos, pos + skip); break
+        case 0xd6: skip = 5; if (marks !== undefined) genuine(b, marks, at, pos, pos + skip); break
+        case 0xd7: skip = 9; if (marks !== undefined) genuine(b, marks, at, pos, pos + skip); break
+        case 0xd8: skip = 17; if (marks !== undefined) genuine(b, marks, at, pos, pos + skip); break
         case 0xdc: items = (b[pos]! << 8) | b[pos + 1]!; pos += 2; break
         case 0xdd: items = u32be(b, pos); pos += 4; break
         case 0xde: items = 2 * ((b[pos]! << 8) | b[pos + 1]!); pos += 2; break
         case 0xdf: items = 2 * u32be(b, pos); pos += 4; break
       }
-      const end = pos + skip
-      if (end <= n) {
-        if (text >= 0 && !isUtf8(b, text, end)) marks = note(marks, at, end, NOT_UTF8.marker)
-        else if (ext >= 0 && b[ext] === NOT_UTF8_TYPE_BYTE) marks = note(marks, at, end, NOT_UTF8.genuine)
+      if (text >= 0 && !isText(b, text, pos + skip)) {
+        if (marks === undefined) return BAD_STR
+        note(marks, at, pos + skip, NOT_UTF8.marker)
       }
     }
     if (items > 0) {
@@ -98,11 +110,11 @@ export const scan = (b: Uint8Array, stack: ScanStack): string | undefined | BadS
       stack[depth] = items
       owed += items
       // Each open container but the outermost is one unfinished item of its parent.
-      if (owed - (depth - 1) > n - pos) return truncated
+      if (owed - (depth - 1) > n - pos) return truncated(n)
       continue
     }
     pos += skip
-    if (pos > n) return truncated
+    if (pos > n) return truncated(n)
     // A whole value: it completes an item of the enclosing container, maybe closing it.
     while (depth > 0) {
       owed--
@@ -111,17 +123,32 @@ export const scan = (b: Uint8Array, stack: ScanStack): string | undefined | BadS
     }
     if (depth === 0) break // trailing bytes are the library's to report
   }
-  if (depth > 0 || pos === 0) return truncated
+  if (depth > 0 || pos === 0) return truncated(n)
   return marks?.strs ? marks : undefined
 }
 
-/** `marks` (made on first use) with the value at [start, end) added. */
-const note = (marks: BadStrings | undefined, start: number, end: number, kind: number): BadStrings => {
-  const m = marks ?? new BadStrings()
-  m.spans.push(start, end)
-  m.kinds.push(kind)
-  if (kind === NOT_UTF8.marker) m.strs = true
-  return m
+/** Made only on failure: building it for every scan cost about a quarter of a small message's scan. */
+const truncated = (n: number): string => `truncated message (${n} bytes)`
+
+/** Adds the value at [start, end) to `marks`. */
+const note = (marks: BadStrings, start: number, end: number, kind: number): void => {
+  marks.spans.push(start, end)
+  marks.kinds.push(kind)
+  if (kind === NOT_UTF8.marker) marks.strs = true
+}
+
+/** Notes the ext at [start, end) when it is a genuine ext -128, its type byte at `type`. */
+const genuine = (b: Uint8Array, marks: BadStrings, start: number, type: number, end: number): void => {
+  if (end <= b.length && b[type] === NOT_UTF8_TYPE_BYTE) note(marks, start, end, NOT_UTF8.genuine)
+}
+
+/** Whether b[from, to) is UTF-8: ASCII (one test for all its bytes, the common case), or the full check. */
+const isText = (b: Uint8Array, from: number, to: number): boolean => {
+  // Past the end, the walk reports the value as truncated instead.
+  if (to > b.length) return true
+  let high = 0
+  for (let i = from; i < to; i++) high |= b[i]!
+  return high < 0x80 || isUtf8(b, from, to)
 }
 
 /** `b` with each span of `marks` replaced by its fixext 1 NOT_UTF8 marker. */

@@ -41,6 +41,8 @@ export interface WorkerConfig {
   readonly restartable: boolean
   /** Where user modules may load from (MONARCH_FUNCTION_PATH); none when it is unset. */
   readonly functionRoots: ReadonlyArray<string>
+  /** MONARCH_CHECKPOINT_DIR: the only folder checkpoint commands write or read (none: they are refused). */
+  readonly checkpointRoot: string | undefined
   /** Collective and p2p timeout. */
   readonly commTimeoutMs: number
   /** Rendezvous and store-wait timeout. */
@@ -124,6 +126,7 @@ export const readConfig = (env: Record<string, string | undefined> = process.env
     restartable: env.MONARCH_RESTARTABLE === "1",
     // No default: under torchrun the working directory is wherever the job was started from.
     functionRoots: (env.MONARCH_FUNCTION_PATH ?? "").split(":").filter((r) => r.length > 0),
+    checkpointRoot: env.MONARCH_CHECKPOINT_DIR || undefined,
     commTimeoutMs: int(env, "MONARCH_COMM_TIMEOUT_MS", 60_000),
     storeTimeoutMs: int(env, "MONARCH_STORE_TIMEOUT_MS", 60_000),
     orphanTimeoutMs: int(env, "MONARCH_ORPHAN_TIMEOUT_MS", 60_000),

@@ -26,6 +26,10 @@ export interface Session {
   readonly borrows: Map<number, Borrow | null>
   readonly comms: Communicators
   readonly functions: FunctionTable
+  /** Where checkpoint commands may write and read (MONARCH_CHECKPOINT_DIR); none: they are refused. */
+  readonly checkpointRoot?: string | undefined
+  /** Checkpoint files being written in the background; Exit waits for them. */
+  readonly writing: Set<Promise<unknown>>
   /** Sends a message to the controller (queued; never blocks). */
   readonly send: (msg: ControllerMessage) => void
   /** Whether the link to the controller is still open (see LinkState). */
@@ -50,11 +54,12 @@ export interface Session {
  */
 export type LinkState = "open" | "lost" | "ended"
 
-export const makeSession = (deps: Pick<Session, "rank" | "world" | "native" | "comms" | "functions" | "send"> & { readonly linkState?: () => LinkState }): Session => ({
+export const makeSession = (deps: Pick<Session, "rank" | "world" | "native" | "comms" | "functions" | "send" | "checkpointRoot"> & { readonly linkState?: () => LinkState }): Session => ({
   linkState: () => "open",
   ...deps,
   env: new RefEnv(),
   borrows: new Map(),
+  writing: new Set(),
   firstUncompletedIdent: 0,
   lastSentStatus: 0,
   exiting: false,

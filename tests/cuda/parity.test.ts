@@ -330,6 +330,38 @@ describe("cuda matches cpu", () => {
     expect(bad).toEqual([])
   })
 
+  parity("fused sgd and adamw steps, each flag, three steps: the same bits", () => {
+    const bad: string[] = []
+    const copy = (t: Tensor, native: Native) => Tensor.fromHost(native, t.toHost())
+    for (const dtype of ["f32", "f64"] as const) {
+      const start = pair(dtype, [N], bytesOf(dtype, N, 16, { lo: -2, hi: 2, specials: false }))
+      const grads = [17, 18, 19].map((seed) => pair(dtype, [N], bytesOf(dtype, N, seed, { lo: -3, hi: 3, specials: seed === 17 })))
+      const sgd = [{ momentum: 0, dampening: 0, nesterov: false, maximize: false }, { momentum: 0.9, dampening: 0.1, nesterov: false, maximize: true }, { momentum: 0.8, dampening: 0, nesterov: true, maximize: false }]
+      for (const o of sgd) {
+        const [p, q] = [copy(start[0], cpu), copy(start[1], cuda!)], [m, n] = emptyPair(dtype, [N])
+        grads.forEach(([g, h], k) => {
+          const a = { lr: 0.05, weightDecay: 0.01, ...o, first: k === 0 }
+          alike(`sgd ${dtype} ${JSON.stringify(o)}`, (w) => ops.sgd(w ? q : p, w ? h : g, o.momentum ? (w ? n : m) : undefined, a))
+        })
+        bad.push(...differences(`sgd ${dtype} ${JSON.stringify(o)}`, p, q, 4))
+        freeAll(p, q, m, n)
+      }
+      for (const o of [{ amsgrad: false, maximize: false }, { amsgrad: true, maximize: true }]) {
+        const [p, q] = [copy(start[0], cpu), copy(start[1], cuda!)]
+        const [m0, m1] = pair(dtype, [N], new Uint8Array(N * ITEM_SIZE[dtype])), [v0, v1] = pair(dtype, [N], new Uint8Array(N * ITEM_SIZE[dtype]))
+        const [x0, x1] = pair(dtype, [N], new Uint8Array(N * ITEM_SIZE[dtype]))
+        grads.forEach(([g, h], k) => {
+          const a = { lr: 0.01, beta1: 0.9, beta2: 0.99, eps: 1e-8, weightDecay: 0.1, step: k + 1, ...o }
+          alike(`adamw ${dtype} ${JSON.stringify(o)}`, (w) => ops.adamw(w ? q : p, w ? h : g, w ? m1 : m0, w ? v1 : v0, o.amsgrad ? (w ? x1 : x0) : undefined, a))
+        })
+        for (const [what, c, d] of [["param", p, q], ["exp_avg", m0, m1], ["exp_avg_sq", v0, v1]] as const) bad.push(...differences(`adamw ${dtype} ${what} ${JSON.stringify(o)}`, c, d, 4))
+        freeAll(p, q, m0, m1, v0, v1, x0, x1)
+      }
+      freeAll(...start, ...grads.flat())
+    }
+    expect(bad).toEqual([])
+  })
+
   parity("bad calls fail alike", () => {
     const [a, b] = pair("f32", [2, 3], bytesOf("f32", 6, 13))
     const [i, j] = pair("i32", [3], bytesOf("i32", 3, 14))
@@ -355,6 +387,9 @@ describe("cuda matches cpu", () => {
     alike("cast count", (w) => call(w, "shim_cast", w ? j : i, w ? b : a, null))
     alike("rand on i32", (w) => call(w, "shim_rand", w ? j : i, 1, 0, 0, null))
     alike("spin negative", (w) => call(w, "shim_debug_stream_spin", null, -5))
+    alike("sgd on i32", (w) => call(w, "shim_sgd", w ? j : i, w ? j : i, null, 0.1, 0, 0, 0, 0, null))
+    alike("sgd grad shape", (w) => call(w, "shim_sgd", w ? b : a, w ? y : x, null, 0.1, 0, 0, 0, 0, null))
+    alike("adamw step 0", (w) => call(w, "shim_adamw", w ? b : a, w ? sr : sq, w ? y : x, w ? y : x, null, 0.1, 0.9, 0.99, 1e-8, 0, 0, 0, null))
     freeAll(a, b, i, j, x, y, bx, by, sq, sr)
   })
 

@@ -34,6 +34,7 @@ const definedIds = (m: WorkerMessage): number[] => {
   switch (m._tag) {
     case "CreateStream": case "CreateDeviceMesh": case "BorrowCreate": case "Reduce": case "SendTensor": return [m.result.id]
     case "CallFunction": return [...m.results, ...m.mutates].map((r) => r.id)
+    case "LoadShards": return m.results.map((r) => r.id)
     case "FetchValue": return m.mutates.map((r) => r.id)
     case "DeleteRefs": return [...m.refs]
     case "CommandGroup": return m.commands.flatMap(definedIds)

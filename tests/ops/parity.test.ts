@@ -3,20 +3,14 @@
 // and values within the tolerance of the result's dtype (TOLERANCE, the one table). Without
 // torch the cases skip, saying so.
 import { afterAll, beforeAll, expect, test } from "bun:test"
-import { existsSync } from "node:fs"
 import type { Value, WorkerMessage } from "../../src/protocol/messages.ts"
 import { HostTensor, type DType } from "../../src/protocol/values.ts"
 import { call, createStream, fetch, host, ref } from "../worker/build.ts"
 import { startWorkers, type Harness } from "../worker/harness.ts"
 import { describeUnless } from "../skip.ts"
+import { fromJson, torchMissing, TorchServer } from "../torch.ts"
 
-const PYTHON = "/usr/bin/python3"
 const SERVER = new URL("./torch_ref.py", import.meta.url).pathname
-const torchMissing = (): string | undefined => {
-  if (!existsSync(PYTHON)) return `${PYTHON} not found`
-  const r = Bun.spawnSync([PYTHON, "-c", "import torch"], { stderr: "pipe" })
-  return r.exitCode === 0 ? undefined : `torch does not import in ${PYTHON}: ${r.stderr.toString().trim().split("\n").at(-1)}`
-}
 const missing = torchMissing()
 
 /** |ours - torch| <= atol + rtol * |torch|, per result dtype; integers and bool exactly. */
@@ -337,44 +331,20 @@ const CASES: Case[] = [
 ]
 
 const numbersOf = (h: HostTensor): number[] => [...h.toArray()].map(Number)
-/** JSON has no NaN or infinities: both sides spell them as strings ("NaN", "Infinity"; torch's "nan", "inf"). */
-const NON_FINITE: Readonly<Record<string, number>> = { inf: Infinity, "-inf": -Infinity, Infinity, "-Infinity": -Infinity }
-const fromJson = (v: number | string): number => (typeof v === "string" ? NON_FINITE[v] ?? NaN : v)
-
 describeUnless(missing)("ops against torch 1.13", () => {
   let h: Harness
-  let torch: ReturnType<typeof Bun.spawn<"pipe", "pipe", "inherit">>
-  const answers = new Map<number, unknown>()
-  const waiting = new Map<number, (v: unknown) => void>()
-  const reference = (id: number, cs: Case): Promise<any> => {
-    torch.stdin.write(JSON.stringify({ id, op: cs.op, args: cs.args, kwargs: cs.kwargs }, (_, v) => (typeof v === "number" && !Number.isFinite(v) ? String(v) : v)) + "\n")
-    torch.stdin.flush()
-    return answers.has(id) ? Promise.resolve(answers.get(id)) : new Promise((resolve) => waiting.set(id, resolve))
-  }
+  let torch: TorchServer
+  const reference = (id: number, cs: Case): Promise<any> => torch.ask(id, { op: cs.op, args: cs.args, kwargs: cs.kwargs })
 
   // torch's import can take seconds on a loaded machine: the first case waits for it here.
   beforeAll(async () => {
     h = await startWorkers({ world: 1 })
     h.send(0, createStream)
-    torch = Bun.spawn([PYTHON, SERVER], { stdin: "pipe", stdout: "pipe", stderr: "inherit", env: { ...process.env, OMP_NUM_THREADS: "1" } })
-    void (async () => {
-      let buf = ""
-      for await (const chunk of torch.stdout) {
-        buf += new TextDecoder().decode(chunk)
-        let nl: number
-        while ((nl = buf.indexOf("\n")) >= 0) {
-          const answer = JSON.parse(buf.slice(0, nl)) as { id: number }
-          buf = buf.slice(nl + 1)
-          const w = waiting.get(answer.id)
-          if (w) w(answer)
-          else answers.set(answer.id, answer)
-        }
-      }
-    })()
+    torch = new TorchServer(SERVER)
     expect((await reference(-1, c("warm-up", "neg", [f(1)]))).error).toBeUndefined()
   }, 90_000)
   afterAll(async () => {
-    torch?.stdin.end()
+    torch?.close()
     await h?.close()
   })
 

@@ -91,6 +91,10 @@ const workerSamples: WorkerMessage[] = [
     _tag: "SendTensor", ident: 18, result: new Ref(40), fromRanks: NDSlice.contiguous([2, 2]), toRanks: new NDSlice(8, [2, 2], [1, 4]),
     tensor: new Ref(5), factory: new TensorFactory([0, 3], "u8", "cpu"), stream: new Ref(2),
   },
+  { _tag: "SaveShards", ident: 19, dir: "run/.tmp-3-ab", tensors: [new Ref(5), new Ref(6)], names: ["w", "b"], writers: [[0, 1], [0]], stream: new Ref(2) },
+  { _tag: "CommitCheckpoint", ident: 20, dir: "run", tmp: "run/.tmp-3-ab", version: "3", manifest: "{\"format\":1}", keep: 2 },
+  { _tag: "ReadCheckpoint", ident: 21, path: "run", version: null },
+  { _tag: "LoadShards", ident: 22, results: [new Ref(41)], sources: [[[0, "run/3/rank-0.safetensors", "w", [0, 0], [2, 4], "123"]]], stream: new Ref(2) },
 ]
 
 const controllerSamples: ControllerMessage[] = [
@@ -120,10 +124,10 @@ const placedAt = (bytes: Uint8Array, offset: number): Uint8Array => {
 }
 
 describe("round trip", () => {
-  test("the samples cover all 20 messages", () => {
+  test("the samples cover all 24 messages", () => {
     const tags = new Set([...workerSamples, ...controllerSamples].map((m) => m._tag))
     expect(([...tags] as string[]).sort()).toEqual(Object.keys(MESSAGE_CODES).sort())
-    expect(tags.size).toBe(20)
+    expect(tags.size).toBe(24)
   })
 
   for (const m of workerSamples) {

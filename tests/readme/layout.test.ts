@@ -76,8 +76,10 @@ const MAY_IMPORT: Readonly<Record<string, ReadonlyArray<string>>> = {
   comm: ["ffi", "store", "protocol"],
   launcher: ["net", "store"],
   trace: ["protocol"],
-  worker: ["protocol", "net", "store", "comm", "ops", "ffi", "trace"],
-  controller: ["protocol", "net", "store", "ops", "launcher", "trace", "comm/errors.ts"],
+  checkpoint: ["protocol"],
+  worker: ["protocol", "net", "store", "comm", "ops", "ffi", "trace", "checkpoint"],
+  controller: ["protocol", "net", "store", "ops", "launcher", "trace", "comm/errors.ts", "checkpoint"],
+  optim: ["controller", "ops"],
   "worker.ts": ["worker"],
   "launch.ts": ["launcher"],
 }

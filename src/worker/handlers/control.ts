@@ -8,9 +8,11 @@ export const requestStatus = (s: Session) => (m: RequestStatus) => Effect.sync((
   sendStatus(s)
 })
 
-export const exit = (s: Session) => (_: Exit) => Effect.sync(() => {
+/** Ends the session once the checkpoint files being written in the background are durable (their answers go out first). */
+export const exit = (s: Session) => (_: Exit) => {
   s.exiting = true
-})
+  return s.writing.size === 0 ? Effect.void : Effect.promise(() => Promise.allSettled([...s.writing]))
+}
 
 /** Runs the group's commands in order through `dispatch`, stopping at an Exit or a closed link. */
 export const commandGroup = (s: Session, dispatch: (m: WorkerMessage) => Effect.Effect<void>) => (m: CommandGroup) =>

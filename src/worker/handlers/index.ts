@@ -8,6 +8,7 @@ import { nowMicros, type Recorder } from "../../trace/record.ts"
 import { reject, type Session } from "../session.ts"
 import { borrowCreate, borrowDrop, borrowFirstUse, borrowLastUse } from "./borrows.ts"
 import { callFunction, fetchValue } from "./calls.ts"
+import { commitCheckpoint, loadShards, readCheckpoint, saveShards } from "./checkpoints.ts"
 import { createDeviceMesh, reduce, sendTensor } from "./collectives.ts"
 import { commandGroup, deleteRefs, exit, requestStatus } from "./control.ts"
 import { createStream } from "./streams.ts"
@@ -56,6 +57,10 @@ export const makeDispatch = (s: Session, debug = false, trace?: Recorder): ((m: 
     BorrowDrop: borrowDrop(s),
     Reduce: reduce(s),
     SendTensor: sendTensor(s),
+    SaveShards: saveShards(s),
+    CommitCheckpoint: commitCheckpoint(s),
+    ReadCheckpoint: readCheckpoint(s),
+    LoadShards: loadShards(s),
   }
   return dispatch
 }

@@ -1,0 +1,194 @@
+/**
+ * A worker's checkpoint files: every path the controller names is confined to the worker's
+ * checkpoint root (MONARCH_CHECKPOINT_DIR); a rank's shards are written as one safetensors file
+ * in the background and made durable (fsync of the file, then of its directory); a version is
+ * published atomically (manifest written and synced, the temporary directory renamed into
+ * place, then LATEST replaced by rename, each directory synced); and reads check the file
+ * against its header before any byte is used.
+ */
+import { closeSync, existsSync, fstatSync, fsyncSync, mkdirSync, openSync, readdirSync, readSync, realpathSync, renameSync, rmSync, statSync, writeSync } from "node:fs"
+import { open } from "node:fs/promises"
+import { dirname, isAbsolute, join, relative, resolve, sep } from "node:path"
+import type { HostTensor } from "../protocol/values.ts"
+import { CheckpointCorrupt, CheckpointPathError, encodeHeader, LATEST, MANIFEST, parseHeader, parseManifest, type Manifest, type SafetensorsHeader } from "./format.ts"
+
+/**
+ * `path` (relative to `root`) as an absolute path inside root, or a CheckpointPathError: no
+ * absolute paths, no `..` out, and no symlink on the way that leads out (checked on the part
+ * that exists).
+ */
+export const confine = (root: string | undefined, path: string): string => {
+  if (root === undefined) throw new CheckpointPathError({ message: "this worker has no checkpoint root: set MONARCH_CHECKPOINT_DIR (Controller.local's `checkpoints`)" })
+  if (isAbsolute(path)) throw new CheckpointPathError({ message: `checkpoint path "${path}" is absolute; name it relative to the checkpoint root` })
+  mkdirSync(root, { recursive: true })
+  const base = realpathSync(root)
+  const full = resolve(base, path)
+  const inside = (p: string) => p === base || p.startsWith(base + sep)
+  if (!inside(full) || relative(base, full).split(sep).includes("..")) throw new CheckpointPathError({ message: `checkpoint path "${path}" leads out of the checkpoint root ${base}` })
+  // The deepest part that exists, resolved: a symlink inside the root must not point out of it.
+  let existing = full
+  while (!existsSync(existing)) existing = resolve(existing, "..")
+  if (!inside(realpathSync(existing))) throw new CheckpointPathError({ message: `checkpoint path "${path}" passes a symlink that leads out of the checkpoint root ${base}` })
+  return full
+}
+
+/** fsync of a directory: a rename or a new file in it is durable only after this. */
+export const syncDir = (dir: string): void => {
+  const fd = openSync(dir, "r")
+  try {
+    fsyncSync(fd)
+  } finally {
+    closeSync(fd)
+  }
+}
+
+/** One rank's file: its tensors as host snapshots, under their names. */
+export interface ShardFile {
+  readonly path: string
+  readonly tensors: ReadonlyArray<{ readonly name: string; readonly host: HostTensor }>
+}
+
+/**
+ * Writes a rank's file in the background (libuv's threads; the command loop goes on): the
+ * header and every tensor's bytes in one positional write each, then fsync. Resolves with the
+ * bytes written.
+ */
+export const writeShardFile = async (f: ShardFile): Promise<number> => {
+  const { bytes: header, entries } = encodeHeader(f.tensors.map((t) => ({ name: t.name, dtype: t.host.dtype, shape: t.host.shape })))
+  const fh = await open(f.path, "w")
+  try {
+    let at = 0
+    for (const chunk of [header, ...f.tensors.map((t) => t.host.data)]) {
+      let done = 0
+      while (done < chunk.byteLength) done += (await fh.write(chunk, done, chunk.byteLength - done, at + done)).bytesWritten
+      at += chunk.byteLength
+    }
+    await fh.sync()
+    return header.byteLength + (entries.at(-1)?.offsets[1] ?? 0)
+  } finally {
+    await fh.close()
+  }
+}
+
+/** A file opened for reading, its header checked against its size. */
+export class SafetensorsReader implements Disposable {
+  private readonly fd: number
+  readonly header: SafetensorsHeader
+
+  constructor(readonly path: string, readonly name: string) {
+    try {
+      this.fd = openSync(path, "r")
+    } catch (e) {
+      throw new CheckpointPathError({ message: `${name}: cannot be opened (${e instanceof Error ? e.message : String(e)})` })
+    }
+    try {
+      const size = fstatSync(this.fd).size
+      let prefix = this.read(0, Math.min(size, 4096))
+      let parsed = parseHeader(name, prefix, size)
+      if ("need" in parsed) {
+        prefix = this.read(0, parsed.need)
+        parsed = parseHeader(name, prefix, size)
+      }
+      if ("need" in parsed) throw new CheckpointCorrupt({ file: name, message: `${name}: the header could not be read` })
+      this.header = parsed
+    } catch (e) {
+      closeSync(this.fd)
+      throw e
+    }
+  }
+
+  /** `length` bytes from `position` of the file. */
+  read(position: number, length: number, into = new Uint8Array(length), at = 0): Uint8Array {
+    let done = 0
+    while (done < length) {
+      const n = readSync(this.fd, into, at + done, length - done, position + done)
+      if (n === 0) throw new CheckpointCorrupt({ file: this.name, message: `${this.name}: ended at byte ${position + done} while reading: truncated` })
+      done += n
+    }
+    return into
+  }
+
+  [Symbol.dispose](): void {
+    closeSync(this.fd)
+  }
+}
+
+/** Writes `chunks` to `path` and fsyncs it. */
+const writeSynced = (path: string, chunks: ReadonlyArray<Uint8Array>): void => {
+  const fd = openSync(path, "w")
+  try {
+    let at = 0
+    for (const bytes of chunks) {
+      let done = 0
+      while (done < bytes.length) done += writeSync(fd, bytes, done, bytes.length - done, at + done)
+      at += bytes.length
+    }
+    fsyncSync(fd)
+  } finally {
+    closeSync(fd)
+  }
+}
+
+const writeDurably = (path: string, text: string): void => writeSynced(path, [new TextEncoder().encode(text)])
+
+/** Replaces `path` with `chunks` atomically and durably: a temporary file beside it, fsync, rename, fsync of the folder. */
+export const writeFileDurably = (path: string, chunks: ReadonlyArray<Uint8Array>): void => {
+  const tmp = `${path}.tmp-${process.pid}`
+  writeSynced(tmp, chunks)
+  renameSync(tmp, path)
+  syncDir(dirname(path))
+}
+
+/**
+ * Publishes a version whose files are all durable in `tmp`: writes and syncs the manifest,
+ * syncs tmp, renames it to `<dir>/<version>`, syncs dir, replaces LATEST by rename and syncs dir
+ * again. A crash anywhere leaves LATEST naming the previous complete version. Then removes
+ * versions beyond the newest `keep` and temporary directories of saves that never finished.
+ */
+export const publish = (dir: string, tmp: string, version: string, manifest: string, keep: number): void => {
+  writeDurably(join(tmp, MANIFEST), manifest)
+  syncDir(tmp)
+  const final = join(dir, version)
+  if (existsSync(final)) throw new CheckpointPathError({ message: `version ${final} exists already` })
+  renameSync(tmp, final)
+  syncDir(dir)
+  writeDurably(join(dir, `${LATEST}.tmp`), `${version}\n`)
+  renameSync(join(dir, `${LATEST}.tmp`), join(dir, LATEST))
+  syncDir(dir)
+  const entries = readdirSync(dir, { withFileTypes: true }).filter((e) => e.isDirectory())
+  for (const e of entries) if (e.name.startsWith(".tmp-")) rmSync(join(dir, e.name), { recursive: true, force: true })
+  const versions = entries.filter((e) => !e.name.startsWith(".") && existsSync(join(dir, e.name, MANIFEST)))
+    .map((e) => ({ name: e.name, at: statSync(join(dir, e.name, MANIFEST)).mtimeMs }))
+    .sort((a, b) => b.at - a.at || (a.name < b.name ? 1 : -1))
+  for (const v of versions.slice(Math.max(keep, 1))) if (v.name !== version) rmSync(join(dir, v.name), { recursive: true, force: true })
+}
+
+/** The version LATEST names in `dir` (or `version` itself), and its manifest, checked. */
+export const readManifest = (dir: string, version: string | null): { readonly version: string; readonly manifest: Manifest; readonly text: string } => {
+  let v = version
+  if (v === null) {
+    const latest = join(dir, LATEST)
+    if (!existsSync(latest)) throw new CheckpointPathError({ message: `no checkpoint in ${dir}: it has no ${LATEST} file (no save has completed there)` })
+    v = readTextSync(latest).trim()
+  }
+  const file = join(dir, v, MANIFEST)
+  if (!existsSync(file)) throw new CheckpointPathError({ message: `checkpoint ${join(dir, v)} has no ${MANIFEST}` })
+  const text = readTextSync(file)
+  return { version: v, manifest: parseManifest(file, text), text }
+}
+
+const readTextSync = (path: string): string => {
+  const fd = openSync(path, "r")
+  try {
+    const size = fstatSync(fd).size, bytes = new Uint8Array(size)
+    let done = 0
+    while (done < size) {
+      const n = readSync(fd, bytes, done, size - done, done)
+      if (n === 0) break
+      done += n
+    }
+    return new TextDecoder().decode(bytes.subarray(0, done))
+  } finally {
+    closeSync(fd)
+  }
+}

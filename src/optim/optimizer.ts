@@ -1,0 +1,130 @@
+/**
+ * What SGD and AdamW share: parameter groups (each with its own hyper-parameters, `lr` among
+ * them, which a schedule changes between steps), the per-parameter state they keep on the
+ * workers, and a step that issues one fused command per group and mesh (and state step
+ * count), never one per element-wise op. Gradients come from autograd (each parameter's
+ * `.grad`) or are given as (parameter, gradient) pairs; a parameter without one is skipped,
+ * as torch skips a `.grad` of None. A step the controller refuses (a gradient of the wrong
+ * shape or dtype, a bad hyper-parameter) changes no state: every command is checked first.
+ */
+import { refuse } from "../controller/arguments.ts"
+import type { RemoteTensor } from "../controller/handles.ts"
+import type { Mesh } from "../controller/mesh.ts"
+import { opsOn } from "../controller/ops.ts"
+import { OpArgumentError } from "../ops/meta.ts"
+import { inferOutputs, opNamed } from "../ops/registry.ts"
+
+/** Gradients given to a step: (parameter, gradient) pairs, or a map from parameter to gradient. */
+export type Gradients = ReadonlyMap<RemoteTensor, RemoteTensor> | ReadonlyArray<readonly [RemoteTensor, RemoteTensor]>
+
+/** A group of parameters and the hyper-parameters it steps with (O: the optimizer's options). */
+export interface ParamGroup<O> {
+  readonly params: ReadonlyArray<RemoteTensor>
+  /** Mutable: a learning-rate schedule sets `lr` before a step. */
+  options: O
+}
+
+/** What a constructor takes: the parameters, or groups of them each overriding some options. */
+export type Params<O> = ReadonlyArray<RemoteTensor> | ReadonlyArray<{ readonly params: ReadonlyArray<RemoteTensor> } & Partial<O>>
+
+/** A parameter's gradient as autograd left it (`.grad`), or undefined. */
+const gradOf = (p: RemoteTensor): RemoteTensor | undefined => (p as { readonly grad?: RemoteTensor }).grad
+
+/** One fused command to issue: the op, its arguments and keyword arguments, on a mesh. */
+export interface FusedCall {
+  readonly mesh: Mesh
+  readonly op: "_fused_sgd_" | "_fused_adamw_"
+  readonly args: ReadonlyArray<unknown>
+  readonly kwargs: Readonly<Record<string, unknown>>
+  /** Applied to the optimizer's state once every command of the step has been checked. */
+  readonly commit: () => void
+}
+
+/** A (parameter, gradient) of one group, with the parameter's mesh checked. */
+export interface Stepped {
+  readonly param: RemoteTensor
+  readonly grad: RemoteTensor
+}
+
+export abstract class Optimizer<O extends { lr: number }, S> {
+  readonly paramGroups: ParamGroup<O>[]
+  /**
+   * Each parameter's state, from its first step on: how many steps it took and its buffers on
+   * the workers (made zero before the step that first uses them, kept once it is issued).
+   */
+  readonly state = new Map<RemoteTensor, S>()
+
+  constructor(params: Params<O>, defaults: O, check: (o: O) => string | undefined, readonly name: string) {
+    const groups = params.length > 0 && !isTensorList(params) ? params : [{ params: params as ReadonlyArray<RemoteTensor> }]
+    const seen = new Set<RemoteTensor>()
+    this.paramGroups = groups.map(({ params: ps, ...overrides }, i) => {
+      const options = { ...defaults, ...overrides } as O
+      const problem = check(options)
+      if (problem !== undefined) throw refuse(`${name}: ${problem}`)
+      for (const p of ps) {
+        if (seen.has(p)) throw refuse(`${name}: ${p} appears in more than one parameter group (group ${i})`)
+        if (p.meta === undefined) throw refuse(`${name}: ${p} has no known dtype and shape (give a user function's results as metadata)`)
+        seen.add(p)
+      }
+      return { params: [...ps], options }
+    })
+  }
+
+  /** The learning rate of every group (a schedule's setting: `opt.lr = schedule(t)`). */
+  set lr(lr: number) {
+    for (const g of this.paramGroups) g.options = { ...g.options, lr }
+  }
+
+  get lr(): number {
+    return this.paramGroups[0]?.options.lr ?? 0
+  }
+
+  /**
+   * One optimizer step, in place on the workers: reads each parameter's `.grad`, or the
+   * gradients given. Throws the ControllerError of a refused step before anything is sent.
+   */
+  step(grads?: Gradients): void {
+    const given = grads === undefined ? undefined : grads instanceof Map ? grads as ReadonlyMap<RemoteTensor, RemoteTensor> : new Map(grads as ReadonlyArray<readonly [RemoteTensor, RemoteTensor]>)
+    if (given) for (const p of given.keys()) if (!this.paramGroups.some((g) => g.params.includes(p))) throw refuse(`${this.name}.step: ${p} is not one of its parameters`)
+    const calls: FusedCall[] = []
+    for (const group of this.paramGroups) {
+      const byMesh = new Map<Mesh, Stepped[]>()
+      for (const param of group.params) {
+        const grad = given ? given.get(param) : gradOf(param)
+        if (grad === undefined) continue
+        if (grad.mesh !== param.mesh) throw refuse(`${this.name}.step: the gradient ${grad} of ${param} is on another mesh`)
+        const list = byMesh.get(param.mesh) ?? []
+        byMesh.set(param.mesh, list)
+        list.push({ param, grad })
+      }
+      for (const [mesh, stepped] of byMesh) calls.push(...this.plan(mesh, group.options, stepped))
+    }
+    for (const c of calls) check(c)
+    for (const c of calls) {
+      const fused = opsOn(c.mesh)[c.op] as (...args: unknown[]) => RemoteTensor
+      fused(...c.args, c.kwargs)
+      c.commit()
+    }
+  }
+
+  /** The fused commands of one group's parameters on one mesh. */
+  protected abstract plan(mesh: Mesh, options: O, stepped: ReadonlyArray<Stepped>): FusedCall[]
+
+  /** Zeros of p's dtype and shape on p's ranks: a state buffer's start. */
+  protected zerosLike(p: RemoteTensor): RemoteTensor {
+    const meta = p.meta!
+    return opsOn(p.mesh).zeros(meta.shape as number[], { dtype: meta.dtype })
+  }
+}
+
+const isTensorList = (ps: ReadonlyArray<unknown>): ps is ReadonlyArray<RemoteTensor> => ps.every((p) => !(typeof p === "object" && p !== null && "params" in p))
+
+/** The op's own rule over the call's metadata, so a refused call is refused before any command of the step is sent. */
+const check = (c: FusedCall): void => {
+  const metas = (v: unknown): unknown => (Array.isArray(v) ? v.map(metas) : (v as RemoteTensor).meta)
+  try {
+    inferOutputs(opNamed(c.op)!, c.args.map(metas), c.kwargs, true)
+  } catch (e) {
+    throw e instanceof OpArgumentError ? refuse(e.message) : e
+  }
+}

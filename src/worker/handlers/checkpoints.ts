@@ -1,0 +1,116 @@
+/**
+ * The checkpoint commands: SaveShards (snapshot to host now, write this rank's file in the
+ * background, answer once it is durable), CommitCheckpoint (publish a version atomically),
+ * ReadCheckpoint (a manifest or a file's header) and LoadShards (define tensors from blocks of
+ * files). Every path is confined to the worker's checkpoint root (src/checkpoint/files.ts).
+ */
+import { mkdirSync } from "node:fs"
+import { join } from "node:path"
+import { Tensor } from "../../../ffi/tensor.ts"
+import { blockRuns, CheckpointCorrupt, versionProblem } from "../../checkpoint/format.ts"
+import { confine, publish, readManifest, SafetensorsReader, writeShardFile } from "../../checkpoint/files.ts"
+import type { CommitCheckpoint, LoadShards, ReadCheckpoint, SaveShards, Value } from "../../protocol/messages.ts"
+import { HostTensor, ITEM_SIZE } from "../../protocol/values.ts"
+import { WrongRefType } from "../errors.ts"
+import { tryDefine, type Session } from "../session.ts"
+import { streamOf } from "../streams.ts"
+
+/** A checkpoint command's malformed argument (one the message's field kinds cannot state). */
+const malformed = (what: string) => new WrongRefType({ message: what })
+
+const isUints = (v: unknown): v is number[] => Array.isArray(v) && v.every((x) => Number.isSafeInteger(x) && (x as number) >= 0)
+
+/** wyhash of a tensor's bytes, as the manifest records it. */
+export const hashBytes = (data: Uint8Array): string => Bun.hash.wyhash(data, 0n).toString()
+
+export const saveShards = (s: Session) => (m: SaveShards) =>
+  tryDefine(s, m.ident, [], () => {
+    const stream = streamOf(s.env, m.stream)
+    const mine: number[] = []
+    m.writers.forEach((w, i) => {
+      if (!isUints(w)) throw malformed(`SaveShards: writers[${i}] is not a list of ranks`)
+      if (w.includes(s.rank)) mine.push(i)
+    })
+    if (mine.length === 0) return void s.send({ _tag: "FetchResult", ident: m.ident, value: { file: null, bytes: 0, hashes: [], ms: 0 } })
+    const dir = confine(s.checkpointRoot, m.dir)
+    // The snapshot: copies now, in command order, so later commands (an optimizer step) cannot change what is saved.
+    const tensors = mine.map((i) => {
+      const t = s.env.get(m.tensors[i]!)
+      if (!(t instanceof Tensor)) throw malformed(`SaveShards: ${m.names[i]} is not a tensor`)
+      return { name: m.names[i]!, host: t.toHost(stream) }
+    })
+    mkdirSync(dir, { recursive: true })
+    const file = `rank-${s.rank}.safetensors`
+    const started = performance.now()
+    const write = writeShardFile({ path: join(dir, file), tensors }).then(
+      (bytes): Value => ({ file, bytes, hashes: tensors.map((t) => hashBytes(t.host.data)), ms: performance.now() - started }),
+      (e): Value => ({ error: `rank ${s.rank} writing ${join(m.dir, file)}: ${e instanceof Error ? e.message : String(e)}` }),
+    ).then((value) => s.send({ _tag: "FetchResult", ident: m.ident, value }))
+    s.writing.add(write)
+    void write.finally(() => s.writing.delete(write))
+  })
+
+export const commitCheckpoint = (s: Session) => (m: CommitCheckpoint) =>
+  tryDefine(s, m.ident, [], () => {
+    const problem = versionProblem(m.version)
+    if (problem !== undefined) throw malformed(`CommitCheckpoint: ${problem}`)
+    publish(confine(s.checkpointRoot, m.dir), confine(s.checkpointRoot, m.tmp), m.version, m.manifest, m.keep)
+    s.send({ _tag: "FetchResult", ident: m.ident, value: null })
+  })
+
+export const readCheckpoint = (s: Session) => (m: ReadCheckpoint) =>
+  tryDefine(s, m.ident, [], () => {
+    const path = confine(s.checkpointRoot, m.path)
+    if (m.path.endsWith(".safetensors")) {
+      using reader = new SafetensorsReader(path, m.path)
+      const tensors = Object.fromEntries([...reader.header.tensors].map(([k, t]) => [k, { dtype: t.dtype, shape: [...t.shape] }]))
+      return void s.send({ _tag: "FetchResult", ident: m.ident, value: { header: JSON.stringify({ tensors, metadata: reader.header.metadata }) } })
+    }
+    if (m.version !== null && versionProblem(m.version) !== undefined) throw malformed(`ReadCheckpoint: ${versionProblem(m.version)}`)
+    const { version, text } = readManifest(path, m.version)
+    s.send({ _tag: "FetchResult", ident: m.ident, value: { version, manifest: text } })
+  })
+
+/** One rank's source of one result: which block of which tensor of which file. */
+const sourceOf = (s: Session, sources: Value, i: number) => {
+  const entry = Array.isArray(sources) ? sources.find((e) => Array.isArray(e) && e[0] === s.rank) : undefined
+  if (!Array.isArray(entry)) throw malformed(`LoadShards: result ${i} has no source for rank ${s.rank}`)
+  const [, file, key, offsets, shape, hash] = entry as unknown[]
+  if (typeof file !== "string" || typeof key !== "string" || !isUints(offsets) || !isUints(shape) || offsets.length !== shape.length || !(hash === null || typeof hash === "string"))
+    throw malformed(`LoadShards: result ${i}'s source for rank ${s.rank} is not [rank, file, key, offsets, shape, hash]`)
+  return { file, key, offsets, shape, hash }
+}
+
+export const loadShards = (s: Session) => (m: LoadShards) =>
+  tryDefine(s, m.ident, m.results, () => {
+    const stream = streamOf(s.env, m.stream)
+    const readers = new Map<string, SafetensorsReader>()
+    const made: Tensor[] = []
+    try {
+      m.results.forEach((_, i) => {
+        const src = sourceOf(s, m.sources[i]!, i)
+        let reader = readers.get(src.file)
+        if (reader === undefined) readers.set(src.file, (reader = new SafetensorsReader(confine(s.checkpointRoot, src.file), src.file)))
+        const entry = reader.header.tensors.get(src.key)
+        const bad = (why: string) => new CheckpointCorrupt({ file: src.file, message: `${src.file}: tensor "${src.key}" ${why}` })
+        if (entry === undefined) throw bad("is not in the file")
+        if (src.shape.length !== entry.shape.length || src.shape.some((d, k) => src.offsets[k]! + d > entry.shape[k]!))
+          throw bad(`is ${entry.dtype}[${entry.shape}]; the block at [${src.offsets}] of shape [${src.shape}] is not inside it`)
+        const item = ITEM_SIZE[entry.dtype]
+        const data = new Uint8Array(src.shape.reduce((a, b) => a * b, 1) * item)
+        let at = 0
+        for (const [start, length] of blockRuns(entry.shape, src.offsets, src.shape)) {
+          reader.read(reader.header.dataStart + entry.offsets[0] + start * item, length * item, data, at)
+          at += length * item
+        }
+        if (src.hash !== null && hashBytes(data) !== src.hash) throw bad("does not hold the bytes that were saved (its hash differs): corrupt")
+        made.push(Tensor.fromHost(s.native, new HostTensor(entry.dtype, src.shape, data), stream))
+      })
+    } catch (e) {
+      for (const t of made) t.free()
+      throw e
+    } finally {
+      for (const r of readers.values()) r[Symbol.dispose]()
+    }
+    made.forEach((t, i) => s.env.define(m.results[i]!, t))
+  })

@@ -1,0 +1,116 @@
+// Save and load on a 2x2 mesh: sharded, replicated and per-rank tensors with numbers in the
+// tree; what is on disk (safetensors files, the manifest, LATEST); the snapshot taken at save;
+// a mesh of another shape, a corrupt, a truncated and a missing file refused naming it; paths
+// out of the root refused.
+import { afterAll, describe, expect, test } from "bun:test"
+import { Effect } from "effect"
+import { mkdtempSync, readdirSync, readFileSync, rmSync, truncateSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join, resolve } from "node:path"
+import { Controller, eager, load, opsOn, perRank, save, shard, type HostTensor, type Mesh, type RemoteTensor, type State } from "../../src/controller/index.ts"
+import { parseHeader } from "../../src/checkpoint/format.ts"
+
+const ROOT = mkdtempSync(join(tmpdir(), "monarch-ckpt-"))
+afterAll(() => rmSync(ROOT, { recursive: true, force: true }))
+const FIXTURES = resolve(import.meta.dir, "../..")
+
+const run = <A, E>(body: (mesh: Mesh) => Effect.Effect<A, E, Controller>) =>
+  Effect.runPromise(Effect.gen(function* () {
+    const ctl = yield* Controller
+    return yield* body(yield* ctl.mesh({ dp: 2, tp: 2 }))
+  }).pipe(Effect.provide(Controller.local({ world: 4, checkpoints: ROOT, functionPath: [FIXTURES] }))))
+
+/** Every rank's value of every tensor of a tree, as arrays. */
+const values = (mesh: Mesh, ts: ReadonlyArray<RemoteTensor>) =>
+  Effect.forEach(ts, (t) => Effect.map(mesh.fetchAll(t), (vs) => vs.map((v) => Array.from((v as HostTensor).toArray() as Float32Array))))
+
+const makeState = (mesh: Mesh) => Effect.gen(function* () {
+  const on = opsOn(mesh)
+  const gen = yield* mesh.call("tests/checkpoint/fixtures:rankRandn", [[3], 7], {}, { results: [{ dtype: "f32", shape: [3] }] })
+  const col = yield* mesh.call("tests/checkpoint/fixtures:rankRandn", [[4, 2], 2], {}, { results: [{ dtype: "f32", shape: [4, 2] }] })
+  return yield* eager(() => {
+    const row = on.randn([2, 5], { seed: 1 }).add(on.full([2, 5], 0)).place({ tp: shard(0) })
+    col.placement = { tp: shard(1), dp: shard(0) }
+    return { params: { w: on.randn([3, 4], { seed: 2 }), row }, col, step: 12, lr: 0.5, name: "run", rng: perRank(gen) } satisfies State
+  })
+})
+
+describe("save and load on a 2x2 mesh", () => {
+  test("round trip: every rank gets back the block it held; numbers come back; the files are safetensors", async () => {
+    await run((mesh) => Effect.gen(function* () {
+      const state = yield* makeState(mesh)
+      const ts = [state.params.w, state.params.row, state.col, state.rng.tensor]
+      const before = yield* values(mesh, ts)
+      const pending = yield* save(mesh, state, "a")
+      // The snapshot: a change after save returns is not in the checkpoint.
+      yield* mesh.run("ops.add_", [state.params.w, 1], {}, { mutates: [state.params.w] })
+      const saved = yield* pending.durable
+      expect(saved.writes.length).toBe(4)
+      expect(saved.bytes).toBeGreaterThan(0)
+      const dir = join(ROOT, "a")
+      expect(readFileSync(join(dir, "LATEST"), "utf8").trim()).toBe(saved.version)
+      expect(saved.version.startsWith("step-00000012-")).toBe(true)
+      // w is replicated: written once, by rank 0; col is sharded on both dims: each rank writes its block.
+      const files = readdirSync(join(dir, saved.version)).sort()
+      expect(files).toEqual(["manifest.json", "rank-0.safetensors", "rank-1.safetensors", "rank-2.safetensors", "rank-3.safetensors"])
+      const bytes = new Uint8Array(readFileSync(join(dir, saved.version, "rank-0.safetensors")))
+      const header = parseHeader("rank-0", bytes, bytes.length)
+      if ("need" in header) throw new Error("short")
+      expect([...header.tensors.keys()].sort()).toEqual(["col", "params.row", "params.w", "rng"])
+      const manifest = JSON.parse(readFileSync(join(dir, saved.version, "manifest.json"), "utf8"))
+      expect(manifest.tensors["params.w"].shards.length).toBe(1)
+      expect(manifest.tensors["params.row"].shards.length).toBe(2)
+      expect(manifest.tensors["col"].shape).toEqual([8, 4])
+      expect(manifest.tensors["rng"].placement).toEqual({ kind: "per-rank" })
+      const loaded = yield* load(mesh, "a")
+      const s = loaded.state as typeof state
+      expect([s.step, s.lr, s.name]).toEqual([12, 0.5, "run"])
+      expect(s.col.placement).toEqual(state.col.placement)
+      expect(yield* values(mesh, [s.params.w, s.params.row, s.col, s.rng.tensor])).toEqual(before)
+    }))
+  }, 60_000)
+})
+
+describe("what load refuses", () => {
+  test("a mesh of another shape, a flipped byte, a truncated file, a missing file: each a CheckpointError naming it", async () => {
+    await run((mesh) => Effect.gen(function* () {
+      const state = yield* makeState(mesh)
+      const { version } = yield* Effect.flatMap(save(mesh, state, "b"), (p) => p.durable)
+      const dir = join(ROOT, "b", version)
+      const failure = (e: Effect.Effect<unknown, unknown>) => Effect.flip(e).pipe(Effect.map((f) => `${(f as { _tag: string })._tag}: ${(f as Error).message}`))
+      const ctl = yield* Controller
+      expect(yield* failure(load(yield* ctl.mesh({ all: 4 }), "b"))).toMatch(/^CheckpointError: .*saved from a mesh of dims dp=2, tp=2; Mesh\(all=4\) has another shape/)
+
+      const file = join(dir, "rank-1.safetensors")
+      const good = readFileSync(file)
+      const flipped = Buffer.from(good)
+      flipped[flipped.length - 3]! ^= 0x10
+      writeFileSync(file, flipped)
+      expect(yield* failure(load(mesh, "b"))).toMatch(/^CheckpointError: CheckpointCorrupt: .*rank-1\.safetensors: tensor "\S+" does not hold the bytes that were saved/)
+
+      writeFileSync(file, good.subarray(0, good.length - 100))
+      expect(yield* failure(load(mesh, "b"))).toMatch(/^CheckpointError: CheckpointCorrupt: .*rank-1\.safetensors: .*truncated/)
+      writeFileSync(file, Buffer.concat([Buffer.from([0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]), good.subarray(8)]))
+      expect(yield* failure(load(mesh, "b"))).toMatch(/^CheckpointError: CheckpointCorrupt: .*rank-1\.safetensors: header length \d+ (is over|runs past)/)
+      rmSync(file)
+      expect(yield* failure(load(mesh, "b"))).toMatch(/^CheckpointError: CheckpointPathError: .*rank-1\.safetensors: cannot be opened/)
+      writeFileSync(file, good)
+      writeFileSync(join(dir, "manifest.json"), readFileSync(join(dir, "manifest.json"), "utf8").slice(0, 50))
+      expect(yield* failure(load(mesh, "b"))).toMatch(/^CheckpointError: CheckpointCorrupt: .*manifest\.json: not JSON/)
+      expect(yield* failure(load(mesh, "nothing-here"))).toMatch(/^CheckpointError: CheckpointPathError: no checkpoint in .*nothing-here: it has no LATEST file/)
+      // The mesh goes on after each refusal.
+      expect(((yield* mesh.fetch(state.params.w)) as HostTensor).shape).toEqual([3, 4])
+    }))
+  }, 60_000)
+
+  test("paths out of the checkpoint root are refused on the workers", async () => {
+    await run((mesh) => Effect.gen(function* () {
+      const state = { w: yield* eager(() => opsOn(mesh).ones([2])) }
+      for (const dir of ["../escape", "/tmp/abs", "a/../../escape"]) {
+        const f = yield* Effect.flip(Effect.flatMap(save(mesh, state, dir), (p) => p.durable))
+        expect(`${f._tag}: ${f.message}`).toMatch(/^CheckpointError: CheckpointPathError: checkpoint path ".*" (is absolute|leads out of the checkpoint root)/)
+      }
+      expect(readdirSync(join(ROOT, "..")).includes("escape")).toBe(false)
+    }))
+  }, 60_000)
+})
