@@ -28,7 +28,7 @@ interface Case { readonly name: string; readonly op: string; readonly args: Arg[
 
 const f = (...shape: number[]): Arg => ({ t: "f32", shape })
 const X = f(64, 128, 256), X2 = f(8192, 256)
-const CASES: Case[] = [
+const ALL_CASES: Case[] = [
   { name: "add [64,128,256] + same", op: "add", args: [X, X], reps: 5 },
   { name: "add [64,128,256] + [256] (broadcast)", op: "add", args: [X, f(256)], reps: 5 },
   { name: "mul [64,128,256] * 2", op: "mul", args: [X, 2], reps: 5 },
@@ -57,6 +57,8 @@ const CASES: Case[] = [
   { name: "mse_loss [64,128,256]", op: "mse_loss", args: [X, X], reps: 3 },
   { name: "split [64,128,768] in 3 along -1", op: "split", args: [f(64, 128, 768), 256, -1], reps: 3 },
 ]
+const only = process.argv.indexOf("--only")
+const CASES = only < 0 ? ALL_CASES : ALL_CASES.filter((c) => c.name.includes(process.argv[only + 1] ?? ""))
 const ROUNDS = quick ? 3 : 7
 
 const made: NativeTensor[] = []

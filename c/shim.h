@@ -13,7 +13,8 @@
  *     caller passes an output tensor, and the op checks its dtype and shape.
  *   - a NULL stream means the backend's default stream.
  *   - the only global state is library handles (dlopen), the thread-local error text, the
- *     memory limit and the bytes counted against it, and (cuda) the cache of freed blocks.
+ *     memory limit and the bytes counted against it, and the cache of freed blocks (host memory
+ *     on cpu, device memory on cuda).
  *
  * Semantics both backends share (tests/shim holds them to it):
  *   - integers wrap on overflow; division truncates and INT_MIN / -1 is INT_MIN; floor_divide
@@ -31,7 +32,7 @@
  *   - cast: float to integer truncates and saturates, NaN becomes 0; integer to integer
  *     wraps; to bool is "nonzero"; f64/i64 round to f16/bf16 once, straight from the source.
  *   - rand: float dtypes only; uniform values are capped below 1 in the target dtype.
- *   - elementwise shapes match by element count; out may alias an input there, but not in
+ *   - elementwise shapes match by element count (shim_binary: or repeat); out may alias an input there, but not in
  *     matmul or transpose.
  *   - empty reductions: sum 0, prod 1, mean NaN, max/min SHIM_E_INVALID, any 0, all 1, norms 0.
  *
@@ -193,6 +194,10 @@ int shim_set_memory_limit(int64_t bytes);
 /* Bytes of tensor memory in use (allocated and not yet freed), and the limit (0: none). */
 int shim_memory_usage(int64_t *in_use, int64_t *limit);
 
+/* The threads this process's kernels may use, n >= 1 (cpu: the large elementwise, reduction
+ * and row kernels split their work across n, and BLAS runs n; 1 until set). cuda ignores it. */
+int shim_set_threads(int32_t n);
+
 /* ---- tensors -------------------------------------------------------------------------- */
 
 /* A new uninitialised tensor. ndim may be 0 (a scalar, one element); a dim may be 0. */
@@ -226,7 +231,9 @@ int shim_rand(shim_tensor *out, uint64_t seed, uint64_t offset, int32_t normal, 
 
 int shim_unary(int32_t op, shim_tensor *out, const shim_tensor *a, shim_stream *s);
 
-/* a and b have one dtype; the same shape, or either has exactly one element (broadcast). */
+/* a and b have one dtype; the same element count, or either has exactly one element, or a count
+ * that divides the other's: it repeats every count elements (a broadcast over leading dims,
+ * such as a bias [n] added to [m, n]). */
 int shim_binary(int32_t op, shim_tensor *out, const shim_tensor *a, const shim_tensor *b,
                 shim_stream *s);
 
@@ -285,6 +292,19 @@ int shim_gather(shim_tensor *out, const shim_tensor *a, int32_t dim, const shim_
  * dtypes only. Computes in float (double for f64), subtracting the maximum first, so large
  * inputs do not overflow. */
 int shim_softmax(shim_tensor *out, const shim_tensor *a, int32_t dim, int32_t log, shim_stream *s);
+
+/* Layer normalisation over the last m elements (a read as [rows, m]; m > 0 divides a's count):
+ * out = (x - mean) / sqrt(var + eps) * weight + bias, with the biased variance. weight and bias
+ * (m elements of a's dtype each) may be NULL. Floating dtypes; computes in float (double for
+ * f64), the mean and variance accumulated in double. out has a's dtype and count. */
+int shim_layer_norm(shim_tensor *out, const shim_tensor *a, const shim_tensor *weight, const shim_tensor *bias,
+                    int64_t m, double eps, shim_stream *s);
+
+/* torch.index_select: out = a with dim's entries picked by index (i64, 0-D or 1-D), so out has
+ * a's dtype and shape but index's count along dim (0 <= dim < ndim; a 0-d a is read as [1]).
+ * An index outside 0..a.shape[dim]-1 fails the op (SHIM_E_INVALID) before anything is written. */
+int shim_index_select(shim_tensor *out, const shim_tensor *a, int32_t dim, const shim_tensor *index,
+                      shim_stream *s);
 
 /* ---- ops of issue 11.2: triangles, fused attention and normalisation, dropout, scatter -- */
 

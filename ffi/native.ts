@@ -72,6 +72,11 @@ export class Native {
     this.check(this.shim.shim_set_memory_limit(bytes), "shim_set_memory_limit")
   }
 
+  /** The threads this process's kernels (and BLAS) use on cpu, n >= 1; cuda ignores it. */
+  setThreads(n: number): void {
+    this.check(this.shim.shim_set_threads(n), "shim_set_threads")
+  }
+
   /** Tensor bytes in use and the limit (0: none). */
   memoryUsage(): { readonly inUse: number; readonly limit: number } {
     this.check(this.shim.shim_memory_usage(this.outsPtr, ptr(this.outs, 8)), "shim_memory_usage")

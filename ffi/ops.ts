@@ -47,7 +47,8 @@ export const unary = (op: UnaryOpName, out: Tensor, a: Tensor, s?: Stream): void
 
 export const binary = (op: BinaryOpName, out: Tensor, a: Tensor, b: Tensor, s?: Stream): void => {
   if (a.dtype !== b.dtype) fail(op, `dtypes differ: ${a} and ${b}`)
-  if (a.numel !== b.numel && a.numel !== 1 && b.numel !== 1) fail(op, `shapes do not broadcast: ${a} and ${b}`)
+  const small = Math.min(a.numel, b.numel), big = Math.max(a.numel, b.numel)
+  if (a.numel !== b.numel && a.numel !== 1 && b.numel !== 1 && (small === 0 || big % small !== 0)) fail(op, `shapes do not broadcast: ${a} and ${b}`)
   if (out.numel !== Math.max(a.numel, b.numel) && !(a.numel === 0 || b.numel === 0)) fail(op, `output ${out} has the wrong size`)
   out.native.check(out.native.shim.shim_binary(BinaryOp[op], out.handle, a.handle, b.handle, stream(s)), `shim_binary(${op})`)
 }
@@ -141,6 +142,14 @@ export const dropout = (out: Tensor, mask: Tensor, a: Tensor, p: number, seed: b
 /** out[.., index, ..] (op)= src along dim, in place. */
 export const scatter = (op: ScatterOpName, out: Tensor, dim: number, index: Tensor, src: Tensor, s?: Stream): void =>
   out.native.check(out.native.shim.shim_scatter(ScatterOp[op], out.handle, dim, index.handle, src.handle, stream(s)), `shim_scatter(${op})`)
+/** Layer norm over the last m elements of a (weight and bias: m elements each, or null). */
+export const layerNorm = (out: Tensor, a: Tensor, weight: Tensor | null, bias: Tensor | null, m: number, eps: number, s?: Stream): void =>
+  out.native.check(out.native.shim.shim_layer_norm(out.handle, a.handle, weight?.handle ?? null, bias?.handle ?? null, m, eps, stream(s)), "shim_layer_norm")
+
+/** out = a's entries along dim picked by index (0-D or 1-D i64). */
+export const indexSelect = (out: Tensor, a: Tensor, dim: number, index: Tensor, s?: Stream): void =>
+  out.native.check(out.native.shim.shim_index_select(out.handle, a.handle, dim, index.handle, stream(s)), "shim_index_select")
+
 /** torch.optim.SGD's hyper-parameters for one step (shim_sgd). */
 export interface SgdStep {
   readonly lr: number

@@ -16,6 +16,7 @@ export const symbols = {
   shim_memory_total: { args: [ptr], returns: i32 },
   shim_set_memory_limit: { args: [i64], returns: i32 },
   shim_memory_usage: { args: [ptr, ptr], returns: i32 },
+  shim_set_threads: { args: [i32], returns: i32 },
 
   shim_tensor_alloc: { args: [i32, i32, ptr, ptr], returns: i32 },
   shim_tensor_view: { args: [ptr, i32, ptr, ptr], returns: i32 },
@@ -40,6 +41,8 @@ export const symbols = {
   shim_copy_strided: { args: [ptr, i64, ptr, ptr, i64, ptr, i32, ptr, ptr], returns: i32 },
   shim_gather: { args: [ptr, ptr, i32, ptr, ptr], returns: i32 },
   shim_softmax: { args: [ptr, ptr, i32, i32, ptr], returns: i32 },
+  shim_layer_norm: { args: [ptr, ptr, ptr, ptr, i64, f64, ptr], returns: i32 },
+  shim_index_select: { args: [ptr, ptr, i32, ptr, ptr], returns: i32 },
 
   shim_triangle: { args: [ptr, ptr, i64, i32, ptr], returns: i32 },
   shim_attention: { args: [ptr, ptr, ptr, ptr, ptr, f64, i32, ptr], returns: i32 },

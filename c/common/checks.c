@@ -89,10 +89,11 @@ int shim_check_binary(int32_t op, const shim_tensor *out, const shim_tensor *a, 
   if (a->dtype != b->dtype)
     return shim_fail(SHIM_E_INVALID, "shim_binary(%s): dtypes differ: a is %s, b is %s", name,
                      shim_describe(a, ba, sizeof ba), shim_describe(b, bb, sizeof bb));
-  if (a->numel != b->numel && a->numel != 1 && b->numel != 1)
-    return shim_fail(SHIM_E_INVALID, "shim_binary(%s): sizes differ and neither has one element: a is %s, b is %s", name,
+  const int64_t small = a->numel < b->numel ? a->numel : b->numel, big = a->numel < b->numel ? b->numel : a->numel;
+  if (a->numel != b->numel && a->numel != 1 && b->numel != 1 && (small == 0 || big % small != 0))
+    return shim_fail(SHIM_E_INVALID, "shim_binary(%s): sizes differ and neither repeats to the other's: a is %s, b is %s", name,
                      shim_describe(a, ba, sizeof ba), shim_describe(b, bb, sizeof bb));
-  *n = a->numel == 1 ? b->numel : a->numel;
+  *n = a->numel == 1 ? b->numel : b->numel == 1 ? a->numel : big;
   return check_binary_result("shim_binary", op, a->dtype, out, *n);
 }
 
@@ -379,6 +380,15 @@ int shim_check_gather(const shim_tensor *out, const shim_tensor *a, int32_t dim,
   return SHIM_OK;
 }
 
+/* a read as [outer, r, inner] around dim (a 0-d a as [1, 1, 1]). */
+static void around(const shim_tensor *a, int32_t dim, shim_reduce_dims *dims) {
+  dims->outer = 1;
+  dims->r = a->ndim > 0 ? a->shape[dim] : 1;
+  dims->inner = 1;
+  for (int32_t i = 0; i < dim; i++) dims->outer *= a->shape[i];
+  for (int32_t i = dim + 1; i < a->ndim; i++) dims->inner *= a->shape[i];
+}
+
 int shim_check_softmax(const shim_tensor *out, const shim_tensor *a, int32_t dim, int32_t log, shim_reduce_dims *dims) {
   const char *fn = log ? "shim_softmax(log)" : "shim_softmax";
   SHIM_REQUIRE_IN(fn, out, "out");
@@ -391,10 +401,46 @@ int shim_check_softmax(const shim_tensor *out, const shim_tensor *a, int32_t dim
     return shim_fail(SHIM_E_INVALID, "%s: out is %s but a is %s (same dtype and element count needed)", fn,
                      shim_describe(out, bo, sizeof bo), ba);
   if (dim < 0 || dim >= (a->ndim > 0 ? a->ndim : 1)) return shim_fail(SHIM_E_INVALID, "%s: dim %d is out of range for %s", fn, dim, ba);
-  dims->outer = 1;
-  dims->r = a->ndim > 0 ? a->shape[dim] : 1;
-  dims->inner = 1;
-  for (int32_t i = 0; i < dim; i++) dims->outer *= a->shape[i];
-  for (int32_t i = dim + 1; i < a->ndim; i++) dims->inner *= a->shape[i];
+  around(a, dim, dims);
+  return SHIM_OK;
+}
+
+int shim_check_layer_norm(const shim_tensor *out, const shim_tensor *a, const shim_tensor *weight, const shim_tensor *bias,
+                          int64_t m, int64_t *rows) {
+  const char *fn = "shim_layer_norm";
+  SHIM_REQUIRE_IN(fn, out, "out");
+  SHIM_REQUIRE_IN(fn, a, "a");
+  char ba[DESCRIPTION_CAP], bo[DESCRIPTION_CAP];
+  shim_describe(a, ba, sizeof ba);
+  if (!is_float(a->dtype)) return shim_fail(SHIM_E_UNSUPPORTED, "%s: not defined on %s (cast to a floating dtype first)", fn, ba);
+  if (m <= 0 || a->numel % m != 0)
+    return shim_fail(SHIM_E_INVALID, "%s: %lld elements per row do not divide %s", fn, (long long)m, ba);
+  if (out->dtype != a->dtype || out->numel != a->numel)
+    return shim_fail(SHIM_E_INVALID, "%s: out is %s but a is %s (same dtype and element count needed)", fn,
+                     shim_describe(out, bo, sizeof bo), ba);
+  const shim_tensor *params[2] = {weight, bias};
+  for (int i = 0; i < 2; i++)
+    if (params[i] != NULL && (params[i]->dtype != a->dtype || params[i]->numel != m))
+      return shim_fail(SHIM_E_INVALID, "%s: %s is %s but must be %lld elements of %s", fn, i == 0 ? "weight" : "bias",
+                       shim_describe(params[i], bo, sizeof bo), (long long)m, shim_dtype_name(a->dtype));
+  *rows = a->numel / m;
+  return SHIM_OK;
+}
+
+int shim_check_index_select(const shim_tensor *out, const shim_tensor *a, int32_t dim, const shim_tensor *index,
+                            shim_reduce_dims *dims) {
+  const char *fn = "shim_index_select";
+  SHIM_REQUIRE_IN(fn, out, "out");
+  SHIM_REQUIRE_IN(fn, a, "a");
+  SHIM_REQUIRE_IN(fn, index, "index");
+  char ba[DESCRIPTION_CAP], bi[DESCRIPTION_CAP], bo[DESCRIPTION_CAP];
+  shim_describe(a, ba, sizeof ba);
+  shim_describe(index, bi, sizeof bi);
+  if (index->dtype != SHIM_I64 || index->ndim > 1) return shim_fail(SHIM_E_INVALID, "%s: index is %s, not 0-D or 1-D i64", fn, bi);
+  if (dim < 0 || dim >= (a->ndim > 0 ? a->ndim : 1)) return shim_fail(SHIM_E_INVALID, "%s: dim %d is out of range for %s", fn, dim, ba);
+  around(a, dim, dims);
+  if (out->dtype != a->dtype || out->numel != dims->outer * index->numel * dims->inner)
+    return shim_fail(SHIM_E_INVALID, "%s: out is %s but must be %s with %lld entries along dim %d of %s", fn,
+                     shim_describe(out, bo, sizeof bo), shim_dtype_name(a->dtype), (long long)index->numel, dim, ba);
   return SHIM_OK;
 }

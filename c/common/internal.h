@@ -72,6 +72,23 @@ int shim_memory_reserve(const char *fn, int64_t nbytes);
 /* Gives back what shim_memory_reserve counted, when the storage is freed (or its allocation failed). */
 void shim_memory_release(int64_t nbytes);
 
+/* The caches of freed blocks (cuda's device memory, cpu's host memory) keep blocks by size
+ * class, as PyTorch's caching allocator does: a size rounded up to a multiple of a quarter of
+ * its power of two, that step at least 512 bytes and at most 2 MiB (so a tensor of tens of GiB
+ * wastes almost nothing), binned by floor(log2(class)). */
+enum { SHIM_CACHE_BINS = 64 };
+
+static inline int shim_floor_log2(int64_t n) { return 63 - __builtin_clzll((unsigned long long)n); }
+
+static inline int64_t shim_size_class(int64_t n) {
+  const int64_t min_step = 512, max_step = (int64_t)2 << 20;
+  if (n <= min_step) return min_step;
+  int64_t step = ((int64_t)1 << shim_floor_log2(n)) / 4;
+  if (step < min_step) step = min_step;
+  if (step > max_step) step = max_step;
+  return (n + step - 1) / step * step;
+}
+
 /* ---- argument checks of the ops (checks.c) ------------------------------------------- */
 /* Each takes an entry point's arguments, null handles included, and fails as that entry point
  * (its name in the message) before anything is read from or written to tensor memory. */
@@ -192,6 +209,14 @@ typedef struct shim_scatter_dims {
 
 int shim_check_scatter(int32_t op, const shim_tensor *out, int32_t dim, const shim_tensor *index, const shim_tensor *src,
                        shim_scatter_dims *dims);
+/* shim_layer_norm: rows is a's count over m. */
+int shim_check_layer_norm(const shim_tensor *out, const shim_tensor *a, const shim_tensor *weight, const shim_tensor *bias,
+                          int64_t m, int64_t *rows);
+
+/* shim_index_select: a read as [outer, r, inner] around dim (the index's range is 0..r-1). */
+int shim_check_index_select(const shim_tensor *out, const shim_tensor *a, int32_t dim, const shim_tensor *index,
+                            shim_reduce_dims *dims);
+
 /* ---- the fused optimizer steps (optim_checks.c) ---------------------------------------- */
 
 /* param is f32 or f64; grad and the buffers have its dtype and element count and share no

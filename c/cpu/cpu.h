@@ -33,6 +33,15 @@ void shim_cpu_store_i64(int32_t dtype, const int64_t *src, int64_t n, void *dst)
 void shim_cpu_load_f32(int32_t dtype, const void *src, int64_t n, float *dst);
 void shim_cpu_store_f32(int32_t dtype, const float *src, int64_t n, void *dst);
 
+/* Runs fn(ctx, begin, end) over [0, n) in up to shim_set_threads's count of contiguous parts
+ * of at least grain each (at once on the calling thread when that is one part); returns when
+ * every part is done (parallel.c). */
+typedef void (*shim_cpu_range_fn)(void *ctx, int64_t begin, int64_t end);
+void shim_cpu_parallel(int64_t n, int64_t grain, shim_cpu_range_fn fn, void *ctx);
+
+/* Elements per part worth a thread's wake-up (tens of microseconds of work). */
+enum { SHIM_CPU_GRAIN = 1 << 16 };
+
 /* One value converted by the rules of shim_cpu_store_f64. */
 void shim_cpu_from_f64(int32_t dtype, double value, void *dst);
 

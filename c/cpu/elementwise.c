@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "cpu.h"
+#include "vecmath.h"
 
 static int is_comparison(int32_t op) { return op >= SHIM_EQ; } /* and logical_and, logical_or: they write bool */
 
@@ -82,8 +83,8 @@ static int is_comparison(int32_t op) { return op >= SHIM_EQ; } /* and logical_an
 FLOAT_FLOORING(float, M_F32)
 FLOAT_FLOORING(double, M_F64)
 
-#define FLOAT_BINARY(NAME, T, POW)                                                          \
-  static void NAME(int32_t op, void *out, const T *a, int fa, const T *b, int fb, int64_t n) { \
+#define FLOAT_BINARY(NAME, T, POW, ATTR)                                                    \
+  ATTR static void NAME(int32_t op, void *out, const T *a, int fa, const T *b, int fb, int64_t n) { \
     typedef T elem;                                                                         \
     T *o = out;                                                                             \
     uint8_t *ob = out;                                                                      \
@@ -101,8 +102,8 @@ FLOAT_FLOORING(double, M_F64)
     }                                                                                       \
   }
 
-FLOAT_BINARY(binary_f32, float, powf)
-FLOAT_BINARY(binary_f64, double, pow)
+FLOAT_BINARY(binary_f32, float, powf, SHIM_CPU_CLONES)
+FLOAT_BINARY(binary_f64, double, pow, )
 
 /* Integer division and power in int64, wrapping; callers have ruled out y == 0 and y < 0. */
 static inline int64_t div_i64(int64_t x, int64_t y) { return y == -1 ? (int64_t)(0 - (uint64_t)x) : x / y; }
@@ -224,11 +225,43 @@ static int check_integer_operand(const char *fn, int32_t op, int32_t dtype, cons
   return SHIM_OK;
 }
 
+/* One binary op over a range: elements of out (period 0), or whole repetitions of the operand
+ * that repeats every `period` elements. x (y) is full when fx (fy), else one element. */
+typedef struct {
+  int32_t op, dtype;
+  char *o;
+  const char *x, *y;
+  int fx, fy, x_repeats;
+  int64_t period, size, out_size;
+} binary_job;
+
+static void binary_range(void *ctx, int64_t begin, int64_t end) {
+  const binary_job *j = ctx;
+  if (j->period == 0) {
+    binary_kernel(j->op, j->dtype, j->o + begin * j->out_size, j->fx ? j->x + begin * j->size : j->x, j->fx,
+                  j->fy ? j->y + begin * j->size : j->y, j->fy, end - begin);
+    return;
+  }
+  const int64_t m = j->period;
+  for (int64_t r = begin; r < end; r++)
+    binary_kernel(j->op, j->dtype, j->o + r * m * j->out_size, j->x_repeats ? j->x : j->x + r * m * j->size, 1,
+                  j->x_repeats ? j->y + r * m * j->size : j->y, 1, m);
+}
+
 int shim_binary(int32_t op, shim_tensor *out, const shim_tensor *a, const shim_tensor *b, shim_stream *s) {
   int64_t n;
   SHIM_TRY(shim_check_binary(op, out, a, b, &n));
   SHIM_TRY(check_integer_operand("shim_binary", op, a->dtype, shim_cpu_data(b), b->numel, "b"));
-  binary_kernel(op, a->dtype, shim_cpu_data(out), shim_cpu_data(a), a->numel == n, shim_cpu_data(b), b->numel == n, n);
+  const int64_t m = a->numel < b->numel ? a->numel : b->numel;
+  binary_job job = {op, a->dtype, shim_cpu_data(out), shim_cpu_data(a), shim_cpu_data(b), a->numel == n, b->numel == n, a->numel == m,
+                    0, shim_dtype_size(a->dtype), shim_dtype_size(out->dtype)};
+  if (m <= 1 || m == n) {
+    shim_cpu_parallel(n, SHIM_CPU_GRAIN, binary_range, &job);
+    return SHIM_OK;
+  }
+  /* One operand repeats every m elements: the kernel over each repetition, both sides full. */
+  job.period = m;
+  shim_cpu_parallel(n / m, SHIM_CPU_GRAIN / m + 1, binary_range, &job);
   return SHIM_OK;
 }
 
@@ -246,23 +279,24 @@ int shim_binary_scalar(int32_t op, shim_tensor *out, const shim_tensor *a, doubl
   shim_cpu_from_f64(a->dtype, b, &scalar);
   const void *x = scalar_first ? (const void *)&scalar : t, *y = scalar_first ? t : (const void *)&scalar;
   SHIM_TRY(check_integer_operand("shim_binary_scalar", op, a->dtype, y, scalar_first ? n : 1, scalar_first ? "a" : "the scalar"));
-  binary_kernel(op, a->dtype, o, x, !scalar_first, y, scalar_first, n);
+  binary_job job = {op, a->dtype, o, x, y, !scalar_first, scalar_first, 0, 0, shim_dtype_size(a->dtype), shim_dtype_size(out->dtype)};
+  shim_cpu_parallel(n, SHIM_CPU_GRAIN, binary_range, &job);
   return SHIM_OK;
 }
 
-#define FLOAT_UNARY(NAME, T, M)                                                              \
-  static void NAME(int32_t op, T *o, const T *a, int64_t n) {                               \
+#define FLOAT_UNARY(NAME, T, M, EXP, TANH, SIGMOID, ATTR)                                   \
+  ATTR static void NAME(int32_t op, T *o, const T *a, int64_t n) {                          \
     const T one = 1, half = (T)0.5, sqrt1_2 = (T)0.70710678118654752440,                     \
             k_tanh = (T)0.79788456080286535588 /* sqrt(2 / pi) */;                          \
     switch (op) {                                                                           \
       case SHIM_NEG: for (int64_t i = 0; i < n; i++) o[i] = -a[i]; break;                   \
       case SHIM_ABS: for (int64_t i = 0; i < n; i++) o[i] = M(fabs)(a[i]); break;           \
-      case SHIM_EXP: for (int64_t i = 0; i < n; i++) o[i] = M(exp)(a[i]); break;            \
+      case SHIM_EXP: for (int64_t i = 0; i < n; i++) o[i] = EXP(a[i]); break;               \
       case SHIM_LOG: for (int64_t i = 0; i < n; i++) o[i] = M(log)(a[i]); break;            \
       case SHIM_SQRT: for (int64_t i = 0; i < n; i++) o[i] = M(sqrt)(a[i]); break;          \
       case SHIM_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] < 0 ? (T)0 : a[i]; break; \
-      case SHIM_TANH: for (int64_t i = 0; i < n; i++) o[i] = M(tanh)(a[i]); break;          \
-      case SHIM_SIGMOID: for (int64_t i = 0; i < n; i++) o[i] = one / (one + M(exp)(-a[i])); break; \
+      case SHIM_TANH: for (int64_t i = 0; i < n; i++) o[i] = TANH(a[i]); break;             \
+      case SHIM_SIGMOID: for (int64_t i = 0; i < n; i++) o[i] = SIGMOID(a[i]); break;          \
       case SHIM_ERF: for (int64_t i = 0; i < n; i++) o[i] = M(erf)(a[i]); break;            \
       case SHIM_LOG1P: for (int64_t i = 0; i < n; i++) o[i] = M(log1p)(a[i]); break;        \
       case SHIM_EXPM1: for (int64_t i = 0; i < n; i++) o[i] = M(expm1)(a[i]); break;        \
@@ -270,7 +304,7 @@ int shim_binary_scalar(int32_t op, shim_tensor *out, const shim_tensor *a, doubl
       case SHIM_RECIPROCAL: for (int64_t i = 0; i < n; i++) o[i] = one / a[i]; break;       \
       case SHIM_SIN: for (int64_t i = 0; i < n; i++) o[i] = M(sin)(a[i]); break;            \
       case SHIM_COS: for (int64_t i = 0; i < n; i++) o[i] = M(cos)(a[i]); break;            \
-      case SHIM_SILU: for (int64_t i = 0; i < n; i++) o[i] = a[i] / (one + M(exp)(-a[i])); break; \
+      case SHIM_SILU: for (int64_t i = 0; i < n; i++) o[i] = a[i] * SIGMOID(a[i]); break;   \
       case SHIM_SOFTPLUS:                                                                   \
         for (int64_t i = 0; i < n; i++) o[i] = a[i] > (T)20 ? a[i] : M(log1p)(M(exp)(a[i])); \
         break;                                                                              \
@@ -280,7 +314,7 @@ int shim_binary_scalar(int32_t op, shim_tensor *out, const shim_tensor *a, doubl
       case SHIM_GELU_TANH:                                                                  \
         for (int64_t i = 0; i < n; i++) {                                                   \
           T x = a[i];                                                                       \
-          o[i] = half * x * (one + M(tanh)(k_tanh * (x + (T)0.044715 * x * x * x)));        \
+          o[i] = half * x * (one + TANH(k_tanh * (x + (T)0.044715 * x * x * x)));           \
         }                                                                                   \
         break;                                                                              \
       case SHIM_FLOOR: for (int64_t i = 0; i < n; i++) o[i] = M(floor)(a[i]); break;        \
@@ -291,8 +325,11 @@ int shim_binary_scalar(int32_t op, shim_tensor *out, const shim_tensor *a, doubl
     }                                                                                       \
   }
 
-FLOAT_UNARY(unary_f32, float, M_F32)
-FLOAT_UNARY(unary_f64, double, M_F64)
+static inline double sigmoid_f64(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+/* f32 through vecmath.h, so exp, tanh, sigmoid, silu and gelu_tanh vectorise. */
+FLOAT_UNARY(unary_f32, float, M_F32, shim_vexpf, shim_vtanhf, shim_vsigmoidf, SHIM_CPU_CLONES)
+FLOAT_UNARY(unary_f64, double, M_F64, exp, tanh, sigmoid_f64, )
 
 /* The integer cases; floor, ceil, round and trunc copy (the caller handles them). */
 #define SIGNED_UNARY(NAME, T, U)                                                                \
@@ -367,19 +404,27 @@ static void unary_half(int32_t op, int32_t dtype, uint16_t *o, const uint16_t *a
   }
 }
 
-int shim_unary(int32_t op, shim_tensor *out, const shim_tensor *a, shim_stream *s) {
-  SHIM_TRY(shim_check_unary(op, out, a));
-  int32_t dtype = a->dtype;
-  void *o = shim_cpu_data(out);
-  const void *x = shim_cpu_data(a);
-  int64_t n = a->numel;
+/* One unary op over a range of elements (a part of shim_cpu_parallel). */
+typedef struct {
+  int32_t op, dtype;
+  char *o;
+  const char *x;
+  int64_t size, out_size;
+} unary_job;
+
+static void unary_range(void *ctx, int64_t begin, int64_t end) {
+  const unary_job *j = ctx;
+  const int32_t op = j->op, dtype = j->dtype;
+  void *o = j->o + begin * j->out_size;
+  const void *x = j->x + begin * j->size;
+  const int64_t n = end - begin;
   if (op >= SHIM_ISNAN) {
     unary_predicate(op, dtype, o, x, n);
-    return SHIM_OK;
+    return;
   }
   if (!shim_cpu_is_float(dtype) && op >= SHIM_FLOOR && op <= SHIM_TRUNC) { /* integers are whole already */
-    if (o != x) memcpy(o, x, (size_t)(n * shim_dtype_size(dtype)));
-    return SHIM_OK;
+    if (o != x) memcpy(o, x, (size_t)(n * j->size));
+    return;
   }
   switch (dtype) {
     case SHIM_F32: unary_f32(op, o, x, n); break;
@@ -389,5 +434,11 @@ int shim_unary(int32_t op, shim_tensor *out, const shim_tensor *a, shim_stream *
     case SHIM_I64: unary_i64(op, o, x, n); break;
     case SHIM_U8: case SHIM_BOOL: unary_bytes(op, dtype, o, x, n); break;
   }
+}
+
+int shim_unary(int32_t op, shim_tensor *out, const shim_tensor *a, shim_stream *s) {
+  SHIM_TRY(shim_check_unary(op, out, a));
+  unary_job job = {op, a->dtype, shim_cpu_data(out), shim_cpu_data(a), shim_dtype_size(a->dtype), shim_dtype_size(out->dtype)};
+  shim_cpu_parallel(a->numel, SHIM_CPU_GRAIN, unary_range, &job);
   return SHIM_OK;
 }

@@ -6,8 +6,10 @@
  * and min fail (no identity). max, min and the inf-norm propagate NaN; any and all read
  * nonzero (NaN included) as true. */
 #include <math.h>
+#include <string.h>
 
 #include "cpu.h"
+#include "vecmath.h"
 
 /* fold_all: *acc (op)= every x[i]; fold_each: acc[i] (op)= x[i]. sum and mean both add;
  * the norms fold |x| (ABS) or its square. */
@@ -102,16 +104,56 @@ static void finish_i64(int32_t op, int32_t dtype, int64_t *acc, int64_t m, int64
   shim_cpu_store_f64(dtype, mean, m, dst);
 }
 
+/* Whether row_f32 folds op: sum and mean (in double), max and min (exact in float). */
+static int row_f32_folds(int32_t op) { return op == SHIM_SUM || op == SHIM_MEAN || op == SHIM_MAX || op == SHIM_MIN; }
+
+/* One contiguous f32 row folded in vector lanes (the lanes change the order of the double
+ * additions, not their precision); NaN propagates through max and min. */
+SHIM_CPU_CLONES static double row_f32(int32_t op, const float *x, int64_t r) {
+  int64_t j = 0;
+  if (op == SHIM_SUM || op == SHIM_MEAN) {
+    shim_v8d acc = {0};
+    double sum = 0;
+    for (; j + 8 <= r; j += 8) {
+      shim_v8f v;
+      memcpy(&v, x + j, sizeof v);
+      acc += __builtin_convertvector(v, shim_v8d);
+    }
+    for (; j < r; j++) sum += (double)x[j];
+    for (int k = 0; k < 8; k++) sum += acc[k];
+    return sum;
+  }
+  const int max = op == SHIM_MAX;
+  float m = max ? -INFINITY : INFINITY;
+  int nan = 0;
+  shim_v16f best = SHIM_V16_SPLAT(m);
+  shim_v16i nans = {0};
+  for (; j + 16 <= r; j += 16) {
+    shim_v16f v;
+    SHIM_V16_LOAD(v, x + j);
+    nans |= v != v;
+    best = max ? SHIM_V16_SELECT(v > best, v, best) : SHIM_V16_SELECT(v < best, v, best);
+  }
+  for (int k = 0; k < 16; k++) m = max ? (best[k] > m ? best[k] : m) : (best[k] < m ? best[k] : m), nan |= nans[k];
+  for (; j < r; j++) m = max ? (x[j] > m ? x[j] : m) : (x[j] < m ? x[j] : m), nan |= x[j] != x[j];
+  return nan ? NAN : m;
+}
+
 /* The driver, once per accumulator type: contiguous runs when inner == 1, otherwise blocks
  * of up to a chunk of inner positions accumulated row by row (reads stay sequential). */
 #define REDUCER(SUFFIX, ACC)                                                                   \
-  static void reduce_##SUFFIX(int32_t op, const shim_tensor *a, shim_tensor *out, int64_t outer, int64_t r, \
+  static void reduce_##SUFFIX(int32_t op, const shim_tensor *a, shim_tensor *out, int64_t o0, int64_t o1, int64_t r, \
                               int64_t inner) {                                                 \
     const char *src = shim_cpu_data(a);                                                        \
     char *dst = shim_cpu_data(out);                                                            \
     int64_t size = shim_dtype_size(a->dtype), out_size = shim_dtype_size(out->dtype);          \
     ACC acc[SHIM_CPU_CHUNK], x[SHIM_CPU_CHUNK];                                                \
-    for (int64_t o = 0; o < outer; o++) {                                                      \
+    for (int64_t o = o0; o < o1; o++) {                                                        \
+      if (inner == 1 && a->dtype == SHIM_F32 && row_f32_folds(op)) {                           \
+        acc[0] = row_f32(op, (const float *)src + o * r, r);                                   \
+        finish_##SUFFIX(op, out->dtype, acc, 1, r, dst + o * out_size);                        \
+        continue;                                                                              \
+      }                                                                                        \
       if (inner == 1) {                                                                        \
         acc[0] = identity_##SUFFIX(op);                                                        \
         for (int64_t base = 0; base < r; base += SHIM_CPU_CHUNK) {                             \
@@ -137,11 +179,25 @@ static void finish_i64(int32_t op, int32_t dtype, int64_t *acc, int64_t m, int64
 REDUCER(f64, double)
 REDUCER(i64, int64_t)
 
-int shim_reduce(int32_t op, shim_tensor *out, const shim_tensor *a, int32_t dim, shim_stream *s) {
+/* A range of the outer index (a part of shim_cpu_parallel). */
+typedef struct {
+  int32_t op;
+  const shim_tensor *a;
+  shim_tensor *out;
   shim_reduce_dims dims;
-  SHIM_TRY(shim_check_reduce(op, out, a, dim, &dims));
-  if (shim_cpu_is_float(a->dtype)) reduce_f64(op, a, out, dims.outer, dims.r, dims.inner);
-  else reduce_i64(op, a, out, dims.outer, dims.r, dims.inner);
+} reduce_job;
+
+static void reduce_range(void *ctx, int64_t begin, int64_t end) {
+  const reduce_job *j = ctx;
+  if (shim_cpu_is_float(j->a->dtype)) reduce_f64(j->op, j->a, j->out, begin, end, j->dims.r, j->dims.inner);
+  else reduce_i64(j->op, j->a, j->out, begin, end, j->dims.r, j->dims.inner);
+}
+
+int shim_reduce(int32_t op, shim_tensor *out, const shim_tensor *a, int32_t dim, shim_stream *s) {
+  reduce_job job = {.op = op, .a = a, .out = out};
+  SHIM_TRY(shim_check_reduce(op, out, a, dim, &job.dims));
+  const int64_t per_outer = job.dims.r * job.dims.inner;
+  shim_cpu_parallel(job.dims.outer, SHIM_CPU_GRAIN / (per_outer > 0 ? per_outer : 1) + 1, reduce_range, &job);
   return SHIM_OK;
 }
 

@@ -1,4 +1,4 @@
-/* strided.c: shim_copy_strided and shim_gather on the cpu: element moves by index, with no
+/* strided.c: shim_copy_strided, shim_gather and shim_index_select on the cpu: element moves by index, with no
  * arithmetic, so elements move as opaque 1-, 2-, 4- or 8-byte words. */
 #include <string.h>
 
@@ -82,5 +82,33 @@ int shim_gather(shim_tensor *out, const shim_tensor *a, int32_t dim, const shim_
       idx[d] = 0;
     }
   }
+  return SHIM_OK;
+}
+
+/* Picked slabs (a part of shim_cpu_parallel): slab k is entry k % n of outer index k / n, one memcpy
+ * of inner elements each (a whole row for embedding). */
+typedef struct {
+  char *o;
+  const char *src;
+  const int64_t *ix;
+  int64_t n, r;
+  size_t slab;
+} select_job;
+
+static void select_range(void *ctx, int64_t begin, int64_t end) {
+  const select_job *j = ctx;
+  for (int64_t k = begin; k < end; k++) memcpy(j->o + k * j->slab, j->src + ((k / j->n) * j->r + j->ix[k % j->n]) * j->slab, j->slab);
+}
+
+int shim_index_select(shim_tensor *out, const shim_tensor *a, int32_t dim, const shim_tensor *index, shim_stream *s) {
+  shim_reduce_dims d;
+  SHIM_TRY(shim_check_index_select(out, a, dim, index, &d));
+  const int64_t *ix = shim_cpu_data(index), n = index->numel;
+  for (int64_t j = 0; j < n; j++)
+    if (ix[j] < 0 || ix[j] >= d.r)
+      return shim_fail(SHIM_E_INVALID, "shim_index_select: index %lld is out of range for dim %d of size %lld", (long long)ix[j], dim,
+                       (long long)d.r);
+  select_job job = {shim_cpu_data(out), shim_cpu_data(a), ix, n, d.r, (size_t)(d.inner * shim_dtype_size(a->dtype))};
+  shim_cpu_parallel(d.outer * n, (int64_t)(SHIM_CPU_GRAIN * 4 / (job.slab + 1)) + 1, select_range, &job);
   return SHIM_OK;
 }

@@ -1,8 +1,6 @@
 /* alloc.cu: device memory for tensors. cudaMalloc and cudaFree are slow and cudaFree waits for
- * the whole device, so freed blocks are kept in a cache keyed by size class and device, as
- * PyTorch's caching allocator does: a size is rounded up to a multiple of a quarter of its
- * power of two, that step being at least 512 bytes and at most 2 MiB (so a tensor of tens of GiB
- * wastes almost nothing of the device). A freed block records one event on each stream that used it (see
+ * the whole device, so freed blocks are kept in a cache keyed by size class (shim_size_class,
+ * c/common/internal.h) and device, as PyTorch's caching allocator does. A freed block records one event on each stream that used it (see
  * shim_cuda_track_storage) and is handed out again only once those events have completed,
  * so new work on any stream never overwrites memory that queued work still reads.
  *
@@ -28,8 +26,7 @@ struct shim_cuda_block {
 
 namespace {
 
-enum { BINS = 64 }; /* by floor(log2(size class)) */
-enum : int64_t { MIN_STEP = 512, MAX_STEP = int64_t{2} << 20 }; /* the rounding of a size class */
+enum { BINS = SHIM_CACHE_BINS };
 
 struct Cache {
   pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -43,16 +40,6 @@ Cache cache;
 void read_setting(void) {
   const char *v = getenv("MONARCH_CUDA_CACHE");
   cache.enabled = !(v != NULL && v[0] == '0' && v[1] == '\0');
-}
-
-int floor_log2(int64_t n) { return 63 - __builtin_clzll((unsigned long long)n); }
-
-int64_t size_class(int64_t n) {
-  if (n <= MIN_STEP) return MIN_STEP;
-  int64_t step = (int64_t{1} << floor_log2(n)) / 4;
-  if (step < MIN_STEP) step = MIN_STEP;
-  if (step > MAX_STEP) step = MAX_STEP;
-  return (n + step - 1) / step * step;
 }
 
 /* Whether every event recorded at the block's last free has completed. */
@@ -87,7 +74,7 @@ int take_cached(int64_t bytes, int32_t device, shim_cuda_block **out) {
   *out = NULL;
   pthread_mutex_lock(&cache.lock);
   int status = SHIM_OK;
-  for (shim_cuda_block **link = &cache.bins[floor_log2(bytes)]; *link != NULL; link = &(*link)->next) {
+  for (shim_cuda_block **link = &cache.bins[shim_floor_log2(bytes)]; *link != NULL; link = &(*link)->next) {
     shim_cuda_block *b = *link;
     if (b->bytes != bytes || b->device != device) continue;
     bool ready = false;
@@ -185,7 +172,7 @@ int give_back(shim_cuda_storage *st) {
     return status;
   }
   pthread_mutex_lock(&cache.lock);
-  shim_cuda_block **bin = &cache.bins[floor_log2(b->bytes)];
+  shim_cuda_block **bin = &cache.bins[shim_floor_log2(b->bytes)];
   b->next = *bin;
   *bin = b;
   pthread_mutex_unlock(&cache.lock);
@@ -206,7 +193,7 @@ int shim_cuda_storage_alloc(int64_t nbytes, shim_cuda_storage **out) {
   if (nbytes > 0) {
     int device = 0;
     cudaError_t e = cudaGetDevice(&device);
-    int64_t bytes = size_class(nbytes);
+    int64_t bytes = shim_size_class(nbytes);
     shim_cuda_block *b = NULL;
     int status = e != cudaSuccess ? shim_cuda_fail(e, "cudaGetDevice", __FILE__, __LINE__)
                  : cache.enabled  ? take_cached(bytes, device, &b)

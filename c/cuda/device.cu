@@ -49,3 +49,8 @@ int shim_memory_total(int64_t *bytes) {
   *bytes = (int64_t)total;
   return SHIM_OK;
 }
+
+int shim_set_threads(int32_t n) {
+  if (n < 1 || n > 64) return shim_fail(SHIM_E_INVALID, "shim_set_threads: %d threads, not 1 to 64", n);
+  return SHIM_OK; /* the device's parallelism is its own */
+}

@@ -248,13 +248,15 @@ __device__ __forceinline__ auto binary_store(typename D::V x, typename D::V y) {
 
 /* ---- kernels -------------------------------------------------------------------------- */
 
-/* A binary operand: a full tensor read at i, or one value every element reuses (read from a
- * one-element tensor when p is set, else the scalar `value`). */
+/* A binary operand: a full tensor read at i (at i % period when period is set: an operand that
+ * repeats), or one value every element reuses (read from a one-element tensor when p is set,
+ * else the scalar `value`). */
 template <typename D>
 struct Operand {
   const typename D::T *p;
   typename D::V value;
   bool full;
+  int64_t period = 0;
 };
 
 template <typename D>
@@ -313,7 +315,8 @@ __global__ void binary_kernel(void *out, Operand<D> a, Operand<D> b, int64_t n, 
     done = packs * P;
   }
   for (int64_t i = done + tid; i < n; i += stride)
-    o[i] = binary_store<D, Op>(a.full ? D::load(a.p[i]) : xa, b.full ? D::load(b.p[i]) : xb);
+    o[i] = binary_store<D, Op>(a.full ? D::load(a.p[a.period ? i % a.period : i]) : xa,
+                               b.full ? D::load(b.p[b.period ? i % b.period : i]) : xb);
 }
 
 /* Sets *flag when any of y's n elements is zero (div) or negative (pow). */
@@ -383,7 +386,7 @@ template <typename D>
 int launch_binary(int32_t op, void *out, const Operand<D> &a, const Operand<D> &b, int64_t n, cudaStream_t stream) {
   if (n == 0) return SHIM_OK;
   using T = typename D::T;
-  bool vec = aligned16(out) && (!a.full || aligned16(a.p)) && (!b.full || aligned16(b.p));
+  bool vec = aligned16(out) && (!a.full || aligned16(a.p)) && (!b.full || aligned16(b.p)) && !a.period && !b.period;
   unsigned blocks = shim_cuda_blocks(vec ? n / pack_width<T>() + 1 : n);
   return with_binary_op(op, [&](auto code) -> int {
     constexpr int Op = decltype(code)::value;
@@ -411,7 +414,9 @@ int shim_binary(int32_t op, shim_tensor *out, const shim_tensor *a, const shim_t
     using T = typename D::T;
     const T *x = (const T *)shim_cuda_data(a), *y = (const T *)shim_cuda_data(b);
     SHIM_TRY(check_device_operand<D>("shim_binary", op, y, b->numel, "b", s));
-    Operand<D> oa{x, typename D::V(), a->numel == n}, ob{y, typename D::V(), b->numel == n};
+    /* A count between 1 and n repeats (shim_check_binary made it divide n). */
+    Operand<D> oa{x, typename D::V(), a->numel == n || a->numel > 1, a->numel > 1 && a->numel < n ? a->numel : 0},
+        ob{y, typename D::V(), b->numel == n || b->numel > 1, b->numel > 1 && b->numel < n ? b->numel : 0};
     return launch_binary<D>(op, shim_cuda_data(out), oa, ob, n, shim_cuda_stream(s));
   });
 }

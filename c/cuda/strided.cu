@@ -1,4 +1,4 @@
-/* strided.cu: shim_copy_strided and shim_gather on the device. Each thread computes its
+/* strided.cu: shim_copy_strided, shim_gather and shim_index_select on the device. Each thread computes its
  * element's source (and destination) offset from its flat index over the collapsed shape;
  * elements move as opaque 1-, 2-, 4- or 8-byte words. */
 #include "elements.h"
@@ -48,6 +48,16 @@ __global__ void gather_kernel(U *out, const U *a, const int64_t *index, int64_t 
       off += (d == g.dim ? index[e] : i) * g.stride[d];
     }
     out[e] = a[off];
+  }
+}
+
+/* out[x, j, i] = a[x, index[j], i] over [outer, n, inner]. */
+template <typename U>
+__global__ void index_select_kernel(U *out, const U *a, const int64_t *index, int64_t total, int64_t n, int64_t r, int64_t inner) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
+    const int64_t i = e % inner, j = (e / inner) % n, x = e / (inner * n);
+    out[e] = a[(x * r + index[j]) * inner + i];
   }
 }
 
@@ -109,6 +119,27 @@ int shim_gather(shim_tensor *out, const shim_tensor *a, int32_t dim, const shim_
     gather_kernel<U><<<shim_cuda_blocks(n), SHIM_CUDA_THREADS, 0, stream>>>((U *)shim_cuda_data(out),
                                                                           (const U *)shim_cuda_data(a), ix, n, g);
     CUDA_CHECK_LAUNCH("gather_kernel");
+    return SHIM_OK;
+  });
+}
+
+int shim_index_select(shim_tensor *out, const shim_tensor *a, int32_t dim, const shim_tensor *index, shim_stream *s) {
+  shim_reduce_dims d;
+  SHIM_TRY(shim_check_index_select(out, a, dim, index, &d));
+  const int64_t n = index->numel, total = out->numel;
+  if (n == 0) return SHIM_OK;
+  shim_cuda_track(s, out);
+  shim_cuda_track(s, a);
+  shim_cuda_track(s, index);
+  const int64_t *ix = (const int64_t *)shim_cuda_data(index);
+  SHIM_TRY(shim_cuda_check_indices("shim_index_select", ix, n, d.r, dim, s));
+  if (total == 0) return SHIM_OK;
+  cudaStream_t stream = shim_cuda_stream(s);
+  return by_size(shim_dtype_size(a->dtype), [&](auto word) -> int {
+    using U = decltype(word);
+    index_select_kernel<U><<<shim_cuda_blocks(total), SHIM_CUDA_THREADS, 0, stream>>>((U *)shim_cuda_data(out),
+                                                                                    (const U *)shim_cuda_data(a), ix, total, n, d.r, d.inner);
+    CUDA_CHECK_LAUNCH("index_select_kernel");
     return SHIM_OK;
   });
 }

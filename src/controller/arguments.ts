@@ -57,7 +57,7 @@ export class Arguments {
     }
     if (v instanceof RemoteTensor) {
       checkOwner(this.mesh.core, v)
-      if (v.released) throw refuse(`${v} was released`)
+      if (v.released) throw refuse(v.retired ?? `${v} was released`)
       if (v.mesh !== this.mesh && !this.covering.has(v.mesh)) {
         const missing = this.mesh.ranks.filter((r) => !v.mesh.layout.contains(r))
         if (missing.length > 0) throw refuse(`${v} is not on ranks [${missing}] of ${this.mesh}`)

@@ -9,12 +9,13 @@
 import { Effect, Result } from "effect"
 import { encodeMessageParts } from "../protocol/codec.ts"
 import type { ControllerMessage, Value, WorkerMessage } from "../protocol/messages.ts"
-import { Ref, type Device } from "../protocol/values.ts"
+import { Ref, type Device, type ErrorPayload } from "../protocol/values.ts"
 import type { ProcessExit } from "../launcher/index.ts"
 import { ControllerError, DeadlineExceeded, RemoteError, WorkerLost, type Failure } from "./errors.ts"
 import { Graph, type Exchange, type Node } from "./graph.ts"
 import type { WorkerLink } from "./listener.ts"
 import { CallSite } from "./sites.ts"
+import type { Trace } from "./trace.ts"
 
 /** Where a rank is: the command it is executing, or waiting in (or queued at). */
 export interface RankAt {
@@ -75,6 +76,15 @@ interface PendingFetch {
 const sameMessages = (a: ReadonlyArray<WorkerMessage>, b: ReadonlyArray<WorkerMessage>): boolean =>
   a.length === b.length && a.every((m, i) => m === b[i])
 
+/** The idents of one recording call, and where the failures of its commands go. */
+interface Span {
+  readonly first: number
+  readonly count: number
+  readonly ranks: ReadonlyArray<number>
+  /** Command `offset` of the call failed on `rank` at its root. */
+  readonly fail: (rank: number, offset: number, error: ErrorPayload) => void
+}
+
 /** One rank's worker process. */
 export interface WorkerInfo {
   readonly rank: number
@@ -98,6 +108,10 @@ export class Core {
   private readonly exits = new Map<number, ProcessExit>()
   private readonly hangReported = new Set<number>()
   private readonly captureSites: boolean
+  /** Set while compile records a step: commands go to it instead of the workers. */
+  tracing: Trace | undefined
+  /** Ident ranges taken by recording calls, with who routes their failures, in issue order. */
+  private readonly spans: Span[] = []
   /** Frames sent and commands in them, for tests and benchmarks of batching. */
   readonly sent = { frames: 0, commands: 0 }
 
@@ -148,6 +162,8 @@ export class Core {
         return this.tryFinish(msg.ident)
       }
       case "RemoteFunctionFailed": {
+        const span = this.spans.find((s) => msg.ident >= s.first && msg.ident < s.first + s.count)
+        if (span) return span.fail(rank, msg.ident - span.first, msg.error)
         const node = this.graph.node(msg.ident)
         if (!node || !node.ranks.includes(rank))
           return this.options.onProblem?.(`rank ${rank} reported a failure of ident ${msg.ident}, which is not live on it: ${msg.error.message}`)
@@ -202,6 +218,7 @@ export class Core {
 
   /** Queues a message without an ident for `ranks`. */
   post(ranks: ReadonlyArray<number>, msg: WorkerMessage): void {
+    if (this.tracing?.post(ranks, msg)) return
     for (const r of ranks) if (!this.graph.isLost(r)) this.outbox[r]!.push(msg)
     this.scheduleFlush()
   }
@@ -212,6 +229,7 @@ export class Core {
    * other (none: each rank's result depends on its own inputs only).
    */
   command(ranks: ReadonlyArray<number>, label: string, inputs: ReadonlyArray<number>, defines: ReadonlyArray<number>, site: CallSite | undefined, make: (ident: number) => WorkerMessage, exchange?: Exchange): Node {
+    if (this.tracing) return this.tracing.command(ranks, label, inputs, defines, site, make, exchange)
     const ident = this.nextIdent++
     const node = this.graph.add(ident, ranks, inputs, defines, label, site, exchange)
     this.post(ranks, make(ident))
@@ -228,6 +246,7 @@ export class Core {
    * fails the fetch with WorkerLost.
    */
   fetch(ranks: ReadonlyArray<number>, inputs: ReadonlyArray<number>, label: string, site: CallSite | undefined, make: (ident: number) => WorkerMessage, deadlineMs = this.options.deadlineMs, late = false): Effect.Effect<ReadonlyArray<Value>, Failure | ControllerError> {
+    if (this.tracing) return Effect.fail(this.tracing.refuseFetch(label))
     return Effect.callback((resume) => {
       const node = this.command(ranks, label, inputs, [], site, make)
       const pending: PendingFetch = { node, values: new Map(), needs: this.graph.needs(node, ranks), resume, answered: false, deadline: undefined, late }
@@ -299,8 +318,23 @@ export class Core {
     pending.resume(Effect.fail(new DeadlineExceeded({ ident: pending.node.ident, label: pending.node.label, deadlineMs, behind: at, site: pending.node.site })))
   }
 
+  /**
+   * Takes `count` consecutive idents for one call of a recording, whose failures (by offset
+   * into the range) go to `fail`.
+   */
+  span(ranks: ReadonlyArray<number>, count: number, fail: Span["fail"]): number {
+    const first = this.nextIdent
+    this.nextIdent += count
+    // Ranges every rank has passed can get no more failures.
+    while (this.spans.length > 0 && this.spans[0]!.ranks.every((r) => this.graph.passed(r) >= this.spans[0]!.first + this.spans[0]!.count || this.graph.isLost(r))) this.spans.shift()
+    this.spans.push({ first, count, ranks, fail })
+    return first
+  }
+
   /** Deletes refs on `ranks` with the next batch. */
   release(ranks: ReadonlyArray<number>, refs: ReadonlyArray<number>): void {
+    if (this.tracing) refs = this.tracing.external(refs)
+    if (refs.length === 0) return
     this.graph.forget(refs)
     for (const r of ranks) if (!this.graph.isLost(r)) this.deletes[r]!.push(...refs)
     this.scheduleFlush()

@@ -163,6 +163,11 @@ export class Graph {
     if (node) this.refs.set(ref, node)
   }
 
+  /** Refs (re)defined by `node` after it was added (a recording call's results, once every part has read its inputs). */
+  define(refs: ReadonlyArray<number>, node: Node): void {
+    for (const id of refs) this.refs.set(id, node)
+  }
+
   /** Forgets refs the controller deleted. */
   forget(refs: ReadonlyArray<number>): void {
     for (const id of refs) this.refs.delete(id)

@@ -44,6 +44,8 @@ const dropped = new FinalizationRegistry<{ core: Core; ranks: ReadonlyArray<numb
  */
 export class RemoteTensor<D extends DType = DType> {
   #released = false
+  /** Why a handle made while compile recorded a step cannot be used (it names no tensor on the workers). */
+  #retired: string | undefined
 
   constructor(
     readonly mesh: Mesh,
@@ -56,11 +58,23 @@ export class RemoteTensor<D extends DType = DType> {
     readonly borrow?: BorrowState,
   ) {
     if (!borrow) dropped.register(this, { core: mesh.core, ranks: mesh.ranks, id: ref.id }, this)
+    mesh.core.tracing?.handles.push(this)
+  }
+
+  /** Why the handle cannot be used though it was not released: it was made while recording a step. */
+  get retired(): string | undefined {
+    return this.#retired
+  }
+
+  /** @internal Makes a handle of a recording's trace unusable, deleting nothing (the workers never had it). */
+  retire(why: string): void {
+    this.#retired = why
+    dropped.unregister(this)
   }
 
   /** Whether release() was called (or a borrow's scope closed): the handle can no longer be used. */
   get released(): boolean {
-    return this.#released || this.borrow?.dropped === true
+    return this.#released || this.#retired !== undefined || this.borrow?.dropped === true
   }
 
   /** The controller that made it (its mesh's). */
@@ -78,7 +92,7 @@ export class RemoteTensor<D extends DType = DType> {
 
   /** Deletes the tensor on its workers now (with the next batch); later uses fail. */
   release(): void {
-    if (this.#released || this.borrow) return
+    if (this.#released || this.#retired !== undefined || this.borrow) return
     this.#released = true
     dropped.unregister(this)
     this.mesh.core.release(this.mesh.ranks, [this.ref.id])

@@ -13,6 +13,7 @@ export { Controller, type AttachOptions, type ControllerApi, type LocalOptions }
 export type { HangReport, RankAt, WorkerInfo } from "./core.ts"
 export { ControllerError, DeadlineExceeded, RemoteError, StartError, WorkerLost, type WorkerFrame } from "./errors.ts"
 export { RemoteStream, RemoteTensor } from "./handles.ts"
+export { compile, type Compiled, type CompileOptions } from "./recording.ts"
 export {
   CheckpointError, exportFile, importFile, load, perRank, PerRank, readCheckpoint, restoreInto, save, tensorsOf,
   type Loaded, type PendingSave, type RankWrite, type SaveOptions, type Saved, type State,

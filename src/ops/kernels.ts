@@ -3,7 +3,7 @@
  * This is the only module of src/ops that loads native code; the controller never imports it.
  * `KERNELS` is typed over every op name, so an op declared without a kernel does not compile,
  * and each kernel sees its op's arguments bound by name (tensors as worker Tensors) and the
- * results' metadata its rule gave. Composite ops (linear, cross_entropy, layer_norm) run as
+ * results' metadata its rule gave. Composite ops (linear, cross_entropy) run as
  * several shim calls inside one command, through temporaries freed when it ends.
  */
 import * as k from "../../ffi/ops.ts"
@@ -199,10 +199,25 @@ const unary = (op: UnaryOpName): Kernel<"neg"> => (run, [out], a) => k.unary(op,
 /** isnan, isinf, logical_not: bool out of any dtype, no cast. */
 const predicate = (op: UnaryOpName): Kernel<"isnan"> => (run, [out], a) => k.unary(op, out!, a.input, run.stream)
 
-/** out = a (op) b over prepared operands: cast to the compute dtype, broadcast to the result's shape. */
+/**
+ * Whether a tensor of `shape` broadcast to `to` is its own elements repeated (its shape, past
+ * leading 1s, is the trailing dims of `to`, as a bias is): shim_binary takes it as it is.
+ */
+const repeatsTo = (shape: ReadonlyArray<number>, to: ReadonlyArray<number>): boolean => {
+  if (numelOf(to) === 0) return false
+  const own = shape.slice(Math.max(0, shape.findIndex((d) => d !== 1)))
+  return own.length <= to.length && own.every((d, i) => d === to[to.length - own.length + i])
+}
+
+/** out = a (op) b over prepared operands: cast to the compute dtype, broadcast to the result's shape unless it repeats. */
 const binaryInto = (run: Run, op: BinaryOpName, kind: BinaryKind, name: string, out: Tensor, a: Tensor | number, b: Tensor | number): void => {
   const plan = planBinary(name, kind, a, b)
-  const prepare = (x: Tensor | number) => typeof x === "number" || numelOf(x.shape) === 1 ? (typeof x === "number" ? x : run.cast(x, plan.compute)) : run.expand(run.cast(x, plan.compute), plan.result.shape)
+  const prepare = (x: Tensor | number) => {
+    if (typeof x === "number") return x
+    const t = run.cast(x, plan.compute)
+    return numelOf(x.shape) === 1 || repeatsTo(x.shape, plan.result.shape) ? t : run.expand(t, plan.result.shape)
+  }
+  // Of two operands that repeat, the longer has the result's count, as the shim needs.
   const x = prepare(a), y = prepare(b)
   if (typeof x !== "number" && typeof y !== "number") {
     // Two one-element operands of a result with more dims than either: the shim matches counts.
@@ -421,14 +436,8 @@ export const KERNELS: Kernels = {
     a.tensors.forEach((t, i) =>
       k.copyStrided(out!, { offset: i * os[d]!, strides: os.filter((_, j) => j !== d) }, run.cast(t, out!.dtype), { offset: 0, strides: contiguous(t.shape) }, t.shape, run.stream))
   },
-  index_select: (run, [out], a, op) => {
-    if (a.input.shape.length === 0) return k.cast(out!, a.input, run.stream)
-    const d = normDim(op, a.dim, a.input.shape.length)
-    // gather's index: the selection repeated along every other dim of the result.
-    const index = run.temp("i64", out!.shape)
-    copyInto(run, index, a.index, { offset: 0, strides: out!.shape.map((_, i) => (i === d ? 1 : 0)) })
-    k.gather(out!, a.input, d, index, run.stream)
-  },
+  index_select: (run, [out], a, op) =>
+    k.indexSelect(out!, a.input, a.input.shape.length === 0 ? 0 : normDim(op, a.dim, a.input.shape.length), a.index, run.stream),
   gather: (run, [out], a, op) => k.gather(out!, a.input, normDim(op, a.dim, a.input.shape.length), a.index, run.stream),
   copy_: (run, _, a) => k.cast(a.input, run.expand(a.src, a.input.shape), run.stream),
   fill_: (run, _, a) => k.fill(a.input, a.value, run.stream),
@@ -480,21 +489,7 @@ export const KERNELS: Kernels = {
     k.binary("mul", loss, loss, weight, run.stream)
     reduceLoss(run, out!, loss, weight, a.reduction)
   },
-  layer_norm: (run, [out], a) => {
-    const m = numelOf(a.normalized_shape), r = numelOf(a.input.shape) / m, dtype = a.input.dtype
-    const x = run.view(a.input, [r, m]), y = run.view(out!, [r, m])
-    const mean = run.temp(dtype, [r, 1]), varr = run.temp(dtype, [r, 1])
-    k.reduce("mean", mean, x, 1, run.stream)
-    k.binary("sub", y, x, run.expand(mean, [r, m]), run.stream)
-    const sq = run.temp(dtype, [r, m])
-    k.binary("mul", sq, y, y, run.stream)
-    k.reduce("mean", varr, sq, 1, run.stream)
-    k.binaryScalar("add", varr, varr, a.eps, false, run.stream)
-    k.unary("sqrt", varr, varr, run.stream)
-    k.binary("div", y, y, run.expand(varr, [r, m]), run.stream)
-    if (a.weight) k.binary("mul", y, y, run.expand(run.view(a.weight, [1, m]), [r, m]), run.stream)
-    if (a.bias) k.binary("add", y, y, run.expand(run.view(a.bias, [1, m]), [r, m]), run.stream)
-  },
+  layer_norm: (run, [out], a) => k.layerNorm(out!, a.input, a.weight, a.bias, numelOf(a.normalized_shape), a.eps, run.stream),
   scaled_dot_product_attention: attention,
   rms_norm: (run, [out], a) => k.rmsNorm(out!, a.input, a.weight, numelOf(a.normalized_shape), a.eps ?? EPSILON[a.input.dtype]!, run.stream),
   nll_loss: nllLoss,
@@ -516,10 +511,8 @@ export const KERNELS: Kernels = {
   _sum_of_squares: (run, [out], a) => sumOfSquares(run, out!, a.tensors),
   _clip_by_total_norm_: (run, _, a) => clipByTotalNorm(run, a.tensors, a.total_norm, a.max_norm),
   embedding: (run, [out], a) => {
-    const n = numelOf(a.input.shape), d = a.weight.shape[1]!
-    const index = run.temp("i64", [n, d])
-    copyInto(run, index, a.input, { offset: 0, strides: [1, 0] })
-    k.gather(run.view(out!, [n, d]), a.weight, 0, index, run.stream)
+    const n = numelOf(a.input.shape)
+    k.indexSelect(run.view(out!, [n, a.weight.shape[1]!]), a.weight, 0, run.view(a.input, [n]), run.stream)
   },
 }
 

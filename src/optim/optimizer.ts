@@ -110,10 +110,10 @@ export abstract class Optimizer<O extends { lr: number }, S> {
   /** The fused commands of one group's parameters on one mesh. */
   protected abstract plan(mesh: Mesh, options: O, stepped: ReadonlyArray<Stepped>): FusedCall[]
 
-  /** Zeros of p's dtype and shape on p's ranks: a state buffer's start. */
+  /** Zeros of p's dtype, shape and placement on p's ranks: a state buffer's start (checkpoints read its placement). */
   protected zerosLike(p: RemoteTensor): RemoteTensor {
     const meta = p.meta!
-    return opsOn(p.mesh).zeros(meta.shape as number[], { dtype: meta.dtype })
+    return opsOn(p.mesh).zeros(meta.shape as number[], { dtype: meta.dtype }).place(p.placement)
   }
 }
 

@@ -149,6 +149,33 @@ export const WORKER_MESSAGES = {
     ["stream", refField],
   ], (m) => (m.fromRanks.length !== m.toRanks.length ? ["toRanks", `${m.toRanks.length} ranks for ${m.fromRanks.length} in fromRanks`] : undefined)),
   /**
+   * Defines recording `recording` on this worker: `commands` as a step recorded once on the
+   * controller (compile), to be run by CallRecording. Inside, `formals` and `params` stand for
+   * a call's actuals and params, `results` for what it defines, and every other ref a command
+   * defines is a temporary, freed when the call ends. Command k runs with ident `ident + k`
+   * of the call; a call takes `idents` idents in all.
+   */
+  DefineRecording: message(15, [
+    ["recording", uintField],
+    ["idents", uintField],
+    ["formals", uintList, "ref ids"],
+    ["params", uintList, "ref ids"],
+    ["results", uintList, "ref ids"],
+    ["commands", commands, "CallFunction, Reduce, SendTensor and Borrow* arrays, idents from 0"],
+  ]),
+  /**
+   * Runs recording `recording` as idents `ident` .. `ident + idents - 1`: `actuals` bind its
+   * formals, `params` its params, and `results` are defined as its results (a poisoned one
+   * poisoned). Its temporaries are freed when it ends.
+   */
+  CallRecording: message(16, [
+    ["ident", uintField],
+    ["recording", uintField],
+    ["results", refList],
+    ["actuals", refList],
+    ["params", values],
+  ]),
+  /**
    * Checkpoints (codes 40..43; paths are relative to the worker's checkpoint root, which it never
    * writes or reads outside of). Copies `tensors` to host memory now, a snapshot later commands
    * cannot change, then writes those whose `writers` list this rank as
@@ -196,6 +223,9 @@ export const WORKER_MESSAGES = {
   ], (m) => (m.sources.length !== m.results.length ? ["sources", `${m.sources.length} sources for ${m.results.length} results`] : undefined)),
 } as const
 
+/** The messages a recording may hold: the commands that compute, and borrows' steps. */
+export const RECORDABLE = ["CallFunction", "Reduce", "SendTensor", "BorrowCreate", "BorrowFirstUse", "BorrowLastUse", "BorrowDrop"] as const
+
 /** Worker -> controller: codes 64 and up, so a message sent the wrong way is refused by code alone. */
 export const CONTROLLER_MESSAGES = {
   /** The first message on a worker's link: who it is, and the job token it was given. */
@@ -240,6 +270,8 @@ export type BorrowLastUse = MessageOf<"BorrowLastUse">
 export type BorrowDrop = MessageOf<"BorrowDrop">
 export type Reduce = MessageOf<"Reduce">
 export type SendTensor = MessageOf<"SendTensor">
+export type DefineRecording = MessageOf<"DefineRecording">
+export type CallRecording = MessageOf<"CallRecording">
 export type SaveShards = MessageOf<"SaveShards">
 export type CommitCheckpoint = MessageOf<"CommitCheckpoint">
 export type ReadCheckpoint = MessageOf<"ReadCheckpoint">

@@ -49,6 +49,11 @@ export interface WorkerConfig {
   readonly storeTimeoutMs: number
   /** Restartable: how long to wait for a new controller while the store does not answer either. */
   readonly orphanTimeoutMs: number
+  /**
+   * MONARCH_CPU_THREADS: the threads a cpu worker's kernels and BLAS use (default 1: a host
+   * usually runs a worker per rank, and more threads than cores only contend).
+   */
+  readonly cpuThreads: number
   /** MONARCH_MEMORY_LIMIT: bytes, a share of the backend's memory, off, or undefined (the default share). */
   readonly memoryLimit: MemoryLimit | undefined
   /**
@@ -91,6 +96,13 @@ const int = (env: Record<string, string | undefined>, name: string, fallback?: n
   return n
 }
 
+/** The shim takes 1 to 64 (shim_set_threads). */
+const cpuThreads = (env: Record<string, string | undefined>): number => {
+  const n = int(env, "MONARCH_CPU_THREADS", 1)
+  if (n < 1 || n > 64) throw new ConfigError({ message: `MONARCH_CPU_THREADS=${n} is not 1 to 64` })
+  return n
+}
+
 /** Reads the configuration; throws ConfigError naming the variable at fault. */
 export const readConfig = (env: Record<string, string | undefined> = process.env): WorkerConfig => {
   const rank = int(env, "RANK"), world = int(env, "WORLD_SIZE")
@@ -130,6 +142,7 @@ export const readConfig = (env: Record<string, string | undefined> = process.env
     commTimeoutMs: int(env, "MONARCH_COMM_TIMEOUT_MS", 60_000),
     storeTimeoutMs: int(env, "MONARCH_STORE_TIMEOUT_MS", 60_000),
     orphanTimeoutMs: int(env, "MONARCH_ORPHAN_TIMEOUT_MS", 60_000),
+    cpuThreads: cpuThreads(env),
     memoryLimit: env.MONARCH_MEMORY_LIMIT ? parseMemoryLimit(env.MONARCH_MEMORY_LIMIT) : undefined,
     hostname: env.MONARCH_HOSTNAME || undefined,
   }

@@ -20,10 +20,25 @@ export class RefEnv {
 
   /** Binds ref to value, releasing what it held before if nothing else holds it. */
   define(ref: Ref, value: unknown): void {
-    const old = this.values.get(ref.id)
-    this.values.set(ref.id, value)
+    this.bind(ref.id, value)
+  }
+
+  private bind(id: number, value: unknown): void {
+    const old = this.values.get(id)
+    this.values.set(id, value)
     if (isOwned(value)) this.holds.set(value, (this.holds.get(value) ?? 0) + 1)
     if (old !== undefined) this.drop(old)
+  }
+
+  /**
+   * Binds `to` to what `from` holds, its poison included (a recording's formal to its actual,
+   * a call's result to the recording's); false, binding nothing, when `from` is undefined.
+   */
+  alias(to: number, from: number): boolean {
+    const v = this.values.get(from)
+    if (v === undefined) return false
+    this.bind(to, v)
+    return true
   }
 
   has(id: number): boolean {

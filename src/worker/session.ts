@@ -10,7 +10,7 @@ import type { Stream } from "../../ffi/stream.ts"
 import type { Tensor } from "../../ffi/tensor.ts"
 import type { Communicators } from "../comm/communicators.ts"
 import { Generator } from "../ops/generator.ts"
-import type { ControllerMessage } from "../protocol/messages.ts"
+import type { ControllerMessage, DefineRecording } from "../protocol/messages.ts"
 import type { Ref } from "../protocol/values.ts"
 import { DependentOnError, toErrorPayload } from "./errors.ts"
 import type { FunctionTable } from "./functions.ts"
@@ -24,6 +24,8 @@ export interface Session {
   readonly env: RefEnv
   /** Borrow id -> its state, or null when its creation failed (its steps are then no-ops). */
   readonly borrows: Map<number, Borrow | null>
+  /** Recordings defined by DefineRecording, by id. */
+  readonly recordings: Map<number, Recording>
   readonly comms: Communicators
   readonly functions: FunctionTable
   /** Where checkpoint commands may write and read (MONARCH_CHECKPOINT_DIR); none: they are refused. */
@@ -46,6 +48,12 @@ export interface Session {
   lastIoTurn: number
 }
 
+/** A defined recording: its message, and the refs a call binds or defines, all forgotten when it ends. */
+export interface Recording {
+  readonly define: DefineRecording
+  readonly scratch: ReadonlyArray<number>
+}
+
 /**
  * The controller link as the loop sees it: open; lost (closed with no Exit received: the
  * controller died or dropped the worker); or ended (closed after an Exit came, the usual end
@@ -59,6 +67,7 @@ export const makeSession = (deps: Pick<Session, "rank" | "world" | "native" | "c
   ...deps,
   env: new RefEnv(),
   borrows: new Map(),
+  recordings: new Map(),
   writing: new Set(),
   firstUncompletedIdent: 0,
   lastSentStatus: 0,
@@ -91,6 +100,7 @@ export const stopped = (s: Session): boolean => s.exiting || s.linkState() !== "
 export const closeSession = (s: Session): void => {
   for (const b of s.borrows.values()) b?.destroy()
   s.borrows.clear()
+  s.recordings.clear()
   s.env.clear()
 }
 

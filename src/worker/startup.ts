@@ -105,6 +105,7 @@ export const runWorker = (config: WorkerConfig): Effect.Effect<WorkerEnd, unknow
     if (native.device === "cuda") native.check(native.shim.shim_set_device(config.localRank), "shim_set_device")
     yield* Effect.logInfo(`rank ${config.rank}/${config.world} on ${native.device} (${native.reason}), pid ${process.pid}`)
     yield* Effect.logInfo(applyMemoryLimit(native, config))
+    native.setThreads(config.cpuThreads)
 
     const store = yield* Store
     const hostname = yield* glooHostname(config)

@@ -241,6 +241,17 @@ const CASES: Case[] = [
   c("layer_norm with weight and bias", "layer_norm", [f(2, 3, 4), [4], f(4), f(4)]),
   c("layer_norm over two dims", "layer_norm", [f(2, 3, 4), [3, 4]]),
   c("embedding", "embedding", [ints("i64", [2, 3], [0, 4, 1, 1, 3, 2]), f(5, 3)]),
+  // the cpu's vector row paths: rows longer than the lanes with a tail, each floating dtype
+  ...FLOATS.map((t) => c(`layer_norm ${t} rows of 37, weight and bias`, "layer_norm", [tensor(t, [5, 37]), [37], tensor(t, [37]), tensor(t, [37])])),
+  c("layer_norm weight only, rows of 300", "layer_norm", [f(3, 300), [300], f(300)], { eps: 1e-3 }),
+  c("layer_norm bias only", "layer_norm", [f(4, 20), [20], null, f(20)]),
+  c("softmax rows of 70", "softmax", [tensor("f32", [3, 70], 20), -1]),
+  c("log_softmax rows of 70", "log_softmax", [tensor("f32", [3, 70], 20), -1]),
+  ...(["sum", "mean", "amax", "amin"] as const).map((op) => c(`${op} rows of 70`, op, [f(3, 70), -1])),
+  c("embedding of 0-d ids", "embedding", [ints("i64", [], [2]), f(4, 3)]),
+  c("add a bias [3] to [2, 4, 3] (repeats)", "add", [f(2, 4, 3), f(3)]),
+  c("sub [4, 1] from [4, 3] (not a repeat)", "sub", [f(4, 3), f(4, 1)]),
+  c("mul [1, 3] (repeats, on the left) by [4, 2, 3]", "mul", [f(1, 3), tensor("f32", [4, 2, 3])]),
   // layout and indexing
   c("cat dim 1", "cat", [[f(2, 3), f(2, 1)]], { dim: 1 }),
   c("cat dim -1 promotes", "cat", [[f(2, 2), tensor("f64", [2, 3])]], { dim: -1 }),

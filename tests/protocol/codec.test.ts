@@ -58,6 +58,11 @@ const workerSamples: WorkerMessage[] = [
   { _tag: "CreateDeviceMesh", result: new Ref(3), names: ["host", "gpu"], ranks: new NDSlice(4, [2, 3], [10, 2]) },
   { _tag: "CreateStream", result: new Ref(1), default: true },
   { _tag: "CreateStream", result: new Ref(2), default: false },
+  {
+    _tag: "DefineRecording", recording: 3, idents: 2, formals: [5, 6], params: [9], results: [100],
+    commands: [{ ...callFunction, ident: 0 }, { _tag: "BorrowFirstUse", borrow: 4 }, { ...callFunction, ident: 1, args: [new Ref(100), new Ref(9)] }],
+  },
+  { _tag: "CallRecording", ident: 40, recording: 3, results: [new Ref(200)], actuals: [new Ref(11), new Ref(12)], params: [0.125] },
   callFunction,
   { _tag: "CallFunction", ident: 0, results: [], mutates: [], function: "mod/x.ts:f", args: everyTensor, kwargs: {}, stream: new Ref(2) },
   { _tag: "FetchValue", ident: 13, mutates: [], function: null, object: new Ref(100), stream: new Ref(1) },
@@ -124,10 +129,10 @@ const placedAt = (bytes: Uint8Array, offset: number): Uint8Array => {
 }
 
 describe("round trip", () => {
-  test("the samples cover all 24 messages", () => {
+  test("the samples cover all 26 messages", () => {
     const tags = new Set([...workerSamples, ...controllerSamples].map((m) => m._tag))
     expect(([...tags] as string[]).sort()).toEqual(Object.keys(MESSAGE_CODES).sort())
-    expect(tags.size).toBe(24)
+    expect(tags.size).toBe(26)
   })
 
   for (const m of workerSamples) {

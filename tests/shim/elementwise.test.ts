@@ -233,6 +233,19 @@ describe("binary, tensor with tensor", () => {
     expectClose("f16", valuesOf(out), xs.map((x) => roundTo("f16", 1.5 - x)), "1.5 - a")
   })
 
+  test("an operand whose count divides the other's repeats along it, on either side, for every dtype path", () => {
+    const rows = [1, 2, 3, 4, 5, 6, 7, 8], bias = [10, 20, 30, 40]
+    for (const dtype of ["f32", "f64", "f16", "i32"] as const) {
+      const a = tensor(dtype, [2, 4], rows), b = tensor(dtype, [4], bias), out = empty(dtype, [2, 4]), flags = empty("bool", [2, 4])
+      ops.binary("sub", out, a, b)
+      expect(valuesOf(out)).toEqual(rows.map((x, i) => x - bias[i % 4]!))
+      ops.binary("sub", out, b, a)
+      expect(valuesOf(out)).toEqual(rows.map((x, i) => bias[i % 4]! - x))
+      ops.binary("lt", flags, tensor(dtype, [2], [3, 6]), a)
+      expect(valuesOf(flags)).toEqual(rows.map((x, i) => Number([3, 6][i % 2]! < x)))
+    }
+  })
+
   test("0-element operands broadcast against one element", () => {
     const none = tensor("f32", [0], []), one = tensor("f32", [1], [2])
     const out = empty("f32", [0])
@@ -319,7 +332,7 @@ describe("binary, tensor with tensor", () => {
       native.check(native.shim.shim_binary(op, out.handle, x.handle, y.handle, null), "shim_binary")
     const out = empty("f32", [3])
     expectShimError(() => raw(BinaryOp.add, out, a, b), "Invalid", /shim_binary\(add\): dtypes differ: a is f32\[3\], b is f64\[3\]/)
-    expectShimError(() => raw(BinaryOp.mul, out, a, c), "Invalid", /shim_binary\(mul\): sizes differ and neither has one element: a is f32\[3\], b is f32\[2, 2\]/)
+    expectShimError(() => raw(BinaryOp.mul, out, a, c), "Invalid", /shim_binary\(mul\): sizes differ and neither repeats to the other's: a is f32\[3\], b is f32\[2, 2\]/)
     expectShimError(() => raw(BinaryOp.add, empty("f32", [5]), a, a), "Invalid", /shim_binary\(add\): out is f32\[5\] but the result has 3 elements/)
     expectShimError(() => raw(BinaryOp.lt, out, a, a), "Invalid", /shim_binary\(lt\): out is f32\[3\] but must be bool/)
     expectShimError(() => raw(BinaryOp.add, empty("bool", [3]), a, a), "Invalid", /shim_binary\(add\): out is bool\[3\] but must be f32/)

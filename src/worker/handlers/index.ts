@@ -11,6 +11,7 @@ import { callFunction, fetchValue } from "./calls.ts"
 import { commitCheckpoint, loadShards, readCheckpoint, saveShards } from "./checkpoints.ts"
 import { createDeviceMesh, reduce, sendTensor } from "./collectives.ts"
 import { commandGroup, deleteRefs, exit, requestStatus } from "./control.ts"
+import { callRecording, defineRecording } from "./recordings.ts"
 import { createStream } from "./streams.ts"
 
 export type Handlers = {
@@ -57,6 +58,8 @@ export const makeDispatch = (s: Session, debug = false, trace?: Recorder): ((m: 
     BorrowDrop: borrowDrop(s),
     Reduce: reduce(s),
     SendTensor: sendTensor(s),
+    DefineRecording: defineRecording(s),
+    CallRecording: callRecording(s, dispatch),
     SaveShards: saveShards(s),
     CommitCheckpoint: commitCheckpoint(s),
     ReadCheckpoint: readCheckpoint(s),

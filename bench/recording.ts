@@ -1,0 +1,116 @@
+/**
+ * A recorded step against the same ops issued one by one (issue 13, recordings): a step of
+ * OPS tiny ops on a one-element tensor (a chain of fresh results, and in place), called CALLS
+ * times then one fetch, through compile(step) and without it, at world 1 and 2, in the same run.
+ * Rounds alternate: recorded, then unrecorded, per case.
+ *
+ *   bun run bench/recording.ts [--ops 1000] [--calls 50] [--rounds 5] [--worlds 1,2]
+ *
+ * Prints, per case, medians over the rounds: end-to-end us per op, the controller's CPU us per
+ * call (this process, issuing and sending; the fetch's wait excluded), the workers' CPU us per
+ * op (per worker, from /proc/<pid>/stat), and recorded / unrecorded.
+ */
+import { readFileSync } from "node:fs"
+import { Effect, type Layer, ManagedRuntime } from "effect"
+import { compile, Controller, opsOn, type Mesh, type RemoteTensor } from "../src/controller/index.ts"
+
+const args = process.argv.slice(2)
+const flag = (name: string) => (args.includes(name) ? args[args.indexOf(name) + 1] : undefined)
+const OPS = Number(flag("--ops") ?? 1000)
+const CALLS = Number(flag("--calls") ?? 50)
+const ROUNDS = Number(flag("--rounds") ?? 5)
+const WORLDS = (flag("--worlds") ?? "1,2").split(",").map(Number)
+const CLOCK_TICKS = 100
+
+/** User plus system CPU seconds of a process. */
+const cpuOf = (pid: number): number => {
+  const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+  return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS
+}
+const selfCpu = () => {
+  const u = process.cpuUsage()
+  return (u.user + u.system) / 1e6
+}
+const median = (xs: ReadonlyArray<number>) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
+
+/** The steps: OPS ops each, returning the tensor to fetch. */
+const STEPS: ReadonlyArray<{ readonly name: string; readonly step: (x: RemoteTensor) => RemoteTensor }> = [
+  {
+    name: "fresh results (h = h.add(1))",
+    step: (x) => {
+      let h = x
+      for (let i = 0; i < OPS; i++) h = h.add(1)
+      return h
+    },
+  },
+  {
+    name: "in place (x.add_(1))",
+    step: (x) => {
+      for (let i = 0; i < OPS; i++) x.add_(1)
+      return x
+    },
+  },
+]
+
+interface Sample {
+  readonly e2e: number
+  readonly controller: number
+  readonly worker: number
+}
+
+const runWorld = (world: number) =>
+  Effect.gen(function* () {
+    const ctl = yield* Controller
+    const mesh: Mesh = yield* ctl.mesh({ all: world })
+    const pids = ctl.workers().map((w) => w.pid)
+    const x = opsOn(mesh).ones([1])
+    const rows: Array<{ name: string; recorded: Sample[]; eager: Sample[] }> = []
+    for (const { name, step } of STEPS) {
+      const compiled = compile(step)
+      const round = (recorded: boolean) =>
+        Effect.gen(function* () {
+          yield* mesh.fetch(x)
+          const w0 = pids.map(cpuOf), c0 = selfCpu(), t0 = performance.now()
+          let last: RemoteTensor = x
+          for (let c = 0; c < CALLS; c++) {
+            if (last !== x) last.release()
+            last = recorded ? yield* compiled(x) : step(x)
+            // Each call's batch goes out before the next call, as a program's steps would.
+            ctl.core.flush()
+          }
+          const issued = selfCpu()
+          yield* mesh.fetch(last)
+          const t1 = performance.now(), w1 = pids.map(cpuOf)
+          if (last !== x) last.release()
+          const worker = w1.reduce((s, w, r) => s + w - w0[r]!, 0) / world
+          return { e2e: (t1 - t0) / 1000 / (CALLS * OPS), controller: (issued - c0) / CALLS, worker: worker / (CALLS * OPS) }
+        })
+      yield* round(true)
+      yield* round(false)
+      const row = { name, recorded: [] as Sample[], eager: [] as Sample[] }
+      for (let r = 0; r < ROUNDS; r++) {
+        row.recorded.push(yield* round(true))
+        row.eager.push(yield* round(false))
+      }
+      rows.push(row)
+    }
+    return rows
+  })
+
+const us = (s: number) => (s * 1e6).toFixed(2)
+console.log(`bench/recording: a step of ${OPS} ops on a one-element tensor, ${CALLS} calls then a fetch per round, ${ROUNDS} rounds, medians; load ${readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ")}`)
+console.log("")
+console.log("| world | step | recorded: end to end us/op | unrecorded | recorded: controller CPU us/call | unrecorded | recorded: worker CPU us/op | unrecorded | worker us/op recorded / unrecorded |")
+console.log("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+for (const world of WORLDS) {
+  const rt = ManagedRuntime.make(Controller.local({ world, onWorkerLine: () => {} }) as Layer.Layer<Controller, unknown>)
+  try {
+    for (const { name, recorded, eager } of await rt.runPromise(runWorld(world))) {
+      const m = (ss: Sample[], f: (s: Sample) => number) => median(ss.map(f))
+      console.log(`| ${world} | ${name} | ${us(m(recorded, (s) => s.e2e))} | ${us(m(eager, (s) => s.e2e))} | ${us(m(recorded, (s) => s.controller))} | ${us(m(eager, (s) => s.controller))} | ${us(m(recorded, (s) => s.worker))} | ${us(m(eager, (s) => s.worker))} | ${(m(recorded, (s) => s.worker) / m(eager, (s) => s.worker)).toFixed(2)}x |`)
+    }
+  } finally {
+    await rt.dispose()
+  }
+}

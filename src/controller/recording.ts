@@ -1,0 +1,570 @@
+/**
+ * Recordings (Monarch's `compile`): a step's commands recorded on its first call for a given
+ * signature, defined once on each worker (DefineRecording), and replayed by every later call
+ * with one CallRecording per worker that maps the call's tensors, numbers and results to refs.
+ *
+ * The signature is what the commands depend on: each tensor argument's dtype, shape, mesh and
+ * stream (and which arguments are the same tensor), every other non-numeric argument, and the
+ * structure of the arguments. Numbers are replay parameters: the first trace is followed by one
+ * probe per numeric argument (the step traced again, sending nothing, with that number changed)
+ * to see where it goes. A number that goes straight into commands becomes a parameter there; one
+ * that changes the commands, the shapes, or goes in through arithmetic becomes part of the
+ * signature instead, and a new value of it traces again. Every trace after the first says why.
+ *
+ * A call takes one ident per recorded command, so that a failure on a worker is reported
+ * against the command that failed (its label and call site); on the controller each result
+ * depends only on the commands and inputs its value came from, so a failure poisons exactly
+ * what it would have outside a recording. Temporaries live only during a call on the workers
+ * and never on the controller; their handles from the trace are retired.
+ */
+import { Effect } from "effect"
+import type { WorkerMessage } from "../protocol/messages.ts"
+import { NDSlice } from "../protocol/ndslice.ts"
+import { HostTensor, Ref, TensorFactory } from "../protocol/values.ts"
+import { Controller } from "./controller.ts"
+import type { Core } from "./core.ts"
+import { ControllerError, RemoteError } from "./errors.ts"
+import type { Exchange, Node } from "./graph.ts"
+import { RemoteTensor } from "./handles.ts"
+import { CallSite } from "./sites.ts"
+import { Trace, type Traced } from "./trace.ts"
+
+export interface CompileOptions {
+  /** Trace the second call too and fail it, naming both call sites, if it issued other commands. */
+  readonly verify?: boolean
+  /** Told why each trace after the first was made (default: a line on stderr). */
+  readonly onRetrace?: (why: string) => void
+  /** The step's name in messages (default: the function's name). */
+  readonly name?: string
+}
+
+/** A compiled step: call it like the step; it returns an Effect of the step's result. */
+export interface Compiled<A extends ReadonlyArray<unknown>, R, E, Rq> {
+  (...args: A): Effect.Effect<R, E | ControllerError, Rq | Controller>
+  /** Traces made so far (the first call's included). */
+  readonly traces: number
+  /** Why each trace after the first was made. */
+  readonly retraces: ReadonlyArray<string>
+}
+
+// ---- arguments ---------------------------------------------------------------------------
+
+/** One leaf of the arguments: what the signature holds of it, and where it is. */
+interface Leaf {
+  readonly path: string
+  /** What it is, for messages. */
+  readonly text: string
+  /** What it is, for the signature (objects by identity). */
+  readonly key: string
+}
+
+/** The arguments of one call, flattened. */
+interface Flat {
+  readonly tensors: RemoteTensor[]
+  readonly numbers: number[]
+  readonly numberPaths: string[]
+  readonly leaves: Leaf[]
+  /** The signature without the numbers. */
+  readonly key: string
+}
+
+const ids = new WeakMap<object, number>()
+let nextId = 0
+const idOf = (o: object): number => {
+  let id = ids.get(o)
+  if (id === undefined) ids.set(o, (id = nextId++))
+  return id
+}
+
+const isPlain = (v: object): boolean => {
+  const proto: unknown = Object.getPrototypeOf(v)
+  return proto === Object.prototype || proto === null
+}
+
+const flatten = (args: ReadonlyArray<unknown>): Flat => {
+  const tensors: RemoteTensor[] = [], numbers: number[] = [], numberPaths: string[] = [], leaves: Leaf[] = []
+  const walk = (v: unknown, path: string): void => {
+    if (typeof v === "number") {
+      numbers.push(v)
+      numberPaths.push(path)
+      return void leaves.push({ path, text: "a number", key: "n" })
+    }
+    if (v instanceof RemoteTensor) {
+      const same = tensors.indexOf(v)
+      tensors.push(v)
+      const meta = v.meta ? `${v.meta.dtype}[${v.meta.shape}]` : "a tensor of unknown shape"
+      const text = same >= 0 ? `the same tensor as tensor argument ${same}` : `${meta} on ${v.mesh}, stream ${v.stream.ref.id}`
+      return void leaves.push({ path, text, key: same >= 0 ? `=${same}` : `${meta}@${idOf(v.mesh)}/${v.stream.ref.id}` })
+    }
+    if (Array.isArray(v)) {
+      leaves.push({ path, text: `an array of ${v.length}`, key: `[${v.length}` })
+      return v.forEach((x, i) => walk(x, `${path}[${i}]`))
+    }
+    if (typeof v === "object" && v !== null && !(v instanceof HostTensor) && !(v instanceof Uint8Array) && isPlain(v)) {
+      const keys = Object.keys(v)
+      leaves.push({ path, text: `an object with keys ${keys.join(", ")}`, key: `{${JSON.stringify(keys)}` })
+      return keys.forEach((k) => walk((v as Record<string, unknown>)[k], `${path}.${k}`))
+    }
+    const text = typeof v === "string" ? JSON.stringify(v) : String(v)
+    leaves.push({ path, text, key: typeof v === "object" && v !== null ? `@${idOf(v)}` : `${typeof v}:${text}` })
+  }
+  args.forEach((a, i) => walk(a, `argument ${i}`))
+  return { tensors, numbers, numberPaths, leaves, key: leaves.map((l) => `${l.path}=${l.key}`).join("|") }
+}
+
+/** The arguments with numbers replaced, in flatten's order. */
+const withNumbers = (args: ReadonlyArray<unknown>, numbers: ReadonlyArray<number>): unknown[] => {
+  let i = 0
+  const walk = (v: unknown): unknown => {
+    if (typeof v === "number") return numbers[i++]
+    if (v instanceof RemoteTensor) return v
+    if (Array.isArray(v)) return v.map(walk)
+    if (typeof v === "object" && v !== null && !(v instanceof HostTensor) && !(v instanceof Uint8Array) && isPlain(v))
+      return Object.fromEntries(Object.keys(v).map((k) => [k, walk((v as Record<string, unknown>)[k])]))
+    return v
+  }
+  return args.map(walk)
+}
+
+/** Another value of the same kind, unlike any the step was given: integers stay integers. */
+const probeValue = (v: number, i: number): number => (Number.isInteger(v) ? v + 1_000_003 + i : v * 1.5 + 0.0625 * (i + 1) + 1e-3)
+
+// ---- traces ------------------------------------------------------------------------------
+
+interface Traced1<R> {
+  readonly trace: Trace
+  readonly value: R
+}
+
+/** Runs the step with Core recording instead of sending; the trace's handles are retired after. */
+const traced = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, name: string, step: (...args: A) => unknown, args: ReadonlyArray<unknown>, called: CallSite | undefined): Effect.Effect<Traced1<R>, E | ControllerError, Rq> =>
+  Effect.suspend(() => {
+    const trace = new Trace(name, () => core.site(), called)
+    core.tracing = trace
+    const end = Effect.sync(() => {
+      if (core.tracing === trace) core.tracing = undefined
+      for (const t of trace.handles) t.retire(`${t} was made inside compile(${name})'s step and not returned from it: it lived only during that call`)
+    })
+    let body: Effect.Effect<R, E | ControllerError, Rq>
+    try {
+      const out = step(...(args as A))
+      body = (Effect.isEffect(out) ? out : Effect.succeed(out)) as Effect.Effect<R, E, Rq>
+    } catch (e) {
+      body = e instanceof ControllerError ? Effect.fail(e) : Effect.die(e)
+    }
+    // Retired once the value is read: the calls return this call's handles in their place.
+    return body.pipe(Effect.map((value) => ({ trace, value })), Effect.ensuring(end))
+  })
+
+type Path = ReadonlyArray<string | number>
+
+/** How two traces of the same step differ: a structural difference, or numbers at paths. */
+interface Difference {
+  structural: string | undefined
+  readonly numbers: Array<{ readonly command: number; readonly path: Path; readonly a: number; readonly b: number }>
+}
+
+/** A ref as both traces can compare it: the trace's own by order of definition, arguments by position, the rest by id. */
+const canonical = (trace: Trace, args: ReadonlyArray<RemoteTensor>): ((id: number) => string) => {
+  const own = new Map([...trace.defined].map((id, i) => [id, `made ${i}`]))
+  const arg = new Map<number, string>()
+  args.forEach((t, i) => arg.has(t.ref.id) || arg.set(t.ref.id, `tensor argument ${i}`))
+  return (id) => own.get(id) ?? arg.get(id) ?? `ref ${id}`
+}
+
+const describeCommand = (c: Traced): string => `${c.label}${c.site?.format() ? ` issued at ${c.site.format()}` : ""}`
+
+const compareTraces = (a: Trace, aArgs: ReadonlyArray<RemoteTensor>, b: Trace, bArgs: ReadonlyArray<RemoteTensor>): Difference => {
+  const d: Difference = { structural: undefined, numbers: [] }
+  const ca = canonical(a, aArgs), cb = canonical(b, bArgs)
+  const n = Math.max(a.commands.length, b.commands.length)
+  for (let k = 0; k < n && d.structural === undefined; k++) {
+    const x = a.commands[k], y = b.commands[k]
+    if (x === undefined || y === undefined) {
+      d.structural = x === undefined ? `command ${k}: none, then ${describeCommand(y!)}` : `command ${k}: ${describeCommand(x)}, then none`
+      break
+    }
+    const why = (what: string) => (d.structural = `command ${k}: ${describeCommand(x)}, then ${describeCommand(y)}: ${what}`)
+    if (x.ranks.join() !== y.ranks.join()) why(`ranks [${x.ranks}] then [${y.ranks}]`)
+    const walk = (u: unknown, v: unknown, path: Path, borrow: boolean): void => {
+      if (d.structural !== undefined) return
+      if (typeof u === "number" && typeof v === "number") {
+        if (borrow) return void (ca(u) !== cb(v) && why(`${path.join(".")}: another borrow`))
+        if (!Object.is(u, v)) d.numbers.push({ command: k, path, a: u, b: v })
+        return
+      }
+      if (u instanceof Ref && v instanceof Ref) return void (ca(u.id) !== cb(v.id) && why(`${path.join(".")}: ${ca(u.id)}, then ${cb(v.id)}`))
+      if (u instanceof TensorFactory && v instanceof TensorFactory)
+        return void ((u.dtype !== v.dtype || u.shape.join() !== v.shape.join()) && why(`${path.join(".")}: ${u.dtype}[${u.shape}], then ${v.dtype}[${v.shape}]`))
+      if (u instanceof NDSlice && v instanceof NDSlice) return void (String(u) !== String(v) && why(`${path.join(".")}: ${u}, then ${v}`))
+      if (u instanceof HostTensor && v instanceof HostTensor)
+        return void ((u.dtype !== v.dtype || u.shape.join() !== v.shape.join() || Buffer.compare(u.data, v.data) !== 0) && why(`${path.join(".")}: another host tensor`))
+      if (u instanceof Uint8Array && v instanceof Uint8Array) return void (Buffer.compare(u, v) !== 0 && why(`${path.join(".")}: other bytes`))
+      if (Array.isArray(u) && Array.isArray(v)) {
+        if (u.length !== v.length) return void why(`${path.join(".")}: ${u.length} items, then ${v.length}`)
+        return u.forEach((w, i) => walk(w, v[i], [...path, i], false))
+      }
+      if (typeof u === "object" && u !== null && typeof v === "object" && v !== null && isPlain(u) && isPlain(v)) {
+        const ku = Object.keys(u), kv = Object.keys(v)
+        if (ku.join() !== kv.join()) return void why(`${path.join(".")}: keys ${ku.join(", ")}, then ${kv.join(", ")}`)
+        return ku.forEach((key) => walk((u as Record<string, unknown>)[key], (v as Record<string, unknown>)[key], [...path, key], key === "borrow" && (x.message._tag.startsWith("Borrow"))))
+      }
+      if (!Object.is(u, v)) why(`${path.join(".")}: ${String(u)}, then ${String(v)}`)
+    }
+    walk(x.message, y.message, [], false)
+  }
+  if (d.structural === undefined) {
+    // Shapes the controller knows come from the trace: a number that changes them must be in the signature.
+    const ha = a.handles, hb = b.handles
+    const shape = (t: RemoteTensor | undefined) => (t?.meta ? `${t.meta.dtype}[${t.meta.shape}]` : "unknown")
+    const at = ha.findIndex((t, i) => shape(t) !== shape(hb[i]))
+    if (ha.length !== hb.length || at >= 0) d.structural = `the tensors it makes have other shapes (${shape(ha[at])}, then ${shape(hb[at])})`
+  }
+  return d
+}
+
+/** `v` with each Ref that `names` renames replaced (plain arrays and objects walked; other values kept). */
+const renameRefs = (v: unknown, names: ReadonlyMap<number, Ref>): unknown => {
+  if (v instanceof Ref) return names.get(v.id) ?? v
+  if (Array.isArray(v)) return v.map((x) => renameRefs(x, names))
+  if (typeof v === "object" && v !== null && isPlain(v))
+    return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, renameRefs(x, names)]))
+  return v
+}
+
+/** `message` with the value at `path` replaced. */
+const replaceAt = (v: unknown, path: Path, by: unknown): unknown => {
+  if (path.length === 0) return by
+  const [head, ...rest] = path
+  if (Array.isArray(v)) return v.map((x, i) => (i === head ? replaceAt(x, rest, by) : x))
+  const o = v as Record<string, unknown>
+  return { ...o, [head!]: replaceAt(o[head!], rest, by) }
+}
+
+// ---- the recording -----------------------------------------------------------------------
+
+/** Where a formal's actual comes from at each call. */
+type Source = { readonly arg: number } | { readonly ref: number }
+
+/** An output: a new tensor (the trace's handle gives its mesh, stream and metadata) or a formal the step redefines. */
+type Output = { readonly made: RemoteTensor } | { readonly formal: number }
+
+/** The results one command of the recording defines, as the graph sees them. */
+interface Part {
+  readonly command: number
+  readonly ranks: ReadonlyArray<number>
+  /** Formals its value depends on. */
+  readonly formals: ReadonlyArray<number>
+  readonly outputs: ReadonlyArray<number>
+  readonly exchange: Exchange | undefined
+  readonly label: string
+  readonly site: CallSite | undefined
+}
+
+interface Recording<R> {
+  readonly id: number
+  readonly trace: Trace
+  /** The trace's arguments' tensors (for verify's comparison). */
+  readonly args: ReadonlyArray<RemoteTensor>
+  readonly ranks: ReadonlyArray<number>
+  readonly formals: ReadonlyArray<Source>
+  /** Per param: which number of the arguments it is. */
+  readonly params: ReadonlyArray<number>
+  /** Per number of the arguments: the value it must have (in the signature), or undefined (a parameter, or unused). */
+  readonly fixed: ReadonlyArray<number | undefined>
+  /** Why each fixed number is fixed. */
+  readonly fixedWhy: ReadonlyArray<string | undefined>
+  /** Per param: the commands and paths it goes to (for verify). */
+  readonly paramAt: ReadonlyArray<ReadonlyArray<{ readonly command: number; readonly path: Path }>>
+  readonly outputs: ReadonlyArray<Output>
+  readonly parts: ReadonlyArray<Part>
+  /** Per command: the parts whose value depends on it. */
+  readonly cover: ReadonlyArray<ReadonlyArray<number>>
+  readonly value: R
+  /** Calls so far. */
+  calls: number
+}
+
+let nextRecording = 1
+
+/** Per rank, the DefineRecording it gets (ranks with the same commands share one message, encoded once). */
+const definitions = (id: number, trace: Trace, commands: ReadonlyArray<WorkerMessage>, ranks: ReadonlyArray<number>, formals: ReadonlyArray<number>, params: ReadonlyArray<number>, results: ReadonlyArray<number>) => {
+  const byCommands = new Map<string, { ranks: number[]; message: WorkerMessage }>()
+  for (const r of ranks) {
+    const mine = trace.commands.flatMap((c, k) => (c.ranks.includes(r) ? [k] : []))
+    const key = mine.join()
+    let d = byCommands.get(key)
+    if (d === undefined) {
+      byCommands.set(key, (d = { ranks: [], message: { _tag: "DefineRecording", recording: id, idents: trace.commands.length, formals, params, results, commands: mine.map((k) => commands[k]!) } }))
+    }
+    d.ranks.push(r)
+  }
+  return [...byCommands.values()]
+}
+
+/** The exchange of several commands at once: a rank depends on the union of its peers in each. */
+const unionExchange = (exchanges: ReadonlyArray<Exchange>): Exchange | undefined => {
+  if (exchanges.length === 0) return undefined
+  if (exchanges.length === 1) return exchanges[0]
+  const peers = new Map<number, ReadonlyArray<number>>()
+  return {
+    peers: (r) => {
+      let p = peers.get(r)
+      if (p === undefined) peers.set(r, (p = [...new Set(exchanges.flatMap((e) => e.peers(r)))]))
+      return p
+    },
+    reads: (r) => exchanges.some((e) => e.reads(r)),
+  }
+}
+
+const build = <R>(core: Core, name: string, trace: Trace, flat: Flat, value: R, numbers: { fixed: Array<number | undefined>; fixedWhy: Array<string | undefined>; at: Array<Array<{ command: number; path: Path }>> }): { recording: Recording<R>; defines: ReturnType<typeof definitions> } => {
+  const commands = trace.commands
+  // Formals: refs read before the trace defines them, in order of first read.
+  const formalIds: number[] = [], formalIndex = new Map<number, number>()
+  const definer = new Map<number, number>()
+  const deps: Array<{ commands: number[]; formals: number[] }> = []
+  commands.forEach((c, k) => {
+    const dep = { commands: [] as number[], formals: [] as number[] }
+    for (const id of c.inputs) {
+      const by = definer.get(id)
+      if (by !== undefined) dep.commands.push(by)
+      else {
+        let f = formalIndex.get(id)
+        if (f === undefined) formalIndex.set(id, (f = formalIds.push(id) - 1))
+        dep.formals.push(f)
+      }
+    }
+    deps.push(dep)
+    for (const id of c.defines) definer.set(id, k)
+  })
+  const argIndex = new Map<number, number>()
+  flat.tensors.forEach((t, i) => argIndex.has(t.ref.id) || argIndex.set(t.ref.id, i))
+  const formals: Source[] = formalIds.map((id) => (argIndex.has(id) ? { arg: argIndex.get(id)! } : { ref: id }))
+  // Outputs: the tensors the step made and returned, then the formals it redefined.
+  const outputs: Output[] = [], outputRefs: number[] = [], tracedRefs: number[] = []
+  const returned = new Set<RemoteTensor>()
+  const collect = (v: unknown): void => {
+    if (v instanceof RemoteTensor) {
+      if (trace.defined.has(v.ref.id) && !returned.has(v)) returned.add(v), outputs.push({ made: v }), outputRefs.push(v.ref.id), tracedRefs.push(v.ref.id)
+    } else if (Array.isArray(v)) v.forEach(collect)
+    else if (typeof v === "object" && v !== null && isPlain(v)) Object.values(v).forEach(collect)
+  }
+  collect(value)
+  // Inside the recording a formal is a ref of its own: the actual's ref is the program's, which the call must not forget.
+  const placeholders = new Map(formalIds.map((id) => [id, core.newRef()]))
+  formalIds.forEach((id, f) => {
+    if (definer.has(id)) outputs.push({ formal: f }), outputRefs.push(placeholders.get(id)!.id), tracedRefs.push(id)
+  })
+  // One part per command that defines outputs: what its value depends on.
+  const byCommand = new Map<number, number[]>()
+  tracedRefs.forEach((id, o) => {
+    const k = definer.get(id)!
+    byCommand.set(k, [...(byCommand.get(k) ?? []), o])
+  })
+  const cover: number[][] = commands.map(() => [])
+  const parts: Part[] = [...byCommand.entries()].sort(([a], [b]) => a - b).map(([k, outs], p) => {
+    const seen = new Set<number>([k]), stack = [k], fs = new Set<number>()
+    while (stack.length > 0) {
+      const j = stack.pop()!
+      cover[j]!.push(p)
+      for (const f of deps[j]!.formals) fs.add(f)
+      for (const i of deps[j]!.commands) if (!seen.has(i)) seen.add(i), stack.push(i)
+    }
+    const c = commands[k]!
+    return {
+      command: k, ranks: c.ranks, formals: [...fs], outputs: outs, label: `${name}: ${c.label}`, site: c.site,
+      exchange: unionExchange([...seen].flatMap((j) => (commands[j]!.exchange ? [commands[j]!.exchange!] : []))),
+    }
+  })
+  // Parameters: each number that goes straight into commands, as a ref of its own there.
+  const params: number[] = [], paramIds: number[] = []
+  const rewritten = commands.map((c) => renameRefs(c.message, placeholders) as WorkerMessage)
+  numbers.at.forEach((positions, i) => {
+    if (positions.length === 0 || numbers.fixed[i] !== undefined) return
+    const ref = core.newRef()
+    params.push(i)
+    paramIds.push(ref.id)
+    for (const { command, path } of positions) rewritten[command] = replaceAt(rewritten[command], path, ref) as WorkerMessage
+  })
+  const id = nextRecording++
+  const ranks = [...new Set(commands.flatMap((c) => c.ranks))].sort((a, b) => a - b)
+  const recording: Recording<R> = {
+    id, trace, args: flat.tensors, ranks, formals, params, fixed: numbers.fixed, fixedWhy: numbers.fixedWhy,
+    paramAt: params.map((i) => numbers.at[i]!), outputs, parts, cover, value, calls: 0,
+  }
+  return { recording, defines: definitions(id, trace, rewritten, ranks, formalIds.map((f) => placeholders.get(f)!.id), paramIds, outputRefs) }
+}
+
+/** One call: idents, the graph's parts, one CallRecording per worker, and the step's value with this call's handles. */
+const call = <R>(core: Core, recording: Recording<R>, flat: Flat): R => {
+  const actuals = recording.formals.map((f) => ("arg" in f ? flat.tensors[f.arg]!.ref : new Ref(f.ref)))
+  const fresh = new Map<RemoteTensor, RemoteTensor>()
+  const results = recording.outputs.map((o) => {
+    if ("formal" in o) return actuals[o.formal]!
+    const t = o.made, ref = core.newRef()
+    fresh.set(t, new RemoteTensor(t.mesh, ref, t.meta, t.stream))
+    return ref
+  })
+  const commands = recording.trace.commands
+  const nodes: Node[] = []
+  const first = core.span(recording.ranks, commands.length, (rank, offset, error) => {
+    const c = commands[offset]!
+    const failure = new RemoteError({
+      ident: first + offset, rank, function: c.label, type: error.type, reason: error.message, kind: error.reason, frames: error.frames, site: c.site?.format(),
+    })
+    for (const p of recording.cover[offset]!) core.graph.fail(nodes[p]!, failure, rank)
+  })
+  for (const p of recording.parts) nodes.push(core.graph.add(first + p.command, p.ranks, p.formals.map((f) => actuals[f]!.id), [], p.label, p.site, p.exchange))
+  recording.parts.forEach((p, i) => core.graph.define(p.outputs.map((o) => results[o]!.id), nodes[i]!))
+  if (commands.length > 0) core.post(recording.ranks, { _tag: "CallRecording", ident: first, recording: recording.id, results, actuals, params: recording.params.map((i) => flat.numbers[i]!) })
+  recording.calls++
+  return rebuild(recording.value, fresh, recording.args, flat.tensors) as R
+}
+
+/** The step's value with the trace's tensors replaced by this call's: new results, or the arguments they were. */
+const rebuild = (v: unknown, fresh: ReadonlyMap<RemoteTensor, RemoteTensor>, traceArgs: ReadonlyArray<RemoteTensor>, args: ReadonlyArray<RemoteTensor>): unknown => {
+  if (v instanceof RemoteTensor) {
+    const made = fresh.get(v)
+    if (made) return made
+    const i = traceArgs.indexOf(v)
+    return i >= 0 ? args[i] : v
+  }
+  if (Array.isArray(v)) return v.map((x) => rebuild(x, fresh, traceArgs, args))
+  if (typeof v === "object" && v !== null && isPlain(v))
+    return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, rebuild(x, fresh, traceArgs, args)]))
+  return v
+}
+
+// ---- compile -----------------------------------------------------------------------------
+
+/**
+ * Where each number of the arguments goes: traced again with that one number changed (nothing
+ * is sent), a number found where it was, with its new value, is a parameter there. One that
+ * changes anything else, or makes the step fail, is fixed: part of the signature.
+ */
+const probeNumbers = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, name: string, step: (...args: A) => unknown, args: ReadonlyArray<unknown>, flat: Flat, first: Trace, called: CallSite | undefined) =>
+  Effect.gen(function* () {
+    const fixed: Array<number | undefined> = [], fixedWhy: Array<string | undefined> = [], at: Array<Array<{ command: number; path: Path }>> = []
+    for (let i = 0; i < flat.numbers.length; i++) {
+      const v = flat.numbers[i]!, probe = probeValue(v, i)
+      const changed = flat.numbers.map((x, j) => (j === i ? probe : x))
+      const fix = (why: string) => {
+        fixed.push(v)
+        fixedWhy.push(`${flat.numberPaths[i]} (a number) is part of the signature: ${why}`)
+        at.push([])
+      }
+      const again = yield* Effect.result(traced<A, R, E, Rq>(core, name, step, withNumbers(args, changed), called))
+      if (again._tag === "Failure") {
+        fix(`with another value the step fails (${(again.failure as { message?: string }).message ?? String(again.failure)})`)
+        continue
+      }
+      const d = compareTraces(first, flat.tensors, again.success.trace, flat.tensors)
+      if (d.structural !== undefined) {
+        fix(`another value changes the commands (${d.structural})`)
+        continue
+      }
+      const derived = d.numbers.find((n) => !(Object.is(n.a, v) && Object.is(n.b, probe)))
+      if (derived !== undefined) {
+        fix(`it reaches ${describeCommand(first.commands[derived.command]!)} through arithmetic (${derived.a} there), which a replay cannot redo; pass that number itself`)
+        continue
+      }
+      fixed.push(undefined)
+      fixedWhy.push(undefined)
+      at.push(d.numbers.map((n) => ({ command: n.command, path: n.path })))
+    }
+    return { fixed, fixedWhy, at }
+  })
+
+/** Why a call with `flat` does not match the recording made for `recorded` (undefined: it does). */
+const mismatch = (recording: Recording<unknown>, recorded: Flat, flat: Flat): string | undefined => {
+  if (flat.key !== recorded.key) {
+    const was = recorded.leaves, now = flat.leaves
+    const i = now.findIndex((l, j) => l.path !== was[j]?.path || l.key !== was[j]?.key)
+    const at = i < 0 ? was.length : i
+    const path = now[at]?.path ?? was[at]?.path ?? "the arguments"
+    return `${path}: ${was[at]?.path === path ? was[at]!.text : "nothing"}, now ${now[at]?.path === path ? now[at]!.text : "nothing"}`
+  }
+  const j = recording.fixed.findIndex((v, n) => v !== undefined && !Object.is(v, flat.numbers[n]))
+  return j < 0 ? undefined : `${flat.numberPaths[j]}: ${recording.fixed[j]}, now ${flat.numbers[j]}; ${recording.fixedWhy[j]}`
+}
+
+/** A verify trace against the recording: the difference, naming both call sites, or undefined. */
+const verifyAgainst = (recording: Recording<unknown>, again: Trace, flat: Flat): string | undefined => {
+  const d = compareTraces(recording.trace, recording.args, again, flat.tensors)
+  if (d.structural !== undefined) return d.structural
+  const allowed = new Set(recording.paramAt.flatMap((ps) => ps.map((p) => `${p.command}:${p.path.join(".")}`)))
+  const bad = d.numbers.find((n) => !allowed.has(`${n.command}:${n.path.join(".")}`))
+  return bad === undefined ? undefined : `command ${bad.command}: ${describeCommand(recording.trace.commands[bad.command]!)}, then ${describeCommand(again.commands[bad.command]!)}: ${bad.path.join(".")}: ${bad.a}, then ${bad.b}`
+}
+
+/**
+ * Compiles `step`: its first call for a signature records the commands it issues and defines
+ * them on the workers; every later call replays them with one message per worker. The step is
+ * model code (op calls; sync, or an Effect using mesh.reduce, send, borrow ...); what it
+ * returns (tensors anywhere in arrays and objects) is what a call returns, with this call's
+ * tensors. Its temporaries die with each call. A fetch inside is refused.
+ */
+export function compile<A extends ReadonlyArray<unknown>, R, E = never, Rq = never>(step: (...args: A) => Effect.Effect<R, E, Rq>, options?: CompileOptions): Compiled<A, R, E, Rq>
+export function compile<A extends ReadonlyArray<unknown>, R>(step: (...args: A) => R, options?: CompileOptions): Compiled<A, R, never, never>
+export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...args: A) => unknown, options: CompileOptions = {}): Compiled<A, R, E, Rq> {
+  const name = options.name ?? (step.name || "step")
+  const onRetrace = options.onRetrace ?? ((why: string) => console.error(`monarch: ${why}`))
+  const cache = new Map<string, Array<Recording<R>>>()
+  let last: { flat: Flat; recording: Recording<R> } | undefined
+  const retraces: string[] = []
+  let traces = 0
+
+  const record = (core: Core, args: ReadonlyArray<unknown>, flat: Flat, called: CallSite | undefined) =>
+    Effect.gen(function* () {
+      const first = yield* traced<A, R, E, Rq>(core, name, step, args, called)
+      traces++
+      const numbers = yield* probeNumbers<A, R, E, Rq>(core, name, step, args, flat, first.trace, called)
+      const { recording, defines } = build(core, name, first.trace, flat, first.value, numbers)
+      for (const d of defines) core.post(d.ranks, d.message)
+      return recording
+    })
+
+  const find = (flat: Flat) => cache.get(flat.key)?.find((r) => mismatch(r, flat, flat) === undefined)
+  const needsTrace = (r: Recording<R> | undefined) => r === undefined || (options.verify === true && r.calls === 1)
+
+  /** A call that traces: a new signature, or verify's second call. */
+  const tracing = (core: Core, args: ReadonlyArray<unknown>, flat: Flat, found: Recording<R> | undefined, called: CallSite | undefined) =>
+    Effect.gen(function* () {
+      let recording = found
+      if (recording === undefined) {
+        if (last !== undefined) {
+          const why = `compile(${name}): tracing again: ${mismatch(last.recording, last.flat, flat)}`
+          retraces.push(why)
+          onRetrace(why)
+        }
+        recording = yield* record(core, args, flat, called)
+        cache.set(flat.key, [...(cache.get(flat.key) ?? []), recording])
+      } else {
+        const again = yield* traced<A, R, E, Rq>(core, name, step, args, called)
+        traces++
+        const diverged = verifyAgainst(recording, again.trace, flat)
+        if (diverged !== undefined)
+          return yield* new ControllerError({ message: `compile(${name}, { verify: true }): the step's second call issued other commands than its first: ${diverged}` })
+      }
+      last = { flat, recording }
+      return call(core, recording, flat)
+    })
+
+  const compiled = (...args: A) => {
+    const flat = flatten(args)
+    // Where the program calls the step (as Core.site is for each command), when it will be traced.
+    const called = needsTrace(find(flat)) ? CallSite.capture() : undefined
+    return Effect.flatMap(Effect.service(Controller), (ctl) => {
+      const core = ctl.core
+      if (core.tracing) return Effect.fail(new ControllerError({ message: `compile(${name}) was called while compile(${core.tracing.name}) records its step; call it outside, or let the outer step be one recording` }))
+      const found = find(flat)
+      if (needsTrace(found)) return tracing(core, args, flat, found, called)
+      last = { flat, recording: found! }
+      return Effect.succeed(call(core, found!, flat))
+    })
+  }
+  return Object.defineProperties(compiled, {
+    traces: { get: () => traces },
+    retraces: { get: () => retraces },
+  }) as unknown as Compiled<A, R, E, Rq>
+}

@@ -1,0 +1,54 @@
+/**
+ * Recordings: a step the controller recorded once (compile) and calls with one message.
+ * DefineRecording keeps its commands; CallRecording binds the formals to the call's actuals
+ * (poisoned ones stay poisoned) and the params to its numbers, runs each command as it would
+ * run outside a recording, with ident `ident + k`, so that failures poison and are reported
+ * exactly as they would be there, binds the call's results to what the commands defined, and
+ * then forgets every ref of the recording, freeing its temporaries.
+ */
+import { Effect } from "effect"
+import { RECORDABLE, type CallRecording, type DefineRecording, type WorkerMessage } from "../../protocol/messages.ts"
+import { Ref } from "../../protocol/values.ts"
+import { ioTurn, reject, stopped, type Session } from "../session.ts"
+
+/** The refs a command defines. */
+const defines = (c: WorkerMessage): ReadonlyArray<Ref> => {
+  switch (c._tag) {
+    case "CallFunction": return c.results
+    case "Reduce": case "SendTensor": case "BorrowCreate": return [c.result]
+    default: return []
+  }
+}
+
+export const defineRecording = (s: Session) => (m: DefineRecording) => Effect.sync(() => {
+  const bad = m.commands.find((c) => !(RECORDABLE as ReadonlyArray<string>).includes(c._tag) || ("ident" in c && c.ident >= m.idents))
+  if (bad !== undefined)
+    return reject(s, `DefineRecording ${m.recording}: a recording holds ${RECORDABLE.join(", ")} with idents below ${m.idents}, not ${bad._tag}${"ident" in bad ? ` ${bad.ident}` : ""}`)
+  const scratch = new Set<number>([...m.formals, ...m.params, ...m.results])
+  for (const c of m.commands) for (const r of defines(c)) scratch.add(r.id)
+  s.recordings.set(m.recording, { define: m, scratch: [...scratch] })
+})
+
+export const callRecording = (s: Session, dispatch: (m: WorkerMessage) => Effect.Effect<void>) => (m: CallRecording) =>
+  Effect.gen(function* () {
+    const recording = s.recordings.get(m.recording)
+    if (recording === undefined) return reject(s, `CallRecording ${m.ident}: unknown recording ${m.recording}`)
+    const { define, scratch } = recording
+    if (m.actuals.length !== define.formals.length || m.params.length !== define.params.length || m.results.length !== define.results.length)
+      return reject(s, `CallRecording ${m.ident}: ${m.actuals.length} actuals, ${m.params.length} params and ${m.results.length} results for recording ${m.recording}'s ${define.formals.length}, ${define.params.length} and ${define.results.length}`)
+    // An unknown actual leaves its formal undefined: the commands reading it fail as they would.
+    for (let i = 0; i < m.actuals.length; i++) s.env.alias(define.formals[i]!, m.actuals[i]!.id)
+    for (let i = 0; i < m.params.length; i++) s.env.define(new Ref(define.params[i]!), m.params[i])
+    try {
+      for (const c of define.commands) {
+        yield* dispatch("ident" in c ? { ...c, ident: m.ident + c.ident } as WorkerMessage : c)
+        const turn = ioTurn(s)
+        if (turn) yield* turn
+        if (stopped(s)) return
+      }
+      for (let i = 0; i < m.results.length; i++) s.env.alias(m.results[i]!.id, define.results[i]!)
+      s.firstUncompletedIdent = Math.max(s.firstUncompletedIdent, m.ident + define.idents)
+    } finally {
+      for (const id of scratch) s.env.delete(id)
+    }
+  })

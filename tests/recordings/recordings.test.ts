@@ -1,0 +1,162 @@
+// compile(step) with real workers (world 2): a replay gives what the step computes unrecorded,
+// sends one message per worker, takes numbers as parameters, says why it traces again, refuses
+// fetches inside, and frees its temporaries on every call.
+import { afterAll, beforeAll, describe, expect, test } from "bun:test"
+import { Effect, ManagedRuntime } from "effect"
+import { compile, Controller, opsOn, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
+
+const ROOT = new URL("../..", import.meta.url).pathname
+let rt: ManagedRuntime.ManagedRuntime<Controller, unknown>
+let ctl: ControllerApi
+let mesh: Mesh
+const problems: string[] = []
+
+beforeAll(async () => {
+  rt = ManagedRuntime.make(Controller.local({ world: 2, functionPath: [ROOT], onProblem: (p) => problems.push(p), onWorkerLine: () => {} }))
+  ctl = await rt.runPromise(Effect.service(Controller))
+  mesh = await rt.runPromise(ctl.mesh({ dp: 2 }))
+}, 60_000)
+afterAll(() => rt?.dispose())
+
+const run = <A, E>(e: Effect.Effect<A, E, Controller>) => rt.runPromise(e)
+const values = (t: RemoteTensor) => run(Effect.map(t.fetch(), (h) => Array.from(h.toArray() as Float32Array)))
+
+/** The model code both ways: recorded (compile) and issued op by op. */
+const model = (x: RemoteTensor, w: RemoteTensor, lr: number) => {
+  const h = x.matmul(w).relu().add(1)
+  const loss = h.mul(h).mean()
+  w.sub_(x.t().matmul(h).mul(lr))
+  return { loss, h }
+}
+
+describe("compile(step)", () => {
+  test("replays give what the step computes unrecorded, with the learning rate as a parameter: one trace", async () => {
+    const retraces: string[] = []
+    const step = compile(model, { onRetrace: (w) => void retraces.push(w) })
+    const on = opsOn(mesh)
+    const w1 = on.full([3, 2], 0.1), w2 = on.full([3, 2], 0.1)
+    for (let i = 0; i < 5; i++) {
+      const x = on.arange(12).reshape([4, 3]).div(10 + i)
+      const lr = 0.01 * (i + 1)
+      const recorded = await run(step(x, w1, lr))
+      const eager = model(x, w2, lr)
+      expect(await values(recorded.loss)).toEqual(await values(eager.loss))
+      expect(await values(recorded.h)).toEqual(await values(eager.h))
+      expect(await values(w1)).toEqual(await values(w2))
+    }
+    expect(step.traces).toBe(1)
+    expect(retraces).toEqual([])
+    expect(problems).toEqual([])
+  }, 60_000)
+
+  test("a replay sends one message per worker", async () => {
+    const step = compile((x: RemoteTensor) => x.add(1).mul(2).sub(3).relu().sum())
+    const x = opsOn(mesh).ones([8])
+    await run(Effect.flatMap(step(x), (y) => y.fetch()))
+    await Effect.runPromise(Effect.sleep("20 millis"))
+    const before = { ...ctl.core.sent }
+    const y = await run(step(x))
+    ctl.core.flush()
+    expect({ frames: ctl.core.sent.frames - before.frames, commands: ctl.core.sent.commands - before.commands }).toEqual({ frames: 2, commands: 2 })
+    expect(await values(y)).toEqual([8])
+  }, 30_000)
+
+  test("a fetch inside the step is refused, and nothing of the trace is sent", async () => {
+    const step = compile((x: RemoteTensor) => Effect.gen(function* () {
+      const y = x.add(1)
+      yield* y.fetch()
+      return y
+    }), { name: "fetching" })
+    const before = ctl.core.sent.commands
+    const failure = await run(Effect.flip(step(opsOn(mesh).ones([2]))))
+    expect(failure.message).toContain("compile(fetching): a fetch inside a recorded step is refused")
+    expect(ctl.core.tracing).toBeUndefined()
+    // The ones() above went out; nothing else did.
+    ctl.core.flush()
+    expect(ctl.core.sent.commands - before).toBeLessThanOrEqual(2)
+  }, 30_000)
+
+  test("a retrace says which part of the signature changed; a number that sets a shape is part of it", async () => {
+    const retraces: string[] = []
+    const on = opsOn(mesh)
+    const step = compile((x: RemoteTensor, n: number, scale: number) => x.sum().add(on.ones([n]).mul(scale)), { name: "shaped", onRetrace: (w) => void retraces.push(w) })
+    expect(await values(await run(step(on.ones([4]), 2, 0.5)))).toEqual([4.5, 4.5])
+    expect(await values(await run(step(on.ones([4]), 2, 2)))).toEqual([6, 6])
+    expect(step.traces).toBe(1)
+    expect(await values(await run(step(on.ones([4]), 3, 2)))).toEqual([6, 6, 6])
+    expect(retraces[0]).toMatch(/^compile\(shaped\): tracing again: argument 1: 2, now 3; argument 1 \(a number\) is part of the signature: another value changes the commands/)
+    expect(await values(await run(step(on.ones([5]), 3, 2)))).toEqual([7, 7, 7])
+    expect(retraces[1]).toBe("compile(shaped): tracing again: argument 0: f32[4] on Mesh(dp=2), stream 1, now f32[5] on Mesh(dp=2), stream 1")
+    expect(step.traces).toBe(3)
+  }, 30_000)
+
+  test("a tensor made inside the step and not returned cannot be used after the call", async () => {
+    let kept: RemoteTensor | undefined
+    const step = compile((x: RemoteTensor) => {
+      kept = x.add(1)
+      return kept.mul(2)
+    })
+    await run(step(opsOn(mesh).ones([2])))
+    expect(() => kept!.add(1)).toThrow(/was made inside compile\(step\)'s step and not returned from it/)
+  }, 30_000)
+
+  test("temporaries are freed on every call: 1,000 replays leave the workers' memory as it was", async () => {
+    const on = opsOn(mesh)
+    const w = on.ones([64, 64])
+    const step = compile((x: RemoteTensor) => {
+      let h = x
+      for (let i = 0; i < 10; i++) h = h.matmul(w).tanh()
+      return h.sum()
+    })
+    const x = on.ones([64, 64])
+    const inUse = () => run(mesh.fetchAll(x, { fn: "tests/recordings/fixtures:memoryInUse" })) as Promise<ReadonlyArray<number>>
+    const first = await run(step(x))
+    await values(first)
+    first.release()
+    const before = await inUse()
+    let last: RemoteTensor | undefined
+    for (let i = 0; i < 1000; i++) {
+      last?.release()
+      last = await run(step(x))
+    }
+    await values(last!)
+    last!.release()
+    // Each call made 21 tensors of up to 16 KiB; none of them is left (a few bytes of earlier tests may have gone since).
+    const after = await inUse()
+    after.forEach((bytes, r) => expect(bytes).toBeLessThanOrEqual(before[r]!))
+  }, 120_000)
+
+  test("a number that reaches an op through arithmetic inside the step is part of the signature, and the retrace says so", async () => {
+    const retraces: string[] = []
+    const step = compile((x: RemoteTensor, t: number) => x.mul(Math.cos(t)), { name: "scheduled", onRetrace: (w) => void retraces.push(w) })
+    const x = opsOn(mesh).ones([1])
+    expect(await values(await run(step(x, 0)))).toEqual([1])
+    expect(await values(await run(step(x, 0)))).toEqual([1])
+    expect(step.traces).toBe(1)
+    const [v] = await values(await run(step(x, Math.PI)))
+    expect(v).toBeCloseTo(-1, 6)
+    expect(retraces).toHaveLength(1)
+    expect(retraces[0]).toContain("argument 1: 0, now 3.14")
+    expect(retraces[0]).toMatch(/argument 1 \(a number\) is part of the signature: it reaches ops\.mul issued at .*recordings\.test\.ts:\d+/)
+    expect(retraces[0]).toContain("through arithmetic (1 there)")
+  }, 30_000)
+
+  test("verify: true traces the second call too and fails it, naming both call sites, when it issued other commands", async () => {
+    let calls = 0
+    const step = compile((x: RemoteTensor) => {
+      calls++
+      const y = calls === 1 ? x.add(1) : x.sub(1)
+      return y
+    }, { verify: true, name: "drifting" })
+    const x = opsOn(mesh).ones([2])
+    expect(await values(await run(step(x)))).toEqual([2, 2])
+    const failure = await run(Effect.flip(step(x)))
+    expect(failure.message).toMatch(/^compile\(drifting, \{ verify: true \}\): the step's second call issued other commands than its first: command 0: ops\.add issued at .*recordings\.test\.ts:\d+:\d+\), then ops\.sub issued at .*recordings\.test\.ts:\d+:\d+\)/)
+    // A step that issues the same commands passes verification, with new parameter values too.
+    const steady = compile((x: RemoteTensor, k: number) => x.mul(k), { verify: true })
+    expect(await values(await run(steady(x, 2)))).toEqual([2, 2])
+    expect(await values(await run(steady(x, 3)))).toEqual([3, 3])
+    expect(await values(await run(steady(x, 4)))).toEqual([4, 4])
+    expect(steady.traces).toBe(2)
+  }, 30_000)
+})

@@ -1,0 +1,96 @@
+// DefineRecording and CallRecording on one worker, in this process (tests/worker/inProcess.ts):
+// a call binds, runs and forgets, leaving only its results in the environment (1,000 calls
+// included), takes its idents, poisons what a poisoned actual reaches, and bad input is refused
+// with a ProtocolError while everything defined stays.
+import { afterEach, beforeEach, describe, expect, test } from "bun:test"
+import type { CallRecording, DefineRecording } from "../../src/protocol/messages.ts"
+import { call, createStream, fetch, numbers, ref } from "../worker/build.ts"
+import { inProcessWorker, type InProcessWorker } from "../worker/inProcess.ts"
+
+let w: InProcessWorker
+beforeEach(async () => {
+  w = inProcessWorker()
+  await w.dispatch(createStream)
+})
+afterEach(() => w.close())
+
+// Formal 100 and param 101; temporaries 102, 103; result 104. y = (x + p) * 2 + 1
+const define: DefineRecording = {
+  _tag: "DefineRecording", recording: 1, idents: 3, formals: [100], params: [101], results: [104],
+  commands: [call(0, [102], "ops.add", [ref(100), ref(101)]), call(1, [103], "ops.mul", [ref(102), 2]), call(2, [104], "ops.add", [ref(103), 1])],
+}
+const callIt = (ident: number, result: number, actual: number, param: number): CallRecording => ({
+  _tag: "CallRecording", ident, recording: 1, results: [ref(result)], actuals: [ref(actual)], params: [param],
+})
+const value = async (id: number, ident: number) => {
+  await w.dispatch(fetch(ident, ref(id)))
+  const r = w.sent.findLast((m) => m._tag === "FetchResult")
+  return r?._tag === "FetchResult" && r.ident === ident ? numbers(r.value) : undefined
+}
+const problems = () => w.sent.flatMap((m) => (m._tag === "ProtocolError" ? [m.message] : []))
+
+describe("recordings on a worker", () => {
+  test("a call computes its results with this call's actual and param, and takes its idents", async () => {
+    await w.dispatch(call(0, [10], "ops.ones", [[2]]))
+    await w.dispatch(define)
+    await w.dispatch(callIt(1, 11, 10, 3))
+    expect(await value(11, 4)).toEqual([9, 9])
+    expect(w.session.firstUncompletedIdent).toBe(5)
+    await w.dispatch(callIt(5, 12, 11, -1))
+    expect(await value(12, 8)).toEqual([17, 17])
+    expect(problems()).toEqual([])
+  })
+
+  test("1,000 calls leave the environment as it was but for their results: temporaries, formals and params are forgotten", async () => {
+    await w.dispatch(call(0, [10], "ops.ones", [[2]]))
+    await w.dispatch(define)
+    const before = w.session.env.size
+    const inUse = w.session.native.memoryUsage().inUse
+    let ident = 1
+    for (let i = 0; i < 1000; i++) {
+      await w.dispatch(callIt(ident, 20, 10, i))
+      ident += 3
+    }
+    // One result ref (20), redefined by each call; nothing else.
+    expect(w.session.env.size).toBe(before + 1)
+    // The one result (8 bytes) at most: the shim counts the whole process, where earlier tests' tensors may be collected meanwhile.
+    expect(w.session.native.memoryUsage().inUse - inUse).toBeLessThanOrEqual(8)
+    expect(await value(20, ident)).toEqual([(1 + 999) * 2 + 1, (1 + 999) * 2 + 1])
+  })
+
+  test("a poisoned actual poisons the results without a report; the call still completes", async () => {
+    await w.dispatch(call(0, [10], "ops.nope"))
+    const reports = w.sent.filter((m) => m._tag === "RemoteFunctionFailed").length
+    await w.dispatch(define)
+    await w.dispatch(callIt(1, 11, 10, 3))
+    expect(w.sent.filter((m) => m._tag === "RemoteFunctionFailed").length).toBe(reports)
+    expect(w.session.env.errorOf(ref(11))?.ident).toBe(0)
+    expect(w.session.firstUncompletedIdent).toBe(4)
+  })
+
+  test("a command that fails inside is reported against its own ident (the call's ident + its index)", async () => {
+    await w.dispatch({ ...define, recording: 2, commands: [define.commands[0]!, call(1, [103], "ops.nope", [ref(102)]), define.commands[2]!] })
+    await w.dispatch(call(0, [10], "ops.ones", [[2]]))
+    await w.dispatch({ ...callIt(40, 11, 10, 3), recording: 2 })
+    expect(w.sent.filter((m) => m._tag === "RemoteFunctionFailed").map((m) => m._tag === "RemoteFunctionFailed" && m.ident)).toEqual([41])
+    expect(w.session.env.errorOf(ref(11))?.ident).toBe(41)
+  })
+
+  test("bad input is refused with a ProtocolError, and what was defined stays", async () => {
+    await w.dispatch(call(0, [10], "ops.ones", [[2]]))
+    await w.dispatch(callIt(1, 11, 10, 3))
+    await w.dispatch({ ...define, recording: 3, commands: [fetch(0, ref(100))] })
+    await w.dispatch({ ...define, recording: 4, idents: 2 })
+    await w.dispatch(define)
+    await w.dispatch({ ...callIt(1, 11, 10, 3), params: [] })
+    expect(problems()).toEqual([
+      "CallRecording 1: unknown recording 1",
+      "DefineRecording 3: a recording holds CallFunction, Reduce, SendTensor, BorrowCreate, BorrowFirstUse, BorrowLastUse, BorrowDrop with idents below 3, not FetchValue 0",
+      "DefineRecording 4: a recording holds CallFunction, Reduce, SendTensor, BorrowCreate, BorrowFirstUse, BorrowLastUse, BorrowDrop with idents below 2, not CallFunction 2",
+      "CallRecording 1: 1 actuals, 0 params and 1 results for recording 1's 1, 1 and 1",
+    ])
+    expect(await value(10, 9)).toEqual([1, 1])
+    await w.dispatch(callIt(10, 11, 10, 0))
+    expect(await value(11, 13)).toEqual([3, 3])
+  })
+})
