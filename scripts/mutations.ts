@@ -310,4 +310,16 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("    case \"tensors\": return results\n", "    case \"tensors\": return results.slice(0, 1)\n"),
     tests: ["tests/ops/typed.test.ts"],
   },
+  {
+    area: "controller", behaviour: "11.2: scaled_dot_product_attention's gradient takes the softmax's row sums out",
+    file: "src/ops/specs/nn.ts",
+    edits: one("return o.mul(p, o.sub(dp, o.sum(o.mul(dp, p), -1, true)))", "return o.mul(p, dp)"),
+    tests: ["tests/ops/gradients.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "11.2: a split piece's gradient goes back to its own place",
+    file: "src/ops/specs/layout.ts",
+    edits: one("start = sizes.slice(0, at).reduce((a, b) => a + b, 0)", "start = 0"),
+    tests: ["tests/ops/gradients.test.ts"],
+  },
 ]

@@ -50,21 +50,24 @@ export interface ShardFile {
 
 /**
  * Writes a rank's file in the background (libuv's threads; the command loop goes on): the
- * header and every tensor's bytes in one positional write each, then fsync. Resolves with the
- * bytes written.
+ * header and every tensor's bytes in one gathered write (writev, repeated for what a partial
+ * write left), then fsync. Resolves with the bytes written.
  */
 export const writeShardFile = async (f: ShardFile): Promise<number> => {
-  const { bytes: header, entries } = encodeHeader(f.tensors.map((t) => ({ name: t.name, dtype: t.host.dtype, shape: t.host.shape })))
+  const { bytes: header } = encodeHeader(f.tensors.map((t) => ({ name: t.name, dtype: t.host.dtype, shape: t.host.shape })))
+  let chunks: Uint8Array[] = [header, ...f.tensors.map((t) => t.host.data)].filter((c) => c.byteLength > 0)
+  const total = chunks.reduce((a, c) => a + c.byteLength, 0)
   const fh = await open(f.path, "w")
   try {
     let at = 0
-    for (const chunk of [header, ...f.tensors.map((t) => t.host.data)]) {
-      let done = 0
-      while (done < chunk.byteLength) done += (await fh.write(chunk, done, chunk.byteLength - done, at + done)).bytesWritten
-      at += chunk.byteLength
+    while (chunks.length > 0) {
+      let n = (await fh.writev(chunks, at)).bytesWritten
+      at += n
+      while (chunks.length > 0 && n >= chunks[0]!.byteLength) n -= chunks.shift()!.byteLength
+      if (n > 0) chunks = [chunks[0]!.subarray(n), ...chunks.slice(1)]
     }
     await fh.sync()
-    return header.byteLength + (entries.at(-1)?.offsets[1] ?? 0)
+    return total
   } finally {
     await fh.close()
   }

@@ -22,10 +22,12 @@ import { prefixStore } from "../store/prefix.ts"
 import { mergeTraces, writeTrace } from "../trace/merge.ts"
 import { Store } from "../store/service.ts"
 import { Core, describeHang, type HangReport, type WorkerInfo } from "./core.ts"
-import { ControllerError, StartError } from "./errors.ts"
+import { ControllerError, StartError, type Failure } from "./errors.ts"
+import type { CheckpointError } from "./checkpoint.ts"
 import { Transport } from "./listener.ts"
 import { foreignHandle, RemoteStream, type RemoteTensor } from "./handles.ts"
 import { createMesh, type Mesh } from "./mesh.ts"
+import { recoverable, runOnce, type LocalWorkers, type RecoverOptions, type Start } from "./recovery.ts"
 
 const WORKER = new URL("../worker.ts", import.meta.url).pathname
 
@@ -55,7 +57,17 @@ export interface ControllerApi {
   readonly send: (t: RemoteTensor, to: Mesh, opts?: { readonly stream?: RemoteStream }) => Effect.Effect<RemoteTensor, ControllerError>
   /** Reports, once each, commands outstanding longer than hangAfterMs (also sent to onHang). */
   readonly checkHangs: () => HangReport[]
+  /**
+   * Runs a training program that can be restarted: with Controller.local's `recover`, when a
+   * worker is lost the workers are replaced by a fresh set of the same shape, the last
+   * checkpoint in `recover.from` is loaded onto a mesh of the shape it was saved from, and
+   * `body` runs again with it (`start.resumed`); otherwise `body` runs once.
+   */
+  readonly supervise: <A, E>(body: (start: Start) => Effect.Effect<A, E>) => Effect.Effect<A, E | RecoveryFailure>
 }
+
+/** What supervise can fail with besides the body's own errors: a recovery that could not start or load. */
+export type RecoveryFailure = StartError | CheckpointError | Failure
 
 export interface CommonOptions {
   /** Report a command outstanding this long (default 30 s). */
@@ -99,6 +111,8 @@ export interface LocalOptions extends CommonOptions {
    * here, else none (checkpoint commands are refused).
    */
   readonly checkpoints?: string
+  /** Replace lost workers and resume from the last checkpoint (see ControllerApi.supervise). */
+  readonly recover?: RecoverOptions
   /** Each line a worker prints; default: stderr with a rank prefix. */
   readonly onWorkerLine?: (rank: number, line: string) => void
 }
@@ -245,6 +259,7 @@ const makeApi = (core: Core): Effect.Effect<ControllerApi, never, Scope.Scope> =
       // The tensor's own mesh sends it, once it is known to be this controller's.
       send: (t, to, opts) => (t.core === core ? t.mesh.send(t, to, opts) : Effect.fail(foreignHandle(t))),
       checkHangs: () => core.checkHangs(),
+      supervise: runOnce,
     } satisfies ControllerApi
   })
 
@@ -255,49 +270,9 @@ export class Controller extends Context.Service<Controller, ControllerApi>()("mo
    */
   static readonly layerLocal = (o: LocalOptions): Layer.Layer<Controller, StartError, Launcher | Transport> =>
     Layer.effect(Controller, Effect.gen(function* () {
-      const launcher = yield* Launcher
-      const core = makeCore(o.world, o, 1000)
-      const token = randomBytes(16).toString("hex")
-      const listener = yield* listenFor(core, token, o)
-      const lines: string[][] = Array.from({ length: o.world }, () => [])
-      const tracePath = o.trace ?? (process.env.MONARCH_TRACE || undefined)
-      const traceDir = tracePath === undefined ? undefined : mkdtempSync(join(tmpdir(), "monarch-trace-"))
-      const job = yield* launcher.launch({
-        nproc: o.world,
-        command: [WORKER],
-        env: {
-          MONARCH_LOG: process.env.MONARCH_LOG ?? "warn",
-          ...o.env,
-          CONTROLLER_ADDR: listener.address,
-          MONARCH_TOKEN: token,
-          MONARCH_DEVICE: o.device ?? process.env.MONARCH_DEVICE ?? "cpu",
-          MONARCH_FUNCTION_PATH: (o.functionPath ?? programFolder()).join(":"),
-          ...(checkpointRoot(o) === undefined ? {} : { MONARCH_CHECKPOINT_DIR: checkpointRoot(o) }),
-          ...(traceDir === undefined ? {} : { MONARCH_TRACE_DIR: traceDir }),
-        },
-        onLine: (rank, line) => {
-          lines[rank]!.push(line)
-          if (lines[rank]!.length > 20) lines[rank]!.shift()
-          ;(o.onWorkerLine ?? ((r, l) => process.stderr.write(`[worker ${r}] ${l}\n`)))(rank, line)
-        },
-        graceMs: 2000,
-        onFailure: "keep-going",
-      }).pipe(Effect.mapError((e) => new StartError({ message: e.message })))
-      let firstExit: string | undefined
-      job.onExit((e) => {
-        firstExit ??= `worker ${e.rank} exited with status ${e.status} during start-up:\n${lines[e.rank]!.join("\n")}`
-        core.onExit(e)
-      })
-      yield* awaitWorkers(core, o, () => firstExit)
-      yield* Effect.addFinalizer(() => Effect.gen(function* () {
-        core.exit()
-        yield* job.done.pipe(Effect.timeout("5 seconds"), Effect.ignore)
-        if (tracePath !== undefined && traceDir !== undefined) {
-          yield* writeTimeline(tracePath, traceDir, o.world, 0)
-          rmSync(traceDir, { recursive: true, force: true })
-        }
-      }))
-      return yield* makeApi(core)
+      if (o.recover === undefined) return (yield* startLocal(o)).api
+      const services = yield* Effect.context<Launcher | Transport>()
+      return yield* recoverable(o, o.recover, checkpointRoot(o), startLocal(o).pipe(Effect.provideContext(services)))
     }))
 
   /** Starts `world` workers on this host (our launcher, with its store) for the layer's lifetime. */
@@ -338,6 +313,58 @@ export class Controller extends Context.Service<Controller, ControllerApi>()("mo
     }))
   }
 }
+
+/**
+ * One set of workers for Controller.local: the listener, the processes, their start-up, and the
+ * API over them, for the scope's lifetime; `kill` ends every process at once (a recovery
+ * replaces them).
+ */
+const startLocal = (o: LocalOptions): Effect.Effect<LocalWorkers, StartError, Launcher | Transport | Scope.Scope> =>
+  Effect.gen(function* () {
+    const launcher = yield* Launcher
+    const core = makeCore(o.world, o, 1000)
+    const token = randomBytes(16).toString("hex")
+    const listener = yield* listenFor(core, token, o)
+    const lines: string[][] = Array.from({ length: o.world }, () => [])
+    const tracePath = o.trace ?? (process.env.MONARCH_TRACE || undefined)
+    const traceDir = tracePath === undefined ? undefined : mkdtempSync(join(tmpdir(), "monarch-trace-"))
+    const job = yield* launcher.launch({
+      nproc: o.world,
+      command: [WORKER],
+      env: {
+        MONARCH_LOG: process.env.MONARCH_LOG ?? "warn",
+        ...o.env,
+        CONTROLLER_ADDR: listener.address,
+        MONARCH_TOKEN: token,
+        MONARCH_DEVICE: o.device ?? process.env.MONARCH_DEVICE ?? "cpu",
+        MONARCH_FUNCTION_PATH: (o.functionPath ?? programFolder()).join(":"),
+        ...(checkpointRoot(o) === undefined ? {} : { MONARCH_CHECKPOINT_DIR: checkpointRoot(o) }),
+        ...(traceDir === undefined ? {} : { MONARCH_TRACE_DIR: traceDir }),
+      },
+      onLine: (rank, line) => {
+        lines[rank]!.push(line)
+        if (lines[rank]!.length > 20) lines[rank]!.shift()
+        ;(o.onWorkerLine ?? ((r, l) => process.stderr.write(`[worker ${r}] ${l}\n`)))(rank, line)
+      },
+      graceMs: 2000,
+      onFailure: "keep-going",
+    }).pipe(Effect.mapError((e) => new StartError({ message: e.message })))
+    let firstExit: string | undefined
+    job.onExit((e) => {
+      firstExit ??= `worker ${e.rank} exited with status ${e.status} during start-up:\n${lines[e.rank]!.join("\n")}`
+      core.onExit(e)
+    })
+    yield* awaitWorkers(core, o, () => firstExit)
+    yield* Effect.addFinalizer(() => Effect.gen(function* () {
+      core.exit()
+      yield* job.done.pipe(Effect.timeout("5 seconds"), Effect.ignore)
+      if (tracePath !== undefined && traceDir !== undefined) {
+        yield* writeTimeline(tracePath, traceDir, o.world, 0)
+        rmSync(traceDir, { recursive: true, force: true })
+      }
+    }))
+    return { api: yield* makeApi(core), kill: () => job.signal("SIGKILL") }
+  })
 
 /** Attach over a store (publishing the address there) or none (the workers were given `listen`). */
 const attachWith = (o: Omit<AttachOptions, "store">, base: StoreApi | undefined) =>

@@ -5,6 +5,7 @@
  * `release()` deletes it at once. Every handle (and mesh) carries its owner, the Core of the
  * controller that made it: its ref ids mean nothing to another controller, which refuses it.
  */
+import type { Entry } from "../autograd/tape.ts"
 import type { TensorMeta } from "../ops/meta.ts"
 import type { DType, Ref } from "../protocol/values.ts"
 import type { BorrowState } from "./borrows.ts"
@@ -44,6 +45,11 @@ const dropped = new FinalizationRegistry<{ core: Core; ranks: ReadonlyArray<numb
  */
 export class RemoteTensor<D extends DType = DType> {
   #released = false
+  /** Holds the autograd tape keeps while backward may read it: a release() waits for the last. */
+  #holds = 0
+  #releasing = false
+  /** @internal Its place on the autograd tape (src/autograd), when it requires grad or was made from one that does. */
+  autograd: Entry<RemoteTensor> | undefined = undefined
   /** Why a handle made while compile recorded a step cannot be used (it names no tensor on the workers). */
   #retired: string | undefined
 
@@ -90,9 +96,27 @@ export class RemoteTensor<D extends DType = DType> {
     return this.meta?.shape
   }
 
-  /** Deletes the tensor on its workers now (with the next batch); later uses fail. */
+  /** @internal The tape saved it: a release() waits until letGo(). */
+  hold(): void {
+    this.#holds++
+  }
+
+  /** @internal */
+  letGo(): void {
+    if (--this.#holds === 0 && this.#releasing) this.release()
+  }
+
+  /**
+   * Deletes the tensor on its workers now (with the next batch); later uses fail. A tensor the
+   * autograd tape saved for backward is deleted once backward has used it (or the graph is dropped).
+   */
   release(): void {
     if (this.#released || this.#retired !== undefined || this.borrow) return
+    if (!this.#releasing) {
+      this.#releasing = true
+      this.autograd?.released()
+    }
+    if (this.#holds > 0) return
     this.#released = true
     dropped.unregister(this)
     this.mesh.core.release(this.mesh.ranks, [this.ref.id])

@@ -9,7 +9,8 @@
  *     return yield* mesh.fetch(s)
  *   }).pipe(Effect.provide(Controller.local({ world: 4 })))
  */
-export { Controller, type AttachOptions, type ControllerApi, type LocalOptions } from "./controller.ts"
+export { Controller, type AttachOptions, type ControllerApi, type LocalOptions, type RecoveryFailure } from "./controller.ts"
+export type { RecoverOptions, RecoveryReport, Start } from "./recovery.ts"
 export type { HangReport, RankAt, WorkerInfo } from "./core.ts"
 export { ControllerError, DeadlineExceeded, RemoteError, StartError, WorkerLost, type WorkerFrame } from "./errors.ts"
 export { RemoteStream, RemoteTensor } from "./handles.ts"
@@ -19,6 +20,7 @@ export {
   type Loaded, type PendingSave, type RankWrite, type SaveOptions, type Saved, type State,
 } from "./checkpoint.ts"
 export { Mesh, type CallOptions, type FetchOptions } from "./mesh.ts"
+export { customGrad, grad, gradGenerator, noGrad, recordBackward, zeroGrad, type TensorGrad } from "./autograd.ts"
 export { blockOf, partial, replicate, replicated, shard, shardedDims, type DimPlacement, type Placement, type PlacementSpec } from "./placement.ts"
 export { eager, ops, opsOn, type OpFunction, type OpMethod, type Ops, type TensorMethods } from "./ops.ts"
 export type { TensorMeta } from "../ops/meta.ts"

@@ -22,6 +22,7 @@ import { ControllerError, type Failure } from "./errors.ts"
 import { RemoteTensor } from "./handles.ts"
 import type { Mesh } from "./mesh.ts"
 import { refuse } from "./arguments.ts"
+import { recordOp, refuseInPlace } from "./autograd.ts"
 
 type FloatingDType = "f32" | "f64" | "f16" | "bf16"
 type IntegralDType = "bool" | "u8" | "i32"
@@ -109,16 +110,17 @@ const invoke = (name: OpName, mesh: Mesh | undefined, all: ReadonlyArray<unknown
   if (on === undefined) throw refuse(`ops.${name} has no tensor argument to take a mesh from; use opsOn(mesh).${name}`)
   const op = OPS[name]
   const mutated = mutatedTensors(op, args, kwargs)
+  if (mutated.length > 0) refuseInPlace(name, mutated)
   const results = on.issue(`ops.${name}`, args, kwargs, mutated.length > 0 ? { mutates: mutated } : {})
   if (op.mutates) return mutated[0]!
-  switch (op.returns as ReturnKind) {
+  const returns = op.returns as ReturnKind
+  if (returns === "tensor" && results.length !== 1) throw refuse(`ops.${name} has ${results.length} results`)
+  recordOp(name, args, kwargs, results)
+  switch (returns) {
     case "none": return undefined
     case "tensors": return results
-    case "first": return results[0]!
     case "valuesIndices": return results.length === 1 ? results[0]! : results
-    case "tensor":
-      if (results.length !== 1) throw refuse(`ops.${name} has ${results.length} results`)
-      return results[0]!
+    default: return results[0]!
   }
 }
 

@@ -4,9 +4,10 @@
  * shapes. The worker's kernel table (src/ops/kernels.ts) binds each declared op to the shim
  * calls that run it; a declared op without a kernel does not compile.
  *
- * Still to come on each entry (issue 12): its backward rule, or an explicit "not
- * differentiable", as a required field, so an op added without one does not compile either.
+ * Each also holds its backward rule, or an explicit "not differentiable" (src/ops/grad.ts),
+ * a required field, so an op added without one does not compile either.
  */
+import type { Backward } from "./grad.ts"
 import type { TensorMeta } from "./meta.ts"
 import type { Bound, Param } from "./params.ts"
 
@@ -52,6 +53,8 @@ export interface OpSpec<P extends ReadonlyArray<Param> = ReadonlyArray<Param>, K
   readonly mutates?: Mutates
   /** Its result shares its input's memory: the kernel allocates nothing and returns it. */
   readonly view?: true
+  /** Its gradient with respect to each tensor input, or NOT_DIFFERENTIABLE. */
+  readonly backward: Backward<P>
 }
 
 /** What an in-place op writes: its `input`, or the tensors of the parameters named. */
@@ -60,9 +63,13 @@ export type Mutates = "input" | ReadonlyArray<string>
 /** The names of the parameters an op writes (none for an op that is not in place). */
 export const mutatedParams = (op: OpSpec): ReadonlyArray<string> => (op.mutates === undefined ? [] : op.mutates === "input" ? ["input"] : op.mutates)
 
-/** Declares an op; `results` defaults to 1, or 0 for an in-place op. */
+/** Declares an op with its backward rule; `results` defaults to 1, or 0 for an in-place op. */
 export const spec = <const P extends ReadonlyArray<Param>, const K extends DtypeKind = "any", const R extends ReturnKind = "tensor">(
   params: P,
   outputs: (a: Bound<P>, op: string) => ReadonlyArray<TensorMeta>,
+  backward: Backward<P>,
   more: { readonly dtype?: K; readonly results?: number | ((a: Bound<P>, op: string) => number); readonly returns?: R; readonly mutates?: Mutates; readonly view?: true } = {},
-): OpSpec<P, K, R> => ({ params, outputs, results: more.results ?? (more.mutates ? 0 : 1), ...more, dtype: (more.dtype ?? "any") as K, returns: (more.returns ?? (more.mutates || more.results === 0 ? "none" : "tensor")) as R })
+): OpSpec<P, K, R> => ({
+  params, outputs, backward, results: more.results ?? (more.mutates ? 0 : 1), ...more, dtype: (more.dtype ?? "any") as K,
+  returns: (more.returns ?? (more.mutates || more.results === 0 ? "none" : "tensor")) as R,
+})

@@ -6,6 +6,7 @@
  */
 import type { DType } from "../../protocol/values.ts"
 import { bad, describe, type TensorMeta } from "../meta.ts"
+import { type Backward, type GradOps, NOT_DIFFERENTIABLE } from "../grad.ts"
 import { arg, opt } from "../params.ts"
 import { broadcastShapes, canCast, isFloating, resultType } from "../promotion.ts"
 import { spec } from "../spec.ts"
@@ -27,14 +28,22 @@ export const planBinary = (op: string, kind: BinaryKind, a: TensorMeta | number,
   return { compute, result: { dtype: kind === "comparison" ? "bool" : compute, shape } }
 }
 
+const unaryParams = [arg("input", "tensor")] as const
+
+/** A unary op's rule: its input's gradient from the input x, the result y and the result's gradient g. */
+export const unaryRule = (f: <T>(ops: GradOps<T>, x: T, y: T, g: T) => T): Backward<typeof unaryParams> =>
+  (c, ops) => ({ input: () => f(ops, c.args.input, c.out, c.grad) })
+
 /** neg, abs, relu keep the dtype; float functions of integers give f32. */
-const unary = <const K extends "same" | "float">(dtype: K) => spec([arg("input", "tensor")], ({ input }) =>
-  [{ dtype: dtype === "float" && !isFloating(input.dtype) ? "f32" : input.dtype, shape: input.shape }], { dtype })
+const unary = <const K extends "same" | "float">(dtype: K, backward: Backward<typeof unaryParams>) => spec(unaryParams, ({ input }) =>
+  [{ dtype: dtype === "float" && !isFloating(input.dtype) ? "f32" : input.dtype, shape: input.shape }], backward, { dtype })
 
 const DTYPE_KIND = { arithmetic: "promote", division: "divide", comparison: "bool" } as const
 
-const binary = <const B extends BinaryKind>(kind: B) =>
-  spec([arg("input", "tensorOrScalar"), arg("other", "tensorOrScalar")], ({ input, other }, op) => [planBinary(op, kind, input, other).result], { dtype: DTYPE_KIND[kind] })
+const binaryParams = [arg("input", "tensorOrScalar"), arg("other", "tensorOrScalar")] as const
+
+const binary = <const B extends BinaryKind>(kind: B, backward: Backward<typeof binaryParams>) =>
+  spec(binaryParams, ({ input, other }, op) => [planBinary(op, kind, input, other).result], backward, { dtype: DTYPE_KIND[kind] })
 
 /** An in-place form: the result must keep the input's shape, and its dtype must cast into the input's. */
 export const checkInPlace = (op: string, input: TensorMeta, result: TensorMeta): void => {
@@ -46,22 +55,67 @@ export const checkInPlace = (op: string, input: TensorMeta, result: TensorMeta):
 const binaryInPlace = (kind: BinaryKind) => spec([arg("input", "tensor"), arg("other", "tensorOrScalar")], ({ input, other }, op) => {
   checkInPlace(op, input, planBinary(op, kind, input, other).result)
   return []
-}, { mutates: "input", dtype: "same" })
+}, NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" })
 
-const arithmetic = binary("arithmetic"), comparison = binary("comparison")
+const arithmetic = (backward: Backward<typeof binaryParams>) => binary("arithmetic", backward)
+const comparison = binary("comparison", NOT_DIFFERENTIABLE)
 
 /** torch's logical_and and logical_or take two tensors (numbers are refused). */
-const logical = spec([arg("input", "tensor"), arg("other", "tensor")], ({ input, other }, op) => [planBinary(op, "comparison", input, other).result])
+const logical = spec([arg("input", "tensor"), arg("other", "tensor")], ({ input, other }, op) => [planBinary(op, "comparison", input, other).result], NOT_DIFFERENTIABLE)
+
+/**
+ * maximum and minimum (torch 1.13's rule): the larger (smaller) operand gets the gradient, and
+ * a tie splits it in halves. `wins(a, b)` says where a is the chosen one.
+ */
+const extremum = (wins: <T>(ops: GradOps<T>, a: T | number, b: T | number) => T): Backward<typeof binaryParams> => (c, ops) => {
+  const { input: x, other: y } = c.args
+  const share = <T>(o: GradOps<T>, g: T, a: T | number, b: T | number) => o.where(o.eq(a, b), o.div(g, 2), o.where(wins(o, a, b), g, 0))
+  return { input: () => share(ops, c.grad, x, y), other: () => share(ops, c.grad, y, x) }
+}
+
+/** Whether a bound operand is a number (no gradient) rather than a tensor. */
+export const isNumber = (v: unknown): v is number => typeof v === "number"
 
 export const elementwise = {
-  neg: unary("same"), abs: unary("same"), relu: unary("same"),
-  exp: unary("float"), log: unary("float"), sqrt: unary("float"), tanh: unary("float"), sigmoid: unary("float"),
-  add: arithmetic, sub: arithmetic, mul: arithmetic, div: binary("division"), maximum: arithmetic, minimum: arithmetic, pow: arithmetic,
+  neg: unary("same", unaryRule((o, _x, _y, g) => o.neg(g))),
+  abs: unary("same", unaryRule((o, x, _y, g) => o.mul(g, o.sign(x)))),
+  relu: unary("same", unaryRule((o, x, _y, g) => o.where(o.gt(x, 0), g, 0))),
+  exp: unary("float", unaryRule((o, _x, y, g) => o.mul(g, y))),
+  log: unary("float", unaryRule((o, x, _y, g) => o.div(g, x))),
+  sqrt: unary("float", unaryRule((o, _x, y, g) => o.div(g, o.mul(y, 2)))),
+  tanh: unary("float", unaryRule((o, _x, y, g) => o.mul(g, o.sub(1, o.mul(y, y))))),
+  sigmoid: unary("float", unaryRule((o, _x, y, g) => o.mul(g, o.mul(y, o.sub(1, y))))),
+  add: arithmetic((c) => ({ input: () => c.grad, other: () => c.grad })),
+  sub: arithmetic((c, o) => ({ input: () => c.grad, other: () => o.neg(c.grad) })),
+  mul: arithmetic((c, o) => ({ input: () => o.mul(c.grad, c.args.other), other: () => o.mul(c.grad, c.args.input) })),
+  // d(x/y)/dy = -x/y^2 = -(x/y)/y.
+  div: binary("division", (c, o) => ({ input: () => o.div(c.grad, c.args.other), other: () => o.neg(o.div(o.mul(c.grad, c.out), c.args.other)) })),
+  maximum: arithmetic(extremum((o, a, b) => o.gt(a, b))),
+  minimum: arithmetic(extremum((o, a, b) => o.lt(a, b))),
+  // torch 1.13: an exponent of 0 gives the base no gradient, and a zero base with a non-negative exponent gives the exponent none.
+  pow: arithmetic((c, o) => {
+    const { input: x, other: e } = c.args, g = c.grad
+    return {
+      input: () => isNumber(e) ? (e === 0 ? o.mul(g, 0) : o.mul(g, o.mul(o.pow(x, e - 1), e))) : o.where(o.eq(e, 0), 0, o.mul(g, o.mul(e, o.pow(x, o.sub(e, 1))))),
+      other: () => isNumber(x) ? o.mul(g, o.mul(c.out, Math.log(x))) : o.where(o.logical_and(o.eq(x, 0), o.ge(e, 0)), 0, o.mul(g, o.mul(c.out, o.log(x)))),
+    }
+  }),
   eq: comparison, ne: comparison, lt: comparison, le: comparison, gt: comparison, ge: comparison,
-  /** Python's // and % (toward -inf), as torch 1.13's floor_divide and remainder. */
-  floor_divide: arithmetic, remainder: arithmetic, floor_divide_: binaryInPlace("arithmetic"), remainder_: binaryInPlace("arithmetic"),
+  /** Python's // and % (toward -inf), as torch 1.13's floor_divide and remainder. floor_divide has no derivative in torch 1.13. */
+  floor_divide: arithmetic(NOT_DIFFERENTIABLE),
+  remainder: arithmetic((c, o) => ({ input: () => c.grad, other: () => o.neg(o.mul(c.grad, o.floor_divide(c.args.input, c.args.other))) })),
+  floor_divide_: binaryInPlace("arithmetic"), remainder_: binaryInPlace("arithmetic"),
   logical_and: logical, logical_or: logical,
   add_: binaryInPlace("arithmetic"), sub_: binaryInPlace("arithmetic"), mul_: binaryInPlace("arithmetic"), div_: binaryInPlace("division"),
   clamp: spec([arg("input", "tensor"), opt("min", "scalar", null), opt("max", "scalar", null)], ({ input, min, max }) =>
-    [{ dtype: resultType([input, ...(min === null ? [] : [min]), ...(max === null ? [] : [max])]), shape: input.shape }], { dtype: "promote" }),
+    [{ dtype: resultType([input, ...(min === null ? [] : [min]), ...(max === null ? [] : [max])]), shape: input.shape }],
+    // The gradient passes where min <= x <= max (torch 1.13's rule, bounds included).
+    (c, o) => ({
+      input: () => {
+        const { input: x, min, max } = c.args
+        const inside = min === null ? (max === null ? undefined : o.le(x, max)) : max === null ? o.ge(x, min) : o.logical_and(o.ge(x, min), o.le(x, max))
+        return inside === undefined ? c.grad : o.where(inside, c.grad, 0)
+      },
+    }),
+    { dtype: "promote" }),
 }

@@ -7,38 +7,68 @@
  */
 import type { DType } from "../../protocol/values.ts"
 import { bad, describe, type TensorMeta } from "../meta.ts"
+import { type Backward, type GradOps, NOT_DIFFERENTIABLE, zeroGrad } from "../grad.ts"
 import { arg, kw, opt } from "../params.ts"
 import { isFloating } from "../promotion.ts"
 import { spec } from "../spec.ts"
+import { unaryRule } from "./elementwise.ts"
 import { floating } from "./nn.ts"
 
 const input = [arg("input", "tensor")] as const
 
-const unaryWith = (dtype: (x: TensorMeta, op: string) => DType) => spec(input, ({ input }, op) => [{ dtype: dtype(input, op), shape: input.shape }])
+type Rule = Backward<typeof input>
+
+const unaryWith = (dtype: (x: TensorMeta, op: string) => DType) => (backward: Rule) =>
+  spec(input, ({ input }, op) => [{ dtype: dtype(input, op), shape: input.shape }], backward)
 
 const toFloat = unaryWith((x) => (isFloating(x.dtype) ? x.dtype : "f32"))
 const same = unaryWith((x) => x.dtype)
-const predicate = unaryWith(() => "bool")
-const rounding = unaryWith((x, op) => (x.dtype === "bool" ? bad(op, `not defined on bool (${describe(x)})`) : x.dtype))
+const predicate = unaryWith(() => "bool")(NOT_DIFFERENTIABLE)
+/** Piecewise constant: torch's gradient is zeros. */
+const flat: Rule = (c, o) => ({ input: () => zeroGrad(o, c.meta(c.args.input)) })
+const rounding = unaryWith((x, op) => (x.dtype === "bool" ? bad(op, `not defined on bool (${describe(x)})`) : x.dtype))(flat)
 
 /** torch's activations refuse integer inputs ("not implemented for 'Long'"). */
 const floatingOnly = (op: string, x: TensorMeta): TensorMeta => (floating(op, x), x)
 
 const APPROXIMATIONS = ["none", "tanh"] as const
 
+/** gelu's derivative: exact, Φ(x) + x φ(x); tanh form, torch's formula for 0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³))). */
+const geluGrad = <T>(o: GradOps<T>, x: T, g: T, approximate: string): T => {
+  if (approximate === "tanh") {
+    const beta = Math.sqrt(2 / Math.PI), kappa = 0.044715, x2 = o.mul(x, x)
+    const t = o.tanh(o.mul(o.add(x, o.mul(o.mul(x2, x), kappa)), beta))
+    const left = o.mul(o.add(t, 1), 0.5)
+    const right = o.mul(o.mul(o.mul(x, 0.5), o.sub(1, o.mul(t, t))), o.mul(o.add(o.mul(x2, 3 * kappa), 1), beta))
+    return o.mul(g, o.add(left, right))
+  }
+  const cdf = o.mul(o.add(o.erf(o.mul(x, Math.SQRT1_2)), 1), 0.5)
+  const pdf = o.mul(o.exp(o.mul(o.mul(x, x), -0.5)), 1 / Math.sqrt(2 * Math.PI))
+  return o.mul(g, o.add(cdf, o.mul(x, pdf)))
+}
+
 export const math = {
-  erf: toFloat, log1p: toFloat, expm1: toFloat, rsqrt: toFloat, reciprocal: toFloat, sin: toFloat, cos: toFloat,
+  erf: toFloat(unaryRule((o, x, _y, g) => o.mul(g, o.mul(o.exp(o.neg(o.mul(x, x))), 2 / Math.sqrt(Math.PI))))),
+  log1p: toFloat(unaryRule((o, x, _y, g) => o.div(g, o.add(x, 1)))),
+  expm1: toFloat(unaryRule((o, _x, y, g) => o.mul(g, o.add(y, 1)))),
+  rsqrt: toFloat(unaryRule((o, _x, y, g) => o.mul(g, o.mul(o.mul(o.mul(y, y), y), -0.5)))),
+  reciprocal: toFloat(unaryRule((o, _x, y, g) => o.neg(o.mul(g, o.mul(y, y))))),
+  sin: toFloat(unaryRule((o, x, _y, g) => o.mul(g, o.cos(x)))),
+  cos: toFloat(unaryRule((o, x, _y, g) => o.neg(o.mul(g, o.sin(x))))),
   floor: rounding, ceil: rounding, round: rounding, trunc: rounding,
-  sign: same,
+  sign: same(flat),
   isnan: predicate, isinf: predicate, logical_not: predicate,
-  silu: spec(input, ({ input }, op) => [floatingOnly(op, input)]),
-  /** beta and threshold at torch's defaults only (the kernel's fixed form). */
+  silu: spec(input, ({ input }, op) => [floatingOnly(op, input)], unaryRule((o, x, _y, g) => {
+    const s = o.sigmoid(x)
+    return o.mul(g, o.mul(s, o.add(o.mul(x, o.sub(1, s)), 1)))
+  })),
+  /** beta and threshold at torch's defaults only (the kernel's fixed form). Past the threshold it is x, so its gradient passes. */
   softplus: spec([...input, opt("beta", "scalar", 1), opt("threshold", "scalar", 20)], ({ input, beta, threshold }, op) => {
     if (beta !== 1 || threshold !== 20) bad(op, `only beta=1 and threshold=20 are supported, got beta=${beta}, threshold=${threshold}`)
     return [floatingOnly(op, input)]
-  }),
+  }, (c, o) => ({ input: () => o.where(o.gt(c.args.input, c.args.threshold), c.grad, o.mul(c.grad, o.sigmoid(c.args.input))) })),
   gelu: spec([...input, kw("approximate", "string", "none")], ({ input, approximate }, op) => {
     if (!(APPROXIMATIONS as ReadonlyArray<string>).includes(approximate)) bad(op, `approximate must be one of ${APPROXIMATIONS.join(", ")}, got '${approximate}'`)
     return [floatingOnly(op, input)]
-  }),
+  }, (c, o) => ({ input: () => geluGrad(o, c.args.input, c.grad, c.args.approximate) })),
 }

@@ -1,5 +1,6 @@
 /** nn ops (torch.nn.functional's names and arguments): softmax, losses, normalisation, embedding, linear. */
-import { bad, describe, type TensorMeta } from "../meta.ts"
+import { type GradOps, NOT_DIFFERENTIABLE, oneHot } from "../grad.ts"
+import { bad, describe, numelOf, type TensorMeta } from "../meta.ts"
 import { arg, kw, opt } from "../params.ts"
 import { broadcastShapes, isFloating, resultType } from "../promotion.ts"
 import { normDim } from "../rules.ts"
@@ -9,11 +10,42 @@ export const floating = (op: string, x: TensorMeta): void => {
   if (!isFloating(x.dtype)) bad(op, `needs a floating input, got ${describe(x)} (cast with ops.to)`)
 }
 
-const softmax = spec([arg("input", "tensor"), arg("dim", "int")], ({ input, dim }, op) => {
+const softmaxParams = [arg("input", "tensor"), arg("dim", "int")] as const
+
+/** softmax and log_softmax: their rule from the result y, its gradient g and the dim. */
+const softmaxLike = (rule: <T>(o: GradOps<T>, y: T, g: T, dim: number) => T) => spec(softmaxParams, ({ input, dim }, op) => {
   floating(op, input)
   normDim(op, dim, input.shape.length)
   return [input]
-}, { dtype: "same" })
+}, (c, o) => ({ input: () => rule(o, c.out, c.grad, c.args.dim) }), { dtype: "same" })
+
+/** linear's gradients: y = x w^T + b over the rows of x (its leading dims flattened). */
+const linearGrads = <T>(o: GradOps<T>, x: T, w: T, wm: TensorMeta, g: T) => {
+  const [out, features] = wm.shape as [number, number], rows = (t: T, n: number) => o.reshape(t, [-1, n])
+  return {
+    input: () => o.matmul(g, w),
+    weight: () => o.matmul(o.transpose(rows(g, out), 0, 1), rows(x, features)),
+    bias: () => o.sum(rows(g, out), 0, false),
+  }
+}
+
+/** layer_norm's gradients, recomputing the mean and 1/std over the last dims (the kernel keeps neither). */
+const layerNormGrads = <T>(o: GradOps<T>, x: T, m: TensorMeta, k: number, weight: T | null, eps: number, g: T) => {
+  const dims = m.shape.map((_, i) => i).slice(m.shape.length - k), lead = m.shape.map((_, i) => i).slice(0, m.shape.length - k)
+  const centred = o.sub(x, o.mean(x, dims, true))
+  const rstd = o.rsqrt(o.add(o.mean(o.mul(centred, centred), dims, true), eps))
+  const xhat = o.mul(centred, rstd)
+  const sumLead = (t: T) => (lead.length > 0 ? o.sum(t, lead, false) : t)
+  return {
+    // dx = rstd (gx - mean(gx) - xhat mean(gx xhat)), gx = g w
+    input: () => {
+      const gx = weight === null ? g : o.mul(g, weight)
+      return o.mul(rstd, o.sub(o.sub(gx, o.mean(gx, dims, true)), o.mul(xhat, o.mean(o.mul(gx, xhat), dims, true))))
+    },
+    weight: () => sumLead(o.mul(g, xhat)),
+    bias: () => sumLead(g),
+  }
+}
 
 export const REDUCTIONS = ["none", "mean", "sum"] as const
 
@@ -61,16 +93,80 @@ const nllShapes = (op: string, input: TensorMeta, target: TensorMeta, weight: Te
   if (weight && (weight.shape.join() !== `${c}` || weight.dtype !== input.dtype)) bad(op, `weight must be ${input.dtype}[${c}], got ${describe(weight)}`)
 }
 
+/**
+ * scaled_dot_product_attention's rule, recomputing the weights P = softmax(mask(q k^T * scale)):
+ * dv = P^T g, dP = g v^T, dS = P * (dP - rowsum(dP * P)), dq = dS k * scale, dk = dS^T q * scale
+ * (masked weights are 0, so their dS is too); an additive mask's gradient is dS; broadcast
+ * batch dims are summed by the tape.
+ */
+const attentionGrads = <T>(o: GradOps<T>, meta: (t: T) => TensorMeta, q: T, k: T, v: T, mask: T | null, causal: boolean, scale: number | null, g: T) => {
+  const [l, e] = meta(q).shape.slice(-2) as [number, number], s = meta(k).shape.at(-2)!, sc = scale ?? 1 / Math.sqrt(e)
+  const t = (x: T) => o.transpose(x, -2, -1)
+  const weights = () => {
+    let scores = o.mul(o.matmul(q, t(k)), sc)
+    if (causal) scores = o.where(o.le(o.arange(s), o.unsqueeze(o.arange(l), 1)), scores, -Infinity)
+    if (mask) scores = meta(mask).dtype === "bool" ? o.where(mask, scores, -Infinity) : o.add(scores, mask)
+    return o.softmax(scores, -1)
+  }
+  let p: T | undefined
+  const dScores = () => {
+    p ??= weights()
+    const dp = o.matmul(g, t(v))
+    return o.mul(p, o.sub(dp, o.sum(o.mul(dp, p), -1, true)))
+  }
+  return {
+    query: () => o.mul(o.matmul(dScores(), k), sc),
+    key: () => o.mul(o.matmul(t(dScores()), q), sc),
+    value: () => o.matmul(t(p ??= weights()), g),
+    attn_mask: dScores,
+  }
+}
+
+/**
+ * rms_norm's rule: with r = rsqrt(mean(x^2) + eps) over the normalised dims and gw = g * weight,
+ * dx = r * (gw - x * r^2 * mean(gw * x)), dweight = g * x * r (summed over the leading dims by the tape).
+ */
+const rmsNormGrads = <T>(o: GradOps<T>, meta: (t: T) => TensorMeta, x: T, k: number, weight: T | null, eps: number | null, g: T) => {
+  const dims = Array.from({ length: k }, (_, i) => i - k)
+  const r = () => o.rsqrt(o.add(o.mean(o.mul(x, x), dims, true), eps ?? EPSILON[meta(x).dtype]!))
+  return {
+    input: () => {
+      const rr = r(), gw = weight ? o.mul(g, weight) : g
+      return o.mul(rr, o.sub(gw, o.mul(o.mul(x, o.mul(rr, rr)), o.mean(o.mul(gw, x), dims, true))))
+    },
+    weight: () => o.mul(g, o.mul(x, r())),
+  }
+}
+
+/**
+ * nll_loss's rule: -weight[target] * g at each target's class (0 for ignore_index), over the
+ * targets' total weight for a mean; the class dim is dim 1 of [N, C, d...] (the only one of [C]).
+ */
+const nllGrad = <T>(o: GradOps<T>, meta: (t: T) => TensorMeta, input: T, target: T, weight: T | null, ignore: number, reduction: string, g: T): T => {
+  const im = meta(input), tshape = [...meta(target).shape], c = im.shape[im.shape.length === 1 ? 0 : 1]!, n = numelOf(tshape)
+  const valid = o.ne(target, ignore), hot = oneHot(o, o.where(valid, target, 0), n, c, im.dtype)
+  let w = o.reshape(o.to(valid, im.dtype), [n])
+  if (weight) w = o.mul(w, o.reshape(o.matmul(hot, o.reshape(weight, [c, 1])), [n]))
+  const coef = reduction === "mean" ? o.div(w, o.sum(w, null, false)) : w
+  const perTarget = o.reshape(o.mul(o.neg(coef), reduction === "none" ? o.reshape(g, [n]) : g), [n, 1])
+  const flat = o.reshape(o.mul(hot, perTarget), [...tshape, c])
+  // [N, d..., C] back to [N, C, d...]
+  const last = tshape.length
+  return last <= 1 ? o.reshape(flat, [...im.shape]) : o.permute(flat, [0, last, ...Array.from({ length: last - 1 }, (_, i) => i + 1)])
+}
+
 export const nn = {
-  softmax,
-  log_softmax: softmax,
+  // dx = y (g - sum(g y))
+  softmax: softmaxLike((o, y, g, dim) => o.mul(y, o.sub(g, o.sum(o.mul(g, y), dim, true)))),
+  // dx = g - softmax(x) sum(g)
+  log_softmax: softmaxLike((o, y, g, dim) => o.sub(g, o.mul(o.exp(y), o.sum(g, dim, true)))),
   linear: spec([arg("input", "tensor"), arg("weight", "tensor"), opt("bias", "tensor", null)], ({ input, weight, bias }, op) => {
     if (weight.shape.length !== 2 || input.shape.length === 0 || input.shape.at(-1) !== weight.shape[1])
       bad(op, `input ${describe(input)} and weight ${describe(weight)} do not match (weight is [out_features, in_features])`)
     if (input.dtype !== weight.dtype || (bias && bias.dtype !== input.dtype)) bad(op, `dtypes differ: ${[input, weight, bias].filter(Boolean).map(describe).join(", ")}`)
     if (bias && (bias.shape.length !== 1 || bias.shape[0] !== weight.shape[0])) bad(op, `bias ${describe(bias)} must be [${weight.shape[0]}]`)
     return [{ dtype: input.dtype, shape: [...input.shape.slice(0, -1), weight.shape[0]!] }]
-  }, { dtype: "same" }),
+  }, (c, o) => linearGrads(o, c.args.input, c.args.weight, c.meta(c.args.weight), c.grad), { dtype: "same" }),
   cross_entropy: spec(
     [arg("input", "tensor"), arg("target", "tensor"), opt("ignore_index", "int", -100), opt("reduction", "string", "mean"), opt("label_smoothing", "scalar", 0)],
     ({ input, target, reduction, label_smoothing }, op) => {
@@ -82,6 +178,19 @@ export const nn = {
       if (!(label_smoothing >= 0 && label_smoothing <= 1)) bad(op, `label_smoothing must be in [0, 1], got ${label_smoothing}`)
       return [{ dtype: input.dtype, shape: reduction === "none" ? target.shape : [] }]
     },
+    // Per row, (softmax(x) - q) with q the smoothed target ((1 - s) one_hot + s / C), zero for
+    // ignored rows; scaled by g per row (none), by g (sum), or by g over the rows counted (mean).
+    (c, o) => ({
+      input: () => {
+        const { input: x, target, ignore_index, reduction, label_smoothing: s } = c.args, { dtype, shape } = c.meta(x), [n, classes] = shape as [number, number]
+        const valid = o.to(o.ne(target, ignore_index), dtype)
+        const q = o.add(o.mul(oneHot(o, target, n, classes, dtype), 1 - s), s / classes)
+        const perRow = o.mul(o.sub(o.softmax(x, 1), q), o.reshape(valid, [n, 1]))
+        if (reduction === "none") return o.mul(perRow, o.reshape(c.grad, [n, 1]))
+        const scale = reduction === "sum" ? c.grad : o.div(c.grad, o.sum(valid, null, false))
+        return o.mul(perRow, scale)
+      },
+    }),
     { dtype: "same" },
   ),
   layer_norm: spec(
@@ -95,19 +204,27 @@ export const nn = {
         if (p && (p.shape.join() !== normalized_shape.join() || p.dtype !== input.dtype)) bad(op, `weight and bias must be ${input.dtype}[${normalized_shape}], got ${describe(p)}`)
       return [input]
     },
+    (c, o) => layerNormGrads(o, c.args.input, c.meta(c.args.input), c.args.normalized_shape.length, c.args.weight, c.args.eps, c.grad),
     { dtype: "same" },
   ),
   embedding: spec([arg("input", "tensor"), arg("weight", "tensor")], ({ input, weight }, op) => {
     if (input.dtype !== "i64") bad(op, `input must hold indices (i64), got ${describe(input)}`)
     if (weight.shape.length !== 2) bad(op, `weight must be [num_embeddings, embedding_dim], got ${describe(weight)}`)
     return [{ dtype: weight.dtype, shape: [...input.shape, weight.shape[1]!] }]
-  }, { dtype: "other" }),
+  }, (c, o) => ({
+    // Each row's gradient summed into the row it was looked up from: one_hot(input)^T @ g.
+    weight: () => {
+      const [rows, width] = c.meta(c.args.weight).shape as [number, number], n = numelOf(c.meta(c.args.input).shape)
+      return o.matmul(o.transpose(oneHot(o, c.args.input, n, rows, c.meta(c.args.weight).dtype), 0, 1), o.reshape(c.grad, [n, width]))
+    },
+  }), { dtype: "other" }),
   scaled_dot_product_attention: spec(
     [arg("query", "tensor"), arg("key", "tensor"), arg("value", "tensor"), opt("attn_mask", "tensor", null), opt("dropout_p", "scalar", 0), opt("is_causal", "bool", false), kw("scale", "scalar", null)],
     ({ query, key, value, attn_mask, dropout_p, is_causal }, op) => {
       const p = attentionPlan(op, query, key, value, attn_mask, is_causal, dropout_p)
       return [{ dtype: query.dtype, shape: [...p.batch, p.l, p.ev] }]
     },
+    (c, o) => attentionGrads(o, c.meta, c.args.query, c.args.key, c.args.value, c.args.attn_mask, c.args.is_causal, c.args.scale, c.grad),
     { dtype: "same" },
   ),
   rms_norm: spec([arg("input", "tensor"), arg("normalized_shape", "shape"), opt("weight", "tensor", null), opt("eps", "scalar", null)], ({ input, normalized_shape, weight }, op) => {
@@ -116,7 +233,7 @@ export const nn = {
     if (k === 0 || k > input.shape.length || tail.join() !== normalized_shape.join()) bad(op, `normalized_shape [${normalized_shape}] must be the last dims of ${describe(input)}`)
     if (weight && (weight.shape.join() !== normalized_shape.join() || weight.dtype !== input.dtype)) bad(op, `weight must be ${input.dtype}[${normalized_shape}], got ${describe(weight)}`)
     return [input]
-  }, { dtype: "same" }),
+  }, (c, o) => rmsNormGrads(o, c.meta, c.args.input, c.args.normalized_shape.length, c.args.weight, c.args.eps, c.grad), { dtype: "same" }),
   nll_loss: spec(
     [arg("input", "tensor"), arg("target", "tensor"), opt("weight", "tensor", null), opt("ignore_index", "int", -100), opt("reduction", "string", "mean")],
     ({ input, target, weight, reduction }, op) => {
@@ -124,6 +241,7 @@ export const nn = {
       checkReduction(op, reduction)
       return [{ dtype: input.dtype, shape: reduction === "none" ? target.shape : [] }]
     },
+    (c, o) => ({ input: () => nllGrad(o, c.meta, c.args.input, c.args.target, c.args.weight, c.args.ignore_index, c.args.reduction, c.grad) }),
     { dtype: "same" },
   ),
   mse_loss: spec([arg("input", "tensor"), arg("target", "tensor"), opt("reduction", "string", "mean")], ({ input, target, reduction }, op) => {
@@ -132,11 +250,19 @@ export const nn = {
     if (!isFloating(dtype)) bad(op, `needs floating operands, got ${describe(input)} and ${describe(target)}`)
     const shape = broadcastShapes(op, [input.shape, target.shape])
     return [{ dtype, shape: reduction === "none" ? shape : [] }]
+  }, (c, o) => {
+    // d/dinput of (input - target)^2, times g, over the count for a mean; the tape sums each to its operand's shape.
+    const { input, target, reduction } = c.args
+    const diff = () => {
+      const d = o.mul(o.mul(o.sub(input, target), 2), c.grad)
+      return reduction === "mean" ? o.div(d, numelOf(broadcastShapes("mse_loss", [c.meta(input).shape, c.meta(target).shape]))) : d
+    }
+    return { input: diff, target: () => o.neg(diff()) }
   }, { dtype: "promote" }),
   /** num_classes must be given: -1 (torch's default, the largest index + 1) would make the shape depend on values. */
   one_hot: spec([arg("tensor", "tensor"), opt("num_classes", "int", -1)], ({ tensor, num_classes }, op) => {
     if (tensor.dtype !== "i64") bad(op, `tensor must hold class indices (i64), got ${describe(tensor)}`)
     if (num_classes < 0) bad(op, "give num_classes: the result's shape cannot depend on the values (torch's -1 reads the largest index)")
     return [{ dtype: "i64", shape: [...tensor.shape, num_classes] }]
-  }),
+  }, NOT_DIFFERENTIABLE),
 }

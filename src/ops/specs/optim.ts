@@ -8,6 +8,7 @@
  */
 import type { DType } from "../../protocol/values.ts"
 import { bad, describe, type TensorMeta } from "../meta.ts"
+import { NOT_DIFFERENTIABLE } from "../grad.ts"
 import { arg, kw } from "../params.ts"
 import { isFloating } from "../promotion.ts"
 import { spec } from "../spec.ts"
@@ -65,6 +66,7 @@ export const optim = {
       checkGroup(op, a.params, { grads: { ts: a.grads, used: true }, momentum_buffers: { ts: a.momentum_buffers, used: a.momentum !== 0 } })
       return []
     },
+    NOT_DIFFERENTIABLE,
     { mutates: ["params", "momentum_buffers"] },
   ),
   _fused_adamw_: spec(
@@ -80,13 +82,14 @@ export const optim = {
       })
       return []
     },
+    NOT_DIFFERENTIABLE,
     { mutates: ["params", "exp_avgs", "exp_avg_sqs", "max_exp_avg_sqs"] },
   ),
   /** The sum of every element's square over the tensors, a 0-d tensor (accumulated in double). */
   _sum_of_squares: spec([arg("tensors", "tensors")], ({ tensors }, op) => {
     floatingList(op, "tensors", tensors)
     return [{ dtype: sumOfSquaresDtype(tensors), shape: [] }]
-  }),
+  }, (c, o) => ({ tensors: () => c.args.tensors.map((t) => o.mul(o.mul(t, c.grad), 2)) })),
   /**
    * Every tensor times torch's clip coefficient, min(max_norm / (total_norm + 1e-6), 1),
    * computed in total_norm's dtype (clip_grad_norm_'s last step).
@@ -95,5 +98,5 @@ export const optim = {
     floatingList(op, "tensors", tensors)
     if (!isFloating(total_norm.dtype) || total_norm.shape.reduce((a, b) => a * b, 1) !== 1) bad(op, `total_norm must be one floating element, got ${describe(total_norm)}`)
     return []
-  }, { mutates: ["tensors"] }),
+  }, NOT_DIFFERENTIABLE, { mutates: ["tensors"] }),
 }

@@ -5,6 +5,7 @@
  * Philox stream instead and leaves the generator alone.
  */
 import { bad, describe } from "../meta.ts"
+import { NOT_DIFFERENTIABLE } from "../grad.ts"
 import { arg, kw, opt } from "../params.ts"
 import { isFloating, isIntegral } from "../promotion.ts"
 import { spec } from "../spec.ts"
@@ -22,6 +23,7 @@ export const random = {
       if (high - low > 2 ** 53) bad(op, `the range [${low}, ${high}) is wider than 2^53`)
       return [{ dtype, shape: size }]
     },
+    NOT_DIFFERENTIABLE,
     { dtype: "created" },
   ),
   /**
@@ -33,12 +35,15 @@ export const random = {
     if (!isFloating(input.dtype)) bad(op, `needs a floating input, got ${describe(input)}`)
     if (!(p >= 0 && p <= 1)) bad(op, `p must be in [0, 1], got ${p}`)
     return [input, { dtype: "bool", shape: training && p > 0 ? input.shape : [] }]
-  }, { dtype: "same", results: 2, returns: "first" }),
+  }, (c, o) => ({
+    // The kept elements' gradient, scaled as they were: g * mask / (1 - p) (the mask is the second result).
+    input: () => (c.args.training && c.args.p > 0 ? o.mul(o.mul(c.grad, c.outs[1]!), c.args.p < 1 ? 1 / (1 - c.args.p) : 0) : c.grad),
+  }), { dtype: "same", results: 2, returns: "first" }),
   /** Restarts this rank's stream at seed; distinct: each rank its own stream (else one shared). */
-  manual_seed: spec([arg("seed", "int"), kw("distinct", "bool", true)], () => [], { results: 0, returns: "none" }),
-  get_rng_state: spec([], () => [{ dtype: "i64", shape: RNG_STATE_SHAPE }]),
+  manual_seed: spec([arg("seed", "int"), kw("distinct", "bool", true)], () => [], NOT_DIFFERENTIABLE, { results: 0, returns: "none" }),
+  get_rng_state: spec([], () => [{ dtype: "i64", shape: RNG_STATE_SHAPE }], NOT_DIFFERENTIABLE),
   set_rng_state: spec([arg("state", "tensor")], ({ state }, op) => {
     if (state.dtype !== "i64" || state.shape.join() !== RNG_STATE_SHAPE.join()) bad(op, `state must be get_rng_state's i64[2], got ${describe(state)}`)
     return []
-  }, { results: 0, returns: "none" }),
+  }, NOT_DIFFERENTIABLE, { results: 0, returns: "none" }),
 }

@@ -1,7 +1,8 @@
 /** Reductions over dims (an int, a list, or None for every dim), with keepdim. */
 import type { DType } from "../../protocol/values.ts"
 import { bad, describe, numelOf, type TensorMeta } from "../meta.ts"
-import { arg, kw, opt } from "../params.ts"
+import { type Backward, expandBack, type GradContext, type GradOps, NOT_DIFFERENTIABLE, reducedCount } from "../grad.ts"
+import { arg, kw, opt, type Param } from "../params.ts"
 import { isFloating } from "../promotion.ts"
 import { normDim } from "../rules.ts"
 import { spec } from "../spec.ts"
@@ -23,9 +24,50 @@ const INTEGER_SUM: ReadonlySet<DType> = new Set(["bool", "u8", "i32"])
 
 type Rule = "widen" | "floating" | "same"
 
+const reductionParams = [arg("input", "tensor"), opt("dim", "dims", null), opt("keepdim", "bool", false)] as const
+
+/** What a reduction's rule works with: the input's meta and reduced dims, and g and the result expanded back to the input's shape. */
+interface Reduced<T> {
+  readonly x: T
+  readonly meta: TensorMeta
+  readonly dims: number[]
+  /** g as a tensor of the input's shape. */
+  readonly g: T
+  /** The result as a tensor of the input's shape. */
+  out(): T
+}
+
+/** A reduction's rule from its input's gradient in terms of Reduced. */
+const reducedRule = <P extends ReadonlyArray<Param>>(op: string, f: <T>(o: GradOps<T>, r: Reduced<T>) => T) =>
+  <T>(c: GradContext<P, T> & { readonly args: { readonly input: T; readonly dim: number | number[] | null; readonly keepdim: boolean } }, o: GradOps<T>) => ({
+    input: () => {
+      const { input, dim, keepdim } = c.args, meta = c.meta(input), dims = reducedDims(op, meta, dim)
+      return f(o, { x: input, meta, dims, g: expandBack(o, c.grad, meta, dims, keepdim), out: () => expandBack(o, c.out, meta, dims, keepdim) })
+    },
+  })
+
+type ReductionRule = Backward<typeof reductionParams>
+
+/** amax and friends (torch 1.13): the gradient is shared evenly among the elements equal to the extreme. */
+const extremeRule = (op: string): ReductionRule => reducedRule(op, (o, r) => {
+  const hit = o.to(o.eq(r.x, r.out()), r.meta.dtype)
+  return o.div(o.mul(r.g, hit), o.sum(hit, r.dims, true))
+})
+
+/**
+ * prod: the product of the others, out / x where x is not 0; where x is the one 0 of its
+ * slice, the product of the rest; where a slice holds two zeros, 0 (torch's rule, without dividing by 0).
+ */
+const prodRule: ReductionRule = reducedRule("prod", (o, r) => {
+  const zero = o.eq(r.x, 0)
+  const zeros = o.sum(o.to(zero, r.meta.dtype), r.dims, true)
+  const rest = o.prod(o.where(zero, 1, r.x), r.dims, true)
+  return o.mul(r.g, o.where(zero, o.where(o.eq(zeros, 1), rest, 0), o.div(r.out(), r.x)))
+})
+
 /** sum and prod of bool, u8 and i32 accumulate into i64 (as torch's do); mean needs a floating input. */
-const reduction = <const R extends Rule>(rule: R) => spec(
-  [arg("input", "tensor"), opt("dim", "dims", null), opt("keepdim", "bool", false)],
+const reduction = <const R extends Rule>(rule: R, backward: ReductionRule) => spec(
+  reductionParams,
   ({ input, dim, keepdim }, op) => {
     if (rule === "floating" && !isFloating(input.dtype)) bad(op, `needs a floating input, got ${describe(input)} (cast with ops.to)`)
     const dims = reducedDims(op, input, dim)
@@ -34,11 +76,12 @@ const reduction = <const R extends Rule>(rule: R) => spec(
     const dtype = rule === "widen" && INTEGER_SUM.has(input.dtype) ? "i64" : input.dtype
     return [{ dtype, shape: reducedShape(input, dims, keepdim) }]
   },
+  backward,
   { dtype: rule === "widen" ? "sum" : "same" } as { dtype: R extends "widen" ? "sum" : "same" },
 )
 
-const logicalReduction = spec([arg("input", "tensor"), opt("dim", "dims", null), opt("keepdim", "bool", false)], ({ input, dim, keepdim }, op) =>
-  [{ dtype: input.dtype === "u8" ? "u8" : "bool", shape: reducedShape(input, reducedDims(op, input, dim), keepdim) }])
+const logicalReduction = spec(reductionParams, ({ input, dim, keepdim }, op) =>
+  [{ dtype: input.dtype === "u8" ? "u8" : "bool", shape: reducedShape(input, reducedDims(op, input, dim), keepdim) }], NOT_DIFFERENTIABLE)
 
 /** argmax/argmin: i64 indices along one dim, or into the flattened input (dim None); not bool (as torch's). */
 const argReduction = spec([arg("input", "tensor"), opt("dim", "int", null), opt("keepdim", "bool", false)], ({ input, dim, keepdim }, op) => {
@@ -50,45 +93,60 @@ const argReduction = spec([arg("input", "tensor"), opt("dim", "int", null), opt(
   const d = normDim(op, dim, input.shape.length)
   if (input.shape[d] === 0) bad(op, `cannot reduce an empty dim of ${describe(input)}`)
   return [{ dtype: "i64", shape: reducedShape(input, input.shape.length === 0 ? [] : [d], keepdim) }]
-})
+}, NOT_DIFFERENTIABLE)
 
-/** var and std: the sum of squared deviations over N - correction; floating inputs only. */
-const moments = spec([arg("input", "tensor"), opt("dim", "dims", null), kw("correction", "int", 1), kw("keepdim", "bool", false)], ({ input, dim, keepdim }, op) => {
+const momentParams = [arg("input", "tensor"), opt("dim", "dims", null), kw("correction", "int", 1), kw("keepdim", "bool", false)] as const
+
+/**
+ * var and std: the sum of squared deviations over N - correction; floating inputs only.
+ * d var / dx = 2 (x - mean) / (N - correction) and d std = d var / (2 std).
+ */
+const moments = (op: "var" | "std") => spec(momentParams, ({ input, dim, keepdim }, op) => {
   if (!isFloating(input.dtype)) bad(op, `needs a floating input, got ${describe(input)} (cast with ops.to)`)
   return [{ dtype: input.dtype, shape: reducedShape(input, reducedDims(op, input, dim), keepdim) }]
-})
+}, (c, o) => reducedRule(op, (o, r) => {
+  const centred = o.sub(r.x, o.mean(r.x, r.dims, true)), n = reducedCount(r.meta, r.dims) - c.args.correction
+  return op === "var" ? o.mul(r.g, o.mul(centred, 2 / n)) : o.div(o.mul(r.g, centred), o.mul(r.out(), n))
+})(c, o))
 
 const NORM_ORDERS: ReadonlyArray<number> = [1, 2, Infinity]
 
 export const reductions = {
-  sum: reduction("widen"),
-  prod: reduction("widen"),
-  mean: reduction("floating"),
-  amax: reduction("same"),
-  amin: reduction("same"),
+  sum: reduction("widen", reducedRule("sum", (_o, r) => r.g)),
+  prod: reduction("widen", prodRule),
+  mean: reduction("floating", reducedRule("mean", (o, r) => o.div(r.g, reducedCount(r.meta, r.dims)))),
+  amax: reduction("same", extremeRule("amax")),
+  amin: reduction("same", extremeRule("amin")),
   /** Values only (torch's max(dim) also returns indices; not yet). */
-  max: reduction("same"),
-  min: reduction("same"),
+  max: reduction("same", extremeRule("max")),
+  min: reduction("same", extremeRule("min")),
   /** bool, but u8 stays u8 (torch 1.13's any and all). */
   any: logicalReduction, all: logicalReduction,
   argmax: argReduction, argmin: argReduction,
-  var: moments, std: moments,
+  var: moments("var"), std: moments("std"),
   /** Over dims that are not empty (torch needs dim); large values do not overflow. */
   logsumexp: spec([arg("input", "tensor"), arg("dim", "dims"), opt("keepdim", "bool", false)], ({ input, dim, keepdim }, op) => {
     if (!isFloating(input.dtype)) bad(op, `needs a floating input, got ${describe(input)} (cast with ops.to)`)
     const dims = reducedDims(op, input, dim)
     if (dims.some((d) => input.shape[d] === 0)) bad(op, `cannot reduce an empty dim of ${describe(input)}`)
     return [{ dtype: input.dtype, shape: reducedShape(input, dims, keepdim) }]
-  }),
+  }, (c, o) => reducedRule("logsumexp", (o, r) => o.mul(r.g, o.exp(o.sub(r.x, r.out()))))(c, o)),
   /** Integers and bool accumulate into i64 (as sum does). */
   cumsum: spec([arg("input", "tensor"), arg("dim", "int")], ({ input, dim }, op) => {
     normDim(op, dim, input.shape.length)
     return [{ dtype: isFloating(input.dtype) ? input.dtype : "i64", shape: input.shape }]
-  }),
+  }, (c, o) => ({ input: () => o.flip(o.cumsum(o.flip(c.grad, c.args.dim), c.args.dim), c.args.dim) })),
   /** p = 1, 2 or inf over dims; floating inputs only. */
   norm: spec([arg("input", "tensor"), opt("p", "scalar", 2), opt("dim", "dims", null), opt("keepdim", "bool", false)], ({ input, p, dim, keepdim }, op) => {
     if (!isFloating(input.dtype)) bad(op, `needs a floating input, got ${describe(input)} (cast with ops.to)`)
     if (!NORM_ORDERS.includes(p)) bad(op, `p must be 1, 2 or inf, got ${p}`)
     return [{ dtype: input.dtype, shape: reducedShape(input, reducedDims(op, input, dim), keepdim) }]
-  }),
+    // p=1: sign(x); p=2: x / norm (0 where the norm is 0); inf: sign(x) shared among the largest |x| (torch 1.13's rules).
+  }, (c, o) => reducedRule("norm", (o, r) => {
+    if (c.args.p === 1) return o.mul(r.g, o.sign(r.x))
+    const out = r.out()
+    if (c.args.p === 2) return o.where(o.eq(out, 0), 0, o.div(o.mul(r.g, r.x), out))
+    const hit = o.to(o.eq(o.abs(r.x), out), r.meta.dtype)
+    return o.div(o.mul(o.mul(r.g, o.sign(r.x)), hit), o.sum(hit, r.dims, true))
+  })(c, o)),
 }

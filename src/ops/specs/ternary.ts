@@ -7,6 +7,7 @@
  */
 import type { DType } from "../../protocol/values.ts"
 import { bad, describe, type TensorMeta } from "../meta.ts"
+import { NOT_DIFFERENTIABLE } from "../grad.ts"
 import { arg, kw } from "../params.ts"
 import { broadcastShapes, isFloating, isIntegral, resultType } from "../promotion.ts"
 import { spec } from "../spec.ts"
@@ -26,7 +27,7 @@ const whereDtype = (input: TensorMeta | number, other: TensorMeta | number): DTy
 const where = spec([arg("condition", "tensor"), arg("input", "tensorOrScalar"), arg("other", "tensorOrScalar")], ({ condition, input, other }, op) => {
   boolMask(op, "condition", condition)
   return [{ dtype: whereDtype(input, other), shape: shapeOf(op, [condition, input, other]) }]
-})
+}, (c, o) => ({ input: () => o.where(c.args.condition, c.grad, 0), other: () => o.where(c.args.condition, 0, c.grad) }))
 
 /** The mask broadcasts to the input's shape (the result has it). */
 const maskedFill = (op: string, input: TensorMeta, mask: TensorMeta): TensorMeta => {
@@ -59,12 +60,27 @@ const maskedParams = [arg("input", "tensor"), arg("mask", "tensor"), arg("value"
 
 export const ternary = {
   where,
-  masked_fill: spec(maskedParams, ({ input, mask }, op) => [maskedFill(op, input, mask)]),
-  masked_fill_: spec(maskedParams, ({ input, mask }, op) => inPlace(op, input, maskedFill(op, input, mask)), { mutates: "input" }),
-  lerp: spec(lerpParams, ({ input, end, weight }, op) => [lerpMeta(op, input, end, weight)]),
-  lerp_: spec(lerpParams, ({ input, end, weight }, op) => inPlace(op, input, lerpMeta(op, input, end, weight)), { mutates: "input" }),
-  addcmul: spec(addcParams, ({ input, tensor1, tensor2 }, op) => [addcMeta(op, input, tensor1, tensor2)]),
-  addcmul_: spec(addcParams, ({ input, tensor1, tensor2 }, op) => inPlace(op, input, addcMeta(op, input, tensor1, tensor2)), { mutates: "input" }),
-  addcdiv: spec(addcParams, ({ input, tensor1, tensor2 }, op) => [addcMeta(op, input, tensor1, tensor2)]),
-  addcdiv_: spec(addcParams, ({ input, tensor1, tensor2 }, op) => inPlace(op, input, addcMeta(op, input, tensor1, tensor2)), { mutates: "input" }),
+  masked_fill: spec(maskedParams, ({ input, mask }, op) => [maskedFill(op, input, mask)], (c, o) => ({ input: () => o.masked_fill(c.grad, c.args.mask, 0) })),
+  masked_fill_: spec(maskedParams, ({ input, mask }, op) => inPlace(op, input, maskedFill(op, input, mask)), NOT_DIFFERENTIABLE, { mutates: "input" }),
+  // input + weight (end - input)
+  lerp: spec(lerpParams, ({ input, end, weight }, op) => [lerpMeta(op, input, end, weight)], (c, o) => ({
+    input: () => { const w = c.args.weight; return o.mul(c.grad, typeof w === "number" ? 1 - w : o.sub(1, w)) },
+    end: () => o.mul(c.grad, c.args.weight),
+    weight: () => o.mul(c.grad, o.sub(c.args.end, c.args.input)),
+  })),
+  lerp_: spec(lerpParams, ({ input, end, weight }, op) => inPlace(op, input, lerpMeta(op, input, end, weight)), NOT_DIFFERENTIABLE, { mutates: "input" }),
+  // input + value tensor1 tensor2
+  addcmul: spec(addcParams, ({ input, tensor1, tensor2 }, op) => [addcMeta(op, input, tensor1, tensor2)], (c, o) => ({
+    input: () => c.grad,
+    tensor1: () => o.mul(o.mul(c.grad, c.args.tensor2), c.args.value),
+    tensor2: () => o.mul(o.mul(c.grad, c.args.tensor1), c.args.value),
+  })),
+  addcmul_: spec(addcParams, ({ input, tensor1, tensor2 }, op) => inPlace(op, input, addcMeta(op, input, tensor1, tensor2)), NOT_DIFFERENTIABLE, { mutates: "input" }),
+  // input + value tensor1 / tensor2
+  addcdiv: spec(addcParams, ({ input, tensor1, tensor2 }, op) => [addcMeta(op, input, tensor1, tensor2)], (c, o) => ({
+    input: () => c.grad,
+    tensor1: () => o.div(o.mul(c.grad, c.args.value), c.args.tensor2),
+    tensor2: () => o.neg(o.div(o.mul(o.mul(c.grad, c.args.value), c.args.tensor1), o.mul(c.args.tensor2, c.args.tensor2))),
+  })),
+  addcdiv_: spec(addcParams, ({ input, tensor1, tensor2 }, op) => inPlace(op, input, addcMeta(op, input, tensor1, tensor2)), NOT_DIFFERENTIABLE, { mutates: "input" }),
 }

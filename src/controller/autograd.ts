@@ -1,0 +1,262 @@
+/**
+ * Autograd on the controller: the tape (src/autograd) bound to remote tensors and the typed
+ * op surface. An op call with an input that requires grad records a node whose backward is
+ * the op's declared rule (src/ops/grad.ts), given this surface as its ops; backward is
+ * therefore ordinary commands on the mesh, queued like any others.
+ *
+ *   const w = on.randn([4, 3]).requiresGrad_()
+ *   const loss = x.matmul(w).relu().sum()
+ *   loss.backward()                 // w.grad is set (summed into on later calls)
+ *   const [gw] = grad(loss2, [w])   // or the gradients as values
+ *
+ * All of it is synchronous, like every op call: a refusal (no grad to take, a graph already
+ * consumed, an in-place op on a tensor that requires grad) throws a ControllerError.
+ */
+import { backwardFrom, type Backend, Entry, isRecording, noGrad, record, requiresGrad } from "../autograd/tape.ts"
+import { type GradContext, type GradOps, NOT_DIFFERENTIABLE, sumTo } from "../ops/grad.ts"
+import type { TensorMeta } from "../ops/meta.ts"
+import type { Param } from "../ops/params.ts"
+import { isFloating } from "../ops/promotion.ts"
+import { type OpName, OPS } from "../ops/registry.ts"
+import type { DType } from "../protocol/values.ts"
+import { refuse } from "./arguments.ts"
+import { RemoteTensor } from "./handles.ts"
+import type { Mesh } from "./mesh.ts"
+import { ops, opsOn } from "./ops.ts"
+
+export { noGrad }
+
+/** The tensors made by ops while the tape tracks a step (a rule's temporaries included). */
+let made: RemoteTensor[] | undefined
+
+/** The ops rules are given on a mesh: the typed surface (the compiler checks it against GradOps), noting what each call made. */
+const ruleOps = new WeakMap<Mesh, GradOps<RemoteTensor>>()
+const opsFor = (mesh: Mesh): GradOps<RemoteTensor> => {
+  let o = ruleOps.get(mesh)
+  if (o === undefined) {
+    const surface: GradOps<RemoteTensor> = opsOn(mesh)
+    o = Object.fromEntries(Object.entries(surface).map(([name, f]) => [name, (...args: unknown[]) => {
+      const t = (f as (...a: unknown[]) => RemoteTensor)(...args)
+      made?.push(t)
+      return t
+    }])) as unknown as GradOps<RemoteTensor>
+    ruleOps.set(mesh, o)
+  }
+  return o
+}
+
+const metaOf = (t: RemoteTensor): TensorMeta => t.meta ?? (() => { throw refuse(`autograd needs the dtype and shape of ${t}`) })()
+
+const backend = (mesh: Mesh): Backend<RemoteTensor> => {
+  const o = () => opsFor(mesh)
+  const noted = (t: RemoteTensor) => (made?.push(t), t)
+  return {
+    ones: (like) => noted(opsOn(mesh).ones([...metaOf(like).shape], { dtype: metaOf(like).dtype })),
+    zeros: (like) => o().zeros([...metaOf(like).shape], { dtype: metaOf(like).dtype }),
+    add: (a, b) => o().add(a, b),
+    fit: (g, to) => {
+      const m = metaOf(g), summed = sumTo(o(), g, m.shape, to.shape)
+      return m.dtype === to.dtype ? summed : o().to(summed, to.dtype)
+    },
+    copy: (t) => ops.clone(t),
+    track: (f) => {
+      const outer = made
+      made = []
+      try {
+        const value = f()
+        return { value, made }
+      } finally {
+        made = outer
+      }
+    },
+    refuse: (message) => refuse(message),
+  }
+}
+
+const isTensorArg = (v: unknown): v is RemoteTensor => v instanceof RemoteTensor
+const TENSOR_KINDS: ReadonlySet<string> = new Set(["tensor", "tensorOrScalar", "tensors"])
+
+/** Whether any tensor among a call's arguments requires grad (the check every op call makes while recording). */
+const anyRequiresGrad = (args: ReadonlyArray<unknown>): boolean => {
+  for (const a of args) {
+    if (a instanceof RemoteTensor) { if (a.autograd !== undefined && requiresGrad(a)) return true }
+    else if (Array.isArray(a)) { if (anyRequiresGrad(a)) return true }
+    else if (typeof a === "object" && a !== null && anyRequiresGrad(Object.values(a))) return true
+  }
+  return false
+}
+
+/**
+ * @internal The typed surface's check before an in-place op: while recording, a tensor that
+ * requires grad may not change in place (backward would read changed values). An optimizer
+ * step runs inside noGrad().
+ */
+export const refuseInPlace = (name: OpName, mutated: ReadonlyArray<RemoteTensor>): void => {
+  if (!isRecording()) return
+  const t = mutated.find((m) => m.autograd !== undefined && requiresGrad(m))
+  if (t !== undefined) throw refuse(`ops.${name} changes ${t}, which requires grad, in place; do it inside noGrad() (as an optimizer step does), or on a detach()ed copy`)
+}
+
+/** @internal The typed surface's hook (ops.ts): records the node of `ops.<name>` when an input requires grad. */
+export const recordOp = (name: OpName, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, results: ReadonlyArray<RemoteTensor>): void => {
+  if (!isRecording() || !(anyRequiresGrad(args) || anyRequiresGrad([kwargs]))) return
+  const op = OPS[name]
+  if (op.backward === NOT_DIFFERENTIABLE) return
+  const rule = op.backward
+  const bound = op.bind(args, kwargs, isTensorArg) as Record<string, unknown>
+  const tensorParams = (op.params as ReadonlyArray<Param>).filter((p) => TENSOR_KINDS.has(p.kind))
+  // Edges in parameter order; a list of tensors (cat, stack) gives one edge per tensor.
+  const inputs: RemoteTensor[] = [], owners: Array<{ name: string; index: number | undefined }> = []
+  for (const p of tensorParams) {
+    const v = bound[p.name]
+    if (Array.isArray(v)) v.forEach((t, index) => { if (isTensorArg(t)) (inputs.push(t), owners.push({ name: p.name, index })) })
+    else if (isTensorArg(v)) (inputs.push(v), owners.push({ name: p.name, index: undefined }))
+  }
+  for (const t of inputs) metaOf(t)
+  // Each floating result is its own node (split's pieces, max's values; not indices or masks),
+  // its rule told which one it is and given every result (dropout's mask).
+  results.forEach((result, at) => {
+    if (result.meta === undefined || !isFloating(result.meta.dtype)) return
+    record(`ops.${name}`, result, inputs, [...inputs, ...results], (grad, needs) => {
+      const c: GradContext<ReadonlyArray<Param>, RemoteTensor> = { args: bound as never, out: result, outs: results, index: at, grad, meta: metaOf }
+      const thunks = (rule as (c: unknown, o: GradOps<RemoteTensor>) => Record<string, (() => RemoteTensor | ReadonlyArray<RemoteTensor>) | undefined>)(c, opsFor(result.mesh))
+      const values = new Map<string, RemoteTensor | ReadonlyArray<RemoteTensor> | undefined>()
+      return owners.map(({ name, index }, i) => {
+        if (!needs[i]) return undefined
+        if (!values.has(name)) values.set(name, thunks[name]?.())
+        const v = values.get(name)
+        return index === undefined ? (v as RemoteTensor | undefined) : (v as ReadonlyArray<RemoteTensor> | undefined)?.[index]
+      })
+    })
+  })
+}
+
+/**
+ * Records a call the registry does not know (a collective, a send, a custom function) on the
+ * tape: `output` was made from `inputs`, and `backward` gives each input's gradient from the
+ * output's (undefined for none), issuing ordinary commands. Nothing is recorded unless an input
+ * requires grad and recording is on; `saved` (default: inputs and output) are kept until it runs.
+ */
+export const recordBackward = (name: string, output: RemoteTensor, inputs: ReadonlyArray<RemoteTensor>, backward: (grad: RemoteTensor) => ReadonlyArray<RemoteTensor | undefined>, saved: ReadonlyArray<RemoteTensor> = [...inputs, output]): void => {
+  if (!isRecording() || !anyRequiresGrad(inputs)) return
+  if (output.meta === undefined || !isFloating(output.meta.dtype)) throw refuse(`${name}: a gradient needs a floating result of known dtype and shape, got ${output}`)
+  for (const t of inputs) metaOf(t)
+  record(name, output, inputs, saved, (grad, needs) => backward(grad).map((g, i) => (needs[i] ? g : undefined)))
+}
+
+/**
+ * A function with its own gradient (torch.autograd.Function, tfjs customGrad): `f` computes the
+ * value without recording and returns it with its backward, which gives each tensor argument's
+ * gradient from the value's.
+ */
+export const customGrad = <A extends ReadonlyArray<RemoteTensor>>(name: string, f: (...inputs: A) => { readonly value: RemoteTensor; readonly backward: (grad: RemoteTensor) => ReadonlyArray<RemoteTensor | undefined> }) =>
+  (...inputs: A): RemoteTensor => {
+    const { value, backward } = noGrad(() => f(...inputs))
+    recordBackward(name, value, inputs, backward, [])
+    return value
+  }
+
+interface GradOptions {
+  /** The gradient of the output (default ones; needed when it is not a scalar). */
+  readonly gradOutput?: RemoteTensor
+}
+
+const seedFor = (output: RemoteTensor, opts: GradOptions): RemoteTensor | undefined => {
+  if (opts.gradOutput !== undefined) {
+    const want = metaOf(output), got = metaOf(opts.gradOutput)
+    if (want.shape.join() !== got.shape.join()) throw refuse(`gradOutput ${opts.gradOutput} does not match ${output}`)
+    return opts.gradOutput
+  }
+  if (metaOf(output).shape.length > 0) throw refuse(`a gradient can be implied only for a scalar output; ${output} needs gradOutput`)
+  return undefined
+}
+
+/**
+ * The gradients of `output` with respect to each of `inputs` as soon as each is final, in
+ * backward order (Monarch's grad_generator): reduce each while the rest of backward goes on.
+ * The gradients are the caller's; leaves' .grad is not touched.
+ */
+export function* gradGenerator(output: RemoteTensor, inputs: ReadonlyArray<RemoteTensor>, opts: GradOptions = {}): Generator<readonly [RemoteTensor, RemoteTensor]> {
+  yield* backwardFrom(backend(output.mesh), output, seedFor(output, opts), inputs)
+}
+
+/** The gradients of `output` with respect to `inputs`, in their order (zeros for an input it does not depend on). */
+export const grad = (output: RemoteTensor, inputs: ReadonlyArray<RemoteTensor>, opts: GradOptions = {}): RemoteTensor[] => {
+  const got = new Map(gradGenerator(output, inputs, opts))
+  return inputs.map((t) => got.get(t)!)
+}
+
+/** Sets each parameter's .grad to none, releasing it (torch's zero_grad(set_to_none=True)). */
+export const zeroGrad = (params: Iterable<RemoteTensor>): void => {
+  for (const p of params) {
+    const e = p.autograd
+    if (e?.grad === undefined) continue
+    e.grad.release()
+    e.grad = undefined
+  }
+}
+
+/** What a tensor handle gains for autograd. */
+export interface TensorGrad<D extends DType> {
+  /** Whether gradients flow to (or through) it. */
+  readonly requiresGrad: boolean
+  /** Makes it a leaf that collects gradients (floating tensors only); returns it. */
+  requiresGrad_(on?: boolean): RemoteTensor<D>
+  /** The gradient backward() accumulated into this leaf, if any. */
+  grad: RemoteTensor<D> | undefined
+  /** Accumulates d(this)/d(leaf) into every leaf's .grad that requires grad (this a scalar, or given gradOutput). */
+  backward(gradOutput?: RemoteTensor): void
+  /** The same values, cut from the graph (a view; no copy). */
+  detach(): RemoteTensor<D>
+}
+
+declare module "./handles.ts" {
+  interface RemoteTensor<D extends DType = DType> extends TensorGrad<D> {}
+}
+
+Object.defineProperties(RemoteTensor.prototype, {
+  requiresGrad: {
+    get(this: RemoteTensor) {
+      return requiresGrad(this)
+    },
+  },
+  requiresGrad_: {
+    value(this: RemoteTensor, on = true) {
+      if (!on) {
+        if (this.autograd?.leaf) this.autograd = undefined
+        return this
+      }
+      if (this.autograd?.node) throw refuse(`${this} was made by ${this.autograd.node.name}; only a leaf can be made to require grad (detach() it first)`)
+      const m = metaOf(this)
+      if (!isFloating(m.dtype)) throw refuse(`only floating tensors can require grad, got ${this}`)
+      this.autograd ??= new Entry<RemoteTensor>(true, undefined)
+      return this
+    },
+  },
+  grad: {
+    get(this: RemoteTensor) {
+      return this.autograd?.grad
+    },
+    set(this: RemoteTensor, g: RemoteTensor | undefined) {
+      if (!this.autograd?.leaf) throw refuse(`${this} is not a leaf that requires grad`)
+      this.autograd.grad = g
+    },
+  },
+  backward: {
+    value(this: RemoteTensor, gradOutput?: RemoteTensor) {
+      for (const [leaf, g] of backwardFrom(backend(this.mesh), this, seedFor(this, { gradOutput }), undefined)) {
+        const e = leaf.autograd!
+        if (e.grad === undefined) e.grad = g
+        else noGrad(() => {
+          ops.add_(e.grad!, g)
+          g.release()
+        })
+      }
+    },
+  },
+  detach: {
+    value(this: RemoteTensor) {
+      return noGrad(() => ops.view(this, [...metaOf(this).shape]))
+    },
+  },
+})
