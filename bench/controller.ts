@@ -12,9 +12,9 @@
  * workers' CPU us per op (per worker, from /proc/<pid>/stat), commands per frame sent,
  * torch's us per op, and ours / torch's.
  */
-import { readFileSync } from "node:fs"
 import { Effect, type Layer, ManagedRuntime } from "effect"
 import { Controller, type Mesh, type RemoteTensor } from "../src/controller/index.ts"
+import { cpuOf, load, median, selfCpu } from "./cpu.ts"
 
 const args = process.argv.slice(2)
 const flag = (name: string) => (args.includes(name) ? args[args.indexOf(name) + 1] : undefined)
@@ -23,7 +23,6 @@ const ROUNDS = Number(flag("--rounds") ?? 5)
 const WORLDS = (flag("--worlds") ?? "1,4").split(",").map(Number)
 const CAPTURE_SITES = !args.includes("--no-sites")
 const TORCH = "/usr/bin/python3"
-const CLOCK_TICKS = 100
 
 /** The cases: our op on a handle, and torch's same op in Python. */
 interface Case {
@@ -105,17 +104,6 @@ class TorchPeers {
   }
 }
 
-/** User plus system CPU seconds of a process. */
-const cpuOf = (pid: number): number => {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-  return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS
-}
-const selfCpu = () => {
-  const u = process.cpuUsage()
-  return (u.user + u.system) / 1e6
-}
-
 interface Sample {
   readonly e2e: number
   readonly controllerCpu: number
@@ -125,8 +113,6 @@ interface Sample {
   readonly perFrame: number
   readonly torch: number
 }
-
-const median = (xs: ReadonlyArray<number>) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
 
 const runWorld = (world: number, torch: TorchPeers) =>
   Effect.gen(function* () {
@@ -162,7 +148,7 @@ const runWorld = (world: number, torch: TorchPeers) =>
   })
 
 const us = (s: number) => (s * 1e6).toFixed(2)
-console.log(`bench/controller: ${OPS} ops then a fetch per round, ${ROUNDS} rounds, medians; call sites ${CAPTURE_SITES ? "captured" : "off"}; load ${readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ")}`)
+console.log(`bench/controller: ${OPS} ops then a fetch per round, ${ROUNDS} rounds, medians; call sites ${CAPTURE_SITES ? "captured" : "off"}; load ${load()}`)
 console.log("")
 console.log("| world | op | end to end us/op | controller CPU us/op | of it, issuing | worker CPU us/op | commands/frame | torch us/op | ours / torch |")
 console.log("|---:|---|---:|---:|---:|---:|---:|---:|---:|")

@@ -10,9 +10,9 @@
  * call (this process, issuing and sending; the fetch's wait excluded), the workers' CPU us per
  * op (per worker, from /proc/<pid>/stat), and recorded / unrecorded.
  */
-import { readFileSync } from "node:fs"
 import { Effect, type Layer, ManagedRuntime } from "effect"
 import { compile, Controller, opsOn, type Mesh, type RemoteTensor } from "../src/controller/index.ts"
+import { cpuOf, load, median, selfCpu } from "./cpu.ts"
 
 const args = process.argv.slice(2)
 const flag = (name: string) => (args.includes(name) ? args[args.indexOf(name) + 1] : undefined)
@@ -20,20 +20,6 @@ const OPS = Number(flag("--ops") ?? 1000)
 const CALLS = Number(flag("--calls") ?? 50)
 const ROUNDS = Number(flag("--rounds") ?? 5)
 const WORLDS = (flag("--worlds") ?? "1,2").split(",").map(Number)
-const CLOCK_TICKS = 100
-
-/** User plus system CPU seconds of a process. */
-const cpuOf = (pid: number): number => {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
-  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-  return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS
-}
-const selfCpu = () => {
-  const u = process.cpuUsage()
-  return (u.user + u.system) / 1e6
-}
-const median = (xs: ReadonlyArray<number>) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
-
 /** The steps: OPS ops each, returning the tensor to fetch. */
 const STEPS: ReadonlyArray<{ readonly name: string; readonly step: (x: RemoteTensor) => RemoteTensor }> = [
   {
@@ -99,7 +85,7 @@ const runWorld = (world: number) =>
   })
 
 const us = (s: number) => (s * 1e6).toFixed(2)
-console.log(`bench/recording: a step of ${OPS} ops on a one-element tensor, ${CALLS} calls then a fetch per round, ${ROUNDS} rounds, medians; load ${readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ")}`)
+console.log(`bench/recording: a step of ${OPS} ops on a one-element tensor, ${CALLS} calls then a fetch per round, ${ROUNDS} rounds, medians; load ${load()}`)
 console.log("")
 console.log("| world | step | recorded: end to end us/op | unrecorded | recorded: controller CPU us/call | unrecorded | recorded: worker CPU us/op | unrecorded | worker us/op recorded / unrecorded |")
 console.log("|---:|---|---:|---:|---:|---:|---:|---:|---:|")

@@ -11,7 +11,7 @@ export interface Edit {
 }
 
 export interface Mutation {
-  readonly area: "worker" | "controller" | "protocol"
+  readonly area: "worker" | "controller" | "protocol" | "autograd"
   /** The behaviour the break removes, as a test failing on it should say. */
   readonly behaviour: string
   readonly file: string
@@ -311,15 +311,88 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/ops/typed.test.ts"],
   },
   {
-    area: "controller", behaviour: "11.2: scaled_dot_product_attention's gradient takes the softmax's row sums out",
+    area: "autograd", behaviour: "11.2: scaled_dot_product_attention's gradient takes the softmax's row sums out",
     file: "src/ops/specs/nn.ts",
     edits: one("return o.mul(p, o.sub(dp, o.sum(o.mul(dp, p), -1, true)))", "return o.mul(p, dp)"),
-    tests: ["tests/ops/gradients.test.ts"],
+    tests: ["tests/autograd/gradcheck.test.ts"],
   },
   {
-    area: "controller", behaviour: "11.2: a split piece's gradient goes back to its own place",
+    area: "autograd", behaviour: "11.2: a split piece's gradient goes back to its own place",
     file: "src/ops/specs/layout.ts",
     edits: one("start = sizes.slice(0, at).reduce((a, b) => a + b, 0)", "start = 0"),
-    tests: ["tests/ops/gradients.test.ts"],
+    tests: ["tests/autograd/gradcheck.test.ts"],
+  },
+  // ---- autograd ---------------------------------------------------------------------------
+  {
+    area: "autograd", behaviour: "a node lets go of its saved tensors once backward has run it",
+    file: "src/autograd/tape.ts",
+    edits: one("    for (const t of saved) t.letGo()", ""),
+    tests: ["tests/autograd/tape.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "backward releases each temporary as soon as it is used",
+    file: "src/autograd/tape.ts",
+    edits: one("      node.consume()\n      sweep()\n", "      node.consume()\n"),
+    tests: ["tests/autograd/tape.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "independent branches run the latest recorded first",
+    file: "src/autograd/tape.ts",
+    edits: one("if (ready[i]!.seq > ready[at]!.seq) at = i", "if (ready[i]!.seq < ready[at]!.seq) at = i"),
+    tests: ["tests/autograd/tape.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "releasing the outputs of an unused graph lets go of what it saved",
+    file: "src/autograd/tape.ts",
+    edits: one("    this.node?.unused()", ""),
+    tests: ["tests/autograd/tape.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "a second backward through a consumed graph is refused",
+    file: "src/autograd/tape.ts",
+    edits: one("    if (k.consumed) throw", "    if (k.consumed && false) throw"),
+    tests: ["tests/autograd/tape.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "a release waits for the tape's holds",
+    file: "src/controller/handles.ts",
+    edits: one("    if (this.#released || this.#holds > 0) return", "    if (this.#released) return"),
+    tests: ["tests/autograd/tape.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "a release the tape finished is not sent twice",
+    file: "src/controller/handles.ts",
+    edits: one("    if (this.#released || this.#holds > 0) return", "    if (this.#holds > 0) return"),
+    tests: ["tests/autograd/tape.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "an in-place op on a tensor that requires grad is refused while recording",
+    file: "src/controller/autograd.ts",
+    edits: one("  if (t !== undefined) throw refuse", "  if (t === null) throw refuse"),
+    tests: ["tests/autograd/tape.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "the gradients a recorded backward returns are released once used",
+    file: "src/controller/autograd.ts",
+    edits: one("    if (g !== undefined && g !== grad) made?.push(g)", ""),
+    tests: ["tests/autograd/tape.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "the tape sums a broadcast gradient back to its input's shape",
+    file: "src/controller/autograd.ts",
+    edits: one("summed = sumTo(opsFor(g.mesh), g, m.shape, to.shape)", "summed = g"),
+    tests: ["tests/autograd/gradcheck.test.ts", "tests/autograd/tape.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "mul's gradient for other is grad times input",
+    file: "src/ops/specs/elementwise.ts",
+    edits: one("other: () => o.mul(c.grad, c.args.input) })),", "other: () => o.mul(c.grad, c.args.other) })),"),
+    tests: ["tests/autograd/gradcheck.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "cross_entropy's smoothed target spreads label_smoothing over the classes",
+    file: "src/ops/specs/nn.ts",
+    edits: one("1 - s), s / classes)", "1 - s), s)"),
+    tests: ["tests/autograd/gradcheck.test.ts"],
   },
 ]

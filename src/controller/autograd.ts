@@ -48,15 +48,15 @@ const opsFor = (mesh: Mesh): GradOps<RemoteTensor> => {
 const metaOf = (t: RemoteTensor): TensorMeta => t.meta ?? (() => { throw refuse(`autograd needs the dtype and shape of ${t}`) })()
 
 const backend = (mesh: Mesh): Backend<RemoteTensor> => {
-  const o = () => opsFor(mesh)
   const noted = (t: RemoteTensor) => (made?.push(t), t)
   return {
     ones: (like) => noted(opsOn(mesh).ones([...metaOf(like).shape], { dtype: metaOf(like).dtype })),
-    zeros: (like) => o().zeros([...metaOf(like).shape], { dtype: metaOf(like).dtype }),
-    add: (a, b) => o().add(a, b),
+    // A gradient lives on its tensor's mesh, which after a send is not the root's.
+    zeros: (like) => opsFor(like.mesh).zeros([...metaOf(like).shape], { dtype: metaOf(like).dtype }),
+    add: (a, b) => opsFor(a.mesh).add(a, b),
     fit: (g, to) => {
-      const m = metaOf(g), summed = sumTo(o(), g, m.shape, to.shape)
-      return m.dtype === to.dtype ? summed : o().to(summed, to.dtype)
+      const m = metaOf(g), summed = sumTo(opsFor(g.mesh), g, m.shape, to.shape)
+      return m.dtype === to.dtype ? summed : opsFor(g.mesh).to(summed, to.dtype)
     },
     copy: (t) => ops.clone(t),
     track: (f) => {
@@ -76,13 +76,15 @@ const backend = (mesh: Mesh): Backend<RemoteTensor> => {
 const isTensorArg = (v: unknown): v is RemoteTensor => v instanceof RemoteTensor
 const TENSOR_KINDS: ReadonlySet<string> = new Set(["tensor", "tensorOrScalar", "tensors"])
 
-/** Whether any tensor among a call's arguments requires grad (the check every op call makes while recording). */
-const anyRequiresGrad = (args: ReadonlyArray<unknown>): boolean => {
-  for (const a of args) {
-    if (a instanceof RemoteTensor) { if (a.autograd !== undefined && requiresGrad(a)) return true }
-    else if (Array.isArray(a)) { if (anyRequiresGrad(a)) return true }
-    else if (typeof a === "object" && a !== null && anyRequiresGrad(Object.values(a))) return true
+/** Whether a tensor in an argument tree requires grad (the check every op call makes while recording: no allocation). */
+const anyRequiresGrad = (v: unknown): boolean => {
+  if (v instanceof RemoteTensor) return v.autograd !== undefined && requiresGrad(v)
+  if (Array.isArray(v)) {
+    for (const x of v) if (anyRequiresGrad(x)) return true
+    return false
   }
+  if (typeof v === "object" && v !== null && Object.getPrototypeOf(v) === Object.prototype)
+    for (const k in v) if (anyRequiresGrad((v as Record<string, unknown>)[k])) return true
   return false
 }
 
@@ -99,7 +101,7 @@ export const refuseInPlace = (name: OpName, mutated: ReadonlyArray<RemoteTensor>
 
 /** @internal The typed surface's hook (ops.ts): records the node of `ops.<name>` when an input requires grad. */
 export const recordOp = (name: OpName, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, results: ReadonlyArray<RemoteTensor>): void => {
-  if (!isRecording() || !(anyRequiresGrad(args) || anyRequiresGrad([kwargs]))) return
+  if (!isRecording() || !(anyRequiresGrad(args) || anyRequiresGrad(kwargs))) return
   const op = OPS[name]
   if (op.backward === NOT_DIFFERENTIABLE) return
   const rule = op.backward
@@ -134,14 +136,19 @@ export const recordOp = (name: OpName, args: ReadonlyArray<unknown>, kwargs: Rea
 /**
  * Records a call the registry does not know (a collective, a send, a custom function) on the
  * tape: `output` was made from `inputs`, and `backward` gives each input's gradient from the
- * output's (undefined for none), issuing ordinary commands. Nothing is recorded unless an input
- * requires grad and recording is on; `saved` (default: inputs and output) are kept until it runs.
+ * output's (undefined for none), issuing ordinary commands. The gradients it returns become the
+ * tape's, released once used (`grad` itself excepted); its other temporaries are its own to
+ * release. Nothing is recorded unless an input requires grad and recording is on; `saved`
+ * (default: inputs and output) are kept until it runs.
  */
 export const recordBackward = (name: string, output: RemoteTensor, inputs: ReadonlyArray<RemoteTensor>, backward: (grad: RemoteTensor) => ReadonlyArray<RemoteTensor | undefined>, saved: ReadonlyArray<RemoteTensor> = [...inputs, output]): void => {
   if (!isRecording() || !anyRequiresGrad(inputs)) return
   if (output.meta === undefined || !isFloating(output.meta.dtype)) throw refuse(`${name}: a gradient needs a floating result of known dtype and shape, got ${output}`)
   for (const t of inputs) metaOf(t)
-  record(name, output, inputs, saved, (grad, needs) => backward(grad).map((g, i) => (needs[i] ? g : undefined)))
+  record(name, output, inputs, saved, (grad, needs) => backward(grad).map((g, i) => {
+    if (g !== undefined && g !== grad) made?.push(g)
+    return needs[i] ? g : undefined
+  }))
 }
 
 /**

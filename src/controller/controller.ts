@@ -27,7 +27,7 @@ import type { CheckpointError } from "./checkpoint.ts"
 import { Transport } from "./listener.ts"
 import { foreignHandle, RemoteStream, type RemoteTensor } from "./handles.ts"
 import { createMesh, type Mesh } from "./mesh.ts"
-import { recoverable, runOnce, type LocalWorkers, type RecoverOptions, type Start } from "./recovery.ts"
+import { recoverable, runOnce, type Workers, type RecoverOptions, type Start } from "./recovery.ts"
 
 const WORKER = new URL("../worker.ts", import.meta.url).pathname
 
@@ -141,6 +141,13 @@ export interface AttachOptions extends CommonOptions {
    * any): default "monarch", or the one in the store file.
    */
   readonly prefix?: string
+  /**
+   * Meet the workers torchrun restarts after a lost one, and resume from the last checkpoint
+   * (see ControllerApi.supervise); needs `checkpoints`.
+   */
+  readonly recover?: RecoverOptions
+  /** The workers' checkpoint root (their MONARCH_CHECKPOINT_DIR) as this process sees it (a shared folder); default MONARCH_CHECKPOINT_DIR. */
+  readonly checkpoints?: string
   /**
    * The job token the workers were given, at least MIN_ATTACH_TOKEN_LENGTH characters; default
    * MONARCH_TOKEN or the file MONARCH_TOKEN_FILE names, as the workers read it. Never published in
@@ -287,7 +294,7 @@ export class Controller extends Context.Service<Controller, ControllerApi>()("mo
    * provides both services.
    */
   static readonly layerAttach = (o: Omit<AttachOptions, "store">): Layer.Layer<Controller, StartError, Store | Transport> =>
-    Layer.effect(Controller, Effect.flatMap(Effect.service(Store), (store) => attachWith(o, store)))
+    Layer.effect(Controller, Effect.flatMap(Effect.service(Store), (store) => attachRecoverable(o, store)))
 
   /**
    * `layerAttach` with a TCP store client (the store's address given, or read from the file
@@ -297,7 +304,7 @@ export class Controller extends Context.Service<Controller, ControllerApi>()("mo
     const timeoutMs = o.startTimeoutMs ?? 60_000
     if (o.store === undefined) {
       if (o.listen === undefined) return Layer.effect(Controller, Effect.fail(new StartError({ message: "Controller.attach needs `store` (where to publish its address) or `listen` (the workers' CONTROLLER_ADDR)" })))
-      return Layer.effect(Controller, attachWith(o, undefined)).pipe(Layer.provide(Transport.layer))
+      return Layer.effect(Controller, attachRecoverable(o, undefined)).pipe(Layer.provide(Transport.layer))
     }
     const given = o.store
     const located: Effect.Effect<{ host: string; port: number; prefix?: string }, StartError> = "file" in given
@@ -319,7 +326,7 @@ export class Controller extends Context.Service<Controller, ControllerApi>()("mo
  * API over them, for the scope's lifetime; `kill` ends every process at once (a recovery
  * replaces them).
  */
-const startLocal = (o: LocalOptions): Effect.Effect<LocalWorkers, StartError, Launcher | Transport | Scope.Scope> =>
+const startLocal = (o: LocalOptions): Effect.Effect<Workers, StartError, Launcher | Transport | Scope.Scope> =>
   Effect.gen(function* () {
     const launcher = yield* Launcher
     const core = makeCore(o.world, o, 1000)
@@ -364,6 +371,21 @@ const startLocal = (o: LocalOptions): Effect.Effect<LocalWorkers, StartError, La
       }
     }))
     return { api: yield* makeApi(core), kill: () => job.signal("SIGKILL") }
+  })
+
+/**
+ * attachWith, or with `recover` a controller that meets a new set of workers after a loss:
+ * torchrun (`--max_restarts`) restarts the job's workers, which find this controller again at
+ * the same address (`listen`, their CONTROLLER_ADDR) or through the store.
+ */
+const attachRecoverable = (o: Omit<AttachOptions, "store">, base: StoreApi | undefined) =>
+  Effect.gen(function* () {
+    if (o.recover === undefined) return yield* attachWith(o, base)
+    const transport = yield* Effect.service(Transport)
+    const root = o.checkpoints ?? (process.env.MONARCH_CHECKPOINT_DIR || undefined)
+    // The workers are torchrun's to stop and restart: a recovery only waits for the new ones.
+    const start = attachWith(o, base).pipe(Effect.map((api) => ({ api, kill: () => {} })), Effect.provideService(Transport, transport))
+    return yield* recoverable(o, o.recover, root === undefined ? undefined : resolve(root), start)
   })
 
 /** Attach over a store (publishing the address there) or none (the workers were given `listen`). */

@@ -116,7 +116,8 @@ export class RemoteTensor<D extends DType = DType> {
       this.#releasing = true
       this.autograd?.released()
     }
-    if (this.#holds > 0) return
+    // The tape letting go (just above) may have finished the release already.
+    if (this.#released || this.#holds > 0) return
     this.#released = true
     dropped.unregister(this)
     this.mesh.core.release(this.mesh.ranks, [this.ref.id])

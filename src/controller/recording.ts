@@ -51,18 +51,19 @@ export interface Compiled<A extends ReadonlyArray<unknown>, R, E, Rq> {
 
 /** One leaf of the arguments: what the signature holds of it, and where it is. */
 interface Leaf {
+  /** Where it is ("argument 1.lr"), when flatten was asked for paths (messages only need them). */
   readonly path: string
-  /** What it is, for messages. */
-  readonly text: string
-  /** What it is, for the signature (objects by identity). */
+  /** What it is, for the signature (objects by identity; the leaves in order give the structure). */
   readonly key: string
+  readonly value: unknown
+  /** For a tensor given twice: the index of its first place among the tensors. */
+  readonly same: number
 }
 
 /** The arguments of one call, flattened. */
 interface Flat {
   readonly tensors: RemoteTensor[]
   readonly numbers: number[]
-  readonly numberPaths: string[]
   readonly leaves: Leaf[]
   /** The signature without the numbers. */
   readonly key: string
@@ -81,36 +82,58 @@ const isPlain = (v: object): boolean => {
   return proto === Object.prototype || proto === null
 }
 
-const flatten = (args: ReadonlyArray<unknown>): Flat => {
-  const tensors: RemoteTensor[] = [], numbers: number[] = [], numberPaths: string[] = [], leaves: Leaf[] = []
+const isTree = (v: unknown): v is object =>
+  typeof v === "object" && v !== null && !(v instanceof HostTensor) && !(v instanceof Uint8Array) && !(v instanceof RemoteTensor) && isPlain(v)
+
+const metaText = (t: RemoteTensor): string => (t.meta ? `${t.meta.dtype}[${t.meta.shape}]` : "a tensor of unknown shape")
+
+/** A leaf as messages say it. */
+const textOf = (l: Leaf): string => {
+  const v = l.value
+  if (typeof v === "number") return "a number"
+  if (v instanceof RemoteTensor) return l.same >= 0 ? `the same tensor as tensor argument ${l.same}` : `${metaText(v)} on ${v.mesh}, stream ${v.stream.ref.id}`
+  if (Array.isArray(v)) return `an array of ${v.length}`
+  if (isTree(v)) return `an object with keys ${Object.keys(v).join(", ")}`
+  return typeof v === "string" ? JSON.stringify(v) : String(v)
+}
+
+/** The arguments' leaves in order (with their paths when `paths`: a trace, or a message, needs them). */
+const flatten = (args: ReadonlyArray<unknown>, paths = false): Flat => {
+  const tensors: RemoteTensor[] = [], numbers: number[] = [], leaves: Leaf[] = []
+  let key = ""
+  const leaf = (path: string, k: string, value: unknown, same = -1) => {
+    leaves.push({ path, key: k, value, same })
+    key += k + "|"
+  }
   const walk = (v: unknown, path: string): void => {
     if (typeof v === "number") {
       numbers.push(v)
-      numberPaths.push(path)
-      return void leaves.push({ path, text: "a number", key: "n" })
+      return leaf(path, "n", v)
     }
     if (v instanceof RemoteTensor) {
       const same = tensors.indexOf(v)
       tensors.push(v)
-      const meta = v.meta ? `${v.meta.dtype}[${v.meta.shape}]` : "a tensor of unknown shape"
-      const text = same >= 0 ? `the same tensor as tensor argument ${same}` : `${meta} on ${v.mesh}, stream ${v.stream.ref.id}`
-      return void leaves.push({ path, text, key: same >= 0 ? `=${same}` : `${meta}@${idOf(v.mesh)}/${v.stream.ref.id}` })
+      return leaf(path, same >= 0 ? `=${same}` : `${v.meta ? `${v.meta.dtype}[${v.meta.shape}]` : "?"}@${idOf(v.mesh)}/${v.stream.ref.id}`, v, same)
     }
     if (Array.isArray(v)) {
-      leaves.push({ path, text: `an array of ${v.length}`, key: `[${v.length}` })
-      return v.forEach((x, i) => walk(x, `${path}[${i}]`))
+      leaf(path, `[${v.length}`, v)
+      for (let i = 0; i < v.length; i++) walk(v[i], paths ? `${path}[${i}]` : "")
+      return
     }
-    if (typeof v === "object" && v !== null && !(v instanceof HostTensor) && !(v instanceof Uint8Array) && isPlain(v)) {
+    if (isTree(v)) {
       const keys = Object.keys(v)
-      leaves.push({ path, text: `an object with keys ${keys.join(", ")}`, key: `{${JSON.stringify(keys)}` })
-      return keys.forEach((k) => walk((v as Record<string, unknown>)[k], `${path}.${k}`))
+      leaf(path, `{${JSON.stringify(keys)}`, v)
+      for (const k of keys) walk((v as Record<string, unknown>)[k], paths ? `${path}.${k}` : "")
+      return
     }
-    const text = typeof v === "string" ? JSON.stringify(v) : String(v)
-    leaves.push({ path, text, key: typeof v === "object" && v !== null ? `@${idOf(v)}` : `${typeof v}:${text}` })
+    leaf(path, typeof v === "object" && v !== null ? `@${idOf(v)}` : `${typeof v}:${String(v)}`, v)
   }
-  args.forEach((a, i) => walk(a, `argument ${i}`))
-  return { tensors, numbers, numberPaths, leaves, key: leaves.map((l) => `${l.path}=${l.key}`).join("|") }
+  for (let i = 0; i < args.length; i++) walk(args[i], paths ? `argument ${i}` : "")
+  return { tensors, numbers, leaves, key }
 }
+
+/** The paths of the numbers among `flat`'s leaves. */
+const numberPaths = (flat: Flat): string[] => flat.leaves.flatMap((l) => (typeof l.value === "number" ? [l.path] : []))
 
 /** The arguments with numbers replaced, in flatten's order. */
 const withNumbers = (args: ReadonlyArray<unknown>, numbers: ReadonlyArray<number>): unknown[] => {
@@ -345,7 +368,7 @@ const build = <R>(core: Core, name: string, trace: Trace, flat: Flat, value: R, 
   const returned = new Set<RemoteTensor>()
   const collect = (v: unknown): void => {
     if (v instanceof RemoteTensor) {
-      if (trace.defined.has(v.ref.id) && !returned.has(v)) returned.add(v), outputs.push({ made: v }), outputRefs.push(v.ref.id), tracedRefs.push(v.ref.id)
+      if (trace.defined.has(v.ref.id) && !formalIndex.has(v.ref.id) && !returned.has(v)) returned.add(v), outputs.push({ made: v }), outputRefs.push(v.ref.id), tracedRefs.push(v.ref.id)
     } else if (Array.isArray(v)) v.forEach(collect)
     else if (typeof v === "object" && v !== null && isPlain(v)) Object.values(v).forEach(collect)
   }
@@ -445,12 +468,13 @@ const rebuild = (v: unknown, fresh: ReadonlyMap<RemoteTensor, RemoteTensor>, tra
 const probeNumbers = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, name: string, step: (...args: A) => unknown, args: ReadonlyArray<unknown>, flat: Flat, first: Trace, called: CallSite | undefined) =>
   Effect.gen(function* () {
     const fixed: Array<number | undefined> = [], fixedWhy: Array<string | undefined> = [], at: Array<Array<{ command: number; path: Path }>> = []
+    const paths = numberPaths(flatten(args, true))
     for (let i = 0; i < flat.numbers.length; i++) {
       const v = flat.numbers[i]!, probe = probeValue(v, i)
       const changed = flat.numbers.map((x, j) => (j === i ? probe : x))
       const fix = (why: string) => {
         fixed.push(v)
-        fixedWhy.push(`${flat.numberPaths[i]} (a number) is part of the signature: ${why}`)
+        fixedWhy.push(`${paths[i]} (a number) is part of the signature: ${why}`)
         at.push([])
       }
       const again = yield* Effect.result(traced<A, R, E, Rq>(core, name, step, withNumbers(args, changed), called))
@@ -475,17 +499,21 @@ const probeNumbers = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, na
     return { fixed, fixedWhy, at }
   })
 
-/** Why a call with `flat` does not match the recording made for `recorded` (undefined: it does). */
-const mismatch = (recording: Recording<unknown>, recorded: Flat, flat: Flat): string | undefined => {
+/** Whether a call with `flat` (the recording's signature) has the numbers the recording fixed. */
+const fits = (recording: Recording<unknown>, flat: Flat): boolean =>
+  recording.fixed.every((v, n) => v === undefined || Object.is(v, flat.numbers[n]))
+
+/** Why a call with `args` does not fit the recording made for `recorded` (flattened with their paths). */
+const mismatch = (recording: Recording<unknown>, recorded: Flat, flat: Flat): string => {
   if (flat.key !== recorded.key) {
     const was = recorded.leaves, now = flat.leaves
     const i = now.findIndex((l, j) => l.path !== was[j]?.path || l.key !== was[j]?.key)
     const at = i < 0 ? was.length : i
     const path = now[at]?.path ?? was[at]?.path ?? "the arguments"
-    return `${path}: ${was[at]?.path === path ? was[at]!.text : "nothing"}, now ${now[at]?.path === path ? now[at]!.text : "nothing"}`
+    return `${path}: ${was[at]?.path === path ? textOf(was[at]!) : "nothing"}, now ${now[at]?.path === path ? textOf(now[at]!) : "nothing"}`
   }
   const j = recording.fixed.findIndex((v, n) => v !== undefined && !Object.is(v, flat.numbers[n]))
-  return j < 0 ? undefined : `${flat.numberPaths[j]}: ${recording.fixed[j]}, now ${flat.numbers[j]}; ${recording.fixedWhy[j]}`
+  return `${numberPaths(flat)[j]}: ${recording.fixed[j]}, now ${flat.numbers[j]}; ${recording.fixedWhy[j]}`
 }
 
 /** A verify trace against the recording: the difference, naming both call sites, or undefined. */
@@ -510,7 +538,7 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
   const name = options.name ?? (step.name || "step")
   const onRetrace = options.onRetrace ?? ((why: string) => console.error(`monarch: ${why}`))
   const cache = new Map<string, Array<Recording<R>>>()
-  let last: { flat: Flat; recording: Recording<R> } | undefined
+  let last: { args: ReadonlyArray<unknown>; recording: Recording<R> } | undefined
   const retraces: string[] = []
   let traces = 0
 
@@ -524,7 +552,7 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
       return recording
     })
 
-  const find = (flat: Flat) => cache.get(flat.key)?.find((r) => mismatch(r, flat, flat) === undefined)
+  const find = (flat: Flat) => cache.get(flat.key)?.find((r) => fits(r, flat))
   const needsTrace = (r: Recording<R> | undefined) => r === undefined || (options.verify === true && r.calls === 1)
 
   /** A call that traces: a new signature, or verify's second call. */
@@ -533,7 +561,7 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
       let recording = found
       if (recording === undefined) {
         if (last !== undefined) {
-          const why = `compile(${name}): tracing again: ${mismatch(last.recording, last.flat, flat)}`
+          const why = `compile(${name}): tracing again: ${mismatch(last.recording, flatten(last.args, true), flatten(args, true))}`
           retraces.push(why)
           onRetrace(why)
         }
@@ -546,7 +574,7 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
         if (diverged !== undefined)
           return yield* new ControllerError({ message: `compile(${name}, { verify: true }): the step's second call issued other commands than its first: ${diverged}` })
       }
-      last = { flat, recording }
+      last = { args, recording }
       return call(core, recording, flat)
     })
 
@@ -559,7 +587,7 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
       if (core.tracing) return Effect.fail(new ControllerError({ message: `compile(${name}) was called while compile(${core.tracing.name}) records its step; call it outside, or let the outer step be one recording` }))
       const found = find(flat)
       if (needsTrace(found)) return tracing(core, args, flat, found, called)
-      last = { flat, recording: found! }
+      last = { args, recording: found! }
       return Effect.succeed(call(core, found!, flat))
     })
   }

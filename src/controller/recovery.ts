@@ -1,7 +1,8 @@
 /**
- * Recovery from a lost worker (Controller.local's `recover`): the program hands its training
- * to `ctl.supervise(body)`; when `body` fails because a worker was lost, every worker of that
- * set is killed, a fresh set of the same world starts, the newest checkpoint of `recover.from`
+ * Recovery from a lost worker (Controller.local's or Controller.attach's `recover`): the
+ * program hands its training to `ctl.supervise(body)`; when `body` fails because a worker was
+ * lost, every worker of that set is killed (local) or torchrun restarts them (attach), a fresh
+ * set of the same world starts (or attaches), the newest checkpoint of `recover.from`
  * is loaded onto a mesh of the shape it was saved from, the recovery is reported (which rank was
  * lost, the version and step resumed from), and `body` runs again with that state. The
  * Controller service stays the same object: its methods act on the current set of workers.
@@ -42,8 +43,8 @@ export interface Start {
   readonly resumed: (Loaded & { readonly mesh: Mesh }) | undefined
 }
 
-/** One set of workers and the API over them. */
-export interface LocalWorkers {
+/** One set of workers and the API over them; `kill` ends them (Controller.local's), or nothing (torchrun's, which it restarts). */
+export interface Workers {
   readonly api: ControllerApi
   readonly kill: () => void
 }
@@ -65,10 +66,10 @@ export const recoverable = (
   o: { readonly world: number },
   recover: RecoverOptions,
   root: string | undefined,
-  start: Effect.Effect<LocalWorkers, StartError, Scope.Scope>,
+  start: Effect.Effect<Workers, StartError, Scope.Scope>,
 ): Effect.Effect<ControllerApi, StartError, Scope.Scope> =>
   Effect.gen(function* () {
-    if (root === undefined) return yield* new StartError({ message: "Controller.local's `recover` needs `checkpoints` (or MONARCH_CHECKPOINT_DIR): recovery loads the last checkpoint from there" })
+    if (root === undefined) return yield* new StartError({ message: "`recover` needs `checkpoints` (or MONARCH_CHECKPOINT_DIR): recovery loads the last checkpoint from there" })
     const launch = Effect.gen(function* () {
       const scope = yield* Scope.make()
       const workers = yield* start.pipe(Scope.provide(scope), Effect.onError(() => Scope.close(scope, Exit.void)))
@@ -89,7 +90,7 @@ export const recoverable = (
     }).pipe(Effect.catchDefect((e) => Effect.fail(new CheckpointError({ message: `reading the last checkpoint of ${recover.from}: ${e instanceof Error ? e.message : String(e)}` }))))
 
     const report = recover.onRecover ?? ((r: RecoveryReport) => process.stderr.write(
-      `monarch: rank ${r.lost.rank} was lost (${r.lost.signal ?? `status ${r.lost.status}`}); started ${o.world} new workers and resumed from ${r.version === undefined ? "the start (no checkpoint yet)" : `${recover.from}/${r.version}${r.step === undefined ? "" : ` (step ${r.step})`}`} in ${Math.round(r.ms)} ms (recovery ${r.restarts})\n`))
+      `monarch: rank ${r.lost.rank} was lost (${r.lost.signal ?? `status ${r.lost.status}`}); met ${o.world} new workers and resumed from ${r.version === undefined ? "the start (no checkpoint yet)" : `${recover.from}/${r.version}${r.step === undefined ? "" : ` (step ${r.step})`}`} in ${Math.round(r.ms)} ms (recovery ${r.restarts})\n`))
 
     const supervise = <A, E>(body: (start: Start) => Effect.Effect<A, E>): Effect.Effect<A, E | RecoveryFailure> =>
       Effect.gen(function* () {

@@ -149,28 +149,35 @@ export type Body = () => Effect.Effect<void, unknown> | void
  * has about 3 us in all (bench/dispatch.ts).
  */
 export const tryDefine = (s: Session, ident: number, refs: ReadonlyArray<Ref>, body: Body): Effect.Effect<void> =>
-  Effect.suspend(() => {
-    const complete = () => {
-      s.firstUncompletedIdent = ident + 1
-    }
-    let rest: Effect.Effect<void, unknown> | void = undefined
-    try {
-      rest = body()
-    } catch (e) {
-      complete()
-      return poison(s, ident, refs, e)
-    }
-    if (rest === undefined) {
-      complete()
-      return Effect.void
-    }
-    return rest.pipe(
-      Effect.catchCause((cause) =>
-        Cause.hasInterruptsOnly(cause) ? Effect.failCause(cause as Cause.Cause<never>) : poison(s, ident, refs, Cause.squash(cause)),
-      ),
-      Effect.andThen(Effect.sync(complete)),
-    )
-  })
+  Effect.suspend(() => tryDefineNow(s, ident, refs, body) ?? Effect.void)
+
+/**
+ * tryDefine run now: undefined when the command finished here (the common case), else the
+ * Effect that finishes it (a poisoning that logs, or the body's own rest). For callers that
+ * run many commands in a row (a recording's call) without an Effect per command.
+ */
+export const tryDefineNow = (s: Session, ident: number, refs: ReadonlyArray<Ref>, body: Body): Effect.Effect<void> | undefined => {
+  const complete = () => {
+    s.firstUncompletedIdent = ident + 1
+  }
+  let rest: Effect.Effect<void, unknown> | void = undefined
+  try {
+    rest = body()
+  } catch (e) {
+    complete()
+    return poison(s, ident, refs, e)
+  }
+  if (rest === undefined) {
+    complete()
+    return undefined
+  }
+  return rest.pipe(
+    Effect.catchCause((cause) =>
+      Cause.hasInterruptsOnly(cause) ? Effect.failCause(cause as Cause.Cause<never>) : poison(s, ident, refs, Cause.squash(cause)),
+    ),
+    Effect.andThen(Effect.sync(complete)),
+  )
+}
 
 /** Defines `refs` as poisoned; a root failure is also reported, and logged at info. */
 const poison = (s: Session, ident: number, refs: ReadonlyArray<Ref>, error: unknown): Effect.Effect<void> => {

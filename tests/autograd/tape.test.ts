@@ -12,7 +12,7 @@ let rt: ManagedRuntime.ManagedRuntime<Controller, unknown>
 let ctl: ControllerApi
 let mesh: Mesh
 beforeAll(async () => {
-  rt = ManagedRuntime.make(Controller.local({ world: 1, onWorkerLine: () => {} }))
+  rt = ManagedRuntime.make(Controller.local({ world: 1, functionPath: [new URL("../..", import.meta.url).pathname], onWorkerLine: () => {} }))
   ctl = await rt.runPromise(Effect.service(Controller))
   mesh = await rt.runPromise(ctl.mesh({ dp: 1 }))
 }, 60_000)
@@ -111,8 +111,25 @@ describe("the graph", () => {
     expect(seen.map((s) => s.slice(0, 2))).toEqual(["w2", "w1"])
     const [first, second] = seen.map((s) => Number(s.split(" ")[2]))
     expect(first!).toBeLessThan(second!)
+    // Independent branches run the latest recorded first (torch's order), so the last layer's gradient comes out first.
+    const a = tensor([1, 2]).requiresGrad_(), b = tensor([3, 4]).requiresGrad_()
+    const order = [...gradGenerator(ops.add(ops.sum(ops.exp(a)), ops.sum(ops.exp(b))), [a, b])].map(([p]) => (p === a ? "a" : "b"))
+    expect(order).toEqual(["b", "a"])
   })
 })
+
+/** The refs the commands issued by f define that were not deleted by the time it returned. */
+const leftAlive = (f: () => void): number[] => {
+  const issued = spyOn(ctl.core, "command"), deleted = spyOn(ctl.core, "release")
+  try {
+    f()
+    const gone = new Set(deleted.mock.calls.flatMap(([, refs]) => refs))
+    return issued.mock.calls.flatMap((c) => c[3] as number[]).filter((id) => !gone.has(id))
+  } finally {
+    issued.mockRestore()
+    deleted.mockRestore()
+  }
+}
 
 describe("lifetimes", () => {
   test("a saved tensor released before backward is kept until backward has read it, then deleted", async () => {
@@ -137,21 +154,45 @@ describe("lifetimes", () => {
     expect(w.released).toBe(false)
     y.release()                                              // y's node goes; h's node is still h's
     expect(w.released).toBe(false)
+    const deleted = spyOn(ctl.core, "release")
     h.release()                                              // nothing can run backward now
     expect([w.released, h.released, y.released]).toEqual([true, true, true])
+    // Each deleted once (a tensor its own node saved is not deleted twice).
+    expect(deleted.mock.calls.flatMap(([, refs]) => refs).sort()).toEqual([w.ref.id, h.ref.id].sort())
+    deleted.mockRestore()
   })
 
   test("backward releases its intermediate gradients and temporaries: only the leaves' gradients stay", async () => {
     const w = tensor([1, 2, 3]).requiresGrad_()
-    const issued = spyOn(ctl.core, "command"), deleted = spyOn(ctl.core, "release")
     const loss = ops.mean(ops.mul(ops.sigmoid(ops.mul(w, 2)), w))
-    issued.mockClear()
+    expect(leftAlive(() => loss.backward())).toEqual([w.grad!.ref.id])
+  })
+
+  test("the gradients a recorded backward returns are the tape's: released once used", async () => {
+    const double = customGrad("double", (x: RemoteTensor) => ({ value: ops.mul(x, 2), backward: (g) => [ops.mul(g, 2)] }))
+    const w = tensor([1, 2]).requiresGrad_()
+    const loss = ops.sum(ops.exp(double(w)))
+    expect(leftAlive(() => loss.backward())).toEqual([w.grad!.ref.id])
+    close(await values(w.grad!), [1, 2].map((v) => 2 * Math.exp(2 * v)))
+  })
+
+  test("backward releases each temporary as soon as it is used: what is live stays flat along a deep chain", async () => {
+    const w = tensor([0.1, 0.2]).requiresGrad_()
+    let h = w
+    for (let i = 0; i < 30; i++) h = ops.tanh(h)
+    const loss = ops.sum(h)
+    // How many tensors backward has made and not yet deleted, after each command and each delete, in order.
+    const events: number[] = []
+    const command = ctl.core.command.bind(ctl.core), release = ctl.core.release.bind(ctl.core)
+    const c = spyOn(ctl.core, "command").mockImplementation(((...a: Parameters<typeof command>) => (events.push(a[3].length), command(...a))) as never)
+    const r = spyOn(ctl.core, "release").mockImplementation(((ranks: ReadonlyArray<number>, refs: ReadonlyArray<number>) => (events.push(-refs.length), release(ranks, refs))) as never)
     loss.backward()
-    const made = issued.mock.calls.flatMap((c) => c[3] as number[])
-    const gone = new Set(deleted.mock.calls.flatMap(([, refs]) => refs))
-    issued.mockRestore()
-    deleted.mockRestore()
-    expect(made.filter((id) => !gone.has(id))).toEqual([w.grad!.ref.id])
+    c.mockRestore()
+    r.mockRestore()
+    let live = 0, peak = 0
+    for (const e of events) peak = Math.max(peak, (live += e))
+    // Each tanh node makes a few temporaries and the next gradient; without releasing them as it goes, 30 nodes would keep ~90.
+    expect(peak).toBeLessThan(10)
   })
 
   test("a command that fails in forward poisons exactly the gradients that read it", async () => {
@@ -164,5 +205,20 @@ describe("lifetimes", () => {
     expect(await outcome(loss)).toMatch(/out of range/)
     expect(await outcome(table.grad!)).toMatch(/out of range/)
     expect(await outcome(v.grad!)).toEqual([10, 12])
+  })
+
+  test("a command that fails in backward poisons exactly the gradients downstream of it", async () => {
+    // A gradient computed by a user function that fails on the worker.
+    const failing = customGrad("failing", (x: RemoteTensor) => ({
+      value: ops.mul(x, 2),
+      backward: (g) => [Effect.runSync(mesh.call("tests/controller/fixtures:failOnRank", [0, g], {}, { results: [g.meta!] }))],
+    }))
+    const w = tensor([1, 2]).requiresGrad_(), v = tensor([3, 4]).requiresGrad_()
+    const loss = ops.add(ops.sum(failing(ops.exp(w))), ops.sum(ops.mul(v, v)))
+    loss.backward()
+    const outcome = (t: RemoteTensor) => rt.runPromise(t.fetch().pipe(Effect.map((h) => [...h.toArray()].map(Number)), Effect.catchTag("RemoteError", (e) => Effect.succeed(e.message))))
+    expect(await outcome(w.grad!)).toMatch(/deliberate failure on rank 0/)
+    expect(await outcome(v.grad!)).toEqual([6, 8])
+    close(await outcome(loss) as number[], [2 * (Math.exp(1) + Math.exp(2)) + 25])
   })
 })

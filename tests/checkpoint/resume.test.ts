@@ -6,7 +6,7 @@ import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { Controller, load, save, type Mesh } from "../../src/controller/index.ts"
-import { initState, lossValue, train, type TrainState } from "./train.ts"
+import { initState, lossValue, restored, saved, train } from "./train.ts"
 
 const ROOT = mkdtempSync(join(tmpdir(), "monarch-resume-"))
 afterAll(() => rmSync(ROOT, { recursive: true, force: true }))
@@ -22,11 +22,11 @@ test(`train ${N}, save, stop; load, train ${M}: the losses equal an uninterrupte
   await onMesh((mesh) => Effect.gen(function* () {
     const s = yield* initState(mesh)
     yield* train(mesh, s, N)
-    yield* Effect.flatMap(save(mesh, s, "run"), (p) => p.durable)
+    yield* Effect.flatMap(save(mesh, saved(s), "run"), (p) => p.durable)
   }))
   const resumed = await onMesh((mesh) => Effect.gen(function* () {
     const loaded = yield* load(mesh, "run")
-    const s = loaded.state as unknown as TrainState
+    const s = restored(loaded.state)
     expect(s.step).toBe(N)
     return yield* train(mesh, s, M)
   }))

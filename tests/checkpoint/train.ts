@@ -1,30 +1,44 @@
 /**
- * A small model trained on a mesh for the resume and recovery tests, until the GPT demo and
- * AdamW land: a linear layer y = x W^T, its rows sharded over tp, on data each rank draws from
- * the step and its rank, mean-squared error, the gradient written by hand and averaged over dp,
- * and AdamW composed from ops (moments and step in the state). Everything a step computes is a
- * function of the state and the step, so a resumed run repeats an uninterrupted one bit for bit.
+ * A small model trained on a mesh for the resume and recovery tests, until the GPT demo lands:
+ * a linear layer y = x W^T, its rows sharded over tp, on data each rank draws from the step and
+ * its rank, mean-squared error, the gradient written by hand (until autograd lands) and averaged
+ * over dp, and src/optim's fused AdamW, whose moments and step the saved state carries. Every
+ * step is a function of the state and the step, so a resumed run repeats an uninterrupted one
+ * bit for bit.
  */
 import { Effect } from "effect"
-import { eager, opsOn, shard, type HostTensor, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
+import { eager, opsOn, shard, type HostTensor, type Mesh, type RemoteTensor, type State } from "../../src/controller/index.ts"
+import { AdamW } from "../../src/optim/index.ts"
 
 export interface TrainState {
-  w: RemoteTensor
-  m: RemoteTensor
-  v: RemoteTensor
+  readonly w: RemoteTensor
+  readonly opt: AdamW
   step: number
 }
 
 const IN = 6, OUT = 8, BATCH = 16
-const LR = 0.05, B1 = 0.9, B2 = 0.999, EPS = 1e-8, WD = 0.01
 
 export const initState = (mesh: Mesh): Effect.Effect<TrainState, unknown> =>
   eager(() => {
-    const on = opsOn(mesh), rows = OUT / (mesh.dims.tp ?? 1)
+    const rows = OUT / (mesh.dims.tp ?? 1)
     // Each tp rank's block of W: rows of the whole, drawn from the same seed so dp replicas agree.
-    const w = on.randn([rows, IN], { seed: 11 }).place({ tp: shard(0) })
-    return { w, m: on.zeros([rows, IN]).place({ tp: shard(0) }), v: on.zeros([rows, IN]).place({ tp: shard(0) }), step: 0 }
+    const w = opsOn(mesh).randn([rows, IN], { seed: 11 }).place({ tp: shard(0) })
+    return { w, opt: new AdamW([w], { lr: 0.05, weightDecay: 0.01 }), step: 0 }
   })
+
+/** What a checkpoint holds: the weight, AdamW's state for it (its step and moments) and the step. */
+export const saved = (s: TrainState): State => {
+  const a = s.opt.state.get(s.w)
+  return { w: s.w, adam: a === undefined ? null : { step: a.step, expAvg: a.expAvg, expAvgSq: a.expAvgSq }, step: s.step }
+}
+
+/** A state from a loaded checkpoint: the weight, a new AdamW given its saved state, the step. */
+export const restored = (tree: State): TrainState => {
+  const t = tree as { w: RemoteTensor; adam: { step: number; expAvg: RemoteTensor; expAvgSq: RemoteTensor } | null; step: number }
+  const opt = new AdamW([t.w], { lr: 0.05, weightDecay: 0.01 })
+  if (t.adam !== null) opt.state.set(t.w, { ...t.adam, maxExpAvgSq: undefined })
+  return { w: t.w, opt, step: t.step }
+}
 
 /** One AdamW step on the state; returns the step's loss as the mesh's mean. */
 const step = (mesh: Mesh, s: TrainState): Effect.Effect<RemoteTensor, unknown> =>
@@ -38,12 +52,8 @@ const step = (mesh: Mesh, s: TrainState): Effect.Effect<RemoteTensor, unknown> =
     })
     const g = yield* mesh.reduce(grad, "dp", "avg")
     const mean = yield* mesh.reduce(loss, ["dp", "tp"], "avg")
-    const next = yield* eager(() => {
-      const m = s.m.mul(B1).add(g.mul(1 - B1)), v = s.v.mul(B2).add(g.mul(g).mul(1 - B2))
-      const update = m.div(1 - B1 ** t).div(v.div(1 - B2 ** t).sqrt().add(EPS)).add(s.w.mul(WD))
-      return { w: s.w.sub(update.mul(LR)).place({ tp: shard(0) }), m: m.place({ tp: shard(0) }), v: v.place({ tp: shard(0) }) }
-    })
-    Object.assign(s, next, { step: t })
+    yield* eager(() => s.opt.step([[s.w, g]]))
+    s.step = t
     return mean
   })
 

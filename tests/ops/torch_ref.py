@@ -1,6 +1,9 @@
 # The torch reference for tests/ops/parity.test.ts: one process serving many cases, one JSON
 # object per line on stdin ({"id", "op", "args", "kwargs"}; tensors as {"t": dtype, "shape",
 # "data"}), one answer per line on stdout ({"id", "dtype", "shape", "data"} or {"id", "error"}).
+# tests/autograd/gradcheck.test.ts adds "wrt" (paths of the tensor arguments: [i] or [i, j] in a
+# list) and "weights" (a tensor of the result's shape): the answer is then {"id", "grads"}, the
+# gradients of sum(result * weights) by torch's autograd.
 import json
 import math
 import sys
@@ -77,7 +80,7 @@ OPS = {
     "norm": lambda x, p=2, dim=None, keepdim=False: torch.norm(x, p=p, dim=dim, keepdim=keepdim),
     "silu": F.silu, "softplus": F.softplus, "gelu": F.gelu,
     "scaled_dot_product_attention": sdpa, "rms_norm": rms_norm, "nll_loss": F.nll_loss, "mse_loss": F.mse_loss,
-    "one_hot": F.one_hot,
+    "one_hot": F.one_hot, "dropout": F.dropout,
 }
 
 
@@ -100,6 +103,26 @@ def encode(out):
     return {"dtype": NAMES[out.dtype], "shape": list(out.shape), "data": data}
 
 
+def numbers(t):
+    return [x if math.isfinite(x) else str(x) for x in t.detach().reshape(-1).double().tolist()]
+
+
+def gradients(fn, args, kwargs, wrt, weights):
+    """The gradients of sum(fn(*args, **kwargs) * weights) with respect to the arguments at the paths `wrt`."""
+    leaves = []
+    for path in wrt:
+        holder, key = (args, path[0]) if len(path) == 1 else (args[path[0]], path[1])
+        holder[key] = holder[key].detach().requires_grad_()
+        leaves.append(holder[key])
+    out, w = fn(*args, **kwargs), decode(weights)
+    # several results (split's pieces): each weighted by its own
+    loss = sum((o * x).sum() for o, x in zip(out, w)) if isinstance(out, (tuple, list)) else (out * w).sum()
+    grads = torch.autograd.grad(loss, leaves, allow_unused=True)
+    return [numbers(g if g is not None else torch.zeros_like(x)) for g, x in zip(grads, leaves)]
+
+
+OPS["_sum_of_squares"] = lambda tensors: sum(t.double().pow(2).sum() for t in tensors)
+
 for line in sys.stdin:
     case = json.loads(line)
     try:
@@ -107,6 +130,9 @@ for line in sys.stdin:
         # In place: the tensor method, on the first argument, which is the result.
         fn = OPS.get(op) or (getattr(torch.Tensor, op) if op.endswith("_") else getattr(torch, op))
         args, kwargs = decode(case["args"]), {k: decode(v) for k, v in case["kwargs"].items()}
+        if "wrt" in case:
+            print(json.dumps({"id": case["id"], "grads": gradients(fn, args, kwargs, case["wrt"], case["weights"])}), flush=True)
+            continue
         try:
             out = fn(*args, **kwargs)
         except RuntimeError as e:

@@ -90,6 +90,21 @@ describe("compile(step)", () => {
     expect(step.traces).toBe(3)
   }, 30_000)
 
+  test("a step that changes its argument in place and returns it gives that argument back, changed, every call", async () => {
+    const step = compile((x: RemoteTensor) => {
+      for (let i = 0; i < 3; i++) x.add_(1)
+      return { x, twice: x.mul(2) }
+    })
+    const x = opsOn(mesh).ones([2])
+    for (let i = 1; i <= 3; i++) {
+      const r = await run(step(x))
+      expect(r.x).toBe(x)
+      expect(await values(x)).toEqual([1 + 3 * i, 1 + 3 * i])
+      expect(await values(r.twice)).toEqual([2 + 6 * i, 2 + 6 * i])
+    }
+    expect(problems).toEqual([])
+  }, 30_000)
+
   test("a tensor made inside the step and not returned cannot be used after the call", async () => {
     let kept: RemoteTensor | undefined
     const step = compile((x: RemoteTensor) => {

@@ -13,7 +13,7 @@ import { HostTensor } from "../../protocol/values.ts"
 import { FunctionFailed, ResultCountMismatch, WrongRefType } from "../errors.ts"
 import { isBuiltin } from "../functions.ts"
 import { flattenTensors, kindOf } from "../refs.ts"
-import { announce, lookup, tryDefine, type Session } from "../session.ts"
+import { announce, lookup, tryDefine, tryDefineNow, type Session } from "../session.ts"
 import { streamOf } from "../streams.ts"
 
 const contextFor = (s: Session, stream: Stream, kwargs: Readonly<Record<string, unknown>>): FunctionContext => ({
@@ -58,11 +58,14 @@ const freeingAfter = (s: Session, made: Tensor[], body: () => Effect.Effect<void
   return rest?.pipe(Effect.ensuring(Effect.sync(() => freeUnheld(s, made))))
 }
 
-export const callFunction = (s: Session) => (m: CallFunction) =>
-  tryDefine(s, m.ident, m.mutates.length === 0 ? m.results : [...m.results, ...m.mutates], () => {
+export const callFunction = (s: Session) => (m: CallFunction) => Effect.suspend(() => callNow(s, m) ?? Effect.void)
+
+/** CallFunction run now (tryDefineNow), as command `ident` (a recording's call renumbers its commands): undefined when it finished here. */
+export const callNow = (s: Session, m: CallFunction, ident = m.ident): Effect.Effect<void> | undefined =>
+  tryDefineNow(s, ident, m.mutates.length === 0 ? m.results : [...m.results, ...m.mutates], () => {
     const stream = streamOf(s.env, m.stream)
     // Built-ins are quick for all but the largest tensors, and too frequent to announce.
-    if (!isBuiltin(m.function)) announce(s, m.ident)
+    if (!isBuiltin(m.function)) announce(s, ident)
     const uploads: Tensor[] = []
     return freeingAfter(s, uploads, () => {
       const args = lookup(s, m.args, stream, uploads) as unknown[]

@@ -59,7 +59,7 @@ export const makeDispatch = (s: Session, debug = false, trace?: Recorder): ((m: 
     Reduce: reduce(s),
     SendTensor: sendTensor(s),
     DefineRecording: defineRecording(s),
-    CallRecording: callRecording(s, dispatch),
+    CallRecording: callRecording(s, dispatch, !debug && trace === undefined),
     SaveShards: saveShards(s),
     CommitCheckpoint: commitCheckpoint(s),
     ReadCheckpoint: readCheckpoint(s),

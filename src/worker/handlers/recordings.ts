@@ -10,6 +10,7 @@ import { Effect } from "effect"
 import { RECORDABLE, type CallRecording, type DefineRecording, type WorkerMessage } from "../../protocol/messages.ts"
 import { Ref } from "../../protocol/values.ts"
 import { ioTurn, reject, stopped, type Session } from "../session.ts"
+import { callNow } from "./calls.ts"
 
 /** The refs a command defines. */
 const defines = (c: WorkerMessage): ReadonlyArray<Ref> => {
@@ -29,7 +30,11 @@ export const defineRecording = (s: Session) => (m: DefineRecording) => Effect.sy
   s.recordings.set(m.recording, { define: m, scratch: [...scratch] })
 })
 
-export const callRecording = (s: Session, dispatch: (m: WorkerMessage) => Effect.Effect<void>) => (m: CallRecording) =>
+/**
+ * `plain`: dispatch neither logs nor traces each command, so calls run straight through
+ * (callNow, no Effect per command); otherwise each command goes through `dispatch`.
+ */
+export const callRecording = (s: Session, dispatch: (m: WorkerMessage) => Effect.Effect<void>, plain: boolean) => (m: CallRecording) =>
   Effect.gen(function* () {
     const recording = s.recordings.get(m.recording)
     if (recording === undefined) return reject(s, `CallRecording ${m.ident}: unknown recording ${m.recording}`)
@@ -41,7 +46,10 @@ export const callRecording = (s: Session, dispatch: (m: WorkerMessage) => Effect
     for (let i = 0; i < m.params.length; i++) s.env.define(new Ref(define.params[i]!), m.params[i])
     try {
       for (const c of define.commands) {
-        yield* dispatch("ident" in c ? { ...c, ident: m.ident + c.ident } as WorkerMessage : c)
+        if (plain && c._tag === "CallFunction") {
+          const rest = callNow(s, c, m.ident + c.ident)
+          if (rest) yield* rest
+        } else yield* dispatch("ident" in c ? { ...c, ident: m.ident + c.ident } as WorkerMessage : c)
         const turn = ioTurn(s)
         if (turn) yield* turn
         if (stopped(s)) return
