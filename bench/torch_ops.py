@@ -1,16 +1,15 @@
-# torch's side of bench/ops.ts: times each case (JSON on stdin) on CPU with one thread and
-# prints one JSON line of medians (seconds per call), in case order.
+# torch's side of bench/ops.ts: reads the cases (one JSON line), says "ready", then for each
+# line "<case> <threads> <reps>" runs that case reps times on CPU with that many threads
+# (torch.set_num_threads) and prints the seconds per call. The first run of a case at a
+# thread count is preceded by one untimed call (allocation and dispatch warm-up, as ours).
 import json
 import math
-import statistics
 import sys
 import time
 
 import torch
 import torch.nn.functional as F
 
-torch.set_num_threads(1)
-cases = json.load(sys.stdin)
 g = torch.Generator().manual_seed(0)
 
 
@@ -38,20 +37,24 @@ def rms_norm(x, normalized_shape, weight):
 
 
 OPS = {"softmax": F.softmax, "log_softmax": F.log_softmax, "linear": F.linear, "layer_norm": F.layer_norm,
-       "embedding": F.embedding, "cross_entropy": F.cross_entropy,
+       "embedding": F.embedding, "cross_entropy": F.cross_entropy, "gelu": F.gelu,
        "amax": lambda x, dim: torch.amax(x, dim), "sum": lambda x, dim: torch.sum(x, dim),
        "mean": lambda x, dim: torch.mean(x, dim), "transpose": lambda x, a, b: x.transpose(a, b).contiguous(),
        "scaled_dot_product_attention": sdpa, "rms_norm": rms_norm, "nll_loss": F.nll_loss, "mse_loss": F.mse_loss,
        "split": lambda x, s, d: [t.contiguous() for t in torch.split(x, s, d)]}
-out = []
-for case in cases:
-    args = [make(a) for a in case["args"]]
+cases = json.loads(sys.stdin.readline())
+inputs = [[make(a) for a in case["args"]] for case in cases]
+warm = set()
+print("ready", flush=True)
+for line in sys.stdin:
+    i, threads, reps = (int(x) for x in line.split())
+    case, args = cases[i], inputs[i]
+    torch.set_num_threads(threads)
     fn = OPS.get(case["op"]) or getattr(torch, case["op"])
-    times = []
-    for _ in range(case["rounds"]):
-        t0 = time.perf_counter()
-        for _ in range(case["reps"]):
-            fn(*args, **case["kwargs"])
-        times.append((time.perf_counter() - t0) / case["reps"])
-    out.append(statistics.median(times))
-print(json.dumps(out))
+    if (i, threads) not in warm:
+        fn(*args, **case["kwargs"])
+        warm.add((i, threads))
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn(*args, **case["kwargs"])
+    print((time.perf_counter() - t0) / reps, flush=True)

@@ -322,6 +322,43 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("start = sizes.slice(0, at).reduce((a, b) => a + b, 0)", "start = 0"),
     tests: ["tests/autograd/gradcheck.test.ts"],
   },
+  // ---- checkpoints ------------------------------------------------------------------------
+  {
+    area: "worker", behaviour: "a checkpoint shard is reported saved only once its file is durable",
+    file: "src/worker/handlers/checkpoints.ts",
+    edits: one("    const write = writeShardFile(", "    s.send({ _tag: \"FetchResult\", ident: m.ident, value: { file, bytes: 0, hashes: tensors.map((t) => hashBytes(t.host.data)), ms: 0 } })\n    const write = writeShardFile("),
+    tests: ["tests/checkpoint/crash.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a checkpoint block whose bytes do not hash to the manifest's is refused",
+    file: "src/worker/handlers/checkpoints.ts",
+    edits: one("if (src.hash !== null && hashBytes(data) !== src.hash)", "if (src.hash === \"never\")"),
+    tests: ["tests/checkpoint/save.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "checkpoint paths leading out of the checkpoint root are refused",
+    file: "src/checkpoint/files.ts",
+    edits: one("  if (!inside(full) || relative(base, full).split(sep).includes(\"..\")) throw", "  if (false) throw"),
+    tests: ["tests/checkpoint/save.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a checkpoint load gives each rank the block it held",
+    file: "src/controller/checkpoint.ts",
+    edits: one("const held = rec.shards[rec.holders[saved.ranks[i]!]!]", "const held = rec.shards[0]"),
+    tests: ["tests/checkpoint/save.test.ts", "tests/checkpoint/resume.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a checkpoint export puts each block at its offsets in the whole tensor",
+    file: "src/controller/checkpoint.ts",
+    edits: one("blockRuns(lay.shape, b.offsets, local)", "blockRuns(lay.shape, local.map(() => 0), local)"),
+    tests: ["tests/checkpoint/export.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a recovery from a lost worker resumes from the last checkpoint",
+    file: "src/controller/recovery.ts",
+    edits: one("          current = yield* launch\n          resumed = yield* resume", "          current = yield* launch\n          resumed = undefined"),
+    tests: ["tests/checkpoint/recover.test.ts"],
+  },
   // ---- autograd ---------------------------------------------------------------------------
   {
     area: "autograd", behaviour: "a node lets go of its saved tensors once backward has run it",

@@ -30,6 +30,8 @@ int shim_check_sgd(const shim_tensor *param, const shim_tensor *grad, const shim
   const char *fn = "shim_sgd";
   SHIM_TRY(check_param(fn, param, flags, SHIM_OPTIM_NESTEROV | SHIM_OPTIM_MAXIMIZE | SHIM_OPTIM_FIRST));
   SHIM_TRY(check_like(fn, param, grad, "grad", 0));
+  if (momentum_buf != NULL && momentum_buf->storage == grad->storage && param->numel > 0)
+    return shim_fail(SHIM_E_INVALID, "%s: grad and momentum_buf share memory", fn);
   if (momentum == 0 && (flags & SHIM_OPTIM_NESTEROV))
     return shim_fail(SHIM_E_INVALID, "%s: nesterov needs a nonzero momentum", fn);
   return check_like(fn, param, momentum_buf, "momentum_buf", momentum == 0);
@@ -43,8 +45,16 @@ int shim_check_adamw(const shim_tensor *param, const shim_tensor *grad, const sh
   SHIM_TRY(check_like(fn, param, exp_avg, "exp_avg", 0));
   SHIM_TRY(check_like(fn, param, exp_avg_sq, "exp_avg_sq", 0));
   SHIM_TRY(check_like(fn, param, max_exp_avg_sq, "max_exp_avg_sq", !(flags & SHIM_OPTIM_AMSGRAD)));
-  if (exp_avg->storage == exp_avg_sq->storage && exp_avg->numel > 0)
-    return shim_fail(SHIM_E_INVALID, "%s: exp_avg and exp_avg_sq share memory", fn);
+  /* The kernels read and write these as distinct arrays (restrict). */
+  const shim_tensor *buffers[] = {exp_avg, exp_avg_sq, max_exp_avg_sq};
+  const char *names[] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
+  for (int i = 0; i < 3; i++)
+    for (int j = i + 1; j < 3; j++)
+      if (buffers[i] != NULL && buffers[j] != NULL && buffers[i]->storage == buffers[j]->storage && param->numel > 0)
+        return shim_fail(SHIM_E_INVALID, "%s: %s and %s share memory", fn, names[i], names[j]);
+  for (int i = 0; i < 3; i++)
+    if (buffers[i] != NULL && buffers[i]->storage == grad->storage && param->numel > 0)
+      return shim_fail(SHIM_E_INVALID, "%s: grad and %s share memory", fn, names[i]);
   if (step < 1) return shim_fail(SHIM_E_INVALID, "%s: step is %lld; the first step is 1", fn, (long long)step);
   return SHIM_OK;
 }

@@ -45,16 +45,17 @@ int shim_sgd(shim_tensor *param, const shim_tensor *grad, shim_tensor *momentum_
   return SHIM_OK;
 }
 
-/* AdamW over n elements of T (SQRT: its square root); the scalars are already T. v_max is NULL
- * without amsgrad. */
-#define ADAMW_LOOP(T, SQRT)                                                                             \
+/* AdamW over n elements of T (SQRT: its square root); the scalars are already T, and sign is -1
+ * to maximize, else 1 (exact either way). AMS (a constant) keeps v_max, the running maximum. The
+ * loops have no branches, so they vectorise (sqrt too: this file is built without errno). */
+#define ADAMW_LOOP(T, SQRT, AMS)                                                                        \
   for (int64_t i = 0; i < n; i++) {                                                                     \
-    T grad = maximize ? -g[i] : g[i];                                                                   \
+    T grad = sign * g[i];                                                                               \
     p[i] = p[i] * decay;                                                                                \
     m[i] = m[i] * beta1 + one_minus_beta1 * grad;                                                       \
     v[i] = v[i] * beta2 + one_minus_beta2 * grad * grad;                                                \
     T second = v[i];                                                                                    \
-    if (v_max != NULL) {                                                                                \
+    if (AMS) {                                                                                          \
       T top = v_max[i];                                                                                 \
       second = (second > top || second != second) ? second : top; /* torch.maximum: NaN wins */         \
       v_max[i] = second;                                                                                \
@@ -63,23 +64,25 @@ int shim_sgd(shim_tensor *param, const shim_tensor *grad, shim_tensor *momentum_
     p[i] = p[i] + neg_step_size * m[i] / denom;                                                         \
   }
 
-static void adamw_f32(float *p, const float *g, float *m, float *v, float *v_max, float decay, float beta1,
-                      float one_minus_beta1, float beta2, float one_minus_beta2, float bias2_sqrt, float eps,
-                      float neg_step_size, int maximize, int64_t n) {
-  ADAMW_LOOP(float, sqrtf)
-}
+#define ADAMW_DEFINE(NAME, T, SQRT)                                                                     \
+  static void NAME(T *restrict p, const T *restrict g, T *restrict m, T *restrict v, T *restrict v_max, \
+                   T decay, T beta1, T one_minus_beta1, T beta2, T one_minus_beta2, T bias2_sqrt, T eps,    \
+                   T neg_step_size, T sign, int64_t n) {                                                \
+    if (v_max != NULL) {                                                                                \
+      ADAMW_LOOP(T, SQRT, 1)                                                                            \
+    } else {                                                                                            \
+      ADAMW_LOOP(T, SQRT, 0)                                                                            \
+    }                                                                                                   \
+  }
 
-static void adamw_f64(double *p, const double *g, double *m, double *v, double *v_max, double decay, double beta1,
-                      double one_minus_beta1, double beta2, double one_minus_beta2, double bias2_sqrt, double eps,
-                      double neg_step_size, int maximize, int64_t n) {
-  ADAMW_LOOP(double, sqrt)
-}
+ADAMW_DEFINE(adamw_f32, float, sqrtf)
+ADAMW_DEFINE(adamw_f64, double, sqrt)
 
 int shim_adamw(shim_tensor *param, const shim_tensor *grad, shim_tensor *exp_avg, shim_tensor *exp_avg_sq,
                shim_tensor *max_exp_avg_sq, double lr, double beta1, double beta2, double eps, double weight_decay,
                int64_t step, int32_t flags, shim_stream *s) {
   SHIM_TRY(shim_check_adamw(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step, flags));
-  int maximize = (flags & SHIM_OPTIM_MAXIMIZE) != 0;
+  double sign = (flags & SHIM_OPTIM_MAXIMIZE) ? -1 : 1;
   void *v_max = (flags & SHIM_OPTIM_AMSGRAD) ? shim_cpu_data(max_exp_avg_sq) : NULL;
   /* The scalars as torch's Python computes them, in double. */
   double decay = 1 - lr * weight_decay, step_size = lr / (1 - pow(beta1, (double)step));
@@ -87,9 +90,9 @@ int shim_adamw(shim_tensor *param, const shim_tensor *grad, shim_tensor *exp_avg
   if (param->dtype == SHIM_F32)
     adamw_f32(shim_cpu_data(param), shim_cpu_data(grad), shim_cpu_data(exp_avg), shim_cpu_data(exp_avg_sq), v_max,
               (float)decay, (float)beta1, (float)(1 - beta1), (float)beta2, (float)(1 - beta2), (float)bias2_sqrt,
-              (float)eps, (float)-step_size, maximize, param->numel);
+              (float)eps, (float)-step_size, (float)sign, param->numel);
   else
     adamw_f64(shim_cpu_data(param), shim_cpu_data(grad), shim_cpu_data(exp_avg), shim_cpu_data(exp_avg_sq), v_max,
-              decay, beta1, 1 - beta1, beta2, 1 - beta2, bias2_sqrt, eps, -step_size, maximize, param->numel);
+              decay, beta1, 1 - beta1, beta2, 1 - beta2, bias2_sqrt, eps, -step_size, sign, param->numel);
   return SHIM_OK;
 }

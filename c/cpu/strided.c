@@ -25,6 +25,39 @@ static void run(char *dst, int64_t ds, const char *src, int64_t ss, int64_t n, i
   }
 }
 
+/* Runs [begin, end) of the outer index (every dim but the last; a part of shim_cpu_parallel). */
+typedef struct {
+  char *d;
+  const char *sp;
+  const shim_strided_plan *p;
+  int64_t size;
+} copy_job;
+
+static void copy_range(void *ctx, int64_t begin, int64_t end) {
+  const copy_job *j = ctx;
+  const shim_strided_plan *p = j->p;
+  const int32_t k = p->ndim - 1;
+  const int64_t n = p->shape[k], size = j->size;
+  int64_t idx[SHIM_MAX_DIMS] = {0}, doff = p->dst_offset, soff = p->src_offset;
+  for (int64_t rest = begin, d = k - 1; d >= 0; d--) { /* begin's index over the outer dims */
+    idx[d] = rest % p->shape[d];
+    rest /= p->shape[d];
+    doff += idx[d] * p->dst_strides[d];
+    soff += idx[d] * p->src_strides[d];
+  }
+  for (int64_t o = begin; o < end; o++) {
+    run(j->d + doff * size, p->dst_strides[k], j->sp + soff * size, p->src_strides[k], n, size);
+    for (int32_t d = k - 1; d >= 0; d--) { /* the next index of the outer dims, last fastest */
+      doff += p->dst_strides[d];
+      soff += p->src_strides[d];
+      if (++idx[d] < p->shape[d]) break;
+      doff -= p->dst_strides[d] * p->shape[d];
+      soff -= p->src_strides[d] * p->shape[d];
+      idx[d] = 0;
+    }
+  }
+}
+
 int shim_copy_strided(shim_tensor *dst, int64_t dst_offset, const int64_t *dst_strides, const shim_tensor *src,
                       int64_t src_offset, const int64_t *src_strides, int32_t ndim, const int64_t *shape, shim_stream *s) {
   shim_strided_plan p;
@@ -37,20 +70,9 @@ int shim_copy_strided(shim_tensor *dst, int64_t dst_offset, const int64_t *dst_s
     memcpy(d + p.dst_offset * size, sp + p.src_offset * size, (size_t)size);
     return SHIM_OK;
   }
-  const int32_t k = p.ndim - 1;
-  const int64_t n = p.shape[k], outer = p.numel / n;
-  int64_t idx[SHIM_MAX_DIMS] = {0}, doff = p.dst_offset, soff = p.src_offset;
-  for (int64_t o = 0; o < outer; o++) {
-    run(d + doff * size, p.dst_strides[k], sp + soff * size, p.src_strides[k], n, size);
-    for (int32_t j = k - 1; j >= 0; j--) { /* the next index of the outer dims, last fastest */
-      doff += p.dst_strides[j];
-      soff += p.src_strides[j];
-      if (++idx[j] < p.shape[j]) break;
-      doff -= p.dst_strides[j] * p.shape[j];
-      soff -= p.src_strides[j] * p.shape[j];
-      idx[j] = 0;
-    }
-  }
+  copy_job job = {d, sp, &p, size};
+  const int64_t n = p.shape[p.ndim - 1];
+  shim_cpu_parallel(p.numel / n, SHIM_CPU_GRAIN / n + 1, copy_range, &job);
   return SHIM_OK;
 }
 

@@ -145,10 +145,9 @@ export const writeFileDurably = (path: string, chunks: ReadonlyArray<Uint8Array>
 /**
  * Publishes a version whose files are all durable in `tmp`: writes and syncs the manifest,
  * syncs tmp, renames it to `<dir>/<version>`, syncs dir, replaces LATEST by rename and syncs dir
- * again. A crash anywhere leaves LATEST naming the previous complete version. Then removes
- * versions beyond the newest `keep` and temporary directories of saves that never finished.
+ * again. A crash anywhere leaves LATEST naming the previous complete version.
  */
-export const publish = (dir: string, tmp: string, version: string, manifest: string, keep: number): void => {
+export const publish = (dir: string, tmp: string, version: string, manifest: string): void => {
   writeDurably(join(tmp, MANIFEST), manifest)
   syncDir(tmp)
   const final = join(dir, version)
@@ -158,6 +157,10 @@ export const publish = (dir: string, tmp: string, version: string, manifest: str
   writeDurably(join(dir, `${LATEST}.tmp`), `${version}\n`)
   renameSync(join(dir, `${LATEST}.tmp`), join(dir, LATEST))
   syncDir(dir)
+}
+
+/** Removes the versions beyond the newest `keep` (never `version`, the one LATEST names) and temporary directories of saves that never finished. */
+export const prune = (dir: string, version: string, keep: number): void => {
   const entries = readdirSync(dir, { withFileTypes: true }).filter((e) => e.isDirectory())
   for (const e of entries) if (e.name.startsWith(".tmp-")) rmSync(join(dir, e.name), { recursive: true, force: true })
   const versions = entries.filter((e) => !e.name.startsWith(".") && existsSync(join(dir, e.name, MANIFEST)))

@@ -21,6 +21,7 @@ export {
 } from "./checkpoint.ts"
 export { Mesh, type CallOptions, type FetchOptions } from "./mesh.ts"
 export { customGrad, grad, gradGenerator, noGrad, recordBackward, zeroGrad, type TensorGrad } from "./autograd.ts"
+export { allGather, allReduce, allToAll, copyTo, reduceScatter, sendTo } from "./meshgrad.ts"
 export { blockOf, partial, replicate, replicated, shard, shardedDims, type DimPlacement, type Placement, type PlacementSpec } from "./placement.ts"
 export { eager, ops, opsOn, type OpFunction, type OpMethod, type Ops, type TensorMethods } from "./ops.ts"
 export type { TensorMeta } from "../ops/meta.ts"

@@ -17,6 +17,7 @@ import type { Core } from "./core.ts"
 import { ControllerError, type Failure } from "./errors.ts"
 import type { Exchange } from "./graph.ts"
 import { checkOwner, RemoteStream, RemoteTensor } from "./handles.ts"
+import { checkCollectiveGrad, recordCollectiveGrad, recordSendGrad } from "./meshgrad.ts"
 import { afterCollective, afterSend, type PlacementSpec } from "./placement.ts"
 import type { CallSite } from "./sites.ts"
 
@@ -29,6 +30,14 @@ export interface CallOptions {
    * reduce and send). Built-ins know theirs.
    */
   readonly results?: number | ReadonlyArray<TensorMeta>
+}
+
+export interface ReduceOptions {
+  readonly scatter?: boolean
+  readonly inplace?: boolean
+  readonly stream?: RemoteStream
+  /** The result's placement, where the collective's own rule (placement.ts) is not what the program means. */
+  readonly placement?: PlacementSpec
 }
 
 export interface FetchOptions {
@@ -163,28 +172,36 @@ export class Mesh {
   /**
    * A collective over one or more dims: all_reduce (`sum`, `avg`, ...), all_gather
    * (`stack`), reduce_scatter (`scatter`), all_to_all (`stack` with `scatter`). The result's
-   * placement follows from the input's (placement.ts, afterCollective), or is `placement`.
+   * placement follows from the input's (placement.ts, afterCollective), or is `placement`;
+   * its gradient crosses the mesh by the rules in meshgrad.ts.
    */
-  reduce(t: RemoteTensor, dims: string | ReadonlyArray<string>, reduction: Reduction, opts: { scatter?: boolean; inplace?: boolean; stream?: RemoteStream; placement?: PlacementSpec } = {}): Effect.Effect<RemoteTensor, ControllerError> {
+  reduce(t: RemoteTensor, dims: string | ReadonlyArray<string>, reduction: Reduction, opts: ReduceOptions = {}): Effect.Effect<RemoteTensor, ControllerError> {
     const site = this.core.site()
-    return attempt(() => {
-      const names = typeof dims === "string" ? [dims] : [...dims]
-      this.checkDims(names)
-      if (!t.meta) throw refuse(`reduce needs the dtype and shape of ${t}; give the function's results as metadata (CallOptions.results)`)
-      const { scatter = false, inplace = false } = opts
-      const plan = planCollective(t.meta, names.reduce((p, d) => p * this.dims[d]!, 1), reduction, scatter, inplace)
-      if (typeof plan === "string") throw refuse(`reduce over ${names.join("+")}: ${plan}`)
-      const stream = this.streamFor(opts.stream)
-      const result = inplace ? t.ref : this.core.newRef()
-      this.read(t)
-      this.core.command(this.ranks, `reduce ${reduction}${scatter ? " scatter" : ""} over ${names.join("+")}`, [t.ref.id], [result.id], site, (ident) => ({
-        _tag: "Reduce", ident, result, tensor: t.ref, factory: new TensorFactory(t.meta!.shape, t.meta!.dtype, this.core.device), mesh: this.ref, stream: stream.ref,
-        dims: names, reduction, scatter, inplace,
-      }), this.groupExchange(names))
-      const out = inplace ? t : new RemoteTensor(this, result, plan.result, stream)
-      out.placement = opts.placement ?? afterCollective(t.placement, this.names, names, reduction, scatter)
-      return out
-    })
+    return attempt(() => this.issueReduce(t, dims, reduction, opts, site))
+  }
+
+  /** @internal reduce, issued now: its result, or the ControllerError that refused it, thrown (the synchronous collectives of meshgrad.ts). */
+  issueReduce(t: RemoteTensor, dims: string | ReadonlyArray<string>, reduction: Reduction, opts: ReduceOptions, site: CallSite | undefined): RemoteTensor {
+    const names = typeof dims === "string" ? [dims] : [...dims]
+    this.checkDims(names)
+    if (!t.meta) throw refuse(`reduce needs the dtype and shape of ${t}; give the function's results as metadata (CallOptions.results)`)
+    const { scatter = false, inplace = false } = opts
+    const size = names.reduce((p, d) => p * this.dims[d]!, 1)
+    const plan = planCollective(t.meta, size, reduction, scatter, inplace)
+    if (typeof plan === "string") throw refuse(`reduce over ${names.join("+")}: ${plan}`)
+    const label = `reduce ${reduction}${scatter ? " scatter" : ""} over ${names.join("+")}`
+    checkCollectiveGrad(label, t, this, reduction, inplace)
+    const stream = this.streamFor(opts.stream)
+    const result = inplace ? t.ref : this.core.newRef()
+    this.read(t)
+    this.core.command(this.ranks, label, [t.ref.id], [result.id], site, (ident) => ({
+      _tag: "Reduce", ident, result, tensor: t.ref, factory: new TensorFactory(t.meta!.shape, t.meta!.dtype, this.core.device), mesh: this.ref, stream: stream.ref,
+      dims: names, reduction, scatter, inplace,
+    }), this.groupExchange(names))
+    const out = inplace ? t : new RemoteTensor(this, result, plan.result, stream)
+    out.placement = opts.placement ?? afterCollective(t.placement, this.names, names, reduction, scatter)
+    if (!inplace) recordCollectiveGrad(label, out, t, names, size, reduction, scatter)
+    return out
   }
 
   /** A collective over `dims`: each rank's result depends on every member of its group, inputs included. */
@@ -201,27 +218,32 @@ export class Mesh {
 
   /**
    * Sends `t` from this mesh's ranks to `to`'s, rank i to rank i (the meshes must be the same
-   * size); a rank sending to itself copies.
+   * size); a rank sending to itself copies. Its gradient is sent back (meshgrad.ts).
    */
   send(t: RemoteTensor, to: Mesh, opts: { readonly stream?: RemoteStream } = {}): Effect.Effect<RemoteTensor, ControllerError> {
     const site = this.core.site()
-    return attempt(() => {
-      checkOwner(this.core, to)
-      if (this.size !== to.size) throw refuse(`cannot send ${t} from ${this} to ${to}: sizes differ`)
-      if (!t.meta) throw refuse(`send needs the dtype and shape of ${t}`)
-      const ranks = [...new Set([...this.ranks, ...to.ranks])].sort((a, b) => a - b)
-      const stream = this.streamFor(opts.stream)
-      const { reads } = this.read(t)
-      const result = this.core.newRef()
-      // Rank i of `to` gets rank i of this mesh's tensor: its result depends on that sender alone.
-      const sender = new Map(to.ranks.map((r, i) => [r, this.ranks[i]!]))
-      const senders = new Set(this.ranks)
-      this.core.command(ranks, "send", reads.inputs, [result.id], site, (ident) => ({
-        _tag: "SendTensor", ident, result, fromRanks: this.layout, toRanks: to.layout, tensor: t.ref,
-        factory: new TensorFactory(t.meta!.shape, t.meta!.dtype, this.core.device), stream: stream.ref,
-      }), { peers: (r) => (sender.has(r) ? [sender.get(r)!] : []), reads: (r) => senders.has(r) })
-      return new RemoteTensor(to, result, t.meta, stream).place(afterSend(t.placement, to))
-    })
+    return attempt(() => this.issueSend(t, to, opts, site))
+  }
+
+  /** @internal send, issued now: its result, or the ControllerError that refused it, thrown. */
+  issueSend(t: RemoteTensor, to: Mesh, opts: { readonly stream?: RemoteStream }, site: CallSite | undefined): RemoteTensor {
+    checkOwner(this.core, to)
+    if (this.size !== to.size) throw refuse(`cannot send ${t} from ${this} to ${to}: sizes differ`)
+    if (!t.meta) throw refuse(`send needs the dtype and shape of ${t}`)
+    const ranks = [...new Set([...this.ranks, ...to.ranks])].sort((a, b) => a - b)
+    const stream = this.streamFor(opts.stream)
+    const { reads } = this.read(t)
+    const result = this.core.newRef()
+    // Rank i of `to` gets rank i of this mesh's tensor: its result depends on that sender alone.
+    const sender = new Map(to.ranks.map((r, i) => [r, this.ranks[i]!]))
+    const senders = new Set(this.ranks)
+    this.core.command(ranks, "send", reads.inputs, [result.id], site, (ident) => ({
+      _tag: "SendTensor", ident, result, fromRanks: this.layout, toRanks: to.layout, tensor: t.ref,
+      factory: new TensorFactory(t.meta!.shape, t.meta!.dtype, this.core.device), stream: stream.ref,
+    }), { peers: (r) => (sender.has(r) ? [sender.get(r)!] : []), reads: (r) => senders.has(r) })
+    const out = new RemoteTensor(to, result, t.meta, stream).place(afterSend(t.placement, to))
+    recordSendGrad(out, t, this, to)
+    return out
   }
 
   /** The rank at an index, or at coordinates of this mesh's dims (dims not given: 0). */

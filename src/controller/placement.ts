@@ -13,7 +13,8 @@
  * {tp: shard(0)}` or `t.place({tp: shard(0)})` (dims not named are replicated). Ops do not
  * propagate placements (each rank's op runs on its local tensor, so its result's layout is the
  * program's to state; an unstated one reads as replicated); the mesh's collectives and sends do
- * carry them (`afterCollective`), and autograd gives a gradient its parameter's placement.
+ * carry them (`afterCollective`); a gradient takes its parameter's where the program sets `.grad`
+ * (examples/gpt/model.ts's trainStep does).
  * Checkpoints read it to know which rank holds which block of which tensor (`blockOf`), and
  * global-norm clipping to count each replica once (`shardedDims`).
  */

@@ -10,6 +10,7 @@
 import { refuse } from "../controller/arguments.ts"
 import type { RemoteTensor } from "../controller/handles.ts"
 import type { Mesh } from "../controller/mesh.ts"
+import { noGrad, zeroGrad } from "../controller/autograd.ts"
 import { opsOn } from "../controller/ops.ts"
 import { OpArgumentError } from "../ops/meta.ts"
 import { inferOutputs, opNamed } from "../ops/registry.ts"
@@ -27,8 +28,6 @@ export interface ParamGroup<O> {
 /** What a constructor takes: the parameters, or groups of them each overriding some options. */
 export type Params<O> = ReadonlyArray<RemoteTensor> | ReadonlyArray<{ readonly params: ReadonlyArray<RemoteTensor> } & Partial<O>>
 
-/** A parameter's gradient as autograd left it (`.grad`), or undefined. */
-const gradOf = (p: RemoteTensor): RemoteTensor | undefined => (p as { readonly grad?: RemoteTensor }).grad
 
 /** One fused command to issue: the op, its arguments and keyword arguments, on a mesh. */
 export interface FusedCall {
@@ -90,7 +89,7 @@ export abstract class Optimizer<O extends { lr: number }, S> {
     for (const group of this.paramGroups) {
       const byMesh = new Map<Mesh, Stepped[]>()
       for (const param of group.params) {
-        const grad = given ? given.get(param) : gradOf(param)
+        const grad = given ? given.get(param) : param.grad
         if (grad === undefined) continue
         if (grad.mesh !== param.mesh) throw refuse(`${this.name}.step: the gradient ${grad} of ${param} is on another mesh`)
         const list = byMesh.get(param.mesh) ?? []
@@ -100,11 +99,19 @@ export abstract class Optimizer<O extends { lr: number }, S> {
       for (const [mesh, stepped] of byMesh) calls.push(...this.plan(mesh, group.options, stepped))
     }
     for (const c of calls) check(c)
-    for (const c of calls) {
-      const fused = opsOn(c.mesh)[c.op] as (...args: unknown[]) => RemoteTensor
-      fused(...c.args, c.kwargs)
-      c.commit()
-    }
+    // A step is not part of the model: nothing goes on the tape (and parameters that require grad may be written in place).
+    noGrad(() => {
+      for (const c of calls) {
+        const fused = opsOn(c.mesh)[c.op] as (...args: unknown[]) => RemoteTensor
+        fused(...c.args, c.kwargs)
+        c.commit()
+      }
+    })
+  }
+
+  /** Drops every parameter's `.grad`, releasing it on the workers (torch's zero_grad(set_to_none=True)). */
+  zeroGrad(): void {
+    for (const g of this.paramGroups) zeroGrad(g.params)
   }
 
   /** The fused commands of one group's parameters on one mesh. */

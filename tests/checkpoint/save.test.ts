@@ -4,7 +4,7 @@
 // out of the root refused.
 import { afterAll, describe, expect, test } from "bun:test"
 import { Effect } from "effect"
-import { mkdtempSync, readdirSync, readFileSync, rmSync, truncateSync, writeFileSync } from "node:fs"
+import { mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { Controller, eager, load, opsOn, perRank, save, shard, type HostTensor, type Mesh, type RemoteTensor, type State } from "../../src/controller/index.ts"
@@ -67,6 +67,9 @@ describe("save and load on a 2x2 mesh", () => {
       expect([s.step, s.lr, s.name]).toEqual([12, 0.5, "run"])
       expect(s.col.placement).toEqual(state.col.placement)
       expect(yield* values(mesh, [s.params.w, s.params.row, s.col, s.rng.tensor])).toEqual(before)
+      // Saving the loaded tree again with keep 1 leaves only the new version beside LATEST.
+      const again = yield* Effect.flatMap(save(mesh, loaded.state, "a", { keep: 1 }), (p) => p.durable)
+      expect(readdirSync(dir).sort()).toEqual(["LATEST", again.version])
     }))
   }, 60_000)
 })
@@ -106,11 +109,15 @@ describe("what load refuses", () => {
   test("paths out of the checkpoint root are refused on the workers", async () => {
     await run((mesh) => Effect.gen(function* () {
       const state = { w: yield* eager(() => opsOn(mesh).ones([2])) }
-      for (const dir of ["../escape", "/tmp/abs", "a/../../escape"]) {
+      const outside = mkdtempSync(join(tmpdir(), "monarch-outside-"))
+      symlinkSync(outside, join(ROOT, "link"))
+      for (const dir of ["../escape", "/tmp/abs", "a/../../escape", "link/run"]) {
         const f = yield* Effect.flip(Effect.flatMap(save(mesh, state, dir), (p) => p.durable))
-        expect(`${f._tag}: ${f.message}`).toMatch(/^CheckpointError: CheckpointPathError: checkpoint path ".*" (is absolute|leads out of the checkpoint root)/)
+        expect(`${f._tag}: ${f.message}`).toMatch(/^CheckpointError: CheckpointPathError: checkpoint path ".*" (is absolute|leads out of the checkpoint root|passes a symlink that leads out)/)
       }
       expect(readdirSync(join(ROOT, "..")).includes("escape")).toBe(false)
+      expect(readdirSync(outside)).toEqual([])
+      rmSync(outside, { recursive: true })
     }))
   }, 60_000)
 })

@@ -145,6 +145,26 @@ describeUnless(missing)("optimizers against torch.optim 1.13", () => {
     }, 60_000)
   }
 
+  test("with autograd: a step reads each parameter's .grad (outside noGrad), zeroGrad drops them", async () => {
+    const x = await upload(tensor("f32", [4, 3]))
+    const [w1, w2] = await Promise.all([upload(tensor("f32", [3, 2])), upload(tensor("f32", [3, 2]))])
+    const [v1, v2] = [w1!.clone(), w2!.clone()]
+    for (const w of [w1!, v1!]) w.requiresGrad_()
+    const byGrad = new AdamW([w1!], { lr: 0.1 }), byPairs = new AdamW([v1!], { lr: 0.1 })
+    x.matmul(w1!).tanh().sum().backward()
+    expect(w1!.grad).toBeDefined()
+    const g = w1!.grad!.clone()
+    byGrad.step()
+    byPairs.step([[v1!, g]])
+    expect(numbersOf(await run(w1!.fetch()))).toEqual(numbersOf(await run(v1!.fetch())))
+    expect(numbersOf(await run(w1!.fetch()))).not.toEqual(numbersOf(await run(w2!.fetch())))
+    byGrad.zeroGrad()
+    expect(w1!.grad).toBeUndefined()
+    // No gradient: nothing to step.
+    byGrad.step()
+    expect((byGrad.state.get(w1!) as { step: number }).step).toBe(1)
+  })
+
   test("a step is one fused command per group (per step count), whatever the number of parameters", async () => {
     const ps = await Promise.all([[4], [2, 2], [3], [5], [1], [6]].map((s) => upload(tensor("f32", s))))
     const opt = new AdamW([{ params: ps.slice(0, 4) }, { params: ps.slice(4), lr: 0.1 }])

@@ -8,7 +8,7 @@ import { mkdirSync } from "node:fs"
 import { join } from "node:path"
 import { Tensor } from "../../../ffi/tensor.ts"
 import { blockRuns, CheckpointCorrupt, versionProblem } from "../../checkpoint/format.ts"
-import { confine, publish, readManifest, SafetensorsReader, writeShardFile } from "../../checkpoint/files.ts"
+import { confine, prune, publish, readManifest, SafetensorsReader, writeShardFile } from "../../checkpoint/files.ts"
 import type { CommitCheckpoint, LoadShards, ReadCheckpoint, SaveShards, Value } from "../../protocol/messages.ts"
 import { HostTensor, ITEM_SIZE } from "../../protocol/values.ts"
 import { WrongRefType } from "../errors.ts"
@@ -54,8 +54,11 @@ export const commitCheckpoint = (s: Session) => (m: CommitCheckpoint) =>
   tryDefine(s, m.ident, [], () => {
     const problem = versionProblem(m.version)
     if (problem !== undefined) throw malformed(`CommitCheckpoint: ${problem}`)
-    publish(confine(s.checkpointRoot, m.dir), confine(s.checkpointRoot, m.tmp), m.version, m.manifest, m.keep)
+    const dir = confine(s.checkpointRoot, m.dir)
+    publish(dir, confine(s.checkpointRoot, m.tmp), m.version, m.manifest)
+    // Durable and named by LATEST: the program may go on while older versions are removed.
     s.send({ _tag: "FetchResult", ident: m.ident, value: null })
+    prune(dir, m.version, m.keep)
   })
 
 export const readCheckpoint = (s: Session) => (m: ReadCheckpoint) =>
