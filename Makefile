@@ -77,6 +77,7 @@ bench: setup
 	$(BUN) run bench/trace.ts
 	$(BUN) run bench/collectives.ts
 	$(BUN) run bench/ops.ts
+	$(BUN) run bench/train.ts
 
 clean:
 	rm -rf build

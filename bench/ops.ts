@@ -11,7 +11,8 @@
  *   torch: one torch 1.13 process (Debian's /usr/bin/python3) serving the cases.
  * Rounds alternate ours, torch's and the worker's per case, so load on the machine hits them
  * alike; each op is called once untimed first. Ratios are torch's time over ours (>= 1: as
- * fast or faster), medians of the per-round ratios.
+ * fast or faster), medians of the per-round ratios; beside the wall-time ratio, the ratio of
+ * CPU time (each process's own), which a loaded machine disturbs less.
  *
  *   bun run bench/ops.ts [--quick] [--only <name part>] [--threads 1,2] [--no-worker]
  */
@@ -94,12 +95,14 @@ const buildLocal = (a: Arg): unknown => {
   return t
 }
 const localArgs = CASES.map((c) => c.args.map(buildLocal))
-const kernelRound = (i: number, threads: number, reps: number): number => {
+/** Seconds per call, wall and CPU (this process's). */
+const kernelRound = (i: number, threads: number, reps: number): [number, number] => {
   native.setThreads(threads)
   const c = CASES[i]!, fn = builtinFunction(c.op)!, args = localArgs[i]!
-  const t0 = performance.now()
+  const t0 = performance.now(), c0 = process.cpuUsage()
   for (let r = 0; r < reps; r++) (fn({ ...ctx, kwargs: c.kwargs ?? {} }, ...args) as NativeTensor).free()
-  return (performance.now() - t0) / 1000 / reps
+  const cpu = process.cpuUsage(c0)
+  return [(performance.now() - t0) / 1000 / reps, (cpu.user + cpu.system) / 1e6 / reps]
 }
 
 // ---- torch ------------------------------------------------------------------------------
@@ -121,12 +124,13 @@ torch.stdin.write(JSON.stringify(CASES.map((c) => ({ op: c.op, args: c.args, kwa
 torch.stdin.flush()
 const torchReady = (await torchLine()) === "ready"
 if (!torchReady) console.log("torch did not start (is python3-torch at /usr/bin/python3?): ours only")
-const torchRound = async (i: number, threads: number, reps: number): Promise<number | undefined> => {
+/** Seconds per call, wall and CPU, or undefined when torch did not answer. */
+const torchRound = async (i: number, threads: number, reps: number): Promise<[number, number] | undefined> => {
   if (!torchReady) return undefined
   torch.stdin.write(`${i} ${threads} ${reps}\n`)
   torch.stdin.flush()
-  const line = await torchLine()
-  return line !== undefined && Number.isFinite(Number(line)) ? Number(line) : undefined
+  const [wall, cpu] = ((await torchLine()) ?? "").split(" ").map(Number)
+  return Number.isFinite(wall) && Number.isFinite(cpu) ? [wall!, cpu!] : undefined
 }
 
 // ---- ours, through a worker ---------------------------------------------------------------
@@ -161,7 +165,7 @@ const workerRound = (mesh: Mesh, i: number, args: ReadonlyArray<unknown>, reps: 
 
 // ---- the run --------------------------------------------------------------------------------
 const median = (xs: ReadonlyArray<number>) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!
-interface Row { kernel: number[]; torch: number[]; worker: number[]; ratio: number[]; workerRatio: number[]; workerCpu: number }
+interface Row { kernel: number[]; torch: number[]; worker: number[]; ratio: number[]; workerRatio: number[]; cpuRatio: number[]; workerCpu: number }
 
 /** User plus system CPU seconds of a process (/proc ticks of 10 ms: summed over all rounds). */
 const cpuOf = (pid: number): number => {
@@ -170,7 +174,7 @@ const cpuOf = (pid: number): number => {
 }
 
 const measure = async (threads: number): Promise<Row[]> => {
-  const rows: Row[] = CASES.map(() => ({ kernel: [], torch: [], worker: [], ratio: [], workerRatio: [], workerCpu: NaN }))
+  const rows: Row[] = CASES.map(() => ({ kernel: [], torch: [], worker: [], ratio: [], workerRatio: [], cpuRatio: [], workerCpu: NaN }))
   let rt: ManagedRuntime.ManagedRuntime<Controller, unknown> | undefined
   let mesh: Mesh | undefined, remoteArgs: unknown[][] = [], pid = 0
   if (WORKER) {
@@ -190,9 +194,9 @@ const measure = async (threads: number): Promise<Row[]> => {
       if (rt) await rt.runPromise(workerRound(mesh!, i, remoteArgs[i]!, 1))
       let cpu = 0
       for (let r = 0; r < ROUNDS; r++) {
-        const k = kernelRound(i, threads, reps), t = await torchRound(i, threads, reps)
+        const [k, kCpu] = kernelRound(i, threads, reps), torchTimes = await torchRound(i, threads, reps), t = torchTimes?.[0]
         rows[i]!.kernel.push(k)
-        if (t !== undefined) rows[i]!.torch.push(t), rows[i]!.ratio.push(t / k)
+        if (torchTimes !== undefined) rows[i]!.torch.push(torchTimes[0]), rows[i]!.ratio.push(torchTimes[0] / k), rows[i]!.cpuRatio.push(torchTimes[1] / kCpu)
         if (rt) {
           const c0 = cpuOf(pid), w = await rt.runPromise(workerRound(mesh!, i, remoteArgs[i]!, reps))
           cpu += cpuOf(pid) - c0
@@ -214,11 +218,11 @@ console.log(`bench/ops: median of ${ROUNDS} rounds, ms per call; load ${readFile
 for (const threads of THREADS) {
   const rows = await measure(threads)
   console.log("")
-  console.log(`| op (${threads} thread${threads > 1 ? "s" : ""}) | ours kernel-only | torch | torch / ours | ours through a worker | torch / worker | worker CPU per op |`)
-  console.log("|---|---:|---:|---:|---:|---:|---:|")
+  console.log(`| op (${threads} thread${threads > 1 ? "s" : ""}) | ours kernel-only | torch | torch / ours | CPU time, torch / ours | ours through a worker | torch / worker | worker CPU per op |`)
+  console.log("|---|---:|---:|---:|---:|---:|---:|---:|")
   CASES.forEach((c, i) => {
     const r = rows[i]!
-    console.log(`| ${c.name} | ${ms(r.kernel)} | ${ms(r.torch)} | ${x(r.ratio)} | ${ms(r.worker)} | ${x(r.workerRatio)} | ${Number.isNaN(r.workerCpu) ? "-" : (r.workerCpu * 1000).toFixed(2)} |`)
+    console.log(`| ${c.name} | ${ms(r.kernel)} | ${ms(r.torch)} | ${x(r.ratio)} | ${x(r.cpuRatio)} | ${ms(r.worker)} | ${x(r.workerRatio)} | ${Number.isNaN(r.workerCpu) ? "-" : (r.workerCpu * 1000).toFixed(2)} |`)
   })
 }
 torch.stdin.end()

@@ -1,6 +1,6 @@
 # torch's side of bench/ops.ts: reads the cases (one JSON line), says "ready", then for each
 # line "<case> <threads> <reps>" runs that case reps times on CPU with that many threads
-# (torch.set_num_threads) and prints the seconds per call. The first run of a case at a
+# (torch.set_num_threads) and prints the seconds per call, wall and CPU (this process's). The first run of a case at a
 # thread count is preceded by one untimed call (allocation and dispatch warm-up, as ours).
 import json
 import math
@@ -54,7 +54,7 @@ for line in sys.stdin:
     if (i, threads) not in warm:
         fn(*args, **case["kwargs"])
         warm.add((i, threads))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(reps):
         fn(*args, **case["kwargs"])
-    print((time.perf_counter() - t0) / reps, flush=True)
+    print((time.perf_counter() - t0) / reps, (time.process_time() - c0) / reps, flush=True)

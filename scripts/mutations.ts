@@ -351,7 +351,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     area: "controller", behaviour: "a checkpoint export puts each block at its offsets in the whole tensor",
     file: "src/controller/checkpoint.ts",
     edits: one("blockRuns(lay.shape, b.offsets, local)", "blockRuns(lay.shape, local.map(() => 0), local)"),
-    tests: ["tests/checkpoint/export.test.ts"],
+    tests: ["tests/checkpoint/export.test.ts", "tests/checkpoint/gpt.test.ts"],
   },
   {
     area: "controller", behaviour: "a recovery from a lost worker resumes from the last checkpoint",

@@ -149,11 +149,6 @@ SHIM_CPU_CLONES static double row_f32(int32_t op, const float *x, int64_t r) {
     int64_t size = shim_dtype_size(a->dtype), out_size = shim_dtype_size(out->dtype);          \
     ACC acc[SHIM_CPU_CHUNK], x[SHIM_CPU_CHUNK];                                                \
     for (int64_t o = o0; o < o1; o++) {                                                        \
-      if (inner == 1 && a->dtype == SHIM_F32 && row_f32_folds(op)) {                           \
-        acc[0] = row_f32(op, (const float *)src + o * r, r);                                   \
-        finish_##SUFFIX(op, out->dtype, acc, 1, r, dst + o * out_size);                        \
-        continue;                                                                              \
-      }                                                                                        \
       if (inner == 1) {                                                                        \
         acc[0] = identity_##SUFFIX(op);                                                        \
         for (int64_t base = 0; base < r; base += SHIM_CPU_CHUNK) {                             \
@@ -187,9 +182,23 @@ typedef struct {
   shim_reduce_dims dims;
 } reduce_job;
 
+/* Contiguous f32 rows (the last dim reduced), a chunk of results stored at a time. */
+static void reduce_rows_f32(int32_t op, const shim_tensor *a, shim_tensor *out, int64_t o0, int64_t o1, int64_t r) {
+  const float *src = shim_cpu_data(a);
+  char *dst = shim_cpu_data(out);
+  const int64_t out_size = shim_dtype_size(out->dtype);
+  double acc[SHIM_CPU_CHUNK];
+  for (int64_t o = o0; o < o1; o += SHIM_CPU_CHUNK) {
+    const int64_t m = shim_cpu_min64(SHIM_CPU_CHUNK, o1 - o);
+    for (int64_t i = 0; i < m; i++) acc[i] = row_f32(op, src + (o + i) * r, r);
+    finish_f64(op, out->dtype, acc, m, r, dst + o * out_size);
+  }
+}
+
 static void reduce_range(void *ctx, int64_t begin, int64_t end) {
   const reduce_job *j = ctx;
-  if (shim_cpu_is_float(j->a->dtype)) reduce_f64(j->op, j->a, j->out, begin, end, j->dims.r, j->dims.inner);
+  if (j->dims.inner == 1 && j->a->dtype == SHIM_F32 && row_f32_folds(j->op)) reduce_rows_f32(j->op, j->a, j->out, begin, end, j->dims.r);
+  else if (shim_cpu_is_float(j->a->dtype)) reduce_f64(j->op, j->a, j->out, begin, end, j->dims.r, j->dims.inner);
   else reduce_i64(j->op, j->a, j->out, begin, end, j->dims.r, j->dims.inner);
 }
 

@@ -77,9 +77,12 @@ export class Node<T extends TapeTensor<T>> {
 
   /** One user fewer: with none left it can never run, so it is consumed, and so are the nodes only it reads. */
   unused(): void {
-    if (this.consumed || --this.users > 0) return
-    this.consume()
-    for (const t of this.inputs) t.autograd?.node?.unused()
+    for (const stack: Node<T>[] = [this]; stack.length > 0;) {
+      const n = stack.pop()!
+      if (n.consumed || --n.users > 0) continue
+      n.consume()
+      for (const t of n.inputs) if (t.autograd?.node) stack.push(t.autograd.node)
+    }
   }
 }
 
@@ -150,8 +153,11 @@ export function* backwardFrom<T extends TapeTensor<T>>(backend: Backend<T>, root
   const outputs = new Map<Node<T>, T>()
   const nodes: Node<T>[] = []
   const visited = new Set<Node<T>>()
-  const visit = (k: Key<T>) => {
-    if (!(k instanceof Node) || visited.has(k)) return
+  if (rootKey instanceof Node) outputs.set(rootKey, root)
+  // Iterative, as every walk here: a graph may be deeper than the stack.
+  for (const stack: Key<T>[] = [rootKey]; stack.length > 0;) {
+    const k = stack.pop()!
+    if (!(k instanceof Node) || visited.has(k)) continue
     visited.add(k)
     if (k.consumed) throw backend.refuse(`backward through ${k.name} a second time: an earlier backward consumed it (its saved tensors are released)`)
     nodes.push(k)
@@ -160,22 +166,16 @@ export function* backwardFrom<T extends TapeTensor<T>>(backend: Backend<T>, root
       if (ik === undefined) continue
       pending.set(ik, (pending.get(ik) ?? 0) + 1)
       if (ik instanceof Node && !outputs.has(ik)) outputs.set(ik, t)
-      visit(ik)
+      stack.push(ik)
     }
   }
-  if (rootKey instanceof Node) outputs.set(rootKey, root)
-  visit(rootKey)
 
-  // Which keys lead to a target (only their gradients are computed).
+  // Which keys lead to a target (only their gradients are computed): a node's inputs were
+  // recorded before it, so in recording order each node's inputs are settled before it.
   const leads = new Map<Key<T>, boolean>()
-  const leadsTo = (k: Key<T>): boolean => {
-    let v = leads.get(k)
-    if (v !== undefined) return v
-    leads.set(k, false)
-    v = isTarget(k, k instanceof Node ? outputs.get(k) : undefined) || (k instanceof Node && k.inputs.some((t) => { const ik = keyOf(t); return ik !== undefined && leadsTo(ik) }))
-    leads.set(k, v)
-    return v
-  }
+  const leadsTo = (k: Key<T>): boolean => (k instanceof Node ? leads.get(k)! : isTarget(k))
+  for (const n of [...nodes].sort((x, y) => x.seq - y.seq))
+    leads.set(n, isTarget(n, outputs.get(n)) || n.inputs.some((t) => { const ik = keyOf(t); return ik !== undefined && leadsTo(ik) }))
 
   // Gradients the tape owns, with how many places hold each; what it does not own it never releases.
   const uses = new Map<T, number>()

@@ -477,7 +477,10 @@ const probeNumbers = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, na
         fixedWhy.push(`${paths[i]} (a number) is part of the signature: ${why}`)
         at.push([])
       }
-      const again = yield* Effect.result(traced<A, R, E, Rq>(core, name, step, withNumbers(args, changed), called))
+      // A throw with the other value (an index out of range, a check in the step) fixes the number too.
+      const again = yield* Effect.result(traced<A, R, E, Rq>(core, name, step, withNumbers(args, changed), called).pipe(
+        Effect.catchDefect((d) => Effect.fail(new ControllerError({ message: d instanceof Error ? d.message : String(d) }))),
+      ))
       if (again._tag === "Failure") {
         fix(`with another value the step fails (${(again.failure as { message?: string }).message ?? String(again.failure)})`)
         continue

@@ -6,6 +6,7 @@
 import { afterAll, beforeAll, describe, expect, spyOn, test } from "bun:test"
 import { Effect, ManagedRuntime } from "effect"
 import { Controller, customGrad, eager, grad, gradGenerator, noGrad, ops, opsOn, zeroGrad, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
+import { testUnless } from "../skip.ts"
 import { host } from "../worker/build.ts"
 
 let rt: ManagedRuntime.ManagedRuntime<Controller, unknown>
@@ -194,6 +195,21 @@ describe("lifetimes", () => {
     // Each tanh node makes a few temporaries and the next gradient; without releasing them as it goes, 30 nodes would keep ~90.
     expect(peak).toBeLessThan(10)
   })
+
+  // ~10 s on 2 loaded cores, most of it the worker running 90,000 commands.
+  testUnless(process.env.MONARCH_LONG ? undefined : "long variant (a 30,000-op graph): set MONARCH_LONG=1")("a graph deeper than the stack: backward and dropping it both work", async () => {
+    const w = tensor([1, 2]).requiresGrad_(), depth = 30_000
+    const chain = () => {
+      let h = w
+      for (let i = 0; i < depth; i++) h = ops.mul(h, 1)
+      return ops.sum(h)
+    }
+    chain().backward()
+    close(await values(w.grad!), [1, 1])
+    const unused = chain()
+    unused.release()                                          // its whole graph is let go, node by node
+    expect(unused.released).toBe(true)
+  }, 120_000)
 
   test("a command that fails in forward poisons exactly the gradients that read it", async () => {
     const table = tensor([1, 2, 3, 4], [2, 2]).requiresGrad_(), v = tensor([5, 6]).requiresGrad_()

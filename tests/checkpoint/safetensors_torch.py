@@ -7,6 +7,9 @@ with spaces, as the Rust crate does) for the mesh to import.
 
     python3 safetensors_torch.py check FILE      prints {"max_error": ..., "tensors": {...}}
     python3 safetensors_torch.py write FILE      writes w (f32 [8, 6]) and ids (i64 [5])
+    python3 safetensors_torch.py gpt FILE        the GPT demo's torch twin (examples/gpt/twin.py)
+        loads the file's params.* (strict) and prints its loss on the batch read from stdin
+        ({"config", "x", "y", "rows", "length"})
 """
 import json
 import struct
@@ -69,5 +72,21 @@ def write(path):
         f.write(struct.pack("<Q", len(text)) + text + b"".join(chunks))
 
 
+def gpt(path):
+    import os
+    import torch.nn.functional as F
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "../../examples/gpt"))
+    from twin import GPT
+    req = json.load(sys.stdin)
+    t, _ = read(path)
+    model = GPT(req["config"])
+    model.load_state_dict({k[len("params."):]: v for k, v in t.items() if k.startswith("params.")}, strict=True)
+    x = torch.tensor(req["x"], dtype=torch.int64).reshape(req["rows"], req["length"])
+    y = torch.tensor(req["y"], dtype=torch.int64).reshape(-1)
+    with torch.no_grad():
+        loss = F.cross_entropy(model(x).reshape(-1, req["config"]["vocab"]), y)
+    print(json.dumps({"loss": loss.item()}))
+
+
 if __name__ == "__main__":
-    {"check": check, "write": write}[sys.argv[1]](sys.argv[2])
+    {"check": check, "write": write, "gpt": gpt}[sys.argv[1]](sys.argv[2])

@@ -97,4 +97,20 @@ describe("commands inside a recording", () => {
     expect(e._tag).toBe("ControllerError")
     expect(ctl.core.tracing).toBeUndefined()
   }, 30_000)
+
+  test("a borrow made outside the step, or a compiled step called inside another's trace, is refused with a clear error", async () => {
+    const stream = await run(ctl.stream())
+    const x = opsOn(mesh).ones([2])
+    const outside = await run(Effect.flip(Effect.scoped(Effect.gen(function* () {
+      const b = yield* mesh.borrow(x, stream)
+      return yield* compile((t: RemoteTensor) => mesh.call("ops.mul", [t, 2], {}, { stream }), { name: "borrowing" })(b)
+    }))))
+    expect(outside.message).toContain("compile(borrowing): a borrow made outside the step cannot be used inside it")
+    const inner = compile((t: RemoteTensor) => t.add(1), { name: "inner" })
+    const nested = await run(Effect.flip(compile((t: RemoteTensor) => inner(t), { name: "outer" })(x)))
+    expect(nested.message).toContain("compile(inner) was called while compile(outer) records its step")
+    expect(ctl.core.tracing).toBeUndefined()
+    // The mesh goes on.
+    expect(await all(x.add(1))).toEqual([[2, 2], [2, 2], [2, 2], [2, 2]])
+  }, 30_000)
 })

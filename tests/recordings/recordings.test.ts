@@ -156,6 +156,18 @@ describe("compile(step)", () => {
     expect(retraces[0]).toContain("through arithmetic (1 there)")
   }, 30_000)
 
+  test("a number the step cannot take another value of (it throws with the probe's) is part of the signature", async () => {
+    const retraces: string[] = []
+    const step = compile((x: RemoteTensor, k: number) => {
+      if (k > 10) throw new RangeError(`k = ${k} is too large`)
+      return x.mul(k)
+    }, { name: "bounded", onRetrace: (w) => void retraces.push(w) })
+    const x = opsOn(mesh).ones([1])
+    expect(await values(await run(step(x, 2)))).toEqual([2])
+    expect(await values(await run(step(x, 3)))).toEqual([3])
+    expect(retraces).toEqual(["compile(bounded): tracing again: argument 1: 2, now 3; argument 1 (a number) is part of the signature: with another value the step fails (k = 1000005 is too large)"])
+  }, 30_000)
+
   test("verify: true traces the second call too and fails it, naming both call sites, when it issued other commands", async () => {
     let calls = 0
     const step = compile((x: RemoteTensor) => {
