@@ -20,6 +20,7 @@ import { Effect, type Layer, ManagedRuntime } from "effect"
 import { readFileSync } from "node:fs"
 import type { Tensor as NativeTensor } from "../ffi/tensor.ts"
 import { Controller, type Mesh, type RemoteTensor } from "../src/controller/index.ts"
+import { Generator } from "../src/ops/generator.ts"
 
 const { loadNative } = await import("../ffi/native.ts")
 const { Stream } = await import("../ffi/stream.ts")
@@ -33,7 +34,7 @@ const THREADS = (flag("--threads") ?? "1,2").split(",").map(Number)
 const WORKER = !argv.includes("--no-worker")
 const native = loadNative("cpu")
 const stream = Stream.default(native)
-const ctx = { native, rank: 0, world: 1, device: "cpu" as const, stream, coords: {}, kwargs: {} }
+const ctx = { native, rank: 0, world: 1, device: "cpu" as const, stream, coords: {}, generator: new Generator(0), kwargs: {} }
 
 type Arg = { t: "f32"; shape: number[] } | { t: "i64"; shape: number[]; high: number } | number | number[] | string | null | Arg[]
 interface Case { readonly name: string; readonly op: string; readonly args: Arg[]; readonly kwargs?: Record<string, unknown>; readonly reps: number }
@@ -63,6 +64,12 @@ const ALL_CASES: Case[] = [
   { name: "cat dim -1 of two [64,128,256]", op: "cat", args: [[X, X], -1], reps: 3 },
   { name: "embedding [8192] ids into [1000,256]", op: "embedding", args: [{ t: "i64", shape: [8192], high: 1000 }, f(1000, 256)], reps: 5 },
   { name: "cross_entropy [2048,1000]", op: "cross_entropy", args: [f(2048, 1000), { t: "i64", shape: [2048], high: 1000 }], reps: 3 },
+  // issue 11.2's ops; torch 1.13 has no scaled_dot_product_attention or rms_norm: its side runs their math forms
+  { name: "sdpa causal q,k,v [16,4,128,64]", op: "scaled_dot_product_attention", args: [f(16, 4, 128, 64), f(16, 4, 128, 64), f(16, 4, 128, 64)], kwargs: { is_causal: true }, reps: 1 },
+  { name: "rms_norm [8192,256] over 256", op: "rms_norm", args: [X2, [256], f(256)], reps: 3 },
+  { name: "tril [64,128,256]", op: "tril", args: [X], reps: 3 },
+  { name: "nll_loss [2048,1000]", op: "nll_loss", args: [f(2048, 1000), { t: "i64", shape: [2048], high: 1000 }], reps: 3 },
+  { name: "mse_loss [64,128,256]", op: "mse_loss", args: [X, X], reps: 3 },
 ]
 const only = flag("--only")
 const CASES = only === undefined ? ALL_CASES : ALL_CASES.filter((c) => c.name.includes(only))
@@ -221,3 +228,25 @@ for (const threads of THREADS) {
 torch.stdin.end()
 torch.kill()
 for (const t of made) t.free()
+
+// The fused attention against the same attention composed of our own ops (what a user had
+// before it): transpose, matmul, scale, causal masked_fill, softmax, matmul; kernel-only, 1 thread.
+if (only === undefined || "sdpa".includes(only)) {
+  const call = (op: string, args: unknown[], kwargs: Record<string, unknown> = {}) => builtinFunction(op)!({ ...ctx, kwargs }, ...args) as NativeTensor
+  const [q, k, v] = [0, 1, 2].map((seed) => call("randn", [[16, 4, 128, 64]], { seed }))
+  const mask = call("logical_not", [call("tril", [call("ones", [[128, 128]], { dtype: "bool" })])])
+  const composed = () => {
+    const kt = call("transpose", [k, -2, -1]), s = call("matmul", [q, kt]), scaled = call("mul", [s, 1 / 8])
+    const masked = call("masked_fill", [scaled, mask, -Infinity]), p = call("softmax", [masked, -1]), o = call("matmul", [p, v])
+    for (const t of [kt, s, scaled, masked, p, o]) t.free()
+  }
+  const fused = () => call("scaled_dot_product_attention", [q, k, v], { is_causal: true }).free()
+  const time = (f: () => void) => Array.from({ length: ROUNDS }, () => {
+    const t0 = performance.now()
+    f()
+    return (performance.now() - t0) / 1000
+  })
+  const [tf, tc] = [time(fused), time(composed)]
+  console.log(`\nscaled_dot_product_attention, causal, q,k,v [16,4,128,64], kernel-only: fused ${ms(tf)} ms, composed of our ops ${ms(tc)} ms, composed / fused ${(median(tc) / median(tf)).toFixed(2)}x`)
+  for (const t of [q!, k!, v!, mask]) t.free()
+}

@@ -3,6 +3,7 @@
 # (torch.set_num_threads) and prints the seconds per call, wall and CPU (this process's). The first run of a case at a
 # thread count is preceded by one untimed call (allocation and dispatch warm-up, as ours).
 import json
+import math
 import sys
 import time
 
@@ -22,10 +23,25 @@ def make(spec):
     return spec
 
 
+def sdpa(q, k, v, is_causal=False):
+    """torch 1.13 has no scaled_dot_product_attention: torch 2's math form."""
+    w = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if is_causal:
+        w = w.masked_fill(~torch.ones(w.shape[-2], w.shape[-1], dtype=torch.bool).tril(), float("-inf"))
+    return torch.softmax(w, -1) @ v
+
+
+def rms_norm(x, normalized_shape, weight):
+    """torch 1.13 has no rms_norm: torch 2.4's definition."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + torch.finfo(x.dtype).eps) * weight
+
+
 OPS = {"softmax": F.softmax, "log_softmax": F.log_softmax, "linear": F.linear, "layer_norm": F.layer_norm,
        "embedding": F.embedding, "cross_entropy": F.cross_entropy, "gelu": F.gelu,
        "amax": lambda x, dim: torch.amax(x, dim), "sum": lambda x, dim: torch.sum(x, dim),
-       "mean": lambda x, dim: torch.mean(x, dim), "transpose": lambda x, a, b: x.transpose(a, b).contiguous()}
+       "mean": lambda x, dim: torch.mean(x, dim), "transpose": lambda x, a, b: x.transpose(a, b).contiguous(),
+       "scaled_dot_product_attention": sdpa, "rms_norm": rms_norm, "nll_loss": F.nll_loss, "mse_loss": F.mse_loss,
+       "split": lambda x, s, d: [t.contiguous() for t in torch.split(x, s, d)]}
 cases = json.loads(sys.stdin.readline())
 inputs = [[make(a) for a in case["args"]] for case in cases]
 warm = set()

@@ -148,6 +148,11 @@ enum shim_reduce_op { /* shim_reduce */
   SHIM_NORM_INF = 9 /* max of |x| (NaN propagates); empty: 0 */
 };
 
+enum shim_scatter_op { /* shim_scatter */
+  SHIM_SCATTER_ASSIGN = 0, /* out[.., index, ..] = src; of several writes to one element the last (index order) stays */
+  SHIM_SCATTER_ADD = 1     /* out[.., index, ..] += src, in index order (bool: or; integers wrap) */
+};
+
 enum shim_comm_op { /* collectives */
   SHIM_OP_SUM = 0,
   SHIM_OP_PROD = 1,
@@ -301,6 +306,40 @@ int shim_layer_norm(shim_tensor *out, const shim_tensor *a, const shim_tensor *w
 int shim_index_select(shim_tensor *out, const shim_tensor *a, int32_t dim, const shim_tensor *index,
                       shim_stream *s);
 
+/* ---- ops of issue 11.2: triangles, fused attention and normalisation, dropout, scatter -- */
+
+/* The lower (upper = 0, tril) or upper (upper = 1, triu) triangle of a's last two dims (a at
+ * least 2-D) into out of a's dtype and shape: element (i, j) is kept when j - i <= diagonal
+ * (tril) or j - i >= diagonal (triu), else 0. Every dtype. */
+int shim_triangle(shim_tensor *out, const shim_tensor *a, int64_t diagonal, int32_t upper, shim_stream *s);
+
+/* Scaled dot-product attention in one pass: q [B, L, E], k [B, S, E], v [B, S, Ev] of one
+ * floating dtype -> out [B, L, Ev]. scores = scale * q @ k^T; causal = 1 keeps (i, j) with
+ * j <= i only; mask (NULL: none) is [1 or B, L, S], bool keeping where true, or of q's dtype and
+ * added to the scores; then softmax over S (a row with nothing kept gives NaN, as torch's) and
+ * @ v. Computes in float (double for f64). */
+int shim_attention(shim_tensor *out, const shim_tensor *q, const shim_tensor *k, const shim_tensor *v,
+                   const shim_tensor *mask, double scale, int32_t causal, shim_stream *s);
+
+/* out = a / sqrt(mean(a^2) + eps) * weight over each run of `inner` elements of a (its last
+ * dims); weight NULL is 1, else `inner` elements of a's dtype. Floating dtypes; computes in float
+ * (double for f64). */
+int shim_rms_norm(shim_tensor *out, const shim_tensor *a, const shim_tensor *weight, int64_t inner, double eps,
+                  shim_stream *s);
+
+/* Dropout with shim_rand's uniform draws: element i is kept when draw (seed, offset + i) >= p,
+ * and then scaled by 1 / (1 - p), else 0 (p = 1 drops everything); mask (bool, a's element
+ * count) records which were kept. 0 <= p <= 1; floating dtypes; out has a's dtype. */
+int shim_dropout(shim_tensor *out, shim_tensor *mask, const shim_tensor *a, double p, uint64_t seed, uint64_t offset,
+                 shim_stream *s);
+
+/* The inverse of shim_gather, in place: out[.., index[.., j, ..], ..] (op)= src[.., j, ..] along
+ * dim, out's other elements unchanged. index is i64 with out's ndim; src has out's dtype and
+ * ndim; index's dims are no larger than src's, nor than out's except along dim. An index
+ * outside 0..out.shape[dim]-1 fails the op (SHIM_E_INVALID) before anything is written. Each
+ * line along dim is walked in index order, so both backends give the same values. */
+int shim_scatter(int32_t op, shim_tensor *out, int32_t dim, const shim_tensor *index, const shim_tensor *src,
+                 shim_stream *s);
 /* ---- optimizers ---------------------------------------------------------------------- */
 /* One parameter updated in place per call, each element read and written once, in the order
  * of torch.optim's single-tensor loop (torch 1.13): f32 computes in float with every scalar

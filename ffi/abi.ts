@@ -104,6 +104,13 @@ export const ReduceOp = {
 } as const
 export type ReduceOpName = keyof typeof ReduceOp
 
+/** shim_scatter's op codes. */
+export const ScatterOp = {
+  assign: 0,
+  add: 1,
+} as const
+export type ScatterOpName = keyof typeof ScatterOp
+
 /** The collectives' reduce op codes. */
 export const CommOp = {
   sum: 0,

@@ -6,7 +6,8 @@
 import { ptr } from "bun:ffi"
 import { shimError } from "./native.ts"
 import {
-  ALL_DIMS, BinaryOp, OptimFlag, ReduceOp, ShimStatus, TernaryOp, UnaryOp, type BinaryOpName, type ReduceOpName, type TernaryOpName, type UnaryOpName,
+  ALL_DIMS, BinaryOp, OptimFlag, ReduceOp, ScatterOp, ShimStatus, TernaryOp, UnaryOp, type BinaryOpName, type ReduceOpName, type ScatterOpName,
+  type TernaryOpName, type UnaryOpName,
 } from "./symbols.ts"
 import type { Stream } from "./stream.ts"
 import type { Tensor } from "./tensor.ts"
@@ -123,6 +124,24 @@ export const gather = (out: Tensor, a: Tensor, dim: number, index: Tensor, s?: S
 export const softmax = (out: Tensor, a: Tensor, dim: number, log: boolean, s?: Stream): void =>
   out.native.check(out.native.shim.shim_softmax(out.handle, a.handle, dim, log ? 1 : 0, stream(s)), `shim_softmax${log ? "(log)" : ""}`)
 
+/** The lower (tril) or upper (triu) triangle of a's last two dims, from `diagonal`. */
+export const triangle = (out: Tensor, a: Tensor, diagonal: number, upper: boolean, s?: Stream): void =>
+  out.native.check(out.native.shim.shim_triangle(out.handle, a.handle, diagonal, upper ? 1 : 0, stream(s)), `shim_triangle(${upper ? "triu" : "tril"})`)
+
+/** out [B, L, Ev] = softmax(mask(q [B, L, E] @ k [B, S, E]^T * scale)) @ v [B, S, Ev]; mask [1 or B, L, S] or null. */
+export const attention = (out: Tensor, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | null, scale: number, causal: boolean, s?: Stream): void =>
+  out.native.check(out.native.shim.shim_attention(out.handle, q.handle, k.handle, v.handle, mask?.handle ?? null, scale, causal ? 1 : 0, stream(s)), "shim_attention")
+
+export const rmsNorm = (out: Tensor, a: Tensor, weight: Tensor | null, inner: number, eps: number, s?: Stream): void =>
+  out.native.check(out.native.shim.shim_rms_norm(out.handle, a.handle, weight?.handle ?? null, inner, eps, stream(s)), "shim_rms_norm")
+
+/** Drops each element of a with probability p, by the Philox draws (seed, offset + i); mask says which were kept. */
+export const dropout = (out: Tensor, mask: Tensor, a: Tensor, p: number, seed: bigint, offset: bigint, s?: Stream): void =>
+  out.native.check(out.native.shim.shim_dropout(out.handle, mask.handle, a.handle, p, seed, offset, stream(s)), "shim_dropout")
+
+/** out[.., index, ..] (op)= src along dim, in place. */
+export const scatter = (op: ScatterOpName, out: Tensor, dim: number, index: Tensor, src: Tensor, s?: Stream): void =>
+  out.native.check(out.native.shim.shim_scatter(ScatterOp[op], out.handle, dim, index.handle, src.handle, stream(s)), `shim_scatter(${op})`)
 /** Layer norm over the last m elements of a (weight and bias: m elements each, or null). */
 export const layerNorm = (out: Tensor, a: Tensor, weight: Tensor | null, bias: Tensor | null, m: number, eps: number, s?: Stream): void =>
   out.native.check(out.native.shim.shim_layer_norm(out.handle, a.handle, weight?.handle ?? null, bias?.handle ?? null, m, eps, stream(s)), "shim_layer_norm")

@@ -261,6 +261,67 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("+ b[at + 3]! * 0x100_0000", "+ b[at + 3]! * 0x10_0000"),
     tests: ["tests/protocol/codec.test.ts"],
   },
+  // ---- ops of issue 11.2 (behaviours say "11.2": --only 11.2) -----------------------------
+  {
+    area: "worker", behaviour: "11.2: each rank draws its own stream unless asked for a shared one",
+    file: "src/ops/generator.ts",
+    edits: one("distinct ? BigInt(this.rank) : -1n & U64", "-1n & U64"),
+    tests: ["tests/ops/random.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "11.2: a draw advances the generator",
+    file: "src/ops/generator.ts",
+    edits: one("    this.offset = (this.offset + BigInt(n)) & U64\n", ""),
+    tests: ["tests/ops/random.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "11.2: set_rng_state restores the generator",
+    file: "src/ops/kernels.ts",
+    edits: one("    run.ctx.generator.setState(key!, offset!)\n", ""),
+    tests: ["tests/ops/random.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "11.2: scaled_dot_product_attention honours is_causal",
+    file: "src/ops/kernels.ts",
+    edits: one("a.scale ?? 1 / Math.sqrt(p.e), a.is_causal, run.stream", "a.scale ?? 1 / Math.sqrt(p.e), false, run.stream"),
+    tests: ["tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "11.2: split's pieces follow each other along the dim",
+    file: "src/ops/kernels.ts",
+    edits: one("    at += out.shape[d]!\n  }\n}\n\n/** scaled_dot_product_attention", "  }\n}\n\n/** scaled_dot_product_attention"),
+    tests: ["tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "11.2: nll_loss leaves out ignore_index targets",
+    file: "src/ops/kernels.ts",
+    edits: one("k.binaryScalar(\"ne\", valid, target, a.ignore_index, false, run.stream)\n  const safe", "k.binaryScalar(\"ne\", valid, target, -12345, false, run.stream)\n  const safe"),
+    tests: ["tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "11.2: rms_norm's default eps is the dtype's epsilon",
+    file: "src/ops/kernels.ts",
+    edits: one("a.eps ?? EPSILON[a.input.dtype]!", "a.eps ?? 1e-5"),
+    tests: ["tests/ops/parity.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "11.2: split and chunk give every piece on the typed surface",
+    file: "src/controller/ops.ts",
+    edits: one("    case \"tensors\": return results\n", "    case \"tensors\": return results.slice(0, 1)\n"),
+    tests: ["tests/ops/typed.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "11.2: scaled_dot_product_attention's gradient takes the softmax's row sums out",
+    file: "src/ops/specs/nn.ts",
+    edits: one("return o.mul(p, o.sub(dp, o.sum(o.mul(dp, p), -1, true)))", "return o.mul(p, dp)"),
+    tests: ["tests/autograd/gradcheck.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "11.2: a split piece's gradient goes back to its own place",
+    file: "src/ops/specs/layout.ts",
+    edits: one("start = sizes.slice(0, at).reduce((a, b) => a + b, 0)", "start = 0"),
+    tests: ["tests/autograd/gradcheck.test.ts"],
+  },
   // ---- checkpoints ------------------------------------------------------------------------
   {
     area: "worker", behaviour: "a checkpoint shard is reported saved only once its file is durable",

@@ -172,6 +172,43 @@ int shim_check_gather(const shim_tensor *out, const shim_tensor *a, int32_t dim,
 /* a read as [outer, r, inner] around dim (as shim_check_reduce does). */
 int shim_check_softmax(const shim_tensor *out, const shim_tensor *a, int32_t dim, int32_t log, shim_reduce_dims *dims);
 
+/* ---- argument checks of the ops of issue 11.2 (checks_ops.c) -------------------------- */
+
+/* The last two dims of a as [batch, rows, cols] (a at least 2-D). */
+typedef struct shim_matrix_dims {
+  int64_t batch, rows, cols;
+} shim_matrix_dims;
+
+int shim_check_triangle(const shim_tensor *out, const shim_tensor *a, int32_t upper, shim_matrix_dims *dims);
+
+/* batch B, query length L, key length S, head dims E and Ev; mask_batch: the mask's B (1 or B, 0
+ * without one); mask_bool: it is a bool mask. */
+typedef struct shim_attention_dims {
+  int64_t batch, l, s, e, ev, mask_batch;
+  int32_t mask_bool;
+} shim_attention_dims;
+
+int shim_check_attention(const shim_tensor *out, const shim_tensor *q, const shim_tensor *k, const shim_tensor *v,
+                         const shim_tensor *mask, int32_t causal, shim_attention_dims *dims);
+
+/* *rows: a's element count over inner. */
+int shim_check_rms_norm(const shim_tensor *out, const shim_tensor *a, const shim_tensor *weight, int64_t inner,
+                        int64_t *rows);
+
+int shim_check_dropout(const shim_tensor *out, const shim_tensor *mask, const shim_tensor *a, double p);
+
+/* index read as [outer, j, inner] around dim, with strides into out and src (which may be
+ * larger than index outside dim): what both backends walk. */
+typedef struct shim_scatter_dims {
+  int32_t ndim, dim;
+  int64_t r; /* out's size along dim */
+  int64_t shape[SHIM_MAX_DIMS];       /* index's */
+  int64_t out_stride[SHIM_MAX_DIMS];  /* out's contiguous strides */
+  int64_t src_stride[SHIM_MAX_DIMS];  /* src's contiguous strides */
+} shim_scatter_dims;
+
+int shim_check_scatter(int32_t op, const shim_tensor *out, int32_t dim, const shim_tensor *index, const shim_tensor *src,
+                       shim_scatter_dims *dims);
 /* shim_layer_norm: rows is a's count over m. */
 int shim_check_layer_norm(const shim_tensor *out, const shim_tensor *a, const shim_tensor *weight, const shim_tensor *bias,
                           int64_t m, int64_t *rows);

@@ -89,4 +89,8 @@ static inline unsigned shim_cuda_blocks(int64_t items) {
   return blocks > SHIM_CUDA_MAX_BLOCKS ? SHIM_CUDA_MAX_BLOCKS : (unsigned)blocks;
 }
 
+/* fn fails with SHIM_E_INVALID when one of the n indices at ix (device memory) lies outside
+ * 0..r-1 (the message names dim); waits for the stream to read the flag back (strided.cu). */
+int shim_cuda_check_indices(const char *fn, const int64_t *ix, int64_t n, int64_t r, int32_t dim, shim_stream *s);
+
 #endif

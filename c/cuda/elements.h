@@ -250,6 +250,17 @@ __host__ __device__ constexpr int pack_width() {
 
 static inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
+/* Calls f with an unsigned word of `size` bytes (1, 2, 4 or 8): ops that move elements unchanged. */
+template <typename F>
+int by_size(int64_t size, F &&f) {
+  switch (size) {
+    case 1: return f(uint8_t{});
+    case 2: return f(uint16_t{});
+    case 4: return f(uint32_t{});
+    default: return f(uint64_t{});
+  }
+}
+
 }  // namespace shim
 
 #endif

@@ -3,6 +3,8 @@
  * elements move as opaque 1-, 2-, 4- or 8-byte words. */
 #include "elements.h"
 
+using namespace shim;
+
 namespace {
 
 template <typename U>
@@ -59,18 +61,9 @@ __global__ void index_select_kernel(U *out, const U *a, const int64_t *index, in
   }
 }
 
-template <typename F>
-int by_size(int64_t size, F &&f) {
-  switch (size) {
-    case 1: return f(uint8_t{});
-    case 2: return f(uint16_t{});
-    case 4: return f(uint32_t{});
-    default: return f(uint64_t{});
-  }
-}
+}  // namespace
 
-/* Fails fn when any of the n indices is outside 0..r-1 (waits for the stream to know). */
-int check_indices(const char *fn, const int64_t *ix, int64_t n, int64_t r, int32_t dim, shim_stream *s) {
+int shim_cuda_check_indices(const char *fn, const int64_t *ix, int64_t n, int64_t r, int32_t dim, shim_stream *s) {
   cudaStream_t stream = shim_cuda_stream(s);
   ShimScratch flag;
   SHIM_TRY(flag.alloc(sizeof(int32_t), s));
@@ -83,8 +76,6 @@ int check_indices(const char *fn, const int64_t *ix, int64_t n, int64_t r, int32
   if (bad) return shim_fail(SHIM_E_INVALID, "%s: an index is out of range for dim %d of size %lld", fn, dim, (long long)r);
   return SHIM_OK;
 }
-
-}  // namespace
 
 int shim_copy_strided(shim_tensor *dst, int64_t dst_offset, const int64_t *dst_strides, const shim_tensor *src,
                       int64_t src_offset, const int64_t *src_strides, int32_t ndim, const int64_t *shape, shim_stream *s) {
@@ -122,7 +113,7 @@ int shim_gather(shim_tensor *out, const shim_tensor *a, int32_t dim, const shim_
   shim_cuda_track(s, index);
   cudaStream_t stream = shim_cuda_stream(s);
   const int64_t *ix = (const int64_t *)shim_cuda_data(index);
-  SHIM_TRY(check_indices("shim_gather", ix, n, g.r, dim, s));
+  SHIM_TRY(shim_cuda_check_indices("shim_gather", ix, n, g.r, dim, s));
   return by_size(shim_dtype_size(a->dtype), [&](auto word) -> int {
     using U = decltype(word);
     gather_kernel<U><<<shim_cuda_blocks(n), SHIM_CUDA_THREADS, 0, stream>>>((U *)shim_cuda_data(out),
@@ -141,7 +132,7 @@ int shim_index_select(shim_tensor *out, const shim_tensor *a, int32_t dim, const
   shim_cuda_track(s, a);
   shim_cuda_track(s, index);
   const int64_t *ix = (const int64_t *)shim_cuda_data(index);
-  SHIM_TRY(check_indices("shim_index_select", ix, n, d.r, dim, s));
+  SHIM_TRY(shim_cuda_check_indices("shim_index_select", ix, n, d.r, dim, s));
   if (total == 0) return SHIM_OK;
   cudaStream_t stream = shim_cuda_stream(s);
   return by_size(shim_dtype_size(a->dtype), [&](auto word) -> int {

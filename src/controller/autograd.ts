@@ -101,10 +101,10 @@ export const refuseInPlace = (name: OpName, mutated: ReadonlyArray<RemoteTensor>
 }
 
 /** @internal The typed surface's hook (ops.ts): records the node of `ops.<name>` when an input requires grad. */
-export const recordOp = (name: OpName, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, result: RemoteTensor): void => {
+export const recordOp = (name: OpName, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, results: ReadonlyArray<RemoteTensor>): void => {
   if (!isRecording() || !(anyRequiresGrad(args) || anyRequiresGrad(kwargs))) return
   const op = OPS[name]
-  if (op.backward === NOT_DIFFERENTIABLE || result.meta === undefined || !isFloating(result.meta.dtype)) return
+  if (op.backward === NOT_DIFFERENTIABLE) return
   const rule = op.backward
   const bound = op.bind(args, kwargs, isTensorArg) as Record<string, unknown>
   const tensorParams = (op.params as ReadonlyArray<Param>).filter((p) => TENSOR_KINDS.has(p.kind))
@@ -116,16 +116,20 @@ export const recordOp = (name: OpName, args: ReadonlyArray<unknown>, kwargs: Rea
     else if (isTensorArg(v)) (inputs.push(v), owners.push({ name: p.name, index: undefined }))
   }
   for (const t of inputs) metaOf(t)
-  const mesh = result.mesh
-  record(`ops.${name}`, result, inputs, [...inputs, result], (grad, needs) => {
-    const c: GradContext<ReadonlyArray<Param>, RemoteTensor> = { args: bound as never, out: result, grad, meta: metaOf }
-    const thunks = (rule as (c: unknown, o: GradOps<RemoteTensor>) => Record<string, (() => RemoteTensor | ReadonlyArray<RemoteTensor>) | undefined>)(c, opsFor(mesh))
-    const values = new Map<string, RemoteTensor | ReadonlyArray<RemoteTensor> | undefined>()
-    return owners.map(({ name, index }, i) => {
-      if (!needs[i]) return undefined
-      if (!values.has(name)) values.set(name, thunks[name]?.())
-      const v = values.get(name)
-      return index === undefined ? (v as RemoteTensor | undefined) : (v as ReadonlyArray<RemoteTensor> | undefined)?.[index]
+  // Each floating result is its own node (split's pieces, max's values; not indices or masks),
+  // its rule told which one it is and given every result (dropout's mask).
+  results.forEach((result, at) => {
+    if (result.meta === undefined || !isFloating(result.meta.dtype)) return
+    record(`ops.${name}`, result, inputs, [...inputs, ...results], (grad, needs) => {
+      const c: GradContext<ReadonlyArray<Param>, RemoteTensor> = { args: bound as never, out: result, outs: results, index: at, grad, meta: metaOf }
+      const thunks = (rule as (c: unknown, o: GradOps<RemoteTensor>) => Record<string, (() => RemoteTensor | ReadonlyArray<RemoteTensor>) | undefined>)(c, opsFor(result.mesh))
+      const values = new Map<string, RemoteTensor | ReadonlyArray<RemoteTensor> | undefined>()
+      return owners.map(({ name, index }, i) => {
+        if (!needs[i]) return undefined
+        if (!values.has(name)) values.set(name, thunks[name]?.())
+        const v = values.get(name)
+        return index === undefined ? (v as RemoteTensor | undefined) : (v as ReadonlyArray<RemoteTensor> | undefined)?.[index]
+      })
     })
   })
 }

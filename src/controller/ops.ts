@@ -14,9 +14,9 @@
  * where a value is awaited: `t.fetch()` is an Effect failing with RemoteError or WorkerLost.
  */
 import { Effect } from "effect"
-import { type OpName, OPS, type ParamsOf, type ResultDtypeOf } from "../ops/registry.ts"
+import { type OpName, OPS, type ParamsOf, type ResultDtypeOf, type ReturnsOf } from "../ops/registry.ts"
 import type { CallForms, Param } from "../ops/params.ts"
-import { mutatedParams, type OpSpec } from "../ops/spec.ts"
+import { mutatedParams, type OpSpec, type ReturnKind } from "../ops/spec.ts"
 import type { DType, HostTensor } from "../protocol/values.ts"
 import { ControllerError, type Failure } from "./errors.ts"
 import { RemoteTensor } from "./handles.ts"
@@ -57,12 +57,25 @@ type Divided<P extends DType> = [P] extends [FloatingDType] ? P : [DType] extend
 
 type Tail<P> = P extends readonly [Param, ...infer R extends ReadonlyArray<Param>] ? R : readonly []
 
-/** Ops whose first parameter is the tensor `input`: those become methods. */
-type MethodName = { [N in OpName]: ParamsOf<N> extends readonly [Param<"input", "tensor" | "tensorOrScalar">, ...ReadonlyArray<Param>] ? N : never }[OpName]
+/** The names a first tensor parameter has in torch (`input`; `tensor` for split and one_hot). */
+const SELF_NAMES: ReadonlyArray<string> = ["input", "tensor"]
+
+/** Ops whose first parameter is the tensor itself (`input`, or `tensor`): those become methods. */
+type MethodName = { [N in OpName]: ParamsOf<N> extends readonly [Param<"input" | "tensor", "tensor" | "tensorOrScalar">, ...ReadonlyArray<Param>] ? N : never }[OpName]
+
+/** Whether a call (its arguments after the input) gives max's or min's dim: then it returns values and indices. */
+type GivesDim<Rest> = Rest extends readonly [number, ...unknown[]] ? true : Rest extends readonly [{ readonly dim: number }] ? true : false
+
+/** What a call returns (the spec's ReturnKind), T being its result tensor's type. */
+type Returned<R, T extends RemoteTensor, Rest> =
+  R extends "none" ? void
+  : R extends "tensors" ? T[]
+  : R extends "valuesIndices" ? (GivesDim<Rest> extends true ? [values: T, indices: RemoteTensor<"i64">] : T)
+  : T
 
 /** `ops.<name>`: every argument as torch takes it; the first tensor's dtype types the result. */
 export type OpFunction<N extends OpName> = <const A extends CallForms<ParamsOf<N>, RemoteTensor>>(...args: A) =>
-  RemoteTensor<ResultDType<ResultDtypeOf<N>, FirstDType<A>, ResultDtypeOf<N> extends "arange" ? A : A extends readonly [unknown, ...infer R] ? R : A>>
+  Returned<ReturnsOf<N>, RemoteTensor<ResultDType<ResultDtypeOf<N>, FirstDType<A>, ResultDtypeOf<N> extends "arange" ? A : A extends readonly [unknown, ...infer R] ? R : A>>, A extends readonly [unknown, ...infer R] ? R : A>
 
 /** The dtype of a call's first argument: a tensor's, or a list of tensors' (cat, stack). */
 type FirstDType<A> = A extends readonly [infer F, ...unknown[]]
@@ -71,7 +84,7 @@ type FirstDType<A> = A extends readonly [infer F, ...unknown[]]
 
 /** A tensor method: the op with the tensor as its `input`. */
 export type OpMethod<N extends OpName, D extends DType> = <const A extends CallForms<Tail<ParamsOf<N>>, RemoteTensor>>(...args: A) =>
-  RemoteTensor<ResultDType<ResultDtypeOf<N>, D, A>>
+  Returned<ReturnsOf<N>, RemoteTensor<ResultDType<ResultDtypeOf<N>, D, A>>, A>
 
 export type Ops = { readonly [N in OpName]: OpFunction<N> }
 export type TensorMethods<D extends DType> = { readonly [N in MethodName]: OpMethod<N, D> }
@@ -88,8 +101,8 @@ const meshOf = (args: ReadonlyArray<unknown>): Mesh | undefined => {
   return undefined
 }
 
-/** Issues `ops.<name>` on `mesh` (or the first tensor's) and returns its result, or the mutated input. */
-const invoke = (name: OpName, mesh: Mesh | undefined, all: ReadonlyArray<unknown>): RemoteTensor => {
+/** Issues `ops.<name>` on `mesh` (or the first tensor's) and returns what its ReturnKind says (an in-place op: its input). */
+const invoke = (name: OpName, mesh: Mesh | undefined, all: ReadonlyArray<unknown>): RemoteTensor | RemoteTensor[] | undefined => {
   const last = all.at(-1)
   const kwargs = isKwargs(last) ? last : {}
   const args = isKwargs(last) ? all.slice(0, -1) : all
@@ -100,10 +113,15 @@ const invoke = (name: OpName, mesh: Mesh | undefined, all: ReadonlyArray<unknown
   if (mutated.length > 0) refuseInPlace(name, mutated)
   const results = on.issue(`ops.${name}`, args, kwargs, mutated.length > 0 ? { mutates: mutated } : {})
   if (op.mutates) return mutated[0]!
-  if (results.length !== 1) throw refuse(`ops.${name} has ${results.length} results`)
-  const result = results[0]!
-  recordOp(name, args, kwargs, result)
-  return result
+  const returns = op.returns as ReturnKind
+  if (returns === "tensor" && results.length !== 1) throw refuse(`ops.${name} has ${results.length} results`)
+  recordOp(name, args, kwargs, results)
+  switch (returns) {
+    case "none": return undefined
+    case "tensors": return results
+    case "valuesIndices": return results.length === 1 ? results[0]! : results
+    default: return results[0]!
+  }
 }
 
 /** The tensors an in-place op writes, from the parameters it names (by position or keyword; lists flattened). */
@@ -161,7 +179,7 @@ Object.defineProperty(RemoteTensor.prototype, "fetch", {
 // The methods: each op whose first parameter is its input tensor.
 for (const name of Object.keys(OPS) as OpName[]) {
   const first = (OPS[name].params as ReadonlyArray<Param>)[0]
-  if (first?.name !== "input" || (first.kind !== "tensor" && first.kind !== "tensorOrScalar")) continue
+  if (first === undefined || !SELF_NAMES.includes(first.name) || (first.kind !== "tensor" && first.kind !== "tensorOrScalar")) continue
   Object.defineProperty(RemoteTensor.prototype, name, {
     value(this: RemoteTensor, ...args: unknown[]) {
       return invoke(name, this.mesh, [this, ...args])

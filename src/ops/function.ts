@@ -5,6 +5,7 @@
 import type { Native } from "../../ffi/native.ts"
 import type { Stream } from "../../ffi/stream.ts"
 import type { Device } from "../protocol/values.ts"
+import type { Generator } from "./generator.ts"
 
 /** What a function knows about where it runs. */
 export interface FunctionContext {
@@ -16,6 +17,8 @@ export interface FunctionContext {
   readonly stream: Stream
   /** This rank's coordinate in each dim of the most recently created mesh, by dim name. */
   readonly coords: Readonly<Record<string, number>>
+  /** This rank's random generator (the session's): random ops without a seed draw from it. */
+  readonly generator: Generator
   /** The command's keyword arguments, looked up. */
   readonly kwargs: Readonly<Record<string, unknown>>
 }

@@ -56,6 +56,8 @@ export interface GradOps<T> {
   prod(input: T, dim: Dims, keepdim: boolean): T
   cumsum(input: T, dim: number): T
   flip(input: T, dims: number | number[]): T
+  tril(input: T, diagonal: number): T
+  triu(input: T, diagonal: number): T
   reshape(input: T, shape: number[]): T
   expand(input: T, size: number[]): T
   permute(input: T, dims: number[]): T
@@ -75,6 +77,9 @@ export interface GradOps<T> {
 export interface GradContext<P extends ReadonlyArray<Param>, T> {
   readonly args: Bound<P, T>
   readonly out: T
+  /** Every result of the call (dropout's mask too); `out` is the one at `index`, whose gradient `grad` is. */
+  readonly outs: ReadonlyArray<T>
+  readonly index: number
   readonly grad: T
   meta(t: T): TensorMeta
 }

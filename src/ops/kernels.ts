@@ -9,9 +9,10 @@
 import * as k from "../../ffi/ops.ts"
 import type { BinaryOpName, ReduceOpName, TernaryOpName, UnaryOpName } from "../../ffi/symbols.ts"
 import { Tensor } from "../../ffi/tensor.ts"
-import type { DType } from "../protocol/values.ts"
+import { HostTensor, type DType } from "../protocol/values.ts"
 import type { FunctionContext, RemoteFunction } from "./function.ts"
-import { numelOf, OpArgumentError, type TensorMeta } from "./meta.ts"
+import type { Draw } from "./generator.ts"
+import { bad, numelOf, OpArgumentError, type TensorMeta } from "./meta.ts"
 import type { Bound } from "./params.ts"
 import { broadcastShapes, resultType } from "./promotion.ts"
 import { opNamed, type Op, type OpName, type ParamsOf } from "./registry.ts"
@@ -20,6 +21,7 @@ import type { OpSpec } from "./spec.ts"
 import { arangeBounds } from "./specs/creation.ts"
 import { planBinary, type BinaryKind } from "./specs/elementwise.ts"
 import { expandShape, permutation, sliceOf, transposePermutation } from "./specs/layout.ts"
+import { attentionPlan, EPSILON } from "./specs/nn.ts"
 import { reducedDims } from "./specs/reduction.ts"
 
 /**
@@ -90,7 +92,108 @@ const copyInto = (run: Run, out: Tensor, src: Tensor, view: k.Strided): void =>
   k.copyStrided(out, { offset: 0, strides: contiguous(out.shape) }, src, view, out.shape, run.stream)
 
 const fill = (value: number): Kernel<"zeros"> => (run, [out]) => k.fill(out!, value, run.stream)
-const random = (normal: boolean): Kernel<"rand"> => (run, [out], a) => k.rand(out!, a.seed, a.offset, normal, run.stream)
+
+/** Where n random numbers come from: the explicit seed's stream (from offset, default 0), else the rank's generator. */
+const drawOf = (run: Run, op: string, seed: number | null, offset: number | null, n: number): Draw => {
+  if (seed !== null) return { seed: BigInt.asUintN(64, BigInt(seed)), offset: BigInt.asUintN(64, BigInt(offset ?? 0)) }
+  if (offset !== null) bad(op, "offset needs a seed (without one, the rank's generator says where to draw)")
+  return run.ctx.generator.draw(n)
+}
+
+const random = (normal: boolean): Kernel<"rand"> => (run, [out], a, op) => {
+  const d = drawOf(run, op, a.seed, a.offset, out!.numel)
+  k.rand(out!, d.seed, d.offset, normal, run.stream)
+}
+
+/** A tensor holding host values (a temporary of the command). */
+const upload = (run: Run, host: HostTensor): Tensor => {
+  const t = Tensor.fromHost(run.ctx.native, host, run.stream)
+  run.temps.push(t)
+  return t
+}
+
+/** randint: floor(low + u * (high - low)) of uniform f64 draws u in [0, 1), which stays below high. */
+const randint: Kernel<"randint"> = (run, [out], a, op) => {
+  const u = run.temp("f64", out!.shape), d = drawOf(run, op, a.seed, a.offset, out!.numel)
+  k.rand(u, d.seed, d.offset, false, run.stream)
+  k.binaryScalar("mul", u, u, a.high - a.low, false, run.stream)
+  k.binaryScalar("add", u, u, a.low, false, run.stream)
+  k.unary("floor", u, u, run.stream)
+  k.binaryScalar("minimum", u, u, a.high - 1, false, run.stream)
+  k.cast(out!, u, run.stream)
+}
+
+/** The pieces of input along dim, each a narrow copied into its result. */
+const piecesInto = (run: Run, outs: ReadonlyArray<Tensor>, input: Tensor, dim: number, op: string): void => {
+  const d = normDim(op, dim, input.shape.length), s = stridesOf(input)
+  let at = 0
+  for (const out of outs) {
+    copyInto(run, out, input, { offset: at * s[d]!, strides: s })
+    at += out.shape[d]!
+  }
+}
+
+/** scaled_dot_product_attention: the batch dims broadcast and flattened to one, then one shim_attention. */
+const attention: Kernel<"scaled_dot_product_attention"> = (run, [out], a, op) => {
+  const { query, key, value, attn_mask } = a
+  const p = attentionPlan(op, query, key, value, attn_mask, a.is_causal, a.dropout_p), b = numelOf(p.batch)
+  const flat = (t: Tensor, rows: number, cols: number) => run.view(run.expand(t, [...p.batch, rows, cols]), [b, rows, cols])
+  let mask: Tensor | null = null
+  if (attn_mask) {
+    const padded = [...new Array<number>(Math.max(0, p.batch.length + 2 - attn_mask.shape.length)).fill(1), ...attn_mask.shape]
+    mask = padded.slice(0, -2).every((x) => x === 1)
+      ? run.view(run.expand(run.view(attn_mask, padded.slice(-2)), [p.l, p.s]), [1, p.l, p.s])
+      : flat(attn_mask, p.l, p.s)
+  }
+  k.attention(run.view(out!, [b, p.l, p.ev]), flat(query, p.l, p.e), flat(key, p.s, p.e), flat(value, p.s, p.ev), mask, a.scale ?? 1 / Math.sqrt(p.e), a.is_causal, run.stream)
+}
+
+/** A loss's reduction: none (each element), sum, or mean over the targets' weights (ignored ones weigh 0). */
+const reduceLoss = (run: Run, out: Tensor, loss: Tensor, weight: Tensor, reduction: string): void => {
+  if (reduction === "none") return k.cast(out, loss, run.stream)
+  k.reduce("sum", out, loss, undefined, run.stream)
+  if (reduction === "mean") {
+    const total = run.temp(weight.dtype, [])
+    k.reduce("sum", total, weight, undefined, run.stream)
+    k.binary("div", out, out, total, run.stream)
+  }
+}
+
+/**
+ * nll_loss, composed: the input at each target along the class dim (gather), times the
+ * target's weight (0 for ignore_index), negated, then summed or averaged over the weights.
+ */
+const nllLoss: Kernel<"nll_loss"> = (run, [out], a) => {
+  const { target } = a, dtype = a.input.dtype
+  const input = a.input.shape.length === 1 ? run.view(a.input, [1, a.input.shape[0]!]) : a.input
+  const n = target.numel, tshape = target.shape
+  const valid = run.temp("bool", tshape)
+  k.binaryScalar("ne", valid, target, a.ignore_index, false, run.stream)
+  const safe = run.temp("i64", tshape)
+  k.binary("mul", safe, target, run.cast(valid, "i64"), run.stream)
+  const index = [input.shape[0]!, 1, ...input.shape.slice(2)], picked = run.temp(dtype, index)
+  k.gather(picked, input, 1, run.view(safe, index), run.stream)
+  const weight = run.temp(dtype, tshape)
+  k.cast(weight, valid, run.stream)
+  if (a.weight) {
+    const w = run.temp(dtype, [n])
+    k.gather(w, a.weight, 0, run.view(safe, [n]), run.stream)
+    k.binary("mul", weight, weight, run.view(w, tshape), run.stream)
+  }
+  const loss = run.temp(dtype, tshape)
+  k.binary("mul", loss, run.view(picked, tshape), weight, run.stream)
+  k.unary("neg", loss, loss, run.stream)
+  reduceLoss(run, out!, loss, weight, a.reduction)
+}
+
+/** mse_loss, composed: the squared broadcast difference, then its mean or sum. */
+const mseLoss: Kernel<"mse_loss"> = (run, [out], a, op) => {
+  const plan = planBinary(op, "arithmetic", a.input, a.target)
+  const sq = a.reduction === "none" ? out! : run.temp(plan.result.dtype, plan.result.shape)
+  binaryInto(run, "sub", "arithmetic", op, sq, a.input, a.target)
+  k.binary("mul", sq, sq, sq, run.stream)
+  if (a.reduction !== "none") k.reduce(a.reduction === "mean" ? "mean" : "sum", out!, sq, undefined, run.stream)
+}
 
 const unary = (op: UnaryOpName): Kernel<"neg"> => (run, [out], a) => k.unary(op, out!, run.cast(a.input, out!.dtype), run.stream)
 /** isnan, isinf, logical_not: bool out of any dtype, no cast. */
@@ -339,6 +442,22 @@ export const KERNELS: Kernels = {
   copy_: (run, _, a) => k.cast(a.input, run.expand(a.src, a.input.shape), run.stream),
   fill_: (run, _, a) => k.fill(a.input, a.value, run.stream),
   noop: () => undefined,
+  tril: (run, [out], a) => k.triangle(out!, a.input, a.diagonal, false, run.stream),
+  triu: (run, [out], a) => k.triangle(out!, a.input, a.diagonal, true, run.stream),
+  split: (run, outs, a, op) => piecesInto(run, outs, a.tensor, a.dim, op),
+  chunk: (run, outs, a, op) => piecesInto(run, outs, a.input, a.dim, op),
+  randint,
+  dropout: (run, [out, mask], a) => {
+    if (!a.training || a.p === 0) return (k.cast(out!, a.input, run.stream), k.fill(mask!, 1, run.stream))
+    const d = run.ctx.generator.draw(a.input.numel)
+    k.dropout(out!, mask!, a.input, a.p, d.seed, d.offset, run.stream)
+  },
+  manual_seed: (run, _, a) => run.ctx.generator.manualSeed(a.seed, a.distinct),
+  get_rng_state: (run, [out]) => k.cast(out!, upload(run, new HostTensor("i64", [2], new Uint8Array(BigInt64Array.from(run.ctx.generator.state()).buffer))), run.stream),
+  set_rng_state: (run, _, a) => {
+    const [key, offset] = a.state.toHost(run.stream).toArray() as BigInt64Array
+    run.ctx.generator.setState(key!, offset!)
+  },
   softmax: (run, [out], a, op) => k.softmax(out!, a.input, normDim(op, a.dim, a.input.shape.length), false, run.stream),
   log_softmax: (run, [out], a, op) => k.softmax(out!, a.input, normDim(op, a.dim, a.input.shape.length), true, run.stream),
   linear: (run, [out], a) => {
@@ -368,15 +487,19 @@ export const KERNELS: Kernels = {
       k.binary("add", loss, loss, smooth, run.stream)
     }
     k.binary("mul", loss, loss, weight, run.stream)
-    if (a.reduction === "none") return k.cast(out!, loss, run.stream)
-    k.reduce("sum", out!, loss, undefined, run.stream)
-    if (a.reduction === "mean") {
-      const count = run.temp(dtype, [])
-      k.reduce("sum", count, weight, undefined, run.stream)
-      k.binary("div", out!, out!, count, run.stream)
-    }
+    reduceLoss(run, out!, loss, weight, a.reduction)
   },
   layer_norm: (run, [out], a) => k.layerNorm(out!, a.input, a.weight, a.bias, numelOf(a.normalized_shape), a.eps, run.stream),
+  scaled_dot_product_attention: attention,
+  rms_norm: (run, [out], a) => k.rmsNorm(out!, a.input, a.weight, numelOf(a.normalized_shape), a.eps ?? EPSILON[a.input.dtype]!, run.stream),
+  nll_loss: nllLoss,
+  mse_loss: mseLoss,
+  one_hot: (run, [out], a) => {
+    const index = [...a.tensor.shape, 1], ones = run.temp("i64", index)
+    k.fill(out!, 0, run.stream)
+    k.fill(ones, 1, run.stream)
+    k.scatter("assign", out!, index.length - 1, run.view(a.tensor, index), ones, run.stream)
+  },
   _fused_sgd_: (run, _, a) => a.params.forEach((p, i) =>
     k.sgd(p, a.grads[i]!, a.momentum_buffers[i], {
       lr: a.lr, momentum: a.momentum, dampening: a.dampening, weightDecay: a.weight_decay, nesterov: a.nesterov, maximize: a.maximize, first: a.is_first_step,

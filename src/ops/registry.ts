@@ -13,15 +13,17 @@ import { layout } from "./specs/layout.ts"
 import { math } from "./specs/math.ts"
 import { nn } from "./specs/nn.ts"
 import { optim } from "./specs/optim.ts"
+import { random } from "./specs/random.ts"
 import { reductions } from "./specs/reduction.ts"
 import { ternary } from "./specs/ternary.ts"
 
-const SPECS = { ...creation, ...elementwise, ...math, ...ternary, ...reductions, ...layout, ...nn, ...optim }
+const SPECS = { ...creation, ...random, ...elementwise, ...math, ...ternary, ...reductions, ...layout, ...nn, ...optim }
 
 type Specs = typeof SPECS
 export type OpName = keyof Specs
 export type ParamsOf<N extends OpName> = Specs[N]["params"]
 export type ResultDtypeOf<N extends OpName> = Specs[N]["dtype"]
+export type ReturnsOf<N extends OpName> = Specs[N]["returns"]
 
 /** A declared op with its name and its binder. */
 export type Op<N extends OpName = OpName> = Specs[N] & { readonly name: N; readonly bind: Binder<ParamsOf<N>> }
@@ -36,6 +38,12 @@ export const opNamed = (name: string): Op | undefined => (Object.hasOwn(OPS, nam
 /** `ops.add(input, other)`: the signature of every op, for docs and messages. */
 export const signatures = (): string[] => Object.values(OPS).map((o) => `ops.${signatureOf(o.name, (o as OpSpec).params as ReadonlyArray<Param>)}`)
 
+/** How many results a call of op defines, from its bound arguments. */
+export const resultCount = (op: Op, bound: unknown): number => {
+  const r = (op as OpSpec).results
+  return typeof r === "number" ? r : r(bound as never, op.name)
+}
+
 /** A tensor whose dtype and shape the controller does not know (a user function's undeclared result). */
 export const UNKNOWN_TENSOR: unique symbol = Symbol("unknown tensor")
 
@@ -47,6 +55,6 @@ export const UNKNOWN_TENSOR: unique symbol = Symbol("unknown tensor")
 export const inferOutputs = (op: Op, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, known: boolean): ReadonlyArray<TensorMeta | undefined> => {
   const isTensor = (v: unknown): v is TensorMeta => v === UNKNOWN_TENSOR || isTensorMeta(v)
   const bound = op.bind(args, kwargs, isTensor)
-  if (!known) return Array.from({ length: op.results }, () => undefined)
+  if (!known) return Array.from({ length: resultCount(op, bound) }, () => undefined)
   return (op as OpSpec).outputs(bound as never, op.name)
 }

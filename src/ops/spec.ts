@@ -4,8 +4,8 @@
  * shapes. The worker's kernel table (src/ops/kernels.ts) binds each declared op to the shim
  * calls that run it; a declared op without a kernel does not compile.
  *
- * Still to come on each entry (issue 12): its backward rule, or an explicit "not
- * differentiable", as a required field, so an op added without one does not compile either.
+ * Each also holds its backward rule, or an explicit "not differentiable" (src/ops/grad.ts),
+ * a required field, so an op added without one does not compile either.
  */
 import type { Backward } from "./grad.ts"
 import type { TensorMeta } from "./meta.ts"
@@ -21,7 +21,16 @@ import type { Bound, Param } from "./params.ts"
  */
 export type DtypeKind = "same" | "bool" | "float" | "promote" | "divide" | "sum" | "to" | "other" | "created" | "arange" | "any"
 
-export interface OpSpec<P extends ReadonlyArray<Param> = ReadonlyArray<Param>, K extends DtypeKind = DtypeKind> {
+/**
+ * What a call gives a user of the typed surface: its one tensor ("tensor"), nothing ("none": an
+ * op that only changes worker state, or an in-place op, which gives back its input), every
+ * result as a list ("tensors": split, chunk), its first result only ("first": dropout, whose
+ * mask is for its backward rule), or max and min's (values, indices) when a dim is given and
+ * the values otherwise ("valuesIndices").
+ */
+export type ReturnKind = "tensor" | "none" | "tensors" | "first" | "valuesIndices"
+
+export interface OpSpec<P extends ReadonlyArray<Param> = ReadonlyArray<Param>, K extends DtypeKind = DtypeKind, R extends ReturnKind = ReturnKind> {
   readonly params: P
   readonly dtype: K
   /**
@@ -30,8 +39,13 @@ export interface OpSpec<P extends ReadonlyArray<Param> = ReadonlyArray<Param>, K
    * before sending, and on the worker before allocating.
    */
   readonly outputs: (a: Bound<P>, op: string) => ReadonlyArray<TensorMeta>
-  /** How many results it defines (the count the controller uses when an input's shape is unknown). */
-  readonly results: number
+  /**
+   * How many results it defines (the count the controller uses when an input's shape is
+   * unknown): a number, or one computed from the bound arguments (split's depends on its
+   * input's shape, which may then be UNKNOWN_TENSOR: it refuses).
+   */
+  readonly results: number | ((a: Bound<P>, op: string) => number)
+  readonly returns: R
   /**
    * In place: it writes its `input` (or the tensors of the parameters named, a list of tensors
    * included) and defines nothing; the controller lists them in `mutates`.
@@ -50,9 +64,12 @@ export type Mutates = "input" | ReadonlyArray<string>
 export const mutatedParams = (op: OpSpec): ReadonlyArray<string> => (op.mutates === undefined ? [] : op.mutates === "input" ? ["input"] : op.mutates)
 
 /** Declares an op with its backward rule; `results` defaults to 1, or 0 for an in-place op. */
-export const spec = <const P extends ReadonlyArray<Param>, const K extends DtypeKind = "any">(
+export const spec = <const P extends ReadonlyArray<Param>, const K extends DtypeKind = "any", const R extends ReturnKind = "tensor">(
   params: P,
   outputs: (a: Bound<P>, op: string) => ReadonlyArray<TensorMeta>,
   backward: Backward<P>,
-  more: { readonly dtype?: K; readonly results?: number; readonly mutates?: Mutates; readonly view?: true } = {},
-): OpSpec<P, K> => ({ params, outputs, backward, results: more.results ?? (more.mutates ? 0 : 1), ...more, dtype: (more.dtype ?? "any") as K })
+  more: { readonly dtype?: K; readonly results?: number | ((a: Bound<P>, op: string) => number); readonly returns?: R; readonly mutates?: Mutates; readonly view?: true } = {},
+): OpSpec<P, K, R> => ({
+  params, outputs, backward, results: more.results ?? (more.mutates ? 0 : 1), ...more, dtype: (more.dtype ?? "any") as K,
+  returns: (more.returns ?? (more.mutates || more.results === 0 ? "none" : "tensor")) as R,
+})

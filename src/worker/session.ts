@@ -9,6 +9,7 @@ import type { Native } from "../../ffi/native.ts"
 import type { Stream } from "../../ffi/stream.ts"
 import type { Tensor } from "../../ffi/tensor.ts"
 import type { Communicators } from "../comm/communicators.ts"
+import { Generator } from "../ops/generator.ts"
 import type { ControllerMessage, DefineRecording } from "../protocol/messages.ts"
 import type { Ref } from "../protocol/values.ts"
 import { DependentOnError, toErrorPayload } from "./errors.ts"
@@ -39,6 +40,8 @@ export interface Session {
   lastSentStatus: number
   /** Set by Exit: the loop stops after the current command. */
   exiting: boolean
+  /** This rank's random generator (a fresh session starts it again from the default seed). */
+  readonly generator: Generator
   /** Coordinates in the most recently created mesh, for function contexts. */
   coords: Readonly<Record<string, number>>
   /** When the event loop last had a turn between commands (ioTurn). */
@@ -69,6 +72,7 @@ export const makeSession = (deps: Pick<Session, "rank" | "world" | "native" | "c
   firstUncompletedIdent: 0,
   lastSentStatus: 0,
   exiting: false,
+  generator: new Generator(deps.rank),
   coords: {},
   lastIoTurn: performance.now(),
 })

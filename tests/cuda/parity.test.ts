@@ -392,4 +392,44 @@ describe("cuda matches cpu", () => {
     alike("adamw step 0", (w) => call(w, "shim_adamw", w ? b : a, w ? sr : sq, w ? y : x, w ? y : x, null, 0.1, 0.9, 0.99, 1e-8, 0, 0, 0, null))
     freeAll(a, b, i, j, x, y, bx, by, sq, sr)
   })
+
+  parity("issue 11.2's kernels: triangle, scatter and dropout bit for bit; attention and rms_norm within a few ulps", () => {
+    const bad: string[] = []
+    for (const dtype of DTYPES) {
+      const [a, b] = pair(dtype, [3, 5, 7], bytesOf(dtype, 105, 16))
+      const [x, y] = emptyPair(dtype, [3, 5, 7])
+      for (const [diagonal, upper] of [[0, false], [2, true], [-3, false], [-1, true]] as const)
+        if (alike(`triangle ${dtype} ${diagonal} ${upper}`, (w) => ops.triangle(w ? y : x, w ? b : a, diagonal, upper)))
+          bad.push(...differences(`triangle ${dtype} ${diagonal} ${upper}`, x, y))
+      // scatter into a copy of a: each line along dim 1 gets the same target twice, so add sums in order
+      const index = Array.from({ length: 3 * 4 * 7 }, (_, e) => (e * 7) % 5)
+      const [ia, ib] = pair("i64", [3, 4, 7], new Uint8Array(BigInt64Array.from(index.map(BigInt)).buffer))
+      const [sa, sb] = pair(dtype, [3, 4, 7], bytesOf(dtype, 84, 17, { lo: -4, hi: 4, specials: false, integral: true }))
+      for (const op of ["assign", "add"] as const) {
+        ops.cast(x, a), ops.cast(y, b)
+        if (alike(`scatter ${op} ${dtype}`, (w) => ops.scatter(op, w ? y : x, 1, w ? ib : ia, w ? sb : sa)))
+          bad.push(...differences(`scatter ${op} ${dtype}`, x, y))
+      }
+      if (isFloat(dtype)) {
+        const [ma, mb] = emptyPair("bool", [3, 5, 7])
+        for (const p of [0.1, 0.5, 1])
+          if (alike(`dropout ${dtype} ${p}`, (w) => ops.dropout(w ? y : x, w ? mb : ma, w ? b : a, p, 99n, 2n ** 40n)))
+            bad.push(...differences(`dropout ${dtype} ${p}`, x, y), ...differences(`dropout mask ${dtype} ${p}`, ma, mb))
+        const [q, r] = pair(dtype, [3, 5, 7], bytesOf(dtype, 105, 18, { lo: -2, hi: 2, specials: false }))
+        const [wa, wb] = pair(dtype, [7], bytesOf(dtype, 7, 19, { lo: 0.5, hi: 2, specials: false }))
+        if (alike(`rms_norm ${dtype}`, (w) => ops.rmsNorm(w ? y : x, w ? r : q, w ? wb : wa, 7, 1e-5)))
+          bad.push(...differences(`rms_norm ${dtype}`, x, y, 4))
+        const [k1, k2] = pair(dtype, [3, 6, 7], bytesOf(dtype, 126, 20, { lo: -2, hi: 2, specials: false }))
+        const [v1, v2] = pair(dtype, [3, 6, 4], bytesOf(dtype, 72, 21, { lo: -2, hi: 2, specials: false }))
+        const [m1, m2] = pair("bool", [1, 5, 6], bytesOf("bool", 30, 22, { specials: false }))
+        const [o1, o2] = emptyPair(dtype, [3, 5, 4])
+        for (const [mask, causal] of [[false, false], [false, true], [true, false]] as const)
+          if (alike(`attention ${dtype} mask=${mask} causal=${causal}`, (w) => ops.attention(w ? o2 : o1, w ? r : q, w ? k2 : k1, w ? v2 : v1, mask ? (w ? m2 : m1) : null, 0.35, causal)))
+            bad.push(...differences(`attention ${dtype} mask=${mask} causal=${causal}`, o1, o2, dtype === "f64" ? 64 : 16))
+        freeAll(ma, mb, q, r, wa, wb, k1, k2, v1, v2, m1, m2, o1, o2)
+      }
+      freeAll(a, b, x, y, ia, ib, sa, sb)
+    }
+    expect(bad).toEqual([])
+  })
 })

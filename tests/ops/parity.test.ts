@@ -3,7 +3,7 @@
 // and values within the tolerance of the result's dtype (TOLERANCE, the one table). Without
 // torch the cases skip, saying so.
 import { afterAll, beforeAll, expect, test } from "bun:test"
-import type { Value } from "../../src/protocol/messages.ts"
+import type { Value, WorkerMessage } from "../../src/protocol/messages.ts"
 import { HostTensor, type DType } from "../../src/protocol/values.ts"
 import { call, createStream, fetch, host, ref } from "../worker/build.ts"
 import { startWorkers, type Harness } from "../worker/harness.ts"
@@ -31,7 +31,8 @@ const representable = (t: DType, x: number): number => {
   const u = new Uint32Array(Float32Array.of(f).buffer)[0]!
   return new Float32Array(Uint32Array.of(((u + 0x7fff + ((u >>> 16) & 1)) >>> 16) << 16).buffer)[0]!
 }
-interface T { readonly t: DType; readonly shape: number[]; readonly data: number[] }
+/** nc: the tensor is used transposed in its last two dims (non-contiguous in torch; on the worker, the result of an ops.transpose). */
+interface T { readonly t: DType; readonly shape: number[]; readonly data: number[]; readonly nc?: true }
 const tensor = (t: DType, shape: number[], scale = 3): T => {
   const n = shape.reduce((a, b) => a * b, 1)
   const data = Array.from({ length: n }, () => t === "bool" ? Math.floor(rnd() * 2) : t === "u8" ? Math.floor(rnd() * 10)
@@ -40,13 +41,26 @@ const tensor = (t: DType, shape: number[], scale = 3): T => {
 }
 const ints = (t: "i64", shape: number[], values: number[]): T => ({ t, shape, data: values })
 const isT = (v: unknown): v is T => typeof v === "object" && v !== null && "t" in v && "data" in v
-const toWire = (v: unknown): unknown => isT(v) ? host(v.t, v.shape, v.data) : Array.isArray(v) ? v.map(toWire) : v
+/** x as the transpose of its last two dims (x's data holds the swapped shape). */
+const nc = (x: T): T => ({ ...x, nc: true })
+/** A case's arguments for the wire; each nc tensor becomes a ref defined by the command pushed to `pre`. */
+const toWire = (v: unknown, pre: Array<(ident: number) => WorkerMessage> = [], refBase = 0): unknown => {
+  if (isT(v)) {
+    if (!v.nc) return host(v.t, v.shape, v.data)
+    const id = refBase + pre.length
+    pre.push((ident) => call(ident, [id], "ops.transpose", [host(v.t, v.shape, v.data), -1, -2]))
+    return ref(id)
+  }
+  return Array.isArray(v) ? v.map((x) => toWire(x, pre, refBase)) : v
+}
 
-interface Case { readonly name: string; readonly op: string; readonly args: unknown[]; readonly kwargs?: Record<string, unknown> }
-const c = (name: string, op: string, args: unknown[], kwargs: Record<string, unknown> = {}): Case => ({ name, op, args, kwargs })
+/** results: how many tensors the op defines (torch answers a tuple of as many). */
+interface Case { readonly name: string; readonly op: string; readonly args: unknown[]; readonly kwargs?: Record<string, unknown>; readonly results?: number }
+const c = (name: string, op: string, args: unknown[], kwargs: Record<string, unknown> = {}, results = 1): Case => ({ name, op, args, kwargs, results })
 
 const f = (...s: number[]) => tensor("f32", s)
 const FLOATS = ["f32", "f64", "f16", "bf16"] as const
+const ALL = [...FLOATS, "i64", "i32", "u8", "bool"] as const
 /** A divisor without zeros (|x| + 0.5). */
 const nonzero = (x: T): T => ({ ...x, data: x.data.map((v) => representable(x.t, Math.abs(v) + 0.5)) })
 const isFloat = (t: DType): boolean => (FLOATS as ReadonlyArray<DType>).includes(t)
@@ -269,6 +283,62 @@ const CASES: Case[] = [
   c("matmul broadcast batch", "matmul", [f(2, 1, 3, 4), f(3, 4, 2)]),
   c("matmul 2-D @ batched", "matmul", [f(3, 4), f(2, 4, 2)]),
   c("bmm", "bmm", [f(2, 3, 4), f(2, 4, 2)]),
+  // issue 11.2: triangles, pieces, attention, normalisation, losses, one_hot
+  ...(["tril", "triu"] as const).flatMap((op) => [
+    ...ALL.map((t) => c(`${op} ${t}`, op, [tensor(t, [3, 4])])),
+    c(`${op} diagonal 1, batched`, op, [f(2, 3, 4)], { diagonal: 1 }),
+    c(`${op} diagonal -2`, op, [tensor("f64", [4, 3]), -2]),
+    c(`${op} diagonal past the matrix`, op, [f(3, 3)], { diagonal: 5 }),
+    c(`${op} empty`, op, [f(0, 3)]),
+    c(`${op} non-contiguous`, op, [nc(f(4, 3))]),
+  ]),
+  c("split by size, the last smaller", "split", [f(5, 2), 2], {}, 3),
+  c("split by sections, negative dim", "split", [tensor("i64", [2, 6]), [1, 2, 3], -1], {}, 3),
+  c("split bf16 along dim 1", "split", [tensor("bf16", [2, 4]), 2, 1], {}, 2),
+  c("split one piece", "split", [tensor("bool", [3]), 4], {}, 1),
+  c("split empty dim", "split", [f(0, 2), 2], {}, 1),
+  c("split with an empty section", "split", [f(3, 2), [0, 3]], {}, 2),
+  c("split non-contiguous", "split", [nc(f(3, 4)), 2, -1], {}, 2),
+  c("chunk evenly", "chunk", [f(6, 2), 3], {}, 3),
+  c("chunk unevenly", "chunk", [tensor("f16", [5]), 3], {}, 3),
+  c("chunk more chunks than elements", "chunk", [tensor("i32", [2, 3]), 4, 1], {}, 3),
+  c("chunk empty dim", "chunk", [f(0), 2], {}, 2),
+  ...FLOATS.map((t) => c(`scaled_dot_product_attention ${t}`, "scaled_dot_product_attention", [tensor(t, [2, 3, 4]), tensor(t, [2, 5, 4]), tensor(t, [2, 5, 3])])),
+  ...FLOATS.map((t) => c(`scaled_dot_product_attention causal ${t}`, "scaled_dot_product_attention", [tensor(t, [2, 2, 4, 8]), tensor(t, [2, 2, 4, 8]), tensor(t, [2, 2, 4, 8])], { is_causal: true })),
+  c("scaled_dot_product_attention bool mask, broadcast", "scaled_dot_product_attention", [f(2, 3, 4), f(2, 5, 4), f(2, 5, 2), { ...tensor("bool", [3, 5]), data: [1, 0, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1, 0, 0, 1] }]),
+  c("scaled_dot_product_attention bool mask per batch", "scaled_dot_product_attention", [f(2, 2, 3, 4), f(2, 2, 3, 4), f(2, 2, 3, 4), tensor("bool", [2, 1, 3, 3])]),
+  c("scaled_dot_product_attention a row fully masked is NaN", "scaled_dot_product_attention", [f(1, 2, 4), f(1, 3, 4), f(1, 3, 2), { ...tensor("bool", [2, 3]), data: [0, 0, 0, 1, 0, 1] }]),
+  c("scaled_dot_product_attention float mask", "scaled_dot_product_attention", [tensor("f64", [2, 3, 4]), tensor("f64", [2, 3, 4]), tensor("f64", [2, 3, 4]), tensor("f64", [3, 3])]),
+  c("scaled_dot_product_attention scale, causal, L < S", "scaled_dot_product_attention", [f(2, 3, 4), f(2, 5, 4), f(2, 5, 6)], { is_causal: true, scale: 0.3 }),
+  c("scaled_dot_product_attention broadcast batch", "scaled_dot_product_attention", [f(2, 3, 4, 8), f(3, 4, 8), f(1, 4, 8)]),
+  c("scaled_dot_product_attention 2-D", "scaled_dot_product_attention", [f(3, 4), f(5, 4), f(5, 2)]),
+  c("scaled_dot_product_attention large scores", "scaled_dot_product_attention", [tensor("f32", [1, 3, 4], 100), tensor("f32", [1, 3, 4], 100), f(1, 3, 4)]),
+  c("scaled_dot_product_attention non-contiguous query and key", "scaled_dot_product_attention", [nc(f(2, 4, 3)), nc(f(2, 4, 5)), f(2, 5, 3)]),
+  c("scaled_dot_product_attention empty batch", "scaled_dot_product_attention", [f(0, 3, 4), f(0, 5, 4), f(0, 5, 2)]),
+  ...FLOATS.map((t) => c(`rms_norm ${t} with weight`, "rms_norm", [tensor(t, [3, 8]), [8], tensor(t, [8])])),
+  c("rms_norm over two dims, eps", "rms_norm", [f(2, 3, 4), [3, 4]], { eps: 1e-3 }),
+  c("rms_norm f64 default eps", "rms_norm", [tensor("f64", [4, 5]), [5]]),
+  c("rms_norm 1-D", "rms_norm", [f(6), [6], f(6)]),
+  c("rms_norm empty rows", "rms_norm", [f(0, 4), [4]]),
+  c("rms_norm non-contiguous", "rms_norm", [nc(f(4, 3)), [4]]),
+  ...(["f32", "f64", "bf16", "f16"] as const).map((t) => c(`nll_loss ${t}`, "nll_loss", [tensor(t, [4, 5]), ints("i64", [4], [0, 4, 2, 1])])),
+  c("nll_loss weight, mean", "nll_loss", [f(4, 3), ints("i64", [4], [0, 2, 2, 1]), { ...f(3), data: [0.5, 2, 1] }]),
+  c("nll_loss weight, ignore_index, sum", "nll_loss", [f(4, 3), ints("i64", [4], [0, -100, 2, 1]), f(3)], { reduction: "sum" }),
+  c("nll_loss ignore_index in range, none", "nll_loss", [f(3, 4), ints("i64", [3], [3, 1, 1])], { ignore_index: 1, reduction: "none" }),
+  c("nll_loss [N, C, d]", "nll_loss", [tensor("f64", [2, 3, 4]), ints("i64", [2, 4], [0, 1, 2, 0, 2, 2, 1, 0])]),
+  c("nll_loss [C] with a 0-d target", "nll_loss", [f(5), ints("i64", [], [3])]),
+  c("nll_loss empty batch, mean is NaN", "nll_loss", [f(0, 3), ints("i64", [0], [])]),
+  c("nll_loss non-contiguous", "nll_loss", [nc(f(3, 4)), ints("i64", [4], [0, 2, 1, 1])]),
+  ...FLOATS.map((t) => c(`mse_loss ${t}`, "mse_loss", [tensor(t, [3, 4]), tensor(t, [3, 4])])),
+  c("mse_loss broadcast, sum", "mse_loss", [f(2, 3), f(3)], { reduction: "sum" }),
+  c("mse_loss promotes f32 and f64, none", "mse_loss", [f(4), tensor("f64", [4])], { reduction: "none" }),
+  c("mse_loss 0-d", "mse_loss", [f(), f()]),
+  c("mse_loss empty, mean is NaN", "mse_loss", [f(0), f(0)]),
+  c("mse_loss non-contiguous", "mse_loss", [nc(f(3, 2)), f(2, 3)]),
+  c("one_hot", "one_hot", [ints("i64", [5], [0, 3, 1, 5, 3]), 6]),
+  c("one_hot 2-D", "one_hot", [ints("i64", [2, 2], [1, 0, 2, 2]), 3]),
+  c("one_hot 0-d", "one_hot", [ints("i64", [], [2]), 4]),
+  c("one_hot empty", "one_hot", [ints("i64", [0], []), 4]),
 ]
 
 const numbersOf = (h: HostTensor): number[] => [...h.toArray()].map(Number)
@@ -289,37 +359,49 @@ describeUnless(missing)("ops against torch 1.13", () => {
     await h?.close()
   })
 
-  /** The fetched result of command `call` (fetched by call + 1), or its failure, found by ident. */
-  const answerOf = async (call: number): Promise<HostTensor> => {
+  /** The fetched results of command `call` (fetched by call + 1), or its failure, found by ident. */
+  const answerOf = async (call: number): Promise<Value> => {
     for (const deadline = Date.now() + 20_000; Date.now() < deadline; await Bun.sleep(2)) {
-      const failed = h.seen(0, "RemoteFunctionFailed").find((m) => m.ident === call)
+      const failed = h.seen(0, "RemoteFunctionFailed").find((m) => m.ident >= call && m.ident < call + 8)
       if (failed) throw new Error(failed.error.message)
       const got = h.seen(0, "FetchResult").find((m) => m.ident === call + 1)
-      if (got) return got.value as HostTensor
+      if (got) return got.value
     }
     throw new Error(`no answer to command ${call} within 20 s`)
   }
 
+  const agrees = (ours: HostTensor, want: { dtype: DType; shape: number[]; data: Array<number | string> }): void => {
+    expect({ dtype: ours.dtype, shape: [...ours.shape] }).toEqual({ dtype: want.dtype, shape: want.shape })
+    const { rtol, atol } = TOLERANCE[ours.dtype]
+    const mine = numbersOf(ours), theirs = want.data.map(fromJson)
+    const bad = mine.map((v, j) => [j, v, theirs[j]!] as const).filter(([, v, w]) => !(Object.is(v, w) || Math.abs(v - w) <= atol + rtol * Math.abs(w) || (Number.isNaN(v) && Number.isNaN(w))))
+    expect(bad.slice(0, 4)).toEqual([])
+  }
+
+  // Each case has idents id (the op), id + 1 (the fetch), id + 2 (an in-place case's clone) and
+  // id + 3.. (its non-contiguous inputs' transposes, sent first).
   let ident = 0
   for (const [i, cs] of CASES.entries()) {
     test(cs.name, async () => {
       const expected = reference(i, cs)
-      const id = ident, result = 10_000 + i
-      ident += 3
+      const id = ident, result = 10_000 + i * 16, count = cs.results ?? 1
+      ident += 8
+      const pre: Array<(ident: number) => WorkerMessage> = []
+      const wireArgs = toWire(cs.args, pre, 1_000_000 + i * 8) as Value[], wireKwargs = toWire(cs.kwargs, pre, 1_000_000 + i * 8 + 4) as Record<string, Value>
+      pre.forEach((m, j) => h.send(0, m(id + 3 + j)))
+      const results = Array.from({ length: count }, (_, j) => result + j)
       if (cs.op.endsWith("_")) {
         // In place: the input becomes a worker tensor, the op writes it, and it is what comes back.
-        const [input, ...rest] = toWire(cs.args) as Value[]
+        const [input, ...rest] = wireArgs
         h.send(0, call(id + 2, [result], "ops.clone", [input!]))
-        h.send(0, call(id, [], `ops.${cs.op}`, [ref(result), ...rest], { kwargs: toWire(cs.kwargs) as never, mutates: [result] }))
-      } else h.send(0, call(id, [result], `ops.${cs.op}`, toWire(cs.args) as never, { kwargs: toWire(cs.kwargs) as never }))
-      h.send(0, fetch(id + 1, ref(result)))
-      const ours = await answerOf(id), want = await expected
+        h.send(0, call(id, [], `ops.${cs.op}`, [ref(result), ...rest], { kwargs: wireKwargs, mutates: [result] }))
+      } else h.send(0, call(id, results, `ops.${cs.op}`, wireArgs, { kwargs: wireKwargs }))
+      h.send(0, fetch(id + 1, results.map(ref)))
+      const ours = (await answerOf(id)) as HostTensor[], want = await expected
       expect(want.error).toBeUndefined()
-      expect({ dtype: ours.dtype, shape: [...ours.shape] }).toEqual({ dtype: want.dtype, shape: want.shape })
-      const { rtol, atol } = TOLERANCE[ours.dtype]
-      const mine = numbersOf(ours), theirs = (want.data as Array<number | string>).map(fromJson)
-      const bad = mine.map((v, j) => [j, v, theirs[j]!] as const).filter(([, v, w]) => !(Object.is(v, w) || Math.abs(v - w) <= atol + rtol * Math.abs(w) || (Number.isNaN(v) && Number.isNaN(w))))
-      expect(bad.slice(0, 4)).toEqual([])
+      const theirs = want.outs ?? [want]
+      expect(theirs.length).toBe(count)
+      ours.forEach((o, j) => agrees(o, theirs[j]))
     }, 30_000)
   }
 })

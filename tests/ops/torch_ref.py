@@ -20,7 +20,9 @@ NAMES = {v: k for k, v in DTYPES.items()}
 def decode(v):
     if isinstance(v, dict) and "t" in v:
         data = [float(x) if isinstance(x, str) else x for x in v["data"]]  # "NaN", "Infinity"
-        return torch.tensor(data, dtype=torch.float64).to(DTYPES[v["t"]]).reshape(v["shape"])
+        t = torch.tensor(data, dtype=torch.float64).to(DTYPES[v["t"]]).reshape(v["shape"])
+        # "nc": given with its last two dims swapped, and used as their transpose, not contiguous.
+        return t.transpose(-1, -2) if v.get("nc") else t
     if isinstance(v, list):
         return [decode(x) for x in v]
     if isinstance(v, str) and v in DTYPES:
@@ -32,6 +34,30 @@ def decode(v):
 
 def sliced(x, dim=0, start=None, end=None, step=1):
     return x[(slice(None),) * (dim % x.dim()) + (slice(start, end, step),)]
+
+
+def upcast(x):
+    return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+
+
+def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+    """torch 1.13 has no scaled_dot_product_attention: torch 2's math form, in f64, rounded once."""
+    dtype = q.dtype
+    q, k, v = upcast(q), upcast(k), upcast(v)
+    w = q @ k.transpose(-2, -1) * (scale if scale is not None else 1 / math.sqrt(q.shape[-1]))
+    if is_causal:
+        w = w.masked_fill(~torch.ones(w.shape[-2], w.shape[-1], dtype=torch.bool).tril(), float("-inf"))
+    if attn_mask is not None:
+        w = w.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else w + attn_mask.double()
+    return (torch.softmax(w, -1) @ v).to(dtype)
+
+
+def rms_norm(x, normalized_shape, weight=None, eps=None):
+    """torch 1.13 has no rms_norm: torch 2.4's definition, in f64, rounded once."""
+    eps = torch.finfo(x.dtype).eps if eps is None else eps
+    dims = tuple(range(-len(normalized_shape), 0))
+    y = upcast(x) * torch.rsqrt(upcast(x).pow(2).mean(dims, keepdim=True) + eps)
+    return (y * upcast(weight) if weight is not None else y).to(x.dtype)
 
 
 # Our names whose torch spelling differs (the rest are torch.<name>).
@@ -53,6 +79,8 @@ OPS = {
     "all": lambda x, dim=None, keepdim=False: torch.all(x) if dim is None else reduce_dims(torch.all, x, dim, keepdim),
     "norm": lambda x, p=2, dim=None, keepdim=False: torch.norm(x, p=p, dim=dim, keepdim=keepdim),
     "silu": F.silu, "softplus": F.softplus, "gelu": F.gelu,
+    "scaled_dot_product_attention": sdpa, "rms_norm": rms_norm, "nll_loss": F.nll_loss, "mse_loss": F.mse_loss,
+    "one_hot": F.one_hot, "dropout": F.dropout,
 }
 
 
@@ -63,11 +91,17 @@ def reduce_dims(fn, x, dim, keepdim):
     return x
 
 
-def in_f32(fn, args, kwargs):
-    """torch 1.13 has no cpu kernel for some ops on f16: compute in f32, round once to f16."""
-    up = lambda v: v.float() if isinstance(v, torch.Tensor) and v.dtype == torch.float16 else v
+def in_f32(fn, args, kwargs, narrow):
+    """torch 1.13 has no cpu kernel for some ops on f16 (or bf16): compute in f32, round once to it."""
+    up = lambda v: v.float() if isinstance(v, torch.Tensor) and v.dtype == narrow else v
     out = fn(*[up(a) for a in args], **kwargs)
-    return out.half() if out.is_floating_point() else out
+    return out.to(narrow) if out.is_floating_point() else out
+
+def encode(out):
+    flat = out.detach().reshape(-1)
+    data = flat.tolist() if not flat.is_floating_point() else [x if math.isfinite(x) else str(x) for x in flat.double().tolist()]
+    return {"dtype": NAMES[out.dtype], "shape": list(out.shape), "data": data}
+
 
 def numbers(t):
     return [x if math.isfinite(x) else str(x) for x in t.detach().reshape(-1).double().tolist()]
@@ -80,7 +114,9 @@ def gradients(fn, args, kwargs, wrt, weights):
         holder, key = (args, path[0]) if len(path) == 1 else (args[path[0]], path[1])
         holder[key] = holder[key].detach().requires_grad_()
         leaves.append(holder[key])
-    loss = (fn(*args, **kwargs) * decode(weights)).sum()
+    out, w = fn(*args, **kwargs), decode(weights)
+    # several results (split's pieces): each weighted by its own
+    loss = sum((o * x).sum() for o, x in zip(out, w)) if isinstance(out, (tuple, list)) else (out * w).sum()
     grads = torch.autograd.grad(loss, leaves, allow_unused=True)
     return [numbers(g if g is not None else torch.zeros_like(x)) for g, x in zip(grads, leaves)]
 
@@ -100,12 +136,11 @@ for line in sys.stdin:
         try:
             out = fn(*args, **kwargs)
         except RuntimeError as e:
-            if "not implemented for 'Half'" not in str(e):
+            narrow = torch.float16 if "not implemented for 'Half'" in str(e) else torch.bfloat16 if "not implemented for 'BFloat16'" in str(e) else None
+            if narrow is None:
                 raise
-            out = in_f32(fn, args, kwargs)
-        flat = out.detach().reshape(-1)
-        data = flat.tolist() if not flat.is_floating_point() else [x if math.isfinite(x) else str(x) for x in flat.double().tolist()]
-        answer = {"id": case["id"], "dtype": NAMES[out.dtype], "shape": list(out.shape), "data": data}
+            out = in_f32(fn, args, kwargs, narrow)
+        answer = {"id": case["id"], "outs": [encode(o) for o in out]} if isinstance(out, (tuple, list)) else {"id": case["id"], **encode(out)}
     except Exception as e:  # the case reports it; the server goes on
         answer = {"id": case["id"], "error": f"{type(e).__name__}: {e}"}
     print(json.dumps(answer), flush=True)

@@ -102,6 +102,31 @@ describe("model code through the typed surface", () => {
     expect([...byPos]).toEqual([...byKw])
   })
 
+  test("an attention block: split gives a list, dropout one tensor, manual_seed nothing; results typed and shaped", async () => {
+    const got = await rt.runPromise(Effect.gen(function* () {
+      const mesh = yield* ctl.mesh({ dp: 2 })
+      const on = opsOn(mesh)
+      const { y, pieces, loss } = yield* eager(() => {
+        const seeded: void = on.manual_seed(0)
+        void seeded
+        const x = on.randn([2, 4, 24])
+        const pieces: RemoteTensor<"f32">[] = x.split(8, -1)
+        // @ts-expect-error split gives a list, not one tensor
+        const notOne: RemoteTensor = x.split(8, -1)
+        void notOne
+        const [q, k, v] = pieces as [RemoteTensor<"f32">, RemoteTensor<"f32">, RemoteTensor<"f32">]
+        const attended: RemoteTensor<"f32"> = ops.scaled_dot_product_attention(q, k, v, { is_causal: true })
+        const y = attended.dropout(0.1).rms_norm([8]).tril()
+        return { y, pieces, loss: ops.mse_loss(y, q) }
+      })
+      expect([pieces.length, y.shape, loss.shape]).toEqual([3, [2, 4, 8], []])
+      return { y: (yield* y.fetch()).toArray(), loss: (yield* loss.fetch()).toArray() }
+    }))
+    expect(got.y).toBeInstanceOf(Float32Array)
+    expect(got.y[1]).toBe(0) // above the diagonal of the first [4, 8] matrix
+    expect(Number.isFinite(got.loss[0]!)).toBe(true)
+  })
+
   test("an op with no tensor argument needs a mesh, and says so", async () => {
     const message = await rt.runPromise(eager(() => ops.zeros([2])).pipe(Effect.flip, Effect.map((e) => e.message)))
     expect(message).toMatch(/ops\.zeros has no tensor argument to take a mesh from; use opsOn\(mesh\)\.zeros/)

@@ -7,7 +7,7 @@ import { spec } from "../spec.ts"
 const sized = spec([arg("size", "shape"), kw("dtype", "dtype", "f32")], ({ size, dtype }) => [{ dtype, shape: size }], NOT_DIFFERENTIABLE, { dtype: "created" })
 
 const random = spec(
-  [arg("size", "shape"), kw("dtype", "dtype", "f32"), kw("seed", "int", 0), kw("offset", "int", 0)],
+  [arg("size", "shape"), kw("dtype", "dtype", "f32"), kw("seed", "int", null), kw("offset", "int", null)],
   ({ size, dtype }) => [{ dtype, shape: size }],
   NOT_DIFFERENTIABLE,
   { dtype: "created" },

@@ -4,7 +4,7 @@
  * slicing, cat, flip, ...) are one strided copy each (shim_copy_strided), whose cost
  * bench/ops.ts shows.
  */
-import { bad, describe, numelOf, type TensorMeta } from "../meta.ts"
+import { bad, describe, isTensorMeta, numelOf, type TensorMeta } from "../meta.ts"
 import { type GradContext, type GradOps, NOT_DIFFERENTIABLE, oneHot, padDim, sumTo } from "../grad.ts"
 import { arg, opt, type Param } from "../params.ts"
 import { broadcastShapes, promoteTypes } from "../promotion.ts"
@@ -95,6 +95,47 @@ const indexTensor = (op: string, index: TensorMeta, what: string): void => {
   if (index.dtype !== "i64") bad(op, `${what} must be an i64 tensor, got ${describe(index)}`)
 }
 
+/** The sizes of split's pieces along its dim: one size for all (the last may be smaller), or each piece's. */
+export const splitSizes = (op: string, input: unknown, sizes: number | number[], dim: number): number[] => {
+  if (!isTensorMeta(input)) return bad(op, "needs its input's shape to know how many pieces it makes; give the function's results as metadata")
+  const d = normDim(op, dim, input.shape.length), size = input.shape[d] ?? 1
+  if (input.shape.length === 0) bad(op, "cannot split a 0-dim tensor")
+  if (typeof sizes !== "number") {
+    if (sizes.some((x) => x < 0) || sizes.reduce((a, b) => a + b, 0) !== size) bad(op, `sizes [${sizes}] must be non-negative and sum to dim ${d}'s size ${size}`)
+    return sizes
+  }
+  if (sizes < 0 || (sizes === 0 && size > 0)) bad(op, `split_size must be positive, got ${sizes}`)
+  if (size === 0) return [0]
+  return Array.from({ length: Math.ceil(size / sizes) }, (_, i) => Math.min(sizes, size - i * sizes))
+}
+
+/** chunk's pieces: ceil(size / chunks) each, as many as that takes (an empty dim gives `chunks` empty pieces). */
+export const chunkSizes = (op: string, input: unknown, chunks: number, dim: number): number[] => {
+  if (!isTensorMeta(input)) return bad(op, "needs its input's shape to know how many pieces it makes; give the function's results as metadata")
+  if (chunks <= 0) bad(op, `chunks must be positive, got ${chunks}`)
+  if (input.shape.length === 0) bad(op, "cannot chunk a 0-dim tensor")
+  const size = input.shape[normDim(op, dim, input.shape.length)]!
+  if (size === 0) return new Array<number>(chunks).fill(0)
+  return splitSizes(op, input, Math.ceil(size / chunks), dim)
+}
+
+/** The pieces of input along dim with these sizes. */
+const pieces = (op: string, input: TensorMeta, sizes: ReadonlyArray<number>, dim: number): TensorMeta[] => {
+  const d = normDim(op, dim, input.shape.length)
+  return sizes.map((n) => ({ dtype: input.dtype, shape: input.shape.map((x, i) => (i === d ? n : x)) }))
+}
+
+/** tril and triu: of the last two dims, from `diagonal` (0: the main one, above it positive); the gradient is the same triangle of g. */
+const triangle = (upper: boolean) => spec([arg("input", "tensor"), opt("diagonal", "int", 0)], ({ input }, op) => {
+  if (input.shape.length < 2) bad(op, `needs at least 2 dims, got ${describe(input)}`)
+  return [input]
+}, (c, o) => ({ input: () => (upper ? o.triu(c.grad, c.args.diagonal) : o.tril(c.grad, c.args.diagonal)) }), { dtype: "same" })
+
+/** A piece's gradient: g back in its place along dim, zeros around it (each piece is its own node; the tape adds them). */
+const pieceGrad = <T>(o: GradOps<T>, meta: (t: T) => TensorMeta, g: T, input: TensorMeta, sizes: ReadonlyArray<number>, at: number, dim: number): T => {
+  const d = normDim("split", dim, input.shape.length), start = sizes.slice(0, at).reduce((a, b) => a + b, 0)
+  return padDim(o, g, meta(g), d, start, input.shape[d]! - start - sizes[at]!)
+}
 
 /**
  * matmul's rule for every form: a 1-D operand is a matrix of one row (or column) whose dim the
@@ -288,5 +329,25 @@ export const layout = {
     return []
   }, NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" }),
   fill_: spec([arg("input", "tensor"), arg("value", "scalar")], () => [], NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" }),
-  noop: spec([], () => [], NOT_DIFFERENTIABLE, { results: 0 }),
+  noop: spec([], () => [], NOT_DIFFERENTIABLE, { results: 0, returns: "none" }),
+  tril: triangle(false),
+  triu: triangle(true),
+  split: spec([arg("tensor", "tensor"), arg("split_size_or_sections", "dims"), opt("dim", "int", 0)], ({ tensor, split_size_or_sections, dim }, op) =>
+    pieces(op, tensor, splitSizes(op, tensor, split_size_or_sections, dim), dim), (c, o) => ({
+    tensor: () => {
+      const m = c.meta(c.args.tensor)
+      return pieceGrad(o, c.meta, c.grad, m, splitSizes("split", m, c.args.split_size_or_sections, c.args.dim), c.index, c.args.dim)
+    },
+  }), {
+    dtype: "same", returns: "tensors", results: ({ tensor, split_size_or_sections, dim }, op) => splitSizes(op, tensor, split_size_or_sections, dim).length,
+  }),
+  chunk: spec([arg("input", "tensor"), arg("chunks", "int"), opt("dim", "int", 0)], ({ input, chunks, dim }, op) =>
+    pieces(op, input, chunkSizes(op, input, chunks, dim), dim), (c, o) => ({
+    input: () => {
+      const m = c.meta(c.args.input)
+      return pieceGrad(o, c.meta, c.grad, m, chunkSizes("chunk", m, c.args.chunks, c.args.dim), c.index, c.args.dim)
+    },
+  }), {
+    dtype: "same", returns: "tensors", results: ({ input, chunks, dim }, op) => chunkSizes(op, input, chunks, dim).length,
+  }),
 }

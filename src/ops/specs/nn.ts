@@ -1,8 +1,8 @@
 /** nn ops (torch.nn.functional's names and arguments): softmax, losses, normalisation, embedding, linear. */
-import { type GradOps, oneHot } from "../grad.ts"
+import { type GradOps, NOT_DIFFERENTIABLE, oneHot } from "../grad.ts"
 import { bad, describe, numelOf, type TensorMeta } from "../meta.ts"
-import { arg, opt } from "../params.ts"
-import { isFloating } from "../promotion.ts"
+import { arg, kw, opt } from "../params.ts"
+import { broadcastShapes, isFloating, resultType } from "../promotion.ts"
 import { normDim } from "../rules.ts"
 import { spec } from "../spec.ts"
 
@@ -51,6 +51,108 @@ export const REDUCTIONS = ["none", "mean", "sum"] as const
 
 export const checkReduction = (op: string, reduction: string): void => {
   if (!(REDUCTIONS as ReadonlyArray<string>).includes(reduction)) bad(op, `reduction must be one of ${REDUCTIONS.join(", ")}, got "${reduction}"`)
+}
+
+/** torch.finfo(dtype).eps: rms_norm's eps when none is given. */
+export const EPSILON: Readonly<Record<string, number>> = { f32: 2 ** -23, f64: 2 ** -52, f16: 2 ** -10, bf16: 2 ** -7 }
+
+/** What scaled_dot_product_attention's kernel runs over: the broadcast batch dims, L, S, E, Ev. */
+export interface AttentionPlan {
+  readonly batch: number[]
+  readonly l: number
+  readonly s: number
+  readonly e: number
+  readonly ev: number
+}
+
+export const attentionPlan = (op: string, q: TensorMeta, k: TensorMeta, v: TensorMeta, mask: TensorMeta | null, causal: boolean, dropout: number): AttentionPlan => {
+  floating(op, q)
+  if (k.dtype !== q.dtype || v.dtype !== q.dtype) bad(op, `query, key and value need one dtype: ${[q, k, v].map(describe).join(", ")}`)
+  if (q.shape.length < 2 || k.shape.length < 2 || v.shape.length < 2) bad(op, `query, key and value need at least 2 dims: ${[q, k, v].map(describe).join(", ")}`)
+  const [l, e] = q.shape.slice(-2) as [number, number], [s, ek] = k.shape.slice(-2) as [number, number], [sv, ev] = v.shape.slice(-2) as [number, number]
+  if (ek !== e || sv !== s) bad(op, `query [..., L, E], key [..., S, E] and value [..., S, Ev] do not fit: ${[q, k, v].map(describe).join(", ")}`)
+  if (e === 0) bad(op, "the embedding dim E is 0")
+  const batch = broadcastShapes(op, [q.shape.slice(0, -2), k.shape.slice(0, -2), v.shape.slice(0, -2)])
+  if (mask) {
+    if (mask.dtype !== "bool" && mask.dtype !== q.dtype) bad(op, `attn_mask must be bool or the query's ${q.dtype}, got ${describe(mask)}`)
+    if (broadcastShapes(op, [mask.shape, [...batch, l, s]]).join() !== [...batch, l, s].join()) bad(op, `attn_mask ${describe(mask)} does not broadcast to [${[...batch, l, s]}]`)
+    if (causal) bad(op, "give attn_mask or is_causal, not both (as torch)")
+  }
+  if (dropout !== 0) bad(op, `dropout_p must be 0 in the fused kernel, got ${dropout} (apply ops.dropout to the output instead)`)
+  return { batch, l, s, e, ev }
+}
+
+/** nll_loss's shapes: input [N, C, d...] or [C], target [N, d...] or []. */
+const nllShapes = (op: string, input: TensorMeta, target: TensorMeta, weight: TensorMeta | null): void => {
+  floating(op, input)
+  if (target.dtype !== "i64") bad(op, `target must hold class indices (i64), got ${describe(target)}`)
+  const n = input.shape.length
+  const fits = n === 1 ? target.shape.length === 0 : n >= 2 && target.shape.join() === [input.shape[0], ...input.shape.slice(2)].join()
+  if (!fits) bad(op, `input must be [N, C, d...] with target [N, d...], or [C] with a 0-d target; got ${describe(input)} and ${describe(target)}`)
+  const c = input.shape[n === 1 ? 0 : 1]!
+  if (weight && (weight.shape.join() !== `${c}` || weight.dtype !== input.dtype)) bad(op, `weight must be ${input.dtype}[${c}], got ${describe(weight)}`)
+}
+
+/**
+ * scaled_dot_product_attention's rule, recomputing the weights P = softmax(mask(q k^T * scale)):
+ * dv = P^T g, dP = g v^T, dS = P * (dP - rowsum(dP * P)), dq = dS k * scale, dk = dS^T q * scale
+ * (masked weights are 0, so their dS is too); an additive mask's gradient is dS; broadcast
+ * batch dims are summed by the tape.
+ */
+const attentionGrads = <T>(o: GradOps<T>, meta: (t: T) => TensorMeta, q: T, k: T, v: T, mask: T | null, causal: boolean, scale: number | null, g: T) => {
+  const [l, e] = meta(q).shape.slice(-2) as [number, number], s = meta(k).shape.at(-2)!, sc = scale ?? 1 / Math.sqrt(e)
+  const t = (x: T) => o.transpose(x, -2, -1)
+  const weights = () => {
+    let scores = o.mul(o.matmul(q, t(k)), sc)
+    if (causal) scores = o.where(o.le(o.arange(s), o.unsqueeze(o.arange(l), 1)), scores, -Infinity)
+    if (mask) scores = meta(mask).dtype === "bool" ? o.where(mask, scores, -Infinity) : o.add(scores, mask)
+    return o.softmax(scores, -1)
+  }
+  let p: T | undefined
+  const dScores = () => {
+    p ??= weights()
+    const dp = o.matmul(g, t(v))
+    return o.mul(p, o.sub(dp, o.sum(o.mul(dp, p), -1, true)))
+  }
+  return {
+    query: () => o.mul(o.matmul(dScores(), k), sc),
+    key: () => o.mul(o.matmul(t(dScores()), q), sc),
+    value: () => o.matmul(t(p ??= weights()), g),
+    attn_mask: dScores,
+  }
+}
+
+/**
+ * rms_norm's rule: with r = rsqrt(mean(x^2) + eps) over the normalised dims and gw = g * weight,
+ * dx = r * (gw - x * r^2 * mean(gw * x)), dweight = g * x * r (summed over the leading dims by the tape).
+ */
+const rmsNormGrads = <T>(o: GradOps<T>, meta: (t: T) => TensorMeta, x: T, k: number, weight: T | null, eps: number | null, g: T) => {
+  const dims = Array.from({ length: k }, (_, i) => i - k)
+  const r = () => o.rsqrt(o.add(o.mean(o.mul(x, x), dims, true), eps ?? EPSILON[meta(x).dtype]!))
+  return {
+    input: () => {
+      const rr = r(), gw = weight ? o.mul(g, weight) : g
+      return o.mul(rr, o.sub(gw, o.mul(o.mul(x, o.mul(rr, rr)), o.mean(o.mul(gw, x), dims, true))))
+    },
+    weight: () => o.mul(g, o.mul(x, r())),
+  }
+}
+
+/**
+ * nll_loss's rule: -weight[target] * g at each target's class (0 for ignore_index), over the
+ * targets' total weight for a mean; the class dim is dim 1 of [N, C, d...] (the only one of [C]).
+ */
+const nllGrad = <T>(o: GradOps<T>, meta: (t: T) => TensorMeta, input: T, target: T, weight: T | null, ignore: number, reduction: string, g: T): T => {
+  const im = meta(input), tshape = [...meta(target).shape], c = im.shape[im.shape.length === 1 ? 0 : 1]!, n = numelOf(tshape)
+  const valid = o.ne(target, ignore), hot = oneHot(o, o.where(valid, target, 0), n, c, im.dtype)
+  let w = o.reshape(o.to(valid, im.dtype), [n])
+  if (weight) w = o.mul(w, o.reshape(o.matmul(hot, o.reshape(weight, [c, 1])), [n]))
+  const coef = reduction === "mean" ? o.div(w, o.sum(w, null, false)) : w
+  const perTarget = o.reshape(o.mul(o.neg(coef), reduction === "none" ? o.reshape(g, [n]) : g), [n, 1])
+  const flat = o.reshape(o.mul(hot, perTarget), [...tshape, c])
+  // [N, d..., C] back to [N, C, d...]
+  const last = tshape.length
+  return last <= 1 ? o.reshape(flat, [...im.shape]) : o.permute(flat, [0, last, ...Array.from({ length: last - 1 }, (_, i) => i + 1)])
 }
 
 export const nn = {
@@ -116,4 +218,51 @@ export const nn = {
       return o.matmul(o.transpose(oneHot(o, c.args.input, n, rows, c.meta(c.args.weight).dtype), 0, 1), o.reshape(c.grad, [n, width]))
     },
   }), { dtype: "other" }),
+  scaled_dot_product_attention: spec(
+    [arg("query", "tensor"), arg("key", "tensor"), arg("value", "tensor"), opt("attn_mask", "tensor", null), opt("dropout_p", "scalar", 0), opt("is_causal", "bool", false), kw("scale", "scalar", null)],
+    ({ query, key, value, attn_mask, dropout_p, is_causal }, op) => {
+      const p = attentionPlan(op, query, key, value, attn_mask, is_causal, dropout_p)
+      return [{ dtype: query.dtype, shape: [...p.batch, p.l, p.ev] }]
+    },
+    (c, o) => attentionGrads(o, c.meta, c.args.query, c.args.key, c.args.value, c.args.attn_mask, c.args.is_causal, c.args.scale, c.grad),
+    { dtype: "same" },
+  ),
+  rms_norm: spec([arg("input", "tensor"), arg("normalized_shape", "shape"), opt("weight", "tensor", null), opt("eps", "scalar", null)], ({ input, normalized_shape, weight }, op) => {
+    floating(op, input)
+    const k = normalized_shape.length, tail = input.shape.slice(input.shape.length - k)
+    if (k === 0 || k > input.shape.length || tail.join() !== normalized_shape.join()) bad(op, `normalized_shape [${normalized_shape}] must be the last dims of ${describe(input)}`)
+    if (weight && (weight.shape.join() !== normalized_shape.join() || weight.dtype !== input.dtype)) bad(op, `weight must be ${input.dtype}[${normalized_shape}], got ${describe(weight)}`)
+    return [input]
+  }, (c, o) => rmsNormGrads(o, c.meta, c.args.input, c.args.normalized_shape.length, c.args.weight, c.args.eps, c.grad), { dtype: "same" }),
+  nll_loss: spec(
+    [arg("input", "tensor"), arg("target", "tensor"), opt("weight", "tensor", null), opt("ignore_index", "int", -100), opt("reduction", "string", "mean")],
+    ({ input, target, weight, reduction }, op) => {
+      nllShapes(op, input, target, weight)
+      checkReduction(op, reduction)
+      return [{ dtype: input.dtype, shape: reduction === "none" ? target.shape : [] }]
+    },
+    (c, o) => ({ input: () => nllGrad(o, c.meta, c.args.input, c.args.target, c.args.weight, c.args.ignore_index, c.args.reduction, c.grad) }),
+    { dtype: "same" },
+  ),
+  mse_loss: spec([arg("input", "tensor"), arg("target", "tensor"), opt("reduction", "string", "mean")], ({ input, target, reduction }, op) => {
+    checkReduction(op, reduction)
+    const dtype = resultType([input, target])
+    if (!isFloating(dtype)) bad(op, `needs floating operands, got ${describe(input)} and ${describe(target)}`)
+    const shape = broadcastShapes(op, [input.shape, target.shape])
+    return [{ dtype, shape: reduction === "none" ? shape : [] }]
+  }, (c, o) => {
+    // d/dinput of (input - target)^2, times g, over the count for a mean; the tape sums each to its operand's shape.
+    const { input, target, reduction } = c.args
+    const diff = () => {
+      const d = o.mul(o.mul(o.sub(input, target), 2), c.grad)
+      return reduction === "mean" ? o.div(d, numelOf(broadcastShapes("mse_loss", [c.meta(input).shape, c.meta(target).shape]))) : d
+    }
+    return { input: diff, target: () => o.neg(diff()) }
+  }, { dtype: "promote" }),
+  /** num_classes must be given: -1 (torch's default, the largest index + 1) would make the shape depend on values. */
+  one_hot: spec([arg("tensor", "tensor"), opt("num_classes", "int", -1)], ({ tensor, num_classes }, op) => {
+    if (tensor.dtype !== "i64") bad(op, `tensor must hold class indices (i64), got ${describe(tensor)}`)
+    if (num_classes < 0) bad(op, "give num_classes: the result's shape cannot depend on the values (torch's -1 reads the largest index)")
+    return [{ dtype: "i64", shape: [...tensor.shape, num_classes] }]
+  }, NOT_DIFFERENTIABLE),
 }

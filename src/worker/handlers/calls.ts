@@ -17,7 +17,7 @@ import { announce, lookup, tryDefine, tryDefineNow, type Session } from "../sess
 import { streamOf } from "../streams.ts"
 
 const contextFor = (s: Session, stream: Stream, kwargs: Readonly<Record<string, unknown>>): FunctionContext => ({
-  native: s.native, rank: s.rank, world: s.world, device: s.native.device, stream, coords: s.coords, kwargs,
+  native: s.native, rank: s.rank, world: s.world, device: s.native.device, stream, coords: s.coords, generator: s.generator, kwargs,
 })
 
 const failed = (name: string) => (cause: unknown) =>

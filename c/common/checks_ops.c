@@ -1,0 +1,131 @@
+/* checks_ops.c: the argument and shape checks of the ops issue 11.2 added (triangles,
+ * attention, rms_norm, dropout, scatter), made once for both backends like checks.c's: each
+ * runs before the op touches tensor memory and hands back what it derived from the shapes. */
+#include "internal.h"
+
+enum { CAP = 128 }; /* room for one shim_describe */
+
+static int is_float(int32_t dtype) { return dtype <= SHIM_BF16; }
+
+int shim_check_triangle(const shim_tensor *out, const shim_tensor *a, int32_t upper, shim_matrix_dims *dims) {
+  const char *fn = upper ? "shim_triangle(triu)" : "shim_triangle(tril)";
+  SHIM_REQUIRE_IN(fn, out, "out");
+  SHIM_REQUIRE_IN(fn, a, "a");
+  char ba[CAP], bo[CAP];
+  if (upper != 0 && upper != 1) return shim_fail(SHIM_E_INVALID, "%s: upper must be 0 or 1, not %d", fn, upper);
+  if (a->ndim < 2) return shim_fail(SHIM_E_INVALID, "%s: a %s needs at least 2 dims", fn, shim_describe(a, ba, sizeof ba));
+  if (out->dtype != a->dtype || out->numel != a->numel)
+    return shim_fail(SHIM_E_INVALID, "%s: out is %s but a is %s (same dtype and element count needed)", fn,
+                     shim_describe(out, bo, sizeof bo), shim_describe(a, ba, sizeof ba));
+  dims->rows = a->shape[a->ndim - 2];
+  dims->cols = a->shape[a->ndim - 1];
+  dims->batch = dims->rows * dims->cols == 0 ? 0 : a->numel / (dims->rows * dims->cols);
+  return SHIM_OK;
+}
+
+int shim_check_attention(const shim_tensor *out, const shim_tensor *q, const shim_tensor *k, const shim_tensor *v,
+                         const shim_tensor *mask, int32_t causal, shim_attention_dims *dims) {
+  const char *fn = "shim_attention";
+  SHIM_REQUIRE_IN(fn, out, "out");
+  SHIM_REQUIRE_IN(fn, q, "q");
+  SHIM_REQUIRE_IN(fn, k, "k");
+  SHIM_REQUIRE_IN(fn, v, "v");
+  char bq[CAP], bk[CAP], bv[CAP], bo[CAP], bm[CAP];
+  shim_describe(q, bq, sizeof bq);
+  shim_describe(k, bk, sizeof bk);
+  shim_describe(v, bv, sizeof bv);
+  shim_describe(out, bo, sizeof bo);
+  if (causal != 0 && causal != 1) return shim_fail(SHIM_E_INVALID, "%s: causal must be 0 or 1, not %d", fn, causal);
+  if (!is_float(q->dtype)) return shim_fail(SHIM_E_UNSUPPORTED, "%s: q %s is not floating", fn, bq);
+  if (q->ndim != 3 || k->ndim != 3 || v->ndim != 3 || out->ndim != 3)
+    return shim_fail(SHIM_E_INVALID, "%s: q %s, k %s, v %s and out %s must be 3-D [batch, length, dim]", fn, bq, bk, bv, bo);
+  if (k->dtype != q->dtype || v->dtype != q->dtype || out->dtype != q->dtype)
+    return shim_fail(SHIM_E_INVALID, "%s: q %s, k %s, v %s and out %s need one dtype", fn, bq, bk, bv, bo);
+  const int64_t b = q->shape[0], l = q->shape[1], e = q->shape[2], s = k->shape[1], ev = v->shape[2];
+  if (k->shape[0] != b || v->shape[0] != b || k->shape[2] != e || v->shape[1] != s)
+    return shim_fail(SHIM_E_INVALID, "%s: q %s, k %s and v %s do not fit [B, L, E], [B, S, E], [B, S, Ev]", fn, bq, bk, bv);
+  if (out->shape[0] != b || out->shape[1] != l || out->shape[2] != ev)
+    return shim_fail(SHIM_E_INVALID, "%s: out is %s but must be [%lld, %lld, %lld]", fn, bo, (long long)b, (long long)l,
+                     (long long)ev);
+  dims->batch = b, dims->l = l, dims->s = s, dims->e = e, dims->ev = ev, dims->mask_batch = 0, dims->mask_bool = 0;
+  if (mask != NULL) {
+    shim_describe(mask, bm, sizeof bm);
+    if (mask->dtype != SHIM_BOOL && mask->dtype != q->dtype)
+      return shim_fail(SHIM_E_INVALID, "%s: mask %s must be bool or q's %s", fn, bm, shim_dtype_name(q->dtype));
+    if (mask->ndim != 3 || (mask->shape[0] != 1 && mask->shape[0] != b) || mask->shape[1] != l || mask->shape[2] != s)
+      return shim_fail(SHIM_E_INVALID, "%s: mask %s must be [1 or %lld, %lld, %lld]", fn, bm, (long long)b, (long long)l,
+                       (long long)s);
+    dims->mask_batch = mask->shape[0];
+    dims->mask_bool = mask->dtype == SHIM_BOOL;
+  }
+  return SHIM_OK;
+}
+
+int shim_check_rms_norm(const shim_tensor *out, const shim_tensor *a, const shim_tensor *weight, int64_t inner,
+                        int64_t *rows) {
+  const char *fn = "shim_rms_norm";
+  SHIM_REQUIRE_IN(fn, out, "out");
+  SHIM_REQUIRE_IN(fn, a, "a");
+  char ba[CAP], bo[CAP], bw[CAP];
+  shim_describe(a, ba, sizeof ba);
+  if (!is_float(a->dtype)) return shim_fail(SHIM_E_UNSUPPORTED, "%s: not defined on %s (cast to a floating dtype first)", fn, ba);
+  if (out->dtype != a->dtype || out->numel != a->numel)
+    return shim_fail(SHIM_E_INVALID, "%s: out is %s but a is %s (same dtype and element count needed)", fn,
+                     shim_describe(out, bo, sizeof bo), ba);
+  if (inner <= 0 || a->numel % inner != 0)
+    return shim_fail(SHIM_E_INVALID, "%s: inner %lld does not divide %s", fn, (long long)inner, ba);
+  if (weight != NULL && (weight->dtype != a->dtype || weight->numel != inner))
+    return shim_fail(SHIM_E_INVALID, "%s: weight is %s but must be %lld elements of %s", fn,
+                     shim_describe(weight, bw, sizeof bw), (long long)inner, shim_dtype_name(a->dtype));
+  *rows = a->numel / inner;
+  return SHIM_OK;
+}
+
+int shim_check_dropout(const shim_tensor *out, const shim_tensor *mask, const shim_tensor *a, double p) {
+  const char *fn = "shim_dropout";
+  SHIM_REQUIRE_IN(fn, out, "out");
+  SHIM_REQUIRE_IN(fn, mask, "mask");
+  SHIM_REQUIRE_IN(fn, a, "a");
+  char ba[CAP], bo[CAP], bm[CAP];
+  shim_describe(a, ba, sizeof ba);
+  if (!is_float(a->dtype)) return shim_fail(SHIM_E_UNSUPPORTED, "%s: not defined on %s (cast to a floating dtype first)", fn, ba);
+  if (!(p >= 0.0 && p <= 1.0)) return shim_fail(SHIM_E_INVALID, "%s: p must be in [0, 1], not %g", fn, p);
+  if (out->dtype != a->dtype || out->numel != a->numel || mask->dtype != SHIM_BOOL || mask->numel != a->numel)
+    return shim_fail(SHIM_E_INVALID, "%s: out %s and mask %s must be %s and bool with a's element count (a is %s)", fn,
+                     shim_describe(out, bo, sizeof bo), shim_describe(mask, bm, sizeof bm), shim_dtype_name(a->dtype), ba);
+  return SHIM_OK;
+}
+
+int shim_check_scatter(int32_t op, const shim_tensor *out, int32_t dim, const shim_tensor *index, const shim_tensor *src,
+                       shim_scatter_dims *dims) {
+  const char *fn = op == SHIM_SCATTER_ADD ? "shim_scatter(add)" : "shim_scatter";
+  SHIM_REQUIRE_IN(fn, out, "out");
+  SHIM_REQUIRE_IN(fn, index, "index");
+  SHIM_REQUIRE_IN(fn, src, "src");
+  char bo[CAP], bi[CAP], bs[CAP];
+  shim_describe(out, bo, sizeof bo);
+  shim_describe(index, bi, sizeof bi);
+  shim_describe(src, bs, sizeof bs);
+  if (op != SHIM_SCATTER_ASSIGN && op != SHIM_SCATTER_ADD) return shim_fail(SHIM_E_INVALID, "shim_scatter: unknown op code %d", op);
+  if (index->dtype != SHIM_I64) return shim_fail(SHIM_E_INVALID, "%s: index is %s, not i64", fn, bi);
+  if (src->dtype != out->dtype) return shim_fail(SHIM_E_INVALID, "%s: src %s and out %s need one dtype", fn, bs, bo);
+  if (index->ndim != out->ndim || src->ndim != out->ndim)
+    return shim_fail(SHIM_E_INVALID, "%s: index %s, src %s and out %s need one rank", fn, bi, bs, bo);
+  if (dim < 0 || dim >= (out->ndim > 0 ? out->ndim : 1)) return shim_fail(SHIM_E_INVALID, "%s: dim %d is out of range for %s", fn, dim, bo);
+  for (int32_t d = 0; d < out->ndim; d++)
+    if (index->shape[d] > src->shape[d] || (d != dim && index->shape[d] > out->shape[d]))
+      return shim_fail(SHIM_E_INVALID, "%s: index %s is larger than src %s, or than out %s outside dim %d", fn, bi, bs, bo, dim);
+  dims->ndim = out->ndim;
+  dims->dim = dim;
+  dims->r = out->ndim > 0 ? out->shape[dim] : 1;
+  int64_t so = 1, ss = 1;
+  for (int32_t d = out->ndim - 1; d >= 0; d--) {
+    dims->shape[d] = index->shape[d];
+    dims->out_stride[d] = so;
+    dims->src_stride[d] = ss;
+    so *= out->shape[d];
+    ss *= src->shape[d];
+  }
+  if (index->numel > 0 && dims->r == 0) return shim_fail(SHIM_E_INVALID, "%s: out %s is empty along dim %d", fn, bo, dim);
+  return SHIM_OK;
+}

@@ -1,0 +1,87 @@
+/* indexing.c: shim_triangle and shim_scatter on the cpu. Both move elements as opaque 1-, 2-,
+ * 4- or 8-byte words (zero bits are 0 in every dtype), except scatter's add, which adds in the
+ * dtype's own arithmetic (f16 and bf16 through float, rounded at each step as torch's cpu does). */
+#include <string.h>
+
+#include "../common/numeric.h"
+#include "cpu.h"
+
+#define TRIANGLE(T)                                                                          \
+  do {                                                                                       \
+    T *o = (T *)out_data;                                                                    \
+    const T *x = (const T *)a_data;                                                          \
+    for (int64_t b = 0; b < d.batch; b++)                                                    \
+      for (int64_t i = 0; i < d.rows; i++)                                                   \
+        for (int64_t j = 0; j < d.cols; j++) {                                               \
+          const int64_t e = (b * d.rows + i) * d.cols + j, off = j - i;                      \
+          o[e] = (upper ? off >= diagonal : off <= diagonal) ? x[e] : (T)0;                  \
+        }                                                                                    \
+  } while (0)
+
+int shim_triangle(shim_tensor *out, const shim_tensor *a, int64_t diagonal, int32_t upper, shim_stream *s) {
+  shim_matrix_dims d;
+  SHIM_TRY(shim_check_triangle(out, a, upper, &d));
+  void *out_data = shim_cpu_data(out);
+  const void *a_data = shim_cpu_data(a);
+  switch (shim_dtype_size(a->dtype)) {
+    case 1: TRIANGLE(uint8_t); break;
+    case 2: TRIANGLE(uint16_t); break;
+    case 4: TRIANGLE(uint32_t); break;
+    default: TRIANGLE(uint64_t); break;
+  }
+  return SHIM_OK;
+}
+
+/* *dst (op)= *src for one element of dtype. */
+static void scatter_one(int32_t op, int32_t dtype, char *dst, const char *src, int64_t size) {
+  if (op == SHIM_SCATTER_ASSIGN) {
+    memcpy(dst, src, (size_t)size);
+    return;
+  }
+  switch (dtype) {
+    case SHIM_F32: *(float *)dst += *(const float *)src; break;
+    case SHIM_F64: *(double *)dst += *(const double *)src; break;
+    case SHIM_F16: {
+      uint16_t *o = (uint16_t *)dst;
+      *o = shim_f32_to_f16(shim_f16_to_f32(*o) + shim_f16_to_f32(*(const uint16_t *)src));
+      break;
+    }
+    case SHIM_BF16: {
+      uint16_t *o = (uint16_t *)dst;
+      *o = shim_f32_to_bf16(shim_bf16_to_f32(*o) + shim_bf16_to_f32(*(const uint16_t *)src));
+      break;
+    }
+    case SHIM_I32: *(uint32_t *)dst += *(const uint32_t *)src; break; /* wraps */
+    case SHIM_I64: *(uint64_t *)dst += *(const uint64_t *)src; break;
+    case SHIM_U8: *(uint8_t *)dst += *(const uint8_t *)src; break;
+    default: *(uint8_t *)dst = (*(uint8_t *)dst != 0) | (*(const uint8_t *)src != 0); break; /* bool: or */
+  }
+}
+
+int shim_scatter(int32_t op, shim_tensor *out, int32_t dim, const shim_tensor *index, const shim_tensor *src, shim_stream *s) {
+  shim_scatter_dims g;
+  SHIM_TRY(shim_check_scatter(op, out, dim, index, src, &g));
+  const int64_t *ix = shim_cpu_data(index);
+  for (int64_t e = 0; e < index->numel; e++)
+    if (ix[e] < 0 || ix[e] >= g.r)
+      return shim_fail(SHIM_E_INVALID, "shim_scatter: index %lld is out of range for dim %d of size %lld", (long long)ix[e], dim,
+                       (long long)g.r);
+  const int64_t size = shim_dtype_size(out->dtype);
+  char *o = shim_cpu_data(out);
+  const char *sp = shim_cpu_data(src);
+  int64_t idx[SHIM_MAX_DIMS] = {0};
+  /* Walking index in row-major order visits each line along dim in index order. */
+  for (int64_t e = 0; e < index->numel; e++) {
+    int64_t oo = 0, so = 0;
+    for (int32_t d = 0; d < g.ndim; d++) {
+      oo += (d == dim ? ix[e] : idx[d]) * g.out_stride[d];
+      so += idx[d] * g.src_stride[d];
+    }
+    scatter_one(op, out->dtype, o + oo * size, sp + so * size, size);
+    for (int32_t d = g.ndim - 1; d >= 0; d--) {
+      if (++idx[d] < g.shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return SHIM_OK;
+}
