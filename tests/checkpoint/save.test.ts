@@ -74,6 +74,27 @@ describe("save and load on a 2x2 mesh", () => {
   }, 60_000)
 })
 
+describe("every rank's generator state", () => {
+  test("saved per rank with get_rng_state and restored with set_rng_state, the draws after load continue each rank's own stream", async () => {
+    await run((mesh) => Effect.gen(function* () {
+      const on = opsOn(mesh)
+      const draw = () => Effect.map(mesh.fetchAll(on.randn([4])), (vs) => vs.map((v) => Array.from((v as HostTensor).toArray() as Float32Array)))
+      yield* eager(() => { on.manual_seed(5); on.randn([3]) })
+      const pending = yield* save(mesh, { rng: perRank(on.get_rng_state()) }, "gen")
+      yield* pending.durable
+      const expected = yield* draw()
+      yield* eager(() => { on.manual_seed(99); on.randn([7]) })
+      const moved = yield* draw()
+      const loaded = yield* load(mesh, "gen")
+      yield* eager(() => on.set_rng_state((loaded.state as { rng: ReturnType<typeof perRank> }).rng.tensor))
+      const resumed = yield* draw()
+      expect(resumed).toEqual(expected)
+      expect(moved).not.toEqual(expected)
+      expect(new Set(expected.map((r) => r.join())).size).toBe(mesh.size)
+    }))
+  }, 60_000)
+})
+
 describe("what load refuses", () => {
   test("a mesh of another shape, a flipped byte, a truncated file, a missing file: each a CheckpointError naming it", async () => {
     await run((mesh) => Effect.gen(function* () {
