@@ -139,7 +139,7 @@ export const trainStep = (model: GPT, opt: Stepper, x: RemoteTensor, y: RemoteTe
       g.release()
     }
     if (clip !== undefined) (yield* clipGradNorm(model.parameters.map((p) => p.grad!), clip)).release()
-    noGrad(() => opt.step()) // torch.optim steps under no_grad too
+    opt.step()
     zeroGrad(model.parameters)
     return noGrad(() => allReduce(loss.detach(), "dp", "avg"))
   })
