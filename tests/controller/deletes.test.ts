@@ -1,17 +1,10 @@
-// Releases go to the workers in command order (Core.release): a DeleteRefs sits between the
-// commands issued before and after it, so a released tensor's memory is free for the next
+// Releases go to the workers in command order (Core.release; their place in the frame is in
+// lifetime.test.ts), so with a real worker a released tensor's memory is free for the next
 // command of the same batch; releases made while compile records a step stay after the call's
 // CallRecording, which still reads them.
 import { afterAll, beforeAll, expect, test } from "bun:test"
-import { Effect, ManagedRuntime, Result } from "effect"
+import { Effect, ManagedRuntime } from "effect"
 import { compile, Controller, opsOn, type ControllerApi, type Mesh } from "../../src/controller/index.ts"
-import { Core } from "../../src/controller/core.ts"
-import { RemoteStream } from "../../src/controller/handles.ts"
-import type { WorkerLink } from "../../src/controller/listener.ts"
-import { createMesh } from "../../src/controller/mesh.ts"
-import { decodeWorkerMessage } from "../../src/protocol/codec.ts"
-import type { WorkerMessage } from "../../src/protocol/messages.ts"
-import { NDSlice } from "../../src/protocol/ndslice.ts"
 
 const ROOT = new URL("../..", import.meta.url).pathname
 let rt: ManagedRuntime.ManagedRuntime<Controller, unknown>
@@ -24,50 +17,6 @@ beforeAll(async () => {
   mesh = await rt.runPromise(ctl.mesh({ all: 1 }))
 }, 60_000)
 afterAll(() => rt?.dispose())
-
-/** Each frame a core of `world` ranks sends, decoded: its messages (a group's commands). */
-const framesOf = (world: number) => {
-  const core = new Core({ world })
-  const got: WorkerMessage[][][] = Array.from({ length: world }, () => [])
-  for (let rank = 0; rank < world; rank++) {
-    const link: WorkerLink = {
-      hello: { _tag: "WorkerHello", rank, world, pid: 1000 + rank, token: "t", device: "cpu" },
-      host: "127.0.0.1",
-      send: () => true,
-      sendEncoded: (parts) => {
-        const decoded = decodeWorkerMessage(Buffer.concat(parts.map((p) => Buffer.from(p))))
-        if (Result.isFailure(decoded)) throw new Error(decoded.failure.message)
-        const m = decoded.success
-        got[rank]!.push(m._tag === "CommandGroup" ? [...m.commands] : [m])
-        return true
-      },
-      sendRawForTestsOnly: () => {},
-      close: () => {},
-    }
-    core.admit(link)
-  }
-  const mesh = createMesh(core, ["all"], NDSlice.contiguous([world]), new RemoteStream(core, core.newRef()))
-  core.flush()
-  for (const frames of got) frames.length = 0
-  return { core, mesh: opsOn(mesh), got }
-}
-
-/** A message as a short word: the command's op, or the message's tag (a DeleteRefs with its refs). */
-const word = (m: WorkerMessage): string =>
-  m._tag === "CallFunction" ? String(m.function) : m._tag === "DeleteRefs" ? `delete ${m.refs.join(",")}` : m._tag
-
-test("a release goes between the commands issued before and after it; releases in a row are one DeleteRefs, the same for every rank", () => {
-  const { core, mesh, got } = framesOf(2)
-  const a = mesh.ones([4]), b = mesh.ones([4])
-  a.release()
-  b.release()
-  const c = mesh.ones([4])
-  c.release()
-  core.flush()
-  for (let r = 0; r < 2; r++)
-    expect({ rank: r, frame: got[r]![0]!.map(word) }).toEqual({ rank: r, frame: ["ops.ones", "ops.ones", `delete ${a.ref.id},${b.ref.id}`, "ops.ones", `delete ${c.ref.id}`] })
-  expect(got[0]!.length).toBe(1)
-})
 
 /** Per rank: live tensor handles, their bytes (tests/controller/fixtures.ts). */
 const workerMemory = (of: Parameters<Mesh["fetchAll"]>[0]) =>
