@@ -6,8 +6,8 @@
 import { ptr } from "bun:ffi"
 import { shimError } from "./native.ts"
 import {
-  ALL_DIMS, BinaryOp, OptimFlag, ReduceOp, ScatterOp, ShimStatus, TernaryOp, UnaryOp, type BinaryOpName, type ReduceOpName, type ScatterOpName,
-  type TernaryOpName, type UnaryOpName,
+  ALL_DIMS, BinaryOp, LossReduction, OptimFlag, ReduceOp, ScatterOp, ShimStatus, TernaryOp, UnaryOp, type BinaryOpName, type LossReductionName, type ReduceOpName,
+  type ScatterOpName, type TernaryOpName, type UnaryOpName,
 } from "./symbols.ts"
 import type { Stream } from "./stream.ts"
 import type { Tensor } from "./tensor.ts"
@@ -142,6 +142,14 @@ export const dropout = (out: Tensor, mask: Tensor, a: Tensor, p: number, seed: b
 /** out[.., index, ..] (op)= src along dim, in place. */
 export const scatter = (op: ScatterOpName, out: Tensor, dim: number, index: Tensor, src: Tensor, s?: Stream): void =>
   out.native.check(out.native.shim.shim_scatter(ScatterOp[op], out.handle, dim, index.handle, src.handle, stream(s)), `shim_scatter(${op})`)
+/** nll_loss in one pass: input [N, C, d...] or [C], target i64 [N, d...] or [], weight [C] or null. */
+export const nllLoss = (out: Tensor, input: Tensor, target: Tensor, weight: Tensor | null, ignoreIndex: number, reduction: LossReductionName, s?: Stream): void =>
+  out.native.check(out.native.shim.shim_nll_loss(out.handle, input.handle, target.handle, weight?.handle ?? null, ignoreIndex, LossReduction[reduction], stream(s)), "shim_nll_loss")
+
+/** mse_loss in one pass over a and b of one dtype and element count. */
+export const mseLoss = (out: Tensor, a: Tensor, b: Tensor, reduction: LossReductionName, s?: Stream): void =>
+  out.native.check(out.native.shim.shim_mse_loss(out.handle, a.handle, b.handle, LossReduction[reduction], stream(s)), "shim_mse_loss")
+
 /** Layer norm over the last m elements of a (weight and bias: m elements each, or null). */
 export const layerNorm = (out: Tensor, a: Tensor, weight: Tensor | null, bias: Tensor | null, m: number, eps: number, s?: Stream): void =>
   out.native.check(out.native.shim.shim_layer_norm(out.handle, a.handle, weight?.handle ?? null, bias?.handle ?? null, m, eps, stream(s)), "shim_layer_norm")

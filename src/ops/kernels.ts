@@ -7,7 +7,7 @@
  * several shim calls inside one command, through temporaries freed when it ends.
  */
 import * as k from "../../ffi/ops.ts"
-import type { BinaryOpName, ReduceOpName, TernaryOpName, UnaryOpName } from "../../ffi/symbols.ts"
+import type { BinaryOpName, LossReductionName, ReduceOpName, TernaryOpName, UnaryOpName } from "../../ffi/symbols.ts"
 import { Tensor } from "../../ffi/tensor.ts"
 import { HostTensor, type DType } from "../protocol/values.ts"
 import type { FunctionContext, RemoteFunction } from "./function.ts"
@@ -21,7 +21,7 @@ import type { OpSpec } from "./spec.ts"
 import { arangeBounds } from "./specs/creation.ts"
 import { planBinary, type BinaryKind } from "./specs/elementwise.ts"
 import { expandShape, permutation, sliceOf, transposePermutation } from "./specs/layout.ts"
-import { attentionPlan, EPSILON } from "./specs/nn.ts"
+import { attentionPlan, EPSILON, REDUCTIONS } from "./specs/nn.ts"
 import { reducedDims } from "./specs/reduction.ts"
 
 /**
@@ -159,40 +159,19 @@ const reduceLoss = (run: Run, out: Tensor, loss: Tensor, weight: Tensor, reducti
   }
 }
 
-/**
- * nll_loss, composed: the input at each target along the class dim (gather), times the
- * target's weight (0 for ignore_index), negated, then summed or averaged over the weights.
- */
-const nllLoss: Kernel<"nll_loss"> = (run, [out], a) => {
-  const { target } = a, dtype = a.input.dtype
-  const input = a.input.shape.length === 1 ? run.view(a.input, [1, a.input.shape[0]!]) : a.input
-  const n = target.numel, tshape = target.shape
-  const valid = run.temp("bool", tshape)
-  k.binaryScalar("ne", valid, target, a.ignore_index, false, run.stream)
-  const safe = run.temp("i64", tshape)
-  k.binary("mul", safe, target, run.cast(valid, "i64"), run.stream)
-  const index = [input.shape[0]!, 1, ...input.shape.slice(2)], picked = run.temp(dtype, index)
-  k.gather(picked, input, 1, run.view(safe, index), run.stream)
-  const weight = run.temp(dtype, tshape)
-  k.cast(weight, valid, run.stream)
-  if (a.weight) {
-    const w = run.temp(dtype, [n])
-    k.gather(w, a.weight, 0, run.view(safe, [n]), run.stream)
-    k.binary("mul", weight, weight, run.view(w, tshape), run.stream)
-  }
-  const loss = run.temp(dtype, tshape)
-  k.binary("mul", loss, run.view(picked, tshape), weight, run.stream)
-  k.unary("neg", loss, loss, run.stream)
-  reduceLoss(run, out!, loss, weight, a.reduction)
-}
+/** A loss's reduction by its shim name (its rule checked it: one of REDUCTIONS). */
+const lossReduction = (op: string, reduction: string): LossReductionName =>
+  REDUCTIONS.find((r) => r === reduction) ?? bad(op, `reduction must be one of ${REDUCTIONS.join(", ")}, got "${reduction}"`)
 
-/** mse_loss, composed: the squared broadcast difference, then its mean or sum. */
+/** nll_loss: one fused shim_nll_loss ([C] with a 0-d target is one row). */
+const nllLoss: Kernel<"nll_loss"> = (run, [out], a, op) =>
+  k.nllLoss(out!, a.input, a.target, a.weight, a.ignore_index, lossReduction(op, a.reduction), run.stream)
+
+/** mse_loss: one fused shim_mse_loss over the operands in the result's dtype, broadcast to its shape. */
 const mseLoss: Kernel<"mse_loss"> = (run, [out], a, op) => {
   const plan = planBinary(op, "arithmetic", a.input, a.target)
-  const sq = a.reduction === "none" ? out! : run.temp(plan.result.dtype, plan.result.shape)
-  binaryInto(run, "sub", "arithmetic", op, sq, a.input, a.target)
-  k.binary("mul", sq, sq, sq, run.stream)
-  if (a.reduction !== "none") k.reduce(a.reduction === "mean" ? "mean" : "sum", out!, sq, undefined, run.stream)
+  const operand = (t: Tensor) => run.expand(run.cast(t, plan.compute), plan.result.shape)
+  k.mseLoss(out!, operand(a.input), operand(a.target), lossReduction(op, a.reduction), run.stream)
 }
 
 const unary = (op: UnaryOpName): Kernel<"neg"> => (run, [out], a) => k.unary(op, out!, run.cast(a.input, out!.dtype), run.stream)
