@@ -363,6 +363,13 @@ int shim_nll_loss(shim_tensor *out, const shim_tensor *input, const shim_tensor 
  * (SHIM_LOSS_NONE: their count), or their sum or mean accumulated in double and rounded once. */
 int shim_mse_loss(shim_tensor *out, const shim_tensor *a, const shim_tensor *b, int32_t reduction, shim_stream *s);
 
+/* ---- concatenation ------------------------------------------------------------------- */
+
+/* torch.cat: the count parts (each of out's dtype and ndim, ndim >= 1, equal to out's shape
+ * except along dim) one after another along dim into out, whose size along dim is theirs
+ * summed. Each row of out is written once, part after part (not part by part over all of out). */
+int shim_cat(shim_tensor *out, int32_t count, const shim_tensor *const *parts, int32_t dim, shim_stream *s);
+
 /* ---- optimizers ---------------------------------------------------------------------- */
 /* One parameter updated in place per call, each element read and written once, in the order
  * of torch.optim's single-tensor loop (torch 1.13): f32 computes in float with every scalar

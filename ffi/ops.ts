@@ -118,6 +118,13 @@ export const copyStrided = (dst: Tensor, to: Strided, src: Tensor, from: Strided
   dst.native.check(dst.native.shim.shim_copy_strided(dst.handle, to.offset, stridesPtr, src.handle, from.offset, ptr(stridesBuf, 64), n, ptr(stridesBuf, 128), stream(s)), "shim_copy_strided")
 }
 
+/** out = the parts one after another along dim (each of out's dtype and rank). */
+export const cat = (out: Tensor, parts: ReadonlyArray<Tensor>, dim: number, s?: Stream): void => {
+  if (parts.length === 0) fail("cat", "0 parts (at least one is needed)") // an empty array has no pointer to pass
+  const handles = new BigUint64Array(parts.map((p) => BigInt(p.handle)))
+  out.native.check(out.native.shim.shim_cat(out.handle, parts.length, ptr(handles), dim, stream(s)), "shim_cat")
+}
+
 export const gather = (out: Tensor, a: Tensor, dim: number, index: Tensor, s?: Stream): void =>
   out.native.check(out.native.shim.shim_gather(out.handle, a.handle, dim, index.handle, stream(s)), "shim_gather")
 

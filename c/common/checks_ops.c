@@ -1,5 +1,5 @@
 /* checks_ops.c: the argument and shape checks of the ops issue 11.2 added (triangles,
- * attention, rms_norm, dropout, scatter, the fused losses), made once for both backends like checks.c's: each
+ * attention, rms_norm, dropout, scatter, the fused losses, cat), made once for both backends like checks.c's: each
  * runs before the op touches tensor memory and hands back what it derived from the shapes. */
 #include "internal.h"
 
@@ -185,4 +185,33 @@ int shim_check_mse_loss(const shim_tensor *out, const shim_tensor *a, const shim
   if (b->dtype != a->dtype || b->numel != a->numel)
     return shim_fail(SHIM_E_INVALID, "%s: a %s and b %s need one dtype and element count", fn, ba, shim_describe(b, bb, sizeof bb));
   return check_loss_out(fn, out, a->dtype, reduction, a->numel);
+}
+
+int shim_check_cat(const shim_tensor *out, int32_t count, const shim_tensor *const *parts, int32_t dim, int64_t *outer,
+                   int64_t *inner) {
+  const char *fn = "shim_cat";
+  SHIM_REQUIRE_IN(fn, out, "out");
+  SHIM_REQUIRE_IN(fn, parts, "parts");
+  char bo[CAP], bp[CAP];
+  shim_describe(out, bo, sizeof bo);
+  if (count < 1) return shim_fail(SHIM_E_INVALID, "%s: %d parts (at least one is needed)", fn, count);
+  if (dim < 0 || dim >= out->ndim) return shim_fail(SHIM_E_INVALID, "%s: dim %d is out of range for out %s", fn, dim, bo);
+  int64_t along = 0;
+  for (int32_t k = 0; k < count; k++) {
+    const shim_tensor *p = parts[k];
+    if (p == NULL) return shim_fail(SHIM_E_INVALID, "%s: part %d is NULL", fn, k);
+    int fits = p->dtype == out->dtype && p->ndim == out->ndim;
+    for (int32_t d = 0; fits && d < out->ndim; d++) fits = d == dim || p->shape[d] == out->shape[d];
+    if (!fits)
+      return shim_fail(SHIM_E_INVALID, "%s: part %d %s does not fit out %s (one dtype and rank, equal sizes but along dim %d)", fn, k,
+                       shim_describe(p, bp, sizeof bp), bo, dim);
+    along += p->shape[dim];
+  }
+  if (along != out->shape[dim])
+    return shim_fail(SHIM_E_INVALID, "%s: the parts hold %lld along dim %d but out %s holds %lld", fn, (long long)along, dim, bo,
+                     (long long)out->shape[dim]);
+  *outer = 1, *inner = 1;
+  for (int32_t d = 0; d < dim; d++) *outer *= out->shape[d];
+  for (int32_t d = dim + 1; d < out->ndim; d++) *inner *= out->shape[d];
+  return SHIM_OK;
 }

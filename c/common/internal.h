@@ -217,6 +217,9 @@ typedef struct shim_nll_dims {
 int shim_check_nll_loss(const shim_tensor *out, const shim_tensor *input, const shim_tensor *target, const shim_tensor *weight,
                         int32_t reduction, shim_nll_dims *dims);
 int shim_check_mse_loss(const shim_tensor *out, const shim_tensor *a, const shim_tensor *b, int32_t reduction);
+/* shim_cat: out read as [outer, out's size along dim x inner]. */
+int shim_check_cat(const shim_tensor *out, int32_t count, const shim_tensor *const *parts, int32_t dim, int64_t *outer,
+                   int64_t *inner);
 /* shim_layer_norm: rows is a's count over m. */
 int shim_check_layer_norm(const shim_tensor *out, const shim_tensor *a, const shim_tensor *weight, const shim_tensor *bias,
                           int64_t m, int64_t *rows);

@@ -402,18 +402,11 @@ export const KERNELS: Kernels = {
     const strides = s.map((x, i) => (dims.includes(i) ? ((offset += (a.input.shape[i]! - 1) * x), -x) : x))
     copyInto(run, out!, a.input, { offset, strides })
   },
-  cat: (run, [out], a, op) => {
-    const d = normDim(op, a.dim, out!.shape.length), os = contiguous(out!.shape)
-    let at = 0
-    for (const t of a.tensors) {
-      k.copyStrided(out!, { offset: at * os[d]!, strides: os }, run.cast(t, out!.dtype), { offset: 0, strides: contiguous(t.shape) }, t.shape, run.stream)
-      at += t.shape[d]!
-    }
-  },
+  cat: (run, [out], a, op) => k.cat(out!, a.tensors.map((t) => run.cast(t, out!.dtype)), normDim(op, a.dim, out!.shape.length), run.stream),
+  // Each part viewed with a 1 inserted at dim, then one cat.
   stack: (run, [out], a, op) => {
-    const d = normDim(op, a.dim, out!.shape.length), os = contiguous(out!.shape)
-    a.tensors.forEach((t, i) =>
-      k.copyStrided(out!, { offset: i * os[d]!, strides: os.filter((_, j) => j !== d) }, run.cast(t, out!.dtype), { offset: 0, strides: contiguous(t.shape) }, t.shape, run.stream))
+    const d = normDim(op, a.dim, out!.shape.length)
+    k.cat(out!, a.tensors.map((t) => run.view(run.cast(t, out!.dtype), [...t.shape.slice(0, d), 1, ...t.shape.slice(d)])), d, run.stream)
   },
   index_select: (run, [out], a, op) =>
     k.indexSelect(out!, a.input, a.input.shape.length === 0 ? 0 : normDim(op, a.dim, a.input.shape.length), a.index, run.stream),
