@@ -36,7 +36,7 @@ const tensor = (t: DType, shape: number[], data = iota(shape.reduce((a, b) => a 
 /** This worker's live tensor handles and their bytes (tests/controller/fixtures.ts), after what was issued before has run. */
 const workerMemory = async (t: RemoteTensor): Promise<{ tensors: number; bytes: number }> => {
   await run(t.fetch())
-  const [[tensors, bytes]] = (await run(mesh.fetchAll(t, { fn: "tests/controller/fixtures:workerMemory" }))) as number[][]
+  const [tensors, bytes] = ((await run(mesh.fetchAll(t, { fn: "tests/controller/fixtures:workerMemory" }))) as number[][])[0]!
   return { tensors: tensors!, bytes: bytes! }
 }
 
