@@ -589,7 +589,8 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
       const core = ctl.core
       if (core.tracing) return Effect.fail(new ControllerError({ message: `compile(${name}) was called while compile(${core.tracing.name}) records its step; call it outside, or let the outer step be one recording` }))
       const found = find(flat)
-      if (needsTrace(found)) return tracing(core, args, flat, found, called)
+      // What the step released of the tensors outside it goes after the call (that reads them), or once the trace failed.
+      if (needsTrace(found)) return Effect.ensuring(tracing(core, args, flat, found, called), Effect.sync(() => core.releaseHeld()))
       last = { args, recording: found! }
       return Effect.succeed(call(core, found!, flat))
     })
