@@ -3,6 +3,7 @@
 import { describe, expect, test } from "bun:test"
 import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
+import { readmeBlocks } from "../readme/blocks"
 
 const ROOT = new URL("../..", import.meta.url).pathname
 const TSC = join(ROOT, "node_modules/.bin/tsc")
@@ -11,21 +12,6 @@ const TSC = join(ROOT, "node_modules/.bin/tsc")
 const tsc = (project: string) => {
   const run = Bun.spawnSync([TSC, "--noEmit", "--pretty", "false", "-p", project], { cwd: ROOT, stdout: "pipe", stderr: "pipe" })
   return { exitCode: run.exitCode, output: `${run.stdout.toString()}${run.stderr.toString()}`.trim() }
-}
-
-/** The README's ```ts / ```typescript blocks, each with the line its code starts on. */
-export const readmeBlocks = (markdown: string): Array<{ line: number; code: string }> => {
-  const blocks: Array<{ line: number; code: string }> = []
-  const lines = markdown.split("\n")
-  for (let i = 0; i < lines.length; i++) {
-    if (!/^```(ts|typescript)\s*$/.test(lines[i]!)) continue
-    const start = i + 1
-    let end = start
-    while (end < lines.length && !lines[end]!.startsWith("```")) end++
-    blocks.push({ line: start + 1, code: lines.slice(start, end).join("\n") })
-    i = end
-  }
-  return blocks
 }
 
 describe("typecheck", () => {
