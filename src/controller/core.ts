@@ -121,7 +121,14 @@ export class Core {
   private nextRefId = 1
   private readonly links: Array<WorkerLink | undefined>
   private readonly outbox: WorkerMessage[][]
-  private readonly deletes: number[][]
+  /**
+   * The DeleteRefs last queued, while it is the last message of each of its ranks' queues:
+   * releases right after it join it, so a step scope's releases go as one message (shared by
+   * its ranks, so their batches still encode once).
+   */
+  private openDelete: { readonly msg: { readonly _tag: "DeleteRefs"; readonly refs: number[] }; readonly ranks: ReadonlyArray<number> } | undefined
+  /** Releases made while compile records a step, sent after its CallRecording (releaseHeld). */
+  private held: Array<{ readonly ranks: ReadonlyArray<number>; readonly refs: ReadonlyArray<number> }> = []
   private flushQueued = false
   private statusWanted = false
   private readonly fetches = new Map<number, PendingFetch>()
@@ -145,7 +152,6 @@ export class Core {
     this.world = options.world
     this.links = new Array(options.world).fill(undefined)
     this.outbox = Array.from({ length: options.world }, () => [])
-    this.deletes = Array.from({ length: options.world }, () => [])
     this.captureSites = options.captureSites ?? true
     this.maxInFlight = options.maxInFlight ?? MAX_IN_FLIGHT
   }
@@ -412,13 +418,35 @@ export class Core {
     return first
   }
 
-  /** Deletes refs on `ranks` with the next batch. */
+  /**
+   * Deletes refs on `ranks`, in command order: after the commands issued so far and before any
+   * issued later, so the workers free the memory before the next commands allocate theirs (in
+   * the same batch). While compile records a step, the refs that exist outside it are held
+   * until releaseHeld (after the call's CallRecording, which may still read them).
+   */
   release(ranks: ReadonlyArray<number>, refs: ReadonlyArray<number>): void {
-    if (this.tracing) refs = this.tracing.external(refs)
+    if (this.tracing) {
+      refs = this.tracing.external(refs)
+      if (refs.length > 0) this.held.push({ ranks, refs })
+      return
+    }
     if (refs.length === 0) return
     this.graph.forget(refs)
-    for (const r of ranks) if (!this.graph.isLost(r)) this.deletes[r]!.push(...refs)
-    this.scheduleFlush()
+    const open = this.openDelete
+    if (open !== undefined && open.ranks === ranks && ranks.every((r) => this.graph.isLost(r) || this.outbox[r]!.at(-1) === open.msg)) {
+      open.msg.refs.push(...refs)
+      return
+    }
+    const msg = { _tag: "DeleteRefs" as const, refs: [...refs] }
+    this.openDelete = { msg, ranks }
+    this.post(ranks, msg)
+  }
+
+  /** Queues the releases held while a step was recorded: the recording's call has been queued. */
+  releaseHeld(): void {
+    const held = this.held
+    this.held = []
+    for (const { ranks, refs } of held) this.release(ranks, refs)
   }
 
   private scheduleFlush(): void {
@@ -430,6 +458,7 @@ export class Core {
   /** Sends each worker what was queued for it, as one message or one CommandGroup. */
   flush(): void {
     this.flushQueued = false
+    this.openDelete = undefined
     const last = this.nextIdent - 1
     // Past half the bound, every batch asks where the workers are, so a step waiting for
     // capacity sees them catch up batch by batch.
@@ -440,10 +469,6 @@ export class Core {
     for (let rank = 0; rank < this.world; rank++) {
       const link = this.links[rank]
       const queue = this.outbox[rank]!
-      if (this.deletes[rank]!.length > 0) {
-        queue.push({ _tag: "DeleteRefs", refs: this.deletes[rank]! })
-        this.deletes[rank] = []
-      }
       if (status && link) queue.push(status)
       this.outbox[rank] = []
       if (queue.length === 0 || !link) continue

@@ -51,7 +51,7 @@ interface Dropped {
 }
 
 /**
- * A tensor handle garbage collected without release(): deleted with the next batch, or only
+ * A tensor handle garbage collected without release(): deleted in the next batch, or only
  * reported when the controller's gcRelease is off. A safety net: release is deterministic
  * (release(), step scopes in lifetime.ts); nothing forces GC.
  */
@@ -141,7 +141,7 @@ export class RemoteTensor<D extends DType = DType> {
   }
 
   /**
-   * Deletes the tensor on its workers now (with the next batch); later uses fail. A tensor the
+   * Deletes the tensor on its workers now (in command order, with this batch); later uses fail. A tensor the
    * autograd tape saved for backward is deleted once backward has used it (or the graph is dropped).
    */
   release(): void {

@@ -634,9 +634,13 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
       if (disposed) return Effect.fail(new ControllerError({ message: `compile(${name}) was disposed: its recordings are deleted; compile the step again to call it` }))
       if (core.tracing) return Effect.fail(new ControllerError({ message: `compile(${name}) was called while compile(${core.tracing.name}) records its step; call it outside, or let the outer step be one recording` }))
       const found = find(flat)
+      // What the step released of the tensors outside it goes after the call (that reads them), or once the trace failed.
       if (needsTrace(found)) {
         tracingNow++
-        return tracing(core, args, flat, found, called).pipe(Effect.ensuring(Effect.sync(() => void tracingNow--)))
+        return Effect.ensuring(tracing(core, args, flat, found, called), Effect.sync(() => {
+          tracingNow--
+          core.releaseHeld()
+        }))
       }
       found!.usedAt = ++clock
       last = { args, recording: found! }

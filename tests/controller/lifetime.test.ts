@@ -8,7 +8,7 @@ import { RemoteStream, type RemoteTensor } from "../../src/controller/handles.ts
 import { escape, inStep, scoped, StepScope } from "../../src/controller/lifetime.ts"
 import type { WorkerLink } from "../../src/controller/listener.ts"
 import { createMesh } from "../../src/controller/mesh.ts"
-import "../../src/controller/ops.ts"
+import { opsOn } from "../../src/controller/ops.ts"
 import { decodeWorkerMessage } from "../../src/protocol/codec.ts"
 import type { WorkerMessage } from "../../src/protocol/messages.ts"
 import { NDSlice } from "../../src/protocol/ndslice.ts"
@@ -73,6 +73,24 @@ test("a step scope releases what it made but its result, in one DeleteRefs per r
   expect(mesh.live.bytes).toBe(before.bytes + 4)
   loss.release()
   expect(mesh.live).toEqual(before)
+})
+
+/** A message as a short word: the command's op, or the message's tag (a DeleteRefs with its refs). */
+const word = (m: WorkerMessage): string =>
+  m._tag === "CallFunction" ? String(m.function) : m._tag === "DeleteRefs" ? `delete ${m.refs.join(",")}` : m._tag
+
+test("a release goes between the commands issued before and after it; releases in a row are one DeleteRefs, the same for every rank", () => {
+  const { core, mesh, got } = setup(2)
+  const on = opsOn(mesh)
+  const a = on.ones([4]), b = on.ones([4])
+  a.release()
+  b.release()
+  const c = on.ones([4])
+  c.release()
+  core.flush()
+  for (let r = 0; r < 2; r++)
+    expect({ rank: r, frame: got[r]![0]!.map(word) }).toEqual({ rank: r, frame: ["ops.ones", "ops.ones", `delete ${a.ref.id},${b.ref.id}`, "ops.ones", `delete ${c.ref.id}`] })
+  expect(got[0]!.length).toBe(1)
 })
 
 test("scopes nest: what an inner scope returns joins the outer one; keep() and escape() hold past it; `using` closes it", () => {

@@ -32,7 +32,7 @@ test(`${STEPS} training steps in step scopes leave the workers' tensor count and
     }))
     /** Per rank: live tensor handles, their bytes, RSS (tests/controller/fixtures.ts). */
     const workers = () => mesh.fetchAll(w, { fn: "tests/controller/fixtures:workerMemory" }) as Effect.Effect<ReadonlyArray<ReadonlyArray<number>>, unknown>
-    // A fetch first: a batch's DeleteRefs go after its commands, so the one before the sample must have run.
+    // A fetch first: the sample is of the workers once they have run every step.
     const sample = () => Effect.gen(function* () {
       yield* mesh.fetch(w)
       return { workers: yield* workers(), live: { ...mesh.live } }
