@@ -20,15 +20,16 @@ import { normDim } from "./rules.ts"
 import type { OpSpec } from "./spec.ts"
 import { arangeBounds } from "./specs/creation.ts"
 import { planBinary, type BinaryKind } from "./specs/elementwise.ts"
-import { expandShape, permutation, repeatPlan, scatterSource, sliceOf, transposePermutation } from "./specs/layout.ts"
+import { blockStart, expandShape, permutation, repeatPlan, scatterSource, sliceOf, transposePermutation } from "./specs/layout.ts"
 import { attentionPlan, EPSILON } from "./specs/nn.ts"
 import { reducedDims } from "./specs/reduction.ts"
 
 /**
- * Computes into `outs`, allocated from the op's rule (`metas`). A view op allocates nothing
- * and returns its result instead; an in-place op writes its input.
+ * Computes into `outs`, allocated from the op's rule (`metas`). A view op (spec.view) is given
+ * no outs and returns its results instead (views, or copies it allocated); an in-place op
+ * writes its input.
  */
-export type Kernel<N extends OpName> = (run: Run, outs: ReadonlyArray<Tensor>, a: Bound<ParamsOf<N>, Tensor>, op: string, metas: ReadonlyArray<TensorMeta>) => Tensor | void
+export type Kernel<N extends OpName> = (run: Run, outs: ReadonlyArray<Tensor>, a: Bound<ParamsOf<N>, Tensor>, op: string, metas: ReadonlyArray<TensorMeta>) => Tensor | Tensor[] | void
 
 type Kernels = { readonly [N in OpName]: Kernel<N> }
 
@@ -123,14 +124,34 @@ const randint: Kernel<"randint"> = (run, [out], a, op) => {
   k.cast(out!, u, run.stream)
 }
 
-/** The pieces of input along dim, each a narrow copied into its result. */
-const piecesInto = (run: Run, outs: ReadonlyArray<Tensor>, input: Tensor, dim: number, op: string): void => {
-  const d = normDim(op, dim, input.shape.length), s = stridesOf(input)
-  let at = 0
-  for (const out of outs) {
-    copyInto(run, out, input, { offset: at * s[d]!, strides: s })
-    at += out.shape[d]!
+/**
+ * Each result of a view op of input, entries [start, start + length) of dim d every `step`
+ * (a select drops d): the block of input's memory they are when they are one (a view), else a
+ * copy. Copies made before a failure are freed.
+ */
+const blocksOf = (run: Run, input: Tensor, d: number, pieces: ReadonlyArray<{ start: number; length: number; step?: number }>, metas: ReadonlyArray<TensorMeta>, drop = false): Tensor[] => {
+  const s = stridesOf(input), made: Tensor[] = []
+  try {
+    pieces.forEach(({ start, length, step = 1 }, i) => {
+      const shape = metas[i]!.shape, at = blockStart(input.shape, d, start, length, step)
+      if (at !== undefined) return void made.push(input.block(at, shape))
+      const out = Tensor.owned(run.ctx.native, input.dtype, shape)
+      made.push(out)
+      const strides = drop ? s.filter((_, j) => j !== d) : s.map((x, j) => (j === d ? x * step : x))
+      copyInto(run, out, input, { offset: start * s[d]!, strides })
+    })
+  } catch (e) {
+    for (const t of made) t.free()
+    throw e
   }
+  return made
+}
+
+/** split's and chunk's pieces along dim, in order. */
+const piecesOf = (run: Run, input: Tensor, dim: number, op: string, metas: ReadonlyArray<TensorMeta>): Tensor[] => {
+  const d = normDim(op, dim, input.shape.length)
+  let at = 0
+  return blocksOf(run, input, d, metas.map((m) => ({ start: (at += m.shape[d]!) - m.shape[d]!, length: m.shape[d]! })), metas)
 }
 
 /** scaled_dot_product_attention: the batch dims broadcast and flattened to one, then one shim_attention. */
@@ -483,21 +504,20 @@ export const KERNELS: Kernels = {
   unsqueeze: (_, __, a, ___, [m]) => a.input.view(m!.shape),
   expand: (run, [out], a, op) => copyInto(run, out!, a.input, broadcastStrides(a.input.shape, expandShape(op, a.input, a.size))),
   broadcast_to: (run, [out], a, op) => copyInto(run, out!, a.input, broadcastStrides(a.input.shape, expandShape(op, a.input, a.size))),
-  contiguous: (run, [out], a) => k.cast(out!, a.input, run.stream),
+  contiguous: (_, __, a) => a.input.view(a.input.shape),
   clone: (run, [out], a) => k.cast(out!, a.input, run.stream),
   to: (run, [out], a) => k.cast(out!, a.input, run.stream),
-  narrow: (run, [out], a, op) => {
-    const d = normDim(op, a.dim, a.input.shape.length), s = stridesOf(a.input), size = a.input.shape[d] ?? 1
-    copyInto(run, out!, a.input, { offset: (a.start < 0 ? a.start + size : a.start) * (s[d] ?? 1), strides: s })
+  narrow: (run, _, a, op, metas) => {
+    const d = normDim(op, a.dim, a.input.shape.length), size = a.input.shape[d] ?? 1
+    return blocksOf(run, a.input, d, [{ start: a.start < 0 ? a.start + size : a.start, length: a.length }], metas)[0]!
   },
-  select: (run, [out], a, op) => {
-    const d = normDim(op, a.dim, a.input.shape.length), s = stridesOf(a.input), size = a.input.shape[d]!
-    copyInto(run, out!, a.input, { offset: (a.index < 0 ? a.index + size : a.index) * s[d]!, strides: s.filter((_, i) => i !== d) })
+  select: (run, _, a, op, metas) => {
+    const d = normDim(op, a.dim, a.input.shape.length), size = a.input.shape[d]!
+    return blocksOf(run, a.input, d, [{ start: a.index < 0 ? a.index + size : a.index, length: 1 }], metas, true)[0]!
   },
-  slice: (run, [out], a, op) => {
-    const d = normDim(op, a.dim, a.input.shape.length), s = stridesOf(a.input)
-    const [start, step] = sliceOf(op, a.input.shape[d]!, a.start, a.end, a.step)
-    copyInto(run, out!, a.input, { offset: start * s[d]!, strides: s.map((x, i) => (i === d ? x * step : x)) })
+  slice: (run, _, a, op, metas) => {
+    const d = normDim(op, a.dim, a.input.shape.length), [start, step, length] = sliceOf(op, a.input.shape[d]!, a.start, a.end, a.step)
+    return blocksOf(run, a.input, d, [{ start, length, step }], metas)[0]!
   },
   flip: (run, [out], a, op) => {
     const s = stridesOf(a.input), n = a.input.shape.length
@@ -533,8 +553,8 @@ export const KERNELS: Kernels = {
   noop: () => undefined,
   tril: (run, [out], a) => k.triangle(out!, a.input, a.diagonal, false, run.stream),
   triu: (run, [out], a) => k.triangle(out!, a.input, a.diagonal, true, run.stream),
-  split: (run, outs, a, op) => piecesInto(run, outs, a.tensor, a.dim, op),
-  chunk: (run, outs, a, op) => piecesInto(run, outs, a.input, a.dim, op),
+  split: (run, _, a, op, metas) => piecesOf(run, a.tensor, a.dim, op, metas),
+  chunk: (run, _, a, op, metas) => piecesOf(run, a.input, a.dim, op, metas),
   randint,
   dropout: (run, [out, mask], a) => {
     if (!a.training || a.p === 0) return (k.cast(out!, a.input, run.stream), k.fill(mask!, 1, run.stream))

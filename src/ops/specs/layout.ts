@@ -1,8 +1,10 @@
 /**
  * Layout, indexing and linear algebra. Our tensors are dense and contiguous, so reshape,
- * view, flatten, squeeze and unsqueeze are views (no copy); the rest (permute, expand,
- * slicing, cat, flip, ...) are one strided copy each (shim_copy_strided), whose cost
- * bench/ops.ts shows.
+ * view, flatten, squeeze, unsqueeze and contiguous are views (no copy); narrow, select,
+ * slicing, split and chunk are views too where their result is one contiguous block of the
+ * input (blockStart: a piece of the leading dim, say), as torch's are, and a strided copy
+ * otherwise; the rest (permute, expand, cat, flip, ...) are one strided copy each
+ * (shim_copy_strided), whose cost bench/ops.ts shows.
  */
 import { bad, describe, isTensorMeta, numelOf, type TensorMeta } from "../meta.ts"
 import { type GradContext, type GradOps, NOT_DIFFERENTIABLE, padDim, sumTo } from "../grad.ts"
@@ -55,6 +57,18 @@ export const expandShape = (op: string, x: TensorMeta, size: ReadonlyArray<numbe
     if (s < 0) bad(op, `size ${s} is negative`)
     return s
   })
+}
+
+/**
+ * Where `length` entries of dim d of a contiguous `shape`, from `start` every `step`, lie in its
+ * memory when they are one contiguous block of it: the block's first element (flat); undefined
+ * when they are not (entries of an inner dim, or a step). The block is a view; the rest copy.
+ */
+export const blockStart = (shape: ReadonlyArray<number>, d: number, start: number, length: number, step = 1): number | undefined => {
+  const outer = numelOf(shape.slice(0, d)), inner = numelOf(shape.slice(d + 1))
+  if (outer * length * inner === 0) return 0
+  if ((length > 1 && step !== 1) || (outer !== 1 && length !== shape[d])) return undefined
+  return start * inner
 }
 
 /** A slice of one dim: start, step and length (python's slice rules; step > 0). */
@@ -250,6 +264,8 @@ const scatterGrads = {
 }
 
 const same = spec([arg("input", "tensor")], ({ input }) => [input], (c) => ({ input: () => c.grad }), { dtype: "same" })
+/** torch's contiguous returns its input itself when it is contiguous, as ours always are: a view. */
+const contiguousSpec = spec([arg("input", "tensor")], ({ input }) => [input], (c) => ({ input: () => c.grad }), { dtype: "same", view: true })
 const reshapeSpec = spec([arg("input", "tensor"), arg("shape", "ints")], ({ input, shape }, op) => [{ dtype: input.dtype, shape: reshapeShape(op, input, shape) }], (c, o) => ({ input: () => o.reshape(c.grad, [...c.meta(c.args.input).shape]) }), { view: true, dtype: "same" })
 
 /** A product's rule in terms of matmulGrad, for an op whose second operand is `name`. */
@@ -303,7 +319,7 @@ export const layout = {
   }, (c, o) => ({ input: () => o.reshape(c.grad, [...c.meta(c.args.input).shape]) }), { view: true, dtype: "same" }),
   expand: spec([arg("input", "tensor"), arg("size", "ints")], ({ input, size }, op) => [{ dtype: input.dtype, shape: expandShape(op, input, size) }], (c) => ({ input: () => c.grad }), { dtype: "same" }),
   broadcast_to: spec([arg("input", "tensor"), arg("size", "ints")], ({ input, size }, op) => [{ dtype: input.dtype, shape: expandShape(op, input, size) }], (c) => ({ input: () => c.grad }), { dtype: "same" }),
-  contiguous: same,
+  contiguous: contiguousSpec,
   clone: same,
   /** A cast's gradient is cast back (as every gradient, by the tape, to its input's dtype). */
   to: spec([arg("input", "tensor"), opt("dtype", "dtype", null)], ({ input, dtype }) => [{ dtype: dtype ?? input.dtype, shape: input.shape }], (c) => ({ input: () => c.grad }), { dtype: "to" }),
@@ -316,7 +332,7 @@ export const layout = {
       const m = c.meta(c.args.input), d = normDim("narrow", c.args.dim, m.shape.length), size = m.shape[d]!, s = c.args.start < 0 ? c.args.start + size : c.args.start
       return padDim(o, c.grad, c.meta(c.grad), d, s, size - s - c.args.length)
     },
-  }), { dtype: "same" }),
+  }), { dtype: "same", view: "block" }),
   select: spec([arg("input", "tensor"), arg("dim", "int"), arg("index", "int")], ({ input, dim, index }, op) => {
     if (input.shape.length === 0) bad(op, "cannot select from a 0-dim tensor")
     const d = normDim(op, dim, input.shape.length), size = input.shape[d]!
@@ -328,7 +344,7 @@ export const layout = {
       const g = o.unsqueeze(c.grad, d)
       return padDim(o, g, c.meta(g), d, i, size - i - 1)
     },
-  }), { dtype: "same" }),
+  }), { dtype: "same", view: "block" }),
   slice: spec([arg("input", "tensor"), opt("dim", "int", 0), opt("start", "int", null), opt("end", "int", null), opt("step", "int", 1)], ({ input, dim, start, end, step }, op) => {
     if (input.shape.length === 0) bad(op, "cannot slice a 0-dim tensor")
     const d = normDim(op, dim, input.shape.length), [, , length] = sliceOf(op, input.shape[d]!, start, end, step)
@@ -348,7 +364,7 @@ export const layout = {
       }
       return padDim(o, g, c.meta(g), d, s, size - s - covered)
     },
-  }), { dtype: "same" }),
+  }), { dtype: "same", view: "block" }),
   flip: spec([arg("input", "tensor"), arg("dims", "dims")], ({ input, dims }, op) => {
     for (const d of typeof dims === "number" ? [dims] : dims) normDim(op, d, input.shape.length)
     return [input]
@@ -417,7 +433,7 @@ export const layout = {
       return pieceGrad(o, c.meta, c.grad, m, splitSizes("split", m, c.args.split_size_or_sections, c.args.dim), c.index, c.args.dim)
     },
   }), {
-    dtype: "same", returns: "tensors", results: ({ tensor, split_size_or_sections, dim }, op) => splitSizes(op, tensor, split_size_or_sections, dim).length,
+    dtype: "same", returns: "tensors", view: "block", results: ({ tensor, split_size_or_sections, dim }, op) => splitSizes(op, tensor, split_size_or_sections, dim).length,
   }),
   chunk: spec([arg("input", "tensor"), arg("chunks", "int"), opt("dim", "int", 0)], ({ input, chunks, dim }, op) =>
     pieces(op, input, chunkSizes(op, input, chunks, dim), dim), (c, o) => ({
@@ -426,7 +442,7 @@ export const layout = {
       return pieceGrad(o, c.meta, c.grad, m, chunkSizes("chunk", m, c.args.chunks, c.args.dim), c.index, c.args.dim)
     },
   }), {
-    dtype: "same", returns: "tensors", results: ({ input, chunks, dim }, op) => chunkSizes(op, input, chunks, dim).length,
+    dtype: "same", returns: "tensors", view: "block", results: ({ input, chunks, dim }, op) => chunkSizes(op, input, chunks, dim).length,
   }),
   repeat: spec([arg("input", "tensor"), arg("repeats", "ints")], ({ input, repeats }, op) => [{ dtype: input.dtype, shape: repeatPlan(op, input, repeats).shape }], (c, o) => ({
     // Each copy's gradient summed back: g as [r0, s0, r1, s1, ...], summed over the r dims.
