@@ -4,7 +4,7 @@
  * eager running the same op in the same run (Debian's torch 1.13 at /usr/bin/python3; at world
  * 4, four torch processes each running it at once on the same cores). Rounds alternate: ours,
  * then torch's, per case. Each op goes through mesh.run / mesh.call (an Effect per op) and
- * through the typed surface (x.add_(1), synchronous).
+ * through the typed surface (x.add_(1), synchronous: a round's ops as one burst of plain code).
  *
  *   bun run bench/controller.ts [--ops N] [--rounds R] [--worlds 1,4] [--no-sites] [--sections] [--worker-profile DIR]
  *
@@ -38,16 +38,24 @@ const TORCH = "/usr/bin/python3"
 interface Case {
   readonly name: string
   readonly torch: "inplace" | "fresh"
-  /** Issues one op on `x` through the mesh; returns the handle that holds the result. */
-  readonly issue: (mesh: Mesh, x: RemoteTensor) => Effect.Effect<RemoteTensor, unknown>
+  /** Issues one op on `x` through the mesh as an Effect; returns the handle that holds the result. */
+  readonly issue?: (mesh: Mesh, x: RemoteTensor) => Effect.Effect<RemoteTensor, unknown>
+  /** Or: all n ops of a round as plain code, one synchronous burst; returns the handle to fetch. */
+  readonly burst?: (x: RemoteTensor, n: number) => RemoteTensor
 }
 
 const CASES: ReadonlyArray<Case> = [
   { name: "add_ in place (x.add_(1))", torch: "inplace", issue: (mesh, x) => Effect.as(mesh.run("ops.add_", [x, 1], {}, { mutates: [x] }), x) },
   { name: "add, fresh result (y = x.add(1))", torch: "fresh", issue: (mesh, x) => mesh.call("ops.add", [x, 1]) },
-  // The typed surface (synchronous op calls, model code's way): no Effect per op.
-  { name: "typed x.add_(1)", torch: "inplace", issue: (_, x) => Effect.succeed(x.add_(1)) },
-  { name: "typed y = x.add(1)", torch: "fresh", issue: (_, x) => Effect.succeed(x.add(1)) },
+  // The typed surface as model code calls it: plain synchronous op calls, no Effect per op.
+  { name: "typed x.add_(1), a synchronous burst", torch: "inplace", burst: (x, n) => {
+    for (let i = 0; i < n; i++) x.add_(1)
+    return x
+  } },
+  { name: "typed y = x.add(1), a synchronous burst", torch: "fresh", burst: (x, n) => {
+    for (let i = 0; i < n; i++) x.add(1)
+    return x
+  } },
 ]
 
 /** torch's side: each process imports torch once, then per "go" line times N ops of a case. */
@@ -177,10 +185,12 @@ const runWorld = (world: number, torch: TorchPeers) =>
         const sent0 = { ...ctl.core.sent }, w0 = pids.map(cpuOf), c0 = selfCpu()
         takeParts()
         const t0 = performance.now()
-        for (let i = 0; i < n; i++) {
-          const y = yield* c.issue(mesh, x)
-          if (c.torch === "inplace") x = y
-        }
+        if (c.burst) x = c.burst(x, n)
+        else
+          for (let i = 0; i < n; i++) {
+            const y = yield* c.issue!(mesh, x)
+            if (c.torch === "inplace") x = y
+          }
         const issuedAt = performance.now(), issued = selfCpu()
         yield* mesh.fetch(x)
         const t1 = performance.now(), c1 = selfCpu(), w1 = pids.map(cpuOf)

@@ -283,14 +283,14 @@ export class Core {
     }
   }
 
-  /** A dropped handle was collected: deleted (gcRelease) or only reported. */
-  collected(ranks: ReadonlyArray<number>, id: number, handle: string): boolean {
+  /** A dropped handle was collected: deleted (gcRelease) or only reported (`handle` names it). */
+  collected(ranks: ReadonlyArray<number>, id: number, handle: () => string): boolean {
     if (this.options.gcRelease ?? true) {
       this.release(ranks, [id])
       return true
     }
     this.leaks++
-    this.options.onLeak?.(handle)
+    this.options.onLeak?.(handle())
     return false
   }
 
