@@ -70,6 +70,10 @@ const ALL_CASES: Case[] = [
   { name: "tril [64,128,256]", op: "tril", args: [X], reps: 3 },
   { name: "nll_loss [2048,1000]", op: "nll_loss", args: [f(2048, 1000), { t: "i64", shape: [2048], high: 1000 }], reps: 3 },
   { name: "mse_loss [64,128,256]", op: "mse_loss", args: [X, X], reps: 3 },
+  // baddbmm is composed (matmul, scale, scaled add); outer is one matmul with an inner dim of 1; repeat one strided copy
+  { name: "baddbmm [128] + [64,128,256] @ [64,256,128], beta 0.5, alpha 2", op: "baddbmm", args: [f(128), X, f(64, 256, 128)], kwargs: { beta: 0.5, alpha: 2 }, reps: 1 },
+  { name: "repeat [64,1,256] by [1,128,1]", op: "repeat", args: [f(64, 1, 256), [1, 128, 1]], reps: 3 },
+  { name: "outer [2048] x [1024]", op: "outer", args: [f(2048), f(1024)], reps: 5 },
 ]
 const only = flag("--only")
 const CASES = only === undefined ? ALL_CASES : ALL_CASES.filter((c) => c.name.includes(only))

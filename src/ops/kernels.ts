@@ -20,7 +20,7 @@ import { normDim } from "./rules.ts"
 import type { OpSpec } from "./spec.ts"
 import { arangeBounds } from "./specs/creation.ts"
 import { planBinary, type BinaryKind } from "./specs/elementwise.ts"
-import { expandShape, permutation, sliceOf, transposePermutation } from "./specs/layout.ts"
+import { expandShape, permutation, repeatPlan, sliceOf, transposePermutation } from "./specs/layout.ts"
 import { attentionPlan, EPSILON } from "./specs/nn.ts"
 import { reducedDims } from "./specs/reduction.ts"
 
@@ -339,6 +339,49 @@ const matmulInto = (run: Run, out: Tensor, x: Tensor, y: Tensor): void => {
 
 const stridesOf = (t: TensorMeta) => contiguous(t.shape)
 
+/** A strided copy of any rank: past the shim's 8 dims, one call per index of the leading dims. */
+const copyAnyRank = (run: Run, out: Tensor, to: k.Strided, src: Tensor, from: k.Strided, shape: ReadonlyArray<number>): void => {
+  if (shape.length <= 8) return k.copyStrided(out, to, src, from, shape, run.stream)
+  for (let i = 0; i < shape[0]!; i++)
+    copyAnyRank(run, out, { offset: to.offset + i * to.strides[0]!, strides: to.strides.slice(1) }, src, { offset: from.offset + i * from.strides[0]!, strides: from.strides.slice(1) }, shape.slice(1))
+}
+
+/**
+ * repeat as one strided copy: the result read as [r0, s0, r1, s1, ...] (tile, then the input's
+ * dim) gets the input with stride 0 along each tile dim; dims of size 1 are left out.
+ */
+const repeatInto = (run: Run, out: Tensor, input: Tensor, repeats: ReadonlyArray<number>, op: string): void => {
+  const { padded } = repeatPlan(op, input, repeats), own = contiguous(padded)
+  const shape = padded.flatMap((s, i) => [repeats[i]!, s]), outStrides = contiguous(shape)
+  const keep = shape.map((_, j) => j).filter((j) => shape[j] !== 1)
+  copyAnyRank(run, out, { offset: 0, strides: keep.map((j) => outStrides[j]!) }, input,
+    { offset: 0, strides: keep.map((j) => (j % 2 === 0 ? 0 : own[j >> 1]!)) }, keep.map((j) => shape[j]!))
+}
+
+/** outer as a matmul of a column by a row (an inner dim of 1), in the promoted dtype: one pass over the result. */
+const outerInto = (run: Run, out: Tensor, x: Tensor, y: Tensor): void =>
+  k.matmul(out, run.view(run.cast(x, out.dtype), [x.numel, 1]), run.view(run.cast(y, out.dtype), [1, y.numel]), run.stream)
+
+/**
+ * baddbmm, composed: the product, scaled by alpha, plus beta input (up to 4 shim calls); f16
+ * and bf16 in f32, rounded once at the end, as torch's kernel accumulates.
+ */
+const baddbmm: Kernel<"baddbmm"> = (run, [out], a) => {
+  const dtype = composeDtype(out!.dtype), acc = dtype === out!.dtype ? out! : run.temp(dtype, out!.shape)
+  k.matmul(acc, run.cast(a.batch1, dtype), run.cast(a.batch2, dtype), run.stream)
+  if (a.alpha !== 1) k.binaryScalar("mul", acc, acc, a.alpha, false, run.stream)
+  if (a.beta !== 0) {
+    const input = run.expand(run.cast(a.input, dtype), acc.shape)
+    if (a.beta === 1) k.binary("add", acc, acc, input, run.stream)
+    else {
+      const scaled = run.temp(dtype, acc.shape)
+      k.binaryScalar("mul", scaled, input, a.beta, false, run.stream)
+      k.binary("add", acc, acc, scaled, run.stream)
+    }
+  }
+  if (acc !== out) k.cast(out!, acc, run.stream)
+}
+
 export const KERNELS: Kernels = {
   zeros: fill(0),
   ones: fill(1),
@@ -513,8 +556,13 @@ export const KERNELS: Kernels = {
   embedding: (run, [out], a) => {
     const n = numelOf(a.input.shape)
     k.indexSelect(run.view(out!, [n, a.weight.shape[1]!]), a.weight, 0, run.view(a.input, [n]), run.stream)
-  },
+  },  // issue 11.2 (opsb): repeat, baddbmm, outer
+  repeat: (run, [out], a, op) => repeatInto(run, out!, a.input, a.repeats, op),
+  baddbmm,
+  outer: (run, [out], a) => outerInto(run, out!, a.input, a.vec2),
+  ger: (run, [out], a) => outerInto(run, out!, a.input, a.vec2),
 }
+
 
 /** The sum of the tensors' squared elements, accumulated in double: each one's 2-norm squared. */
 const sumOfSquares = (run: Run, out: Tensor, tensors: ReadonlyArray<Tensor>): void => {

@@ -10,6 +10,7 @@ import type { OpSpec } from "./spec.ts"
 import { creation } from "./specs/creation.ts"
 import { elementwise } from "./specs/elementwise.ts"
 import { layout } from "./specs/layout.ts"
+import { linalg } from "./specs/linalg.ts"
 import { math } from "./specs/math.ts"
 import { nn } from "./specs/nn.ts"
 import { optim } from "./specs/optim.ts"
@@ -17,7 +18,7 @@ import { random } from "./specs/random.ts"
 import { reductions } from "./specs/reduction.ts"
 import { ternary } from "./specs/ternary.ts"
 
-const SPECS = { ...creation, ...random, ...elementwise, ...math, ...ternary, ...reductions, ...layout, ...nn, ...optim }
+const SPECS = { ...creation, ...random, ...elementwise, ...math, ...ternary, ...reductions, ...layout, ...linalg, ...nn, ...optim }
 
 type Specs = typeof SPECS
 export type OpName = keyof Specs

@@ -104,6 +104,12 @@ const CASES: Case[] = [
   g("matmul 1-D @ batched", "matmul", [F(4), F(2, 4, 3)]),
   g("mm", "mm", [F(3, 4), F(4, 2)]),
   g("bmm", "bmm", [F(2, 3, 4), F(2, 4, 2)]),
+  g("baddbmm broadcast input, beta and alpha", "baddbmm", [F(3, 2), F(2, 3, 4), F(2, 4, 2)], { beta: 0.5, alpha: -1.5 }),
+  g("baddbmm beta 0", "baddbmm", [F(2, 3, 2), F(2, 3, 4), F(2, 4, 2)], { beta: 0 }),
+  g("outer", "outer", [F(3), F(4)]),
+  g("ger", "ger", [F(2), F(5)]),
+  g("repeat with a new leading dim", "repeat", [F(2, 3), [2, 1, 2]]),
+  g("repeat a 0-d", "repeat", [F(), [3]]),
   // layout and indexing
   g("transpose", "transpose", [F(2, 3, 4), -1, 0]),
   g("t", "t", [F(2, 3)]),

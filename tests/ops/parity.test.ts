@@ -339,6 +339,28 @@ const CASES: Case[] = [
   c("one_hot 2-D", "one_hot", [ints("i64", [2, 2], [1, 0, 2, 2]), 3]),
   c("one_hot 0-d", "one_hot", [ints("i64", [], [2]), 4]),
   c("one_hot empty", "one_hot", [ints("i64", [0], []), 4]),
+  // issue 11.2: repeat, baddbmm, outer (ger)
+  ...ALL.map((t) => c(`repeat ${t}, new leading dim`, "repeat", [tensor(t, [2, 3]), [2, 1, 3]])),
+  c("repeat 0-d", "repeat", [f(), [2, 3]]),
+  c("repeat empty input", "repeat", [f(0, 3), [2, 2]]),
+  c("repeat zero times", "repeat", [f(2, 3), [0, 2]]),
+  c("repeat no repeats of a 0-d", "repeat", [f(), []]),
+  c("repeat non-contiguous", "repeat", [nc(f(3, 2)), [2, 2]]),
+  c("repeat past the shim's 8 dims", "repeat", [tensor("i64", [2, 2, 2, 2, 2]), [2, 1, 2, 3, 2]]),
+  ...([...FLOATS, "i64", "i32", "u8"] as const).map((t) => c(`baddbmm ${t}`, "baddbmm", [tensor(t, [2, 3, 5]), tensor(t, [2, 3, 4]), tensor(t, [2, 4, 5])])),
+  c("baddbmm beta and alpha", "baddbmm", [tensor("f64", [2, 3, 5]), tensor("f64", [2, 3, 4]), tensor("f64", [2, 4, 5])], { beta: 0.5, alpha: -2 }),
+  c("baddbmm integer beta and alpha", "baddbmm", [tensor("i64", [3, 5]), tensor("i64", [2, 3, 4]), tensor("i64", [2, 4, 5])], { beta: 3, alpha: 2 }),
+  c("baddbmm broadcast input [5]", "baddbmm", [f(5), f(2, 3, 4), f(2, 4, 5)], { beta: 2 }),
+  c("baddbmm 0-d input", "baddbmm", [f(), f(2, 3, 4), f(2, 4, 5)], { alpha: 0.25 }),
+  c("baddbmm beta 0 ignores a NaN input", "baddbmm", [{ ...f(1, 5), data: [NaN, Infinity, 1, 2, 3] }, f(2, 3, 4), f(2, 4, 5)], { beta: 0 }),
+  c("baddbmm input f64 cast to f32 batches", "baddbmm", [tensor("f64", [3, 5]), f(2, 3, 4), f(2, 4, 5)], { beta: 1.5 }),
+  c("baddbmm empty inner dim", "baddbmm", [f(2, 3, 5), f(2, 3, 0), f(2, 0, 5)], { beta: 0.5 }),
+  c("baddbmm empty batch", "baddbmm", [f(3, 5), f(0, 3, 4), f(0, 4, 5)]),
+  c("baddbmm non-contiguous", "baddbmm", [nc(f(2, 5, 3)), nc(f(2, 4, 3)), f(2, 4, 5)], { alpha: 3 }),
+  ...ALL.map((t) => c(`outer ${t}`, "outer", [tensor(t, [4]), tensor(t, [3])])),
+  c("outer promotes i32 with f32", "outer", [tensor("i32", [3]), f(2)]),
+  c("outer empty", "outer", [f(0), f(3)]),
+  c("ger (outer's alias)", "ger", [tensor("f64", [3]), tensor("f64", [5])]),
 ]
 
 const numbersOf = (h: HostTensor): number[] => [...h.toArray()].map(Number)

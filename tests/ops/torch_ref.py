@@ -81,6 +81,8 @@ OPS = {
     "silu": F.silu, "softplus": F.softplus, "gelu": F.gelu,
     "scaled_dot_product_attention": sdpa, "rms_norm": rms_norm, "nll_loss": F.nll_loss, "mse_loss": F.mse_loss,
     "one_hot": F.one_hot, "dropout": F.dropout,
+    "repeat": lambda x, repeats: x.repeat(repeats),
+    "baddbmm": lambda input, batch1, batch2, **kw: baddbmm(input, batch1, batch2, **kw),
 }
 
 
@@ -96,6 +98,13 @@ def in_f32(fn, args, kwargs, narrow):
     up = lambda v: v.float() if isinstance(v, torch.Tensor) and v.dtype == narrow else v
     out = fn(*[up(a) for a in args], **kwargs)
     return out.to(narrow) if out.is_floating_point() else out
+
+def baddbmm(input, batch1, batch2, **kwargs):
+    """torch 1.13's bf16 baddbmm on CPU rounds to bf16 after each product term: the reference is f32, rounded once."""
+    if batch1.dtype == torch.bfloat16:
+        return in_f32(torch.baddbmm, [input, batch1, batch2], kwargs, torch.bfloat16)
+    return torch.baddbmm(input, batch1, batch2, **kwargs)
+
 
 def encode(out):
     flat = out.detach().reshape(-1)

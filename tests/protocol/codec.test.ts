@@ -63,6 +63,7 @@ const workerSamples: WorkerMessage[] = [
     commands: [{ ...callFunction, ident: 0 }, { _tag: "BorrowFirstUse", borrow: 4 }, { ...callFunction, ident: 1, args: [new Ref(100), new Ref(9)] }],
   },
   { _tag: "CallRecording", ident: 40, recording: 3, results: [new Ref(200)], actuals: [new Ref(11), new Ref(12)], params: [0.125] },
+  { _tag: "DeleteRecording", recording: 3 },
   callFunction,
   { _tag: "CallFunction", ident: 0, results: [], mutates: [], function: "mod/x.ts:f", args: everyTensor, kwargs: {}, stream: new Ref(2) },
   { _tag: "FetchValue", ident: 13, mutates: [], function: null, object: new Ref(100), stream: new Ref(1) },
@@ -129,10 +130,10 @@ const placedAt = (bytes: Uint8Array, offset: number): Uint8Array => {
 }
 
 describe("round trip", () => {
-  test("the samples cover all 26 messages", () => {
+  test("the samples cover all 27 messages", () => {
     const tags = new Set([...workerSamples, ...controllerSamples].map((m) => m._tag))
     expect(([...tags] as string[]).sort()).toEqual(Object.keys(MESSAGE_CODES).sort())
-    expect(tags.size).toBe(26)
+    expect(tags.size).toBe(27)
   })
 
   for (const m of workerSamples) {

@@ -81,7 +81,7 @@ const catShape = (op: string, tensors: ReadonlyArray<TensorMeta>, dim: number): 
   return { dtype, shape: first.shape.map((s, i) => (i === d ? size : s)) }
 }
 
-const matmulShape = (op: string, x: TensorMeta, y: TensorMeta): TensorMeta => {
+export const matmulShape = (op: string, x: TensorMeta, y: TensorMeta): TensorMeta => {
   if (x.dtype !== y.dtype) bad(op, `dtypes differ: ${describe(x)} @ ${describe(y)} (cast with ops.to)`)
   if (x.shape.length === 0 || y.shape.length === 0) bad(op, `both arguments need at least 1 dim: ${describe(x)} @ ${describe(y)}`)
   const xs = x.shape.length === 1 ? [1, x.shape[0]!] : x.shape, ys = y.shape.length === 1 ? [y.shape[0]!, 1] : y.shape
@@ -117,6 +117,14 @@ export const chunkSizes = (op: string, input: unknown, chunks: number, dim: numb
   const size = input.shape[normDim(op, dim, input.shape.length)]!
   if (size === 0) return new Array<number>(chunks).fill(0)
   return splitSizes(op, input, Math.ceil(size / chunks), dim)
+}
+
+/** repeat's result shape, and the input's shape padded with leading 1s to one dim per repeat (torch's rule: no fewer repeats than dims). */
+export const repeatPlan = (op: string, x: TensorMeta, repeats: ReadonlyArray<number>): { readonly padded: number[]; readonly shape: number[] } => {
+  if (repeats.length < x.shape.length) bad(op, `needs at least one repeat per dim of ${describe(x)}, got [${repeats}]`)
+  if (repeats.some((r) => r < 0)) bad(op, `repeats must be non-negative, got [${repeats}]`)
+  const padded = [...new Array<number>(repeats.length - x.shape.length).fill(1), ...x.shape]
+  return { padded, shape: padded.map((s, i) => s * repeats[i]!) }
 }
 
 /** The pieces of input along dim with these sizes. */
@@ -350,4 +358,12 @@ export const layout = {
   }), {
     dtype: "same", returns: "tensors", results: ({ input, chunks, dim }, op) => chunkSizes(op, input, chunks, dim).length,
   }),
+  repeat: spec([arg("input", "tensor"), arg("repeats", "ints")], ({ input, repeats }, op) => [{ dtype: input.dtype, shape: repeatPlan(op, input, repeats).shape }], (c, o) => ({
+    // Each copy's gradient summed back: g as [r0, s0, r1, s1, ...], summed over the r dims.
+    input: () => {
+      const m = c.meta(c.args.input), p = repeatPlan("repeat", m, c.args.repeats)
+      const tiles = p.padded.flatMap((s, i) => [c.args.repeats[i]!, s])
+      return o.reshape(o.sum(o.reshape(c.grad, tiles), tiles.map((_, i) => i).filter((i) => i % 2 === 0), false), [...m.shape])
+    },
+  }), { dtype: "same" }),
 }
