@@ -157,6 +157,10 @@ export const nllLoss = (out: Tensor, input: Tensor, target: Tensor, weight: Tens
 export const mseLoss = (out: Tensor, a: Tensor, b: Tensor, reduction: LossReductionName, s?: Stream): void =>
   out.native.check(out.native.shim.shim_mse_loss(out.handle, a.handle, b.handle, LossReduction[reduction], stream(s)), "shim_mse_loss")
 
+/** out[.., index[j], ..] += alpha * src[.., j, ..] along dim, in place (index 0-D or 1-D i64). */
+export const indexAdd = (out: Tensor, dim: number, index: Tensor, src: Tensor, alpha: number, s?: Stream): void =>
+  out.native.check(out.native.shim.shim_index_add(out.handle, dim, index.handle, src.handle, alpha, stream(s)), "shim_index_add")
+
 /** Layer norm over the last m elements of a (weight and bias: m elements each, or null). */
 export const layerNorm = (out: Tensor, a: Tensor, weight: Tensor | null, bias: Tensor | null, m: number, eps: number, s?: Stream): void =>
   out.native.check(out.native.shim.shim_layer_norm(out.handle, a.handle, weight?.handle ?? null, bias?.handle ?? null, m, eps, stream(s)), "shim_layer_norm")

@@ -52,6 +52,7 @@ export const symbols = {
   shim_nll_loss: { args: [ptr, ptr, ptr, ptr, i64, i32, ptr], returns: i32 },
   shim_mse_loss: { args: [ptr, ptr, ptr, i32, ptr], returns: i32 },
   shim_cat: { args: [ptr, i32, ptr, i32, ptr], returns: i32 },
+  shim_index_add: { args: [ptr, i32, ptr, ptr, f64, ptr], returns: i32 },
   shim_sgd: { args: [ptr, ptr, ptr, f64, f64, f64, f64, i32, ptr], returns: i32 },
   shim_adamw: { args: [ptr, ptr, ptr, ptr, ptr, f64, f64, f64, f64, f64, i64, i32, ptr], returns: i32 },
 
