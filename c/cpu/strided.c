@@ -119,7 +119,11 @@ typedef struct {
 
 static void select_range(void *ctx, int64_t begin, int64_t end) {
   const select_job *j = ctx;
-  for (int64_t k = begin; k < end; k++) memcpy(j->o + k * j->slab, j->src + ((k / j->n) * j->r + j->ix[k % j->n]) * j->slab, j->slab);
+  /* k = o * n + i, stepped without a division per slab */
+  for (int64_t k = begin, o = begin / j->n, i = begin % j->n; k < end; k++) {
+    memcpy(j->o + k * j->slab, j->src + (o * j->r + j->ix[i]) * j->slab, j->slab);
+    if (++i == j->n) i = 0, o++;
+  }
 }
 
 int shim_index_select(shim_tensor *out, const shim_tensor *a, int32_t dim, const shim_tensor *index, shim_stream *s) {
