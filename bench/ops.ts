@@ -14,7 +14,7 @@
  * fast or faster), medians of the per-round ratios; beside the wall-time ratio, the ratio of
  * CPU time (each process's own), which a loaded machine disturbs less.
  *
- *   bun run bench/ops.ts [--quick] [--only <name part>] [--threads 1,2] [--no-worker]
+ *   bun run bench/ops.ts [--quick] [--only <name part>[|<name part>...]] [--threads 1,2] [--no-worker]
  */
 import { Effect, type Layer, ManagedRuntime } from "effect"
 import { readFileSync } from "node:fs"
@@ -86,7 +86,7 @@ const ALL_CASES: Case[] = [
   { name: "matmul [1024,8192] @ [8192,256] (after that copy)", op: "matmul", args: [f(1024, 8192), X2], reps: 1 },
 ]
 const only = flag("--only")
-const CASES = only === undefined ? ALL_CASES : ALL_CASES.filter((c) => c.name.includes(only))
+const CASES = only === undefined ? ALL_CASES : ALL_CASES.filter((c) => only.split("|").some((part) => c.name.includes(part)))
 const ROUNDS = quick ? 3 : 7
 
 const isTensorArg = (a: Arg): a is { t: "f32"; shape: number[] } | { t: "i64"; shape: number[]; high: number } =>
