@@ -437,6 +437,9 @@ const CASES: Case[] = [
   c("linear empty in_features", "linear", [f(2, 0), f(4, 0), f(4)]),
   c("linear f64 with bias, rows past a block", "linear", [tensor("f64", [70, 9]), tensor("f64", [130, 9]), tensor("f64", [130])]),
   c("linear bf16", "linear", [tensor("bf16", [3, 4]), tensor("bf16", [2, 4]), tensor("bf16", [2])]),
+  c("unbind dim 0", "unbind", [f(3, 4)], {}, 3),
+  c("unbind an inner dim, i64", "unbind", [tensor("i64", [2, 3, 2]), 1], {}, 3),
+  c("unbind non-contiguous", "unbind", [nc(f(3, 2)), -1], {}, 3),
 ]
 
 const numbersOf = (h: HostTensor): number[] => [...h.toArray()].map(Number)
