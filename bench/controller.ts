@@ -6,8 +6,10 @@
  * then torch's, per case. Each op goes through mesh.run / mesh.call (an Effect per op) and
  * through the typed surface (x.add_(1), synchronous: a round's ops as one burst of plain code).
  *
- *   bun run bench/controller.ts [--ops N] [--rounds R] [--worlds 1,4] [--no-sites] [--sections] [--worker-profile DIR]
+ *   bun run bench/controller.ts [--ops N] [--rounds R] [--worlds 1,4] [--no-sites] [--compare-flush] [--sections] [--worker-profile DIR] [--alone]
  *
+ * --compare-flush: also the burst cases with the batch sent only at the next tick (flushEvery
+ * Infinity), in the same rounds.
  * --alone: only the controller, no workers (links that take each frame and drop it; a Status
  * after each round settles its commands): its CPU per op for the burst cases, with call sites
  * captured and not, and with --sections the parts (each its share of the round's wall time,
@@ -24,7 +26,7 @@
  */
 import { Effect, type Layer, ManagedRuntime } from "effect"
 import { Controller, Mesh, type RemoteTensor } from "../src/controller/index.ts"
-import { Core } from "../src/controller/core.ts"
+import { Core, FLUSH_EVERY } from "../src/controller/core.ts"
 import { Graph } from "../src/controller/graph.ts"
 import { RemoteStream } from "../src/controller/handles.ts"
 import { createMesh } from "../src/controller/mesh.ts"
@@ -51,6 +53,8 @@ interface Case {
   readonly issue?: (mesh: Mesh, x: RemoteTensor) => Effect.Effect<RemoteTensor, unknown>
   /** Or: all n ops of a round as plain code, one synchronous burst; returns the handle to fetch. */
   readonly burst?: (x: RemoteTensor, n: number) => RemoteTensor
+  /** The controller's flushEvery for the round (default FLUSH_EVERY). */
+  readonly flushEvery?: number
 }
 
 const CASES: ReadonlyArray<Case> = [
@@ -65,6 +69,12 @@ const CASES: ReadonlyArray<Case> = [
     for (let i = 0; i < n; i++) x.add(1)
     return x
   } },
+]
+/** With --compare-flush, the burst cases again, the batch going out only at the next tick (as before issue 13's flush during a burst). */
+const AT_TICK: ReadonlyArray<Case> = CASES.filter((c) => c.burst).map((c) => ({ ...c, name: `${c.name}, sent at the tick only`, flushEvery: Infinity }))
+const ALL_CASES: ReadonlyArray<Case> = [
+  ...CASES,
+  ...(args.includes("--compare-flush") ? AT_TICK : []),
 ]
 
 /** torch's side: each process imports torch once, then per "go" line times N ops of a case. */
@@ -186,11 +196,12 @@ const runWorld = (world: number, torch: TorchPeers) =>
     const ctl = yield* Controller
     const mesh = yield* ctl.mesh({ all: world })
     const pids = ctl.workers().map((w) => w.pid)
-    const samples = new Map<string, Sample[]>(CASES.map((c) => [c.name, []]))
+    const samples = new Map<string, Sample[]>(ALL_CASES.map((c) => [c.name, []]))
     const round = (c: Case, n: number) =>
       Effect.gen(function* () {
         let x = yield* mesh.call("ops.ones", [[1]])
         yield* mesh.fetch(x)
+        ctl.core.flushEvery = c.flushEvery ?? FLUSH_EVERY
         const sent0 = { ...ctl.core.sent }, w0 = pids.map(cpuOf), c0 = selfCpu()
         takeParts()
         const t0 = performance.now()
@@ -209,9 +220,9 @@ const runWorld = (world: number, torch: TorchPeers) =>
         parts.set("issuing loop, wall (op calls and what ran between them)", (issuedAt - t0) / 1000 / n)
         return { e2e: (t1 - t0) / 1000 / n, controllerCpu: (c1 - c0) / n, issueCpu: (issued - c0) / n, workerCpu: workerCpu / n, perFrame: commands / Math.max(frames, 1), parts }
       })
-    for (const c of CASES) yield* round(c, Math.min(OPS, 2000)) // warm-up
+    for (const c of ALL_CASES) yield* round(c, Math.min(OPS, 2000)) // warm-up
     for (let r = 0; r < ROUNDS; r++) {
-      for (const c of CASES) {
+      for (const c of ALL_CASES) {
         const ours = yield* round(c, OPS)
         const t = yield* Effect.promise(() => torch.perOp(c.torch, OPS))
         samples.get(c.name)!.push({ ...ours, torch: t })

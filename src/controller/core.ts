@@ -155,6 +155,8 @@ export class Core {
   /** The innermost open step scope (lifetime.ts): every tensor handle made now joins it. */
   scope: StepScope | undefined = undefined
   readonly maxInFlight: number
+  /** Messages queued after which a batch goes out at once (Infinity: only at the next tick; benchmarks compare the two). */
+  flushEvery = FLUSH_EVERY
   private readonly waiters: CapacityWaiter[] = []
 
   constructor(readonly options: CoreOptions) {
@@ -316,7 +318,7 @@ export class Core {
   post(ranks: ReadonlyArray<number>, msg: WorkerMessage): void {
     if (this.tracing?.post(ranks, msg)) return
     for (const r of ranks) if (!this.graph.isLost(r)) this.outbox[r]!.push(msg)
-    if (++this.queued >= FLUSH_EVERY) this.flush()
+    if (++this.queued >= this.flushEvery) this.flush()
     else this.scheduleFlush()
   }
 
@@ -467,7 +469,7 @@ export class Core {
 
   /**
    * Sends each worker what was queued for it, as one message or one CommandGroup: at the next
-   * tick, or at once when FLUSH_EVERY messages are queued.
+   * tick, or at once when flushEvery (FLUSH_EVERY) messages are queued.
    */
   flush(): void {
     this.flushQueued = false
