@@ -74,6 +74,8 @@ const ALL_CASES: Case[] = [
   { name: "baddbmm [128] + [64,128,256] @ [64,256,128], beta 0.5, alpha 2", op: "baddbmm", args: [f(128), X, f(64, 256, 128)], kwargs: { beta: 0.5, alpha: 2 }, reps: 1 },
   { name: "repeat [64,1,256] by [1,128,1]", op: "repeat", args: [f(64, 1, 256), [1, 128, 1]], reps: 3 },
   { name: "outer [2048] x [1024]", op: "outer", args: [f(2048), f(1024)], reps: 5 },
+  // index_add is embedding's backward (one shim_scatter add of the rows, in index order)
+  { name: "index_add [1000,256] dim 0 of [8192,256] rows", op: "index_add", args: [f(1000, 256), 0, { t: "i64", shape: [8192], high: 1000 }, X2], reps: 5 },
 ]
 const only = flag("--only")
 const CASES = only === undefined ? ALL_CASES : ALL_CASES.filter((c) => c.name.includes(only))
@@ -253,4 +255,30 @@ if (only === undefined || "sdpa".includes(only)) {
   const [tf, tc] = [time(fused), time(composed)]
   console.log(`\nscaled_dot_product_attention, causal, q,k,v [16,4,128,64], kernel-only: fused ${ms(tf)} ms, composed of our ops ${ms(tc)} ms, composed / fused ${(median(tc) / median(tf)).toFixed(2)}x`)
   for (const t of [q!, k!, v!, mask]) t.free()
+}
+
+// embedding's backward as it is now (index_add of g's rows into zeros) against what it was (a
+// one-hot [N, V] matrix, transposed, @ g): the same gradient, kernel-only, 1 thread.
+if (only === undefined || "embedding backward".includes(only)) {
+  native.setThreads(1)
+  const call = (op: string, args: unknown[], kwargs: Record<string, unknown> = {}) => builtinFunction(op)!({ ...ctx, kwargs }, ...args) as NativeTensor
+  const [n, rows, width] = [8192, 1000, 256]
+  const ids = call("remainder", [call("mul", [call("arange", [n]), 7919]), rows]), g = call("randn", [[n, width]], { seed: 1 })
+  const viaIndexAdd = () => {
+    const z = call("zeros", [[rows, width]]), w = call("index_add", [z, 0, ids, g])
+    for (const t of [z, w]) t.free()
+  }
+  const viaOneHot = () => {
+    const col = call("reshape", [ids, [n, 1]]), range = call("arange", [rows]), eq = call("eq", [col, range]), hot = call("to", [eq, "f32"])
+    const ht = call("transpose", [hot, 0, 1]), w = call("matmul", [ht, g])
+    for (const t of [eq, hot, ht, w, range]) t.free()
+  }
+  const time = (f: () => void) => Array.from({ length: ROUNDS }, () => {
+    const t0 = performance.now()
+    f()
+    return (performance.now() - t0) / 1000
+  })
+  viaIndexAdd(), viaOneHot()
+  const [ti, to] = [time(viaIndexAdd), time(viaOneHot)]
+  console.log(`\nembedding backward, [${n}] ids into [${rows},${width}], kernel-only: index_add ${ms(ti)} ms, one-hot product (before) ${ms(to)} ms, one-hot / index_add ${(median(to) / median(ti)).toFixed(1)}x`)
 }

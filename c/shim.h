@@ -343,6 +343,16 @@ int shim_dropout(shim_tensor *out, shim_tensor *mask, const shim_tensor *a, doub
  * line along dim is walked in index order, so both backends give the same values. */
 int shim_scatter(int32_t op, shim_tensor *out, int32_t dim, const shim_tensor *index, const shim_tensor *src,
                  shim_stream *s);
+
+/* torch.index_add_ along dim, in place: out[.., index[j], ..] += alpha * src[.., j, ..] for each
+ * entry j of index (i64, 0-D or 1-D, n entries); src has out's dtype and shape except n entries
+ * along dim (a 0-d out or src is read as [1]). Floating dtypes compute in float (double for f64)
+ * with alpha converted to it, rounding once per add; integers add (int64)alpha * src, wrapping;
+ * bool ORs src in where alpha is nonzero. Each element's adds run in index order, so both
+ * backends give the same values. An index outside 0..out.shape[dim]-1 fails the op
+ * (SHIM_E_INVALID) before anything is written. */
+int shim_index_add(shim_tensor *out, int32_t dim, const shim_tensor *index, const shim_tensor *src, double alpha,
+                   shim_stream *s);
 /* ---- optimizers ---------------------------------------------------------------------- */
 /* One parameter updated in place per call, each element read and written once, in the order
  * of torch.optim's single-tensor loop (torch 1.13): f32 computes in float with every scalar

@@ -142,6 +142,10 @@ export const dropout = (out: Tensor, mask: Tensor, a: Tensor, p: number, seed: b
 /** out[.., index, ..] (op)= src along dim, in place. */
 export const scatter = (op: ScatterOpName, out: Tensor, dim: number, index: Tensor, src: Tensor, s?: Stream): void =>
   out.native.check(out.native.shim.shim_scatter(ScatterOp[op], out.handle, dim, index.handle, src.handle, stream(s)), `shim_scatter(${op})`)
+
+/** out[.., index[j], ..] += alpha * src[.., j, ..] along dim, in place (index 0-D or 1-D i64). */
+export const indexAdd = (out: Tensor, dim: number, index: Tensor, src: Tensor, alpha: number, s?: Stream): void =>
+  out.native.check(out.native.shim.shim_index_add(out.handle, dim, index.handle, src.handle, alpha, stream(s)), "shim_index_add")
 /** Layer norm over the last m elements of a (weight and bias: m elements each, or null). */
 export const layerNorm = (out: Tensor, a: Tensor, weight: Tensor | null, bias: Tensor | null, m: number, eps: number, s?: Stream): void =>
   out.native.check(out.native.shim.shim_layer_norm(out.handle, a.handle, weight?.handle ?? null, bias?.handle ?? null, m, eps, stream(s)), "shim_layer_norm")

@@ -49,6 +49,7 @@ export const symbols = {
   shim_rms_norm: { args: [ptr, ptr, ptr, i64, f64, ptr], returns: i32 },
   shim_dropout: { args: [ptr, ptr, ptr, f64, u64, u64, ptr], returns: i32 },
   shim_scatter: { args: [i32, ptr, i32, ptr, ptr, ptr], returns: i32 },
+  shim_index_add: { args: [ptr, i32, ptr, ptr, f64, ptr], returns: i32 },
   shim_sgd: { args: [ptr, ptr, ptr, f64, f64, f64, f64, i32, ptr], returns: i32 },
   shim_adamw: { args: [ptr, ptr, ptr, ptr, ptr, f64, f64, f64, f64, f64, i64, i32, ptr], returns: i32 },
 

@@ -221,6 +221,10 @@ typedef struct shim_scatter_dims {
 
 int shim_check_scatter(int32_t op, const shim_tensor *out, int32_t dim, const shim_tensor *index, const shim_tensor *src,
                        shim_scatter_dims *dims);
+
+/* shim_index_add: out read as [outer, r, inner] around dim (src as [outer, index's count, inner]). */
+int shim_check_index_add(const shim_tensor *out, int32_t dim, const shim_tensor *index, const shim_tensor *src,
+                         shim_reduce_dims *dims);
 /* shim_layer_norm: rows is a's count over m. */
 int shim_check_layer_norm(const shim_tensor *out, const shim_tensor *a, const shim_tensor *weight, const shim_tensor *bias,
                           int64_t m, int64_t *rows);

@@ -378,23 +378,11 @@ const scatterInto = (run: Run, op: ScatterOpName, out: Tensor, dim: number, inde
   k.scatter(op, atLeast1(run, out), normDim(name, dim, out.shape.length), atLeast1(run, index), atLeast1(run, from), run.stream)
 }
 
-/**
- * index_add as one shim_scatter add: index spread along dim over source's slices (source broadcast
- * to the input's, as torch's), source times alpha first when alpha is not 1.
- */
+/** index_add: one shim_index_add, source broadcast to the input's slices first (as torch's). */
 const indexAddInto = (run: Run, out: Tensor, dim: number, index: Tensor, source: Tensor, alpha: number, name: string): void => {
-  const n = index.numel
-  if (n === 0) return
-  const d = normDim(name, dim, out.shape.length), xs = out.shape.length === 0 ? [1] : out.shape
-  const sliced = xs.map((s, i) => (i === d ? n : s))
-  let src = run.expand(atLeast1(run, source), sliced)
-  if (alpha !== 1) {
-    const scaled = run.temp(out.dtype, sliced)
-    k.binaryScalar("mul", scaled, src, alpha, false, run.stream)
-    src = scaled
-  }
-  const spread = run.expand(run.view(index, xs.map((_, i) => (i === d ? n : 1))), sliced)
-  k.scatter("add", atLeast1(run, out), d, spread, src, run.stream)
+  const d = normDim(name, dim, out.shape.length)
+  const sliced = (out.shape.length === 0 ? [1] : out.shape).map((s, i) => (i === d ? index.numel : s))
+  k.indexAdd(out, d, index, run.expand(atLeast1(run, source), sliced), alpha, run.stream)
 }
 
 const permute = (run: Run, out: Tensor, input: Tensor, p: ReadonlyArray<number>): void => {

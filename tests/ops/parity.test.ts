@@ -400,6 +400,8 @@ const CASES: Case[] = [
   c("index_add dim 1, alpha", "index_add", [f(2, 4), 1, ints("i64", [3], [0, 0, 2]), f(2, 3)], { alpha: -2.5 }),
   c("index_add f64 alpha, negative dim", "index_add", [tensor("f64", [2, 3, 4]), -2, ints("i64", [2], [2, 0]), tensor("f64", [2, 2, 4])], { alpha: 0.3 }),
   c("index_add i32 integer alpha", "index_add", [tensor("i32", [3]), 0, ints("i64", [4], [0, 0, 2, 0]), tensor("i32", [4])], { alpha: 3 }),
+  c("index_add f16 alpha, rounded once per add", "index_add", [tensor("f16", [2, 3]), 0, ints("i64", [4], [1, 1, 1, 0]), tensor("f16", [4, 3], 100)], { alpha: 0.3 }),
+  c("index_add u8 wraps, alpha 3", "index_add", [tensor("u8", [2]), 0, ints("i64", [3], [1, 1, 0]), { ...tensor("u8", [3]), data: [200, 9, 90] }], { alpha: 3 }),
   c("index_add bf16 alpha", "index_add", [tensor("bf16", [3, 2]), 0, ints("i64", [3], [1, 1, 0]), tensor("bf16", [3, 2])], { alpha: 0.5 }),
   c("index_add source broadcast along a size-1 dim", "index_add", [f(3, 4), 0, ints("i64", [2], [2, 2]), f(2, 1)]),
   c("index_add 0-d index", "index_add", [f(4, 2), 0, ints("i64", [], [3]), f(1, 2)]),
