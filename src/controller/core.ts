@@ -1,6 +1,7 @@
 /**
  * The controller's engine, below the Mesh API: it numbers commands and refs, batches what is
- * issued in one tick into one CommandGroup per worker, tracks every command in the
+ * issued in one tick (or each FLUSH_EVERY messages of a longer burst) into one CommandGroup per
+ * worker, releases refs in command order, tracks every command in the
  * dependency graph, completes a fetch once every rank its value depends on has passed what it
  * depends on (and no others), fails one that outlasts its deadline, turns worker reports and
  * lost workers into failures of exactly the results that need them, and reports commands that
