@@ -494,6 +494,7 @@ export const KERNELS: Kernels = {
   matmul: (run, [out], a) => matmulInto(run, out!, a.input, a.other),
   mm: (run, [out], a) => k.matmul(out!, a.input, a.mat2, run.stream),
   bmm: (run, [out], a) => k.matmul(out!, a.input, a.mat2, run.stream),
+  _matmul_t: (run, [out], a) => k.matmul(out!, a.input, a.other, run.stream, { a: a.transpose_input, b: a.transpose_other }),
   transpose: (run, [out], a, op) => permute(run, out!, a.input, transposePermutation(op, a.input, a.dim0, a.dim1)),
   t: (run, [out], a, op) => permute(run, out!, a.input, transposePermutation(op, a.input, 0, -1)),
   permute: (run, [out], a, op) => permute(run, out!, a.input, permutation(op, a.input, a.dims)),
@@ -569,12 +570,11 @@ export const KERNELS: Kernels = {
   },
   softmax: (run, [out], a, op) => k.softmax(out!, a.input, normDim(op, a.dim, a.input.shape.length), false, run.stream),
   log_softmax: (run, [out], a, op) => k.softmax(out!, a.input, normDim(op, a.dim, a.input.shape.length), true, run.stream),
+  // x w^T over x's rows, w read transposed where it lies; the bias repeats over the rows (shim_binary).
   linear: (run, [out], a) => {
-    const [o, i] = a.weight.shape as [number, number]
-    const wt = run.temp(a.weight.dtype, [i, o])
-    k.transpose(wt, a.weight, 0, 1, run.stream)
-    matmulInto(run, out!, a.input, wt)
-    if (a.bias) k.binary("add", out!, out!, run.expand(a.bias, out!.shape), run.stream)
+    const [o, i] = a.weight.shape as [number, number], rows = numelOf(a.input.shape.slice(0, -1))
+    k.matmul(run.view(out!, [rows, o]), run.view(a.input, [rows, i]), a.weight, run.stream, { b: true })
+    if (a.bias && out!.numel > 0) k.binary("add", out!, out!, a.bias, run.stream)
   },
   cross_entropy: (run, [out], a) => {
     const { input, target } = a, [n, c] = input.shape as [number, number], dtype = input.dtype
