@@ -134,8 +134,10 @@ export class Mesh {
     const defines = results.map((r) => r.id)
     for (const r of mutated) defines.push(r.id)
     firstUses(this.core, reads.borrows)
+    // Results given as metadata are declared to the workers, which check what the function returns against them.
+    const declared = Array.isArray(opts.results) ? metas.map((m) => m ?? null) : undefined
     this.core.command(this.ranks, fn, reads.inputs, defines, site, (ident) => ({
-      _tag: "CallFunction", ident, results, mutates: mutated, function: fn, args: wireArgs, kwargs: wireKwargs, stream: stream.ref,
+      _tag: "CallFunction", ident, results, mutates: mutated, function: fn, args: wireArgs, kwargs: wireKwargs, stream: stream.ref, declared,
     }))
     return results.map((r, i) => new RemoteTensor(this, r, metas[i], stream))
   }
