@@ -45,6 +45,7 @@ type ResultDType<K, D extends DType, Rest extends ReadonlyArray<unknown>> =
   : K extends "to" ? (Rest extends readonly [infer X extends DType, ...unknown[]] ? X : Rest extends readonly [{ readonly dtype: infer X extends DType }] ? X : D)
   : K extends "other" ? (Rest extends readonly [RemoteTensor<infer X>, ...unknown[]] ? X : DType)
   : K extends "created" ? (Rest extends readonly [...unknown[], { readonly dtype: infer X extends DType }] ? X : "f32")
+  : K extends "like" ? (Rest extends readonly [...unknown[], { readonly dtype: infer X extends DType }] ? X : D)
   : K extends "arange" ? Arange<Rest>
   : DType
 

@@ -14,12 +14,13 @@ import type { FunctionContext, RemoteFunction } from "./function.ts"
 import type { Draw } from "./generator.ts"
 import { bad, numelOf, OpArgumentError, type TensorMeta } from "./meta.ts"
 import type { Bound } from "./params.ts"
-import { broadcastShapes, resultType } from "./promotion.ts"
-import { opNamed, type Op, type OpName, type ParamsOf } from "./registry.ts"
+import { broadcastShapes, isFloating, resultType } from "./promotion.ts"
+import { OPS, opNamed, type Op, type OpName, type ParamsOf } from "./registry.ts"
 import { normDim } from "./rules.ts"
 import type { OpSpec } from "./spec.ts"
-import { arangeBounds } from "./specs/creation.ts"
+import { arangeBounds, linspaceValues } from "./specs/creation.ts"
 import { planBinary, type BinaryKind } from "./specs/elementwise.ts"
+import { UNARY_IN_PLACE } from "./specs/inplace.ts"
 import { expandShape, permutation, repeatPlan, sliceOf, transposePermutation } from "./specs/layout.ts"
 import { attentionPlan, EPSILON } from "./specs/nn.ts"
 import { reducedDims } from "./specs/reduction.ts"
@@ -91,7 +92,8 @@ const broadcastStrides = (from: ReadonlyArray<number>, to: ReadonlyArray<number>
 const copyInto = (run: Run, out: Tensor, src: Tensor, view: k.Strided): void =>
   k.copyStrided(out, { offset: 0, strides: contiguous(out.shape) }, src, view, out.shape, run.stream)
 
-const fill = (value: number): Kernel<"zeros"> => (run, [out]) => k.fill(out!, value, run.stream)
+/** Fills the one result (zeros, ones and their *_like forms). */
+const fill = (value: number) => (run: Run, [out]: ReadonlyArray<Tensor>): void => k.fill(out!, value, run.stream)
 
 /** Where n random numbers come from: the explicit seed's stream (from offset, default 0), else the rank's generator. */
 const drawOf = (run: Run, op: string, seed: number | null, offset: number | null, n: number): Draw => {
@@ -100,10 +102,17 @@ const drawOf = (run: Run, op: string, seed: number | null, offset: number | null
   return run.ctx.generator.draw(n)
 }
 
-const random = (normal: boolean): Kernel<"rand"> => (run, [out], a, op) => {
+/** What a random op's kernel reads of its arguments: an explicit seed and offset, or none (the rank's generator). */
+interface Seeded { readonly seed: number | null; readonly offset: number | null }
+
+const random = (normal: boolean) => (run: Run, [out]: ReadonlyArray<Tensor>, a: Seeded, op: string): void => {
   const d = drawOf(run, op, a.seed, a.offset, out!.numel)
   k.rand(out!, d.seed, d.offset, normal, run.stream)
 }
+
+/** linspace's ends as torch takes them: an integer dtype truncates them first (its values truncated after). */
+const linspaceBounds = (start: number, end: number, dtype: DType): [number, number] =>
+  isFloating(dtype) ? [start, end] : [Math.trunc(start), Math.trunc(end)]
 
 /** A tensor holding host values (a temporary of the command). */
 const upload = (run: Run, host: HostTensor): Tensor => {
@@ -113,7 +122,7 @@ const upload = (run: Run, host: HostTensor): Tensor => {
 }
 
 /** randint: floor(low + u * (high - low)) of uniform f64 draws u in [0, 1), which stays below high. */
-const randint: Kernel<"randint"> = (run, [out], a, op) => {
+const randint = (run: Run, [out]: ReadonlyArray<Tensor>, a: Seeded & { readonly low: number; readonly high: number }, op: string): void => {
   const u = run.temp("f64", out!.shape), d = drawOf(run, op, a.seed, a.offset, out!.numel)
   k.rand(u, d.seed, d.offset, false, run.stream)
   k.binaryScalar("mul", u, u, a.high - a.low, false, run.stream)
@@ -235,6 +244,12 @@ const binaryInPlace = (op: BinaryOpName, kind: BinaryKind): Kernel<"add_"> => (r
   const result = run.temp(plan.result.dtype, plan.result.shape)
   binaryInto(run, op, kind, name, result, a.input, a.other)
   k.cast(a.input, result, run.stream)
+}
+
+/** A unary op's in-place form: its kernel into the input, or into a temporary cast back (logical_not_ of a float). */
+const unaryInPlace = (base: (typeof UNARY_IN_PLACE)[keyof typeof UNARY_IN_PLACE]): Kernel<"neg_"> => (run, _, a) => {
+  const op = OPS[base] as Op, [m] = (op as OpSpec).outputs({ input: a.input } as never, base)
+  intoInput(run, a.input, m!.dtype, (out) => (KERNELS[base] as Kernel<"neg">)(run, [out], { input: a.input } as never, base, [m!]))
 }
 
 /** An operand of a ternary op in dtype over shape: a number as one element, a one-element tensor as it is. */
@@ -392,6 +407,23 @@ export const KERNELS: Kernels = {
   },
   rand: random(false),
   randn: random(true),
+  // issue 11.2 (opsb): empty, linspace, eye and the *_like forms
+  empty: () => undefined,
+  linspace: (run, [out], a) => k.cast(out!, upload(run, new HostTensor("f64", [a.steps], new Uint8Array(linspaceValues(...linspaceBounds(a.start, a.end, out!.dtype), a.steps).buffer))), run.stream),
+  eye: (run, [out]) => {
+    const [n, m] = out!.shape as [number, number], one = run.temp(out!.dtype, [])
+    k.fill(out!, 0, run.stream)
+    k.fill(one, 1, run.stream)
+    // The diagonal: every (m + 1)th element, from the one 1 read with stride 0.
+    k.copyStrided(out!, { offset: 0, strides: [m + 1] }, one, { offset: 0, strides: [0] }, [Math.min(n, m)], run.stream)
+  },
+  zeros_like: fill(0),
+  ones_like: fill(1),
+  empty_like: () => undefined,
+  full_like: (run, [out], a) => k.fill(out!, a.fill_value, run.stream),
+  rand_like: random(false),
+  randn_like: random(true),
+  randint_like: randint,
   neg: unary("neg"), abs: unary("abs"), exp: unary("exp"), log: unary("log"), sqrt: unary("sqrt"),
   relu: unary("relu"), tanh: unary("tanh"), sigmoid: unary("sigmoid"),
   erf: unary("erf"), log1p: unary("log1p"), expm1: unary("expm1"), rsqrt: unary("rsqrt"), reciprocal: unary("reciprocal"),
@@ -556,7 +588,13 @@ export const KERNELS: Kernels = {
   embedding: (run, [out], a) => {
     const n = numelOf(a.input.shape)
     k.indexSelect(run.view(out!, [n, a.weight.shape[1]!]), a.weight, 0, run.view(a.input, [n]), run.stream)
-  },  // issue 11.2 (opsb): repeat, baddbmm, outer
+  },  ...(Object.fromEntries(Object.entries(UNARY_IN_PLACE).map(([name, base]) => [name, unaryInPlace(base)])) as { readonly [N in keyof typeof UNARY_IN_PLACE]: Kernel<"neg_"> }),
+  pow_: binaryInPlace("pow", "arithmetic"),
+  eq_: binaryInPlace("eq", "comparison"), ne_: binaryInPlace("ne", "comparison"), lt_: binaryInPlace("lt", "comparison"),
+  le_: binaryInPlace("le", "comparison"), gt_: binaryInPlace("gt", "comparison"), ge_: binaryInPlace("ge", "comparison"),
+  logical_and_: binaryInPlace("logical_and", "comparison"), logical_or_: binaryInPlace("logical_or", "comparison"),
+  zero_: (run, _, a) => k.fill(a.input, 0, run.stream),
+  // issue 11.2 (opsb): repeat, baddbmm, outer
   repeat: (run, [out], a, op) => repeatInto(run, out!, a.input, a.repeats, op),
   baddbmm,
   outer: (run, [out], a) => outerInto(run, out!, a.input, a.vec2),

@@ -67,6 +67,8 @@ const isFloat = (t: DType): boolean => (FLOATS as ReadonlyArray<DType>).includes
 const FLOAT_OF_INT = ["erf", "log1p", "expm1", "rsqrt", "reciprocal", "sin", "cos"]
 const MATH = [...FLOAT_OF_INT, "floor", "ceil", "round", "trunc", "sign", "silu", "softplus", "gelu"]
 const PREDICATES = ["isnan", "isinf", "logical_not"]
+/** The unary ops torch's Tensor has an in-place `_` form of (logical_not_ is tested with the predicates' inputs). */
+const IN_PLACE_UNARY = ["neg", "abs", "sign", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh", "sigmoid", "relu", "erf", "floor", "ceil", "round", "trunc"]
 /** log1p and rsqrt of values where they are defined (their NaNs are tested through isnan). */
 const positive = (op: string, x: T): T =>
   op === "rsqrt" || op === "log1p" ? { ...x, data: x.data.map((v) => Math.abs(v) + (isFloat(x.t) ? 0.25 : 0)) } : x
@@ -339,6 +341,51 @@ const CASES: Case[] = [
   c("one_hot 2-D", "one_hot", [ints("i64", [2, 2], [1, 0, 2, 2]), 3]),
   c("one_hot 0-d", "one_hot", [ints("i64", [], [2]), 4]),
   c("one_hot empty", "one_hot", [ints("i64", [0], []), 4]),
+  // issue 11.2: linspace, eye and the *_like forms (empty's values are undefined: tests/ops/creation.test.ts)
+  ...(["f32", "f64", "f16", "bf16", "i64", "i32"] as const).map((t) => c(`linspace ${t}`, "linspace", [-5.5, 2, 7], { dtype: t })),
+  c("linspace default f32, symmetric from both ends", "linspace", [0.1, 0.7, 7]),
+  c("linspace 1000 steps", "linspace", [-1, 3, 1000]),
+  c("linspace one step is start", "linspace", [3, 5, 1]),
+  c("linspace no steps", "linspace", [0, 1, 0]),
+  c("linspace decreasing u8", "linspace", [10, 0, 4], { dtype: "u8" }),
+  ...ALL.map((t) => c(`eye ${t}`, "eye", [3], { dtype: t })),
+  c("eye n x m, more columns", "eye", [2, 4]),
+  c("eye n x m, more rows", "eye", [4, 2]),
+  c("eye 0", "eye", [0]),
+  ...(["zeros_like", "ones_like"] as const).flatMap((op) => [
+    ...ALL.map((t) => c(`${op} ${t}`, op, [tensor(t, [2, 3])])),
+    c(`${op} dtype keyword`, op, [tensor("i64", [4])], { dtype: "bf16" }),
+    c(`${op} 0-d and non-contiguous`, op, [nc(f(2, 3))]),
+    c(`${op} empty`, op, [f(0, 2)]),
+  ]),
+  ...ALL.map((t) => c(`full_like ${t}`, "full_like", [tensor(t, [3]), 1])),
+  c("full_like truncates for an integer dtype", "full_like", [tensor("i64", [2, 2]), -2.7]),
+  c("full_like dtype keyword", "full_like", [tensor("bool", [3]), 0.25], { dtype: "f64" }),
+  // issue 11.2: the in-place forms of the elementwise ops (integer inputs where the result stays integral)
+  ...IN_PLACE_UNARY.flatMap((op) => FLOATS.map((t) => c(`${op}_ ${t}`, `${op}_`, [positive(op, tensor(t, [2, 3]))]))),
+  ...["neg", "abs", "sign", "relu", "floor", "ceil", "round", "trunc"].flatMap((op) => (["i64", "i32"] as const).map((t) => c(`${op}_ ${t}`, `${op}_`, [tensor(t, [5])]))),
+  ...(["f32", "i64", "u8", "bool"] as const).map((t) => c(`logical_not_ ${t}`, "logical_not_", [special(t)])),
+  c("exp_ 0-d", "exp_", [f()]),
+  c("sqrt_ empty", "sqrt_", [f(0, 2)]),
+  c("tanh_ non-contiguous", "tanh_", [nc(f(3, 2))]),
+  c("round_ half to even", "round_", [{ ...f(6), data: [0.5, 1.5, 2.5, -0.5, -1.5, -2.5] }]),
+  c("sign_ NaN, inf, -0", "sign_", [{ ...f(4), data: [NaN, -Infinity, -0, 3] }]),
+  ...FLOATS.map((t) => c(`pow_ ${t} by a tensor, broadcast`, "pow_", [nonzero(tensor(t, [2, 3])), tensor(t, [3])])),
+  c("pow_ i64 by a number", "pow_", [tensor("i64", [5]), 2]),
+  c("pow_ f32 by an i64 tensor", "pow_", [nonzero(f(4)), ints("i64", [4], [0, 1, 2, 3])]),
+  ...["eq", "ne", "lt", "le", "gt", "ge"].flatMap((op) => [
+    c(`${op}_ f32 broadcast`, `${op}_`, [f(2, 3), { ...f(3), data: [0, -1, 1] }]),
+    c(`${op}_ i64 by a number`, `${op}_`, [tensor("i64", [6]), 0]),
+    c(`${op}_ bf16 by f64`, `${op}_`, [tensor("bf16", [4]), tensor("f64", [4])]),
+  ]),
+  c("eq_ with NaN", "eq_", [{ ...f(3), data: [NaN, 1, 2] }, { ...f(3), data: [NaN, 1, 3] }]),
+  ...["logical_and", "logical_or"].flatMap((op) => [
+    c(`${op}_ bool`, `${op}_`, [tensor("bool", [6]), tensor("bool", [6])]),
+    c(`${op}_ f32 broadcast`, `${op}_`, [{ ...f(2, 3), data: [NaN, 0, 1, -0, 2, 0] }, { ...tensor("i64", [3]), data: [0, 1, 3] }]),
+    c(`${op}_ i32 with u8`, `${op}_`, [tensor("i32", [5]), tensor("u8", [5])]),
+  ]),
+  ...ALL.map((t) => c(`zero_ ${t}`, "zero_", [tensor(t, [2, 3])])),
+  c("zero_ 0-d", "zero_", [f()]),
   // issue 11.2: repeat, baddbmm, outer (ger)
   ...ALL.map((t) => c(`repeat ${t}, new leading dim`, "repeat", [tensor(t, [2, 3]), [2, 1, 3]])),
   c("repeat 0-d", "repeat", [f(), [2, 3]]),

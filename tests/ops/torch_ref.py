@@ -83,6 +83,8 @@ OPS = {
     "one_hot": F.one_hot, "dropout": F.dropout,
     "repeat": lambda x, repeats: x.repeat(repeats),
     "baddbmm": lambda input, batch1, batch2, **kw: baddbmm(input, batch1, batch2, **kw),
+    # torch 1.13 has no bf16 eye: the f32 one, rounded (0 and 1 are exact).
+    "eye": lambda n, m=None, dtype=None: torch.eye(n, n if m is None else m, dtype=torch.float32 if dtype == torch.bfloat16 else dtype).to(dtype or torch.float32),
 }
 
 

@@ -52,7 +52,7 @@ export const checkInPlace = (op: string, input: TensorMeta, result: TensorMeta):
   if (!canCast(result.dtype, input.dtype)) bad(op, `result type ${result.dtype} can't be cast to the input's ${input.dtype}`)
 }
 
-const binaryInPlace = (kind: BinaryKind) => spec([arg("input", "tensor"), arg("other", "tensorOrScalar")], ({ input, other }, op) => {
+export const binaryInPlace = (kind: BinaryKind) => spec([arg("input", "tensor"), arg("other", "tensorOrScalar")], ({ input, other }, op) => {
   checkInPlace(op, input, planBinary(op, kind, input, other).result)
   return []
 }, NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" })
