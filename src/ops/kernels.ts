@@ -19,7 +19,7 @@ import { OPS, opNamed, type Op, type OpName, type ParamsOf } from "./registry.ts
 import { normDim } from "./rules.ts"
 import type { OpSpec } from "./spec.ts"
 import { arangeBounds, linspaceValues } from "./specs/creation.ts"
-import { planBinary, type BinaryKind } from "./specs/elementwise.ts"
+import { planAlpha, planBinary, planDiv, type BinaryKind } from "./specs/elementwise.ts"
 import { UNARY_IN_PLACE } from "./specs/inplace.ts"
 import { expandShape, permutation, repeatPlan, sliceOf, transposePermutation } from "./specs/layout.ts"
 import { attentionPlan, EPSILON } from "./specs/nn.ts"
@@ -235,15 +235,45 @@ const binaryInto = (run: Run, op: BinaryOpName, kind: BinaryKind, name: string, 
   else k.binaryScalar(op, out, run.expand(y as Tensor, plan.result.shape), x, true, run.stream)
 }
 
-const binary = (op: BinaryOpName, kind: BinaryKind): Kernel<"add"> => (run, [out], a, name) => binaryInto(run, op, kind, name, out!, a.input, a.other)
+const binary = (op: BinaryOpName, kind: BinaryKind): Kernel<"mul"> => (run, [out], a, name) => binaryInto(run, op, kind, name, out!, a.input, a.other)
 
 /** In place: straight into the input when the result has its dtype, else through a temporary. */
-const binaryInPlace = (op: BinaryOpName, kind: BinaryKind): Kernel<"add_"> => (run, _, a, name) => {
+const binaryInPlace = (op: BinaryOpName, kind: BinaryKind): Kernel<"mul_"> => (run, _, a, name) => {
   const plan = planBinary(name, kind, a.input, a.other)
   if (plan.result.dtype === a.input.dtype) return binaryInto(run, op, kind, name, a.input, a.input, a.other)
   const result = run.temp(plan.result.dtype, plan.result.shape)
   binaryInto(run, op, kind, name, result, a.input, a.other)
   k.cast(a.input, result, run.stream)
+}
+
+/** alpha other for add and sub, in the compute dtype (other itself for alpha 1). */
+const scaledOther = (run: Run, other: Tensor | number, alpha: number, dtype: DType): Tensor | number => {
+  if (alpha === 1) return other
+  if (typeof other === "number") return other * alpha
+  const scaled = run.temp(dtype, other.shape)
+  k.binaryScalar("mul", scaled, run.cast(other, dtype), alpha, false, run.stream)
+  return scaled
+}
+
+/** add and sub: input ± alpha other (alpha scales other first: one more shim call when it is not 1). */
+const withAlpha = (op: "add" | "sub"): Kernel<"add"> => (run, [out], a, name) =>
+  binaryInto(run, op, "arithmetic", name, out!, a.input, scaledOther(run, a.other, a.alpha, planAlpha(name, a.input, a.other, a.alpha).compute))
+
+const withAlphaInPlace = (op: "add" | "sub"): Kernel<"add_"> => (run, outs, a, name) =>
+  binaryInPlace(op, "arithmetic")(run, outs, { input: a.input, other: scaledOther(run, a.other, a.alpha, planAlpha(name, a.input, a.other, a.alpha).compute) }, name, [])
+
+/**
+ * div with a rounding mode: floor is floor_divide; trunc the true quotient truncated, computed
+ * in the result's dtype, or in f64 for integers (exact while |values| < 2^53), then cast back.
+ */
+const divInto = (run: Run, out: Tensor, x: Tensor | number, y: Tensor | number, mode: string | null, name: string): void => {
+  if (mode === null) return binaryInto(run, "div", "division", name, out, x, y)
+  if (mode === "floor") return binaryInto(run, "floor_divide", "arithmetic", name, out, x, y)
+  const dtype = isFloating(out.dtype) ? out.dtype : "f64", q = dtype === out.dtype ? out : run.temp(dtype, out.shape)
+  const as = (v: Tensor | number) => (typeof v === "number" ? v : run.cast(v, dtype))
+  binaryInto(run, "div", "division", name, q, as(x), as(y))
+  k.unary("trunc", q, q, run.stream)
+  if (q !== out) k.cast(out, q, run.stream)
 }
 
 /** A unary op's in-place form: its kernel into the input, or into a temporary cast back (logical_not_ of a float). */
@@ -431,7 +461,8 @@ export const KERNELS: Kernels = {
   sign: unary("sign"), silu: unary("silu"), softplus: unary("softplus"),
   gelu: (run, [out], a) => k.unary(a.approximate === "tanh" ? "gelu_tanh" : "gelu", out!, a.input, run.stream),
   isnan: predicate("isnan"), isinf: predicate("isinf"), logical_not: predicate("logical_not"),
-  add: binary("add", "arithmetic"), sub: binary("sub", "arithmetic"), mul: binary("mul", "arithmetic"), div: binary("div", "division"),
+  add: withAlpha("add"), sub: withAlpha("sub"), mul: binary("mul", "arithmetic"),
+  div: (run, [out], a, name) => divInto(run, out!, a.input, a.other, a.rounding_mode, name),
   maximum: binary("maximum", "arithmetic"), minimum: binary("minimum", "arithmetic"), pow: binary("pow", "arithmetic"),
   eq: binary("eq", "comparison"), ne: binary("ne", "comparison"), lt: binary("lt", "comparison"),
   le: binary("le", "comparison"), gt: binary("gt", "comparison"), ge: binary("ge", "comparison"),
@@ -447,7 +478,8 @@ export const KERNELS: Kernels = {
   addcdiv: (run, [out], a) => ternaryInto(run, "addcdiv", out!, a.input, a.tensor1, a.tensor2, a.value),
   addcmul_: (run, _, a) => intoInput(run, a.input, resultType([a.input, a.tensor1, a.tensor2]), (out) => ternaryInto(run, "addcmul", out, a.input, a.tensor1, a.tensor2, a.value)),
   addcdiv_: (run, _, a) => intoInput(run, a.input, resultType([a.input, a.tensor1, a.tensor2]), (out) => ternaryInto(run, "addcdiv", out, a.input, a.tensor1, a.tensor2, a.value)),
-  add_: binaryInPlace("add", "arithmetic"), sub_: binaryInPlace("sub", "arithmetic"), mul_: binaryInPlace("mul", "arithmetic"), div_: binaryInPlace("div", "division"),
+  add_: withAlphaInPlace("add"), sub_: withAlphaInPlace("sub"), mul_: binaryInPlace("mul", "arithmetic"),
+  div_: (run, _, a, name) => intoInput(run, a.input, planDiv(name, a.input, a.other, a.rounding_mode).result.dtype, (out) => divInto(run, out, a.input, a.other, a.rounding_mode, name)),
   clamp: (run, [out], a) => {
     k.cast(out!, a.input, run.stream)
     if (a.min !== null) k.binaryScalar("maximum", out!, out!, a.min, false, run.stream)

@@ -341,6 +341,24 @@ const CASES: Case[] = [
   c("one_hot 2-D", "one_hot", [ints("i64", [2, 2], [1, 0, 2, 2]), 3]),
   c("one_hot 0-d", "one_hot", [ints("i64", [], [2]), 4]),
   c("one_hot empty", "one_hot", [ints("i64", [0], []), 4]),
+  // add's and sub's alpha, div's rounding_mode
+  ...(["add", "sub"] as const).flatMap((op) => [
+    ...FLOATS.map((t) => c(`${op} ${t} alpha 0.5, broadcast`, op, [tensor(t, [2, 3]), tensor(t, [3])], { alpha: 0.5 })),
+    c(`${op} i64 alpha 3`, op, [tensor("i64", [4]), tensor("i64", [4])], { alpha: 3 }),
+    c(`${op} a number with alpha`, op, [f(3), 2], { alpha: -1.5 }),
+    c(`${op} i32 and f32, fractional alpha`, op, [tensor("i32", [3]), f(3)], { alpha: 0.25 }),
+    c(`${op}_ alpha in place`, `${op}_`, [f(2, 3), f(3)], { alpha: 2 }),
+  ]),
+  ...(["trunc", "floor"] as const).flatMap((mode) => [
+    c(`div ${mode} i64 mixed signs`, "div", [ints("i64", [6], [7, -7, 7, -7, 0, 9]), ints("i64", [6], [2, 2, -2, -2, 3, -4])], { rounding_mode: mode }),
+    ...FLOATS.map((t) => c(`div ${mode} ${t}`, "div", [tensor(t, [2, 3]), nonzero(tensor(t, [3]))], { rounding_mode: mode })),
+    c(`div ${mode} i32 by a fraction`, "div", [tensor("i32", [5]), 2.5], { rounding_mode: mode }),
+    c(`div ${mode} u8`, "div", [tensor("u8", [4]), { ...tensor("u8", [4]), data: [1, 3, 4, 7] }], { rounding_mode: mode }),
+    c(`div ${mode} a number by i64`, "div", [7, ints("i64", [2], [2, -2])], { rounding_mode: mode }),
+    c(`div_ ${mode} in place`, "div_", [tensor("f64", [2, 3]), nonzero(tensor("f64", [3]))], { rounding_mode: mode }),
+    c(`div_ ${mode} i64 in place`, "div_", [ints("i64", [3], [7, -7, 5]), 2], { rounding_mode: mode }),
+  ]),
+  c("div rounding_mode None is true division", "div", [tensor("i64", [3]), 2], { rounding_mode: null }),
   // issue 11.2: linspace, eye and the *_like forms (empty's values are undefined: tests/ops/creation.test.ts)
   ...(["f32", "f64", "f16", "bf16", "i64", "i32"] as const).map((t) => c(`linspace ${t}`, "linspace", [-5.5, 2, 7], { dtype: t })),
   c("linspace default f32, symmetric from both ends", "linspace", [0.1, 0.7, 7]),
