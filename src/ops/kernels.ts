@@ -319,7 +319,11 @@ const reduceInto = (run: Run, op: ReduceOpName, out: Tensor, input: Tensor, dims
   }
 }
 
-const reduce = (op: ReduceOpName): Kernel<"sum"> => (run, [out], a, name) => reduceInto(run, op, out!, a.input, reducedDims(name, a.input, a.dim))
+const reduce = (op: ReduceOpName): Kernel<"amax"> => (run, [out], a, name) => reduceInto(run, op, out!, a.input, reducedDims(name, a.input, a.dim))
+
+/** sum, prod and mean: the input cast to the dtype keyword first, when given. */
+const accumulate = (op: ReduceOpName): Kernel<"sum"> => (run, [out], a, name) =>
+  reduceInto(run, op, out!, a.dtype === null ? a.input : run.cast(a.input, a.dtype), reducedDims(name, a.input, a.dim))
 
 /** f16 and bf16 compose in f32 (rounded once at the end), f32 and f64 in their own dtype. */
 const composeDtype = (d: DType): DType => (d === "f16" || d === "bf16" ? "f32" : d)
@@ -485,14 +489,14 @@ export const KERNELS: Kernels = {
     if (a.min !== null) k.binaryScalar("maximum", out!, out!, a.min, false, run.stream)
     if (a.max !== null) k.binaryScalar("minimum", out!, out!, a.max, false, run.stream)
   },
-  sum: reduce("sum"), prod: reduce("prod"), mean: reduce("mean"),
+  sum: accumulate("sum"), prod: accumulate("prod"), mean: accumulate("mean"),
   amax: reduce("max"), amin: reduce("min"), max: reduce("max"), min: reduce("min"),
   any: reduce("any"), all: reduce("all"),
   argmax: argReduce("max"), argmin: argReduce("min"),
   var: (run, [out], a, op) => moments(run, out!, a.input, reducedDims(op, a.input, a.dim), a.correction, false),
   std: (run, [out], a, op) => moments(run, out!, a.input, reducedDims(op, a.input, a.dim), a.correction, true),
   logsumexp: (run, [out], a, op) => logsumexp(run, out!, a.input, reducedDims(op, a.input, a.dim)),
-  cumsum: (run, [out], a, op) => k.cumsum(out!, a.input, normDim(op, a.dim, a.input.shape.length), run.stream),
+  cumsum: (run, [out], a, op) => k.cumsum(out!, a.dtype === null ? a.input : run.cast(a.input, a.dtype), normDim(op, a.dim, a.input.shape.length), run.stream),
   norm: (run, [out], a, name) => reduceInto(run, a.p === 1 ? "norm1" : a.p === 2 ? "norm2" : "norm_inf", out!, a.input, reducedDims(name, a.input, a.dim)),
   matmul: (run, [out], a) => matmulInto(run, out!, a.input, a.other),
   mm: (run, [out], a) => k.matmul(out!, a.input, a.mat2, run.stream),
@@ -565,8 +569,8 @@ export const KERNELS: Kernels = {
     const [key, offset] = a.state.toHost(run.stream).toArray() as BigInt64Array
     run.ctx.generator.setState(key!, offset!)
   },
-  softmax: (run, [out], a, op) => k.softmax(out!, a.input, normDim(op, a.dim, a.input.shape.length), false, run.stream),
-  log_softmax: (run, [out], a, op) => k.softmax(out!, a.input, normDim(op, a.dim, a.input.shape.length), true, run.stream),
+  softmax: (run, [out], a, op) => k.softmax(out!, run.cast(a.input, out!.dtype), normDim(op, a.dim, a.input.shape.length), false, run.stream),
+  log_softmax: (run, [out], a, op) => k.softmax(out!, run.cast(a.input, out!.dtype), normDim(op, a.dim, a.input.shape.length), true, run.stream),
   linear: (run, [out], a) => {
     const [o, i] = a.weight.shape as [number, number]
     const wt = run.temp(a.weight.dtype, [i, o])

@@ -341,6 +341,18 @@ const CASES: Case[] = [
   c("one_hot 2-D", "one_hot", [ints("i64", [2, 2], [1, 0, 2, 2]), 3]),
   c("one_hot 0-d", "one_hot", [ints("i64", [], [2]), 4]),
   c("one_hot empty", "one_hot", [ints("i64", [0], []), 4]),
+  // the dtype keyword of sum, prod, mean and cumsum: the input cast to it first
+  c("sum dtype f16 of i32", "sum", [tensor("i32", [2, 3])], { dtype: "f16" }),
+  c("sum dim, dtype i32 keeps i32", "sum", [tensor("i32", [2, 3]), 1], { dtype: "i32" }),
+  c("sum dtype i64 truncates floats first", "sum", [{ ...f(2), data: [1.7, 2.6] }], { dtype: "i64" }),
+  c("sum dtype f64 of f32, keepdim", "sum", [f(3, 4), [0], true], { dtype: "f64" }),
+  c("prod dim, dtype f32 of i64", "prod", [tensor("i64", [3, 2]), 1], { dtype: "f32" }),
+  c("mean dtype f64 of i64", "mean", [tensor("i64", [2, 3])], { dtype: "f64" }),
+  c("mean dims, dtype f32 of bf16", "mean", [tensor("bf16", [2, 3, 4]), [0, 2]], { dtype: "f32" }),
+  c("cumsum dtype f32 of i32", "cumsum", [tensor("i32", [3, 4]), 1], { dtype: "f32" }),
+  c("cumsum dtype i32 of i32", "cumsum", [tensor("i32", [5]), 0], { dtype: "i32" }),
+  c("softmax dtype f64 of f32", "softmax", [f(3, 5), -1], { dtype: "f64" }),
+  c("log_softmax dtype f32 of bf16", "log_softmax", [tensor("bf16", [2, 6]), 1], { dtype: "f32" }),
   // add's and sub's alpha, div's rounding_mode
   ...(["add", "sub"] as const).flatMap((op) => [
     ...FLOATS.map((t) => c(`${op} ${t} alpha 0.5, broadcast`, op, [tensor(t, [2, 3]), tensor(t, [3])], { alpha: 0.5 })),

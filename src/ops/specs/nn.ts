@@ -10,14 +10,18 @@ export const floating = (op: string, x: TensorMeta): void => {
   if (!isFloating(x.dtype)) bad(op, `needs a floating input, got ${describe(x)} (cast with ops.to)`)
 }
 
-const softmaxParams = [arg("input", "tensor"), arg("dim", "int")] as const
+const softmaxParams = [arg("input", "tensor"), arg("dim", "int"), kw("dtype", "dtype", null)] as const
 
-/** softmax and log_softmax: their rule from the result y, its gradient g and the dim. */
-const softmaxLike = (rule: <T>(o: GradOps<T>, y: T, g: T, dim: number) => T) => spec(softmaxParams, ({ input, dim }, op) => {
-  floating(op, input)
+/**
+ * softmax and log_softmax: their rule from the result y, its gradient g and the dim. torch's
+ * `dtype` keyword casts the input to it first (the tape casts the gradient back).
+ */
+const softmaxLike = (rule: <T>(o: GradOps<T>, y: T, g: T, dim: number) => T) => spec(softmaxParams, ({ input, dim, dtype }, op) => {
+  const x = { dtype: dtype ?? input.dtype, shape: input.shape }
+  floating(op, x)
   normDim(op, dim, input.shape.length)
-  return [input]
-}, (c, o) => ({ input: () => rule(o, c.out, c.grad, c.args.dim) }), { dtype: "same" })
+  return [x]
+}, (c, o) => ({ input: () => rule(o, c.out, c.grad, c.args.dim) }), { dtype: "like" })
 
 /** linear's gradients: y = x w^T + b over the rows of x (its leading dims flattened). */
 const linearGrads = <T>(o: GradOps<T>, x: T, w: T, wm: TensorMeta, g: T) => {
