@@ -579,7 +579,7 @@ export const KERNELS: Kernels = {
     if (a.bias) k.binary("add", out!, out!, run.expand(a.bias, out!.shape), run.stream)
   },
   cross_entropy: (run, [out], a) => {
-    const { input, target } = a, [n, c] = input.shape as [number, number], dtype = input.dtype
+    const { input, target } = a, [n, c] = input.shape as [number, number], dtype = input.dtype, s = a.label_smoothing
     const logp = run.temp(dtype, [n, c])
     k.softmax(logp, input, 1, true, run.stream)
     // Ignored targets pick class 0 and are masked out.
@@ -589,15 +589,23 @@ export const KERNELS: Kernels = {
     k.binary("mul", safe, target, run.cast(valid, "i64"), run.stream)
     const picked = run.temp(dtype, [n, 1])
     k.gather(picked, logp, 1, run.view(safe, [n, 1]), run.stream)
-    const weight = run.cast(valid, dtype), loss = run.temp(dtype, [n])
-    k.binaryScalar("mul", loss, run.view(picked, [n]), -(1 - a.label_smoothing), false, run.stream)
-    if (a.label_smoothing > 0) {
-      const smooth = run.temp(dtype, [n])
-      k.reduce("sum", smooth, logp, 1, run.stream)
-      k.binaryScalar("mul", smooth, smooth, -a.label_smoothing / c, false, run.stream)
+    // Each row's weight: its target's class weight (1 without one), 0 when ignored.
+    const counted = run.cast(valid, dtype), weight = a.weight === null ? counted : run.temp(dtype, [n]), loss = run.temp(dtype, [n])
+    if (a.weight !== null) {
+      k.gather(weight, a.weight, 0, safe, run.stream)
+      k.binary("mul", weight, weight, counted, run.stream)
+    }
+    k.binaryScalar("mul", loss, run.view(picked, [n]), -(1 - s), false, run.stream)
+    k.binary("mul", loss, loss, weight, run.stream)
+    if (s > 0) {
+      // s/C of every class's -log p, weighted by its class weight; ignored rows 0.
+      const smooth = run.temp(dtype, [n]), terms = a.weight === null ? logp : run.temp(dtype, [n, c])
+      if (a.weight !== null) k.binary("mul", terms, logp, a.weight, run.stream)
+      k.reduce("sum", smooth, terms, 1, run.stream)
+      k.binaryScalar("mul", smooth, smooth, -s / c, false, run.stream)
+      k.binary("mul", smooth, smooth, counted, run.stream)
       k.binary("add", loss, loss, smooth, run.stream)
     }
-    k.binary("mul", loss, loss, weight, run.stream)
     reduceLoss(run, out!, loss, weight, a.reduction)
   },
   layer_norm: (run, [out], a) => k.layerNorm(out!, a.input, a.weight, a.bias, numelOf(a.normalized_shape), a.eps, run.stream),

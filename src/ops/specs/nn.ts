@@ -171,27 +171,44 @@ export const nn = {
     if (bias && (bias.shape.length !== 1 || bias.shape[0] !== weight.shape[0])) bad(op, `bias ${describe(bias)} must be [${weight.shape[0]}]`)
     return [{ dtype: input.dtype, shape: [...input.shape.slice(0, -1), weight.shape[0]!] }]
   }, (c, o) => linearGrads(o, c.args.input, c.args.weight, c.meta(c.args.weight), c.grad), { dtype: "same" }),
+  /**
+   * torch's order: weight third; ignore_index, reduction and label_smoothing by name (torch's
+   * deprecated size_average and reduce sit between them positionally, so a position would mislead).
+   */
   cross_entropy: spec(
-    [arg("input", "tensor"), arg("target", "tensor"), opt("ignore_index", "int", -100), opt("reduction", "string", "mean"), opt("label_smoothing", "scalar", 0)],
-    ({ input, target, reduction, label_smoothing }, op) => {
+    [arg("input", "tensor"), arg("target", "tensor"), opt("weight", "tensor", null), kw("ignore_index", "int", -100), kw("reduction", "string", "mean"), kw("label_smoothing", "scalar", 0)],
+    ({ input, target, weight, reduction, label_smoothing }, op) => {
       floating(op, input)
       checkReduction(op, reduction)
       if (target.dtype !== "i64") bad(op, `target must hold class indices (i64), got ${describe(target)}`)
       if (input.shape.length !== 2 || target.shape.length !== 1 || target.shape[0] !== input.shape[0])
         bad(op, `input must be [N, C] and target [N], got ${describe(input)} and ${describe(target)}`)
+      if (weight && (weight.shape.join() !== `${input.shape[1]}` || weight.dtype !== input.dtype)) bad(op, `weight must be ${input.dtype}[${input.shape[1]}], got ${describe(weight)}`)
       if (!(label_smoothing >= 0 && label_smoothing <= 1)) bad(op, `label_smoothing must be in [0, 1], got ${label_smoothing}`)
       return [{ dtype: input.dtype, shape: reduction === "none" ? target.shape : [] }]
     },
-    // Per row, (softmax(x) - q) with q the smoothed target ((1 - s) one_hot + s / C), zero for
-    // ignored rows; scaled by g per row (none), by g (sum), or by g over the rows counted (mean).
+    // Per row i, p a_i - r_i with p = softmax(x), a_i = (1 - s) w[t_i] + s/C sum(w) and
+    // r_i = (1 - s) w[t_i] one_hot(t_i) + s/C w (w = 1 without weight: p - q, q the smoothed
+    // target), zero for ignored rows; scaled by g per row (none), by g (sum), or by g over the
+    // rows' weights (mean).
     (c, o) => ({
       input: () => {
-        const { input: x, target, ignore_index, reduction, label_smoothing: s } = c.args, { dtype, shape } = c.meta(x), [n, classes] = shape as [number, number]
-        const valid = o.to(o.ne(target, ignore_index), dtype)
-        const q = o.add(o.mul(oneHot(o, target, n, classes, dtype), 1 - s), s / classes)
-        const perRow = o.mul(o.sub(o.softmax(x, 1), q), o.reshape(valid, [n, 1]))
+        const { input: x, target, weight, ignore_index, reduction, label_smoothing: s } = c.args, { dtype, shape } = c.meta(x), [n, classes] = shape as [number, number]
+        const valid = o.to(o.ne(target, ignore_index), dtype), hot = oneHot(o, o.where(o.ne(target, ignore_index), target, 0), n, classes, dtype)
+        const p = o.softmax(x, 1)
+        let perRow: typeof p, counted: typeof p
+        if (weight === null) {
+          perRow = o.sub(p, o.add(o.mul(hot, 1 - s), s / classes))
+          counted = valid
+        } else {
+          const wt = o.matmul(hot, o.reshape(weight, [classes, 1]))
+          const a = o.add(o.mul(wt, 1 - s), o.mul(o.sum(weight, null, false), s / classes))
+          perRow = o.sub(o.mul(p, a), o.add(o.mul(hot, o.mul(wt, 1 - s)), o.mul(weight, s / classes)))
+          counted = o.mul(o.reshape(wt, [n]), valid)
+        }
+        perRow = o.mul(perRow, o.reshape(valid, [n, 1]))
         if (reduction === "none") return o.mul(perRow, o.reshape(c.grad, [n, 1]))
-        const scale = reduction === "sum" ? c.grad : o.div(c.grad, o.sum(valid, null, false))
+        const scale = reduction === "sum" ? c.grad : o.div(c.grad, o.sum(counted, null, false))
         return o.mul(perRow, scale)
       },
     }),
@@ -239,7 +256,8 @@ export const nn = {
     return [input]
   }, (c, o) => rmsNormGrads(o, c.meta, c.args.input, c.args.normalized_shape.length, c.args.weight, c.args.eps, c.grad), { dtype: "same" }),
   nll_loss: spec(
-    [arg("input", "tensor"), arg("target", "tensor"), opt("weight", "tensor", null), opt("ignore_index", "int", -100), opt("reduction", "string", "mean")],
+    // As cross_entropy's: ignore_index and reduction by name.
+    [arg("input", "tensor"), arg("target", "tensor"), opt("weight", "tensor", null), kw("ignore_index", "int", -100), kw("reduction", "string", "mean")],
     ({ input, target, weight, reduction }, op) => {
       nllShapes(op, input, target, weight)
       checkReduction(op, reduction)
@@ -248,7 +266,8 @@ export const nn = {
     (c, o) => ({ input: () => nllGrad(o, c.meta, c.args.input, c.args.target, c.args.weight, c.args.ignore_index, c.args.reduction, c.grad) }),
     { dtype: "same" },
   ),
-  mse_loss: spec([arg("input", "tensor"), arg("target", "tensor"), opt("reduction", "string", "mean")], ({ input, target, reduction }, op) => {
+  // reduction by name: torch's deprecated size_average and reduce come before it.
+  mse_loss: spec([arg("input", "tensor"), arg("target", "tensor"), kw("reduction", "string", "mean")], ({ input, target, reduction }, op) => {
     checkReduction(op, reduction)
     const dtype = resultType([input, target])
     if (!isFloating(dtype)) bad(op, `needs floating operands, got ${describe(input)} and ${describe(target)}`)
