@@ -278,8 +278,8 @@ const divInto = (run: Run, out: Tensor, x: Tensor | number, y: Tensor | number, 
 
 /** A unary op's in-place form: its kernel into the input, or into a temporary cast back (logical_not_ of a float). */
 const unaryInPlace = (base: (typeof UNARY_IN_PLACE)[keyof typeof UNARY_IN_PLACE]): Kernel<"neg_"> => (run, _, a) => {
-  const op = OPS[base] as Op, [m] = (op as OpSpec).outputs({ input: a.input } as never, base)
-  intoInput(run, a.input, m!.dtype, (out) => (KERNELS[base] as Kernel<"neg">)(run, [out], { input: a.input } as never, base, [m!]))
+  const op = OPS[base] as Op, bound = op.bind([a.input], {}, isTensor), [m] = (op as OpSpec).outputs(bound as never, base)
+  intoInput(run, a.input, m!.dtype, (out) => (KERNELS[base] as Kernel<"neg">)(run, [out], bound as never, base, [m!]))
 }
 
 /** An operand of a ternary op in dtype over shape: a number as one element, a one-element tensor as it is. */
@@ -461,7 +461,16 @@ export const KERNELS: Kernels = {
   neg: unary("neg"), abs: unary("abs"), exp: unary("exp"), log: unary("log"), sqrt: unary("sqrt"),
   relu: unary("relu"), tanh: unary("tanh"), sigmoid: unary("sigmoid"),
   erf: unary("erf"), log1p: unary("log1p"), expm1: unary("expm1"), rsqrt: unary("rsqrt"), reciprocal: unary("reciprocal"),
-  sin: unary("sin"), cos: unary("cos"), floor: unary("floor"), ceil: unary("ceil"), round: unary("round"), trunc: unary("trunc"),
+  sin: unary("sin"), cos: unary("cos"), floor: unary("floor"), ceil: unary("ceil"), trunc: unary("trunc"),
+  round: (run, [out], a) => {
+    if (a.decimals === 0) return k.unary("round", out!, run.cast(a.input, out!.dtype), run.stream)
+    // f16 and bf16 in f32, rounded once; a negative decimals divides first, as torch's.
+    const dtype = composeDtype(out!.dtype), x = run.cast(a.input, dtype), y = dtype === out!.dtype ? out! : run.temp(dtype, out!.shape), ten = 10 ** Math.abs(a.decimals)
+    k.binaryScalar(a.decimals > 0 ? "mul" : "div", y, x, ten, false, run.stream)
+    k.unary("round", y, y, run.stream)
+    k.binaryScalar(a.decimals > 0 ? "div" : "mul", y, y, ten, false, run.stream)
+    if (y !== out) k.cast(out!, y, run.stream)
+  },
   sign: unary("sign"), silu: unary("silu"), softplus: unary("softplus"),
   gelu: (run, [out], a) => k.unary(a.approximate === "tanh" ? "gelu_tanh" : "gelu", out!, a.input, run.stream),
   isnan: predicate("isnan"), isinf: predicate("isinf"), logical_not: predicate("logical_not"),

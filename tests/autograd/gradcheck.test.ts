@@ -42,6 +42,7 @@ const CASES: Case[] = [
   // elementwise (inputs away from kinks: random values hit none within the step)
   ...(["neg", "abs", "relu", "exp", "tanh", "sigmoid", "erf", "expm1", "sin", "cos", "floor", "ceil", "round", "trunc", "sign", "silu", "softplus"] as const).map((op) => unary(op)),
   ...(["log", "sqrt", "rsqrt", "reciprocal", "log1p"] as const).map((op) => unary(op, P(2, 3))),
+  g("round decimals", "round", [F(2, 3)], { decimals: 1 }),
   g("gelu", "gelu", [F(2, 3)]),
   g("gelu tanh form", "gelu", [F(2, 3)], { approximate: "tanh" }),
   g("softplus past its threshold", "softplus", [{ ...F(3), data: [19, 21, 30] }]),

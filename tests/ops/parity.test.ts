@@ -357,6 +357,7 @@ const CASES: Case[] = [
   c("cumsum dtype i32 of i32", "cumsum", [tensor("i32", [5]), 0], { dtype: "i32" }),
   c("softmax dtype f64 of f32", "softmax", [f(3, 5), -1], { dtype: "f64" }),
   c("log_softmax dtype f32 of bf16", "log_softmax", [tensor("bf16", [2, 6]), 1], { dtype: "f32" }),
+  ...([2, -2, 1] as const).flatMap((d) => (["f32", "f64", "bf16"] as const).map((t) => c(`round decimals=${d} ${t}`, "round", [{ ...tensor(t, [6], 2000), data: [1.2345, -2.5551, 1234.5, 0.125, -0.0049, 15].map((x) => representable(t, x)) }], { decimals: d }))),
   // add's and sub's alpha, div's rounding_mode
   ...(["add", "sub"] as const).flatMap((op) => [
     ...FLOATS.map((t) => c(`${op} ${t} alpha 0.5, broadcast`, op, [tensor(t, [2, 3]), tensor(t, [3])], { alpha: 0.5 })),

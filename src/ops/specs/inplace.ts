@@ -25,8 +25,10 @@ export const UNARY_IN_PLACE: { readonly [N in keyof typeof UNARY as `${N}_`]: N 
 
 const unaryParams = [arg("input", "tensor")] as const
 
+/** The base op's rule at its defaults for every parameter but input (round's decimals). */
 const unaryInPlace = (base: OpSpec) => spec(unaryParams, ({ input }, op) => {
-  checkInPlace(op, input, (base.outputs({ input } as never, op) as ReadonlyArray<TensorMeta>)[0]!)
+  const bound = { ...Object.fromEntries(base.params.map((p) => [p.name, p.default])), input }
+  checkInPlace(op, input, (base.outputs(bound as never, op) as ReadonlyArray<TensorMeta>)[0]!)
   return []
 }, NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" })
 
