@@ -36,6 +36,11 @@ export interface CompileOptions {
   readonly onRetrace?: (why: string) => void
   /** The step's name in messages (default: the function's name). */
   readonly name?: string
+  /**
+   * Recordings kept at once (default 8), one per signature: a trace past that deletes the one
+   * called least recently on the workers (DeleteRecording); its signature traces again if it comes back.
+   */
+  readonly maxRecordings?: number
 }
 
 /** A compiled step: call it like the step; it returns an Effect of the step's result. */
@@ -45,6 +50,14 @@ export interface Compiled<A extends ReadonlyArray<unknown>, R, E, Rq> {
   readonly traces: number
   /** Why each trace after the first was made. */
   readonly retraces: ReadonlyArray<string>
+  /** The numbers of its recordings defined on the workers now (DeleteRecording's). */
+  readonly recordings: ReadonlyArray<number>
+  /**
+   * Deletes its recordings on the workers (after the calls already made, which still run);
+   * a later call is refused. Dropping the compiled step does the same once it is collected.
+   */
+  dispose(): void
+  [Symbol.dispose](): void
 }
 
 // ---- arguments ---------------------------------------------------------------------------
@@ -286,6 +299,8 @@ interface Part {
 
 interface Recording<R> {
   readonly id: number
+  /** The controller it is defined through (a compiled step may be called under several). */
+  readonly core: Core
   readonly trace: Trace
   /** The trace's arguments' tensors (for verify's comparison). */
   readonly args: ReadonlyArray<RemoteTensor>
@@ -306,6 +321,8 @@ interface Recording<R> {
   readonly value: R
   /** Calls so far. */
   calls: number
+  /** When it was last called, in the compiled step's calls (which one to replace first). */
+  usedAt: number
 }
 
 let nextRecording = 1
@@ -412,8 +429,8 @@ const build = <R>(core: Core, name: string, trace: Trace, flat: Flat, value: R, 
   const id = nextRecording++
   const ranks = [...new Set(commands.flatMap((c) => c.ranks))].sort((a, b) => a - b)
   const recording: Recording<R> = {
-    id, trace, args: flat.tensors, ranks, formals, params, fixed: numbers.fixed, fixedWhy: numbers.fixedWhy,
-    paramAt: params.map((i) => numbers.at[i]!), outputs, parts, cover, value, calls: 0,
+    id, core, trace, args: flat.tensors, ranks, formals, params, fixed: numbers.fixed, fixedWhy: numbers.fixedWhy,
+    paramAt: params.map((i) => numbers.at[i]!), outputs, parts, cover, value, calls: 0, usedAt: 0,
   }
   return { recording, defines: definitions(id, trace, rewritten, ranks, formalIds.map((f) => placeholders.get(f)!.id), paramIds, outputRefs) }
 }
@@ -502,6 +519,16 @@ const probeNumbers = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, na
     return { fixed, fixedWhy, at }
   })
 
+/** Forgets a recording on the workers that hold it: after its calls so far, which still run. */
+const deleteOnWorkers = (r: Recording<unknown>): void => {
+  if (r.ranks.length > 0) r.core.post(r.ranks, { _tag: "DeleteRecording", recording: r.id })
+}
+
+/** A compiled step collected without dispose(): its recordings (held here, not the step) are deleted then. */
+const collected = new FinalizationRegistry((cache: Map<string, Array<Recording<unknown>>>) => {
+  for (const rs of cache.values()) rs.forEach(deleteOnWorkers)
+})
+
 /** Whether a call with `flat` (the recording's signature) has the numbers the recording fixed. */
 const fits = (recording: Recording<unknown>, flat: Flat): boolean =>
   recording.fixed.every((v, n) => v === undefined || Object.is(v, flat.numbers[n]))
@@ -540,7 +567,11 @@ export function compile<A extends ReadonlyArray<unknown>, R>(step: (...args: A) 
 export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...args: A) => unknown, options: CompileOptions = {}): Compiled<A, R, E, Rq> {
   const name = options.name ?? (step.name || "step")
   const onRetrace = options.onRetrace ?? ((why: string) => console.error(`monarch: ${why}`))
+  const maxRecordings = options.maxRecordings ?? 8
+  if (!(Number.isInteger(maxRecordings) && maxRecordings >= 1)) throw new ControllerError({ message: `compile(${name}): maxRecordings must be a positive integer, got ${maxRecordings}` })
   const cache = new Map<string, Array<Recording<R>>>()
+  /** Calls so far (Recording.usedAt's clock); traces under way (dispose waits for none). */
+  let clock = 0, tracingNow = 0, disposed = false
   let last: { args: ReadonlyArray<unknown>; recording: Recording<R> } | undefined
   const retraces: string[] = []
   let traces = 0
@@ -556,6 +587,18 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
     })
 
   const find = (flat: Flat) => cache.get(flat.key)?.find((r) => fits(r, flat))
+
+  /** Keeps a new recording; past maxRecordings, the one called least recently is deleted. */
+  const keep = (key: string, recording: Recording<R>) => {
+    cache.set(key, [...(cache.get(key) ?? []), recording])
+    const all = [...cache.entries()].flatMap(([k, rs]) => rs.map((r) => ({ k, r })))
+    if (all.length <= maxRecordings) return
+    const oldest = all.reduce((a, b) => (b.r.usedAt < a.r.usedAt ? b : a))
+    const rest = cache.get(oldest.k)!.filter((r) => r !== oldest.r)
+    if (rest.length > 0) cache.set(oldest.k, rest)
+    else cache.delete(oldest.k)
+    deleteOnWorkers(oldest.r)
+  }
   const needsTrace = (r: Recording<R> | undefined) => r === undefined || (options.verify === true && r.calls === 1)
 
   /** A call that traces: a new signature, or verify's second call. */
@@ -569,7 +612,8 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
           onRetrace(why)
         }
         recording = yield* record(core, args, flat, called)
-        cache.set(flat.key, [...(cache.get(flat.key) ?? []), recording])
+        recording.usedAt = ++clock
+        keep(flat.key, recording)
       } else {
         const again = yield* traced<A, R, E, Rq>(core, name, step, args, called)
         traces++
@@ -587,16 +631,36 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
     const called = needsTrace(find(flat)) ? CallSite.capture(4) : undefined // this, `compiled`, the user's, one spare
     return Effect.flatMap(Effect.service(Controller), (ctl) => {
       const core = ctl.core
+      if (disposed) return Effect.fail(new ControllerError({ message: `compile(${name}) was disposed: its recordings are deleted; compile the step again to call it` }))
       if (core.tracing) return Effect.fail(new ControllerError({ message: `compile(${name}) was called while compile(${core.tracing.name}) records its step; call it outside, or let the outer step be one recording` }))
       const found = find(flat)
       // What the step released of the tensors outside it goes after the call (that reads them), or once the trace failed.
-      if (needsTrace(found)) return Effect.ensuring(tracing(core, args, flat, found, called), Effect.sync(() => core.releaseHeld()))
+      if (needsTrace(found)) {
+        tracingNow++
+        return Effect.ensuring(tracing(core, args, flat, found, called), Effect.sync(() => {
+          tracingNow--
+          core.releaseHeld()
+        }))
+      }
+      found!.usedAt = ++clock
       last = { args, recording: found! }
       return Effect.succeed(call(core, found!, flat))
     })
   }
+  const dispose = () => {
+    if (tracingNow > 0) throw new ControllerError({ message: `compile(${name}).dispose() was called while its step is being traced (a recording in use cannot be deleted); dispose it after the call` })
+    if (disposed) return
+    disposed = true
+    collected.unregister(compiled)
+    for (const rs of cache.values()) rs.forEach(deleteOnWorkers)
+    cache.clear()
+  }
+  collected.register(compiled, cache as Map<string, Array<Recording<unknown>>>, compiled)
   return Object.defineProperties(compiled, {
     traces: { get: () => traces },
     retraces: { get: () => retraces },
+    recordings: { get: () => [...cache.values()].flat().map((r) => r.id) },
+    dispose: { value: dispose },
+    [Symbol.dispose]: { value: dispose },
   }) as unknown as Compiled<A, R, E, Rq>
 }

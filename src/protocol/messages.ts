@@ -185,6 +185,11 @@ export const WORKER_MESSAGES = {
     ["params", values],
   ]),
   /**
+   * Forgets recording `recording` (its compiled step was disposed, replaced or collected on the
+   * controller): later calls of it are refused as unknown. Calls sent before it run as usual.
+   */
+  DeleteRecording: message(17, [["recording", uintField]]),
+  /**
    * Checkpoints (codes 40..43; paths are relative to the worker's checkpoint root, which it never
    * writes or reads outside of). Copies `tensors` to host memory now, a snapshot later commands
    * cannot change, then writes those whose `writers` list this rank as
@@ -281,6 +286,7 @@ export type Reduce = MessageOf<"Reduce">
 export type SendTensor = MessageOf<"SendTensor">
 export type DefineRecording = MessageOf<"DefineRecording">
 export type CallRecording = MessageOf<"CallRecording">
+export type DeleteRecording = MessageOf<"DeleteRecording">
 export type SaveShards = MessageOf<"SaveShards">
 export type CommitCheckpoint = MessageOf<"CommitCheckpoint">
 export type ReadCheckpoint = MessageOf<"ReadCheckpoint">

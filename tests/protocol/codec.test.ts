@@ -64,6 +64,7 @@ const workerSamples: WorkerMessage[] = [
     commands: [{ ...callFunction, ident: 0 }, { _tag: "BorrowFirstUse", borrow: 4 }, { ...callFunction, ident: 1, args: [new Ref(100), new Ref(9)] }],
   },
   { _tag: "CallRecording", ident: 40, recording: 3, results: [new Ref(200)], actuals: [new Ref(11), new Ref(12)], params: [0.125] },
+  { _tag: "DeleteRecording", recording: 3 },
   callFunction,
   // A user function's declared results, one undeclared.
   { ...callFunction, function: "fns:pair", declared: [{ dtype: "bf16", shape: [2, 0, 3] }, null] },
@@ -132,10 +133,10 @@ const placedAt = (bytes: Uint8Array, offset: number): Uint8Array => {
 }
 
 describe("round trip", () => {
-  test("the samples cover all 26 messages", () => {
+  test("the samples cover all 27 messages", () => {
     const tags = new Set([...workerSamples, ...controllerSamples].map((m) => m._tag))
     expect(([...tags] as string[]).sort()).toEqual(Object.keys(MESSAGE_CODES).sort())
-    expect(tags.size).toBe(26)
+    expect(tags.size).toBe(27)
   })
 
   for (const m of workerSamples) {

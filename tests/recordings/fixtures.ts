@@ -1,4 +1,5 @@
 // User functions for the recording tests ("tests/recordings/fixtures:<export>").
+import { heapStats } from "bun:jsc"
 import { liveTensorBytes } from "../../ffi/tensor.ts"
 import { op } from "../../src/ops/kernels.ts"
 import { defineFunction } from "../../src/ops/function.ts"
@@ -14,3 +15,10 @@ export const byRank = defineFunction((ctx, t: unknown) => op(ctx, "mul", [t, ctx
 
 /** This worker's live tensors' memory, in bytes (fetched with any tensor; not what the handle pool keeps for reuse). */
 export const memoryInUse = defineFunction((ctx) => liveTensorBytes(ctx.native))
+
+/** This worker's JS heap after a full collection, in bytes (what a recording's definition takes). */
+export const heapInUse = defineFunction(() => {
+  Bun.gc(true)
+  const { heapSize, extraMemorySize } = heapStats()
+  return heapSize + extraMemorySize
+})

@@ -1,7 +1,9 @@
 // DefineRecording and CallRecording on one worker, in this process (tests/worker/inProcess.ts):
 // a call binds, runs and forgets, leaving only its results in the environment (1,000 calls
 // included), takes its idents, poisons what a poisoned actual reaches, and bad input is refused
-// with a ProtocolError while everything defined stays.
+// with a ProtocolError while everything defined stays. DeleteRecording forgets a recording: its
+// calls after are refused, deleting one it does not hold is refused, and defining and deleting
+// 1,000 leaves the worker as it was.
 import { afterEach, beforeEach, describe, expect, test } from "bun:test"
 import { liveTensorBytes } from "../../ffi/tensor.ts"
 import type { CallRecording, DefineRecording } from "../../src/protocol/messages.ts"
@@ -93,5 +95,34 @@ describe("recordings on a worker", () => {
     expect(await value(10, 9)).toEqual([1, 1])
     await w.dispatch(callIt(10, 11, 10, 0))
     expect(await value(11, 13)).toEqual([3, 3])
+  })
+
+  test("DeleteRecording forgets a recording: a later call, and deleting it again, are refused by name; the rest goes on", async () => {
+    await w.dispatch(call(0, [10], "ops.ones", [[2]]))
+    await w.dispatch(define)
+    await w.dispatch({ ...define, recording: 2 })
+    await w.dispatch(callIt(1, 11, 10, 3))
+    await w.dispatch({ _tag: "DeleteRecording", recording: 1 })
+    await w.dispatch(callIt(4, 12, 10, 3))
+    await w.dispatch({ _tag: "DeleteRecording", recording: 1 })
+    await w.dispatch({ _tag: "DeleteRecording", recording: 99 })
+    expect(problems()).toEqual(["CallRecording 4: unknown recording 1", "DeleteRecording: unknown recording 1", "DeleteRecording: unknown recording 99"])
+    // What the call before the delete defined stays, and so does the other recording.
+    expect(await value(11, 5)).toEqual([9, 9])
+    await w.dispatch({ ...callIt(6, 13, 10, 0), recording: 2 })
+    expect(await value(13, 9)).toEqual([3, 3])
+  })
+
+  test("defining and deleting 1,000 recordings leaves the worker as it was", async () => {
+    await w.dispatch(call(0, [10], "ops.ones", [[2]]))
+    const env = w.session.env.size, recordings = w.session.recordings.size
+    for (let i = 0; i < 1000; i++) {
+      await w.dispatch({ ...define, recording: 100 + i })
+      await w.dispatch({ ...callIt(1 + 3 * i, 20, 10, i), recording: 100 + i })
+      await w.dispatch({ _tag: "DeleteRecording", recording: 100 + i })
+    }
+    expect(w.session.recordings.size).toBe(recordings)
+    expect(w.session.env.size).toBe(env + 1)
+    expect(problems()).toEqual([])
   })
 })

@@ -11,7 +11,7 @@ import { callFunction, fetchValue } from "./calls.ts"
 import { commitCheckpoint, loadShards, readCheckpoint, saveShards } from "./checkpoints.ts"
 import { createDeviceMesh, reduce, sendTensor } from "./collectives.ts"
 import { commandGroup, deleteRefs, exit, requestStatus } from "./control.ts"
-import { callRecording, defineRecording } from "./recordings.ts"
+import { callRecording, defineRecording, deleteRecording } from "./recordings.ts"
 import { createStream } from "./streams.ts"
 
 export type Handlers = {
@@ -62,6 +62,7 @@ export const makeDispatch = (s: Session, debug = false, trace?: Recorder): ((m: 
     SendTensor: sendTensor(s),
     DefineRecording: defineRecording(s),
     CallRecording: callRecording(s, dispatch, !debug && trace === undefined),
+    DeleteRecording: deleteRecording(s),
     SaveShards: saveShards(s),
     CommitCheckpoint: commitCheckpoint(s),
     ReadCheckpoint: readCheckpoint(s),

@@ -4,10 +4,11 @@
  * (poisoned ones stay poisoned) and the params to its numbers, runs each command as it would
  * run outside a recording, with ident `ident + k`, so that failures poison and are reported
  * exactly as they would be there, binds the call's results to what the commands defined, and
- * then forgets every ref of the recording, freeing its temporaries.
+ * then forgets every ref of the recording, freeing its temporaries. DeleteRecording forgets the
+ * recording itself.
  */
 import { Effect } from "effect"
-import { RECORDABLE, type CallRecording, type DefineRecording, type WorkerMessage } from "../../protocol/messages.ts"
+import { RECORDABLE, type CallRecording, type DefineRecording, type DeleteRecording, type WorkerMessage } from "../../protocol/messages.ts"
 import { Ref } from "../../protocol/values.ts"
 import { ioTurn, reject, stopped, type Session } from "../session.ts"
 import { callNow } from "./calls.ts"
@@ -60,3 +61,8 @@ export const callRecording = (s: Session, dispatch: (m: WorkerMessage) => Effect
       for (const id of scratch) s.env.delete(id)
     }
   })
+
+/** Calls run in command order, so none is running: the recording is only forgotten. */
+export const deleteRecording = (s: Session) => (m: DeleteRecording) => Effect.sync(() => {
+  if (!s.recordings.delete(m.recording)) reject(s, `DeleteRecording: unknown recording ${m.recording}`)
+})
