@@ -719,7 +719,8 @@ export const KERNELS: Kernels = {
   embedding: (run, [out], a) => {
     const n = numelOf(a.input.shape)
     k.indexSelect(run.view(out!, [n, a.weight.shape[1]!]), a.weight, 0, run.view(a.input, [n]), run.stream)
-  },  ...(Object.fromEntries(Object.entries(UNARY_IN_PLACE).map(([name, base]) => [name, unaryInPlace(base)])) as { readonly [N in keyof typeof UNARY_IN_PLACE]: Kernel<"neg_"> }),
+  },
+  ...(Object.fromEntries(Object.entries(UNARY_IN_PLACE).map(([name, base]) => [name, unaryInPlace(base)])) as { readonly [N in keyof typeof UNARY_IN_PLACE]: Kernel<"neg_"> }),
   pow_: binaryInPlace("pow", "arithmetic"),
   eq_: binaryInPlace("eq", "comparison"), ne_: binaryInPlace("ne", "comparison"), lt_: binaryInPlace("lt", "comparison"),
   le_: binaryInPlace("le", "comparison"), gt_: binaryInPlace("gt", "comparison"), ge_: binaryInPlace("ge", "comparison"),

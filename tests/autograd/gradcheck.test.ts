@@ -189,6 +189,9 @@ const CASES: Case[] = [
   g("layer_norm with weight and bias", "layer_norm", [F(2, 3, 4), [4], F(4), F(4)]),
   g("layer_norm over two dims, no weight", "layer_norm", [F(2, 3, 4), [3, 4]]),
   g("embedding", "embedding", [I([2, 3], [0, 4, 1, 1, 3, 2]), F(5, 3)]),
+  // torch's padding rule is not the derivative (the padding row still shapes the result): against torch only.
+  g("embedding padding_idx: its lookups pass no gradient", "embedding", [I([2, 3], [0, 4, 1, 1, 4, 2]), F(5, 3), 4], {}, false),
+  g("embedding negative padding_idx", "embedding", [I([4], [0, 3, 1, 3]), F(4, 2)], { padding_idx: -1 }, false),
   g("embedding repeated ids, rows never looked up", "embedding", [I([3, 4], [7, 7, 0, 2, 7, 2, 9, 0, 0, 7, 7, 2]), F(10, 4)]),
   // optimizer helpers
   g("_sum_of_squares", "_sum_of_squares", [[F(2, 3), F(4)]]),

@@ -348,6 +348,7 @@ const CASES: Case[] = [
   c("cross_entropy class weight, ignored, sum", "cross_entropy", [tensor("f64", [4, 3]), ints("i64", [4], [0, -100, 2, 1]), tensor("f64", [3])], { reduction: "sum" }),
   c("cross_entropy class weight, label_smoothing, mean", "cross_entropy", [f(5, 4), ints("i64", [5], [3, 0, 1, -100, 2]), { ...f(4), data: [0.3, 1.5, 1, 2] }], { label_smoothing: 0.2 }),
   c("cross_entropy class weight, label_smoothing, none", "cross_entropy", [f(3, 4), ints("i64", [3], [1, 1, 2]), { ...f(4), data: [0.3, 1.5, 1, 2] }], { label_smoothing: 0.3, reduction: "none" }),
+  c("embedding padding_idx", "embedding", [ints("i64", [2, 3], [0, 4, 1, 1, 4, 2]), f(5, 3), 4]),
   // the dtype keyword of sum, prod, mean and cumsum: the input cast to it first
   c("sum dtype f16 of i32", "sum", [tensor("i32", [2, 3])], { dtype: "f16" }),
   c("sum dim, dtype i32 keeps i32", "sum", [tensor("i32", [2, 3]), 1], { dtype: "i32" }),

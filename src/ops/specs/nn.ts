@@ -228,15 +228,20 @@ export const nn = {
     (c, o) => layerNormGrads(o, c.args.input, c.meta(c.args.input), c.args.normalized_shape.length, c.args.weight, c.args.eps, c.grad),
     { dtype: "same" },
   ),
-  embedding: spec([arg("input", "tensor"), arg("weight", "tensor")], ({ input, weight }, op) => {
+  /** padding_idx (negative from the end, as torch's): that row's lookups pass no gradient to it. */
+  embedding: spec([arg("input", "tensor"), arg("weight", "tensor"), opt("padding_idx", "int", null)], ({ input, weight, padding_idx }, op) => {
     if (input.dtype !== "i64") bad(op, `input must hold indices (i64), got ${describe(input)}`)
     if (weight.shape.length !== 2) bad(op, `weight must be [num_embeddings, embedding_dim], got ${describe(weight)}`)
+    const rows = weight.shape[0]!
+    if (padding_idx !== null && (padding_idx < -rows || padding_idx >= rows)) bad(op, `padding_idx ${padding_idx} is out of range for ${rows} embeddings`)
     return [{ dtype: weight.dtype, shape: [...input.shape, weight.shape[1]!] }]
   }, (c, o) => ({
     // Each row's gradient added into the row it was looked up from (index_add, in index order; torch's dense rule).
     weight: () => {
-      const [rows, width] = c.meta(c.args.weight).shape as [number, number], n = numelOf(c.meta(c.args.input).shape)
-      return o.index_add(o.zeros([rows, width], { dtype: c.meta(c.grad).dtype }), 0, o.reshape(c.args.input, [n]), o.reshape(c.grad, [n, width]))
+      const [rows, width] = c.meta(c.args.weight).shape as [number, number], n = numelOf(c.meta(c.args.input).shape), pad = c.args.padding_idx
+      const ids = o.reshape(c.args.input, [n]), g = o.reshape(c.grad, [n, width])
+      const passed = pad === null ? g : o.masked_fill(g, o.unsqueeze(o.eq(ids, pad < 0 ? pad + rows : pad), 1), 0)
+      return o.index_add(o.zeros([rows, width], { dtype: c.meta(c.grad).dtype }), 0, ids, passed)
     },
   }), { dtype: "other" }),
   scaled_dot_product_attention: spec(
