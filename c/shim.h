@@ -271,8 +271,15 @@ int shim_argreduce(int32_t op, shim_tensor *indices, const shim_tensor *a, int32
  * out's dtype. */
 int shim_cumsum(shim_tensor *out, const shim_tensor *a, int32_t dim, shim_stream *s);
 
-/* a [..., m, k] @ b [..., k, n] -> out [..., m, n]; b may also be 2-D for every batch. */
-int shim_matmul(shim_tensor *out, const shim_tensor *a, const shim_tensor *b, shim_stream *s);
+enum shim_matmul_flag { /* shim_matmul's transpose, or'ed */
+  SHIM_MATMUL_TRANSPOSE_A = 1, /* a is stored [..., k, m] and read as its transpose (BLAS's trans) */
+  SHIM_MATMUL_TRANSPOSE_B = 2  /* b is stored [..., n, k] (or [n, k]) */
+};
+
+/* a [..., m, k] @ b [..., k, n] -> out [..., m, n]; b may also be 2-D for every batch. With
+ * transpose flags an operand is read transposed in its last two dims where it lies, so a
+ * transposed weight or gradient costs no copy. */
+int shim_matmul(shim_tensor *out, const shim_tensor *a, const shim_tensor *b, int32_t transpose, shim_stream *s);
 
 /* Element-by-element conversion into out's dtype (a copy when the dtypes match). */
 int shim_cast(shim_tensor *out, const shim_tensor *a, shim_stream *s);

@@ -6,8 +6,8 @@
 import { ptr } from "bun:ffi"
 import { shimError } from "./native.ts"
 import {
-  ALL_DIMS, BinaryOp, LossReduction, OptimFlag, ReduceOp, ScatterOp, ShimStatus, TernaryOp, UnaryOp, type BinaryOpName, type LossReductionName, type ReduceOpName,
-  type ScatterOpName, type TernaryOpName, type UnaryOpName,
+  ALL_DIMS, BinaryOp, LossReduction, MatmulFlag, OptimFlag, ReduceOp, ScatterOp, ShimStatus, TernaryOp, UnaryOp, type BinaryOpName,
+  type LossReductionName, type ReduceOpName, type ScatterOpName, type TernaryOpName, type UnaryOpName,
 } from "./symbols.ts"
 import type { Stream } from "./stream.ts"
 import type { Tensor } from "./tensor.ts"
@@ -79,10 +79,14 @@ export const cumsum = (out: Tensor, a: Tensor, dim: number, s?: Stream): void =>
   out.native.check(out.native.shim.shim_cumsum(out.handle, a.handle, dim, stream(s)), "shim_cumsum")
 }
 
-export const matmul = (out: Tensor, a: Tensor, b: Tensor, s?: Stream): void => {
+/** Which operands shim_matmul reads transposed in their last two dims, where they lie (no copy). */
+export interface Transposed { readonly a?: boolean; readonly b?: boolean }
+
+export const matmul = (out: Tensor, a: Tensor, b: Tensor, s?: Stream, transposed: Transposed = {}): void => {
   if (a.dtype !== b.dtype || out.dtype !== a.dtype) fail("matmul", `dtypes differ: ${a} @ ${b} -> ${out}`)
   if (a.shape.length < 2 || b.shape.length < 2) fail("matmul", `needs at least 2-D operands: ${a} @ ${b}`)
-  out.native.check(out.native.shim.shim_matmul(out.handle, a.handle, b.handle, stream(s)), "shim_matmul")
+  const flags = (transposed.a ? MatmulFlag.transpose_a : 0) | (transposed.b ? MatmulFlag.transpose_b : 0)
+  out.native.check(out.native.shim.shim_matmul(out.handle, a.handle, b.handle, flags, stream(s)), "shim_matmul")
 }
 
 export const cast = (out: Tensor, a: Tensor, s?: Stream): void => {

@@ -35,7 +35,7 @@ export const symbols = {
   shim_reduce: { args: [i32, ptr, ptr, i32, ptr], returns: i32 },
   shim_argreduce: { args: [i32, ptr, ptr, i32, ptr], returns: i32 },
   shim_cumsum: { args: [ptr, ptr, i32, ptr], returns: i32 },
-  shim_matmul: { args: [ptr, ptr, ptr, ptr], returns: i32 },
+  shim_matmul: { args: [ptr, ptr, ptr, i32, ptr], returns: i32 },
   shim_cast: { args: [ptr, ptr, ptr], returns: i32 },
   shim_transpose: { args: [ptr, ptr, i32, i32, ptr], returns: i32 },
   shim_copy_strided: { args: [ptr, i64, ptr, ptr, i64, ptr, i32, ptr, ptr], returns: i32 },
@@ -81,5 +81,5 @@ export const symbols = {
 } as const satisfies Record<string, FFIFunction>
 
 // The header's enums, generated from it (scripts/abi.ts).
-export { ALL_DIMS, BinaryOp, CommOp, LossReduction, MAX_DIMS, OptimFlag, P2P, ReduceOp, ScatterOp, ShimStatus, TernaryOp, UnaryOp } from "./abi.ts"
+export { ALL_DIMS, BinaryOp, CommOp, LossReduction, MatmulFlag, MAX_DIMS, OptimFlag, P2P, ReduceOp, ScatterOp, ShimStatus, TernaryOp, UnaryOp } from "./abi.ts"
 export type { BinaryOpName, CommOpName, LossReductionName, ReduceOpName, ScatterOpName, TernaryOpName, UnaryOpName } from "./abi.ts"

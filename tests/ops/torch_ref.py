@@ -36,6 +36,16 @@ def sliced(x, dim=0, start=None, end=None, step=1):
     return x[(slice(None),) * (dim % x.dim()) + (slice(start, end, step),)]
 
 
+def matmul_t(a, b, ta, tb):
+    """Our _matmul_t: the operands read transposed in their last two dims; integers and bool as
+    their int64 products (torch 1.13 has no bool matmul), cast back."""
+    a, b = (a.transpose(-1, -2) if ta else a), (b.transpose(-1, -2) if tb else b)
+    if a.is_floating_point():
+        return a @ b
+    r = a.long() @ b.long()
+    return (r != 0) if a.dtype == torch.bool else r.to(a.dtype)
+
+
 def upcast(x):
     return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
 
@@ -64,6 +74,7 @@ def rms_norm(x, normalized_shape, weight=None, eps=None):
 OPS = {
     "softmax": F.softmax, "log_softmax": F.log_softmax, "cross_entropy": F.cross_entropy,
     "layer_norm": F.layer_norm, "embedding": F.embedding, "linear": F.linear,
+    "_matmul_t": lambda a, b, transpose_input=False, transpose_other=False: matmul_t(a, b, transpose_input, transpose_other),
     "slice": sliced, "to": lambda x, dtype=None: x.to(dtype) if dtype is not None else x.clone(),
     "max": lambda x, dim=None, keepdim=False: torch.max(x) if dim is None else torch.max(x, dim, keepdim=keepdim),
     "min": lambda x, dim=None, keepdim=False: torch.min(x) if dim is None else torch.min(x, dim, keepdim=keepdim),
@@ -71,9 +82,9 @@ OPS = {
     "amin": lambda x, dim=None, keepdim=False: torch.amin(x, dim=() if dim is None else dim, keepdim=keepdim),
     "expand": lambda x, size: x.expand(*size), "permute": lambda x, dims: x.permute(*dims),
     "view": lambda x, shape: x.reshape(shape), "contiguous": lambda x: x.contiguous(),
-    "sum": lambda x, dim=None, keepdim=False: torch.sum(x) if dim is None else torch.sum(x, dim, keepdim=keepdim),
-    "mean": lambda x, dim=None, keepdim=False: torch.mean(x) if dim is None else torch.mean(x, dim, keepdim=keepdim),
-    "prod": lambda x, dim=None, keepdim=False: torch.prod(x) if dim is None else torch.prod(x, dim, keepdim=keepdim),
+    "sum": lambda x, dim=None, keepdim=False, dtype=None: torch.sum(x, dtype=dtype) if dim is None else torch.sum(x, dim, keepdim=keepdim, dtype=dtype),
+    "mean": lambda x, dim=None, keepdim=False, dtype=None: torch.mean(x, dtype=dtype) if dim is None else torch.mean(x, dim, keepdim=keepdim, dtype=dtype),
+    "prod": lambda x, dim=None, keepdim=False, dtype=None: torch.prod(x, dtype=dtype) if dim is None else torch.prod(x, dim, keepdim=keepdim, dtype=dtype),
     "masked_fill": lambda x, mask, value: x.masked_fill(mask, value),
     "any": lambda x, dim=None, keepdim=False: torch.any(x) if dim is None else reduce_dims(torch.any, x, dim, keepdim),
     "all": lambda x, dim=None, keepdim=False: torch.all(x) if dim is None else reduce_dims(torch.all, x, dim, keepdim),
@@ -83,6 +94,8 @@ OPS = {
     "one_hot": F.one_hot, "dropout": F.dropout,
     "repeat": lambda x, repeats: x.repeat(repeats),
     "baddbmm": lambda input, batch1, batch2, **kw: baddbmm(input, batch1, batch2, **kw),
+    # torch 1.13 has no bf16 eye: the f32 one, rounded (0 and 1 are exact).
+    "eye": lambda n, m=None, dtype=None: torch.eye(n, n if m is None else m, dtype=torch.float32 if dtype == torch.bfloat16 else dtype).to(dtype or torch.float32),
 }
 
 
