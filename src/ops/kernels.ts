@@ -596,21 +596,34 @@ const asRemoteFunction = <N extends OpName>(op: Op<N>): RemoteFunction => {
   return (ctx, ...args) => {
     const bound = op.bind(args, ctx.kwargs, isTensor)
     const metas = rule(bound as never, op.name)
-    const run = new Run(ctx)
-    const outs: Tensor[] = []
-    try {
-      if (op.view) return kernel(run, [], bound as never, op.name, metas)
-      // Owned: a command's outputs go to the env (or are freed) as soon as this returns.
-      for (const m of metas) outs.push(Tensor.owned(ctx.native, m.dtype, m.shape))
-      kernel(run, outs, bound as never, op.name, metas)
-    } catch (e) {
-      for (const t of outs) t.free()
-      throw e
-    } finally {
-      run.free()
+    if (op.view) {
+      const run = new Run(ctx)
+      try {
+        return kernel(run, [], bound as never, op.name, metas)
+      } finally {
+        run.free()
+      }
     }
+    const outs = runKernel(kernel, ctx, bound, op.name, metas)
     return outs.length === 1 ? outs[0] : outs.length === 0 ? undefined : outs
   }
+}
+
+/** Allocates a command's outputs as its rule gave them and runs its kernel into them (freed again if it throws). */
+const runKernel = (kernel: Kernel<OpName>, ctx: FunctionContext, bound: unknown, name: string, metas: ReadonlyArray<TensorMeta>): Tensor[] => {
+  const run = new Run(ctx)
+  const outs: Tensor[] = []
+  try {
+    // Owned: a command's outputs go to the env (or are freed) as soon as this returns.
+    for (const m of metas) outs.push(Tensor.owned(ctx.native, m.dtype, m.shape))
+    kernel(run, outs, bound as never, name, metas)
+  } catch (e) {
+    for (const t of outs) t.free()
+    throw e
+  } finally {
+    run.free()
+  }
+  return outs
 }
 
 const functions = new Map<string, RemoteFunction>()
@@ -637,4 +650,45 @@ export const op = (ctx: FunctionContext, name: OpName, args: ReadonlyArray<unkno
   if (!(out instanceof Tensor)) throw new OpArgumentError({ message: `ops.${name} does not return one tensor` })
   // User code may drop it: the finalizer is its safety net.
   return out.track()
+}
+
+/** A built-in prepared for repeated calls (prepareBuiltin): `run` it with a call's tensors, in the order prepared. */
+export interface PreparedCall {
+  readonly run: (ctx: FunctionContext, tensors: ReadonlyArray<Tensor>) => ReadonlyArray<Tensor>
+  /** How many tensors a call returns. */
+  readonly outputs: number
+}
+
+/**
+ * `ops.<name>` prepared once for calls that differ only in their tensors, each of the dtype and
+ * shape of the one at its place in `args` and `kwargs` now (a recording's replays): the
+ * arguments are bound and the rule's results found here, so a call puts its tensors in their
+ * places, allocates the outputs and runs the kernel. undefined where that cannot hold: a view
+ * op (its result is its input's memory), or a tensor that is not in its argument's place once
+ * bound, or is given twice.
+ */
+export const prepareBuiltin = (name: string, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, tensors: ReadonlyArray<Tensor>): PreparedCall | undefined => {
+  const op = opNamed(name)
+  if (op === undefined || op.view || new Set(tensors).size !== tensors.length) return undefined
+  const bound = op.bind(args, kwargs, isTensor) as Record<string, unknown>
+  const metas = (op as OpSpec).outputs(bound as never, op.name)
+  // Where each tensor sits in the bound arguments (a param, or an item of a tensor list).
+  const places: Array<{ readonly holder: Record<string, unknown> | unknown[]; readonly key: string | number; readonly tensor: number }> = []
+  const find = (holder: Record<string, unknown> | unknown[], key: string | number, v: unknown) => {
+    if (v instanceof Tensor) places.push({ holder, key, tensor: tensors.indexOf(v) })
+    else if (Array.isArray(v)) v.forEach((x, i) => find(v, i, x))
+  }
+  for (const key of Object.keys(bound)) find(bound, key, bound[key])
+  if (places.length !== tensors.length || places.some((p) => p.tensor < 0)) return undefined
+  const kernel = KERNELS[op.name] as Kernel<OpName>
+  const run = (ctx: FunctionContext, now: ReadonlyArray<Tensor>) => {
+    for (const p of places) (p.holder as Record<string | number, unknown>)[p.key] = now[p.tensor]
+    try {
+      return runKernel(kernel, ctx, bound, op.name, metas)
+    } finally {
+      // The bound arguments keep no tensor between calls.
+      for (const p of places) (p.holder as Record<string | number, unknown>)[p.key] = undefined
+    }
+  }
+  return { run, outputs: metas.length }
 }
