@@ -9,8 +9,9 @@
  *     through out-parameters. The one exception is shim_last_error, which cannot fail.
  *   - after a failure, shim_last_error() describes it, for the calling thread only.
  *   - nothing aborts, exits or throws across it; C++ exceptions stop at the extern "C" edge.
- *   - tensors are dense and contiguous (row-major). Ops never allocate their result: the
- *     caller passes an output tensor, and the op checks its dtype and shape.
+ *   - tensors are dense and contiguous (row-major), a view possibly from an offset into its
+ *     base's memory. Ops never allocate their result: the caller passes an output tensor, and
+ *     the op checks its dtype and shape.
  *   - a NULL stream means the backend's default stream.
  *   - the only global state is library handles (dlopen), the thread-local error text, the
  *     memory limit and the bytes counted against it, and the cache of freed blocks (host memory
@@ -32,8 +33,8 @@
  *   - cast: float to integer truncates and saturates, NaN becomes 0; integer to integer
  *     wraps; to bool is "nonzero"; f64/i64 round to f16/bf16 once, straight from the source.
  *   - rand: float dtypes only; uniform values are capped below 1 in the target dtype.
- *   - elementwise shapes match by element count (shim_binary: or repeat); out may alias an input there, but not in
- *     matmul or transpose.
+ *   - elementwise shapes match by element count (shim_binary: or repeat); out may alias an input there (be the
+ *     same elements: sharing only some of them is SHIM_E_INVALID, as in torch), but not in matmul or transpose.
  *   - empty reductions: sum 0, prod 1, mean NaN, max/min SHIM_E_INVALID, any 0, all 1, norms 0.
  *
  * ffi/symbols.ts must match this header name for name and type for type;
@@ -203,9 +204,11 @@ int shim_set_threads(int32_t n);
 /* A new uninitialised tensor. ndim may be 0 (a scalar, one element); a dim may be 0. */
 int shim_tensor_alloc(int32_t dtype, int32_t ndim, const int64_t *shape, shim_tensor **out);
 
-/* A tensor with a new shape of the same element count that shares src's memory (reshape).
- * The memory lives until every tensor sharing it has been freed. */
-int shim_tensor_view(shim_tensor *src, int32_t ndim, const int64_t *shape, shim_tensor **out);
+/* A tensor over elements offset .. offset + numel(shape) - 1 of src (in its flat order), sharing
+ * src's memory: at offset 0 with src's element count a reshape, else one contiguous block of it
+ * (narrow, select, split, ... when their result is one). A write through either is seen by the
+ * other. The memory lives until every tensor sharing it has been freed. */
+int shim_tensor_view(shim_tensor *src, int64_t offset, int32_t ndim, const int64_t *shape, shim_tensor **out);
 
 int shim_tensor_free(shim_tensor *t);
 

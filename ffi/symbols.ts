@@ -19,7 +19,7 @@ export const symbols = {
   shim_set_threads: { args: [i32], returns: i32 },
 
   shim_tensor_alloc: { args: [i32, i32, ptr, ptr], returns: i32 },
-  shim_tensor_view: { args: [ptr, i32, ptr, ptr], returns: i32 },
+  shim_tensor_view: { args: [ptr, i64, i32, ptr, ptr], returns: i32 },
   shim_tensor_free: { args: [ptr], returns: i32 },
   shim_tensor_copy_in: { args: [ptr, ptr, i64, ptr], returns: i32 },
   shim_tensor_copy_out: { args: [ptr, ptr, i64, ptr], returns: i32 },

@@ -214,11 +214,27 @@ export class Tensor implements Disposable {
     return new HostTensor(this.dtype, this.shape, data)
   }
 
-  /** The same memory under another shape with the same element count. */
+  /** The same memory under another shape with the same element count (a reshape). */
   view(shape: ReadonlyArray<number>): Tensor {
     checkShape(shape, "Tensor.view")
     if (numelOf(shape) !== this.numel) throw shimError(ShimStatus.INVALID, "Tensor.view", `cannot view ${this} as [${shape}]`)
-    this.native.check(this.native.shim.shim_tensor_view(this.handle, shape.length, this.native.shapeArg(shape), this.native.outsPtr), "shim_tensor_view")
+    return this.share(0, shape)
+  }
+
+  /**
+   * The block of numel(shape) elements from element `offset` of this one's memory, under
+   * `shape` (a narrow, select or split that leaves one contiguous block): no copy; a write
+   * through either is seen by the other, and the memory lives while either does.
+   */
+  block(offset: number, shape: ReadonlyArray<number>): Tensor {
+    checkShape(shape, "Tensor.block")
+    if (!Number.isSafeInteger(offset) || offset < 0 || offset + numelOf(shape) > this.numel)
+      throw shimError(ShimStatus.INVALID, "Tensor.block", `[${shape}] from element ${offset} does not fit in ${this}`)
+    return this.share(offset, shape)
+  }
+
+  private share(offset: number, shape: ReadonlyArray<number>): Tensor {
+    this.native.check(this.native.shim.shim_tensor_view(this.handle, offset, shape.length, this.native.shapeArg(shape), this.native.outsPtr), "shim_tensor_view")
     const v = new Tensor(this.native, this.native.outPtr(), this.dtype, [...shape], true)
     const base = this.#base ?? this
     v.#base = base

@@ -59,7 +59,7 @@ int shim_check_unary(int32_t op, const shim_tensor *out, const shim_tensor *a) {
   if (!is_float(a->dtype) && !integer_safe)
     return shim_fail(SHIM_E_UNSUPPORTED, "shim_unary(%s): not defined on %s (cast to a floating dtype first)", name,
                      shim_dtype_name(a->dtype));
-  return SHIM_OK;
+  return shim_check_no_partial_overlap("shim_unary", out, a, "a");
 }
 
 /* What every binary op needs of op, dtype and out, the result having n elements. */
@@ -94,13 +94,16 @@ int shim_check_binary(int32_t op, const shim_tensor *out, const shim_tensor *a, 
     return shim_fail(SHIM_E_INVALID, "shim_binary(%s): sizes differ and neither repeats to the other's: a is %s, b is %s", name,
                      shim_describe(a, ba, sizeof ba), shim_describe(b, bb, sizeof bb));
   *n = a->numel == 1 ? b->numel : b->numel == 1 ? a->numel : big;
-  return check_binary_result("shim_binary", op, a->dtype, out, *n);
+  SHIM_TRY(check_binary_result("shim_binary", op, a->dtype, out, *n));
+  SHIM_TRY(shim_check_no_partial_overlap("shim_binary", out, a, "a"));
+  return shim_check_no_partial_overlap("shim_binary", out, b, "b");
 }
 
 int shim_check_binary_scalar(int32_t op, const shim_tensor *out, const shim_tensor *a) {
   SHIM_REQUIRE_IN("shim_binary_scalar", out, "out");
   SHIM_REQUIRE_IN("shim_binary_scalar", a, "a");
-  return check_binary_result("shim_binary_scalar", op, a->dtype, out, a->numel);
+  SHIM_TRY(check_binary_result("shim_binary_scalar", op, a->dtype, out, a->numel));
+  return shim_check_no_partial_overlap("shim_binary_scalar", out, a, "a");
 }
 
 int shim_fail_bad_operand(const char *fn, int32_t op, int32_t dtype, const char *what) {
@@ -133,7 +136,9 @@ int shim_check_ternary(int32_t op, const shim_tensor *out, const shim_tensor *a,
   int floating_only = op == SHIM_LERP || op == SHIM_ADDCDIV;
   if ((floating_only && !is_float(out->dtype)) || (op == SHIM_ADDCMUL && out->dtype == SHIM_BOOL))
     return shim_fail(SHIM_E_UNSUPPORTED, "%s(%s): not defined on %s", fn, name, shim_dtype_name(out->dtype));
-  return SHIM_OK;
+  SHIM_TRY(shim_check_no_partial_overlap(fn, out, a, "a"));
+  SHIM_TRY(shim_check_no_partial_overlap(fn, out, b, "b"));
+  return shim_check_no_partial_overlap(fn, out, c, "c");
 }
 
 int shim_check_reduce(int32_t op, const shim_tensor *out, const shim_tensor *a, int32_t dim, shim_reduce_dims *dims) {
@@ -205,7 +210,7 @@ int shim_check_cumsum(const shim_tensor *out, const shim_tensor *a, int32_t dim,
   shim_describe(a, ba, sizeof ba);
   if (out->numel != a->numel) return shim_fail(SHIM_E_INVALID, "%s: out is %s but a is %s", fn, bo, ba);
   if (dim < 0 || dim >= (a->ndim > 0 ? a->ndim : 1)) return shim_fail(SHIM_E_INVALID, "%s: dim %d is out of range for %s", fn, dim, ba);
-  if (out->storage == a->storage && out->numel > 0) return shim_fail(SHIM_E_INVALID, "%s: out %s shares memory with a", fn, bo);
+  if (shim_tensors_overlap(out, a)) return shim_fail(SHIM_E_INVALID, "%s: out %s shares memory with a", fn, bo);
   dims->outer = 1, dims->r = a->ndim > 0 ? a->shape[dim] : 1, dims->inner = 1;
   for (int32_t i = 0; i < dim; i++) dims->outer *= a->shape[i];
   for (int32_t i = dim + 1; i < a->ndim; i++) dims->inner *= a->shape[i];
@@ -240,7 +245,7 @@ int shim_check_matmul(const shim_tensor *out, const shim_tensor *a, const shim_t
   if (!out_ok)
     return shim_fail(SHIM_E_INVALID, "shim_matmul: out is %s but %s @ %s needs [..., %lld, %lld]", bo, ba, bb,
                      (long long)m, (long long)n);
-  if (out->storage == a->storage || out->storage == b->storage)
+  if (shim_tensors_overlap(out, a) || shim_tensors_overlap(out, b))
     return shim_fail(SHIM_E_INVALID, "shim_matmul: out %s shares memory with an operand", bo);
   dims->batch = batch;
   dims->m = m;
@@ -258,7 +263,7 @@ int shim_check_cast(const shim_tensor *out, const shim_tensor *a) {
     return shim_fail(SHIM_E_INVALID, "shim_cast: out %s does not hold a's %lld elements (a is %s)",
                      shim_describe(out, bo, sizeof bo), (long long)a->numel, shim_describe(a, ba, sizeof ba));
   }
-  return SHIM_OK;
+  return shim_check_no_partial_overlap("shim_cast", out, a, "a");
 }
 
 int shim_check_transpose(const shim_tensor *out, const shim_tensor *a, int32_t dim0, int32_t dim1,
@@ -276,7 +281,7 @@ int shim_check_transpose(const shim_tensor *out, const shim_tensor *a, int32_t d
   if (!out_ok)
     return shim_fail(SHIM_E_INVALID, "shim_transpose: out is %s but swapping dims %d and %d of %s gives another dtype or shape",
                      bo, dim0, dim1, ba);
-  if (dim0 != dim1 && a->numel > 0 && out->storage == a->storage)
+  if (dim0 != dim1 && shim_tensors_overlap(out, a))
     return shim_fail(SHIM_E_INVALID, "shim_transpose: out %s shares memory with a", bo);
   int32_t d0 = dim0 < dim1 ? dim0 : dim1, d1 = dim0 < dim1 ? dim1 : dim0;
   dims->before = 1;
@@ -326,7 +331,7 @@ int shim_check_copy_strided(const shim_tensor *dst, int64_t dst_offset, const in
   plan->dst_offset = dst_offset;
   plan->src_offset = src_offset;
   if (numel == 0) return SHIM_OK;
-  if (dst->storage == src->storage) return shim_fail(SHIM_E_INVALID, "%s: dst and src share memory", fn);
+  if (shim_tensors_overlap(dst, src)) return shim_fail(SHIM_E_INVALID, "%s: dst and src share memory", fn);
   int64_t lo, hi;
   reach(dst_offset, dst_strides, shape, ndim, &lo, &hi);
   if (lo < 0 || hi >= dst->numel)

@@ -127,5 +127,7 @@ int shim_check_scatter(int32_t op, const shim_tensor *out, int32_t dim, const sh
     ss *= src->shape[d];
   }
   if (index->numel > 0 && dims->r == 0) return shim_fail(SHIM_E_INVALID, "%s: out %s is empty along dim %d", fn, bo, dim);
+  if (shim_tensors_overlap(out, src) || shim_tensors_overlap(out, index))
+    return shim_fail(SHIM_E_INVALID, "%s: out %s shares memory with src or index (write into a clone)", fn, bo);
   return SHIM_OK;
 }

@@ -87,6 +87,7 @@ int shim_check_all_reduce(const shim_comm_state *c, const shim_tensor *out, cons
   SHIM_TRY(check_out_in(what, c, out, in));
   if (out->numel != in->numel)
     return shim_fail(SHIM_E_INVALID, "%s: out has %lld elements, in %lld", what, (long long)out->numel, (long long)in->numel);
+  SHIM_TRY(shim_check_no_partial_overlap(what, out, in, "in"));
   return check_reduce_op(what, in->dtype, op);
 }
 
@@ -115,7 +116,7 @@ int shim_check_all_to_all(const shim_comm_state *c, const shim_tensor *out, cons
     return shim_fail(SHIM_E_INVALID, "%s: out has %lld elements, in %lld", what, (long long)out->numel, (long long)in->numel);
   if (in->numel % c->size != 0)
     return shim_fail(SHIM_E_INVALID, "%s: %lld elements do not split into %d chunks", what, (long long)in->numel, c->size);
-  if (in->numel > 0 && in->storage->data == out->storage->data)
+  if (shim_tensors_overlap(in, out))
     return shim_fail(SHIM_E_INVALID, "%s: in and out share memory", what);
   return SHIM_OK;
 }

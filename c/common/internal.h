@@ -20,6 +20,7 @@ typedef struct shim_storage {
 
 struct shim_tensor {
   shim_storage *storage;
+  int64_t offset; /* bytes from storage->data to element 0: nonzero for a view of a block further in */
   int32_t dtype;
   int32_t ndim;
   int64_t shape[SHIM_MAX_DIMS];
@@ -51,6 +52,17 @@ void shim_clear_error(void);
   do { int shim_try_status_ = (call); if (shim_try_status_ != SHIM_OK) return shim_try_status_; } while (0)
 
 /* ---- tensor headers (tensor.c, which also defines shim.h's shim_tensor_view for both) -- */
+
+/* Element 0 of t: host memory (cpu) or device memory (cuda). */
+static inline void *shim_tensor_data(const shim_tensor *t) { return (char *)t->storage->data + t->offset; }
+
+/* Whether a and b (neither empty) have a byte of memory in common. */
+int shim_tensors_overlap(const shim_tensor *a, const shim_tensor *b);
+
+/* fn's out is a itself (the same memory, element for element) or shares none of a's (named
+ * what): a write through out may not change an element of a that is yet to be read (torch
+ * refuses the same, "some elements ... refer to a single memory location"). */
+int shim_check_no_partial_overlap(const char *fn, const shim_tensor *out, const shim_tensor *a, const char *what);
 
 /* Validates dtype, ndim and shape and computes the element count. */
 int shim_check_shape(int32_t dtype, int32_t ndim, const int64_t *shape, int64_t *numel);

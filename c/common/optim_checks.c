@@ -11,7 +11,7 @@ static int check_like(const char *fn, const shim_tensor *param, const shim_tenso
   if (t->dtype != param->dtype || t->numel != param->numel)
     return shim_fail(SHIM_E_INVALID, "%s: %s is %s but param is %s (same dtype and element count needed)", fn, what,
                      shim_describe(t, bt, sizeof bt), shim_describe(param, bp, sizeof bp));
-  if (t != param && t->storage == param->storage && t->numel > 0)
+  if (t != param && shim_tensors_overlap(t, param))
     return shim_fail(SHIM_E_INVALID, "%s: %s shares param's memory", fn, what);
   return SHIM_OK;
 }
@@ -30,7 +30,7 @@ int shim_check_sgd(const shim_tensor *param, const shim_tensor *grad, const shim
   const char *fn = "shim_sgd";
   SHIM_TRY(check_param(fn, param, flags, SHIM_OPTIM_NESTEROV | SHIM_OPTIM_MAXIMIZE | SHIM_OPTIM_FIRST));
   SHIM_TRY(check_like(fn, param, grad, "grad", 0));
-  if (momentum_buf != NULL && momentum_buf->storage == grad->storage && param->numel > 0)
+  if (momentum_buf != NULL && shim_tensors_overlap(momentum_buf, grad))
     return shim_fail(SHIM_E_INVALID, "%s: grad and momentum_buf share memory", fn);
   if (momentum == 0 && (flags & SHIM_OPTIM_NESTEROV))
     return shim_fail(SHIM_E_INVALID, "%s: nesterov needs a nonzero momentum", fn);
@@ -50,10 +50,10 @@ int shim_check_adamw(const shim_tensor *param, const shim_tensor *grad, const sh
   const char *names[] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
   for (int i = 0; i < 3; i++)
     for (int j = i + 1; j < 3; j++)
-      if (buffers[i] != NULL && buffers[j] != NULL && buffers[i]->storage == buffers[j]->storage && param->numel > 0)
+      if (buffers[i] != NULL && buffers[j] != NULL && shim_tensors_overlap(buffers[i], buffers[j]))
         return shim_fail(SHIM_E_INVALID, "%s: %s and %s share memory", fn, names[i], names[j]);
   for (int i = 0; i < 3; i++)
-    if (buffers[i] != NULL && buffers[i]->storage == grad->storage && param->numel > 0)
+    if (buffers[i] != NULL && shim_tensors_overlap(buffers[i], grad))
       return shim_fail(SHIM_E_INVALID, "%s: grad and %s share memory", fn, names[i]);
   if (step < 1) return shim_fail(SHIM_E_INVALID, "%s: step is %lld; the first step is 1", fn, (long long)step);
   return SHIM_OK;

@@ -1,7 +1,8 @@
 /* tensor.c: tensor headers, the same on both backends. A tensor is a dtype and shape over
  * refcounted storage (internal.h); each backend allocates and frees the storage itself (host
  * or device memory), and everything that only touches headers lives here, shim_tensor_view
- * whole: a view shares its source's storage, so it is never a backend's business. */
+ * whole: a view shares its source's storage (from a byte offset into it), so it is never a
+ * backend's business. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,15 +44,33 @@ shim_storage *shim_tensor_drop(shim_tensor *t) {
   return __atomic_sub_fetch(&storage->refs, 1, __ATOMIC_ACQ_REL) == 0 ? storage : NULL;
 }
 
-int shim_tensor_view(shim_tensor *src, int32_t ndim, const int64_t *shape, shim_tensor **out) {
+int shim_tensor_view(shim_tensor *src, int64_t offset, int32_t ndim, const int64_t *shape, shim_tensor **out) {
   SHIM_REQUIRE(src, "src");
   SHIM_REQUIRE(out, "out");
   int64_t numel;
   SHIM_TRY(shim_check_shape(src->dtype, ndim, shape, &numel));
-  if (numel != src->numel) {
+  if (offset < 0 || offset > src->numel || numel > src->numel - offset) {
     char buf[128];
-    return shim_fail(SHIM_E_INVALID, "shim_tensor_view: %lld elements cannot view %s", (long long)numel,
-                     shim_describe(src, buf, sizeof buf));
+    return shim_fail(SHIM_E_INVALID, "shim_tensor_view: %lld elements from element %lld do not fit in %s", (long long)numel,
+                     (long long)offset, shim_describe(src, buf, sizeof buf));
   }
-  return shim_tensor_new(src->storage, src->dtype, ndim, shape, numel, out);
+  shim_tensor *t;
+  SHIM_TRY(shim_tensor_new(src->storage, src->dtype, ndim, shape, numel, &t));
+  t->offset = src->offset + offset * shim_dtype_size(src->dtype);
+  *out = t;
+  return SHIM_OK;
+}
+
+int shim_tensors_overlap(const shim_tensor *a, const shim_tensor *b) {
+  if (a->storage != b->storage || a->numel == 0 || b->numel == 0) return 0;
+  int64_t a_end = a->offset + a->numel * shim_dtype_size(a->dtype), b_end = b->offset + b->numel * shim_dtype_size(b->dtype);
+  return a->offset < b_end && b->offset < a_end;
+}
+
+int shim_check_no_partial_overlap(const char *fn, const shim_tensor *out, const shim_tensor *a, const char *what) {
+  if (!shim_tensors_overlap(out, a)) return SHIM_OK;
+  if (out->offset == a->offset && out->numel == a->numel && out->dtype == a->dtype) return SHIM_OK;
+  char bo[128], ba[128];
+  return shim_fail(SHIM_E_INVALID, "%s: out %s and %s %s share some of their memory but are not the same elements (write into a clone)",
+                   fn, shim_describe(out, bo, sizeof bo), what, shim_describe(a, ba, sizeof ba));
 }

@@ -185,7 +185,7 @@ void set_tag_and_timeout(shim_comm *c, Options &opts) {
   opts.setTimeout(c->timeout);
 }
 
-void *data(const shim_tensor *t) { return t->storage->data; }
+void *data(const shim_tensor *t) { return shim_tensor_data(t); }
 size_t nbytes(const shim_tensor *t) { return static_cast<size_t>(t->numel * shim_dtype_size(t->dtype)); }
 
 // Gloo splits the allreduce into segments of whole elements, so it is told the element size

@@ -8,7 +8,7 @@
 /* Ops that convert through a scratch buffer do it this many elements at a time. */
 enum { SHIM_CPU_CHUNK = 1024 };
 
-static inline void *shim_cpu_data(const shim_tensor *t) { return t->storage->data; }
+static inline void *shim_cpu_data(const shim_tensor *t) { return shim_tensor_data(t); }
 
 static inline int shim_cpu_is_float(int32_t dtype) { return dtype <= SHIM_BF16; }
 

@@ -62,7 +62,7 @@ static inline void shim_cuda_track(shim_stream *s, const shim_tensor *t) {
   if (t != NULL) shim_cuda_track_storage(s, (shim_cuda_storage *)t->storage);
 }
 
-static inline void *shim_cuda_data(const shim_tensor *t) { return t->storage->data; }
+static inline void *shim_cuda_data(const shim_tensor *t) { return shim_tensor_data(t); }
 static inline int64_t shim_cuda_nbytes(const shim_tensor *t) { return t->numel * shim_dtype_size(t->dtype); }
 
 /* Scratch device memory for one op's temporaries, released at scope exit. It is tracked on

@@ -49,6 +49,7 @@ export interface GradOps<T> {
   lt(input: Operand<T>, other: Operand<T>): T
   le(input: Operand<T>, other: Operand<T>): T
   logical_and(input: T, other: T): T
+  logical_or(input: T, other: T): T
   where(condition: T, input: Operand<T>, other: Operand<T>): T
   masked_fill(input: T, mask: T, value: number): T
   sum(input: T, dim: Dims, keepdim: boolean): T
@@ -67,6 +68,11 @@ export interface GradOps<T> {
   narrow(input: T, dim: number, start: number, length: number): T
   select(input: T, dim: number, index: number): T
   cat(tensors: T[], dim: number): T
+  gather(input: T, dim: number, index: T): T
+  index_select(input: T, dim: number, index: T): T
+  scatter(input: T, dim: number, index: T, src: Operand<T>): T
+  scatter_add(input: T, dim: number, index: T, src: T): T
+  index_add(input: T, dim: number, index: T, source: T): T
   to(input: T, dtype: DType): T
   softmax(input: T, dim: number): T
   zeros(size: number[], kwargs: { dtype: DType }): T

@@ -7,7 +7,7 @@
  * several shim calls inside one command, through temporaries freed when it ends.
  */
 import * as k from "../../ffi/ops.ts"
-import type { BinaryOpName, ReduceOpName, TernaryOpName, UnaryOpName } from "../../ffi/symbols.ts"
+import type { BinaryOpName, ReduceOpName, ScatterOpName, TernaryOpName, UnaryOpName } from "../../ffi/symbols.ts"
 import { Tensor } from "../../ffi/tensor.ts"
 import { HostTensor, type DType } from "../protocol/values.ts"
 import type { FunctionContext, RemoteFunction } from "./function.ts"
@@ -20,15 +20,16 @@ import { normDim } from "./rules.ts"
 import type { OpSpec } from "./spec.ts"
 import { arangeBounds } from "./specs/creation.ts"
 import { planBinary, type BinaryKind } from "./specs/elementwise.ts"
-import { expandShape, permutation, repeatPlan, sliceOf, transposePermutation } from "./specs/layout.ts"
+import { blockStart, expandShape, permutation, repeatPlan, scatterSource, sliceOf, transposePermutation } from "./specs/layout.ts"
 import { attentionPlan, EPSILON } from "./specs/nn.ts"
 import { reducedDims } from "./specs/reduction.ts"
 
 /**
- * Computes into `outs`, allocated from the op's rule (`metas`). A view op allocates nothing
- * and returns its result instead; an in-place op writes its input.
+ * Computes into `outs`, allocated from the op's rule (`metas`). A view op (spec.view) is given
+ * no outs and returns its results instead (views, or copies it allocated); an in-place op
+ * writes its input.
  */
-export type Kernel<N extends OpName> = (run: Run, outs: ReadonlyArray<Tensor>, a: Bound<ParamsOf<N>, Tensor>, op: string, metas: ReadonlyArray<TensorMeta>) => Tensor | void
+export type Kernel<N extends OpName> = (run: Run, outs: ReadonlyArray<Tensor>, a: Bound<ParamsOf<N>, Tensor>, op: string, metas: ReadonlyArray<TensorMeta>) => Tensor | Tensor[] | void
 
 type Kernels = { readonly [N in OpName]: Kernel<N> }
 
@@ -123,14 +124,34 @@ const randint: Kernel<"randint"> = (run, [out], a, op) => {
   k.cast(out!, u, run.stream)
 }
 
-/** The pieces of input along dim, each a narrow copied into its result. */
-const piecesInto = (run: Run, outs: ReadonlyArray<Tensor>, input: Tensor, dim: number, op: string): void => {
-  const d = normDim(op, dim, input.shape.length), s = stridesOf(input)
-  let at = 0
-  for (const out of outs) {
-    copyInto(run, out, input, { offset: at * s[d]!, strides: s })
-    at += out.shape[d]!
+/**
+ * Each result of a view op of input, entries [start, start + length) of dim d every `step`
+ * (a select drops d): the block of input's memory they are when they are one (a view), else a
+ * copy. Copies made before a failure are freed.
+ */
+const blocksOf = (run: Run, input: Tensor, d: number, pieces: ReadonlyArray<{ start: number; length: number; step?: number }>, metas: ReadonlyArray<TensorMeta>, drop = false): Tensor[] => {
+  const s = stridesOf(input), made: Tensor[] = []
+  try {
+    pieces.forEach(({ start, length, step = 1 }, i) => {
+      const shape = metas[i]!.shape, at = blockStart(input.shape, d, start, length, step)
+      if (at !== undefined) return void made.push(input.block(at, shape))
+      const out = Tensor.owned(run.ctx.native, input.dtype, shape)
+      made.push(out)
+      const strides = drop ? s.filter((_, j) => j !== d) : s.map((x, j) => (j === d ? x * step : x))
+      copyInto(run, out, input, { offset: start * s[d]!, strides })
+    })
+  } catch (e) {
+    for (const t of made) t.free()
+    throw e
   }
+  return made
+}
+
+/** split's and chunk's pieces along dim, in order. */
+const piecesOf = (run: Run, input: Tensor, dim: number, op: string, metas: ReadonlyArray<TensorMeta>): Tensor[] => {
+  const d = normDim(op, dim, input.shape.length)
+  let at = 0
+  return blocksOf(run, input, d, metas.map((m) => ({ start: (at += m.shape[d]!) - m.shape[d]!, length: m.shape[d]! })), metas)
 }
 
 /** scaled_dot_product_attention: the batch dims broadcast and flattened to one, then one shim_attention. */
@@ -262,6 +283,14 @@ const intoInput = (run: Run, input: Tensor, dtype: DType, compute: (out: Tensor)
   k.cast(input, result, run.stream)
 }
 
+/** out = min(max(input, min), max), each bound (a number, or a tensor broadcast) in out's dtype; out may be input itself. */
+const clampInto = (run: Run, name: string, out: Tensor, input: Tensor, min: Tensor | number | null, max: Tensor | number | null): void => {
+  if (out !== input) k.cast(out, run.expand(input, out.shape), run.stream)
+  const bound = (b: Tensor | number) => (typeof b === "number" ? b : run.cast(b, out.dtype))
+  if (min !== null) binaryInto(run, "maximum", "arithmetic", name, out, out, bound(min))
+  if (max !== null) binaryInto(run, "minimum", "arithmetic", name, out, out, bound(max))
+}
+
 /** Reduces `dims` of input into out, one dim at a time from the last (every dim: one call). */
 const reduceInto = (run: Run, op: ReduceOpName, out: Tensor, input: Tensor, dims: ReadonlyArray<number>): void => {
   if (dims.length === input.shape.length) return k.reduce(op, out, input, undefined, run.stream)
@@ -320,6 +349,53 @@ const logsumexp = (run: Run, out: Tensor, input: Tensor, dims: ReadonlyArray<num
 /** argmax/argmin: along dim, or over every element (dim None, or a 0-d input). */
 const argReduce = (op: "max" | "min"): Kernel<"argmax"> => (run, [out], a, name) =>
   k.argreduce(op, out!, a.input, a.dim === null || a.input.shape.length === 0 ? undefined : normDim(name, a.dim, a.input.shape.length), run.stream)
+
+/**
+ * max and min: over every element, the value (shim_reduce); along a dim, the indices
+ * (shim_argreduce: the first extreme, a NaN first) and the values gathered at them, so the two
+ * always agree. A 0-d input is its own value, at index 0.
+ */
+const extreme = (op: "max" | "min"): Kernel<"max"> => (run, [values, indices], a, name) => {
+  if (a.dim === null) return k.reduce(op, values!, a.input, undefined, run.stream)
+  const n = a.input.shape.length
+  if (n === 0) return (k.cast(values!, a.input, run.stream), k.fill(indices!, 0, run.stream))
+  const d = normDim(name, a.dim, n), kept = a.input.shape.map((s, i) => (i === d ? 1 : s))
+  k.argreduce(op, indices!, a.input, d, run.stream)
+  k.gather(run.view(values!, kept), a.input, d, run.view(indices!, kept), run.stream)
+}
+
+/** t read as [1] when it is 0-d (shim_scatter takes operands of one rank, as torch reads a 0-d one). */
+const atLeast1 = (run: Run, t: Tensor): Tensor => (t.shape.length === 0 ? run.view(t, [1]) : t)
+
+/** out[.., index, ..] (op)= src along dim (a number: filled in at index's shape); an empty index writes nothing. */
+const scatterInto = (run: Run, op: ScatterOpName, out: Tensor, dim: number, index: Tensor, src: Tensor | number, name: string): void => {
+  if (index.numel === 0) return
+  let from: Tensor
+  if (typeof src === "number") {
+    from = run.temp(out.dtype, index.shape)
+    k.fill(from, src, run.stream)
+  } else from = src
+  k.scatter(op, atLeast1(run, out), normDim(name, dim, out.shape.length), atLeast1(run, index), atLeast1(run, from), run.stream)
+}
+
+/**
+ * index_add as one shim_scatter add: index spread along dim over source's slices (source broadcast
+ * to the input's, as torch's), source times alpha first when alpha is not 1.
+ */
+const indexAddInto = (run: Run, out: Tensor, dim: number, index: Tensor, source: Tensor, alpha: number, name: string): void => {
+  const n = index.numel
+  if (n === 0) return
+  const d = normDim(name, dim, out.shape.length), xs = out.shape.length === 0 ? [1] : out.shape
+  const sliced = xs.map((s, i) => (i === d ? n : s))
+  let src = run.expand(atLeast1(run, source), sliced)
+  if (alpha !== 1) {
+    const scaled = run.temp(out.dtype, sliced)
+    k.binaryScalar("mul", scaled, src, alpha, false, run.stream)
+    src = scaled
+  }
+  const spread = run.expand(run.view(index, xs.map((_, i) => (i === d ? n : 1))), sliced)
+  k.scatter("add", atLeast1(run, out), d, spread, src, run.stream)
+}
 
 const permute = (run: Run, out: Tensor, input: Tensor, p: ReadonlyArray<number>): void => {
   const own = contiguous(input.shape)
@@ -416,13 +492,10 @@ export const KERNELS: Kernels = {
   addcmul_: (run, _, a) => intoInput(run, a.input, resultType([a.input, a.tensor1, a.tensor2]), (out) => ternaryInto(run, "addcmul", out, a.input, a.tensor1, a.tensor2, a.value)),
   addcdiv_: (run, _, a) => intoInput(run, a.input, resultType([a.input, a.tensor1, a.tensor2]), (out) => ternaryInto(run, "addcdiv", out, a.input, a.tensor1, a.tensor2, a.value)),
   add_: binaryInPlace("add", "arithmetic"), sub_: binaryInPlace("sub", "arithmetic"), mul_: binaryInPlace("mul", "arithmetic"), div_: binaryInPlace("div", "division"),
-  clamp: (run, [out], a) => {
-    k.cast(out!, a.input, run.stream)
-    if (a.min !== null) k.binaryScalar("maximum", out!, out!, a.min, false, run.stream)
-    if (a.max !== null) k.binaryScalar("minimum", out!, out!, a.max, false, run.stream)
-  },
+  clamp: (run, [out], a, op) => clampInto(run, op, out!, a.input, a.min, a.max),
+  clamp_: (run, _, a, op) => intoInput(run, a.input, resultType([a.input, ...[a.min, a.max].filter((b) => b !== null)]), (out) => clampInto(run, op, out, a.input, a.min, a.max)),
   sum: reduce("sum"), prod: reduce("prod"), mean: reduce("mean"),
-  amax: reduce("max"), amin: reduce("min"), max: reduce("max"), min: reduce("min"),
+  amax: reduce("max"), amin: reduce("min"), max: extreme("max"), min: extreme("min"),
   any: reduce("any"), all: reduce("all"),
   argmax: argReduce("max"), argmin: argReduce("min"),
   var: (run, [out], a, op) => moments(run, out!, a.input, reducedDims(op, a.input, a.dim), a.correction, false),
@@ -443,21 +516,20 @@ export const KERNELS: Kernels = {
   unsqueeze: (_, __, a, ___, [m]) => a.input.view(m!.shape),
   expand: (run, [out], a, op) => copyInto(run, out!, a.input, broadcastStrides(a.input.shape, expandShape(op, a.input, a.size))),
   broadcast_to: (run, [out], a, op) => copyInto(run, out!, a.input, broadcastStrides(a.input.shape, expandShape(op, a.input, a.size))),
-  contiguous: (run, [out], a) => k.cast(out!, a.input, run.stream),
+  contiguous: (_, __, a) => a.input.view(a.input.shape),
   clone: (run, [out], a) => k.cast(out!, a.input, run.stream),
   to: (run, [out], a) => k.cast(out!, a.input, run.stream),
-  narrow: (run, [out], a, op) => {
-    const d = normDim(op, a.dim, a.input.shape.length), s = stridesOf(a.input), size = a.input.shape[d] ?? 1
-    copyInto(run, out!, a.input, { offset: (a.start < 0 ? a.start + size : a.start) * (s[d] ?? 1), strides: s })
+  narrow: (run, _, a, op, metas) => {
+    const d = normDim(op, a.dim, a.input.shape.length), size = a.input.shape[d] ?? 1
+    return blocksOf(run, a.input, d, [{ start: a.start < 0 ? a.start + size : a.start, length: a.length }], metas)[0]!
   },
-  select: (run, [out], a, op) => {
-    const d = normDim(op, a.dim, a.input.shape.length), s = stridesOf(a.input), size = a.input.shape[d]!
-    copyInto(run, out!, a.input, { offset: (a.index < 0 ? a.index + size : a.index) * s[d]!, strides: s.filter((_, i) => i !== d) })
+  select: (run, _, a, op, metas) => {
+    const d = normDim(op, a.dim, a.input.shape.length), size = a.input.shape[d]!
+    return blocksOf(run, a.input, d, [{ start: a.index < 0 ? a.index + size : a.index, length: 1 }], metas, true)[0]!
   },
-  slice: (run, [out], a, op) => {
-    const d = normDim(op, a.dim, a.input.shape.length), s = stridesOf(a.input)
-    const [start, step] = sliceOf(op, a.input.shape[d]!, a.start, a.end, a.step)
-    copyInto(run, out!, a.input, { offset: start * s[d]!, strides: s.map((x, i) => (i === d ? x * step : x)) })
+  slice: (run, _, a, op, metas) => {
+    const d = normDim(op, a.dim, a.input.shape.length), [start, step, length] = sliceOf(op, a.input.shape[d]!, a.start, a.end, a.step)
+    return blocksOf(run, a.input, d, [{ start, length, step }], metas)[0]!
   },
   flip: (run, [out], a, op) => {
     const s = stridesOf(a.input), n = a.input.shape.length
@@ -482,13 +554,19 @@ export const KERNELS: Kernels = {
   index_select: (run, [out], a, op) =>
     k.indexSelect(out!, a.input, a.input.shape.length === 0 ? 0 : normDim(op, a.dim, a.input.shape.length), a.index, run.stream),
   gather: (run, [out], a, op) => k.gather(out!, a.input, normDim(op, a.dim, a.input.shape.length), a.index, run.stream),
+  scatter: (run, [out], a, op) => (k.cast(out!, a.input, run.stream), scatterInto(run, "assign", out!, a.dim, a.index, scatterSource(op, a.src, a.value), op)),
+  scatter_: (run, _, a, op) => scatterInto(run, "assign", a.input, a.dim, a.index, scatterSource(op, a.src, a.value), op),
+  scatter_add: (run, [out], a, op) => (k.cast(out!, a.input, run.stream), scatterInto(run, "add", out!, a.dim, a.index, a.src, op)),
+  scatter_add_: (run, _, a, op) => scatterInto(run, "add", a.input, a.dim, a.index, a.src, op),
+  index_add: (run, [out], a, op) => (k.cast(out!, a.input, run.stream), indexAddInto(run, out!, a.dim, a.index, a.source, a.alpha, op)),
+  index_add_: (run, _, a, op) => indexAddInto(run, a.input, a.dim, a.index, a.source, a.alpha, op),
   copy_: (run, _, a) => k.cast(a.input, run.expand(a.src, a.input.shape), run.stream),
   fill_: (run, _, a) => k.fill(a.input, a.value, run.stream),
   noop: () => undefined,
   tril: (run, [out], a) => k.triangle(out!, a.input, a.diagonal, false, run.stream),
   triu: (run, [out], a) => k.triangle(out!, a.input, a.diagonal, true, run.stream),
-  split: (run, outs, a, op) => piecesInto(run, outs, a.tensor, a.dim, op),
-  chunk: (run, outs, a, op) => piecesInto(run, outs, a.input, a.dim, op),
+  split: (run, _, a, op, metas) => piecesOf(run, a.tensor, a.dim, op, metas),
+  chunk: (run, _, a, op, metas) => piecesOf(run, a.input, a.dim, op, metas),
   randint,
   dropout: (run, [out, mask], a) => {
     if (!a.training || a.p === 0) return (k.cast(out!, a.input, run.stream), k.fill(mask!, 1, run.stream))

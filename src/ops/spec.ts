@@ -51,8 +51,12 @@ export interface OpSpec<P extends ReadonlyArray<Param> = ReadonlyArray<Param>, K
    * included) and defines nothing; the controller lists them in `mutates`.
    */
   readonly mutates?: Mutates
-  /** Its result shares its input's memory: the kernel allocates nothing and returns it. */
-  readonly view?: true
+  /**
+   * Its result shares its input's memory (true: always, a reshape; "block": when the result is
+   * one contiguous block of the input, as a narrow of the leading dim, else it is a copy): the
+   * kernel allocates what it returns itself.
+   */
+  readonly view?: true | "block"
   /** Its gradient with respect to each tensor input, or NOT_DIFFERENTIABLE. */
   readonly backward: Backward<P>
 }
@@ -68,7 +72,7 @@ export const spec = <const P extends ReadonlyArray<Param>, const K extends Dtype
   params: P,
   outputs: (a: Bound<P>, op: string) => ReadonlyArray<TensorMeta>,
   backward: Backward<P>,
-  more: { readonly dtype?: K; readonly results?: number | ((a: Bound<P>, op: string) => number); readonly returns?: R; readonly mutates?: Mutates; readonly view?: true } = {},
+  more: { readonly dtype?: K; readonly results?: number | ((a: Bound<P>, op: string) => number); readonly returns?: R; readonly mutates?: Mutates; readonly view?: true | "block" } = {},
 ): OpSpec<P, K, R> => ({
   params, outputs, backward, results: more.results ?? (more.mutates ? 0 : 1), ...more, dtype: (more.dtype ?? "any") as K,
   returns: (more.returns ?? (more.mutates || more.results === 0 ? "none" : "tensor")) as R,

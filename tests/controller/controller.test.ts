@@ -94,7 +94,7 @@ describe("meshes and calls", () => {
       const s = yield* mesh.call("ops.full", [[], 3])
       const xs = [
         yield* mesh.call("ops.sum", [s], { dim: 0 }),
-        yield* mesh.call("ops.max", [s], { dim: -1, keepdim: true }),
+        yield* mesh.call("ops.amax", [s], { dim: -1, keepdim: true }),
         yield* mesh.call("ops.transpose", [s, 0, -1]),
       ]
       return yield* Effect.forEach(xs, (x) => Effect.map(mesh.fetch(x, 2), (v) => [x.shape, (v as HostTensor).shape, values(v)]))

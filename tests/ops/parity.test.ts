@@ -51,7 +51,9 @@ const toWire = (v: unknown, pre: Array<(ident: number) => WorkerMessage> = [], r
     pre.push((ident) => call(ident, [id], "ops.transpose", [host(v.t, v.shape, v.data), -1, -2]))
     return ref(id)
   }
-  return Array.isArray(v) ? v.map((x) => toWire(x, pre, refBase)) : v
+  if (Array.isArray(v)) return v.map((x) => toWire(x, pre, refBase))
+  // keyword arguments (a tensor among them: clamp's bounds)
+  return typeof v === "object" && v !== null ? Object.fromEntries(Object.entries(v).map(([k, x]) => [k, toWire(x, pre, refBase)])) : v
 }
 
 /** results: how many tensors the op defines (torch answers a tuple of as many). */
@@ -361,6 +363,68 @@ const CASES: Case[] = [
   c("outer promotes i32 with f32", "outer", [tensor("i32", [3]), f(2)]),
   c("outer empty", "outer", [f(0), f(3)]),
   c("ger (outer's alias)", "ger", [tensor("f64", [3]), tensor("f64", [5])]),
+  // issue 11.2: max and min with (values, indices), the scatter family
+  ...(["max", "min"] as const).flatMap((op) => [
+    ...ALL.map((t) => c(`${op} ${t} dim 1 (ties: the first)`, op, [tensor(t, [3, 5])], { dim: 1 }, 2)),
+    ...ALL.map((t) => c(`${op} ${t} over everything`, op, [tensor(t, [3, 4])])),
+    c(`${op} dim 0 keepdim, by position`, op, [f(4, 3), 0, true], {}, 2),
+    c(`${op} negative dim, 3-D`, op, [tensor("f64", [2, 3, 4])], { dim: -2 }, 2),
+    c(`${op} NaN propagates, at the first NaN`, op, [{ ...f(2, 3), data: [1, NaN, NaN, 5, -1, NaN] }], { dim: 1 }, 2),
+    c(`${op} NaN over everything`, op, [special("f32")]),
+    c(`${op} 0-d along dim 0`, op, [f(), 0], {}, 2),
+    c(`${op} 0-d along dim -1, keepdim`, op, [f(), -1, true], {}, 2),
+    c(`${op} 0-d`, op, [f()]),
+    c(`${op} empty, along a dim that is not`, op, [f(0, 3), 1], {}, 2),
+    c(`${op} non-contiguous`, op, [nc(f(4, 3)), -1], {}, 2),
+  ]),
+  ...ALL.map((t) => c(`scatter ${t}`, "scatter", [tensor(t, [3, 4]), 0, ints("i64", [2, 4], [2, 0, 1, 2, 0, 1, 2, 1]), tensor(t, [2, 4])])),
+  c("scatter dim -1, index smaller than src and input", "scatter", [f(3, 5), -1, ints("i64", [2, 2], [4, 0, 1, 3]), f(3, 4)]),
+  c("scatter a repeated index: the last write stays", "scatter", [f(2, 3), 1, ints("i64", [2, 3], [1, 1, 1, 0, 2, 0]), f(2, 3)]),
+  c("scatter a number, by position", "scatter", [f(3, 4), 1, ints("i64", [3, 1], [3, 0, 2]), 2.5]),
+  c("scatter value keyword", "scatter", [tensor("f64", [4]), 0, ints("i64", [2], [3, 1])], { value: -1.25 }),
+  c("scatter value into i64 truncates", "scatter", [tensor("i64", [2, 3]), 1, ints("i64", [2, 1], [2, 0]), 2.7]),
+  c("scatter value into bool", "scatter", [tensor("bool", [2, 3]), 1, ints("i64", [2, 2], [2, 0, 1, 1]), 1]),
+  c("scatter 3-D dim 1", "scatter", [tensor("f64", [2, 3, 2]), 1, ints("i64", [2, 2, 2], [2, 0, 1, 1, 0, 2, 2, 1]), tensor("f64", [2, 2, 2])]),
+  c("scatter 0-d", "scatter", [f(), 0, ints("i64", [], [0]), f()]),
+  c("scatter a 0-d index into 1-D", "scatter", [f(4), 0, ints("i64", [], [2]), f()]),
+  c("scatter empty index", "scatter", [f(3, 2), 0, ints("i64", [0, 2], []), f(0, 2)]),
+  c("scatter into a non-contiguous input", "scatter", [nc(f(4, 3)), 1, ints("i64", [3, 2], [3, 0, 1, 2, 0, 0]), f(3, 2)]),
+  ...ALL.map((t) => c(`scatter_add ${t}, repeated indices add up`, "scatter_add", [tensor(t, [3, 4]), 0, ints("i64", [3, 4], [2, 0, 2, 2, 0, 0, 1, 2, 2, 0, 1, 2]), tensor(t, [3, 4])])),
+  c("scatter_add dim 1, index smaller than src", "scatter_add", [f(2, 3), 1, ints("i64", [2, 2], [0, 0, 2, 1]), f(2, 4)]),
+  c("scatter_add f16 rounds at each step", "scatter_add", [tensor("f16", [2]), 0, ints("i64", [6], [0, 0, 0, 1, 1, 0]), tensor("f16", [6], 300)]),
+  c("scatter_add negative dim, 3-D", "scatter_add", [tensor("f64", [2, 2, 3]), -1, ints("i64", [2, 2, 2], [2, 2, 0, 1, 1, 1, 0, 0]), tensor("f64", [2, 2, 2])]),
+  c("scatter_add 0-d", "scatter_add", [f(), 0, ints("i64", [], [0]), f()]),
+  c("scatter_add empty index", "scatter_add", [f(3), 0, ints("i64", [0], []), f(0)]),
+  c("scatter_add non-contiguous src", "scatter_add", [f(2, 4), 1, ints("i64", [2, 3], [3, 3, 0, 1, 2, 1]), nc(f(3, 2))]),
+  ...ALL.map((t) => c(`index_add ${t}, repeated indices`, "index_add", [tensor(t, [4, 3]), 0, ints("i64", [5], [3, 0, 3, 1, 3]), tensor(t, [5, 3])])),
+  c("index_add dim 1, alpha", "index_add", [f(2, 4), 1, ints("i64", [3], [0, 0, 2]), f(2, 3)], { alpha: -2.5 }),
+  c("index_add f64 alpha, negative dim", "index_add", [tensor("f64", [2, 3, 4]), -2, ints("i64", [2], [2, 0]), tensor("f64", [2, 2, 4])], { alpha: 0.3 }),
+  c("index_add i32 integer alpha", "index_add", [tensor("i32", [3]), 0, ints("i64", [4], [0, 0, 2, 0]), tensor("i32", [4])], { alpha: 3 }),
+  c("index_add bf16 alpha", "index_add", [tensor("bf16", [3, 2]), 0, ints("i64", [3], [1, 1, 0]), tensor("bf16", [3, 2])], { alpha: 0.5 }),
+  c("index_add source broadcast along a size-1 dim", "index_add", [f(3, 4), 0, ints("i64", [2], [2, 2]), f(2, 1)]),
+  c("index_add 0-d index", "index_add", [f(4, 2), 0, ints("i64", [], [3]), f(1, 2)]),
+  c("index_add 0-d input, index and source", "index_add", [f(), 0, ints("i64", [], [0]), f()]),
+  c("index_add empty index", "index_add", [f(3, 2), 1, ints("i64", [0], []), f(3, 0)]),
+  c("index_add non-contiguous input and source", "index_add", [nc(f(2, 3)), 1, ints("i64", [3], [1, 0, 1]), nc(f(3, 3))]),
+  c("scatter_ in place", "scatter_", [f(3, 4), 0, ints("i64", [2, 4], [2, 0, 1, 2, 0, 1, 2, 1]), f(2, 4)]),
+  c("scatter_ in place, a number", "scatter_", [tensor("i64", [2, 3]), 1, ints("i64", [2, 1], [2, 0])], { value: 9 }),
+  c("scatter_add_ in place", "scatter_add_", [tensor("f64", [3]), 0, ints("i64", [4], [1, 1, 2, 1]), tensor("f64", [4])]),
+  c("index_add_ in place, alpha", "index_add_", [f(4, 3), 0, ints("i64", [2], [3, 3]), f(2, 3)], { alpha: 2 }),
+  // clamp with tensor bounds (torch's clamp(Tensor min, Tensor max)): broadcast, promotion, NaN, min > max
+  ...ALL.filter((t) => t !== "bool").map((t) => c(`clamp ${t} tensor bounds`, "clamp", [tensor(t, [3, 4]), tensor(t, [4]), tensor(t, [3, 1])])),
+  c("clamp min tensor only, broadcast to a larger shape", "clamp", [f(4), tensor("f32", [2, 1])]),
+  c("clamp max tensor only, by keyword", "clamp", [f(2, 3)], { max: f(3) }),
+  c("clamp i64 by f32 bounds promotes", "clamp", [tensor("i64", [4]), f(4), f(4)]),
+  c("clamp f32 by an f64 bound promotes", "clamp", [f(3), tensor("f64", [3])]),
+  c("clamp NaN in the input or a bound stays NaN", "clamp", [{ ...f(4), data: [NaN, 1, 5, 2] }, { ...f(4), data: [0, NaN, 2, 0] }, { ...f(4), data: [1, 3, NaN, 3] }]),
+  c("clamp min above max gives max", "clamp", [f(4)], { min: { ...f(4), data: [2, 2, 2, 2] }, max: { ...f(4), data: [1, -1, 3, 0] } }),
+  c("clamp i64 by a number", "clamp", [tensor("i64", [6])], { min: -2 }),
+  c("clamp 0-d input, tensor bounds", "clamp", [f(), f(3), f(3)]),
+  c("clamp empty", "clamp", [f(0, 3), f(3), f(1)]),
+  c("clamp non-contiguous input and bound", "clamp", [nc(f(4, 3)), nc(f(4, 3)), f(1)]),
+  c("clamp_ in place, tensor bounds broadcast", "clamp_", [f(3, 4), f(4), f(3, 1)]),
+  c("clamp_ i32 in place, numbers", "clamp_", [tensor("i32", [5]), 0, 2]),
+  c("clamp_ f32 in place, an f64 bound cast back", "clamp_", [f(4), tensor("f64", [4])]),
 ]
 
 const numbersOf = (h: HostTensor): number[] => [...h.toArray()].map(Number)

@@ -92,11 +92,11 @@ describe("tensors", () => {
     expectShimError(() => Tensor.empty(native, "f32", [1, 1, 1, 1, 1, 1, 1, 1, 1]), "Invalid", /9 dims, at most 8/)
     const a = tensor("f32", [2, 3], [0, 1, 2, 3, 4, 5])
     expectShimError(() => a.view([4]), "Invalid", /cannot view/)
-    const shape = new BigInt64Array([4n])
+    const shape = new BigInt64Array([7n])
     expectShimError(
-      () => native.check(native.shim.shim_tensor_view(a.handle, 1, ptr(shape), native.outsPtr), "shim_tensor_view"),
+      () => native.check(native.shim.shim_tensor_view(a.handle, 0, 1, ptr(shape), native.outsPtr), "shim_tensor_view"),
       "Invalid",
-      /shim_tensor_view: 4 elements cannot view f32\[2, 3\]/,
+      /shim_tensor_view: 7 elements from element 0 do not fit in f32\[2, 3\]/,
     )
     const bytes = new Uint8Array(20)
     expectShimError(

@@ -73,6 +73,38 @@ const extremum = (wins: <T>(ops: GradOps<T>, a: T | number, b: T | number) => T)
   return { input: () => share(ops, c.grad, x, y), other: () => share(ops, c.grad, y, x) }
 }
 
+const clampParams = [arg("input", "tensor"), opt("min", "tensorOrScalar", null), opt("max", "tensorOrScalar", null)] as const
+
+/**
+ * clamp (torch 1.13's two forms, number or tensor bounds, which broadcast with the input):
+ * max(input, min) then min(that, max), so min > max gives max and a NaN anywhere stays NaN; the
+ * dtype is the promotion of all three; at least one bound.
+ */
+const clampMeta = (op: string, input: TensorMeta, min: TensorMeta | number | null, max: TensorMeta | number | null): TensorMeta => {
+  if (min === null && max === null) bad(op, "needs min or max (at least one of them not None)")
+  if (min !== null && max !== null && isNumber(min) !== isNumber(max)) bad(op, "min and max must be both tensors or both numbers (torch's two forms)")
+  const operands = [input, ...(min === null ? [] : [min]), ...(max === null ? [] : [max])]
+  return { dtype: resultType(operands), shape: broadcastShapes(op, operands.filter((x): x is TensorMeta => !isNumber(x)).map((x) => x.shape)) }
+}
+
+/**
+ * torch 1.13's rules: the input's gradient passes where min <= x <= max (bounds included); a
+ * tensor min gets it where x < min (and min < max), a tensor max where x > max (or max < min,
+ * where the result is max).
+ */
+const clampRule: Backward<typeof clampParams> = (c, o) => {
+  const { input: x, min, max } = c.args, g = c.grad
+  const only = (cond: typeof g) => o.where(cond, g, 0)
+  return {
+    input: () => {
+      const inside = min === null ? o.le(x, max!) : max === null ? o.ge(x, min) : o.logical_and(o.ge(x, min), o.le(x, max))
+      return only(inside)
+    },
+    min: () => only(max === null ? o.lt(x, min!) : o.logical_and(o.lt(x, min!), o.lt(min!, max))),
+    max: () => only(min === null ? o.gt(x, max!) : o.logical_or(o.gt(x, max!), o.lt(max!, min))),
+  }
+}
+
 /** Whether a bound operand is a number (no gradient) rather than a tensor. */
 export const isNumber = (v: unknown): v is number => typeof v === "number"
 
@@ -107,15 +139,6 @@ export const elementwise = {
   floor_divide_: binaryInPlace("arithmetic"), remainder_: binaryInPlace("arithmetic"),
   logical_and: logical, logical_or: logical,
   add_: binaryInPlace("arithmetic"), sub_: binaryInPlace("arithmetic"), mul_: binaryInPlace("arithmetic"), div_: binaryInPlace("division"),
-  clamp: spec([arg("input", "tensor"), opt("min", "scalar", null), opt("max", "scalar", null)], ({ input, min, max }) =>
-    [{ dtype: resultType([input, ...(min === null ? [] : [min]), ...(max === null ? [] : [max])]), shape: input.shape }],
-    // The gradient passes where min <= x <= max (torch 1.13's rule, bounds included).
-    (c, o) => ({
-      input: () => {
-        const { input: x, min, max } = c.args
-        const inside = min === null ? (max === null ? undefined : o.le(x, max)) : max === null ? o.ge(x, min) : o.logical_and(o.ge(x, min), o.le(x, max))
-        return inside === undefined ? c.grad : o.where(inside, c.grad, 0)
-      },
-    }),
-    { dtype: "promote" }),
+  clamp: spec(clampParams, ({ input, min, max }, op) => [clampMeta(op, input, min, max)], clampRule, { dtype: "promote" }),
+  clamp_: spec(clampParams, ({ input, min, max }, op) => (checkInPlace(op, input, clampMeta(op, input, min, max)), []), NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" }),
 }

@@ -1,13 +1,15 @@
 /**
  * Layout, indexing and linear algebra. Our tensors are dense and contiguous, so reshape,
- * view, flatten, squeeze and unsqueeze are views (no copy); the rest (permute, expand,
- * slicing, cat, flip, ...) are one strided copy each (shim_copy_strided), whose cost
- * bench/ops.ts shows.
+ * view, flatten, squeeze, unsqueeze and contiguous are views (no copy); narrow, select,
+ * slicing, split and chunk are views too where their result is one contiguous block of the
+ * input (blockStart: a piece of the leading dim, say), as torch's are, and a strided copy
+ * otherwise; the rest (permute, expand, cat, flip, ...) are one strided copy each
+ * (shim_copy_strided), whose cost bench/ops.ts shows.
  */
 import { bad, describe, isTensorMeta, numelOf, type TensorMeta } from "../meta.ts"
-import { type GradContext, type GradOps, NOT_DIFFERENTIABLE, oneHot, padDim, sumTo } from "../grad.ts"
-import { arg, opt, type Param } from "../params.ts"
-import { broadcastShapes, promoteTypes } from "../promotion.ts"
+import { type GradContext, type GradOps, NOT_DIFFERENTIABLE, padDim, sumTo } from "../grad.ts"
+import { arg, kw, opt, type Param } from "../params.ts"
+import { broadcastShapes, isFloating, promoteTypes } from "../promotion.ts"
 import { normDim } from "../rules.ts"
 import { spec } from "../spec.ts"
 
@@ -55,6 +57,18 @@ export const expandShape = (op: string, x: TensorMeta, size: ReadonlyArray<numbe
     if (s < 0) bad(op, `size ${s} is negative`)
     return s
   })
+}
+
+/**
+ * Where `length` entries of dim d of a contiguous `shape`, from `start` every `step`, lie in its
+ * memory when they are one contiguous block of it: the block's first element (flat); undefined
+ * when they are not (entries of an inner dim, or a step). The block is a view; the rest copy.
+ */
+export const blockStart = (shape: ReadonlyArray<number>, d: number, start: number, length: number, step = 1): number | undefined => {
+  const outer = numelOf(shape.slice(0, d)), inner = numelOf(shape.slice(d + 1))
+  if (outer * length * inner === 0) return 0
+  if ((length > 1 && step !== 1) || (outer !== 1 && length !== shape[d])) return undefined
+  return start * inner
 }
 
 /** A slice of one dim: start, step and length (python's slice rules; step > 0). */
@@ -165,24 +179,93 @@ const matmulGrad = <T>(o: GradOps<T>, meta: (t: T) => TensorMeta, x: T, y: T, g:
 }
 
 // The gradient of a copy, an expand or a cast passes as it is: the tape sums every gradient to its input's shape and casts it to its dtype.
-/**
- * gather's rule: torch's scatter_add of g into zeros, as a one-hot sum along dim (moved last),
- * then zeros past the index's sizes in the other dims.
- */
-const gatherGrad = <T>(o: GradOps<T>, meta: (t: T) => TensorMeta, g: T, index: T, m: TensorMeta, dim: number): T => {
-  const n = m.shape.length
-  if (n === 0) return g
-  const d = normDim("gather", dim, n), last = n - 1, moved = (t: T) => (d === last ? t : o.transpose(t, d, last))
-  const hot = o.to(o.eq(o.unsqueeze(moved(index), -1), o.arange(m.shape[d]!)), m.dtype)
-  let r = moved(o.sum(o.mul(o.unsqueeze(moved(g), -1), hot), -2, false))
-  for (let i = 0; i < n; i++) {
-    const have = meta(r).shape[i]!, want = m.shape[i]!
+
+/** x padded with zeros at the end of each dim up to `shape` (a gather's gradient where src or input is larger than index). */
+const padEnd = <T>(o: GradOps<T>, meta: (t: T) => TensorMeta, x: T, shape: ReadonlyArray<number>): T => {
+  let r = x
+  for (let i = 0; i < shape.length; i++) {
+    const have = meta(r).shape[i]!, want = shape[i]!
     if (have < want) r = padDim(o, r, meta(r), i, 0, want - have)
   }
   return r
 }
 
+/** A shape with a 0-dim tensor read as [1] (torch's scatter and index_add take 0-d operands so). */
+const atLeast1 = (shape: ReadonlyArray<number>): ReadonlyArray<number> => (shape.length === 0 ? [1] : shape)
+
+/**
+ * scatter's and scatter_add's checks (torch 1.13's): an i64 index; src of the input's dtype; and,
+ * unless index is empty, index, src and input of one rank (0-d read as 1-d), index no larger than
+ * src, nor than the input outside dim. Indices out of range fail on the worker, before any write.
+ */
+const scatterMeta = (op: string, input: TensorMeta, dim: number, index: TensorMeta, src: TensorMeta | number): TensorMeta => {
+  indexTensor(op, index, "index")
+  if (typeof src !== "number" && src.dtype !== input.dtype) bad(op, `src ${describe(src)} must have the input's dtype (${describe(input)})`)
+  const d = normDim(op, dim, input.shape.length)
+  if (numelOf(index.shape) === 0) return input
+  const is = atLeast1(index.shape), xs = atLeast1(input.shape), ss = typeof src === "number" ? is : atLeast1(src.shape)
+  if (is.length !== xs.length || ss.length !== xs.length) bad(op, `index ${describe(index)}${typeof src === "number" ? "" : `, src ${describe(src)}`} and input ${describe(input)} need one rank`)
+  if (is.some((n, i) => n > ss[i]! || (i !== d && n > xs[i]!)))
+    bad(op, `index ${describe(index)} must be no larger than src ${typeof src === "number" ? "" : describe(src)} and than input ${describe(input)} outside dim ${d}`)
+  return input
+}
+
+/** scatter's source: the tensor or number given as src, or the value keyword (one of them). */
+export const scatterSource = <T>(op: string, src: T | number | null, value: number | null): T | number => {
+  if ((src === null) === (value === null)) bad(op, "needs one of src (a tensor or a number) and value")
+  return src ?? value!
+}
+
+/**
+ * index_add's checks (torch 1.13's): an i64 index of 0 or 1 dims; source of the input's dtype and
+ * rank (0-d read as 1-d), index's count along dim, and the input's sizes (or 1, broadcast) elsewhere.
+ */
+const indexAddMeta = (op: string, input: TensorMeta, dim: number, index: TensorMeta, source: TensorMeta, alpha: number): TensorMeta => {
+  indexTensor(op, index, "index")
+  if (index.shape.length > 1) bad(op, `index must be 0-D or 1-D, got ${describe(index)}`)
+  if (source.dtype !== input.dtype) bad(op, `source ${describe(source)} must have the input's dtype (${describe(input)})`)
+  if (input.dtype === "bool" ? alpha !== 1 : !isFloating(input.dtype) && !Number.isInteger(alpha))
+    bad(op, `alpha must be ${input.dtype === "bool" ? "1" : "an integer"} for ${describe(input)}, got ${alpha}`)
+  const d = normDim(op, dim, input.shape.length), xs = atLeast1(input.shape), ss = atLeast1(source.shape), n = numelOf(index.shape)
+  if (ss.length !== xs.length || ss[d] !== n || ss.some((s, i) => i !== d && s !== xs[i] && s !== 1))
+    bad(op, `source ${describe(source)} must have the rank of input ${describe(input)}, ${n} entries along dim ${d} (index ${describe(index)}) and its sizes elsewhere`)
+  return input
+}
+
+const scatterParams = [arg("input", "tensor"), arg("dim", "int"), arg("index", "tensor"), opt("src", "tensorOrScalar", null), kw("value", "scalar", null)] as const
+const scatterAddParams = [arg("input", "tensor"), arg("dim", "int"), arg("index", "tensor"), arg("src", "tensor")] as const
+const indexAddParams = [arg("input", "tensor"), arg("dim", "int"), arg("index", "tensor"), arg("source", "tensor"), kw("alpha", "scalar", 1)] as const
+
+/**
+ * The scatter family's rules (torch 1.13's): scatter's input keeps g where nothing was written
+ * (g scattered with 0 at the indices), its src gets g gathered at them (for every src element,
+ * overwritten ones included, as torch's); scatter_add's and index_add's input get g as it is, src
+ * g gathered at the indices, source g picked along dim (index_select) times alpha.
+ */
+const scatterGrads = {
+  scatter: <T>(c: GradContext<typeof scatterParams, T>, o: GradOps<T>) => ({
+    input: () => o.scatter(c.grad, c.args.dim, c.args.index, 0),
+    src: () => {
+      const src = c.args.src as T
+      return padEnd(o, c.meta, o.gather(c.grad, c.args.dim, c.args.index), c.meta(src).shape)
+    },
+  }),
+  scatter_add: <T>(c: GradContext<typeof scatterAddParams, T>, o: GradOps<T>) => ({
+    input: () => c.grad,
+    src: () => padEnd(o, c.meta, o.gather(c.grad, c.args.dim, c.args.index), c.meta(c.args.src).shape),
+  }),
+  index_add: <T>(c: GradContext<typeof indexAddParams, T>, o: GradOps<T>) => ({
+    input: () => c.grad,
+    source: () => {
+      const picked = o.index_select(c.grad, c.args.dim, c.args.index)
+      return c.args.alpha === 1 ? picked : o.mul(picked, c.args.alpha)
+    },
+  }),
+}
+
 const same = spec([arg("input", "tensor")], ({ input }) => [input], (c) => ({ input: () => c.grad }), { dtype: "same" })
+/** torch's contiguous returns its input itself when it is contiguous, as ours always are: a view. */
+const contiguousSpec = spec([arg("input", "tensor")], ({ input }) => [input], (c) => ({ input: () => c.grad }), { dtype: "same", view: true })
 const reshapeSpec = spec([arg("input", "tensor"), arg("shape", "ints")], ({ input, shape }, op) => [{ dtype: input.dtype, shape: reshapeShape(op, input, shape) }], (c, o) => ({ input: () => o.reshape(c.grad, [...c.meta(c.args.input).shape]) }), { view: true, dtype: "same" })
 
 /** A product's rule in terms of matmulGrad, for an op whose second operand is `name`. */
@@ -236,7 +319,7 @@ export const layout = {
   }, (c, o) => ({ input: () => o.reshape(c.grad, [...c.meta(c.args.input).shape]) }), { view: true, dtype: "same" }),
   expand: spec([arg("input", "tensor"), arg("size", "ints")], ({ input, size }, op) => [{ dtype: input.dtype, shape: expandShape(op, input, size) }], (c) => ({ input: () => c.grad }), { dtype: "same" }),
   broadcast_to: spec([arg("input", "tensor"), arg("size", "ints")], ({ input, size }, op) => [{ dtype: input.dtype, shape: expandShape(op, input, size) }], (c) => ({ input: () => c.grad }), { dtype: "same" }),
-  contiguous: same,
+  contiguous: contiguousSpec,
   clone: same,
   /** A cast's gradient is cast back (as every gradient, by the tape, to its input's dtype). */
   to: spec([arg("input", "tensor"), opt("dtype", "dtype", null)], ({ input, dtype }) => [{ dtype: dtype ?? input.dtype, shape: input.shape }], (c) => ({ input: () => c.grad }), { dtype: "to" }),
@@ -249,7 +332,7 @@ export const layout = {
       const m = c.meta(c.args.input), d = normDim("narrow", c.args.dim, m.shape.length), size = m.shape[d]!, s = c.args.start < 0 ? c.args.start + size : c.args.start
       return padDim(o, c.grad, c.meta(c.grad), d, s, size - s - c.args.length)
     },
-  }), { dtype: "same" }),
+  }), { dtype: "same", view: "block" }),
   select: spec([arg("input", "tensor"), arg("dim", "int"), arg("index", "int")], ({ input, dim, index }, op) => {
     if (input.shape.length === 0) bad(op, "cannot select from a 0-dim tensor")
     const d = normDim(op, dim, input.shape.length), size = input.shape[d]!
@@ -261,7 +344,7 @@ export const layout = {
       const g = o.unsqueeze(c.grad, d)
       return padDim(o, g, c.meta(g), d, i, size - i - 1)
     },
-  }), { dtype: "same" }),
+  }), { dtype: "same", view: "block" }),
   slice: spec([arg("input", "tensor"), opt("dim", "int", 0), opt("start", "int", null), opt("end", "int", null), opt("step", "int", 1)], ({ input, dim, start, end, step }, op) => {
     if (input.shape.length === 0) bad(op, "cannot slice a 0-dim tensor")
     const d = normDim(op, dim, input.shape.length), [, , length] = sliceOf(op, input.shape[d]!, start, end, step)
@@ -281,7 +364,7 @@ export const layout = {
       }
       return padDim(o, g, c.meta(g), d, s, size - s - covered)
     },
-  }), { dtype: "same" }),
+  }), { dtype: "same", view: "block" }),
   flip: spec([arg("input", "tensor"), arg("dims", "dims")], ({ input, dims }, op) => {
     for (const d of typeof dims === "number" ? [dims] : dims) normDim(op, d, input.shape.length)
     return [input]
@@ -312,15 +395,11 @@ export const layout = {
     const d = normDim(op, dim, input.shape.length)
     return [{ dtype: input.dtype, shape: input.shape.length === 0 ? [] : input.shape.map((s, i) => (i === d ? numelOf(index.shape) : s)) }]
   }, (c, o) => ({
-    // torch's index_add of g into zeros, as a one-hot product: each picked row's gradient summed into its source row.
+    // torch's rule: g added into zeros at the rows it was picked from (index_add, in index order).
     input: () => {
       const m = c.meta(c.args.input)
       if (m.shape.length === 0) return o.reshape(o.sum(c.grad, null, false), [])
-      const d = normDim("index_select", c.args.dim, m.shape.length), n = numelOf(c.meta(c.args.index).shape), size = m.shape[d]!
-      const front = d === 0 ? c.grad : o.transpose(c.grad, 0, d), fs = c.meta(front).shape
-      const rows = o.matmul(o.transpose(oneHot(o, c.args.index, n, size, m.dtype), 0, 1), o.reshape(front, [n, numelOf(fs.slice(1))]))
-      const back = o.reshape(rows, fs.map((s, i) => (i === 0 ? size : s)))
-      return d === 0 ? back : o.transpose(back, 0, d)
+      return o.index_add(o.zeros([...m.shape], { dtype: c.meta(c.grad).dtype }), c.args.dim, c.args.index, c.grad)
     },
   }), { dtype: "same" }),
   gather: spec([arg("input", "tensor"), arg("dim", "int"), arg("index", "tensor")], ({ input, dim, index }, op) => {
@@ -330,8 +409,15 @@ export const layout = {
       bad(op, `index ${describe(index)} must have the rank of ${describe(input)} and no larger size outside dim ${d}`)
     return [{ dtype: input.dtype, shape: index.shape }]
   }, (c, o) => ({
-    input: () => gatherGrad(o, c.meta, c.grad, c.args.index, c.meta(c.args.input), c.args.dim),
+    // torch's rule: g added into zeros at the places it was gathered from (scatter_add).
+    input: () => o.scatter_add(o.zeros([...c.meta(c.args.input).shape], { dtype: c.meta(c.grad).dtype }), c.args.dim, c.args.index, c.grad),
   }), { dtype: "same" }),
+  scatter: spec(scatterParams, ({ input, dim, index, src, value }, op) => [scatterMeta(op, input, dim, index, scatterSource(op, src, value))], scatterGrads.scatter, { dtype: "same" }),
+  scatter_: spec(scatterParams, ({ input, dim, index, src, value }, op) => (scatterMeta(op, input, dim, index, scatterSource(op, src, value)), []), NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" }),
+  scatter_add: spec(scatterAddParams, ({ input, dim, index, src }, op) => [scatterMeta(op, input, dim, index, src)], scatterGrads.scatter_add, { dtype: "same" }),
+  scatter_add_: spec(scatterAddParams, ({ input, dim, index, src }, op) => (scatterMeta(op, input, dim, index, src), []), NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" }),
+  index_add: spec(indexAddParams, ({ input, dim, index, source, alpha }, op) => [indexAddMeta(op, input, dim, index, source, alpha)], scatterGrads.index_add, { dtype: "same" }),
+  index_add_: spec(indexAddParams, ({ input, dim, index, source, alpha }, op) => (indexAddMeta(op, input, dim, index, source, alpha), []), NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" }),
   copy_: spec([arg("input", "tensor"), arg("src", "tensor")], ({ input, src }, op) => {
     if (broadcastShapes(op, [input.shape, src.shape]).join() !== input.shape.join()) bad(op, `cannot copy ${describe(src)} into ${describe(input)}`)
     return []
@@ -347,7 +433,7 @@ export const layout = {
       return pieceGrad(o, c.meta, c.grad, m, splitSizes("split", m, c.args.split_size_or_sections, c.args.dim), c.index, c.args.dim)
     },
   }), {
-    dtype: "same", returns: "tensors", results: ({ tensor, split_size_or_sections, dim }, op) => splitSizes(op, tensor, split_size_or_sections, dim).length,
+    dtype: "same", returns: "tensors", view: "block", results: ({ tensor, split_size_or_sections, dim }, op) => splitSizes(op, tensor, split_size_or_sections, dim).length,
   }),
   chunk: spec([arg("input", "tensor"), arg("chunks", "int"), opt("dim", "int", 0)], ({ input, chunks, dim }, op) =>
     pieces(op, input, chunkSizes(op, input, chunks, dim), dim), (c, o) => ({
@@ -356,7 +442,7 @@ export const layout = {
       return pieceGrad(o, c.meta, c.grad, m, chunkSizes("chunk", m, c.args.chunks, c.args.dim), c.index, c.args.dim)
     },
   }), {
-    dtype: "same", returns: "tensors", results: ({ input, chunks, dim }, op) => chunkSizes(op, input, chunks, dim).length,
+    dtype: "same", returns: "tensors", view: "block", results: ({ input, chunks, dim }, op) => chunkSizes(op, input, chunks, dim).length,
   }),
   repeat: spec([arg("input", "tensor"), arg("repeats", "ints")], ({ input, repeats }, op) => [{ dtype: input.dtype, shape: repeatPlan(op, input, repeats).shape }], (c, o) => ({
     // Each copy's gradient summed back: g as [r0, s0, r1, s1, ...], summed over the r dims.

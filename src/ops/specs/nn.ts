@@ -212,10 +212,10 @@ export const nn = {
     if (weight.shape.length !== 2) bad(op, `weight must be [num_embeddings, embedding_dim], got ${describe(weight)}`)
     return [{ dtype: weight.dtype, shape: [...input.shape, weight.shape[1]!] }]
   }, (c, o) => ({
-    // Each row's gradient summed into the row it was looked up from: one_hot(input)^T @ g.
+    // Each row's gradient added into the row it was looked up from (index_add, in index order; torch's dense rule).
     weight: () => {
       const [rows, width] = c.meta(c.args.weight).shape as [number, number], n = numelOf(c.meta(c.args.input).shape)
-      return o.matmul(o.transpose(oneHot(o, c.args.input, n, rows, c.meta(c.args.weight).dtype), 0, 1), o.reshape(c.grad, [n, width]))
+      return o.index_add(o.zeros([rows, width], { dtype: c.meta(c.grad).dtype }), 0, o.reshape(c.args.input, [n]), o.reshape(c.grad, [n, width]))
     },
   }), { dtype: "other" }),
   scaled_dot_product_attention: spec(

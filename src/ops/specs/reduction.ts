@@ -49,7 +49,7 @@ const reducedRule = <P extends ReadonlyArray<Param>>(op: string, f: <T>(o: GradO
 type ReductionRule = Backward<typeof reductionParams>
 
 /** amax and friends (torch 1.13): the gradient is shared evenly among the elements equal to the extreme. */
-const extremeRule = (op: string): ReductionRule => reducedRule(op, (o, r) => {
+const extremeRule = (op: string) => reducedRule<typeof reductionParams>(op, (o, r) => {
   const hit = o.to(o.eq(r.x, r.out()), r.meta.dtype)
   return o.div(o.mul(r.g, hit), o.sum(hit, r.dims, true))
 })
@@ -71,7 +71,7 @@ const reduction = <const R extends Rule>(rule: R, backward: ReductionRule) => sp
   ({ input, dim, keepdim }, op) => {
     if (rule === "floating" && !isFloating(input.dtype)) bad(op, `needs a floating input, got ${describe(input)} (cast with ops.to)`)
     const dims = reducedDims(op, input, dim)
-    if ((op === "amax" || op === "amin" || op === "max" || op === "min") && dims.some((d) => input.shape[d] === 0))
+    if ((op === "amax" || op === "amin") && dims.some((d) => input.shape[d] === 0))
       bad(op, `cannot reduce an empty dim of ${describe(input)}: ${op} has no identity`)
     const dtype = rule === "widen" && INTEGER_SUM.has(input.dtype) ? "i64" : input.dtype
     return [{ dtype, shape: reducedShape(input, dims, keepdim) }]
@@ -95,6 +95,37 @@ const argReduction = spec([arg("input", "tensor"), opt("dim", "int", null), opt(
   return [{ dtype: "i64", shape: reducedShape(input, input.shape.length === 0 ? [] : [d], keepdim) }]
 }, NOT_DIFFERENTIABLE)
 
+/**
+ * max and min (torch's two forms): over every element, the value alone, its gradient shared
+ * evenly among the elements equal to it; along one dim, (values, indices) with indices i64, the
+ * first extreme of each line (a NaN counts as beyond every number: the first NaN wins), and the
+ * values' gradient scattered back to those indices (torch 1.13's rules for both).
+ */
+const extremeParams = [arg("input", "tensor"), opt("dim", "int", null), opt("keepdim", "bool", false)] as const
+const extremeWithIndices = (op: "max" | "min") => spec(extremeParams, ({ input, dim, keepdim }, op) => {
+  const n = input.shape.length
+  if (dim === null) {
+    if (keepdim) bad(op, "keepdim needs a dim (without one, the result is one value)")
+    if (numelOf(input.shape) === 0) bad(op, `cannot reduce the empty ${describe(input)}: ${op} has no identity`)
+    return [{ dtype: input.dtype, shape: [] }]
+  }
+  const d = normDim(op, dim, n)
+  if (n > 0 && input.shape[d] === 0) bad(op, `cannot reduce an empty dim of ${describe(input)}: ${op} has no identity`)
+  const shape = reducedShape(input, n === 0 ? [] : [d], keepdim)
+  return [{ dtype: input.dtype, shape }, { dtype: "i64", shape }]
+}, (c, o) => {
+  const { input, dim, keepdim } = c.args
+  if (dim === null) return extremeRule(op)({ ...c, args: { input, dim: null, keepdim: false } }, o)
+  return {
+    input: () => {
+      const m = c.meta(input), n = m.shape.length
+      if (n === 0) return c.grad
+      const d = normDim(op, dim, n), kept = (t: typeof input) => (keepdim ? t : o.unsqueeze(t, d))
+      return o.scatter(o.zeros([...m.shape], { dtype: c.meta(c.grad).dtype }), d, kept(c.outs[1]!), kept(c.grad))
+    },
+  }
+}, { dtype: "same", returns: "valuesIndices", results: ({ dim }) => (dim === null ? 1 : 2) })
+
 const momentParams = [arg("input", "tensor"), opt("dim", "dims", null), kw("correction", "int", 1), kw("keepdim", "bool", false)] as const
 
 /**
@@ -117,9 +148,8 @@ export const reductions = {
   mean: reduction("floating", reducedRule("mean", (o, r) => o.div(r.g, reducedCount(r.meta, r.dims)))),
   amax: reduction("same", extremeRule("amax")),
   amin: reduction("same", extremeRule("amin")),
-  /** Values only (torch's max(dim) also returns indices; not yet). */
-  max: reduction("same", extremeRule("max")),
-  min: reduction("same", extremeRule("min")),
+  max: extremeWithIndices("max"),
+  min: extremeWithIndices("min"),
   /** bool, but u8 stays u8 (torch 1.13's any and all). */
   any: logicalReduction, all: logicalReduction,
   argmax: argReduction, argmin: argReduction,

@@ -1,0 +1,153 @@
+// Views without copies (issue 11.2): narrow, select, slicing, split, chunk and contiguous give a
+// view of their input (the same memory, from an offset into it) wherever their result is one
+// contiguous block of it, and a copy elsewhere. Checked on real workers through the controller:
+//   - against torch 1.13 (tests/ops/views_ref.py): ours is a view exactly where torch's view is
+//     contiguous, so in-place writes through the view reach the base and writes to the base reach
+//     the view, as in torch; where torch's is not, ours is a copy, with torch's values;
+//   - lifetimes: the base's ref deleted while a view lives leaves the view's memory alive and
+//     correct, counted once, and freed with the last of them (the worker's own counters);
+//   - a write whose input shares only some of its memory is refused, as torch refuses it;
+//   - leaf gradients made as views of one gradient (cat's backward) stay independent.
+import { afterAll, beforeAll, describe, expect, test } from "bun:test"
+import { Effect, ManagedRuntime } from "effect"
+import { Controller, ops, opsOn, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
+import { clipGradNorm } from "../../src/optim/clip.ts"
+import type { DType } from "../../src/protocol/values.ts"
+import { describeUnless } from "../skip.ts"
+import { torchMissing, TorchServer } from "../torch.ts"
+import { host } from "../worker/build.ts"
+
+const ROOT = new URL("../..", import.meta.url).pathname
+let rt: ManagedRuntime.ManagedRuntime<Controller, unknown>
+let ctl: ControllerApi
+let mesh: Mesh
+beforeAll(async () => {
+  rt = ManagedRuntime.make(Controller.local({ world: 1, functionPath: [ROOT], gcRelease: false, onWorkerLine: () => {} }))
+  ctl = await rt.runPromise(Effect.service(Controller))
+  mesh = await rt.runPromise(ctl.mesh({ dp: 1 }))
+}, 60_000)
+afterAll(() => rt?.dispose())
+
+const run = <A>(e: Effect.Effect<A, unknown>): Promise<A> => rt.runPromise(e)
+const values = (t: RemoteTensor): Promise<number[]> => run(t.fetch()).then((h) => [...h.toArray()].map(Number))
+const iota = (n: number) => Array.from({ length: n }, (_, i) => i)
+const tensor = (t: DType, shape: number[], data = iota(shape.reduce((a, b) => a * b, 1))): RemoteTensor =>
+  opsOn(mesh).clone(host(t, shape, data) as never) as RemoteTensor
+/** This worker's live tensor handles and their bytes (tests/controller/fixtures.ts), after what was issued before has run. */
+const workerMemory = async (t: RemoteTensor): Promise<{ tensors: number; bytes: number }> => {
+  await run(t.fetch())
+  const [tensors, bytes] = ((await run(mesh.fetchAll(t, { fn: "tests/controller/fixtures:workerMemory" }))) as number[][])[0]!
+  return { tensors: tensors!, bytes: bytes! }
+}
+
+type Step = readonly [op: string, args: ReadonlyArray<unknown>]
+interface Case { readonly name: string; readonly t: DType; readonly shape: number[]; readonly chain: ReadonlyArray<Step>; readonly piece?: number }
+const v = (name: string, shape: number[], chain: ReadonlyArray<Step>, piece?: number, t: DType = "f32"): Case => ({ name, t, shape, chain, piece })
+const CASES: Case[] = [
+  v("narrow of the leading dim", [4, 3], [["narrow", [0, 1, 2]]]),
+  v("narrow, negative start", [5, 2], [["narrow", [0, -3, 2]]], undefined, "f64"),
+  v("narrow of an inner dim (a copy)", [4, 3], [["narrow", [1, 0, 2]]]),
+  v("narrow of an inner dim under size-1 leading dims", [1, 1, 6], [["narrow", [2, 2, 3]]]),
+  v("narrow of an inner dim, whole", [3, 4], [["narrow", [1, 0, 4]]]),
+  v("narrow to nothing", [4, 3], [["narrow", [0, 2, 0]]]),
+  v("select of the leading dim", [4, 3], [["select", [0, 2]]], undefined, "i64"),
+  v("select, negative index", [4, 3], [["select", [0, -1]]]),
+  v("select of an inner dim (a copy)", [4, 3], [["select", [1, 1]]]),
+  v("select of an inner dim under a size-1 dim", [1, 4, 3], [["select", [1, 3]]]),
+  v("slice of the leading dim", [5, 2], [["slice", [0, 1, 4]]]),
+  v("slice with a step (a copy)", [6, 2], [["slice", [0, 0, null, 2]]]),
+  v("slice with a step that keeps one entry", [6, 2], [["slice", [0, 4, 5, 3]]]),
+  v("split of the leading dim, the second piece", [6, 2], [["split", [2, 0]]], 1),
+  v("split of an inner dim (copies)", [3, 4], [["split", [2, 1]]], 1),
+  v("chunk of the leading dim, the last piece", [5, 3], [["chunk", [2, 0]]], 1, "i32"),
+  v("a select of a narrow: offsets add up", [4, 3], [["narrow", [0, 1, 3]], ["select", [0, 1]]]),
+  v("a narrow of a reshape", [2, 6], [["reshape", [[4, 3]]], ["narrow", [0, 2, 2]]]),
+  v("contiguous is its input", [2, 3], [["contiguous", []]]),
+]
+const WRITES = [["view", "add_", 100], ["base", "mul_", -1], ["view", "fill_", 7]] as const
+
+describeUnless(torchMissing())("views against torch 1.13: a view where torch's is contiguous, writes seen both ways", () => {
+  let torch: TorchServer
+  beforeAll(() => void (torch = new TorchServer(new URL("./views_ref.py", import.meta.url).pathname)))
+  afterAll(() => torch?.close())
+  CASES.forEach((c, id) => test(c.name, async () => {
+    const data = iota(c.shape.reduce((a, b) => a * b, 1))
+    const want = torch.ask<{ contiguous: boolean; steps: Array<{ base: number[]; view: number[] }>; error?: string }>(id, { t: c.t, shape: c.shape, data, chain: c.chain, piece: c.piece ?? 0, writes: WRITES })
+    const base = tensor(c.t, c.shape, data)
+    let view: RemoteTensor = base
+    for (const [op, args] of c.chain) {
+      const r = (ops as unknown as Record<string, (...a: unknown[]) => RemoteTensor | RemoteTensor[]>)[op]!(view, ...args)
+      view = Array.isArray(r) ? r[c.piece ?? 0]! : r
+    }
+    const steps: Array<{ base: number[]; view: number[] }> = []
+    for (const [who, op, arg] of WRITES) {
+      ;(ops as unknown as Record<string, (t: RemoteTensor, x: number) => void>)[op]!(who === "view" ? view : base, arg)
+      steps.push({ base: await values(base), view: await values(view) })
+    }
+    const theirs = await want
+    expect(theirs.error).toBeUndefined()
+    expect(steps).toEqual(theirs.steps)
+  }))
+})
+
+describe("view lifetimes on a worker", () => {
+  test("a view outlives its base's ref: its memory stays alive and counted once, and goes with the view", async () => {
+    const probe = tensor("f32", [1])
+    const before = await workerMemory(probe)
+    const x = tensor("f32", [256, 64])
+    const afterBase = await workerMemory(probe)
+    expect(afterBase.bytes - before.bytes).toBe(256 * 64 * 4)
+    const row = ops.select(x, 0, 200), rows = ops.narrow(x, 0, 10, 20)
+    // Views: no bytes more.
+    expect((await workerMemory(probe)).bytes).toBe(afterBase.bytes)
+    x.release()
+    const held = await workerMemory(probe)
+    expect(held.bytes).toBe(afterBase.bytes)
+    expect(await values(row)).toEqual(iota(64).map((i) => 200 * 64 + i))
+    ops.add_(rows, 1) // a write through a view whose base's ref is gone
+    expect((await values(rows)).slice(0, 3)).toEqual([641, 642, 643])
+    row.release()
+    expect((await workerMemory(probe)).bytes).toBe(afterBase.bytes)
+    rows.release()
+    const after = await workerMemory(probe)
+    expect(after).toEqual(before)
+  })
+
+  test("a copy (an inner dim's narrow) takes its own bytes and is independent of the base", async () => {
+    const probe = tensor("f32", [1])
+    const x = tensor("f32", [64, 64])
+    const before = await workerMemory(probe)
+    const cols = ops.narrow(x, 1, 0, 16)
+    expect((await workerMemory(probe)).bytes - before.bytes).toBe(64 * 16 * 4)
+    ops.fill_(x, 0)
+    expect((await values(cols)).slice(0, 3)).toEqual([0, 1, 2])
+    cols.release()
+    x.release()
+  })
+})
+
+describe("writes through views", () => {
+  test("a write whose input shares only some of its memory is refused, naming both, and defines nothing new", async () => {
+    const x = tensor("f32", [6, 2])
+    const a = ops.narrow(x, 0, 0, 4), b = ops.narrow(x, 0, 2, 4)
+    ops.add_(a, b)
+    const failed = await run(Effect.flip(a.fetch()))
+    expect(String((failed as { message?: string }).message)).toMatch(/shim_binary: out f32\[4, 2\] and b f32\[4, 2\] share some of their memory but are not the same elements/)
+    // x was not written, and disjoint blocks of one memory are fine operands.
+    expect(await values(x)).toEqual(iota(12))
+    const c = ops.narrow(x, 0, 4, 2)
+    ops.add_(ops.narrow(x, 0, 0, 2), c)
+    expect((await values(x)).slice(0, 4)).toEqual([8, 10, 12, 14])
+  })
+
+  test("leaf gradients that are views of one gradient (cat's backward) stay independent under in-place updates", async () => {
+    const a = (tensor("f64", [3]) as RemoteTensor<"f64">).requiresGrad_(), b = (tensor("f64", [3]) as RemoteTensor<"f64">).requiresGrad_()
+    const c = (tensor("f64", [6]) as RemoteTensor<"f64">).requiresGrad_()
+    ops.add(ops.cat([a, b]), c).sum().backward()
+    ops.add(ops.cat([a, b]), c).sum().backward() // accumulates in place: add_ into each .grad
+    expect([await values(a.grad!), await values(b.grad!), await values(c.grad!)]).toEqual([[2, 2, 2], [2, 2, 2], [2, 2, 2, 2, 2, 2]])
+    await run(clipGradNorm([a.grad!, b.grad!, c.grad!], Math.sqrt(12))) // scales each in place by about 1/2
+    const rounded = async (t: RemoteTensor) => (await values(t)).map((x) => Number(x.toFixed(4)))
+    expect([await rounded(a.grad!), await rounded(b.grad!), await rounded(c.grad!)]).toEqual([[1, 1, 1], [1, 1, 1], [1, 1, 1, 1, 1, 1]])
+  })
+})
