@@ -4,9 +4,14 @@
  * eager running the same op in the same run (Debian's torch 1.13 at /usr/bin/python3; at world
  * 4, four torch processes each running it at once on the same cores). Rounds alternate: ours,
  * then torch's, per case. Each op goes through mesh.run / mesh.call (an Effect per op) and
- * through the typed surface (x.add_(1), synchronous).
+ * through the typed surface (x.add_(1), synchronous: a round's ops as one burst of plain code).
  *
- *   bun run bench/controller.ts [--ops N] [--rounds R] [--worlds 1,4] [--no-sites]
+ *   bun run bench/controller.ts [--ops N] [--rounds R] [--worlds 1,4] [--no-sites] [--sections] [--worker-profile DIR]
+ *
+ * --sections: also where the controller's time per op goes, from timing wrappers around the
+ * methods that do each part (their own clock reads, ~0.05 us a call, are counted in); a second
+ * table. --worker-profile DIR: the workers run under Bun's sampling profiler, writing a
+ * markdown profile each into DIR on exit.
  *
  * Prints, per case, medians over the rounds: end-to-end us per op (issue to fetched), the
  * controller's CPU us per op (this process; and of it, until the last op was issued), the
@@ -14,7 +19,9 @@
  * torch's us per op, and ours / torch's.
  */
 import { Effect, type Layer, ManagedRuntime } from "effect"
-import { Controller, type Mesh, type RemoteTensor } from "../src/controller/index.ts"
+import { Controller, Mesh, type RemoteTensor } from "../src/controller/index.ts"
+import { Core } from "../src/controller/core.ts"
+import { Graph } from "../src/controller/graph.ts"
 import { cpuOf, load, median, selfCpu } from "./cpu.ts"
 
 const args = process.argv.slice(2)
@@ -23,22 +30,32 @@ const OPS = Number(flag("--ops") ?? 20_000)
 const ROUNDS = Number(flag("--rounds") ?? 5)
 const WORLDS = (flag("--worlds") ?? "1,4").split(",").map(Number)
 const CAPTURE_SITES = !args.includes("--no-sites")
+const SECTIONS = args.includes("--sections")
+const WORKER_PROFILE = flag("--worker-profile")
 const TORCH = "/usr/bin/python3"
 
 /** The cases: our op on a handle, and torch's same op in Python. */
 interface Case {
   readonly name: string
   readonly torch: "inplace" | "fresh"
-  /** Issues one op on `x` through the mesh; returns the handle that holds the result. */
-  readonly issue: (mesh: Mesh, x: RemoteTensor) => Effect.Effect<RemoteTensor, unknown>
+  /** Issues one op on `x` through the mesh as an Effect; returns the handle that holds the result. */
+  readonly issue?: (mesh: Mesh, x: RemoteTensor) => Effect.Effect<RemoteTensor, unknown>
+  /** Or: all n ops of a round as plain code, one synchronous burst; returns the handle to fetch. */
+  readonly burst?: (x: RemoteTensor, n: number) => RemoteTensor
 }
 
 const CASES: ReadonlyArray<Case> = [
   { name: "add_ in place (x.add_(1))", torch: "inplace", issue: (mesh, x) => Effect.as(mesh.run("ops.add_", [x, 1], {}, { mutates: [x] }), x) },
   { name: "add, fresh result (y = x.add(1))", torch: "fresh", issue: (mesh, x) => mesh.call("ops.add", [x, 1]) },
-  // The typed surface (synchronous op calls, model code's way): no Effect per op.
-  { name: "typed x.add_(1)", torch: "inplace", issue: (_, x) => Effect.succeed(x.add_(1)) },
-  { name: "typed y = x.add(1)", torch: "fresh", issue: (_, x) => Effect.succeed(x.add(1)) },
+  // The typed surface as model code calls it: plain synchronous op calls, no Effect per op.
+  { name: "typed x.add_(1), a synchronous burst", torch: "inplace", burst: (x, n) => {
+    for (let i = 0; i < n; i++) x.add_(1)
+    return x
+  } },
+  { name: "typed y = x.add(1), a synchronous burst", torch: "fresh", burst: (x, n) => {
+    for (let i = 0; i < n; i++) x.add(1)
+    return x
+  } },
 ]
 
 /** torch's side: each process imports torch once, then per "go" line times N ops of a case. */
@@ -108,6 +125,41 @@ class TorchPeers {
   }
 }
 
+/**
+ * The parts of the controller's work, each the method that does it (nested: an op call's
+ * site, rule and graph node are inside it; a flush's encoding inside the flush, whose rest is
+ * the socket write). Seconds spent in each since the last take().
+ */
+const PARTS = {
+  "call site (Core.site)": [Core.prototype, "site"],
+  "metadata rule (Mesh.resultMetas)": [Mesh.prototype, "resultMetas"],
+  "graph node (Graph.add)": [Graph.prototype, "add"],
+  "worker reports: Status, settling (Core.onMessage)": [Core.prototype, "onMessage"],
+  "GC'd handles' releases (Core.collected)": [Core.prototype, "collected"],
+  "flush (Core.flush)": [Core.prototype, "flush"],
+  "of it, encoding (Core.encodeBatch)": [Core.prototype, "encodeBatch"],
+} as const
+const spent = new Map<string, number>()
+if (SECTIONS)
+  for (const [name, [proto, method]] of Object.entries(PARTS)) {
+    const target = proto as unknown as Record<string, (...a: unknown[]) => unknown>
+    const inner = target[method]!
+    spent.set(name, 0)
+    target[method] = function (this: unknown, ...a: unknown[]) {
+      const t = performance.now()
+      try {
+        return inner.apply(this, a)
+      } finally {
+        spent.set(name, spent.get(name)! + performance.now() - t)
+      }
+    }
+  }
+const takeParts = (): Map<string, number> => {
+  const out = new Map([...spent].map(([k, ms]) => [k, ms / 1000]))
+  for (const k of spent.keys()) spent.set(k, 0)
+  return out
+}
+
 interface Sample {
   readonly e2e: number
   readonly controllerCpu: number
@@ -116,6 +168,8 @@ interface Sample {
   readonly workerCpu: number
   readonly perFrame: number
   readonly torch: number
+  /** Per part (PARTS), seconds per op; and the synchronous issuing loop's wall time per op. */
+  readonly parts: Map<string, number>
 }
 
 const runWorld = (world: number, torch: TorchPeers) =>
@@ -128,17 +182,23 @@ const runWorld = (world: number, torch: TorchPeers) =>
       Effect.gen(function* () {
         let x = yield* mesh.call("ops.ones", [[1]])
         yield* mesh.fetch(x)
-        const sent0 = { ...ctl.core.sent }, w0 = pids.map(cpuOf), c0 = selfCpu(), t0 = performance.now()
-        for (let i = 0; i < n; i++) {
-          const y = yield* c.issue(mesh, x)
-          if (c.torch === "inplace") x = y
-        }
-        const issued = selfCpu()
+        const sent0 = { ...ctl.core.sent }, w0 = pids.map(cpuOf), c0 = selfCpu()
+        takeParts()
+        const t0 = performance.now()
+        if (c.burst) x = c.burst(x, n)
+        else
+          for (let i = 0; i < n; i++) {
+            const y = yield* c.issue!(mesh, x)
+            if (c.torch === "inplace") x = y
+          }
+        const issuedAt = performance.now(), issued = selfCpu()
         yield* mesh.fetch(x)
         const t1 = performance.now(), c1 = selfCpu(), w1 = pids.map(cpuOf)
         const frames = ctl.core.sent.frames - sent0.frames, commands = ctl.core.sent.commands - sent0.commands
         const workerCpu = w1.reduce((s, w, r) => s + w - w0[r]!, 0) / world
-        return { e2e: (t1 - t0) / 1000 / n, controllerCpu: (c1 - c0) / n, issueCpu: (issued - c0) / n, workerCpu: workerCpu / n, perFrame: commands / Math.max(frames, 1) }
+        const parts = new Map([...takeParts()].map(([k, secs]) => [k, secs / n]))
+        parts.set("issuing loop, wall (op calls and what ran between them)", (issuedAt - t0) / 1000 / n)
+        return { e2e: (t1 - t0) / 1000 / n, controllerCpu: (c1 - c0) / n, issueCpu: (issued - c0) / n, workerCpu: workerCpu / n, perFrame: commands / Math.max(frames, 1), parts }
       })
     for (const c of CASES) yield* round(c, Math.min(OPS, 2000)) // warm-up
     for (let r = 0; r < ROUNDS; r++) {
@@ -156,13 +216,16 @@ console.log(`bench/controller: ${OPS} ops then a fetch per round, ${ROUNDS} roun
 console.log("")
 console.log("| world | op | end to end us/op | controller CPU us/op | of it, issuing | worker CPU us/op | commands/frame | torch us/op | ours / torch |")
 console.log("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+const all = new Map<number, Map<string, Sample[]>>()
 for (const world of WORLDS) {
   const torch = new TorchPeers(world)
   await torch.ready()
-  const layer = Controller.local({ world, captureSites: CAPTURE_SITES, onWorkerLine: () => {} })
+  const env = WORKER_PROFILE === undefined ? undefined : { BUN_OPTIONS: `--cpu-prof-md --cpu-prof-dir=${WORKER_PROFILE}` }
+  const layer = Controller.local({ world, captureSites: CAPTURE_SITES, onWorkerLine: () => {}, ...(env ? { env } : {}) })
   const rt = ManagedRuntime.make(layer as Layer.Layer<Controller, unknown>)
   try {
     const samples = await rt.runPromise(runWorld(world, torch))
+    all.set(world, samples)
     for (const [name, ss] of samples) {
       const e2e = median(ss.map((s) => s.e2e)), t = median(ss.map((s) => s.torch))
       const ratio = median(ss.map((s) => s.e2e / s.torch))
@@ -172,4 +235,14 @@ for (const world of WORLDS) {
     await rt.dispose()
     torch.stop()
   }
+}
+
+if (SECTIONS) {
+  // One column per (world, case): the median over the rounds of each part's us per op.
+  const columns = [...all].flatMap(([world, samples]) => [...samples].map(([name, ss]) => ({ head: `w${world} ${name}`, ss })))
+  console.log("")
+  console.log(`| controller us/op, by part | ${columns.map((c) => c.head).join(" | ")} |`)
+  console.log(`|---|${columns.map(() => "---:").join("|")}|`)
+  for (const part of columns[0]!.ss[0]!.parts.keys())
+    console.log(`| ${part} | ${columns.map((c) => us(median(c.ss.map((s) => s.parts.get(part)!)))).join(" | ")} |`)
 }

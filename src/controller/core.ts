@@ -71,6 +71,13 @@ export interface CoreOptions {
   readonly onLeak?: (handle: string) => void
 }
 
+/**
+ * Messages queued (counted once for all their ranks) after which a batch goes out at once
+ * instead of at the next tick: a long synchronous burst of op calls then reaches the workers
+ * in frames of this many while the program is still issuing, so they start early.
+ */
+export const FLUSH_EVERY = 1024
+
 /** Default bound on a mesh's commands in flight: about a second of tiny ops. */
 export const MAX_IN_FLIGHT = 1 << 18
 
@@ -130,6 +137,8 @@ export class Core {
   /** Releases made while compile records a step, sent after its CallRecording (releaseHeld). */
   private held: Array<{ readonly ranks: ReadonlyArray<number>; readonly refs: ReadonlyArray<number> }> = []
   private flushQueued = false
+  /** Messages queued since the last flush (see FLUSH_EVERY). */
+  private queued = 0
   private statusWanted = false
   private readonly fetches = new Map<number, PendingFetch>()
   private readonly exits = new Map<number, ProcessExit>()
@@ -274,14 +283,14 @@ export class Core {
     }
   }
 
-  /** A dropped handle was collected: deleted (gcRelease) or only reported. */
-  collected(ranks: ReadonlyArray<number>, id: number, handle: string): boolean {
+  /** A dropped handle was collected: deleted (gcRelease) or only reported (`handle` names it). */
+  collected(ranks: ReadonlyArray<number>, id: number, handle: () => string): boolean {
     if (this.options.gcRelease ?? true) {
       this.release(ranks, [id])
       return true
     }
     this.leaks++
-    this.options.onLeak?.(handle)
+    this.options.onLeak?.(handle())
     return false
   }
 
@@ -307,7 +316,8 @@ export class Core {
   post(ranks: ReadonlyArray<number>, msg: WorkerMessage): void {
     if (this.tracing?.post(ranks, msg)) return
     for (const r of ranks) if (!this.graph.isLost(r)) this.outbox[r]!.push(msg)
-    this.scheduleFlush()
+    if (++this.queued >= FLUSH_EVERY) this.flush()
+    else this.scheduleFlush()
   }
 
   /**
@@ -455,9 +465,13 @@ export class Core {
     queueMicrotask(() => this.flush())
   }
 
-  /** Sends each worker what was queued for it, as one message or one CommandGroup. */
+  /**
+   * Sends each worker what was queued for it, as one message or one CommandGroup: at the next
+   * tick, or at once when FLUSH_EVERY messages are queued.
+   */
   flush(): void {
     this.flushQueued = false
+    this.queued = 0
     this.openDelete = undefined
     const last = this.nextIdent - 1
     // Past half the bound, every batch asks where the workers are, so a step waiting for

@@ -56,7 +56,7 @@ interface Dropped {
  * (release(), step scopes in lifetime.ts); nothing forces GC.
  */
 const dropped = new FinalizationRegistry<Dropped>(({ mesh, id, bytes }) => {
-  if (mesh.core.collected(mesh.ranks, id, `RemoteTensor(${id} on ${mesh})`)) countRelease(mesh.live, bytes)
+  if (mesh.core.collected(mesh.ranks, id, () => `RemoteTensor(${id} on ${mesh})`)) countRelease(mesh.live, bytes)
 })
 
 const bytesOf = (meta: TensorMeta | undefined): number => (meta === undefined ? 0 : numelOf(meta.shape) * ITEM_SIZE[meta.dtype])

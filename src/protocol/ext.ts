@@ -26,7 +26,7 @@
  * A payload that fails its layout check decodes as a BadExt, which the field's check reports
  * where it sits (validate.ts).
  */
-import { Decoder, Encoder, ExtData, ExtensionCodec } from "@msgpack/msgpack"
+import { Decoder, Encoder, ExtData, ExtensionCodec, type ExtensionCodecType } from "@msgpack/msgpack"
 import type { DecodeContext, EncodeContext } from "./context.ts"
 import { NDSlice } from "./ndslice.ts"
 import { markBadStrings, scan } from "./scan.ts"
@@ -231,18 +231,20 @@ export const decodingExtensions = (marked: boolean): ExtensionCodec<DecodeContex
   return c
 }
 
-export const encodingExtensions = (): ExtensionCodec<EncodeContext> => {
-  const c = new ExtensionCodec<EncodeContext>()
-  const unused = () => undefined
-  c.register({ type: EXT_TYPES.Ref, encode: (v) => (v instanceof Ref ? encodeRef(v) : null), decode: unused })
-  c.register({ type: EXT_TYPES.NDSlice, encode: (v) => (v instanceof NDSlice ? encodeNDSlice(v) : null), decode: unused })
-  c.register({ type: EXT_TYPES.TensorFactory, encode: (v) => (v instanceof TensorFactory ? encodeTensorFactory(v) : null), decode: unused })
-  c.register({
-    type: EXT_TYPES.HostTensor,
-    // The function form gets the payload's absolute position: needed for the padding.
-    encode: (v, ctx) => (v instanceof HostTensor ? (dataPos: number) => encodeHostTensor(v, dataPos, ctx) : null),
-    decode: unused,
-  })
-  c.register({ type: EXT_TYPES.ErrorPayload, encode: (v) => (v instanceof ErrorPayload ? encodeErrorPayload(v) : null), decode: unused })
-  return c
-}
+/**
+ * The encoder's ext codec. NOTE: not an ExtensionCodec: that one asks the timestamp codec and
+ * then each registered type in turn for every array and map too; this one answers by class,
+ * and at once for the arrays and maps that most values of a command are.
+ */
+export const encodingExtensions = (): ExtensionCodecType<EncodeContext> => ({
+  tryToEncode: (v, ctx) => {
+    if (Array.isArray(v)) return null
+    if (v instanceof Ref) return new ExtData(EXT_TYPES.Ref, encodeRef(v))
+    if (v instanceof HostTensor) return new ExtData(EXT_TYPES.HostTensor, (dataPos: number) => encodeHostTensor(v, dataPos, ctx))
+    if (v instanceof NDSlice) return new ExtData(EXT_TYPES.NDSlice, encodeNDSlice(v))
+    if (v instanceof TensorFactory) return new ExtData(EXT_TYPES.TensorFactory, encodeTensorFactory(v))
+    if (v instanceof ErrorPayload) return new ExtData(EXT_TYPES.ErrorPayload, encodeErrorPayload(v))
+    return null
+  },
+  decode: () => undefined,
+})

@@ -1,8 +1,9 @@
 // The controller's core, message by message (no processes): what a fetch puts in the batch it
-// goes out with. The commands' own messages do not matter here: DeleteRefs stands in for them.
+// goes out with, and when a long burst goes out. The commands' own messages do not matter here:
+// DeleteRefs stands in for them.
 import { expect, test } from "bun:test"
 import { Effect, Result } from "effect"
-import { Core } from "../../src/controller/core.ts"
+import { Core, FLUSH_EVERY } from "../../src/controller/core.ts"
 import type { WorkerLink } from "../../src/controller/listener.ts"
 import { decodeWorkerMessage } from "../../src/protocol/codec.ts"
 import type { WorkerMessage } from "../../src/protocol/messages.ts"
@@ -45,4 +46,24 @@ test("a batch without a fetch asks for no Status", async () => {
   core.command([0], "a call", [], [5], undefined, (ident) => ({ _tag: "DeleteRefs", refs: [ident] }))
   await Bun.sleep(0)
   expect(got).toEqual([{ _tag: "DeleteRefs", refs: [0] }])
+})
+
+test(`a long synchronous burst goes out every FLUSH_EVERY (${FLUSH_EVERY}) messages while it is issued, the rest at the next tick, in order`, async () => {
+  const core = new Core({ world: 2, captureSites: false })
+  const got: WorkerMessage[][] = [[], []]
+  core.admit(recordingLink(0, 2, got[0]!))
+  core.admit(recordingLink(1, 2, got[1]!))
+  const total = 2 * FLUSH_EVERY + 10
+  const framesWhileIssuing: number[] = []
+  for (let i = 0; i < total; i++) {
+    core.command([0, 1], "a call", [], [i + 1], undefined, (ident) => ({ _tag: "DeleteRefs", refs: [ident] }))
+    if ((i + 1) % FLUSH_EVERY === 0) framesWhileIssuing.push(got[0]!.length)
+  }
+  expect(framesWhileIssuing, "frames sent by the end of each FLUSH_EVERY commands of the burst").toEqual([1, 2])
+  await Bun.sleep(0)
+  for (const frames of got) {
+    expect(frames.map((f) => (f._tag === "CommandGroup" ? f.commands.length : 1))).toEqual([FLUSH_EVERY, FLUSH_EVERY, 10])
+    const idents = frames.flatMap((f) => (f._tag === "CommandGroup" ? [...f.commands] : [f])).map((m) => (m._tag === "DeleteRefs" ? m.refs[0] : -1))
+    expect(idents).toEqual(Array.from({ length: total }, (_, i) => i))
+  }
 })
