@@ -247,15 +247,41 @@ const binaryInto = (run: Run, op: BinaryOpName, kind: BinaryKind, name: string, 
   else k.binaryScalar(op, out, run.expand(y as Tensor, plan.result.shape), x, true, run.stream)
 }
 
-const binary = (op: BinaryOpName, kind: BinaryKind): Kernel<"add"> => (run, [out], a, name) => binaryInto(run, op, kind, name, out!, a.input, a.other)
+/**
+ * Kernels that can plan once for a prepared call (prepareBuiltin): from the bound arguments of
+ * its first call, the kernel with that plan made, for calls whose tensors have the same dtypes
+ * and shapes; undefined where the plan is not that simple.
+ */
+const planned = new WeakMap<object, (a: Bound<ParamsOf<"add">, Tensor>, name: string) => Kernel<"add"> | undefined>()
+
+/**
+ * A tensor and a number whose result has the tensor's dtype (x.add(1), x.mul_(0.9)): one
+ * shim_binary_scalar into the output (the input itself in place), nothing cast or broadcast.
+ */
+const tensorAndNumber = (op: BinaryOpName, kind: BinaryKind) => (a: Bound<ParamsOf<"add">, Tensor>, name: string): Kernel<"add"> | undefined => {
+  if (!(a.input instanceof Tensor) || typeof a.other !== "number") return undefined
+  const plan = planBinary(name, kind, a.input, a.other)
+  if (plan.compute !== a.input.dtype || plan.result.dtype !== a.input.dtype) return undefined
+  return (run, [out], b) => k.binaryScalar(op, out ?? b.input as Tensor, b.input as Tensor, b.other as number, false, run.stream)
+}
+
+const binary = (op: BinaryOpName, kind: BinaryKind): Kernel<"add"> => {
+  const kernel: Kernel<"add"> = (run, [out], a, name) => binaryInto(run, op, kind, name, out!, a.input, a.other)
+  planned.set(kernel, tensorAndNumber(op, kind))
+  return kernel
+}
 
 /** In place: straight into the input when the result has its dtype, else through a temporary. */
-const binaryInPlace = (op: BinaryOpName, kind: BinaryKind): Kernel<"add_"> => (run, _, a, name) => {
-  const plan = planBinary(name, kind, a.input, a.other)
-  if (plan.result.dtype === a.input.dtype) return binaryInto(run, op, kind, name, a.input, a.input, a.other)
-  const result = run.temp(plan.result.dtype, plan.result.shape)
-  binaryInto(run, op, kind, name, result, a.input, a.other)
-  k.cast(a.input, result, run.stream)
+const binaryInPlace = (op: BinaryOpName, kind: BinaryKind): Kernel<"add_"> => {
+  const kernel: Kernel<"add_"> = (run, _, a, name) => {
+    const plan = planBinary(name, kind, a.input, a.other)
+    if (plan.result.dtype === a.input.dtype) return binaryInto(run, op, kind, name, a.input, a.input, a.other)
+    const result = run.temp(plan.result.dtype, plan.result.shape)
+    binaryInto(run, op, kind, name, result, a.input, a.other)
+    k.cast(a.input, result, run.stream)
+  }
+  planned.set(kernel, tensorAndNumber(op, kind) as never)
+  return kernel
 }
 
 /** An operand of a ternary op in dtype over shape: a number as one element, a one-element tensor as it is. */
@@ -740,8 +766,9 @@ export interface PreparedCall {
 /**
  * `ops.<name>` prepared once for calls that differ only in their tensors, each of the dtype and
  * shape of the one at its place in `args` and `kwargs` now (a recording's replays): the
- * arguments are bound and the rule's results found here, so a call puts its tensors in their
- * places, allocates the outputs and runs the kernel. undefined where that cannot hold: a view
+ * arguments are bound, the rule's results found and (for the kernels that can) the kernel's plan
+ * made here, so a call puts its tensors in their places, allocates the outputs and runs the
+ * kernel. undefined where that cannot hold: a view
  * op (its result is its input's memory), or a tensor that is not in its argument's place once
  * bound, or is given twice.
  */
@@ -758,7 +785,8 @@ export const prepareBuiltin = (name: string, args: ReadonlyArray<unknown>, kwarg
   }
   for (const key of Object.keys(bound)) find(bound, key, bound[key])
   if (places.length !== tensors.length || places.some((p) => p.tensor < 0)) return undefined
-  const kernel = KERNELS[op.name] as Kernel<OpName>
+  const general = KERNELS[op.name] as Kernel<OpName>
+  const kernel = (planned.get(general)?.(bound as never, op.name) ?? general) as Kernel<OpName>
   const run = (ctx: FunctionContext, now: ReadonlyArray<Tensor>) => {
     for (const p of places) (p.holder as Record<string | number, unknown>)[p.key] = now[p.tensor]
     try {

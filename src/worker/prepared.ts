@@ -14,6 +14,7 @@ import { prepareBuiltin, type PreparedCall } from "../ops/kernels.ts"
 import type { CallFunction } from "../protocol/messages.ts"
 import { HostTensor, Ref } from "../protocol/values.ts"
 import { isBuiltin } from "./functions.ts"
+import type { FunctionContext } from "../ops/function.ts"
 import { contextFor } from "./handlers/calls.ts"
 import { lookup, tryDefineNow, type Session } from "./session.ts"
 import { streamOf } from "./streams.ts"
@@ -26,6 +27,8 @@ export interface Prepared {
   readonly shapes: ReadonlyArray<ReadonlyArray<number>>
   /** This call's tensors (reused from call to call). */
   readonly now: Tensor[]
+  /** The context of its last run, reused while its stream and the mesh coordinates are the same. */
+  ctx: FunctionContext | undefined
 }
 
 /** The refs of an argument tree in order; undefined when it holds host data (uploaded per call). */
@@ -56,7 +59,7 @@ export const prepare = (s: Session, c: CallFunction): Prepared | null => {
     const kwargs = lookup(s, c.kwargs, stream) as Record<string, unknown>
     const call = prepareBuiltin(c.function.slice(4), lookup(s, c.args, stream) as unknown[], kwargs, tensors)
     if (call === undefined || call.outputs !== c.results.length) return null
-    return { call, refs, dtypes: tensors.map((t) => t.dtype), shapes: tensors.map((t) => [...t.shape]), now: new Array<Tensor>(refs.length) }
+    return { call, refs, dtypes: tensors.map((t) => t.dtype), shapes: tensors.map((t) => [...t.shape]), now: new Array<Tensor>(refs.length), ctx: undefined }
   } catch {
     // Refused by its binding or its rule: the usual path reports that.
     return null
@@ -86,15 +89,14 @@ export const runPrepared = (s: Session, p: Prepared, c: CallFunction, ident: num
   }
   const stream = s.env.peek(c.stream.id)
   if (!(stream instanceof Stream)) return false
+  if (p.ctx?.stream !== stream || p.ctx.coords !== s.coords) p.ctx = contextFor(s, stream, BOUND)
   let outs: ReadonlyArray<Tensor>
   try {
-    outs = p.call.run(contextFor(s, stream, BOUND), now)
+    outs = p.call.run(p.ctx, now)
   } catch (e) {
     return tryDefineNow(s, ident, c.mutates.length === 0 ? c.results : [...c.results, ...c.mutates], () => {
       throw e
     })
-  } finally {
-    now.fill(undefined as never)
   }
   for (let i = 0; i < outs.length; i++) s.env.define(c.results[i]!, outs[i]!)
   s.firstUncompletedIdent = ident + 1
