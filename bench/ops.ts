@@ -14,7 +14,7 @@
  * fast or faster), medians of the per-round ratios; beside the wall-time ratio, the ratio of
  * CPU time (each process's own), which a loaded machine disturbs less.
  *
- *   bun run bench/ops.ts [--quick] [--only <name part>] [--threads 1,2] [--no-worker]
+ *   bun run bench/ops.ts [--quick] [--only <name part>[|<name part>...]] [--threads 1,2] [--no-worker]
  */
 import { Effect, type Layer, ManagedRuntime } from "effect"
 import { readFileSync } from "node:fs"
@@ -36,7 +36,7 @@ const native = loadNative("cpu")
 const stream = Stream.default(native)
 const ctx = { native, rank: 0, world: 1, device: "cpu" as const, stream, coords: {}, generator: new Generator(0), kwargs: {} }
 
-type Arg = { t: "f32"; shape: number[] } | { t: "i64"; shape: number[]; high: number } | number | number[] | string | null | Arg[]
+type Arg = { t: "f32"; shape: number[] } | { t: "i64"; shape: number[]; high: number } | number | number[] | string | boolean | null | Arg[]
 interface Case { readonly name: string; readonly op: string; readonly args: Arg[]; readonly kwargs?: Record<string, unknown>; readonly reps: number }
 
 const f = (...shape: number[]): Arg => ({ t: "f32", shape })
@@ -74,9 +74,21 @@ const ALL_CASES: Case[] = [
   { name: "baddbmm [128] + [64,128,256] @ [64,256,128], beta 0.5, alpha 2", op: "baddbmm", args: [f(128), X, f(64, 256, 128)], kwargs: { beta: 0.5, alpha: 2 }, reps: 1 },
   { name: "repeat [64,1,256] by [1,128,1]", op: "repeat", args: [f(64, 1, 256), [1, 128, 1]], reps: 3 },
   { name: "outer [2048] x [1024]", op: "outer", args: [f(2048), f(1024)], reps: 5 },
+  // index_add is embedding's backward (one shim_scatter add of the rows, in index order)
+  { name: "index_add [1000,256] dim 0 of [8192,256] rows", op: "index_add", args: [f(1000, 256), 0, { t: "i64", shape: [8192], high: 1000 }, X2], reps: 5 },
+  // views (issue 11.2): ours where the result is one contiguous block of the input, torch's always
+  { name: "narrow dim 0 [64,128,256] 16..48 (view)", op: "narrow", args: [X, 0, 16, 32], reps: 20 },
+  { name: "select dim 0 [64,128,256] (view)", op: "select", args: [X, 0, 5], reps: 20 },
+  { name: "split [64,128,256] in 4 along dim 0 (views)", op: "split", args: [X, 16, 0], reps: 20 },
+  { name: "narrow dim -1 [64,128,256] 64..192 (ours a copy, torch a view)", op: "narrow", args: [X, -1, 64, 128], reps: 3 },
+  { name: "split [64,128,256] in 4 along dim -1 (ours copies, torch views)", op: "split", args: [X, 64, -1], reps: 3 },
+  // a backward's transposed product, dW = g^T x: read in place (_matmul_t) against the transpose copy plus matmul it replaced
+  { name: "_matmul_t [8192,1024]^T @ [8192,256] (dW, read in place)", op: "_matmul_t", args: [f(8192, 1024), X2, true, false], reps: 1 },
+  { name: "transpose(0, 1) [8192,1024] (copy; before _matmul_t)", op: "transpose", args: [f(8192, 1024), 0, 1], reps: 1 },
+  { name: "matmul [1024,8192] @ [8192,256] (after that copy)", op: "matmul", args: [f(1024, 8192), X2], reps: 1 },
 ]
 const only = flag("--only")
-const CASES = only === undefined ? ALL_CASES : ALL_CASES.filter((c) => c.name.includes(only))
+const CASES = only === undefined ? ALL_CASES : ALL_CASES.filter((c) => only.split("|").some((part) => c.name.includes(part)))
 const ROUNDS = quick ? 3 : 7
 
 const isTensorArg = (a: Arg): a is { t: "f32"; shape: number[] } | { t: "i64"; shape: number[]; high: number } =>
@@ -104,7 +116,7 @@ const kernelRound = (i: number, threads: number, reps: number): [number, number]
   native.setThreads(threads)
   const c = CASES[i]!, fn = builtinFunction(c.op)!, args = localArgs[i]!
   const t0 = performance.now(), c0 = process.cpuUsage()
-  for (let r = 0; r < reps; r++) (fn({ ...ctx, kwargs: c.kwargs ?? {} }, ...args) as NativeTensor).free()
+  for (let r = 0; r < reps; r++) for (const t of [fn({ ...ctx, kwargs: c.kwargs ?? {} }, ...args)].flat() as NativeTensor[]) t.free()
   const cpu = process.cpuUsage(c0)
   return [(performance.now() - t0) / 1000 / reps, (cpu.user + cpu.system) / 1e6 / reps]
 }
@@ -154,16 +166,16 @@ const workerRound = (mesh: Mesh, i: number, args: ReadonlyArray<unknown>, reps: 
   Effect.gen(function* () {
     const c = CASES[i]!
     const t0 = performance.now()
-    let last: RemoteTensor | undefined
+    let last: RemoteTensor[] = []
     for (let r = 0; r < reps; r++) {
-      last?.release()
-      last = yield* mesh.call(`ops.${c.op}`, args, c.kwargs ?? {})
+      for (const t of last) t.release()
+      last = yield* mesh.callMany(`ops.${c.op}`, args, c.kwargs ?? {})
     }
-    const flat = yield* mesh.call("ops.reshape", [last!, [-1]])
+    const flat = yield* mesh.call("ops.reshape", [last[0]!, [-1]])
     const one = yield* mesh.call("ops.narrow", [flat, 0, 0, 1])
     yield* mesh.fetch(one)
     const dt = (performance.now() - t0) / 1000 / reps
-    for (const t of [last!, flat, one]) t.release()
+    for (const t of [...last, flat, one]) t.release()
     return dt
   })
 
@@ -253,4 +265,30 @@ if (only === undefined || "sdpa".includes(only)) {
   const [tf, tc] = [time(fused), time(composed)]
   console.log(`\nscaled_dot_product_attention, causal, q,k,v [16,4,128,64], kernel-only: fused ${ms(tf)} ms, composed of our ops ${ms(tc)} ms, composed / fused ${(median(tc) / median(tf)).toFixed(2)}x`)
   for (const t of [q!, k!, v!, mask]) t.free()
+}
+
+// embedding's backward as it is now (index_add of g's rows into zeros) against what it was (a
+// one-hot [N, V] matrix, transposed, @ g): the same gradient, kernel-only, 1 thread.
+if (only === undefined || "embedding backward".includes(only)) {
+  native.setThreads(1)
+  const call = (op: string, args: unknown[], kwargs: Record<string, unknown> = {}) => builtinFunction(op)!({ ...ctx, kwargs }, ...args) as NativeTensor
+  const [n, rows, width] = [8192, 1000, 256]
+  const ids = call("remainder", [call("mul", [call("arange", [n]), 7919]), rows]), g = call("randn", [[n, width]], { seed: 1 })
+  const viaIndexAdd = () => {
+    const z = call("zeros", [[rows, width]]), w = call("index_add", [z, 0, ids, g])
+    for (const t of [z, w]) t.free()
+  }
+  const viaOneHot = () => {
+    const col = call("reshape", [ids, [n, 1]]), range = call("arange", [rows]), eq = call("eq", [col, range]), hot = call("to", [eq, "f32"])
+    const ht = call("transpose", [hot, 0, 1]), w = call("matmul", [ht, g])
+    for (const t of [eq, hot, ht, w, range]) t.free()
+  }
+  const time = (f: () => void) => Array.from({ length: ROUNDS }, () => {
+    const t0 = performance.now()
+    f()
+    return (performance.now() - t0) / 1000
+  })
+  viaIndexAdd(), viaOneHot()
+  const [ti, to] = [time(viaIndexAdd), time(viaOneHot)]
+  console.log(`\nembedding backward, [${n}] ids into [${rows},${width}], kernel-only: index_add ${ms(ti)} ms, one-hot product (before) ${ms(to)} ms, one-hot / index_add ${(median(to) / median(ti)).toFixed(1)}x`)
 }

@@ -41,7 +41,7 @@ OPS = {"softmax": F.softmax, "log_softmax": F.log_softmax, "linear": F.linear, "
        "amax": lambda x, dim: torch.amax(x, dim), "sum": lambda x, dim: torch.sum(x, dim),
        "mean": lambda x, dim: torch.mean(x, dim), "transpose": lambda x, a, b: x.transpose(a, b).contiguous(),
        "scaled_dot_product_attention": sdpa, "rms_norm": rms_norm, "nll_loss": F.nll_loss, "mse_loss": F.mse_loss,
-       "split": lambda x, s, d: [t.contiguous() for t in torch.split(x, s, d)],
+       "_matmul_t": lambda a, b, ta, tb: (a.t() if ta else a) @ (b.t() if tb else b),
        "repeat": lambda x, repeats: x.repeat(repeats)}
 cases = json.loads(sys.stdin.readline())
 inputs = [[make(a) for a in case["args"]] for case in cases]

@@ -265,8 +265,15 @@ int shim_argreduce(int32_t op, shim_tensor *indices, const shim_tensor *a, int32
  * out's dtype. */
 int shim_cumsum(shim_tensor *out, const shim_tensor *a, int32_t dim, shim_stream *s);
 
-/* a [..., m, k] @ b [..., k, n] -> out [..., m, n]; b may also be 2-D for every batch. */
-int shim_matmul(shim_tensor *out, const shim_tensor *a, const shim_tensor *b, shim_stream *s);
+enum shim_matmul_flag { /* shim_matmul's transpose, or'ed */
+  SHIM_MATMUL_TRANSPOSE_A = 1, /* a is stored [..., k, m] and read as its transpose (BLAS's trans) */
+  SHIM_MATMUL_TRANSPOSE_B = 2  /* b is stored [..., n, k] (or [n, k]) */
+};
+
+/* a [..., m, k] @ b [..., k, n] -> out [..., m, n]; b may also be 2-D for every batch. With
+ * transpose flags an operand is read transposed in its last two dims where it lies, so a
+ * transposed weight or gradient costs no copy. */
+int shim_matmul(shim_tensor *out, const shim_tensor *a, const shim_tensor *b, int32_t transpose, shim_stream *s);
 
 /* Element-by-element conversion into out's dtype (a copy when the dtypes match). */
 int shim_cast(shim_tensor *out, const shim_tensor *a, shim_stream *s);
@@ -343,6 +350,16 @@ int shim_dropout(shim_tensor *out, shim_tensor *mask, const shim_tensor *a, doub
  * line along dim is walked in index order, so both backends give the same values. */
 int shim_scatter(int32_t op, shim_tensor *out, int32_t dim, const shim_tensor *index, const shim_tensor *src,
                  shim_stream *s);
+
+/* torch.index_add_ along dim, in place: out[.., index[j], ..] += alpha * src[.., j, ..] for each
+ * entry j of index (i64, 0-D or 1-D, n entries); src has out's dtype and shape except n entries
+ * along dim (a 0-d out or src is read as [1]). Floating dtypes compute in float (double for f64)
+ * with alpha converted to it, rounding once per add; integers add (int64)alpha * src, wrapping;
+ * bool ORs src in where alpha is nonzero. Each element's adds run in index order, so both
+ * backends give the same values. An index outside 0..out.shape[dim]-1 fails the op
+ * (SHIM_E_INVALID) before anything is written. */
+int shim_index_add(shim_tensor *out, int32_t dim, const shim_tensor *index, const shim_tensor *src, double alpha,
+                   shim_stream *s);
 /* ---- optimizers ---------------------------------------------------------------------- */
 /* One parameter updated in place per call, each element read and written once, in the order
  * of torch.optim's single-tensor loop (torch 1.13): f32 computes in float with every scalar

@@ -129,6 +129,12 @@ export const P2P = {
   recv: 1,
 } as const
 
+/** shim_matmul's transpose flags (or'ed). */
+export const MatmulFlag = {
+  transpose_a: 1,
+  transpose_b: 2,
+} as const
+
 /** shim_sgd's and shim_adamw's flags (or'ed). */
 export const OptimFlag = {
   nesterov: 1,

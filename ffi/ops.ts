@@ -6,7 +6,7 @@
 import { ptr } from "bun:ffi"
 import { shimError } from "./native.ts"
 import {
-  ALL_DIMS, BinaryOp, OptimFlag, ReduceOp, ScatterOp, ShimStatus, TernaryOp, UnaryOp, type BinaryOpName, type ReduceOpName, type ScatterOpName,
+  ALL_DIMS, BinaryOp, MatmulFlag, OptimFlag, ReduceOp, ScatterOp, ShimStatus, TernaryOp, UnaryOp, type BinaryOpName, type ReduceOpName, type ScatterOpName,
   type TernaryOpName, type UnaryOpName,
 } from "./symbols.ts"
 import type { Stream } from "./stream.ts"
@@ -79,10 +79,14 @@ export const cumsum = (out: Tensor, a: Tensor, dim: number, s?: Stream): void =>
   out.native.check(out.native.shim.shim_cumsum(out.handle, a.handle, dim, stream(s)), "shim_cumsum")
 }
 
-export const matmul = (out: Tensor, a: Tensor, b: Tensor, s?: Stream): void => {
+/** Which operands shim_matmul reads transposed in their last two dims, where they lie (no copy). */
+export interface Transposed { readonly a?: boolean; readonly b?: boolean }
+
+export const matmul = (out: Tensor, a: Tensor, b: Tensor, s?: Stream, transposed: Transposed = {}): void => {
   if (a.dtype !== b.dtype || out.dtype !== a.dtype) fail("matmul", `dtypes differ: ${a} @ ${b} -> ${out}`)
   if (a.shape.length < 2 || b.shape.length < 2) fail("matmul", `needs at least 2-D operands: ${a} @ ${b}`)
-  out.native.check(out.native.shim.shim_matmul(out.handle, a.handle, b.handle, stream(s)), "shim_matmul")
+  const flags = (transposed.a ? MatmulFlag.transpose_a : 0) | (transposed.b ? MatmulFlag.transpose_b : 0)
+  out.native.check(out.native.shim.shim_matmul(out.handle, a.handle, b.handle, flags, stream(s)), "shim_matmul")
 }
 
 export const cast = (out: Tensor, a: Tensor, s?: Stream): void => {
@@ -142,6 +146,10 @@ export const dropout = (out: Tensor, mask: Tensor, a: Tensor, p: number, seed: b
 /** out[.., index, ..] (op)= src along dim, in place. */
 export const scatter = (op: ScatterOpName, out: Tensor, dim: number, index: Tensor, src: Tensor, s?: Stream): void =>
   out.native.check(out.native.shim.shim_scatter(ScatterOp[op], out.handle, dim, index.handle, src.handle, stream(s)), `shim_scatter(${op})`)
+
+/** out[.., index[j], ..] += alpha * src[.., j, ..] along dim, in place (index 0-D or 1-D i64). */
+export const indexAdd = (out: Tensor, dim: number, index: Tensor, src: Tensor, alpha: number, s?: Stream): void =>
+  out.native.check(out.native.shim.shim_index_add(out.handle, dim, index.handle, src.handle, alpha, stream(s)), "shim_index_add")
 /** Layer norm over the last m elements of a (weight and bias: m elements each, or null). */
 export const layerNorm = (out: Tensor, a: Tensor, weight: Tensor | null, bias: Tensor | null, m: number, eps: number, s?: Stream): void =>
   out.native.check(out.native.shim.shim_layer_norm(out.handle, a.handle, weight?.handle ?? null, bias?.handle ?? null, m, eps, stream(s)), "shim_layer_norm")

@@ -19,6 +19,7 @@ const TABLES: Readonly<Record<string, { readonly name: string; readonly key: (c:
   shim_comm_op: { name: "CommOp", key: (c) => c.replace(/^SHIM_OP_/, "").toLowerCase(), doc: "The collectives' reduce op codes.", names: true },
   shim_p2p_kind: { name: "P2P", key: (c) => c.replace(/^SHIM_/, "").toLowerCase(), doc: "shim_p2p's kinds." },
   shim_optim_flag: { name: "OptimFlag", key: (c) => c.replace(/^SHIM_OPTIM_/, "").toLowerCase(), doc: "shim_sgd's and shim_adamw's flags (or'ed)." },
+  shim_matmul_flag: { name: "MatmulFlag", key: (c) => c.replace(/^SHIM_MATMUL_/, "").toLowerCase(), doc: "shim_matmul's transpose flags (or'ed)." },
 }
 
 export const HEADER = new URL("../c/shim.h", import.meta.url).pathname

@@ -217,7 +217,8 @@ int shim_check_cumsum(const shim_tensor *out, const shim_tensor *a, int32_t dim,
   return SHIM_OK;
 }
 
-int shim_check_matmul(const shim_tensor *out, const shim_tensor *a, const shim_tensor *b, shim_matmul_dims *dims) {
+int shim_check_matmul(const shim_tensor *out, const shim_tensor *a, const shim_tensor *b, int32_t transpose,
+                      shim_matmul_dims *dims) {
   SHIM_REQUIRE_IN("shim_matmul", out, "out");
   SHIM_REQUIRE_IN("shim_matmul", a, "a");
   SHIM_REQUIRE_IN("shim_matmul", b, "b");
@@ -229,12 +230,16 @@ int shim_check_matmul(const shim_tensor *out, const shim_tensor *a, const shim_t
     return shim_fail(SHIM_E_INVALID, "shim_matmul: dtypes differ: %s @ %s -> %s", ba, bb, bo);
   if (a->ndim < 2 || b->ndim < 2)
     return shim_fail(SHIM_E_INVALID, "shim_matmul: operands need at least 2 dims: %s @ %s", ba, bb);
+  if ((transpose & ~(SHIM_MATMUL_TRANSPOSE_A | SHIM_MATMUL_TRANSPOSE_B)) != 0)
+    return shim_fail(SHIM_E_INVALID, "shim_matmul: unknown transpose flags 0x%x", (unsigned)transpose);
   int b_batched = b->ndim > 2;
   int32_t nd = a->ndim;
+  const int ta = (transpose & SHIM_MATMUL_TRANSPOSE_A) != 0, tb = (transpose & SHIM_MATMUL_TRANSPOSE_B) != 0;
   if (b_batched && b->ndim != nd)
     return shim_fail(SHIM_E_INVALID, "shim_matmul: b must be 2-D or have a's %d dims: %s @ %s", nd, ba, bb);
-  int64_t m = a->shape[nd - 2], k = a->shape[nd - 1], n = b->shape[b->ndim - 1], batch = 1;
-  if (b->shape[b->ndim - 2] != k) return shim_fail(SHIM_E_INVALID, "shim_matmul: inner dims differ: %s @ %s", ba, bb);
+  int64_t m = a->shape[nd - 2 + ta], k = a->shape[nd - 1 - ta], n = b->shape[b->ndim - 1 - tb], batch = 1;
+  if (b->shape[b->ndim - 2 + tb] != k)
+    return shim_fail(SHIM_E_INVALID, "shim_matmul: inner dims differ: %s%s @ %s%s", ba, ta ? "^T" : "", bb, tb ? "^T" : "");
   for (int32_t i = 0; i < nd - 2; i++) {
     if (b_batched && b->shape[i] != a->shape[i])
       return shim_fail(SHIM_E_INVALID, "shim_matmul: batch dim %d differs: %s @ %s", i, ba, bb);
@@ -252,6 +257,8 @@ int shim_check_matmul(const shim_tensor *out, const shim_tensor *a, const shim_t
   dims->k = k;
   dims->n = n;
   dims->b_batched = b_batched;
+  dims->ta = ta;
+  dims->tb = tb;
   return SHIM_OK;
 }
 

@@ -131,3 +131,31 @@ int shim_check_scatter(int32_t op, const shim_tensor *out, int32_t dim, const sh
     return shim_fail(SHIM_E_INVALID, "%s: out %s shares memory with src or index (write into a clone)", fn, bo);
   return SHIM_OK;
 }
+
+/* A dim's size, a 0-d tensor read as [1]. */
+static int64_t size_at(const shim_tensor *t, int32_t d) { return t->ndim > 0 ? t->shape[d] : 1; }
+
+int shim_check_index_add(const shim_tensor *out, int32_t dim, const shim_tensor *index, const shim_tensor *src,
+                         shim_reduce_dims *dims) {
+  const char *fn = "shim_index_add";
+  SHIM_REQUIRE_IN(fn, out, "out");
+  SHIM_REQUIRE_IN(fn, index, "index");
+  SHIM_REQUIRE_IN(fn, src, "src");
+  char bo[CAP], bi[CAP], bs[CAP];
+  shim_describe(out, bo, sizeof bo);
+  shim_describe(index, bi, sizeof bi);
+  shim_describe(src, bs, sizeof bs);
+  if (index->dtype != SHIM_I64 || index->ndim > 1) return shim_fail(SHIM_E_INVALID, "%s: index is %s, not 0-D or 1-D i64", fn, bi);
+  if (src->dtype != out->dtype) return shim_fail(SHIM_E_INVALID, "%s: src %s and out %s need one dtype", fn, bs, bo);
+  const int32_t rank = out->ndim > 0 ? out->ndim : 1;
+  if (dim < 0 || dim >= rank) return shim_fail(SHIM_E_INVALID, "%s: dim %d is out of range for %s", fn, dim, bo);
+  if ((src->ndim > 0 ? src->ndim : 1) != rank) return shim_fail(SHIM_E_INVALID, "%s: src %s and out %s need one rank", fn, bs, bo);
+  for (int32_t d = 0; d < rank; d++)
+    if (size_at(src, d) != (d == dim ? index->numel : size_at(out, d)))
+      return shim_fail(SHIM_E_INVALID, "%s: src %s must be out %s with index %s's count along dim %d", fn, bs, bo, bi, dim);
+  dims->outer = 1, dims->r = size_at(out, dim), dims->inner = 1;
+  for (int32_t d = 0; d < dim; d++) dims->outer *= out->shape[d];
+  for (int32_t d = dim + 1; d < out->ndim; d++) dims->inner *= out->shape[d];
+  if (index->numel > 0 && dims->r == 0) return shim_fail(SHIM_E_INVALID, "%s: out %s is empty along dim %d", fn, bo, dim);
+  return SHIM_OK;
+}

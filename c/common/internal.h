@@ -141,13 +141,15 @@ int shim_check_argreduce(int32_t op, const shim_tensor *indices, const shim_tens
 /* out has a's element count; dims: a around dim. */
 int shim_check_cumsum(const shim_tensor *out, const shim_tensor *a, int32_t dim, shim_reduce_dims *dims);
 
-/* a [batch..., m, k] @ b ([batch...,] k, n); b_batched: b has a's batch dims, else it is 2-D. */
+/* a [batch..., m, k] @ b ([batch...,] k, n); b_batched: b has a's batch dims, else it is 2-D;
+ * ta, tb: a is stored [batch..., k, m], b ([batch...,] n, k) (shim_matmul's transpose flags). */
 typedef struct shim_matmul_dims {
   int64_t batch, m, k, n;
-  int32_t b_batched;
+  int32_t b_batched, ta, tb;
 } shim_matmul_dims;
 
-int shim_check_matmul(const shim_tensor *out, const shim_tensor *a, const shim_tensor *b, shim_matmul_dims *dims);
+int shim_check_matmul(const shim_tensor *out, const shim_tensor *a, const shim_tensor *b, int32_t transpose,
+                      shim_matmul_dims *dims);
 
 int shim_check_cast(const shim_tensor *out, const shim_tensor *a);
 
@@ -221,6 +223,10 @@ typedef struct shim_scatter_dims {
 
 int shim_check_scatter(int32_t op, const shim_tensor *out, int32_t dim, const shim_tensor *index, const shim_tensor *src,
                        shim_scatter_dims *dims);
+
+/* shim_index_add: out read as [outer, r, inner] around dim (src as [outer, index's count, inner]). */
+int shim_check_index_add(const shim_tensor *out, int32_t dim, const shim_tensor *index, const shim_tensor *src,
+                         shim_reduce_dims *dims);
 /* shim_layer_norm: rows is a's count over m. */
 int shim_check_layer_norm(const shim_tensor *out, const shim_tensor *a, const shim_tensor *weight, const shim_tensor *bias,
                           int64_t m, int64_t *rows);

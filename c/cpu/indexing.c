@@ -1,4 +1,4 @@
-/* indexing.c: shim_triangle and shim_scatter on the cpu. Both move elements as opaque 1-, 2-,
+/* indexing.c: shim_triangle, shim_scatter and shim_index_add on the cpu. Both move elements as opaque 1-, 2-,
  * 4- or 8-byte words (zero bits are 0 in every dtype), except scatter's add, which adds in the
  * dtype's own arithmetic (f16 and bf16 through float, rounded at each step as torch's cpu does). */
 #include <string.h>
@@ -82,6 +82,54 @@ int shim_scatter(int32_t op, shim_tensor *out, int32_t dim, const shim_tensor *i
       if (++idx[d] < g.shape[d]) break;
       idx[d] = 0;
     }
+  }
+  return SHIM_OK;
+}
+
+/* index_add's loop: per outer slice, each index entry j's row of inner elements added at its
+ * target row, so every element's adds come in index order. ADD(dst, src) is one dtype's add. */
+#define INDEX_ADD(T, ADD)                                                                      \
+  do {                                                                                         \
+    T *o = (T *)shim_cpu_data(out);                                                            \
+    const T *x = (const T *)shim_cpu_data(src);                                                \
+    for (int64_t b = 0; b < d.outer; b++)                                                      \
+      for (int64_t j = 0; j < n; j++) {                                                        \
+        T *dst = o + (b * d.r + ix[j]) * d.inner;                                              \
+        const T *row = x + (b * n + j) * d.inner;                                              \
+        for (int64_t i = 0; i < d.inner; i++) dst[i] = ADD(dst[i], row[i]);                    \
+      }                                                                                        \
+  } while (0)
+
+#define ADD_F32(a, b) ((a) + fa * (b))
+#define ADD_F64(a, b) ((a) + alpha * (b))
+#define ADD_F16(a, b) shim_f32_to_f16(shim_f16_to_f32(a) + fa * shim_f16_to_f32(b))
+#define ADD_BF16(a, b) shim_f32_to_bf16(shim_bf16_to_f32(a) + fa * shim_bf16_to_f32(b))
+/* Integers add in their unsigned type, so they wrap. */
+#define ADD_I32(a, b) (uint32_t)((a) + ia * (uint64_t)(b))
+#define ADD_I64(a, b) ((a) + ia * (b))
+#define ADD_U8(a, b) (uint8_t)((a) + ia * (uint64_t)(b))
+#define ADD_BOOL(a, b) (uint8_t)((a) != 0 || (alpha != 0 && (b) != 0))
+
+int shim_index_add(shim_tensor *out, int32_t dim, const shim_tensor *index, const shim_tensor *src, double alpha,
+                   shim_stream *s) {
+  shim_reduce_dims d;
+  SHIM_TRY(shim_check_index_add(out, dim, index, src, &d));
+  const int64_t *ix = shim_cpu_data(index), n = index->numel;
+  for (int64_t j = 0; j < n; j++)
+    if (ix[j] < 0 || ix[j] >= d.r)
+      return shim_fail(SHIM_E_INVALID, "shim_index_add: index %lld is out of range for dim %d of size %lld", (long long)ix[j], dim,
+                       (long long)d.r);
+  const float fa = (float)alpha;
+  const uint64_t ia = (uint64_t)(int64_t)alpha;
+  switch (out->dtype) {
+    case SHIM_F32: INDEX_ADD(float, ADD_F32); break;
+    case SHIM_F64: INDEX_ADD(double, ADD_F64); break;
+    case SHIM_F16: INDEX_ADD(uint16_t, ADD_F16); break;
+    case SHIM_BF16: INDEX_ADD(uint16_t, ADD_BF16); break;
+    case SHIM_I32: INDEX_ADD(uint32_t, ADD_I32); break;
+    case SHIM_I64: INDEX_ADD(uint64_t, ADD_I64); break;
+    case SHIM_U8: INDEX_ADD(uint8_t, ADD_U8); break;
+    default: INDEX_ADD(uint8_t, ADD_BOOL); break;
   }
   return SHIM_OK;
 }

@@ -1,7 +1,8 @@
-/* linalg.c: shim_matmul on the cpu. f32 and f64 go to OpenBLAS (cblas_sgemm / dgemm); the
- * other dtypes convert each operand to an accumulator type (float for f16 and bf16, int64
- * for integers and bool, wrapping) and run a cache-blocked loop, then convert the result
- * back by the rules of cpu.h (so a bool matmul is "any a[i,p] and b[p,j]"). */
+/* linalg.c: shim_matmul on the cpu. f32 and f64 go to OpenBLAS (cblas_sgemm / dgemm, a
+ * transposed operand as BLAS's trans); the other dtypes convert each operand to an accumulator
+ * type (float for f16 and bf16, int64 for integers and bool, wrapping), transposed there when
+ * asked, and run a cache-blocked loop, then convert the result back by the rules of cpu.h (so a
+ * bool matmul is "any a[i,p] and b[p,j]"). */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,50 +47,67 @@ static void from_acc(int32_t dtype, const void *acc, int64_t n, void *dst) {
   else shim_cpu_store_i64(dtype, acc, n, dst);
 }
 
+/* Converts a [rows, cols] matrix of dtype into accumulators, transposed ([cols, rows]) when
+ * asked, through scratch (room for rows * cols accumulators). */
+static void to_acc_matrix(int32_t dtype, const void *src, int64_t rows, int64_t cols, int transposed, int64_t acc_size,
+                          char *scratch, char *acc) {
+  if (!transposed) return to_acc(dtype, src, rows * cols, acc);
+  to_acc(dtype, src, rows * cols, scratch);
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < cols; j++) memcpy(acc + (j * rows + i) * acc_size, scratch + (i * cols + j) * acc_size, (size_t)acc_size);
+}
+
 /* The loop path: per batch, a (and b when batched) converted to 4- or 8-byte accumulators. */
 static int matmul_loop(int32_t dtype, char *out, const char *a, const char *b, const shim_matmul_dims *dims) {
   const int64_t batch = dims->batch, m = dims->m, k = dims->k, n = dims->n;
   const int b_batched = dims->b_batched;
   int64_t size = shim_dtype_size(dtype), acc_size = dtype == SHIM_F16 || dtype == SHIM_BF16 ? 4 : 8;
+  int64_t most = m * k > k * n ? m * k : k * n;
   char *abuf = malloc((size_t)(m * k * acc_size) + 1), *bbuf = malloc((size_t)(k * n * acc_size) + 1),
-       *cbuf = malloc((size_t)(m * n * acc_size) + 1);
-  if (abuf == NULL || bbuf == NULL || cbuf == NULL) {
-    free(abuf), free(bbuf), free(cbuf);
+       *cbuf = malloc((size_t)(m * n * acc_size) + 1),
+       *tbuf = dims->ta || dims->tb ? malloc((size_t)(most * acc_size) + 1) : NULL;
+  if (abuf == NULL || bbuf == NULL || cbuf == NULL || ((dims->ta || dims->tb) && tbuf == NULL)) {
+    free(abuf), free(bbuf), free(cbuf), free(tbuf);
     return shim_fail(SHIM_E_NOMEM, "shim_matmul: out of host memory for %s scratch buffers", shim_dtype_name(dtype));
   }
   for (int64_t t = 0; t < batch; t++) {
-    to_acc(dtype, a + t * m * k * size, m * k, abuf);
-    if (t == 0 || b_batched) to_acc(dtype, b + (b_batched ? t * k * n * size : 0), k * n, bbuf);
+    /* a transposed is stored [k, m], b transposed [n, k]. */
+    to_acc_matrix(dtype, a + t * m * k * size, dims->ta ? k : m, dims->ta ? m : k, dims->ta, acc_size, tbuf, abuf);
+    if (t == 0 || b_batched)
+      to_acc_matrix(dtype, b + (b_batched ? t * k * n * size : 0), dims->tb ? n : k, dims->tb ? k : n, dims->tb, acc_size, tbuf, bbuf);
     memset(cbuf, 0, (size_t)(m * n * acc_size));
     if (acc_size == 4) gemm_f32(m, n, k, (const float *)abuf, (const float *)bbuf, (float *)cbuf);
     else gemm_u64(m, n, k, (const uint64_t *)abuf, (const uint64_t *)bbuf, (uint64_t *)cbuf);
     from_acc(dtype, cbuf, m * n, out + t * m * n * size);
   }
-  free(abuf), free(bbuf), free(cbuf);
+  free(abuf), free(bbuf), free(cbuf), free(tbuf);
   return SHIM_OK;
 }
 
-/* The BLAS path. With a 2-D b, the batches of a are one [batch * m, k] matrix: one call. */
+/* The BLAS path. With a 2-D b and a not transposed, the batches of a are one [batch * m, k]
+ * matrix: one call. */
 static void matmul_blas(int32_t dtype, char *out, const char *a, const char *b, const shim_matmul_dims *dims) {
   const int64_t batch = dims->batch, m = dims->m, k = dims->k, n = dims->n;
   const int b_batched = dims->b_batched;
   int64_t size = shim_dtype_size(dtype);
-  int64_t calls = b_batched || batch * m > INT_MAX ? batch : 1, rows = calls == 1 ? batch * m : m;
+  int64_t calls = b_batched || dims->ta || batch * m > INT_MAX ? batch : 1, rows = calls == 1 ? batch * m : m;
+  const enum CBLAS_TRANSPOSE ta = dims->ta ? CblasTrans : CblasNoTrans, tb = dims->tb ? CblasTrans : CblasNoTrans;
+  const int lda = (int)(dims->ta ? m : k), ldb = (int)(dims->tb ? k : n);
   for (int64_t t = 0; t < calls; t++) {
     const char *at = a + t * m * k * size, *bt = b + (b_batched ? t * k * n * size : 0);
     char *ct = out + t * m * n * size;
     if (dtype == SHIM_F32)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)n, (int)k, 1.0f, (const float *)at, (int)k,
-                  (const float *)bt, (int)n, 0.0f, (float *)ct, (int)n);
+      cblas_sgemm(CblasRowMajor, ta, tb, (int)rows, (int)n, (int)k, 1.0f, (const float *)at, lda, (const float *)bt, ldb,
+                  0.0f, (float *)ct, (int)n);
     else
-      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)n, (int)k, 1.0, (const double *)at, (int)k,
-                  (const double *)bt, (int)n, 0.0, (double *)ct, (int)n);
+      cblas_dgemm(CblasRowMajor, ta, tb, (int)rows, (int)n, (int)k, 1.0, (const double *)at, lda, (const double *)bt, ldb,
+                  0.0, (double *)ct, (int)n);
   }
 }
 
-int shim_matmul(shim_tensor *out, const shim_tensor *a, const shim_tensor *b, shim_stream *s) {
+int shim_matmul(shim_tensor *out, const shim_tensor *a, const shim_tensor *b, int32_t transpose, shim_stream *s) {
   shim_matmul_dims dims;
-  SHIM_TRY(shim_check_matmul(out, a, b, &dims));
+  SHIM_TRY(shim_check_matmul(out, a, b, transpose, &dims));
   if (out->numel == 0) return SHIM_OK;
   char *o = shim_cpu_data(out);
   if (dims.k == 0) { /* an empty sum; BLAS rejects a leading dimension of 0 */

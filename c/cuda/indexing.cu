@@ -1,7 +1,8 @@
-/* indexing.cu: shim_triangle and shim_scatter on the device, by the cpu's rules (c/cpu/indexing.c).
+/* indexing.cu: shim_triangle, shim_scatter and shim_index_add on the device, by the cpu's rules (c/cpu/indexing.c).
  * Triangle: a thread per element. Scatter: a thread per line of index along dim, walking it in
  * index order, so no two threads write one element (the lines reach disjoint parts of out) and
- * the results, sums included, are the cpu's, with no atomics. */
+ * the results, sums included, are the cpu's, with no atomics. Index_add: a thread per element of
+ * an index row (outer slice b, inner position i), adding each index entry's in index order. */
 #include "elements.h"
 
 using namespace shim;
@@ -57,6 +58,33 @@ __global__ void scatter_lines(int32_t op, typename D::T *out, const int64_t *ind
   }
 }
 
+/* dst + alpha * src in the dtype's arithmetic (float for f16/bf16, int64 wrapping for integers, or for bool). */
+template <typename D>
+__device__ __forceinline__ typename D::T index_add_one(typename D::T dst, typename D::T src, double alpha) {
+  using T = typename D::T;
+  if constexpr (D::kind == Kind::Bool) {
+    return (T)(dst != 0 || (alpha != 0 && src != 0));
+  } else if constexpr (D::kind == Kind::Int) {
+    return (T)((uint64_t)dst + (uint64_t)(int64_t)alpha * (uint64_t)src);
+  } else {
+    using V = typename D::V;
+    return D::store(D::load(dst) + (V)alpha * D::load(src));
+  }
+}
+
+template <typename D>
+__global__ void index_add_rows(typename D::T *out, const int64_t *index, const typename D::T *src, int64_t n, double alpha,
+                               shim_reduce_dims d) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x, lines = d.outer * d.inner;
+  for (int64_t line = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; line < lines; line += stride) {
+    const int64_t b = line / d.inner, i = line % d.inner;
+    for (int64_t j = 0; j < n; j++) {
+      typename D::T *dst = out + (b * d.r + index[j]) * d.inner + i;
+      *dst = index_add_one<D>(*dst, src[(b * n + j) * d.inner + i], alpha);
+    }
+  }
+}
+
 }  // namespace
 
 int shim_triangle(shim_tensor *out, const shim_tensor *a, int64_t diagonal, int32_t upper, shim_stream *s) {
@@ -92,6 +120,27 @@ int shim_scatter(int32_t op, shim_tensor *out, int32_t dim, const shim_tensor *i
     scatter_lines<D><<<shim_cuda_blocks(lines), SHIM_CUDA_THREADS, 0, stream>>>(
         op, (typename D::T *)shim_cuda_data(out), ix, (const typename D::T *)shim_cuda_data(src), lines, g);
     CUDA_CHECK_LAUNCH("scatter_lines");
+    return SHIM_OK;
+  });
+}
+
+int shim_index_add(shim_tensor *out, int32_t dim, const shim_tensor *index, const shim_tensor *src, double alpha,
+                   shim_stream *s) {
+  shim_reduce_dims d;
+  SHIM_TRY(shim_check_index_add(out, dim, index, src, &d));
+  const int64_t n = index->numel, lines = d.outer * d.inner;
+  if (n == 0 || lines == 0) return SHIM_OK;
+  shim_cuda_track(s, out);
+  shim_cuda_track(s, index);
+  shim_cuda_track(s, src);
+  cudaStream_t stream = shim_cuda_stream(s);
+  const int64_t *ix = (const int64_t *)shim_cuda_data(index);
+  SHIM_TRY(shim_cuda_check_indices("shim_index_add", ix, n, d.r, dim, s));
+  return dispatch(out->dtype, [&](auto dt) -> int {
+    using D = decltype(dt);
+    index_add_rows<D><<<shim_cuda_blocks(lines), SHIM_CUDA_THREADS, 0, stream>>>(
+        (typename D::T *)shim_cuda_data(out), ix, (const typename D::T *)shim_cuda_data(src), n, alpha, d);
+    CUDA_CHECK_LAUNCH("index_add_rows");
     return SHIM_OK;
   });
 }

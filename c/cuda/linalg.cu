@@ -5,7 +5,8 @@
  *
  * cuBLAS is column-major. A row-major [r, c] matrix is the same memory as its column-major
  * transpose, so row-major C = A B is computed as column-major C^T = B^T A^T: the operands
- * swap places and nothing is transposed.
+ * swap places and nothing is transposed. An operand stored transposed (shim_matmul's flags) is
+ * cuBLAS's OP_T on it, with its stored row length as the leading dimension.
  *
  * One cuBLAS handle per device, made on first use and kept for the process (a library handle,
  * like the dlopen ones); a handle is used by one thread at a time. */
@@ -42,7 +43,8 @@ int current_handle(const shim_cublas_api *api, cublasHandle_t *out) {
   return SHIM_OK;
 }
 
-/* C [batch, m, n] = A [batch, m, k] @ B ([batch,] k, n), all row-major, through cuBLAS. */
+/* C [batch, m, n] = A [batch, m, k] @ B ([batch,] k, n), all row-major (A stored [k, m] when
+ * dims.ta, B [n, k] when dims.tb), through cuBLAS. */
 int gemm_cublas(int32_t dtype, const void *a, const void *b, void *c, const shim_matmul_dims &dims, cudaStream_t stream) {
   const int64_t batch = dims.batch, m = dims.m, k = dims.k, n = dims.n;
   const bool b_batched = dims.b_batched;
@@ -57,17 +59,19 @@ int gemm_cublas(int32_t dtype, const void *a, const void *b, void *c, const shim
   const double one_d = 1.0, zero_d = 0.0;
   const void *alpha = dtype == SHIM_F64 ? (const void *)&one_d : (const void *)&one_f;
   const void *beta = dtype == SHIM_F64 ? (const void *)&zero_d : (const void *)&zero_f;
-  if (!b_batched && batch * m <= INT_MAX) {
+  const cublasOperation_t op_a = dims.ta ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = dims.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int lda = (int)(dims.ta ? m : k), ldb = (int)(dims.tb ? k : n);
+  if (!b_batched && !dims.ta && batch * m <= INT_MAX) {
     /* A 2-D b serves every batch: the batches of a are one [batch * m, k] matrix. */
-    CUBLAS_CHECK(api->cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)(batch * m), (int)k, alpha, b, type,
-                                   (int)n, a, type, (int)k, beta, c, type, (int)n, compute, CUBLAS_GEMM_DEFAULT));
+    CUBLAS_CHECK(api->cublasGemmEx(handle, op_b, op_a, (int)n, (int)(batch * m), (int)k, alpha, b, type, ldb, a, type,
+                                   lda, beta, c, type, (int)n, compute, CUBLAS_GEMM_DEFAULT));
     return SHIM_OK;
   }
   if (batch > INT_MAX)
     return shim_fail(SHIM_E_UNSUPPORTED, "shim_matmul: %lld batches exceed cuBLAS's 32-bit batch count", (long long)batch);
-  CUBLAS_CHECK(api->cublasGemmStridedBatchedEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)m, (int)k, alpha, b, type,
-                                               (int)n, b_batched ? k * n : 0, a, type, (int)k, m * k, beta, c, type,
-                                               (int)n, m * n, (int)batch, compute, CUBLAS_GEMM_DEFAULT));
+  CUBLAS_CHECK(api->cublasGemmStridedBatchedEx(handle, op_b, op_a, (int)n, (int)m, (int)k, alpha, b, type, ldb,
+                                               b_batched ? k * n : 0, a, type, lda, m * k, beta, c, type, (int)n, m * n,
+                                               (int)batch, compute, CUBLAS_GEMM_DEFAULT));
   return SHIM_OK;
 }
 
@@ -76,7 +80,7 @@ int gemm_cublas(int32_t dtype, const void *a, const void *b, void *c, const shim
  * so the barriers inside them are reached by all. */
 template <typename D>
 __global__ void matmul_int_kernel(const typename D::T *a, const typename D::T *b, typename D::T *c, bool b_batched,
-                                  int64_t batch, int64_t m, int64_t n, int64_t k) {
+                                  bool ta, bool tb, int64_t batch, int64_t m, int64_t n, int64_t k) {
   __shared__ int64_t as[TILE][TILE], bs[TILE][TILE];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t tiles_m = (m + TILE - 1) / TILE, tiles_n = (n + TILE - 1) / TILE;
@@ -87,8 +91,9 @@ __global__ void matmul_int_kernel(const typename D::T *a, const typename D::T *b
         const int64_t row = tm * TILE + ty, col = tn * TILE + tx;
         uint64_t acc = 0;
         for (int64_t p0 = 0; p0 < k; p0 += TILE) {
-          as[ty][tx] = row < m && p0 + tx < k ? D::to_i64(at[row * k + p0 + tx]) : 0;
-          bs[ty][tx] = p0 + ty < k && col < n ? D::to_i64(bt[(p0 + ty) * n + col]) : 0;
+          const int64_t pa = p0 + tx, pb = p0 + ty;
+          as[ty][tx] = row < m && pa < k ? D::to_i64(at[ta ? pa * m + row : row * k + pa]) : 0;
+          bs[ty][tx] = pb < k && col < n ? D::to_i64(bt[tb ? col * k + pb : pb * n + col]) : 0;
           __syncthreads();
 #pragma unroll
           for (int q = 0; q < TILE; q++) acc += (uint64_t)as[ty][q] * (uint64_t)bs[q][tx];
@@ -104,9 +109,9 @@ unsigned grid_dim(int64_t count) { return count > 65535 ? 65535u : (unsigned)cou
 
 }  // namespace
 
-int shim_matmul(shim_tensor *out, const shim_tensor *a, const shim_tensor *b, shim_stream *s) {
+int shim_matmul(shim_tensor *out, const shim_tensor *a, const shim_tensor *b, int32_t transpose, shim_stream *s) {
   shim_matmul_dims dims;
-  SHIM_TRY(shim_check_matmul(out, a, b, &dims));
+  SHIM_TRY(shim_check_matmul(out, a, b, transpose, &dims));
   if (out->numel == 0) return SHIM_OK;
   shim_cuda_track(s, out);
   shim_cuda_track(s, a);
@@ -133,8 +138,8 @@ int shim_matmul(shim_tensor *out, const shim_tensor *a, const shim_tensor *b, sh
     using T = typename D::T;
     if constexpr (D::kind != Kind::Float) { /* the floating dtypes went to cuBLAS above */
       dim3 grid(grid_dim((n + TILE - 1) / TILE), grid_dim((m + TILE - 1) / TILE), grid_dim(batch));
-      matmul_int_kernel<D><<<grid, dim3(TILE, TILE), 0, stream>>>((const T *)x, (const T *)y, (T *)o, b_batched, batch,
-                                                                  m, n, k);
+      matmul_int_kernel<D><<<grid, dim3(TILE, TILE), 0, stream>>>((const T *)x, (const T *)y, (T *)o, b_batched,
+                                                                  dims.ta, dims.tb, batch, m, n, k);
       CUDA_CHECK_LAUNCH("matmul_int_kernel");
     }
     return SHIM_OK;

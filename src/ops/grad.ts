@@ -65,6 +65,7 @@ export interface GradOps<T> {
   transpose(input: T, dim0: number, dim1: number): T
   unsqueeze(input: T, dim: number): T
   matmul(input: T, other: T): T
+  _matmul_t(input: T, other: T, transpose_input: boolean, transpose_other: boolean): T
   narrow(input: T, dim: number, start: number, length: number): T
   select(input: T, dim: number, index: number): T
   cat(tensors: T[], dim: number): T

@@ -404,23 +404,11 @@ const scatterInto = (run: Run, op: ScatterOpName, out: Tensor, dim: number, inde
   k.scatter(op, atLeast1(run, out), normDim(name, dim, out.shape.length), atLeast1(run, index), atLeast1(run, from), run.stream)
 }
 
-/**
- * index_add as one shim_scatter add: index spread along dim over source's slices (source broadcast
- * to the input's, as torch's), source times alpha first when alpha is not 1.
- */
+/** index_add: one shim_index_add, source broadcast to the input's slices first (as torch's). */
 const indexAddInto = (run: Run, out: Tensor, dim: number, index: Tensor, source: Tensor, alpha: number, name: string): void => {
-  const n = index.numel
-  if (n === 0) return
-  const d = normDim(name, dim, out.shape.length), xs = out.shape.length === 0 ? [1] : out.shape
-  const sliced = xs.map((s, i) => (i === d ? n : s))
-  let src = run.expand(atLeast1(run, source), sliced)
-  if (alpha !== 1) {
-    const scaled = run.temp(out.dtype, sliced)
-    k.binaryScalar("mul", scaled, src, alpha, false, run.stream)
-    src = scaled
-  }
-  const spread = run.expand(run.view(index, xs.map((_, i) => (i === d ? n : 1))), sliced)
-  k.scatter("add", atLeast1(run, out), d, spread, src, run.stream)
+  const d = normDim(name, dim, out.shape.length)
+  const sliced = (out.shape.length === 0 ? [1] : out.shape).map((s, i) => (i === d ? index.numel : s))
+  k.indexAdd(out, d, index, run.expand(atLeast1(run, source), sliced), alpha, run.stream)
 }
 
 const permute = (run: Run, out: Tensor, input: Tensor, p: ReadonlyArray<number>): void => {
@@ -532,6 +520,7 @@ export const KERNELS: Kernels = {
   matmul: (run, [out], a) => matmulInto(run, out!, a.input, a.other),
   mm: (run, [out], a) => k.matmul(out!, a.input, a.mat2, run.stream),
   bmm: (run, [out], a) => k.matmul(out!, a.input, a.mat2, run.stream),
+  _matmul_t: (run, [out], a) => k.matmul(out!, a.input, a.other, run.stream, { a: a.transpose_input, b: a.transpose_other }),
   transpose: (run, [out], a, op) => permute(run, out!, a.input, transposePermutation(op, a.input, a.dim0, a.dim1)),
   t: (run, [out], a, op) => permute(run, out!, a.input, transposePermutation(op, a.input, 0, -1)),
   permute: (run, [out], a, op) => permute(run, out!, a.input, permutation(op, a.input, a.dims)),
@@ -607,12 +596,11 @@ export const KERNELS: Kernels = {
   },
   softmax: (run, [out], a, op) => k.softmax(out!, a.input, normDim(op, a.dim, a.input.shape.length), false, run.stream),
   log_softmax: (run, [out], a, op) => k.softmax(out!, a.input, normDim(op, a.dim, a.input.shape.length), true, run.stream),
+  // x w^T over x's rows, w read transposed where it lies; the bias repeats over the rows (shim_binary).
   linear: (run, [out], a) => {
-    const [o, i] = a.weight.shape as [number, number]
-    const wt = run.temp(a.weight.dtype, [i, o])
-    k.transpose(wt, a.weight, 0, 1, run.stream)
-    matmulInto(run, out!, a.input, wt)
-    if (a.bias) k.binary("add", out!, out!, run.expand(a.bias, out!.shape), run.stream)
+    const [o, i] = a.weight.shape as [number, number], rows = numelOf(a.input.shape.slice(0, -1))
+    k.matmul(run.view(out!, [rows, o]), run.view(a.input, [rows, i]), a.weight, run.stream, { b: true })
+    if (a.bias && out!.numel > 0) k.binary("add", out!, out!, a.bias, run.stream)
   },
   cross_entropy: (run, [out], a) => {
     const { input, target } = a, [n, c] = input.shape as [number, number], dtype = input.dtype

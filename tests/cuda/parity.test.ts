@@ -393,7 +393,7 @@ describe("cuda matches cpu", () => {
     freeAll(a, b, i, j, x, y, bx, by, sq, sr)
   })
 
-  parity("issue 11.2's kernels: triangle, scatter and dropout bit for bit; attention and rms_norm within a few ulps", () => {
+  parity("issue 11.2's kernels: triangle, scatter, index_add and dropout bit for bit; attention and rms_norm within a few ulps", () => {
     const bad: string[] = []
     for (const dtype of DTYPES) {
       const [a, b] = pair(dtype, [3, 5, 7], bytesOf(dtype, 105, 16))
@@ -410,6 +410,12 @@ describe("cuda matches cpu", () => {
         if (alike(`scatter ${op} ${dtype}`, (w) => ops.scatter(op, w ? y : x, 1, w ? ib : ia, w ? sb : sa)))
           bad.push(...differences(`scatter ${op} ${dtype}`, x, y))
       }
+      // index_add into a copy of a along dim 1, repeated entries summed in index order (integral values: exact with or without fma)
+      const [ja, jb] = pair("i64", [4], new Uint8Array(BigInt64Array.from([4n, 0n, 4n, 2n]).buffer))
+      ops.cast(x, a), ops.cast(y, b)
+      if (alike(`index_add ${dtype}`, (w) => ops.indexAdd(w ? y : x, 1, w ? jb : ja, w ? sb : sa, dtype === "bool" ? 1 : 2)))
+        bad.push(...differences(`index_add ${dtype}`, x, y))
+      freeAll(ja, jb)
       if (isFloat(dtype)) {
         const [ma, mb] = emptyPair("bool", [3, 5, 7])
         for (const p of [0.1, 0.5, 1])

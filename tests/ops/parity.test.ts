@@ -400,6 +400,8 @@ const CASES: Case[] = [
   c("index_add dim 1, alpha", "index_add", [f(2, 4), 1, ints("i64", [3], [0, 0, 2]), f(2, 3)], { alpha: -2.5 }),
   c("index_add f64 alpha, negative dim", "index_add", [tensor("f64", [2, 3, 4]), -2, ints("i64", [2], [2, 0]), tensor("f64", [2, 2, 4])], { alpha: 0.3 }),
   c("index_add i32 integer alpha", "index_add", [tensor("i32", [3]), 0, ints("i64", [4], [0, 0, 2, 0]), tensor("i32", [4])], { alpha: 3 }),
+  c("index_add f16 alpha, rounded once per add", "index_add", [tensor("f16", [2, 3]), 0, ints("i64", [4], [1, 1, 1, 0]), tensor("f16", [4, 3], 100)], { alpha: 0.3 }),
+  c("index_add u8 wraps, alpha 3", "index_add", [tensor("u8", [2]), 0, ints("i64", [3], [1, 1, 0]), { ...tensor("u8", [3]), data: [200, 9, 90] }], { alpha: 3 }),
   c("index_add bf16 alpha", "index_add", [tensor("bf16", [3, 2]), 0, ints("i64", [3], [1, 1, 0]), tensor("bf16", [3, 2])], { alpha: 0.5 }),
   c("index_add source broadcast along a size-1 dim", "index_add", [f(3, 4), 0, ints("i64", [2], [2, 2]), f(2, 1)]),
   c("index_add 0-d index", "index_add", [f(4, 2), 0, ints("i64", [], [3]), f(1, 2)]),
@@ -425,6 +427,16 @@ const CASES: Case[] = [
   c("clamp_ in place, tensor bounds broadcast", "clamp_", [f(3, 4), f(4), f(3, 1)]),
   c("clamp_ i32 in place, numbers", "clamp_", [tensor("i32", [5]), 0, 2]),
   c("clamp_ f32 in place, an f64 bound cast back", "clamp_", [f(4), tensor("f64", [4])]),
+  // transposed operands read in place (shim_matmul's flags): linear's weight, the backward rules' products
+  ...FLOATS.map((t) => c(`_matmul_t both transposed ${t}`, "_matmul_t", [tensor(t, [4, 3]), tensor(t, [2, 4]), true, true])),
+  ...(["i64", "i32", "bool"] as const).map((t) => c(`_matmul_t input transposed ${t}`, "_matmul_t", [tensor(t, [4, 3]), tensor(t, [4, 2]), true, false])),
+  c("_matmul_t batched, other transposed", "_matmul_t", [f(2, 3, 4), f(2, 5, 4), false, true]),
+  c("_matmul_t batched, 2-D other transposed (linear's form)", "_matmul_t", [f(2, 3, 4), f(5, 4)], { transpose_other: true }),
+  c("_matmul_t empty inner dim", "_matmul_t", [f(0, 3), f(0, 2), true, false]),
+  c("linear 1-D input", "linear", [f(3), f(5, 3), f(5)]),
+  c("linear empty in_features", "linear", [f(2, 0), f(4, 0), f(4)]),
+  c("linear f64 with bias, rows past a block", "linear", [tensor("f64", [70, 9]), tensor("f64", [130, 9]), tensor("f64", [130])]),
+  c("linear bf16", "linear", [tensor("bf16", [3, 4]), tensor("bf16", [2, 4]), tensor("bf16", [2])]),
 ]
 
 const numbersOf = (h: HostTensor): number[] => [...h.toArray()].map(Number)

@@ -36,6 +36,16 @@ def sliced(x, dim=0, start=None, end=None, step=1):
     return x[(slice(None),) * (dim % x.dim()) + (slice(start, end, step),)]
 
 
+def matmul_t(a, b, ta, tb):
+    """Our _matmul_t: the operands read transposed in their last two dims; integers and bool as
+    their int64 products (torch 1.13 has no bool matmul), cast back."""
+    a, b = (a.transpose(-1, -2) if ta else a), (b.transpose(-1, -2) if tb else b)
+    if a.is_floating_point():
+        return a @ b
+    r = a.long() @ b.long()
+    return (r != 0) if a.dtype == torch.bool else r.to(a.dtype)
+
+
 def upcast(x):
     return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
 
@@ -64,6 +74,7 @@ def rms_norm(x, normalized_shape, weight=None, eps=None):
 OPS = {
     "softmax": F.softmax, "log_softmax": F.log_softmax, "cross_entropy": F.cross_entropy,
     "layer_norm": F.layer_norm, "embedding": F.embedding, "linear": F.linear,
+    "_matmul_t": lambda a, b, transpose_input=False, transpose_other=False: matmul_t(a, b, transpose_input, transpose_other),
     "slice": sliced, "to": lambda x, dtype=None: x.to(dtype) if dtype is not None else x.clone(),
     "max": lambda x, dim=None, keepdim=False: torch.max(x) if dim is None else torch.max(x, dim, keepdim=keepdim),
     "min": lambda x, dim=None, keepdim=False: torch.min(x) if dim is None else torch.min(x, dim, keepdim=keepdim),

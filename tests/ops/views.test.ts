@@ -7,8 +7,9 @@
 //   - lifetimes: the base's ref deleted while a view lives leaves the view's memory alive and
 //     correct, counted once, and freed with the last of them (the worker's own counters);
 //   - a write whose input shares only some of its memory is refused, as torch refuses it;
-//   - leaf gradients made as views of one gradient (cat's backward) stay independent.
-import { afterAll, beforeAll, describe, expect, test } from "bun:test"
+//   - leaf gradients made as views of one gradient (cat's backward) stay independent;
+//   - matmul's and linear's backward read their transposes in place (_matmul_t): no ops.transpose.
+import { afterAll, beforeAll, describe, expect, spyOn, test } from "bun:test"
 import { Effect, ManagedRuntime } from "effect"
 import { Controller, ops, opsOn, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
 import { clipGradNorm } from "../../src/optim/clip.ts"
@@ -149,5 +150,28 @@ describe("writes through views", () => {
     await run(clipGradNorm([a.grad!, b.grad!, c.grad!], Math.sqrt(12))) // scales each in place by about 1/2
     const rounded = async (t: RemoteTensor) => (await values(t)).map((x) => Number(x.toFixed(4)))
     expect([await rounded(a.grad!), await rounded(b.grad!), await rounded(c.grad!)]).toEqual([[1, 1, 1], [1, 1, 1], [1, 1, 1, 1, 1, 1]])
+  })
+})
+
+describe("transposed operands read in place", () => {
+  test("the backward of linear and of matmul (batched input, 2-D weight) issues no transpose, and gives torch's gradients", async () => {
+    const x = (tensor("f64", [2, 3, 4]) as RemoteTensor<"f64">).requiresGrad_(), w = (tensor("f64", [5, 4]) as RemoteTensor<"f64">).requiresGrad_()
+    const v = (tensor("f64", [4, 5]) as RemoteTensor<"f64">).requiresGrad_()
+    const issued: string[] = []
+    const issue = mesh.issue.bind(mesh)
+    const spy = spyOn(mesh, "issue").mockImplementation((fn, ...rest) => (issued.push(fn), issue(fn, ...rest)))
+    try {
+      ops.add(ops.linear(x, w).sum(), ops.matmul(x, v).sum()).backward()
+    } finally {
+      spy.mockRestore()
+    }
+    expect(issued.filter((f) => f === "ops.transpose" || f === "ops.t" || f === "ops.permute")).toEqual([])
+    expect(issued).toContain("ops._matmul_t")
+    // d/dx = ones @ w + ones @ v^T; d/dw = ones^T x (summed rows); d/dv = x^T ones.
+    const xs = iota(24), colSum = [0, 1, 2, 3].map((j) => xs.filter((_, i) => i % 4 === j).reduce((a, b) => a + b, 0))
+    const wRowSum = [0, 1, 2, 3].map((j) => iota(5).reduce((a, r) => a + r * 4 + j, 0)), vRowSum = [0, 1, 2, 3].map((r) => iota(5).reduce((a, j) => a + r * 5 + j, 0))
+    expect(await values(x.grad!)).toEqual(xs.map((i) => wRowSum[i % 4]! + vRowSum[i % 4]!))
+    expect(await values(w.grad!)).toEqual(iota(20).map((i) => colSum[i % 4]!))
+    expect(await values(v.grad!)).toEqual(iota(20).map((i) => colSum[Math.floor(i / 5)]!))
   })
 })

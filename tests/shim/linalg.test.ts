@@ -67,6 +67,29 @@ describe("matmul", () => {
       }
     })
 
+  /** values of `shape` stored transposed in its last two dims, and that stored shape. */
+  const transposedLast = <V>(values: ReadonlyArray<V>, shape: number[]): [V[], number[]] => {
+    const [r, c] = shape.slice(-2) as [number, number], out: V[] = []
+    for (let b = 0; b < values.length / (r * c); b++)
+      for (let j = 0; j < c; j++) for (let i = 0; i < r; i++) out.push(values[b * r * c + i * c + j]!)
+    return [out, [...shape.slice(0, -2), c, r]]
+  }
+  for (const dtype of DTYPES)
+    test(`${dtype}: operands stored transposed (shim_matmul's flags) give the same products`, () => {
+      for (const [aShape, bShape] of MATMUL_CASES)
+        for (const [ta, tb] of [[true, false], [false, true], [true, true]] as const) {
+          const lo = dtype === "u8" ? 0 : isFloat(dtype) ? -2 : -5, hi = isFloat(dtype) ? 2 : 5
+          const xs = sample(dtype, product(aShape), lo, hi, 47), ys = sample(dtype, product(bShape), lo, hi, 53)
+          const [xt, xShape] = ta ? transposedLast(xs, aShape) : [xs, aShape], [yt, yShape] = tb ? transposedLast(ys, bShape) : [ys, bShape]
+          const out = empty(dtype, outShapeOf(aShape, bShape))
+          ops.matmul(out, tensor(dtype, xShape, xt), tensor(dtype, yShape, yt), undefined, { a: ta, b: tb })
+          const { values, scale } = referenceMatmul(dtype, xs, aShape, ys, bShape)
+          const what = `[${aShape}]${ta ? "^T" : ""}@[${bShape}]${tb ? "^T" : ""}`
+          if (isFloat(dtype)) expectClose(dtype, valuesOf(out), values, what, scale)
+          else expect({ what, got: valuesOf(out) }).toEqual({ what, got: values })
+        }
+    })
+
   test("k = 0 gives zeros, whatever out held", () => {
     for (const dtype of ["f32", "f64", "bf16", "i32"] as const) {
       const out = empty(dtype, [3, 2])
@@ -84,7 +107,7 @@ describe("matmul", () => {
   })
 
   test("shape, dtype and aliasing errors name both operands", () => {
-    const raw = (out: Tensor, a: Tensor, b: Tensor) => native.check(native.shim.shim_matmul(out.handle, a.handle, b.handle, null), "shim_matmul")
+    const raw = (out: Tensor, a: Tensor, b: Tensor) => native.check(native.shim.shim_matmul(out.handle, a.handle, b.handle, 0, null), "shim_matmul")
     const a = tensor("f32", [2, 3, 4], Array(24).fill(1))
     expectShimError(() => raw(empty("f32", [2, 3, 5]), a, tensor("f32", [5, 5], Array(25).fill(1))), "Invalid", /shim_matmul: inner dims differ: f32\[2, 3, 4\] @ f32\[5, 5\]/)
     expectShimError(() => raw(empty("f32", [2, 3, 5]), a, tensor("f32", [3, 4, 5], Array(60).fill(1))), "Invalid", /shim_matmul: batch dim 0 differs: f32\[2, 3, 4\] @ f32\[3, 4, 5\]/)
@@ -95,6 +118,8 @@ describe("matmul", () => {
     const square = tensor("f32", [3, 3], Array(9).fill(1))
     expectShimError(() => raw(viewOf(square, [3, 3]), square, square), "Invalid", /shim_matmul: out f32\[3, 3\] shares memory with an operand/)
     expectShimError(() => ops.matmul(empty("f64", [3, 3]), square, square), "Invalid", /^matmul: dtypes differ/)
+    expectShimError(() => native.check(native.shim.shim_matmul(empty("f32", [3, 3]).handle, square.handle, square.handle, 4, null), "shim_matmul"), "Invalid", /shim_matmul: unknown transpose flags 0x4/)
+    expectShimError(() => ops.matmul(empty("f32", [2, 3, 5]), a, tensor("f32", [4, 5], Array(20).fill(1)), undefined, { a: true }), "Invalid", /shim_matmul: inner dims differ: f32\[2, 3, 4\]\^T @ f32\[4, 5\]/)
   })
 })
 

@@ -4,7 +4,8 @@
  * slicing, split and chunk are views too where their result is one contiguous block of the
  * input (blockStart: a piece of the leading dim, say), as torch's are, and a strided copy
  * otherwise; the rest (permute, expand, cat, flip, ...) are one strided copy each
- * (shim_copy_strided), whose cost bench/ops.ts shows.
+ * (shim_copy_strided), whose cost bench/ops.ts shows. The products of the backward rules read
+ * their transposed operands in place instead (_matmul_t: shim_matmul's transpose flags).
  */
 import { bad, describe, isTensorMeta, numelOf, type TensorMeta } from "../meta.ts"
 import { type GradContext, type GradOps, NOT_DIFFERENTIABLE, padDim, sumTo } from "../grad.ts"
@@ -159,10 +160,16 @@ const pieceGrad = <T>(o: GradOps<T>, meta: (t: T) => TensorMeta, g: T, input: Te
   return padDim(o, g, meta(g), d, start, input.shape[d]! - start - sizes[at]!)
 }
 
+/** Whether two shapes of at least 2 dims have the same batch dims (all but their last two). */
+const sameBatch = (a: ReadonlyArray<number>, b: ReadonlyArray<number>): boolean =>
+  a.length === b.length && a.slice(0, -2).every((d, i) => d === b[i])
+
 /**
  * matmul's rule for every form: a 1-D operand is a matrix of one row (or column) whose dim the
  * result dropped; dx = g @ y^T and dy = x^T @ g, each summed over the batch dims broadcasting
- * added, then shaped as its operand.
+ * added, then shaped as its operand. The transposes are read in place (_matmul_t) wherever the
+ * batch dims let one shim_matmul take them (a 2-D weight's dy is one product over every row);
+ * only a broadcast batch materialises a transpose and sums.
  */
 const matmulGrad = <T>(o: GradOps<T>, meta: (t: T) => TensorMeta, x: T, y: T, g: T) => {
   const xs = meta(x).shape, ys = meta(y).shape
@@ -170,13 +177,42 @@ const matmulGrad = <T>(o: GradOps<T>, meta: (t: T) => TensorMeta, x: T, y: T, g:
   const gs = [...meta(g).shape]
   if (xs.length === 1) gs.splice(gs.length - (ys.length === 1 ? 0 : 1), 0, 1)
   if (ys.length === 1) gs.push(1)
-  const g2 = o.reshape(g, gs)
+  const g2 = o.reshape(g, gs), x2s = meta(x2).shape, y2s = meta(y2).shape
   const back = (r: T, to: ReadonlyArray<number>, as: ReadonlyArray<number>) => o.reshape(sumTo(o, r, meta(r).shape, to), [...as])
+  const rows = (t: T, n: number) => o.reshape(t, [-1, n])
   return {
-    x: () => back(o.matmul(g2, o.transpose(y2, -1, -2)), meta(x2).shape, xs),
-    y: () => back(o.matmul(o.transpose(x2, -1, -2), g2), meta(y2).shape, ys),
+    x: () => back(y2s.length === 2 || sameBatch(y2s, gs) ? o._matmul_t(g2, y2, false, true) : o.matmul(g2, o.transpose(y2, -1, -2)), x2s, xs),
+    y: () => {
+      if (!sameBatch(x2s, gs)) return back(o.matmul(o.transpose(x2, -1, -2), g2), y2s, ys)
+      const r = y2s.length === 2 ? o._matmul_t(rows(x2, x2s.at(-1)!), rows(g2, gs.at(-1)!), true, false) : o._matmul_t(x2, g2, true, false)
+      return back(r, y2s, ys)
+    },
   }
 }
+
+/** _matmul_t's result: op(input) @ op(other), op a transpose of the last two dims where asked; other 2-D or of input's batch dims. */
+const matmulTShape = (op: string, x: TensorMeta, y: TensorMeta, tx: boolean, ty: boolean): TensorMeta => {
+  if (x.dtype !== y.dtype) bad(op, `dtypes differ: ${describe(x)} @ ${describe(y)} (cast with ops.to)`)
+  if (x.shape.length < 2 || y.shape.length < 2) bad(op, `needs operands of at least 2 dims: ${describe(x)} @ ${describe(y)}`)
+  if (y.shape.length > 2 && !sameBatch(x.shape, y.shape)) bad(op, `other must be 2-D or have input's batch dims: ${describe(x)} @ ${describe(y)}`)
+  const [m, k] = tx ? [x.shape.at(-1)!, x.shape.at(-2)!] : [x.shape.at(-2)!, x.shape.at(-1)!]
+  const [k2, n] = ty ? [y.shape.at(-1)!, y.shape.at(-2)!] : [y.shape.at(-2)!, y.shape.at(-1)!]
+  if (k !== k2) bad(op, `inner dims differ: ${describe(x)}${tx ? "^T" : ""} @ ${describe(y)}${ty ? "^T" : ""}`)
+  return { dtype: x.dtype, shape: [...x.shape.slice(0, -2), m, n] }
+}
+
+/**
+ * _matmul_t's rule, in its own terms (C = op(A) op(B)): dA = g op(B)^T, or op(B) g^T when A is
+ * read transposed; dB = op(A)^T g, or g^T op(A). Where the batch dims do not let the operands
+ * swap (A batched, B 2-D, A transposed), dA is the transpose of g op(B)^T.
+ */
+const matmulTGrad = <T>(o: GradOps<T>, meta: (t: T) => TensorMeta, a: T, b: T, ta: boolean, tb: boolean, g: T) => ({
+  input: () => {
+    if (!ta) return o._matmul_t(g, b, false, !tb)
+    return meta(b).shape.length === 2 && meta(g).shape.length > 2 ? o.transpose(o._matmul_t(g, b, false, !tb), -1, -2) : o._matmul_t(b, g, tb, true)
+  },
+  other: () => (tb ? o._matmul_t(g, a, true, ta) : o._matmul_t(a, g, !ta, false)),
+})
 
 // The gradient of a copy, an expand or a cast passes as it is: the tape sums every gradient to its input's shape and casts it to its dtype.
 
@@ -278,6 +314,10 @@ const productGrad = <N extends "other" | "mat2">(name: N) =>
 
 export const layout = {
   matmul: spec([arg("input", "tensor"), arg("other", "tensor")], ({ input, other }, op) => [matmulShape(op, input, other)], productGrad("other"), { dtype: "same" }),
+  /** op(input) @ op(other) with the transposes read where they lie (shim_matmul's flags): the backward rules' products, which a transpose would otherwise copy. */
+  _matmul_t: spec([arg("input", "tensor"), arg("other", "tensor"), opt("transpose_input", "bool", false), opt("transpose_other", "bool", false)],
+    ({ input, other, transpose_input, transpose_other }, op) => [matmulTShape(op, input, other, transpose_input, transpose_other)],
+    (c, o) => matmulTGrad(o, c.meta, c.args.input, c.args.other, c.args.transpose_input, c.args.transpose_other, c.grad), { dtype: "same" }),
   mm: spec([arg("input", "tensor"), arg("mat2", "tensor")], ({ input, mat2 }, op) => {
     if (input.shape.length !== 2 || mat2.shape.length !== 2) bad(op, `needs 2-D operands: ${describe(input)} @ ${describe(mat2)}`)
     return [matmulShape(op, input, mat2)]

@@ -24,7 +24,7 @@ const linearGrads = <T>(o: GradOps<T>, x: T, w: T, wm: TensorMeta, g: T) => {
   const [out, features] = wm.shape as [number, number], rows = (t: T, n: number) => o.reshape(t, [-1, n])
   return {
     input: () => o.matmul(g, w),
-    weight: () => o.matmul(o.transpose(rows(g, out), 0, 1), rows(x, features)),
+    weight: () => o._matmul_t(rows(g, out), rows(x, features), true, false),
     bias: () => o.sum(rows(g, out), 0, false),
   }
 }
