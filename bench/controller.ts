@@ -6,8 +6,14 @@
  * then torch's, per case. Each op goes through mesh.run / mesh.call (an Effect per op) and
  * through the typed surface (x.add_(1), synchronous: a round's ops as one burst of plain code).
  *
- *   bun run bench/controller.ts [--ops N] [--rounds R] [--worlds 1,4] [--no-sites] [--sections] [--worker-profile DIR]
+ *   bun run bench/controller.ts [--ops N] [--rounds R] [--worlds 1,4] [--no-sites] [--compare-flush] [--sections] [--worker-profile DIR] [--alone]
  *
+ * --compare-flush: also the burst cases with the batch sent only at the next tick (flushEvery
+ * Infinity), in the same rounds.
+ * --alone: only the controller, no workers (links that take each frame and drop it; a Status
+ * after each round settles its commands): its CPU per op for the burst cases, with call sites
+ * captured and not, and with --sections the parts (each its share of the round's wall time,
+ * times the CPU per op). Load on the host affects it least.
  * --sections: also where the controller's time per op goes, from timing wrappers around the
  * methods that do each part (their own clock reads, ~0.05 us a call, are counted in); a second
  * table. --worker-profile DIR: the workers run under Bun's sampling profiler, writing a
@@ -20,8 +26,12 @@
  */
 import { Effect, type Layer, ManagedRuntime } from "effect"
 import { Controller, Mesh, type RemoteTensor } from "../src/controller/index.ts"
-import { Core } from "../src/controller/core.ts"
+import { Core, FLUSH_EVERY } from "../src/controller/core.ts"
 import { Graph } from "../src/controller/graph.ts"
+import { RemoteStream } from "../src/controller/handles.ts"
+import { createMesh } from "../src/controller/mesh.ts"
+import { opsOn } from "../src/controller/ops.ts"
+import { NDSlice } from "../src/protocol/ndslice.ts"
 import { cpuOf, load, median, selfCpu } from "./cpu.ts"
 
 const args = process.argv.slice(2)
@@ -32,6 +42,7 @@ const WORLDS = (flag("--worlds") ?? "1,4").split(",").map(Number)
 const CAPTURE_SITES = !args.includes("--no-sites")
 const SECTIONS = args.includes("--sections")
 const WORKER_PROFILE = flag("--worker-profile")
+const ALONE = args.includes("--alone")
 const TORCH = "/usr/bin/python3"
 
 /** The cases: our op on a handle, and torch's same op in Python. */
@@ -42,6 +53,8 @@ interface Case {
   readonly issue?: (mesh: Mesh, x: RemoteTensor) => Effect.Effect<RemoteTensor, unknown>
   /** Or: all n ops of a round as plain code, one synchronous burst; returns the handle to fetch. */
   readonly burst?: (x: RemoteTensor, n: number) => RemoteTensor
+  /** The controller's flushEvery for the round (default FLUSH_EVERY). */
+  readonly flushEvery?: number
 }
 
 const CASES: ReadonlyArray<Case> = [
@@ -56,6 +69,12 @@ const CASES: ReadonlyArray<Case> = [
     for (let i = 0; i < n; i++) x.add(1)
     return x
   } },
+]
+/** With --compare-flush, the burst cases again, the batch going out only at the next tick (as before issue 13's flush during a burst). */
+const AT_TICK: ReadonlyArray<Case> = CASES.filter((c) => c.burst).map((c) => ({ ...c, name: `${c.name}, sent at the tick only`, flushEvery: Infinity }))
+const ALL_CASES: ReadonlyArray<Case> = [
+  ...CASES,
+  ...(args.includes("--compare-flush") ? AT_TICK : []),
 ]
 
 /** torch's side: each process imports torch once, then per "go" line times N ops of a case. */
@@ -177,11 +196,12 @@ const runWorld = (world: number, torch: TorchPeers) =>
     const ctl = yield* Controller
     const mesh = yield* ctl.mesh({ all: world })
     const pids = ctl.workers().map((w) => w.pid)
-    const samples = new Map<string, Sample[]>(CASES.map((c) => [c.name, []]))
+    const samples = new Map<string, Sample[]>(ALL_CASES.map((c) => [c.name, []]))
     const round = (c: Case, n: number) =>
       Effect.gen(function* () {
         let x = yield* mesh.call("ops.ones", [[1]])
         yield* mesh.fetch(x)
+        ctl.core.flushEvery = c.flushEvery ?? FLUSH_EVERY
         const sent0 = { ...ctl.core.sent }, w0 = pids.map(cpuOf), c0 = selfCpu()
         takeParts()
         const t0 = performance.now()
@@ -200,9 +220,9 @@ const runWorld = (world: number, torch: TorchPeers) =>
         parts.set("issuing loop, wall (op calls and what ran between them)", (issuedAt - t0) / 1000 / n)
         return { e2e: (t1 - t0) / 1000 / n, controllerCpu: (c1 - c0) / n, issueCpu: (issued - c0) / n, workerCpu: workerCpu / n, perFrame: commands / Math.max(frames, 1), parts }
       })
-    for (const c of CASES) yield* round(c, Math.min(OPS, 2000)) // warm-up
+    for (const c of ALL_CASES) yield* round(c, Math.min(OPS, 2000)) // warm-up
     for (let r = 0; r < ROUNDS; r++) {
-      for (const c of CASES) {
+      for (const c of ALL_CASES) {
         const ours = yield* round(c, OPS)
         const t = yield* Effect.promise(() => torch.perOp(c.torch, OPS))
         samples.get(c.name)!.push({ ...ours, torch: t })
@@ -212,6 +232,53 @@ const runWorld = (world: number, torch: TorchPeers) =>
   })
 
 const us = (s: number) => (s * 1e6).toFixed(2)
+
+/** --alone: the burst cases on a Core with no workers; per (world, case, sites): CPU us/op and parts, medians over the rounds. */
+const alone = async (): Promise<void> => {
+  console.log(`bench/controller --alone: the controller only, ${OPS} ops per round, ${ROUNDS} rounds, medians; load ${load()}`)
+  console.log("")
+  const rows: Array<{ head: string; cpu: number; parts: Map<string, number> }> = []
+  for (const world of WORLDS)
+    for (const sites of [true, false])
+      for (const c of CASES.filter((c) => c.burst)) {
+        const core = new Core({ world, captureSites: sites })
+        for (let rank = 0; rank < world; rank++)
+          core.admit({ hello: { _tag: "WorkerHello", rank, world, pid: 0, token: "", device: "cpu" }, host: "local", send: () => true, sendEncoded: () => true, sendRawForTestsOnly: () => {}, close: () => {} })
+        const mesh = createMesh(core, ["all"], NDSlice.contiguous([world]), new RemoteStream(core, core.newRef()))
+        let x: RemoteTensor = opsOn(mesh).ones([1])
+        const cpus: number[] = [], parts: Array<Map<string, number>> = []
+        for (let r = -2; r < ROUNDS; r++) { // two warm-up rounds
+          takeParts()
+          const c0 = selfCpu(), t0 = performance.now()
+          x = c.burst!(x, OPS)
+          core.flush()
+          const next = core.graph.passed(0) + core.inFlight(mesh.ranks) // the first ident not issued yet
+          for (let rank = 0; rank < world; rank++) core.onMessage(rank, { _tag: "Status", firstUncompletedIdent: next })
+          await Bun.sleep(0) // the tick the program would yield at; GC'd handles' releases run around it
+          if (r < 0) continue
+          const cpu = selfCpu() - c0, wall = (performance.now() - t0) / 1000
+          cpus.push(cpu / OPS)
+          // The wrappers read the wall clock; this process is busy all round, so each part's
+          // share of the round's wall time is its share of the CPU (time the host gave other
+          // processes falls into the parts as often as it would into anything else).
+          parts.push(new Map([...takeParts()].map(([k, secs]) => [k, (secs / wall) * cpu / OPS])))
+        }
+        rows.push({ head: `w${world} ${c.name}, sites ${sites ? "on" : "off"}`, cpu: median(cpus), parts: new Map([...parts[0]!.keys()].map((k) => [k, median(parts.map((p) => p.get(k)!))])) })
+      }
+  console.log("| world, op, call sites | controller CPU us/op |")
+  console.log("|---|---:|")
+  for (const r of rows) console.log(`| ${r.head} | ${us(r.cpu)} |`)
+  if (!SECTIONS) return
+  console.log("")
+  console.log(`| controller us/op, by part | ${rows.map((r) => r.head).join(" | ")} |`)
+  console.log(`|---|${rows.map(() => "---:").join("|")}|`)
+  for (const part of rows[0]!.parts.keys()) console.log(`| ${part} | ${rows.map((r) => us(r.parts.get(part)!)).join(" | ")} |`)
+}
+if (ALONE) {
+  await alone()
+  process.exit(0)
+}
+
 console.log(`bench/controller: ${OPS} ops then a fetch per round, ${ROUNDS} rounds, medians; call sites ${CAPTURE_SITES ? "captured" : "off"}; load ${load()}`)
 console.log("")
 console.log("| world | op | end to end us/op | controller CPU us/op | of it, issuing | worker CPU us/op | commands/frame | torch us/op | ours / torch |")

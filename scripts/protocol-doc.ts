@@ -14,7 +14,7 @@ const END = "<!-- end of the generated message tables -->"
 
 const table = (title: string, messages: Readonly<Record<string, MessageSpec>>): string => {
   const rows = Object.entries(messages).map(([tag, m]) => {
-    const fields = m.fields.map(([name, kind, note]) => `${name}: ${kind.wire}${note === undefined ? "" : ` (${note})`}`)
+    const fields = m.fields.map(([name, kind, note]) => `${name}${kind.optional ? "?" : ""}: ${kind.wire}${note === undefined ? "" : ` (${note})`}`)
     return `| ${m.code} | ${tag} | ${fields.length === 0 ? "(none)" : fields.join(", ")} |`
   })
   return [`### ${title}`, "", "| code | message | fields |", "|---:|---|---|", ...rows].join("\n")

@@ -1,6 +1,7 @@
 /**
  * The controller's engine, below the Mesh API: it numbers commands and refs, batches what is
- * issued in one tick into one CommandGroup per worker, tracks every command in the
+ * issued in one tick (or each FLUSH_EVERY messages of a longer burst) into one CommandGroup per
+ * worker, releases refs in command order, tracks every command in the
  * dependency graph, completes a fetch once every rank its value depends on has passed what it
  * depends on (and no others), fails one that outlasts its deadline, turns worker reports and
  * lost workers into failures of exactly the results that need them, and reports commands that
@@ -155,6 +156,8 @@ export class Core {
   /** The innermost open step scope (lifetime.ts): every tensor handle made now joins it. */
   scope: StepScope | undefined = undefined
   readonly maxInFlight: number
+  /** Messages queued after which a batch goes out at once (Infinity: only at the next tick; benchmarks compare the two). */
+  flushEvery = FLUSH_EVERY
   private readonly waiters: CapacityWaiter[] = []
 
   constructor(readonly options: CoreOptions) {
@@ -316,7 +319,7 @@ export class Core {
   post(ranks: ReadonlyArray<number>, msg: WorkerMessage): void {
     if (this.tracing?.post(ranks, msg)) return
     for (const r of ranks) if (!this.graph.isLost(r)) this.outbox[r]!.push(msg)
-    if (++this.queued >= FLUSH_EVERY) this.flush()
+    if (++this.queued >= this.flushEvery) this.flush()
     else this.scheduleFlush()
   }
 
@@ -467,7 +470,7 @@ export class Core {
 
   /**
    * Sends each worker what was queued for it, as one message or one CommandGroup: at the next
-   * tick, or at once when FLUSH_EVERY messages are queued.
+   * tick, or at once when flushEvery (FLUSH_EVERY) messages are queued.
    */
   flush(): void {
     this.flushQueued = false

@@ -260,6 +260,13 @@ export class Graph {
   private trySettle(first: Node): void {
     // Most calls (every command issued and every one passed) find it still waiting.
     if (first.settled || first.waiting.size > 0 || first.pendingDeps > 0) return
+    // Most that settle (a Status settles a batch of them) are clean with no dependent left: no walk.
+    if (!first.tainted && first.dependents.length === 0) {
+      first.settled = true
+      first.deps.length = 0
+      this.live.delete(first.ident)
+      return
+    }
     const ready = [first]
     while (ready.length > 0) {
       const node = ready.pop()!

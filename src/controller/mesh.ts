@@ -171,8 +171,10 @@ export class Mesh {
     for (let i = 0; i < metas.length; i++) defines[i] = (results[i] = this.core.newRef()).id
     for (const r of mutated) defines.push(r.id)
     if (reads.borrows.length > 0) firstUses(this.core, reads.borrows)
+    // Results given as metadata are declared to the workers, which check what the function returns against them.
+    const declared = Array.isArray(opts.results) ? metas.map((m) => m ?? null) : undefined
     this.core.command(this.ranks, fn, reads.inputs, defines, site, (ident) => ({
-      _tag: "CallFunction", ident, results, mutates: mutated, function: fn, args: wireArgs, kwargs: wireKwargs, stream: stream.ref,
+      _tag: "CallFunction", ident, results, mutates: mutated, function: fn, args: wireArgs, kwargs: wireKwargs, stream: stream.ref, declared,
     }))
     const handles = new Array<RemoteTensor>(results.length)
     for (let i = 0; i < results.length; i++) handles[i] = new RemoteTensor(this, results[i]!, metas[i], stream)

@@ -14,12 +14,13 @@ import type { FunctionContext, RemoteFunction } from "./function.ts"
 import type { Draw } from "./generator.ts"
 import { bad, numelOf, OpArgumentError, type TensorMeta } from "./meta.ts"
 import type { Bound } from "./params.ts"
-import { broadcastShapes, resultType } from "./promotion.ts"
-import { opNamed, type Op, type OpName, type ParamsOf } from "./registry.ts"
+import { broadcastShapes, isFloating, resultType } from "./promotion.ts"
+import { OPS, opNamed, type Op, type OpName, type ParamsOf } from "./registry.ts"
 import { normDim } from "./rules.ts"
 import type { OpSpec } from "./spec.ts"
-import { arangeBounds } from "./specs/creation.ts"
-import { planBinary, type BinaryKind } from "./specs/elementwise.ts"
+import { arangeBounds, linspaceValues } from "./specs/creation.ts"
+import { planAlpha, planBinary, planDiv, type BinaryKind } from "./specs/elementwise.ts"
+import { UNARY_IN_PLACE } from "./specs/inplace.ts"
 import { blockStart, expandShape, permutation, repeatPlan, scatterSource, sliceOf, transposePermutation } from "./specs/layout.ts"
 import { attentionPlan, EPSILON } from "./specs/nn.ts"
 import { reducedDims } from "./specs/reduction.ts"
@@ -92,7 +93,8 @@ const broadcastStrides = (from: ReadonlyArray<number>, to: ReadonlyArray<number>
 const copyInto = (run: Run, out: Tensor, src: Tensor, view: k.Strided): void =>
   k.copyStrided(out, { offset: 0, strides: contiguous(out.shape) }, src, view, out.shape, run.stream)
 
-const fill = (value: number): Kernel<"zeros"> => (run, [out]) => k.fill(out!, value, run.stream)
+/** Fills the one result (zeros, ones and their *_like forms). */
+const fill = (value: number) => (run: Run, [out]: ReadonlyArray<Tensor>): void => k.fill(out!, value, run.stream)
 
 /** Where n random numbers come from: the explicit seed's stream (from offset, default 0), else the rank's generator. */
 const drawOf = (run: Run, op: string, seed: number | null, offset: number | null, n: number): Draw => {
@@ -101,10 +103,17 @@ const drawOf = (run: Run, op: string, seed: number | null, offset: number | null
   return run.ctx.generator.draw(n)
 }
 
-const random = (normal: boolean): Kernel<"rand"> => (run, [out], a, op) => {
+/** What a random op's kernel reads of its arguments: an explicit seed and offset, or none (the rank's generator). */
+interface Seeded { readonly seed: number | null; readonly offset: number | null }
+
+const random = (normal: boolean) => (run: Run, [out]: ReadonlyArray<Tensor>, a: Seeded, op: string): void => {
   const d = drawOf(run, op, a.seed, a.offset, out!.numel)
   k.rand(out!, d.seed, d.offset, normal, run.stream)
 }
+
+/** linspace's ends as torch takes them: an integer dtype truncates them first (its values truncated after). */
+const linspaceBounds = (start: number, end: number, dtype: DType): [number, number] =>
+  isFloating(dtype) ? [start, end] : [Math.trunc(start), Math.trunc(end)]
 
 /** A tensor holding host values (a temporary of the command). */
 const upload = (run: Run, host: HostTensor): Tensor => {
@@ -114,7 +123,7 @@ const upload = (run: Run, host: HostTensor): Tensor => {
 }
 
 /** randint: floor(low + u * (high - low)) of uniform f64 draws u in [0, 1), which stays below high. */
-const randint: Kernel<"randint"> = (run, [out], a, op) => {
+const randint = (run: Run, [out]: ReadonlyArray<Tensor>, a: Seeded & { readonly low: number; readonly high: number }, op: string): void => {
   const u = run.temp("f64", out!.shape), d = drawOf(run, op, a.seed, a.offset, out!.numel)
   k.rand(u, d.seed, d.offset, false, run.stream)
   k.binaryScalar("mul", u, u, a.high - a.low, false, run.stream)
@@ -252,36 +261,76 @@ const binaryInto = (run: Run, op: BinaryOpName, kind: BinaryKind, name: string, 
  * its first call, the kernel with that plan made, for calls whose tensors have the same dtypes
  * and shapes; undefined where the plan is not that simple.
  */
-const planned = new WeakMap<object, (a: Bound<ParamsOf<"add">, Tensor>, name: string) => Kernel<"add"> | undefined>()
+type Planner = (a: { readonly input: unknown; readonly other: unknown; readonly alpha?: number }, name: string) => Kernel<"mul"> | undefined
+const planned = new WeakMap<object, Planner>()
 
 /**
- * A tensor and a number whose result has the tensor's dtype (x.add(1), x.mul_(0.9)): one
- * shim_binary_scalar into the output (the input itself in place), nothing cast or broadcast.
+ * A tensor and a number whose result has the tensor's dtype (x.add(1), x.mul_(0.9); add and
+ * sub with alpha 1): one shim_binary_scalar into the output (the input itself in place),
+ * nothing cast, scaled or broadcast.
  */
-const tensorAndNumber = (op: BinaryOpName, kind: BinaryKind) => (a: Bound<ParamsOf<"add">, Tensor>, name: string): Kernel<"add"> | undefined => {
-  if (!(a.input instanceof Tensor) || typeof a.other !== "number") return undefined
+const tensorAndNumber = (op: BinaryOpName, kind: BinaryKind): Planner => (a, name) => {
+  if (!(a.input instanceof Tensor) || typeof a.other !== "number" || (a.alpha !== undefined && a.alpha !== 1)) return undefined
   const plan = planBinary(name, kind, a.input, a.other)
   if (plan.compute !== a.input.dtype || plan.result.dtype !== a.input.dtype) return undefined
   return (run, [out], b) => k.binaryScalar(op, out ?? b.input as Tensor, b.input as Tensor, b.other as number, false, run.stream)
 }
 
-const binary = (op: BinaryOpName, kind: BinaryKind): Kernel<"add"> => {
-  const kernel: Kernel<"add"> = (run, [out], a, name) => binaryInto(run, op, kind, name, out!, a.input, a.other)
-  planned.set(kernel, tensorAndNumber(op, kind))
+/** `kernel`, with its planner for prepared calls. */
+const withPlanner = <K extends object>(kernel: K, planner: Planner): K => {
+  planned.set(kernel, planner)
   return kernel
 }
 
+const binary = (op: BinaryOpName, kind: BinaryKind): Kernel<"mul"> =>
+  withPlanner<Kernel<"mul">>((run, [out], a, name) => binaryInto(run, op, kind, name, out!, a.input, a.other), tensorAndNumber(op, kind))
+
 /** In place: straight into the input when the result has its dtype, else through a temporary. */
-const binaryInPlace = (op: BinaryOpName, kind: BinaryKind): Kernel<"add_"> => {
-  const kernel: Kernel<"add_"> = (run, _, a, name) => {
-    const plan = planBinary(name, kind, a.input, a.other)
-    if (plan.result.dtype === a.input.dtype) return binaryInto(run, op, kind, name, a.input, a.input, a.other)
-    const result = run.temp(plan.result.dtype, plan.result.shape)
-    binaryInto(run, op, kind, name, result, a.input, a.other)
-    k.cast(a.input, result, run.stream)
-  }
-  planned.set(kernel, tensorAndNumber(op, kind) as never)
-  return kernel
+const binaryInPlace = (op: BinaryOpName, kind: BinaryKind): Kernel<"mul_"> => withPlanner<Kernel<"mul_">>((run, _, a, name) => {
+  const plan = planBinary(name, kind, a.input, a.other)
+  if (plan.result.dtype === a.input.dtype) return binaryInto(run, op, kind, name, a.input, a.input, a.other)
+  const result = run.temp(plan.result.dtype, plan.result.shape)
+  binaryInto(run, op, kind, name, result, a.input, a.other)
+  k.cast(a.input, result, run.stream)
+}, tensorAndNumber(op, kind))
+
+/** alpha other for add and sub, in the compute dtype (other itself for alpha 1). */
+const scaledOther = (run: Run, other: Tensor | number, alpha: number, dtype: DType): Tensor | number => {
+  if (alpha === 1) return other
+  if (typeof other === "number") return other * alpha
+  const scaled = run.temp(dtype, other.shape)
+  k.binaryScalar("mul", scaled, run.cast(other, dtype), alpha, false, run.stream)
+  return scaled
+}
+
+/** add and sub: input ± alpha other (alpha scales other first: one more shim call when it is not 1). */
+const withAlpha = (op: "add" | "sub"): Kernel<"add"> => withPlanner<Kernel<"add">>((run, [out], a, name) =>
+  binaryInto(run, op, "arithmetic", name, out!, a.input, scaledOther(run, a.other, a.alpha, planAlpha(name, a.input, a.other, a.alpha).compute)), tensorAndNumber(op, "arithmetic"))
+
+const withAlphaInPlace = (op: "add" | "sub"): Kernel<"add_"> => {
+  const inPlace = binaryInPlace(op, "arithmetic")
+  return withPlanner<Kernel<"add_">>((run, outs, a, name) =>
+    inPlace(run, outs, { input: a.input, other: scaledOther(run, a.other, a.alpha, planAlpha(name, a.input, a.other, a.alpha).compute) }, name, []), tensorAndNumber(op, "arithmetic"))
+}
+
+/**
+ * div with a rounding mode: floor is floor_divide; trunc the true quotient truncated, computed
+ * in the result's dtype, or in f64 for integers (exact while |values| < 2^53), then cast back.
+ */
+const divInto = (run: Run, out: Tensor, x: Tensor | number, y: Tensor | number, mode: string | null, name: string): void => {
+  if (mode === null) return binaryInto(run, "div", "division", name, out, x, y)
+  if (mode === "floor") return binaryInto(run, "floor_divide", "arithmetic", name, out, x, y)
+  const dtype = isFloating(out.dtype) ? out.dtype : "f64", q = dtype === out.dtype ? out : run.temp(dtype, out.shape)
+  const as = (v: Tensor | number) => (typeof v === "number" ? v : run.cast(v, dtype))
+  binaryInto(run, "div", "division", name, q, as(x), as(y))
+  k.unary("trunc", q, q, run.stream)
+  if (q !== out) k.cast(out, q, run.stream)
+}
+
+/** A unary op's in-place form: its kernel into the input, or into a temporary cast back (logical_not_ of a float). */
+const unaryInPlace = (base: (typeof UNARY_IN_PLACE)[keyof typeof UNARY_IN_PLACE]): Kernel<"neg_"> => (run, _, a) => {
+  const op = OPS[base] as Op, bound = op.bind([a.input], {}, isTensor), [m] = (op as OpSpec).outputs(bound as never, base)
+  intoInput(run, a.input, m!.dtype, (out) => (KERNELS[base] as Kernel<"neg">)(run, [out], bound as never, base, [m!]))
 }
 
 /** An operand of a ternary op in dtype over shape: a number as one element, a one-element tensor as it is. */
@@ -329,7 +378,11 @@ const reduceInto = (run: Run, op: ReduceOpName, out: Tensor, input: Tensor, dims
   }
 }
 
-const reduce = (op: ReduceOpName): Kernel<"sum"> => (run, [out], a, name) => reduceInto(run, op, out!, a.input, reducedDims(name, a.input, a.dim))
+const reduce = (op: ReduceOpName): Kernel<"amax"> => (run, [out], a, name) => reduceInto(run, op, out!, a.input, reducedDims(name, a.input, a.dim))
+
+/** sum, prod and mean: the input cast to the dtype keyword first, when given. */
+const accumulate = (op: ReduceOpName): Kernel<"sum"> => (run, [out], a, name) =>
+  reduceInto(run, op, out!, a.dtype === null ? a.input : run.cast(a.input, a.dtype), reducedDims(name, a.input, a.dim))
 
 /** f16 and bf16 compose in f32 (rounded once at the end), f32 and f64 in their own dtype. */
 const composeDtype = (d: DType): DType => (d === "f16" || d === "bf16" ? "f32" : d)
@@ -482,14 +535,41 @@ export const KERNELS: Kernels = {
   },
   rand: random(false),
   randn: random(true),
+  // issue 11.2 (opsb): empty, linspace, eye and the *_like forms
+  empty: () => undefined,
+  linspace: (run, [out], a) => k.cast(out!, upload(run, new HostTensor("f64", [a.steps], new Uint8Array(linspaceValues(...linspaceBounds(a.start, a.end, out!.dtype), a.steps).buffer))), run.stream),
+  eye: (run, [out]) => {
+    const [n, m] = out!.shape as [number, number], one = run.temp(out!.dtype, [])
+    k.fill(out!, 0, run.stream)
+    k.fill(one, 1, run.stream)
+    // The diagonal: every (m + 1)th element, from the one 1 read with stride 0.
+    k.copyStrided(out!, { offset: 0, strides: [m + 1] }, one, { offset: 0, strides: [0] }, [Math.min(n, m)], run.stream)
+  },
+  zeros_like: fill(0),
+  ones_like: fill(1),
+  empty_like: () => undefined,
+  full_like: (run, [out], a) => k.fill(out!, a.fill_value, run.stream),
+  rand_like: random(false),
+  randn_like: random(true),
+  randint_like: randint,
   neg: unary("neg"), abs: unary("abs"), exp: unary("exp"), log: unary("log"), sqrt: unary("sqrt"),
   relu: unary("relu"), tanh: unary("tanh"), sigmoid: unary("sigmoid"),
   erf: unary("erf"), log1p: unary("log1p"), expm1: unary("expm1"), rsqrt: unary("rsqrt"), reciprocal: unary("reciprocal"),
-  sin: unary("sin"), cos: unary("cos"), floor: unary("floor"), ceil: unary("ceil"), round: unary("round"), trunc: unary("trunc"),
+  sin: unary("sin"), cos: unary("cos"), floor: unary("floor"), ceil: unary("ceil"), trunc: unary("trunc"),
+  round: (run, [out], a) => {
+    if (a.decimals === 0) return k.unary("round", out!, run.cast(a.input, out!.dtype), run.stream)
+    // f16 and bf16 in f32, rounded once; a negative decimals divides first, as torch's.
+    const dtype = composeDtype(out!.dtype), x = run.cast(a.input, dtype), y = dtype === out!.dtype ? out! : run.temp(dtype, out!.shape), ten = 10 ** Math.abs(a.decimals)
+    k.binaryScalar(a.decimals > 0 ? "mul" : "div", y, x, ten, false, run.stream)
+    k.unary("round", y, y, run.stream)
+    k.binaryScalar(a.decimals > 0 ? "div" : "mul", y, y, ten, false, run.stream)
+    if (y !== out) k.cast(out!, y, run.stream)
+  },
   sign: unary("sign"), silu: unary("silu"), softplus: unary("softplus"),
   gelu: (run, [out], a) => k.unary(a.approximate === "tanh" ? "gelu_tanh" : "gelu", out!, a.input, run.stream),
   isnan: predicate("isnan"), isinf: predicate("isinf"), logical_not: predicate("logical_not"),
-  add: binary("add", "arithmetic"), sub: binary("sub", "arithmetic"), mul: binary("mul", "arithmetic"), div: binary("div", "division"),
+  add: withAlpha("add"), sub: withAlpha("sub"), mul: binary("mul", "arithmetic"),
+  div: (run, [out], a, name) => divInto(run, out!, a.input, a.other, a.rounding_mode, name),
   maximum: binary("maximum", "arithmetic"), minimum: binary("minimum", "arithmetic"), pow: binary("pow", "arithmetic"),
   eq: binary("eq", "comparison"), ne: binary("ne", "comparison"), lt: binary("lt", "comparison"),
   le: binary("le", "comparison"), gt: binary("gt", "comparison"), ge: binary("ge", "comparison"),
@@ -505,17 +585,18 @@ export const KERNELS: Kernels = {
   addcdiv: (run, [out], a) => ternaryInto(run, "addcdiv", out!, a.input, a.tensor1, a.tensor2, a.value),
   addcmul_: (run, _, a) => intoInput(run, a.input, resultType([a.input, a.tensor1, a.tensor2]), (out) => ternaryInto(run, "addcmul", out, a.input, a.tensor1, a.tensor2, a.value)),
   addcdiv_: (run, _, a) => intoInput(run, a.input, resultType([a.input, a.tensor1, a.tensor2]), (out) => ternaryInto(run, "addcdiv", out, a.input, a.tensor1, a.tensor2, a.value)),
-  add_: binaryInPlace("add", "arithmetic"), sub_: binaryInPlace("sub", "arithmetic"), mul_: binaryInPlace("mul", "arithmetic"), div_: binaryInPlace("div", "division"),
+  add_: withAlphaInPlace("add"), sub_: withAlphaInPlace("sub"), mul_: binaryInPlace("mul", "arithmetic"),
+  div_: (run, _, a, name) => intoInput(run, a.input, planDiv(name, a.input, a.other, a.rounding_mode).result.dtype, (out) => divInto(run, out, a.input, a.other, a.rounding_mode, name)),
   clamp: (run, [out], a, op) => clampInto(run, op, out!, a.input, a.min, a.max),
   clamp_: (run, _, a, op) => intoInput(run, a.input, resultType([a.input, ...[a.min, a.max].filter((b) => b !== null)]), (out) => clampInto(run, op, out, a.input, a.min, a.max)),
-  sum: reduce("sum"), prod: reduce("prod"), mean: reduce("mean"),
+  sum: accumulate("sum"), prod: accumulate("prod"), mean: accumulate("mean"),
   amax: reduce("max"), amin: reduce("min"), max: extreme("max"), min: extreme("min"),
   any: reduce("any"), all: reduce("all"),
   argmax: argReduce("max"), argmin: argReduce("min"),
   var: (run, [out], a, op) => moments(run, out!, a.input, reducedDims(op, a.input, a.dim), a.correction, false),
   std: (run, [out], a, op) => moments(run, out!, a.input, reducedDims(op, a.input, a.dim), a.correction, true),
   logsumexp: (run, [out], a, op) => logsumexp(run, out!, a.input, reducedDims(op, a.input, a.dim)),
-  cumsum: (run, [out], a, op) => k.cumsum(out!, a.input, normDim(op, a.dim, a.input.shape.length), run.stream),
+  cumsum: (run, [out], a, op) => k.cumsum(out!, a.dtype === null ? a.input : run.cast(a.input, a.dtype), normDim(op, a.dim, a.input.shape.length), run.stream),
   norm: (run, [out], a, name) => reduceInto(run, a.p === 1 ? "norm1" : a.p === 2 ? "norm2" : "norm_inf", out!, a.input, reducedDims(name, a.input, a.dim)),
   matmul: (run, [out], a) => matmulInto(run, out!, a.input, a.other),
   mm: (run, [out], a) => k.matmul(out!, a.input, a.mat2, run.stream),
@@ -594,8 +675,8 @@ export const KERNELS: Kernels = {
     const [key, offset] = a.state.toHost(run.stream).toArray() as BigInt64Array
     run.ctx.generator.setState(key!, offset!)
   },
-  softmax: (run, [out], a, op) => k.softmax(out!, a.input, normDim(op, a.dim, a.input.shape.length), false, run.stream),
-  log_softmax: (run, [out], a, op) => k.softmax(out!, a.input, normDim(op, a.dim, a.input.shape.length), true, run.stream),
+  softmax: (run, [out], a, op) => k.softmax(out!, run.cast(a.input, out!.dtype), normDim(op, a.dim, a.input.shape.length), false, run.stream),
+  log_softmax: (run, [out], a, op) => k.softmax(out!, run.cast(a.input, out!.dtype), normDim(op, a.dim, a.input.shape.length), true, run.stream),
   // x w^T over x's rows, w read transposed where it lies; the bias repeats over the rows (shim_binary).
   linear: (run, [out], a) => {
     const [o, i] = a.weight.shape as [number, number], rows = numelOf(a.input.shape.slice(0, -1))
@@ -603,7 +684,7 @@ export const KERNELS: Kernels = {
     if (a.bias && out!.numel > 0) k.binary("add", out!, out!, a.bias, run.stream)
   },
   cross_entropy: (run, [out], a) => {
-    const { input, target } = a, [n, c] = input.shape as [number, number], dtype = input.dtype
+    const { input, target } = a, [n, c] = input.shape as [number, number], dtype = input.dtype, s = a.label_smoothing
     const logp = run.temp(dtype, [n, c])
     k.softmax(logp, input, 1, true, run.stream)
     // Ignored targets pick class 0 and are masked out.
@@ -613,15 +694,23 @@ export const KERNELS: Kernels = {
     k.binary("mul", safe, target, run.cast(valid, "i64"), run.stream)
     const picked = run.temp(dtype, [n, 1])
     k.gather(picked, logp, 1, run.view(safe, [n, 1]), run.stream)
-    const weight = run.cast(valid, dtype), loss = run.temp(dtype, [n])
-    k.binaryScalar("mul", loss, run.view(picked, [n]), -(1 - a.label_smoothing), false, run.stream)
-    if (a.label_smoothing > 0) {
-      const smooth = run.temp(dtype, [n])
-      k.reduce("sum", smooth, logp, 1, run.stream)
-      k.binaryScalar("mul", smooth, smooth, -a.label_smoothing / c, false, run.stream)
+    // Each row's weight: its target's class weight (1 without one), 0 when ignored.
+    const counted = run.cast(valid, dtype), weight = a.weight === null ? counted : run.temp(dtype, [n]), loss = run.temp(dtype, [n])
+    if (a.weight !== null) {
+      k.gather(weight, a.weight, 0, safe, run.stream)
+      k.binary("mul", weight, weight, counted, run.stream)
+    }
+    k.binaryScalar("mul", loss, run.view(picked, [n]), -(1 - s), false, run.stream)
+    k.binary("mul", loss, loss, weight, run.stream)
+    if (s > 0) {
+      // s/C of every class's -log p, weighted by its class weight; ignored rows 0.
+      const smooth = run.temp(dtype, [n]), terms = a.weight === null ? logp : run.temp(dtype, [n, c])
+      if (a.weight !== null) k.binary("mul", terms, logp, a.weight, run.stream)
+      k.reduce("sum", smooth, terms, 1, run.stream)
+      k.binaryScalar("mul", smooth, smooth, -s / c, false, run.stream)
+      k.binary("mul", smooth, smooth, counted, run.stream)
       k.binary("add", loss, loss, smooth, run.stream)
     }
-    k.binary("mul", loss, loss, weight, run.stream)
     reduceLoss(run, out!, loss, weight, a.reduction)
   },
   layer_norm: (run, [out], a) => k.layerNorm(out!, a.input, a.weight, a.bias, numelOf(a.normalized_shape), a.eps, run.stream),
@@ -648,7 +737,14 @@ export const KERNELS: Kernels = {
   embedding: (run, [out], a) => {
     const n = numelOf(a.input.shape)
     k.indexSelect(run.view(out!, [n, a.weight.shape[1]!]), a.weight, 0, run.view(a.input, [n]), run.stream)
-  },  // issue 11.2 (opsb): repeat, baddbmm, outer
+  },
+  ...(Object.fromEntries(Object.entries(UNARY_IN_PLACE).map(([name, base]) => [name, unaryInPlace(base)])) as { readonly [N in keyof typeof UNARY_IN_PLACE]: Kernel<"neg_"> }),
+  pow_: binaryInPlace("pow", "arithmetic"),
+  eq_: binaryInPlace("eq", "comparison"), ne_: binaryInPlace("ne", "comparison"), lt_: binaryInPlace("lt", "comparison"),
+  le_: binaryInPlace("le", "comparison"), gt_: binaryInPlace("gt", "comparison"), ge_: binaryInPlace("ge", "comparison"),
+  logical_and_: binaryInPlace("logical_and", "comparison"), logical_or_: binaryInPlace("logical_or", "comparison"),
+  zero_: (run, _, a) => k.fill(a.input, 0, run.stream),
+  // issue 11.2 (opsb): repeat, baddbmm, outer
   repeat: (run, [out], a, op) => repeatInto(run, out!, a.input, a.repeats, op),
   baddbmm,
   outer: (run, [out], a) => outerInto(run, out!, a.input, a.vec2),

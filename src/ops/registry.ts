@@ -9,6 +9,7 @@ import { binder, signatureOf, type Binder, type Param } from "./params.ts"
 import type { OpSpec } from "./spec.ts"
 import { creation } from "./specs/creation.ts"
 import { elementwise } from "./specs/elementwise.ts"
+import { inPlace } from "./specs/inplace.ts"
 import { layout } from "./specs/layout.ts"
 import { linalg } from "./specs/linalg.ts"
 import { math } from "./specs/math.ts"
@@ -18,7 +19,7 @@ import { random } from "./specs/random.ts"
 import { reductions } from "./specs/reduction.ts"
 import { ternary } from "./specs/ternary.ts"
 
-const SPECS = { ...creation, ...random, ...elementwise, ...math, ...ternary, ...reductions, ...layout, ...linalg, ...nn, ...optim }
+const SPECS = { ...creation, ...random, ...elementwise, ...math, ...inPlace, ...ternary, ...reductions, ...layout, ...linalg, ...nn, ...optim }
 
 type Specs = typeof SPECS
 export type OpName = keyof Specs

@@ -14,12 +14,12 @@ import type { Bound, Param } from "./params.ts"
 /**
  * What the result's dtype is, for the typed surface's types (the rule computes the real one):
  * the first tensor's ("same"), bool, floating (an integer input gives f32), torch's promotion
- * of the two operands ("promote"; "divide" then makes integers f32), a sum's (integers give
+ * of the two operands ("promote"; "divide" then makes integers f32), a sum's (its `dtype` keyword's, else integers give
  * i64), the dtype argument's ("to"), the second tensor's ("other"), the `dtype` keyword's
- * (default f32: "created"), arange's (i64 for integral bounds), or not known before the call
- * ("any").
+ * (default f32: "created"), the `dtype` keyword's else the input's (the `*_like` ops: "like"),
+ * arange's (i64 for integral bounds), or not known before the call ("any").
  */
-export type DtypeKind = "same" | "bool" | "float" | "promote" | "divide" | "sum" | "to" | "other" | "created" | "arange" | "any"
+export type DtypeKind = "same" | "bool" | "float" | "promote" | "divide" | "sum" | "to" | "other" | "created" | "like" | "arange" | "any"
 
 /**
  * What a call gives a user of the typed surface: its one tensor ("tensor"), nothing ("none": an

@@ -45,6 +45,8 @@ interface Entry {
   readonly code: number
   readonly direction: Direction
   readonly fieldCount: number
+  /** Its fields less the optional ones at the end: the fewest a message array may hold. */
+  readonly requiredCount: number
   readonly rule: ((m: never) => readonly [string, string] | undefined) | undefined
   readonly decode: BuildMessage
   readonly encode: BuildWire
@@ -60,15 +62,25 @@ interface Entry {
 const compile = (tag: string, { code, fields }: MessageSpec): { decode: BuildMessage; encode: BuildWire } => {
   const key = (name: string) => JSON.stringify(name)
   // Each field's functions and name are the generated code's own variables: direct calls.
-  const names = fields.flatMap((_, i) => [`d${i}`, `e${i}`, `w${i}`])
-  const values = fields.flatMap(([name, kind]) => [kind.decode, kind.encode, `${tag}.${name}`])
-  const decoded = fields.map(([name], i) => `, ${key(name)}: d${i}(a[${i + 1}], w${i}, depth + 1, ctx)`)
-  const encoded = fields.map(([name], i) => `, e${i}(m[${key(name)}], w${i}, depth + 1, ctx)`)
+  const names = [...fields.flatMap((_, i) => [`d${i}`, `e${i}`, `w${i}`]), "Invalid"]
+  const values = [...fields.flatMap(([name, kind]) => [kind.decode, kind.encode, `${tag}.${name}`]), Invalid]
+  const decodeOne = (name: string, i: number) => `d${i}(a[${i + 1}], w${i}, depth + 1, ctx)`
+  const encodeOne = (name: string, i: number) => `e${i}(m[${key(name)}], w${i}, depth + 1, ctx)`
+  const required = fields.filter(([, kind]) => !kind.optional).length
+  // An optional field left off is absent from the message; one sent needs every optional field before it.
+  const decoded = fields.slice(0, required).map(([name], i) => `, ${key(name)}: ${decodeOne(name, i)}`)
+  const encoded = fields.slice(0, required).map(([name], i) => `, ${encodeOne(name, i)}`)
+  const optional = fields.slice(required).map(([name], j) => [name, required + j] as const)
+  const decodeOptional = optional.map(([name, i]) => `if (a.length > ${i + 1}) m[${key(name)}] = ${decodeOne(name, i)};`)
+  const encodeOptional = optional.map(([name, i]) =>
+    `if (m[${key(name)}] !== undefined) { if (a.length !== ${i + 1}) throw new Invalid(w${i}, "given without the optional fields before it"); a.push(${encodeOne(name, i)}) }`)
   const make = (body: string) => new Function(...names, `"use strict"; return ${body}`)(...values)
-  return {
-    decode: make(`(a, depth, ctx) => ({ _tag: ${key(tag)}${decoded.join("")} })`),
-    encode: make(`(m, depth, ctx) => [${code}${encoded.join("")}]`),
-  }
+  return optional.length === 0
+    ? { decode: make(`(a, depth, ctx) => ({ _tag: ${key(tag)}${decoded.join("")} })`), encode: make(`(m, depth, ctx) => [${code}${encoded.join("")}]`) }
+    : {
+      decode: make(`(a, depth, ctx) => { const m = { _tag: ${key(tag)}${decoded.join("")} }; ${decodeOptional.join(" ")} return m }`),
+      encode: make(`(m, depth, ctx) => { const a = [${code}${encoded.join("")}]; ${encodeOptional.join(" ")} return a }`),
+    }
 }
 
 const entries = (table: Readonly<Record<string, MessageSpec>>, direction: Direction): Entry[] =>
@@ -77,6 +89,7 @@ const entries = (table: Readonly<Record<string, MessageSpec>>, direction: Direct
     code: m.code,
     direction,
     fieldCount: m.fields.length,
+    requiredCount: m.fields.filter(([, kind]) => !kind.optional).length,
     rule: m.rule as Entry["rule"],
     ...compile(tag, m),
   }))
@@ -103,7 +116,8 @@ const decodeMessageArray = (v: unknown, direction: Direction, depth: number, ctx
   const e = typeof code === "number" ? BY_CODE[code] : undefined
   if (e === undefined) throw new Invalid("", typeof code === "number" ? `unknown message code ${code}` : `message code: expected integer, got ${code instanceof BadExt ? code.problem : describe(code)}`)
   if (e.direction !== direction) throw new Invalid("", `${e.tag} (code ${code}) is not accepted by the ${direction}`)
-  if (v.length !== e.fieldCount + 1) throw new Invalid(e.tag, `expected ${e.fieldCount} fields, got ${v.length - 1}`)
+  if (v.length < e.requiredCount + 1 || v.length > e.fieldCount + 1)
+    throw new Invalid(e.tag, `expected ${e.requiredCount === e.fieldCount ? e.fieldCount : `${e.requiredCount} to ${e.fieldCount}`} fields, got ${v.length - 1}`)
   const m = e.decode(v, depth, ctx)
   if (e.rule !== undefined) checkRule(e, m)
   return m as unknown as Message

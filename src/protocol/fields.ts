@@ -16,11 +16,19 @@ import { DTYPES, TensorFactory } from "./values.ts"
 export interface Field<T> {
   /** The wire type, as the doc's message tables write it. */
   readonly wire: string
+  /** It may be left off the end of the message array (optional()); absent, it decodes as undefined. */
+  readonly optional?: true
   /** `v` as decoded by the library, checked; `depth`: its own depth in the message. */
   readonly decode: (v: unknown, where: string, depth: number, ctx: DecodeContext) => T
   /** `v` checked for the wire, in its wire form. */
   readonly encode: (v: T, where: string, depth: number, ctx: EncodeContext) => unknown
 }
+
+/**
+ * A field a message may end without (messages.ts allows these only after its other fields): a
+ * sender that has nothing for it leaves it off, so frames from before it was added stay valid.
+ */
+export const optional = <T>(f: Field<T>): Field<T> & { readonly optional: true } => ({ ...f, optional: true })
 
 /** A kind checked the same way in and out, its value its own wire form. */
 const either = <T>(wire: string, check: (v: unknown, where: string, depth: number) => T): Field<T> => ({ wire, decode: check, encode: check })
@@ -67,6 +75,32 @@ export const factoryField = either("TensorFactory", (v, where): TensorFactory =>
   if (problem !== undefined) throw new Invalid(where, `TensorFactory: ${problem}`)
   return v
 })
+
+/** A tensor's declared dtype and shape: `[dtype, [uint]]` on the wire. */
+export interface DeclaredMeta {
+  readonly dtype: (typeof DTYPES)[number]
+  readonly shape: ReadonlyArray<number>
+}
+
+const declaredMeta = (v: unknown, where: string, depth: number): DeclaredMeta | null => {
+  if (v === null) return null
+  const a = array(v, where, depth)
+  if (a.length !== 2) throw new Invalid(where, `expected [dtype, shape] or nil, got an array of ${a.length}`)
+  const dtype = oneOf(DTYPES, "dtype")(a[0], `${where}[0]`)
+  const shape = uints(a[1], `${where}[1]`, depth + 1)
+  if (shape.length > MAX_NDIM) throw new Invalid(`${where}[1]`, `${shape.length} dims (at most ${MAX_NDIM})`)
+  return { dtype, shape }
+}
+
+/** Per result, its declared dtype and shape, or nil where none is declared. */
+export const metaList: Field<ReadonlyArray<DeclaredMeta | null>> = {
+  wire: "[[str, [uint]] or nil]",
+  decode: (v, where, depth) => array(v, where, depth).map((x, i) => declaredMeta(x, `${where}[${i}]`, depth + 1)),
+  encode: (v, where, depth) => array(v, where, depth).map((x, i) => {
+    const m = x === null ? null : declaredMeta([(x as DeclaredMeta).dtype, (x as DeclaredMeta).shape], `${where}[${i}]`, depth + 1)
+    return m === null ? null : [m.dtype, m.shape]
+  }),
+}
 
 /** How a decode checks Value trees: copying bin out of a borrowed frame. */
 const decoding = (ctx: DecodeContext): Check => (ctx.copyBytes ? Check.Borrowed : Check.Owned)

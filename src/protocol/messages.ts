@@ -7,8 +7,8 @@
  * these tables.
  */
 import {
-  anyValue, boolField, choice, commandList, errorField, factoryField, ndsliceField, refField, refList, strField, strList, strOrNil, uintField, uintList,
-  valueList, valueMap, type Field,
+  anyValue, boolField, choice, commandList, errorField, factoryField, metaList, ndsliceField, optional, refField, refList, strField, strList, strOrNil, uintField,
+  uintList, valueList, valueMap, type Field,
 } from "./fields.ts"
 import type { HostTensor, Ref } from "./values.ts"
 
@@ -35,8 +35,10 @@ export type Reduction = (typeof REDUCTIONS)[number]
 /** One field: its name, its kind, and a note for the doc's table. */
 type FieldSpec = readonly [name: string, kind: Field<any>, note?: string]
 
-/** The message a list of fields makes (without its _tag). */
-type FieldsOf<F extends ReadonlyArray<FieldSpec>> = { readonly [E in F[number] as E[0]]: E[1] extends Field<infer T> ? T : never }
+/** The message a list of fields makes (without its _tag): an optional() field may be absent. */
+type FieldsOf<F extends ReadonlyArray<FieldSpec>> =
+  & { readonly [E in F[number] as E[1] extends { readonly optional: true } ? never : E[0]]: E[1] extends Field<infer T> ? T : never }
+  & { readonly [E in F[number] as E[1] extends { readonly optional: true } ? E[0] : never]?: E[1] extends Field<infer T> ? T : never }
 
 /** A cross-field rule: the field to blame and the problem, or undefined when it holds. */
 type Rule<F extends ReadonlyArray<FieldSpec>> = (m: FieldsOf<F>) => readonly [field: F[number][0], problem: string] | undefined
@@ -47,7 +49,12 @@ export interface MessageSpec<F extends ReadonlyArray<FieldSpec> = ReadonlyArray<
   readonly rule?: Rule<F>
 }
 
-const message = <const F extends ReadonlyArray<FieldSpec>>(code: number, fields: F, rule?: Rule<F>): MessageSpec<F> => ({ code, fields, rule })
+const message = <const F extends ReadonlyArray<FieldSpec>>(code: number, fields: F, rule?: Rule<F>): MessageSpec<F> => {
+  // Optional fields end the array: a shorter array is then the same message without them.
+  const first = fields.findIndex(([, kind]) => kind.optional)
+  if (first >= 0 && fields.slice(first).some(([, kind]) => !kind.optional)) throw new Error(`message ${code}: optional fields must come last`)
+  return { code, fields, rule }
+}
 
 /** A CommandGroup's commands: an interface, so that the type's recursion is deferred. */
 export interface Commands extends ReadonlyArray<WorkerMessage> {}
@@ -85,7 +92,9 @@ export const WORKER_MESSAGES = {
     ["args", values],
     ["kwargs", valueMap<Value>()],
     ["stream", refField],
-  ]),
+    // What a user function declared it returns: the worker fails the command at its root when a result differs.
+    ["declared", optional(metaList), "per result, [dtype, shape] or nil"],
+  ], (m) => (m.declared !== undefined && m.declared.length !== m.results.length ? ["declared", `${m.declared.length} declarations for ${m.results.length} results`] : undefined)),
   /** Looks up `object`, applies `function` when given, and answers FetchResult(ident, value). */
   FetchValue: message(4, [
     ["ident", uintField],

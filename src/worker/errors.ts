@@ -25,6 +25,9 @@ export class FunctionNotFound extends Data.TaggedError("FunctionNotFound")<{ rea
 /** A function returned a different number of tensors than the command has results. */
 export class ResultCountMismatch extends Data.TaggedError("ResultCountMismatch")<{ readonly message: string }> {}
 
+/** A function returned a tensor whose dtype or shape is not what the command declared for that result. */
+export class ResultMismatch extends Data.TaggedError("ResultMismatch")<{ readonly message: string }> {}
+
 /** A function (built-in or user) threw or rejected; `cause` is what it threw. */
 export class FunctionFailed extends Data.TaggedError("FunctionFailed")<{
   readonly function: string

@@ -282,6 +282,24 @@ describe("failures", () => {
     expect(e.site).toContain("controller.test.ts")
   })
 
+  test("a user function that returns other than it declared fails at its root naming both; dependents are poisoned; the mesh goes on", async () => {
+    const [lie, dependent, honest] = await run(Effect.gen(function* () {
+      const mesh = yield* ctl.mesh({ all: 4 })
+      const t = yield* mesh.call("ops.ones", [[2]])
+      const lied = yield* mesh.call("tests/controller/fixtures:asF64", [t], {}, { results: [{ dtype: "f32", shape: [2] }] })
+      const later = lied.add(1)
+      const fine = yield* mesh.call("tests/controller/fixtures:asF64", [t], {}, { results: [{ dtype: "f64", shape: [2] }] })
+      return yield* Effect.all([Effect.flip(mesh.fetch(lied, 1)), Effect.flip(mesh.fetch(later, 1)), mesh.fetch(fine, 3)])
+    }))
+    for (const e of [lie, dependent]) {
+      expect(e).toBeInstanceOf(RemoteError)
+      expect((e as RemoteError).function).toBe("tests/controller/fixtures:asF64")
+      expect((e as RemoteError).message).toContain("declared f32[2], returned f64[2]")
+    }
+    expect((dependent as RemoteError).ident).toBe((lie as RemoteError).ident)
+    expect([(honest as HostTensor).dtype, values(honest)]).toEqual(["f64", [1, 1]])
+  })
+
   test("a typed op that fails on the workers names its own call site, as a method and as a function", async () => {
     const [method, fn] = await run(Effect.gen(function* () {
       const mesh = yield* ctl.mesh({ all: 4 })

@@ -27,3 +27,6 @@ export const pid = defineFunction(() => process.pid)
 
 /** This worker's live tensor handles, their bytes (not the reuse pool's) and its RSS. */
 export const workerMemory = defineFunction((ctx) => [liveTensorCount(), liveTensorBytes(ctx.native), process.memoryUsage().rss])
+
+/** A copy of t as f64: a function that lies when declared as returning t's dtype. */
+export const asF64 = defineFunction((ctx, t: unknown) => op(ctx, "to", [t], { dtype: "f64" }))

@@ -1,5 +1,7 @@
-// The dependency graph by itself (no processes): which ranks a fetch waits for.
+// The dependency graph by itself (no processes): which ranks a fetch waits for, and when a
+// command leaves it.
 import { expect, test } from "bun:test"
+import { ControllerError } from "../../src/controller/errors.ts"
 import { Graph } from "../../src/controller/graph.ts"
 
 const both = [0, 1]
@@ -24,4 +26,21 @@ test("a fetch behind rank-local commands only waits for its own rank", () => {
   for (let i = 1; i < 100; i++) g.add(i, both, [1], [1], "add_")
   const fetch = g.add(100, [1], [1], [], "fetch")
   expect(Object.fromEntries(g.needs(fetch, [1]))).toEqual({ 1: 100 })
+})
+
+test("a command leaves the graph once its ranks have passed it and what it depends on has settled; a failed one keeps its outcome", () => {
+  const g = new Graph()
+  g.add(0, both, [], [1], "ones")
+  for (let i = 1; i < 50; i++) g.add(i, both, [1], [1], "add_") // a chain: each has a dependent
+  for (let i = 50; i < 100; i++) g.add(i, both, [], [1000 + i], "ones") // independent ones
+  const failed = g.add(100, both, [], [2], "ones")
+  g.fail(failed, new ControllerError({ message: "refused" }), 1)
+  const after = g.add(101, both, [2], [3], "add")
+  g.advance(0, 102)
+  expect(g.live.size, "rank 1 has passed nothing yet").toBe(102)
+  g.advance(1, 102)
+  expect([...g.live.keys()], "commands every rank passed, still in the graph").toEqual([])
+  expect(failed.settled && after.settled).toBe(true)
+  expect(g.failureAt(after, [1])).toBeDefined()
+  expect(g.failureAt(after, [0])).toBeUndefined()
 })

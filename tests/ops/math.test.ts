@@ -60,6 +60,30 @@ describe("elementwise math rules", () => {
     expect(refusal(() => infer("cumsum", [t("f32", 2, 3), 2]))).toMatch(/dim 2 out of range/)
   })
 
+  test("add and sub take alpha by keyword (integral for an integer result); div's rounding_mode keeps integers integral", () => {
+    expect(infer("add", [t("i64", 2), t("i64", 2)], { alpha: 3 })).toEqual([t("i64", 2)])
+    expect(refusal(() => infer("sub", [t("i32", 2), 1], { alpha: 0.5 }))).toMatch(/ops\.sub: alpha must be an integer for a i32 result, got 0.5/)
+    expect(refusal(() => infer("add", [t("f32", 2), t("f32", 2), 2]))).toMatch(/takes 2 positional arguments/)
+    expect(infer("div", [t("i64", 2), t("i32", 2)], { rounding_mode: "floor" })).toEqual([t("i64", 2)])
+    expect(infer("div", [t("i64", 2), 2])).toEqual([t("f32", 2)])
+    expect(refusal(() => infer("div", [t("f32", 2), 2], { rounding_mode: "round" }))).toMatch(/rounding_mode must be None, 'trunc' or 'floor', got 'round'/)
+    expect(refusal(() => infer("div_", [t("i64", 2), 2]))).toMatch(/result type f32 can't be cast to the input's i64/)
+    expect(infer("div_", [t("i64", 2), 2], { rounding_mode: "trunc" })).toEqual([])
+  })
+
+  test("in-place forms: the result must fit the input (exp_ of an integer is refused, eq_ of a float writes 0 and 1); they define nothing", () => {
+    expect(infer("exp_", [t("f16", 2)])).toEqual([])
+    expect(refusal(() => infer("exp_", [t("i64", 2)]))).toMatch(/ops\.exp_: result type f32 can't be cast to the input's i64/)
+    expect(refusal(() => infer("sqrt_", [t("bool", 2)]))).toMatch(/result type f32 can't be cast to the input's bool/)
+    expect(infer("floor_", [t("i32", 2)])).toEqual([])
+    expect(refusal(() => infer("round_", [t("bool", 2)]))).toMatch(/ops\.round_: not defined on bool/)
+    expect(infer("eq_", [t("f32", 2, 3), t("f32", 3)])).toEqual([])
+    expect(refusal(() => infer("lt_", [t("f32", 3), t("f32", 2, 3)]))).toMatch(/does not fit in place/)
+    expect(refusal(() => infer("pow_", [t("i64", 3), 0.5]))).toMatch(/result type f32 can't be cast to the input's i64/)
+    expect(refusal(() => infer("logical_and_", [t("bool", 3), true]))).toMatch(/other must be a tensor/)
+    expect(infer("zero_", [t("u8", 0)])).toEqual([])
+  })
+
   test("var, std and logsumexp: floating only, torch's keywords, logsumexp needs a dim that is not empty", () => {
     expect(infer("var", [t("f32", 2, 3), 1], { correction: 0, keepdim: true })).toEqual([t("f32", 2, 1)])
     expect(refusal(() => infer("std", [t("f32", 2, 3), 1, 0]))).toMatch(/takes 2 positional arguments/)

@@ -37,6 +37,11 @@ describe("rules", () => {
     expect(refusal(() => infer("nll_loss", [t("f32", 4, 3), t("i64", 4)], { reduction: "avg" }))).toMatch(/reduction must be one of none, mean, sum/)
     expect(infer("nll_loss", [t("f64", 2, 3, 4), t("i64", 2, 4)], { reduction: "none" })).toEqual([t("f64", 2, 4)])
     expect(refusal(() => infer("mse_loss", [t("i64", 3), t("i64", 3)]))).toMatch(/needs floating operands/)
+    // torch's deprecated size_average and reduce sit before ignore_index and reduction: those go by name.
+    expect(refusal(() => infer("mse_loss", [t("f32", 3), t("f32", 3), "sum"]))).toMatch(/takes 2 positional arguments/)
+    expect(refusal(() => infer("nll_loss", [t("f32", 4, 3), t("i64", 4), null, 1]))).toMatch(/takes 3 positional arguments/)
+    expect(refusal(() => infer("cross_entropy", [t("f32", 4, 3), t("i64", 4), t("f32", 4)]))).toMatch(/weight must be f32\[3\], got f32\[4\]/)
+    expect(infer("cross_entropy", [t("f32", 4, 3), t("i64", 4), t("f32", 3)], { reduction: "none", ignore_index: 0 })).toEqual([t("f32", 4)])
     expect(infer("mse_loss", [t("f32", 2, 3), t("f64", 3)], { reduction: "none" })).toEqual([t("f64", 2, 3)])
     expect(refusal(() => infer("one_hot", [t("i64", 3)]))).toMatch(/give num_classes/)
     expect(infer("one_hot", [t("i64", 2, 3), 4])).toEqual([t("i64", 2, 3, 4)])

@@ -69,6 +69,8 @@ const isFloat = (t: DType): boolean => (FLOATS as ReadonlyArray<DType>).includes
 const FLOAT_OF_INT = ["erf", "log1p", "expm1", "rsqrt", "reciprocal", "sin", "cos"]
 const MATH = [...FLOAT_OF_INT, "floor", "ceil", "round", "trunc", "sign", "silu", "softplus", "gelu"]
 const PREDICATES = ["isnan", "isinf", "logical_not"]
+/** The unary ops torch's Tensor has an in-place `_` form of (logical_not_ is tested with the predicates' inputs). */
+const IN_PLACE_UNARY = ["neg", "abs", "sign", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tanh", "sigmoid", "relu", "erf", "floor", "ceil", "round", "trunc"]
 /** log1p and rsqrt of values where they are defined (their NaNs are tested through isnan). */
 const positive = (op: string, x: T): T =>
   op === "rsqrt" || op === "log1p" ? { ...x, data: x.data.map((v) => Math.abs(v) + (isFloat(x.t) ? 0.25 : 0)) } : x
@@ -437,6 +439,89 @@ const CASES: Case[] = [
   c("linear empty in_features", "linear", [f(2, 0), f(4, 0), f(4)]),
   c("linear f64 with bias, rows past a block", "linear", [tensor("f64", [70, 9]), tensor("f64", [130, 9]), tensor("f64", [130])]),
   c("linear bf16", "linear", [tensor("bf16", [3, 4]), tensor("bf16", [2, 4]), tensor("bf16", [2])]),
+  // issue 11.2, opsb's second part (after the older cases, so their seeded inputs stay as they were)
+  // cross_entropy's class weight
+  c("cross_entropy class weight, mean", "cross_entropy", [f(4, 3), ints("i64", [4], [0, 2, 2, 1]), { ...f(3), data: [0.5, 2, 1] }]),
+  c("cross_entropy class weight, ignored, sum", "cross_entropy", [tensor("f64", [4, 3]), ints("i64", [4], [0, -100, 2, 1]), tensor("f64", [3])], { reduction: "sum" }),
+  c("cross_entropy class weight, label_smoothing, mean", "cross_entropy", [f(5, 4), ints("i64", [5], [3, 0, 1, -100, 2]), { ...f(4), data: [0.3, 1.5, 1, 2] }], { label_smoothing: 0.2 }),
+  c("cross_entropy class weight, label_smoothing, none", "cross_entropy", [f(3, 4), ints("i64", [3], [1, 1, 2]), { ...f(4), data: [0.3, 1.5, 1, 2] }], { label_smoothing: 0.3, reduction: "none" }),
+  c("embedding padding_idx", "embedding", [ints("i64", [2, 3], [0, 4, 1, 1, 4, 2]), f(5, 3), 4]),
+  // the dtype keyword of sum, prod, mean and cumsum: the input cast to it first
+  c("sum dtype f16 of i32", "sum", [tensor("i32", [2, 3])], { dtype: "f16" }),
+  c("sum dim, dtype i32 keeps i32", "sum", [tensor("i32", [2, 3]), 1], { dtype: "i32" }),
+  c("sum dtype i64 truncates floats first", "sum", [{ ...f(2), data: [1.7, 2.6] }], { dtype: "i64" }),
+  c("sum dtype f64 of f32, keepdim", "sum", [f(3, 4), [0], true], { dtype: "f64" }),
+  c("prod dim, dtype f32 of i64", "prod", [tensor("i64", [3, 2]), 1], { dtype: "f32" }),
+  c("mean dtype f64 of i64", "mean", [tensor("i64", [2, 3])], { dtype: "f64" }),
+  c("mean dims, dtype f32 of bf16", "mean", [tensor("bf16", [2, 3, 4]), [0, 2]], { dtype: "f32" }),
+  c("cumsum dtype f32 of i32", "cumsum", [tensor("i32", [3, 4]), 1], { dtype: "f32" }),
+  c("cumsum dtype i32 of i32", "cumsum", [tensor("i32", [5]), 0], { dtype: "i32" }),
+  c("softmax dtype f64 of f32", "softmax", [f(3, 5), -1], { dtype: "f64" }),
+  c("log_softmax dtype f32 of bf16", "log_softmax", [tensor("bf16", [2, 6]), 1], { dtype: "f32" }),
+  ...([2, -2, 1] as const).flatMap((d) => (["f32", "f64", "bf16"] as const).map((t) => c(`round decimals=${d} ${t}`, "round", [{ ...tensor(t, [6], 2000), data: [1.2345, -2.5551, 1234.5, 0.125, -0.0049, 15].map((x) => representable(t, x)) }], { decimals: d }))),
+  // add's and sub's alpha, div's rounding_mode
+  ...(["add", "sub"] as const).flatMap((op) => [
+    ...FLOATS.map((t) => c(`${op} ${t} alpha 0.5, broadcast`, op, [tensor(t, [2, 3]), tensor(t, [3])], { alpha: 0.5 })),
+    c(`${op} i64 alpha 3`, op, [tensor("i64", [4]), tensor("i64", [4])], { alpha: 3 }),
+    c(`${op} a number with alpha`, op, [f(3), 2], { alpha: -1.5 }),
+    c(`${op} i32 and f32, fractional alpha`, op, [tensor("i32", [3]), f(3)], { alpha: 0.25 }),
+    c(`${op}_ alpha in place`, `${op}_`, [f(2, 3), f(3)], { alpha: 2 }),
+  ]),
+  ...(["trunc", "floor"] as const).flatMap((mode) => [
+    c(`div ${mode} i64 mixed signs`, "div", [ints("i64", [6], [7, -7, 7, -7, 0, 9]), ints("i64", [6], [2, 2, -2, -2, 3, -4])], { rounding_mode: mode }),
+    ...FLOATS.map((t) => c(`div ${mode} ${t}`, "div", [tensor(t, [2, 3]), nonzero(tensor(t, [3]))], { rounding_mode: mode })),
+    c(`div ${mode} i32 by a fraction`, "div", [tensor("i32", [5]), 2.5], { rounding_mode: mode }),
+    c(`div ${mode} u8`, "div", [tensor("u8", [4]), { ...tensor("u8", [4]), data: [1, 3, 4, 7] }], { rounding_mode: mode }),
+    c(`div ${mode} a number by i64`, "div", [7, ints("i64", [2], [2, -2])], { rounding_mode: mode }),
+    c(`div_ ${mode} in place`, "div_", [tensor("f64", [2, 3]), nonzero(tensor("f64", [3]))], { rounding_mode: mode }),
+    c(`div_ ${mode} i64 in place`, "div_", [ints("i64", [3], [7, -7, 5]), 2], { rounding_mode: mode }),
+  ]),
+  c("div rounding_mode None is true division", "div", [tensor("i64", [3]), 2], { rounding_mode: null }),
+  // issue 11.2: linspace, eye and the *_like forms (empty's values are undefined: tests/ops/creation.test.ts)
+  ...(["f32", "f64", "f16", "bf16", "i64", "i32"] as const).map((t) => c(`linspace ${t}`, "linspace", [-5.5, 2, 7], { dtype: t })),
+  c("linspace default f32, symmetric from both ends", "linspace", [0.1, 0.7, 7]),
+  c("linspace 1000 steps", "linspace", [-1, 3, 1000]),
+  c("linspace one step is start", "linspace", [3, 5, 1]),
+  c("linspace no steps", "linspace", [0, 1, 0]),
+  c("linspace decreasing u8", "linspace", [10, 0, 4], { dtype: "u8" }),
+  ...ALL.map((t) => c(`eye ${t}`, "eye", [3], { dtype: t })),
+  c("eye n x m, more columns", "eye", [2, 4]),
+  c("eye n x m, more rows", "eye", [4, 2]),
+  c("eye 0", "eye", [0]),
+  ...(["zeros_like", "ones_like"] as const).flatMap((op) => [
+    ...ALL.map((t) => c(`${op} ${t}`, op, [tensor(t, [2, 3])])),
+    c(`${op} dtype keyword`, op, [tensor("i64", [4])], { dtype: "bf16" }),
+    c(`${op} 0-d and non-contiguous`, op, [nc(f(2, 3))]),
+    c(`${op} empty`, op, [f(0, 2)]),
+  ]),
+  ...ALL.map((t) => c(`full_like ${t}`, "full_like", [tensor(t, [3]), 1])),
+  c("full_like truncates for an integer dtype", "full_like", [tensor("i64", [2, 2]), -2.7]),
+  c("full_like dtype keyword", "full_like", [tensor("bool", [3]), 0.25], { dtype: "f64" }),
+  // issue 11.2: the in-place forms of the elementwise ops (integer inputs where the result stays integral)
+  ...IN_PLACE_UNARY.flatMap((op) => FLOATS.map((t) => c(`${op}_ ${t}`, `${op}_`, [positive(op, tensor(t, [2, 3]))]))),
+  ...["neg", "abs", "sign", "relu", "floor", "ceil", "round", "trunc"].flatMap((op) => (["i64", "i32"] as const).map((t) => c(`${op}_ ${t}`, `${op}_`, [tensor(t, [5])]))),
+  ...(["f32", "i64", "u8", "bool"] as const).map((t) => c(`logical_not_ ${t}`, "logical_not_", [special(t)])),
+  c("exp_ 0-d", "exp_", [f()]),
+  c("sqrt_ empty", "sqrt_", [f(0, 2)]),
+  c("tanh_ non-contiguous", "tanh_", [nc(f(3, 2))]),
+  c("round_ half to even", "round_", [{ ...f(6), data: [0.5, 1.5, 2.5, -0.5, -1.5, -2.5] }]),
+  c("sign_ NaN, inf, -0", "sign_", [{ ...f(4), data: [NaN, -Infinity, -0, 3] }]),
+  ...FLOATS.map((t) => c(`pow_ ${t} by a tensor, broadcast`, "pow_", [nonzero(tensor(t, [2, 3])), tensor(t, [3])])),
+  c("pow_ i64 by a number", "pow_", [tensor("i64", [5]), 2]),
+  c("pow_ f32 by an i64 tensor", "pow_", [nonzero(f(4)), ints("i64", [4], [0, 1, 2, 3])]),
+  ...["eq", "ne", "lt", "le", "gt", "ge"].flatMap((op) => [
+    c(`${op}_ f32 broadcast`, `${op}_`, [f(2, 3), { ...f(3), data: [0, -1, 1] }]),
+    c(`${op}_ i64 by a number`, `${op}_`, [tensor("i64", [6]), 0]),
+    c(`${op}_ bf16 by f64`, `${op}_`, [tensor("bf16", [4]), tensor("f64", [4])]),
+  ]),
+  c("eq_ with NaN", "eq_", [{ ...f(3), data: [NaN, 1, 2] }, { ...f(3), data: [NaN, 1, 3] }]),
+  ...["logical_and", "logical_or"].flatMap((op) => [
+    c(`${op}_ bool`, `${op}_`, [tensor("bool", [6]), tensor("bool", [6])]),
+    c(`${op}_ f32 broadcast`, `${op}_`, [{ ...f(2, 3), data: [NaN, 0, 1, -0, 2, 0] }, { ...tensor("i64", [3]), data: [0, 1, 3] }]),
+    c(`${op}_ i32 with u8`, `${op}_`, [tensor("i32", [5]), tensor("u8", [5])]),
+  ]),
+  ...ALL.map((t) => c(`zero_ ${t}`, "zero_", [tensor(t, [2, 3])])),
+  c("zero_ 0-d", "zero_", [f()]),
 ]
 
 const numbersOf = (h: HostTensor): number[] => [...h.toArray()].map(Number)

@@ -25,7 +25,7 @@ describe("binding a call to an op's parameters", () => {
   })
 
   test("an unknown keyword is refused, naming it and the signature", () => {
-    expect(refusal(() => infer("sum", [t("f32", 3)], { axis: 0 }))).toBe("ops.sum: unexpected keyword argument 'axis' (sum(input, dim=None, keepdim=False))")
+    expect(refusal(() => infer("sum", [t("f32", 3)], { axis: 0 }))).toBe("ops.sum: unexpected keyword argument 'axis' (sum(input, dim=None, keepdim=False, *, dtype=None))")
   })
 
   test("a wrong type, a missing argument, one given twice, too many positionals", () => {

@@ -82,9 +82,9 @@ OPS = {
     "amin": lambda x, dim=None, keepdim=False: torch.amin(x, dim=() if dim is None else dim, keepdim=keepdim),
     "expand": lambda x, size: x.expand(*size), "permute": lambda x, dims: x.permute(*dims),
     "view": lambda x, shape: x.reshape(shape), "contiguous": lambda x: x.contiguous(),
-    "sum": lambda x, dim=None, keepdim=False: torch.sum(x) if dim is None else torch.sum(x, dim, keepdim=keepdim),
-    "mean": lambda x, dim=None, keepdim=False: torch.mean(x) if dim is None else torch.mean(x, dim, keepdim=keepdim),
-    "prod": lambda x, dim=None, keepdim=False: torch.prod(x) if dim is None else torch.prod(x, dim, keepdim=keepdim),
+    "sum": lambda x, dim=None, keepdim=False, dtype=None: torch.sum(x, dtype=dtype) if dim is None else torch.sum(x, dim, keepdim=keepdim, dtype=dtype),
+    "mean": lambda x, dim=None, keepdim=False, dtype=None: torch.mean(x, dtype=dtype) if dim is None else torch.mean(x, dim, keepdim=keepdim, dtype=dtype),
+    "prod": lambda x, dim=None, keepdim=False, dtype=None: torch.prod(x, dtype=dtype) if dim is None else torch.prod(x, dim, keepdim=keepdim, dtype=dtype),
     "masked_fill": lambda x, mask, value: x.masked_fill(mask, value),
     "any": lambda x, dim=None, keepdim=False: torch.any(x) if dim is None else reduce_dims(torch.any, x, dim, keepdim),
     "all": lambda x, dim=None, keepdim=False: torch.all(x) if dim is None else reduce_dims(torch.all, x, dim, keepdim),
@@ -94,6 +94,8 @@ OPS = {
     "one_hot": F.one_hot, "dropout": F.dropout,
     "repeat": lambda x, repeats: x.repeat(repeats),
     "baddbmm": lambda input, batch1, batch2, **kw: baddbmm(input, batch1, batch2, **kw),
+    # torch 1.13 has no bf16 eye: the f32 one, rounded (0 and 1 are exact).
+    "eye": lambda n, m=None, dtype=None: torch.eye(n, n if m is None else m, dtype=torch.float32 if dtype == torch.bfloat16 else dtype).to(dtype or torch.float32),
 }
 
 

@@ -127,6 +127,28 @@ describe("model code through the typed surface", () => {
     expect(Number.isFinite(got.loss[0]!)).toBe(true)
   })
 
+  test("dtype keywords type their results: *_like, sum and cumsum, mean, softmax; in-place forms return their input", async () => {
+    const dtypes = await rt.runPromise(Effect.gen(function* () {
+      const mesh = yield* ctl.mesh({ dp: 2 })
+      const on = opsOn(mesh)
+      return yield* eager(() => {
+        const i = on.arange(6), x = on.randn([2, 3], { seed: 1 })
+        const z: RemoteTensor<"f64"> = ops.zeros_like(i, { dtype: "f64" })
+        const same: RemoteTensor<"i64"> = i.ones_like()
+        const s: RemoteTensor<"f16"> = i.sum({ dtype: "f16" })
+        const c: RemoteTensor<"i64"> = i.cumsum(0)
+        const m: RemoteTensor<"f64"> = x.mean({ dtype: "f64" })
+        const p: RemoteTensor<"f64"> = x.softmax(-1, { dtype: "f64" })
+        // @ts-expect-error zeros_like keeps the input's dtype: i64, not f32
+        const wrong: RemoteTensor<"f32"> = i.zeros_like()
+        void wrong
+        const e: RemoteTensor<"f32"> = x.exp_()
+        return [z, same, s, c, m, p, e].map((t) => t.dtype)
+      })
+    }))
+    expect(dtypes).toEqual(["f64", "i64", "f16", "i64", "f64", "f64", "f32"])
+  })
+
   test("an op with no tensor argument needs a mesh, and says so", async () => {
     const message = await rt.runPromise(eager(() => ops.zeros([2])).pipe(Effect.flip, Effect.map((e) => e.message)))
     expect(message).toMatch(/ops\.zeros has no tensor argument to take a mesh from; use opsOn\(mesh\)\.zeros/)

@@ -1,5 +1,6 @@
 // The codec (src/protocol/codec.ts): every message round-trips, the documented byte layouts
 // hold, tensors decode as views of owned frames, and encoding refuses what the wire can't carry.
+import { Decoder, ExtensionCodec } from "@msgpack/msgpack"
 import { describe, expect, test } from "bun:test"
 import { Result } from "effect"
 import {
@@ -65,6 +66,8 @@ const workerSamples: WorkerMessage[] = [
   { _tag: "CallRecording", ident: 40, recording: 3, results: [new Ref(200)], actuals: [new Ref(11), new Ref(12)], params: [0.125] },
   { _tag: "DeleteRecording", recording: 3 },
   callFunction,
+  // A user function's declared results, one undeclared.
+  { ...callFunction, function: "fns:pair", declared: [{ dtype: "bf16", shape: [2, 0, 3] }, null] },
   { _tag: "CallFunction", ident: 0, results: [], mutates: [], function: "mod/x.ts:f", args: everyTensor, kwargs: {}, stream: new Ref(2) },
   { _tag: "FetchValue", ident: 13, mutates: [], function: null, object: new Ref(100), stream: new Ref(1) },
   { _tag: "FetchValue", ident: 2 ** 40, mutates: [new Ref(9)], function: "ops.sum", object: [new Ref(100), { k: nested }], stream: new Ref(1) },
@@ -156,6 +159,15 @@ describe("round trip", () => {
     expect(m.ident).toBe(2 ** 50)
     expect(typeof m.value[0]).toBe("number")
     expect(m.value[1]).toBe(5n)
+  })
+
+  test("CallFunction's optional declared field: left off when absent, so frames without it are what they were", () => {
+    const { declared: _, ...plain } = workerSamples.find((m) => m._tag === "CallFunction" && m.declared !== undefined) as Extract<WorkerMessage, { _tag: "CallFunction" }>
+    const wire = (m: Message) => new Decoder({ useBigInt64: true, extensionCodec: new ExtensionCodec() }).decode(encoded(m)) as unknown[]
+    expect(wire(plain).length).toBe(1 + 7)
+    expect(wire({ ...plain, declared: [null, { dtype: "i64", shape: [] }] }).at(-1)).toEqual([null, ["i64", []]])
+    const decoded = Result.getOrThrow(decodeWorkerMessage(encoded(plain)))
+    expect("declared" in decoded).toBe(false)
   })
 
   test("parts written back to back are exactly the contiguous encoding", () => {

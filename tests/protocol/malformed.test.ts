@@ -5,7 +5,7 @@ import { describe, expect, test } from "bun:test"
 import { Result } from "effect"
 import { decodeControllerMessage, decodeWorkerMessage, encodeMessage, MAX_DEPTH } from "../../src/protocol/codec.ts"
 import { WireError } from "../../src/protocol/errors.ts"
-import { MESSAGE_CODES, MESSAGE_FIELDS, type Message } from "../../src/protocol/messages.ts"
+import { MESSAGE_CODES, MESSAGE_FIELDS, MESSAGES, type Message } from "../../src/protocol/messages.ts"
 import { NDSlice } from "../../src/protocol/ndslice.ts"
 import { ErrorPayload, HostTensor, Ref, TensorFactory } from "../../src/protocol/values.ts"
 import { decodeAny, expectedProblem, NOT_UTF8_BYTES, PLACEMENTS, withText } from "./notUtf8.ts"
@@ -71,10 +71,11 @@ describe("message shape", () => {
 
   for (const tag of Object.keys(MESSAGE_CODES) as Message["_tag"][]) {
     test(`${tag} with one field too few or too many`, () => {
-      const n = MESSAGE_FIELDS[tag].length
-      const code = MESSAGE_CODES[tag]
-      expect(wireProblem([code, ...Array(n + 1).fill(0)])).toBe(`${tag}: expected ${n} fields, got ${n + 1}`)
-      if (n > 0) expect(wireProblem([code, ...Array(n - 1).fill(0)])).toBe(`${tag}: expected ${n} fields, got ${n - 1}`)
+      // Optional fields end a message: it may leave them off, down to its required ones.
+      const n = MESSAGE_FIELDS[tag].length, required = MESSAGES[tag].fields.filter(([, kind]) => !kind.optional).length
+      const code = MESSAGE_CODES[tag], expected = required === n ? `${n}` : `${required} to ${n}`
+      expect(wireProblem([code, ...Array(n + 1).fill(0)])).toBe(`${tag}: expected ${expected} fields, got ${n + 1}`)
+      if (required > 0) expect(wireProblem([code, ...Array(required - 1).fill(0)])).toBe(`${tag}: expected ${expected} fields, got ${required - 1}`)
     })
   }
 
@@ -108,7 +109,10 @@ const badField: { readonly [K in Message["_tag"]]: { readonly [F in (typeof MESS
   return {
     CreateDeviceMesh: { result: ref, names: [{ a: 1 }, ": expected array, got map"], ranks: [[2, 1], ": expected NDSlice, got array"] },
     CreateStream: { result: ref, default: flag },
-    CallFunction: { ident: uint, results: refList, mutates: [{}, ": expected array, got map"], function: text, args: ["a", ": expected array, got string"], kwargs: [[1], ": expected map, got array"], stream: ref },
+    CallFunction: {
+      ident: uint, results: refList, mutates: [{}, ": expected array, got map"], function: text, args: ["a", ": expected array, got string"], kwargs: [[1], ": expected map, got array"], stream: ref,
+      declared: [[null, ["f99", [2]]], '[1][0]: unknown dtype "f99" (one of f32, f64, f16, bf16, i32, i64, u8, bool)'],
+    },
     FetchValue: { ident: [1.5, ": expected unsigned integer, got float 1.5"], mutates: refList, function: [false, ": expected string, got boolean"], object: anyValue, stream: ref },
     RequestStatus: { ident: uint },
     Exit: {},
@@ -206,6 +210,15 @@ describe("a wrong type in each field", () => {
     const send = wireOf(validExample.SendTensor)
     send[4] = wireOf({ _tag: "CreateDeviceMesh", result: new Ref(1), names: ["a"], ranks: NDSlice.contiguous([3]) })[3]
     expect(wireProblem(send)).toBe("SendTensor.toRanks: 3 ranks for 2 in fromRanks")
+    expect(wireProblem([...wireOf(samples[0]!), [["f32", [2]]]])).toBe("CallFunction.declared: 1 declarations for 2 results")
+  })
+
+  test("a declaration: [dtype, shape] or nil per result", () => {
+    const call = wireOf(samples[0]!)
+    expect(wireProblem([...call, [["f32", [2, -1]], null]])).toBe("CallFunction.declared[0][1][1]: expected unsigned integer, got integer -1")
+    expect(wireProblem([...call, [["f32"], null]])).toBe("CallFunction.declared[0]: expected [dtype, shape] or nil, got an array of 1")
+    expect(wireProblem([...call, [null, ["i64", Array(9).fill(1)]]])).toBe("CallFunction.declared[1][1]: 9 dims (at most 8)")
+    expect(wireProblem([...call, "f32"])).toBe("CallFunction.declared: expected array, got string")
   })
 })
 

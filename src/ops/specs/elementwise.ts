@@ -6,8 +6,8 @@
  */
 import type { DType } from "../../protocol/values.ts"
 import { bad, describe, type TensorMeta } from "../meta.ts"
-import { type Backward, type GradOps, NOT_DIFFERENTIABLE } from "../grad.ts"
-import { arg, opt } from "../params.ts"
+import { type Backward, type GradOps, NOT_DIFFERENTIABLE, zeroGrad } from "../grad.ts"
+import { arg, kw, opt } from "../params.ts"
 import { broadcastShapes, canCast, isFloating, resultType } from "../promotion.ts"
 import { spec } from "../spec.ts"
 
@@ -52,7 +52,7 @@ export const checkInPlace = (op: string, input: TensorMeta, result: TensorMeta):
   if (!canCast(result.dtype, input.dtype)) bad(op, `result type ${result.dtype} can't be cast to the input's ${input.dtype}`)
 }
 
-const binaryInPlace = (kind: BinaryKind) => spec([arg("input", "tensor"), arg("other", "tensorOrScalar")], ({ input, other }, op) => {
+export const binaryInPlace = (kind: BinaryKind) => spec([arg("input", "tensor"), arg("other", "tensorOrScalar")], ({ input, other }, op) => {
   checkInPlace(op, input, planBinary(op, kind, input, other).result)
   return []
 }, NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" })
@@ -71,6 +71,36 @@ const extremum = (wins: <T>(ops: GradOps<T>, a: T | number, b: T | number) => T)
   const { input: x, other: y } = c.args
   const share = <T>(o: GradOps<T>, g: T, a: T | number, b: T | number) => o.where(o.eq(a, b), o.div(g, 2), o.where(wins(o, a, b), g, 0))
   return { input: () => share(ops, c.grad, x, y), other: () => share(ops, c.grad, y, x) }
+}
+
+/** add's and sub's alpha (input ± alpha other): an integer result takes an integral alpha only, as torch's. */
+const alphaParams = [...binaryParams, kw("alpha", "scalar", 1)] as const
+const alphaInPlaceParams = [arg("input", "tensor"), arg("other", "tensorOrScalar"), kw("alpha", "scalar", 1)] as const
+
+export const planAlpha = (op: string, input: TensorMeta | number, other: TensorMeta | number, alpha: number): BinaryPlan => {
+  const plan = planBinary(op, "arithmetic", input, other)
+  if (!isFloating(plan.compute) && !Number.isInteger(alpha)) bad(op, `alpha must be an integer for a ${plan.compute} result, got ${alpha}`)
+  return plan
+}
+
+const withAlpha = (sign: 1 | -1) => spec(alphaParams, ({ input, other, alpha }, op) => [planAlpha(op, input, other, alpha).result], (c, o) => ({
+  input: () => c.grad,
+  other: () => (sign * c.args.alpha === 1 ? c.grad : o.mul(c.grad, sign * c.args.alpha)),
+}), { dtype: "promote" })
+
+const withAlphaInPlace = spec(alphaInPlaceParams, ({ input, other, alpha }, op) => {
+  checkInPlace(op, input, planAlpha(op, input, other, alpha).result)
+  return []
+}, NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" })
+
+/** div's rounding_mode: None (true division), "trunc" or "floor" (which keep integers integral). */
+export const ROUNDING_MODES = ["trunc", "floor"] as const
+const divParams = [...binaryParams, kw("rounding_mode", "string", null)] as const
+const divInPlaceParams = [arg("input", "tensor"), arg("other", "tensorOrScalar"), kw("rounding_mode", "string", null)] as const
+
+export const planDiv = (op: string, input: TensorMeta | number, other: TensorMeta | number, mode: string | null): BinaryPlan => {
+  if (mode !== null && !(ROUNDING_MODES as ReadonlyArray<string>).includes(mode)) bad(op, `rounding_mode must be None, 'trunc' or 'floor', got '${mode}'`)
+  return planBinary(op, mode === null ? "division" : "arithmetic", input, other)
 }
 
 const clampParams = [arg("input", "tensor"), opt("min", "tensorOrScalar", null), opt("max", "tensorOrScalar", null)] as const
@@ -117,11 +147,14 @@ export const elementwise = {
   sqrt: unary("float", unaryRule((o, _x, y, g) => o.div(g, o.mul(y, 2)))),
   tanh: unary("float", unaryRule((o, _x, y, g) => o.mul(g, o.sub(1, o.mul(y, y))))),
   sigmoid: unary("float", unaryRule((o, _x, y, g) => o.mul(g, o.mul(y, o.sub(1, y))))),
-  add: arithmetic((c) => ({ input: () => c.grad, other: () => c.grad })),
-  sub: arithmetic((c, o) => ({ input: () => c.grad, other: () => o.neg(c.grad) })),
+  add: withAlpha(1),
+  sub: withAlpha(-1),
   mul: arithmetic((c, o) => ({ input: () => o.mul(c.grad, c.args.other), other: () => o.mul(c.grad, c.args.input) })),
   // d(x/y)/dy = -x/y^2 = -(x/y)/y.
-  div: binary("division", (c, o) => ({ input: () => o.div(c.grad, c.args.other), other: () => o.neg(o.div(o.mul(c.grad, c.out), c.args.other)) })),
+  // A rounded quotient is piecewise constant: torch's gradient is zeros.
+  div: spec(divParams, ({ input, other, rounding_mode }, op) => [planDiv(op, input, other, rounding_mode).result], (c, o) => c.args.rounding_mode !== null
+    ? { input: () => zeroGrad(o, c.meta(c.out)), other: () => zeroGrad(o, c.meta(c.out)) }
+    : { input: () => o.div(c.grad, c.args.other), other: () => o.neg(o.div(o.mul(c.grad, c.out), c.args.other)) }, { dtype: "divide" }),
   maximum: arithmetic(extremum((o, a, b) => o.gt(a, b))),
   minimum: arithmetic(extremum((o, a, b) => o.lt(a, b))),
   // torch 1.13: an exponent of 0 gives the base no gradient, and a zero base with a non-negative exponent gives the exponent none.
@@ -138,7 +171,11 @@ export const elementwise = {
   remainder: arithmetic((c, o) => ({ input: () => c.grad, other: () => o.neg(o.mul(c.grad, o.floor_divide(c.args.input, c.args.other))) })),
   floor_divide_: binaryInPlace("arithmetic"), remainder_: binaryInPlace("arithmetic"),
   logical_and: logical, logical_or: logical,
-  add_: binaryInPlace("arithmetic"), sub_: binaryInPlace("arithmetic"), mul_: binaryInPlace("arithmetic"), div_: binaryInPlace("division"),
+  add_: withAlphaInPlace, sub_: withAlphaInPlace, mul_: binaryInPlace("arithmetic"),
+  div_: spec(divInPlaceParams, ({ input, other, rounding_mode }, op) => {
+    checkInPlace(op, input, planDiv(op, input, other, rounding_mode).result)
+    return []
+  }, NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" }),
   clamp: spec(clampParams, ({ input, min, max }, op) => [clampMeta(op, input, min, max)], clampRule, { dtype: "promote" }),
   clamp_: spec(clampParams, ({ input, min, max }, op) => (checkInPlace(op, input, clampMeta(op, input, min, max)), []), NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" }),
 }

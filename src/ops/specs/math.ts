@@ -55,7 +55,12 @@ export const math = {
   reciprocal: toFloat(unaryRule((o, _x, y, g) => o.neg(o.mul(g, o.mul(y, y))))),
   sin: toFloat(unaryRule((o, x, _y, g) => o.mul(g, o.cos(x)))),
   cos: toFloat(unaryRule((o, x, _y, g) => o.neg(o.mul(g, o.sin(x))))),
-  floor: rounding, ceil: rounding, round: rounding, trunc: rounding,
+  floor: rounding, ceil: rounding, trunc: rounding,
+  /** Half to even; `decimals` rounds at 10^-decimals (of floating inputs, as torch 1.13's): round(x 10^d) / 10^d. */
+  round: spec([...input, kw("decimals", "int", 0)], ({ input, decimals }, op) => {
+    if (decimals !== 0 && !isFloating(input.dtype)) bad(op, `decimals needs a floating input, got ${describe(input)}`)
+    return rounding.outputs({ input }, op)
+  }, (c, o) => ({ input: () => zeroGrad(o, c.meta(c.args.input)) }), { dtype: "same" }),
   sign: same(flat),
   isnan: predicate, isinf: predicate, logical_not: predicate,
   silu: spec(input, ({ input }, op) => [floatingOnly(op, input)], unaryRule((o, x, _y, g) => {

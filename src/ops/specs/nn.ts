@@ -10,14 +10,18 @@ export const floating = (op: string, x: TensorMeta): void => {
   if (!isFloating(x.dtype)) bad(op, `needs a floating input, got ${describe(x)} (cast with ops.to)`)
 }
 
-const softmaxParams = [arg("input", "tensor"), arg("dim", "int")] as const
+const softmaxParams = [arg("input", "tensor"), arg("dim", "int"), kw("dtype", "dtype", null)] as const
 
-/** softmax and log_softmax: their rule from the result y, its gradient g and the dim. */
-const softmaxLike = (rule: <T>(o: GradOps<T>, y: T, g: T, dim: number) => T) => spec(softmaxParams, ({ input, dim }, op) => {
-  floating(op, input)
+/**
+ * softmax and log_softmax: their rule from the result y, its gradient g and the dim. torch's
+ * `dtype` keyword casts the input to it first (the tape casts the gradient back).
+ */
+const softmaxLike = (rule: <T>(o: GradOps<T>, y: T, g: T, dim: number) => T) => spec(softmaxParams, ({ input, dim, dtype }, op) => {
+  const x = { dtype: dtype ?? input.dtype, shape: input.shape }
+  floating(op, x)
   normDim(op, dim, input.shape.length)
-  return [input]
-}, (c, o) => ({ input: () => rule(o, c.out, c.grad, c.args.dim) }), { dtype: "same" })
+  return [x]
+}, (c, o) => ({ input: () => rule(o, c.out, c.grad, c.args.dim) }), { dtype: "like" })
 
 /** linear's gradients: y = x w^T + b over the rows of x (its leading dims flattened). */
 const linearGrads = <T>(o: GradOps<T>, x: T, w: T, wm: TensorMeta, g: T) => {
@@ -167,27 +171,44 @@ export const nn = {
     if (bias && (bias.shape.length !== 1 || bias.shape[0] !== weight.shape[0])) bad(op, `bias ${describe(bias)} must be [${weight.shape[0]}]`)
     return [{ dtype: input.dtype, shape: [...input.shape.slice(0, -1), weight.shape[0]!] }]
   }, (c, o) => linearGrads(o, c.args.input, c.args.weight, c.meta(c.args.weight), c.grad), { dtype: "same" }),
+  /**
+   * torch's order: weight third; ignore_index, reduction and label_smoothing by name (torch's
+   * deprecated size_average and reduce sit between them positionally, so a position would mislead).
+   */
   cross_entropy: spec(
-    [arg("input", "tensor"), arg("target", "tensor"), opt("ignore_index", "int", -100), opt("reduction", "string", "mean"), opt("label_smoothing", "scalar", 0)],
-    ({ input, target, reduction, label_smoothing }, op) => {
+    [arg("input", "tensor"), arg("target", "tensor"), opt("weight", "tensor", null), kw("ignore_index", "int", -100), kw("reduction", "string", "mean"), kw("label_smoothing", "scalar", 0)],
+    ({ input, target, weight, reduction, label_smoothing }, op) => {
       floating(op, input)
       checkReduction(op, reduction)
       if (target.dtype !== "i64") bad(op, `target must hold class indices (i64), got ${describe(target)}`)
       if (input.shape.length !== 2 || target.shape.length !== 1 || target.shape[0] !== input.shape[0])
         bad(op, `input must be [N, C] and target [N], got ${describe(input)} and ${describe(target)}`)
+      if (weight && (weight.shape.join() !== `${input.shape[1]}` || weight.dtype !== input.dtype)) bad(op, `weight must be ${input.dtype}[${input.shape[1]}], got ${describe(weight)}`)
       if (!(label_smoothing >= 0 && label_smoothing <= 1)) bad(op, `label_smoothing must be in [0, 1], got ${label_smoothing}`)
       return [{ dtype: input.dtype, shape: reduction === "none" ? target.shape : [] }]
     },
-    // Per row, (softmax(x) - q) with q the smoothed target ((1 - s) one_hot + s / C), zero for
-    // ignored rows; scaled by g per row (none), by g (sum), or by g over the rows counted (mean).
+    // Per row i, p a_i - r_i with p = softmax(x), a_i = (1 - s) w[t_i] + s/C sum(w) and
+    // r_i = (1 - s) w[t_i] one_hot(t_i) + s/C w (w = 1 without weight: p - q, q the smoothed
+    // target), zero for ignored rows; scaled by g per row (none), by g (sum), or by g over the
+    // rows' weights (mean).
     (c, o) => ({
       input: () => {
-        const { input: x, target, ignore_index, reduction, label_smoothing: s } = c.args, { dtype, shape } = c.meta(x), [n, classes] = shape as [number, number]
-        const valid = o.to(o.ne(target, ignore_index), dtype)
-        const q = o.add(o.mul(oneHot(o, target, n, classes, dtype), 1 - s), s / classes)
-        const perRow = o.mul(o.sub(o.softmax(x, 1), q), o.reshape(valid, [n, 1]))
+        const { input: x, target, weight, ignore_index, reduction, label_smoothing: s } = c.args, { dtype, shape } = c.meta(x), [n, classes] = shape as [number, number]
+        const valid = o.to(o.ne(target, ignore_index), dtype), hot = oneHot(o, o.where(o.ne(target, ignore_index), target, 0), n, classes, dtype)
+        const p = o.softmax(x, 1)
+        let perRow: typeof p, counted: typeof p
+        if (weight === null) {
+          perRow = o.sub(p, o.add(o.mul(hot, 1 - s), s / classes))
+          counted = valid
+        } else {
+          const wt = o.matmul(hot, o.reshape(weight, [classes, 1]))
+          const a = o.add(o.mul(wt, 1 - s), o.mul(o.sum(weight, null, false), s / classes))
+          perRow = o.sub(o.mul(p, a), o.add(o.mul(hot, o.mul(wt, 1 - s)), o.mul(weight, s / classes)))
+          counted = o.mul(o.reshape(wt, [n]), valid)
+        }
+        perRow = o.mul(perRow, o.reshape(valid, [n, 1]))
         if (reduction === "none") return o.mul(perRow, o.reshape(c.grad, [n, 1]))
-        const scale = reduction === "sum" ? c.grad : o.div(c.grad, o.sum(valid, null, false))
+        const scale = reduction === "sum" ? c.grad : o.div(c.grad, o.sum(counted, null, false))
         return o.mul(perRow, scale)
       },
     }),
@@ -207,15 +228,20 @@ export const nn = {
     (c, o) => layerNormGrads(o, c.args.input, c.meta(c.args.input), c.args.normalized_shape.length, c.args.weight, c.args.eps, c.grad),
     { dtype: "same" },
   ),
-  embedding: spec([arg("input", "tensor"), arg("weight", "tensor")], ({ input, weight }, op) => {
+  /** padding_idx (negative from the end, as torch's): that row's lookups pass no gradient to it. */
+  embedding: spec([arg("input", "tensor"), arg("weight", "tensor"), opt("padding_idx", "int", null)], ({ input, weight, padding_idx }, op) => {
     if (input.dtype !== "i64") bad(op, `input must hold indices (i64), got ${describe(input)}`)
     if (weight.shape.length !== 2) bad(op, `weight must be [num_embeddings, embedding_dim], got ${describe(weight)}`)
+    const rows = weight.shape[0]!
+    if (padding_idx !== null && (padding_idx < -rows || padding_idx >= rows)) bad(op, `padding_idx ${padding_idx} is out of range for ${rows} embeddings`)
     return [{ dtype: weight.dtype, shape: [...input.shape, weight.shape[1]!] }]
   }, (c, o) => ({
     // Each row's gradient added into the row it was looked up from (index_add, in index order; torch's dense rule).
     weight: () => {
-      const [rows, width] = c.meta(c.args.weight).shape as [number, number], n = numelOf(c.meta(c.args.input).shape)
-      return o.index_add(o.zeros([rows, width], { dtype: c.meta(c.grad).dtype }), 0, o.reshape(c.args.input, [n]), o.reshape(c.grad, [n, width]))
+      const [rows, width] = c.meta(c.args.weight).shape as [number, number], n = numelOf(c.meta(c.args.input).shape), pad = c.args.padding_idx
+      const ids = o.reshape(c.args.input, [n]), g = o.reshape(c.grad, [n, width])
+      const passed = pad === null ? g : o.masked_fill(g, o.unsqueeze(o.eq(ids, pad < 0 ? pad + rows : pad), 1), 0)
+      return o.index_add(o.zeros([rows, width], { dtype: c.meta(c.grad).dtype }), 0, ids, passed)
     },
   }), { dtype: "other" }),
   scaled_dot_product_attention: spec(
@@ -235,7 +261,8 @@ export const nn = {
     return [input]
   }, (c, o) => rmsNormGrads(o, c.meta, c.args.input, c.args.normalized_shape.length, c.args.weight, c.args.eps, c.grad), { dtype: "same" }),
   nll_loss: spec(
-    [arg("input", "tensor"), arg("target", "tensor"), opt("weight", "tensor", null), opt("ignore_index", "int", -100), opt("reduction", "string", "mean")],
+    // As cross_entropy's: ignore_index and reduction by name.
+    [arg("input", "tensor"), arg("target", "tensor"), opt("weight", "tensor", null), kw("ignore_index", "int", -100), kw("reduction", "string", "mean")],
     ({ input, target, weight, reduction }, op) => {
       nllShapes(op, input, target, weight)
       checkReduction(op, reduction)
@@ -244,7 +271,8 @@ export const nn = {
     (c, o) => ({ input: () => nllGrad(o, c.meta, c.args.input, c.args.target, c.args.weight, c.args.ignore_index, c.args.reduction, c.grad) }),
     { dtype: "same" },
   ),
-  mse_loss: spec([arg("input", "tensor"), arg("target", "tensor"), opt("reduction", "string", "mean")], ({ input, target, reduction }, op) => {
+  // reduction by name: torch's deprecated size_average and reduce come before it.
+  mse_loss: spec([arg("input", "tensor"), arg("target", "tensor"), kw("reduction", "string", "mean")], ({ input, target, reduction }, op) => {
     checkReduction(op, reduction)
     const dtype = resultType([input, target])
     if (!isFloating(dtype)) bad(op, `needs floating operands, got ${describe(input)} and ${describe(target)}`)

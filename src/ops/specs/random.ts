@@ -4,7 +4,8 @@
  * saves each rank's state as get_rng_state's tensor). An explicit seed (and offset) reads that
  * Philox stream instead and leaves the generator alone.
  */
-import { bad, describe } from "../meta.ts"
+import type { DType } from "../../protocol/values.ts"
+import { bad, describe, type TensorMeta } from "../meta.ts"
 import { NOT_DIFFERENTIABLE } from "../grad.ts"
 import { arg, kw, opt } from "../params.ts"
 import { isFloating, isIntegral } from "../promotion.ts"
@@ -13,18 +14,27 @@ import { spec } from "../spec.ts"
 /** get_rng_state's tensor: [key, offset] as i64 bit patterns. */
 export const RNG_STATE_SHAPE = [2]
 
+const randintMeta = (op: string, low: number, high: number, shape: ReadonlyArray<number>, dtype: DType): TensorMeta[] => {
+  if (!(low < high)) bad(op, `needs low < high, got ${low} and ${high}`)
+  if (!isIntegral(dtype) && !isFloating(dtype)) bad(op, `dtype ${dtype} cannot hold integers in [${low}, ${high})`)
+  if (high - low > 2 ** 53) bad(op, `the range [${low}, ${high}) is wider than 2^53`)
+  return [{ dtype, shape }]
+}
+
 export const random = {
   /** torch's randint(high, size) form is randint(0, high, size) here. */
   randint: spec(
     [arg("low", "int"), arg("high", "int"), arg("size", "shape"), kw("dtype", "dtype", "i64"), kw("seed", "int", null), kw("offset", "int", null)],
-    ({ low, high, size, dtype }, op) => {
-      if (!(low < high)) bad(op, `needs low < high, got ${low} and ${high}`)
-      if (!isIntegral(dtype) && !isFloating(dtype)) bad(op, `dtype ${dtype} cannot hold integers in [${low}, ${high})`)
-      if (high - low > 2 ** 53) bad(op, `the range [${low}, ${high}) is wider than 2^53`)
-      return [{ dtype, shape: size }]
-    },
+    ({ low, high, size, dtype }, op) => randintMeta(op, low, high, size, dtype),
     NOT_DIFFERENTIABLE,
     { dtype: "created" },
+  ),
+  /** randint over another tensor's shape (its dtype, unless given one). */
+  randint_like: spec(
+    [arg("input", "tensor"), arg("low", "int"), arg("high", "int"), kw("dtype", "dtype", null), kw("seed", "int", null), kw("offset", "int", null)],
+    ({ input, low, high, dtype }, op) => randintMeta(op, low, high, input.shape, dtype ?? input.dtype),
+    NOT_DIFFERENTIABLE,
+    { dtype: "like" },
   ),
   /**
    * Zeroes each element with probability p and scales the rest by 1 / (1 - p) when training;

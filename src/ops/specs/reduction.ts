@@ -66,18 +66,37 @@ const prodRule: ReductionRule = reducedRule("prod", (o, r) => {
 })
 
 /** sum and prod of bool, u8 and i32 accumulate into i64 (as torch's do); mean needs a floating input. */
+const reducedMeta = (rule: Rule, input: TensorMeta, dim: number | number[] | null, keepdim: boolean, op: string): TensorMeta[] => {
+  if (rule === "floating" && !isFloating(input.dtype)) bad(op, `needs a floating input, got ${describe(input)} (cast with ops.to)`)
+  const dims = reducedDims(op, input, dim)
+  if ((op === "amax" || op === "amin") && dims.some((d) => input.shape[d] === 0))
+    bad(op, `cannot reduce an empty dim of ${describe(input)}: ${op} has no identity`)
+  const dtype = rule === "widen" && INTEGER_SUM.has(input.dtype) ? "i64" : input.dtype
+  return [{ dtype, shape: reducedShape(input, dims, keepdim) }]
+}
+
 const reduction = <const R extends Rule>(rule: R, backward: ReductionRule) => spec(
   reductionParams,
-  ({ input, dim, keepdim }, op) => {
-    if (rule === "floating" && !isFloating(input.dtype)) bad(op, `needs a floating input, got ${describe(input)} (cast with ops.to)`)
-    const dims = reducedDims(op, input, dim)
-    if ((op === "amax" || op === "amin") && dims.some((d) => input.shape[d] === 0))
-      bad(op, `cannot reduce an empty dim of ${describe(input)}: ${op} has no identity`)
-    const dtype = rule === "widen" && INTEGER_SUM.has(input.dtype) ? "i64" : input.dtype
-    return [{ dtype, shape: reducedShape(input, dims, keepdim) }]
-  },
+  ({ input, dim, keepdim }, op) => reducedMeta(rule, input, dim, keepdim, op),
   backward,
   { dtype: rule === "widen" ? "sum" : "same" } as { dtype: R extends "widen" ? "sum" : "same" },
+)
+
+const accumulatingParams = [...reductionParams, kw("dtype", "dtype", null)] as const
+
+/**
+ * sum, prod and mean with torch's `dtype` keyword: given, the input is cast to it first and the
+ * result has it (mean's must be floating); else the rules above.
+ */
+const accumulating = <const R extends "widen" | "floating">(rule: R, backward: Backward<typeof accumulatingParams>) => spec(
+  accumulatingParams,
+  ({ input, dim, keepdim, dtype }, op) => {
+    if (dtype === null) return reducedMeta(rule, input, dim, keepdim, op)
+    if (rule === "floating" && !isFloating(dtype)) bad(op, `dtype must be floating, got ${dtype}`)
+    return [{ dtype, shape: reducedShape(input, reducedDims(op, input, dim), keepdim) }]
+  },
+  backward,
+  { dtype: rule === "widen" ? "sum" : "like" } as { dtype: R extends "widen" ? "sum" : "like" },
 )
 
 const logicalReduction = spec(reductionParams, ({ input, dim, keepdim }, op) =>
@@ -143,9 +162,9 @@ const moments = (op: "var" | "std") => spec(momentParams, ({ input, dim, keepdim
 const NORM_ORDERS: ReadonlyArray<number> = [1, 2, Infinity]
 
 export const reductions = {
-  sum: reduction("widen", reducedRule("sum", (_o, r) => r.g)),
-  prod: reduction("widen", prodRule),
-  mean: reduction("floating", reducedRule("mean", (o, r) => o.div(r.g, reducedCount(r.meta, r.dims)))),
+  sum: accumulating("widen", reducedRule("sum", (_o, r) => r.g)),
+  prod: accumulating("widen", prodRule),
+  mean: accumulating("floating", reducedRule("mean", (o, r) => o.div(r.g, reducedCount(r.meta, r.dims)))),
   amax: reduction("same", extremeRule("amax")),
   amin: reduction("same", extremeRule("amin")),
   max: extremeWithIndices("max"),
@@ -162,10 +181,10 @@ export const reductions = {
     return [{ dtype: input.dtype, shape: reducedShape(input, dims, keepdim) }]
   }, (c, o) => reducedRule("logsumexp", (o, r) => o.mul(r.g, o.exp(o.sub(r.x, r.out()))))(c, o)),
   /** Integers and bool accumulate into i64 (as sum does). */
-  cumsum: spec([arg("input", "tensor"), arg("dim", "int")], ({ input, dim }, op) => {
+  cumsum: spec([arg("input", "tensor"), arg("dim", "int"), kw("dtype", "dtype", null)], ({ input, dim, dtype }, op) => {
     normDim(op, dim, input.shape.length)
-    return [{ dtype: isFloating(input.dtype) ? input.dtype : "i64", shape: input.shape }]
-  }, (c, o) => ({ input: () => o.flip(o.cumsum(o.flip(c.grad, c.args.dim), c.args.dim), c.args.dim) })),
+    return [{ dtype: dtype ?? (isFloating(input.dtype) ? input.dtype : "i64"), shape: input.shape }]
+  }, (c, o) => ({ input: () => o.flip(o.cumsum(o.flip(c.grad, c.args.dim), c.args.dim), c.args.dim) }), { dtype: "sum" }),
   /** p = 1, 2 or inf over dims; floating inputs only. */
   norm: spec([arg("input", "tensor"), opt("p", "scalar", 2), opt("dim", "dims", null), opt("keepdim", "bool", false)], ({ input, p, dim, keepdim }, op) => {
     if (!isFloating(input.dtype)) bad(op, `needs a floating input, got ${describe(input)} (cast with ops.to)`)

@@ -8,9 +8,10 @@ import { Effect } from "effect"
 import type { Stream } from "../../../ffi/stream.ts"
 import { Tensor } from "../../../ffi/tensor.ts"
 import type { FunctionContext, RemoteFunction } from "../../ops/function.ts"
+import type { DeclaredMeta } from "../../protocol/fields.ts"
 import type { CallFunction, FetchValue, Value } from "../../protocol/messages.ts"
 import { HostTensor } from "../../protocol/values.ts"
-import { FunctionFailed, ResultCountMismatch, WrongRefType } from "../errors.ts"
+import { FunctionFailed, ResultCountMismatch, ResultMismatch, WrongRefType } from "../errors.ts"
 import { isBuiltin } from "../functions.ts"
 import { flattenTensors, kindOf } from "../refs.ts"
 import { announce, lookup, tryDefine, tryDefineNow, type Session } from "../session.ts"
@@ -58,6 +59,19 @@ const freeingAfter = (s: Session, made: Tensor[], body: () => Effect.Effect<void
   return rest?.pipe(Effect.ensuring(Effect.sync(() => freeUnheld(s, made))))
 }
 
+const metaText = (m: DeclaredMeta): string => `${m.dtype}[${m.shape.join(", ")}]`
+
+/** The first returned tensor that is not what its result declared (nil declares nothing), as the failure naming both. */
+const undeclared = (fn: string, declared: ReadonlyArray<DeclaredMeta | null>, tensors: ReadonlyArray<Tensor>): ResultMismatch | undefined => {
+  for (let i = 0; i < tensors.length; i++) {
+    const d = declared[i], t = tensors[i]!
+    if (d == null) continue
+    if (d.dtype !== t.dtype || d.shape.length !== t.shape.length || d.shape.some((x, j) => x !== t.shape[j]))
+      return new ResultMismatch({ message: `${fn} result ${i}: declared ${metaText(d)}, returned ${metaText(t)}` })
+  }
+  return undefined
+}
+
 export const callFunction = (s: Session) => (m: CallFunction) => Effect.suspend(() => callNow(s, m) ?? Effect.void)
 
 /** CallFunction run now (tryDefineNow), as command `ident` (a recording's call renumbers its commands): undefined when it finished here. */
@@ -76,6 +90,11 @@ export const callNow = (s: Session, m: CallFunction, ident = m.ident): Effect.Ef
         if (tensors.length !== m.results.length) {
           freeUnheld(s, tensors)
           throw new ResultCountMismatch({ message: `${m.function} returned ${tensors.length} tensor(s) for ${m.results.length} result(s)` })
+        }
+        const mismatch = m.declared === undefined ? undefined : undeclared(m.function, m.declared, tensors)
+        if (mismatch !== undefined) {
+          freeUnheld(s, tensors)
+          throw mismatch
         }
         for (let i = 0; i < tensors.length; i++) s.env.define(m.results[i]!, tensors[i]!)
       })
