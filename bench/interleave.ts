@@ -19,6 +19,8 @@ const argv = process.argv.slice(2)
 const end = argv.includes("--") ? argv.indexOf("--") : argv.length
 const cellsAt = argv.indexOf("--cells")
 const CELLS = cellsAt >= 0 && cellsAt < end ? argv.splice(cellsAt, 2)[1]!.split(",").map(Number) : [2]
+/** The cells before the first figure name the row. */
+const FIRST = Math.min(...CELLS)
 const [other, script, roundsArg, ...rest] = argv
 if (other === undefined || script === undefined) {
   console.log("usage: bun run bench/interleave.ts <other checkout> <bench/script.ts> [rounds] [-- args]")
@@ -39,15 +41,15 @@ const rowsOf = (out: string): Map<string, number> => {
       continue
     }
     const cells = line.trim().replace(/^\||\|$/g, "").split("|").map((c) => c.trim())
-    if (cells.length < 3) continue
+    if (cells.length < 2) continue
     const figure = (c: string | undefined) => (c !== undefined && /^[\d,]+(\.\d+)?x?$/.test(c) ? Number(c.replace(/[,x]/g, "")) : undefined)
-    if (figure(cells[2]) === undefined) {
+    if (CELLS.every((k) => figure(cells[k]) === undefined)) {
       if (!cells[0]!.startsWith("-")) header = cells
       continue
     }
     for (const k of CELLS) {
       const v = figure(cells[k])
-      if (v !== undefined) rows.set(`${cells[0]} / ${cells[1]}${CELLS.length > 1 ? ` / ${header[k] ?? `cell ${k}`}` : ""}`, v)
+      if (v !== undefined) rows.set(`${cells.slice(0, FIRST).join(" / ")}${CELLS.length > 1 ? ` / ${header[k] ?? `cell ${k}`}` : ""}`, v)
     }
   }
   return rows

@@ -663,6 +663,7 @@ export const KERNELS: Kernels = {
   triu: (run, [out], a) => k.triangle(out!, a.input, a.diagonal, true, run.stream),
   split: (run, _, a, op, metas) => piecesOf(run, a.tensor, a.dim, op, metas),
   chunk: (run, _, a, op, metas) => piecesOf(run, a.input, a.dim, op, metas),
+  unbind: (run, _, a, op, metas) => blocksOf(run, a.input, normDim(op, a.dim, a.input.shape.length), metas.map((_, i) => ({ start: i, length: 1 })), metas, true),
   randint,
   dropout: (run, [out, mask], a) => {
     if (!a.training || a.p === 0) return (k.cast(out!, a.input, run.stream), k.fill(mask!, 1, run.stream))

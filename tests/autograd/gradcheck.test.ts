@@ -206,6 +206,8 @@ const CASES: Case[] = [
   g("split by size", "split", [F(5, 2), 2]),
   g("split by sections along -1", "split", [F(2, 6), [1, 2, 3], -1]),
   g("chunk unevenly", "chunk", [F(2, 5), 3, -1]),
+  g("unbind", "unbind", [F(3, 2)]),
+  g("unbind an inner dim", "unbind", [F(2, 3, 2), -2]),
   g("scaled_dot_product_attention", "scaled_dot_product_attention", [F(2, 3, 4), F(2, 5, 4), F(2, 5, 2)]),
   g("scaled_dot_product_attention causal, scale", "scaled_dot_product_attention", [F(2, 4, 3), F(2, 4, 3), F(2, 4, 2)], { is_causal: true, scale: 0.7 }),
   g("scaled_dot_product_attention bool mask, broadcast batch", "scaled_dot_product_attention", [F(2, 3, 2), F(4, 2), F(4, 3), { ...B(3, 4), data: [1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0, 1] }]),

@@ -1,7 +1,7 @@
 // Deterministic release (src/controller/lifetime.ts) and the bound on commands in flight, against a
 // controller core whose links decode every frame it writes (no processes): what a closing step
 // scope sends, what the mesh counts, and when a step waits.
-import { expect, test } from "bun:test"
+import { expect, spyOn, test } from "bun:test"
 import { Effect, Exit, Fiber, Result } from "effect"
 import { Core, type CoreOptions } from "../../src/controller/core.ts"
 import { RemoteStream, type RemoteTensor } from "../../src/controller/handles.ts"
@@ -149,6 +149,36 @@ test("inStep releases on failure too, and waits while the mesh has more commands
   caughtUp()
   const y = await Effect.runPromise(Fiber.join(step))
   expect(y.released).toBe(false)
+})
+
+test("a released handle, once collected, is not deleted or uncounted again; a dropped one is", async () => {
+  const { core, mesh, got } = setup(1)
+  const before = mesh.live.refs
+  const collected = spyOn(core, "collected")
+  const released = new Set<number>(), dropped = new Set<number>()
+  ;(() => {
+    for (let i = 0; i < 50; i++) {
+      const [t] = mesh.issue("ops.ones", [[2]], {}, {})
+      t!.release()
+      released.add(t!.ref.id)
+      dropped.add(mesh.issue("ops.ones", [[2]], {}, {})[0]!.ref.id)
+    }
+  })()
+  core.flush()
+  for (const frames of got) frames.length = 0
+  const ids = () => collected.mock.calls.map(([, id]) => id)
+  for (let i = 0; i < 20 && ids().length < 50; i++) {
+    Bun.gc(true)
+    await Bun.sleep(10)
+  }
+  // GC did run the registry's callbacks: some dropped handles were deleted.
+  expect(ids().length).toBeGreaterThan(0)
+  expect(ids().filter((id) => released.has(id))).toEqual([])
+  expect(ids().every((id) => dropped.has(id))).toBe(true)
+  core.flush()
+  expect(deletes(got[0]!).flatMap((d) => [...d.refs]).sort()).toEqual(ids().sort())
+  expect(mesh.live.refs).toBe(before + 50 - ids().length)
+  collected.mockRestore()
 })
 
 test("with gcRelease off, a dropped handle is reported as a leak and not deleted", async () => {

@@ -58,8 +58,10 @@ describe("creation without torch's values", () => {
     expect(numbers(i)).toEqual(numbers(j))
   })
 
-  test("rules: a random *_like needs a floating dtype (randint_like any that holds integers); linspace and eye need sizes that are not negative", () => {
+  test("rules: rand, randn and their *_like forms need a floating dtype (randint_like any that holds integers); linspace and eye need sizes that are not negative", () => {
     expect(refusal(() => infer("rand_like", [t("i64", 2)]))).toMatch(/ops\.rand_like: needs a floating dtype, got i64\[2\]/)
+    expect(refusal(() => infer("randn", [[2]], { dtype: "i32" }))).toMatch(/ops\.randn: needs a floating dtype, got i32\[2\]/)
+    expect(infer("rand", [[2]], { dtype: "bf16" })).toEqual([t("bf16", 2)])
     expect(infer("randn_like", [t("i64", 2)], { dtype: "f16" })).toEqual([t("f16", 2)])
     expect(infer("randint_like", [t("u8", 3), 0, 4])).toEqual([t("u8", 3)])
     expect(refusal(() => infer("randint_like", [t("f32", 3), 4, 4]))).toMatch(/needs low < high/)

@@ -522,6 +522,9 @@ const CASES: Case[] = [
   ]),
   ...ALL.map((t) => c(`zero_ ${t}`, "zero_", [tensor(t, [2, 3])])),
   c("zero_ 0-d", "zero_", [f()]),
+  c("unbind dim 0", "unbind", [f(3, 4)], {}, 3),
+  c("unbind an inner dim, i64", "unbind", [tensor("i64", [2, 3, 2]), 1], {}, 3),
+  c("unbind non-contiguous", "unbind", [nc(f(3, 2)), -1], {}, 3),
 ]
 
 const numbersOf = (h: HostTensor): number[] => [...h.toArray()].map(Number)

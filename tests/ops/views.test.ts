@@ -61,6 +61,8 @@ const CASES: Case[] = [
   v("split of the leading dim, the second piece", [6, 2], [["split", [2, 0]]], 1),
   v("split of an inner dim (copies)", [3, 4], [["split", [2, 1]]], 1),
   v("chunk of the leading dim, the last piece", [5, 3], [["chunk", [2, 0]]], 1, "i32"),
+  v("unbind of the leading dim", [3, 4], [["unbind", [0]]], 2),
+  v("unbind of an inner dim (copies)", [3, 4], [["unbind", [1]]], 1, "f64"),
   v("a select of a narrow: offsets add up", [4, 3], [["narrow", [0, 1, 3]], ["select", [0, 1]]]),
   v("a narrow of a reshape", [2, 6], [["reshape", [[4, 3]]], ["narrow", [0, 2, 2]]]),
   v("contiguous is its input", [2, 3], [["contiguous", []]]),

@@ -10,9 +10,15 @@ import { spec } from "../spec.ts"
 
 const sized = spec([arg("size", "shape"), kw("dtype", "dtype", "f32")], ({ size, dtype }) => [{ dtype, shape: size }], NOT_DIFFERENTIABLE, { dtype: "created" })
 
+/** rand, randn and their *_like forms draw floating values only, as torch's uniform and normal. */
+const floatingDraw = (op: string, out: TensorMeta): TensorMeta => {
+  if (!isFloating(out.dtype)) bad(op, `needs a floating dtype, got ${describe(out)} (torch's uniform and normal draws are floating)`)
+  return out
+}
+
 const random = spec(
   [arg("size", "shape"), kw("dtype", "dtype", "f32"), kw("seed", "int", null), kw("offset", "int", null)],
-  ({ size, dtype }) => [{ dtype, shape: size }],
+  ({ size, dtype }, op) => [floatingDraw(op, { dtype, shape: size })],
   NOT_DIFFERENTIABLE,
   { dtype: "created" },
 )
@@ -38,11 +44,7 @@ const like = (input: TensorMeta, dtype: TensorMeta["dtype"] | null): TensorMeta 
 
 const likeParams = [arg("input", "tensor"), kw("dtype", "dtype", null)] as const
 const sizedLike = spec(likeParams, ({ input, dtype }) => [like(input, dtype)], NOT_DIFFERENTIABLE, { dtype: "like" })
-const randomLike = spec([...likeParams, kw("seed", "int", null), kw("offset", "int", null)], ({ input, dtype }, op) => {
-  const out = like(input, dtype)
-  if (!isFloating(out.dtype)) bad(op, `needs a floating dtype, got ${describe(out)} (torch's uniform and normal draws are floating)`)
-  return [out]
-}, NOT_DIFFERENTIABLE, { dtype: "like" })
+const randomLike = spec([...likeParams, kw("seed", "int", null), kw("offset", "int", null)], ({ input, dtype }, op) => [floatingDraw(op, like(input, dtype))], NOT_DIFFERENTIABLE, { dtype: "like" })
 
 export const creation = {
   zeros: sized,

@@ -142,6 +142,13 @@ export const repeatPlan = (op: string, x: TensorMeta, repeats: ReadonlyArray<num
   return { padded, shape: padded.map((s, i) => s * repeats[i]!) }
 }
 
+/** unbind's result count: its dim's size. */
+const unbindCount = (op: string, input: unknown, dim: number): number => {
+  if (!isTensorMeta(input)) return bad(op, "needs its input's shape to know how many pieces it makes; give the function's results as metadata")
+  if (input.shape.length === 0) bad(op, "cannot unbind a 0-dim tensor")
+  return input.shape[normDim(op, dim, input.shape.length)]!
+}
+
 /** The pieces of input along dim with these sizes. */
 const pieces = (op: string, input: TensorMeta, sizes: ReadonlyArray<number>, dim: number): TensorMeta[] => {
   const d = normDim(op, dim, input.shape.length)
@@ -484,6 +491,16 @@ export const layout = {
   }), {
     dtype: "same", returns: "tensors", view: "block", results: ({ input, chunks, dim }, op) => chunkSizes(op, input, chunks, dim).length,
   }),
+  /** Each entry of dim, the dim dropped (select's pieces): views where the dim leads. A piece's gradient is select's. */
+  unbind: spec([arg("input", "tensor"), opt("dim", "int", 0)], ({ input, dim }, op) => {
+    const n = unbindCount(op, input, dim), d = normDim(op, dim, input.shape.length)
+    return Array.from({ length: n }, () => ({ dtype: input.dtype, shape: input.shape.filter((_, i) => i !== d) }))
+  }, (c, o) => ({
+    input: () => {
+      const m = c.meta(c.args.input), d = normDim("unbind", c.args.dim, m.shape.length), g = o.unsqueeze(c.grad, d)
+      return padDim(o, g, c.meta(g), d, c.index, m.shape[d]! - c.index - 1)
+    },
+  }), { dtype: "same", returns: "tensors", view: "block", results: ({ input, dim }, op) => unbindCount(op, input, dim) }),
   repeat: spec([arg("input", "tensor"), arg("repeats", "ints")], ({ input, repeats }, op) => [{ dtype: input.dtype, shape: repeatPlan(op, input, repeats).shape }], (c, o) => ({
     // Each copy's gradient summed back: g as [r0, s0, r1, s1, ...], summed over the r dims.
     input: () => {
