@@ -235,16 +235,43 @@ const binaryInto = (run: Run, op: BinaryOpName, kind: BinaryKind, name: string, 
   else k.binaryScalar(op, out, run.expand(y as Tensor, plan.result.shape), x, true, run.stream)
 }
 
-const binary = (op: BinaryOpName, kind: BinaryKind): Kernel<"mul"> => (run, [out], a, name) => binaryInto(run, op, kind, name, out!, a.input, a.other)
+/**
+ * Kernels that can plan once for a prepared call (prepareBuiltin): from the bound arguments of
+ * its first call, the kernel with that plan made, for calls whose tensors have the same dtypes
+ * and shapes; undefined where the plan is not that simple.
+ */
+type Planner = (a: { readonly input: unknown; readonly other: unknown; readonly alpha?: number }, name: string) => Kernel<"mul"> | undefined
+const planned = new WeakMap<object, Planner>()
+
+/**
+ * A tensor and a number whose result has the tensor's dtype (x.add(1), x.mul_(0.9); add and
+ * sub with alpha 1): one shim_binary_scalar into the output (the input itself in place),
+ * nothing cast, scaled or broadcast.
+ */
+const tensorAndNumber = (op: BinaryOpName, kind: BinaryKind): Planner => (a, name) => {
+  if (!(a.input instanceof Tensor) || typeof a.other !== "number" || (a.alpha !== undefined && a.alpha !== 1)) return undefined
+  const plan = planBinary(name, kind, a.input, a.other)
+  if (plan.compute !== a.input.dtype || plan.result.dtype !== a.input.dtype) return undefined
+  return (run, [out], b) => k.binaryScalar(op, out ?? b.input as Tensor, b.input as Tensor, b.other as number, false, run.stream)
+}
+
+/** `kernel`, with its planner for prepared calls. */
+const withPlanner = <K extends object>(kernel: K, planner: Planner): K => {
+  planned.set(kernel, planner)
+  return kernel
+}
+
+const binary = (op: BinaryOpName, kind: BinaryKind): Kernel<"mul"> =>
+  withPlanner<Kernel<"mul">>((run, [out], a, name) => binaryInto(run, op, kind, name, out!, a.input, a.other), tensorAndNumber(op, kind))
 
 /** In place: straight into the input when the result has its dtype, else through a temporary. */
-const binaryInPlace = (op: BinaryOpName, kind: BinaryKind): Kernel<"mul_"> => (run, _, a, name) => {
+const binaryInPlace = (op: BinaryOpName, kind: BinaryKind): Kernel<"mul_"> => withPlanner<Kernel<"mul_">>((run, _, a, name) => {
   const plan = planBinary(name, kind, a.input, a.other)
   if (plan.result.dtype === a.input.dtype) return binaryInto(run, op, kind, name, a.input, a.input, a.other)
   const result = run.temp(plan.result.dtype, plan.result.shape)
   binaryInto(run, op, kind, name, result, a.input, a.other)
   k.cast(a.input, result, run.stream)
-}
+}, tensorAndNumber(op, kind))
 
 /** alpha other for add and sub, in the compute dtype (other itself for alpha 1). */
 const scaledOther = (run: Run, other: Tensor | number, alpha: number, dtype: DType): Tensor | number => {
@@ -256,11 +283,14 @@ const scaledOther = (run: Run, other: Tensor | number, alpha: number, dtype: DTy
 }
 
 /** add and sub: input ± alpha other (alpha scales other first: one more shim call when it is not 1). */
-const withAlpha = (op: "add" | "sub"): Kernel<"add"> => (run, [out], a, name) =>
-  binaryInto(run, op, "arithmetic", name, out!, a.input, scaledOther(run, a.other, a.alpha, planAlpha(name, a.input, a.other, a.alpha).compute))
+const withAlpha = (op: "add" | "sub"): Kernel<"add"> => withPlanner<Kernel<"add">>((run, [out], a, name) =>
+  binaryInto(run, op, "arithmetic", name, out!, a.input, scaledOther(run, a.other, a.alpha, planAlpha(name, a.input, a.other, a.alpha).compute)), tensorAndNumber(op, "arithmetic"))
 
-const withAlphaInPlace = (op: "add" | "sub"): Kernel<"add_"> => (run, outs, a, name) =>
-  binaryInPlace(op, "arithmetic")(run, outs, { input: a.input, other: scaledOther(run, a.other, a.alpha, planAlpha(name, a.input, a.other, a.alpha).compute) }, name, [])
+const withAlphaInPlace = (op: "add" | "sub"): Kernel<"add_"> => {
+  const inPlace = binaryInPlace(op, "arithmetic")
+  return withPlanner<Kernel<"add_">>((run, outs, a, name) =>
+    inPlace(run, outs, { input: a.input, other: scaledOther(run, a.other, a.alpha, planAlpha(name, a.input, a.other, a.alpha).compute) }, name, []), tensorAndNumber(op, "arithmetic"))
+}
 
 /**
  * div with a rounding mode: floor is floor_divide; trunc the true quotient truncated, computed
@@ -734,21 +764,34 @@ const asRemoteFunction = <N extends OpName>(op: Op<N>): RemoteFunction => {
   return (ctx, ...args) => {
     const bound = op.bind(args, ctx.kwargs, isTensor)
     const metas = rule(bound as never, op.name)
-    const run = new Run(ctx)
-    const outs: Tensor[] = []
-    try {
-      if (op.view) return kernel(run, [], bound as never, op.name, metas)
-      // Owned: a command's outputs go to the env (or are freed) as soon as this returns.
-      for (const m of metas) outs.push(Tensor.owned(ctx.native, m.dtype, m.shape))
-      kernel(run, outs, bound as never, op.name, metas)
-    } catch (e) {
-      for (const t of outs) t.free()
-      throw e
-    } finally {
-      run.free()
+    if (op.view) {
+      const run = new Run(ctx)
+      try {
+        return kernel(run, [], bound as never, op.name, metas)
+      } finally {
+        run.free()
+      }
     }
+    const outs = runKernel(kernel, ctx, bound, op.name, metas)
     return outs.length === 1 ? outs[0] : outs.length === 0 ? undefined : outs
   }
+}
+
+/** Allocates a command's outputs as its rule gave them and runs its kernel into them (freed again if it throws). */
+const runKernel = (kernel: Kernel<OpName>, ctx: FunctionContext, bound: unknown, name: string, metas: ReadonlyArray<TensorMeta>): Tensor[] => {
+  const run = new Run(ctx)
+  const outs: Tensor[] = []
+  try {
+    // Owned: a command's outputs go to the env (or are freed) as soon as this returns.
+    for (const m of metas) outs.push(Tensor.owned(ctx.native, m.dtype, m.shape))
+    kernel(run, outs, bound as never, name, metas)
+  } catch (e) {
+    for (const t of outs) t.free()
+    throw e
+  } finally {
+    run.free()
+  }
+  return outs
 }
 
 const functions = new Map<string, RemoteFunction>()
@@ -775,4 +818,47 @@ export const op = (ctx: FunctionContext, name: OpName, args: ReadonlyArray<unkno
   if (!(out instanceof Tensor)) throw new OpArgumentError({ message: `ops.${name} does not return one tensor` })
   // User code may drop it: the finalizer is its safety net.
   return out.track()
+}
+
+/** A built-in prepared for repeated calls (prepareBuiltin): `run` it with a call's tensors, in the order prepared. */
+export interface PreparedCall {
+  readonly run: (ctx: FunctionContext, tensors: ReadonlyArray<Tensor>) => ReadonlyArray<Tensor>
+  /** How many tensors a call returns. */
+  readonly outputs: number
+}
+
+/**
+ * `ops.<name>` prepared once for calls that differ only in their tensors, each of the dtype and
+ * shape of the one at its place in `args` and `kwargs` now (a recording's replays): the
+ * arguments are bound, the rule's results found and (for the kernels that can) the kernel's plan
+ * made here, so a call puts its tensors in their places, allocates the outputs and runs the
+ * kernel. undefined where that cannot hold: a view
+ * op (its result is its input's memory), or a tensor that is not in its argument's place once
+ * bound, or is given twice.
+ */
+export const prepareBuiltin = (name: string, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, tensors: ReadonlyArray<Tensor>): PreparedCall | undefined => {
+  const op = opNamed(name)
+  if (op === undefined || op.view || new Set(tensors).size !== tensors.length) return undefined
+  const bound = op.bind(args, kwargs, isTensor) as Record<string, unknown>
+  const metas = (op as OpSpec).outputs(bound as never, op.name)
+  // Where each tensor sits in the bound arguments (a param, or an item of a tensor list).
+  const places: Array<{ readonly holder: Record<string, unknown> | unknown[]; readonly key: string | number; readonly tensor: number }> = []
+  const find = (holder: Record<string, unknown> | unknown[], key: string | number, v: unknown) => {
+    if (v instanceof Tensor) places.push({ holder, key, tensor: tensors.indexOf(v) })
+    else if (Array.isArray(v)) v.forEach((x, i) => find(v, i, x))
+  }
+  for (const key of Object.keys(bound)) find(bound, key, bound[key])
+  if (places.length !== tensors.length || places.some((p) => p.tensor < 0)) return undefined
+  const general = KERNELS[op.name] as Kernel<OpName>
+  const kernel = (planned.get(general)?.(bound as never, op.name) ?? general) as Kernel<OpName>
+  const run = (ctx: FunctionContext, now: ReadonlyArray<Tensor>) => {
+    for (const p of places) (p.holder as Record<string | number, unknown>)[p.key] = now[p.tensor]
+    try {
+      return runKernel(kernel, ctx, bound, op.name, metas)
+    } finally {
+      // The bound arguments keep no tensor between calls.
+      for (const p of places) (p.holder as Record<string | number, unknown>)[p.key] = undefined
+    }
+  }
+  return { run, outputs: metas.length }
 }
