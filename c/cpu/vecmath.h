@@ -70,6 +70,24 @@ static inline float shim_vexpf(float x) {
   return y * shim_vm_float((uint32_t)(n1 + 127) << 23) * shim_vm_float((uint32_t)(n2 + 127) << 23);
 }
 
+/* exp(x) for x in [-87, 0] (no clamps, one power-of-two factor): shim_vexpf's reduction and
+ * polynomial where the caller bounds the argument. */
+static inline float shim_vexpf_small(float x) {
+  const float magic = 12582912.0f;
+  float t = x * 1.44269504088896341f + magic;
+  int32_t n = (int32_t)(shim_vm_bits(t) - shim_vm_bits(magic));
+  float fn = t - magic;
+  float r = x - fn * 0.693359375f;
+  r = r - fn * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  return (p * r * r + r + 1.0f) * shim_vm_float((uint32_t)(n + 127) << 23);
+}
+
 /* tanh: Cephes' odd polynomial below |x| 0.625, else 1 - 2 / (exp(2|x|) + 1) with x's sign;
  * both are computed and one picked, so the loop has no branch. */
 static inline float shim_vtanhf(float x) {
@@ -109,7 +127,7 @@ static inline float shim_verfc_sqrt2(float s) {
   p = p * s + 3.634999470e-02f;
   p = p * s + 3.183064886e-01f;
   p = p * s + 7.978848547e-01f;
-  return shim_vexpf(-(p * s));
+  return shim_vexpf_small(-(p * s));
 }
 
 /* sqrt(pi) / 2 erf(x) / x - 1 over z = x^2, by its Taylor series through x^13 (relative error
