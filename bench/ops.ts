@@ -6,7 +6,8 @@
  *   kernel-only: each built-in through its registry binding and kernels in this process (no worker, no wire);
  *   through a worker: the op issued through the controller to a local cpu worker (its
  *     MONARCH_CPU_THREADS set to the thread count), each result released as issued, and one
- *     element of the last fetched at the end of a round;
+ *     element of the last fetched at the end of a round of WORKER_REPS times the case's calls
+ *     (so the fetch's round trip, a few ms on a loaded machine, is spread as a program's would be);
  *     (and the worker's CPU time per op, from /proc, to tell its work from waiting for a core);
  *   torch: one torch 1.13 process (Debian's /usr/bin/python3) serving the cases.
  * Rounds alternate ours, torch's and the worker's per case, so load on the machine hits them
@@ -90,6 +91,7 @@ const ALL_CASES: Case[] = [
 const only = flag("--only")
 const CASES = only === undefined ? ALL_CASES : ALL_CASES.filter((c) => only.split("|").some((part) => c.name.includes(part)))
 const ROUNDS = quick ? 3 : 7
+const WORKER_REPS = 4
 
 const isTensorArg = (a: Arg): a is { t: "f32"; shape: number[] } | { t: "i64"; shape: number[]; high: number } =>
   typeof a === "object" && a !== null && !Array.isArray(a)
@@ -214,13 +216,13 @@ const measure = async (threads: number): Promise<Row[]> => {
         rows[i]!.kernel.push(k)
         if (torchTimes !== undefined) rows[i]!.torch.push(torchTimes[0]), rows[i]!.ratio.push(torchTimes[0] / k), rows[i]!.cpuRatio.push(torchTimes[1] / kCpu)
         if (rt) {
-          const c0 = cpuOf(pid), w = await rt.runPromise(workerRound(mesh!, i, remoteArgs[i]!, reps))
+          const c0 = cpuOf(pid), w = await rt.runPromise(workerRound(mesh!, i, remoteArgs[i]!, reps * WORKER_REPS))
           cpu += cpuOf(pid) - c0
           rows[i]!.worker.push(w)
           if (t !== undefined) rows[i]!.workerRatio.push(t / w)
         }
       }
-      rows[i]!.workerCpu = cpu / (ROUNDS * reps)
+      rows[i]!.workerCpu = cpu / (ROUNDS * reps * WORKER_REPS)
     }
   } finally {
     await rt?.dispose()
