@@ -47,15 +47,11 @@ static inline float shim_vm_float(uint32_t u) {
 }
 
 /* exp(x) = 2^n exp(r), n = round(x / ln 2), r = x - n ln 2 in two parts (Cody and Waite), exp(r)
- * by Cephes' degree-6 polynomial. 2^n is applied as two factors 2^(n/2) 2^(n - n/2), each a
- * normal float, so results that overflow become inf and tiny ones round once into the
- * subnormals. x is clamped first (a NaN passes the comparisons and stays NaN). */
-static inline float shim_vexpf(float x) {
-  x = x > 89.0f ? 89.0f : x;
-  x = x < -150.0f ? -150.0f : x;
+ * by Cephes' degree-6 polynomial: exp(r) returned, n stored. */
+static inline float shim_vexp_reduced(float x, int32_t *n) {
   const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer in the low bits */
   float t = x * 1.44269504088896341f + magic;
-  int32_t n = (int32_t)(shim_vm_bits(t) - shim_vm_bits(magic));
+  *n = (int32_t)(shim_vm_bits(t) - shim_vm_bits(magic));
   float fn = t - magic;
   float r = x - fn * 0.693359375f;
   r = r - fn * -2.12194440e-4f;
@@ -65,27 +61,26 @@ static inline float shim_vexpf(float x) {
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  float y = p * r * r + r + 1.0f;
+  return p * r * r + r + 1.0f;
+}
+
+/* exp(x): 2^n is applied as two factors 2^(n/2) 2^(n - n/2), each a normal float, so results
+ * that overflow become inf and tiny ones round once into the subnormals. x is clamped first (a
+ * NaN passes the comparisons and stays NaN). */
+static inline float shim_vexpf(float x) {
+  x = x > 89.0f ? 89.0f : x;
+  x = x < -150.0f ? -150.0f : x;
+  int32_t n;
+  float y = shim_vexp_reduced(x, &n);
   int32_t n1 = n >> 1, n2 = n - n1;
   return y * shim_vm_float((uint32_t)(n1 + 127) << 23) * shim_vm_float((uint32_t)(n2 + 127) << 23);
 }
 
-/* exp(x) for x in [-87, 0] (no clamps, one power-of-two factor): shim_vexpf's reduction and
- * polynomial where the caller bounds the argument. */
+/* exp(x) for x in [-87, 0], where 2^n is one normal float: no clamps, one factor. */
 static inline float shim_vexpf_small(float x) {
-  const float magic = 12582912.0f;
-  float t = x * 1.44269504088896341f + magic;
-  int32_t n = (int32_t)(shim_vm_bits(t) - shim_vm_bits(magic));
-  float fn = t - magic;
-  float r = x - fn * 0.693359375f;
-  r = r - fn * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  return (p * r * r + r + 1.0f) * shim_vm_float((uint32_t)(n + 127) << 23);
+  int32_t n;
+  float y = shim_vexp_reduced(x, &n);
+  return y * shim_vm_float((uint32_t)(n + 127) << 23);
 }
 
 /* tanh: Cephes' odd polynomial below |x| 0.625, else 1 - 2 / (exp(2|x|) + 1) with x's sign;
