@@ -4,7 +4,10 @@
  * on 4 CPU workers, against torch DDP (gloo, 4 processes, examples/gpt/twin.py's module) on the
  * same weights and batches, in the same run, one thread per process on both sides
  * (MONARCH_CPU_THREADS=1, torch.set_num_threads(1)); dp=4 and dp=2 x tp=2 (torch 1.13 has no
- * tensor-parallel peer), and dp=4 with DDP's bucketing (one all_reduce of every gradient).
+ * tensor-parallel peer), dp=4 with DDP's bucketing (one all_reduce of every gradient), and dp=4
+ * with the step through compile (examples/gpt/model.ts's compiledTrainStep: recorded once, then
+ * one CallRecording per worker per step; the warm-up steps include its op-by-op first call and
+ * its trace, so the timed steps are replays).
  * Each run is WARMUP steps, then STEPS timed ones; the runs take turns for ROUNDS rounds (the
  * machine is shared, so the load drifts) and steps/s is each one's median over the rounds. Each
  * side's losses are printed beside the other's, to show both trained the same model.
@@ -25,7 +28,7 @@ import { join } from "node:path"
 import { allReduce, Controller, type ControllerApi, type ControllerError, type HostTensor, noGrad, ops, type RemoteTensor } from "../src/controller/index.ts"
 import { AdamW } from "../src/optim/index.ts"
 import { blockSize, makeBatches, VOCAB } from "../examples/gpt/data.ts"
-import { distributeBatch, GPT, trainStep } from "../examples/gpt/model.ts"
+import { compiledTrainStep, distributeBatch, GPT, trainStep } from "../examples/gpt/model.ts"
 import { initialWeights, paramSpecs, type GPTConfig } from "../examples/gpt/weights.ts"
 
 const ROOT = new URL("..", import.meta.url).pathname
@@ -71,7 +74,7 @@ const ownCpuMs = () => {
  * averages them all over dp, flattened into one buffer (the model's gradients fit in one of
  * DDP's 25 MB buckets), and each gradient is cut back out of it.
  */
-const bucketedStep = (model: GPT, opt: AdamW, x: RemoteTensor, y: RemoteTensor): Effect.Effect<RemoteTensor, ControllerError> => Effect.sync(() => {
+const bucketed = (model: GPT, opt: AdamW, x: RemoteTensor, y: RemoteTensor): Effect.Effect<RemoteTensor, ControllerError> => Effect.sync(() => {
   const loss = model.loss(x, y)
   loss.backward()
   const params = model.parameters
@@ -93,20 +96,27 @@ const bucketedStep = (model: GPT, opt: AdamW, x: RemoteTensor, y: RemoteTensor):
   return noGrad(() => allReduce(loss.detach(), "dp", "avg"))
 })
 
-/** One training step as the bench runs it. */
-type Step = (model: GPT, opt: AdamW, x: RemoteTensor, y: RemoteTensor) => Effect.Effect<RemoteTensor, ControllerError>
+/** A run's training step, made for its model and optimizer: step `i` (from 0) on a batch. */
+type MakeStep = (model: GPT, opt: AdamW) => (x: RemoteTensor, y: RemoteTensor, i: number) => Effect.Effect<RemoteTensor, ControllerError, Controller>
+const eagerStep: MakeStep = (model, opt) => (x, y) => trainStep(model, opt, x, y)
+const bucketedStep: MakeStep = (model, opt) => (x, y) => bucketed(model, opt, x, y)
+const compiledStep: MakeStep = (model, opt) => {
+  const step = compiledTrainStep(model, opt)
+  return (x, y, i) => step(x, y, OPTIM.lr, i + 1)
+}
 
 /** Controller time, commands and frames per step, and the layer's trace file when traced. */
 interface Cost { readonly issueMs: number; readonly commands: number; readonly frames: number }
 
 /** Our side: the model on a mesh of `dims` over WORLD local workers. */
-const ours = (dims: Readonly<Record<string, number>>, step: Step = (m, o, x, y) => trainStep(m, o, x, y), trace?: string): Promise<Run & { readonly cost: Cost }> => {
+const ours = (dims: Readonly<Record<string, number>>, makeStep: MakeStep = eagerStep, trace?: string): Promise<Run & { readonly cost: Cost }> => {
   const rt = ManagedRuntime.make(Controller.local({ world: WORLD, functionPath: [ROOT], trace, env: { MONARCH_CPU_THREADS: String(THREADS) }, onWorkerLine: () => {} }))
   return rt.runPromise(Effect.gen(function* () {
     const ctl: ControllerApi = yield* Controller
     const mesh = yield* ctl.mesh(dims)
     const model = yield* GPT.make(mesh, CONFIG, weights)
     const opt = new AdamW(model.parameters, { lr: OPTIM.lr, betas: OPTIM.betas, eps: OPTIM.eps, weightDecay: OPTIM.weight_decay })
+    const step = makeStep(model, opt)
     const losses: RemoteTensor[] = []
     let issueMs = 0, t0 = 0, workers0 = 0, own0 = 0
     const sent0 = { ...ctl.core.sent }
@@ -121,7 +131,7 @@ const ours = (dims: Readonly<Record<string, number>>, step: Step = (m, o, x, y) 
       }
       const [x, y] = yield* distributeBatch(mesh, b)
       const issued = performance.now()
-      losses.push(yield* step(model, opt, x, y))
+      losses.push(yield* step(x, y, i))
       if (i >= WARMUP) issueMs += performance.now() - issued
       x.release()
       y.release()
@@ -201,7 +211,7 @@ const noopCost = (): Promise<number> => {
 const dir = mkdtempSync(join(tmpdir(), "monarch-bench-train-"))
 try {
   const runs = {
-    torch: [] as Run[], dp: [] as Run[], bucketed: [] as Run[], tp: [] as Run[],
+    torch: [] as Run[], dp: [] as Run[], bucketed: [] as Run[], tp: [] as Run[], compiled: [] as Run[],
   }
   let peerProblem: string | undefined
   for (let r = 0; r < ROUNDS; r++) {
@@ -211,6 +221,7 @@ try {
     runs.dp.push(await ours({ dp: WORLD, tp: 1 }))
     runs.bucketed.push(await ours({ dp: WORLD, tp: 1 }, bucketedStep))
     runs.tp.push(await ours({ dp: 2, tp: 2 }))
+    runs.compiled.push(await ours({ dp: WORLD, tp: 1 }, compiledStep))
   }
   const rate = (rs: Run[]) => median(rs.map((r) => r.rate))
   const fmt = (x: number) => x.toFixed(2)
@@ -228,11 +239,12 @@ try {
   row("monarch-bun dp=4 (trainStep: each gradient all-reduced when ready)", runs.dp)
   row("monarch-bun dp=4, gradients in one bucket", runs.bucketed)
   row("monarch-bun dp=2 x tp=2", runs.tp)
+  row("monarch-bun dp=4, the step through compile (replays)", runs.compiled)
   const show = (xs: number[]) => xs.slice(0, 5).map((x) => x.toFixed(5)).join(" ")
   const [dp, tp, peer] = [runs.dp[0]!, runs.tp[0]!, runs.torch[0]]
   console.log(`\nlosses, first steps: ours dp=4 ${show(dp.losses)}; dp=2 x tp=2 ${show(tp.losses)}${peer ? `; torch DDP ${show(peer.losses)}` : ""}`)
   const worst = (a: number[], b: number[]) => Math.max(...a.map((l, i) => Math.abs(l - b[i]!) / Math.abs(b[i]!))).toExponential(1)
-  if (peer) console.log(`largest relative loss difference to torch DDP over ${WARMUP + STEPS} steps: dp=4 ${worst(dp.losses, peer.losses)}, dp=4 bucketed ${worst(runs.bucketed[0]!.losses, peer.losses)}, dp=2 x tp=2 ${worst(tp.losses, peer.losses)}`)
+  if (peer) console.log(`largest relative loss difference to torch DDP over ${WARMUP + STEPS} steps: dp=4 ${worst(dp.losses, peer.losses)}, dp=4 bucketed ${worst(runs.bucketed[0]!.losses, peer.losses)}, dp=2 x tp=2 ${worst(tp.losses, peer.losses)}, dp=4 compiled ${worst(runs.compiled[0]!.losses, peer.losses)}`)
 
   // Where the time goes: a traced dp=4 pass, and the no-op path's cost.
   const traceFile = join(dir, "train.json")

@@ -154,6 +154,12 @@ enum shim_scatter_op { /* shim_scatter */
   SHIM_SCATTER_ADD = 1     /* out[.., index, ..] += src, in index order (bool: or; integers wrap) */
 };
 
+enum shim_loss_reduction { /* shim_nll_loss, shim_mse_loss */
+  SHIM_LOSS_NONE = 0, /* each element's loss */
+  SHIM_LOSS_SUM = 1,
+  SHIM_LOSS_MEAN = 2  /* over the count (mse) or the targets' weights (nll); none of either: NaN */
+};
+
 enum shim_comm_op { /* collectives */
   SHIM_OP_SUM = 0,
   SHIM_OP_PROD = 1,
@@ -350,6 +356,29 @@ int shim_dropout(shim_tensor *out, shim_tensor *mask, const shim_tensor *a, doub
  * line along dim is walked in index order, so both backends give the same values. */
 int shim_scatter(int32_t op, shim_tensor *out, int32_t dim, const shim_tensor *index, const shim_tensor *src,
                  shim_stream *s);
+/* ---- fused losses ------------------------------------------------------------------ */
+
+/* torch.nn.functional.nll_loss in one pass: input (floating) read as [N, C, inner], target i64
+ * [N, inner] (N x inner elements), weight NULL (1) or C elements of input's dtype. Element i
+ * loses -weight[t] * input[n, t, k] (t = target[i]), or 0 where t == ignore_index; out (input's
+ * dtype) holds each loss (SHIM_LOSS_NONE: target's count), their sum, or the sum over the
+ * weights of the targets not ignored (SHIM_LOSS_MEAN), accumulated in double and rounded once.
+ * A target outside 0..C-1 that is not ignore_index fails the op (SHIM_E_INVALID) before
+ * anything is written. */
+int shim_nll_loss(shim_tensor *out, const shim_tensor *input, const shim_tensor *target, const shim_tensor *weight,
+                  int64_t ignore_index, int32_t reduction, shim_stream *s);
+
+/* torch.nn.functional.mse_loss in one pass: (a - b)^2 with a, b of one floating dtype and one
+ * element count, computed in float (double for f64); out (their dtype) holds each square
+ * (SHIM_LOSS_NONE: their count), or their sum or mean accumulated in double and rounded once. */
+int shim_mse_loss(shim_tensor *out, const shim_tensor *a, const shim_tensor *b, int32_t reduction, shim_stream *s);
+
+/* ---- concatenation ------------------------------------------------------------------- */
+
+/* torch.cat: the count parts (each of out's dtype and ndim, ndim >= 1, equal to out's shape
+ * except along dim) one after another along dim into out, whose size along dim is theirs
+ * summed. Each row of out is written once, part after part (not part by part over all of out). */
+int shim_cat(shim_tensor *out, int32_t count, const shim_tensor *const *parts, int32_t dim, shim_stream *s);
 
 /* torch.index_add_ along dim, in place: out[.., index[j], ..] += alpha * src[.., j, ..] for each
  * entry j of index (i64, 0-D or 1-D, n entries); src has out's dtype and shape except n entries
@@ -360,6 +389,7 @@ int shim_scatter(int32_t op, shim_tensor *out, int32_t dim, const shim_tensor *i
  * (SHIM_E_INVALID) before anything is written. */
 int shim_index_add(shim_tensor *out, int32_t dim, const shim_tensor *index, const shim_tensor *src, double alpha,
                    shim_stream *s);
+
 /* ---- optimizers ---------------------------------------------------------------------- */
 /* One parameter updated in place per call, each element read and written once, in the order
  * of torch.optim's single-tensor loop (torch 1.13): f32 computes in float with every scalar

@@ -1,7 +1,9 @@
 /**
  * `make demo`: a small GPT learns to reverse digit strings on a dp=2 x tp=2 mesh of local
  * workers (examples/gpt/model.ts: heads and MLP columns split over tp, the batch over dp), with
- * AdamW. It prints the loss per step, then the held-out accuracy (problems never trained on,
+ * AdamW on a warmup-cosine schedule. Every training step runs through one recording
+ * (compile): its first call op by op, its second traced, and the rest replayed with one message
+ * per worker, the learning rate and step number as replay parameters. It prints the loss per step, then the held-out accuracy (problems never trained on,
  * answered greedily) and a few samples, then its losses against the torch twin's
  * (examples/gpt/twin.py, handed the same weights and batches) when torch 1.13 is present. Last,
  * one rank fails on purpose: the fetch that depends on it fails with the remote error and the
@@ -11,9 +13,9 @@
  */
 import { Effect } from "effect"
 import { allReduce, Controller, HostTensor, type Mesh, noGrad, RemoteError, shard } from "../src/controller/index.ts"
-import { AdamW } from "../src/optim/index.ts"
+import { AdamW, warmupCosine } from "../src/optim/index.ts"
 import { type Batch, blockSize, generator, makeBatch, makeBatches, SEP, show, VOCAB } from "./gpt/data.ts"
-import { distribute, distributeBatch, GPT, trainStep } from "./gpt/model.ts"
+import { compiledTrainStep, distribute, distributeBatch, GPT } from "./gpt/model.ts"
 import { adamw, torchLosses, torchMissing, type AdamWOptions } from "./gpt/twin.ts"
 import { type GPTConfig, initialWeights, paramSpecs } from "./gpt/weights.ts"
 
@@ -21,7 +23,11 @@ const DIGITS = 5, ROWS = 32, HELD_OUT = 256
 /** MONARCH_DEMO_STEPS shortens the run (tests/gpt/demo.test.ts). */
 const STEPS = Number(process.env.MONARCH_DEMO_STEPS ?? 200)
 const CONFIG: GPTConfig = { vocab: VOCAB, block: blockSize(DIGITS), dim: 48, heads: 4, layers: 2, tied: false }
-const OPTIM: AdamWOptions = { lr: 3e-3, betas: [0.9, 0.99], eps: 1e-8, weight_decay: 0.01, clip: 1 }
+const PEAK_LR = 3e-3
+/** The lr of step t (0 for the first): a tenth of the steps' warmup, then a cosine down to a tenth. */
+const schedule = warmupCosine({ lr: PEAK_LR, warmup: Math.floor(STEPS / 10), total: STEPS, minLr: PEAK_LR / 10 })
+// One more step after the failure at the end: its lr too.
+const OPTIM: AdamWOptions = { lr: PEAK_LR, betas: [0.9, 0.99], eps: 1e-8, weight_decay: 0.01, clip: 1, lrs: Array.from({ length: STEPS + 1 }, (_, t) => schedule(t)) }
 
 const scalar = (v: unknown): number => (v as HostTensor).toArray()[0] as number
 const bar = (done: number, total: number) => `[${"#".repeat(Math.round((20 * done) / total)).padEnd(20, ".")}]`
@@ -66,7 +72,7 @@ const program = Effect.gen(function* () {
   const mesh = yield* ctl.mesh({ dp: 2, tp: 2 })
   const count = paramSpecs(CONFIG).reduce((n, s) => n + s.shape.reduce((a, b) => a * b, 1), 0)
   console.log(`a GPT on ${mesh} (${ctl.world} workers, ${ctl.device}): ${CONFIG.layers} layers, ${CONFIG.heads} heads (${CONFIG.heads / 2} per tp rank), dim ${CONFIG.dim}, ${count} parameters`)
-  console.log(`task: reverse ${DIGITS} digits (12345=54321), ${ROWS / 2} problems per dp rank per step, AdamW lr ${OPTIM.lr}, gradients clipped to norm ${OPTIM.clip}`)
+  console.log(`task: reverse ${DIGITS} digits (12345=54321), ${ROWS / 2} problems per dp rank per step, AdamW lr up to ${PEAK_LR} (warmup, cosine), gradients clipped to norm ${OPTIM.clip}`)
 
   const weights = initialWeights(CONFIG, 1)
   const batches = makeBatches(2, STEPS, ROWS, DIGITS)
@@ -76,16 +82,17 @@ const program = Effect.gen(function* () {
 
   const model = yield* GPT.make(mesh, CONFIG, weights)
   const opt = new AdamW(model.parameters, adamw(OPTIM))
+  const trainStep = compiledTrainStep(model, opt, OPTIM.clip)
   const losses: number[] = []
   const started = performance.now()
   for (const [s, b] of batches.entries()) {
     const [x, y] = yield* distributeBatch(mesh, b)
-    losses.push(scalar(yield* mesh.fetch(yield* trainStep(model, opt, x, y, OPTIM.clip))))
+    losses.push(scalar(yield* mesh.fetch(yield* trainStep(x, y, schedule(s), s + 1))))
     const line = `step ${String(s + 1).padStart(3)}/${STEPS} ${bar(s + 1, STEPS)} loss ${losses.at(-1)!.toFixed(4)}`
     if (process.stdout.isTTY) process.stdout.write(`\r${line}`)
     if ((s + 1) % 20 === 0 || s === 0) process.stdout.write(process.stdout.isTTY ? "\n" : `${line}\n`)
   }
-  console.log(`${STEPS} steps in ${((performance.now() - started) / 1000).toFixed(1)} s`)
+  console.log(`${STEPS} steps in ${((performance.now() - started) / 1000).toFixed(1)} s, through compile(trainStep): ${trainStep.traces} trace, the rest replays`)
 
   const test = heldOut(batches, HELD_OUT)
   const answers = yield* answer(mesh, model, test)
@@ -108,7 +115,7 @@ const program = Effect.gen(function* () {
   const failure = yield* mesh.fetch(heldLoss, { dp: 0, tp: 1 }).pipe(Effect.match({ onSuccess: () => "a value", onFailure: (e) => e }))
   if (!(failure instanceof RemoteError)) return yield* Effect.fail(new Error(`expected the fetch to fail with a RemoteError, got ${String(failure)}`))
   console.log(`  fetching a loss that depends on it (rank 1 averages over dp with rank 3) fails with:\n  ${failure.message.replaceAll("\n", "\n  ")}`)
-  console.log(`the mesh goes on: one more step, loss ${scalar(yield* mesh.fetch(yield* trainStep(model, opt, x, y, OPTIM.clip))).toFixed(4)}`)
+  console.log(`the mesh goes on: one more step, loss ${scalar(yield* mesh.fetch(yield* trainStep(x, y, schedule(STEPS), STEPS + 1))).toFixed(4)}`)
 })
 
 const started = performance.now()

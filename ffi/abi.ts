@@ -111,6 +111,14 @@ export const ScatterOp = {
 } as const
 export type ScatterOpName = keyof typeof ScatterOp
 
+/** shim_nll_loss's and shim_mse_loss's reductions. */
+export const LossReduction = {
+  none: 0,
+  sum: 1,
+  mean: 2,
+} as const
+export type LossReductionName = keyof typeof LossReduction
+
 /** The collectives' reduce op codes. */
 export const CommOp = {
   sum: 0,

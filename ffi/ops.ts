@@ -6,8 +6,8 @@
 import { ptr } from "bun:ffi"
 import { shimError } from "./native.ts"
 import {
-  ALL_DIMS, BinaryOp, MatmulFlag, OptimFlag, ReduceOp, ScatterOp, ShimStatus, TernaryOp, UnaryOp, type BinaryOpName, type ReduceOpName, type ScatterOpName,
-  type TernaryOpName, type UnaryOpName,
+  ALL_DIMS, BinaryOp, LossReduction, MatmulFlag, OptimFlag, ReduceOp, ScatterOp, ShimStatus, TernaryOp, UnaryOp, type BinaryOpName,
+  type LossReductionName, type ReduceOpName, type ScatterOpName, type TernaryOpName, type UnaryOpName,
 } from "./symbols.ts"
 import type { Stream } from "./stream.ts"
 import type { Tensor } from "./tensor.ts"
@@ -122,6 +122,13 @@ export const copyStrided = (dst: Tensor, to: Strided, src: Tensor, from: Strided
   dst.native.check(dst.native.shim.shim_copy_strided(dst.handle, to.offset, stridesPtr, src.handle, from.offset, ptr(stridesBuf, 64), n, ptr(stridesBuf, 128), stream(s)), "shim_copy_strided")
 }
 
+/** out = the parts one after another along dim (each of out's dtype and rank). */
+export const cat = (out: Tensor, parts: ReadonlyArray<Tensor>, dim: number, s?: Stream): void => {
+  if (parts.length === 0) fail("cat", "0 parts (at least one is needed)") // an empty array has no pointer to pass
+  const handles = new BigUint64Array(parts.map((p) => BigInt(p.handle)))
+  out.native.check(out.native.shim.shim_cat(out.handle, parts.length, ptr(handles), dim, stream(s)), "shim_cat")
+}
+
 export const gather = (out: Tensor, a: Tensor, dim: number, index: Tensor, s?: Stream): void =>
   out.native.check(out.native.shim.shim_gather(out.handle, a.handle, dim, index.handle, stream(s)), "shim_gather")
 
@@ -146,10 +153,18 @@ export const dropout = (out: Tensor, mask: Tensor, a: Tensor, p: number, seed: b
 /** out[.., index, ..] (op)= src along dim, in place. */
 export const scatter = (op: ScatterOpName, out: Tensor, dim: number, index: Tensor, src: Tensor, s?: Stream): void =>
   out.native.check(out.native.shim.shim_scatter(ScatterOp[op], out.handle, dim, index.handle, src.handle, stream(s)), `shim_scatter(${op})`)
+/** nll_loss in one pass: input [N, C, d...] or [C], target i64 [N, d...] or [], weight [C] or null. */
+export const nllLoss = (out: Tensor, input: Tensor, target: Tensor, weight: Tensor | null, ignoreIndex: number, reduction: LossReductionName, s?: Stream): void =>
+  out.native.check(out.native.shim.shim_nll_loss(out.handle, input.handle, target.handle, weight?.handle ?? null, ignoreIndex, LossReduction[reduction], stream(s)), "shim_nll_loss")
+
+/** mse_loss in one pass over a and b of one dtype and element count. */
+export const mseLoss = (out: Tensor, a: Tensor, b: Tensor, reduction: LossReductionName, s?: Stream): void =>
+  out.native.check(out.native.shim.shim_mse_loss(out.handle, a.handle, b.handle, LossReduction[reduction], stream(s)), "shim_mse_loss")
 
 /** out[.., index[j], ..] += alpha * src[.., j, ..] along dim, in place (index 0-D or 1-D i64). */
 export const indexAdd = (out: Tensor, dim: number, index: Tensor, src: Tensor, alpha: number, s?: Stream): void =>
   out.native.check(out.native.shim.shim_index_add(out.handle, dim, index.handle, src.handle, alpha, stream(s)), "shim_index_add")
+
 /** Layer norm over the last m elements of a (weight and bias: m elements each, or null). */
 export const layerNorm = (out: Tensor, a: Tensor, weight: Tensor | null, bias: Tensor | null, m: number, eps: number, s?: Stream): void =>
   out.native.check(out.native.shim.shim_layer_norm(out.handle, a.handle, weight?.handle ?? null, bias?.handle ?? null, m, eps, stream(s)), "shim_layer_norm")

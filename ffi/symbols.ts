@@ -49,6 +49,9 @@ export const symbols = {
   shim_rms_norm: { args: [ptr, ptr, ptr, i64, f64, ptr], returns: i32 },
   shim_dropout: { args: [ptr, ptr, ptr, f64, u64, u64, ptr], returns: i32 },
   shim_scatter: { args: [i32, ptr, i32, ptr, ptr, ptr], returns: i32 },
+  shim_nll_loss: { args: [ptr, ptr, ptr, ptr, i64, i32, ptr], returns: i32 },
+  shim_mse_loss: { args: [ptr, ptr, ptr, i32, ptr], returns: i32 },
+  shim_cat: { args: [ptr, i32, ptr, i32, ptr], returns: i32 },
   shim_index_add: { args: [ptr, i32, ptr, ptr, f64, ptr], returns: i32 },
   shim_sgd: { args: [ptr, ptr, ptr, f64, f64, f64, f64, i32, ptr], returns: i32 },
   shim_adamw: { args: [ptr, ptr, ptr, ptr, ptr, f64, f64, f64, f64, f64, i64, i32, ptr], returns: i32 },
@@ -78,5 +81,5 @@ export const symbols = {
 } as const satisfies Record<string, FFIFunction>
 
 // The header's enums, generated from it (scripts/abi.ts).
-export { ALL_DIMS, BinaryOp, CommOp, MatmulFlag, MAX_DIMS, OptimFlag, P2P, ReduceOp, ScatterOp, ShimStatus, TernaryOp, UnaryOp } from "./abi.ts"
-export type { BinaryOpName, CommOpName, ReduceOpName, ScatterOpName, TernaryOpName, UnaryOpName } from "./abi.ts"
+export { ALL_DIMS, BinaryOp, CommOp, LossReduction, MatmulFlag, MAX_DIMS, OptimFlag, P2P, ReduceOp, ScatterOp, ShimStatus, TernaryOp, UnaryOp } from "./abi.ts"
+export type { BinaryOpName, CommOpName, LossReductionName, ReduceOpName, ScatterOpName, TernaryOpName, UnaryOpName } from "./abi.ts"

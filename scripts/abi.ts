@@ -16,6 +16,7 @@ const TABLES: Readonly<Record<string, { readonly name: string; readonly key: (c:
   shim_ternary_op: { name: "TernaryOp", key: (c) => c.replace(/^SHIM_/, "").toLowerCase(), doc: "shim_ternary's op codes.", names: true },
   shim_reduce_op: { name: "ReduceOp", key: (c) => c.replace(/^SHIM_/, "").toLowerCase(), doc: "shim_reduce's op codes.", names: true },
   shim_scatter_op: { name: "ScatterOp", key: (c) => c.replace(/^SHIM_SCATTER_/, "").toLowerCase(), doc: "shim_scatter's op codes.", names: true },
+  shim_loss_reduction: { name: "LossReduction", key: (c) => c.replace(/^SHIM_LOSS_/, "").toLowerCase(), doc: "shim_nll_loss's and shim_mse_loss's reductions.", names: true },
   shim_comm_op: { name: "CommOp", key: (c) => c.replace(/^SHIM_OP_/, "").toLowerCase(), doc: "The collectives' reduce op codes.", names: true },
   shim_p2p_kind: { name: "P2P", key: (c) => c.replace(/^SHIM_/, "").toLowerCase(), doc: "shim_p2p's kinds." },
   shim_optim_flag: { name: "OptimFlag", key: (c) => c.replace(/^SHIM_OPTIM_/, "").toLowerCase(), doc: "shim_sgd's and shim_adamw's flags (or'ed)." },

@@ -1,5 +1,5 @@
 /* checks_ops.c: the argument and shape checks of the ops issue 11.2 added (triangles,
- * attention, rms_norm, dropout, scatter), made once for both backends like checks.c's: each
+ * attention, rms_norm, dropout, scatter, the fused losses, cat), made once for both backends like checks.c's: each
  * runs before the op touches tensor memory and hands back what it derived from the shapes. */
 #include "internal.h"
 
@@ -129,6 +129,92 @@ int shim_check_scatter(int32_t op, const shim_tensor *out, int32_t dim, const sh
   if (index->numel > 0 && dims->r == 0) return shim_fail(SHIM_E_INVALID, "%s: out %s is empty along dim %d", fn, bo, dim);
   if (shim_tensors_overlap(out, src) || shim_tensors_overlap(out, index))
     return shim_fail(SHIM_E_INVALID, "%s: out %s shares memory with src or index (write into a clone)", fn, bo);
+  return SHIM_OK;
+}
+
+static int check_reduction(const char *fn, int32_t reduction) {
+  if (reduction < SHIM_LOSS_NONE || reduction > SHIM_LOSS_MEAN)
+    return shim_fail(SHIM_E_INVALID, "%s: reduction %d is not SHIM_LOSS_NONE, SUM or MEAN", fn, reduction);
+  return SHIM_OK;
+}
+
+/* out's count for a loss over count elements: each (none) or one. */
+static int check_loss_out(const char *fn, const shim_tensor *out, int32_t dtype, int32_t reduction, int64_t count) {
+  char bo[CAP];
+  const int64_t want = reduction == SHIM_LOSS_NONE ? count : 1;
+  if (out->dtype != dtype || out->numel != want)
+    return shim_fail(SHIM_E_INVALID, "%s: out is %s but must be %lld elements of %s", fn, shim_describe(out, bo, sizeof bo),
+                     (long long)want, shim_dtype_name(dtype));
+  return SHIM_OK;
+}
+
+int shim_check_nll_loss(const shim_tensor *out, const shim_tensor *input, const shim_tensor *target, const shim_tensor *weight,
+                        int32_t reduction, shim_nll_dims *dims) {
+  const char *fn = "shim_nll_loss";
+  SHIM_REQUIRE_IN(fn, out, "out");
+  SHIM_REQUIRE_IN(fn, input, "input");
+  SHIM_REQUIRE_IN(fn, target, "target");
+  SHIM_TRY(check_reduction(fn, reduction));
+  char bi[CAP], bt[CAP], bw[CAP];
+  shim_describe(input, bi, sizeof bi);
+  shim_describe(target, bt, sizeof bt);
+  if (!is_float(input->dtype)) return shim_fail(SHIM_E_UNSUPPORTED, "%s: input %s is not floating", fn, bi);
+  if (target->dtype != SHIM_I64) return shim_fail(SHIM_E_INVALID, "%s: target %s must hold class indices (i64)", fn, bt);
+  /* [C] with a 0-d target is one row; [N, C, d...] with target [N, d...]. */
+  if (input->ndim == 0) return shim_fail(SHIM_E_INVALID, "%s: input %s must be [C] or [N, C, d...]", fn, bi);
+  const int64_t n = input->ndim == 1 ? 1 : input->shape[0], c = input->shape[input->ndim == 1 ? 0 : 1];
+  int64_t inner = 1;
+  for (int32_t d = 2; d < input->ndim; d++) inner *= input->shape[d];
+  if (target->numel != n * inner)
+    return shim_fail(SHIM_E_INVALID, "%s: target %s does not fit input %s ([N, C, d...] with [N, d...], or [C] with one)", fn, bt, bi);
+  if (weight != NULL && (weight->dtype != input->dtype || weight->numel != c))
+    return shim_fail(SHIM_E_INVALID, "%s: weight is %s but must be %lld elements of %s", fn, shim_describe(weight, bw, sizeof bw),
+                     (long long)c, shim_dtype_name(input->dtype));
+  SHIM_TRY(check_loss_out(fn, out, input->dtype, reduction, target->numel));
+  dims->n = n, dims->c = c, dims->inner = inner;
+  return SHIM_OK;
+}
+
+int shim_check_mse_loss(const shim_tensor *out, const shim_tensor *a, const shim_tensor *b, int32_t reduction) {
+  const char *fn = "shim_mse_loss";
+  SHIM_REQUIRE_IN(fn, out, "out");
+  SHIM_REQUIRE_IN(fn, a, "a");
+  SHIM_REQUIRE_IN(fn, b, "b");
+  SHIM_TRY(check_reduction(fn, reduction));
+  char ba[CAP], bb[CAP];
+  shim_describe(a, ba, sizeof ba);
+  if (!is_float(a->dtype)) return shim_fail(SHIM_E_UNSUPPORTED, "%s: a %s is not floating", fn, ba);
+  if (b->dtype != a->dtype || b->numel != a->numel)
+    return shim_fail(SHIM_E_INVALID, "%s: a %s and b %s need one dtype and element count", fn, ba, shim_describe(b, bb, sizeof bb));
+  return check_loss_out(fn, out, a->dtype, reduction, a->numel);
+}
+
+int shim_check_cat(const shim_tensor *out, int32_t count, const shim_tensor *const *parts, int32_t dim, int64_t *outer,
+                   int64_t *inner) {
+  const char *fn = "shim_cat";
+  SHIM_REQUIRE_IN(fn, out, "out");
+  SHIM_REQUIRE_IN(fn, parts, "parts");
+  char bo[CAP], bp[CAP];
+  shim_describe(out, bo, sizeof bo);
+  if (count < 1) return shim_fail(SHIM_E_INVALID, "%s: %d parts (at least one is needed)", fn, count);
+  if (dim < 0 || dim >= out->ndim) return shim_fail(SHIM_E_INVALID, "%s: dim %d is out of range for out %s", fn, dim, bo);
+  int64_t along = 0;
+  for (int32_t k = 0; k < count; k++) {
+    const shim_tensor *p = parts[k];
+    if (p == NULL) return shim_fail(SHIM_E_INVALID, "%s: part %d is NULL", fn, k);
+    int fits = p->dtype == out->dtype && p->ndim == out->ndim;
+    for (int32_t d = 0; fits && d < out->ndim; d++) fits = d == dim || p->shape[d] == out->shape[d];
+    if (!fits)
+      return shim_fail(SHIM_E_INVALID, "%s: part %d %s does not fit out %s (one dtype and rank, equal sizes but along dim %d)", fn, k,
+                       shim_describe(p, bp, sizeof bp), bo, dim);
+    along += p->shape[dim];
+  }
+  if (along != out->shape[dim])
+    return shim_fail(SHIM_E_INVALID, "%s: the parts hold %lld along dim %d but out %s holds %lld", fn, (long long)along, dim, bo,
+                     (long long)out->shape[dim]);
+  *outer = 1, *inner = 1;
+  for (int32_t d = 0; d < dim; d++) *outer *= out->shape[d];
+  for (int32_t d = dim + 1; d < out->ndim; d++) *inner *= out->shape[d];
   return SHIM_OK;
 }
 

@@ -223,10 +223,22 @@ typedef struct shim_scatter_dims {
 
 int shim_check_scatter(int32_t op, const shim_tensor *out, int32_t dim, const shim_tensor *index, const shim_tensor *src,
                        shim_scatter_dims *dims);
+/* shim_nll_loss: input read as [n, c, inner]. */
+typedef struct shim_nll_dims {
+  int64_t n, c, inner;
+} shim_nll_dims;
+
+int shim_check_nll_loss(const shim_tensor *out, const shim_tensor *input, const shim_tensor *target, const shim_tensor *weight,
+                        int32_t reduction, shim_nll_dims *dims);
+int shim_check_mse_loss(const shim_tensor *out, const shim_tensor *a, const shim_tensor *b, int32_t reduction);
+/* shim_cat: out read as [outer, out's size along dim x inner]. */
+int shim_check_cat(const shim_tensor *out, int32_t count, const shim_tensor *const *parts, int32_t dim, int64_t *outer,
+                   int64_t *inner);
 
 /* shim_index_add: out read as [outer, r, inner] around dim (src as [outer, index's count, inner]). */
 int shim_check_index_add(const shim_tensor *out, int32_t dim, const shim_tensor *index, const shim_tensor *src,
                          shim_reduce_dims *dims);
+
 /* shim_layer_norm: rows is a's count over m. */
 int shim_check_layer_norm(const shim_tensor *out, const shim_tensor *a, const shim_tensor *weight, const shim_tensor *bias,
                           int64_t m, int64_t *rows);

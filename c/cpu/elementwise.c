@@ -84,7 +84,7 @@ FLOAT_FLOORING(float, M_F32)
 FLOAT_FLOORING(double, M_F64)
 
 #define FLOAT_BINARY(NAME, T, POW, ATTR)                                                    \
-  ATTR static void NAME(int32_t op, void *out, const T *a, int fa, const T *b, int fb, int64_t n) { \
+  ATTR void NAME(int32_t op, void *out, const T *a, int fa, const T *b, int fb, int64_t n) { \
     typedef T elem;                                                                         \
     T *o = out;                                                                             \
     uint8_t *ob = out;                                                                      \
@@ -102,8 +102,21 @@ FLOAT_FLOORING(double, M_F64)
     }                                                                                       \
   }
 
-FLOAT_BINARY(binary_f32, float, powf, SHIM_CPU_CLONES)
-FLOAT_BINARY(binary_f64, double, pow, )
+FLOAT_BINARY(binary_f32_body, float, powf, static inline __attribute__((always_inline)))
+FLOAT_BINARY(binary_f64, double, pow, static)
+
+SHIM_CPU_CLONES static void binary_f32(int32_t op, void *out, const float *a, int fa, const float *b, int fb, int64_t n) {
+  binary_f32_body(op, out, a, fa, b, fb, n);
+}
+
+/* f32 over `rows` repetitions of m elements, one operand full and the other (a when
+ * a_repeats, else b) the same m elements each time, as a bias is: the loop over repetitions
+ * inside the clone, so each costs no call through the clones' dispatch. */
+SHIM_CPU_CLONES static void binary_f32_repeat(int32_t op, char *out, int64_t out_size, const float *a, const float *b, int a_repeats,
+                                              int64_t rows, int64_t m) {
+  for (int64_t r = 0; r < rows; r++)
+    binary_f32_body(op, out + r * m * out_size, a_repeats ? a : a + r * m, 1, a_repeats ? b + r * m : b, 1, m);
+}
 
 /* Integer division and power in int64, wrapping; callers have ruled out y == 0 and y < 0. */
 static inline int64_t div_i64(int64_t x, int64_t y) { return y == -1 ? (int64_t)(0 - (uint64_t)x) : x / y; }
@@ -243,6 +256,12 @@ static void binary_range(void *ctx, int64_t begin, int64_t end) {
     return;
   }
   const int64_t m = j->period;
+  if (j->dtype == SHIM_F32) {
+    const float *x = (const float *)j->x, *y = (const float *)j->y;
+    binary_f32_repeat(j->op, j->o + begin * m * j->out_size, j->out_size, j->x_repeats ? x : x + begin * m, j->x_repeats ? y + begin * m : y,
+                      j->x_repeats, end - begin, m);
+    return;
+  }
   for (int64_t r = begin; r < end; r++)
     binary_kernel(j->op, j->dtype, j->o + r * m * j->out_size, j->x_repeats ? j->x : j->x + r * m * j->size, 1,
                   j->x_repeats ? j->y + r * m * j->size : j->y, 1, m);

@@ -1,4 +1,4 @@
-/* strided.c: shim_copy_strided, shim_gather and shim_index_select on the cpu: element moves by index, with no
+/* strided.c: shim_copy_strided, shim_gather, shim_index_select and shim_cat on the cpu: element moves by index, with no
  * arithmetic, so elements move as opaque 1-, 2-, 4- or 8-byte words. */
 #include <string.h>
 
@@ -119,7 +119,11 @@ typedef struct {
 
 static void select_range(void *ctx, int64_t begin, int64_t end) {
   const select_job *j = ctx;
-  for (int64_t k = begin; k < end; k++) memcpy(j->o + k * j->slab, j->src + ((k / j->n) * j->r + j->ix[k % j->n]) * j->slab, j->slab);
+  /* k = o * n + i, stepped without a division per slab */
+  for (int64_t k = begin, o = begin / j->n, i = begin % j->n; k < end; k++) {
+    memcpy(j->o + k * j->slab, j->src + (o * j->r + j->ix[i]) * j->slab, j->slab);
+    if (++i == j->n) i = 0, o++;
+  }
 }
 
 int shim_index_select(shim_tensor *out, const shim_tensor *a, int32_t dim, const shim_tensor *index, shim_stream *s) {
@@ -132,5 +136,36 @@ int shim_index_select(shim_tensor *out, const shim_tensor *a, int32_t dim, const
                        (long long)d.r);
   select_job job = {shim_cpu_data(out), shim_cpu_data(a), ix, n, d.r, (size_t)(d.inner * shim_dtype_size(a->dtype))};
   shim_cpu_parallel(d.outer * n, (int64_t)(SHIM_CPU_GRAIN * 4 / (job.slab + 1)) + 1, select_range, &job);
+  return SHIM_OK;
+}
+
+/* Rows [begin, end) of cat's outer index: each row of out is the parts' rows, one after another. */
+typedef struct {
+  char *o;
+  const shim_tensor *const *parts;
+  int32_t count, dim;
+  int64_t row_bytes; /* out's */
+  int64_t unit;      /* bytes per step along dim: inner x the element size */
+} cat_job;
+
+static void cat_range(void *ctx, int64_t begin, int64_t end) {
+  const cat_job *j = ctx;
+  for (int64_t r = begin; r < end; r++) {
+    char *dst = j->o + r * j->row_bytes;
+    for (int32_t k = 0; k < j->count; k++) {
+      const int64_t bytes = j->parts[k]->shape[j->dim] * j->unit;
+      memcpy(dst, (const char *)shim_cpu_data(j->parts[k]) + r * bytes, (size_t)bytes);
+      dst += bytes;
+    }
+  }
+}
+
+int shim_cat(shim_tensor *out, int32_t count, const shim_tensor *const *parts, int32_t dim, shim_stream *s) {
+  int64_t outer, inner;
+  SHIM_TRY(shim_check_cat(out, count, parts, dim, &outer, &inner));
+  const int64_t unit = inner * shim_dtype_size(out->dtype), row_bytes = out->shape[dim] * unit;
+  if (row_bytes == 0) return SHIM_OK;
+  cat_job job = {shim_cpu_data(out), parts, count, dim, row_bytes, unit};
+  shim_cpu_parallel(outer, SHIM_CPU_GRAIN * 4 / row_bytes + 1, cat_range, &job);
   return SHIM_OK;
 }

@@ -1,4 +1,4 @@
-/* strided.cu: shim_copy_strided, shim_gather and shim_index_select on the device. Each thread computes its
+/* strided.cu: shim_copy_strided, shim_gather, shim_index_select and shim_cat on the device. Each thread computes its
  * element's source (and destination) offset from its flat index over the collapsed shape;
  * elements move as opaque 1-, 2-, 4- or 8-byte words. */
 #include "elements.h"
@@ -142,4 +142,26 @@ int shim_index_select(shim_tensor *out, const shim_tensor *a, int32_t dim, const
     CUDA_CHECK_LAUNCH("index_select_kernel");
     return SHIM_OK;
   });
+}
+
+/* cat: one 2-D copy per part, its rows into out's at the part's offset along dim (each row of
+ * out holds outer-many runs, one per part). */
+int shim_cat(shim_tensor *out, int32_t count, const shim_tensor *const *parts, int32_t dim, shim_stream *s) {
+  int64_t outer, inner;
+  SHIM_TRY(shim_check_cat(out, count, parts, dim, &outer, &inner));
+  const int64_t unit = inner * shim_dtype_size(out->dtype), row_bytes = out->shape[dim] * unit;
+  if (row_bytes == 0 || outer == 0) return SHIM_OK;
+  shim_cuda_track(s, out);
+  cudaStream_t stream = shim_cuda_stream(s);
+  int64_t at = 0;
+  for (int32_t k = 0; k < count; k++) {
+    const int64_t bytes = parts[k]->shape[dim] * unit;
+    if (bytes > 0) {
+      shim_cuda_track(s, parts[k]);
+      CUDA_CHECK(cudaMemcpy2DAsync((char *)shim_cuda_data(out) + at, (size_t)row_bytes, shim_cuda_data(parts[k]), (size_t)bytes,
+                                   (size_t)bytes, (size_t)outer, cudaMemcpyDeviceToDevice, stream));
+    }
+    at += bytes;
+  }
+  return SHIM_OK;
 }

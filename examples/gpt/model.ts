@@ -12,8 +12,8 @@
  * it. Everything else is replicated.
  */
 import { Effect } from "effect"
-import { allReduce, blockOf, type ControllerError, copyTo, gradGenerator, HostTensor, type Mesh, noGrad, opsOn, ops, type PlacementSpec, type RemoteTensor, shard, zeroGrad } from "../../src/controller/index.ts"
-import { clipGradNorm } from "../../src/optim/index.ts"
+import { allReduce, blockOf, compile, type ControllerError, copyTo, gradGenerator, HostTensor, type Mesh, noGrad, opsOn, ops, type PlacementSpec, type RemoteTensor, shard, zeroGrad } from "../../src/controller/index.ts"
+import { clipGradNorm, type StepAt } from "../../src/optim/index.ts"
 import type { Batch } from "./data.ts"
 import { type GPTConfig, paramSpecs, splitDim } from "./weights.ts"
 
@@ -120,26 +120,43 @@ export class GPT {
   }
 }
 
-/** Anything that steps parameters from their `.grad` (src/optim's AdamW, SGD). */
+/** Anything that steps parameters from their `.grad` (src/optim's AdamW, SGD), at a learning rate. */
 export interface Stepper {
-  step(): void
+  lr: number
+  step(grads?: undefined, at?: StepAt): void
+}
+
+/** Where a step is in a schedule: its learning rate, and its number (1 for the first). */
+export interface Scheduled {
+  readonly lr: number
+  readonly step: number
 }
 
 /**
  * One training step: forward, backward with each gradient averaged over dp as soon as it is
  * final (the gradient generator), clipping by global norm across the dp and tp shards (when
- * `clip` is given), the optimizer's step. Returns the loss averaged over dp, a handle (fetch it
- * to wait for the step).
+ * `clip` is given), the optimizer's step (at `at`'s learning rate and step number, when given).
+ * Returns the loss averaged over dp, a handle (fetch it to wait for the step).
  */
-export const trainStep = (model: GPT, opt: Stepper, x: RemoteTensor, y: RemoteTensor, clip?: number): Effect.Effect<RemoteTensor, ControllerError> =>
+export const trainStep = (model: GPT, opt: Stepper, x: RemoteTensor, y: RemoteTensor, clip?: number, at?: Scheduled): Effect.Effect<RemoteTensor, ControllerError> =>
   Effect.gen(function* () {
+    if (at !== undefined) opt.lr = at.lr
     const loss = model.loss(x, y)
     for (const [p, g] of gradGenerator(loss, model.parameters)) {
       p.grad = noGrad(() => allReduce(g, "dp", "avg")).place(p.placement)
       g.release()
     }
     if (clip !== undefined) (yield* clipGradNorm(model.parameters.map((p) => p.grad!), clip)).release()
-    opt.step()
+    opt.step(undefined, at && { step: at.step })
     zeroGrad(model.parameters)
     return noGrad(() => allReduce(loss.detach(), "dp", "avg"))
   })
+
+/**
+ * trainStep recorded once (compile) and replayed with one message per worker: the learning
+ * rate and the step number are arguments, so they are replay parameters and a schedule replays
+ * without tracing again. Its first call runs op by op (warmup), so that AdamW's moments exist
+ * before the step is recorded.
+ */
+export const compiledTrainStep = (model: GPT, opt: Stepper, clip?: number) =>
+  compile((x: RemoteTensor, y: RemoteTensor, lr: number, step: number) => trainStep(model, opt, x, y, clip, { lr, step }), { name: "trainStep", warmup: 1 })

@@ -1,6 +1,6 @@
 """The torch twin of examples/gpt/model.ts: the same GPT in torch 1.13, trained from the same
 initial weights on the same batches (both handed over on stdin as JSON, not re-drawn), with
-torch.optim.AdamW and the same hyper-parameters (and clip_grad_norm_ when asked). Prints {"losses": [...]} (one per step) and,
+torch.optim.AdamW and the same hyper-parameters (each step's learning rate when given, and clip_grad_norm_ when asked). Prints {"losses": [...]} (one per step) and,
 when asked, the logits of a forward pass.
 
     /usr/bin/python3 examples/gpt/twin.py < request.json
@@ -69,7 +69,10 @@ def main():
     o = req["optim"]
     opt = torch.optim.AdamW(model.parameters(), lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"], weight_decay=o["weight_decay"])
     losses = []
-    for b in req["batches"]:
+    for i, b in enumerate(req["batches"]):
+        if o.get("lrs") is not None:
+            for g in opt.param_groups:
+                g["lr"] = o["lrs"][i]
         x = torch.tensor(b["x"], dtype=torch.int64).reshape(b["rows"], b["length"])
         y = torch.tensor(b["y"], dtype=torch.int64).reshape(-1)
         logits = model(x)

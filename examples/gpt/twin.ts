@@ -15,6 +15,8 @@ export interface AdamWOptions {
   readonly weight_decay: number
   /** clip_grad_norm_'s max_norm before each step, if any. */
   readonly clip?: number
+  /** Each step's learning rate (a schedule's), in place of lr. */
+  readonly lrs?: ReadonlyArray<number>
 }
 
 /** The same hyper-parameters as src/optim's AdamW takes them. */

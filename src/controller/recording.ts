@@ -41,6 +41,12 @@ export interface CompileOptions {
    * called least recently on the workers (DeleteRecording); its signature traces again if it comes back.
    */
   readonly maxRecordings?: number
+  /**
+   * Calls per signature run op by op before it is traced (default 0), so that state a step
+   * makes on its first call (an optimizer's moments, a momentum buffer) exists before the
+   * step is recorded; recorded, that call's commands would make it afresh on every replay.
+   */
+  readonly warmup?: number
 }
 
 /** A compiled step: call it like the step; it returns an Effect of the step's result. */
@@ -172,6 +178,11 @@ interface Traced1<R> {
   readonly value: R
 }
 
+/** What a trace's retired handles say when used again (and how a second trace's use of one is told apart). */
+const madeInside = (name: string) => `was made inside compile(${name})'s step and not returned from it`
+
+const messageOf = (e: unknown): string => (e as { message?: string }).message ?? String(e)
+
 /** Runs the step with Core recording instead of sending; the trace's handles are retired after. */
 const traced = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, name: string, step: (...args: A) => unknown, args: ReadonlyArray<unknown>, called: CallSite | undefined): Effect.Effect<Traced1<R>, E | ControllerError, Rq> =>
   Effect.suspend(() => {
@@ -179,7 +190,7 @@ const traced = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, name: st
     core.tracing = trace
     const end = Effect.sync(() => {
       if (core.tracing === trace) core.tracing = undefined
-      for (const t of trace.handles) t.retire(`${t} was made inside compile(${name})'s step and not returned from it: it lived only during that call`)
+      for (const t of trace.handles) t.retire(`${t} ${madeInside(name)}: it lived only during that call`)
     })
     let body: Effect.Effect<R, E | ControllerError, Rq>
     try {
@@ -478,6 +489,32 @@ const rebuild = (v: unknown, fresh: ReadonlyMap<RemoteTensor, RemoteTensor>, tra
 // ---- compile -----------------------------------------------------------------------------
 
 /**
+ * Why the step cannot be replayed, found by tracing it once more with the same arguments
+ * (nothing is sent), or undefined: a replay repeats the first trace, so a step whose commands
+ * depend on what its earlier calls left behind is not one recording. One that uses a tensor its
+ * first trace made (state made on a first call, an optimizer's moments) needs warmup; one that
+ * issues other commands (a count it keeps) needs that to be an argument.
+ */
+const repeatProblem = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, name: string, step: (...args: A) => unknown, args: ReadonlyArray<unknown>, flat: Flat, first: Trace, called: CallSite | undefined) =>
+  Effect.gen(function* () {
+    const again = yield* Effect.result(traced<A, R, E, Rq>(core, name, step, args, called).pipe(
+      Effect.catchDefect((d) => Effect.fail(new ControllerError({ message: messageOf(d) }))),
+    ))
+    if (again._tag === "Failure") {
+      // Another failure (a step that releases a tensor it was given, say) leaves nothing to compare.
+      const why = messageOf(again.failure)
+      return why.includes(madeInside(name))
+        ? `traced again, its step uses a tensor its first trace made (${why}): state made on its first call, such as an optimizer's moments, would be made afresh by every replay; compile it with { warmup: 1 } so that call runs op by op before the step is traced`
+        : undefined
+    }
+    const d = compareTraces(first, flat.tensors, again.success.trace, flat.tensors)
+    const n = d.numbers[0]
+    const differs = d.structural ?? (n && `command ${n.command}: ${describeCommand(first.commands[n.command]!)}: ${n.path.join(".")}: ${n.a}, then ${n.b}`)
+    return differs === undefined ? undefined
+      : `traced twice with the same arguments, its step issued other commands (${differs}): they depend on something its arguments do not hold (a count it keeps, say); pass that as an argument`
+  })
+
+/**
  * Where each number of the arguments goes: traced again with that one number changed (nothing
  * is sent), a number found where it was, with its new value, is a parameter there. One that
  * changes anything else, or makes the step fail, is fixed: part of the signature.
@@ -570,8 +607,12 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
   const maxRecordings = options.maxRecordings ?? 8
   if (!(Number.isInteger(maxRecordings) && maxRecordings >= 1)) throw new ControllerError({ message: `compile(${name}): maxRecordings must be a positive integer, got ${maxRecordings}` })
   const cache = new Map<string, Array<Recording<R>>>()
+  const warmup = options.warmup ?? 0
+  if (!(Number.isInteger(warmup) && warmup >= 0)) throw new ControllerError({ message: `compile(${name}): warmup must be a non-negative integer, got ${warmup}` })
   /** Calls so far (Recording.usedAt's clock); traces under way (dispose waits for none). */
   let clock = 0, tracingNow = 0, disposed = false
+  /** Per signature (without its numbers), the calls run op by op so far (warmup). */
+  const warmed = new Map<string, number>()
   let last: { args: ReadonlyArray<unknown>; recording: Recording<R> } | undefined
   const retraces: string[] = []
   let traces = 0
@@ -580,6 +621,8 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
     Effect.gen(function* () {
       const first = yield* traced<A, R, E, Rq>(core, name, step, args, called)
       traces++
+      const problem = yield* repeatProblem<A, R, E, Rq>(core, name, step, args, flat, first.trace, called)
+      if (problem !== undefined) return yield* new ControllerError({ message: `compile(${name}): ${problem}` })
       const numbers = yield* probeNumbers<A, R, E, Rq>(core, name, step, args, flat, first.trace, called)
       const { recording, defines } = build(core, name, first.trace, flat, first.value, numbers)
       for (const d of defines) core.post(d.ranks, d.message)
@@ -634,6 +677,13 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
       if (disposed) return Effect.fail(new ControllerError({ message: `compile(${name}) was disposed: its recordings are deleted; compile the step again to call it` }))
       if (core.tracing) return Effect.fail(new ControllerError({ message: `compile(${name}) was called while compile(${core.tracing.name}) records its step; call it outside, or let the outer step be one recording` }))
       const found = find(flat)
+      if (found === undefined && (warmed.get(flat.key) ?? 0) < warmup) {
+        warmed.set(flat.key, (warmed.get(flat.key) ?? 0) + 1)
+        return Effect.suspend(() => {
+          const out = step(...args)
+          return (Effect.isEffect(out) ? out : Effect.succeed(out)) as Effect.Effect<R, E | ControllerError, Rq>
+        })
+      }
       // What the step released of the tensors outside it goes after the call (that reads them), or once the trace failed.
       if (needsTrace(found)) {
         tracingNow++

@@ -7,7 +7,7 @@
  * several shim calls inside one command, through temporaries freed when it ends.
  */
 import * as k from "../../ffi/ops.ts"
-import type { BinaryOpName, ReduceOpName, ScatterOpName, TernaryOpName, UnaryOpName } from "../../ffi/symbols.ts"
+import type { BinaryOpName, LossReductionName, ReduceOpName, ScatterOpName, TernaryOpName, UnaryOpName } from "../../ffi/symbols.ts"
 import { Tensor } from "../../ffi/tensor.ts"
 import { HostTensor, type DType } from "../protocol/values.ts"
 import type { FunctionContext, RemoteFunction } from "./function.ts"
@@ -21,8 +21,8 @@ import type { OpSpec } from "./spec.ts"
 import { arangeBounds, linspaceValues } from "./specs/creation.ts"
 import { planAlpha, planBinary, planDiv, type BinaryKind } from "./specs/elementwise.ts"
 import { UNARY_IN_PLACE } from "./specs/inplace.ts"
-import { blockStart, expandShape, permutation, repeatPlan, scatterSource, sliceOf, transposePermutation } from "./specs/layout.ts"
-import { attentionPlan, EPSILON } from "./specs/nn.ts"
+import { blockStart, expandShape, permutation, repeatPlan, scatterSource, sliceOf } from "./specs/layout.ts"
+import { attentionPlan, EPSILON, REDUCTIONS } from "./specs/nn.ts"
 import { reducedDims } from "./specs/reduction.ts"
 
 /**
@@ -189,40 +189,19 @@ const reduceLoss = (run: Run, out: Tensor, loss: Tensor, weight: Tensor, reducti
   }
 }
 
-/**
- * nll_loss, composed: the input at each target along the class dim (gather), times the
- * target's weight (0 for ignore_index), negated, then summed or averaged over the weights.
- */
-const nllLoss: Kernel<"nll_loss"> = (run, [out], a) => {
-  const { target } = a, dtype = a.input.dtype
-  const input = a.input.shape.length === 1 ? run.view(a.input, [1, a.input.shape[0]!]) : a.input
-  const n = target.numel, tshape = target.shape
-  const valid = run.temp("bool", tshape)
-  k.binaryScalar("ne", valid, target, a.ignore_index, false, run.stream)
-  const safe = run.temp("i64", tshape)
-  k.binary("mul", safe, target, run.cast(valid, "i64"), run.stream)
-  const index = [input.shape[0]!, 1, ...input.shape.slice(2)], picked = run.temp(dtype, index)
-  k.gather(picked, input, 1, run.view(safe, index), run.stream)
-  const weight = run.temp(dtype, tshape)
-  k.cast(weight, valid, run.stream)
-  if (a.weight) {
-    const w = run.temp(dtype, [n])
-    k.gather(w, a.weight, 0, run.view(safe, [n]), run.stream)
-    k.binary("mul", weight, weight, run.view(w, tshape), run.stream)
-  }
-  const loss = run.temp(dtype, tshape)
-  k.binary("mul", loss, run.view(picked, tshape), weight, run.stream)
-  k.unary("neg", loss, loss, run.stream)
-  reduceLoss(run, out!, loss, weight, a.reduction)
-}
+/** A loss's reduction by its shim name (its rule checked it: one of REDUCTIONS). */
+const lossReduction = (op: string, reduction: string): LossReductionName =>
+  REDUCTIONS.find((r) => r === reduction) ?? bad(op, `reduction must be one of ${REDUCTIONS.join(", ")}, got "${reduction}"`)
 
-/** mse_loss, composed: the squared broadcast difference, then its mean or sum. */
+/** nll_loss: one fused shim_nll_loss ([C] with a 0-d target is one row). */
+const nllLoss: Kernel<"nll_loss"> = (run, [out], a, op) =>
+  k.nllLoss(out!, a.input, a.target, a.weight, a.ignore_index, lossReduction(op, a.reduction), run.stream)
+
+/** mse_loss: one fused shim_mse_loss over the operands in the result's dtype, broadcast to its shape. */
 const mseLoss: Kernel<"mse_loss"> = (run, [out], a, op) => {
   const plan = planBinary(op, "arithmetic", a.input, a.target)
-  const sq = a.reduction === "none" ? out! : run.temp(plan.result.dtype, plan.result.shape)
-  binaryInto(run, "sub", "arithmetic", op, sq, a.input, a.target)
-  k.binary("mul", sq, sq, sq, run.stream)
-  if (a.reduction !== "none") k.reduce(a.reduction === "mean" ? "mean" : "sum", out!, sq, undefined, run.stream)
+  const operand = (t: Tensor) => run.expand(run.cast(t, plan.compute), plan.result.shape)
+  k.mseLoss(out!, operand(a.input), operand(a.target), lossReduction(op, a.reduction), run.stream)
 }
 
 const unary = (op: UnaryOpName): Kernel<"neg"> => (run, [out], a) => k.unary(op, out!, run.cast(a.input, out!.dtype), run.stream)
@@ -256,16 +235,43 @@ const binaryInto = (run: Run, op: BinaryOpName, kind: BinaryKind, name: string, 
   else k.binaryScalar(op, out, run.expand(y as Tensor, plan.result.shape), x, true, run.stream)
 }
 
-const binary = (op: BinaryOpName, kind: BinaryKind): Kernel<"mul"> => (run, [out], a, name) => binaryInto(run, op, kind, name, out!, a.input, a.other)
+/**
+ * Kernels that can plan once for a prepared call (prepareBuiltin): from the bound arguments of
+ * its first call, the kernel with that plan made, for calls whose tensors have the same dtypes
+ * and shapes; undefined where the plan is not that simple.
+ */
+type Planner = (a: { readonly input: unknown; readonly other: unknown; readonly alpha?: number }, name: string) => Kernel<"mul"> | undefined
+const planned = new WeakMap<object, Planner>()
+
+/**
+ * A tensor and a number whose result has the tensor's dtype (x.add(1), x.mul_(0.9); add and
+ * sub with alpha 1): one shim_binary_scalar into the output (the input itself in place),
+ * nothing cast, scaled or broadcast.
+ */
+const tensorAndNumber = (op: BinaryOpName, kind: BinaryKind): Planner => (a, name) => {
+  if (!(a.input instanceof Tensor) || typeof a.other !== "number" || (a.alpha !== undefined && a.alpha !== 1)) return undefined
+  const plan = planBinary(name, kind, a.input, a.other)
+  if (plan.compute !== a.input.dtype || plan.result.dtype !== a.input.dtype) return undefined
+  return (run, [out], b) => k.binaryScalar(op, out ?? b.input as Tensor, b.input as Tensor, b.other as number, false, run.stream)
+}
+
+/** `kernel`, with its planner for prepared calls. */
+const withPlanner = <K extends object>(kernel: K, planner: Planner): K => {
+  planned.set(kernel, planner)
+  return kernel
+}
+
+const binary = (op: BinaryOpName, kind: BinaryKind): Kernel<"mul"> =>
+  withPlanner<Kernel<"mul">>((run, [out], a, name) => binaryInto(run, op, kind, name, out!, a.input, a.other), tensorAndNumber(op, kind))
 
 /** In place: straight into the input when the result has its dtype, else through a temporary. */
-const binaryInPlace = (op: BinaryOpName, kind: BinaryKind): Kernel<"mul_"> => (run, _, a, name) => {
+const binaryInPlace = (op: BinaryOpName, kind: BinaryKind): Kernel<"mul_"> => withPlanner<Kernel<"mul_">>((run, _, a, name) => {
   const plan = planBinary(name, kind, a.input, a.other)
   if (plan.result.dtype === a.input.dtype) return binaryInto(run, op, kind, name, a.input, a.input, a.other)
   const result = run.temp(plan.result.dtype, plan.result.shape)
   binaryInto(run, op, kind, name, result, a.input, a.other)
   k.cast(a.input, result, run.stream)
-}
+}, tensorAndNumber(op, kind))
 
 /** alpha other for add and sub, in the compute dtype (other itself for alpha 1). */
 const scaledOther = (run: Run, other: Tensor | number, alpha: number, dtype: DType): Tensor | number => {
@@ -277,11 +283,14 @@ const scaledOther = (run: Run, other: Tensor | number, alpha: number, dtype: DTy
 }
 
 /** add and sub: input ± alpha other (alpha scales other first: one more shim call when it is not 1). */
-const withAlpha = (op: "add" | "sub"): Kernel<"add"> => (run, [out], a, name) =>
-  binaryInto(run, op, "arithmetic", name, out!, a.input, scaledOther(run, a.other, a.alpha, planAlpha(name, a.input, a.other, a.alpha).compute))
+const withAlpha = (op: "add" | "sub"): Kernel<"add"> => withPlanner<Kernel<"add">>((run, [out], a, name) =>
+  binaryInto(run, op, "arithmetic", name, out!, a.input, scaledOther(run, a.other, a.alpha, planAlpha(name, a.input, a.other, a.alpha).compute)), tensorAndNumber(op, "arithmetic"))
 
-const withAlphaInPlace = (op: "add" | "sub"): Kernel<"add_"> => (run, outs, a, name) =>
-  binaryInPlace(op, "arithmetic")(run, outs, { input: a.input, other: scaledOther(run, a.other, a.alpha, planAlpha(name, a.input, a.other, a.alpha).compute) }, name, [])
+const withAlphaInPlace = (op: "add" | "sub"): Kernel<"add_"> => {
+  const inPlace = binaryInPlace(op, "arithmetic")
+  return withPlanner<Kernel<"add_">>((run, outs, a, name) =>
+    inPlace(run, outs, { input: a.input, other: scaledOther(run, a.other, a.alpha, planAlpha(name, a.input, a.other, a.alpha).compute) }, name, []), tensorAndNumber(op, "arithmetic"))
+}
 
 /**
  * div with a rounding mode: floor is floor_divide; trunc the true quotient truncated, computed
@@ -439,6 +448,13 @@ const permute = (run: Run, out: Tensor, input: Tensor, p: ReadonlyArray<number>)
   copyInto(run, out, input, { offset: 0, strides: p.map((d) => own[d]!) })
 }
 
+/** Two dims swapped by shim_transpose's tiles (half the time of a strided copy); a 0-d input is copied. */
+const transposeInto = (run: Run, out: Tensor, input: Tensor, op: string, dim0: number, dim1: number): void => {
+  const n = input.shape.length
+  if (n === 0) return k.cast(out, input, run.stream)
+  k.transpose(out, input, normDim(op, dim0, n), normDim(op, dim1, n), run.stream)
+}
+
 /** torch's matmul over views and broadcast batches: 1-D operands gain a dim, then drop it. */
 const matmulInto = (run: Run, out: Tensor, x: Tensor, y: Tensor): void => {
   const xs = x.shape.length === 1 ? [1, x.shape[0]!] : [...x.shape], ys = y.shape.length === 1 ? [y.shape[0]!, 1] : [...y.shape]
@@ -572,8 +588,8 @@ export const KERNELS: Kernels = {
   mm: (run, [out], a) => k.matmul(out!, a.input, a.mat2, run.stream),
   bmm: (run, [out], a) => k.matmul(out!, a.input, a.mat2, run.stream),
   _matmul_t: (run, [out], a) => k.matmul(out!, a.input, a.other, run.stream, { a: a.transpose_input, b: a.transpose_other }),
-  transpose: (run, [out], a, op) => permute(run, out!, a.input, transposePermutation(op, a.input, a.dim0, a.dim1)),
-  t: (run, [out], a, op) => permute(run, out!, a.input, transposePermutation(op, a.input, 0, -1)),
+  transpose: (run, [out], a, op) => transposeInto(run, out!, a.input, op, a.dim0, a.dim1),
+  t: (run, [out], a, op) => transposeInto(run, out!, a.input, op, 0, -1),
   permute: (run, [out], a, op) => permute(run, out!, a.input, permutation(op, a.input, a.dims)),
   reshape: (_, __, a, ___, [m]) => a.input.view(m!.shape),
   view: (_, __, a, ___, [m]) => a.input.view(m!.shape),
@@ -604,18 +620,11 @@ export const KERNELS: Kernels = {
     const strides = s.map((x, i) => (dims.includes(i) ? ((offset += (a.input.shape[i]! - 1) * x), -x) : x))
     copyInto(run, out!, a.input, { offset, strides })
   },
-  cat: (run, [out], a, op) => {
-    const d = normDim(op, a.dim, out!.shape.length), os = contiguous(out!.shape)
-    let at = 0
-    for (const t of a.tensors) {
-      k.copyStrided(out!, { offset: at * os[d]!, strides: os }, run.cast(t, out!.dtype), { offset: 0, strides: contiguous(t.shape) }, t.shape, run.stream)
-      at += t.shape[d]!
-    }
-  },
+  cat: (run, [out], a, op) => k.cat(out!, a.tensors.map((t) => run.cast(t, out!.dtype)), normDim(op, a.dim, out!.shape.length), run.stream),
+  // Each part viewed with a 1 inserted at dim, then one cat.
   stack: (run, [out], a, op) => {
-    const d = normDim(op, a.dim, out!.shape.length), os = contiguous(out!.shape)
-    a.tensors.forEach((t, i) =>
-      k.copyStrided(out!, { offset: i * os[d]!, strides: os.filter((_, j) => j !== d) }, run.cast(t, out!.dtype), { offset: 0, strides: contiguous(t.shape) }, t.shape, run.stream))
+    const d = normDim(op, a.dim, out!.shape.length)
+    k.cat(out!, a.tensors.map((t) => run.view(run.cast(t, out!.dtype), [...t.shape.slice(0, d), 1, ...t.shape.slice(d)])), d, run.stream)
   },
   index_select: (run, [out], a, op) =>
     k.indexSelect(out!, a.input, a.input.shape.length === 0 ? 0 : normDim(op, a.dim, a.input.shape.length), a.index, run.stream),
@@ -755,21 +764,34 @@ const asRemoteFunction = <N extends OpName>(op: Op<N>): RemoteFunction => {
   return (ctx, ...args) => {
     const bound = op.bind(args, ctx.kwargs, isTensor)
     const metas = rule(bound as never, op.name)
-    const run = new Run(ctx)
-    const outs: Tensor[] = []
-    try {
-      if (op.view) return kernel(run, [], bound as never, op.name, metas)
-      // Owned: a command's outputs go to the env (or are freed) as soon as this returns.
-      for (const m of metas) outs.push(Tensor.owned(ctx.native, m.dtype, m.shape))
-      kernel(run, outs, bound as never, op.name, metas)
-    } catch (e) {
-      for (const t of outs) t.free()
-      throw e
-    } finally {
-      run.free()
+    if (op.view) {
+      const run = new Run(ctx)
+      try {
+        return kernel(run, [], bound as never, op.name, metas)
+      } finally {
+        run.free()
+      }
     }
+    const outs = runKernel(kernel, ctx, bound, op.name, metas)
     return outs.length === 1 ? outs[0] : outs.length === 0 ? undefined : outs
   }
+}
+
+/** Allocates a command's outputs as its rule gave them and runs its kernel into them (freed again if it throws). */
+const runKernel = (kernel: Kernel<OpName>, ctx: FunctionContext, bound: unknown, name: string, metas: ReadonlyArray<TensorMeta>): Tensor[] => {
+  const run = new Run(ctx)
+  const outs: Tensor[] = []
+  try {
+    // Owned: a command's outputs go to the env (or are freed) as soon as this returns.
+    for (const m of metas) outs.push(Tensor.owned(ctx.native, m.dtype, m.shape))
+    kernel(run, outs, bound as never, name, metas)
+  } catch (e) {
+    for (const t of outs) t.free()
+    throw e
+  } finally {
+    run.free()
+  }
+  return outs
 }
 
 const functions = new Map<string, RemoteFunction>()
@@ -796,4 +818,47 @@ export const op = (ctx: FunctionContext, name: OpName, args: ReadonlyArray<unkno
   if (!(out instanceof Tensor)) throw new OpArgumentError({ message: `ops.${name} does not return one tensor` })
   // User code may drop it: the finalizer is its safety net.
   return out.track()
+}
+
+/** A built-in prepared for repeated calls (prepareBuiltin): `run` it with a call's tensors, in the order prepared. */
+export interface PreparedCall {
+  readonly run: (ctx: FunctionContext, tensors: ReadonlyArray<Tensor>) => ReadonlyArray<Tensor>
+  /** How many tensors a call returns. */
+  readonly outputs: number
+}
+
+/**
+ * `ops.<name>` prepared once for calls that differ only in their tensors, each of the dtype and
+ * shape of the one at its place in `args` and `kwargs` now (a recording's replays): the
+ * arguments are bound, the rule's results found and (for the kernels that can) the kernel's plan
+ * made here, so a call puts its tensors in their places, allocates the outputs and runs the
+ * kernel. undefined where that cannot hold: a view
+ * op (its result is its input's memory), or a tensor that is not in its argument's place once
+ * bound, or is given twice.
+ */
+export const prepareBuiltin = (name: string, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, tensors: ReadonlyArray<Tensor>): PreparedCall | undefined => {
+  const op = opNamed(name)
+  if (op === undefined || op.view || new Set(tensors).size !== tensors.length) return undefined
+  const bound = op.bind(args, kwargs, isTensor) as Record<string, unknown>
+  const metas = (op as OpSpec).outputs(bound as never, op.name)
+  // Where each tensor sits in the bound arguments (a param, or an item of a tensor list).
+  const places: Array<{ readonly holder: Record<string, unknown> | unknown[]; readonly key: string | number; readonly tensor: number }> = []
+  const find = (holder: Record<string, unknown> | unknown[], key: string | number, v: unknown) => {
+    if (v instanceof Tensor) places.push({ holder, key, tensor: tensors.indexOf(v) })
+    else if (Array.isArray(v)) v.forEach((x, i) => find(v, i, x))
+  }
+  for (const key of Object.keys(bound)) find(bound, key, bound[key])
+  if (places.length !== tensors.length || places.some((p) => p.tensor < 0)) return undefined
+  const general = KERNELS[op.name] as Kernel<OpName>
+  const kernel = (planned.get(general)?.(bound as never, op.name) ?? general) as Kernel<OpName>
+  const run = (ctx: FunctionContext, now: ReadonlyArray<Tensor>) => {
+    for (const p of places) (p.holder as Record<string | number, unknown>)[p.key] = now[p.tensor]
+    try {
+      return runKernel(kernel, ctx, bound, op.name, metas)
+    } finally {
+      // The bound arguments keep no tensor between calls.
+      for (const p of places) (p.holder as Record<string | number, unknown>)[p.key] = undefined
+    }
+  }
+  return { run, outputs: metas.length }
 }

@@ -8,7 +8,7 @@
 import type { RemoteTensor } from "../controller/handles.ts"
 import type { Mesh } from "../controller/mesh.ts"
 import { adamwOptionsProblem } from "../ops/specs/optim.ts"
-import { Optimizer, type FusedCall, type Params, type Stepped } from "./optimizer.ts"
+import { Optimizer, type FusedCall, type Params, type StepAt, type Stepped } from "./optimizer.ts"
 
 export interface AdamWOptions {
   lr: number
@@ -38,13 +38,13 @@ export class AdamW extends Optimizer<AdamWOptions, AdamWState> {
     super(params, { ...ADAMW_DEFAULTS, ...options }, problem, "AdamW")
   }
 
-  protected plan(mesh: Mesh, o: AdamWOptions, stepped: ReadonlyArray<Stepped>): FusedCall[] {
+  protected plan(mesh: Mesh, o: AdamWOptions, stepped: ReadonlyArray<Stepped>, at: StepAt): FusedCall[] {
     // One command per step count: parameters skipped at some step (no gradient) are behind the others.
     const bySteps = new Map<number, Array<Stepped & { readonly next: AdamWState }>>()
     for (const s of stepped) {
       const was = this.state.get(s.param)
       const next: AdamWState = {
-        step: (was?.step ?? 0) + 1,
+        step: at.step ?? (was?.step ?? 0) + 1,
         expAvg: was?.expAvg ?? this.zerosLike(s.param),
         expAvgSq: was?.expAvgSq ?? this.zerosLike(s.param),
         maxExpAvgSq: o.amsgrad ? was?.maxExpAvgSq ?? this.zerosLike(s.param) : was?.maxExpAvgSq,

@@ -39,6 +39,16 @@ export interface FusedCall {
   readonly commit: () => void
 }
 
+/**
+ * What a step may be told instead of reading the optimizer's state: the step number (1 for the
+ * first), for every parameter it steps. A compiled training step passes it in as an argument,
+ * so that its replays take it as a parameter (the state's own count advances only when the
+ * step's JavaScript runs, once per trace).
+ */
+export interface StepAt {
+  readonly step?: number
+}
+
 /** A (parameter, gradient) of one group, with the parameter's mesh checked. */
 export interface Stepped {
   readonly param: RemoteTensor
@@ -82,7 +92,7 @@ export abstract class Optimizer<O extends { lr: number }, S> {
    * One optimizer step, in place on the workers: reads each parameter's `.grad`, or the
    * gradients given. Throws the ControllerError of a refused step before anything is sent.
    */
-  step(grads?: Gradients): void {
+  step(grads?: Gradients, at: StepAt = {}): void {
     const given = grads === undefined ? undefined : grads instanceof Map ? grads as ReadonlyMap<RemoteTensor, RemoteTensor> : new Map(grads as ReadonlyArray<readonly [RemoteTensor, RemoteTensor]>)
     if (given) for (const p of given.keys()) if (!this.paramGroups.some((g) => g.params.includes(p))) throw refuse(`${this.name}.step: ${p} is not one of its parameters`)
     const calls: FusedCall[] = []
@@ -96,7 +106,7 @@ export abstract class Optimizer<O extends { lr: number }, S> {
         byMesh.set(param.mesh, list)
         list.push({ param, grad })
       }
-      for (const [mesh, stepped] of byMesh) calls.push(...this.plan(mesh, group.options, stepped))
+      for (const [mesh, stepped] of byMesh) calls.push(...this.plan(mesh, group.options, stepped, at))
     }
     for (const c of calls) check(c)
     // A step is not part of the model: nothing goes on the tape (and parameters that require grad may be written in place).
@@ -115,7 +125,7 @@ export abstract class Optimizer<O extends { lr: number }, S> {
   }
 
   /** The fused commands of one group's parameters on one mesh. */
-  protected abstract plan(mesh: Mesh, options: O, stepped: ReadonlyArray<Stepped>): FusedCall[]
+  protected abstract plan(mesh: Mesh, options: O, stepped: ReadonlyArray<Stepped>, at: StepAt): FusedCall[]
 
   /** Zeros of p's dtype, shape and placement on p's ranks: a state buffer's start (checkpoints read its placement). */
   protected zerosLike(p: RemoteTensor): RemoteTensor {

@@ -53,6 +53,11 @@ export class RefEnv {
     return v
   }
 
+  /** What a ref holds (a poison too), or undefined: a lookup that never throws. */
+  peek(id: number): unknown {
+    return this.values.get(id)
+  }
+
   /** The stored poison of a ref, if any, without throwing. */
   errorOf(ref: Ref): DependentOnError | undefined {
     const v = this.values.get(ref.id)

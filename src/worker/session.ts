@@ -15,6 +15,7 @@ import type { Ref } from "../protocol/values.ts"
 import { DependentOnError, toErrorPayload } from "./errors.ts"
 import type { FunctionTable } from "./functions.ts"
 import { RefEnv, resolveTree } from "./refs.ts"
+import type { Prepared } from "./prepared.ts"
 import type { Borrow } from "./streams.ts"
 
 export interface Session {
@@ -52,6 +53,8 @@ export interface Session {
 export interface Recording {
   readonly define: DefineRecording
   readonly scratch: ReadonlyArray<number>
+  /** Per command: prepared for replays (prepared.ts) once a call has run it, null where it cannot be. */
+  readonly prepared: Array<Prepared | null | undefined>
 }
 
 /**

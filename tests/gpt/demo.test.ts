@@ -1,5 +1,5 @@
 // `make demo` (examples/gpt.ts), shortened to 60 steps: what the README says it prints is there
-// and true: the loss falls, the held-out accuracy and samples, the comparison with torch (when
+// and true: the loss falls, the steps ran through one recording, the held-out accuracy and samples, the comparison with torch (when
 // torch is present), the deliberate failure on rank 3 reaching the fetch with its remote error
 // and call site, and one more step after it.
 import { expect, test } from "bun:test"
@@ -14,6 +14,8 @@ test("the demo trains, evaluates, compares with torch, survives a failed rank", 
   const losses = [...out.matchAll(/^step +\d+\/60 \[[#.]{20}\] loss ([\d.]+)$/gm)].map((m) => Number(m[1]))
   expect(losses.length).toBe(4) // steps 1, 20, 40, 60
   expect(losses.at(-1)!).toBeLessThan(losses[0]! / 2)
+  // Every step went through one recording: traced once (its second call), replayed after.
+  expect(out).toMatch(/^60 steps in [\d.]+ s, through compile\(trainStep\): 1 trace, the rest replays$/m)
   const accuracy = /held-out accuracy: ([\d.]+)% of 256 problems never trained on/.exec(out)
   expect(accuracy).not.toBeNull()
   expect([...out.matchAll(/^ {2}\d{5}=\d{5} (right|wrong)$/gm)].length).toBe(5)

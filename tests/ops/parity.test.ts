@@ -293,6 +293,7 @@ const CASES: Case[] = [
     c(`${op} diagonal 1, batched`, op, [f(2, 3, 4)], { diagonal: 1 }),
     c(`${op} diagonal -2`, op, [tensor("f64", [4, 3]), -2]),
     c(`${op} diagonal past the matrix`, op, [f(3, 3)], { diagonal: 5 }),
+    c(`${op} diagonal before the matrix`, op, [f(3, 4)], { diagonal: -5 }),
     c(`${op} empty`, op, [f(0, 3)]),
     c(`${op} non-contiguous`, op, [nc(f(4, 3))]),
   ]),

@@ -169,14 +169,12 @@ describe("compile(step)", () => {
   }, 30_000)
 
   test("verify: true traces the second call too and fails it, naming both call sites, when it issued other commands", async () => {
-    let calls = 0
-    const step = compile((x: RemoteTensor) => {
-      calls++
-      const y = calls === 1 ? x.add(1) : x.sub(1)
-      return y
-    }, { verify: true, name: "drifting" })
+    // State the signature does not see, changed by the program between calls.
+    let mode = "add"
+    const step = compile((x: RemoteTensor) => (mode === "add" ? x.add(1) : x.sub(1)), { verify: true, name: "drifting" })
     const x = opsOn(mesh).ones([2])
     expect(await values(await run(step(x)))).toEqual([2, 2])
+    mode = "sub"
     const failure = await run(Effect.flip(step(x)))
     expect(failure.message).toMatch(/^compile\(drifting, \{ verify: true \}\): the step's second call issued other commands than its first: command 0: ops\.add issued at .*recordings\.test\.ts:\d+:\d+\), then ops\.sub issued at .*recordings\.test\.ts:\d+:\d+\)/)
     // A step that issues the same commands passes verification, with new parameter values too.
@@ -185,5 +183,13 @@ describe("compile(step)", () => {
     expect(await values(await run(steady(x, 3)))).toEqual([3, 3])
     expect(await values(await run(steady(x, 4)))).toEqual([4, 4])
     expect(steady.traces).toBe(2)
+  }, 30_000)
+
+  test("a step whose commands change from one trace to the next (a count it keeps) is refused at its first call, saying what changed", async () => {
+    let calls = 0
+    const step = compile((x: RemoteTensor) => x.mul(++calls), { name: "counting" })
+    const failure = await run(Effect.flip(step(opsOn(mesh).ones([2]))))
+    expect(failure._tag).toBe("ControllerError")
+    expect(failure.message).toMatch(/^compile\(counting\): traced twice with the same arguments, its step issued other commands \(command 0: ops\.mul issued at .*recordings\.test\.ts:\d+:\d+\): args\.1: 1, then 2\): they depend on something its arguments do not hold \(a count it keeps, say\); pass that as an argument$/)
   }, 30_000)
 })

@@ -3,11 +3,13 @@
 // included), takes its idents, poisons what a poisoned actual reaches, and bad input is refused
 // with a ProtocolError while everything defined stays. DeleteRecording forgets a recording: its
 // calls after are refused, deleting one it does not hold is refused, and defining and deleting
-// 1,000 leaves the worker as it was.
+// 1,000 leaves the worker as it was. A built-in prepared on a call's first run of it (prepared.ts)
+// runs that way only while its inputs are as prepared: another shape, a poisoned input, or a
+// kernel failure on later calls give what they give outside a recording.
 import { afterEach, beforeEach, describe, expect, test } from "bun:test"
 import { liveTensorBytes } from "../../ffi/tensor.ts"
 import type { CallRecording, DefineRecording } from "../../src/protocol/messages.ts"
-import { call, createStream, fetch, numbers, ref } from "../worker/build.ts"
+import { call, createStream, fetch, host, numbers, ref } from "../worker/build.ts"
 import { inProcessWorker, type InProcessWorker } from "../worker/inProcess.ts"
 
 let w: InProcessWorker
@@ -124,5 +126,45 @@ describe("recordings on a worker", () => {
     expect(w.session.recordings.size).toBe(recordings)
     expect(w.session.env.size).toBe(env + 1)
     expect(problems()).toEqual([])
+  })
+
+  test("a prepared built-in with an input of another shape runs the usual way, giving that shape's result", async () => {
+    await w.dispatch(call(0, [10], "ops.ones", [[2]]))
+    await w.dispatch(call(1, [11], "ops.ones", [[3]]))
+    await w.dispatch(define)
+    await w.dispatch(callIt(2, 12, 10, 1))
+    // The first reads the param (a number its rule may check): it always goes the usual way.
+    expect(w.session.recordings.get(1)!.prepared.map((p) => p !== null && p !== undefined)).toEqual([false, true, true])
+    await w.dispatch(callIt(5, 13, 11, 1))
+    expect(await value(13, 8)).toEqual([5, 5, 5])
+    expect(await value(12, 9)).toEqual([5, 5])
+    expect(problems()).toEqual([])
+  })
+
+  test("after prepared calls, a poisoned actual still poisons the results without a report", async () => {
+    await w.dispatch(call(0, [10], "ops.ones", [[2]]))
+    await w.dispatch(call(1, [11], "ops.nope"))
+    const reports = w.sent.filter((m) => m._tag === "RemoteFunctionFailed").length
+    await w.dispatch(define)
+    await w.dispatch(callIt(2, 12, 10, 1))
+    await w.dispatch(callIt(5, 13, 11, 1))
+    expect(w.sent.filter((m) => m._tag === "RemoteFunctionFailed").length).toBe(reports)
+    expect(w.session.env.errorOf(ref(13))?.ident).toBe(1)
+    expect(await value(12, 8)).toEqual([5, 5])
+  })
+
+  test("a prepared built-in's kernel failing on a later call is reported against its own ident and poisons its result", async () => {
+    await w.dispatch(call(0, [10], "ops.clone", [host("i64", [1], [1])]))
+    await w.dispatch(call(1, [11], "ops.clone", [host("i64", [1], [99])]))
+    await w.dispatch(call(2, [12], "ops.ones", [[4, 2]]))
+    await w.dispatch({ _tag: "DefineRecording", recording: 7, idents: 2, formals: [100, 101], params: [], results: [103], commands: [call(0, [102], "ops.embedding", [ref(100), ref(101)]), call(1, [103], "ops.mul", [ref(102), 3])] })
+    const embed = (ident: number, result: number, idx: number): CallRecording => ({ _tag: "CallRecording", ident, recording: 7, results: [ref(result)], actuals: [ref(idx), ref(12)], params: [] })
+    await w.dispatch(embed(3, 13, 10))
+    expect(await value(13, 5)).toEqual([3, 3])
+    await w.dispatch(embed(6, 14, 11))
+    const failed = w.sent.filter((m) => m._tag === "RemoteFunctionFailed")
+    expect(failed.map((m) => m._tag === "RemoteFunctionFailed" && m.ident)).toEqual([6])
+    expect(w.session.env.errorOf(ref(14))?.ident).toBe(6)
+    expect(w.session.firstUncompletedIdent).toBe(8)
   })
 })

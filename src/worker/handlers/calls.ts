@@ -17,7 +17,7 @@ import { flattenTensors, kindOf } from "../refs.ts"
 import { announce, lookup, tryDefine, tryDefineNow, type Session } from "../session.ts"
 import { streamOf } from "../streams.ts"
 
-const contextFor = (s: Session, stream: Stream, kwargs: Readonly<Record<string, unknown>>): FunctionContext => ({
+export const contextFor = (s: Session, stream: Stream, kwargs: Readonly<Record<string, unknown>>): FunctionContext => ({
   native: s.native, rank: s.rank, world: s.world, device: s.native.device, stream, coords: s.coords, generator: s.generator, kwargs,
 })
 

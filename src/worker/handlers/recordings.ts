@@ -10,8 +10,12 @@
 import { Effect } from "effect"
 import { RECORDABLE, type CallRecording, type DefineRecording, type DeleteRecording, type WorkerMessage } from "../../protocol/messages.ts"
 import { Ref } from "../../protocol/values.ts"
+import { prepare, runPrepared } from "../prepared.ts"
 import { ioTurn, reject, stopped, type Session } from "../session.ts"
 import { callNow } from "./calls.ts"
+
+/** How many commands of a call run between looks at the clock for the event loop's turn (ioTurn). */
+const IO_CHECK = 16
 
 /** The refs a command defines. */
 const defines = (c: WorkerMessage): ReadonlyArray<Ref> => {
@@ -28,29 +32,36 @@ export const defineRecording = (s: Session) => (m: DefineRecording) => Effect.sy
     return reject(s, `DefineRecording ${m.recording}: a recording holds ${RECORDABLE.join(", ")} with idents below ${m.idents}, not ${bad._tag}${"ident" in bad ? ` ${bad.ident}` : ""}`)
   const scratch = new Set<number>([...m.formals, ...m.params, ...m.results])
   for (const c of m.commands) for (const r of defines(c)) scratch.add(r.id)
-  s.recordings.set(m.recording, { define: m, scratch: [...scratch] })
+  s.recordings.set(m.recording, { define: m, scratch: [...scratch], prepared: [] })
 })
 
 /**
- * `plain`: dispatch neither logs nor traces each command, so calls run straight through
- * (callNow, no Effect per command); otherwise each command goes through `dispatch`.
+ * `plain`: dispatch neither logs nor traces each command, so calls run straight through (no
+ * Effect per command; a built-in prepared on its first run, prepared.ts, then only its kernel);
+ * otherwise each command goes through `dispatch`.
  */
 export const callRecording = (s: Session, dispatch: (m: WorkerMessage) => Effect.Effect<void>, plain: boolean) => (m: CallRecording) =>
   Effect.gen(function* () {
     const recording = s.recordings.get(m.recording)
     if (recording === undefined) return reject(s, `CallRecording ${m.ident}: unknown recording ${m.recording}`)
-    const { define, scratch } = recording
+    const { define, scratch, prepared } = recording
     if (m.actuals.length !== define.formals.length || m.params.length !== define.params.length || m.results.length !== define.results.length)
       return reject(s, `CallRecording ${m.ident}: ${m.actuals.length} actuals, ${m.params.length} params and ${m.results.length} results for recording ${m.recording}'s ${define.formals.length}, ${define.params.length} and ${define.results.length}`)
     // An unknown actual leaves its formal undefined: the commands reading it fail as they would.
     for (let i = 0; i < m.actuals.length; i++) s.env.alias(define.formals[i]!, m.actuals[i]!.id)
     for (let i = 0; i < m.params.length; i++) s.env.define(new Ref(define.params[i]!), m.params[i])
     try {
-      for (const c of define.commands) {
+      for (let k = 0; k < define.commands.length; k++) {
+        const c = define.commands[k]!
         if (plain && c._tag === "CallFunction") {
-          const rest = callNow(s, c, m.ident + c.ident)
+          let p = prepared[k]
+          if (p === undefined) p = prepared[k] = prepare(s, c)
+          const done = p === null ? false : runPrepared(s, p, c, m.ident + c.ident)
+          const rest = done === false ? callNow(s, c, m.ident + c.ident) : done
           if (rest) yield* rest
         } else yield* dispatch("ident" in c ? { ...c, ident: m.ident + c.ident } as WorkerMessage : c)
+        // Every IO_CHECK commands: the clock read is a tenth of a prepared one-element op.
+        if (k % IO_CHECK !== IO_CHECK - 1 && k !== define.commands.length - 1) continue
         const turn = ioTurn(s)
         if (turn) yield* turn
         if (stopped(s)) return
