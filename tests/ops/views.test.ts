@@ -90,7 +90,7 @@ describeUnless(torchMissing())("views against torch 1.13: a view where torch's i
     const theirs = await want
     expect(theirs.error).toBeUndefined()
     expect(steps).toEqual(theirs.steps)
-  }))
+  }, 30_000)) // the first case waits for torch to import (seconds on a loaded machine)
 })
 
 describe("view lifetimes on a worker", () => {
