@@ -547,9 +547,9 @@ export class Core {
     for (const node of this.graph.live.values()) {
       const waitingMs = now - node.issuedAt
       if (waitingMs < after) break
-      if (node.waiting.size === 0 || this.hangReported.has(node.ident)) continue
+      if (node.waiting === 0 || this.hangReported.has(node.ident)) continue
       this.hangReported.add(node.ident)
-      const behind = [...node.waiting].sort((a, b) => a - b)
+      const behind = this.graph.behind(node)
       reports.push({ ident: node.ident, label: node.label, site: node.site, waitingMs, behind, at: behind.flatMap((r) => this.rankAt(r)) })
     }
     for (const r of reports) this.options.onHang?.(r)
@@ -558,7 +558,7 @@ export class Core {
 
   /** The first live command `rank` has not passed (none when it has passed them all). */
   private rankAt(rank: number): RankAt[] {
-    for (const node of this.graph.live.values()) if (node.waiting.has(rank)) return [{ rank, ident: node.ident, label: node.label }]
+    for (const node of this.graph.live.values()) if (this.graph.waitsOn(node, rank)) return [{ rank, ident: node.ident, label: node.label }]
     return []
   }
 

@@ -26,9 +26,26 @@ export interface Exchange {
   readonly reads: (rank: number) => boolean
 }
 
+/**
+ * The members of each rank list, made once per list (a mesh's commands share its list), where
+ * the invariant that a rank list holds no rank twice is checked: a node counts the ranks it
+ * waits for instead of keeping a set of them per command.
+ */
+const memberSets = new WeakMap<ReadonlyArray<number>, ReadonlySet<number>>()
+const membersOf = (ranks: ReadonlyArray<number>): ReadonlySet<number> => {
+  let members = memberSets.get(ranks)
+  if (members === undefined) {
+    members = new Set(ranks)
+    if (members.size !== ranks.length) throw new Error(`a command's rank list names a rank twice: [${ranks}]`)
+    memberSets.set(ranks, members)
+  }
+  return members
+}
+
 export class Node {
-  /** Ranks that have not yet reported passing this ident. */
-  readonly waiting: Set<number>
+  /** How many of its ranks have not yet reported passing this ident (which: Graph.behind). */
+  waiting: number
+  readonly members: ReadonlySet<number>
   /** Root failures where they happened, by rank. */
   roots: Map<number, Failure> | undefined
   /** Whether some failure may be in its dependencies on some rank (false: nothing to look up). */
@@ -53,7 +70,8 @@ export class Node {
     private readonly callSite: CallSite | undefined,
     readonly issuedAt: number,
   ) {
-    this.waiting = new Set(ranks)
+    this.members = membersOf(ranks)
+    this.waiting = ranks.length
     this.exchanged = exchange !== undefined
   }
 
@@ -118,9 +136,9 @@ const walk = (from: Node, ranks: Iterable<number>, visit: Visit, exchangesOnly =
     const [node, rank] = stack.pop()!
     visit(node, rank)
     if (node.settled) continue
-    if (node.exchange) for (const p of node.exchange.peers(rank)) if (node.ranks.includes(p)) push(node, p)
+    if (node.exchange) for (const p of node.exchange.peers(rank)) if (node.members.has(p)) push(node, p)
     if (node.exchange && !node.exchange.reads(rank)) continue
-    for (const dep of node.deps) if ((!exchangesOnly || dep.exchanged) && dep.ranks.includes(rank)) push(dep, rank)
+    for (const dep of node.deps) if ((!exchangesOnly || dep.exchanged) && dep.members.has(rank)) push(dep, rank)
   }
 }
 
@@ -129,7 +147,7 @@ export class Graph {
   readonly live = new Map<number, Node>()
   private readonly refs = new Map<number, Node>()
   /** Per rank, the first ident it has not passed. */
-  private readonly passedBelow = new Map<number, number>()
+  private readonly passedBelow: number[] = []
   /** Ranks that are gone, with the failure a command that needs one gets. */
   private readonly lost = new Map<number, (node: Node) => Failure>()
 
@@ -140,12 +158,12 @@ export class Graph {
   add(ident: number, ranks: ReadonlyArray<number>, inputs: ReadonlyArray<number>, defines: ReadonlyArray<number>, label: string, site?: CallSite, exchange?: Exchange): Node {
     const node = new Node(ident, ranks, exchange, label, site, performance.now())
     for (const r of ranks) {
-      const gone = this.lost.get(r)
+      const gone = this.lost.size > 0 ? this.lost.get(r) : undefined
       if (gone) {
         node.addRoot(gone(node), r)
         node.tainted = true
-        node.waiting.delete(r)
-      } else if (this.passed(r) > ident) node.waiting.delete(r)
+        node.waiting--
+      } else if (this.passed(r) > ident) node.waiting--
     }
     for (const id of inputs) {
       const dep = this.refs.get(id)
@@ -186,7 +204,17 @@ export class Graph {
 
   /** The first ident `rank` has not passed. */
   passed(rank: number): number {
-    return this.passedBelow.get(rank) ?? 0
+    return this.passedBelow[rank] ?? 0
+  }
+
+  /** Whether `node` still waits for `rank` to pass it (as Node.waiting counts). */
+  waitsOn(node: Node, rank: number): boolean {
+    return !node.settled && node.members.has(rank) && node.ident >= this.passed(rank) && !this.lost.has(rank)
+  }
+
+  /** The ranks `node` still waits for, ascending. */
+  behind(node: Node): number[] {
+    return node.ranks.filter((r) => this.waitsOn(node, r)).sort((a, b) => a - b)
   }
 
   /** A root failure of a live command on `rank` (every rank when undefined). */
@@ -227,27 +255,35 @@ export class Graph {
     // lower ident than its dependent there, which the rank passes after it (idents pass in
     // order): it cannot raise that rank's need, so a chain of rank-local commands is not walked.
     walk(node, ranks, (n, r) => {
-      if (n.waiting.has(r) && (needs.get(r) ?? -1) < n.ident) needs.set(r, n.ident)
+      if (this.waitsOn(n, r) && (needs.get(r) ?? -1) < n.ident) needs.set(r, n.ident)
     }, true)
     return needs
   }
 
   /** Rank `rank` has passed every ident below `firstUncompleted`. */
   advance(rank: number, firstUncompleted: number): void {
-    if (firstUncompleted <= this.passed(rank)) return
-    this.passedBelow.set(rank, firstUncompleted)
-    // Settling deletes from `live` while this walks it, which Map iteration allows.
+    const before = this.passed(rank)
+    if (firstUncompleted <= before) return
+    this.passedBelow[rank] = firstUncompleted
+    // A lost rank's commands stopped waiting for it when it was lost.
+    if (this.lost.has(rank)) return
+    // Settling deletes from `live` while this walks it, which Map iteration allows. Those
+    // below `before` had stopped waiting for this rank already.
     for (const node of this.live.values()) {
       if (node.ident >= firstUncompleted) break
-      if (node.waiting.delete(rank)) this.trySettle(node)
+      if (node.ident >= before && node.members.has(rank)) {
+        node.waiting--
+        this.trySettle(node)
+      }
     }
   }
 
   /** Rank `rank` is gone: every command it has not passed, now or later, fails there with `failure`. */
   lose(rank: number, failure: (node: Node) => Failure): void {
+    const waited = [...this.live.values()].filter((node) => this.waitsOn(node, rank))
     this.lost.set(rank, failure)
-    for (const node of [...this.live.values()]) {
-      if (!node.waiting.delete(rank)) continue
+    for (const node of waited) {
+      node.waiting--
       this.fail(node, failure(node), rank)
       this.trySettle(node)
     }
@@ -259,7 +295,7 @@ export class Graph {
 
   private trySettle(first: Node): void {
     // Most calls (every command issued and every one passed) find it still waiting.
-    if (first.settled || first.waiting.size > 0 || first.pendingDeps > 0) return
+    if (first.settled || first.waiting > 0 || first.pendingDeps > 0) return
     // Most that settle (a Status settles a batch of them) are clean with no dependent left: no walk.
     if (!first.tainted && first.dependents.length === 0) {
       first.settled = true
@@ -270,7 +306,7 @@ export class Graph {
     const ready = [first]
     while (ready.length > 0) {
       const node = ready.pop()!
-      if (node.settled || node.waiting.size > 0 || node.pendingDeps > 0) continue
+      if (node.settled || node.waiting > 0 || node.pendingDeps > 0) continue
       // Its dependencies have settled: each rank's outcome is final, and they can go.
       if (node.tainted) {
         const outcome = new Map<number, Failure>()

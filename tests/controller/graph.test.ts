@@ -44,3 +44,24 @@ test("a command leaves the graph once its ranks have passed it and what it depen
   expect(g.failureAt(after, [1])).toBeDefined()
   expect(g.failureAt(after, [0])).toBeUndefined()
 })
+
+test("a command waits for exactly the ranks that have not passed it (staged and repeated Status, a lost rank, one passed before it was added); a rank list naming a rank twice is refused", () => {
+  const g = new Graph()
+  g.advance(3, 5) // rank 3 passed ident 4 before it was added
+  const a = g.add(4, [0, 1, 2, 3], [], [1], "ones")
+  expect(g.behind(a)).toEqual([0, 1, 2])
+  g.advance(0, 3) // not past it yet
+  g.advance(0, 5)
+  g.advance(0, 6) // past it already: counted once
+  expect(g.behind(a)).toEqual([1, 2])
+  g.lose(2, (node) => new ControllerError({ message: `rank 2 lost at ${node.ident}` }))
+  expect(g.behind(a)).toEqual([1])
+  g.advance(2, 10) // a lost rank's late Status changes nothing
+  expect(a.settled, "rank 1 has not passed it").toBe(false)
+  g.advance(1, 5)
+  expect(a.settled).toBe(true)
+  expect(g.live.has(4)).toBe(false)
+  expect(g.failureAt(a, [2])?.message).toBe("rank 2 lost at 4")
+  expect(g.failureAt(a, [0])).toBeUndefined()
+  expect(() => g.add(5, [0, 1, 1], [], [], "bad")).toThrow(/names a rank twice: \[0,1,1\]/)
+})
