@@ -113,7 +113,11 @@ def in_f32(fn, args, kwargs, narrow):
     return out.to(narrow) if out.is_floating_point() else out
 
 def baddbmm(input, batch1, batch2, **kwargs):
-    """torch 1.13's bf16 baddbmm on CPU rounds to bf16 after each product term: the reference is f32, rounded once."""
+    """torch 1.13's bf16 baddbmm on CPU rounds to bf16 after each product term: the reference is f32, rounded once.
+    With beta 0, torch 1.13's CPU kernel scales its uninitialised result by 0 (NaN in about half the calls
+    here); its documented result, which ignores input, is alpha * batch1 @ batch2."""
+    if kwargs.get("beta", 1) == 0:
+        return torch.bmm(batch1, batch2) * kwargs.get("alpha", 1)
     if batch1.dtype == torch.bfloat16:
         return in_f32(torch.baddbmm, [input, batch1, batch2], kwargs, torch.bfloat16)
     return torch.baddbmm(input, batch1, batch2, **kwargs)
