@@ -42,6 +42,10 @@ void shim_cpu_parallel(int64_t n, int64_t grain, shim_cpu_range_fn fn, void *ctx
 /* Elements per part worth a thread's wake-up (tens of microseconds of work). */
 enum { SHIM_CPU_GRAIN = 1 << 16 };
 
+/* fn fails with SHIM_E_INVALID, naming the first of the n indices at ix outside 0..r-1 and dim,
+ * before anything is written (strided.c; shim_cuda_check_indices is its cuda twin). */
+int shim_cpu_check_indices(const char *fn, const int64_t *ix, int64_t n, int64_t r, int32_t dim);
+
 /* One value converted by the rules of shim_cpu_store_f64. */
 void shim_cpu_from_f64(int32_t dtype, double value, void *dst);
 

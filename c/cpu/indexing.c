@@ -76,10 +76,7 @@ int shim_scatter(int32_t op, shim_tensor *out, int32_t dim, const shim_tensor *i
   shim_scatter_dims g;
   SHIM_TRY(shim_check_scatter(op, out, dim, index, src, &g));
   const int64_t *ix = shim_cpu_data(index);
-  for (int64_t e = 0; e < index->numel; e++)
-    if (ix[e] < 0 || ix[e] >= g.r)
-      return shim_fail(SHIM_E_INVALID, "shim_scatter: index %lld is out of range for dim %d of size %lld", (long long)ix[e], dim,
-                       (long long)g.r);
+  SHIM_TRY(shim_cpu_check_indices("shim_scatter", ix, index->numel, g.r, dim));
   const int64_t size = shim_dtype_size(out->dtype);
   char *o = shim_cpu_data(out);
   const char *sp = shim_cpu_data(src);
@@ -129,10 +126,7 @@ int shim_index_add(shim_tensor *out, int32_t dim, const shim_tensor *index, cons
   shim_reduce_dims d;
   SHIM_TRY(shim_check_index_add(out, dim, index, src, &d));
   const int64_t *ix = shim_cpu_data(index), n = index->numel;
-  for (int64_t j = 0; j < n; j++)
-    if (ix[j] < 0 || ix[j] >= d.r)
-      return shim_fail(SHIM_E_INVALID, "shim_index_add: index %lld is out of range for dim %d of size %lld", (long long)ix[j], dim,
-                       (long long)d.r);
+  SHIM_TRY(shim_cpu_check_indices("shim_index_add", ix, n, d.r, dim));
   const float fa = (float)alpha;
   const uint64_t ia = (uint64_t)(int64_t)alpha;
   switch (out->dtype) {

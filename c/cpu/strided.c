@@ -58,6 +58,13 @@ static void copy_range(void *ctx, int64_t begin, int64_t end) {
   }
 }
 
+int shim_cpu_check_indices(const char *fn, const int64_t *ix, int64_t n, int64_t r, int32_t dim) {
+  for (int64_t j = 0; j < n; j++)
+    if (ix[j] < 0 || ix[j] >= r)
+      return shim_fail(SHIM_E_INVALID, "%s: index %lld is out of range for dim %d of size %lld", fn, (long long)ix[j], dim, (long long)r);
+  return SHIM_OK;
+}
+
 int shim_copy_strided(shim_tensor *dst, int64_t dst_offset, const int64_t *dst_strides, const shim_tensor *src,
                       int64_t src_offset, const int64_t *src_strides, int32_t ndim, const int64_t *shape, shim_stream *s) {
   shim_strided_plan p;
@@ -80,10 +87,7 @@ int shim_gather(shim_tensor *out, const shim_tensor *a, int32_t dim, const shim_
   SHIM_TRY(shim_check_gather(out, a, dim, index));
   const int64_t *ix = shim_cpu_data(index);
   const int64_t r = a->ndim > 0 ? a->shape[dim] : 1;
-  for (int64_t e = 0; e < index->numel; e++)
-    if (ix[e] < 0 || ix[e] >= r)
-      return shim_fail(SHIM_E_INVALID, "shim_gather: index %lld is out of range for dim %d of size %lld", (long long)ix[e],
-                       dim, (long long)r);
+  SHIM_TRY(shim_cpu_check_indices("shim_gather", ix, index->numel, r, dim));
   const int32_t nd = a->ndim;
   int64_t stride[SHIM_MAX_DIMS], idx[SHIM_MAX_DIMS] = {0}, acc = 1;
   for (int32_t d = nd - 1; d >= 0; d--) {
@@ -130,10 +134,7 @@ int shim_index_select(shim_tensor *out, const shim_tensor *a, int32_t dim, const
   shim_reduce_dims d;
   SHIM_TRY(shim_check_index_select(out, a, dim, index, &d));
   const int64_t *ix = shim_cpu_data(index), n = index->numel;
-  for (int64_t j = 0; j < n; j++)
-    if (ix[j] < 0 || ix[j] >= d.r)
-      return shim_fail(SHIM_E_INVALID, "shim_index_select: index %lld is out of range for dim %d of size %lld", (long long)ix[j], dim,
-                       (long long)d.r);
+  SHIM_TRY(shim_cpu_check_indices("shim_index_select", ix, n, d.r, dim));
   select_job job = {shim_cpu_data(out), shim_cpu_data(a), ix, n, d.r, (size_t)(d.inner * shim_dtype_size(a->dtype))};
   shim_cpu_parallel(d.outer * n, (int64_t)(SHIM_CPU_GRAIN * 4 / (job.slab + 1)) + 1, select_range, &job);
   return SHIM_OK;
