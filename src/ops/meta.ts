@@ -21,6 +21,13 @@ export const numelOf = (shape: ReadonlyArray<number>): number => {
   return n
 }
 
+/** Whether two shapes are equal (a plain loop: the worker checks inputs with it per command). */
+export const sameShape = (a: ReadonlyArray<number>, b: ReadonlyArray<number>): boolean => {
+  if (a.length !== b.length) return false
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false
+  return true
+}
+
 /** Anything with a dtype and a shape: a worker Tensor, a HostTensor, a TensorMeta. */
 export const isTensorMeta = (v: unknown): v is TensorMeta =>
   typeof v === "object" && v !== null && "dtype" in v && "shape" in v && Array.isArray((v as TensorMeta).shape) &&

@@ -15,6 +15,7 @@ import type { CallFunction } from "../protocol/messages.ts"
 import { HostTensor, Ref } from "../protocol/values.ts"
 import { isBuiltin } from "./functions.ts"
 import type { FunctionContext } from "../ops/function.ts"
+import { sameShape } from "../ops/meta.ts"
 import { contextFor } from "./handlers/calls.ts"
 import { lookup, tryDefineNow, type Session } from "./session.ts"
 import { streamOf } from "./streams.ts"
@@ -68,12 +69,6 @@ export const prepare = (s: Session, c: CallFunction): Prepared | null => {
 
 /** A prepared call's keyword arguments are in its binding already: its context carries none. */
 const BOUND: Readonly<Record<string, unknown>> = Object.freeze({})
-
-const sameShape = (a: ReadonlyArray<number>, b: ReadonlyArray<number>): boolean => {
-  if (a.length !== b.length) return false
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false
-  return true
-}
 
 /**
  * Runs `c` as command `ident` through `p`: undefined when it ran, the Effect that finishes its

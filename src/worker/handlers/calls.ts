@@ -8,6 +8,7 @@ import { Effect } from "effect"
 import type { Stream } from "../../../ffi/stream.ts"
 import { Tensor } from "../../../ffi/tensor.ts"
 import type { FunctionContext, RemoteFunction } from "../../ops/function.ts"
+import { sameShape } from "../../ops/meta.ts"
 import type { DeclaredMeta } from "../../protocol/fields.ts"
 import type { CallFunction, FetchValue, Value } from "../../protocol/messages.ts"
 import { HostTensor } from "../../protocol/values.ts"
@@ -66,7 +67,7 @@ const undeclared = (fn: string, declared: ReadonlyArray<DeclaredMeta | null>, te
   for (let i = 0; i < tensors.length; i++) {
     const d = declared[i], t = tensors[i]!
     if (d == null) continue
-    if (d.dtype !== t.dtype || d.shape.length !== t.shape.length || d.shape.some((x, j) => x !== t.shape[j]))
+    if (d.dtype !== t.dtype || !sameShape(d.shape, t.shape))
       return new ResultMismatch({ message: `${fn} result ${i}: declared ${metaText(d)}, returned ${metaText(t)}` })
   }
   return undefined

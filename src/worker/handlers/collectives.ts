@@ -15,6 +15,7 @@ import { CommError } from "../../comm/errors.ts"
 import type { CreateDeviceMesh, Reduce, SendTensor } from "../../protocol/messages.ts"
 import type { Ref, TensorFactory } from "../../protocol/values.ts"
 import { planCollective } from "../../ops/collectives.ts"
+import { sameShape } from "../../ops/meta.ts"
 import { DependentOnError, InputMismatch } from "../errors.ts"
 import { DeviceMesh } from "../mesh.ts"
 import { getAs } from "../refs.ts"
@@ -35,9 +36,6 @@ const zeros = (s: Session, f: TensorFactory, stream: Stream): Tensor => {
   k.fill(t, 0, stream)
   return t
 }
-
-const sameShape = (a: ReadonlyArray<number>, b: ReadonlyArray<number>): boolean =>
-  a.length === b.length && a.every((d, i) => d === b[i])
 
 /**
  * This rank's input: the tensor, or factory zeros and the failure to raise afterwards (the
