@@ -25,7 +25,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { allReduce, Controller, type ControllerApi, type ControllerError, type HostTensor, noGrad, ops, type RemoteTensor } from "../src/controller/index.ts"
+import { allReduce, Controller, type ControllerApi, type ControllerError, type HostTensor, noGrad, ops, param, type RemoteTensor } from "../src/controller/index.ts"
 import { AdamW } from "../src/optim/index.ts"
 import { blockSize, makeBatches, VOCAB } from "../examples/gpt/data.ts"
 import { compiledTrainStep, distributeBatch, GPT, trainStep } from "../examples/gpt/model.ts"
@@ -102,7 +102,7 @@ const eagerStep: MakeStep = (model, opt) => (x, y) => trainStep(model, opt, x, y
 const bucketedStep: MakeStep = (model, opt) => (x, y) => bucketed(model, opt, x, y)
 const compiledStep: MakeStep = (model, opt) => {
   const step = compiledTrainStep(model, opt)
-  return (x, y, i) => step(x, y, OPTIM.lr, i + 1)
+  return (x, y, i) => step(x, y, param(OPTIM.lr), param(i + 1))
 }
 
 /** Controller time, commands and frames per step, and the layer's trace file when traced. */

@@ -3,7 +3,7 @@
  * workers (examples/gpt/model.ts: heads and MLP columns split over tp, the batch over dp), with
  * AdamW on a warmup-cosine schedule. Every training step runs through one recording
  * (compile): its first call op by op, its second traced, and the rest replayed with one message
- * per worker, the learning rate and step number as replay parameters. It prints the loss per step, then the held-out accuracy (problems never trained on,
+ * per worker, the learning rate and step number as replay parameters (param()). It prints the loss per step, then the held-out accuracy (problems never trained on,
  * answered greedily) and a few samples, then its losses against the torch twin's
  * (examples/gpt/twin.py, handed the same weights and batches) when torch 1.13 is present. Last,
  * one rank fails on purpose: the fetch that depends on it fails with the remote error and the
@@ -12,7 +12,7 @@
  *   make demo        (or: bun run examples/gpt.ts)
  */
 import { Effect } from "effect"
-import { allReduce, Controller, HostTensor, type Mesh, noGrad, RemoteError, shard } from "../src/controller/index.ts"
+import { allReduce, Controller, HostTensor, type Mesh, noGrad, param, RemoteError, shard } from "../src/controller/index.ts"
 import { AdamW, warmupCosine } from "../src/optim/index.ts"
 import { type Batch, blockSize, generator, makeBatch, makeBatches, SEP, show, VOCAB } from "./gpt/data.ts"
 import { compiledTrainStep, distribute, distributeBatch, GPT } from "./gpt/model.ts"
@@ -87,7 +87,7 @@ const program = Effect.gen(function* () {
   const started = performance.now()
   for (const [s, b] of batches.entries()) {
     const [x, y] = yield* distributeBatch(mesh, b)
-    losses.push(scalar(yield* mesh.fetch(yield* trainStep(x, y, schedule(s), s + 1))))
+    losses.push(scalar(yield* mesh.fetch(yield* trainStep(x, y, param(schedule(s)), param(s + 1)))))
     const line = `step ${String(s + 1).padStart(3)}/${STEPS} ${bar(s + 1, STEPS)} loss ${losses.at(-1)!.toFixed(4)}`
     if (process.stdout.isTTY) process.stdout.write(`\r${line}`)
     if ((s + 1) % 20 === 0 || s === 0) process.stdout.write(process.stdout.isTTY ? "\n" : `${line}\n`)
@@ -115,7 +115,7 @@ const program = Effect.gen(function* () {
   const failure = yield* mesh.fetch(heldLoss, { dp: 0, tp: 1 }).pipe(Effect.match({ onSuccess: () => "a value", onFailure: (e) => e }))
   if (!(failure instanceof RemoteError)) return yield* Effect.fail(new Error(`expected the fetch to fail with a RemoteError, got ${String(failure)}`))
   console.log(`  fetching a loss that depends on it (rank 1 averages over dp with rank 3) fails with:\n  ${failure.message.replaceAll("\n", "\n  ")}`)
-  console.log(`the mesh goes on: one more step, loss ${scalar(yield* mesh.fetch(yield* trainStep(x, y, schedule(STEPS), STEPS + 1))).toFixed(4)}`)
+  console.log(`the mesh goes on: one more step, loss ${scalar(yield* mesh.fetch(yield* trainStep(x, y, param(schedule(STEPS)), param(STEPS + 1)))).toFixed(4)}`)
 })
 
 const started = performance.now()

@@ -154,8 +154,8 @@ export const trainStep = (model: GPT, opt: Stepper, x: RemoteTensor, y: RemoteTe
 
 /**
  * trainStep recorded once (compile) and replayed with one message per worker: the learning
- * rate and the step number are arguments, so they are replay parameters and a schedule replays
- * without tracing again. Its first call runs op by op (warmup), so that AdamW's moments exist
+ * rate and the step number are arguments, given as replay parameters (`step(x, y, param(lr),
+ * param(t))`), so a schedule replays without tracing again. Its first call runs op by op (warmup), so that AdamW's moments exist
  * before the step is recorded.
  */
 export const compiledTrainStep = (model: GPT, opt: Stepper, clip?: number) =>

@@ -15,7 +15,7 @@ export type { HangReport, RankAt, WorkerInfo } from "./core.ts"
 export { ControllerError, DeadlineExceeded, RemoteError, StartError, WorkerLost, type WorkerFrame } from "./errors.ts"
 export { LiveCount, RemoteStream, RemoteTensor } from "./handles.ts"
 export { escape, inStep, scoped, StepScope, stepScope } from "./lifetime.ts"
-export { compile, type Compiled, type CompileOptions } from "./recording.ts"
+export { compile, type Compiled, type CompileOptions, param, Param, type WithParams } from "./recording.ts"
 export {
   CheckpointError, exportFile, importFile, load, perRank, PerRank, readCheckpoint, restoreInto, save, tensorsOf,
   type Loaded, type PendingSave, type RankWrite, type SaveOptions, type Saved, type State,

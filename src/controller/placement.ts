@@ -139,6 +139,12 @@ Object.defineProperty(RemoteTensor.prototype, "placement", {
   },
 })
 
+/** Gives `to` the placement `from` has (a replay's result its trace's handle's), unchecked: they share mesh and shape. */
+export const samePlacement = (from: RemoteTensor, to: RemoteTensor): void => {
+  const p = placements.get(from)
+  if (p !== undefined) placements.set(to, p)
+}
+
 Object.defineProperty(RemoteTensor.prototype, "place", {
   value(this: RemoteTensor, spec: PlacementSpec) {
     this.placement = spec

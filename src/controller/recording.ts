@@ -1,21 +1,26 @@
 /**
  * Recordings (Monarch's `compile`): a step's commands recorded on its first call for a given
  * signature, defined once on each worker (DefineRecording), and replayed by every later call
- * with one CallRecording per worker that maps the call's tensors, numbers and results to refs.
+ * with one CallRecording per worker that maps the call's tensors, replay parameters and results
+ * to refs.
  *
- * The signature is what the commands depend on: each tensor argument's dtype, shape, mesh and
- * stream (and which arguments are the same tensor), every other non-numeric argument, and the
- * structure of the arguments. Numbers are replay parameters: the first trace is followed by one
- * probe per numeric argument (the step traced again, sending nothing, with that number changed)
- * to see where it goes. A number that goes straight into commands becomes a parameter there; one
- * that changes the commands, the shapes, or goes in through arithmetic becomes part of the
- * signature instead, and a new value of it traces again. Every trace after the first says why.
+ * The signature is what the commands may depend on: each tensor argument's dtype, shape, mesh
+ * and stream (and which arguments are the same tensor), every other argument, numbers included
+ * (a JavaScript number cannot be traced, so nothing proves one unused: a new value traces
+ * again), the structure of the arguments, and what the step read of an object given by
+ * identity (a class instance: read through a proxy while tracing, read again on every call).
+ * The numbers the program names with param() are replay parameters instead: checked on every
+ * trace by tracing once more with other values (sending nothing), a parameter found where it
+ * was, with its new value, is sent with each call; one whose value changes the commands, the
+ * tensors' dtypes or shapes, or that goes in through arithmetic is refused, naming it. Every
+ * trace after the first says why it was made.
  *
  * A call takes one ident per recorded command, so that a failure on a worker is reported
  * against the command that failed (its label and call site); on the controller each result
  * depends only on the commands and inputs its value came from, so a failure poisons exactly
  * what it would have outside a recording. Temporaries live only during a call on the workers
- * and never on the controller; their handles from the trace are retired.
+ * and never on the controller; their handles from the trace are retired. A replay's handles
+ * carry what the trace's had: dtype, shape and placement.
  */
 import { Effect } from "effect"
 import type { WorkerMessage } from "../protocol/messages.ts"
@@ -25,7 +30,9 @@ import { Controller } from "./controller.ts"
 import type { Core } from "./core.ts"
 import { ControllerError, RemoteError } from "./errors.ts"
 import type { Exchange, Node } from "./graph.ts"
-import { RemoteTensor } from "./handles.ts"
+import { RemoteStream, RemoteTensor } from "./handles.ts"
+import { Mesh } from "./mesh.ts"
+import { samePlacement } from "./placement.ts"
 import { CallSite } from "./sites.ts"
 import { Trace, type Traced } from "./trace.ts"
 
@@ -49,9 +56,34 @@ export interface CompileOptions {
   readonly warmup?: number
 }
 
+/** A number a compiled step takes as a replay parameter: see param(). */
+export class Param {
+  constructor(readonly value: number) {}
+
+  toString(): string {
+    return `param(${this.value})`
+  }
+}
+
+/**
+ * Names a number of a compiled step's call as a replay parameter (a learning rate, a step
+ * count): the step gets the number, and a call with another value replays the recording with
+ * it. Every other number is part of the signature (a new value traces again).
+ */
+export const param = (value: number): Param => {
+  if (typeof value !== "number") throw new ControllerError({ message: `param(value): a replay parameter is a number, not ${typeof value}` })
+  return new Param(value)
+}
+
+/** A step's arguments as a compiled call takes them: any number (in arrays and plain objects too) may be a param(). */
+export type WithParams<T> = T extends number ? T | Param
+  : T extends RemoteTensor | HostTensor | Uint8Array | ((...args: never[]) => unknown) ? T
+  : T extends ReadonlyArray<unknown> | Record<string, unknown> ? { [K in keyof T]: WithParams<T[K]> }
+  : T
+
 /** A compiled step: call it like the step; it returns an Effect of the step's result. */
 export interface Compiled<A extends ReadonlyArray<unknown>, R, E, Rq> {
-  (...args: A): Effect.Effect<R, E | ControllerError, Rq | Controller>
+  (...args: { [K in keyof A]: WithParams<A[K]> }): Effect.Effect<R, E | ControllerError, Rq | Controller>
   /** Traces made so far (the first call's included). */
   readonly traces: number
   /** Why each trace after the first was made. */
@@ -82,9 +114,14 @@ interface Leaf {
 /** The arguments of one call, flattened. */
 interface Flat {
   readonly tensors: RemoteTensor[]
-  readonly numbers: number[]
+  /** The replay parameters' values, in order, and their paths. */
+  readonly params: number[]
+  readonly paramPaths: string[]
+  /** The objects given by identity (not plain objects or arrays, tensors or bytes), in order, and their paths. */
+  readonly objects: object[]
+  readonly objectPaths: string[]
   readonly leaves: Leaf[]
-  /** The signature without the numbers. */
+  /** The signature, but for what the step reads of `objects`. */
   readonly key: string
 }
 
@@ -104,30 +141,56 @@ const isPlain = (v: object): boolean => {
 const isTree = (v: unknown): v is object =>
   typeof v === "object" && v !== null && !(v instanceof HostTensor) && !(v instanceof Uint8Array) && !(v instanceof RemoteTensor) && isPlain(v)
 
+/** A number as the signature and messages write it: every value its own (-0 too). */
+const numberText = (v: number): string => (Object.is(v, -0) ? "-0" : String(v))
+
+/**
+ * Another value for the i-th replay parameter, of the same kind (an integer, or a fraction:
+ * ops promote an integer tensor with a fraction, not with an integer, so the kind is part of
+ * the signature), near it (the same sign, a probability stays one), or the value itself where
+ * it has no other of its kind (a value that is not finite, or past the integers' precision).
+ */
+const probeValue = (v: number, i: number): number => {
+  if (Number.isInteger(v)) return Math.abs(v) < 2 ** 52 ? v + 1 + i : v
+  if (!Number.isFinite(v) || Math.abs(v) < 2 ** -1000) return v
+  for (let k = i; ; k++) {
+    const p = v * (0.75 - k / 1024)
+    if (!Number.isInteger(p) && p !== v) return p
+  }
+}
+
+/** What the signature holds of a replay parameter: its kind, or its value where it has no other of its kind. */
+const paramKind = (v: number): string => (Object.is(probeValue(v, 0), v) ? numberText(v) : Number.isInteger(v) ? "an integer" : "a fraction")
+
 const metaText = (t: RemoteTensor): string => (t.meta ? `${t.meta.dtype}[${t.meta.shape}]` : "a tensor of unknown shape")
 
 /** A leaf as messages say it. */
 const textOf = (l: Leaf): string => {
   const v = l.value
-  if (typeof v === "number") return "a number"
+  if (typeof v === "number") return numberText(v)
+  if (v instanceof Param) return `a replay parameter (${paramKind(v.value)})`
   if (v instanceof RemoteTensor) return l.same >= 0 ? `the same tensor as tensor argument ${l.same}` : `${metaText(v)} on ${v.mesh}, stream ${v.stream.ref.id}`
   if (Array.isArray(v)) return `an array of ${v.length}`
   if (isTree(v)) return `an object with keys ${Object.keys(v).join(", ")}`
+  if (typeof v === "object" && v !== null) return `another ${v.constructor?.name ?? "object"}`
+  if (typeof v === "function") return "another function"
   return typeof v === "string" ? JSON.stringify(v) : String(v)
 }
 
 /** The arguments' leaves in order (with their paths when `paths`: a trace, or a message, needs them). */
 const flatten = (args: ReadonlyArray<unknown>, paths = false): Flat => {
-  const tensors: RemoteTensor[] = [], numbers: number[] = [], leaves: Leaf[] = []
+  const tensors: RemoteTensor[] = [], params: number[] = [], paramPaths: string[] = [], objects: object[] = [], objectPaths: string[] = [], leaves: Leaf[] = []
   let key = ""
   const leaf = (path: string, k: string, value: unknown, same = -1) => {
     leaves.push({ path, key: k, value, same })
     key += k + "|"
   }
   const walk = (v: unknown, path: string): void => {
-    if (typeof v === "number") {
-      numbers.push(v)
-      return leaf(path, "n", v)
+    if (typeof v === "number") return leaf(path, `n${numberText(v)}`, v)
+    if (v instanceof Param) {
+      params.push(v.value)
+      paramPaths.push(path)
+      return leaf(path, `p${paramKind(v.value)}`, v)
     }
     if (v instanceof RemoteTensor) {
       const same = tensors.indexOf(v)
@@ -145,37 +208,145 @@ const flatten = (args: ReadonlyArray<unknown>, paths = false): Flat => {
       for (const k of keys) walk((v as Record<string, unknown>)[k], paths ? `${path}.${k}` : "")
       return
     }
-    leaf(path, typeof v === "object" && v !== null ? `@${idOf(v)}` : `${typeof v}:${String(v)}`, v)
+    if (typeof v === "object" && v !== null && !(v instanceof HostTensor) && !(v instanceof Uint8Array)) objects.push(v), objectPaths.push(path)
+    leaf(path, (typeof v === "object" && v !== null) || typeof v === "function" ? `@${idOf(v)}` : `${typeof v}:${String(v)}`, v)
   }
   for (let i = 0; i < args.length; i++) walk(args[i], paths ? `argument ${i}` : "")
-  return { tensors, numbers, leaves, key }
+  return { tensors, params, paramPaths, objects, objectPaths, leaves, key }
 }
 
-/** The paths of the numbers among `flat`'s leaves. */
-const numberPaths = (flat: Flat): string[] => flat.leaves.flatMap((l) => (typeof l.value === "number" ? [l.path] : []))
+// ---- what a step reads of objects ----------------------------------------------------------
 
-/** The arguments with numbers replaced, in flatten's order. */
-const withNumbers = (args: ReadonlyArray<unknown>, numbers: ReadonlyArray<number>): unknown[] => {
-  let i = 0
-  const walk = (v: unknown): unknown => {
-    if (typeof v === "number") return numbers[i++]
-    if (v instanceof RemoteTensor) return v
-    if (Array.isArray(v)) return v.map(walk)
-    if (typeof v === "object" && v !== null && !(v instanceof HostTensor) && !(v instanceof Uint8Array) && isPlain(v))
-      return Object.fromEntries(Object.keys(v).map((k) => [k, walk((v as Record<string, unknown>)[k])]))
+/** One read of an object given by identity: the value at `path` from the call's objects[object] (or its keys). */
+interface ObjectRead {
+  readonly object: number
+  readonly path: ReadonlyArray<PropertyKey>
+  /** The value read (objects by identity), or with `keys` the object's own keys, joined. */
+  readonly value: unknown
+  readonly keys: boolean
+}
+
+const nativeCode = /\{\s*\[native code\]\s*\}\s*$/
+const natives = new WeakMap<object, boolean>()
+/** Whether an object's class is the engine's (a Map, a Date): their methods refuse a proxy. */
+const isNative = (v: object): boolean => {
+  const proto: unknown = Object.getPrototypeOf(v)
+  if (proto === null || typeof proto !== "object") return false
+  let n = natives.get(proto)
+  if (n === undefined) {
+    const ctor: unknown = (proto as { constructor?: unknown }).constructor
+    natives.set(proto, (n = typeof ctor === "function" && nativeCode.test(Function.prototype.toString.call(ctor))))
+  }
+  return n
+}
+
+/** Whether the step's reads of `v` are followed: a user's object, array or plain object (handles and the engine's classes are kept whole). */
+const followed = (v: unknown): v is object =>
+  typeof v === "object" && v !== null && !(v instanceof RemoteTensor) && !(v instanceof HostTensor) && !ArrayBuffer.isView(v) && !(v instanceof Param) &&
+  !(v instanceof Mesh) && !(v instanceof RemoteStream) && (Array.isArray(v) || isPlain(v) || !isNative(v))
+
+/** Follows what one trace's step reads of the objects it was given by identity, through proxies. */
+class Reader {
+  readonly reads: ObjectRead[] = []
+  /** Set once the trace ends: a proxy the step kept records nothing after. */
+  done = false
+  private readonly proxies = new WeakMap<object, object>()
+  private readonly targets = new WeakMap<object, object>()
+
+  /** `target` behind a proxy that notes every read (objects read are followed in turn). */
+  follow(target: object, object: number, path: ReadonlyArray<PropertyKey>): object {
+    const known = this.proxies.get(target)
+    if (known !== undefined) return known
+    const reader = this
+    const proxy = new Proxy(target, {
+      get(t, key, receiver) {
+        const v: unknown = Reflect.get(t, key, receiver)
+        if (reader.done) return v
+        if (followed(v)) return reader.follow(v, object, [...path, key])
+        reader.reads.push({ object, path: [...path, key], value: v, keys: false })
+        return v
+      },
+      ownKeys(t) {
+        const keys = Reflect.ownKeys(t)
+        if (!reader.done) reader.reads.push({ object, path, value: keys.map(String).join(), keys: true })
+        return keys
+      },
+    })
+    this.proxies.set(target, proxy)
+    this.targets.set(proxy, target)
+    return proxy
+  }
+
+  /** `v` with the proxies in it (returned by the step) replaced by their objects. */
+  unwrap(v: unknown): unknown {
+    if (typeof v !== "object" || v === null) return v
+    const target = this.targets.get(v)
+    if (target !== undefined) return target
+    if (Array.isArray(v)) return v.map((x) => this.unwrap(x))
+    if (isTree(v)) return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, this.unwrap(x)]))
     return v
+  }
+}
+
+/** What `read` finds in `root` now (undefined where its path no longer leads anywhere, or a getter throws). */
+const readAgain = (root: object | undefined, read: ObjectRead): unknown => {
+  try {
+    let at: unknown = root
+    for (const key of read.path) {
+      if ((typeof at !== "object" && typeof at !== "function") || at === null) return undefined
+      at = Reflect.get(at, key)
+    }
+    if (!read.keys) return at
+    return typeof at === "object" && at !== null ? Reflect.ownKeys(at).map(String).join() : undefined
+  } catch {
+    return undefined
+  }
+}
+
+/** A read as messages say where it is: "argument 1.scale". */
+const readPath = (objectPaths: ReadonlyArray<string>, r: ObjectRead): string =>
+  `${objectPaths[r.object]}${r.path.map((k) => (typeof k === "symbol" ? `[${String(k)}]` : `.${k}`)).join("")}${r.keys ? " (its keys)" : ""}`
+
+/** A value read from an object, as messages say it. */
+const valueText = (v: unknown): string => {
+  if (typeof v === "number") return numberText(v)
+  if (typeof v === "string") return JSON.stringify(v)
+  if (typeof v === "function") return "a function"
+  if (typeof v === "object" && v !== null) return v instanceof RemoteTensor || v instanceof Mesh ? String(v) : `a ${v.constructor?.name ?? "object"}`
+  return String(v)
+}
+
+/**
+ * The arguments as the step gets them: each param() its value (`values`, in order), and when
+ * tracing (`reader`) each object given by identity behind a proxy that notes what the step
+ * reads of it. Arrays and plain objects that hold neither are the program's own.
+ */
+const stepArgs = (args: ReadonlyArray<unknown>, values: ReadonlyArray<number>, reader?: Reader): unknown[] => {
+  let p = 0, o = 0
+  const walk = (v: unknown): unknown => {
+    if (v instanceof Param) return values[p++]
+    if (typeof v !== "object" || v === null || v instanceof RemoteTensor || v instanceof HostTensor || v instanceof Uint8Array) return v
+    if (Array.isArray(v)) {
+      const out = v.map(walk)
+      return out.some((x, i) => x !== v[i]) ? out : v
+    }
+    if (isPlain(v)) {
+      const keys = Object.keys(v), out = keys.map((k) => walk((v as Record<string, unknown>)[k]))
+      return out.some((x, i) => x !== (v as Record<string, unknown>)[keys[i]!]) ? Object.fromEntries(keys.map((k, i) => [k, out[i]])) : v
+    }
+    const object = o++
+    return reader !== undefined && followed(v) ? reader.follow(v, object, []) : v
   }
   return args.map(walk)
 }
-
-/** Another value of the same kind, unlike any the step was given: integers stay integers. */
-const probeValue = (v: number, i: number): number => (Number.isInteger(v) ? v + 1_000_003 + i : v * 1.5 + 0.0625 * (i + 1) + 1e-3)
 
 // ---- traces ------------------------------------------------------------------------------
 
 interface Traced1<R> {
   readonly trace: Trace
   readonly value: R
+  /** What the step read of the objects it was given by identity. */
+  readonly reads: ReadonlyArray<ObjectRead>
 }
 
 /** What a trace's retired handles say when used again (and how a second trace's use of one is told apart). */
@@ -183,24 +354,29 @@ const madeInside = (name: string) => `was made inside compile(${name})'s step an
 
 const messageOf = (e: unknown): string => (e as { message?: string }).message ?? String(e)
 
-/** Runs the step with Core recording instead of sending; the trace's handles are retired after. */
-const traced = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, name: string, step: (...args: A) => unknown, args: ReadonlyArray<unknown>, called: CallSite | undefined): Effect.Effect<Traced1<R>, E | ControllerError, Rq> =>
+/**
+ * Runs the step with Core recording instead of sending, its replay parameters at `values`;
+ * the trace's handles are retired after.
+ */
+const traced = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, name: string, step: (...args: A) => unknown, args: ReadonlyArray<unknown>, values: ReadonlyArray<number>, called: CallSite | undefined): Effect.Effect<Traced1<R>, E | ControllerError, Rq> =>
   Effect.suspend(() => {
     const trace = new Trace(name, () => core.site(4), called) // between a borrow's method and here: its post, Core.post, Trace.post, this
+    const reader = new Reader()
     core.tracing = trace
     const end = Effect.sync(() => {
+      reader.done = true
       if (core.tracing === trace) core.tracing = undefined
       for (const t of trace.handles) t.retire(`${t} ${madeInside(name)}: it lived only during that call`)
     })
     let body: Effect.Effect<R, E | ControllerError, Rq>
     try {
-      const out = step(...(args as A))
+      const out = step(...(stepArgs(args, values, reader) as unknown as A))
       body = (Effect.isEffect(out) ? out : Effect.succeed(out)) as Effect.Effect<R, E, Rq>
     } catch (e) {
       body = e instanceof ControllerError ? Effect.fail(e) : Effect.die(e)
     }
     // Retired once the value is read: the calls return this call's handles in their place.
-    return body.pipe(Effect.map((value) => ({ trace, value })), Effect.ensuring(end))
+    return body.pipe(Effect.map((value) => ({ trace, value: reader.unwrap(value) as R, reads: reader.reads })), Effect.ensuring(end))
   })
 
 type Path = ReadonlyArray<string | number>
@@ -261,11 +437,11 @@ const compareTraces = (a: Trace, aArgs: ReadonlyArray<RemoteTensor>, b: Trace, b
     walk(x.message, y.message, [], false)
   }
   if (d.structural === undefined) {
-    // Shapes the controller knows come from the trace: a number that changes them must be in the signature.
+    // Dtypes and shapes the controller knows come from the trace: a replay cannot change them.
     const ha = a.handles, hb = b.handles
     const shape = (t: RemoteTensor | undefined) => (t?.meta ? `${t.meta.dtype}[${t.meta.shape}]` : "unknown")
     const at = ha.findIndex((t, i) => shape(t) !== shape(hb[i]))
-    if (ha.length !== hb.length || at >= 0) d.structural = `the tensors it makes have other shapes (${shape(ha[at])}, then ${shape(hb[at])})`
+    if (ha.length !== hb.length || at >= 0) d.structural = `the tensors it makes have other dtypes or shapes (${shape(ha[at])}, then ${shape(hb[at])})`
   }
   return d
 }
@@ -317,12 +493,12 @@ interface Recording<R> {
   readonly args: ReadonlyArray<RemoteTensor>
   readonly ranks: ReadonlyArray<number>
   readonly formals: ReadonlyArray<Source>
-  /** Per param: which number of the arguments it is. */
+  /** Per param of the recording: which replay parameter of the arguments it is. */
   readonly params: ReadonlyArray<number>
-  /** Per number of the arguments: the value it must have (in the signature), or undefined (a parameter, or unused). */
-  readonly fixed: ReadonlyArray<number | undefined>
-  /** Why each fixed number is fixed. */
-  readonly fixedWhy: ReadonlyArray<string | undefined>
+  /** What the step read of the objects it was given by identity: a call fits when each reads the same again. */
+  readonly reads: ReadonlyArray<ObjectRead>
+  /** The tensors the step read but was not given, each with the first command that read it: a call refuses one released. */
+  readonly captured: ReadonlyArray<{ readonly tensor: RemoteTensor; readonly by: string }>
   /** Per param: the commands and paths it goes to (for verify). */
   readonly paramAt: ReadonlyArray<ReadonlyArray<{ readonly command: number; readonly path: Path }>>
   readonly outputs: ReadonlyArray<Output>
@@ -368,7 +544,11 @@ const unionExchange = (exchanges: ReadonlyArray<Exchange>): Exchange | undefined
   }
 }
 
-const build = <R>(core: Core, name: string, trace: Trace, flat: Flat, value: R, numbers: { fixed: Array<number | undefined>; fixedWhy: Array<string | undefined>; at: Array<Array<{ command: number; path: Path }>> }): { recording: Recording<R>; defines: ReturnType<typeof definitions> } => {
+/** Where a replay parameter goes in the commands. */
+type Positions = ReadonlyArray<{ readonly command: number; readonly path: Path }>
+
+const build = <R>(core: Core, name: string, traced: Traced1<R>, flat: Flat, at: ReadonlyArray<Positions>): { recording: Recording<R>; defines: ReturnType<typeof definitions> } => {
+  const { trace, value } = traced
   const commands = trace.commands
   // Formals: refs read before the trace defines them, in order of first read.
   const formalIds: number[] = [], formalIndex = new Map<number, number>()
@@ -391,6 +571,10 @@ const build = <R>(core: Core, name: string, trace: Trace, flat: Flat, value: R, 
   const argIndex = new Map<number, number>()
   flat.tensors.forEach((t, i) => argIndex.has(t.ref.id) || argIndex.set(t.ref.id, i))
   const formals: Source[] = formalIds.map((id) => (argIndex.has(id) ? { arg: argIndex.get(id)! } : { ref: id }))
+  const captured = formalIds.flatMap((id) => {
+    const tensor = argIndex.has(id) ? undefined : trace.read.get(id)
+    return tensor === undefined ? [] : [{ tensor, by: describeCommand(commands.find((c) => c.inputs.includes(id))!) }]
+  })
   // Outputs: the tensors the step made and returned, then the formals it redefined.
   const outputs: Output[] = [], outputRefs: number[] = [], tracedRefs: number[] = []
   const returned = new Set<RemoteTensor>()
@@ -427,11 +611,11 @@ const build = <R>(core: Core, name: string, trace: Trace, flat: Flat, value: R, 
       exchange: unionExchange([...seen].flatMap((j) => (commands[j]!.exchange ? [commands[j]!.exchange!] : []))),
     }
   })
-  // Parameters: each number that goes straight into commands, as a ref of its own there.
+  // Parameters: each replay parameter that goes into commands, as a ref of its own there.
   const params: number[] = [], paramIds: number[] = []
   const rewritten = commands.map((c) => renameRefs(c.message, placeholders) as WorkerMessage)
-  numbers.at.forEach((positions, i) => {
-    if (positions.length === 0 || numbers.fixed[i] !== undefined) return
+  at.forEach((positions, i) => {
+    if (positions.length === 0) return
     const ref = core.newRef()
     params.push(i)
     paramIds.push(ref.id)
@@ -440,20 +624,27 @@ const build = <R>(core: Core, name: string, trace: Trace, flat: Flat, value: R, 
   const id = nextRecording++
   const ranks = [...new Set(commands.flatMap((c) => c.ranks))].sort((a, b) => a - b)
   const recording: Recording<R> = {
-    id, core, trace, args: flat.tensors, ranks, formals, params, fixed: numbers.fixed, fixedWhy: numbers.fixedWhy,
-    paramAt: params.map((i) => numbers.at[i]!), outputs, parts, cover, value, calls: 0, usedAt: 0,
+    id, core, trace, args: flat.tensors, ranks, formals, params, reads: traced.reads, captured,
+    paramAt: params.map((i) => at[i]!), outputs, parts, cover, value, calls: 0, usedAt: 0,
   }
   return { recording, defines: definitions(id, trace, rewritten, ranks, formalIds.map((f) => placeholders.get(f)!.id), paramIds, outputRefs) }
 }
 
-/** One call: idents, the graph's parts, one CallRecording per worker, and the step's value with this call's handles. */
-const call = <R>(core: Core, recording: Recording<R>, flat: Flat): R => {
+/**
+ * One call: idents, the graph's parts, one CallRecording per worker, and the step's value with
+ * this call's handles; refused, sending nothing, when a tensor the step captured was released.
+ */
+const call = <R>(core: Core, name: string, recording: Recording<R>, flat: Flat): Effect.Effect<R, ControllerError> => {
+  const gone = recording.captured.find((c) => c.tensor.released)
+  if (gone !== undefined)
+    return Effect.fail(new ControllerError({ message: `compile(${name}): ${gone.tensor}, a tensor the step captured (read by ${gone.by}), was released, and a replay reads it: give the step that tensor as an argument, or compile it again` }))
   const actuals = recording.formals.map((f) => ("arg" in f ? flat.tensors[f.arg]!.ref : new Ref(f.ref)))
   const fresh = new Map<RemoteTensor, RemoteTensor>()
   const results = recording.outputs.map((o) => {
     if ("formal" in o) return actuals[o.formal]!
-    const t = o.made, ref = core.newRef()
-    fresh.set(t, new RemoteTensor(t.mesh, ref, t.meta, t.stream))
+    const t = o.made, ref = core.newRef(), made = new RemoteTensor(t.mesh, ref, t.meta, t.stream)
+    samePlacement(t, made)
+    fresh.set(t, made)
     return ref
   })
   const commands = recording.trace.commands
@@ -467,9 +658,9 @@ const call = <R>(core: Core, recording: Recording<R>, flat: Flat): R => {
   })
   for (const p of recording.parts) nodes.push(core.graph.add(first + p.command, p.ranks, p.formals.map((f) => actuals[f]!.id), [], p.label, p.site, p.exchange))
   recording.parts.forEach((p, i) => core.graph.define(p.outputs.map((o) => results[o]!.id), nodes[i]!))
-  if (commands.length > 0) core.post(recording.ranks, { _tag: "CallRecording", ident: first, recording: recording.id, results, actuals, params: recording.params.map((i) => flat.numbers[i]!) })
+  if (commands.length > 0) core.post(recording.ranks, { _tag: "CallRecording", ident: first, recording: recording.id, results, actuals, params: recording.params.map((i) => flat.params[i]!) })
   recording.calls++
-  return rebuild(recording.value, fresh, recording.args, flat.tensors) as R
+  return Effect.succeed(rebuild(recording.value, fresh, recording.args, flat.tensors) as R)
 }
 
 /** The step's value with the trace's tensors replaced by this call's: new results, or the arguments they were. */
@@ -488,72 +679,83 @@ const rebuild = (v: unknown, fresh: ReadonlyMap<RemoteTensor, RemoteTensor>, tra
 
 // ---- compile -----------------------------------------------------------------------------
 
-/**
- * Why the step cannot be replayed, found by tracing it once more with the same arguments
- * (nothing is sent), or undefined: a replay repeats the first trace, so a step whose commands
- * depend on what its earlier calls left behind is not one recording. One that uses a tensor its
- * first trace made (state made on a first call, an optimizer's moments) needs warmup; one that
- * issues other commands (a count it keeps) needs that to be an argument.
- */
-const repeatProblem = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, name: string, step: (...args: A) => unknown, args: ReadonlyArray<unknown>, flat: Flat, first: Trace, called: CallSite | undefined) =>
-  Effect.gen(function* () {
-    const again = yield* Effect.result(traced<A, R, E, Rq>(core, name, step, args, called).pipe(
-      Effect.catchDefect((d) => Effect.fail(new ControllerError({ message: messageOf(d) }))),
-    ))
-    if (again._tag === "Failure") {
-      // Another failure (a step that releases a tensor it was given, say) leaves nothing to compare.
-      const why = messageOf(again.failure)
-      return why.includes(madeInside(name))
-        ? `traced again, its step uses a tensor its first trace made (${why}): state made on its first call, such as an optimizer's moments, would be made afresh by every replay; compile it with { warmup: 1 } so that call runs op by op before the step is traced`
-        : undefined
-    }
-    const d = compareTraces(first, flat.tensors, again.success.trace, flat.tensors)
-    const n = d.numbers[0]
-    const differs = d.structural ?? (n && `command ${n.command}: ${describeCommand(first.commands[n.command]!)}: ${n.path.join(".")}: ${n.a}, then ${n.b}`)
-    return differs === undefined ? undefined
-      : `traced twice with the same arguments, its step issued other commands (${differs}): they depend on something its arguments do not hold (a count it keeps, say); pass that as an argument`
-  })
+/** A trace of the step, or its failure as a ControllerError (a throw in the step included). */
+type Attempt<R> = { readonly _tag: "Success"; readonly success: Traced1<R> } | { readonly _tag: "Failure"; readonly failure: unknown }
 
 /**
- * Where each number of the arguments goes: traced again with that one number changed (nothing
- * is sent), a number found where it was, with its new value, is a parameter there. One that
- * changes anything else, or makes the step fail, is fixed: part of the signature.
+ * Why the step cannot be replayed, from a trace with the same arguments (`again`), or
+ * undefined: a replay repeats the first trace, so a step whose commands depend on what its
+ * earlier calls left behind is not one recording. One that uses a tensor its first trace made
+ * (state made on a first call, an optimizer's moments) needs warmup; one that issues other
+ * commands (a count it keeps) needs that to be an argument.
  */
-const probeNumbers = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, name: string, step: (...args: A) => unknown, args: ReadonlyArray<unknown>, flat: Flat, first: Trace, called: CallSite | undefined) =>
+const repeatProblem = <R>(name: string, again: Attempt<R>, flat: Flat, first: Trace): string | undefined => {
+  if (again._tag === "Failure") {
+    // Another failure (a step that releases a tensor it was given, say) leaves nothing to compare.
+    const why = messageOf(again.failure)
+    return why.includes(madeInside(name))
+      ? `traced again, its step uses a tensor its first trace made (${why}): state made on its first call, such as an optimizer's moments, would be made afresh by every replay; compile it with { warmup: 1 } so that call runs op by op before the step is traced`
+      : undefined
+  }
+  const d = compareTraces(first, flat.tensors, again.success.trace, flat.tensors)
+  const n = d.numbers[0]
+  const differs = d.structural ?? (n && `command ${n.command}: ${describeCommand(first.commands[n.command]!)}: ${n.path.join(".")}: ${n.a}, then ${n.b}`)
+  return differs === undefined ? undefined
+    : `traced twice with the same arguments, its step issued other commands (${differs}): they depend on something its arguments do not hold (a count it keeps, say); pass that as an argument`
+}
+
+/**
+ * Where each replay parameter goes, from a trace with the parameters at `values` (nothing is
+ * sent): each found where it was in the first trace, with its new value, and nothing else
+ * changed. Or why not: the step fails, its commands or tensors change, or a number changes
+ * that is none of the parameters (one reached a command through arithmetic).
+ */
+const positionsIn = <R>(again: Attempt<R>, flat: Flat, values: ReadonlyArray<number>, first: Trace): { at: Positions[] } | { why: string } => {
+  if (again._tag === "Failure") return { why: `the step fails (${messageOf(again.failure)})` }
+  const d = compareTraces(first, flat.tensors, again.success.trace, flat.tensors)
+  if (d.structural !== undefined) return { why: `it changes the commands or the tensors (${d.structural})` }
+  const at: Array<Array<{ command: number; path: Path }>> = flat.params.map(() => [])
+  for (const n of d.numbers) {
+    const i = flat.params.findIndex((v, j) => Object.is(n.a, v) && Object.is(n.b, values[j]))
+    if (i < 0) return { why: `it reaches ${describeCommand(first.commands[n.command]!)} through arithmetic (${numberText(n.a)} there, then ${numberText(n.b)}), which a replay cannot redo: compute that number outside the step and pass it` }
+    at[i]!.push({ command: n.command, path: n.path })
+  }
+  return { at }
+}
+
+/**
+ * Checks the first trace with one more (nothing is sent): with the same arguments when the
+ * call names no replay parameter, else with every parameter at another value, which also
+ * finds where each goes. A difference is then traced down: the same arguments again (state
+ * the arguments do not hold), then one parameter at a time, to name the one at fault.
+ */
+const checkTrace = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, name: string, step: (...args: A) => unknown, args: ReadonlyArray<unknown>, flat: Flat, first: Trace, called: CallSite | undefined) =>
   Effect.gen(function* () {
-    const fixed: Array<number | undefined> = [], fixedWhy: Array<string | undefined> = [], at: Array<Array<{ command: number; path: Path }>> = []
-    const paths = numberPaths(flatten(args, true))
-    for (let i = 0; i < flat.numbers.length; i++) {
-      const v = flat.numbers[i]!, probe = probeValue(v, i)
-      const changed = flat.numbers.map((x, j) => (j === i ? probe : x))
-      const fix = (why: string) => {
-        fixed.push(v)
-        fixedWhy.push(`${paths[i]} (a number) is part of the signature: ${why}`)
-        at.push([])
-      }
-      // A throw with the other value (an index out of range, a check in the step) fixes the number too.
-      const again = yield* Effect.result(traced<A, R, E, Rq>(core, name, step, withNumbers(args, changed), called).pipe(
-        Effect.catchDefect((d) => Effect.fail(new ControllerError({ message: d instanceof Error ? d.message : String(d) }))),
-      ))
-      if (again._tag === "Failure") {
-        fix(`with another value the step fails (${(again.failure as { message?: string }).message ?? String(again.failure)})`)
-        continue
-      }
-      const d = compareTraces(first, flat.tensors, again.success.trace, flat.tensors)
-      if (d.structural !== undefined) {
-        fix(`another value changes the commands (${d.structural})`)
-        continue
-      }
-      const derived = d.numbers.find((n) => !(Object.is(n.a, v) && Object.is(n.b, probe)))
-      if (derived !== undefined) {
-        fix(`it reaches ${describeCommand(first.commands[derived.command]!)} through arithmetic (${derived.a} there), which a replay cannot redo; pass that number itself`)
-        continue
-      }
-      fixed.push(undefined)
-      fixedWhy.push(undefined)
-      at.push(d.numbers.map((n) => ({ command: n.command, path: n.path })))
+    const attempt = (values: ReadonlyArray<number>) => Effect.result(traced<A, R, E, Rq>(core, name, step, args, values, called).pipe(
+      Effect.catchDefect((d) => Effect.fail(new ControllerError({ message: messageOf(d) }))),
+    )) as Effect.Effect<Attempt<R>, never, Rq>
+    const refuse = (why: string) => new ControllerError({ message: `compile(${name}): ${why}` })
+    const probes = flat.params.map(probeValue)
+    const again = yield* attempt(probes)
+    if (flat.params.length === 0) {
+      const problem = repeatProblem(name, again, flat, first)
+      return problem === undefined ? [] : yield* refuse(problem)
     }
-    return { fixed, fixedWhy, at }
+    const found = positionsIn(again, flat, probes, first)
+    if ("at" in found) return found.at
+    const problem = repeatProblem(name, yield* attempt(flat.params), flat, first)
+    if (problem !== undefined) return yield* refuse(problem)
+    let culprit = 0, why = found.why
+    for (let i = 0; i < flat.params.length && flat.params.length > 1; i++) {
+      const one = flat.params.map((v, j) => (j === i ? probes[i]! : v))
+      const alone = positionsIn(yield* attempt(one), flat, one, first)
+      if ("why" in alone) {
+        culprit = i, why = alone.why
+        break
+      }
+    }
+    const path = flatten(args, true).paramPaths[culprit]
+    return yield* refuse(`${path} is a replay parameter (param(${numberText(flat.params[culprit]!)})), but with another value (${numberText(probes[culprit]!)}) ${why}; pass it as a plain number instead (part of the signature: each new value traces again)`)
   })
 
 /** Forgets a recording on the workers that hold it: after its calls so far, which still run. */
@@ -566,9 +768,9 @@ const collected = new FinalizationRegistry((cache: Map<string, Array<Recording<u
   for (const rs of cache.values()) rs.forEach(deleteOnWorkers)
 })
 
-/** Whether a call with `flat` (the recording's signature) has the numbers the recording fixed. */
-const fits = (recording: Recording<unknown>, flat: Flat): boolean =>
-  recording.fixed.every((v, n) => v === undefined || Object.is(v, flat.numbers[n]))
+/** The first of the recording's reads that reads otherwise in this call's objects. */
+const unlikeRead = (recording: Recording<unknown>, flat: Flat): ObjectRead | undefined =>
+  recording.reads.find((r) => !Object.is(readAgain(flat.objects[r.object], r), r.value))
 
 /** Why a call with `args` does not fit the recording made for `recorded` (flattened with their paths). */
 const mismatch = (recording: Recording<unknown>, recorded: Flat, flat: Flat): string => {
@@ -579,8 +781,9 @@ const mismatch = (recording: Recording<unknown>, recorded: Flat, flat: Flat): st
     const path = now[at]?.path ?? was[at]?.path ?? "the arguments"
     return `${path}: ${was[at]?.path === path ? textOf(was[at]!) : "nothing"}, now ${now[at]?.path === path ? textOf(now[at]!) : "nothing"}`
   }
-  const j = recording.fixed.findIndex((v, n) => v !== undefined && !Object.is(v, flat.numbers[n]))
-  return `${numberPaths(flat)[j]}: ${recording.fixed[j]}, now ${flat.numbers[j]}; ${recording.fixedWhy[j]}`
+  const r = unlikeRead(recording, flat)
+  return r === undefined ? "the same signature, whose recording was deleted (maxRecordings)"
+    : `${readPath(flat.objectPaths, r)}: ${valueText(r.value)}, now ${valueText(readAgain(flat.objects[r.object], r))} (read by the step)`
 }
 
 /** A verify trace against the recording: the difference, naming both call sites, or undefined. */
@@ -619,17 +822,15 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
 
   const record = (core: Core, args: ReadonlyArray<unknown>, flat: Flat, called: CallSite | undefined) =>
     Effect.gen(function* () {
-      const first = yield* traced<A, R, E, Rq>(core, name, step, args, called)
+      const first = yield* traced<A, R, E, Rq>(core, name, step, args, flat.params, called)
       traces++
-      const problem = yield* repeatProblem<A, R, E, Rq>(core, name, step, args, flat, first.trace, called)
-      if (problem !== undefined) return yield* new ControllerError({ message: `compile(${name}): ${problem}` })
-      const numbers = yield* probeNumbers<A, R, E, Rq>(core, name, step, args, flat, first.trace, called)
-      const { recording, defines } = build(core, name, first.trace, flat, first.value, numbers)
+      const at = yield* checkTrace<A, R, E, Rq>(core, name, step, args, flat, first.trace, called)
+      const { recording, defines } = build(core, name, first, flat, at)
       for (const d of defines) core.post(d.ranks, d.message)
       return recording
     })
 
-  const find = (flat: Flat) => cache.get(flat.key)?.find((r) => fits(r, flat))
+  const find = (flat: Flat) => cache.get(flat.key)?.find((r) => unlikeRead(r, flat) === undefined)
 
   /** Keeps a new recording; past maxRecordings, the one called least recently is deleted. */
   const keep = (key: string, recording: Recording<R>) => {
@@ -658,17 +859,17 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
         recording.usedAt = ++clock
         keep(flat.key, recording)
       } else {
-        const again = yield* traced<A, R, E, Rq>(core, name, step, args, called)
+        const again = yield* traced<A, R, E, Rq>(core, name, step, args, flat.params, called)
         traces++
         const diverged = verifyAgainst(recording, again.trace, flat)
         if (diverged !== undefined)
           return yield* new ControllerError({ message: `compile(${name}, { verify: true }): the step's second call issued other commands than its first: ${diverged}` })
       }
       last = { args, recording }
-      return call(core, recording, flat)
+      return yield* call(core, name, recording, flat)
     })
 
-  const compiled = (...args: A) => {
+  const compiled = (...args: ReadonlyArray<unknown>) => {
     const flat = flatten(args)
     // Where the program calls the step (as Core.site is for each command), when it will be traced.
     const called = needsTrace(find(flat)) ? CallSite.capture(4) : undefined // this, `compiled`, the user's, one spare
@@ -680,7 +881,7 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
       if (found === undefined && (warmed.get(flat.key) ?? 0) < warmup) {
         warmed.set(flat.key, (warmed.get(flat.key) ?? 0) + 1)
         return Effect.suspend(() => {
-          const out = step(...args)
+          const out = step(...(stepArgs(args, flat.params) as unknown as A))
           return (Effect.isEffect(out) ? out : Effect.succeed(out)) as Effect.Effect<R, E | ControllerError, Rq>
         })
       }
@@ -694,7 +895,7 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
       }
       found!.usedAt = ++clock
       last = { args, recording: found! }
-      return Effect.succeed(call(core, found!, flat))
+      return call(core, name, found!, flat)
     })
   }
   const dispose = () => {

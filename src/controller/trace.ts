@@ -29,6 +29,8 @@ export class Trace {
   readonly handles: RemoteTensor[] = []
   /** Refs defined by the recorded commands, in the order first defined. */
   readonly defined = new Set<number>()
+  /** The handles of the tensors the commands read, by ref (a replay checks those it captured are still alive). */
+  readonly read = new Map<number, RemoteTensor>()
   private idents = 0
 
   constructor(

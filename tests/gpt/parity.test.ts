@@ -6,7 +6,7 @@
 // learning rate). Skips, saying why, without torch.
 import { afterAll, beforeAll, expect, test } from "bun:test"
 import { Effect, ManagedRuntime } from "effect"
-import { Controller, type ControllerApi, type HostTensor, type RemoteTensor, replicate, shard } from "../../src/controller/index.ts"
+import { Controller, type ControllerApi, type HostTensor, param, type RemoteTensor, replicate, shard } from "../../src/controller/index.ts"
 import { AdamW, warmupCosine } from "../../src/optim/index.ts"
 import { blockSize, makeBatches, VOCAB } from "../../examples/gpt/data.ts"
 import { compiledTrainStep, distributeBatch, GPT, trainStep } from "../../examples/gpt/model.ts"
@@ -32,7 +32,7 @@ const lossesOnMesh = (dims: { dp: number; tp: number }, config: GPTConfig, weigh
       .toEqual([shard(0), shard(1), replicate])
     const opt = new AdamW(model.parameters, adamw(OPTIM))
     const recorded = compiledTrainStep(model, opt, OPTIM.clip)
-    const step = (x: RemoteTensor, y: RemoteTensor, t: number) => (compiled ? recorded(x, y, schedule(t), t + 1) : trainStep(model, opt, x, y, OPTIM.clip, { lr: schedule(t), step: t + 1 }))
+    const step = (x: RemoteTensor, y: RemoteTensor, t: number) => (compiled ? recorded(x, y, param(schedule(t)), param(t + 1)) : trainStep(model, opt, x, y, OPTIM.clip, { lr: schedule(t), step: t + 1 }))
     const losses: number[] = []
     for (const [t, b] of makeBatches(11, STEPS, ROWS, DIGITS).entries()) {
       const [x, y] = yield* distributeBatch(mesh, b)

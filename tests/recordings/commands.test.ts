@@ -3,7 +3,7 @@
 // on it, reports the recorded command's own call site, and the mesh goes on.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { Effect, ManagedRuntime } from "effect"
-import { compile, Controller, eager, opsOn, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
+import { compile, Controller, eager, opsOn, param, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
 
 const ROOT = new URL("../..", import.meta.url).pathname
 const FIXTURES = "tests/recordings/fixtures"
@@ -61,9 +61,9 @@ describe("commands inside a recording", () => {
       return { local, reduced, mixed, fine: x.add(5) }
     }), { name: "failing" })
     const x = opsOn(mesh).ones([2])
-    const good = await run(step(x, 0))
+    const good = await run(step(x, param(0)))
     expect(await all(good.local)).toEqual([[2, 2], [2, 2], [2, 2], [2, 2]])
-    const r = await run(step(x, 1))
+    const r = await run(step(x, param(1)))
     // Rank 1 failed: its own results, and rank 3's, which reduce with it over dp.
     const local = await run(Effect.flip(mesh.fetch(r.local, 1)))
     expect(local._tag).toBe("RemoteError")
@@ -76,7 +76,7 @@ describe("commands inside a recording", () => {
     expect(await all(r.reduced)).toEqual([[6, 6], [6, 6], [6, 6], [6, 6]])
     expect(await all(r.fine)).toEqual([[6, 6], [6, 6], [6, 6], [6, 6]])
     // The mesh goes on, and the next replay is good again.
-    expect(await all((await run(step(x, 0))).mixed)).toEqual([[2, 2], [2, 2], [2, 2], [2, 2]])
+    expect(await all((await run(step(x, param(0)))).mixed)).toEqual([[2, 2], [2, 2], [2, 2], [2, 2]])
     expect(step.traces).toBe(1)
   }, 60_000)
 

@@ -6,7 +6,7 @@
 // does not hold refuses it by name, and the mesh goes on.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { Effect, ManagedRuntime } from "effect"
-import { compile, Controller, HostTensor, opsOn, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
+import { compile, Controller, HostTensor, opsOn, param, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
 
 const ROOT = new URL("../..", import.meta.url).pathname
 let rt: ManagedRuntime.ManagedRuntime<Controller, unknown>
@@ -41,13 +41,13 @@ describe("DeleteRecording", () => {
   test("dispose deletes the recordings after the calls already made, which still give their values; a later call is refused", async () => {
     const step = compile((x: RemoteTensor, k: number) => x.mul(k).add(1), { name: "scaled" })
     const x = opsOn(mesh).ones([2])
-    const results = [await run(step(x, 2)), await run(step(x, 3)), await run(step(x, 4))]
+    const results = [await run(step(x, param(2))), await run(step(x, param(3))), await run(step(x, param(4)))]
     const [id] = step.recordings
     step.dispose()
     expect(step.recordings).toEqual([])
     // Nothing fetched before the dispose: the calls were still queued or running.
     expect(await Promise.all(results.map(values))).toEqual([[3, 3], [4, 4], [5, 5]])
-    const failure = await run(Effect.flip(step(x, 5)))
+    const failure = await run(Effect.flip(step(x, param(5))))
     expect(failure._tag).toBe("ControllerError")
     expect(failure.message).toBe("compile(scaled) was disposed: its recordings are deleted; compile the step again to call it")
     expect(await deleteAgain(id!)).toEqual(unknown(id!))

@@ -3,7 +3,7 @@
 // the same seed, without retracing.
 import { afterAll, beforeAll, expect, test } from "bun:test"
 import { Effect, ManagedRuntime } from "effect"
-import { compile, Controller, opsOn, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
+import { compile, Controller, opsOn, param, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
 
 let rt: ManagedRuntime.ManagedRuntime<Controller, unknown>
 let mesh: Mesh
@@ -21,7 +21,7 @@ test("a dropout-using step replays without retracing, drawing fresh numbers each
   const x = opsOn(mesh).ones([256])
   const step = compile((x: RemoteTensor, p: number) => x.dropout(p).mul(2))
   await run(mesh.run("ops.manual_seed", [7]))
-  const recorded = [await all(await run(step(x, 0.5))), await all(await run(step(x, 0.5))), await all(await run(step(x, 0.25)))]
+  const recorded = [await all(await run(step(x, param(0.5)))), await all(await run(step(x, param(0.5)))), await all(await run(step(x, param(0.25))))]
   await run(mesh.run("ops.manual_seed", [7]))
   const plain = [await all(x.dropout(0.5).mul(2)), await all(x.dropout(0.5).mul(2)), await all(x.dropout(0.25).mul(2))]
   expect(recorded).toEqual(plain)

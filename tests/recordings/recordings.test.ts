@@ -1,9 +1,10 @@
 // compile(step) with real workers (world 2): a replay gives what the step computes unrecorded,
-// sends one message per worker, takes numbers as parameters, says why it traces again, refuses
-// fetches inside, and frees its temporaries on every call.
+// sends one message per worker, takes the numbers named with param() as parameters (refusing one
+// that cannot be), keys every other number, says why it traces again, refuses fetches inside,
+// and frees its temporaries on every call.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { Effect, ManagedRuntime } from "effect"
-import { compile, Controller, opsOn, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
+import { compile, Controller, opsOn, param, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
 
 const ROOT = new URL("../..", import.meta.url).pathname
 let rt: ManagedRuntime.ManagedRuntime<Controller, unknown>
@@ -38,7 +39,7 @@ describe("compile(step)", () => {
     for (let i = 0; i < 5; i++) {
       const x = on.arange(12).reshape([4, 3]).div(10 + i)
       const lr = 0.01 * (i + 1)
-      const recorded = await run(step(x, w1, lr))
+      const recorded = await run(step(x, w1, param(lr)))
       const eager = model(x, w2, lr)
       expect(await values(recorded.loss)).toEqual(await values(eager.loss))
       expect(await values(recorded.h)).toEqual(await values(eager.h))
@@ -76,18 +77,21 @@ describe("compile(step)", () => {
     expect(ctl.core.sent.commands - before).toBeLessThanOrEqual(2)
   }, 30_000)
 
-  test("a retrace says which part of the signature changed; a number that sets a shape is part of it", async () => {
+  test("a retrace says which part of the signature changed: a number is part of it, a replay parameter's value is not", async () => {
     const retraces: string[] = []
     const on = opsOn(mesh)
     const step = compile((x: RemoteTensor, n: number, scale: number) => x.sum().add(on.ones([n]).mul(scale)), { name: "shaped", onRetrace: (w) => void retraces.push(w) })
-    expect(await values(await run(step(on.ones([4]), 2, 0.5)))).toEqual([4.5, 4.5])
-    expect(await values(await run(step(on.ones([4]), 2, 2)))).toEqual([6, 6])
+    expect(await values(await run(step(on.ones([4]), 2, param(0.5))))).toEqual([4.5, 4.5])
+    expect(await values(await run(step(on.ones([4]), 2, param(2.5))))).toEqual([6.5, 6.5])
     expect(step.traces).toBe(1)
-    expect(await values(await run(step(on.ones([4]), 3, 2)))).toEqual([6, 6, 6])
-    expect(retraces[0]).toMatch(/^compile\(shaped\): tracing again: argument 1: 2, now 3; argument 1 \(a number\) is part of the signature: another value changes the commands/)
-    expect(await values(await run(step(on.ones([5]), 3, 2)))).toEqual([7, 7, 7])
+    expect(await values(await run(step(on.ones([4]), 3, param(2.5))))).toEqual([6.5, 6.5, 6.5])
+    expect(retraces[0]).toBe("compile(shaped): tracing again: argument 1: 2, now 3")
+    expect(await values(await run(step(on.ones([5]), 3, param(2.5))))).toEqual([7.5, 7.5, 7.5])
     expect(retraces[1]).toBe("compile(shaped): tracing again: argument 0: f32[4] on Mesh(dp=2), stream 1, now f32[5] on Mesh(dp=2), stream 1")
-    expect(step.traces).toBe(3)
+    // An integer value is another kind: an integer tensor's op promotes with a fraction only.
+    expect(await values(await run(step(on.ones([5]), 3, param(2))))).toEqual([7, 7, 7])
+    expect(retraces[2]).toBe("compile(shaped): tracing again: argument 2: a replay parameter (a fraction), now a replay parameter (an integer)")
+    expect(step.traces).toBe(4)
   }, 30_000)
 
   test("a step that changes its argument in place and returns it gives that argument back, changed, every call", async () => {
@@ -141,31 +145,33 @@ describe("compile(step)", () => {
     after.forEach((bytes, r) => expect(bytes).toBeLessThanOrEqual(before[r]!))
   }, 120_000)
 
-  test("a number that reaches an op through arithmetic inside the step is part of the signature, and the retrace says so", async () => {
+  test("a number that reaches an op through arithmetic is keyed like any other; as a replay parameter it is refused, naming it", async () => {
     const retraces: string[] = []
-    const step = compile((x: RemoteTensor, t: number) => x.mul(Math.cos(t)), { name: "scheduled", onRetrace: (w) => void retraces.push(w) })
+    const scheduled = (x: RemoteTensor, t: number) => x.mul(Math.cos(t))
+    const step = compile(scheduled, { name: "scheduled", onRetrace: (w) => void retraces.push(w) })
     const x = opsOn(mesh).ones([1])
     expect(await values(await run(step(x, 0)))).toEqual([1])
     expect(await values(await run(step(x, 0)))).toEqual([1])
     expect(step.traces).toBe(1)
     const [v] = await values(await run(step(x, Math.PI)))
     expect(v).toBeCloseTo(-1, 6)
-    expect(retraces).toHaveLength(1)
-    expect(retraces[0]).toContain("argument 1: 0, now 3.14")
-    expect(retraces[0]).toMatch(/argument 1 \(a number\) is part of the signature: it reaches ops\.mul issued at .*recordings\.test\.ts:\d+/)
-    expect(retraces[0]).toContain("through arithmetic (1 there)")
+    expect(retraces).toEqual(["compile(scheduled): tracing again: argument 1: 0, now 3.141592653589793"])
+    const failure = await run(Effect.flip(compile(scheduled, { name: "scheduled" })(x, param(0))))
+    expect(failure._tag).toBe("ControllerError")
+    expect(failure.message).toMatch(/^compile\(scheduled\): argument 1 is a replay parameter \(param\(0\)\), but with another value \(1\) it reaches ops\.mul issued at .*recordings\.test\.ts:\d+:\d+\) through arithmetic \(1 there, then 0\.54\d*\), which a replay cannot redo: compute that number outside the step and pass it; pass it as a plain number instead/)
   }, 30_000)
 
-  test("a number the step cannot take another value of (it throws with the probe's) is part of the signature", async () => {
-    const retraces: string[] = []
-    const step = compile((x: RemoteTensor, k: number) => {
-      if (k > 10) throw new RangeError(`k = ${k} is too large`)
-      return x.mul(k)
-    }, { name: "bounded", onRetrace: (w) => void retraces.push(w) })
+  test("a replay parameter whose other value makes the step fail, or changes its commands, is refused, naming it", async () => {
     const x = opsOn(mesh).ones([1])
-    expect(await values(await run(step(x, 2)))).toEqual([2])
-    expect(await values(await run(step(x, 3)))).toEqual([3])
-    expect(retraces).toEqual(["compile(bounded): tracing again: argument 1: 2, now 3; argument 1 (a number) is part of the signature: with another value the step fails (k = 1000005 is too large)"])
+    const bounded = compile((x: RemoteTensor, k: number) => {
+      if (k > 2) throw new RangeError(`k = ${k} is too large`)
+      return x.mul(k)
+    }, { name: "bounded" })
+    expect((await run(Effect.flip(bounded(x, param(2))))).message).toBe("compile(bounded): argument 1 is a replay parameter (param(2)), but with another value (3) the step fails (k = 3 is too large); pass it as a plain number instead (part of the signature: each new value traces again)")
+    // Plain, each value its own trace.
+    expect(await values(await run(bounded(x, 2)))).toEqual([2])
+    const branching = compile((x: RemoteTensor, o: { lr: number; t: number }) => (o.t > 10 ? x.mul(o.lr) : x.add(o.lr)), { name: "branching" })
+    expect((await run(Effect.flip(branching(x, { lr: param(0.5), t: param(10) })))).message).toMatch(/^compile\(branching\): argument 1\.t is a replay parameter \(param\(10\)\), but with another value \(12\) it changes the commands or the tensors \(command 0: ops\.add issued at .*, then ops\.mul issued at .*\)/)
   }, 30_000)
 
   test("verify: true traces the second call too and fails it, naming both call sites, when it issued other commands", async () => {
@@ -179,9 +185,9 @@ describe("compile(step)", () => {
     expect(failure.message).toMatch(/^compile\(drifting, \{ verify: true \}\): the step's second call issued other commands than its first: command 0: ops\.add issued at .*recordings\.test\.ts:\d+:\d+\), then ops\.sub issued at .*recordings\.test\.ts:\d+:\d+\)/)
     // A step that issues the same commands passes verification, with new parameter values too.
     const steady = compile((x: RemoteTensor, k: number) => x.mul(k), { verify: true })
-    expect(await values(await run(steady(x, 2)))).toEqual([2, 2])
-    expect(await values(await run(steady(x, 3)))).toEqual([3, 3])
-    expect(await values(await run(steady(x, 4)))).toEqual([4, 4])
+    expect(await values(await run(steady(x, param(2))))).toEqual([2, 2])
+    expect(await values(await run(steady(x, param(3))))).toEqual([3, 3])
+    expect(await values(await run(steady(x, param(4))))).toEqual([4, 4])
     expect(steady.traces).toBe(2)
   }, 30_000)
 

@@ -6,7 +6,7 @@
 // the same steps op by op; without warmup the step is refused at its first call, saying why.
 import { afterAll, beforeAll, expect, test } from "bun:test"
 import { Effect, ManagedRuntime } from "effect"
-import { compile, Controller, grad, noGrad, opsOn, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
+import { compile, Controller, grad, noGrad, opsOn, param, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
 import { AdamW } from "../../src/optim/index.ts"
 
 const ROOT = new URL("../..", import.meta.url).pathname
@@ -45,7 +45,7 @@ test("forward, backward, all_reduce and the optimizer step in one recording, rep
   const losses: number[] = []
   for (let i = 0; i < 6; i++) {
     const lr = 0.05 / (1 + i)
-    const recorded = await run(step(x, y, lr))
+    const recorded = await run(step(x, y, param(lr)))
     const plain = await run(eager(x, y, lr))
     expect(await all(recorded)).toEqual(await all(plain))
     expect(await all(w1)).toEqual(await all(w2))
@@ -78,7 +78,7 @@ test("an AdamW step compiled with warmup: 1 replays as its steps run op by op, i
   const eager = adamStep(w2, opt2)
   for (let i = 0; i < 6; i++) {
     const lr = 0.02 / (1 + i)
-    expect(await all(await run(step(x, y, lr, i + 1)))).toEqual(await all(await run(eager(x, y, lr, i + 1))))
+    expect(await all(await run(step(x, y, param(lr), param(i + 1))))).toEqual(await all(await run(eager(x, y, lr, i + 1))))
     expect(await all(w1)).toEqual(await all(w2))
   }
   // The first call ran op by op, the second was traced, the rest replayed.
