@@ -109,6 +109,21 @@ describe("compile(step)", () => {
     expect(problems).toEqual([])
   }, 30_000)
 
+  test("a step called with one tensor in two places, then with two tensors, does not replay the first call's aliasing", async () => {
+    const body = (a: RemoteTensor, b: RemoteTensor) => {
+      a.add_(1)
+      return b.mul(2)
+    }
+    const step = compile(body, { onRetrace: () => {} })
+    const on = opsOn(mesh)
+    const [x1, y1, x2, y2] = [on.ones([2]), on.full([2], 10), on.ones([2]), on.full([2], 10)]
+    for (const [recorded, eager] of [[[x1, x1], [x2, x2]], [[x1, y1], [x2, y2]], [[y1, y1], [y2, y2]], [[y1, x1], [y2, x2]]] as const) {
+      expect(await values(await run(step(...recorded)))).toEqual(await values(body(...eager)))
+      expect([await values(x1), await values(y1)]).toEqual([await values(x2), await values(y2)])
+    }
+    expect(step.traces).toBe(2)
+  }, 30_000)
+
   test("a tensor made inside the step and not returned cannot be used after the call", async () => {
     let kept: RemoteTensor | undefined
     const step = compile((x: RemoteTensor) => {

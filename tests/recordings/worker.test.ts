@@ -4,11 +4,12 @@
 // with a ProtocolError while everything defined stays. DeleteRecording forgets a recording: its
 // calls after are refused, deleting one it does not hold is refused, and defining and deleting
 // 1,000 leaves the worker as it was. A built-in prepared on a call's first run of it (prepared.ts)
-// runs that way only while its inputs are as prepared: another shape, a poisoned input, or a
+// runs that way only while its inputs are as prepared: another shape or dtype, a poisoned input, or a
 // kernel failure on later calls give what they give outside a recording.
 import { afterEach, beforeEach, describe, expect, test } from "bun:test"
 import { liveTensorBytes } from "../../ffi/tensor.ts"
 import type { CallRecording, DefineRecording } from "../../src/protocol/messages.ts"
+import { HostTensor } from "../../src/protocol/values.ts"
 import { call, createStream, fetch, host, numbers, ref } from "../worker/build.ts"
 import { inProcessWorker, type InProcessWorker } from "../worker/inProcess.ts"
 
@@ -138,6 +139,27 @@ describe("recordings on a worker", () => {
     await w.dispatch(callIt(5, 13, 11, 1))
     expect(await value(13, 8)).toEqual([5, 5, 5])
     expect(await value(12, 9)).toEqual([5, 5])
+    expect(problems()).toEqual([])
+  })
+
+  test("a prepared built-in with an input of another dtype, the same shape, gives that dtype's result, as outside a recording", async () => {
+    await w.dispatch(call(0, [10], "ops.clone", [host("f32", [2], [1.5, 2.5])]))
+    await w.dispatch(call(1, [11], "ops.clone", [host("i32", [2], [3, 4])]))
+    await w.dispatch(call(2, [12], "ops.clone", [host("f64", [2], [0.25, 1e300])]))
+    await w.dispatch(define)
+    await w.dispatch(callIt(3, 13, 10, 1))
+    expect(w.session.recordings.get(1)!.prepared.map((p) => p !== null && p !== undefined)).toEqual([false, true, true])
+    await w.dispatch(callIt(6, 14, 11, 1))
+    await w.dispatch(callIt(9, 15, 12, 1))
+    // Outside a recording: (x + 1) * 2 + 1 in each input's dtype.
+    const fetched = async (id: number, ident: number) => {
+      await w.dispatch(fetch(ident, ref(id)))
+      const r = w.sent.findLast((m) => m._tag === "FetchResult")
+      return r?._tag === "FetchResult" && r.ident === ident && r.value instanceof HostTensor ? { dtype: r.value.dtype, values: numbers(r.value) } : undefined
+    }
+    expect(await fetched(14, 12)).toEqual({ dtype: "i32", values: [9, 11] })
+    expect(await fetched(15, 13)).toEqual({ dtype: "f64", values: [3.5, 2e300 + 3] })
+    expect(await fetched(13, 14)).toEqual({ dtype: "f32", values: [6, 8] })
     expect(problems()).toEqual([])
   })
 
