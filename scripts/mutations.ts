@@ -134,6 +134,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one('                  conn?.send({ _tag: "ProtocolError", message: e.message })\n', ""),
     tests: ["tests/worker/lifecycle.test.ts"],
   },
+  {
+    area: "worker", behaviour: "a prepared replay runs the usual way when an input has another dtype of the same shape",
+    file: "src/worker/prepared.ts",
+    edits: one("v.dtype !== p.dtypes[i] || ", ""),
+    tests: ["tests/recordings/worker.test.ts"],
+  },
 
   // ---- controller -------------------------------------------------------------------------
   {
@@ -210,6 +216,61 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     file: "src/controller/core.ts",
     edits: one("      if (waitingMs < after) break\n", "      if (waitingMs < 2 * after) break\n"),
     tests: ["tests/controller/controller.test.ts"],
+  },
+  // compile (src/controller/recording.ts): behaviours say "compile:" (--only compile:)
+  {
+    area: "controller", behaviour: "compile: every number is part of the signature (a new value traces again)",
+    file: "src/controller/recording.ts",
+    edits: one("return leaf(path, `n${numberText(v)}`, v)", 'return leaf(path, "n", v)'),
+    tests: ["tests/recordings/numbers.test.ts", "tests/recordings/reliability.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "compile: what a step reads of an object argument is part of the signature",
+    file: "src/controller/recording.ts",
+    edits: one("cache.get(flat.key)?.find((r) => unlikeRead(r, flat) === undefined)", "cache.get(flat.key)?.[0]"),
+    tests: ["tests/recordings/numbers.test.ts", "tests/recordings/reliability.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "compile: a replay parameter's kind (an integer or a fraction) is part of the signature",
+    file: "src/controller/recording.ts",
+    edits: one("return leaf(path, `p${paramKind(v.value)}`, v)", 'return leaf(path, "p", v)'),
+    tests: ["tests/recordings/numbers.test.ts", "tests/recordings/recordings.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "compile: a replay parameter whose other value changes the commands is refused, naming it",
+    file: "src/controller/recording.ts",
+    edits: one("  if (d.structural !== undefined) return { why: `it changes the commands or the tensors (${d.structural})` }\n", ""),
+    tests: ["tests/recordings/recordings.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "compile: a replay parameter that reaches an op through arithmetic is refused, naming it",
+    file: "src/controller/recording.ts",
+    edits: one("    if (i < 0) return { why: `it reaches", "    if (i < 0) continue\n    if (i < 0) return { why: `it reaches"),
+    tests: ["tests/recordings/recordings.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "compile: one tensor in two argument places is part of the signature",
+    file: "src/controller/recording.ts",
+    edits: one("return leaf(path, same >= 0 ? `=${same}` : `${v.meta", "return leaf(path, `${v.meta"),
+    tests: ["tests/recordings/recordings.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "compile: a replay's handles carry the placement of the trace's (a reduce_scatter's shard(0))",
+    file: "src/controller/recording.ts",
+    edits: one("    samePlacement(t, made)\n", ""),
+    tests: ["tests/recordings/placements.test.ts", "tests/recordings/reliability.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "compile: a call after a tensor the step captured was released is refused, naming it",
+    file: "src/controller/recording.ts",
+    edits: one("const gone = recording.captured.find((c) => c.tensor.released)", "const gone = recording.captured.find(() => false)"),
+    tests: ["tests/recordings/numbers.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "compile: a first call traces the step twice, not once more per number",
+    file: "src/controller/recording.ts",
+    edits: one("    const again = yield* attempt(probes)\n", "    for (let i = 0; i < flat.leaves.length; i++) yield* attempt(probes)\n    const again = yield* attempt(probes)\n"),
+    tests: ["tests/recordings/numbers.test.ts"],
   },
 
   // ---- protocol ---------------------------------------------------------------------------

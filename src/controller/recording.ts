@@ -758,6 +758,9 @@ const checkTrace = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, name
     return yield* refuse(`${path} is a replay parameter (param(${numberText(flat.params[culprit]!)})), but with another value (${numberText(probes[culprit]!)}) ${why}; pass it as a plain number instead (part of the signature: each new value traces again)`)
   })
 
+/** Signatures a compiled step counts warmup calls of at once (numbers that change on every call make a new one each). */
+const WARMING = 64
+
 /** Forgets a recording on the workers that hold it: after its calls so far, which still run. */
 const deleteOnWorkers = (r: Recording<unknown>): void => {
   if (r.ranks.length > 0) r.core.post(r.ranks, { _tag: "DeleteRecording", recording: r.id })
@@ -814,7 +817,7 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
   if (!(Number.isInteger(warmup) && warmup >= 0)) throw new ControllerError({ message: `compile(${name}): warmup must be a non-negative integer, got ${warmup}` })
   /** Calls so far (Recording.usedAt's clock); traces under way (dispose waits for none). */
   let clock = 0, tracingNow = 0, disposed = false
-  /** Per signature (without its numbers), the calls run op by op so far (warmup). */
+  /** Per signature not traced yet, the calls run op by op so far (warmup); the oldest forgotten past WARMING. */
   const warmed = new Map<string, number>()
   let last: { args: ReadonlyArray<unknown>; recording: Recording<R> } | undefined
   const retraces: string[] = []
@@ -856,6 +859,7 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
           onRetrace(why)
         }
         recording = yield* record(core, args, flat, called)
+        warmed.delete(flat.key)
         recording.usedAt = ++clock
         keep(flat.key, recording)
       } else {
@@ -880,6 +884,7 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
       const found = find(flat)
       if (found === undefined && (warmed.get(flat.key) ?? 0) < warmup) {
         warmed.set(flat.key, (warmed.get(flat.key) ?? 0) + 1)
+        if (warmed.size > WARMING) warmed.delete(warmed.keys().next().value!)
         return Effect.suspend(() => {
           const out = step(...(stepArgs(args, flat.params) as unknown as A))
           return (Effect.isEffect(out) ? out : Effect.succeed(out)) as Effect.Effect<R, E | ControllerError, Rq>
