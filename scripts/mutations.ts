@@ -211,6 +211,18 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("      if (waitingMs < after) break\n", "      if (waitingMs < 2 * after) break\n"),
     tests: ["tests/controller/controller.test.ts"],
   },
+  {
+    area: "controller", behaviour: "optimizer state (AdamW moments, SGD momentum buffers) outlives the step scope that made it",
+    file: "src/optim/optimizer.ts",
+    edits: one("    escape(buffer)\n", ""),
+    tests: ["tests/optim/optim.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "SGD with maximize negates the gradient before adding the weight decay, as torch.optim",
+    file: "ffi/ops.ts",
+    edits: one('a.dampening, a.weightDecay, flags, stream(s)), "shim_sgd")', 'a.dampening, a.maximize ? -a.weightDecay : a.weightDecay, flags, stream(s)), "shim_sgd")'),
+    tests: ["tests/optim/optim.test.ts"],
+  },
 
   // ---- protocol ---------------------------------------------------------------------------
   {

@@ -11,6 +11,7 @@ import { refuse } from "../controller/arguments.ts"
 import type { RemoteTensor } from "../controller/handles.ts"
 import type { Mesh } from "../controller/mesh.ts"
 import { noGrad, zeroGrad } from "../controller/autograd.ts"
+import { escape } from "../controller/lifetime.ts"
 import { opsOn } from "../controller/ops.ts"
 import { OpArgumentError } from "../ops/meta.ts"
 import { inferOutputs, opNamed } from "../ops/registry.ts"
@@ -127,10 +128,15 @@ export abstract class Optimizer<O extends { lr: number }, S> {
   /** The fused commands of one group's parameters on one mesh. */
   protected abstract plan(mesh: Mesh, options: O, stepped: ReadonlyArray<Stepped>, at: StepAt): FusedCall[]
 
-  /** Zeros of p's dtype, shape and placement on p's ranks: a state buffer's start (checkpoints read its placement). */
+  /**
+   * Zeros of p's dtype, shape and placement on p's ranks: a state buffer's start (checkpoints
+   * read its placement). It outlives the step scope it is made in, as a leaf's .grad does.
+   */
   protected zerosLike(p: RemoteTensor): RemoteTensor {
     const meta = p.meta!
-    return opsOn(p.mesh).zeros(meta.shape as number[], { dtype: meta.dtype }).place(p.placement)
+    const buffer = opsOn(p.mesh).zeros(meta.shape as number[], { dtype: meta.dtype }).place(p.placement)
+    escape(buffer)
+    return buffer
   }
 }
 
