@@ -218,6 +218,24 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/optim/optim.test.ts"],
   },
   {
+    area: "controller", behaviour: "loadStateDict restores each parameter's buffers (moments, momentum) from the state",
+    file: "src/optim/optimizer.ts",
+    edits: one("          s[field] = copy\n", ""),
+    tests: ["tests/optim/statedict.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "loadStateDict restores each parameter's step count",
+    file: "src/optim/optimizer.ts",
+    edits: one("const s: Record<string, unknown> = { step: entry.step }", "const s: Record<string, unknown> = { step: 0 }"),
+    tests: ["tests/optim/statedict.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "loadStateDict restores each group's options",
+    file: "src/optim/optimizer.ts",
+    edits: one("      this.paramGroups.forEach((g, i) => (g.options = options[i]!))\n", ""),
+    tests: ["tests/optim/statedict.test.ts"],
+  },
+  {
     area: "worker", behaviour: "SGD with maximize negates the gradient before adding the weight decay, as torch.optim",
     file: "ffi/ops.ts",
     edits: one('a.dampening, a.weightDecay, flags, stream(s)), "shim_sgd")', 'a.dampening, a.maximize ? -a.weightDecay : a.weightDecay, flags, stream(s)), "shim_sgd")'),
