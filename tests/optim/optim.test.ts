@@ -106,7 +106,7 @@ describeUnless(missing)("optimizers against torch.optim 1.13", () => {
     await rt?.dispose()
   })
 
-  const make = (cs: Case, ps: RemoteTensor[]): Optimizer<{ lr: number }, { step: number }> => {
+  const make = (cs: Case, ps: RemoteTensor[]): AdamW | SGD => {
     const groups = cs.groups.map((g) => ({ params: g.params.map((i) => ps[i]!), ...g.options }))
     return cs.optimizer === "SGD" ? new SGD(groups as never) : new AdamW(groups as never)
   }
