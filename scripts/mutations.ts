@@ -437,6 +437,19 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("          current = yield* launch\n          resumed = yield* resume", "          current = yield* launch\n          resumed = undefined"),
     tests: ["tests/checkpoint/recover.test.ts"],
   },
+  {
+    area: "controller", behaviour: "exportFile writes a relative path under the checkpoint root, where importFile reads it",
+    file: "src/controller/checkpoint.ts",
+    edits: one("const target = resolve(root, path)", "const target = resolve(path)"),
+    tests: ["tests/checkpoint/torchload.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "exportFile refuses a relative path leading out of the checkpoint root",
+    file: "src/controller/checkpoint.ts",
+    edits: one('if (rel === "" || rel === ".." || rel.startsWith("../")) throw', "if (false) throw"),
+    tests: ["tests/checkpoint/torchload.test.ts"],
+  },
+
   // ---- autograd ---------------------------------------------------------------------------
   {
     area: "autograd", behaviour: "a node lets go of its saved tensors once backward has run it",

@@ -118,6 +118,9 @@ test("npm pack, bun add of the tarball in a fresh folder, and the user's own pro
   expect(losses.at(-1)!).toBeLessThan(losses[0]! / 1000)
   weights.forEach((w, k) => expect(Math.abs(w - 0.25 * (k + 1))).toBeLessThan(0.01))
 
+  // The torch-side reader the README points to ships in the package.
+  expect(existsSync(join(app, "node_modules/monarch-bun/python/monarch_safetensors.py"))).toBe(true)
+
   // What the README imports loads, every module by its name.
   const imported = run(["bun", "readme-imports.ts"], app, 60_000)
   expect(imported.status).toBe(0)
