@@ -281,7 +281,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     area: "controller", behaviour: "fromHost uploads a host tensor's values to every rank",
     file: "src/controller/ops.ts",
     edits: one('invoke("clone", mesh, [host])', 'invoke("zeros_like", mesh, [host])'),
-    tests: ["tests/readme/programs.test.ts"],
+    tests: ["tests/controller/fromhost.test.ts"],
   },
   {
     area: "worker", behaviour: "SGD with maximize negates the gradient before adding the weight decay, as torch.optim",

@@ -9,7 +9,7 @@ import { Effect } from "effect"
 import { existsSync, mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { Controller, ControllerError, eager, exportFile, importFile, opsOn, shard, type HostTensor } from "../../src/controller/index.ts"
+import { Controller, ControllerError, eager, exportFile, importFile, opsOn, shard, type HostTensor, type RemoteTensor } from "../../src/controller/index.ts"
 import { describeUnless } from "../skip.ts"
 import { PYTHON, torchMissing } from "../torch.ts"
 
@@ -22,7 +22,7 @@ const README = readFileSync(join(ROOT, "README.md"), "utf8")
 const readmeLine = README.split("\n").find((l) => l.includes("monarch_safetensors.load_into("))
 
 const python = (code: string) => {
-  const r = Bun.spawnSync([PYTHON, "-c", code], { cwd: root, env: { ...process.env, PYTHONPATH: join(ROOT, "python") }, stdout: "pipe", stderr: "pipe" })
+  const r = Bun.spawnSync([PYTHON, "-c", code], { cwd: root, env: { ...process.env, PYTHONPATH: join(ROOT, "python"), PYTHONDONTWRITEBYTECODE: "1" }, stdout: "pipe", stderr: "pipe" })
   return { status: r.exitCode, stdout: r.stdout.toString(), stderr: r.stderr.toString() }
 }
 
@@ -41,7 +41,7 @@ describeUnless(torchMissing())("exports under the checkpoint root, loaded in tor
       const wb = yield* mesh.fetchAll(back.get("params.weight")!), w0 = yield* mesh.fetchAll(w)
       const whole = yield* mesh.reduce(w, "tp", "stack")
       const out = yield* eager(() => x.matmul(whole.reshape([4, 6]).t()).add(b))
-      const values = (t: typeof x) => t.fetch().pipe(Effect.map((h) => [...(h as HostTensor).toArray()].map(Number)))
+      const values = (t: RemoteTensor) => t.fetch().pipe(Effect.map((h) => [...(h as HostTensor).toArray()].map(Number)))
       return {
         written,
         sameBlocks: wb.map((h) => [...(h as HostTensor).data]).join() === w0.map((h) => [...(h as HostTensor).data]).join(),

@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, expect, spyOn, test } from "bun:test"
 import { Effect, ManagedRuntime } from "effect"
 import { compile, Controller, ControllerError, HostTensor, inStep, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
-import { AdamW, cosineDecay, linearWarmup, SGD, warmupCosine, type Optimizer } from "../../src/optim/index.ts"
+import { AdamW, cosineDecay, linearWarmup, SGD, warmupCosine } from "../../src/optim/index.ts"
 import { describeUnless } from "../skip.ts"
 import { fromJson, torchMissing, TorchServer } from "../torch.ts"
 import { host } from "../worker/build.ts"
