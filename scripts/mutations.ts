@@ -230,6 +230,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/optim/statedict.test.ts"],
   },
   {
+    area: "controller", behaviour: "loadStateDict refuses a released buffer before changing anything",
+    file: "src/optim/optimizer.ts",
+    edits: one("        if (t.released) throw refuse(", "        if (false) throw refuse("),
+    tests: ["tests/optim/statedict.test.ts"],
+  },
+  {
     area: "controller", behaviour: "loadStateDict restores each group's options",
     file: "src/optim/optimizer.ts",
     edits: one("      this.paramGroups.forEach((g, i) => (g.options = options[i]!))\n", ""),

@@ -185,6 +185,7 @@ export abstract class Optimizer<O extends { lr: number }, S extends { readonly s
         const t = entry[name]
         if (t === undefined) continue
         if (!(t instanceof RemoteTensor)) throw refuse(`${where}: state ${key}'s ${name} is not a tensor`)
+        if (t.released) throw refuse(`${where}: state ${key}'s ${name} ${t} was released`)
         if (t.mesh !== p.mesh) throw refuse(`${where}: state ${key}'s ${name} ${t} is not on ${p}'s mesh`)
         if (t.meta === undefined || t.meta.dtype !== p.meta!.dtype || t.meta.shape.join(",") !== p.meta!.shape.join(","))
           throw refuse(`${where}: state ${key}'s ${name} is ${t.meta ? `${t.meta.dtype}[${t.meta.shape}]` : "of unknown dtype and shape"} but its parameter is ${p.meta!.dtype}[${p.meta!.shape}]`)

@@ -82,7 +82,8 @@ describe("an optimizer's stateDict through save and load", () => {
     await train(opt, ps, 0, 2)
     const good = opt.stateDict()
     const before = { lr: opt.lr, state: [...opt.state.entries()] }
-    const other = opsOn(mesh).zeros([2, 2])
+    const other = opsOn(mesh).zeros([2, 2]), gone = opsOn(mesh).zeros([4, 3])
+    gone.release()
     const bad: Array<[string, unknown, RegExp]> = [
       ["two groups", { ...good, param_groups: [...good.param_groups, ...good.param_groups] }, /the state has 2 parameter groups, the optimizer 1/],
       ["a group of one parameter", { ...good, param_groups: [{ ...good.param_groups[0]!, params: [0] }] }, /group 0 of the state has 1 parameters, the optimizer's 2/],
@@ -90,6 +91,7 @@ describe("an optimizer's stateDict through save and load", () => {
       ["a parameter index past the end", { ...good, state: { ...good.state, 2: good.state["0"] } }, /state 2 names no parameter \(the optimizer has 2\)/],
       ["a buffer of another shape", { ...good, state: { ...good.state, 0: { ...good.state["0"]!, exp_avg: other } } }, /state 0's exp_avg is f32\[2,2\] but its parameter is f32\[4,3\]/],
       ["an unknown buffer", { ...good, state: { ...good.state, 1: { ...good.state["1"]!, momentum_buffer: other } } }, /state 1 has momentum_buffer; a AdamW state holds step, exp_avg, exp_avg_sq, max_exp_avg_sq/],
+      ["a released buffer", { ...good, state: { ...good.state, 0: { ...good.state["0"]!, exp_avg_sq: gone } } }, /state 0's exp_avg_sq RemoteTensor\(\d+ f32\[4,3\] on Mesh\(dp=2\)\) was released/],
       ["a step that is not a count", { ...good, state: { ...good.state, 0: { ...good.state["0"]!, step: 1.5 } } }, /state 0's step is 1.5, not a count of steps/],
     ]
     for (const [what, dict, message] of bad) {
