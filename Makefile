@@ -62,19 +62,22 @@ build/obj/cuda/%.cu.o: c/%.cu $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 
+# Each command installs what it needs (scripts/setup.sh's modes): only the tests need chromium.
 setup:
-	@bash scripts/setup.sh
+	@bash scripts/setup.sh test
 
 # The README's commands.
 test: setup
 	@$(MAKE) --no-print-directory all
 	$(BUN) test
 
-demo: setup
+demo:
+	@bash scripts/setup.sh demo
 	@$(MAKE) --no-print-directory all
 	$(BUN) run examples/gpt.ts
 
-bench: setup
+bench:
+	@bash scripts/setup.sh bench
 	@$(MAKE) --no-print-directory all
 	$(BUN) run bench/codec.ts
 	$(BUN) run bench/dispatch.ts

@@ -272,6 +272,90 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("    const again = yield* attempt(probes)\n", "    for (let i = 0; i < flat.leaves.length; i++) yield* attempt(probes)\n    const again = yield* attempt(probes)\n"),
     tests: ["tests/recordings/numbers.test.ts"],
   },
+  {
+    area: "controller", behaviour: "optimizer state (AdamW moments, SGD momentum buffers) outlives the step scope that made it",
+    file: "src/optim/optimizer.ts",
+    edits: one("    escape(buffer)\n", ""),
+    tests: ["tests/optim/optim.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "loadStateDict restores each parameter's buffers (moments, momentum) from the state",
+    file: "src/optim/optimizer.ts",
+    edits: one("          s[field] = copy\n", ""),
+    tests: ["tests/optim/statedict.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "loadStateDict restores each parameter's step count",
+    file: "src/optim/optimizer.ts",
+    edits: one("const s: Record<string, unknown> = { step: entry.step }", "const s: Record<string, unknown> = { step: 0 }"),
+    tests: ["tests/optim/statedict.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "loadStateDict refuses a released buffer before changing anything",
+    file: "src/optim/optimizer.ts",
+    edits: one("        if (t.released) throw refuse(", "        if (false) throw refuse("),
+    tests: ["tests/optim/statedict.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "loadStateDict restores each group's options",
+    file: "src/optim/optimizer.ts",
+    edits: one("      this.paramGroups.forEach((g, i) => (g.options = options[i]!))\n", ""),
+    tests: ["tests/optim/statedict.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "console.log of a RemoteTensor prints its size, dtype, mesh and placement, not its internals",
+    file: "src/controller/printing.ts",
+    edits: one('Object.defineProperty(RemoteTensor.prototype, Symbol.for("nodejs.util.inspect.custom"), {', 'Object.defineProperty(RemoteTensor.prototype, Symbol.for("not.inspect"), {'),
+    tests: ["tests/controller/printing.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a sharded RemoteTensor prints its logical size and its local one",
+    file: "src/controller/printing.ts",
+    edits: one("blockOf(p, t.mesh, t.mesh.ranks[0]!, local).shape", "local"),
+    tests: ["tests/controller/printing.test.ts"],
+  },
+  {
+    area: "protocol", behaviour: "a HostTensor prints its values as torch does, not its bytes",
+    file: "src/protocol/values.ts",
+    edits: one('  [Symbol.for("nodejs.util.inspect.custom")](): string {\n    return this.toString()', '  [Symbol.for("not.inspect")](): string {\n    return this.toString()'),
+    tests: ["tests/protocol/print.test.ts"],
+  },
+  {
+    area: "protocol", behaviour: "a printed HostTensor rounds an exact tie to the even digit, as Python's format",
+    file: "src/protocol/print.ts",
+    edits: one("Number(kept.at(-1)) % 2 !== 0", "true"),
+    tests: ["tests/protocol/print.test.ts"],
+  },
+  {
+    area: "protocol", behaviour: "a printed HostTensor past 1000 elements is abbreviated to 3 items each side of every dim",
+    file: "src/protocol/print.ts",
+    edits: one("numel > THRESHOLD", "numel > 10 * THRESHOLD"),
+    tests: ["tests/protocol/print.test.ts"],
+  },
+  {
+    area: "protocol", behaviour: "a printed HostTensor's dtype goes on a line of its own past 80 characters, as torch's",
+    file: "src/protocol/print.ts",
+    edits: one("if (lastLine + suffix.length + 2 > LINE_WIDTH) {", "if (false) {"),
+    tests: ["tests/protocol/print.test.ts"],
+  },
+  {
+    area: "protocol", behaviour: "a printed HostTensor of floats uses scientific notation when they span more than 1000x",
+    file: "src/protocol/print.ts",
+    edits: one("if (max / min > 1000 || max > 1e8", "if (max > 1e8"),
+    tests: ["tests/protocol/print.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "fromHost uploads a host tensor's values to every rank",
+    file: "src/controller/ops.ts",
+    edits: one('invoke("clone", mesh, [host])', 'invoke("zeros_like", mesh, [host])'),
+    tests: ["tests/controller/fromhost.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "SGD with maximize negates the gradient before adding the weight decay, as torch.optim",
+    file: "ffi/ops.ts",
+    edits: one('a.dampening, a.weightDecay, flags, stream(s)), "shim_sgd")', 'a.dampening, a.maximize ? -a.weightDecay : a.weightDecay, flags, stream(s)), "shim_sgd")'),
+    tests: ["tests/optim/optim.test.ts"],
+  },
 
   // ---- protocol ---------------------------------------------------------------------------
   {
@@ -420,6 +504,19 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("          current = yield* launch\n          resumed = yield* resume", "          current = yield* launch\n          resumed = undefined"),
     tests: ["tests/checkpoint/recover.test.ts"],
   },
+  {
+    area: "controller", behaviour: "exportFile writes a relative path under the checkpoint root, where importFile reads it",
+    file: "src/controller/checkpoint.ts",
+    edits: one("const target = resolve(root, path)", "const target = resolve(path)"),
+    tests: ["tests/checkpoint/torchload.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "exportFile refuses a relative path leading out of the checkpoint root",
+    file: "src/controller/checkpoint.ts",
+    edits: one('if (rel === "" || rel === ".." || rel.startsWith("../")) throw', "if (false) throw"),
+    tests: ["tests/checkpoint/torchload.test.ts"],
+  },
+
   // ---- autograd ---------------------------------------------------------------------------
   {
     area: "autograd", behaviour: "a node lets go of its saved tensors once backward has run it",

@@ -7,13 +7,15 @@
  * gathers whole tensors into one safetensors file (what torch loads), and `importFile` starts a
  * mesh from such a file, re-sharded by the placements given.
  *
- * Paths: a checkpoint directory, `load`'s and `importFile`'s files are relative to the workers'
- * checkpoint root (MONARCH_CHECKPOINT_DIR, Controller.local's `checkpoints`), which they never
- * leave; `exportFile` writes on the controller's host.
+ * Paths, one rule: a checkpoint directory, and `load`'s, `importFile`'s and `exportFile`'s files,
+ * are relative to the checkpoint root (MONARCH_CHECKPOINT_DIR, the controller's `checkpoints`),
+ * and never leave it. The workers read and write under their root; `exportFile` writes on the
+ * controller's host under the root as this process sees it (or at an absolute path there).
  */
 import { Data, Effect, Fiber } from "effect"
 import { randomBytes } from "node:crypto"
-import { join } from "node:path"
+import { mkdirSync } from "node:fs"
+import { dirname, isAbsolute, join, relative, resolve } from "node:path"
 import { blockRuns, encodeHeader, MANIFEST_FORMAT, parseManifest, versionProblem, type Manifest, type ShardRecord, type TensorRecord } from "../checkpoint/format.ts"
 import { writeFileDurably } from "../checkpoint/files.ts"
 import type { Value } from "../protocol/messages.ts"
@@ -279,12 +281,29 @@ export const restoreInto = (into: State, loaded: State): Effect.Effect<void, Con
   })
 
 /**
- * Writes the tree's tensors, gathered whole (each block fetched from the rank that saves it),
- * into one safetensors file at `path` on the controller's host (durably: a temporary file,
- * fsync, rename, fsync of the folder); per-rank tensors are left out. Names are the tree's paths.
+ * Where exportFile writes `path` on the controller's host: under the checkpoint root, where
+ * importFile reads it back (a relative path leading out of the root is refused, as the workers
+ * refuse one); an absolute path as it is.
  */
-export const exportFile = (mesh: Mesh, state: State, path: string): Effect.Effect<{ readonly bytes: number }, Failure> =>
+const exportPath = (mesh: Mesh, path: string): string => {
+  if (isAbsolute(path)) return path
+  const root = mesh.core.options.checkpointRoot
+  if (root === undefined) throw refuse(`exportFile(${path}): a relative path is under the checkpoint root, and this controller has none (give it \`checkpoints\` or MONARCH_CHECKPOINT_DIR), or give an absolute path`)
+  const target = resolve(root, path)
+  const rel = relative(root, target)
+  if (rel === "" || rel === ".." || rel.startsWith("../")) throw refuse(`exportFile(${path}): the path leads out of the checkpoint root ${root}`)
+  return target
+}
+
+/**
+ * Writes the tree's tensors, gathered whole (each block fetched from the rank that saves it),
+ * into one safetensors file at `path` (under the checkpoint root, see exportPath) on the
+ * controller's host (durably: a temporary file, fsync, rename, fsync of the folder); per-rank
+ * tensors are left out. Names are the tree's paths; `python/monarch_safetensors.py` loads it in torch.
+ */
+export const exportFile = (mesh: Mesh, state: State, path: string): Effect.Effect<{ readonly bytes: number; readonly path: string }, Failure> =>
   Effect.gen(function* () {
+    const target = yield* Effect.try({ try: () => exportPath(mesh, path), catch: (e) => (e instanceof ControllerError ? e : refuse(String(e))) })
     const leaves: Leaf[] = []
     const tree = yield* Effect.try({ try: () => flatten(state, "", leaves), catch: (e) => (e instanceof ControllerError ? e : refuse(String(e))) })
     const whole = leaves.filter((l) => !l.perRank)
@@ -304,8 +323,8 @@ export const exportFile = (mesh: Mesh, state: State, path: string): Effect.Effec
       datas.push(data)
     }
     const { bytes: header } = encodeHeader(whole.map((l, i) => ({ name: l.name, dtype: l.tensor.meta!.dtype, shape: layoutOf(mesh, l).shape })), { format: "pt", monarch: JSON.stringify(tree) })
-    yield* Effect.try({ try: () => writeFileDurably(path, [header, ...datas]), catch: (e) => refuse(`writing ${path}: ${e instanceof Error ? e.message : String(e)}`) })
-    return { bytes: header.byteLength + datas.reduce((a, d) => a + d.byteLength, 0) }
+    yield* Effect.try({ try: () => (mkdirSync(dirname(target), { recursive: true }), writeFileDurably(target, [header, ...datas])), catch: (e) => refuse(`writing ${target}: ${e instanceof Error ? e.message : String(e)}`) })
+    return { bytes: header.byteLength + datas.reduce((a, d) => a + d.byteLength, 0), path: target }
   })
 
 /**

@@ -161,8 +161,8 @@ export interface AttachOptions extends CommonOptions {
   readonly token?: string
 }
 
-/** Where Controller.local's workers keep checkpoints: `checkpoints`, else MONARCH_CHECKPOINT_DIR, as an absolute path. */
-const checkpointRoot = (o: LocalOptions): string | undefined => {
+/** Where the workers keep checkpoints, as this process sees it: `checkpoints`, else MONARCH_CHECKPOINT_DIR, as an absolute path. */
+const checkpointRoot = (o: { readonly checkpoints?: string | undefined }): string | undefined => {
   const root = o.checkpoints ?? (process.env.MONARCH_CHECKPOINT_DIR || undefined)
   return root === undefined ? undefined : resolve(root)
 }
@@ -182,9 +182,10 @@ const attachToken = (o: Pick<AttachOptions, "token">): Effect.Effect<string, Sta
   return Effect.succeed(given.token)
 }
 
-const makeCore = (world: number, o: CommonOptions, exitGraceMs: number) =>
+const makeCore = (world: number, o: CommonOptions & { readonly checkpoints?: string }, exitGraceMs: number) =>
   new Core({
     world,
+    ...(checkpointRoot(o) === undefined ? {} : { checkpointRoot: checkpointRoot(o) }),
     ...(o.hangAfterMs === undefined ? {} : { hangAfterMs: o.hangAfterMs }),
     ...(o.captureSites === undefined ? {} : { captureSites: o.captureSites }),
     ...(o.deadlineMs === undefined ? {} : { deadlineMs: o.deadlineMs }),

@@ -70,6 +70,8 @@ export interface CoreOptions {
   readonly gcRelease?: boolean
   /** A tensor handle was garbage collected without release() (counted in Core.leaks too). */
   readonly onLeak?: (handle: string) => void
+  /** The workers' checkpoint root as this process sees it (absolute), where exportFile writes a relative path. */
+  readonly checkpointRoot?: string
 }
 
 /**

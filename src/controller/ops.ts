@@ -149,6 +149,12 @@ export const ops: Ops = functions(undefined)
 export const opsOn = (mesh: Mesh): Ops => functions(mesh)
 
 /**
+ * Host values onto every rank of `mesh`, as torch.tensor(data, device=...) puts them on a
+ * device: the HostTensor travels with the command and each rank makes its copy (`ops.clone`).
+ */
+export const fromHost = <D extends DType>(mesh: Mesh, host: HostTensor<D>): RemoteTensor<D> => invoke("clone", mesh, [host]) as RemoteTensor<D>
+
+/**
  * Runs synchronous model code (op calls) as an Effect: a call the controller refused fails it
  * with that ControllerError (catchable by tag); any other throw is a defect.
  */

@@ -34,6 +34,8 @@ export const ADAMW_DEFAULTS: AdamWOptions = { lr: 1e-3, betas: [0.9, 0.999], eps
 const problem = (o: AdamWOptions) => adamwOptionsProblem({ lr: o.lr, beta1: o.betas[0], beta2: o.betas[1], eps: o.eps, weightDecay: o.weightDecay })
 
 export class AdamW extends Optimizer<AdamWOptions, AdamWState> {
+  protected readonly buffers = [["exp_avg", "expAvg"], ["exp_avg_sq", "expAvgSq"], ["max_exp_avg_sq", "maxExpAvgSq"]] as const
+
   constructor(params: Params<AdamWOptions>, options: Partial<AdamWOptions> = {}) {
     super(params, { ...ADAMW_DEFAULTS, ...options }, problem, "AdamW")
   }

@@ -15,6 +15,6 @@
  */
 export { AdamW, ADAMW_DEFAULTS, type AdamWOptions, type AdamWState } from "./adamw.ts"
 export { clipGradNorm } from "./clip.ts"
-export { Optimizer, type Gradients, type ParamGroup, type Params, type StepAt } from "./optimizer.ts"
+export { Optimizer, type Gradients, type OptimizerStateDict, type ParamGroup, type Params, type StepAt } from "./optimizer.ts"
 export { constant, cosineDecay, linearWarmup, warmupCosine, type Schedule } from "./schedule.ts"
 export { SGD, SGD_DEFAULTS, type SGDOptions, type SGDState } from "./sgd.ts"

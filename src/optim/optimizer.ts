@@ -8,9 +8,10 @@
  * shape or dtype, a bad hyper-parameter) changes no state: every command is checked first.
  */
 import { refuse } from "../controller/arguments.ts"
-import type { RemoteTensor } from "../controller/handles.ts"
+import { RemoteTensor } from "../controller/handles.ts"
 import type { Mesh } from "../controller/mesh.ts"
 import { noGrad, zeroGrad } from "../controller/autograd.ts"
+import { escape } from "../controller/lifetime.ts"
 import { opsOn } from "../controller/ops.ts"
 import { OpArgumentError } from "../ops/meta.ts"
 import { inferOutputs, opNamed } from "../ops/registry.ts"
@@ -55,7 +56,18 @@ export interface Stepped {
   readonly grad: RemoteTensor
 }
 
-export abstract class Optimizer<O extends { lr: number }, S> {
+/**
+ * An optimizer's state as torch's state_dict() shapes it: `state`, per parameter (by its index
+ * over every group's parameters, in order) that has taken a step, its step count and its
+ * buffers by torch's names (`exp_avg`, `exp_avg_sq`, `max_exp_avg_sq`, `momentum_buffer`);
+ * `param_groups`, each group's options and its parameters' indices. A state tree for `save`.
+ */
+export interface OptimizerStateDict<O> {
+  readonly state: { readonly [index: string]: { readonly step: number; readonly [buffer: string]: RemoteTensor | number } }
+  readonly param_groups: ReadonlyArray<O & { readonly params: ReadonlyArray<number> }>
+}
+
+export abstract class Optimizer<O extends { lr: number }, S extends { readonly step: number }> {
   readonly paramGroups: ParamGroup<O>[]
   /**
    * Each parameter's state, from its first step on: how many steps it took and its buffers on
@@ -63,12 +75,15 @@ export abstract class Optimizer<O extends { lr: number }, S> {
    */
   readonly state = new Map<RemoteTensor, S>()
 
-  constructor(params: Params<O>, defaults: O, check: (o: O) => string | undefined, readonly name: string) {
+  /** torch's name of each state buffer, and its field in S. */
+  protected abstract readonly buffers: ReadonlyArray<readonly [string, keyof S & string]>
+
+  constructor(params: Params<O>, defaults: O, private readonly optionsProblem: (o: O) => string | undefined, readonly name: string) {
     const groups = params.length > 0 && !isTensorList(params) ? params : [{ params: params as ReadonlyArray<RemoteTensor> }]
     const seen = new Set<RemoteTensor>()
     this.paramGroups = groups.map(({ params: ps, ...overrides }, i) => {
       const options = { ...defaults, ...overrides } as O
-      const problem = check(options)
+      const problem = optionsProblem(options)
       if (problem !== undefined) throw refuse(`${name}: ${problem}`)
       for (const p of ps) {
         if (seen.has(p)) throw refuse(`${name}: ${p} appears in more than one parameter group (group ${i})`)
@@ -119,6 +134,83 @@ export abstract class Optimizer<O extends { lr: number }, S> {
     })
   }
 
+  /**
+   * The state to save (torch's state_dict()): the buffers themselves, not copies, and each
+   * group's options. `save(mesh, { opt: opt.stateDict(), ... }, dir)` writes it.
+   */
+  stateDict(): OptimizerStateDict<O> {
+    const state: Record<string, Record<string, RemoteTensor | number>> = {}
+    this.paramGroups.flatMap((g) => g.params).forEach((p, i) => {
+      const s = this.state.get(p) as (S & Record<string, unknown>) | undefined
+      if (s === undefined) return
+      const entry: Record<string, RemoteTensor | number> = { step: s.step }
+      for (const [name, field] of this.buffers) if (s[field] !== undefined) entry[name] = s[field] as RemoteTensor
+      state[String(i)] = entry
+    })
+    let index = 0
+    return { state: state as OptimizerStateDict<O>["state"], param_groups: this.paramGroups.map((g) => ({ ...g.options, params: g.params.map(() => index++) })) }
+  }
+
+  /**
+   * Restores a stateDict() (torch's load_state_dict()), a loaded checkpoint's among them: each
+   * group's options, and each parameter's step and buffers, copied into new buffers on the
+   * parameter's ranks with its placement (the given tensors stay the caller's). The groups must
+   * hold as many parameters as this optimizer's, each buffer the parameter's mesh, dtype and
+   * shape; anything else is refused and nothing changes.
+   */
+  loadStateDict(dict: OptimizerStateDict<O>): void {
+    const where = `${this.name}.loadStateDict`
+    const groups = dict?.param_groups
+    if (!Array.isArray(groups) || groups.length !== this.paramGroups.length)
+      throw refuse(`${where}: the state has ${Array.isArray(groups) ? groups.length : "no"} parameter groups, the optimizer ${this.paramGroups.length}`)
+    const options = groups.map((g, i) => {
+      const { params, ...rest } = g
+      const mine = this.paramGroups[i]!
+      if (!Array.isArray(params) || params.length !== mine.params.length)
+        throw refuse(`${where}: group ${i} of the state has ${Array.isArray(params) ? params.length : "no"} parameters, the optimizer's ${mine.params.length}`)
+      const o = { ...mine.options, ...rest } as O
+      const problem = this.optionsProblem(o)
+      if (problem !== undefined) throw refuse(`${where}: group ${i}: ${problem}`)
+      return o
+    })
+    const params = this.paramGroups.flatMap((g) => g.params)
+    const known = new Set(["step", ...this.buffers.map(([name]) => name)])
+    const entries = Object.entries(dict.state ?? {}).map(([key, entry]) => {
+      const p = params[Number(key)]
+      if (!/^\d+$/.test(key) || p === undefined) throw refuse(`${where}: state ${key} names no parameter (the optimizer has ${params.length})`)
+      const step = entry?.step
+      if (!(typeof step === "number" && Number.isSafeInteger(step) && step >= 0)) throw refuse(`${where}: state ${key}'s step is ${step}, not a count of steps`)
+      for (const name of Object.keys(entry)) if (!known.has(name)) throw refuse(`${where}: state ${key} has ${name}; a ${this.name} state holds ${[...known].join(", ")}`)
+      for (const [name] of this.buffers) {
+        const t = entry[name]
+        if (t === undefined) continue
+        if (!(t instanceof RemoteTensor)) throw refuse(`${where}: state ${key}'s ${name} is not a tensor`)
+        if (t.released) throw refuse(`${where}: state ${key}'s ${name} ${t} was released`)
+        if (t.mesh !== p.mesh) throw refuse(`${where}: state ${key}'s ${name} ${t} is not on ${p}'s mesh`)
+        if (t.meta === undefined || t.meta.dtype !== p.meta!.dtype || t.meta.shape.join(",") !== p.meta!.shape.join(","))
+          throw refuse(`${where}: state ${key}'s ${name} is ${t.meta ? `${t.meta.dtype}[${t.meta.shape}]` : "of unknown dtype and shape"} but its parameter is ${p.meta!.dtype}[${p.meta!.shape}]`)
+      }
+      return [p, entry] as const
+    })
+    noGrad(() => {
+      this.paramGroups.forEach((g, i) => (g.options = options[i]!))
+      const old = [...this.state.values()]
+      this.state.clear()
+      for (const [p, entry] of entries) {
+        const s: Record<string, unknown> = { step: entry.step }
+        for (const [name, field] of this.buffers) {
+          const t = entry[name] as RemoteTensor | undefined
+          if (t === undefined) continue
+          const copy = opsOn(p.mesh).clone(t).place(p.placement)
+          escape(copy)
+          s[field] = copy
+        }
+        this.state.set(p, s as unknown as S)
+      }
+      for (const s of old) for (const [, field] of this.buffers) (s[field] as RemoteTensor | undefined)?.release()
+    })
+  }
+
   /** Drops every parameter's `.grad`, releasing it on the workers (torch's zero_grad(set_to_none=True)). */
   zeroGrad(): void {
     for (const g of this.paramGroups) zeroGrad(g.params)
@@ -127,10 +219,15 @@ export abstract class Optimizer<O extends { lr: number }, S> {
   /** The fused commands of one group's parameters on one mesh. */
   protected abstract plan(mesh: Mesh, options: O, stepped: ReadonlyArray<Stepped>, at: StepAt): FusedCall[]
 
-  /** Zeros of p's dtype, shape and placement on p's ranks: a state buffer's start (checkpoints read its placement). */
+  /**
+   * Zeros of p's dtype, shape and placement on p's ranks: a state buffer's start (checkpoints
+   * read its placement). It outlives the step scope it is made in, as a leaf's .grad does.
+   */
   protected zerosLike(p: RemoteTensor): RemoteTensor {
     const meta = p.meta!
-    return opsOn(p.mesh).zeros(meta.shape as number[], { dtype: meta.dtype }).place(p.placement)
+    const buffer = opsOn(p.mesh).zeros(meta.shape as number[], { dtype: meta.dtype }).place(p.placement)
+    escape(buffer)
+    return buffer
   }
 }
 

@@ -29,6 +29,8 @@ export interface SGDState {
 export const SGD_DEFAULTS: SGDOptions = { lr: 1e-3, momentum: 0, dampening: 0, weightDecay: 0, nesterov: false, maximize: false }
 
 export class SGD extends Optimizer<SGDOptions, SGDState> {
+  protected readonly buffers = [["momentum_buffer", "momentumBuffer"]] as const
+
   constructor(params: Params<SGDOptions>, options: Partial<SGDOptions> = {}) {
     super(params, { ...SGD_DEFAULTS, ...options }, sgdOptionsProblem, "SGD")
   }

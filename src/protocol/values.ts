@@ -3,6 +3,7 @@
  * worker-side objects, host tensors, tensor recipes and error reports. Each has its
  * own msgpack ext type (see ext.ts and docs/protocol.md).
  */
+import { formatTensor } from "./print.ts"
 
 /** Element types; the numeric code is shared by the C ABI (c/shim.h) and the wire. */
 export const DTYPES = ["f32", "f64", "f16", "bf16", "i32", "i64", "u8", "bool"] as const
@@ -41,6 +42,16 @@ export class HostTensor<D extends DType = DType> {
   /** The elements as a typed array (a copy, so it is aligned and owned). */
   toArray(): ElementArrayOf<D> {
     return this.elements() as ElementArrayOf<D>
+  }
+
+  /** Its values as torch prints a tensor (abbreviated past 1000 elements): `HostTensor([[1.0000, 2.5000], ...], dtype=f64)`. */
+  toString(): string {
+    return formatTensor("HostTensor", this.dtype, this.shape, this.elements(), (d) => d)
+  }
+
+  /** What console.log and Bun.inspect print: its values, not its bytes. */
+  [Symbol.for("nodejs.util.inspect.custom")](): string {
+    return this.toString()
   }
 
   private elements(): ElementArray {

@@ -6,8 +6,8 @@
 // schedules against torch's LinearLR and CosineAnnealingLR.
 import { afterAll, beforeAll, expect, spyOn, test } from "bun:test"
 import { Effect, ManagedRuntime } from "effect"
-import { Controller, ControllerError, HostTensor, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
-import { AdamW, cosineDecay, linearWarmup, SGD, warmupCosine, type Optimizer } from "../../src/optim/index.ts"
+import { compile, Controller, ControllerError, HostTensor, inStep, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
+import { AdamW, cosineDecay, linearWarmup, SGD, warmupCosine } from "../../src/optim/index.ts"
 import { describeUnless } from "../skip.ts"
 import { fromJson, torchMissing, TorchServer } from "../torch.ts"
 import { host } from "../worker/build.ts"
@@ -56,6 +56,9 @@ const CASES: Case[] = [
     one(`SGD momentum, dampening, weight decay ${t}`, "SGD", t, { lr: 0.05, momentum: 0.9, dampening: 0.1, weightDecay: 0.01 }),
     one(`SGD nesterov with weight decay ${t}`, "SGD", t, { lr: 0.05, momentum: 0.8, nesterov: true, weightDecay: 0.1 }),
     one(`SGD maximize with momentum ${t}`, "SGD", t, { lr: 0.02, momentum: 0.5, maximize: true }),
+    // torch negates the gradient before adding the weight decay: the other order differs.
+    one(`SGD maximize with weight decay ${t}`, "SGD", t, { lr: 0.05, weightDecay: 0.3, maximize: true }),
+    one(`SGD maximize with weight decay and momentum ${t}`, "SGD", t, { lr: 0.05, weightDecay: 0.3, momentum: 0.7, maximize: true }),
     one(`AdamW defaults ${t}`, "AdamW", t, {}, 6),
     one(`AdamW betas, eps, weight decay ${t}`, "AdamW", t, { lr: 0.01, betas: [0.8, 0.95], eps: 1e-6, weightDecay: 0.1 }, 6),
     one(`AdamW amsgrad ${t}`, "AdamW", t, { lr: 0.02, amsgrad: true, weightDecay: 0.05 }, 6),
@@ -103,7 +106,7 @@ describeUnless(missing)("optimizers against torch.optim 1.13", () => {
     await rt?.dispose()
   })
 
-  const make = (cs: Case, ps: RemoteTensor[]): Optimizer<{ lr: number }, unknown> => {
+  const make = (cs: Case, ps: RemoteTensor[]): AdamW | SGD => {
     const groups = cs.groups.map((g) => ({ params: g.params.map((i) => ps[i]!), ...g.options }))
     return cs.optimizer === "SGD" ? new SGD(groups as never) : new AdamW(groups as never)
   }
@@ -208,6 +211,41 @@ describeUnless(missing)("optimizers against torch.optim 1.13", () => {
     const buf = numbersOf(await run((opt.state.get(p)!.momentumBuffer as RemoteTensor).fetch()))
     expect(buf).toEqual(numbersOf(await run(g.fetch())))
   })
+
+  // Optimizer state outlives the step scope that made it (as a leaf's .grad does): every step
+  // in its own scope (inStep), its gradients made and released there, op by op or through a
+  // compiled step (warmup: 1, the step number passed in), equals torch.optim's steps.
+  for (const [k, [optimizer, options]] of ([
+    ["AdamW", { lr: 0.01, betas: [0.8, 0.95], weightDecay: 0.1 }],
+    ["SGD", { lr: 0.05, momentum: 0.9, dampening: 0.1, weightDecay: 0.01 }],
+  ] as const).entries())
+    for (const compiled of [false, true])
+      test(`${optimizer} with state (${Object.keys(options).join(", ")}) stepped inside step scopes${compiled ? ", through compile" : ""}, as torch.optim`, async () => {
+        const shapes = [[3, 4], [5]], steps = 4
+        const init = shapes.map((s) => tensor("f32", s))
+        const grads = Array.from({ length: steps }, () => shapes.map((s) => tensor("f32", s, 2)))
+        const want = torch.ask(2000 + 2 * k + Number(compiled), {
+          kind: "optimizer", optimizer, params: init, groups: [{ params: [0, 1], ...torchOptions(options) }],
+          steps: grads.map((gs) => ({ grads: gs, lrs: null })),
+        })
+        const ps = await Promise.all(init.map(upload))
+        const opt = optimizer === "SGD" ? new SGD(ps, options) : new AdamW(ps, options)
+        const stepOf = (g0: RemoteTensor, g1: RemoteTensor, t: number) => Effect.sync(() => opt.step([[ps[0]!, g0], [ps[1]!, g1]], { step: t }))
+        const step = compiled ? compile(stepOf, { warmup: 1, onRetrace: (why) => { throw new Error(why) } }) : stepOf
+        const history: number[][][] = []
+        for (const [s, gs] of grads.entries()) {
+          await run(inStep(mesh, Effect.gen(function* () {
+            const [g0, g1] = yield* Effect.all(gs.map((g) => mesh.call("ops.clone", [host(g.t, g.shape, g.data)])))
+            yield* step(g0!, g1!, s + 1)
+          })))
+          history.push(await Promise.all(ps.map(async (p) => numbersOf(await run(p.fetch())))))
+        }
+        if (compiled) expect((step as ReturnType<typeof compile>).traces).toBe(1)
+        const theirs = await want
+        expect(theirs.error).toBeUndefined()
+        for (const [s, values] of history.entries())
+          for (const [i, v] of values.entries()) expect({ step: s, param: i, bad: mismatches(v, theirs.params[s][i], "f32") }).toEqual({ step: s, param: i, bad: [] })
+      }, 60_000)
 
   test("schedules are torch's LinearLR and CosineAnnealingLR", async () => {
     const steps = 12

@@ -2,7 +2,7 @@
 // would run it, `bun run program.ts`, importing the package by its name, and exits cleanly.
 // The typed-tensors block is issue 11's "program written only from the README": broadcasting,
 // softmax, cat, indexing and cross_entropy through the typed API; its printed shape and loss are
-// checked too.
+// checked too, and so are the rows each dp rank gets in the how-to that uploads a host batch.
 import { describe, expect, test } from "bun:test"
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
@@ -37,6 +37,13 @@ describe("README.md's programs run", () => {
       if (exitCode !== 0) console.error(`README.md line ${b.line} exited ${exitCode}:\n${stdout}\n${stderr}`)
       expect(exitCode).toBe(0)
       if (b.code.includes("console.log")) expect(stdout.trim()).not.toBe("")
+      if (b.code.includes("ranks: held")) {
+        // The how-to's host batch: every dp rank holds its own block of rows, in rank order, and the handle printed as such.
+        const { batch, ranks } = JSON.parse(stdout.trim().split("\n").at(-1)!) as { batch: number[]; ranks: number[][] }
+        const per = batch.length / ranks.length
+        expect(ranks).toEqual(ranks.map((_, r) => batch.slice(r * per, (r + 1) * per)))
+        expect(stdout).toContain("placement={dp: shard(0)}, local_size=[4, 3]")
+      }
       if (b.code.includes("probs.shape")) {
         // the shape known at the call, then the loss fetched as a Float32Array element
         const [shape, loss] = stdout.trim().split("\n")

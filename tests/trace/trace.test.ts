@@ -124,6 +124,13 @@ describe("a traced job", () => {
     expect(dom.match(/class="span /g)?.length).toBe(spans.length)
     expect(dom).toContain('data-track="rank 1 / stream')
 
+    // Zoomed in (#from=&to=, ms from the first span), the axis counts in the header's clock: it starts at `from`, not at 0.
+    const first = Math.min(...spans.map((s) => s.ts)), last = Math.max(...spans.map((s) => s.ts + s.dur))
+    const from = (last - first) / 4000, to = (last - first) / 2000
+    const zoomed = renderedDom(`file://${html}#from=${from.toFixed(3)}&to=${to.toFixed(3)}`)
+    expect(zoomed).toContain(` from ${from.toFixed(3)} ms`)
+    expect(/<div id="axis">(.*?)<\/div>/.exec(zoomed)?.[1]).toBe([from, (from + to) / 2, to].map((v) => `<span>${v.toFixed(1)} ms</span>`).join(""))
+
     const png = join(dir, "job.png")
     screenshot(`file://${html}`, png, "1200,400")
     const image = decodePng(readFileSync(png))
