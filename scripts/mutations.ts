@@ -26,7 +26,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "a command that fails synchronously still advances firstUncompletedIdent",
     file: "src/worker/session.ts",
-    edits: one("      complete()\n      return poison(s, ident, refs, e)", "      return poison(s, ident, refs, e)"),
+    edits: one("    complete()\n    return poison(s, ident, refs, e)", "    return poison(s, ident, refs, e)"),
     tests: ["tests/worker/inProcess.test.ts", "tests/worker/lifecycle.test.ts"],
   },
   {
@@ -69,7 +69,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     area: "worker", behaviour: "a restartable Exit starts a fresh state",
     file: "src/worker/loop.ts",
     edits: one(
-      '          closeSession(session)\n          if (!options.restartable) return "exit"\n          session = fresh()\n          dispatch = makeDispatch(session, debug)\n',
+      '          closeSession(session)\n          if (!options.restartable) return "exit"\n          session = fresh()\n          dispatch = makeDispatch(session, debug, options.trace)\n',
       '          if (!options.restartable) {\n            closeSession(session)\n            return "exit"\n          }\n          session.exiting = false\n',
     ),
     tests: ["tests/worker/inProcess.test.ts", "tests/worker/lifecycle.test.ts"],
@@ -139,7 +139,10 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "controller", behaviour: "a lost worker fails only the commands that need it (graph)",
     file: "src/controller/graph.ts",
-    edits: one("      if (!node.waiting.delete(rank)) continue\n", "      node.waiting.delete(rank)\n"),
+    edits: one(
+      "    for (const node of waited) {\n      node.waiting--\n      this.fail(node, failure(node), rank)\n",
+      "    for (const node of [...this.live.values()]) {\n      if (waited.includes(node)) node.waiting--\n      this.fail(node, failure(node), rank)\n",
+    ),
     tests: ["tests/faults/loss.test.ts", "tests/controller/supervision.test.ts"],
   },
   {
@@ -166,13 +169,13 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "controller", behaviour: "a collective's result on a rank depends on every member of its group",
     file: "src/controller/graph.ts",
-    edits: one("    if (node.exchange) for (const p of node.exchange.peers(rank)) if (node.ranks.includes(p)) push(node, p)\n", ""),
+    edits: one("    if (node.exchange) for (const p of node.exchange.peers(rank)) if (node.members.has(p)) push(node, p)\n", ""),
     tests: ["tests/faults/loss.test.ts"],
   },
   {
     area: "controller", behaviour: "a fetch waits only for the ranks its value depends on",
     file: "src/controller/graph.ts",
-    edits: one("      if (n.waiting.has(r) && (needs.get(r) ?? -1) < n.ident) needs.set(r, n.ident)\n", "      for (const w of n.waiting) if ((needs.get(w) ?? -1) < n.ident) needs.set(w, n.ident)\n"),
+    edits: one("      if (this.waitsOn(n, r) && (needs.get(r) ?? -1) < n.ident) needs.set(r, n.ident)\n", "      for (const w of n.ranks) if (this.waitsOn(n, w) && (needs.get(w) ?? -1) < n.ident) needs.set(w, n.ident)\n"),
     tests: ["tests/faults/loss.test.ts"],
   },
   {
@@ -202,7 +205,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "controller", behaviour: "a fetch asks every rank for Status, so it settles without the 1 s wait",
     file: "src/controller/core.ts",
-    edits: one("      this.statusWanted = true\n", ""),
+    edits: one("      // for the once-a-second Status.\n      this.statusWanted = true\n", "      // for the once-a-second Status.\n"),
     tests: ["tests/controller/core.test.ts", "tests/controller/controller.test.ts"],
   },
   {
@@ -239,20 +242,20 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   },
   {
     area: "protocol", behaviour: "SendTensor's fromRanks and toRanks must be the same length",
-    file: "src/protocol/codec.ts",
-    edits: one("if (fromRanks.length !== toRanks.length) throw new Invalid(", "if (false) throw new Invalid("),
+    file: "src/protocol/messages.ts",
+    edits: one("(m) => (m.fromRanks.length !== m.toRanks.length ?", "(m) => (false ?"),
     tests: ["tests/protocol/malformed.test.ts", "tests/protocol/codec.test.ts"],
   },
   {
     area: "protocol", behaviour: "a value nesting arrays deeper than MAX_DEPTH is refused",
-    file: "src/protocol/codec.ts",
-    edits: one("      if (Array.isArray(v)) {\n        if (depth > MAX_DEPTH) return failValue(`nesting deeper than ${MAX_DEPTH}`)\n", "      if (Array.isArray(v)) {\n"),
+    file: "src/protocol/validate.ts",
+    edits: one("      if (Array.isArray(v)) {\n        if (depth > MAX_DEPTH) return new ValueFailure(`nesting deeper than ${MAX_DEPTH}`)\n", "      if (Array.isArray(v)) {\n"),
     tests: ["tests/protocol/malformed.test.ts", "tests/protocol/codec.test.ts"],
   },
   {
     area: "protocol", behaviour: "a message for the other direction is refused",
     file: "src/protocol/codec.ts",
-    edits: one("  if (!direction.accepts(code as number)) throw new Invalid(", "  if (false) throw new Invalid("),
+    edits: one("  if (e.direction !== direction) throw new Invalid(", "  if (false) throw new Invalid("),
     tests: ["tests/protocol/malformed.test.ts", "tests/protocol/codec.test.ts"],
   },
   {
@@ -289,13 +292,13 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "11.2: split's pieces follow each other along the dim",
     file: "src/ops/kernels.ts",
-    edits: one("    at += out.shape[d]!\n  }\n}\n\n/** scaled_dot_product_attention", "  }\n}\n\n/** scaled_dot_product_attention"),
+    edits: one("{ start: (at += m.shape[d]!) - m.shape[d]!, length: m.shape[d]! }", "{ start: 0, length: m.shape[d]! }"),
     tests: ["tests/ops/parity.test.ts"],
   },
   {
     area: "worker", behaviour: "11.2: nll_loss leaves out ignore_index targets",
     file: "src/ops/kernels.ts",
-    edits: one("k.binaryScalar(\"ne\", valid, target, a.ignore_index, false, run.stream)\n  const safe", "k.binaryScalar(\"ne\", valid, target, -12345, false, run.stream)\n  const safe"),
+    edits: one("k.nllLoss(out!, a.input, a.target, a.weight, a.ignore_index,", "k.nllLoss(out!, a.input, a.target, a.weight, -12345,"),
     tests: ["tests/ops/parity.test.ts"],
   },
   {
