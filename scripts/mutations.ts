@@ -435,4 +435,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("1 - s), s / classes)", "1 - s), s)"),
     tests: ["tests/autograd/gradcheck.test.ts"],
   },
+
+  // ---- the C shim (an edit in c/: the copy builds its own build/) -------------------------
+  {
+    area: "worker", behaviour: "shim_binary refuses operands of two dtypes",
+    file: "c/common/checks.c",
+    edits: one("  if (a->dtype != b->dtype)\n    return shim_fail(SHIM_E_INVALID, \"shim_binary(%s): dtypes differ", "  if (0)\n    return shim_fail(SHIM_E_INVALID, \"shim_binary(%s): dtypes differ"),
+    tests: ["tests/shim/elementwise.test.ts"],
+  },
 ]
