@@ -193,13 +193,16 @@ interface Failure {
 }
 
 const TIMEOUT = /timed out|timeout/i
+/** A failure sooner than this is a check that noticed, whatever its text says of timeouts (a wait of 1 ms that found nothing). */
+const SLOW_MS = 1000
 
 /**
  * The first failing test, the first line of its error, and whether a timeout brought it, from
  * bun test's output: bun's note below the "(fail)" line that the test timed out, or a timeout
  * in what the test got (as Gloo's "Timed out waiting"): the received side of a failed
- * expectation, else the error thrown. Not an expectation's own message, which may well name a
- * timeout the break would bring. A test's error is printed above its "(fail)" line.
+ * expectation, else the error thrown, of a test that ran SLOW_MS or longer. Not an expectation's
+ * own message, which may well name a timeout the break would bring. A test's error is printed
+ * above its "(fail)" line, its time at the end of that line.
  */
 const firstFailure = (output: string): Failure => {
   const lines = output.split("\n")
@@ -209,13 +212,15 @@ const firstFailure = (output: string): Failure => {
   const block = lines.slice(from, failAt < 0 ? undefined : failAt)
   const errorLine = block.find((l) => /^(error|Error)\b/.test(l.trim()))
   const test = failAt < 0 ? "" : lines[failAt]!.replace(/^\(fail\) /, "").replace(/ \[[\d.]+m?s\]$/, "")
+  const [, took, unit] = (failAt < 0 ? undefined : / \[([\d.]+)(m?s)\]$/.exec(lines[failAt]!)) ?? []
+  const ms = took === undefined ? Infinity : Number(took) * (unit === "s" ? 1000 : 1)
   const why = (errorLine ?? "").trim().replace(/^error: /, "")
   const text = [test, why].filter(Boolean).join(": ") || lines.filter((l) => l.trim()).slice(-1)[0] || ""
   const note = failAt < 0 ? undefined : /this test timed out after \S+/.exec(lines[failAt + 1] ?? "")?.[0]
-  const expectation = block.some((l) => /^\s*Received\b/.test(l))
+  const expectation = block.some((l) => /^\s*(\+ )?Received\b/.test(l))
   const got = expectation ? block.filter((l) => /^\s*(Received\b|\+ )/.test(l)) : errorLine === undefined ? [] : [errorLine]
-  const timeoutLine = got.find((l) => TIMEOUT.test(l))?.trim()
-  return { text, timeout: note ?? (timeoutLine === undefined ? undefined : `a timeout error: ${timeoutLine}`) }
+  const timeoutLine = ms < SLOW_MS ? undefined : got.find((l) => TIMEOUT.test(l))?.trim()
+  return { text, timeout: note ?? (timeoutLine === undefined ? undefined : `a timeout error after ${(ms / 1000).toFixed(1)} s: ${timeoutLine}`) }
 }
 
 // ---- the run ------------------------------------------------------------------------------
