@@ -443,4 +443,127 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("  if (a->dtype != b->dtype)\n    return shim_fail(SHIM_E_INVALID, \"shim_binary(%s): dtypes differ", "  if (0)\n    return shim_fail(SHIM_E_INVALID, \"shim_binary(%s): dtypes differ"),
     tests: ["tests/shim/elementwise.test.ts"],
   },
+
+  // ---- a sample of the newest code: views, kernels, recordings, checkpoints, optimizers, ---
+  // placements, the worker's collectives and the cpu shim
+  {
+    area: "worker", behaviour: "an index equal to the dim's size is refused (cpu gather/index_select/scatter/index_add)",
+    file: "c/cpu/strided.c",
+    edits: one("    if (ix[j] < 0 || ix[j] >= r)\n", "    if (ix[j] < 0 || ix[j] > r)\n"),
+    tests: ["tests/ops/indexing.test.ts", "tests/ops/refusals.test.ts", "tests/shim/threads.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a returned tensor of another dtype than declared is refused (ResultMismatch)",
+    file: "src/worker/handlers/calls.ts",
+    edits: one("if (d.dtype !== t.dtype || !sameShape(d.shape, t.shape))", "if (!sameShape(d.shape, t.shape))"),
+    tests: ["tests/worker/declared.test.ts", "tests/worker/inProcess.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a collective's input of another dtype than its factory joins with zeros and fails (InputMismatch)",
+    file: "src/worker/handlers/collectives.ts",
+    edits: one("if (tensor.dtype === factory.dtype && sameShape(tensor.shape, factory.shape))", "if (sameShape(tensor.shape, factory.shape))"),
+    tests: ["tests/worker/resources.test.ts", "tests/worker/collectives.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "tril/triu rows of a thread's range start at the right row of their matrix",
+    file: "c/cpu/indexing.c",
+    edits: one("for (int64_t r = begin, i = begin % j->rows; r < end;", "for (int64_t r = begin, i = 0; r < end;"),
+    tests: ["tests/shim/threads.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "rand and randn refuse a dtype that is not floating",
+    file: "src/ops/specs/creation.ts",
+    edits: one("({ size, dtype }, op) => [floatingDraw(op, { dtype, shape: size })]", "({ size, dtype }) => [{ dtype, shape: size }]"),
+    tests: ["tests/ops/creation.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "embedding's negative padding_idx counts from the end in its gradient",
+    file: "src/ops/specs/nn.ts",
+    edits: one("o.eq(ids, pad < 0 ? pad + rows : pad)", "o.eq(ids, pad)"),
+    tests: ["tests/autograd/gradcheck.test.ts", "tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "round with negative decimals rounds to tens",
+    file: "src/ops/kernels.ts",
+    edits: one("ten = 10 ** Math.abs(a.decimals)", "ten = 10 ** a.decimals"),
+    tests: ["tests/ops/parity.test.ts", "tests/ops/math.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "div with rounding_mode trunc rounds toward zero",
+    file: "src/ops/kernels.ts",
+    edits: one("  k.unary(\"trunc\", q, q, run.stream)\n  if (q !== out)", "  k.unary(\"floor\", q, q, run.stream)\n  if (q !== out)"),
+    tests: ["tests/ops/math.test.ts", "tests/ops/parity.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "clipGradNorm sums a sharded gradient's squares over the dims it is sharded on",
+    file: "src/optim/clip.ts",
+    edits: one("const sum = dims.length === 0 ? local :", "const sum = dims.length >= 0 ? local :"),
+    tests: ["tests/optim/clip.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "cosineDecay stays at minLr past its steps",
+    file: "src/optim/schedule.ts",
+    edits: one("Math.cos(Math.PI * Math.min(t, steps) / steps)", "Math.cos(Math.PI * t / steps)"),
+    tests: ["tests/optim/optim.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a commit removes the temporary directories of saves that never finished",
+    file: "src/checkpoint/files.ts",
+    edits: one("  for (const e of entries) if (e.name.startsWith(\".tmp-\")) rmSync(join(dir, e.name), { recursive: true, force: true })\n", ""),
+    tests: ["tests/checkpoint/save.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a replayed call counts as a use, so the recording evicted past maxRecordings is the one called least recently",
+    file: "src/controller/recording.ts",
+    edits: one("      found!.usedAt = ++clock\n", ""),
+    tests: ["tests/recordings/delete.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a one-element slice with a step is a view of its input",
+    file: "src/ops/specs/layout.ts",
+    edits: one("if ((length > 1 && step !== 1) || (outer !== 1 && length !== shape[d])) return undefined", "if (step !== 1 || (outer !== 1 && length !== shape[d])) return undefined"),
+    tests: ["tests/ops/views.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a replicated block is saved by its first holder only",
+    file: "src/controller/placement.ts",
+    edits: one("    if (d.kind === \"replicate\") first &&= coords[m] === 0\n", "    if (d.kind === \"replicate\") first &&= true\n"),
+    tests: ["tests/checkpoint/save.test.ts", "tests/checkpoint/export.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "all_to_all keeps the other dims' shards on the same tensor dim",
+    file: "src/controller/placement.ts",
+    edits: one("const shift = reduction === \"stack\" ? (scatter ? 0 : 1) : scatter ? -1 : 0", "const shift = reduction === \"stack\" ? 1 : scatter ? -1 : 0"),
+    tests: ["tests/gpt/placement.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a released handle collected later is not deleted or counted again",
+    file: "src/controller/handles.ts",
+    edits: one("    this.#released = true\n    this.#dropped!.done = true\n", "    this.#released = true\n"),
+    tests: ["tests/controller/lifetime.test.ts", "tests/controller/steps.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "transpose moves every byte of 8-byte elements",
+    file: "c/cpu/layout.c",
+    edits: one("    case 8: TRANSPOSE_TILES(8); break;", "    case 8: TRANSPOSE_TILES(4); break;"),
+    tests: ["tests/shim/linalg.test.ts", "tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a prepared add or sub with alpha other than 1 scales other",
+    file: "src/ops/kernels.ts",
+    edits: one("typeof a.other !== \"number\" || (a.alpha !== undefined && a.alpha !== 1)) return undefined", "typeof a.other !== \"number\") return undefined"),
+    tests: ["tests/recordings/worker.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "amsgrad's running maximum keeps a NaN (torch.maximum)",
+    file: "c/cpu/optim.c",
+    edits: one("second = (second > top || second != second) ? second : top; /* torch.maximum: NaN wins */         \\", "second = second > top ? second : top; /* torch.maximum: NaN wins */         \\"),
+    tests: ["tests/optim/optim.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a safetensors file with bytes after its last tensor is refused",
+    file: "src/checkpoint/format.ts",
+    edits: one("  if (dataStart + end < fileSize) throw bad(", "  if (false) throw bad("),
+    tests: ["tests/checkpoint/save.test.ts"],
+  },
 ]
