@@ -7,26 +7,35 @@
  *   bun run scripts/mutate.ts --jobs 2        two scratch copies, two breaks at once
  *   bun run scripts/mutate.ts --only token    the breaks whose behaviour or area contains "token"
  *   bun run scripts/mutate.ts --check         only locate every edit (a stale entry fails)
+ *   --list scratch/breaks.ts                  the breaks a module of that shape exports as
+ *                                             MUTATIONS instead of scripts/mutations.ts's
  *   --every                                   run every listed file under each break, not only
  *                                             until the first fails, and show each one's verdict
  *   --timeout 90                              seconds per test file before it is killed
  *
- * An edit is located by its exact text anywhere under src/ and ffi/, so files may move; text
- * found other than exactly once stops the run before anything is tested, naming the entry.
- * The copies take the working tree as it is (tracked and untracked files, not ignored ones)
- * with node_modules and build/ linked, and go away at the end. First the named test files run
- * once unbroken: a break is only "caught" against tests that pass without it. Under a break the
- * files run one at a time, in the order listed, until one fails. Exits 1 when a break survived
- * or an entry is stale.
+ * An edit is located by its exact text anywhere under src/, ffi/ and c/, so files may move;
+ * text found other than exactly once stops the run before anything is tested, naming the entry
+ * (tests/readme/mutations.test.ts holds the list to that, so `make test` fails on a stale
+ * entry). The copies take the working tree as it is (tracked and untracked files, not ignored
+ * ones) with node_modules and build/ linked, and go away at the end; under a break with an edit
+ * in c/ the copy's build/ is its own instead (the tree's, taken as built from its c/), which
+ * `make -j1 all` in the copy rebuilds around the edit. First the named test files run once
+ * unbroken: a break is only "caught" against tests that pass without it. Under a break the files
+ * run one at a time, in the order listed, until one fails other than by a timeout. A failure
+ * that only a timeout brought (bun's per-test timeout, or a timeout error such as Gloo's, read
+ * from the failure's text) is not a catch: it is reported as "timeout only", as is a file killed
+ * past --timeout. Exits 1 when a break was not caught or an entry is stale.
  */
 import { spawn, spawnSync } from "node:child_process"
-import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs"
+import { copyFileSync, cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, unlinkSync, utimesSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
-import { dirname, join, relative } from "node:path"
+import { dirname, join, relative, resolve } from "node:path"
 import { MUTATIONS, type Mutation } from "./mutations.ts"
 
 const ROOT = new URL("..", import.meta.url).pathname.replace(/\/$/, "")
-const SEARCHED = ["src", "ffi"]
+const SEARCHED = ["src", "ffi", "c"]
+/** The folder whose edits need the copy's own build/. */
+const NATIVE = "c/"
 
 const arg = (name: string): string | undefined => {
   const i = process.argv.indexOf(`--${name}`)
@@ -35,6 +44,7 @@ const arg = (name: string): string | undefined => {
 const jobs = Math.max(1, Number(arg("jobs") ?? 1))
 const timeoutMs = Number(arg("timeout") ?? 90) * 1000
 const only = arg("only")?.toLowerCase()
+const listFile = arg("list")
 const every = process.argv.includes("--every")
 
 // ---- locating edits -----------------------------------------------------------------------
@@ -42,7 +52,7 @@ const every = process.argv.includes("--every")
 const sourceFiles = (dir: string): string[] =>
   readdirSync(join(ROOT, dir), { withFileTypes: true }).flatMap((e) => {
     const path = join(dir, e.name)
-    return e.isDirectory() ? sourceFiles(path) : /\.(ts|js)$/.test(e.name) ? [path] : []
+    return e.isDirectory() ? sourceFiles(path) : /\.(ts|js|c|cc|cu|h)$/.test(e.name) ? [path] : []
   })
 
 const count = (text: string, search: string): number => {
@@ -60,7 +70,7 @@ interface Located {
 }
 
 /** Each mutation's files, or the reasons some entries are stale. */
-const locate = (mutations: ReadonlyArray<Mutation>): { readonly located: Located[]; readonly stale: string[] } => {
+export const locate = (mutations: ReadonlyArray<Mutation>): { readonly located: Located[]; readonly stale: string[] } => {
   const texts = new Map(SEARCHED.flatMap(sourceFiles).map((f) => [f, readFileSync(join(ROOT, f), "utf8")]))
   const located: Located[] = [], stale: string[] = []
   for (const m of mutations) {
@@ -103,23 +113,52 @@ const makeCopy = (dir: string): void => {
   for (const linked of ["node_modules", "build"]) symlinkSync(join(ROOT, linked), join(dir, linked))
 }
 
-interface TestRun {
+/**
+ * Gives the copy its own build/ for a break in c/: the tree's, its outputs marked newer than the
+ * copy's c/ (the copy's files are all newer than the tree's build), so `make` rebuilds only what
+ * the edit touches.
+ */
+const ownBuild = (dir: string): void => {
+  const build = join(dir, "build")
+  unlinkSync(build) // the link to the tree's
+  cpSync(join(ROOT, "build"), build, { recursive: true })
+  const now = Date.now()
+  setTimes(join(dir, "c"), new Date(now - 60_000))
+  setTimes(build, new Date(now - 30_000))
+}
+
+const setTimes = (dir: string, time: Date): void => {
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, e.name)
+    if (e.isDirectory()) setTimes(path, time)
+    utimesSync(path, time, time)
+  }
+}
+
+/** The copy's build/ a link to the tree's again. */
+const sharedBuild = (dir: string): void => {
+  rmSync(join(dir, "build"), { recursive: true, force: true })
+  symlinkSync(join(ROOT, "build"), join(dir, "build"))
+}
+
+interface Run {
   readonly code: number | null
   readonly timedOut: boolean
   readonly ms: number
   readonly output: string
 }
 
-/** Process groups of the test runs in progress, killed if this script is interrupted. */
+/** Process groups of the runs in progress, killed if this script is interrupted. */
 const running = new Set<number>()
 
-/** Runs `bun test --bail` on `tests` in `dir`, in a process group of its own killed after `limitMs`. */
-const runTests = (dir: string, tests: ReadonlyArray<string>, limitMs: number): Promise<TestRun> =>
+/** The environment of the runs: MONARCH_SHIM_DIR unset, so the copy's code loads the copy's build/. */
+const { MONARCH_SHIM_DIR: _shimDir, ...inherited } = process.env
+
+/** Runs `argv` in `dir`, in a process group of its own killed after `limitMs`. */
+const runIn = (dir: string, argv: ReadonlyArray<string>, limitMs: number): Promise<Run> =>
   new Promise((resolve) => {
     const t0 = performance.now()
-    const child = spawn("setsid", [join(dir, "node_modules/.bin/bun"), "test", "--bail", ...tests], {
-      cwd: dir, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, MONARCH_TEST_VERBOSE: "" },
-    })
+    const child = spawn("setsid", [...argv], { cwd: dir, stdio: ["ignore", "pipe", "pipe"], env: { ...inherited, MONARCH_TEST_VERBOSE: "" } })
     running.add(child.pid!)
     let output = ""
     child.stdout.on("data", (d) => (output += d))
@@ -142,64 +181,121 @@ const runTests = (dir: string, tests: ReadonlyArray<string>, limitMs: number): P
     })
   })
 
-/** The first failing test and the first line of its error, from bun test's output. */
-const firstFailure = (output: string): string => {
+/** Runs `bun test --bail` on `tests` in `dir`. */
+const runTests = (dir: string, tests: ReadonlyArray<string>, limitMs: number): Promise<Run> =>
+  runIn(dir, [join(dir, "node_modules/.bin/bun"), "test", "--bail", ...tests], limitMs)
+
+interface Failure {
+  /** The failing test and the first line of its error. */
+  readonly text: string
+  /** Why the failure counts as brought by a timeout, when it does. */
+  readonly timeout: string | undefined
+}
+
+const TIMEOUT = /timed out|timeout/i
+/** A failure sooner than this is a check that noticed, whatever its text says of timeouts (a wait of 1 ms that found nothing). */
+const SLOW_MS = 1000
+
+/**
+ * The first failing test, the first line of its error, and whether a timeout brought it, from
+ * bun test's output: bun's note below the "(fail)" line that the test timed out, or a timeout
+ * in what the test got (as Gloo's "Timed out waiting"): the received side of a failed
+ * expectation, else the error thrown, of a test that ran SLOW_MS or longer. Not an expectation's
+ * own message, which may well name a timeout the break would bring. A test's error is printed
+ * above its "(fail)" line, its time at the end of that line.
+ */
+const firstFailure = (output: string): Failure => {
   const lines = output.split("\n")
   const failAt = lines.findIndex((l) => l.startsWith("(fail)"))
-  const errorLine = lines.slice(0, failAt < 0 ? undefined : failAt).find((l) => /^(error|Error)\b/.test(l.trim()))
+  let from = failAt < 0 ? 0 : failAt
+  while (from > 0 && !/^\((pass|skip|todo)\)|^\S+\.test\.[jt]sx?:$/.test(lines[from - 1]!)) from--
+  const block = lines.slice(from, failAt < 0 ? undefined : failAt)
+  const errorLine = block.find((l) => /^(error|Error)\b/.test(l.trim()))
   const test = failAt < 0 ? "" : lines[failAt]!.replace(/^\(fail\) /, "").replace(/ \[[\d.]+m?s\]$/, "")
+  const [, took, unit] = (failAt < 0 ? undefined : / \[([\d.]+)(m?s)\]$/.exec(lines[failAt]!)) ?? []
+  const ms = took === undefined ? Infinity : Number(took) * (unit === "s" ? 1000 : 1)
   const why = (errorLine ?? "").trim().replace(/^error: /, "")
-  return [test, why].filter(Boolean).join(": ") || lines.filter((l) => l.trim()).slice(-1)[0] || ""
+  const text = [test, why].filter(Boolean).join(": ") || lines.filter((l) => l.trim()).slice(-1)[0] || ""
+  const note = failAt < 0 ? undefined : /this test timed out after \S+/.exec(lines[failAt + 1] ?? "")?.[0]
+  const expectation = block.some((l) => /^\s*(\+ )?Received\b/.test(l))
+  const got = expectation ? block.filter((l) => /^\s*(Received\b|\+ )/.test(l)) : errorLine === undefined ? [] : [errorLine]
+  const timeoutLine = ms < SLOW_MS ? undefined : got.find((l) => TIMEOUT.test(l))?.trim()
+  return { text, timeout: note ?? (timeoutLine === undefined ? undefined : `a timeout error after ${(ms / 1000).toFixed(1)} s: ${timeoutLine}`) }
 }
 
 // ---- the run ------------------------------------------------------------------------------
 
+/** From best to worst: a test failed on the break; failures came only from timeouts; files were killed; none failed; it did not compile. */
+const VERDICTS = ["caught", "timeout only", "hung (killed)", "SURVIVED", "does not build"] as const
+type Verdict = (typeof VERDICTS)[number]
+
 interface Outcome {
   readonly located: Located
-  readonly verdict: "caught" | "SURVIVED" | "hung (killed)"
+  readonly verdict: Verdict
   readonly ms: number
   readonly failure: string
+  /** How the failure came: "a failing check", or the timeout that brought it. */
+  readonly how: string
 }
+
+const better = (a: Outcome | undefined, b: Outcome): Outcome =>
+  a === undefined || VERDICTS.indexOf(b.verdict) < VERDICTS.indexOf(a.verdict) ? b : a
 
 const applyAndRun = async (dir: string, l: Located): Promise<Outcome> => {
   const originals = new Map<string, string>()
+  const native = l.files.some((f) => f.startsWith(NATIVE))
   try {
+    if (native) ownBuild(dir)
     l.mutation.edits.forEach((e, i) => {
       const path = join(dir, l.files[i]!)
       const text = readFileSync(path, "utf8")
       if (!originals.has(path)) originals.set(path, text)
       writeFileSync(path, text.replace(e.search, () => e.replace))
     })
-    // One file at a time in the order listed (the most direct first), so the time says how
-    // soon the first test that should notice does; the first failing file ends it (unless --every).
     let ms = 0
+    if (native) {
+      const built = await runIn(dir, ["make", "-j1", "--no-print-directory", "all"], 10 * timeoutMs)
+      ms += built.ms
+      if (built.code !== 0) {
+        const last = built.output.split("\n").filter((x) => /error/i.test(x))[0] ?? (built.timedOut ? "make was killed" : built.output.trim().split("\n").slice(-1)[0])
+        return { located: l, verdict: "does not build", ms, failure: last ?? "", how: "make -j1 all failed" }
+      }
+    }
+    // One file at a time in the order listed (the most direct first), so the time says how
+    // soon the first test that should notice does; the first file that fails other than by a
+    // timeout ends it (unless --every).
     const seen: string[] = []
-    let first: Outcome | undefined
+    let best: Outcome | undefined
     for (const test of l.mutation.tests) {
       const r = await runTests(dir, [test], timeoutMs)
       ms += r.ms
       const name = relative("tests", test)
-      const outcome: Outcome | undefined = r.timedOut
-        ? { located: l, verdict: "hung (killed)", ms, failure: `${name} still running` }
-        : r.code !== 0 ? { located: l, verdict: "caught", ms, failure: `${name}: ${firstFailure(r.output)}` } : undefined
-      first ??= outcome
-      if (!every && outcome !== undefined) break
+      let outcome: Outcome | undefined
+      if (r.timedOut) outcome = { located: l, verdict: "hung (killed)", ms, failure: `${name} still running`, how: `killed after --timeout ${timeoutMs / 1000} s` }
+      else if (r.code !== 0) {
+        const f = firstFailure(r.output)
+        outcome = { located: l, verdict: f.timeout === undefined ? "caught" : "timeout only", ms, failure: `${name}: ${f.text}`, how: f.timeout ?? "a failing check" }
+      }
+      if (outcome !== undefined) best = better(best, outcome)
       seen.push(`${name} ${outcome === undefined ? "passed" : `${outcome.verdict} in ${(r.ms / 1000).toFixed(1)} s`}`)
+      if (!every && best?.verdict === "caught") break
     }
-    if (every) return { located: l, verdict: first?.verdict ?? "SURVIVED", ms: first?.ms ?? ms, failure: seen.join("; ") }
-    return first ?? { located: l, verdict: "SURVIVED", ms, failure: "" }
+    if (every) return { located: l, verdict: best?.verdict ?? "SURVIVED", ms: best?.ms ?? ms, failure: seen.join("; "), how: best?.how ?? "" }
+    return best ?? { located: l, verdict: "SURVIVED", ms, failure: "", how: "" }
   } finally {
     for (const [path, text] of originals) writeFileSync(path, text)
+    if (native) sharedBuild(dir)
   }
 }
 
 const cell = (s: string, max = 110) => (s.length > max ? `${s.slice(0, max - 1)}…` : s).replaceAll("|", "\\|")
 
 const main = async () => {
-  const chosen = MUTATIONS.filter((m) => !only || `${m.area} ${m.behaviour}`.toLowerCase().includes(only))
+  const listed: ReadonlyArray<Mutation> = listFile === undefined ? MUTATIONS : ((await import(resolve(listFile))) as { readonly MUTATIONS: ReadonlyArray<Mutation> }).MUTATIONS
+  const chosen = listed.filter((m) => !only || `${m.area} ${m.behaviour}`.toLowerCase().includes(only))
   const { located, stale } = locate(chosen)
   if (stale.length > 0) {
-    console.error(`stale entries in scripts/mutations.ts (fix them before running):\n  ${stale.join("\n  ")}`)
+    console.error(`stale entries in ${listFile ?? "scripts/mutations.ts"} (fix them before running):\n  ${stale.join("\n  ")}`)
     process.exit(1)
   }
   if (process.argv.includes("--check")) {
@@ -238,22 +334,22 @@ const main = async () => {
         const i = next++
         outcomes[i] = await applyAndRun(dir, located[i]!)
         const o = outcomes[i]!
-        console.log(`  ${o.verdict.padEnd(13)} ${(o.ms / 1000).toFixed(1).padStart(5)} s  ${o.located.mutation.behaviour}`)
+        console.log(`  ${o.verdict.padEnd(14)} ${(o.ms / 1000).toFixed(1).padStart(5)} s  ${o.located.mutation.behaviour}${o.verdict === "caught" ? "" : `  (${o.how || "no test failed"})`}`)
       }
     }))
-    const caught = outcomes.filter((o) => o.verdict === "caught").length
-    console.log(`\n| # | area | behaviour broken | where | tests | result | time | first failure |`)
-    console.log(`|---|---|---|---|---|---|---|---|`)
+    console.log(`\n| # | area | behaviour broken | where | tests | result | time | how | first failure |`)
+    console.log(`|---|---|---|---|---|---|---|---|---|`)
     outcomes.forEach((o, i) => {
       const m = o.located.mutation
       const tests = m.tests.map((t) => relative("tests", t)).join(", ")
-      console.log(`| ${i + 1} | ${m.area} | ${cell(m.behaviour)} | ${o.located.where} | ${tests} | ${o.verdict} | ${(o.ms / 1000).toFixed(1)} s | ${cell(o.failure, 160)} |`)
+      console.log(`| ${i + 1} | ${m.area} | ${cell(m.behaviour)} | ${o.located.where} | ${tests} | ${o.verdict} | ${(o.ms / 1000).toFixed(1)} s | ${cell(o.how, 80)} | ${cell(o.failure, 160)} |`)
     })
-    console.log(`\n${caught} of ${outcomes.length} breaks caught; ${outcomes.filter((o) => o.verdict === "SURVIVED").length} survived; ${outcomes.filter((o) => o.verdict === "hung (killed)").length} hung past ${timeoutMs / 1000} s`)
-    if (caught !== outcomes.length) process.exitCode = 1
+    const counted = (v: Verdict) => outcomes.filter((o) => o.verdict === v).length
+    console.log(`\n${counted("caught")} of ${outcomes.length} breaks caught; ${counted("timeout only")} failed only by a timeout (not caught); ${counted("hung (killed)")} hung past ${timeoutMs / 1000} s; ${counted("SURVIVED")} survived; ${counted("does not build")} did not build`)
+    if (counted("caught") !== outcomes.length) process.exitCode = 1
   } finally {
     rmSync(base, { recursive: true, force: true })
   }
 }
 
-await main()
+if (import.meta.main) await main()

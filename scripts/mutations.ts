@@ -26,7 +26,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "a command that fails synchronously still advances firstUncompletedIdent",
     file: "src/worker/session.ts",
-    edits: one("      complete()\n      return poison(s, ident, refs, e)", "      return poison(s, ident, refs, e)"),
+    edits: one("    complete()\n    return poison(s, ident, refs, e)", "    return poison(s, ident, refs, e)"),
     tests: ["tests/worker/inProcess.test.ts", "tests/worker/lifecycle.test.ts"],
   },
   {
@@ -69,7 +69,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     area: "worker", behaviour: "a restartable Exit starts a fresh state",
     file: "src/worker/loop.ts",
     edits: one(
-      '          closeSession(session)\n          if (!options.restartable) return "exit"\n          session = fresh()\n          dispatch = makeDispatch(session, debug)\n',
+      '          closeSession(session)\n          if (!options.restartable) return "exit"\n          session = fresh()\n          dispatch = makeDispatch(session, debug, options.trace)\n',
       '          if (!options.restartable) {\n            closeSession(session)\n            return "exit"\n          }\n          session.exiting = false\n',
     ),
     tests: ["tests/worker/inProcess.test.ts", "tests/worker/lifecycle.test.ts"],
@@ -145,7 +145,10 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "controller", behaviour: "a lost worker fails only the commands that need it (graph)",
     file: "src/controller/graph.ts",
-    edits: one("      if (!node.waiting.delete(rank)) continue\n", "      node.waiting.delete(rank)\n"),
+    edits: one(
+      "    for (const node of waited) {\n      node.waiting--\n      this.fail(node, failure(node), rank)\n",
+      "    for (const node of [...this.live.values()]) {\n      if (waited.includes(node)) node.waiting--\n      this.fail(node, failure(node), rank)\n",
+    ),
     tests: ["tests/faults/loss.test.ts", "tests/controller/supervision.test.ts"],
   },
   {
@@ -172,13 +175,13 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "controller", behaviour: "a collective's result on a rank depends on every member of its group",
     file: "src/controller/graph.ts",
-    edits: one("    if (node.exchange) for (const p of node.exchange.peers(rank)) if (node.ranks.includes(p)) push(node, p)\n", ""),
+    edits: one("    if (node.exchange) for (const p of node.exchange.peers(rank)) if (node.members.has(p)) push(node, p)\n", ""),
     tests: ["tests/faults/loss.test.ts"],
   },
   {
     area: "controller", behaviour: "a fetch waits only for the ranks its value depends on",
     file: "src/controller/graph.ts",
-    edits: one("      if (n.waiting.has(r) && (needs.get(r) ?? -1) < n.ident) needs.set(r, n.ident)\n", "      for (const w of n.waiting) if ((needs.get(w) ?? -1) < n.ident) needs.set(w, n.ident)\n"),
+    edits: one("      if (this.waitsOn(n, r) && (needs.get(r) ?? -1) < n.ident) needs.set(r, n.ident)\n", "      for (const w of n.ranks) if (this.waitsOn(n, w) && (needs.get(w) ?? -1) < n.ident) needs.set(w, n.ident)\n"),
     tests: ["tests/faults/loss.test.ts"],
   },
   {
@@ -208,7 +211,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "controller", behaviour: "a fetch asks every rank for Status, so it settles without the 1 s wait",
     file: "src/controller/core.ts",
-    edits: one("      this.statusWanted = true\n", ""),
+    edits: one("      // for the once-a-second Status.\n      this.statusWanted = true\n", "      // for the once-a-second Status.\n"),
     tests: ["tests/controller/core.test.ts", "tests/controller/controller.test.ts"],
   },
   {
@@ -384,20 +387,20 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   },
   {
     area: "protocol", behaviour: "SendTensor's fromRanks and toRanks must be the same length",
-    file: "src/protocol/codec.ts",
-    edits: one("if (fromRanks.length !== toRanks.length) throw new Invalid(", "if (false) throw new Invalid("),
+    file: "src/protocol/messages.ts",
+    edits: one("(m) => (m.fromRanks.length !== m.toRanks.length ?", "(m) => (false ?"),
     tests: ["tests/protocol/malformed.test.ts", "tests/protocol/codec.test.ts"],
   },
   {
     area: "protocol", behaviour: "a value nesting arrays deeper than MAX_DEPTH is refused",
-    file: "src/protocol/codec.ts",
-    edits: one("      if (Array.isArray(v)) {\n        if (depth > MAX_DEPTH) return failValue(`nesting deeper than ${MAX_DEPTH}`)\n", "      if (Array.isArray(v)) {\n"),
+    file: "src/protocol/validate.ts",
+    edits: one("      if (Array.isArray(v)) {\n        if (depth > MAX_DEPTH) return new ValueFailure(`nesting deeper than ${MAX_DEPTH}`)\n", "      if (Array.isArray(v)) {\n"),
     tests: ["tests/protocol/malformed.test.ts", "tests/protocol/codec.test.ts"],
   },
   {
     area: "protocol", behaviour: "a message for the other direction is refused",
     file: "src/protocol/codec.ts",
-    edits: one("  if (!direction.accepts(code as number)) throw new Invalid(", "  if (false) throw new Invalid("),
+    edits: one("  if (e.direction !== direction) throw new Invalid(", "  if (false) throw new Invalid("),
     tests: ["tests/protocol/malformed.test.ts", "tests/protocol/codec.test.ts"],
   },
   {
@@ -434,13 +437,13 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "11.2: split's pieces follow each other along the dim",
     file: "src/ops/kernels.ts",
-    edits: one("    at += out.shape[d]!\n  }\n}\n\n/** scaled_dot_product_attention", "  }\n}\n\n/** scaled_dot_product_attention"),
+    edits: one("{ start: (at += m.shape[d]!) - m.shape[d]!, length: m.shape[d]! }", "{ start: 0, length: m.shape[d]! }"),
     tests: ["tests/ops/parity.test.ts"],
   },
   {
     area: "worker", behaviour: "11.2: nll_loss leaves out ignore_index targets",
     file: "src/ops/kernels.ts",
-    edits: one("k.binaryScalar(\"ne\", valid, target, a.ignore_index, false, run.stream)\n  const safe", "k.binaryScalar(\"ne\", valid, target, -12345, false, run.stream)\n  const safe"),
+    edits: one("k.nllLoss(out!, a.input, a.target, a.weight, a.ignore_index,", "k.nllLoss(out!, a.input, a.target, a.weight, -12345,"),
     tests: ["tests/ops/parity.test.ts"],
   },
   {
@@ -589,5 +592,136 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     file: "src/ops/specs/nn.ts",
     edits: one("1 - s), s / classes)", "1 - s), s)"),
     tests: ["tests/autograd/gradcheck.test.ts"],
+  },
+
+  // ---- the C shim (an edit in c/: the copy builds its own build/) -------------------------
+  {
+    area: "worker", behaviour: "shim_binary refuses operands of two dtypes",
+    file: "c/common/checks.c",
+    edits: one("  if (a->dtype != b->dtype)\n    return shim_fail(SHIM_E_INVALID, \"shim_binary(%s): dtypes differ", "  if (0)\n    return shim_fail(SHIM_E_INVALID, \"shim_binary(%s): dtypes differ"),
+    tests: ["tests/shim/elementwise.test.ts"],
+  },
+
+  // ---- a sample of the newest code: views, kernels, recordings, checkpoints, optimizers, ---
+  // placements, the worker's collectives and the cpu shim
+  {
+    area: "worker", behaviour: "an index equal to the dim's size is refused (cpu gather/index_select/scatter/index_add)",
+    file: "c/cpu/strided.c",
+    edits: one("    if (ix[j] < 0 || ix[j] >= r)\n", "    if (ix[j] < 0 || ix[j] > r)\n"),
+    tests: ["tests/shim/threads.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a returned tensor of another dtype than declared is refused (ResultMismatch)",
+    file: "src/worker/handlers/calls.ts",
+    edits: one("if (d.dtype !== t.dtype || !sameShape(d.shape, t.shape))", "if (!sameShape(d.shape, t.shape))"),
+    tests: ["tests/worker/declared.test.ts", "tests/worker/inProcess.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a collective's input of another dtype than its factory joins with zeros and fails (InputMismatch)",
+    file: "src/worker/handlers/collectives.ts",
+    edits: one("if (tensor.dtype === factory.dtype && sameShape(tensor.shape, factory.shape))", "if (sameShape(tensor.shape, factory.shape))"),
+    tests: ["tests/worker/resources.test.ts", "tests/worker/collectives.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "tril/triu rows of a thread's range start at the right row of their matrix",
+    file: "c/cpu/indexing.c",
+    edits: one("for (int64_t r = begin, i = begin % j->rows; r < end;", "for (int64_t r = begin, i = 0; r < end;"),
+    tests: ["tests/shim/threads.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "rand and randn refuse a dtype that is not floating",
+    file: "src/ops/specs/creation.ts",
+    edits: one("({ size, dtype }, op) => [floatingDraw(op, { dtype, shape: size })]", "({ size, dtype }) => [{ dtype, shape: size }]"),
+    tests: ["tests/ops/creation.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "embedding's negative padding_idx counts from the end in its gradient",
+    file: "src/ops/specs/nn.ts",
+    edits: one("o.eq(ids, pad < 0 ? pad + rows : pad)", "o.eq(ids, pad)"),
+    tests: ["tests/autograd/gradcheck.test.ts", "tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "round with negative decimals rounds to tens",
+    file: "src/ops/kernels.ts",
+    edits: one("ten = 10 ** Math.abs(a.decimals)", "ten = 10 ** a.decimals"),
+    tests: ["tests/ops/parity.test.ts", "tests/ops/math.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "div with rounding_mode trunc rounds toward zero",
+    file: "src/ops/kernels.ts",
+    edits: one("  k.unary(\"trunc\", q, q, run.stream)\n  if (q !== out)", "  k.unary(\"floor\", q, q, run.stream)\n  if (q !== out)"),
+    tests: ["tests/ops/math.test.ts", "tests/ops/parity.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "clipGradNorm sums a sharded gradient's squares over the dims it is sharded on",
+    file: "src/optim/clip.ts",
+    edits: one("const sum = dims.length === 0 ? local :", "const sum = dims.length >= 0 ? local :"),
+    tests: ["tests/optim/clip.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "cosineDecay stays at minLr past its steps",
+    file: "src/optim/schedule.ts",
+    edits: one("Math.cos(Math.PI * Math.min(t, steps) / steps)", "Math.cos(Math.PI * t / steps)"),
+    tests: ["tests/optim/optim.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a commit removes the temporary directories of saves that never finished",
+    file: "src/checkpoint/files.ts",
+    edits: one("  for (const e of entries) if (e.name.startsWith(\".tmp-\")) rmSync(join(dir, e.name), { recursive: true, force: true })\n", ""),
+    tests: ["tests/checkpoint/save.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a replayed call counts as a use, so the recording evicted past maxRecordings is the one called least recently",
+    file: "src/controller/recording.ts",
+    edits: one("      found!.usedAt = ++clock\n", ""),
+    tests: ["tests/recordings/delete.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a one-element slice with a step is a view of its input",
+    file: "src/ops/specs/layout.ts",
+    edits: one("if ((length > 1 && step !== 1) || (outer !== 1 && length !== shape[d])) return undefined", "if (step !== 1 || (outer !== 1 && length !== shape[d])) return undefined"),
+    tests: ["tests/ops/views.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a replicated block is saved by its first holder only",
+    file: "src/controller/placement.ts",
+    edits: one("    if (d.kind === \"replicate\") first &&= coords[m] === 0\n", "    if (d.kind === \"replicate\") first &&= true\n"),
+    tests: ["tests/checkpoint/save.test.ts", "tests/checkpoint/export.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "all_to_all keeps the other dims' shards on the same tensor dim",
+    file: "src/controller/placement.ts",
+    edits: one("const shift = reduction === \"stack\" ? (scatter ? 0 : 1) : scatter ? -1 : 0", "const shift = reduction === \"stack\" ? 1 : scatter ? -1 : 0"),
+    tests: ["tests/gpt/placement.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a released handle collected later is not deleted or counted again",
+    file: "src/controller/handles.ts",
+    edits: one("    this.#released = true\n    this.#dropped!.done = true\n", "    this.#released = true\n"),
+    tests: ["tests/controller/lifetime.test.ts", "tests/controller/steps.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "transpose moves every byte of 8-byte elements",
+    file: "c/cpu/layout.c",
+    edits: one("    case 8: TRANSPOSE_TILES(8); break;", "    case 8: TRANSPOSE_TILES(4); break;"),
+    tests: ["tests/shim/linalg.test.ts", "tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a prepared add or sub with alpha other than 1 scales other",
+    file: "src/ops/kernels.ts",
+    edits: one("typeof a.other !== \"number\" || (a.alpha !== undefined && a.alpha !== 1)) return undefined", "typeof a.other !== \"number\") return undefined"),
+    tests: ["tests/recordings/worker.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "amsgrad's running maximum keeps a NaN (torch.maximum)",
+    file: "c/cpu/optim.c",
+    edits: one("second = (second > top || second != second) ? second : top; /* torch.maximum: NaN wins */         \\", "second = second > top ? second : top; /* torch.maximum: NaN wins */         \\"),
+    tests: ["tests/optim/optim.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a safetensors file with bytes after its last tensor is refused",
+    file: "src/checkpoint/format.ts",
+    edits: one("  if (dataStart + end < fileSize) throw bad(", "  if (false) throw bad("),
+    tests: ["tests/checkpoint/save.test.ts"],
   },
 ]

@@ -1,10 +1,10 @@
 // Save and load on a 2x2 mesh: sharded, replicated and per-rank tensors with numbers in the
 // tree; what is on disk (safetensors files, the manifest, LATEST); the snapshot taken at save;
-// a mesh of another shape, a corrupt, a truncated and a missing file refused naming it; paths
+// a mesh of another shape, a corrupt, a truncated, an overlong and a missing file refused naming it; paths
 // out of the root refused.
 import { afterAll, describe, expect, test } from "bun:test"
 import { Effect } from "effect"
-import { mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs"
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { Controller, eager, load, opsOn, perRank, save, shard, type HostTensor, type Mesh, type RemoteTensor, type State } from "../../src/controller/index.ts"
@@ -36,7 +36,7 @@ const makeState = (mesh: Mesh) => Effect.gen(function* () {
 })
 
 describe("save and load on a 2x2 mesh", () => {
-  test("round trip: every rank gets back the block it held; numbers come back; the files are safetensors", async () => {
+  test("round trip: every rank gets back the block it held; numbers come back; the files are safetensors; a commit prunes older versions and unfinished saves", async () => {
     await run((mesh) => Effect.gen(function* () {
       const state = yield* makeState(mesh)
       const ts = [state.params.w, state.params.row, state.col, state.rng.tensor]
@@ -67,7 +67,10 @@ describe("save and load on a 2x2 mesh", () => {
       expect([s.step, s.lr, s.name]).toEqual([12, 0.5, "run"])
       expect(s.col.placement).toEqual(state.col.placement)
       expect(yield* values(mesh, [s.params.w, s.params.row, s.col, s.rng.tensor])).toEqual(before)
-      // Saving the loaded tree again with keep 1 leaves only the new version beside LATEST.
+      // Saving the loaded tree again with keep 1 leaves only the new version beside LATEST: the
+      // older version goes, and so does the temporary directory a save that never finished left.
+      mkdirSync(join(dir, ".tmp-unfinished"))
+      writeFileSync(join(dir, ".tmp-unfinished", "rank-0.safetensors"), "partial")
       const again = yield* Effect.flatMap(save(mesh, loaded.state, "a", { keep: 1 }), (p) => p.durable)
       expect(readdirSync(dir).sort()).toEqual(["LATEST", again.version])
     }))
@@ -96,7 +99,7 @@ describe("every rank's generator state", () => {
 })
 
 describe("what load refuses", () => {
-  test("a mesh of another shape, a flipped byte, a truncated file, a missing file: each a CheckpointError naming it", async () => {
+  test("a mesh of another shape, a flipped byte, a truncated file, bytes past the data, a missing file: each a CheckpointError naming it", async () => {
     await run((mesh) => Effect.gen(function* () {
       const state = yield* makeState(mesh)
       const { version } = yield* Effect.flatMap(save(mesh, state, "b"), (p) => p.durable)
@@ -114,6 +117,8 @@ describe("what load refuses", () => {
 
       writeFileSync(file, good.subarray(0, good.length - 100))
       expect(yield* failure(load(mesh, "b"))).toMatch(/^CheckpointError: CheckpointCorrupt: .*rank-1\.safetensors: .*truncated/)
+      writeFileSync(file, Buffer.concat([good, Buffer.from([1, 2, 3])]))
+      expect(yield* failure(load(mesh, "b"))).toMatch(/^CheckpointError: CheckpointCorrupt: .*rank-1\.safetensors: 3 bytes after the last tensor's data/)
       writeFileSync(file, Buffer.concat([Buffer.from([0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]), good.subarray(8)]))
       expect(yield* failure(load(mesh, "b"))).toMatch(/^CheckpointError: CheckpointCorrupt: .*rank-1\.safetensors: header length \d+ (is over|runs past)/)
       rmSync(file)
@@ -132,9 +137,16 @@ describe("what load refuses", () => {
       const state = { w: yield* eager(() => opsOn(mesh).ones([2])) }
       const outside = mkdtempSync(join(tmpdir(), "monarch-outside-"))
       symlinkSync(outside, join(ROOT, "link"))
-      for (const dir of ["../escape", "/tmp/abs", "a/../../escape", "link/run"]) {
+      // Each refused for its own reason (a path with ".." is not blamed on a symlink).
+      const refused: ReadonlyArray<readonly [string, string]> = [
+        ["../escape", "leads out of the checkpoint root"],
+        ["/tmp/abs", "is absolute"],
+        ["a/../../escape", "leads out of the checkpoint root"],
+        ["link/run", "passes a symlink that leads out"],
+      ]
+      for (const [dir, why] of refused) {
         const f = yield* Effect.flip(Effect.flatMap(save(mesh, state, dir), (p) => p.durable))
-        expect(`${f._tag}: ${f.message}`).toMatch(/^CheckpointError: CheckpointPathError: checkpoint path ".*" (is absolute|leads out of the checkpoint root|passes a symlink that leads out)/)
+        expect(`${f._tag}: ${f.message}`, `the refusal of "${dir}"`).toMatch(new RegExp(`^CheckpointError: CheckpointPathError: checkpoint path "[^"]*" ${why}`))
       }
       expect(readdirSync(join(ROOT, "..")).includes("escape")).toBe(false)
       expect(readdirSync(outside)).toEqual([])

@@ -121,6 +121,21 @@ describe("a loss and the results that do not need the lost rank", () => {
     const outcome = await fetched
     expect(Result.isSuccess(outcome) ? outcome.success : outcome.failure, "a loss failed a result in flight on a mesh that does not include the lost rank").toEqual([42])
   })
+
+  test("a collective rank 1 had passed before it was lost does not fail there: rank 0's result of it completes", async () => {
+    const core = new Core({ world: 2, captureSites: false })
+    core.admit(link(0))
+    core.admit(link(1))
+    const reduce = core.command([0, 1], "reduce sum over x", [], [4], undefined, (ident) => ({ _tag: "RequestStatus", ident }), { peers: () => [0, 1], reads: () => true })
+    const fetched = Effect.runPromise(Effect.result(core.fetch([0], [4], "fetch on rank 0", undefined, (ident) => ({ _tag: "RequestStatus", ident }))))
+    core.onMessage(1, { _tag: "Status", firstUncompletedIdent: reduce.ident + 1 })
+    core.onExit({ rank: 1, status: 137, signal: "SIGKILL" })
+    expect(core.graph.failureAt(reduce, [0]), "a loss failed a collective the lost rank had already passed").toBeUndefined()
+    core.onMessage(0, { _tag: "FetchResult", ident: reduce.ident + 1, value: 6 })
+    core.onMessage(0, { _tag: "Status", firstUncompletedIdent: reduce.ident + 2 })
+    const outcome = await fetched
+    expect(Result.isSuccess(outcome) ? outcome.success : outcome.failure, "a loss failed rank 0's result of a collective rank 1 had completed").toEqual([6])
+  })
 })
 
 describe("a fetch waits only for the ranks its value depends on (rank 1 silent, as if stopped)", () => {
@@ -137,6 +152,20 @@ describe("a fetch waits only for the ranks its value depends on (rank 1 silent, 
     core.onMessage(0, { _tag: "Status", firstUncompletedIdent: made.ident + 2 })
     const outcome = await Promise.race([fetched, Bun.sleep(100).then(() => "still waiting for rank 1")])
     expect(outcome, "a fetch of rank 0's own value waited for rank 1").toEqual([5])
+  })
+
+  test("rank 0's result of a rank-local command that reads a collective: answered once rank 1 has passed the collective, not the rank-local command", async () => {
+    const core = new Core({ world: 2, captureSites: false })
+    core.admit(link(0))
+    core.admit(link(1))
+    const reduce = core.command([0, 1], "reduce sum over x", [], [3], undefined, (ident) => ({ _tag: "RequestStatus", ident }), both)
+    const made = core.command([0, 1], "add one on both", [3], [4], undefined, (ident) => ({ _tag: "RequestStatus", ident }))
+    const fetched = Effect.runPromise(core.fetch([0], [4], "fetch", undefined, (ident) => ({ _tag: "RequestStatus", ident })))
+    core.onMessage(1, { _tag: "Status", firstUncompletedIdent: reduce.ident + 1 })
+    core.onMessage(0, { _tag: "FetchResult", ident: made.ident + 1, value: 5 })
+    core.onMessage(0, { _tag: "Status", firstUncompletedIdent: made.ident + 2 })
+    const outcome = await Promise.race([fetched, Bun.sleep(100).then(() => "still waiting for rank 1 to pass its own rank-local command")])
+    expect(outcome, "a fetch of rank 0's value waited for rank 1's share of a rank-local command").toEqual([5])
   })
 
   test("rank 0's result of a collective with rank 1 waits for rank 1; with a deadline it fails naming rank 1", async () => {

@@ -43,7 +43,7 @@ describe("placements", () => {
     expect(w.placement.tp).toEqual(shard(0))
   })
 
-  test("collectives carry placements: all_reduce replicates, all_gather stacks, reduce_scatter shards dim 0", async () => {
+  test("collectives carry placements: all_reduce replicates, all_gather stacks, reduce_scatter shards dim 0, all_to_all keeps the other dims' shards where they are", async () => {
     const x = (await run(mesh.call("ops.ones", [[2, 3]]))).place({ dp: shard(1), tp: partial })
     const summed = await run(mesh.reduce(x, "tp", "sum"))
     expect(summed.placement).toEqual({ dp: shard(1), tp: replicate })
@@ -59,6 +59,9 @@ describe("placements", () => {
     expect((await run(row!.reduce(x, "tp", "sum"))).placement).toEqual({ tp: replicate })
     const both = await run(mesh.reduce(x, ["dp", "tp"], "avg"))
     expect(both.placement).toEqual({ dp: replicate, tp: replicate })
+    // all_to_all (stack with scatter) keeps the tensor's rank: dp's shard stays on dim 1.
+    const spread = (await run(mesh.call("ops.ones", [[2, 3]]))).place({ dp: shard(1) })
+    expect((await run(mesh.reduce(spread, "tp", "stack", { scatter: true }))).placement).toEqual({ dp: shard(1), tp: shard(0) })
     const stated = await run(mesh.reduce(x, "tp", "stack", { scatter: true, placement: { tp: shard(1) } }))
     expect(stated.placement).toEqual({ dp: replicate, tp: shard(1) })
   })

@@ -46,6 +46,8 @@ interface Case {
   readonly skip?: (s: number, i: number) => boolean
   /** Each group's lr at step s (a schedule), else the options'. */
   readonly lrs?: (s: number) => number[]
+  /** A gradient whose first element is NaN. */
+  readonly nanGrad?: { readonly step: number; readonly param: number }
 }
 const one = (name: string, optimizer: Case["optimizer"], dtype: Float, options: Record<string, unknown>, steps = 5): Case =>
   ({ name, optimizer, dtype, shapes: [[3, 4], [5], []], groups: [{ params: [0, 1, 2], options }], steps })
@@ -77,6 +79,8 @@ const CASES: Case[] = [
     groups: [{ params: [0], options: { lr: 0.1, momentum: 0.9 } }, { params: [1], options: { lr: 0.2, momentum: 0.5, dampening: 0.5 } }],
     skip: (s, i) => i === 1 && s < 2,
   },
+  // amsgrad's running maximum is torch.maximum's: a NaN in exp_avg_sq wins and stays in max_exp_avg_sq.
+  { ...one("AdamW amsgrad with a NaN gradient at step 1 f32", "AdamW", "f32", { lr: 0.02, amsgrad: true }, 3), nanGrad: { step: 1, param: 1 } },
 ]
 
 const numbersOf = (v: unknown): number[] => [...(v as HostTensor).toArray()].map(Number)
@@ -115,6 +119,7 @@ describeUnless(missing)("optimizers against torch.optim 1.13", () => {
     test(cs.name, async () => {
       const init = cs.shapes.map((s) => tensor(cs.dtype, s))
       const grads = Array.from({ length: cs.steps }, (_, s) => cs.shapes.map((shape, i) => (cs.skip?.(s, i) ? null : tensor(cs.dtype, shape, 2))))
+      if (cs.nanGrad) grads[cs.nanGrad.step]![cs.nanGrad.param]!.data[0] = NaN
       const want = torch.ask(id, {
         kind: "optimizer", optimizer: cs.optimizer, params: init,
         groups: cs.groups.map((g) => ({ params: g.params, ...torchOptions(g.options) })),

@@ -17,7 +17,8 @@ DTYPES = {"f32": torch.float32, "f64": torch.float64}
 
 
 def decode(v):
-    return torch.tensor(v["data"], dtype=torch.float64).to(DTYPES[v["t"]]).reshape(v["shape"])
+    # float() reads the strings non-finite numbers come as ("NaN", "Infinity", "-Infinity").
+    return torch.tensor([float(x) for x in v["data"]], dtype=torch.float64).to(DTYPES[v["t"]]).reshape(v["shape"])
 
 
 def data(t):

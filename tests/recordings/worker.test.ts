@@ -5,7 +5,7 @@
 // calls after are refused, deleting one it does not hold is refused, and defining and deleting
 // 1,000 leaves the worker as it was. A built-in prepared on a call's first run of it (prepared.ts)
 // runs that way only while its inputs are as prepared: another shape or dtype, a poisoned input, or a
-// kernel failure on later calls give what they give outside a recording.
+// kernel failure on later calls give what they give outside a recording; so does add's alpha.
 import { afterEach, beforeEach, describe, expect, test } from "bun:test"
 import { liveTensorBytes } from "../../ffi/tensor.ts"
 import type { CallRecording, DefineRecording } from "../../src/protocol/messages.ts"
@@ -160,6 +160,21 @@ describe("recordings on a worker", () => {
     expect(await fetched(14, 12)).toEqual({ dtype: "i32", values: [9, 11] })
     expect(await fetched(15, 13)).toEqual({ dtype: "f64", values: [3.5, 2e300 + 3] })
     expect(await fetched(13, 14)).toEqual({ dtype: "f32", values: [6, 8] })
+    expect(problems()).toEqual([])
+  })
+
+  test("a prepared add and sub with a number and alpha other than 1 scale the number on every call, as outside a recording", async () => {
+    await w.dispatch(call(0, [10], "ops.ones", [[2]]))
+    // y = (x + 3 * 1) - 0.5 * 2
+    await w.dispatch({
+      _tag: "DefineRecording", recording: 2, idents: 2, formals: [100], params: [], results: [102],
+      commands: [call(0, [101], "ops.add", [ref(100), 1], { kwargs: { alpha: 3 } }), call(1, [102], "ops.sub", [ref(101), 2], { kwargs: { alpha: 0.5 } })],
+    })
+    const scaled = (ident: number, result: number): CallRecording => ({ _tag: "CallRecording", ident, recording: 2, results: [ref(result)], actuals: [ref(10)], params: [] })
+    await w.dispatch(scaled(1, 11))
+    await w.dispatch(scaled(3, 12))
+    await w.dispatch(scaled(5, 13))
+    expect([await value(11, 7), await value(12, 8), await value(13, 9)], "a prepared call dropped alpha").toEqual([[3, 3], [3, 3], [3, 3]])
     expect(problems()).toEqual([])
   })
 

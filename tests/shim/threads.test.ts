@@ -30,9 +30,11 @@ describeUnless(why)("cpu threads", () => {
     for (const n of [0, -1, 65]) expectShimError(() => native.setThreads(n), "Invalid", /shim_set_threads: -?\d+ threads, not 1 to 64/)
   })
 
-  test("unary, binary (full, scalar and repeating), reductions, softmax, layer_norm, index_select and strided copies give the same bits at 2 threads", () => {
+  test("unary, binary (full, scalar and repeating), reductions, softmax, layer_norm, index_select, tril/triu and strided copies give the same bits at 2 threads", () => {
     const x = tensor("f32", [N / 300, 300], values(N, 1)), y = tensor("f32", [N / 300, 300], values(N, 2)), bias = tensor("f32", [300], values(300, 3))
     const w = tensor("f32", [300], values(300, 4)), ids = tensor("i64", [5000], Array.from({ length: 5000 }, (_, i) => (i * 7) % 1000))
+    // 7-row matrices: a thread's rows start inside one of them (1001 rows in two parts).
+    const sevens = tensor("f32", [143, 7, 300], values(143 * 7 * 300, 5))
     const out = () => empty("f32", [N / 300, 300])
     const cases: Array<[string, () => Tensor]> = [
       ["exp", () => { const o = out(); ops.unary("exp", o, x); return o }],
@@ -44,6 +46,8 @@ describeUnless(why)("cpu threads", () => {
       ["log_softmax", () => { const o = out(); ops.softmax(o, x, 1, true); return o }],
       ["layer_norm", () => { const o = out(); ops.layerNorm(o, x, w, bias, 300, 1e-5); return o }],
       ["index_select", () => { const o = empty("f32", [5000, 300]); ops.indexSelect(o, x, 0, ids); return o }],
+      ["tril", () => { const o = empty("f32", [143, 7, 300]); ops.triangle(o, sevens, 1, false); return o }],
+      ["triu", () => { const o = empty("f32", [143, 7, 300]); ops.triangle(o, sevens, -2, true); return o }],
       // a transpose (a strided run per row) and one half of a cat (contiguous runs), from a row offset
       ["copy_strided transpose", () => { const o = empty("f32", [300, N / 300]); ops.copyStrided(o, { offset: 0, strides: [N / 300, 1] }, x, { offset: 0, strides: [1, 300] }, [300, N / 300]); return o }],
       ["copy_strided cat half", () => {

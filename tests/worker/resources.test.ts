@@ -105,11 +105,16 @@ describe("what a command allocates is held or freed", () => {
     }
   })
 
-  test("SendTensor to oneself, with a good, a poisoned and an unknown input, and one other than its factory", async () => {
+  test("SendTensor to oneself, with a good, a poisoned and an unknown input, and one other than its factory (in shape, in dtype)", async () => {
     expect(await run(send(ident++, 40, one, one, T, factory([2])))).toEqual([])
     expect(await run(send(ident++, 41, one, one, BAD, factory([2])))).toEqual([])
     expect(await run(send(ident++, 42, one, one, 999, factory([2])))).toEqual(["RemoteFunctionFailed UnknownRef"])
     expect(await run(send(ident++, 43, one, one, T, factory([3])))).toEqual(["RemoteFunctionFailed InputMismatch"])
+    expect(await run(send(ident++, 44, one, one, T, factory([2], "f64"))), "an input of the factory's shape but another dtype was sent as it is").toEqual(["RemoteFunctionFailed InputMismatch"])
+  })
+
+  test("a Reduce whose input has its factory's shape but another dtype joins with zeros and fails with InputMismatch", async () => {
+    expect(await run(reduce(ident++, 45, T, MESH, ["x"], "sum", factory([2], "f64"))), "an input of another dtype than the factory joined the collective").toEqual(["RemoteFunctionFailed InputMismatch"])
   })
 
   test("a borrow dropped after its stream was deleted still destroys its event", async () => {
