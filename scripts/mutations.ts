@@ -261,6 +261,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("+ b[at + 3]! * 0x100_0000", "+ b[at + 3]! * 0x10_0000"),
     tests: ["tests/protocol/codec.test.ts"],
   },
+  {
+    area: "protocol", behaviour: "the store checks a MULTI_GET reply's size against its bound before building it",
+    file: "src/store/server.ts",
+    edits: one("new Writer(replyRoom(values.reduce((n, v) => n + v.byteLength + 8, 0)))", "new Writer(values.reduce((n, v) => n + v.byteLength + 8, 0))"),
+    tests: ["tests/security/preAuth.test.ts"],
+  },
   // ---- ops of issue 11.2 (behaviours say "11.2": --only 11.2) -----------------------------
   {
     area: "worker", behaviour: "11.2: each rank draws its own stream unless asked for a shared one",
