@@ -135,6 +135,18 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/worker/lifecycle.test.ts"],
   },
 
+  {
+    area: "worker", behaviour: "an ident past MAX_IDENT is refused, so every Status stays sendable",
+    file: "src/protocol/fields.ts",
+    edits: one("  if (n > MAX_IDENT) throw new Invalid(where,", "  if (false) throw new Invalid(where,"),
+    tests: ["tests/worker/idents.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a CallRecording whose idents end past 2^53 - 1 is refused",
+    file: "src/worker/handlers/recordings.ts",
+    edits: one("if (m.ident + define.idents > Number.MAX_SAFE_INTEGER)", "if (false)"),
+    tests: ["tests/worker/idents.test.ts"],
+  },
   // ---- controller -------------------------------------------------------------------------
   {
     area: "controller", behaviour: "a lost worker fails only the commands that need it (graph)",

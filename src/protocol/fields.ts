@@ -34,6 +34,19 @@ export const optional = <T>(f: Field<T>): Field<T> & { readonly optional: true }
 const either = <T>(wire: string, check: (v: unknown, where: string, depth: number) => T): Field<T> => ({ wire, decode: check, encode: check })
 
 export const uintField = either("uint", uint)
+
+/**
+ * The largest ident a command may carry: a worker answers `Status(ident + 1)`, which must still
+ * be a uint; a worker refuses (ProtocolError) any ident it could not answer.
+ */
+export const MAX_IDENT = Number.MAX_SAFE_INTEGER - 1
+
+/** A command's ident: a uint up to MAX_IDENT. */
+export const identField = either("ident", (v, where): number => {
+  const n = uint(v, where)
+  if (n > MAX_IDENT) throw new Invalid(where, `ident ${n} is over ${MAX_IDENT}: the Status after it (ident + 1) could not be sent`)
+  return n
+})
 export const boolField = either("bool", bool)
 export const refField = either("Ref", ref)
 export const refList = either("[Ref]", refs)

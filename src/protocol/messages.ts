@@ -7,7 +7,7 @@
  * these tables.
  */
 import {
-  anyValue, boolField, choice, commandList, errorField, factoryField, metaList, ndsliceField, optional, refField, refList, strField, strList, strOrNil, uintField,
+  anyValue, boolField, choice, commandList, errorField, factoryField, identField, metaList, ndsliceField, optional, refField, refList, strField, strList, strOrNil, uintField,
   uintList, valueList, valueMap, type Field,
 } from "./fields.ts"
 import type { HostTensor, Ref } from "./values.ts"
@@ -83,7 +83,7 @@ export const WORKER_MESSAGES = {
    */
   CallFunction: message(3, [
     // The command's sequence number; failures and Status are reported against it.
-    ["ident", uintField],
+    ["ident", identField],
     ["results", refList],
     // Inputs the function changes in place: poisoned too when it fails.
     ["mutates", refList],
@@ -97,7 +97,7 @@ export const WORKER_MESSAGES = {
   ], (m) => (m.declared !== undefined && m.declared.length !== m.results.length ? ["declared", `${m.declared.length} declarations for ${m.results.length} results`] : undefined)),
   /** Looks up `object`, applies `function` when given, and answers FetchResult(ident, value). */
   FetchValue: message(4, [
-    ["ident", uintField],
+    ["ident", identField],
     ["mutates", refList],
     // Same forms as CallFunction.function; nil sends the value itself.
     ["function", strOrNil],
@@ -105,7 +105,7 @@ export const WORKER_MESSAGES = {
     ["stream", refField],
   ]),
   /** Everything up to `ident` has been sent: the worker answers Status(ident + 1) now, if that advances it. */
-  RequestStatus: message(5, [["ident", uintField]]),
+  RequestStatus: message(5, [["ident", identField]]),
   /** Ends the command loop (in restartable mode: starts a fresh state and sends Restarted). */
   Exit: message(6, []),
   /** Commands run in order, as if sent one by one. */
@@ -130,7 +130,7 @@ export const WORKER_MESSAGES = {
    */
   Reduce: message(13, [
     // Failures of the collective itself are reported against it (not in the Python seed).
-    ["ident", uintField],
+    ["ident", identField],
     ["result", refField],
     ["tensor", refField],
     ["factory", factoryField],
@@ -149,7 +149,7 @@ export const WORKER_MESSAGES = {
    * copy. A poisoned input is sent as `factory` zeros.
    */
   SendTensor: message(14, [
-    ["ident", uintField],
+    ["ident", identField],
     ["result", refField],
     ["fromRanks", ndsliceField],
     ["toRanks", ndsliceField],
@@ -178,7 +178,7 @@ export const WORKER_MESSAGES = {
    * poisoned). Its temporaries are freed when it ends.
    */
   CallRecording: message(16, [
-    ["ident", uintField],
+    ["ident", identField],
     ["recording", uintField],
     ["results", refList],
     ["actuals", refList],
@@ -198,7 +198,7 @@ export const WORKER_MESSAGES = {
    * completes at once.
    */
   SaveShards: message(40, [
-    ["ident", uintField],
+    ["ident", identField],
     ["dir", strField, "the version's temporary directory"],
     ["tensors", refList],
     // The tensors' names in the file, one per tensor.
@@ -213,7 +213,7 @@ export const WORKER_MESSAGES = {
    * answers FetchResult(ident, null).
    */
   CommitCheckpoint: message(41, [
-    ["ident", uintField],
+    ["ident", identField],
     ["dir", strField],
     ["tmp", strField],
     ["version", strField],
@@ -224,13 +224,13 @@ export const WORKER_MESSAGES = {
    * Answers FetchResult(ident, `{ version, manifest }`) for a checkpoint directory (the version
    * LATEST names unless `version` is given), or `{ header }` (JSON) for a `.safetensors` file.
    */
-  ReadCheckpoint: message(42, [["ident", uintField], ["path", strField], ["version", strOrNil]]),
+  ReadCheckpoint: message(42, [["ident", identField], ["path", strField], ["version", strOrNil]]),
   /**
    * Defines each of `results` from a block of a tensor in a safetensors file: `sources[i]` lists,
    * per rank, `[rank, file, key, offsets, shape, hash or nil]`; this rank reads its own entry.
    */
   LoadShards: message(43, [
-    ["ident", uintField],
+    ["ident", identField],
     ["results", refList],
     ["sources", valueList<Value>(), "per result: [[rank, file, key, [uint], [uint], str or nil]]"],
     ["stream", refField],

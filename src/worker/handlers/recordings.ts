@@ -47,6 +47,9 @@ export const callRecording = (s: Session, dispatch: (m: WorkerMessage) => Effect
     const { define, scratch, prepared } = recording
     if (m.actuals.length !== define.formals.length || m.params.length !== define.params.length || m.results.length !== define.results.length)
       return reject(s, `CallRecording ${m.ident}: ${m.actuals.length} actuals, ${m.params.length} params and ${m.results.length} results for recording ${m.recording}'s ${define.formals.length}, ${define.params.length} and ${define.results.length}`)
+    // Its last command's Status is ident + idents: a call it could not send is refused.
+    if (m.ident + define.idents > Number.MAX_SAFE_INTEGER)
+      return reject(s, `CallRecording ${m.ident}: recording ${m.recording} takes ${define.idents} idents, which would end past ${Number.MAX_SAFE_INTEGER}: the Status after it could not be sent`)
     // An unknown actual leaves its formal undefined: the commands reading it fail as they would.
     for (let i = 0; i < m.actuals.length; i++) s.env.alias(define.formals[i]!, m.actuals[i]!.id)
     for (let i = 0; i < m.params.length; i++) s.env.define(new Ref(define.params[i]!), m.params[i])
