@@ -221,6 +221,7 @@ export class Core {
         return this.options.onProblem?.(`rank ${rank} refused a command: ${msg.message}`)
       case "Restarted":
       case "WorkerHello":
+      case "WorkerChallenge":
         return
     }
   }

@@ -9,7 +9,7 @@ import type { DecodeContext, EncodeContext } from "./context.ts"
 import { DEVICES } from "./ext.ts"
 import { NDSlice } from "./ndslice.ts"
 import {
-  array, bool, Check, errorPayload, Invalid, isMap, MAX_NDIM, mismatch, oneOf, ref, refs, shapeProblem, str, strs, uint, uints, value, wellFormed,
+  array, bool, Check, copyOf, errorPayload, Invalid, isMap, MAX_NDIM, mismatch, oneOf, ref, refs, shapeProblem, str, strs, uint, uints, value, wellFormed,
 } from "./validate.ts"
 import { DTYPES, TensorFactory } from "./values.ts"
 
@@ -52,6 +52,16 @@ export const refField = either("Ref", ref)
 export const refList = either("[Ref]", refs)
 export const uintList = either("[uint]", uints)
 export const errorField = either("ErrorPayload", errorPayload)
+
+/** Exactly `length` bytes (a handshake's nonce or proof); copied out of a borrowed frame. */
+export const bytesField = (length: number): Field<Uint8Array> => {
+  const check = (v: unknown, where: string): Uint8Array => {
+    if (!(v instanceof Uint8Array)) throw mismatch(where, "bin", v)
+    if (v.byteLength !== length) throw new Invalid(where, `${v.byteLength} bytes, expected ${length}`)
+    return v
+  }
+  return { wire: `bin (${length} bytes)`, decode: (v, where, _depth, ctx) => (ctx.copyBytes ? copyOf(check(v, where)) : check(v, where)), encode: check }
+}
 
 export const strField: Field<string> = { wire: "str", decode: str, encode: (v, where) => wellFormed(str(v, where), where) }
 

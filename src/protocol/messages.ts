@@ -7,10 +7,16 @@
  * these tables.
  */
 import {
-  anyValue, boolField, choice, commandList, errorField, factoryField, identField, metaList, ndsliceField, optional, refField, refList, strField, strList, strOrNil, uintField,
+  anyValue, boolField, bytesField, choice, commandList, errorField, factoryField, identField, metaList, ndsliceField, optional, refField, refList, strField, strList, strOrNil, uintField,
   uintList, valueList, valueMap, type Field,
 } from "./fields.ts"
 import type { HostTensor, Ref } from "./values.ts"
+
+/** The handshake's nonces and proofs (HMAC-SHA256), src/net/handshake.ts. */
+export const NONCE_BYTES = 32
+export const PROOF_BYTES = 32
+const nonceField = bytesField(NONCE_BYTES)
+const proofField = bytesField(PROOF_BYTES)
 
 /**
  * Argument and result trees: plain msgpack data with Refs (looked up on the worker) and
@@ -190,6 +196,11 @@ export const WORKER_MESSAGES = {
    */
   DeleteRecording: message(17, [["recording", uintField]]),
   /**
+   * The handshake's second message, the answer to WorkerChallenge: the controller's nonce, and
+   * its proof that it holds the job token (src/net/handshake.ts). Anywhere else it is refused.
+   */
+  ControllerProof: message(18, [["nonce", nonceField], ["proof", proofField, "HMAC-SHA256 keyed by the job token"]]),
+  /**
    * Checkpoints (codes 40..43; paths are relative to the worker's checkpoint root, which it never
    * writes or reads outside of). Copies `tensors` to host memory now, a snapshot later commands
    * cannot change, then writes those whose `writers` list this rank as
@@ -242,13 +253,16 @@ export const RECORDABLE = ["CallFunction", "Reduce", "SendTensor", "BorrowCreate
 
 /** Worker -> controller: codes 64 and up, so a message sent the wrong way is refused by code alone. */
 export const CONTROLLER_MESSAGES = {
-  /** The first message on a worker's link: who it is, and the job token it was given. */
+  /**
+   * The handshake's last message, once the controller proved it holds the job token: who the
+   * worker is, and its own proof (src/net/handshake.ts); a controller refuses a link without
+   * the right one. rank and world are the challenge's.
+   */
   WorkerHello: message(64, [
     ["rank", uintField],
     ["world", uintField],
     ["pid", uintField],
-    // The job's shared secret; a controller refuses a link without the right one.
-    ["token", strField],
+    ["proof", proofField, "HMAC-SHA256 keyed by the job token"],
     ["device", strField],
   ]),
   /** Every command with an ident below `firstUncompletedIdent` has completed on this worker. */
@@ -260,6 +274,8 @@ export const CONTROLLER_MESSAGES = {
   Restarted: message(68, [["restarts", uintField, "Exits on this connection, this one included"]]),
   /** A frame or command the worker could not accept; it goes on with the next one. */
   ProtocolError: message(69, [["message", strField]]),
+  /** The first message on a worker's link: which rank it is, and a fresh nonce for the controller's proof. */
+  WorkerChallenge: message(70, [["rank", uintField], ["world", uintField], ["nonce", nonceField]]),
 } as const
 
 export const MESSAGES = { ...WORKER_MESSAGES, ...CONTROLLER_MESSAGES }
@@ -291,7 +307,9 @@ export type SaveShards = MessageOf<"SaveShards">
 export type CommitCheckpoint = MessageOf<"CommitCheckpoint">
 export type ReadCheckpoint = MessageOf<"ReadCheckpoint">
 export type LoadShards = MessageOf<"LoadShards">
+export type ControllerProof = MessageOf<"ControllerProof">
 export type WorkerHello = MessageOf<"WorkerHello">
+export type WorkerChallenge = MessageOf<"WorkerChallenge">
 export type Status = MessageOf<"Status">
 export type FetchResult = MessageOf<"FetchResult">
 export type RemoteFunctionFailed = MessageOf<"RemoteFunctionFailed">

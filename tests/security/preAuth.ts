@@ -8,12 +8,11 @@
 import type { Socket } from "bun"
 import { Effect, Exit, Scope } from "effect"
 import { listen, MAX_HELLO_BYTES, MAX_PENDING_CONNECTIONS } from "../../src/controller/listener.ts"
-import { encodeMessage } from "../../src/protocol/codec.ts"
 import { eventually } from "../fuzz/controllerRig.ts"
 import { settledRss } from "./closedDoor.ts"
 import { watchAllocations } from "../fuzz/frameLength.ts"
 import { peakRssKiB, rssKiB } from "../fuzz/proc.ts"
-import { frame, lengthPrefix, RawPeer } from "../fuzz/rawPeer.ts"
+import { lengthPrefix, RawPeer, workerHandshake } from "../fuzz/rawPeer.ts"
 import { ENTRY_OVERHEAD_BYTES, MAX_BUFFERED_BYTES, MAX_STORED_BYTES, startServer, type ServerOptions } from "../../src/store/server.ts"
 import { type Request, VALIDATION_MAGIC, Writer, writeRequest } from "../../src/store/wire.ts"
 
@@ -106,10 +105,8 @@ export const checkPendingFlood = async (opened = MAX_PENDING_CONNECTIONS + 36, l
     await Bun.sleep(100)
     const open = peers.filter((p) => !p.closed).length
     const newestKept = peers.slice(opened - Math.min(opened, max)).every((p) => !p.closed)
-    const hello = encodeMessage({ _tag: "WorkerHello", rank: 0, world: 1, pid: 1, token: "pre-auth-token", device: "cpu" })
-    if (hello._tag === "Failure") throw new Error(hello.failure.message)
     const worker = await RawPeer.connect(address)
-    worker.write(frame(hello.success))
+    await workerHandshake(worker, { token: "pre-auth-token", rank: 0, world: 1 })
     const helloAdmitted = await eventually(() => admitted() === 1, 2000) && !worker.closed
     for (const p of [...peers, worker]) p.end()
     return { opened, limit: max, open, newestKept, evictions: problems.filter((p) => p.startsWith("closed the oldest of")).length, helloAdmitted }
