@@ -147,6 +147,18 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("if (m.ident + define.idents > Number.MAX_SAFE_INTEGER)", "if (false)"),
     tests: ["tests/worker/idents.test.ts"],
   },
+  {
+    area: "worker", behaviour: "a worker refuses a DefineRecording past MONARCH_MAX_RECORDINGS",
+    file: "src/worker/handlers/recordings.ts",
+    edits: one("if (replaced === undefined && s.recordings.size >= recordings)", "if (false)"),
+    tests: ["tests/worker/recordingLimits.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a worker refuses a DefineRecording past MONARCH_MAX_RECORDED_COMMANDS",
+    file: "src/worker/handlers/recordings.ts",
+    edits: one("  if (held > commands)\n", "  if (false)\n"),
+    tests: ["tests/worker/recordingLimits.test.ts"],
+  },
   // ---- controller -------------------------------------------------------------------------
   {
     area: "controller", behaviour: "a lost worker fails only the commands that need it (graph)",
@@ -258,6 +270,19 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     file: "src/controller/core.ts",
     edits: one("      if (waitingMs < after) break\n", "      if (waitingMs < 2 * after) break\n"),
     tests: ["tests/controller/controller.test.ts"],
+  },
+
+  {
+    area: "controller", behaviour: "the controller deletes the recordings called least recently before a worker's bound",
+    file: "src/controller/recordingBudget.ts",
+    edits: one("while (this.held.size >= this.limits.recordings || this.commands + commands > this.limits.commands) {", "while (false) {"),
+    tests: ["tests/recordings/budget.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a call marks its recording as used, so the one called least recently goes first",
+    file: "src/controller/recording.ts",
+    edits: one("  core.recordings.touch(recording.id)\n", ""),
+    tests: ["tests/recordings/budget.test.ts"],
   },
 
   // ---- protocol ---------------------------------------------------------------------------

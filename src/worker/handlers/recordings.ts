@@ -30,6 +30,15 @@ export const defineRecording = (s: Session) => (m: DefineRecording) => Effect.sy
   const bad = m.commands.find((c) => !(RECORDABLE as ReadonlyArray<string>).includes(c._tag) || ("ident" in c && c.ident >= m.idents))
   if (bad !== undefined)
     return reject(s, `DefineRecording ${m.recording}: a recording holds ${RECORDABLE.join(", ")} with idents below ${m.idents}, not ${bad._tag}${"ident" in bad ? ` ${bad.ident}` : ""}`)
+  // The bounds, counting what this one would replace (a DefineRecording of an id held replaces it).
+  const { recordings, commands } = s.recordingLimits
+  const replaced = s.recordings.get(m.recording)
+  if (replaced === undefined && s.recordings.size >= recordings)
+    return reject(s, `DefineRecording ${m.recording}: this worker holds ${s.recordings.size} recordings, its most (MONARCH_MAX_RECORDINGS=${recordings}); delete one first`)
+  let held = m.commands.length - (replaced?.define.commands.length ?? 0)
+  for (const r of s.recordings.values()) held += r.define.commands.length
+  if (held > commands)
+    return reject(s, `DefineRecording ${m.recording}: its ${m.commands.length} commands would take this worker's recordings to ${held} commands, past its most (MONARCH_MAX_RECORDED_COMMANDS=${commands}); delete some first`)
   const scratch = new Set<number>([...m.formals, ...m.params, ...m.results])
   for (const c of m.commands) for (const r of defines(c)) scratch.add(r.id)
   s.recordings.set(m.recording, { define: m, scratch: [...scratch], prepared: [] })
