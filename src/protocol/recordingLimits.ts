@@ -4,8 +4,8 @@
  * its variable); the controller deletes the recordings called least recently before a new one
  * would pass them. Both sides read MONARCH_MAX_RECORDINGS and MONARCH_MAX_RECORDED_COMMANDS the
  * same way, so that a job sets them once for all. Measured (tests/worker/recordingLimits.test.ts),
- * a worker's RSS grows about 1 KB a recorded command, so the default command bound keeps that
- * near 256 MiB.
+ * a worker's RSS grows about 800 bytes a recorded command, so the default command bound keeps
+ * that near 200 MiB.
  */
 
 export interface RecordingLimits {

@@ -1,10 +1,11 @@
 // Before authentication, memory stays bounded (issue 14.3): the controller listener refuses a
-// first frame longer than a WorkerHello needs from its length prefix, allocating nothing for
-// it, and keeps only so many connections waiting for a hello (closing the oldest, so a worker
-// still gets in); the store, which authenticates no one, holds a bounded number of bytes in its
-// values, in what its connections buffer, and in connections, each refusal closing the one
-// connection with a reason on stderr. Memory is measured as RSS of the process (and, in the
-// listener, FrameReader's allocations).
+// frame longer than the handshake needs from its length prefix, allocating nothing for it, and
+// keeps only so many connections in the handshake (closing the oldest, so a worker still gets
+// in); the store, which authenticates no one, holds a bounded number of bytes in its values, in
+// what its connections buffer (a reply's size checked before the reply is built), and in
+// connections, each refusal closing the one connection with a reason on stderr. Memory is
+// measured as RSS of the process (its peak for the MULTI_GET, and in the listener,
+// FrameReader's allocations).
 import { expect, test } from "bun:test"
 import { MAX_HELLO_BYTES, MAX_PENDING_CONNECTIONS } from "../../src/controller/listener.ts"
 import { MAX_BUFFERED_BYTES, MAX_STORED_BYTES } from "../../src/store/server.ts"
