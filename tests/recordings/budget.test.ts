@@ -45,7 +45,7 @@ test("recordings of many compiled steps stay within the workers' bounds: the lea
   const live = () => steps.reduce((n, s) => n + s.recordings.length, 0)
   const got: unknown[] = [], most: number[] = []
   for (let round = 0; round < 2; round++)
-    for (const [i, s] of steps.entries()) {
+    for (const s of steps) {
       got.push(await value(await run(s(x))))
       most.push(live())
     }

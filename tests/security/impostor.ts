@@ -79,7 +79,8 @@ export const checkImpostor = async (): Promise<ImpostorResult> => {
   const token = randomBytes(16).toString("hex")
   const problems: string[] = []
   const rt = ManagedRuntime.make(Controller.attach({ world: 1, store: { host: "127.0.0.1", port: server.port }, token, startTimeoutMs: 60_000, onProblem: (p) => void problems.push(p) }))
-  const ready = rt.runPromise(Effect.service(Controller))
+  // Undefined when the controller never got its worker.
+  const ready = rt.runPromise(Effect.service(Controller)).catch(() => undefined)
   const store = await Effect.runPromise(Effect.scoped(Effect.gen(function* () {
     const client = yield* makeClient({ host: "127.0.0.1", port: server.port, timeout: Duration.seconds(20), connectTimeout: Duration.seconds(20) })
     return { address: new TextDecoder().decode(yield* client.get("monarch/controller")) }
