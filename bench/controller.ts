@@ -243,7 +243,7 @@ const alone = async (): Promise<void> => {
       for (const c of CASES.filter((c) => c.burst)) {
         const core = new Core({ world, captureSites: sites })
         for (let rank = 0; rank < world; rank++)
-          core.admit({ hello: { _tag: "WorkerHello", rank, world, pid: 0, token: "", device: "cpu" }, host: "local", send: () => true, sendEncoded: () => true, sendRawForTestsOnly: () => {}, close: () => {} })
+          core.admit({ hello: { _tag: "WorkerHello", rank, world, pid: 0, proof: new Uint8Array(32), device: "cpu" }, host: "local", send: () => true, sendEncoded: () => true, sendRawForTestsOnly: () => {}, close: () => {} })
         const mesh = createMesh(core, ["all"], NDSlice.contiguous([world]), new RemoteStream(core, core.newRef()))
         let x: RemoteTensor = opsOn(mesh).ones([1])
         const cpus: number[] = [], parts: Array<Map<string, number>> = []

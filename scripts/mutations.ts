@@ -141,6 +141,30 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/recordings/worker.test.ts"],
   },
 
+  {
+    area: "worker", behaviour: "an ident past MAX_IDENT is refused, so every Status stays sendable",
+    file: "src/protocol/fields.ts",
+    edits: one("  if (n > MAX_IDENT) throw new Invalid(where,", "  if (false) throw new Invalid(where,"),
+    tests: ["tests/worker/idents.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a CallRecording whose idents end past 2^53 - 1 is refused",
+    file: "src/worker/handlers/recordings.ts",
+    edits: one("if (m.ident + define.idents > Number.MAX_SAFE_INTEGER)", "if (false)"),
+    tests: ["tests/worker/idents.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a worker refuses a DefineRecording past MONARCH_MAX_RECORDINGS",
+    file: "src/worker/handlers/recordings.ts",
+    edits: one("if (replaced === undefined && s.recordings.size >= recordings)", "if (false)"),
+    tests: ["tests/worker/recordingLimits.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a worker refuses a DefineRecording past MONARCH_MAX_RECORDED_COMMANDS",
+    file: "src/worker/handlers/recordings.ts",
+    edits: one("  if (held > commands)\n", "  if (false)\n"),
+    tests: ["tests/worker/recordingLimits.test.ts"],
+  },
   // ---- controller -------------------------------------------------------------------------
   {
     area: "controller", behaviour: "a lost worker fails only the commands that need it (graph)",
@@ -197,10 +221,46 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/faults/loss.test.ts"],
   },
   {
-    area: "controller", behaviour: "the job token refuses a WorkerHello",
+    area: "controller", behaviour: "the controller admits only a WorkerHello whose proof holds for the job token",
     file: "src/controller/listener.ts",
-    edits: one('if (msg._tag !== "WorkerHello" || !sameToken(msg.token, o.token)) {', 'if (msg._tag !== "WorkerHello") {'),
-    tests: ["tests/security/token.test.ts", "tests/security/closedDoor.test.ts"],
+    edits: one('if (!proves(msg.proof, o.token, "worker", t)) return refuse(', 'if (false) return refuse('),
+    tests: ["tests/security/token.test.ts", "tests/security/closedDoor.test.ts", "tests/security/impostor.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "the controller refuses a WorkerHello for another rank than its challenge's",
+    file: "src/controller/listener.ts",
+    edits: one("if (msg.rank !== t.rank || msg.world !== t.world) return refuse(", "if (false) return refuse("),
+    tests: ["tests/security/closedDoor.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "the worker checks the controller's proof before it sends its WorkerHello",
+    file: "src/worker/link.ts",
+    edits: one('if (!proves(m.proof, o.token, "controller", transcript)) return unproven(', "if (false) return unproven("),
+    tests: ["tests/security/impostor.test.ts", "tests/security/token.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a worker that met an impostor reads the controller's address again",
+    file: "src/worker/startup.ts",
+    edits: one("          ControllerUnproven: (e) => Effect.succeed(e),\n", ""),
+    tests: ["tests/security/impostor.test.ts"],
+  },
+  {
+    area: "protocol", behaviour: "the handshake's proofs name the connection's channel, so a relay fails",
+    file: "src/net/handshake.ts",
+    edits: one("t.rank, t.world, t.channel, t.workerNonce", "t.rank, t.world, t.workerNonce"),
+    tests: ["tests/security/impostor.test.ts", "tests/security/handshake.test.ts"],
+  },
+  {
+    area: "protocol", behaviour: "the handshake's proofs name their role, so a proof cannot be reflected",
+    file: "src/net/handshake.ts",
+    edits: one("encode([LABEL, role, t.rank", "encode([LABEL, t.rank"),
+    tests: ["tests/security/impostor.test.ts", "tests/security/handshake.test.ts"],
+  },
+  {
+    area: "protocol", behaviour: "the handshake's proofs cover the controller's nonce, so a proof cannot be replayed",
+    file: "src/net/handshake.ts",
+    edits: one("t.workerNonce, t.controllerNonce])", "t.workerNonce])"),
+    tests: ["tests/security/handshake.test.ts"],
   },
   {
     area: "controller", behaviour: "a rank already connected is not admitted again",
@@ -360,6 +420,19 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/optim/optim.test.ts"],
   },
 
+  {
+    area: "controller", behaviour: "the controller deletes the recordings called least recently before a worker's bound",
+    file: "src/controller/recordingBudget.ts",
+    edits: one("while (this.held.size >= this.limits.recordings || this.commands + commands > this.limits.commands) {", "while (false) {"),
+    tests: ["tests/recordings/budget.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a call marks its recording as used, so the one called least recently goes first",
+    file: "src/controller/recording.ts",
+    edits: one("  core.recordings.touch(recording.id)\n", ""),
+    tests: ["tests/recordings/budget.test.ts"],
+  },
+
   // ---- protocol ---------------------------------------------------------------------------
   {
     area: "protocol", behaviour: "NDSlice.rankAt walks row-major",
@@ -408,6 +481,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     file: "src/protocol/codec.ts",
     edits: one("+ b[at + 3]! * 0x100_0000", "+ b[at + 3]! * 0x10_0000"),
     tests: ["tests/protocol/codec.test.ts"],
+  },
+  {
+    area: "protocol", behaviour: "the store checks a MULTI_GET reply's size against its bound before building it",
+    file: "src/store/server.ts",
+    edits: one("new Writer(replyRoom(values.reduce((n, v) => n + v.byteLength + 8, 0)))", "new Writer(values.reduce((n, v) => n + v.byteLength + 8, 0))"),
+    tests: ["tests/security/preAuth.test.ts"],
   },
   // ---- ops of issue 11.2 (behaviours say "11.2": --only 11.2) -----------------------------
   {

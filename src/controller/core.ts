@@ -10,10 +10,12 @@
 import { Effect, Result } from "effect"
 import { encodeMessageParts } from "../protocol/codec.ts"
 import type { ControllerMessage, Value, WorkerMessage } from "../protocol/messages.ts"
+import { DEFAULT_RECORDING_LIMITS, readRecordingLimits, type RecordingLimits } from "../protocol/recordingLimits.ts"
 import { Ref, type Device, type ErrorPayload } from "../protocol/values.ts"
 import type { ProcessExit } from "../launcher/index.ts"
 import { ControllerError, DeadlineExceeded, RemoteError, WorkerLost, type Failure } from "./errors.ts"
 import { Graph, type Exchange, type Node } from "./graph.ts"
+import { RecordingBudget } from "./recordingBudget.ts"
 import type { WorkerLink } from "./listener.ts"
 import type { StepScope } from "./lifetime.ts"
 import { CallSite } from "./sites.ts"
@@ -72,6 +74,8 @@ export interface CoreOptions {
   readonly onLeak?: (handle: string) => void
   /** The workers' checkpoint root as this process sees it (absolute), where exportFile writes a relative path. */
   readonly checkpointRoot?: string
+  /** What a worker keeps of recordings (default: MONARCH_MAX_RECORDINGS and MONARCH_MAX_RECORDED_COMMANDS, as the workers read them). */
+  readonly recordingLimits?: RecordingLimits
 }
 
 /**
@@ -161,6 +165,8 @@ export class Core {
   /** Messages queued after which a batch goes out at once (Infinity: only at the next tick; benchmarks compare the two). */
   flushEvery = FLUSH_EVERY
   private readonly waiters: CapacityWaiter[] = []
+  /** The recordings defined on the workers, kept within what a worker holds (compile evicts through it). */
+  readonly recordings: RecordingBudget
 
   constructor(readonly options: CoreOptions) {
     this.world = options.world
@@ -168,6 +174,9 @@ export class Core {
     this.outbox = Array.from({ length: options.world }, () => [])
     this.captureSites = options.captureSites ?? true
     this.maxInFlight = options.maxInFlight ?? MAX_IN_FLIGHT
+    // A malformed environment stops the workers at start, naming it; here the defaults stand.
+    const fromEnv = readRecordingLimits()
+    this.recordings = new RecordingBudget(options.recordingLimits ?? ("limits" in fromEnv ? fromEnv.limits : DEFAULT_RECORDING_LIMITS))
   }
 
   // ---- links ------------------------------------------------------------------------------
@@ -223,6 +232,7 @@ export class Core {
         return this.options.onProblem?.(`rank ${rank} refused a command: ${msg.message}`)
       case "Restarted":
       case "WorkerHello":
+      case "WorkerChallenge":
         return
     }
   }

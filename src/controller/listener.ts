@@ -1,14 +1,16 @@
 /**
  * The controller's end of the worker links: a listener (loopback TCP by default, or a Unix
- * socket) that admits a connection once its first message is a WorkerHello carrying the
- * job's token, and then routes each worker's messages by rank. A connection without the
- * token is refused and reported. Until it is admitted a connection costs little: its first
- * frame may be no longer than a hello needs, and only so many such connections are kept.
+ * socket) that admits a connection once it has passed the handshake (src/net/handshake.ts):
+ * its WorkerChallenge answered with this controller's proof, its WorkerHello carrying the
+ * worker's proof that it holds the job's token. Then it routes each worker's messages by rank.
+ * A connection that fails is refused and reported. Until it is admitted a connection costs
+ * little: its frames may be no longer than the handshake needs, and only so many such
+ * connections are kept.
  */
 import type { Socket } from "bun"
 import { Context, Data, Effect, Layer, type Scope } from "effect"
-import { timingSafeEqual } from "node:crypto"
 import { Connection } from "../net/connection.ts"
+import { MAX_HELLO_BYTES, newNonce, proof, proves, tcpChannel, unixChannel, type Transcript } from "../net/handshake.ts"
 import { decodeControllerMessage } from "../protocol/codec.ts"
 import { DEFAULT_MAX_FRAME_BYTES } from "../protocol/framing.ts"
 import type { ControllerMessage, WorkerHello, WorkerMessage } from "../protocol/messages.ts"
@@ -30,7 +32,7 @@ export interface WorkerLink {
 }
 
 export interface ListenerEvents {
-  /** A connection with the token said hello; closing `link` before returning refuses it. */
+  /** A connection passed the handshake; closing `link` before returning refuses it. */
   readonly onWorker: (link: WorkerLink) => void
   readonly onMessage: (rank: number, msg: ControllerMessage) => void
   /** A rank's link closed (after being admitted). */
@@ -48,7 +50,7 @@ export interface ListenOptions extends ListenerEvents {
   readonly unix?: string
   /** The longest frame from an admitted worker (default DEFAULT_MAX_FRAME_BYTES). */
   readonly maxFrameBytes?: number
-  /** The longest first frame, before a connection is admitted (default MAX_HELLO_BYTES). */
+  /** The longest frame before a connection is admitted (default MAX_HELLO_BYTES). */
   readonly maxHelloBytes?: number
   /**
    * Connections kept open before they are admitted (default MAX_PENDING_CONNECTIONS); one more
@@ -56,12 +58,11 @@ export interface ListenOptions extends ListenerEvents {
    * hello at once.
    */
   readonly maxPendingConnections?: number
-  /** A connection that sends no whole message this long after opening is closed (default 10 s). */
+  /** A connection that has not finished the handshake this long after opening is closed (default 10 s). */
   readonly helloTimeoutMs?: number
 }
 
-/** A WorkerHello is well under 100 bytes with a 32-character token; MONARCH_TOKEN may be up to 1 KiB. */
-export const MAX_HELLO_BYTES = 4096
+export { MAX_HELLO_BYTES } from "../net/handshake.ts"
 export const MAX_PENDING_CONNECTIONS = 64
 
 export interface Listener {
@@ -69,16 +70,12 @@ export interface Listener {
   readonly address: string
 }
 
-/** Compares tokens in time that does not depend on where they first differ. */
-const sameToken = (given: string, token: string): boolean => {
-  const a = Buffer.from(given), b = Buffer.from(token)
-  return a.length === b.length && timingSafeEqual(a, b)
-}
-
 interface State {
   conn: Connection<ControllerMessage>
   link: WorkerLink | undefined
-  /** Closes the connection unless its first message comes in time. */
+  /** Set once the WorkerChallenge came and this controller's proof went out. */
+  transcript: Transcript | undefined
+  /** Closes the connection unless the handshake ends in time. */
   helloTimer: ReturnType<typeof setTimeout> | undefined
 }
 
@@ -94,22 +91,37 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
       if (pending.size >= maxPending) {
         const oldest = pending.values().next().value!
         pending.delete(oldest)
-        o.onProblem(`closed the oldest of ${maxPending} connections that had not said hello, to take a new one`)
+        o.onProblem(`closed the oldest of ${maxPending} connections that had not finished the handshake, to take a new one`)
         oldest.conn.close()
       }
       const state: State = {
         link: undefined,
+        transcript: undefined,
         helloTimer: undefined,
         conn: new Connection<ControllerMessage>(socket as Socket<unknown>, {
           decode: decodeControllerMessage,
           onMessage: (msg) => {
             if (state.link) return o.onMessage(state.link.hello.rank, msg)
+            const refuse = (why: string) => {
+              clearTimeout(state.helloTimer)
+              pending.delete(state)
+              o.onProblem(`refused a connection ${why}`)
+              state.conn.close()
+            }
+            const t = state.transcript
+            if (t === undefined) {
+              if (msg._tag !== "WorkerChallenge") return refuse(`whose first message was ${msg._tag}, not a WorkerChallenge`)
+              const channel = o.unix !== undefined ? unixChannel(o.unix) : tcpChannel(socket.remoteAddress, socket.remotePort)
+              const transcript: Transcript = { rank: msg.rank, world: msg.world, channel, workerNonce: msg.nonce, controllerNonce: newNonce() }
+              state.transcript = transcript
+              state.conn.send({ _tag: "ControllerProof", nonce: transcript.controllerNonce, proof: proof(o.token, "controller", transcript) })
+              return
+            }
+            if (msg._tag !== "WorkerHello") return refuse(`that answered the controller's proof with ${msg._tag}, not a WorkerHello`)
+            if (msg.rank !== t.rank || msg.world !== t.world) return refuse(`whose WorkerHello (rank ${msg.rank} of ${msg.world}) is not its challenge's (rank ${t.rank} of ${t.world})`)
+            if (!proves(msg.proof, o.token, "worker", t)) return refuse("whose WorkerHello did not prove it holds the job token")
             clearTimeout(state.helloTimer)
             pending.delete(state)
-            if (msg._tag !== "WorkerHello" || !sameToken(msg.token, o.token)) {
-              o.onProblem(`refused a connection whose first message was ${msg._tag === "WorkerHello" ? "a WorkerHello with the wrong token" : msg._tag}`)
-              return state.conn.close()
-            }
             const link: WorkerLink = {
               hello: msg,
               host: socket.remoteAddress || "local",
@@ -127,7 +139,7 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
           },
           onInvalid: (e) => {
             if (!state.link) {
-              o.onProblem(`refused a connection that sent an invalid first frame: ${e.message}`)
+              o.onProblem(`refused a connection that sent an invalid frame before its handshake ended: ${e.message}`)
               return state.conn.close()
             }
             o.onProblem(`rank ${state.link.hello.rank} sent an invalid frame: ${e.message}`)
@@ -141,10 +153,10 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
       }
       socket.data = state
       pending.add(state)
-      // A connection that never speaks would otherwise hold its socket for good.
+      // A connection that never finishes the handshake would otherwise hold its socket for good.
       state.helloTimer = setTimeout(() => {
         if (state.link !== undefined || state.conn.closed) return
-        o.onProblem(`refused a connection that sent no message within ${helloTimeoutMs} ms`)
+        o.onProblem(`refused a connection that did not finish the handshake within ${helloTimeoutMs} ms`)
         state.conn.close()
       }, helloTimeoutMs)
       state.helloTimer.unref?.()

@@ -660,6 +660,7 @@ const call = <R>(core: Core, name: string, recording: Recording<R>, flat: Flat):
   recording.parts.forEach((p, i) => core.graph.define(p.outputs.map((o) => results[o]!.id), nodes[i]!))
   if (commands.length > 0) core.post(recording.ranks, { _tag: "CallRecording", ident: first, recording: recording.id, results, actuals, params: recording.params.map((i) => flat.params[i]!) })
   recording.calls++
+  core.recordings.touch(recording.id)
   return Effect.succeed(rebuild(recording.value, fresh, recording.args, flat.tensors) as R)
 }
 
@@ -763,8 +764,23 @@ const WARMING = 64
 
 /** Forgets a recording on the workers that hold it: after its calls so far, which still run. */
 const deleteOnWorkers = (r: Recording<unknown>): void => {
+  r.core.recordings.forget(r.id)
   if (r.ranks.length > 0) r.core.post(r.ranks, { _tag: "DeleteRecording", recording: r.id })
 }
+
+/** Forgets a recording in its step's cache and on the workers: past maxRecordings, or to make room on the workers (Core.recordings). */
+const drop = <R>(cache: Map<string, Array<Recording<R>>>, recording: Recording<R>): void => {
+  for (const [k, rs] of cache) {
+    if (!rs.includes(recording)) continue
+    const rest = rs.filter((r) => r !== recording)
+    if (rest.length > 0) cache.set(k, rest)
+    else cache.delete(k)
+  }
+  deleteOnWorkers(recording)
+}
+
+/** `drop` for Core.recordings, made out here so that it holds the cache and not the compiled step (which may then be collected). */
+const evictor = <R>(cache: Map<string, Array<Recording<R>>>, recording: Recording<R>) => () => drop(cache, recording)
 
 /** A compiled step collected without dispose(): its recordings (held here, not the step) are deleted then. */
 const collected = new FinalizationRegistry((cache: Map<string, Array<Recording<unknown>>>) => {
@@ -829,6 +845,9 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
       traces++
       const at = yield* checkTrace<A, R, E, Rq>(core, name, step, args, flat, first.trace, called)
       const { recording, defines } = build(core, name, first, flat, at)
+      // Room on the workers first: the deletions go before the definition.
+      const tooBig = core.recordings.admit(recording.id, first.trace.commands.length, evictor(cache, recording))
+      if (tooBig !== undefined) return yield* new ControllerError({ message: `compile(${name}): ${tooBig}` })
       for (const d of defines) core.post(d.ranks, d.message)
       return recording
     })
@@ -838,13 +857,9 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
   /** Keeps a new recording; past maxRecordings, the one called least recently is deleted. */
   const keep = (key: string, recording: Recording<R>) => {
     cache.set(key, [...(cache.get(key) ?? []), recording])
-    const all = [...cache.entries()].flatMap(([k, rs]) => rs.map((r) => ({ k, r })))
+    const all = [...cache.values()].flat()
     if (all.length <= maxRecordings) return
-    const oldest = all.reduce((a, b) => (b.r.usedAt < a.r.usedAt ? b : a))
-    const rest = cache.get(oldest.k)!.filter((r) => r !== oldest.r)
-    if (rest.length > 0) cache.set(oldest.k, rest)
-    else cache.delete(oldest.k)
-    deleteOnWorkers(oldest.r)
+    drop(cache, all.reduce((a, b) => (b.usedAt < a.usedAt ? b : a)))
   }
   const needsTrace = (r: Recording<R> | undefined) => r === undefined || (options.verify === true && r.calls === 1)
 

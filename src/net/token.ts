@@ -1,12 +1,13 @@
 /**
- * The job token a worker's hello carries, from the environment: MONARCH_TOKEN, or the contents
- * of the file MONARCH_TOKEN_FILE names (a trailing newline dropped). The controller and every
- * worker read it the same way. It never goes through the store: torch's TCPStore protocol has no
- * authentication, so anything there is anyone's who can reach it.
+ * The job token, from the environment: MONARCH_TOKEN, or the contents of the file
+ * MONARCH_TOKEN_FILE names (a trailing newline dropped). The controller and every worker read it
+ * the same way, and prove to each other that they hold it without sending it (handshake.ts). It
+ * never goes through the store: torch's TCPStore protocol has no authentication, so anything
+ * there is anyone's who can reach it.
  */
 import { readFileSync } from "node:fs"
 
-/** Longer tokens would not fit the first frame a listener accepts (MAX_HELLO_BYTES). */
+/** A longer token is taken for a mistake (the wrong file named, say). */
 export const MAX_TOKEN_LENGTH = 1024
 
 /** The token the environment gives, undefined when it gives none; a message when it is unusable. */
@@ -27,4 +28,4 @@ export const readToken = (env: Readonly<Record<string, string | undefined>> = pr
 
 /** Why `token` cannot be a job token, or undefined. */
 export const tokenProblem = (token: string): string | undefined =>
-  token.length > MAX_TOKEN_LENGTH ? `the job token is ${token.length} characters; at most ${MAX_TOKEN_LENGTH} fit a WorkerHello` : undefined
+  token.length > MAX_TOKEN_LENGTH ? `the job token is ${token.length} characters; at most ${MAX_TOKEN_LENGTH} are allowed (is MONARCH_TOKEN_FILE the right file?)` : undefined

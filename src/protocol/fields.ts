@@ -9,7 +9,7 @@ import type { DecodeContext, EncodeContext } from "./context.ts"
 import { DEVICES } from "./ext.ts"
 import { NDSlice } from "./ndslice.ts"
 import {
-  array, bool, Check, errorPayload, Invalid, isMap, MAX_NDIM, mismatch, oneOf, ref, refs, shapeProblem, str, strs, uint, uints, value, wellFormed,
+  array, bool, Check, copyOf, errorPayload, Invalid, isMap, MAX_NDIM, mismatch, oneOf, ref, refs, shapeProblem, str, strs, uint, uints, value, wellFormed,
 } from "./validate.ts"
 import { DTYPES, TensorFactory } from "./values.ts"
 
@@ -34,11 +34,34 @@ export const optional = <T>(f: Field<T>): Field<T> & { readonly optional: true }
 const either = <T>(wire: string, check: (v: unknown, where: string, depth: number) => T): Field<T> => ({ wire, decode: check, encode: check })
 
 export const uintField = either("uint", uint)
+
+/**
+ * The largest ident a command may carry: a worker answers `Status(ident + 1)`, which must still
+ * be a uint; a worker refuses (ProtocolError) any ident it could not answer.
+ */
+export const MAX_IDENT = Number.MAX_SAFE_INTEGER - 1
+
+/** A command's ident: a uint up to MAX_IDENT. */
+export const identField = either("ident", (v, where): number => {
+  const n = uint(v, where)
+  if (n > MAX_IDENT) throw new Invalid(where, `ident ${n} is over ${MAX_IDENT}: the Status after it (ident + 1) could not be sent`)
+  return n
+})
 export const boolField = either("bool", bool)
 export const refField = either("Ref", ref)
 export const refList = either("[Ref]", refs)
 export const uintList = either("[uint]", uints)
 export const errorField = either("ErrorPayload", errorPayload)
+
+/** Exactly `length` bytes (a handshake's nonce or proof); copied out of a borrowed frame. */
+export const bytesField = (length: number): Field<Uint8Array> => {
+  const check = (v: unknown, where: string): Uint8Array => {
+    if (!(v instanceof Uint8Array)) throw mismatch(where, "bin", v)
+    if (v.byteLength !== length) throw new Invalid(where, `${v.byteLength} bytes, expected ${length}`)
+    return v
+  }
+  return { wire: `bin (${length} bytes)`, decode: (v, where, _depth, ctx) => (ctx.copyBytes ? copyOf(check(v, where)) : check(v, where)), encode: check }
+}
 
 export const strField: Field<string> = { wire: "str", decode: str, encode: (v, where) => wellFormed(str(v, where), where) }
 

@@ -33,8 +33,8 @@ export interface FrameReaderOptions {
  */
 export class FrameReader {
   /**
-   * Longer bodies are refused. May change between frames: the controller's listener starts a
-   * connection at what a WorkerHello needs and raises it once the hello is accepted.
+   * Longer bodies are refused. May change between frames: both ends of a worker's link start it
+   * at what the handshake needs and raise it once the handshake is over.
    */
   maxFrameBytes: number
   readonly maxSpareBytes: number

@@ -7,10 +7,16 @@
  * these tables.
  */
 import {
-  anyValue, boolField, choice, commandList, errorField, factoryField, metaList, ndsliceField, optional, refField, refList, strField, strList, strOrNil, uintField,
+  anyValue, boolField, bytesField, choice, commandList, errorField, factoryField, identField, metaList, ndsliceField, optional, refField, refList, strField, strList, strOrNil, uintField,
   uintList, valueList, valueMap, type Field,
 } from "./fields.ts"
 import type { HostTensor, Ref } from "./values.ts"
+
+/** The handshake's nonces and proofs (HMAC-SHA256), src/net/handshake.ts. */
+export const NONCE_BYTES = 32
+export const PROOF_BYTES = 32
+const nonceField = bytesField(NONCE_BYTES)
+const proofField = bytesField(PROOF_BYTES)
 
 /**
  * Argument and result trees: plain msgpack data with Refs (looked up on the worker) and
@@ -83,7 +89,7 @@ export const WORKER_MESSAGES = {
    */
   CallFunction: message(3, [
     // The command's sequence number; failures and Status are reported against it.
-    ["ident", uintField],
+    ["ident", identField],
     ["results", refList],
     // Inputs the function changes in place: poisoned too when it fails.
     ["mutates", refList],
@@ -97,7 +103,7 @@ export const WORKER_MESSAGES = {
   ], (m) => (m.declared !== undefined && m.declared.length !== m.results.length ? ["declared", `${m.declared.length} declarations for ${m.results.length} results`] : undefined)),
   /** Looks up `object`, applies `function` when given, and answers FetchResult(ident, value). */
   FetchValue: message(4, [
-    ["ident", uintField],
+    ["ident", identField],
     ["mutates", refList],
     // Same forms as CallFunction.function; nil sends the value itself.
     ["function", strOrNil],
@@ -105,7 +111,7 @@ export const WORKER_MESSAGES = {
     ["stream", refField],
   ]),
   /** Everything up to `ident` has been sent: the worker answers Status(ident + 1) now, if that advances it. */
-  RequestStatus: message(5, [["ident", uintField]]),
+  RequestStatus: message(5, [["ident", identField]]),
   /** Ends the command loop (in restartable mode: starts a fresh state and sends Restarted). */
   Exit: message(6, []),
   /** Commands run in order, as if sent one by one. */
@@ -130,7 +136,7 @@ export const WORKER_MESSAGES = {
    */
   Reduce: message(13, [
     // Failures of the collective itself are reported against it (not in the Python seed).
-    ["ident", uintField],
+    ["ident", identField],
     ["result", refField],
     ["tensor", refField],
     ["factory", factoryField],
@@ -149,7 +155,7 @@ export const WORKER_MESSAGES = {
    * copy. A poisoned input is sent as `factory` zeros.
    */
   SendTensor: message(14, [
-    ["ident", uintField],
+    ["ident", identField],
     ["result", refField],
     ["fromRanks", ndsliceField],
     ["toRanks", ndsliceField],
@@ -178,7 +184,7 @@ export const WORKER_MESSAGES = {
    * poisoned). Its temporaries are freed when it ends.
    */
   CallRecording: message(16, [
-    ["ident", uintField],
+    ["ident", identField],
     ["recording", uintField],
     ["results", refList],
     ["actuals", refList],
@@ -190,6 +196,11 @@ export const WORKER_MESSAGES = {
    */
   DeleteRecording: message(17, [["recording", uintField]]),
   /**
+   * The handshake's second message, the answer to WorkerChallenge: the controller's nonce, and
+   * its proof that it holds the job token (src/net/handshake.ts). Anywhere else it is refused.
+   */
+  ControllerProof: message(18, [["nonce", nonceField], ["proof", proofField, "HMAC-SHA256 keyed by the job token"]]),
+  /**
    * Checkpoints (codes 40..43; paths are relative to the worker's checkpoint root, which it never
    * writes or reads outside of). Copies `tensors` to host memory now, a snapshot later commands
    * cannot change, then writes those whose `writers` list this rank as
@@ -198,7 +209,7 @@ export const WORKER_MESSAGES = {
    * completes at once.
    */
   SaveShards: message(40, [
-    ["ident", uintField],
+    ["ident", identField],
     ["dir", strField, "the version's temporary directory"],
     ["tensors", refList],
     // The tensors' names in the file, one per tensor.
@@ -213,7 +224,7 @@ export const WORKER_MESSAGES = {
    * answers FetchResult(ident, null).
    */
   CommitCheckpoint: message(41, [
-    ["ident", uintField],
+    ["ident", identField],
     ["dir", strField],
     ["tmp", strField],
     ["version", strField],
@@ -224,13 +235,13 @@ export const WORKER_MESSAGES = {
    * Answers FetchResult(ident, `{ version, manifest }`) for a checkpoint directory (the version
    * LATEST names unless `version` is given), or `{ header }` (JSON) for a `.safetensors` file.
    */
-  ReadCheckpoint: message(42, [["ident", uintField], ["path", strField], ["version", strOrNil]]),
+  ReadCheckpoint: message(42, [["ident", identField], ["path", strField], ["version", strOrNil]]),
   /**
    * Defines each of `results` from a block of a tensor in a safetensors file: `sources[i]` lists,
    * per rank, `[rank, file, key, offsets, shape, hash or nil]`; this rank reads its own entry.
    */
   LoadShards: message(43, [
-    ["ident", uintField],
+    ["ident", identField],
     ["results", refList],
     ["sources", valueList<Value>(), "per result: [[rank, file, key, [uint], [uint], str or nil]]"],
     ["stream", refField],
@@ -242,13 +253,16 @@ export const RECORDABLE = ["CallFunction", "Reduce", "SendTensor", "BorrowCreate
 
 /** Worker -> controller: codes 64 and up, so a message sent the wrong way is refused by code alone. */
 export const CONTROLLER_MESSAGES = {
-  /** The first message on a worker's link: who it is, and the job token it was given. */
+  /**
+   * The handshake's last message, once the controller proved it holds the job token: who the
+   * worker is, and its own proof (src/net/handshake.ts); a controller refuses a link without
+   * the right one. rank and world are the challenge's.
+   */
   WorkerHello: message(64, [
     ["rank", uintField],
     ["world", uintField],
     ["pid", uintField],
-    // The job's shared secret; a controller refuses a link without the right one.
-    ["token", strField],
+    ["proof", proofField, "HMAC-SHA256 keyed by the job token"],
     ["device", strField],
   ]),
   /** Every command with an ident below `firstUncompletedIdent` has completed on this worker. */
@@ -260,6 +274,8 @@ export const CONTROLLER_MESSAGES = {
   Restarted: message(68, [["restarts", uintField, "Exits on this connection, this one included"]]),
   /** A frame or command the worker could not accept; it goes on with the next one. */
   ProtocolError: message(69, [["message", strField]]),
+  /** The first message on a worker's link: which rank it is, and a fresh nonce for the controller's proof. */
+  WorkerChallenge: message(70, [["rank", uintField], ["world", uintField], ["nonce", nonceField]]),
 } as const
 
 export const MESSAGES = { ...WORKER_MESSAGES, ...CONTROLLER_MESSAGES }
@@ -291,7 +307,9 @@ export type SaveShards = MessageOf<"SaveShards">
 export type CommitCheckpoint = MessageOf<"CommitCheckpoint">
 export type ReadCheckpoint = MessageOf<"ReadCheckpoint">
 export type LoadShards = MessageOf<"LoadShards">
+export type ControllerProof = MessageOf<"ControllerProof">
 export type WorkerHello = MessageOf<"WorkerHello">
+export type WorkerChallenge = MessageOf<"WorkerChallenge">
 export type Status = MessageOf<"Status">
 export type FetchResult = MessageOf<"FetchResult">
 export type RemoteFunctionFailed = MessageOf<"RemoteFunctionFailed">

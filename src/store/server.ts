@@ -16,7 +16,7 @@
  * - Memory is bounded, since anyone who can reach the store may use it (torch's has no
  *   authentication either): the values held (maxStoredBytes; a value, APPEND's included, is at
  *   most limits.maxValueBytes), what the connections hold together (maxBufferedBytes: requests
- *   being read, replies not yet read, pending WAITs' keys) and the number of connections
+ *   being read, replies not yet read, each checked before it is built, pending WAITs' keys) and the number of connections
  *   (maxConnections). A request past a bound closes its connection, saying why on stderr.
  */
 import type { Socket } from "bun"
@@ -215,6 +215,17 @@ export const startServer = (options: ServerOptions = {}): RunningServer => {
     return v
   }
 
+  /**
+   * `bytes`, once it is known that a reply that long leaves every connection together within
+   * maxBufferedBytes: checked before the reply is built, so that one short request naming a
+   * large value many times (MULTI_GET) cannot make the store hold more than its bound.
+   */
+  const replyRoom = (bytes: number): number => {
+    if (bufferedBytes + bytes > maxBufferedBytes)
+      throw new OverBudget(`a reply of ${bytes} bytes would take the connections past the ${maxBufferedBytes} bytes they may hold together (ServerOptions.maxBufferedBytes); they hold ${bufferedBytes}`)
+    return bytes
+  }
+
   const handle = (conn: Conn, req: Request) => {
     switch (req.op) {
       case "validate":
@@ -233,11 +244,11 @@ export const startServer = (options: ServerOptions = {}): RunningServer => {
           // A missing key with a non-empty `expected` answers `expected` itself, as torch does.
           reply = current ?? req.expected
         }
-        return queue(conn, new Writer(reply.byteLength + 8).blob(reply).bytes())
+        return queue(conn, new Writer(replyRoom(reply.byteLength + 8)).blob(reply).bytes())
       }
       case "get": {
         const v = lookup(req.key)
-        return queue(conn, new Writer(v.byteLength + 8).blob(v).bytes())
+        return queue(conn, new Writer(replyRoom(v.byteLength + 8)).blob(v).bytes())
       }
       case "add": {
         const key = keyOf(req.key)
@@ -276,7 +287,7 @@ export const startServer = (options: ServerOptions = {}): RunningServer => {
       }
       case "multiGet": {
         const values = req.keys.map(lookup)
-        const w = new Writer(values.reduce((n, v) => n + v.byteLength + 8, 0))
+        const w = new Writer(replyRoom(values.reduce((n, v) => n + v.byteLength + 8, 0)))
         for (const v of values) w.blob(v)
         return queue(conn, w.bytes())
       }

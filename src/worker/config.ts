@@ -5,6 +5,7 @@
  */
 import { Data } from "effect"
 import { readToken } from "../net/token.ts"
+import { readRecordingLimits, type RecordingLimits } from "../protocol/recordingLimits.ts"
 
 /** A missing or malformed environment variable. */
 export class ConfigError extends Data.TaggedError("ConfigError")<{ readonly message: string }> {}
@@ -43,6 +44,8 @@ export interface WorkerConfig {
   readonly functionRoots: ReadonlyArray<string>
   /** MONARCH_CHECKPOINT_DIR: the only folder checkpoint commands write or read (none: they are refused). */
   readonly checkpointRoot: string | undefined
+  /** MONARCH_MAX_RECORDINGS, MONARCH_MAX_RECORDED_COMMANDS: what DefineRecordings may hold on this worker. */
+  readonly recordingLimits: RecordingLimits
   /** Collective and p2p timeout. */
   readonly commTimeoutMs: number
   /** Rendezvous and store-wait timeout. */
@@ -118,6 +121,8 @@ export const readConfig = (env: Record<string, string | undefined> = process.env
   if ("problem" in token) throw new ConfigError({ message: token.problem })
   if (token.token === undefined)
     throw new ConfigError({ message: "neither MONARCH_TOKEN nor MONARCH_TOKEN_FILE is set: the job token is never read from the store, which anyone who reaches it can read" })
+  const recordings = readRecordingLimits(env)
+  if ("problem" in recordings) throw new ConfigError({ message: recordings.problem })
   return {
     rank,
     world,
@@ -139,6 +144,7 @@ export const readConfig = (env: Record<string, string | undefined> = process.env
     // No default: under torchrun the working directory is wherever the job was started from.
     functionRoots: (env.MONARCH_FUNCTION_PATH ?? "").split(":").filter((r) => r.length > 0),
     checkpointRoot: env.MONARCH_CHECKPOINT_DIR || undefined,
+    recordingLimits: recordings.limits,
     commTimeoutMs: int(env, "MONARCH_COMM_TIMEOUT_MS", 60_000),
     storeTimeoutMs: int(env, "MONARCH_STORE_TIMEOUT_MS", 60_000),
     orphanTimeoutMs: int(env, "MONARCH_ORPHAN_TIMEOUT_MS", 60_000),

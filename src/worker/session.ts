@@ -11,6 +11,7 @@ import type { Tensor } from "../../ffi/tensor.ts"
 import type { Communicators } from "../comm/communicators.ts"
 import { Generator } from "../ops/generator.ts"
 import type { ControllerMessage, DefineRecording } from "../protocol/messages.ts"
+import { DEFAULT_RECORDING_LIMITS, type RecordingLimits } from "../protocol/recordingLimits.ts"
 import type { Ref } from "../protocol/values.ts"
 import { DependentOnError, toErrorPayload } from "./errors.ts"
 import type { FunctionTable } from "./functions.ts"
@@ -27,6 +28,8 @@ export interface Session {
   readonly borrows: Map<number, Borrow | null>
   /** Recordings defined by DefineRecording, by id. */
   readonly recordings: Map<number, Recording>
+  /** How many recordings, and commands in them, this worker keeps at most. */
+  readonly recordingLimits: RecordingLimits
   readonly comms: Communicators
   readonly functions: FunctionTable
   /** Where checkpoint commands may write and read (MONARCH_CHECKPOINT_DIR); none: they are refused. */
@@ -65,8 +68,9 @@ export interface Recording {
  */
 export type LinkState = "open" | "lost" | "ended"
 
-export const makeSession = (deps: Pick<Session, "rank" | "world" | "native" | "comms" | "functions" | "send" | "checkpointRoot"> & { readonly linkState?: () => LinkState }): Session => ({
+export const makeSession = (deps: Pick<Session, "rank" | "world" | "native" | "comms" | "functions" | "send" | "checkpointRoot"> & { readonly linkState?: () => LinkState; readonly recordingLimits?: RecordingLimits }): Session => ({
   linkState: () => "open",
+  recordingLimits: DEFAULT_RECORDING_LIMITS,
   ...deps,
   env: new RefEnv(),
   borrows: new Map(),

@@ -21,7 +21,7 @@ import { serveOnThread } from "../store/serverThread.ts"
 import { Store } from "../store/service.ts"
 import type { WorkerConfig } from "./config.ts"
 import { FunctionTable } from "./functions.ts"
-import { connectController, LinkError } from "./link.ts"
+import { connectController, type ControllerUnproven, LinkError } from "./link.ts"
 import { runLoop, type LoopEnd } from "./loop.ts"
 import { applyMemoryLimit } from "./memory.ts"
 
@@ -91,8 +91,11 @@ export const EXIT_STATUS = { exit: 0, failed: 1, linkLost: 3 } as const
 /** How the worker ended: an Exit, or its controller gone for good. */
 export type WorkerEnd = "exit" | "link lost"
 
-/** A failure to reach the controller or to read its address, which a restartable worker waits out. */
-type Unreachable = LinkError | StoreError | StoreTimeout
+/**
+ * A failure to reach the controller or to read its address, or a peer there that did not prove
+ * it holds the token: each is waited out, the address read again each time.
+ */
+type Unreachable = LinkError | ControllerUnproven | StoreError | StoreTimeout
 
 /**
  * Runs the worker until Exit, or until the controller leaves when it is not restartable; a
@@ -147,12 +150,13 @@ export const runWorker = (config: WorkerConfig): Effect.Effect<WorkerEnd, unknow
         address = yield* readBounded
         const link = yield* connectController({
           address,
-          hello: { rank: config.rank, world: config.world, pid: process.pid, token: config.token, device: native.device },
+          token: config.token,
+          hello: { rank: config.rank, world: config.world, pid: process.pid, device: native.device },
           onInvalid: (message) => log(Effect.logWarning(`refused a frame: ${message}`)),
         })
         waiting = false
         yield* Effect.logInfo(`connected to the controller at ${address}`)
-        const ended = yield* runLoop(link, { rank: config.rank, world: config.world, native, comms, functions, checkpointRoot: config.checkpointRoot }, { restartable: config.restartable, ...(trace ? { trace } : {}) })
+        const ended = yield* runLoop(link, { rank: config.rank, world: config.world, native, comms, functions, checkpointRoot: config.checkpointRoot, recordingLimits: config.recordingLimits }, { restartable: config.restartable, ...(trace ? { trace } : {}) })
         admitted = link.commandsSeen()
         return ended
       })).pipe(
@@ -160,10 +164,13 @@ export const runWorker = (config: WorkerConfig): Effect.Effect<WorkerEnd, unknow
         // since the next one may publish a new address or re-bind the same one.
         Effect.catchTags({
           LinkError: (e) => Effect.succeed(e),
+          ControllerUnproven: (e) => Effect.succeed(e),
           StoreError: (e) => (config.restartable ? Effect.succeed(e) : Effect.fail(e)),
           StoreTimeout: (e) => Effect.succeed(e),
         }),
       )
+      // An impostor is said on stderr each time, whatever the log level says of waiting.
+      if (typeof end === "object" && end._tag === "ControllerUnproven") yield* Effect.logWarning(`${end.message}; reading the controller's address again`)
       if (end === "exit") {
         yield* Effect.logInfo("exit")
         return "exit"

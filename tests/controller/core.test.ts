@@ -10,7 +10,7 @@ import type { WorkerMessage } from "../../src/protocol/messages.ts"
 
 /** A link that decodes every frame the core writes to it. */
 const recordingLink = (rank: number, world: number, got: WorkerMessage[]): WorkerLink => ({
-  hello: { _tag: "WorkerHello", rank, world, pid: 1000 + rank, token: "t", device: "cpu" },
+  hello: { _tag: "WorkerHello", rank, world, pid: 1000 + rank, proof: new Uint8Array(32), device: "cpu" },
   host: "127.0.0.1",
   send: (m) => (got.push(m), true),
   sendEncoded: (parts) => {

@@ -19,7 +19,7 @@ const setup = (world: number, options: Partial<CoreOptions> = {}) => {
   const got: WorkerMessage[][][] = Array.from({ length: world }, () => [])
   for (let rank = 0; rank < world; rank++) {
     const link: WorkerLink = {
-      hello: { _tag: "WorkerHello", rank, world, pid: 1000 + rank, token: "t", device: "cpu" },
+      hello: { _tag: "WorkerHello", rank, world, pid: 1000 + rank, proof: new Uint8Array(32), device: "cpu" },
       host: "127.0.0.1",
       send: () => true,
       sendEncoded: (parts) => {

@@ -11,7 +11,7 @@ import type { WorkerLink } from "../../src/controller/listener.ts"
 import { ErrorPayload, Ref } from "../../src/protocol/values.ts"
 
 const link = (rank: number): WorkerLink => ({
-  hello: { _tag: "WorkerHello", rank, world: 2, pid: 1000 + rank, token: "t", device: "cpu" },
+  hello: { _tag: "WorkerHello", rank, world: 2, pid: 1000 + rank, proof: new Uint8Array(32), device: "cpu" },
   host: "127.0.0.1",
   send: () => true,
   sendEncoded: () => true,

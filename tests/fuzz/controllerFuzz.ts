@@ -1,7 +1,7 @@
 /**
  * Fuzzing the controller's reader: a real controller (Controller.local, two real workers)
  * whose rank 1 is sent Exit, so its slot is free; a fake worker (a raw socket) takes the slot
- * with a valid WorkerHello and the job token, then sends mutated and random frames, written
+ * through the handshake with the job token, then sends mutated and random frames, written
  * in torn pieces. Every frame that does not decode must come back as exactly one onProblem
  * naming the codec's problem, the fake's link must stay open (a bad frame is not fatal), and
  * rank 0 must keep serving: a value defined before is intact and a new command runs.
@@ -14,7 +14,7 @@ import type { HostTensor } from "../../src/protocol/values.ts"
 import { eventually, startController } from "./controllerRig.ts"
 import { Rng, controllerSeeds, fuzzFrames } from "./mutate.ts"
 import { isAlive } from "./proc.ts"
-import { RawPeer, frame, lengthPrefix } from "./rawPeer.ts"
+import { RawPeer, frame, lengthPrefix, workerHandshake } from "./rawPeer.ts"
 
 /** The ident of the last frame's FetchResult: its "unknown ident" problem marks the end. */
 const MARKER = 987_654_321
@@ -67,7 +67,7 @@ export const fuzzControllerReader = async (o: { readonly frames: number; readonl
     if (!(await eventually(() => ctl.core.connected === 1 && !isAlive(rig.pids[1]!) && ctl.core.graph.isLost(1), 10_000))) throw new Error("rank 1 did not leave")
 
     const fake = await RawPeer.connect(rig.address)
-    fake.write(frame(encoded({ _tag: "WorkerHello", rank: 1, world: 2, pid: process.pid, token: rig.token, device: "cpu" })))
+    await workerHandshake(fake, { token: rig.token, rank: 1, world: 2 })
     const admitted = await eventually(() => ctl.core.connected === 2, 5000)
 
     const before = problems.length

@@ -16,7 +16,7 @@ import { launch, type ProcessExit } from "../../src/launcher/index.ts"
 import { eventually } from "./controllerRig.ts"
 import { Rng } from "./mutate.ts"
 import { rssKiB } from "./proc.ts"
-import { RawPeer, frame, lengthPrefix } from "./rawPeer.ts"
+import { controllerHandshake, RawPeer, frame, lengthPrefix } from "./rawPeer.ts"
 
 const WORKER = new URL("../../src/worker.ts", import.meta.url).pathname
 const FUZZ_FIXTURES = new URL("./fixtures", import.meta.url).pathname
@@ -150,11 +150,11 @@ export const oversizedToWorker = async (o: { readonly restartable: boolean; read
     const STREAM = new Ref(1)
     let ident = 0
 
-    /** Waits for connection `n` and its WorkerHello, then runs a command on it; true when it answered. */
+    /** Waits for connection `n` and its handshake, then runs a command on it; true when it answered. */
     const session = async (n: number): Promise<boolean> => {
       if (!(await eventually(() => peers.length > n || exits.length > 0, 20_000)) || peers.length <= n) return false
       const peer = peers[n]!
-      if (!(await peer.until(() => peer.bodies.length > 0, 10_000)) || decoded(peer.bodies[0]!)._tag !== "WorkerHello") return false
+      if ((await controllerHandshake(peer, "raw")) === undefined) return false
       const want = ident++
       peer.write(frame(encoded({ _tag: "CommandGroup", commands: [
         { _tag: "CreateStream", result: STREAM, default: true },
@@ -162,7 +162,7 @@ export const oversizedToWorker = async (o: { readonly restartable: boolean; read
         { _tag: "FetchValue", ident: ident++, mutates: [], function: null, object: new Ref(2), stream: STREAM },
         { _tag: "FetchValue", ident: ident++, mutates: [], function: "fuzzgc:collect", object: null, stream: STREAM },
       ] })))
-      const answered = () => peer.bodies.slice(1).map(decoded).filter((m) => m._tag === "FetchResult")
+      const answered = () => peer.bodies.slice(2).map(decoded).filter((m) => m._tag === "FetchResult")
       if (!(await peer.until(() => answered().length === 2, 10_000))) return false
       const value = answered()[0]!.value
       return value instanceof HostTensor && [...value.toArray()].join() === "3,3"

@@ -114,7 +114,7 @@ const workerMessages = (): Array<[string, WorkerMessage, number]> => [
 
 /** What workers send back; the controller's reader must check these. */
 const controllerMessages = (): Array<[string, ControllerMessage, number]> => [
-  ["WorkerHello", { _tag: "WorkerHello", rank: 1, world: 2, pid: 4242, token: "0123456789abcdef", device: "cpu" }, 2],
+  ["WorkerHello", { _tag: "WorkerHello", rank: 1, world: 2, pid: 4242, proof: new Uint8Array(32).fill(3), device: "cpu" }, 2],
   ["Status", { _tag: "Status", firstUncompletedIdent: 17 }, 3],
   ["FetchResult tensor", { _tag: "FetchResult", ident: 1008, value: tensor("f32", [2, 3]) }, 4],
   ["FetchResult nested", { _tag: "FetchResult", ident: 1009, value: { a: [1, "x", null, new Uint8Array(4)], t: tensor("i64", [2]), b: 2n ** 40n } }, 3],

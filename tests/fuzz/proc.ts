@@ -8,6 +8,13 @@ export const rssKiB = (pid: number): number => {
   return Number(line.split(/\s+/)[1])
 }
 
+/** VmHWM of `pid` in KiB: the most it has been resident since it started. */
+export const peakRssKiB = (pid: number): number => {
+  const line = readFileSync(`/proc/${pid}/status`, "utf8").split("\n").find((l) => l.startsWith("VmHWM:"))
+  if (line === undefined) throw new Error(`/proc/${pid}/status has no VmHWM line`)
+  return Number(line.split(/\s+/)[1])
+}
+
 export { isAlive } from "../processes.ts"
 
 export const mib = (kib: number): string => (kib / 1024).toFixed(1)

@@ -1,11 +1,15 @@
 /**
  * A raw TCP peer for the fuzz and security tests: writes exactly the bytes it is given (in
  * pieces of any size, queued under backpressure), splits what comes back into frame bodies,
- * and notices when the other side closes. Both a client (connect) and a one-connection
- * server (listenOnce, standing in for a controller) are offered.
+ * and notices when the other side closes. Both a client (connect) and a server (listen,
+ * standing in for a controller) are offered, and either side of the link's handshake
+ * (src/net/handshake.ts), for peers that hold the token.
  */
 import type { Socket, TCPSocketListener } from "bun"
+import { newNonce, proof, proves, tcpChannel, type Transcript } from "../../src/net/handshake.ts"
+import { decodeControllerMessage, decodeWorkerMessage, encodeMessage } from "../../src/protocol/codec.ts"
 import { FrameReader } from "../../src/protocol/framing.ts"
+import type { Message, WorkerHello } from "../../src/protocol/messages.ts"
 
 /** A frame: the body's length as a u32 big-endian, then the body. */
 export const frame = (body: Uint8Array): Uint8Array => {
@@ -25,6 +29,8 @@ export const lengthPrefix = (length: number): Uint8Array => {
 export class RawPeer {
   /** Frame bodies received, in order (copied). */
   readonly bodies: Uint8Array[] = []
+  /** Every byte received, as it came (copied). */
+  readonly chunks: Uint8Array[] = []
   closed = false
   private socket: Socket<undefined> | undefined
   private readonly queue: Uint8Array[] = []
@@ -35,7 +41,7 @@ export class RawPeer {
     return {
       binaryType: "uint8array" as const,
       open: (s: Socket<undefined>) => { this.socket = s },
-      data: (_s: Socket<undefined>, chunk: Uint8Array) => { this.reader.push(chunk); this.wake?.() },
+      data: (_s: Socket<undefined>, chunk: Uint8Array) => this.take(chunk),
       drain: () => this.flush(),
       close: () => { this.closed = true; this.wake?.() },
       error: () => { this.closed = true; this.wake?.() },
@@ -66,13 +72,19 @@ export class RawPeer {
           peers.set(s, peer)
           onPeer(peer)
         },
-        data: (s, chunk) => { const p = peers.get(s)!; p.reader.push(chunk); p.wake?.() },
+        data: (s, chunk) => peers.get(s)!.take(chunk),
         drain: (s) => peers.get(s)?.flush(),
         close: (s) => { const p = peers.get(s); if (p) { p.closed = true; p.wake?.() } },
         error: (s) => { const p = peers.get(s); if (p) { p.closed = true; p.wake?.() } },
       },
     })
     return { address: `127.0.0.1:${listener.port}`, stop: () => listener.stop(true) }
+  }
+
+  private take(chunk: Uint8Array): void {
+    this.chunks.push(chunk.slice())
+    this.reader.push(chunk)
+    this.wake?.()
   }
 
   /** Writes `bytes`, split into pieces of 1..`maxPiece` bytes when given (torn frames). */
@@ -122,4 +134,65 @@ export class RawPeer {
   end(): void {
     this.socket?.end()
   }
+
+  /** The handshake's channel (src/net/handshake.ts) of a connection this peer made: its own end. */
+  get ownEnd(): string {
+    return tcpChannel(this.socket!.localAddress, this.socket!.localPort)
+  }
+
+  /** The same of a connection this peer accepted (RawPeer.listen): the other end. */
+  get otherEnd(): string {
+    return tcpChannel(this.socket!.remoteAddress, this.socket!.remotePort)
+  }
+}
+
+/** A message as a frame. */
+export const framed = (m: Message): Uint8Array => {
+  const r = encodeMessage(m)
+  if (r._tag === "Failure") throw new Error(r.failure.message)
+  return frame(r.success)
+}
+
+export interface WorkerHandshake {
+  /** The controller answered with a ControllerProof that holds for `token`. */
+  readonly proven: boolean
+  /** What the controller sent first, by tag ("nothing" when it sent nothing in time). */
+  readonly answer: string
+  readonly transcript: Transcript | undefined
+}
+
+/**
+ * The worker's side of the handshake on a connection `peer` made: WorkerChallenge, then (once
+ * a ControllerProof came) a WorkerHello proved with `token` over the connection's own end, or
+ * over `channel` when given (a relay's). `hello: false` stops after the controller's proof.
+ */
+export const workerHandshake = async (peer: RawPeer, o: { readonly token: string; readonly rank: number; readonly world: number; readonly channel?: string; readonly hello?: boolean; readonly device?: string }): Promise<WorkerHandshake> => {
+  const from = peer.bodies.length
+  const workerNonce = newNonce()
+  peer.write(framed({ _tag: "WorkerChallenge", rank: o.rank, world: o.world, nonce: workerNonce }))
+  if (!(await peer.until(() => peer.bodies.length > from || peer.closed, 5000)) || peer.bodies.length === from) return { proven: false, answer: "nothing", transcript: undefined }
+  const got = decodeWorkerMessage(peer.bodies[from]!)
+  if (got._tag === "Failure" || got.success._tag !== "ControllerProof") return { proven: false, answer: got._tag === "Failure" ? "an invalid frame" : got.success._tag, transcript: undefined }
+  const transcript: Transcript = { rank: o.rank, world: o.world, channel: o.channel ?? peer.ownEnd, workerNonce, controllerNonce: got.success.nonce }
+  const proven = proves(got.success.proof, o.token, "controller", transcript)
+  if (o.hello !== false) peer.write(framed({ _tag: "WorkerHello", rank: o.rank, world: o.world, pid: process.pid, proof: proof(o.token, "worker", transcript), device: o.device ?? "cpu" }))
+  return { proven, answer: "ControllerProof", transcript }
+}
+
+/**
+ * The controller's side on a connection `peer` accepted: takes its WorkerChallenge, answers
+ * with a proof made with `token`, and resolves to the WorkerHello when its proof holds
+ * (undefined otherwise, or when none came within `ms`).
+ */
+export const controllerHandshake = async (peer: RawPeer, token: string, ms = 10_000): Promise<WorkerHello | undefined> => {
+  // The connection's first two frames, whether or not they came before this was called.
+  if (!(await peer.until(() => peer.bodies.length > 0, ms))) return undefined
+  const challenge = decodeControllerMessage(peer.bodies[0]!)
+  if (challenge._tag === "Failure" || challenge.success._tag !== "WorkerChallenge") return undefined
+  const transcript: Transcript = { rank: challenge.success.rank, world: challenge.success.world, channel: peer.otherEnd, workerNonce: challenge.success.nonce, controllerNonce: newNonce() }
+  peer.write(framed({ _tag: "ControllerProof", nonce: transcript.controllerNonce, proof: proof(token, "controller", transcript) }))
+  if (!(await peer.until(() => peer.bodies.length > 1, ms))) return undefined
+  const hello = decodeControllerMessage(peer.bodies[1]!)
+  if (hello._tag === "Failure" || hello.success._tag !== "WorkerHello" || !proves(hello.success.proof, token, "worker", transcript)) return undefined
+  return hello.success
 }

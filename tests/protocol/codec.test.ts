@@ -104,10 +104,12 @@ const workerSamples: WorkerMessage[] = [
   { _tag: "CommitCheckpoint", ident: 20, dir: "run", tmp: "run/.tmp-3-ab", version: "3", manifest: "{\"format\":1}", keep: 2 },
   { _tag: "ReadCheckpoint", ident: 21, path: "run", version: null },
   { _tag: "LoadShards", ident: 22, results: [new Ref(41)], sources: [[[0, "run/3/rank-0.safetensors", "w", [0, 0], [2, 4], "123"]]], stream: new Ref(2) },
+  { _tag: "ControllerProof", nonce: new Uint8Array(32).fill(1), proof: new Uint8Array(32).fill(2) },
 ]
 
 const controllerSamples: ControllerMessage[] = [
-  { _tag: "WorkerHello", rank: 3, world: 8, pid: 4242, token: "s3cr3t", device: "cuda:3" },
+  { _tag: "WorkerHello", rank: 3, world: 8, pid: 4242, proof: new Uint8Array(32).fill(0xa5), device: "cuda:3" },
+  { _tag: "WorkerChallenge", rank: 3, world: 8, nonce: new Uint8Array(32).fill(0x5a) },
   { _tag: "Status", firstUncompletedIdent: 19 },
   { _tag: "FetchResult", ident: 13, value: null },
   { _tag: "FetchResult", ident: 14, value: nested },
@@ -133,10 +135,10 @@ const placedAt = (bytes: Uint8Array, offset: number): Uint8Array => {
 }
 
 describe("round trip", () => {
-  test("the samples cover all 27 messages", () => {
+  test("the samples cover all 29 messages", () => {
     const tags = new Set([...workerSamples, ...controllerSamples].map((m) => m._tag))
     expect(([...tags] as string[]).sort()).toEqual(Object.keys(MESSAGE_CODES).sort())
-    expect(tags.size).toBe(27)
+    expect(tags.size).toBe(29)
   })
 
   for (const m of workerSamples) {

@@ -45,7 +45,7 @@ export const PLACEMENTS: ReadonlyArray<Placement> = [
     make: (t) => ({ _tag: "Reduce", ident: 1, result: new Ref(3), tensor: new Ref(4), factory: new TensorFactory([1], "f32", "cpu"), mesh: new Ref(2), stream, dims: [t], reduction: "sum", scatter: false, inplace: false }),
   },
   { where: "CommandGroup.commands[1].FetchValue.object.k", make: (t) => ({ _tag: "CommandGroup", commands: [{ _tag: "RequestStatus", ident: 0 }, { _tag: "FetchValue", ident: 1, mutates: [], function: null, object: { k: t }, stream }] }) },
-  { where: "WorkerHello.token", make: (t) => ({ _tag: "WorkerHello", rank: 0, world: 1, pid: 1, token: t, device: "cpu" }) },
+  { where: "WorkerHello.device", make: (t) => ({ _tag: "WorkerHello", rank: 0, world: 1, pid: 1, proof: new Uint8Array(32), device: t }) },
   { where: "FetchResult.value[0]", make: (t) => ({ _tag: "FetchResult", ident: 1, value: [t] }) },
   { where: "RemoteFunctionFailed.error: ErrorPayload.message", make: (t) => ({ _tag: "RemoteFunctionFailed", ident: 1, error: new ErrorPayload("E", t, []) }) },
   { where: "ProtocolError.message", make: (t) => ({ _tag: "ProtocolError", message: t }) },

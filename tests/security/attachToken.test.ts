@@ -1,7 +1,7 @@
 // Attach mode never lets the job token through the store (issue 14.4): a recording proxy in
 // front of the store sees every byte the controller, the workers and a stranger exchange with it,
 // and the token is not among them; the stranger, who waits for the controller's address there
-// and says hello as rank 0 before any worker exists, is refused and reported; the real workers,
+// and tries the handshake as rank 0 before any worker exists, is refused and reported; the real workers,
 // given the token in their environment, attach, compute and exit 0. Attach without a token, or
 // with a short one, and a worker without one are refused at start, naming what to set.
 import { expect, test } from "bun:test"

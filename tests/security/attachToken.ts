@@ -3,18 +3,17 @@
  * asserts on it, reliability.ts turns it into rows). Controller.attach meets workers through the
  * store, which authenticates no one; so the job token must never cross it. A recording proxy in
  * front of the store sees every byte the controller, the workers and a stranger exchange with it;
- * the stranger reads what it can from the store and says hello as rank 0 before the real workers.
+ * the stranger reads what it can from the store and tries the handshake as rank 0 before the real workers.
  */
 import type { Socket } from "bun"
 import { Duration, Effect, ManagedRuntime } from "effect"
 import { randomBytes } from "node:crypto"
 import { Controller, type HostTensor } from "../../src/controller/index.ts"
-import { encodeMessage } from "../../src/protocol/codec.ts"
 import { makeClient } from "../../src/store/client.ts"
 import { startServer } from "../../src/store/server.ts"
 import { readConfig } from "../../src/worker/config.ts"
 import { eventually } from "../fuzz/controllerRig.ts"
-import { frame, RawPeer } from "../fuzz/rawPeer.ts"
+import { RawPeer, workerHandshake } from "../fuzz/rawPeer.ts"
 
 const WORKER = new URL("../../src/worker.ts", import.meta.url).pathname
 
@@ -98,14 +97,12 @@ export const checkAttachToken = async (): Promise<AttachTokenResult> => {
       const found = (yield* store.check(["monarch/token"])) ? new TextDecoder().decode(yield* store.get("monarch/token")) : undefined
       return { address, found }
     })))
-    const hello = encodeMessage({ _tag: "WorkerHello", rank: 0, world: 2, pid: 1, token: stranger.found ?? "a-guess-at-the-token", device: "cpu" })
-    if (hello._tag === "Failure") throw new Error(hello.failure.message)
     const before = problems.length
     const impostor = await RawPeer.connect(stranger.address)
-    impostor.write(frame(hello.success))
+    await workerHandshake(impostor, { token: stranger.found ?? "a-guess-at-the-token", rank: 0, world: 2 })
     const impostorClosed = await impostor.until(() => impostor.closed, 3000)
     await eventually(() => problems.length > before, 1000)
-    const impostorReported = problems.slice(before).some((p) => p.includes("a WorkerHello with the wrong token"))
+    const impostorReported = problems.slice(before).some((p) => p.includes("whose WorkerHello did not prove it holds the job token"))
 
     const { MONARCH_TOKEN: _, MONARCH_TOKEN_FILE: __, CONTROLLER_ADDR: ___, ...env } = process.env
     for (const rank of [0, 1])

@@ -60,8 +60,8 @@ describe("function roots on a real worker", () => {
   }, 30_000)
 })
 
-describe("connections that never finish saying hello", () => {
-  test("are closed and reported after the hello timeout; a worker that said hello stays", async () => {
+describe("connections that never finish the handshake", () => {
+  test("are closed and reported after the hello timeout; a worker that passed it stays", async () => {
     const timeoutMs = 300
     const r = await checkSilentConnections(timeoutMs)
     for (const s of r.silent) {

@@ -1,7 +1,7 @@
 /**
  * The closed door, as checks that return what they saw (the bun tests assert on it, and
  * reliability.ts turns it into rows): every listener on loopback unless configured
- * otherwise; the controller link admits only a WorkerHello with the job's token; user
+ * otherwise; the controller link admits only a worker that proves the job's token; user
  * functions load only from the allowed roots; a length prefix over the maximum is refused
  * before anything is allocated for it (the frame reader, the controller listener, the store).
  */
@@ -10,26 +10,19 @@ import { mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { listen } from "../../src/controller/listener.ts"
-import { encodeMessage } from "../../src/protocol/codec.ts"
+import { proof } from "../../src/net/handshake.ts"
 import type { WireError } from "../../src/protocol/errors.ts"
 import { FrameReader } from "../../src/protocol/framing.ts"
-import type { Message } from "../../src/protocol/messages.ts"
 import type { HostTensor } from "../../src/protocol/values.ts"
 import { startServer } from "../../src/store/server.ts"
 import { FunctionTable } from "../../src/worker/functions.ts"
 import { eventually, type ControllerRig } from "../fuzz/controllerRig.ts"
 import { watchAllocations } from "../fuzz/frameLength.ts"
 import { rssKiB } from "../fuzz/proc.ts"
-import { RawPeer, frame, lengthPrefix } from "../fuzz/rawPeer.ts"
+import { framed, RawPeer, frame, lengthPrefix, workerHandshake } from "../fuzz/rawPeer.ts"
 import { isLoopback, listeningSockets, type ListeningSocket } from "./sockets.ts"
 
 const REPO = new URL("../..", import.meta.url).pathname
-
-const encoded = (m: Message): Uint8Array => {
-  const r = encodeMessage(m)
-  if (r._tag === "Failure") throw new Error(r.failure.message)
-  return r.success
-}
 
 const portOf = (address: string) => Number(address.slice(address.lastIndexOf(":") + 1))
 
@@ -84,38 +77,51 @@ export interface IntruderResult {
   readonly reported: boolean
 }
 
-/** Connections that must not be admitted: the bytes each sends first, and what the controller must say. */
-export const intruders = (token: string, world: number): Array<{ readonly name: string; readonly bytes: Uint8Array; readonly says: string }> => {
-  const hello = (over: { rank?: number; world?: number; token?: string }) =>
-    frame(encoded({ _tag: "WorkerHello", rank: over.rank ?? 0, world: over.world ?? world, pid: 1, token: over.token ?? token, device: "cpu" }))
+/**
+ * Connections that must not be admitted: what each does on a fresh connection (bytes, or its
+ * side of the handshake), and what the controller must say.
+ */
+export const intruders = (token: string, world: number): Array<{ readonly name: string; readonly act: (peer: RawPeer) => Promise<unknown>; readonly says: string }> => {
+  const send = (bytes: Uint8Array) => async (peer: RawPeer) => peer.write(bytes)
+  const handshake = (over: { rank?: number; world?: number; token?: string; helloRank?: number }) => async (peer: RawPeer) => {
+    const rank = over.rank ?? 0, size = over.world ?? world
+    if (over.helloRank === undefined) return workerHandshake(peer, { token: over.token ?? token, rank, world: size })
+    // Its own challenge answered, a hello for another rank, proved over that rank.
+    const r = await workerHandshake(peer, { token, rank, world: size, hello: false })
+    if (r.transcript === undefined) return
+    const claimed = { ...r.transcript, rank: over.helloRank }
+    peer.write(framed({ _tag: "WorkerHello", rank: over.helloRank, world: size, pid: 1, proof: proof(token, "worker", claimed), device: "cpu" }))
+  }
   const wrongLast = token.slice(0, -1) + (token.endsWith("0") ? "1" : "0")
-  const wrongToken = "refused a connection whose first message was a WorkerHello with the wrong token"
-  const invalidFirst = "refused a connection that sent an invalid first frame: "
+  const wrongToken = "refused a connection whose WorkerHello did not prove it holds the job token"
+  const invalidFirst = "refused a connection that sent an invalid frame before its handshake ended: "
   const taken = "refused a second or out-of-range worker claiming rank"
   return [
-    { name: "a Status before any WorkerHello", bytes: frame(encoded({ _tag: "Status", firstUncompletedIdent: 0 })), says: "refused a connection whose first message was Status" },
-    { name: "a command (Exit) instead of a WorkerHello", bytes: frame(encoded({ _tag: "Exit" })), says: `${invalidFirst}Exit (code 6) is not accepted by the controller` },
-    { name: "a WorkerHello with a wrong token", bytes: hello({ token: "not-the-token" }), says: wrongToken },
-    { name: "a WorkerHello with an empty token", bytes: hello({ token: "" }), says: wrongToken },
-    { name: "a WorkerHello whose token differs in its last character", bytes: hello({ token: wrongLast }), says: wrongToken },
-    { name: "a WorkerHello with the token's first half", bytes: hello({ token: token.slice(0, token.length >> 1) }), says: wrongToken },
-    { name: "garbage in a frame", bytes: frame(new Uint8Array([0xc1, 0xff, 0x00, 0x13, 0x37])), says: invalidFirst },
-    { name: "an HTTP request", bytes: new TextEncoder().encode("GET / HTTP/1.1\r\nHost: localhost\r\n\r\n"), says: `${invalidFirst}frame of 1195725856 bytes is over the` },
-    { name: "a 4 GiB length prefix", bytes: lengthPrefix(0xffff_ffff), says: `${invalidFirst}frame of 4294967295 bytes is over the` },
-    { name: "the right token for a rank already connected", bytes: hello({ rank: 0 }), says: `${taken} 0 of ${world}` },
-    { name: "the right token for a rank outside the world", bytes: hello({ rank: world + 3 }), says: `${taken} ${world + 3} of ${world}` },
-    { name: "the right token with the wrong world size", bytes: hello({ rank: 0, world: world + 1 }), says: `worker rank 0 has WORLD_SIZE=${world + 1}, but this controller was started for world ${world}` },
+    { name: "a Status before any WorkerChallenge", act: send(framed({ _tag: "Status", firstUncompletedIdent: 0 })), says: "refused a connection whose first message was Status, not a WorkerChallenge" },
+    { name: "a command (Exit) instead of a WorkerChallenge", act: send(framed({ _tag: "Exit" })), says: `${invalidFirst}Exit (code 6) is not accepted by the controller` },
+    { name: "a WorkerHello without a challenge first", act: send(framed({ _tag: "WorkerHello", rank: 0, world, pid: 1, proof: new Uint8Array(32), device: "cpu" })), says: "refused a connection whose first message was WorkerHello, not a WorkerChallenge" },
+    { name: "a WorkerHello proved with a wrong token", act: handshake({ token: "not-the-token" }), says: wrongToken },
+    { name: "a WorkerHello proved with an empty token", act: handshake({ token: "" }), says: wrongToken },
+    { name: "a WorkerHello proved with a token that differs in its last character", act: handshake({ token: wrongLast }), says: wrongToken },
+    { name: "a WorkerHello proved with the token's first half", act: handshake({ token: token.slice(0, token.length >> 1) }), says: wrongToken },
+    { name: "a WorkerHello for another rank than its challenge's", act: handshake({ rank: world + 5, helloRank: 0 }), says: `whose WorkerHello (rank 0 of ${world}) is not its challenge's (rank ${world + 5} of ${world})` },
+    { name: "garbage in a frame", act: send(frame(new Uint8Array([0xc1, 0xff, 0x00, 0x13, 0x37]))), says: invalidFirst },
+    { name: "an HTTP request", act: send(new TextEncoder().encode("GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")), says: `${invalidFirst}frame of 1195725856 bytes is over the` },
+    { name: "a 4 GiB length prefix", act: send(lengthPrefix(0xffff_ffff)), says: `${invalidFirst}frame of 4294967295 bytes is over the` },
+    { name: "the right token for a rank already connected", act: handshake({ rank: 0 }), says: `${taken} 0 of ${world}` },
+    { name: "the right token for a rank outside the world", act: handshake({ rank: world + 3 }), says: `${taken} ${world + 3} of ${world}` },
+    { name: "the right token with the wrong world size", act: handshake({ rank: 0, world: world + 1 }), says: `worker rank 0 has WORLD_SIZE=${world + 1}, but this controller was started for world ${world}` },
   ]
 }
 
-/** Sends each intruder's bytes on a fresh connection and waits (up to 2 s) for the controller to close it. */
+/** Runs each intruder on a fresh connection and waits (up to 2 s) for the controller to close it. */
 export const checkIntruders = async (rig: ControllerRig): Promise<IntruderResult[]> => {
   const out: IntruderResult[] = []
-  for (const { name, bytes, says } of intruders(rig.token, rig.pids.length)) {
+  for (const { name, act, says } of intruders(rig.token, rig.pids.length)) {
     const before = rig.problems.length
     const peer = await RawPeer.connect(rig.address)
     const t0 = performance.now()
-    peer.write(bytes)
+    await act(peer)
     const closed = await peer.until(() => peer.closed, 2000)
     const ms = performance.now() - t0
     await eventually(() => rig.problems.length > before, 1000)
@@ -134,13 +140,13 @@ export interface SilentResult {
 
 /**
  * A listener (in this process) with a `timeoutMs` hello timeout, and connections that never
- * finish a first message: silent, a torn length prefix, a frame missing its last byte. Each
- * must be closed and reported after about `timeoutMs`; a worker that said hello in time must
- * still be connected afterwards.
+ * finish the handshake: silent, a torn length prefix, a frame missing its last byte, a
+ * challenge never followed by a hello. Each must be closed and reported after about
+ * `timeoutMs`; a worker that passed the handshake in time must still be connected afterwards.
  */
 export const checkSilentConnections = async (timeoutMs: number): Promise<{
   readonly silent: ReadonlyArray<SilentResult>
-  /** How many times the listener reported "refused a connection that sent no message within <timeoutMs> ms". */
+  /** How many times the listener reported "refused a connection that did not finish the handshake within <timeoutMs> ms". */
   readonly reported: number
   readonly helloKept: boolean
 }> => {
@@ -150,14 +156,15 @@ export const checkSilentConnections = async (timeoutMs: number): Promise<{
     const l = await Effect.runPromise(Scope.provide(scope)(listen({
       token: "t", helloTimeoutMs: timeoutMs, onWorker: () => {}, onMessage: () => {}, onDisconnect: () => {}, onProblem: (p) => void problems.push(p),
     })))
-    const hello = frame(encoded({ _tag: "WorkerHello", rank: 0, world: 1, pid: 1, token: "t", device: "cpu" }))
+    const challenge = framed({ _tag: "WorkerChallenge", rank: 0, world: 1, nonce: new Uint8Array(32) })
     const cases: Array<[string, Uint8Array]> = [
       ["a connection that sends nothing", new Uint8Array(0)],
       ["a connection that sends 3 bytes of a length prefix", lengthPrefix(100).subarray(0, 3)],
-      ["a connection that sends a WorkerHello but its last byte", hello.subarray(0, hello.length - 1)],
+      ["a connection that sends a WorkerChallenge but its last byte", challenge.subarray(0, challenge.length - 1)],
+      ["a connection that sends a WorkerChallenge and never its WorkerHello", challenge],
     ]
     const worker = await RawPeer.connect(l.address)
-    worker.write(hello)
+    await workerHandshake(worker, { token: "t", rank: 0, world: 1 })
     const peers = await Promise.all(cases.map(async ([name, bytes]) => {
       const peer = await RawPeer.connect(l.address)
       if (bytes.length > 0) peer.write(bytes)
@@ -170,7 +177,7 @@ export const checkSilentConnections = async (timeoutMs: number): Promise<{
     const helloKept = !worker.closed
     for (const p of peers) p.peer.end()
     worker.end()
-    const reported = problems.filter((p) => p === `refused a connection that sent no message within ${timeoutMs} ms`).length
+    const reported = problems.filter((p) => p === `refused a connection that did not finish the handshake within ${timeoutMs} ms`).length
     return { silent, reported, helloKept }
   } finally {
     await Effect.runPromise(Scope.close(scope, Exit.void))

@@ -26,7 +26,7 @@ test("the controller listener: a connection opening with a 4 GiB claim is closed
   const r = await checkListenerClaim()
   expect(r.closed).toBe(true)
   expect(r.refused).toBe(true)
-  expect(r.problem).toContain("refused a connection that sent an invalid first frame: frame of 4294967295 bytes")
+  expect(r.problem).toContain("refused a connection that sent an invalid frame before its handshake ended: frame of 4294967295 bytes")
   expect(r.allocations.filter((n) => n >= 1024 * 1024)).toEqual([])
   expect(r.rssAfterKiB - r.rssBeforeKiB).toBeLessThan(QUIET_KIB)
 })

@@ -1,14 +1,15 @@
 // Before authentication, memory stays bounded (issue 14.3): the controller listener refuses a
-// first frame longer than a WorkerHello needs from its length prefix, allocating nothing for
-// it, and keeps only so many connections waiting for a hello (closing the oldest, so a worker
-// still gets in); the store, which authenticates no one, holds a bounded number of bytes in its
-// values, in what its connections buffer, and in connections, each refusal closing the one
-// connection with a reason on stderr. Memory is measured as RSS of the process (and, in the
-// listener, FrameReader's allocations).
+// frame longer than the handshake needs from its length prefix, allocating nothing for it, and
+// keeps only so many connections in the handshake (closing the oldest, so a worker still gets
+// in); the store, which authenticates no one, holds a bounded number of bytes in its values, in
+// what its connections buffer (a reply's size checked before the reply is built), and in
+// connections, each refusal closing the one connection with a reason on stderr. Memory is
+// measured as RSS of the process (its peak for the MULTI_GET, and in the listener,
+// FrameReader's allocations).
 import { expect, test } from "bun:test"
 import { MAX_HELLO_BYTES, MAX_PENDING_CONNECTIONS } from "../../src/controller/listener.ts"
 import { MAX_BUFFERED_BYTES, MAX_STORED_BYTES } from "../../src/store/server.ts"
-import { checkPendingFlood, checkPreAuthClaims, checkStoreBuffers, checkStoreFill, checkStoreLimits } from "./preAuth.ts"
+import { checkPendingFlood, checkPreAuthClaims, checkStoreAmplification, checkStoreBuffers, checkStoreFill, checkStoreLimits } from "./preAuth.ts"
 import { PRE_AUTH_SLACK_KIB } from "./reliability.ts"
 
 test("the listener: four connections opening with 512 MiB claims are refused from the prefix, nothing allocated", async () => {
@@ -51,3 +52,12 @@ test("the store: an APPEND past the value limit, a flood of empty values and con
   expect(r.emptyStored).toBeGreaterThan(r.emptyBound / 2)
   expect(r.extraClosed).toBe(r.extraConnections)
 }, 20_000)
+
+test("the store: one small MULTI_GET naming an 8 MiB value 64 times is refused before its reply is built; peak RSS stays within the bound", async () => {
+  const r = await checkStoreAmplification(64)
+  expect(r.requestBytes).toBeLessThan(1024)
+  expect(r.closed).toBe(true)
+  expect(r.peakAfterKiB - r.peakBeforeKiB).toBeLessThan(MAX_BUFFERED_BYTES / 1024 + PRE_AUTH_SLACK_KIB)
+  expect(r.said).toContain(`a reply of ${r.replyBytes} bytes would take the connections past the ${MAX_BUFFERED_BYTES} bytes`)
+  expect(r.servesAfter).toBe(true)
+}, 30_000)

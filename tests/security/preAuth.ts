@@ -8,12 +8,11 @@
 import type { Socket } from "bun"
 import { Effect, Exit, Scope } from "effect"
 import { listen, MAX_HELLO_BYTES, MAX_PENDING_CONNECTIONS } from "../../src/controller/listener.ts"
-import { encodeMessage } from "../../src/protocol/codec.ts"
 import { eventually } from "../fuzz/controllerRig.ts"
 import { settledRss } from "./closedDoor.ts"
 import { watchAllocations } from "../fuzz/frameLength.ts"
-import { rssKiB } from "../fuzz/proc.ts"
-import { frame, lengthPrefix, RawPeer } from "../fuzz/rawPeer.ts"
+import { peakRssKiB, rssKiB } from "../fuzz/proc.ts"
+import { lengthPrefix, RawPeer, workerHandshake } from "../fuzz/rawPeer.ts"
 import { ENTRY_OVERHEAD_BYTES, MAX_BUFFERED_BYTES, MAX_STORED_BYTES, startServer, type ServerOptions } from "../../src/store/server.ts"
 import { type Request, VALIDATION_MAGIC, Writer, writeRequest } from "../../src/store/wire.ts"
 
@@ -106,10 +105,8 @@ export const checkPendingFlood = async (opened = MAX_PENDING_CONNECTIONS + 36, l
     await Bun.sleep(100)
     const open = peers.filter((p) => !p.closed).length
     const newestKept = peers.slice(opened - Math.min(opened, max)).every((p) => !p.closed)
-    const hello = encodeMessage({ _tag: "WorkerHello", rank: 0, world: 1, pid: 1, token: "pre-auth-token", device: "cpu" })
-    if (hello._tag === "Failure") throw new Error(hello.failure.message)
     const worker = await RawPeer.connect(address)
-    worker.write(frame(hello.success))
+    await workerHandshake(worker, { token: "pre-auth-token", rank: 0, world: 1 })
     const helloAdmitted = await eventually(() => admitted() === 1, 2000) && !worker.closed
     for (const p of [...peers, worker]) p.end()
     return { opened, limit: max, open, newestKept, evictions: problems.filter((p) => p.startsWith("closed the oldest of")).length, helloAdmitted }
@@ -323,6 +320,52 @@ export const checkStoreBuffers = async (kind: "partial" | "unread"): Promise<Sto
     const rssAfterKiB = rssKiB(child.pid)
     for (const p of peers) p.end()
     return { closed, said: child.log(), rssBeforeKiB, rssAfterKiB }
+  } finally {
+    await child.stop()
+  }
+}
+
+export interface AmplificationResult {
+  /** The request's size, and the reply it asked for. */
+  readonly requestBytes: number
+  readonly replyBytes: number
+  readonly closed: boolean
+  readonly said: string
+  /** The store process's peak RSS (VmHWM) before the request and after it was refused. */
+  readonly peakBeforeKiB: number
+  readonly peakAfterKiB: number
+  /** A later client still reads the value whole. */
+  readonly servesAfter: boolean
+}
+
+/**
+ * A stranger stores one 8 MiB value (the most a value may be) and sends one MULTI_GET naming it
+ * `times` times: a request of a few hundred bytes asking for `times` x 8 MiB. The store must
+ * refuse it before building the reply, so its peak RSS stays within MAX_BUFFERED_BYTES of where
+ * it was (the reply used to be built whole first: 558 MiB for 64 names).
+ */
+export const checkStoreAmplification = async (times = 64): Promise<AmplificationResult> => {
+  const child = await startStoreChild()
+  try {
+    const value = new Uint8Array(8 * 1024 * 1024).fill(9)
+    const setter = await StorePeer.connect(child.port)
+    setter.write(requests({ op: "set", key: key("/big"), value }, { op: "check", keys: [key("/big")] }))
+    await setter.until(() => setter.received >= 1, 10_000)
+    setter.end()
+    await Bun.sleep(200)
+    const peakBeforeKiB = peakRssKiB(child.pid)
+    const request = requests({ op: "multiGet", keys: Array.from({ length: times }, () => key("/big")) })
+    const asker = await StorePeer.connect(child.port)
+    asker.write(request)
+    const closed = await asker.until(() => asker.closed, 10_000)
+    await Bun.sleep(200)
+    const peakAfterKiB = peakRssKiB(child.pid)
+    asker.end()
+    const reader = await StorePeer.connect(child.port)
+    reader.write(requests({ op: "get", key: key("/big") }))
+    const servesAfter = await reader.until(() => reader.received >= 8 + value.length, 10_000)
+    reader.end()
+    return { requestBytes: request.length, replyBytes: times * (value.length + 8), closed, said: child.log(), peakBeforeKiB, peakAfterKiB, servesAfter }
   } finally {
     await child.stop()
   }

@@ -13,11 +13,13 @@ import {
 import { isLoopback, type ListeningSocket } from "./sockets.ts"
 import { checkFetchCoordinates, checkForeignHandles, GOOD_COORDINATES, type CoordinatesResult, type ForeignResult } from "./handles.ts"
 import { checkAttachRefusals, checkAttachToken, type AttachTokenResult } from "./attachToken.ts"
+import { checkIdents, checkRecordingFlood, type FloodResult as RecordingFloodResult, type IdentsResult } from "./bounds.ts"
+import { checkImpostor, tokenDerivatives, TRIES, type ImpostorResult } from "./impostor.ts"
 import { MAX_HELLO_BYTES, MAX_PENDING_CONNECTIONS } from "../../src/controller/listener.ts"
 import { MAX_BUFFERED_BYTES, MAX_STORED_BYTES } from "../../src/store/server.ts"
 import {
-  checkPendingFlood, checkPreAuthClaims, checkStoreBuffers, checkStoreFill, checkStoreLimits,
-  type ClaimsResult, type FloodResult, type StoreBufferResult, type StoreFillResult,
+  checkPendingFlood, checkPreAuthClaims, checkStoreAmplification, checkStoreBuffers, checkStoreFill, checkStoreLimits,
+  type AmplificationResult, type ClaimsResult, type FloodResult, type StoreBufferResult, type StoreFillResult,
 } from "./preAuth.ts"
 
 const AREA = "security"
@@ -56,7 +58,7 @@ export const run = async (mode: Mode): Promise<ReliabilityRow[]> => {
       }))
 
       const rounds = mode === "long" ? 10 : 1
-      rows.push(...await attempt("connections without the job token", 12 * rounds, async () => {
+      rows.push(...await attempt("connections without the job token", 14 * rounds, async () => {
         const results: IntruderResult[] = []
         for (let i = 0; i < rounds; i++) results.push(...await checkIntruders(rig))
         const held = results.filter((r) => r.closed && r.reported)
@@ -69,12 +71,12 @@ export const run = async (mode: Mode): Promise<ReliabilityRow[]> => {
         ]
       }))
 
-      rows.push(...await attempt("connections that never say hello", 3, async () => {
+      rows.push(...await attempt("connections that never finish the handshake", 4, async () => {
         const timeoutMs = 300
         const r = await checkSilentConnections(timeoutMs)
         const closed = r.silent.filter((s) => s.closed).length
-        return [row("connections that never finish a first message are closed after the hello timeout", r.silent.length, r.reported === r.silent.length && r.helloKept ? closed : 0,
-          `${r.silent.map((s) => s.name.replace(/^a connection that /, "")).join("; ")}: closed after ${r.silent.map((s) => s.ms.toFixed(0)).join(", ")} ms with a ${timeoutMs} ms timeout (default 10 s), ${r.reported} reported; a worker that said hello kept: ${r.helloKept}`)]
+        return [row("connections that never finish the handshake are closed after the hello timeout", r.silent.length, r.reported === r.silent.length && r.helloKept ? closed : 0,
+          `${r.silent.map((s) => s.name.replace(/^a connection that /, "")).join("; ")}: closed after ${r.silent.map((s) => s.ms.toFixed(0)).join(", ")} ms with a ${timeoutMs} ms timeout (default 10 s), ${r.reported} reported; a worker that passed the handshake kept: ${r.helloKept}`)]
       }))
 
       rows.push(...await attempt("functions outside the allowed roots", 15, async () => {
@@ -138,7 +140,7 @@ export const run = async (mode: Mode): Promise<ReliabilityRow[]> => {
     const grew = (r: { rssBeforeKiB: number; rssAfterKiB: number }) => r.rssAfterKiB - r.rssBeforeKiB
     const most = (xs: ReadonlyArray<number>) => mib(Math.max(...xs))
     return [
-      row("before its hello, a connection's first frame is capped (4 connections claiming 512 MiB + 16 MiB each)", claims.length * 4,
+      row("before its handshake ends, a connection's frames are capped (4 connections claiming 512 MiB + 16 MiB each)", claims.length * 4,
         claims.reduce((n, r) => n + (r.largeAllocations.length === 0 && grew(r) < PRE_AUTH_SLACK_KIB ? Math.min(r.closed, r.refused) : 0), 0),
         `refused from the prefix at ${MAX_HELLO_BYTES} bytes, closed and reported; allocations of 1 MiB or more: ${claims.reduce((n, r) => n + r.largeAllocations.length, 0)}; RSS grew ${most(claims.map(grew))} MiB at most`),
       row(`connections without a hello are bounded (${MAX_PENDING_CONNECTIONS + 36} opened, limit ${MAX_PENDING_CONNECTIONS})`, floods.length,
@@ -163,13 +165,53 @@ export const run = async (mode: Mode): Promise<ReliabilityRow[]> => {
     return [
       row("attach: the token never crosses the store (every byte through a recording proxy)", runs.length, runs.filter((r) => r.storeBytes > 0 && !r.tokenInStore && r.found === undefined).length,
         `${runs.map((r) => r.storeBytes).join(", ")} bytes seen between the store and the controller, 2 workers and a stranger; the token in them: ${runs.some((r) => r.tokenInStore)}; monarch/token found: ${runs.some((r) => r.found !== undefined)}`),
-      row("attach: a stranger saying hello as rank 0 before the workers is refused; the real workers attach", runs.length,
+      row("attach: a stranger trying the handshake as rank 0 before the workers is refused; the real workers attach", runs.length,
         runs.filter((r) => r.impostorClosed && r.impostorReported && !r.impostorAdmitted && r.served && r.exits.every((x) => x === 0)).length,
-        `refused and reported as a wrong token; then an all-reduce on the 2 real workers (MONARCH_TOKEN) and exits ${runs.map((r) => r.exits.join("/")).join(", ")}`),
+        `refused and reported as not proving the token; then an all-reduce on the 2 real workers (MONARCH_TOKEN) and exits ${runs.map((r) => r.exits.join("/")).join(", ")}`),
       row("attach without a token, with a short one, and a worker without one are refused at start", 3,
         [refusals.none.includes("MONARCH_TOKEN"), refusals.short.includes("at least 16"), refusals.worker.includes("MONARCH_TOKEN")].filter(Boolean).length,
         `"${refusals.none.split(":")[0]}"; "${refusals.short}"; worker: "${refusals.worker.split(":")[0]}"`),
     ]
+  }))
+
+  rows.push(...await attempt("an impostor named in the store", (TRIES.length + 1) * rounds, async () => {
+    const runs: ImpostorResult[] = []
+    for (let i = 0; i < rounds; i++) runs.push(await checkImpostor())
+    const searched = tokenDerivatives("x").length
+    return [
+      row("attach: an impostor named in the store as the controller gets no token bytes (a forged, a relayed and a replayed proof)", runs.length * TRIES.length,
+        runs.reduce((n, r) => n + (r.found.length === 0 && r.workerSent.every((t) => t === "WorkerChallenge") ? Math.min(r.tries.length, TRIES.length) : 0), 0),
+        `token bytes seen: ${runs.some((r) => r.found.length > 0) ? runs.flatMap((r) => r.found).join(", ") : "none"} (${runs.map((r) => r.bytesSeen).join(", ")} bytes from the worker, searched for the token and ${searched - 1} fixed functions of it); the worker sent only ${[...new Set(runs.flatMap((r) => r.workerSent))].join(", ")}; it said so on stderr ${runs.map((r) => r.warnings).join(", ")} times`),
+      row("attach: the impostor's relay gets only the controller's proof, its reflected hello is refused; the worker then attaches to the real controller", runs.length,
+        runs.filter((r) => r.relayGot.join() === "ControllerProof" && r.relayRefused && r.served && r.exit === 0).length,
+        `relay got [${[...new Set(runs.flatMap((r) => r.relayGot))].join(", ")}] from the controller, reflected hello refused: ${runs.every((r) => r.relayRefused)}; then a call and a fetch on the worker, exits ${runs.map((r) => r.exit).join(", ")}`),
+    ]
+  }))
+
+  rows.push(...await attempt("MULTI_GET amplification", 2 * rounds, async () => {
+    const runs: AmplificationResult[] = []
+    for (let i = 0; i < rounds; i++) for (const times of [64, 256]) runs.push(await checkStoreAmplification(times))
+    const grew = (r: AmplificationResult) => r.peakAfterKiB - r.peakBeforeKiB
+    return [row("the store refuses a MULTI_GET whose reply would pass its bound before building it (an 8 MiB value named 64 and 256 times)", runs.length,
+      runs.filter((r) => r.closed && r.said.includes("a reply of") && grew(r) < MAX_BUFFERED_BYTES / 1024 + PRE_AUTH_SLACK_KIB && r.servesAfter).length,
+      `requests of ${[...new Set(runs.map((r) => r.requestBytes))].join(", ")} bytes asking for ${[...new Set(runs.map((r) => mib(r.replyBytes / 1024)))].join(" and ")} MiB; store process peak RSS grew ${runs.map((r) => mib(grew(r))).join(", ")} MiB (bound ${mib(MAX_BUFFERED_BYTES / 1024)} MiB; 493 MiB for 64 names before); the value still read after`)]
+  }))
+
+  rows.push(...await attempt("idents a worker could not answer", 8 * rounds, async () => {
+    const runs: IdentsResult[] = []
+    for (let i = 0; i < rounds; i++) runs.push(await checkIdents())
+    const tries = runs.flatMap((r) => [...r.refused.map((x) => x.reply !== undefined && /ident|idents/.test(x.reply)), r.poisonedFetchAnswered, ...r.largestAnswered.map((x) => x.answered)])
+    return [row("a worker refuses idents whose Status it could not send (past 2^53 - 2; a CallRecording ending past 2^53 - 1) and goes on", tries.length, tries.filter(Boolean).length,
+      `${runs[0]!.refused.map((x) => x.name).join(", ")} refused with a ProtocolError; then a poisoned value's fetch answered by Status: ${runs.every((r) => r.poisonedFetchAnswered)}; ${runs[0]!.largestAnswered.map((x) => x.name).join(", ")} answered; last Status ${runs.map((r) => r.lastStatus).join(", ")}`)]
+  }))
+
+  rows.push(...await attempt("recordings on a worker", rounds, async () => {
+    const runs: RecordingFloodResult[] = []
+    for (let i = 0; i < rounds; i++) runs.push(await checkRecordingFlood())
+    const grew = (r: RecordingFloodResult) => r.rssAfterKiB - r.rssBeforeKiB
+    return [row("a worker's recordings are bounded (1,000 DefineRecordings of 1,000 commands, MONARCH_MAX_RECORDED_COMMANDS=100000)", runs.length,
+      runs.filter((r) => r.refused.length === r.defines - r.limit / r.each && r.refused.every((m) => m.includes("MONARCH_MAX_RECORDED_COMMANDS")) && grew(r) < 192 * 1024 && r.servesAfter).length,
+      `${runs.map((r) => r.refused.length).join(", ")} refused naming the bound; worker RSS grew ${runs.map((r) => mib(grew(r))).join(", ")} MiB for 100,000 commands kept (741 MiB for the 1,000,000 before); it served after`)]
   }))
 
   rows.push(...await attempt("another controller's handles", 14 * rounds, async () => {

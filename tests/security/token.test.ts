@@ -1,13 +1,13 @@
 // The job token on its own: a WorkerHello that would be admitted in every other way (its rank
-// free, its world right) is refused for a wrong token alone. The intruder checks in
+// free, its world right) is refused when its proof was made with a wrong token alone; and the
+// controller's own proof holds only for the right token. The intruder checks in
 // closedDoor.ts claim a rank already taken, which the core refuses anyway, so there only the
 // text of the refusal tells the token check from the rank check.
 import { afterEach, beforeEach, expect, test } from "bun:test"
 import { Effect, Exit, Scope } from "effect"
 import { Core } from "../../src/controller/core.ts"
 import { listen } from "../../src/controller/listener.ts"
-import { encodeMessage } from "../../src/protocol/codec.ts"
-import { RawPeer, frame } from "../fuzz/rawPeer.ts"
+import { RawPeer, workerHandshake } from "../fuzz/rawPeer.ts"
 
 const TOKEN = "the-job-token-0123456789"
 let scope: Scope.Closeable
@@ -36,19 +36,13 @@ beforeEach(async () => {
 })
 afterEach(() => Effect.runPromise(Scope.close(scope, Exit.void)))
 
-const hello = (token: string): Uint8Array => {
-  const r = encodeMessage({ _tag: "WorkerHello", rank: 1, world: 2, pid: 1, token, device: "cpu" })
-  if (r._tag === "Failure") throw new Error(r.failure.message)
-  return frame(r.success)
-}
-
-/** Connects, says hello with `token` for rank 1 of 2 (free), and waits until it is closed or admitted (1 s at most). */
+/** Connects, passes the handshake with `token` for rank 1 of 2 (free), and waits until it is closed or admitted (1 s at most). */
 const tryHello = async (token: string) => {
   const peer = await RawPeer.connect(address)
   try {
-    peer.write(hello(token))
+    const { proven } = await workerHandshake(peer, { token, rank: 1, world: 2 })
     for (const deadline = performance.now() + 1000; !peer.closed && core.connected === 0 && performance.now() < deadline;) await Bun.sleep(5)
-    return { closed: peer.closed, admitted: core.connected }
+    return { closed: peer.closed, admitted: core.connected, proven }
   } finally {
     peer.end()
   }
@@ -59,14 +53,16 @@ test("a wrong token is refused for a rank that is free, by the token check itsel
     const r = await tryHello(wrong)
     expect(r.admitted, `a WorkerHello with the wrong token ${JSON.stringify(wrong)} was admitted for a free rank`).toBe(0)
     expect(r.closed, `the connection with the wrong token ${JSON.stringify(wrong)} was left open`).toBe(true)
+    expect(r.proven, `the controller's proof held for the wrong token ${JSON.stringify(wrong)}`).toBe(false)
   }
   expect(problems.length).toBe(4)
-  for (const p of problems) expect(p).toBe("refused a connection whose first message was a WorkerHello with the wrong token")
+  for (const p of problems) expect(p).toBe("refused a connection whose WorkerHello did not prove it holds the job token")
 })
 
 test("the same hello with the right token is admitted to that rank (so the rank was free)", async () => {
   const r = await tryHello(TOKEN)
   expect(r.admitted).toBe(1)
   expect(r.closed).toBe(false)
+  expect(r.proven).toBe(true)
   expect(problems).toEqual([])
 })

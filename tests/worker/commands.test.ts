@@ -27,7 +27,7 @@ const compute = async (fn: string, args: unknown[] = [], kwargs: Record<string, 
 }
 
 describe("a single worker", () => {
-  test("introduces itself with its rank, world, pid and the job token", () => {
+  test("introduces itself with its rank, world and pid, after the handshake", () => {
     const hello = h.received[0]![0]!
     expect(hello).toMatchObject({ _tag: "WorkerHello", rank: 0, world: 1, device: "cpu" })
     expect(hello._tag === "WorkerHello" && hello.pid).toBe(h.job.pids[0]!)

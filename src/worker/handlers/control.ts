@@ -1,6 +1,6 @@
-/** The control messages: RequestStatus, Exit, CommandGroup and DeleteRefs. */
+/** The control messages: RequestStatus, Exit, CommandGroup, DeleteRefs, and a ControllerProof out of place. */
 import { Effect } from "effect"
-import type { CommandGroup, DeleteRefs, Exit, RequestStatus, WorkerMessage } from "../../protocol/messages.ts"
+import type { CommandGroup, ControllerProof, DeleteRefs, Exit, RequestStatus, WorkerMessage } from "../../protocol/messages.ts"
 import { ioTurn, reject, sendStatus, stopped, type Session } from "../session.ts"
 
 export const requestStatus = (s: Session) => (m: RequestStatus) => Effect.sync(() => {
@@ -29,3 +29,7 @@ export const deleteRefs = (s: Session) => (m: DeleteRefs) => Effect.sync(() => {
   const unknown = m.refs.filter((id) => !s.env.delete(id))
   if (unknown.length > 0) reject(s, `DeleteRefs: unknown refs [${unknown.join(", ")}]`)
 })
+
+/** The handshake's answer, once it is over (link.ts takes the one that belongs to it). */
+export const controllerProof = (s: Session) => (_m: ControllerProof) =>
+  Effect.sync(() => reject(s, "ControllerProof: the handshake is over; refused"))

@@ -10,7 +10,7 @@ import { borrowCreate, borrowDrop, borrowFirstUse, borrowLastUse } from "./borro
 import { callFunction, fetchValue } from "./calls.ts"
 import { commitCheckpoint, loadShards, readCheckpoint, saveShards } from "./checkpoints.ts"
 import { createDeviceMesh, reduce, sendTensor } from "./collectives.ts"
-import { commandGroup, deleteRefs, exit, requestStatus } from "./control.ts"
+import { commandGroup, controllerProof, deleteRefs, exit, requestStatus } from "./control.ts"
 import { callRecording, defineRecording, deleteRecording } from "./recordings.ts"
 import { createStream } from "./streams.ts"
 
@@ -67,6 +67,7 @@ export const makeDispatch = (s: Session, debug = false, trace?: Recorder): ((m: 
     CommitCheckpoint: commitCheckpoint(s),
     ReadCheckpoint: readCheckpoint(s),
     LoadShards: loadShards(s),
+    ControllerProof: controllerProof(s),
   }
   return dispatch
 }

@@ -30,6 +30,15 @@ export const defineRecording = (s: Session) => (m: DefineRecording) => Effect.sy
   const bad = m.commands.find((c) => !(RECORDABLE as ReadonlyArray<string>).includes(c._tag) || ("ident" in c && c.ident >= m.idents))
   if (bad !== undefined)
     return reject(s, `DefineRecording ${m.recording}: a recording holds ${RECORDABLE.join(", ")} with idents below ${m.idents}, not ${bad._tag}${"ident" in bad ? ` ${bad.ident}` : ""}`)
+  // The bounds, counting what this one would replace (a DefineRecording of an id held replaces it).
+  const { recordings, commands } = s.recordingLimits
+  const replaced = s.recordings.get(m.recording)
+  if (replaced === undefined && s.recordings.size >= recordings)
+    return reject(s, `DefineRecording ${m.recording}: this worker holds ${s.recordings.size} recordings, its most (MONARCH_MAX_RECORDINGS=${recordings}); delete one first`)
+  let held = m.commands.length - (replaced?.define.commands.length ?? 0)
+  for (const r of s.recordings.values()) held += r.define.commands.length
+  if (held > commands)
+    return reject(s, `DefineRecording ${m.recording}: its ${m.commands.length} commands would take this worker's recordings to ${held} commands, past its most (MONARCH_MAX_RECORDED_COMMANDS=${commands}); delete some first`)
   const scratch = new Set<number>([...m.formals, ...m.params, ...m.results])
   for (const c of m.commands) for (const r of defines(c)) scratch.add(r.id)
   s.recordings.set(m.recording, { define: m, scratch: [...scratch], prepared: [] })
@@ -47,6 +56,9 @@ export const callRecording = (s: Session, dispatch: (m: WorkerMessage) => Effect
     const { define, scratch, prepared } = recording
     if (m.actuals.length !== define.formals.length || m.params.length !== define.params.length || m.results.length !== define.results.length)
       return reject(s, `CallRecording ${m.ident}: ${m.actuals.length} actuals, ${m.params.length} params and ${m.results.length} results for recording ${m.recording}'s ${define.formals.length}, ${define.params.length} and ${define.results.length}`)
+    // Its last command's Status is ident + idents: a call it could not send is refused.
+    if (m.ident + define.idents > Number.MAX_SAFE_INTEGER)
+      return reject(s, `CallRecording ${m.ident}: recording ${m.recording} takes ${define.idents} idents, which would end past ${Number.MAX_SAFE_INTEGER}: the Status after it could not be sent`)
     // An unknown actual leaves its formal undefined: the commands reading it fail as they would.
     for (let i = 0; i < m.actuals.length; i++) s.env.alias(define.formals[i]!, m.actuals[i]!.id)
     for (let i = 0; i < m.params.length; i++) s.env.define(new Ref(define.params[i]!), m.params[i])
