@@ -176,6 +176,8 @@ export class Mesh {
     this.core.command(this.ranks, fn, reads.inputs, defines, site, (ident) => ({
       _tag: "CallFunction", ident, results, mutates: mutated, function: fn, args: wireArgs, kwargs: wireKwargs, stream: stream.ref, declared,
     }))
+    // Each tensor written in place moves its storage's version (what autograd checks its saved tensors by).
+    if (opts.mutates !== undefined) for (const t of opts.mutates) t.storage.version++
     const handles = new Array<RemoteTensor>(results.length)
     for (let i = 0; i < results.length; i++) handles[i] = new RemoteTensor(this, results[i]!, metas[i], stream)
     return handles
@@ -185,9 +187,8 @@ export class Mesh {
    * @internal The typed ops' entry (src/controller/ops.ts): issues a CallFunction now and
    * returns its results, or throws the ControllerError that refused it.
    */
-  issue(fn: string, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, opts: CallOptions): RemoteTensor[] {
-    // Between issue and the user: ops.ts's invoke and the method or function that called it.
-    return this.issueCall(fn, args, kwargs, opts, this.core.site(2))
+  issue(fn: string, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, opts: CallOptions, site: CallSite | undefined): RemoteTensor[] {
+    return this.issueCall(fn, args, kwargs, opts, site)
   }
 
   /** Calls a function on every rank; its one result as a handle. */
@@ -256,6 +257,7 @@ export class Mesh {
       _tag: "Reduce", ident, result, tensor: t.ref, factory: new TensorFactory(t.meta!.shape, t.meta!.dtype, this.core.device), mesh: this.ref, stream: stream.ref,
       dims: names, reduction, scatter, inplace,
     }), this.groupExchange(names))
+    if (inplace) t.storage.version++
     const out = inplace ? t : new RemoteTensor(this, result, plan.result, stream)
     out.placement = opts.placement ?? afterCollective(t.placement, this.names, names, reduction, scatter)
     if (!inplace) recordCollectiveGrad(label, out, t, names, size, reduction, scatter)
