@@ -492,9 +492,9 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/autograd/inplace.test.ts"],
   },
   {
-    area: "autograd", behaviour: "every in-place write (an op, copy_, an optimizer step, a function's mutates) moves the version counter",
+    area: "autograd", behaviour: "every in-place write (an op, copy_, an optimizer step, a function's mutates, an in-place collective) moves the version counter",
     file: "src/controller/mesh.ts",
-    edits: one("if (opts.mutates !== undefined) for (const t of opts.mutates) t.storage.version++", ""),
+    edits: one("    t.storage.version++\n    this.core.tracing?.written.add(t.storage)", "    this.core.tracing?.written.add(t.storage)"),
     tests: ["tests/autograd/inplace.test.ts"],
   },
   {
@@ -513,6 +513,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     area: "autograd", behaviour: "a tensor is saved only when an input whose gradient needs it requires grad",
     file: "src/controller/autograd.ts",
     edits: one("    if (!requiresGrad(t)) return\n    for (const n of saves", "    for (const n of saves"),
+    tests: ["tests/autograd/inplace.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "a compiled step's replay moves the version counter of what its trace wrote in place",
+    file: "src/controller/recording.ts",
+    edits: one('  for (const w of recording.written) ("arg" in w ? flat.tensors[w.arg]!.storage : w).version++\n', ""),
     tests: ["tests/autograd/inplace.test.ts"],
   },
   {

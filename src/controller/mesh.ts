@@ -124,6 +124,12 @@ export class Mesh {
     if (unknown.length > 0) throw refuse(`${this} has no dim ${unknown.join(", ")} (its dims: ${this.names.join(", ") || "none"})`)
   }
 
+  /** t was written in place: its memory's version moves (and a recording's replay will move it again). */
+  private wrote(t: RemoteTensor): void {
+    t.storage.version++
+    this.core.tracing?.written.add(t.storage)
+  }
+
   /** The stream a command runs on: `given` when this controller made it, else the default. */
   private streamFor(given: RemoteStream | undefined): RemoteStream {
     if (given === undefined) return this.defaultStream
@@ -177,7 +183,7 @@ export class Mesh {
       _tag: "CallFunction", ident, results, mutates: mutated, function: fn, args: wireArgs, kwargs: wireKwargs, stream: stream.ref, declared,
     }))
     // Each tensor written in place moves its storage's version (what autograd checks its saved tensors by).
-    if (opts.mutates !== undefined) for (const t of opts.mutates) t.storage.version++
+    if (opts.mutates !== undefined) for (const t of opts.mutates) this.wrote(t)
     const handles = new Array<RemoteTensor>(results.length)
     for (let i = 0; i < results.length; i++) handles[i] = new RemoteTensor(this, results[i]!, metas[i], stream)
     return handles
@@ -187,7 +193,7 @@ export class Mesh {
    * @internal The typed ops' entry (src/controller/ops.ts): issues a CallFunction now and
    * returns its results, or throws the ControllerError that refused it.
    */
-  issue(fn: string, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, opts: CallOptions, site: CallSite | undefined): RemoteTensor[] {
+  issue(fn: string, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, opts: CallOptions, site: CallSite | undefined = this.core.site()): RemoteTensor[] {
     return this.issueCall(fn, args, kwargs, opts, site)
   }
 
@@ -257,7 +263,7 @@ export class Mesh {
       _tag: "Reduce", ident, result, tensor: t.ref, factory: new TensorFactory(t.meta!.shape, t.meta!.dtype, this.core.device), mesh: this.ref, stream: stream.ref,
       dims: names, reduction, scatter, inplace,
     }), this.groupExchange(names))
-    if (inplace) t.storage.version++
+    if (inplace) this.wrote(t)
     const out = inplace ? t : new RemoteTensor(this, result, plan.result, stream)
     out.placement = opts.placement ?? afterCollective(t.placement, this.names, names, reduction, scatter)
     if (!inplace) recordCollectiveGrad(label, out, t, names, size, reduction, scatter)

@@ -11,7 +11,7 @@
 //     random pairs of overlapping views, each against torch's decision.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { Effect, ManagedRuntime } from "effect"
-import { Controller, eager, grad, noGrad, ops, opsOn, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
+import { compile, Controller, eager, grad, noGrad, ops, opsOn, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
 import { SGD } from "../../src/optim/index.ts"
 import { describeUnless } from "../skip.ts"
 import { torchMissing } from "../torch.ts"
@@ -48,11 +48,40 @@ describe("the version counter", () => {
     // A function called with mutates (as a user function is), and an optimizer step's in-place updates.
     await rt.runPromise(mesh.run("ops.add_", [x, 1], {}, { mutates: [x] }))
     expect(x.version).toBe(3)
+    // An in-place collective writes its input; one that is not in place makes a fresh result.
+    const reduced = await rt.runPromise(mesh.reduce(x, "dp", "sum"))
+    await rt.runPromise(mesh.reduce(x, "dp", "sum", { inplace: true }))
+    expect([x.version, reduced.version]).toEqual([4, 0])
     const w = tensor([1, 2]).requiresGrad_()
     w.mul(w).sum().backward()
     const before = w.version
     new SGD([w], { lr: 0.1 }).step()
     expect(w.version).toBe(before + 1)
+  })
+})
+
+describe("the version counter through compile", () => {
+  test("each replay of a step moves the version of what it writes in place: an argument, and a captured tensor through a view", async () => {
+    const captured = tensor([1, 2, 3, 4])
+    const step = compile((x: RemoteTensor) => {
+      x.mul_(2)
+      captured.narrow(0, 0, 2).add_(1)
+      return x.add(1)
+    })
+    const x = tensor([1, 2]), w = tensor([3, 4]).requiresGrad_()
+    for (let call = 1; call <= 3; call++) {
+      const [vx, vc] = [x.version, captured.version]
+      // A node that saved x before the call: the call's write to x makes its backward refused.
+      const loss = x.mul(w).sum(), kept = w.mul(w).sum()
+      await rt.runPromise(step(x))
+      expect(x.version).toBeGreaterThan(vx)
+      expect(captured.version).toBeGreaterThan(vc)
+      expect((await refusal(() => loss.backward()))?.reason).toBe("modified-inplace")
+      kept.backward()
+    }
+    expect(step.traces).toBe(1)
+    expect(await values(x)).toEqual([8, 16])
+    expect(await values(captured)).toEqual([4, 5, 3, 4])
   })
 })
 
