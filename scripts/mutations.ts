@@ -504,6 +504,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/autograd/inplace.test.ts"],
   },
   {
+    area: "autograd", behaviour: "mean along a dim saves its input (torch's saved tensors)",
+    file: "src/ops/saves.ts",
+    edits: one("mean: (a) => (a.dim === null ? NONE : INPUT),", "mean: NONE,"),
+    tests: ["tests/autograd/inplace.test.ts"],
+  },
+  {
     area: "autograd", behaviour: "mul saves the other operand only for the input whose gradient is wanted",
     file: "src/ops/saves.ts",
     edits: one('mul: PRODUCT("input", "other"),\n  div:', 'mul: { input: ["input", "other"], other: ["input", "other"] },\n  div:'),

@@ -44,7 +44,9 @@ export const SAVES: { readonly [N in OpName]?: Saves | ((a: Bound<ReadonlyArray<
   lerp: { input: ["weight"], end: ["weight"], weight: ["input", "end", "weight"] },
   addcmul: PRODUCT("tensor1", "tensor2"),
   addcdiv: { input: ["tensor2"], tensor1: ["tensor2"], tensor2: ["tensor1", "tensor2"] },
-  sum: NONE, mean: NONE, cumsum: NONE,
+  sum: NONE, cumsum: NONE,
+  // Over every element, nothing; along dims, its input (torch 1.13's mean.dim).
+  mean: (a) => (a.dim === null ? NONE : INPUT),
   prod: INPUT_RESULT, amax: INPUT_RESULT, amin: INPUT_RESULT, std: INPUT_RESULT, logsumexp: INPUT_RESULT, norm: INPUT_RESULT,
   var: INPUT,
   // Over every element, the value (and which elements equal it); along a dim, the indices only.

@@ -121,6 +121,15 @@ describe("backward after an in-place write", () => {
     expect((await refusal(() => grad(z, [w])))?.message).toMatch(/saved by ops\.exp/)
   })
 
+  test("mean along a dim saves its input, over everything nothing (torch 1.13's mean.dim and mean)", async () => {
+    const w = tensor([1, 2, 3, 4], [2, 2]).requiresGrad_()
+    const along = w.mean(-1).sum(), all = w.mean()
+    noGrad(() => w.mul_(2))
+    expect((await refusal(() => along.backward()))?.message).toMatch(/saved by ops\.mean/)
+    all.backward()
+    expect(await values(w.grad!)).toEqual([0.25, 0.25, 0.25, 0.25])
+  })
+
   test("mul saves the other operand only for the input whose gradient is wanted (torch's rule)", async () => {
     const x = tensor([2]), w = tensor([3]).requiresGrad_()
     const loss = x.mul(w).sum()

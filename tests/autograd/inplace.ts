@@ -2,10 +2,9 @@
  * In-place writes checked against torch 1.13 (inplace_ref.py), on a real worker through the
  * controller. Used by inplace.test.ts and by the autograd area's RELIABILITY.md rows.
  *
- * - Random short programs: two f64 leaves of [2, 3] and one of [3], ops drawn from every kind of
- *   saved set (nothing, the input, the result, the other operand, a view of an input), and
- *   in-place writes at random points (under noGrad, or through detach()) to leaves,
- *   intermediates and views; then backward of a sum. Torch either refuses ("modified by an
+ * - Random short programs (randomProgram): ops drawn from every kind of saved set, and in-place
+ *   writes at random points (under noGrad, or through detach()) to leaves, intermediates, views,
+ *   masks and indices; then backward of a sum. Torch either refuses ("modified by an
  *   inplace operation") or gives gradients: ours must refuse exactly then (a ControllerError
  *   with reason "modified-inplace"), and otherwise give torch's gradients.
  * - Random pairs of views of one storage (a leading-dim narrow, reshaped or not; disjoint,
@@ -19,79 +18,141 @@ import { rng } from "../protocol/lookups.ts"
 import { TorchServer } from "../torch.ts"
 import { host } from "../worker/build.ts"
 
-interface Leaf { readonly shape: number[]; readonly data: number[] }
+interface Leaf { readonly shape: number[]; readonly data: number[]; readonly dtype: "f64" | "i64" }
 type Step =
-  | { readonly op: string; readonly args: number[]; readonly k?: number }
+  | { readonly op: string; readonly args: number[] }
   | { readonly op: "write"; readonly target: number; readonly how: "nograd" | "detach" }
 export interface Program { readonly leaves: Leaf[]; readonly steps: Step[]; readonly loss: number[] }
 
-const UNARY = ["exp", "tanh", "sigmoid", "relu", "abs", "sin", "cos", "neg"] as const
-/** Unary ops of a positive input only: applied to abs(x) + 0.5. */
-const POSITIVE = ["log", "sqrt", "reciprocal"] as const
+type Kind = "f" | "i" | "b"
+interface Value { readonly shape: number[]; readonly kind: Kind; readonly grad: boolean }
+
+/** Unary float ops of any input, and of a positive one only (applied to abs(x) + 0.5). */
+const UNARY = ["exp", "tanh", "sigmoid", "relu", "abs", "sin", "cos", "neg", "erf", "silu", "gelu", "softplus", "expm1"] as const
+const POSITIVE = ["log", "sqrt", "reciprocal", "rsqrt"] as const
+/** Over the last dim (or everything): each keeps or drops it. */
+const LAST = ["sum_last", "mean_last", "amax_last", "softmax_last", "log_softmax_last", "cumsum_last", "logsumexp_last", "var_last", "std_last", "norm", "prod"] as const
 const BINARY = ["add", "sub", "mul", "maximum", "minimum"] as const
 
-/** A random program of `length` steps (seeded: the same seed gives the same program). */
+/**
+ * A random program of `length` steps (seeded: the same seed gives the same program), over two f64
+ * leaves of [2, 3], one of [3] and an i64 index [1, 0]. Each op is one whose saved tensors torch
+ * 1.13 measures the same as src/ops/saves.ts: none (add, sum, views), the input (log, erf, var),
+ * the result (exp, softmax), the other operand (mul, matmul, linear), a mask or an index (where,
+ * masked_fill, index_select, max's indices), or several (clamp, lerp, layer_norm, pow).
+ */
 export const randomProgram = (seed: number, length = 8): Program => {
   const next = rng(seed), pick = <A>(xs: ReadonlyArray<A>): A => xs[Math.floor(next() * xs.length)]!
   const data = (n: number) => Array.from({ length: n }, () => Number((next() * 2 - 1).toFixed(3)))
-  const leaves: Leaf[] = [{ shape: [2, 3], data: data(6) }, { shape: [2, 3], data: data(6) }, { shape: [3], data: data(3) }]
-  // Each value's shape and whether it requires grad.
-  const vals = leaves.map((l) => ({ shape: l.shape, grad: true }))
+  const leaves: Leaf[] = [{ shape: [2, 3], data: data(6), dtype: "f64" }, { shape: [2, 3], data: data(6), dtype: "f64" }, { shape: [3], data: data(3), dtype: "f64" }, { shape: [2], data: [1, 0], dtype: "i64" }]
+  const vals: Value[] = leaves.map((l) => ({ shape: l.shape, kind: l.dtype === "f64" ? "f" : "i", grad: l.dtype === "f64" }))
   const steps: Step[] = []
-  const push = (op: string, args: number[], shape: number[], k?: number): number => {
-    steps.push(k === undefined ? { op, args } : { op, args, k })
-    vals.push({ shape, grad: op !== "detach" && args.some((i) => vals[i]!.grad) })
+  const push = (op: string, args: number[], shape: number[], kind: Kind = "f", grad = args.some((i) => vals[i]!.grad)): number => {
+    steps.push({ op, args })
+    vals.push({ shape, kind, grad: kind === "f" && grad })
     return vals.length - 1
   }
-  const of = (pred: (v: { shape: number[] }) => boolean) => vals.map((v, i) => [v, i] as const).filter(([v]) => pred(v)).map(([, i]) => i)
-  const positive = (i: number) => push("add_scalar", [push("abs", [i], vals[i]!.shape)], vals[i]!.shape, 0.5)
+  const where = (pred: (v: Value) => boolean) => vals.flatMap((v, i) => (pred(v) ? [i] : []))
+  const same = (shape: number[], kind: Kind = "f") => pick(where((v) => v.kind === kind && v.shape.join() === shape.join()))
+  const positive = (i: number) => push("add_half", [push("abs", [i], vals[i]!.shape)], vals[i]!.shape)
+  // The index leaf, [1, 0] (max's indices may be 2, too large for what they would index).
+  const INDEX = 3
+  const condOf = (shape: number[]) => (where((v) => v.kind === "b" && v.shape.join() === shape.join()).length > 0 && next() < 0.5 ? same(shape, "b") : push("gt", [same(shape)], shape, "b"))
   for (let s = 0; s < length; s++) {
-    const i = pick(vals.map((_, j) => j)), shape = vals[i]!.shape, kind = next()
-    if (kind < 0.25) {
-      steps.push({ op: "write", target: i, how: next() < 0.5 ? "nograd" : "detach" })
+    const kind = next()
+    if (kind < 0.22) {
+      steps.push({ op: "write", target: Math.floor(next() * vals.length), how: next() < 0.5 ? "nograd" : "detach" })
       continue
     }
-    if (kind < 0.45) push(pick(UNARY), [i], shape)
-    else if (kind < 0.52) push(pick(POSITIVE), [positive(i)], shape)
-    else if (kind < 0.68) push(pick(BINARY), [i, pick(of((v) => v.shape.join() === shape.join()))], shape)
-    else if (kind < 0.72) push("div", [i, positive(pick(of((v) => v.shape.join() === shape.join())))], shape)
-    else if (kind < 0.75) push("pow", [i], shape, 2)
-    else if (kind < 0.79 && shape.length === 2) push("matmul", [i, pick(of((v) => v.shape.join() === "3"))], [2])
-    else if (kind < 0.83 && shape.length > 0 && shape[0]! >= 2) {
+    const i = pick(where((v) => v.kind === "f")), shape = vals[i]!.shape, n = shape.length, last = shape.at(-1) ?? 1
+    if (kind < 0.34) push(pick(UNARY), [i], shape)
+    else if (kind < 0.38) push(pick(POSITIVE), [positive(i)], shape)
+    else if (kind < 0.46) push(pick(BINARY), [i, same(shape)], shape)
+    else if (kind < 0.48) push("div", [i, positive(same(shape))], shape)
+    else if (kind < 0.50) {
+      if (next() < 0.5) push("square", [i], shape)
+      else push("pow", [positive(i), same(shape)], shape)
+    }
+    else if (kind < 0.53) push("where", [condOf(shape), i, same(shape)], shape)
+    else if (kind < 0.55) push("masked_fill", [i, condOf(shape)], shape)
+    else if (kind < 0.58) push(pick(["clamp", "lerp", "addcmul"]), [i, same(shape), same(shape)], shape)
+    else if (kind < 0.59) push("addcdiv", [i, same(shape), positive(same(shape))], shape)
+    else if (kind < 0.64 && n > 0) {
+      const op = pick(LAST)
+      if ((op === "var_last" || op === "std_last") && last < 2) continue
+      push(op, [i], op === "norm" || op === "prod" ? [] : op.endsWith("softmax_last") || op === "cumsum_last" ? shape : shape.slice(0, -1))
+    } else if (kind < 0.67 && n > 0) {
+      push("max_values", [i], shape.slice(0, -1))
+      push("max_indices", [i], shape.slice(0, -1), "i")
+    } else if (kind < 0.70 && n === 2 && where((v) => v.kind === "f" && v.shape.join() === `${shape[1]}`).length > 0) push("matmul", [i, same([shape[1]!])], [shape[0]!])
+    else if (kind < 0.73 && n === 2) {
+      const w = pick(where((v) => v.kind === "f" && v.shape.length === 2 && v.shape[1] === shape[1])), rows = vals[w]!.shape[0]!
+      const bias = where((v) => v.kind === "f" && v.shape.join() === `${rows}`)
+      push("linear", bias.length > 0 && next() < 0.5 ? [i, w, pick(bias)] : [i, w], [shape[0]!, rows])
+    } else if (kind < 0.75) push("mse_loss", [i, same(shape)], [])
+    else if (kind < 0.77 && n === 2 && where((v) => v.kind === "f" && v.shape.join() === `${last}`).length > 0) push("layer_norm", [i, same([last]), same([last])], shape)
+    else if (kind < 0.80 && n > 0 && shape[0]! >= 2) push(n === 1 && next() < 0.5 ? "gather" : "index_select", [i, INDEX], [2, ...shape.slice(1)])
+    else if (kind < 0.82 && n === 2 && shape[0]! >= 2) push("embedding", [INDEX, i], [2, shape[1]!])
+    else if (kind < 0.85 && n > 0) {
+      if (next() < 0.5) push("cat", [i, same(shape)], [2 * shape[0]!, ...shape.slice(1)])
+      else push("stack", [i, same(shape)], [2, ...shape])
+    }
+    else if (kind < 0.89 && n > 0 && shape[0]! >= 2) {
       if (next() < 0.5) push("narrow", [i], [1, ...shape.slice(1)])
       else push("select", [i], shape.slice(1))
+    } else if (kind < 0.92) {
+      if (next() < 0.5) push("flat", [i], [shape.reduce((x, y) => x * y, 1)])
+      else push("unsqueeze", [i], [1, ...shape])
     }
-    else if (kind < 0.86) push("flat", [i], [shape.reduce((a, b) => a * b, 1)])
-    else if (kind < 0.89) push("detach", [i], shape)
-    else if (kind < 0.92 && shape.length > 0) push(pick(["sum_last", "amax_last"]), [i], shape.slice(0, -1))
-    else if (kind < 0.95 && shape.length > 0) push("softmax_last", [i], shape)
-    else push("prod", [i], [])
+    else if (kind < 0.95) push("detach", [i], shape, "f", false)
+    else push(pick(UNARY), [i], shape)
   }
-  const withGrad = vals.map((v, i) => [v, i] as const).filter(([v]) => v.grad).map(([, i]) => i)
-  const last = withGrad.at(-1)!
-  const loss = [...new Set([last, pick(withGrad), pick(withGrad)])]
+  const withGrad = where((v) => v.grad)
+  const loss = [...new Set([withGrad.at(-1)!, pick(withGrad), pick(withGrad)])]
   return { leaves, steps, loss }
 }
 
 /** One value of ours for a step (the same op as inplace_ref.py's apply). */
 const apply = (vals: RemoteTensor[], s: Extract<Step, { args: number[] }>): RemoteTensor => {
-  const [a, b] = s.args.map((i) => vals[i]!) as [RemoteTensor, RemoteTensor]
+  const [a, b, c] = s.args.map((i) => vals[i]!) as [RemoteTensor, RemoteTensor, RemoteTensor]
   switch (s.op) {
-    case "add_scalar": return a.add(s.k!)
-    case "pow": return a.pow(s.k!)
+    case "add_half": return a.add(0.5)
+    case "square": return a.pow(2)
+    case "gt": return a.gt(0)
+    case "where": return ops.where(a, b, c)
+    case "masked_fill": return a.masked_fill(b, 0.5)
+    case "addcmul": return ops.addcmul(a, b, c, { value: 0.5 })
+    case "addcdiv": return ops.addcdiv(a, b, c, { value: 0.5 })
+    case "sum_last": return a.sum(-1)
+    case "mean_last": return a.mean(-1)
+    case "amax_last": return a.amax(-1)
+    case "softmax_last": return a.softmax(-1)
+    case "log_softmax_last": return a.log_softmax(-1)
+    case "cumsum_last": return a.cumsum(-1)
+    case "logsumexp_last": return a.logsumexp(-1)
+    case "var_last": return a.var(-1)
+    case "std_last": return a.std(-1)
+    case "norm": return a.norm()
+    case "prod": return a.prod()
+    case "max_values": return (a.max(-1) as unknown as RemoteTensor[])[0]!
+    case "max_indices": return (a.max(-1) as unknown as RemoteTensor[])[1]!
+    case "linear": return ops.linear(a, b, c ?? null)
+    case "layer_norm": return ops.layer_norm(a, [a.shape!.at(-1)!], b, c)
+    case "index_select": return ops.index_select(a, 0, b)
+    case "gather": return ops.gather(a, 0, b)
+    case "embedding": return ops.embedding(a, b)
+    case "cat": return ops.cat([a, b], 0)
+    case "stack": return ops.stack([a, b], 0)
     case "narrow": return a.narrow(0, 1, 1)
     case "select": return a.select(0, 0)
     case "flat": return a.reshape([-1])
+    case "unsqueeze": return a.unsqueeze(0)
     case "detach": return a.detach()
-    case "sum_last": return a.sum(-1)
-    case "prod": return a.prod()
-    case "amax_last": return a.amax(-1)
-    case "softmax_last": return a.softmax(-1)
-    default: return (ops as unknown as Record<string, (...x: RemoteTensor[]) => RemoteTensor>)[s.op]!(...(s.args.length === 1 ? [a] : [a, b]))
+    default: return (ops as unknown as Record<string, (...x: RemoteTensor[]) => RemoteTensor>)[s.op]!(...s.args.map((i) => vals[i]!))
   }
 }
 
-export interface Outcome { readonly refused: boolean; readonly message: string; readonly grads?: number[][]; readonly base?: number[] }
+export interface Outcome { readonly refused: boolean; readonly message: string; readonly grads?: number[][]; readonly base?: number[]; readonly error?: string }
 
 const valuesOf = async (rt: ManagedRuntime.ManagedRuntime<Controller, unknown>, t: RemoteTensor): Promise<number[]> => [...(await rt.runPromise(t.fetch())).toArray()].map(Number)
 
@@ -125,7 +186,8 @@ export const inPlacePrograms = (count: number, seed: number): Promise<Tally> => 
     const want = await torch.ask<Outcome>(asked++, { kind: "program", ...prog })
     const got = await runOurs(rt, mesh, prog)
     if (want.refused) t.refusals++
-    const problem = got.refused !== want.refused ? `ours ${got.refused ? `refused (${got.message})` : "gave gradients"}, torch ${want.refused ? `refused (${want.message})` : "gave gradients"}`
+    const problem = want.error !== undefined ? `torch failed: ${want.error}`
+      : got.refused !== want.refused ? `ours ${got.refused ? `refused (${got.message})` : "gave gradients"}, torch ${want.refused ? `refused (${want.message})` : "gave gradients"}`
       : !want.refused && !got.grads!.every((g, i) => close(g, want.grads![i]!)) ? `gradients differ: ours ${JSON.stringify(got.grads)}, torch ${JSON.stringify(want.grads)}`
       : undefined
     if (problem === undefined) t.held++
@@ -136,14 +198,17 @@ export const inPlacePrograms = (count: number, seed: number): Promise<Tally> => 
 
 /** Our outcome of one program. */
 export const runOurs = async (rt: ManagedRuntime.ManagedRuntime<Controller, unknown>, mesh: Mesh, prog: Program): Promise<Outcome> => {
-  const leaves = prog.leaves.map((l) => (opsOn(mesh).clone(host("f64", l.shape, l.data) as never) as RemoteTensor).requiresGrad_())
-  const vals: RemoteTensor[] = [...leaves]
+  const made = prog.leaves.map((l) => opsOn(mesh).clone(host(l.dtype, l.shape, l.data) as never) as RemoteTensor)
+  const leaves = made.filter((t) => t.dtype === "f64").map((t) => t.requiresGrad_())
+  const vals: RemoteTensor[] = [...made]
   for (const s of prog.steps) {
     if (s.op !== "write") vals.push(apply(vals, s as Extract<Step, { args: number[] }>))
     else {
       const w = s as Extract<Step, { target: number }>, v = vals[w.target]!
-      if (w.how === "nograd") noGrad(() => v.mul_(1.5))
-      else v.detach().add_(0.25)
+      // A float is scaled; an index keeps its values (its version still moves); a mask flips.
+      const write = (t: RemoteTensor) => (t.dtype === "bool" ? t.logical_not_() : t.dtype === "i64" ? t.add_(0) : w.how === "nograd" ? t.mul_(1.5) : t.add_(0.25))
+      if (w.how === "nograd") noGrad(() => write(v))
+      else write(v.detach())
     }
   }
   const loss = prog.loss.map((i) => vals[i]!.sum()).reduce((a, b) => a.add(b))
@@ -152,7 +217,7 @@ export const runOurs = async (rt: ManagedRuntime.ManagedRuntime<Controller, unkn
     Effect.catchTag("ControllerError", (e) => Effect.succeed(e.reason === "modified-inplace" ? e.message : `another refusal: ${e.message}`)),
   ))
   if (refusal !== undefined) return { refused: true, message: refusal }
-  const grads = await Promise.all(leaves.map((l) => (l.grad === undefined ? Promise.resolve(l.shape!.length === 1 ? [0, 0, 0] : [0, 0, 0, 0, 0, 0]) : valuesOf(rt, l.grad))))
+  const grads = await Promise.all(leaves.map((l) => (l.grad === undefined ? Promise.resolve(new Array<number>(l.shape!.reduce((a, b) => a * b, 1)).fill(0)) : valuesOf(rt, l.grad))))
   return { refused: false, message: "", grads }
 }
 
@@ -197,7 +262,8 @@ export const overlapPairs = (count: number, seed: number): Promise<Tally> => wit
     const want = await torch.ask<Outcome>(asked++, { kind: "overlap", ...pair })
     const got = await runPair(rt, mesh, pair)
     if (want.refused) t.refusals++
-    const problem = got.refused !== want.refused ? `ours ${got.refused ? `refused (${got.message})` : "ran it"}, torch ${want.refused ? "refused" : "ran it"}`
+    const problem = want.error !== undefined ? `torch failed: ${want.error}`
+      : got.refused !== want.refused ? `ours ${got.refused ? `refused (${got.message})` : "ran it"}, torch ${want.refused ? "refused" : "ran it"}`
       : got.refused ? (close(got.base!, untouched) ? undefined : `refused, but the storage changed: ${got.base}`)
       : close(got.base!, want.base!) ? undefined : `the storage after: ours ${got.base}, torch ${want.base}`
     if (problem === undefined) t.held++
