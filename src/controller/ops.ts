@@ -182,6 +182,8 @@ const refuseOverlap = (op: (typeof OPS)[OpName], mutated: ReadonlyArray<RemoteTe
 
 /** A view op's results that are views share their input's memory (storage.ts): where each starts in it. */
 const shareMemory = (op: (typeof OPS)[OpName], args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, results: ReadonlyArray<RemoteTensor>): void => {
+  // A whole view (reshape, view, detach's) of its first argument, the common case, needs no binding.
+  if (op.view === true && args[0] instanceof RemoteTensor) return void results[0]!.viewOf(args[0], 0)
   const bound = op.bind(args, kwargs, (v): v is RemoteTensor => v instanceof RemoteTensor) as Record<string, unknown>
   const input = (bound.input ?? bound.tensor) as RemoteTensor
   if (op.view === true) return void results.forEach((r) => r.viewOf(input, 0))
