@@ -219,7 +219,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   },
   {
     area: "controller", behaviour: "an in-place op whose input partly overlaps what it writes is refused at the call (reason overlap)",
-    file: "src/controller/ops.ts",
+    file: "src/controller/storage.ts",
     edits: one('if (lap === "partial" || (lap === "full" && strict)) throw', 'if (lap === "full" && strict) throw'),
     tests: ["tests/autograd/inplace.test.ts", "tests/ops/views.test.ts"],
   },
@@ -231,8 +231,8 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   },
   {
     area: "controller", behaviour: "index_add_ and scatter_ refuse an input that is the same elements as what they write",
-    file: "src/controller/ops.ts",
-    edits: one("const strict = NO_OVERLAP.has(op.name)", "const strict = false"),
+    file: "src/controller/storage.ts",
+    edits: one("const strict = NO_OVERLAP.has(op)", "const strict = false"),
     tests: ["tests/autograd/inplace.test.ts"],
   },
   {

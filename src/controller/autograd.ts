@@ -72,7 +72,7 @@ const backend = (mesh: Mesh): Backend<RemoteTensor> => {
         made = outer
       }
     },
-    refuse: (message, reason) => new ControllerError({ message, reason }),
+    refuse: (message, reason) => (reason === undefined ? refuse(message) : new ControllerError({ message, reason })),
   }
 }
 

@@ -20,6 +20,7 @@ import { checkOwner, LiveCount, RemoteStream, RemoteTensor } from "./handles.ts"
 import { checkCollectiveGrad, recordCollectiveGrad, recordSendGrad } from "./meshgrad.ts"
 import { afterCollective, afterSend, type PlacementSpec } from "./placement.ts"
 import type { CallSite } from "./sites.ts"
+import { refuseOverlap } from "./storage.ts"
 
 export interface CallOptions {
   readonly stream?: RemoteStream
@@ -170,6 +171,8 @@ export class Mesh {
     const known = reads.known
     // The mutated tensors are read too: converting them checks them and notes the reads.
     const mutated = opts.mutates === undefined || opts.mutates.length === 0 ? [] : this.args.convert(opts.mutates, reads) as Ref[]
+    // A built-in writing memory its inputs share (storage.ts) is refused here, by either path (ops.add_ or mesh.run).
+    if (mutated.length > 0 && fn.startsWith("ops.")) refuseOverlap(fn.slice(4), opts.mutates!, args, kwargs)
     const metas = this.resultMetas(fn, args, kwargs, known, opts.results)
     const stream = this.streamFor(opts.stream)
     // Plain loops: this runs per op call.

@@ -23,7 +23,6 @@ import { RemoteTensor } from "./handles.ts"
 import type { Mesh } from "./mesh.ts"
 import { refuse } from "./arguments.ts"
 import { recordOp, refuseInPlace } from "./autograd.ts"
-import { overlapError, overlapOf } from "./storage.ts"
 import { viewStarts } from "../ops/specs/layout.ts"
 
 type FloatingDType = "f32" | "f64" | "f16" | "bf16"
@@ -113,10 +112,7 @@ const invoke = (name: OpName, mesh: Mesh | undefined, all: ReadonlyArray<unknown
   if (on === undefined) throw refuse(`ops.${name} has no tensor argument to take a mesh from; use opsOn(mesh).${name}`)
   const op = OPS[name]
   const mutated = mutatedTensors(op, args, kwargs)
-  if (mutated.length > 0) {
-    refuseInPlace(name, mutated)
-    refuseOverlap(op, mutated, args, kwargs)
-  }
+  if (mutated.length > 0) refuseInPlace(name, mutated)
   const site = on.core.site(1)
   const results = on.issue(`ops.${name}`, args, kwargs, mutated.length > 0 ? { mutates: mutated } : {}, site)
   if (op.mutates) return mutated[0]!
@@ -144,40 +140,6 @@ const mutatedTensors = (op: (typeof OPS)[OpName], args: ReadonlyArray<unknown>, 
   })
   if (out.length === 0) throw refuse(`ops.${op.name} writes in place, but was given no tensor to write (${names.join(", ")})`)
   return out
-}
-
-/** Every tensor in an argument tree (lists and keyword objects included). */
-const tensorsIn = (v: unknown, into: RemoteTensor[]): RemoteTensor[] => {
-  if (v instanceof RemoteTensor) into.push(v)
-  else if (Array.isArray(v)) for (const x of v) tensorsIn(x, into)
-  else if (isKwargs(v)) for (const k in v) tensorsIn(v[k], into)
-  return into
-}
-
-/**
- * Ops that refuse an input sharing any memory with what they write, the same elements
- * included (torch's assert_no_overlap for scatter_ and index_add_; the fused optimizer steps'
- * own checks); every other in-place op refuses only a partial overlap (torch's TensorIterator:
- * x.add_(x) is allowed).
- */
-const NO_OVERLAP: ReadonlySet<string> = new Set(["scatter_", "scatter_add_", "index_add_", "_fused_sgd_", "_fused_adamw_"])
-
-/** Refuses an in-place call whose inputs share memory with a tensor it writes (storage.ts), before anything is sent. */
-const refuseOverlap = (op: (typeof OPS)[OpName], mutated: ReadonlyArray<RemoteTensor>, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>): void => {
-  const all = tensorsIn(kwargs, tensorsIn(args, []))
-  if (all.length < 2) return
-  const strict = NO_OVERLAP.has(op.name)
-  for (const w of mutated) {
-    let own = false
-    for (const t of all) {
-      // The written tensor's own place; a second one (x.add_(x)) overlaps it fully.
-      if (t === w && !own) (own = true)
-      else {
-        const lap = overlapOf(w, t)
-        if (lap === "partial" || (lap === "full" && strict)) throw overlapError(`ops.${op.name}`, w, t)
-      }
-    }
-  }
 }
 
 /** A view op's results that are views share their input's memory (storage.ts): where each starts in it. */

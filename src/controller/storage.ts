@@ -53,3 +53,37 @@ export const overlapError = (op: string, written: object, input: object): Contro
   message: `${op}: unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory location (${input} and the written ${written}). Please clone() the tensor before performing the operation.`,
   reason: "overlap",
 })
+
+/** Every tensor handle in an argument tree (lists and keyword objects included). */
+const tensorsIn = (v: unknown, into: Placed[]): Placed[] => {
+  if (typeof v === "object" && v !== null && (v as Partial<Placed>).storage instanceof Storage) into.push(v as Placed)
+  else if (Array.isArray(v)) for (const x of v) tensorsIn(x, into)
+  else if (typeof v === "object" && v !== null && Object.getPrototypeOf(v) === Object.prototype) for (const k in v) tensorsIn((v as Record<string, unknown>)[k], into)
+  return into
+}
+
+/**
+ * Ops that refuse an input sharing any memory with what they write, the same elements
+ * included (torch's assert_no_overlap for scatter_ and index_add_; the fused optimizer steps'
+ * own checks); every other in-place op refuses only a partial overlap (torch's TensorIterator:
+ * x.add_(x) is allowed).
+ */
+const NO_OVERLAP: ReadonlySet<string> = new Set(["scatter_", "scatter_add_", "index_add_", "_fused_sgd_", "_fused_adamw_"])
+
+/** Refuses a call of built-in `op` whose inputs share memory with a tensor it writes, before anything is sent. */
+export const refuseOverlap = (op: string, mutated: ReadonlyArray<Placed>, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>): void => {
+  const all = tensorsIn(kwargs, tensorsIn(args, []))
+  if (all.length < 2) return
+  const strict = NO_OVERLAP.has(op)
+  for (const w of mutated) {
+    let own = false
+    for (const t of all) {
+      // The written tensor's own place; a second one (x.add_(x)) overlaps it fully.
+      if (t === w && !own) (own = true)
+      else {
+        const lap = overlapOf(w, t)
+        if (lap === "partial" || (lap === "full" && strict)) throw overlapError(`ops.${op}`, w, t)
+      }
+    }
+  }
+}

@@ -151,6 +151,9 @@ describe("writes through views", () => {
     const refused = await run(Effect.flip(eager(() => ops.add_(a, b))))
     expect(refused.reason).toBe("overlap")
     expect(refused.message).toMatch(/^ops\.add_: unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory location \(RemoteTensor\(\d+ f32\[4,2\].*the written RemoteTensor/)
+    // The same call as a function with mutates (the path a checkpoint's restore takes) is refused the same way.
+    const viaRun = await run(Effect.flip(mesh.run("ops.copy_", [a, b], {}, { mutates: [a] })))
+    expect(viaRun.reason).toBe("overlap")
     // Nothing was sent: the view is not poisoned and x was not written; disjoint blocks of one memory are fine operands.
     expect(await values(a)).toEqual(iota(8))
     expect(await values(x)).toEqual(iota(12))
