@@ -9,7 +9,7 @@
  *   with reason "modified-inplace"), and otherwise give torch's gradients.
  * - Random pairs of views of one storage (a leading-dim narrow, reshaped or not; disjoint,
  *   partly overlapping, or the same elements in the same or another layout), one written by
- *   add_, mul_, copy_ or index_add_ with the other as input: ours must refuse exactly where torch
+ *   add_, mul_, copy_, addcmul_, index_add_ or scatter_ with the other as input: ours must refuse exactly where torch
  *   does (reason "overlap", nothing sent), and where it runs leave the storage as torch's.
  */
 import { Effect, ManagedRuntime } from "effect"
@@ -223,15 +223,16 @@ export const runOurs = async (rt: ManagedRuntime.ManagedRuntime<Controller, unkn
 
 /** A view of one storage: its first element, its length, and its shape. */
 type View = [start: number, length: number, shape: number[]]
-export interface OverlapPair { readonly size: number; readonly a: View; readonly b: View; readonly op: "add_" | "mul_" | "copy_" | "index_add_" }
+const WRITES = ["add_", "mul_", "copy_", "addcmul_", "index_add_", "scatter_"] as const
+export interface OverlapPair { readonly size: number; readonly a: View; readonly b: View; readonly op: (typeof WRITES)[number] }
 
 /** A random pair of views of a storage of 8 (the same length, in shapes that broadcast a into b). */
 export const randomPair = (seed: number): OverlapPair => {
   const next = rng(seed), int = (n: number) => Math.floor(next() * n)
-  const size = 8, length = 1 + int(4), op = (["add_", "mul_", "copy_", "index_add_"] as const)[int(4)]!
+  const size = 8, length = 1 + int(4), op = WRITES[int(WRITES.length)]!
   const start = () => int(size - length + 1)
-  // [L] into [L] or [1, L]; [1, L] into [1, L]. index_add_ takes the same shape only.
-  const layouts: Array<[number[], number[]]> = op === "index_add_" ? [[[length], [length]], [[1, length], [1, length]]] : [[[length], [length]], [[length], [1, length]], [[1, length], [1, length]]]
+  // [L] into [L] or [1, L]; [1, L] into [1, L]. index_add_ and scatter_ take the same shape only.
+  const layouts: Array<[number[], number[]]> = op === "index_add_" || op === "scatter_" ? [[[length], [length]], [[1, length], [1, length]]] : [[[length], [length]], [[length], [1, length]], [[1, length], [1, length]]]
   const [sa, sb] = layouts[int(layouts.length)]!
   const a = start()
   // Often the same elements, to reach the full-overlap branch.
@@ -246,6 +247,9 @@ export const runPair = async (rt: ManagedRuntime.ManagedRuntime<Controller, unkn
   const a = view(pair.a), b = view(pair.b)
   const refusal = await rt.runPromise(eager(() => {
     if (pair.op === "index_add_") ops.index_add_(b, 0, opsOn(mesh).zeros([a.shape![0]!], { dtype: "i64" }), a)
+    // Each of a's elements to its own place of b: along dim 0 of [L] its index, of [1, L] row 0.
+    else if (pair.op === "scatter_") ops.scatter_(b, 0, a.shape!.length === 1 ? opsOn(mesh).arange(a.shape![0]!) : opsOn(mesh).zeros([...a.shape!], { dtype: "i64" }), a)
+    else if (pair.op === "addcmul_") ops.addcmul_(b, a, a, { value: 0.5 })
     else (b[pair.op] as (x: RemoteTensor) => unknown)(a)
   }).pipe(Effect.as(undefined), Effect.catchTag("ControllerError", (e) => Effect.succeed(e.reason === "overlap" ? e.message : `another refusal: ${e.message}`))))
   if (refusal !== undefined) return { refused: true, message: refusal, base: await valuesOf(rt, base) }

@@ -94,6 +94,10 @@ def overlap(req):
             b.mul_(a)
         elif req["op"] == "index_add_":
             b.index_add_(0, torch.zeros(a.shape[0], dtype=torch.int64), a)
+        elif req["op"] == "scatter_":
+            b.scatter_(0, torch.arange(a.shape[0]) if a.dim() == 1 else torch.zeros(a.shape, dtype=torch.int64), a)
+        elif req["op"] == "addcmul_":
+            b.addcmul_(a, a, value=0.5)
     except RuntimeError as e:
         if "refer to a single memory location" not in str(e):
             raise

@@ -26,7 +26,7 @@ export const run = async (mode: Mode): Promise<ReliabilityRow[]> => {
   return [
     row("random programs (8 steps of 59 op forms: elementwise, reductions, max's indices, where and masks, linear, layer_norm, indexing, cat, views) with in-place writes (noGrad, detach()) to leaves, intermediates, views, masks and indices at random points before backward, vs torch 1.13",
       "ours refused (reason modified-inplace) exactly where torch did, else gave torch's gradients", p, pMs),
-    row("random pairs of views of one storage (disjoint, partly overlapping, the same elements in the same or another layout) written by add_, mul_, copy_ or index_add_, vs torch 1.13",
+    row("random pairs of views of one storage (disjoint, partly overlapping, the same elements in the same or another layout) written by add_, mul_, copy_, addcmul_, index_add_ or scatter_, vs torch 1.13",
       "ours refused at the call (reason overlap, nothing sent, the storage unchanged) exactly where torch did, else left the storage as torch's", o, oMs),
   ]
 }
