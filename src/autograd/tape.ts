@@ -60,6 +60,8 @@ export class Node<T extends TapeTensor<T>> {
   consumed = false
   /** Its output's handle (until released) and the unconsumed nodes that read it. */
   users = 1
+  /** The versions of `checked` when it was recorded. */
+  private readonly versions: ReadonlyArray<number>
 
   constructor(
     /** What made it ("ops.mul", "reduce sum over tp", ...), for messages. */
@@ -78,8 +80,6 @@ export class Node<T extends TapeTensor<T>> {
       if (node) node.users++
     }
   }
-
-  private readonly versions: ReadonlyArray<number>
 
   /** A tensor it reads that was written in place since it was recorded: the tensor and its versions then and now. */
   modified(): { readonly tensor: T; readonly then: number; readonly now: number } | undefined {

@@ -10,7 +10,8 @@
  *   const [gw] = grad(loss2, [w])   // or the gradients as values
  *
  * All of it is synchronous, like every op call: a refusal (no grad to take, a graph already
- * consumed, an in-place op on a tensor that requires grad) throws a ControllerError.
+ * consumed, an in-place op on a tensor that requires grad, a backward that would read a saved
+ * tensor written in place since: torch's version counter, storage.ts) throws a ControllerError.
  */
 import { backwardFrom, type Backend, Entry, isRecording, noGrad, record, requiresGrad, type Site } from "../autograd/tape.ts"
 import { type GradContext, type GradOps, NOT_DIFFERENTIABLE, sumTo } from "../ops/grad.ts"
@@ -21,8 +22,8 @@ import { type OpName, OPS } from "../ops/registry.ts"
 import { SAVES } from "../ops/saves.ts"
 import type { DType } from "../protocol/values.ts"
 import { refuse } from "./arguments.ts"
-import { RemoteTensor } from "./handles.ts"
 import { ControllerError } from "./errors.ts"
+import { RemoteTensor } from "./handles.ts"
 import { escape } from "./lifetime.ts"
 import type { Mesh } from "./mesh.ts"
 import { ops, opsOn } from "./ops.ts"
