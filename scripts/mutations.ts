@@ -510,6 +510,18 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/autograd/inplace.test.ts"],
   },
   {
+    area: "autograd", behaviour: "relu's gradient reads its result (what torch saves), not its input",
+    file: "src/ops/specs/elementwise.ts",
+    edits: one("relu: unary(\"same\", unaryRule((o, _x, y, g) => o.where(o.gt(y, 0), g, 0))),", "relu: unary(\"same\", unaryRule((o, x, _y, g) => o.where(o.gt(x, 0), g, 0))),"),
+    tests: ["tests/autograd/inplace.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "div's gradient for its divisor reads its operands (what torch saves), not its result",
+    file: "src/ops/specs/elementwise.ts",
+    edits: one("other: () => o.neg(o.div(o.mul(c.grad, c.args.input), o.mul(c.args.other, c.args.other))) }", "other: () => o.neg(o.div(o.mul(c.grad, c.out), c.args.other)) }"),
+    tests: ["tests/autograd/inplace.test.ts"],
+  },
+  {
     area: "autograd", behaviour: "mul saves the other operand only for the input whose gradient is wanted",
     file: "src/ops/saves.ts",
     edits: one('mul: PRODUCT("input", "other"),\n  div:', 'mul: { input: ["input", "other"], other: ["input", "other"] },\n  div:'),

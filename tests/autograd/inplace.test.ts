@@ -5,7 +5,8 @@
 //     memory, which its views and detach() share; a backward through a node whose saved tensor
 //     moved is refused, naming the tensor, the op and where it was called, and nothing changes;
 //   - the three cases that gave wrong gradients, and the rule of which tensors an op saves (exp
-//     its result, log its input, mul the other operand only when that one's gradient is wanted);
+//     its result, log its input, mul the other operand only when that one's gradient is wanted,
+//     mean its input along dims), with each rule reading only those (relu its result);
 //   - the randomised differential tests of both (inplace.ts) run as the autograd area's
 //     reliability rows (reliability.ts): random programs with random in-place writes, and
 //     random pairs of overlapping views, each against torch's decision.
@@ -128,6 +129,21 @@ describe("backward after an in-place write", () => {
     expect((await refusal(() => along.backward()))?.message).toMatch(/saved by ops\.mean/)
     all.backward()
     expect(await values(w.grad!)).toEqual([0.25, 0.25, 0.25, 0.25])
+  })
+
+  test("a rule reads only what its op saved: relu its result, div's divisor gradient its operands (torch's gradients after writes torch allows)", async () => {
+    const x = tensor([-1, 2, 3]).requiresGrad_()
+    const r = x.relu().sum()
+    // relu saved its result: its input may change, and the gradient is still where the input was positive.
+    noGrad(() => x.sub_(2.5))
+    r.backward()
+    expect(await values(x.grad!)).toEqual([0, 1, 1])
+    const a = tensor([1, 4]), b = tensor([2, 4]).requiresGrad_()
+    const q = a.div(b)
+    // div saved its operands, not its result: the result may change, and d(a/b)/db = -a/b^2.
+    q.detach().mul_(3)
+    q.sum().backward()
+    expect(await values(b.grad!)).toEqual([-0.25, -0.25])
   })
 
   test("mul saves the other operand only for the input whose gradient is wanted (torch's rule)", async () => {
