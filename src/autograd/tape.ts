@@ -4,9 +4,11 @@
  * src/controller/autograd.ts), so backward is nothing but ordinary op calls made through a
  * Backend; a remote failure inside it poisons what depends on it like any other command.
  *
- * - A node is one recorded call: its inputs (the edges backward follows), the tensors it saved
- *   (held, so that a program's release of one waits until backward has read it), and its
- *   backward function. Registry ops make theirs from their declared rule; anything else (a
+ * - A node is one recorded call: its inputs (the edges backward follows), the tensors it holds
+ *   (so that a program's release of one waits until backward has read it), the versions of the
+ *   tensors its rule reads values of (torch's saved tensors: a backward through a node one of
+ *   which was written in place since is refused, as torch refuses it), and its backward
+ *   function. Registry ops make theirs from their declared rule; anything else (a
  *   collective, a custom gradient) records one through `record`.
  * - Backward runs nodes in reverse order of recording once every consumer has given its
  *   gradient, sums gradients that meet, and yields each target's gradient as soon as nothing
@@ -19,6 +21,8 @@ import type { TensorMeta } from "../ops/meta.ts"
 /** What the tape needs of a tensor. */
 export interface TapeTensor<Self extends TapeTensor<Self>> {
   readonly meta: TensorMeta | undefined
+  /** How many times its memory was written in place (shared with its views). */
+  readonly version: number
   /** Its place on the tape: set when it requires grad or was made from one that does. */
   autograd: Entry<Self> | undefined
   /** Keeps it alive past a release() until letGo(). */
@@ -38,7 +42,7 @@ export interface Backend<T> {
   copy(t: T): T
   /** Runs f, returning what it made: everything made is the tape's to release. */
   track<A>(f: () => A): { readonly value: A; readonly made: ReadonlyArray<T> }
-  refuse(message: string): Error
+  refuse(message: string, reason?: "modified-inplace"): Error
 }
 
 /** A recorded call's backward: the gradient of each input (undefined where `needs` is false or there is none). */
@@ -46,11 +50,18 @@ export type NodeBackward<T> = (grad: T, needs: ReadonlyArray<boolean>) => Readon
 
 let sequence = 0
 
+/** Where a call was made, formatted only when a message needs it. */
+export interface Site {
+  format(): string | undefined
+}
+
 export class Node<T extends TapeTensor<T>> {
   readonly seq = sequence++
   consumed = false
   /** Its output's handle (until released) and the unconsumed nodes that read it. */
   users = 1
+  /** The versions of `checked` when it was recorded. */
+  private readonly versions: ReadonlyArray<number>
 
   constructor(
     /** What made it ("ops.mul", "reduce sum over tp", ...), for messages. */
@@ -58,12 +69,25 @@ export class Node<T extends TapeTensor<T>> {
     readonly inputs: ReadonlyArray<T>,
     readonly backward: NodeBackward<T>,
     private saved: ReadonlyArray<T>,
+    /** The tensors whose values its rule reads (torch's saved tensors), each checked against its version now. */
+    private readonly checked: ReadonlyArray<T>,
+    readonly site: Site | undefined,
   ) {
+    this.versions = checked.map((t) => t.version)
     for (const t of saved) t.hold()
     for (const t of inputs) {
       const node = t.autograd?.node
       if (node) node.users++
     }
+  }
+
+  /** A tensor it reads that was written in place since it was recorded: the tensor and its versions then and now. */
+  modified(): { readonly tensor: T; readonly then: number; readonly now: number } | undefined {
+    for (let i = 0; i < this.checked.length; i++) {
+      const t = this.checked[i]!
+      if (t.version !== this.versions[i]) return { tensor: t, then: this.versions[i]!, now: t.version }
+    }
+    return undefined
   }
 
   /** Lets go of what it saved; a second backward through it is refused. */
@@ -126,9 +150,13 @@ export const requiresGrad = <T extends TapeTensor<T>>(t: T): boolean => {
   return e !== undefined && (e.leaf || e.node !== undefined)
 }
 
-/** Records that `output` was made from `inputs` by a call whose backward is `backward`; `saved` is held until it runs. */
-export const record = <T extends TapeTensor<T>>(name: string, output: T, inputs: ReadonlyArray<T>, saved: ReadonlyArray<T>, backward: NodeBackward<T>): void => {
-  output.autograd = new Entry<T>(false, new Node(name, inputs, backward, saved))
+/**
+ * Records that `output` was made from `inputs` by a call whose backward is `backward`; `saved` is
+ * held until it runs, and backward is refused if one of `checked` (default: all of `saved`) was
+ * written in place since.
+ */
+export const record = <T extends TapeTensor<T>>(name: string, output: T, inputs: ReadonlyArray<T>, saved: ReadonlyArray<T>, backward: NodeBackward<T>, checked: ReadonlyArray<T> = saved, site?: Site): void => {
+  output.autograd = new Entry<T>(false, new Node(name, inputs, backward, saved, checked, site))
 }
 
 type Key<T extends TapeTensor<T>> = Node<T> | T
@@ -176,6 +204,14 @@ export function* backwardFrom<T extends TapeTensor<T>>(backend: Backend<T>, root
   const leadsTo = (k: Key<T>): boolean => (k instanceof Node ? leads.get(k)! : isTarget(k))
   for (const n of [...nodes].sort((x, y) => x.seq - y.seq))
     leads.set(n, isTarget(n, outputs.get(n)) || n.inputs.some((t) => { const ik = keyOf(t); return ik !== undefined && leadsTo(ik) }))
+
+  // Every node that will run reads what it saved as it was (torch's version check), checked before any runs: a refusal changes nothing.
+  for (const n of nodes) {
+    const m = leads.get(n) ? n.modified() : undefined
+    if (m === undefined) continue
+    const at = n.site?.format()
+    throw backend.refuse(`one of the variables needed for gradient computation has been modified by an inplace operation: ${m.tensor}, saved by ${n.name}${at ? ` (called at ${at})` : ""}, is at version ${m.now}; expected version ${m.then} instead`, "modified-inplace")
+  }
 
   // Gradients the tape owns, with how many places hold each; what it does not own it never releases.
   const uses = new Map<T, number>()

@@ -10,16 +10,19 @@
  *   const [gw] = grad(loss2, [w])   // or the gradients as values
  *
  * All of it is synchronous, like every op call: a refusal (no grad to take, a graph already
- * consumed, an in-place op on a tensor that requires grad) throws a ControllerError.
+ * consumed, an in-place op on a tensor that requires grad, a backward that would read a saved
+ * tensor written in place since: torch's version counter, storage.ts) throws a ControllerError.
  */
-import { backwardFrom, type Backend, Entry, isRecording, noGrad, record, requiresGrad } from "../autograd/tape.ts"
+import { backwardFrom, type Backend, Entry, isRecording, noGrad, record, requiresGrad, type Site } from "../autograd/tape.ts"
 import { type GradContext, type GradOps, NOT_DIFFERENTIABLE, sumTo } from "../ops/grad.ts"
 import type { TensorMeta } from "../ops/meta.ts"
 import type { Param } from "../ops/params.ts"
 import { isFloating } from "../ops/promotion.ts"
 import { type OpName, OPS } from "../ops/registry.ts"
+import { SAVES } from "../ops/saves.ts"
 import type { DType } from "../protocol/values.ts"
 import { refuse } from "./arguments.ts"
+import { ControllerError } from "./errors.ts"
 import { RemoteTensor } from "./handles.ts"
 import { escape } from "./lifetime.ts"
 import type { Mesh } from "./mesh.ts"
@@ -70,7 +73,7 @@ const backend = (mesh: Mesh): Backend<RemoteTensor> => {
         made = outer
       }
     },
-    refuse: (message) => refuse(message),
+    refuse: (message, reason) => (reason === undefined ? refuse(message) : new ControllerError({ message, reason })),
   }
 }
 
@@ -100,8 +103,27 @@ export const refuseInPlace = (name: OpName, mutated: ReadonlyArray<RemoteTensor>
   if (t !== undefined) throw refuse(`ops.${name} changes ${t}, which requires grad, in place; do it inside noGrad() (as an optimizer step does), or on a detach()ed copy`)
 }
 
+/**
+ * The tensors the rule of a call reads the values of (torch's saved tensors, src/ops/saves.ts): of
+ * each input that requires grad, what its gradient needs; for an op not listed, every tensor.
+ */
+const savedBy = (name: OpName, bound: Readonly<Record<string, unknown>>, owners: ReadonlyArray<{ name: string }>, inputs: ReadonlyArray<RemoteTensor>, results: ReadonlyArray<RemoteTensor>): RemoteTensor[] => {
+  const declared = SAVES[name]
+  if (declared === undefined) return [...inputs, ...results]
+  const saves = typeof declared === "function" ? declared(bound as never) : declared
+  const out = new Set<RemoteTensor>()
+  inputs.forEach((t, i) => {
+    if (!requiresGrad(t)) return
+    for (const n of saves[owners[i]!.name] ?? []) {
+      const v = n === "result" ? results[0] : n === "result1" ? results[1] : bound[n]
+      if (isTensorArg(v)) out.add(v)
+    }
+  })
+  return [...out]
+}
+
 /** @internal The typed surface's hook (ops.ts): records the node of `ops.<name>` when an input requires grad. */
-export const recordOp = (name: OpName, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, results: ReadonlyArray<RemoteTensor>): void => {
+export const recordOp = (name: OpName, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, results: ReadonlyArray<RemoteTensor>, site: Site | undefined): void => {
   if (!isRecording() || !(anyRequiresGrad(args) || anyRequiresGrad(kwargs))) return
   const op = OPS[name]
   if (op.backward === NOT_DIFFERENTIABLE) return
@@ -116,6 +138,7 @@ export const recordOp = (name: OpName, args: ReadonlyArray<unknown>, kwargs: Rea
     else if (isTensorArg(v)) (inputs.push(v), owners.push({ name: p.name, index: undefined }))
   }
   for (const t of inputs) metaOf(t)
+  const checked = savedBy(name, bound, owners, inputs, results)
   // Each floating result is its own node (split's pieces, max's values; not indices or masks),
   // its rule told which one it is and given every result (dropout's mask).
   results.forEach((result, at) => {
@@ -130,7 +153,7 @@ export const recordOp = (name: OpName, args: ReadonlyArray<unknown>, kwargs: Rea
         const v = values.get(name)
         return index === undefined ? (v as RemoteTensor | undefined) : (v as ReadonlyArray<RemoteTensor> | undefined)?.[index]
       })
-    })
+    }, checked, site)
   })
 }
 

@@ -68,7 +68,15 @@ export class DeadlineExceeded extends Data.TaggedError("DeadlineExceeded")<{
 }
 
 /** A call refused by the controller before it reached any worker (bad arguments, unknown shape). */
-export class ControllerError extends Data.TaggedError("ControllerError")<{ readonly message: string }> {}
+export class ControllerError extends Data.TaggedError("ControllerError")<{
+  readonly message: string
+  /**
+   * What kind of refusal, where a program may act on it: "overlap" (an in-place op whose input
+   * shares some of the memory it writes), "modified-inplace" (a backward that would read a saved
+   * tensor changed in place since).
+   */
+  readonly reason?: "overlap" | "modified-inplace"
+}> {}
 
 /** Why a command failed: on a worker, a worker lost, or a command the controller could not send. */
 export type Failure = RemoteError | WorkerLost | ControllerError | DeadlineExceeded

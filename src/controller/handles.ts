@@ -13,6 +13,7 @@ import type { BorrowState } from "./borrows.ts"
 import type { Core } from "./core.ts"
 import { ControllerError } from "./errors.ts"
 import type { Mesh } from "./mesh.ts"
+import { Storage } from "./storage.ts"
 
 /** A stream that exists on every rank. */
 export class RemoteStream {
@@ -87,6 +88,10 @@ export class RemoteTensor<D extends DType = DType> {
   #releasing = false
   /** @internal Its place on the autograd tape (src/autograd), when it requires grad or was made from one that does. */
   autograd: Entry<RemoteTensor> | undefined = undefined
+  /** @internal The memory it lies in on its workers, shared with its views (storage.ts), and its first element's index there. */
+  storage = new Storage()
+  /** @internal */
+  offset = 0
   /** Why a handle made while compile recorded a step cannot be used (it names no tensor on the workers). */
   #retired: string | undefined
   /** Its entry in the registry (none for a borrow's alias). */
@@ -143,6 +148,18 @@ export class RemoteTensor<D extends DType = DType> {
 
   get shape() {
     return this.meta?.shape
+  }
+
+  /** How many times its memory was written in place (torch's _version; its views share the count). */
+  get version(): number {
+    return this.storage.version
+  }
+
+  /** @internal Makes it a view of `base`'s memory from element `at` of base (a view op's result, a borrow's alias). */
+  viewOf(base: RemoteTensor, at: number): this {
+    this.storage = base.storage
+    this.offset = base.offset + at
+    return this
   }
 
   /** @internal The tape saved it: a release() waits until letGo(). */

@@ -20,6 +20,7 @@ import { checkOwner, LiveCount, RemoteStream, RemoteTensor } from "./handles.ts"
 import { checkCollectiveGrad, recordCollectiveGrad, recordSendGrad } from "./meshgrad.ts"
 import { afterCollective, afterSend, type PlacementSpec } from "./placement.ts"
 import type { CallSite } from "./sites.ts"
+import { refuseOverlap } from "./storage.ts"
 
 export interface CallOptions {
   readonly stream?: RemoteStream
@@ -124,6 +125,12 @@ export class Mesh {
     if (unknown.length > 0) throw refuse(`${this} has no dim ${unknown.join(", ")} (its dims: ${this.names.join(", ") || "none"})`)
   }
 
+  /** t was written in place: its memory's version moves (and a recording's replay will move it again). */
+  private wrote(t: RemoteTensor): void {
+    t.storage.version++
+    this.core.tracing?.written.add(t.storage)
+  }
+
   /** The stream a command runs on: `given` when this controller made it, else the default. */
   private streamFor(given: RemoteStream | undefined): RemoteStream {
     if (given === undefined) return this.defaultStream
@@ -164,6 +171,8 @@ export class Mesh {
     const known = reads.known
     // The mutated tensors are read too: converting them checks them and notes the reads.
     const mutated = opts.mutates === undefined || opts.mutates.length === 0 ? [] : this.args.convert(opts.mutates, reads) as Ref[]
+    // A built-in writing memory its inputs share (storage.ts) is refused here, by either path (ops.add_ or mesh.run).
+    if (mutated.length > 0 && fn.startsWith("ops.")) refuseOverlap(fn.slice(4), opts.mutates!, args, kwargs)
     const metas = this.resultMetas(fn, args, kwargs, known, opts.results)
     const stream = this.streamFor(opts.stream)
     // Plain loops: this runs per op call.
@@ -176,6 +185,8 @@ export class Mesh {
     this.core.command(this.ranks, fn, reads.inputs, defines, site, (ident) => ({
       _tag: "CallFunction", ident, results, mutates: mutated, function: fn, args: wireArgs, kwargs: wireKwargs, stream: stream.ref, declared,
     }))
+    // Each tensor written in place moves its storage's version (what autograd checks its saved tensors by).
+    if (opts.mutates !== undefined) for (const t of opts.mutates) this.wrote(t)
     const handles = new Array<RemoteTensor>(results.length)
     for (let i = 0; i < results.length; i++) handles[i] = new RemoteTensor(this, results[i]!, metas[i], stream)
     return handles
@@ -185,9 +196,8 @@ export class Mesh {
    * @internal The typed ops' entry (src/controller/ops.ts): issues a CallFunction now and
    * returns its results, or throws the ControllerError that refused it.
    */
-  issue(fn: string, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, opts: CallOptions): RemoteTensor[] {
-    // Between issue and the user: ops.ts's invoke and the method or function that called it.
-    return this.issueCall(fn, args, kwargs, opts, this.core.site(2))
+  issue(fn: string, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, opts: CallOptions, site: CallSite | undefined = this.core.site()): RemoteTensor[] {
+    return this.issueCall(fn, args, kwargs, opts, site)
   }
 
   /** Calls a function on every rank; its one result as a handle. */
@@ -256,6 +266,7 @@ export class Mesh {
       _tag: "Reduce", ident, result, tensor: t.ref, factory: new TensorFactory(t.meta!.shape, t.meta!.dtype, this.core.device), mesh: this.ref, stream: stream.ref,
       dims: names, reduction, scatter, inplace,
     }), this.groupExchange(names))
+    if (inplace) this.wrote(t)
     const out = inplace ? t : new RemoteTensor(this, result, plan.result, stream)
     out.placement = opts.placement ?? afterCollective(t.placement, this.names, names, reduction, scatter)
     if (!inplace) recordCollectiveGrad(label, out, t, names, size, reduction, scatter)

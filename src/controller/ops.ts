@@ -17,6 +17,7 @@ import { Effect } from "effect"
 import { type OpName, OPS, type ParamsOf, type ResultDtypeOf, type ReturnsOf } from "../ops/registry.ts"
 import type { CallForms, Param } from "../ops/params.ts"
 import { mutatedParams, type OpSpec, type ReturnKind } from "../ops/spec.ts"
+import { viewStarts } from "../ops/specs/layout.ts"
 import type { DType, HostTensor } from "../protocol/values.ts"
 import { ControllerError, type Failure } from "./errors.ts"
 import { RemoteTensor } from "./handles.ts"
@@ -112,11 +113,13 @@ const invoke = (name: OpName, mesh: Mesh | undefined, all: ReadonlyArray<unknown
   const op = OPS[name]
   const mutated = mutatedTensors(op, args, kwargs)
   if (mutated.length > 0) refuseInPlace(name, mutated)
-  const results = on.issue(`ops.${name}`, args, kwargs, mutated.length > 0 ? { mutates: mutated } : {})
+  const site = on.core.site(1)
+  const results = on.issue(`ops.${name}`, args, kwargs, mutated.length > 0 ? { mutates: mutated } : {}, site)
   if (op.mutates) return mutated[0]!
   const returns = op.returns as ReturnKind
   if (returns === "tensor" && results.length !== 1) throw refuse(`ops.${name} has ${results.length} results`)
-  recordOp(name, args, kwargs, results)
+  if (op.view !== undefined) shareMemory(op, args, kwargs, results)
+  recordOp(name, args, kwargs, results, site)
   switch (returns) {
     case "none": return undefined
     case "tensors": return results
@@ -137,6 +140,18 @@ const mutatedTensors = (op: (typeof OPS)[OpName], args: ReadonlyArray<unknown>, 
   })
   if (out.length === 0) throw refuse(`ops.${op.name} writes in place, but was given no tensor to write (${names.join(", ")})`)
   return out
+}
+
+/** A view op's results that are views share their input's memory (storage.ts): where each starts in it. */
+const shareMemory = (op: (typeof OPS)[OpName], args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, results: ReadonlyArray<RemoteTensor>): void => {
+  // A whole view (reshape, view, detach's) of its first argument, the common case, needs no binding.
+  if (op.view === true && args[0] instanceof RemoteTensor) return void results[0]!.viewOf(args[0], 0)
+  const bound = op.bind(args, kwargs, (v): v is RemoteTensor => v instanceof RemoteTensor) as Record<string, unknown>
+  const input = (bound.input ?? bound.tensor) as RemoteTensor
+  if (op.view === true) return void results.forEach((r) => r.viewOf(input, 0))
+  if (input.meta === undefined || results.some((r) => r.meta === undefined)) return
+  const starts = viewStarts(op.name, { ...bound, input: input.meta, tensor: input.meta }, results.map((r) => r.meta!))
+  results.forEach((r, i) => { if (starts[i] !== undefined) r.viewOf(input, starts[i]!) })
 }
 
 const functions = (mesh: Mesh | undefined): Ops =>

@@ -34,6 +34,7 @@ import { RemoteStream, RemoteTensor } from "./handles.ts"
 import { Mesh } from "./mesh.ts"
 import { samePlacement } from "./placement.ts"
 import { CallSite } from "./sites.ts"
+import type { Storage } from "./storage.ts"
 import { Trace, type Traced } from "./trace.ts"
 
 export interface CompileOptions {
@@ -506,6 +507,8 @@ interface Recording<R> {
   /** Per command: the parts whose value depends on it. */
   readonly cover: ReadonlyArray<ReadonlyArray<number>>
   readonly value: R
+  /** The memory each call writes in place (its version moves): an argument's, or a captured tensor's. */
+  readonly written: ReadonlyArray<{ readonly arg: number } | Storage>
   /** Calls so far. */
   calls: number
   /** When it was last called, in the compiled step's calls (which one to replace first). */
@@ -626,6 +629,10 @@ const build = <R>(core: Core, name: string, traced: Traced1<R>, flat: Flat, at: 
   const recording: Recording<R> = {
     id, core, trace, args: flat.tensors, ranks, formals, params, reads: traced.reads, captured,
     paramAt: params.map((i) => at[i]!), outputs, parts, cover, value, calls: 0, usedAt: 0,
+    written: [
+      ...flat.tensors.flatMap((t, arg) => (trace.written.has(t.storage) ? [{ arg }] : [])),
+      ...[...trace.written].filter((s) => !flat.tensors.some((t) => t.storage === s)),
+    ],
   }
   return { recording, defines: definitions(id, trace, rewritten, ranks, formalIds.map((f) => placeholders.get(f)!.id), paramIds, outputRefs) }
 }
@@ -659,6 +666,7 @@ const call = <R>(core: Core, name: string, recording: Recording<R>, flat: Flat):
   for (const p of recording.parts) nodes.push(core.graph.add(first + p.command, p.ranks, p.formals.map((f) => actuals[f]!.id), [], p.label, p.site, p.exchange))
   recording.parts.forEach((p, i) => core.graph.define(p.outputs.map((o) => results[o]!.id), nodes[i]!))
   if (commands.length > 0) core.post(recording.ranks, { _tag: "CallRecording", ident: first, recording: recording.id, results, actuals, params: recording.params.map((i) => flat.params[i]!) })
+  for (const w of recording.written) ("arg" in w ? flat.tensors[w.arg]!.storage : w).version++
   recording.calls++
   core.recordings.touch(recording.id)
   return Effect.succeed(rebuild(recording.value, fresh, recording.args, flat.tensors) as R)

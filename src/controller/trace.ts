@@ -9,6 +9,7 @@ import { ControllerError } from "./errors.ts"
 import { Node, type Exchange } from "./graph.ts"
 import type { RemoteTensor } from "./handles.ts"
 import type { CallSite } from "./sites.ts"
+import type { Storage } from "./storage.ts"
 
 /** One recorded command. */
 export interface Traced {
@@ -31,6 +32,8 @@ export class Trace {
   readonly defined = new Set<number>()
   /** The handles of the tensors the commands read, by ref (a replay checks those it captured are still alive). */
   readonly read = new Map<number, RemoteTensor>()
+  /** The memory the recorded commands write in place (a view's is its base's): a replay moves its version too. */
+  readonly written = new Set<Storage>()
   private idents = 0
 
   constructor(

@@ -21,7 +21,7 @@ import type { OpSpec } from "./spec.ts"
 import { arangeBounds, linspaceValues } from "./specs/creation.ts"
 import { planAlpha, planBinary, planDiv, type BinaryKind } from "./specs/elementwise.ts"
 import { UNARY_IN_PLACE } from "./specs/inplace.ts"
-import { blockStart, expandShape, permutation, repeatPlan, scatterSource, sliceOf } from "./specs/layout.ts"
+import { blockStart, expandShape, permutation, repeatPlan, scatterSource, viewPieces } from "./specs/layout.ts"
 import { attentionPlan, EPSILON, REDUCTIONS } from "./specs/nn.ts"
 import { reducedDims } from "./specs/reduction.ts"
 
@@ -134,11 +134,11 @@ const randint = (run: Run, [out]: ReadonlyArray<Tensor>, a: Seeded & { readonly 
 }
 
 /**
- * Each result of a view op of input, entries [start, start + length) of dim d every `step`
- * (a select drops d): the block of input's memory they are when they are one (a view), else a
- * copy. Copies made before a failure are freed.
+ * Each result of a block-view op of input (its pieces: viewPieces): the block of input's memory
+ * it is when it is one (a view), else a copy. Copies made before a failure are freed.
  */
-const blocksOf = (run: Run, input: Tensor, d: number, pieces: ReadonlyArray<{ start: number; length: number; step?: number }>, metas: ReadonlyArray<TensorMeta>, drop = false): Tensor[] => {
+const blocksOf = (run: Run, op: string, a: Readonly<Record<string, any>>, metas: ReadonlyArray<TensorMeta>): Tensor[] => {
+  const input = (a.input ?? a.tensor) as Tensor, { d, pieces, drop } = viewPieces(op, a, metas)
   const s = stridesOf(input), made: Tensor[] = []
   try {
     pieces.forEach(({ start, length, step = 1 }, i) => {
@@ -154,13 +154,6 @@ const blocksOf = (run: Run, input: Tensor, d: number, pieces: ReadonlyArray<{ st
     throw e
   }
   return made
-}
-
-/** split's and chunk's pieces along dim, in order. */
-const piecesOf = (run: Run, input: Tensor, dim: number, op: string, metas: ReadonlyArray<TensorMeta>): Tensor[] => {
-  const d = normDim(op, dim, input.shape.length)
-  let at = 0
-  return blocksOf(run, input, d, metas.map((m) => ({ start: (at += m.shape[d]!) - m.shape[d]!, length: m.shape[d]! })), metas)
 }
 
 /** scaled_dot_product_attention: the batch dims broadcast and flattened to one, then one shim_attention. */
@@ -601,18 +594,9 @@ export const KERNELS: Kernels = {
   contiguous: (_, __, a) => a.input.view(a.input.shape),
   clone: (run, [out], a) => k.cast(out!, a.input, run.stream),
   to: (run, [out], a) => k.cast(out!, a.input, run.stream),
-  narrow: (run, _, a, op, metas) => {
-    const d = normDim(op, a.dim, a.input.shape.length), size = a.input.shape[d] ?? 1
-    return blocksOf(run, a.input, d, [{ start: a.start < 0 ? a.start + size : a.start, length: a.length }], metas)[0]!
-  },
-  select: (run, _, a, op, metas) => {
-    const d = normDim(op, a.dim, a.input.shape.length), size = a.input.shape[d]!
-    return blocksOf(run, a.input, d, [{ start: a.index < 0 ? a.index + size : a.index, length: 1 }], metas, true)[0]!
-  },
-  slice: (run, _, a, op, metas) => {
-    const d = normDim(op, a.dim, a.input.shape.length), [start, step, length] = sliceOf(op, a.input.shape[d]!, a.start, a.end, a.step)
-    return blocksOf(run, a.input, d, [{ start, length, step }], metas)[0]!
-  },
+  narrow: (run, _, a, op, metas) => blocksOf(run, op, a, metas)[0]!,
+  select: (run, _, a, op, metas) => blocksOf(run, op, a, metas)[0]!,
+  slice: (run, _, a, op, metas) => blocksOf(run, op, a, metas)[0]!,
   flip: (run, [out], a, op) => {
     const s = stridesOf(a.input), n = a.input.shape.length
     const dims = (typeof a.dims === "number" ? [a.dims] : a.dims).map((d) => normDim(op, d, n))
@@ -640,9 +624,9 @@ export const KERNELS: Kernels = {
   noop: () => undefined,
   tril: (run, [out], a) => k.triangle(out!, a.input, a.diagonal, false, run.stream),
   triu: (run, [out], a) => k.triangle(out!, a.input, a.diagonal, true, run.stream),
-  split: (run, _, a, op, metas) => piecesOf(run, a.tensor, a.dim, op, metas),
-  chunk: (run, _, a, op, metas) => piecesOf(run, a.input, a.dim, op, metas),
-  unbind: (run, _, a, op, metas) => blocksOf(run, a.input, normDim(op, a.dim, a.input.shape.length), metas.map((_, i) => ({ start: i, length: 1 })), metas, true),
+  split: (run, _, a, op, metas) => blocksOf(run, op, a, metas),
+  chunk: (run, _, a, op, metas) => blocksOf(run, op, a, metas),
+  unbind: (run, _, a, op, metas) => blocksOf(run, op, a, metas),
   randint,
   dropout: (run, [out, mask], a) => {
     if (!a.training || a.p === 0) return (k.cast(out!, a.input, run.stream), k.fill(mask!, 1, run.stream))

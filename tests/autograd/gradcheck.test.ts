@@ -90,6 +90,12 @@ const CASES: Case[] = [
   g("softmax dtype f64 of an f32 input", "softmax", [F32(2, 5), -1], { dtype: "f64" }, false),
   g("prod dim", "prod", [P(3, 4)], { dim: 1 }),
   g("prod with one zero in a row", "prod", [{ ...F(2, 3), data: [0, 1.5, -2, 0.7, 1.2, 0.9] }], { dim: 1 }),
+  // Two or more zeros in a slice: every element's gradient there is 0 (the product of the others holds a zero).
+  g("prod with two zeros in a row", "prod", [{ ...F(2, 3), data: [0, 1.5, 0, 0.7, 1.2, 0.9] }], { dim: 1 }),
+  g("prod along dim 0, keepdim: three zeros, one zero, none", "prod", [{ ...F(3, 3), data: [0, 0, 1.1, 0, 1.3, 0.8, 0, 2, -0.6] }], { dim: 0, keepdim: true }),
+  g("prod over everything with two zeros", "prod", [{ ...F(2, 2), data: [0, 2, 0, 3] }]),
+  { ...g("prod over dims [0, 2] with two zeros in one slice", "prod", [{ ...F(2, 2, 2), data: [0, 1.5, 2, -1, 0, 0.5, 1.2, 0.9] }], { dim: [0, 2] }), torch: "torch 1.13's prod takes one dim" },
+  g("prod along dim -1 of a 3-D input: two zeros, one zero", "prod", [{ ...F(2, 2, 3), data: [0, 1.5, 0, 0.7, 0, 0.9, 1.1, 1.2, 1.3, -0.4, 0, 0] }], { dim: -1 }),
   g("amax dim", "amax", [F(3, 4)], { dim: 1 }),
   g("amax ties share the gradient", "amax", [{ ...F(2, 2), data: [3, 3, 1, 2] }], { dim: 1 }, false),
   g("amin all", "amin", [F(3, 4)]),

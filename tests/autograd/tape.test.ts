@@ -6,7 +6,8 @@
 import { afterAll, beforeAll, describe, expect, spyOn, test } from "bun:test"
 import { Effect, ManagedRuntime } from "effect"
 import { Controller, customGrad, eager, grad, gradGenerator, noGrad, ops, opsOn, zeroGrad, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
-import { testUnless } from "../skip.ts"
+import { describeUnless, testUnless } from "../skip.ts"
+import { PYTHON, torchMissing } from "../torch.ts"
 import { host } from "../worker/build.ts"
 
 let rt: ManagedRuntime.ManagedRuntime<Controller, unknown>
@@ -64,6 +65,50 @@ describe("backward and grad", () => {
     expect(await refusal(() => ops.exp(x).backward())).toMatch(/implied only for a scalar output/)
     const [g] = grad(ops.mul(x, 3), [x], { gradOutput: tensor([1, -1]) })
     close(await values(g!), [3, -3])
+  })
+})
+
+/** torch 1.13's gradients of the program below with respect to its intermediate h and its leaf w. */
+const TORCH_INTERMEDIATE = `
+import json, sys, torch
+d = json.load(sys.stdin)
+w = torch.tensor(d["w"], dtype=torch.float64).reshape(2, 3).requires_grad_()
+x = torch.tensor(d["x"], dtype=torch.float64)
+h = (w.tanh() * w).matmul(x)
+a = h * h
+loss = a.exp().sum() + (a * h).sum() + w.sum()
+print(json.dumps([g.reshape(-1).tolist() for g in torch.autograd.grad(loss, [h, a, w])]))
+`
+
+describeUnless(torchMissing())("gradients of intermediates (not leaves), against torch 1.13", () => {
+  const W = [0.3, -0.7, 1.1, 0.5, -0.2, 0.9], X = [0.4, -1.2, 0.6]
+  let asked: number[][] | undefined
+  const torchGrads = (): number[][] => (asked ??= JSON.parse(Bun.spawnSync([PYTHON, "-c", TORCH_INTERMEDIATE], { stdin: Buffer.from(JSON.stringify({ w: W, x: X })) }).stdout.toString()))
+  const program = () => {
+    const w = tensor(W, [2, 3]).requiresGrad_(), x = tensor(X)
+    const h = w.tanh().mul(w).matmul(x), a = h.mul(h)
+    return { w, h, a, loss: a.exp().sum().add(a.mul(h).sum()).add(w.sum()) }
+  }
+  const closeTo = (got: number[], want: number[]) => expect(got.map((v, i) => Math.abs(v - want[i]!) <= 1e-12 * Math.max(1, Math.abs(want[i]!)))).toEqual(want.map(() => true))
+
+  test("grad(loss, [h, a, w]): h reached by two paths, a by two, w by two", async () => {
+    const want = torchGrads()
+    const { w, h, a, loss } = program()
+    const got = grad(loss, [h, a, w])
+    for (const [i, g] of got.entries()) closeTo(await values(g), want[i]!)
+    expect(w.grad).toBeUndefined()
+  })
+
+  test("gradGenerator(loss, [w, h, a]) yields each as soon as it is final (a, then h, then w) with torch's values", async () => {
+    const want = torchGrads()
+    const { w, h, a, loss } = program()
+    const order: string[] = []
+    for (const [t, g] of gradGenerator(loss, [w, h, a])) {
+      const name = t === w ? "w" : t === h ? "h" : "a"
+      order.push(name)
+      closeTo(await values(g), want[{ h: 0, a: 1, w: 2 }[name]]!)
+    }
+    expect(order).toEqual(["a", "h", "w"])
   })
 })
 

@@ -51,6 +51,8 @@ const CASES: Case[] = [
   { name: "all_gather over tp: reduce_scatter", kind: "all_gather", shape: [2, 3], outShape: [2, 2, 3], groups: TP_GROUPS, apply: (x) => allGather(x, "tp") },
   { name: "all_gather over dp and tp: reduce_scatter", kind: "all_gather", shape: [3], outShape: [4, 3], groups: ALL, apply: (x) => allGather(x, ["dp", "tp"]) },
   { name: "reduce_scatter over tp: all_gather", kind: "reduce_scatter", shape: [2, 3], outShape: [3], groups: TP_GROUPS, apply: (x) => reduceScatter(x, "tp") },
+  { name: "reduce_scatter avg over tp: all_gather, 1/n", kind: "reduce_scatter_avg", shape: [2, 3], outShape: [3], groups: TP_GROUPS, apply: (x) => reduceScatter(x, "tp", "avg") },
+  { name: "reduce_scatter avg over dp and tp: all_gather, 1/n", kind: "reduce_scatter_avg", shape: [4, 3], outShape: [3], groups: ALL, apply: (x) => reduceScatter(x, ["dp", "tp"], "avg") },
   { name: "all_to_all over tp: all_to_all", kind: "all_to_all", shape: [4, 3], outShape: [4, 3], groups: TP_GROUPS, apply: (x) => allToAll(x, "tp") },
 ]
 

@@ -29,8 +29,8 @@ def grads(case):
     elif kind == "all_gather":
         y = torch.stack(sq)
         loss = sum((y * c.reshape(y.shape)).sum() for c in cs)
-    elif kind == "reduce_scatter":
-        s = sum(sq)
+    elif kind in ("reduce_scatter", "reduce_scatter_avg"):
+        s = sum(sq) if kind == "reduce_scatter" else sum(sq) / n
         loss = sum((s[r] * cs[r].reshape(s[r].shape)).sum() for r in range(n))
     elif kind == "all_to_all":
         chunks = [t.flatten().chunk(n) for t in sq]

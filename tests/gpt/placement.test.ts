@@ -43,7 +43,29 @@ describe("placements", () => {
     expect(w.placement.tp).toEqual(shard(0))
   })
 
-  test("collectives carry placements: all_reduce replicates, all_gather stacks, reduce_scatter shards dim 0, all_to_all keeps the other dims' shards where they are", async () => {
+  test("every shard dim out of range is refused: negative, past the last dim, fractional, not a number; the last and the first are taken", async () => {
+    const w = (await run(mesh.call("ops.zeros", [[4, 6]]))).place({ tp: shard(1) })
+    const refusal = (dim: number): string | undefined => {
+      try {
+        w.place({ tp: shard(dim) })
+        return undefined
+      } catch (e) {
+        expect(e).toBeInstanceOf(ControllerError)
+        return (e as ControllerError).message
+      }
+    }
+    for (const dim of [-1, -2, 2, 3, 0.5, 1.5, NaN, Infinity]) {
+      expect(refusal(dim)).toContain(`shard(${dim}) on tp names no dim of a 2-dim tensor`)
+      // A refused placement leaves the one before.
+      expect(w.placement.tp).toEqual(shard(1))
+    }
+    expect(refusal(0)).toBeUndefined()
+    expect(w.placement.tp).toEqual(shard(0))
+    expect(refusal(1)).toBeUndefined()
+    expect(w.placement.tp).toEqual(shard(1))
+  })
+
+    test("collectives carry placements: all_reduce replicates, all_gather stacks, reduce_scatter shards dim 0, all_to_all keeps the other dims' shards where they are", async () => {
     const x = (await run(mesh.call("ops.ones", [[2, 3]]))).place({ dp: shard(1), tp: partial })
     const summed = await run(mesh.reduce(x, "tp", "sum"))
     expect(summed.placement).toEqual({ dp: shard(1), tp: replicate })

@@ -141,7 +141,7 @@ export const isNumber = (v: unknown): v is number => typeof v === "number"
 export const elementwise = {
   neg: unary("same", unaryRule((o, _x, _y, g) => o.neg(g))),
   abs: unary("same", unaryRule((o, x, _y, g) => o.mul(g, o.sign(x)))),
-  relu: unary("same", unaryRule((o, x, _y, g) => o.where(o.gt(x, 0), g, 0))),
+  relu: unary("same", unaryRule((o, _x, y, g) => o.where(o.gt(y, 0), g, 0))),
   exp: unary("float", unaryRule((o, _x, y, g) => o.mul(g, y))),
   log: unary("float", unaryRule((o, x, _y, g) => o.div(g, x))),
   sqrt: unary("float", unaryRule((o, _x, y, g) => o.div(g, o.mul(y, 2)))),
@@ -150,11 +150,11 @@ export const elementwise = {
   add: withAlpha(1),
   sub: withAlpha(-1),
   mul: arithmetic((c, o) => ({ input: () => o.mul(c.grad, c.args.other), other: () => o.mul(c.grad, c.args.input) })),
-  // d(x/y)/dy = -x/y^2 = -(x/y)/y.
+  // d(x/y)/dy = -x/y^2 (from x and y, what torch saves, not the result).
   // A rounded quotient is piecewise constant: torch's gradient is zeros.
   div: spec(divParams, ({ input, other, rounding_mode }, op) => [planDiv(op, input, other, rounding_mode).result], (c, o) => c.args.rounding_mode !== null
     ? { input: () => zeroGrad(o, c.meta(c.out)), other: () => zeroGrad(o, c.meta(c.out)) }
-    : { input: () => o.div(c.grad, c.args.other), other: () => o.neg(o.div(o.mul(c.grad, c.out), c.args.other)) }, { dtype: "divide" }),
+    : { input: () => o.div(c.grad, c.args.other), other: () => o.neg(o.div(o.mul(c.grad, c.args.input), o.mul(c.args.other, c.args.other))) }, { dtype: "divide" }),
   maximum: arithmetic(extremum((o, a, b) => o.gt(a, b))),
   minimum: arithmetic(extremum((o, a, b) => o.lt(a, b))),
   // torch 1.13: an exponent of 0 gives the base no gradient, and a zero base with a non-negative exponent gives the exponent none.

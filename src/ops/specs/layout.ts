@@ -72,6 +72,42 @@ export const blockStart = (shape: ReadonlyArray<number>, d: number, start: numbe
   return start * inner
 }
 
+/** The entries of dim `d` a view op's results take of its input, each `start` + `length` every `step`; `drop`: d is dropped (select, unbind). */
+export interface ViewPieces {
+  readonly d: number
+  readonly pieces: ReadonlyArray<{ readonly start: number; readonly length: number; readonly step?: number }>
+  readonly drop: boolean
+}
+
+/**
+ * The pieces of a block-view op (narrow, select, slice, split, chunk, unbind; `view: "block"`),
+ * from its bound arguments and its results' metas: the worker makes each one a view or a copy
+ * by them, and the controller knows by them which results share their input's memory.
+ */
+export const viewPieces = (op: string, a: Readonly<Record<string, any>>, metas: ReadonlyArray<TensorMeta>): ViewPieces => {
+  const input = (a.input ?? a.tensor) as { readonly shape: ReadonlyArray<number> }, n = input.shape.length
+  const d = normDim(op, a.dim as number, n), size = input.shape[d] ?? 1
+  switch (op) {
+    case "narrow": return { d, pieces: [{ start: a.start < 0 ? a.start + size : a.start, length: a.length }], drop: false }
+    case "select": return { d, pieces: [{ start: a.index < 0 ? a.index + size : a.index, length: 1 }], drop: true }
+    case "slice": {
+      const [start, step, length] = sliceOf(op, size, a.start, a.end, a.step)
+      return { d, pieces: [{ start, length, step }], drop: false }
+    }
+    case "unbind": return { d, pieces: metas.map((_, i) => ({ start: i, length: 1 })), drop: true }
+    default: {
+      let at = 0
+      return { d, pieces: metas.map((m) => ({ start: (at += m.shape[d]!) - m.shape[d]!, length: m.shape[d]! })), drop: false }
+    }
+  }
+}
+
+/** Where each result of a block-view op starts in its input's memory (elements), or undefined for one that is a copy. */
+export const viewStarts = (op: string, a: Readonly<Record<string, any>>, metas: ReadonlyArray<TensorMeta>): Array<number | undefined> => {
+  const input = (a.input ?? a.tensor) as TensorMeta, { d, pieces } = viewPieces(op, a, metas)
+  return pieces.map(({ start, length, step }) => blockStart(input.shape, d, start, length, step))
+}
+
 /** A slice of one dim: start, step and length (python's slice rules; step > 0). */
 export const sliceOf = (op: string, size: number, start: number | null, end: number | null, step: number): [number, number, number] => {
   if (step <= 0) bad(op, `step must be positive, got ${step}`)

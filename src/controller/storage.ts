@@ -1,0 +1,89 @@
+/**
+ * What the controller knows of a tensor's memory on its workers: the storage it lies in (shared
+ * by a tensor and its views, detach() and a borrow's alias included) and the block of it, from an
+ * element offset (the workers' views are always one contiguous block of their base). Two uses:
+ *
+ * - the version counter (torch's): every write in place (an in-place op, copy_, an optimizer
+ *   step, a user function's `mutates`, an in-place collective) adds one to its storage's count;
+ *   the autograd tape notes the counts of what a node saved and refuses a backward that would
+ *   read a tensor changed since;
+ * - overlap: an in-place op whose input shares some, not all, of the memory it writes is
+ *   refused at the call, as torch refuses it, before anything is sent.
+ */
+import { numelOf, type TensorMeta } from "../ops/meta.ts"
+import { ControllerError } from "./errors.ts"
+
+/** One allocation on the workers: how many times it was written in place. */
+export class Storage {
+  version = 0
+}
+
+/** What overlap needs of a tensor handle. */
+export interface Placed {
+  readonly storage: Storage
+  /** Its first element's index in the storage. */
+  readonly offset: number
+  readonly meta: TensorMeta | undefined
+}
+
+/** A row-major shape's strides, in elements. */
+const stridesOf = (shape: ReadonlyArray<number>): number[] => {
+  const s = new Array<number>(shape.length)
+  for (let i = shape.length - 1, n = 1; i >= 0; i--) (s[i] = n, n *= shape[i]!)
+  return s
+}
+
+/**
+ * How two tensors' memory meets (torch's get_overlap_status): "none" (other storages, disjoint
+ * blocks, or an empty one), "full" (the same elements in the same layout: x.add_(x)), else
+ * "partial". A tensor whose shape the controller does not know overlaps fully only itself.
+ */
+export const overlapOf = (a: Placed, b: Placed): "none" | "full" | "partial" => {
+  if (a === b) return "full"
+  if (a.storage !== b.storage) return "none"
+  if (a.meta === undefined || b.meta === undefined) return "partial"
+  const an = numelOf(a.meta.shape), bn = numelOf(b.meta.shape)
+  if (an === 0 || bn === 0) return "none"
+  if (a.offset === b.offset && an === bn) return stridesOf(a.meta.shape).join() === stridesOf(b.meta.shape).join() ? "full" : "partial"
+  return a.offset < b.offset + bn && b.offset < a.offset + an ? "partial" : "none"
+}
+
+/** torch's refusal of a write whose input shares the written memory. */
+export const overlapError = (op: string, written: object, input: object): ControllerError => new ControllerError({
+  message: `${op}: unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory location (${input} and the written ${written}). Please clone() the tensor before performing the operation.`,
+  reason: "overlap",
+})
+
+/** Every tensor handle in an argument tree (lists and keyword objects included). */
+const tensorsIn = (v: unknown, into: Placed[]): Placed[] => {
+  if (typeof v === "object" && v !== null && (v as Partial<Placed>).storage instanceof Storage) into.push(v as Placed)
+  else if (Array.isArray(v)) for (const x of v) tensorsIn(x, into)
+  else if (typeof v === "object" && v !== null && Object.getPrototypeOf(v) === Object.prototype) for (const k in v) tensorsIn((v as Record<string, unknown>)[k], into)
+  return into
+}
+
+/**
+ * Ops that refuse an input sharing any memory with what they write, the same elements
+ * included (torch's assert_no_overlap for scatter_ and index_add_; the fused optimizer steps'
+ * own checks); every other in-place op refuses only a partial overlap (torch's TensorIterator:
+ * x.add_(x) is allowed).
+ */
+const NO_OVERLAP: ReadonlySet<string> = new Set(["scatter_", "scatter_add_", "index_add_", "_fused_sgd_", "_fused_adamw_"])
+
+/** Refuses a call of built-in `op` whose inputs share memory with a tensor it writes, before anything is sent. */
+export const refuseOverlap = (op: string, mutated: ReadonlyArray<Placed>, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>): void => {
+  const all = tensorsIn(kwargs, tensorsIn(args, []))
+  if (all.length < 2) return
+  const strict = NO_OVERLAP.has(op)
+  for (const w of mutated) {
+    let own = false
+    for (const t of all) {
+      // The written tensor's own place; a second one (x.add_(x)) overlaps it fully.
+      if (t === w && !own) (own = true)
+      else {
+        const lap = overlapOf(w, t)
+        if (lap === "partial" || (lap === "full" && strict)) throw overlapError(`ops.${op}`, w, t)
+      }
+    }
+  }
+}

@@ -1,0 +1,32 @@
+/**
+ * The autograd area's rows of the reliability table: random programs with in-place writes at
+ * random points before backward, and random pairs of overlapping views written in place, each
+ * against torch 1.13's decision (inplace.ts). inplace.test.ts runs the default mode.
+ */
+import type { Mode, ReliabilityRow } from "../reliability.ts"
+import { inPlacePrograms, overlapPairs, type Tally } from "./inplace.ts"
+
+const COUNTS: Record<Mode, { programs: number; pairs: number }> = { default: { programs: 300, pairs: 200 }, long: { programs: 5000, pairs: 5000 } }
+/** Seeds differ between the modes, so the long run tries programs the default one does not. */
+const SEEDS: Record<Mode, number> = { default: 1, long: 100_000 }
+
+const row = (check: string, outcome: string, t: Tally, ms: number): ReliabilityRow => ({
+  area: "autograd", check, tries: t.tried, held: t.held,
+  detail: `${outcome}; torch refused ${t.refusals} of ${t.tried}; ${(ms / Math.max(t.tried, 1)).toFixed(1)} ms a try${t.problems.length > 0 ? `; first problem: ${t.problems[0]}` : ""}`,
+})
+
+export const run = async (mode: Mode): Promise<ReliabilityRow[]> => {
+  const { programs, pairs } = COUNTS[mode], seed = SEEDS[mode]
+  let start = performance.now()
+  const p = await inPlacePrograms(programs, seed)
+  const pMs = performance.now() - start
+  start = performance.now()
+  const o = await overlapPairs(pairs, seed)
+  const oMs = performance.now() - start
+  return [
+    row("random programs (8 steps of 59 op forms: elementwise, reductions, max's indices, where and masks, linear, layer_norm, indexing, cat, views) with in-place writes (noGrad, detach()) to leaves, intermediates, views, masks and indices at random points before backward, vs torch 1.13",
+      "ours refused (reason modified-inplace) exactly where torch did, else gave torch's gradients", p, pMs),
+    row("random pairs of views of one storage (disjoint, partly overlapping, the same elements in the same or another layout) written by add_, mul_, copy_, addcmul_, index_add_ or scatter_, vs torch 1.13",
+      "ours refused at the call (reason overlap, nothing sent, the storage unchanged) exactly where torch did, else left the storage as torch's", o, oMs),
+  ]
+}
