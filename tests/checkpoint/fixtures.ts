@@ -1,4 +1,5 @@
 // User functions for the checkpoint tests ("tests/checkpoint/fixtures:<export>").
+import { liveTensorCount } from "../../ffi/tensor.ts"
 import { op } from "../../src/ops/kernels.ts"
 import { defineFunction } from "../../src/ops/function.ts"
 
@@ -7,3 +8,11 @@ export const rankRandn = defineFunction((ctx, shape: number[], seed: number) => 
 
 /** This process's id, to kill it. */
 export const pid = defineFunction(() => process.pid)
+
+/** Blocks rank `rank`'s command loop for `ms` (the commands behind it wait; the other ranks go on). */
+export const stall = defineFunction((ctx, rank: number, ms: number) => {
+  if (ctx.rank === rank) Bun.sleepSync(ms)
+})
+
+/** This worker's live tensors (fetched with any value). */
+export const liveTensors = defineFunction(() => liveTensorCount())

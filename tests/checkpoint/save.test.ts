@@ -4,11 +4,12 @@
 // out of the root refused.
 import { afterAll, describe, expect, test } from "bun:test"
 import { Effect } from "effect"
-import { mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs"
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, utimesSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { Controller, eager, load, opsOn, perRank, save, shard, type HostTensor, type Mesh, type RemoteTensor, type State } from "../../src/controller/index.ts"
 import { parseHeader } from "../../src/checkpoint/format.ts"
+import { prune } from "../../src/checkpoint/files.ts"
 
 const ROOT = mkdtempSync(join(tmpdir(), "monarch-ckpt-"))
 afterAll(() => rmSync(ROOT, { recursive: true, force: true }))
@@ -141,4 +142,59 @@ describe("what load refuses", () => {
       rmSync(outside, { recursive: true })
     }))
   }, 60_000)
+})
+
+describe("names, trees and arguments", () => {
+  test("keys with dots name their tensors unambiguously: { \"a.b\", a: { b } } and { x: [t], \"x.0\" } each load back in place", async () => {
+    await run((mesh) => Effect.gen(function* () {
+      const on = opsOn(mesh)
+      const [t1, t2, t3, t4] = yield* eager(() => [on.full([2], 1), on.full([3], 2), on.full([4], 3), on.full([5], 4)])
+      const state = { "a.b": t1, a: { b: t2 }, x: [t3], "x.0": t4, "back\\slash.": t1.add(0) }
+      const saved = yield* Effect.flatMap(save(mesh, state, "names"), (p) => p.durable)
+      const manifest = JSON.parse(readFileSync(join(ROOT, "names", saved.version, "manifest.json"), "utf8"))
+      expect(Object.keys(manifest.tensors).sort()).toEqual(["a.b", "a\\.b", "back\\\\slash\\.", "x.0", "x\\.0"])
+      const s = (yield* load(mesh, "names")).state as typeof state
+      const shapes = [s["a.b"], s.a.b, s.x[0]!, s["x.0"], s["back\\slash."]].map((t) => t.meta!.shape[0])
+      expect(shapes).toEqual([2, 3, 4, 5, 2])
+      const firsts = yield* Effect.forEach([s["a.b"], s.a.b, s.x[0]!, s["x.0"]], (t) => Effect.map(mesh.fetch(t), (v) => (v as HostTensor).toArray()[0]))
+      expect(firsts).toEqual([1, 2, 3, 4])
+    }))
+  }, 60_000)
+
+  test("a state with no tensor saves and loads; a key \"$tensor\" and a keep that is not a count of versions are refused before anything is written", async () => {
+    await run((mesh) => Effect.gen(function* () {
+      const saved = yield* Effect.flatMap(save(mesh, { step: 3, note: "none" }, "empty"), (p) => p.durable)
+      expect(readdirSync(join(ROOT, "empty", saved.version))).toEqual(["manifest.json"])
+      expect((yield* load(mesh, "empty")).state).toEqual({ step: 3, note: "none" })
+      const w = yield* eager(() => opsOn(mesh).ones([2]))
+      const refused = (state: State, dir: string, keep?: number) => Effect.map(Effect.flip(Effect.flatMap(save(mesh, state, dir, keep === undefined ? {} : { keep }), (p) => p.durable)), (f) => `${f._tag}: ${f.message}`)
+      for (const keep of [-1, 0.5, 0, Number.NaN]) {
+        expect(yield* refused({ w }, `keep${keep}`, keep)).toMatch(/^ControllerError: keep .* is not a count of versions/)
+        expect(existsSync(join(ROOT, `keep${keep}`))).toBe(false)
+      }
+      expect(yield* refused({ m: { $tensor: "w" }, w }, "reserved")).toMatch(/^ControllerError: m has the key "\$tensor"/)
+      expect(existsSync(join(ROOT, "reserved"))).toBe(false)
+    }))
+  }, 60_000)
+})
+
+describe("prune", () => {
+  test("removes committed versions past keep, oldest first, never the one published nor the one LATEST names, and no save's temporary directory", () => {
+    const dir = mkdtempSync(join(tmpdir(), "monarch-prune-"))
+    try {
+      ["v1", "v2", "v3", "v4"].forEach((v, i) => {
+        mkdirSync(join(dir, v))
+        writeFileSync(join(dir, v, "manifest.json"), "{}")
+        utimesSync(join(dir, v, "manifest.json"), 1000 + i, 1000 + i)
+      })
+      mkdirSync(join(dir, ".tmp-v5"))
+      mkdirSync(join(dir, "not-committed"))
+      // LATEST names the oldest (another mesh's commit moved it); v2 is the one just published.
+      writeFileSync(join(dir, "LATEST"), "v1\n")
+      prune(dir, "v2", 1)
+      expect(readdirSync(dir).sort()).toEqual([".tmp-v5", "LATEST", "not-committed", "v1", "v2", "v4"])
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
 })

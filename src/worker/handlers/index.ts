@@ -8,7 +8,7 @@ import { nowMicros, type Recorder } from "../../trace/record.ts"
 import { reject, type Session } from "../session.ts"
 import { borrowCreate, borrowDrop, borrowFirstUse, borrowLastUse } from "./borrows.ts"
 import { callFunction, fetchValue } from "./calls.ts"
-import { commitCheckpoint, loadShards, readCheckpoint, saveShards } from "./checkpoints.ts"
+import { commitCheckpoint, dropCheckpoint, loadShards, readCheckpoint, saveShards } from "./checkpoints.ts"
 import { createDeviceMesh, reduce, sendTensor } from "./collectives.ts"
 import { commandGroup, deleteRefs, exit, requestStatus } from "./control.ts"
 import { callRecording, defineRecording, deleteRecording } from "./recordings.ts"
@@ -67,6 +67,7 @@ export const makeDispatch = (s: Session, debug = false, trace?: Recorder): ((m: 
     CommitCheckpoint: commitCheckpoint(s),
     ReadCheckpoint: readCheckpoint(s),
     LoadShards: loadShards(s),
+    DropCheckpoint: dropCheckpoint(s),
   }
   return dispatch
 }
