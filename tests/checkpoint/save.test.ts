@@ -178,6 +178,26 @@ describe("names, trees and arguments", () => {
   }, 60_000)
 })
 
+describe("a save that fails", () => {
+  test("a rank whose write fails fails the save naming it; the save's temporary directory is removed, LATEST and the previous version untouched", async () => {
+    await run((mesh) => Effect.gen(function* () {
+      const state = { w: yield* eager(() => opsOn(mesh).randn([4, 4], { seed: 1 }).place({ tp: shard(0) })) }
+      const first = yield* Effect.flatMap(save(mesh, state, "fails"), (p) => p.durable)
+      // Rank 1 is held up; meanwhile a directory takes the place of its file.
+      yield* mesh.run("tests/checkpoint/fixtures:stall", [1, 1500])
+      const pending = yield* save(mesh, state, "fails")
+      const tmp = join(ROOT, "fails", `.tmp-${pending.version}`)
+      while (!existsSync(tmp)) yield* Effect.sleep("5 millis")
+      mkdirSync(join(tmp, "rank-1.safetensors"))
+      const f = yield* Effect.flip(pending.durable)
+      expect(`${f._tag}: ${f.message}`).toMatch(/^CheckpointError: rank 1 writing fails\/\.tmp-.*rank-1\.safetensors: .*(EISDIR|directory)/i)
+      yield* mesh.fetch(state.w)
+      expect(readdirSync(join(ROOT, "fails")).sort()).toEqual(["LATEST", first.version])
+      expect((yield* load(mesh, "fails")).version).toBe(first.version)
+    }))
+  }, 60_000)
+})
+
 describe("prune", () => {
   test("removes committed versions past keep, oldest first, never the one published nor the one LATEST names, and no save's temporary directory", () => {
     const dir = mkdtempSync(join(tmpdir(), "monarch-prune-"))
