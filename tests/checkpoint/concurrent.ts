@@ -75,7 +75,7 @@ export const subMeshDuringSave = (): Promise<Trial> => attempt(async (trial) => 
       const part = yield* eager(() => ({ v: onSub.randn([4], { seed: 2 }), step: 2 }))
       const wholeValues = yield* allValues(mesh, [whole.w])
       const partValues = yield* allValues(sub, [part.v])
-      yield* mesh.run("tests/checkpoint/fixtures:stall", [0, STALL_MS])
+      yield* mesh.call("tests/faults/fixtures:blockOnRank", [0, STALL_MS, whole.w])
       const big = yield* save(mesh, whole, "d")
       const small = yield* Effect.flatMap(save(sub, part, "d"), (p) => p.durable)
       const rank0 = join(root, "d", `.tmp-${big.version}`, "rank-0.safetensors")

@@ -1,4 +1,5 @@
 // User functions for the checkpoint tests ("tests/checkpoint/fixtures:<export>").
+import { readFileSync } from "node:fs"
 import { liveTensorCount } from "../../ffi/tensor.ts"
 import { op } from "../../src/ops/kernels.ts"
 import { defineFunction } from "../../src/ops/function.ts"
@@ -9,9 +10,10 @@ export const rankRandn = defineFunction((ctx, shape: number[], seed: number) => 
 /** This process's id, to kill it. */
 export const pid = defineFunction(() => process.pid)
 
-/** Blocks rank `rank`'s command loop for `ms` (the commands behind it wait; the other ranks go on). */
-export const stall = defineFunction((ctx, rank: number, ms: number) => {
-  if (ctx.rank === rank) Bun.sleepSync(ms)
+/** This process's peak and current resident memory in bytes (VmHWM, VmRSS of /proc/self/status). */
+export const resident = defineFunction(() => {
+  const status = readFileSync("/proc/self/status", "utf8")
+  return ["VmHWM", "VmRSS"].map((k) => Number(new RegExp(`^${k}:\\s+(\\d+) kB`, "m").exec(status)![1]) * 1024)
 })
 
 /** This worker's live tensors (fetched with any value). */

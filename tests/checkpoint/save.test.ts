@@ -184,7 +184,7 @@ describe("a save that fails", () => {
       const state = { w: yield* eager(() => opsOn(mesh).randn([4, 4], { seed: 1 }).place({ tp: shard(0) })) }
       const first = yield* Effect.flatMap(save(mesh, state, "fails"), (p) => p.durable)
       // Rank 1 is held up; meanwhile a directory takes the place of its file.
-      yield* mesh.run("tests/checkpoint/fixtures:stall", [1, 1500])
+      yield* mesh.call("tests/faults/fixtures:blockOnRank", [1, 1500, state.w])
       const pending = yield* save(mesh, state, "fails")
       const tmp = join(ROOT, "fails", `.tmp-${pending.version}`)
       while (!existsSync(tmp)) yield* Effect.sleep("5 millis")

@@ -14,6 +14,7 @@ import type { CommitCheckpoint, DropCheckpoint, LoadShards, ReadCheckpoint, Save
 import { HostTensor, ITEM_SIZE } from "../../protocol/values.ts"
 import { sameShape } from "../../ops/meta.ts"
 import { WrongRefType } from "../errors.ts"
+import { holdHostCopy } from "../memory.ts"
 import { tryDefine, type Session } from "../session.ts"
 import { streamOf } from "../streams.ts"
 
@@ -35,19 +36,32 @@ export const saveShards = (s: Session) => (m: SaveShards) =>
     })
     if (mine.length === 0) return void s.send({ _tag: "FetchResult", ident: m.ident, value: { file: null, bytes: 0, header: null, hashes: [], ms: 0 } })
     const dir = confine(s.checkpointRoot, m.dir)
-    // The snapshot: copies now, in command order, so later commands (an optimizer step) cannot change what is saved.
-    const tensors = mine.map((i) => {
+    const sources = mine.map((i) => {
       const t = s.env.get(m.tensors[i]!)
       if (!(t instanceof Tensor)) throw malformed(`SaveShards: ${m.names[i]} is not a tensor`)
-      return { name: m.names[i]!, host: t.toHost(stream) }
+      return { name: m.names[i]!, tensor: t }
     })
     mkdirSync(dir, { recursive: true })
+    // The snapshot counts against the memory limit until its file is written.
+    const bytes = sources.reduce((a, t) => a + t.tensor.nbytes, 0)
+    const release = holdHostCopy(s.native, bytes, `save snapshot of ${bytes} bytes`)
+    let tensors: Array<{ readonly name: string; readonly host: HostTensor }>
+    try {
+      // The snapshot: copies now, in command order, so later commands (an optimizer step) cannot change what is saved.
+      tensors = sources.map((t) => ({ name: t.name, host: t.tensor.toHost(stream) }))
+    } catch (e) {
+      release()
+      throw e
+    }
     const file = `rank-${s.rank}.safetensors`
     const started = performance.now()
     const write = writeShardFile({ path: join(dir, file), tensors }).then(
       ({ bytes, header }): Value => ({ file, bytes, header, hashes: tensors.map((t) => hashBytes(t.host.data)), ms: performance.now() - started }),
       (e): Value => ({ error: `rank ${s.rank} writing ${join(m.dir, file)}: ${e instanceof Error ? e.message : String(e)}` }),
-    ).then((value) => s.send({ _tag: "FetchResult", ident: m.ident, value }))
+    ).then((value) => {
+      release()
+      s.send({ _tag: "FetchResult", ident: m.ident, value })
+    })
     s.writing.add(write)
     void write.finally(() => s.writing.delete(write))
   })
