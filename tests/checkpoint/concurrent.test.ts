@@ -3,7 +3,7 @@
 import { expect, test } from "bun:test"
 import { concurrentSaves, subMeshDuringSave } from "./concurrent.ts"
 
-test("four saves started together into one directory all succeed; the two newest are kept, LATEST's among them, each loads what it saved", async () => {
+test("four saves started together into one directory all succeed; LATEST names the last committed, the two committed last are kept, each loads what it saved", async () => {
   const trial = await concurrentSaves()
   expect(trial.problems).toEqual([])
 }, 60_000)

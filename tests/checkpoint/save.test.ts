@@ -8,8 +8,8 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, 
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { Controller, eager, load, opsOn, perRank, save, shard, type HostTensor, type Mesh, type RemoteTensor, type State } from "../../src/controller/index.ts"
-import { parseHeader } from "../../src/checkpoint/format.ts"
-import { prune } from "../../src/checkpoint/files.ts"
+import { MANIFEST_FORMAT, parseHeader, sealManifest } from "../../src/checkpoint/format.ts"
+import { prune, publish } from "../../src/checkpoint/files.ts"
 
 const ROOT = mkdtempSync(join(tmpdir(), "monarch-ckpt-"))
 afterAll(() => rmSync(ROOT, { recursive: true, force: true }))
@@ -198,7 +198,29 @@ describe("a save that fails", () => {
   }, 60_000)
 })
 
-describe("prune", () => {
+describe("publish and prune", () => {
+  test("a version is published only when every file its manifest names is there with the size its rank wrote", () => {
+    const dir = mkdtempSync(join(tmpdir(), "monarch-publish-"))
+    try {
+      const tmp = join(dir, ".tmp-v1")
+      mkdirSync(tmp)
+      writeFileSync(join(tmp, "rank-0.safetensors"), new Uint8Array(16))
+      const manifest = (files: Record<string, { rank: number; bytes: number; header: string }>) => sealManifest({
+        format: MANIFEST_FORMAT, version: "v1", mesh: { names: ["all"], sizes: [2], ranks: [0, 1] }, tree: { step: 1 }, tensors: {}, files, savedAt: "now",
+      })
+      expect(() => publish(dir, tmp, "v1", manifest({ "rank-0.safetensors": { rank: 0, bytes: 16, header: "x" }, "rank-1.safetensors": { rank: 1, bytes: 16, header: "y" } })))
+        .toThrow(/version v1 is incomplete: rank-1\.safetensors is missing; not published/)
+      expect(() => publish(dir, tmp, "v1", manifest({ "rank-0.safetensors": { rank: 0, bytes: 24, header: "x" } })))
+        .toThrow(/version v1 is incomplete: rank-0\.safetensors has 16 bytes, its rank wrote 24; not published/)
+      expect(readdirSync(dir)).toEqual([".tmp-v1"])
+      publish(dir, tmp, "v1", manifest({ "rank-0.safetensors": { rank: 0, bytes: 16, header: "x" } }))
+      expect(readdirSync(dir).sort()).toEqual(["LATEST", "v1"])
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+
   test("removes committed versions past keep, oldest first, never the one published nor the one LATEST names, and no save's temporary directory", () => {
     const dir = mkdtempSync(join(tmpdir(), "monarch-prune-"))
     try {
