@@ -48,16 +48,5 @@ export const holdHostCopy = (native: Native, bytes: number, what: string): (() =
     if (!held) return
     held = false
     native.releaseMemory(bytes)
-    reclaim(bytes)
   }
-}
-
-/** Given-back copies' bytes after which a collection runs, so their memory goes back before the count lets new copies take it. */
-const COLLECT_AFTER_BYTES = 16 * 2 ** 20
-let unreclaimed = 0
-const reclaim = (bytes: number): void => {
-  unreclaimed += bytes
-  if (unreclaimed < COLLECT_AFTER_BYTES) return
-  unreclaimed = 0
-  Bun.gc(true)
 }

@@ -148,7 +148,7 @@ describe("names, trees and arguments", () => {
   test("keys with dots name their tensors unambiguously: { \"a.b\", a: { b } } and { x: [t], \"x.0\" } each load back in place", async () => {
     await run((mesh) => Effect.gen(function* () {
       const on = opsOn(mesh)
-      const [t1, t2, t3, t4] = yield* eager(() => [on.full([2], 1), on.full([3], 2), on.full([4], 3), on.full([5], 4)])
+      const { t1, t2, t3, t4 } = yield* eager(() => ({ t1: on.full([2], 1), t2: on.full([3], 2), t3: on.full([4], 3), t4: on.full([5], 4) }))
       const state = { "a.b": t1, a: { b: t2 }, x: [t3], "x.0": t4, "back\\slash.": t1.add(0) }
       const saved = yield* Effect.flatMap(save(mesh, state, "names"), (p) => p.durable)
       const manifest = JSON.parse(readFileSync(join(ROOT, "names", saved.version, "manifest.json"), "utf8"))
