@@ -384,9 +384,9 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/checkpoint/save.test.ts"],
   },
   {
-    area: "controller", behaviour: "checkpoint: keys with dots are escaped, so no two tensors share a name",
+    area: "controller", behaviour: "checkpoint: two tensors whose paths give one name are refused before anything is written",
     file: "src/controller/checkpoint.ts",
-    edits: one("key.replace(/[\\\\.]/g, (c) => `\\\\${c}`)", "key"),
+    edits: one("if (leaves.some((l) => l.name === (path ?? \"\"))) throw refuse(", "if (leaves.length < 0) throw refuse("),
     tests: ["tests/checkpoint/save.test.ts"],
   },
   {

@@ -74,13 +74,11 @@ interface Leaf {
   readonly perRank: boolean
 }
 
-/** A key as one part of a tensor's name: `.` and `\` escaped with `\`, so a name is one path only (`{ "a.b": t }` is `a\.b`, `{ a: { b: t } }` is `a.b`). */
-const namePart = (key: string): string => key.replace(/[\\.]/g, (c) => `\\${c}`)
-
 /**
  * The tree as JSON with each tensor replaced by `{ $tensor: name }`, and the tensors, named by
- * their path (`undefined`: the root): the keys joined by `.`, each escaped, so no two paths
- * share a name.
+ * their path (`undefined`: the root): the keys and indices joined by `.`, as torch names a
+ * state dict's entries. Two paths that give one name (`{ "a.b": t1, a: { b: t2 } }`) are
+ * refused, so a name is one tensor.
  */
 const flatten = (state: State, path: string | undefined, leaves: Leaf[]): unknown => {
   const where = path ?? "the state"
@@ -88,6 +86,7 @@ const flatten = (state: State, path: string | undefined, leaves: Leaf[]): unknow
     const tensor = state instanceof PerRank ? state.tensor : state
     if (!tensor.meta) throw refuse(`cannot save ${tensor} (${where}): its dtype and shape are unknown`)
     if (leaves.some((l) => l.tensor === tensor)) throw refuse(`${tensor} is in the state twice (${where})`)
+    if (leaves.some((l) => l.name === (path ?? ""))) throw refuse(`two tensors of the state are named "${path}" (a key with a dot, and keys or indices joined by dots); rename one`)
     leaves.push({ name: path ?? "", tensor, perRank: state instanceof PerRank })
     return { [TENSOR_KEY]: path ?? "" }
   }
@@ -101,7 +100,7 @@ const flatten = (state: State, path: string | undefined, leaves: Leaf[]): unknow
   if (typeof state === "object" && Object.getPrototypeOf(state) === Object.prototype)
     return Object.fromEntries(Object.entries(state).map(([k, s]) => {
       if (k === TENSOR_KEY) throw refuse(`${where} has the key "${TENSOR_KEY}", which a checkpoint's tree keeps for its tensors`)
-      return [k, flatten(s as State, child(namePart(k)), leaves)]
+      return [k, flatten(s as State, child(k), leaves)]
     }))
   throw refuse(`${where} is a ${typeof state}; a state holds tensors, numbers, strings, booleans and null, in arrays and objects`)
 }

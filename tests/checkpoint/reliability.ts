@@ -48,7 +48,7 @@ export const run = async (mode: Mode): Promise<ReliabilityRow[]> => {
     for (let i = 0; i < s.tries[mode]; i++) trials.push(await s.once())
     const held = trials.filter((t) => t.problems.length === 0).length
     const first = trials.flatMap((t) => t.problems)[0]
-    rows.push({ area: "checkpoint", check: s.check, tries: trials.length, held, detail: `${s.outcome}; ${summarise(trials)}${first === undefined ? "" : `; first problem: ${first.split("\n")[0]}`}` })
+    rows.push({ area: "checkpoint", check: s.check, tries: trials.length, held, detail: [s.outcome, summarise(trials), ...(first === undefined ? [] : [`first problem: ${first.split("\n")[0]}`])].filter((p) => p !== "").join("; ") })
   }
   const seed = Number(process.env.MONARCH_TAMPER_SEED ?? 1)
   const tampers = await tamperRun(TAMPERS[mode], seed)

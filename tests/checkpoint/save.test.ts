@@ -145,19 +145,22 @@ describe("what load refuses", () => {
 })
 
 describe("names, trees and arguments", () => {
-  test("keys with dots name their tensors unambiguously: { \"a.b\", a: { b } } and { x: [t], \"x.0\" } each load back in place", async () => {
+  test("tensor names are paths joined by dots, as torch's state dicts; two paths that give one name are refused before anything is written", async () => {
     await run((mesh) => Effect.gen(function* () {
       const on = opsOn(mesh)
-      const { t1, t2, t3, t4 } = yield* eager(() => ({ t1: on.full([2], 1), t2: on.full([3], 2), t3: on.full([4], 3), t4: on.full([5], 4) }))
-      const state = { "a.b": t1, a: { b: t2 }, x: [t3], "x.0": t4, "back\\slash.": t1.add(0) }
+      const { t1, t2, t3 } = yield* eager(() => ({ t1: on.full([2], 1), t2: on.full([3], 2), t3: on.full([4], 3) }))
+      const refused = (state: State, dir: string) => Effect.map(Effect.flip(Effect.flatMap(save(mesh, state, dir), (p) => p.durable)), (f) => `${f._tag}: ${f.message}`)
+      expect(yield* refused({ "a.b": t1, a: { b: t2 } }, "dots")).toMatch(/^ControllerError: two tensors of the state are named "a\.b"/)
+      expect(yield* refused({ x: [t1], "x.0": t2 }, "indices")).toMatch(/^ControllerError: two tensors of the state are named "x\.0"/)
+      expect(existsSync(join(ROOT, "dots")) || existsSync(join(ROOT, "indices"))).toBe(false)
+      // Dotted keys that do not collide keep torch's names, and load back in place.
+      const state = { "h.0.weight": t1, h: { 1: { weight: t2 } }, x: [t3] }
       const saved = yield* Effect.flatMap(save(mesh, state, "names"), (p) => p.durable)
       const manifest = JSON.parse(readFileSync(join(ROOT, "names", saved.version, "manifest.json"), "utf8"))
-      expect(Object.keys(manifest.tensors).sort()).toEqual(["a.b", "a\\.b", "back\\\\slash\\.", "x.0", "x\\.0"])
+      expect(Object.keys(manifest.tensors).sort()).toEqual(["h.0.weight", "h.1.weight", "x.0"])
       const s = (yield* load(mesh, "names")).state as typeof state
-      const shapes = [s["a.b"], s.a.b, s.x[0]!, s["x.0"], s["back\\slash."]].map((t) => t.meta!.shape[0])
-      expect(shapes).toEqual([2, 3, 4, 5, 2])
-      const firsts = yield* Effect.forEach([s["a.b"], s.a.b, s.x[0]!, s["x.0"]], (t) => Effect.map(mesh.fetch(t), (v) => (v as HostTensor).toArray()[0]))
-      expect(firsts).toEqual([1, 2, 3, 4])
+      const firsts = yield* Effect.forEach([s["h.0.weight"], s.h[1].weight, s.x[0]!], (t) => Effect.map(mesh.fetch(t), (v) => Array.from((v as HostTensor).toArray() as Float32Array)))
+      expect(firsts).toEqual([[1, 1], [2, 2, 2], [3, 3, 3, 3]])
     }))
   }, 60_000)
 
