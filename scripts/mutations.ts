@@ -372,6 +372,18 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/checkpoint/save.test.ts"],
   },
   {
+    area: "worker", behaviour: "checkpoint: commits to one directory take turns under its commit lock",
+    file: "src/checkpoint/files.ts",
+    edits: one("      mkdirSync(lock)\n      break\n", "      break\n"),
+    tests: ["tests/checkpoint/save.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "checkpoint: a commit lock left by a commit that died is taken",
+    file: "src/checkpoint/files.ts",
+    edits: one("if (since > STALE_LOCK_MS) rmSync(", "if (since < 0) rmSync("),
+    tests: ["tests/checkpoint/save.test.ts"],
+  },
+  {
     area: "worker", behaviour: "checkpoint: a commit publishes only when every file of the version is there whole",
     file: "src/checkpoint/files.ts",
     edits: one("    if (size !== f.bytes) throw new CheckpointPathError(", "    if (size === -1) throw new CheckpointPathError("),

@@ -3,8 +3,8 @@
  * checkpoint root (MONARCH_CHECKPOINT_DIR); a rank's shards are written as one safetensors file
  * in the background and made durable (fsync of the file, then of its directory); a version is
  * published atomically (manifest written and synced, the temporary directory renamed into
- * place, then LATEST replaced by rename, each directory synced); and reads check the file
- * against its header before any byte is used.
+ * place, then LATEST replaced by rename, each directory synced), one commit at a time per
+ * directory; and reads check the file against its header before any byte is used.
  */
 import { closeSync, existsSync, fstatSync, fsyncSync, mkdirSync, openSync, readdirSync, readSync, realpathSync, renameSync, rmSync, statSync, writeSync } from "node:fs"
 import { open } from "node:fs/promises"
@@ -170,6 +170,39 @@ export const publish = (dir: string, tmp: string, version: string, manifest: str
   writeDurably(join(dir, `${LATEST}.tmp`), `${version}\n`)
   renameSync(join(dir, `${LATEST}.tmp`), join(dir, LATEST))
   syncDir(dir)
+}
+
+/** The directory a commit holds in a checkpoint directory while it publishes and prunes. */
+const COMMIT_LOCK = ".commit-lock"
+/** A lock older than this was left by a commit that died: a commit holds it for milliseconds. */
+export const STALE_LOCK_MS = 10_000
+const pause = new Int32Array(new SharedArrayBuffer(4))
+
+/**
+ * Runs `body` (a publish and its prune) holding `dir`'s commit lock (a directory made with
+ * mkdir, atomic on every filesystem), so the commits of several meshes to one directory, each by
+ * its own first rank, take turns: no prune removes a version another commit is about to name in
+ * LATEST. Waits in 2 ms steps while another commit holds it; takes a lock left by one that died.
+ */
+export const underCommitLock = <A>(dir: string, body: () => A): A => {
+  mkdirSync(dir, { recursive: true })
+  const lock = join(dir, COMMIT_LOCK)
+  for (;;) {
+    try {
+      mkdirSync(lock)
+      break
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e
+    }
+    const since = existsSync(lock) ? Date.now() - statSync(lock).mtimeMs : 0
+    if (since > STALE_LOCK_MS) rmSync(lock, { recursive: true, force: true })
+    else Atomics.wait(pause, 0, 0, 2)
+  }
+  try {
+    return body()
+  } finally {
+    rmSync(lock, { recursive: true, force: true })
+  }
 }
 
 /** The name of a version's temporary directory: hidden, so neither a load nor a prune takes it for a version. */

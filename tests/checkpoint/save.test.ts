@@ -9,7 +9,7 @@ import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { Controller, eager, load, opsOn, perRank, save, shard, type HostTensor, type Mesh, type RemoteTensor, type State } from "../../src/controller/index.ts"
 import { MANIFEST_FORMAT, parseHeader, sealManifest } from "../../src/checkpoint/format.ts"
-import { prune, publish } from "../../src/checkpoint/files.ts"
+import { prune, publish, STALE_LOCK_MS, underCommitLock } from "../../src/checkpoint/files.ts"
 
 const ROOT = mkdtempSync(join(tmpdir(), "monarch-ckpt-"))
 afterAll(() => rmSync(ROOT, { recursive: true, force: true }))
@@ -223,6 +223,48 @@ describe("publish and prune", () => {
     }
   })
 
+
+  test("commits to one directory take turns: one waits while another process holds the commit lock", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "monarch-lock-"))
+    try {
+      const files = resolve(import.meta.dir, "../../src/checkpoint/files.ts")
+      const holder = Bun.spawn([process.execPath, "-e", `
+        const { underCommitLock } = await import(${JSON.stringify(files)})
+        underCommitLock(${JSON.stringify(dir)}, () => { console.log("held"); Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 800) })
+      `], { stdout: "pipe" })
+      const reader = holder.stdout.getReader()
+      expect(new TextDecoder().decode((await reader.read()).value)).toBe("held\n")
+      const asked = performance.now()
+      const waited = underCommitLock(dir, () => performance.now() - asked)
+      await holder.exited
+      expect(waited).toBeGreaterThan(300)
+      expect(readdirSync(dir)).toEqual([])
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  }, 20_000)
+
+  test("a commit lock left by a commit that died (older than STALE_LOCK_MS) is taken at once", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "monarch-lock-"))
+    try {
+      mkdirSync(join(dir, ".commit-lock"))
+      const old = (Date.now() - 2 * STALE_LOCK_MS) / 1000
+      utimesSync(join(dir, ".commit-lock"), old, old)
+      // In a process of its own, killed if it waits: a commit that never takes the lock blocks its thread.
+      const files = resolve(import.meta.dir, "../../src/checkpoint/files.ts")
+      const commit = Bun.spawn([process.execPath, "-e", `
+        const { underCommitLock } = await import(${JSON.stringify(files)})
+        console.log(underCommitLock(${JSON.stringify(dir)}, () => "ran"))
+      `], { stdout: "pipe" })
+      const killer = setTimeout(() => commit.kill("SIGKILL"), STALE_LOCK_MS / 2)
+      const [out, code] = await Promise.all([new Response(commit.stdout).text(), commit.exited])
+      clearTimeout(killer)
+      expect({ out, code }).toEqual({ out: "ran\n", code: 0 })
+      expect(readdirSync(dir)).toEqual([])
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  }, 20_000)
 
   test("removes committed versions past keep, oldest first, never the one published nor the one LATEST names, and no save's temporary directory", () => {
     const dir = mkdtempSync(join(tmpdir(), "monarch-prune-"))

@@ -9,7 +9,7 @@ import { mkdirSync } from "node:fs"
 import { join } from "node:path"
 import { Tensor } from "../../../ffi/tensor.ts"
 import { blockRuns, CheckpointCorrupt, versionProblem } from "../../checkpoint/format.ts"
-import { confine, drop, prune, publish, readManifest, SafetensorsReader, writeShardFile } from "../../checkpoint/files.ts"
+import { confine, drop, prune, publish, readManifest, SafetensorsReader, underCommitLock, writeShardFile } from "../../checkpoint/files.ts"
 import type { CommitCheckpoint, DropCheckpoint, LoadShards, ReadCheckpoint, SaveShards, Value } from "../../protocol/messages.ts"
 import { HostTensor, ITEM_SIZE } from "../../protocol/values.ts"
 import { sameShape } from "../../ops/meta.ts"
@@ -71,11 +71,13 @@ export const commitCheckpoint = (s: Session) => (m: CommitCheckpoint) =>
     const problem = versionProblem(m.version)
     if (problem !== undefined) throw malformed(`CommitCheckpoint: ${problem}`)
     if (m.keep < 1) throw malformed(`CommitCheckpoint: keep ${m.keep} keeps no version`)
-    const dir = confine(s.checkpointRoot, m.dir)
-    publish(dir, confine(s.checkpointRoot, m.tmp), m.version, m.manifest)
-    // Durable and named by LATEST: the program may go on while older versions are removed.
-    s.send({ _tag: "FetchResult", ident: m.ident, value: null })
-    prune(dir, m.version, m.keep)
+    const dir = confine(s.checkpointRoot, m.dir), tmp = confine(s.checkpointRoot, m.tmp)
+    underCommitLock(dir, () => {
+      publish(dir, tmp, m.version, m.manifest)
+      // Durable and named by LATEST: the program may go on while older versions are removed.
+      s.send({ _tag: "FetchResult", ident: m.ident, value: null })
+      prune(dir, m.version, m.keep)
+    })
   })
 
 export const dropCheckpoint = (s: Session) => (m: DropCheckpoint) =>
