@@ -75,7 +75,7 @@ export const hostCopiesCounted = (): Promise<Trial> => attempt(async (trial) => 
       trial.facts.push(`peak RSS ${Math.round((end.peak - base.rss) / MIB)} MiB over the RSS before the 16 MiB copies`)
       trial.check(end.peak - base.rss < LIMIT_MIB * MIB + COLLECTION_LAG, `rank 0's peak RSS grew by ${((end.peak - base.rss) / MIB).toFixed(0)} MiB with 16 MiB copies, past the ${LIMIT_MIB} MiB limit and ${COLLECTION_LAG / MIB} MiB more`)
       trial.check(end.inUse === base.inUse, `the guard counts ${end.inUse} bytes in use at the end, ${base.inUse} before the 16 MiB copies`)
-    }).pipe(Effect.provide(Controller.local({ world: 2, checkpoints: root, functionPath: [FIXTURES], env: { MONARCH_MEMORY_LIMIT: `${LIMIT_MIB}MiB` }, onWorkerLine: () => {} }))))
+    }).pipe(Effect.provide(Controller.local({ world: 2, device: "cpu", checkpoints: root, functionPath: [FIXTURES], env: { MONARCH_MEMORY_LIMIT: `${LIMIT_MIB}MiB` }, onWorkerLine: () => {} }))))
   } finally {
     rmSync(root, { recursive: true, force: true })
   }
