@@ -133,9 +133,10 @@ describe("what load refuses", () => {
       const state = { w: yield* eager(() => opsOn(mesh).ones([2])) }
       const outside = mkdtempSync(join(tmpdir(), "monarch-outside-"))
       symlinkSync(outside, join(ROOT, "link"))
-      for (const dir of ["../escape", "/tmp/abs", "a/../../escape", "link/run"]) {
+      const why = { "../escape": "leads out of the checkpoint root", "/tmp/abs": "is absolute", "a/../../escape": "leads out of the checkpoint root", "link/run": "passes a symlink that leads out" }
+      for (const [dir, reason] of Object.entries(why)) {
         const f = yield* Effect.flip(Effect.flatMap(save(mesh, state, dir), (p) => p.durable))
-        expect(`${f._tag}: ${f.message}`).toMatch(/^CheckpointError: CheckpointPathError: checkpoint path ".*" (is absolute|leads out of the checkpoint root|passes a symlink that leads out)/)
+        expect(`${f._tag}: ${f.message}`).toMatch(new RegExp(`^CheckpointError: CheckpointPathError: checkpoint path "[^"]*" ${reason}`))
       }
       expect(readdirSync(join(ROOT, "..")).includes("escape")).toBe(false)
       expect(readdirSync(outside)).toEqual([])
