@@ -201,6 +201,14 @@ int shim_set_memory_limit(int64_t bytes);
 /* Bytes of tensor memory in use (allocated and not yet freed), and the limit (0: none). */
 int shim_memory_usage(int64_t *in_use, int64_t *limit);
 
+/* Counts nbytes of memory as in use, or fails fn with SHIM_E_NOMEM, naming the limit, when that
+ * would pass it (shim_set_memory_limit): the backends for each storage, the worker for host
+ * copies of tensors (a fetch's reply, a save's snapshot) while it holds them. */
+int shim_memory_reserve(const char *fn, int64_t nbytes);
+
+/* Gives back nbytes that shim_memory_reserve counted. */
+int shim_memory_release(int64_t nbytes);
+
 /* The threads this process's kernels may use, n >= 1 (cpu: the large elementwise, reduction
  * and row kernels split their work across n, and BLAS runs n; 1 until set). cuda ignores it. */
 int shim_set_threads(int32_t n);

@@ -77,6 +77,19 @@ export class Native {
     this.check(this.shim.shim_set_threads(n), "shim_set_threads")
   }
 
+  /**
+   * Counts `bytes` of memory this process holds outside tensors (a host copy of one) as in use,
+   * or throws the NoMemory ShimError naming `what` and the limit when that would pass it.
+   */
+  reserveMemory(what: string, bytes: number): void {
+    this.check(this.shim.shim_memory_reserve(Buffer.from(`${what}\0`), bytes), what)
+  }
+
+  /** Gives back what reserveMemory counted. */
+  releaseMemory(bytes: number): void {
+    this.check(this.shim.shim_memory_release(bytes), "shim_memory_release")
+  }
+
   /** Tensor bytes in use and the limit (0: none). */
   memoryUsage(): { readonly inUse: number; readonly limit: number } {
     this.check(this.shim.shim_memory_usage(this.outsPtr, ptr(this.outs, 8)), "shim_memory_usage")

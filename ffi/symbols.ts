@@ -16,6 +16,8 @@ export const symbols = {
   shim_memory_total: { args: [ptr], returns: i32 },
   shim_set_memory_limit: { args: [i64], returns: i32 },
   shim_memory_usage: { args: [ptr, ptr], returns: i32 },
+  shim_memory_reserve: { args: [cstring, i64], returns: i32 },
+  shim_memory_release: { args: [i64], returns: i32 },
   shim_set_threads: { args: [i32], returns: i32 },
 
   shim_tensor_alloc: { args: [i32, i32, ptr, ptr], returns: i32 },

@@ -646,6 +646,132 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one('if (rel === "" || rel === ".." || rel.startsWith("../")) throw', "if (false) throw"),
     tests: ["tests/checkpoint/torchload.test.ts"],
   },
+  {
+    area: "worker", behaviour: "checkpoint: a prune leaves the temporary directories of saves still being written",
+    file: "src/checkpoint/files.ts",
+    edits: one("  const versions = readdirSync(dir, { withFileTypes: true })\n", "  for (const e of readdirSync(dir)) if (e.startsWith(\".tmp-\")) rmSync(join(dir, e), { recursive: true, force: true })\n  const versions = readdirSync(dir, { withFileTypes: true })\n"),
+    tests: ["tests/checkpoint/save.test.ts", "tests/checkpoint/concurrent.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "checkpoint: a prune never removes the version LATEST names",
+    file: "src/checkpoint/files.ts",
+    edits: one("if (v.name !== version && v.name !== latest) rmSync(", "if (v.name !== version) rmSync("),
+    tests: ["tests/checkpoint/save.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "checkpoint: commits to one directory take turns under its commit lock",
+    file: "src/checkpoint/files.ts",
+    edits: one("      mkdirSync(lock)\n      break\n", "      break\n"),
+    tests: ["tests/checkpoint/save.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "checkpoint: a commit lock left by a commit that died is taken",
+    file: "src/checkpoint/files.ts",
+    edits: one("if (since > STALE_LOCK_MS) rmSync(", "if (since < 0) rmSync("),
+    tests: ["tests/checkpoint/save.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "checkpoint: a commit publishes only when every file of the version is there whole",
+    file: "src/checkpoint/files.ts",
+    edits: one("    if (size !== f.bytes) throw new CheckpointPathError(", "    if (size === -1) throw new CheckpointPathError("),
+    tests: ["tests/checkpoint/save.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "checkpoint: a state with no tensor saves (its temporary directory is made at commit)",
+    file: "src/checkpoint/files.ts",
+    edits: one("  mkdirSync(tmp, { recursive: true })\n", ""),
+    tests: ["tests/checkpoint/save.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "checkpoint: two tensors whose paths give one name are refused before anything is written",
+    file: "src/controller/checkpoint.ts",
+    edits: one("if (leaves.some((l) => l.name === (path ?? \"\"))) throw refuse(", "if (leaves.length < 0) throw refuse("),
+    tests: ["tests/checkpoint/save.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "checkpoint: keep is checked before anything is written",
+    file: "src/controller/checkpoint.ts",
+    edits: one("if (!Number.isSafeInteger(keep) || keep < 1) throw refuse(", "if (keep === -2) throw refuse("),
+    tests: ["tests/checkpoint/save.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "checkpoint: a key $tensor in the state is refused",
+    file: "src/controller/checkpoint.ts",
+    edits: one("if (k === TENSOR_KEY) throw refuse(", "if (k === \"never\") throw refuse("),
+    tests: ["tests/checkpoint/save.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "checkpoint: a failed save removes its temporary directory",
+    file: "src/controller/checkpoint.ts",
+    edits: one(".pipe(Effect.tapError(() => dropTmp))", ""),
+    tests: ["tests/checkpoint/save.test.ts"],
+  },
+  {
+    area: "protocol", behaviour: "checkpoint: a manifest that does not match its hash is refused",
+    file: "src/checkpoint/format.ts",
+    edits: one("if (digest(JSON.stringify(body)) !== hash) throw bad(", "if (hash === \"never\") throw bad("),
+    tests: ["tests/checkpoint/tamper.test.ts"],
+  },
+  {
+    area: "protocol", behaviour: "checkpoint: every shard of a manifest needs the hash of its bytes",
+    file: "src/checkpoint/format.ts",
+    edits: one("if (typeof sh.hash !== \"string\") throw wrong(", "if (sh.hash === 0) throw wrong("),
+    tests: ["tests/checkpoint/tamper.test.ts"],
+  },
+  {
+    area: "protocol", behaviour: "checkpoint: a tensor the tree names but the manifest lacks fails the load naming it",
+    file: "src/checkpoint/format.ts",
+    edits: one("if (typeof ref !== \"string\" || !(ref in m.tensors)) throw bad(", "if (typeof ref !== \"string\") throw bad("),
+    tests: ["tests/checkpoint/tamper.test.ts"],
+  },
+  {
+    area: "protocol", behaviour: "checkpoint: LATEST must name a version in its own directory",
+    file: "src/checkpoint/format.ts",
+    edits: one("  const problem = versionProblem(v)\n  if (problem !== undefined) throw new CheckpointCorrupt(", "  const problem = versionProblem(v)\n  if (problem === \"never\") throw new CheckpointCorrupt("),
+    tests: ["tests/checkpoint/tamper.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "checkpoint: a rank file whose header is not the one saved (its digest) is refused",
+    file: "src/worker/handlers/checkpoints.ts",
+    edits: one("if (src.saved !== null && reader.headerDigest() !== src.saved[1]) throw", "if (src.saved === undefined) throw"),
+    tests: ["tests/checkpoint/tamper.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "checkpoint: a header's dtype and shape must equal the manifest's",
+    file: "src/worker/handlers/checkpoints.ts",
+    edits: one("if (src.saved !== null && (entry.dtype !== src.saved[0] || !sameShape(entry.shape, src.shape)))", "if (src.saved !== null && entry.dtype === \"never\")"),
+    tests: ["tests/checkpoint/tamper.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "checkpoint: a rank's file is fsynced before its write reports it done",
+    file: "src/checkpoint/files.ts",
+    edits: one("    await fh.sync()\n", ""),
+    tests: ["tests/checkpoint/durable.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "checkpoint: restoreInto releases the loaded tensors it copied",
+    file: "src/controller/checkpoint.ts",
+    edits: one("{ mutates: [t] })\n      s.release()\n", "{ mutates: [t] })\n"),
+    tests: ["tests/checkpoint/durable.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "memory limit: a fetch's host copy counts against it",
+    file: "src/worker/handlers/calls.ts",
+    edits: one("holdHostCopy(s.native, bytes, `fetch of ${bytes} bytes to host`)", "(() => {})"),
+    tests: ["tests/checkpoint/memory.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "memory limit: a save's snapshot counts against it",
+    file: "src/worker/handlers/checkpoints.ts",
+    edits: one("holdHostCopy(s.native, bytes, `save snapshot of ${bytes} bytes`)", "(() => {})"),
+    tests: ["tests/checkpoint/memory.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "memory limit: a host copy is given back once sent or written",
+    file: "src/worker/memory.ts",
+    edits: one("    held = false\n    native.releaseMemory(bytes)\n", "    held = false\n"),
+    tests: ["tests/checkpoint/memory.test.ts"],
+  },
 
   // ---- autograd ---------------------------------------------------------------------------
   {
@@ -791,12 +917,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("Math.cos(Math.PI * Math.min(t, steps) / steps)", "Math.cos(Math.PI * t / steps)"),
     tests: ["tests/optim/optim.test.ts"],
   },
-  {
-    area: "worker", behaviour: "a commit removes the temporary directories of saves that never finished",
-    file: "src/checkpoint/files.ts",
-    edits: one("  for (const e of entries) if (e.name.startsWith(\".tmp-\")) rmSync(join(dir, e.name), { recursive: true, force: true })\n", ""),
-    tests: ["tests/checkpoint/save.test.ts"],
-  },
+
   {
     area: "controller", behaviour: "a replayed call counts as a use, so the recording evicted past maxRecordings is the one called least recently",
     file: "src/controller/recording.ts",

@@ -77,12 +77,8 @@ shim_storage *shim_tensor_drop(shim_tensor *t);
 
 /* ---- the memory limit (memory.c) ------------------------------------------------------ */
 
-/* Counts nbytes of tensor memory as in use, or fails fn with SHIM_E_NOMEM when that would pass
- * the limit (shim_set_memory_limit). Each backend calls it before allocating a storage. */
-int shim_memory_reserve(const char *fn, int64_t nbytes);
-
-/* Gives back what shim_memory_reserve counted, when the storage is freed (or its allocation failed). */
-void shim_memory_release(int64_t nbytes);
+/* shim_memory_reserve and shim_memory_release (c/shim.h): each backend reserves a storage's
+ * bytes before allocating it and releases them when it frees it (or its allocation failed). */
 
 /* The caches of freed blocks (cuda's device memory, cpu's host memory) keep blocks by size
  * class, as PyTorch's caching allocator does: a size rounded up to a multiple of a quarter of

@@ -32,4 +32,7 @@ int shim_memory_reserve(const char *fn, int64_t nbytes) {
   }
 }
 
-void shim_memory_release(int64_t nbytes) { __atomic_sub_fetch(&in_use_bytes, nbytes, __ATOMIC_RELAXED); }
+int shim_memory_release(int64_t nbytes) {
+  __atomic_sub_fetch(&in_use_bytes, nbytes, __ATOMIC_RELAXED);
+  return SHIM_OK;
+}

@@ -3,14 +3,14 @@
  * checkpoint root (MONARCH_CHECKPOINT_DIR); a rank's shards are written as one safetensors file
  * in the background and made durable (fsync of the file, then of its directory); a version is
  * published atomically (manifest written and synced, the temporary directory renamed into
- * place, then LATEST replaced by rename, each directory synced); and reads check the file
- * against its header before any byte is used.
+ * place, then LATEST replaced by rename, each directory synced), one commit at a time per
+ * directory; and reads check the file against its header before any byte is used.
  */
 import { closeSync, existsSync, fstatSync, fsyncSync, mkdirSync, openSync, readdirSync, readSync, realpathSync, renameSync, rmSync, statSync, writeSync } from "node:fs"
 import { open } from "node:fs/promises"
-import { dirname, isAbsolute, join, relative, resolve, sep } from "node:path"
+import { basename, dirname, isAbsolute, join, relative, resolve, sep } from "node:path"
 import type { HostTensor } from "../protocol/values.ts"
-import { CheckpointCorrupt, CheckpointPathError, encodeHeader, LATEST, MANIFEST, parseHeader, parseManifest, type Manifest, type SafetensorsHeader } from "./format.ts"
+import { CheckpointCorrupt, CheckpointPathError, digest, encodeHeader, LATEST, latestVersion, MANIFEST, parseHeader, parseManifest, type Manifest, type SafetensorsHeader } from "./format.ts"
 
 /**
  * `path` (relative to `root`) as an absolute path inside root, or a CheckpointPathError: no
@@ -51,9 +51,9 @@ export interface ShardFile {
 /**
  * Writes a rank's file in the background (libuv's threads; the command loop goes on): the
  * header and every tensor's bytes in one gathered write (writev, repeated for what a partial
- * write left), then fsync. Resolves with the bytes written.
+ * write left), then fsync. Resolves with the bytes written and the header's digest.
  */
-export const writeShardFile = async (f: ShardFile): Promise<number> => {
+export const writeShardFile = async (f: ShardFile): Promise<{ readonly bytes: number; readonly header: string }> => {
   const { bytes: header } = encodeHeader(f.tensors.map((t) => ({ name: t.name, dtype: t.host.dtype, shape: t.host.shape })))
   let chunks: Uint8Array[] = [header, ...f.tensors.map((t) => t.host.data)].filter((c) => c.byteLength > 0)
   const total = chunks.reduce((a, c) => a + c.byteLength, 0)
@@ -67,7 +67,7 @@ export const writeShardFile = async (f: ShardFile): Promise<number> => {
       if (n > 0) chunks = [chunks[0]!.subarray(n), ...chunks.slice(1)]
     }
     await fh.sync()
-    return total
+    return { bytes: total, header: digest(header) }
   } finally {
     await fh.close()
   }
@@ -98,6 +98,11 @@ export class SafetensorsReader implements Disposable {
       closeSync(this.fd)
       throw e
     }
+  }
+
+  /** The digest of the header as it is in the file (length prefix and JSON), as a save recorded it. */
+  headerDigest(): string {
+    return digest(this.read(0, this.header.dataStart))
   }
 
   /** `length` bytes from `position` of the file. */
@@ -143,11 +148,19 @@ export const writeFileDurably = (path: string, chunks: ReadonlyArray<Uint8Array>
 }
 
 /**
- * Publishes a version whose files are all durable in `tmp`: writes and syncs the manifest,
- * syncs tmp, renames it to `<dir>/<version>`, syncs dir, replaces LATEST by rename and syncs dir
- * again. A crash anywhere leaves LATEST naming the previous complete version.
+ * Publishes a version whose files are all durable in `tmp` (a version with no tensor has no
+ * file, and its tmp is made here): checks that every file the manifest names is there with the
+ * size its rank wrote, writes and syncs the manifest, syncs tmp, renames it to
+ * `<dir>/<version>`, syncs dir, replaces LATEST by rename and syncs dir again. A crash anywhere
+ * leaves LATEST naming the previous complete version.
  */
 export const publish = (dir: string, tmp: string, version: string, manifest: string): void => {
+  const files = parseManifest(join(tmp, MANIFEST), manifest).files
+  mkdirSync(tmp, { recursive: true })
+  for (const [name, f] of Object.entries(files)) {
+    const size = existsSync(join(tmp, name)) ? statSync(join(tmp, name)).size : undefined
+    if (size !== f.bytes) throw new CheckpointPathError({ message: `version ${version} is incomplete: ${name} ${size === undefined ? "is missing" : `has ${size} bytes, its rank wrote ${f.bytes}`}; not published` })
+  }
   writeDurably(join(tmp, MANIFEST), manifest)
   syncDir(tmp)
   const final = join(dir, version)
@@ -159,14 +172,62 @@ export const publish = (dir: string, tmp: string, version: string, manifest: str
   syncDir(dir)
 }
 
-/** Removes the versions beyond the newest `keep` (never `version`, the one LATEST names) and temporary directories of saves that never finished. */
+/** The directory a commit holds in a checkpoint directory while it publishes and prunes. */
+const COMMIT_LOCK = ".commit-lock"
+/** A lock older than this was left by a commit that died: a commit holds it for milliseconds. */
+export const STALE_LOCK_MS = 10_000
+const pause = new Int32Array(new SharedArrayBuffer(4))
+
+/**
+ * Runs `body` (a publish and its prune) holding `dir`'s commit lock (a directory made with
+ * mkdir, atomic on every filesystem), so the commits of several meshes to one directory, each by
+ * its own first rank, take turns: no prune removes a version another commit is about to name in
+ * LATEST. Waits in 2 ms steps while another commit holds it; takes a lock left by one that died.
+ */
+export const underCommitLock = <A>(dir: string, body: () => A): A => {
+  mkdirSync(dir, { recursive: true })
+  const lock = join(dir, COMMIT_LOCK)
+  for (;;) {
+    try {
+      mkdirSync(lock)
+      break
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e
+    }
+    const since = existsSync(lock) ? Date.now() - statSync(lock).mtimeMs : 0
+    if (since > STALE_LOCK_MS) rmSync(lock, { recursive: true, force: true })
+    else Atomics.wait(pause, 0, 0, 2)
+  }
+  try {
+    return body()
+  } finally {
+    rmSync(lock, { recursive: true, force: true })
+  }
+}
+
+/** The name of a version's temporary directory: hidden, so neither a load nor a prune takes it for a version. */
+export const tmpName = (version: string): string => `.tmp-${version}`
+
+/**
+ * Removes the committed versions beyond the newest `keep` (by the time their manifest was
+ * written), never `version` (the one just published) nor the one LATEST names now (a commit of
+ * another mesh may have moved it). Temporary directories are left alone: each belongs to a save
+ * that is still writing it, until that save commits (renames it) or fails (drops it).
+ */
 export const prune = (dir: string, version: string, keep: number): void => {
-  const entries = readdirSync(dir, { withFileTypes: true }).filter((e) => e.isDirectory())
-  for (const e of entries) if (e.name.startsWith(".tmp-")) rmSync(join(dir, e.name), { recursive: true, force: true })
-  const versions = entries.filter((e) => !e.name.startsWith(".") && existsSync(join(dir, e.name, MANIFEST)))
+  const latestFile = join(dir, LATEST)
+  const latest = existsSync(latestFile) ? readTextSync(latestFile).trim() : version
+  const versions = readdirSync(dir, { withFileTypes: true })
+    .filter((e) => e.isDirectory() && !e.name.startsWith(".") && existsSync(join(dir, e.name, MANIFEST)))
     .map((e) => ({ name: e.name, at: statSync(join(dir, e.name, MANIFEST)).mtimeMs }))
     .sort((a, b) => b.at - a.at || (a.name < b.name ? 1 : -1))
-  for (const v of versions.slice(Math.max(keep, 1))) if (v.name !== version) rmSync(join(dir, v.name), { recursive: true, force: true })
+  for (const v of versions.slice(keep)) if (v.name !== version && v.name !== latest) rmSync(join(dir, v.name), { recursive: true, force: true })
+}
+
+/** Removes the temporary directory of a save that failed (`tmp` must be one: a hidden `.tmp-` directory). */
+export const drop = (tmp: string): void => {
+  if (!basename(tmp).startsWith(".tmp-")) throw new CheckpointPathError({ message: `${tmp} is not a save's temporary directory` })
+  rmSync(tmp, { recursive: true, force: true })
 }
 
 /** The version LATEST names in `dir` (or `version` itself), and its manifest, checked. */
@@ -175,7 +236,7 @@ export const readManifest = (dir: string, version: string | null): { readonly ve
   if (v === null) {
     const latest = join(dir, LATEST)
     if (!existsSync(latest)) throw new CheckpointPathError({ message: `no checkpoint in ${dir}: it has no ${LATEST} file (no save has completed there)` })
-    v = readTextSync(latest).trim()
+    v = latestVersion(latest, readTextSync(latest))
   }
   const file = join(dir, v, MANIFEST)
   if (!existsSync(file)) throw new CheckpointPathError({ message: `checkpoint ${join(dir, v)} has no ${MANIFEST}` })

@@ -7,6 +7,7 @@
  * controller writes the manifest's contents and reads it back.
  */
 import { Data } from "effect"
+import { createHash } from "node:crypto"
 import { DTYPES, ITEM_SIZE, type DType } from "../protocol/values.ts"
 
 /** A checkpoint file or manifest that is truncated, corrupt or not a checkpoint: names the file and what is wrong. */
@@ -152,7 +153,10 @@ export const blockRuns = (whole: ReadonlyArray<number>, offsets: ReadonlyArray<n
 export const MANIFEST = "manifest.json"
 /** The file naming a checkpoint directory's newest complete version. */
 export const LATEST = "LATEST"
-export const MANIFEST_FORMAT = "monarch-bun checkpoint 1"
+export const MANIFEST_FORMAT = "monarch-bun checkpoint 2"
+
+/** SHA-256 of bytes or text, hex: what covers a manifest and each file's header. */
+export const digest = (data: Uint8Array | string): string => createHash("sha256").update(data).digest("hex")
 
 /** One saved piece of a tensor: the file and key it is in and where it sits in the whole tensor. */
 export interface ShardRecord {
@@ -163,6 +167,13 @@ export interface ShardRecord {
   readonly shape: ReadonlyArray<number>
   /** Bun.hash (wyhash) of its bytes as a decimal string: a flipped bit is refused on load. */
   readonly hash: string
+}
+
+/** One rank's file of a version: its size and the digest of its header (length prefix and JSON). */
+export interface FileRecord {
+  readonly rank: number
+  readonly bytes: number
+  readonly header: string
 }
 
 /** How a tensor's values on the mesh make it up: per mesh dim, `replicate` or the tensor dim it is sharded on; or one value per rank (e.g. a generator's state). */
@@ -186,25 +197,90 @@ export interface Manifest {
   /** The state tree with every tensor replaced by `{ "$tensor": name }` (numbers, strings, ... as they were). */
   readonly tree: unknown
   readonly tensors: Readonly<Record<string, TensorRecord>>
+  /** Every file of the version by name: a commit checks each is there, whole, before publishing. */
+  readonly files: Readonly<Record<string, FileRecord>>
   readonly savedAt: string
 }
 
-/** A manifest's text, checked enough that a loader can rely on its shape; refused naming the file. */
+/** The key that marks a tensor in a manifest's tree. */
+export const TENSOR_KEY = "$tensor"
+
+/** A manifest's text: its fields, then `hash`, the digest of the fields' JSON, so any change to the text is refused on load. */
+export const sealManifest = (m: Manifest): string => {
+  const body = JSON.stringify(m)
+  return `${body.slice(0, -1)},"hash":"${digest(body)}"}`
+}
+
+const isUints = (v: unknown): v is number[] => Array.isArray(v) && v.every((x) => Number.isSafeInteger(x) && (x as number) >= 0)
+const isStrings = (v: unknown): v is string[] => Array.isArray(v) && v.every((x) => typeof x === "string")
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v)
+
+/**
+ * A manifest's text, checked: its hash first (a flipped bit anywhere is refused as that), then
+ * everything a loader relies on (the mesh, every file, every shard inside its tensor and hashed,
+ * every rank's holder, every tensor the tree names); refused naming the file and what is wrong.
+ */
 export const parseManifest = (file: string, text: string): Manifest => {
   const bad = (why: string) => new CheckpointCorrupt({ file, message: `${file}: ${why}` })
-  let m: Partial<Manifest>
+  let parsed: unknown
   try {
-    m = JSON.parse(text) as Partial<Manifest>
+    parsed = JSON.parse(text)
   } catch (e) {
     throw bad(`not JSON (${e instanceof Error ? e.message : String(e)}): truncated or corrupt`)
   }
-  if (m?.format !== MANIFEST_FORMAT) throw bad(`format ${JSON.stringify(m?.format)} is not "${MANIFEST_FORMAT}"`)
-  if (typeof m.tensors !== "object" || m.tensors === null || typeof m.mesh !== "object" || !Array.isArray(m.mesh?.sizes)) throw bad("no tensors or mesh")
-  for (const [name, t] of Object.entries(m.tensors)) {
-    if (!DTYPES.includes(t?.dtype) || !Array.isArray(t.shape) || !Array.isArray(t.shards) || typeof t.holders !== "object")
-      throw bad(`tensor "${name}" has no dtype, shape, shards or holders`)
+  if (!isObject(parsed)) throw bad("not a JSON object")
+  if (parsed.format !== MANIFEST_FORMAT) throw bad(`format ${JSON.stringify(parsed.format)} is not "${MANIFEST_FORMAT}"`)
+  const { hash, ...body } = parsed
+  if (typeof hash !== "string") throw bad("has no hash")
+  if (digest(JSON.stringify(body)) !== hash) throw bad("its contents do not match its hash: changed or corrupt")
+  const m = body as unknown as Manifest
+  if (typeof m.version !== "string" || versionProblem(m.version) !== undefined) throw bad(`version ${JSON.stringify(m.version)} is not a plain name`)
+  const mesh = m.mesh as unknown
+  if (!isObject(mesh) || !isStrings(mesh.names) || !isUints(mesh.sizes) || !isUints(mesh.ranks) || mesh.names.length !== mesh.sizes.length
+    || mesh.ranks.length !== mesh.sizes.reduce((a, b) => a * b, 1) || new Set(mesh.ranks).size !== mesh.ranks.length)
+    throw bad("its mesh is not names, sizes and as many distinct ranks as the sizes make")
+  const ranks = new Set(mesh.ranks)
+  if (!isObject(m.files)) throw bad("has no files")
+  for (const [name, f] of Object.entries(m.files as Record<string, unknown>)) {
+    if (!/^rank-\d+\.safetensors$/.test(name) || !isObject(f) || !Number.isSafeInteger(f.rank) || !ranks.has(f.rank as number) || !Number.isSafeInteger(f.bytes) || (f.bytes as number) < 8 || typeof f.header !== "string")
+      throw bad(`file "${name}" is not a rank's file with its size and header digest`)
   }
-  return m as Manifest
+  if (!isObject(m.tensors)) throw bad("has no tensors")
+  for (const [name, t] of Object.entries(m.tensors as Record<string, unknown>)) {
+    const wrong = (why: string) => bad(`tensor "${name}" ${why}`)
+    if (!isObject(t) || !DTYPES.includes(t.dtype as DType) || !isUints(t.shape)) throw wrong("has no dtype or shape")
+    const p = t.placement
+    if (!isObject(p) || !(p.kind === "per-rank" || (p.kind === "per-dim" && isObject(p.dims) && Object.keys(p.dims).join() === mesh.names.join()
+      && Object.values(p.dims).every((d) => d === "replicate" || (Number.isSafeInteger(d) && (d as number) >= 0 && (d as number) < (t.shape as number[]).length)))))
+      throw wrong(`has placement ${JSON.stringify(p)}, not per-rank or per mesh dim of ${mesh.names.join(", ")}`)
+    if (!Array.isArray(t.shards) || t.shards.length === 0) throw wrong("has no shards")
+    t.shards.forEach((sh: unknown, k) => {
+      if (!isObject(sh) || typeof sh.file !== "string" || !(sh.file in m.files) || !ranks.has(sh.rank as number) || !isUints(sh.offsets) || !isUints(sh.shape)
+        || sh.offsets.length !== (t.shape as number[]).length || sh.shape.length !== sh.offsets.length)
+        throw wrong(`shard ${k} is not a block of it in one of the version's files`)
+      if (sh.shape.some((d, i) => (sh.offsets as number[])[i]! + d > (t.shape as number[])[i]!)) throw wrong(`shard ${k} at [${sh.offsets}] of shape [${sh.shape}] is not inside [${t.shape}]`)
+      if (typeof sh.hash !== "string") throw wrong(`shard ${k} has no hash of its bytes`)
+    })
+    if (!isObject(t.holders) || !mesh.ranks.every((r) => Number.isSafeInteger((t.holders as Record<string, unknown>)[r]) && ((t.holders as Record<string, number>)[r]!) >= 0 && (t.holders as Record<string, number>)[r]! < (t.shards as unknown[]).length))
+      throw wrong(`does not name a shard for every rank of the mesh (${mesh.ranks.join(", ")})`)
+  }
+  const named = (v: unknown): void => {
+    if (Array.isArray(v)) return v.forEach(named)
+    if (!isObject(v)) return
+    const ref = v[TENSOR_KEY]
+    if (ref === undefined) return Object.values(v).forEach(named)
+    if (typeof ref !== "string" || !(ref in m.tensors)) throw bad(`the tree names tensor ${JSON.stringify(ref)}, which the manifest does not hold`)
+  }
+  named(m.tree)
+  return m
+}
+
+/** The version a LATEST file's text names: a plain name in the same directory, or the checkpoint is corrupt (a LATEST leading elsewhere is refused). */
+export const latestVersion = (file: string, text: string): string => {
+  const v = text.trim()
+  const problem = versionProblem(v)
+  if (problem !== undefined) throw new CheckpointCorrupt({ file, message: `${file}: names ${JSON.stringify(v.slice(0, 200))}, not a version in its directory (${problem})` })
+  return v
 }
 
 /** Why `name` cannot be a version (a directory's name: letters, digits, `-`, `_`, `.`, not starting with a dot), or undefined. */

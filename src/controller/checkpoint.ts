@@ -16,8 +16,8 @@ import { Data, Effect, Fiber } from "effect"
 import { randomBytes } from "node:crypto"
 import { mkdirSync } from "node:fs"
 import { dirname, isAbsolute, join, relative, resolve } from "node:path"
-import { blockRuns, encodeHeader, MANIFEST_FORMAT, parseManifest, versionProblem, type Manifest, type ShardRecord, type TensorRecord } from "../checkpoint/format.ts"
-import { writeFileDurably } from "../checkpoint/files.ts"
+import { blockRuns, encodeHeader, MANIFEST_FORMAT, parseManifest, sealManifest, TENSOR_KEY, versionProblem, type FileRecord, type Manifest, type ShardRecord, type TensorRecord } from "../checkpoint/format.ts"
+import { tmpName, writeFileDurably } from "../checkpoint/files.ts"
 import type { Value } from "../protocol/messages.ts"
 import { ITEM_SIZE, type HostTensor } from "../protocol/values.ts"
 import { refuse } from "./arguments.ts"
@@ -76,26 +76,35 @@ interface Leaf {
   readonly perRank: boolean
 }
 
-const TENSOR = "$tensor"
-
-/** The tree as JSON with each tensor replaced by `{ $tensor: name }`, and the tensors, named by their path. */
-const flatten = (state: State, path: string, leaves: Leaf[]): unknown => {
+/**
+ * The tree as JSON with each tensor replaced by `{ $tensor: name }`, and the tensors, named by
+ * their path (`undefined`: the root): the keys and indices joined by `.`, as torch names a
+ * state dict's entries. Two paths that give one name (`{ "a.b": t1, a: { b: t2 } }`) are
+ * refused, so a name is one tensor.
+ */
+const flatten = (state: State, path: string | undefined, leaves: Leaf[]): unknown => {
+  const where = path ?? "the state"
   if (state instanceof RemoteTensor || state instanceof PerRank) {
     const tensor = state instanceof PerRank ? state.tensor : state
-    if (!tensor.meta) throw refuse(`cannot save ${tensor} (${path}): its dtype and shape are unknown`)
-    if (leaves.some((l) => l.tensor === tensor)) throw refuse(`${tensor} is in the state twice (${path})`)
-    leaves.push({ name: path, tensor, perRank: state instanceof PerRank })
-    return { [TENSOR]: path }
+    if (!tensor.meta) throw refuse(`cannot save ${tensor} (${where}): its dtype and shape are unknown`)
+    if (leaves.some((l) => l.tensor === tensor)) throw refuse(`${tensor} is in the state twice (${where})`)
+    if (leaves.some((l) => l.name === (path ?? ""))) throw refuse(`two tensors of the state are named "${path}" (a key with a dot, and keys or indices joined by dots); rename one`)
+    leaves.push({ name: path ?? "", tensor, perRank: state instanceof PerRank })
+    return { [TENSOR_KEY]: path ?? "" }
   }
   if (state === null || typeof state === "string" || typeof state === "boolean") return state
   if (typeof state === "number") {
-    if (!Number.isFinite(state)) throw refuse(`${path} is ${state}, which JSON cannot hold`)
+    if (!Number.isFinite(state)) throw refuse(`${where} is ${state}, which JSON cannot hold`)
     return state
   }
-  if (Array.isArray(state)) return state.map((s, i) => flatten(s, path === "" ? `${i}` : `${path}.${i}`, leaves))
+  const child = (part: string) => (path === undefined ? part : `${path}.${part}`)
+  if (Array.isArray(state)) return state.map((s, i) => flatten(s, child(`${i}`), leaves))
   if (typeof state === "object" && Object.getPrototypeOf(state) === Object.prototype)
-    return Object.fromEntries(Object.entries(state).map(([k, s]) => [k, flatten(s as State, path === "" ? k : `${path}.${k}`, leaves)]))
-  throw refuse(`${path || "the state"} is a ${typeof state}; a state holds tensors, numbers, strings, booleans and null, in arrays and objects`)
+    return Object.fromEntries(Object.entries(state).map(([k, s]) => {
+      if (k === TENSOR_KEY) throw refuse(`${where} has the key "${TENSOR_KEY}", which a checkpoint's tree keeps for its tensors`)
+      return [k, flatten(s as State, child(k), leaves)]
+    }))
+  throw refuse(`${where} is a ${typeof state}; a state holds tensors, numbers, strings, booleans and null, in arrays and objects`)
 }
 
 const nonce = () => randomBytes(4).toString("hex")
@@ -142,14 +151,16 @@ const layoutOf = (mesh: Mesh, leaf: Leaf) => {
 export const save = (mesh: Mesh, state: State, dir: string, opts: SaveOptions = {}): Effect.Effect<PendingSave, ControllerError> =>
   Effect.suspend(() => {
     const core = mesh.core, site = core.site()
+    const keep = opts.keep ?? 2
+    if (!Number.isSafeInteger(keep) || keep < 1) throw refuse(`keep ${keep} is not a count of versions (an integer, 1 or more)`)
     const leaves: Leaf[] = []
-    const tree = flatten(state, "", leaves)
-    for (const l of leaves) if (l.tensor.mesh !== mesh) throw refuse(`${l.name} is on ${l.tensor.mesh}, not on ${mesh}`)
+    const tree = flatten(state, undefined, leaves)
+    for (const l of leaves) if (l.tensor.mesh !== mesh) throw refuse(`${l.name || "the state"} is on ${l.tensor.mesh}, not on ${mesh}`)
     const base = opts.version ?? defaultVersion(state)
     const problem = versionProblem(base)
     if (problem !== undefined) throw refuse(problem)
     const version = `${base}-${nonce()}`
-    const tmp = join(dir, `.tmp-${version}`)
+    const tmp = join(dir, tmpName(version))
     const layouts = leaves.map((l) => layoutOf(mesh, l))
     const writers = layouts.map((lay) => lay.blocks.filter((b) => b.first).map((b) => b.rank))
     const stream = opts.stream ?? mesh.defaultStream
@@ -159,7 +170,9 @@ export const save = (mesh: Mesh, state: State, dir: string, opts: SaveOptions = 
     }), undefined, true)
     const commit = (answers: ReadonlyArray<Value>) => Effect.gen(function* () {
       const results = yield* Effect.forEach(answers, answered)
-      const byRank = new Map(mesh.ranks.map((r, i) => [r, results[i] as { file: string | null; bytes: number; hashes: string[]; ms: number }]))
+      const byRank = new Map(mesh.ranks.map((r, i) => [r, results[i] as { file: string | null; bytes: number; header: string | null; hashes: string[]; ms: number }]))
+      const files: Record<string, FileRecord> = {}
+      for (const [rank, a] of byRank) if (a.file !== null) files[a.file] = { rank, bytes: a.bytes, header: a.header! }
       const tensors: Record<string, TensorRecord> = {}
       leaves.forEach((l, i) => {
         const lay = layouts[i]!
@@ -176,17 +189,19 @@ export const save = (mesh: Mesh, state: State, dir: string, opts: SaveOptions = 
         tensors[l.name] = { dtype: l.tensor.meta!.dtype, shape: lay.shape, placement: lay.placement, shards, holders }
       })
       const manifest: Manifest = {
-        format: MANIFEST_FORMAT, version, mesh: { names: mesh.names, sizes: mesh.layout.sizes, ranks: mesh.ranks }, tree, tensors, savedAt: new Date().toISOString(),
+        format: MANIFEST_FORMAT, version, mesh: { names: mesh.names, sizes: mesh.layout.sizes, ranks: mesh.ranks }, tree, tensors, files, savedAt: new Date().toISOString(),
       }
       yield* core.fetch([mesh.ranks[0]!], [], `commit ${dir}/${version}`, site, (ident) => ({
-        _tag: "CommitCheckpoint", ident, dir, tmp, version, manifest: JSON.stringify(manifest), keep: opts.keep ?? 2,
+        _tag: "CommitCheckpoint", ident, dir, tmp, version, manifest: sealManifest(manifest), keep,
       }))
       const writes = mesh.ranks.map((rank) => ({ rank, bytes: byRank.get(rank)!.bytes, ms: byRank.get(rank)!.ms }))
       return { dir, version, bytes: writes.reduce((a, w) => a + w.bytes, 0), writes } satisfies Saved
     })
+    // A failed save removes its temporary directory (best effort: the failure is what is reported).
+    const dropTmp = core.fetch([mesh.ranks[0]!], [], `drop ${tmp}`, site, (ident) => ({ _tag: "DropCheckpoint", ident, tmp })).pipe(Effect.ignore)
     // Forked now, so the SaveShards command is issued at this point of the program (runFork
     // runs the fiber up to its first wait at once) and the commit follows without the program.
-    const fiber = Effect.runFork(asCheckpointError(written.pipe(Effect.flatMap(commit))))
+    const fiber = Effect.runFork(asCheckpointError(written.pipe(Effect.flatMap(commit))).pipe(Effect.tapError(() => dropTmp)))
     return Effect.succeed({ version, durable: Fiber.join(fiber) })
   }).pipe(Effect.catchDefect((e) => Effect.fail(e instanceof ControllerError ? e : refuse(String(e)))))
 
@@ -239,7 +254,7 @@ export const load = (mesh: Mesh, dir: string, opts: { readonly version?: string 
       const sources = mesh.ranks.map((rank, i): Value => {
         const held = rec.shards[rec.holders[saved.ranks[i]!]!]
         if (held === undefined) throw new CheckpointError({ message: `${dir}/${version}/manifest.json: no shard of ${name} for rank ${saved.ranks[i]}` })
-        return [rank, join(dir, version, held.file), name, held.shape.map(() => 0), [...held.shape], held.hash]
+        return [rank, join(dir, version, held.file), name, held.shape.map(() => 0), [...held.shape], held.hash, [rec.dtype, manifest.files[held.file]!.header]]
       })
       return { tensor, sources, perRank: rec.placement.kind === "per-rank" }
     })
@@ -248,7 +263,7 @@ export const load = (mesh: Mesh, dir: string, opts: { readonly version?: string 
     const rebuild = (v: unknown): State => {
       if (Array.isArray(v)) return v.map(rebuild)
       if (typeof v === "object" && v !== null) {
-        const name = (v as Record<string, unknown>)[TENSOR]
+        const name = (v as Record<string, unknown>)[TENSOR_KEY]
         if (typeof name === "string") return perRankNames.has(name) ? perRank(byName.get(name)!) : byName.get(name)!
         return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, rebuild(x)]))
       }
@@ -260,7 +275,7 @@ export const load = (mesh: Mesh, dir: string, opts: { readonly version?: string 
 /** The tensors of a tree by their path (as saved), PerRank ones unwrapped. */
 export const tensorsOf = (state: State): ReadonlyMap<string, RemoteTensor> => {
   const leaves: Leaf[] = []
-  flatten(state, "", leaves)
+  flatten(state, undefined, leaves)
   return new Map(leaves.map((l) => [l.name, l.tensor]))
 }
 
@@ -305,7 +320,7 @@ export const exportFile = (mesh: Mesh, state: State, path: string): Effect.Effec
   Effect.gen(function* () {
     const target = yield* Effect.try({ try: () => exportPath(mesh, path), catch: (e) => (e instanceof ControllerError ? e : refuse(String(e))) })
     const leaves: Leaf[] = []
-    const tree = yield* Effect.try({ try: () => flatten(state, "", leaves), catch: (e) => (e instanceof ControllerError ? e : refuse(String(e))) })
+    const tree = yield* Effect.try({ try: () => flatten(state, undefined, leaves), catch: (e) => (e instanceof ControllerError ? e : refuse(String(e))) })
     const whole = leaves.filter((l) => !l.perRank)
     const datas: Uint8Array[] = []
     for (const l of whole) {

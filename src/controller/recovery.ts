@@ -10,7 +10,7 @@
 import { Cause, Effect, Exit, Scope } from "effect"
 import { existsSync, readFileSync } from "node:fs"
 import { join } from "node:path"
-import { LATEST, MANIFEST, parseManifest } from "../checkpoint/format.ts"
+import { LATEST, latestVersion, MANIFEST, parseManifest } from "../checkpoint/format.ts"
 import { CheckpointError, load, type Loaded } from "./checkpoint.ts"
 import type { ControllerApi, RecoveryFailure } from "./controller.ts"
 import { StartError, type WorkerLost } from "./errors.ts"
@@ -83,7 +83,7 @@ export const recoverable = (
     const resume = Effect.gen(function* () {
       const dir = join(root, recover.from)
       if (!existsSync(join(dir, LATEST))) return undefined
-      const version = readFileSync(join(dir, LATEST), "utf8").trim()
+      const version = latestVersion(join(dir, LATEST), readFileSync(join(dir, LATEST), "utf8"))
       const manifest = parseManifest(join(dir, version, MANIFEST), readFileSync(join(dir, version, MANIFEST), "utf8"))
       const mesh = yield* api().mesh(Object.fromEntries(manifest.mesh.names.map((n, i) => [n, manifest.mesh.sizes[i]!])))
       return { ...(yield* load(mesh, recover.from)), mesh }

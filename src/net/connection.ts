@@ -23,6 +23,8 @@ export class Connection<In> {
   readonly reader: FrameReader
   readonly writer: FrameWriter
   closed = false
+  /** Called once the writer's queue is empty (or the connection closed): whenFlushed's callbacks. */
+  private flushed: Array<() => void> = []
 
   constructor(
     readonly socket: Socket<unknown>,
@@ -54,18 +56,30 @@ export class Connection<In> {
 
   /** Socket `drain` handler. */
   drain(): void {
-    this.writer.drain()
+    if (this.writer.drain()) this.runFlushed()
+  }
+
+  /** Calls `fn` once every byte written so far has gone to the socket (now, when none waits) or the connection closed. */
+  whenFlushed(fn: () => void): void {
+    if (this.closed || this.writer.pendingBytes === 0) fn()
+    else this.flushed.push(fn)
+  }
+
+  private runFlushed(): void {
+    for (const fn of this.flushed.splice(0)) fn()
   }
 
   close(): void {
     if (this.closed) return
     this.closed = true
     this.socket.end()
+    this.runFlushed()
   }
 
   /** Socket `close` handler. */
   closedByPeer(): void {
     if (!this.closed) this.closed = true
+    this.runFlushed()
     this.handlers.onClose()
   }
 }

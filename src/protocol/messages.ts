@@ -201,12 +201,12 @@ export const WORKER_MESSAGES = {
    */
   ControllerProof: message(18, [["nonce", nonceField], ["proof", proofField, "HMAC-SHA256 keyed by the job token"]]),
   /**
-   * Checkpoints (codes 40..43; paths are relative to the worker's checkpoint root, which it never
+   * Checkpoints (codes 40..44; paths are relative to the worker's checkpoint root, which it never
    * writes or reads outside of). Copies `tensors` to host memory now, a snapshot later commands
    * cannot change, then writes those whose `writers` list this rank as
    * `<dir>/rank-<rank>.safetensors` in the background and answers FetchResult(ident,
-   * `{ file, bytes, hashes, ms }`) once the file is durable (or `{ error }`): the command itself
-   * completes at once.
+   * `{ file, bytes, header, hashes, ms }`, header its header's digest) once the file is durable
+   * (or `{ error }`): the command itself completes at once.
    */
   SaveShards: message(40, [
     ["ident", identField],
@@ -238,14 +238,19 @@ export const WORKER_MESSAGES = {
   ReadCheckpoint: message(42, [["ident", identField], ["path", strField], ["version", strOrNil]]),
   /**
    * Defines each of `results` from a block of a tensor in a safetensors file: `sources[i]` lists,
-   * per rank, `[rank, file, key, offsets, shape, hash or nil]`; this rank reads its own entry.
+   * per rank, `[rank, file, key, offsets, shape, hash or nil, saved]`; this rank reads its own
+   * entry. `saved` (a checkpoint's block; nil or absent for a file torch wrote) is `[dtype,
+   * header digest]`: the file's header must have that digest and the entry that dtype and
+   * `shape` exactly, and `hash` is then required.
    */
   LoadShards: message(43, [
     ["ident", identField],
     ["results", refList],
-    ["sources", valueList<Value>(), "per result: [[rank, file, key, [uint], [uint], str or nil]]"],
+    ["sources", valueList<Value>(), "per result: [[rank, file, key, [uint], [uint], str or nil, [dtype, str] or nil]]"],
     ["stream", refField],
   ], (m) => (m.sources.length !== m.results.length ? ["sources", `${m.sources.length} sources for ${m.results.length} results`] : undefined)),
+  /** Removes `tmp`, the temporary directory of a save that failed (a `.tmp-` directory); answers FetchResult(ident, null). */
+  DropCheckpoint: message(44, [["ident", identField], ["tmp", strField]]),
 } as const
 
 /** The messages a recording may hold: the commands that compute, and borrows' steps. */
@@ -308,6 +313,7 @@ export type CommitCheckpoint = MessageOf<"CommitCheckpoint">
 export type ReadCheckpoint = MessageOf<"ReadCheckpoint">
 export type LoadShards = MessageOf<"LoadShards">
 export type ControllerProof = MessageOf<"ControllerProof">
+export type DropCheckpoint = MessageOf<"DropCheckpoint">
 export type WorkerHello = MessageOf<"WorkerHello">
 export type WorkerChallenge = MessageOf<"WorkerChallenge">
 export type Status = MessageOf<"Status">

@@ -126,5 +126,6 @@ export const connectController = (o: LinkOptions): Effect.Effect<ControllerLink,
     }))
     if (failed !== undefined) return yield* failed
     const linkState = (): LinkState => (!closed ? "open" : exitReceived ? "ended" : "lost")
-    return { messages, send, linkState, close: () => conn?.close(), commandsSeen: () => commands }
+    const whenSent = (fn: () => void) => (conn === undefined ? fn() : conn.whenFlushed(fn))
+    return { messages, send, linkState, whenSent, close: () => conn?.close(), commandsSeen: () => commands }
   })

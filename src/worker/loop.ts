@@ -16,9 +16,11 @@ export interface Inbox {
   readonly messages: Queue.Dequeue<WorkerMessage, Cause.Done>
   readonly send: (msg: ControllerMessage) => void
   readonly linkState: () => LinkState
+  /** Calls `fn` once what was sent so far has left the process (default: at once). */
+  readonly whenSent?: (fn: () => void) => void
 }
 
-export type SessionDeps = Omit<Parameters<typeof makeSession>[0], "send" | "linkState">
+export type SessionDeps = Omit<Parameters<typeof makeSession>[0], "send" | "linkState" | "whenSent">
 
 /**
  * How the loop ended: an Exit command (also one received before the link closed, when not
@@ -32,7 +34,7 @@ export const runLoop = (inbox: Inbox, deps: SessionDeps, options: { readonly res
     const level = yield* References.MinimumLogLevel
     const debug = level === "Debug" || level === "Trace"
     let restarts = 0
-    const fresh = () => makeSession({ ...deps, send: inbox.send, linkState: inbox.linkState })
+    const fresh = () => makeSession({ ...deps, send: inbox.send, linkState: inbox.linkState, ...(inbox.whenSent ? { whenSent: inbox.whenSent } : {}) })
     let session: Session = fresh()
     let dispatch = makeDispatch(session, debug, options.trace)
     const closed = (): LoopEnd => {

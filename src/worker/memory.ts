@@ -3,6 +3,8 @@
  * refuses any tensor that would pass it with a NoMemory ShimError: that command fails, the
  * worker goes on. By default each worker gets DEFAULT_SHARE of its backend's memory: on cpu,
  * the host's, divided among the host's workers (LOCAL_WORLD_SIZE); on cuda, its own device's.
+ * On cpu, host copies of tensors count too while the worker holds them (holdHostCopy): a fetch's
+ * reply until the socket has taken it, a save's snapshot until its file is written.
  */
 import type { Native } from "../../ffi/native.ts"
 import type { WorkerConfig } from "./config.ts"
@@ -31,4 +33,21 @@ export const applyMemoryLimit = (native: Native, config: Pick<WorkerConfig, "mem
   const { bytes, why } = memoryLimitOf(config, native.device, native.memoryTotal())
   native.setMemoryLimit(bytes)
   return why
+}
+
+/**
+ * Counts a host copy of `bytes` against the limit (or throws the NoMemory ShimError naming
+ * `what` and the limit, before anything is copied); returns its release, which gives the bytes
+ * back once however often it is called. On cpu only, where tensors and their copies share host
+ * memory; cuda's limit is of device memory, which a host copy does not take.
+ */
+export const holdHostCopy = (native: Native, bytes: number, what: string): (() => void) => {
+  if (bytes === 0 || native.device !== "cpu") return () => {}
+  native.reserveMemory(what, bytes)
+  let held = true
+  return () => {
+    if (!held) return
+    held = false
+    native.releaseMemory(bytes)
+  }
 }

@@ -38,6 +38,8 @@ export interface Session {
   readonly writing: Set<Promise<unknown>>
   /** Sends a message to the controller (queued; never blocks). */
   readonly send: (msg: ControllerMessage) => void
+  /** Calls `fn` once everything sent so far has left the process (the socket took it, or the link closed). */
+  readonly whenSent: (fn: () => void) => void
   /** Whether the link to the controller is still open (see LinkState). */
   readonly linkState: () => LinkState
   firstUncompletedIdent: number
@@ -68,9 +70,10 @@ export interface Recording {
  */
 export type LinkState = "open" | "lost" | "ended"
 
-export const makeSession = (deps: Pick<Session, "rank" | "world" | "native" | "comms" | "functions" | "send" | "checkpointRoot"> & { readonly linkState?: () => LinkState; readonly recordingLimits?: RecordingLimits }): Session => ({
+export const makeSession = (deps: Pick<Session, "rank" | "world" | "native" | "comms" | "functions" | "send" | "checkpointRoot"> & { readonly linkState?: () => LinkState; readonly recordingLimits?: RecordingLimits; readonly whenSent?: Session["whenSent"] }): Session => ({
   linkState: () => "open",
   recordingLimits: DEFAULT_RECORDING_LIMITS,
+  whenSent: (fn) => fn(),
   ...deps,
   env: new RefEnv(),
   borrows: new Map(),

@@ -1,4 +1,6 @@
 // User functions for the checkpoint tests ("tests/checkpoint/fixtures:<export>").
+import { readFileSync } from "node:fs"
+import { liveTensorCount } from "../../ffi/tensor.ts"
 import { op } from "../../src/ops/kernels.ts"
 import { defineFunction } from "../../src/ops/function.ts"
 
@@ -7,3 +9,12 @@ export const rankRandn = defineFunction((ctx, shape: number[], seed: number) => 
 
 /** This process's id, to kill it. */
 export const pid = defineFunction(() => process.pid)
+
+/** This process's peak and current resident memory in bytes (VmHWM, VmRSS of /proc/self/status). */
+export const resident = defineFunction(() => {
+  const status = readFileSync("/proc/self/status", "utf8")
+  return ["VmHWM", "VmRSS"].map((k) => Number(new RegExp(`^${k}:\\s+(\\d+) kB`, "m").exec(status)![1]) * 1024)
+})
+
+/** This worker's live tensors (fetched with any value). */
+export const liveTensors = defineFunction(() => liveTensorCount())

@@ -4,11 +4,12 @@
 // out of the root refused.
 import { afterAll, describe, expect, test } from "bun:test"
 import { Effect } from "effect"
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs"
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, utimesSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { Controller, eager, load, opsOn, perRank, save, shard, type HostTensor, type Mesh, type RemoteTensor, type State } from "../../src/controller/index.ts"
-import { parseHeader } from "../../src/checkpoint/format.ts"
+import { MANIFEST_FORMAT, parseHeader, sealManifest } from "../../src/checkpoint/format.ts"
+import { prune, publish, STALE_LOCK_MS, underCommitLock } from "../../src/checkpoint/files.ts"
 
 const ROOT = mkdtempSync(join(tmpdir(), "monarch-ckpt-"))
 afterAll(() => rmSync(ROOT, { recursive: true, force: true }))
@@ -67,12 +68,12 @@ describe("save and load on a 2x2 mesh", () => {
       expect([s.step, s.lr, s.name]).toEqual([12, 0.5, "run"])
       expect(s.col.placement).toEqual(state.col.placement)
       expect(yield* values(mesh, [s.params.w, s.params.row, s.col, s.rng.tensor])).toEqual(before)
-      // Saving the loaded tree again with keep 1 leaves only the new version beside LATEST: the
-      // older version goes, and so does the temporary directory a save that never finished left.
+      // Saving the loaded tree again with keep 1 leaves the new version beside LATEST: the older
+      // version goes, and a temporary directory stays (it may be a save still being written).
       mkdirSync(join(dir, ".tmp-unfinished"))
       writeFileSync(join(dir, ".tmp-unfinished", "rank-0.safetensors"), "partial")
       const again = yield* Effect.flatMap(save(mesh, loaded.state, "a", { keep: 1 }), (p) => p.durable)
-      expect(readdirSync(dir).sort()).toEqual(["LATEST", again.version])
+      expect(readdirSync(dir).sort()).toEqual([".tmp-unfinished", "LATEST", again.version].sort())
     }))
   }, 60_000)
 })
@@ -153,4 +154,146 @@ describe("what load refuses", () => {
       rmSync(outside, { recursive: true })
     }))
   }, 60_000)
+})
+
+describe("names, trees and arguments", () => {
+  test("tensor names are paths joined by dots, as torch's state dicts; two paths that give one name are refused before anything is written", async () => {
+    await run((mesh) => Effect.gen(function* () {
+      const on = opsOn(mesh)
+      const { t1, t2, t3 } = yield* eager(() => ({ t1: on.full([2], 1), t2: on.full([3], 2), t3: on.full([4], 3) }))
+      const refused = (state: State, dir: string) => Effect.map(Effect.flip(Effect.flatMap(save(mesh, state, dir), (p) => p.durable)), (f) => `${f._tag}: ${f.message}`)
+      expect(yield* refused({ "a.b": t1, a: { b: t2 } }, "dots")).toMatch(/^ControllerError: two tensors of the state are named "a\.b"/)
+      expect(yield* refused({ x: [t1], "x.0": t2 }, "indices")).toMatch(/^ControllerError: two tensors of the state are named "x\.0"/)
+      expect(existsSync(join(ROOT, "dots")) || existsSync(join(ROOT, "indices"))).toBe(false)
+      // Dotted keys that do not collide keep torch's names, and load back in place.
+      const state = { "h.0.weight": t1, h: { 1: { weight: t2 } }, x: [t3] }
+      const saved = yield* Effect.flatMap(save(mesh, state, "names"), (p) => p.durable)
+      const manifest = JSON.parse(readFileSync(join(ROOT, "names", saved.version, "manifest.json"), "utf8"))
+      expect(Object.keys(manifest.tensors).sort()).toEqual(["h.0.weight", "h.1.weight", "x.0"])
+      const s = (yield* load(mesh, "names")).state as typeof state
+      const firsts = yield* Effect.forEach([s["h.0.weight"], s.h[1].weight, s.x[0]!], (t) => Effect.map(mesh.fetch(t), (v) => Array.from((v as HostTensor).toArray() as Float32Array)))
+      expect(firsts).toEqual([[1, 1], [2, 2, 2], [3, 3, 3, 3]])
+    }))
+  }, 60_000)
+
+  test("a state with no tensor saves and loads; a key \"$tensor\" and a keep that is not a count of versions are refused before anything is written", async () => {
+    await run((mesh) => Effect.gen(function* () {
+      const saved = yield* Effect.flatMap(save(mesh, { step: 3, note: "none" }, "empty"), (p) => p.durable)
+      expect(readdirSync(join(ROOT, "empty", saved.version))).toEqual(["manifest.json"])
+      expect((yield* load(mesh, "empty")).state).toEqual({ step: 3, note: "none" })
+      const w = yield* eager(() => opsOn(mesh).ones([2]))
+      const refused = (state: State, dir: string, keep?: number) => Effect.map(Effect.flip(Effect.flatMap(save(mesh, state, dir, keep === undefined ? {} : { keep }), (p) => p.durable)), (f) => `${f._tag}: ${f.message}`)
+      for (const keep of [-1, 0.5, 0, Number.NaN]) {
+        expect(yield* refused({ w }, `keep${keep}`, keep)).toMatch(/^ControllerError: keep .* is not a count of versions/)
+        expect(existsSync(join(ROOT, `keep${keep}`))).toBe(false)
+      }
+      expect(yield* refused({ m: { $tensor: "w" }, w }, "reserved")).toMatch(/^ControllerError: m has the key "\$tensor"/)
+      expect(existsSync(join(ROOT, "reserved"))).toBe(false)
+    }))
+  }, 60_000)
+})
+
+describe("a save that fails", () => {
+  test("a rank whose write fails fails the save naming it; the save's temporary directory is removed, LATEST and the previous version untouched", async () => {
+    await run((mesh) => Effect.gen(function* () {
+      const state = { w: yield* eager(() => opsOn(mesh).randn([4, 4], { seed: 1 }).place({ tp: shard(0) })) }
+      const first = yield* Effect.flatMap(save(mesh, state, "fails"), (p) => p.durable)
+      // Rank 1 is held up; meanwhile a directory takes the place of its file.
+      yield* mesh.call("tests/faults/fixtures:blockOnRank", [1, 1500, state.w])
+      const pending = yield* save(mesh, state, "fails")
+      const tmp = join(ROOT, "fails", `.tmp-${pending.version}`)
+      while (!existsSync(tmp)) yield* Effect.sleep("5 millis")
+      mkdirSync(join(tmp, "rank-1.safetensors"))
+      const f = yield* Effect.flip(pending.durable)
+      expect(`${f._tag}: ${f.message}`).toMatch(/^CheckpointError: rank 1 writing fails\/\.tmp-.*rank-1\.safetensors: .*(EISDIR|directory)/i)
+      yield* mesh.fetch(state.w)
+      expect(readdirSync(join(ROOT, "fails")).sort()).toEqual(["LATEST", first.version])
+      expect((yield* load(mesh, "fails")).version).toBe(first.version)
+    }))
+  }, 60_000)
+})
+
+describe("publish and prune", () => {
+  test("a version is published only when every file its manifest names is there with the size its rank wrote", () => {
+    const dir = mkdtempSync(join(tmpdir(), "monarch-publish-"))
+    try {
+      const tmp = join(dir, ".tmp-v1")
+      mkdirSync(tmp)
+      writeFileSync(join(tmp, "rank-0.safetensors"), new Uint8Array(16))
+      const manifest = (files: Record<string, { rank: number; bytes: number; header: string }>) => sealManifest({
+        format: MANIFEST_FORMAT, version: "v1", mesh: { names: ["all"], sizes: [2], ranks: [0, 1] }, tree: { step: 1 }, tensors: {}, files, savedAt: "now",
+      })
+      expect(() => publish(dir, tmp, "v1", manifest({ "rank-0.safetensors": { rank: 0, bytes: 16, header: "x" }, "rank-1.safetensors": { rank: 1, bytes: 16, header: "y" } })))
+        .toThrow(/version v1 is incomplete: rank-1\.safetensors is missing; not published/)
+      expect(() => publish(dir, tmp, "v1", manifest({ "rank-0.safetensors": { rank: 0, bytes: 24, header: "x" } })))
+        .toThrow(/version v1 is incomplete: rank-0\.safetensors has 16 bytes, its rank wrote 24; not published/)
+      expect(readdirSync(dir)).toEqual([".tmp-v1"])
+      publish(dir, tmp, "v1", manifest({ "rank-0.safetensors": { rank: 0, bytes: 16, header: "x" } }))
+      expect(readdirSync(dir).sort()).toEqual(["LATEST", "v1"])
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+
+  test("commits to one directory take turns: one waits while another process holds the commit lock", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "monarch-lock-"))
+    try {
+      const files = resolve(import.meta.dir, "../../src/checkpoint/files.ts")
+      const holder = Bun.spawn([process.execPath, "-e", `
+        const { underCommitLock } = await import(${JSON.stringify(files)})
+        underCommitLock(${JSON.stringify(dir)}, () => { console.log("held"); Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 800) })
+      `], { stdout: "pipe" })
+      const reader = holder.stdout.getReader()
+      expect(new TextDecoder().decode((await reader.read()).value)).toBe("held\n")
+      const asked = performance.now()
+      const waited = underCommitLock(dir, () => performance.now() - asked)
+      await holder.exited
+      expect(waited).toBeGreaterThan(300)
+      expect(readdirSync(dir)).toEqual([])
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  }, 20_000)
+
+  test("a commit lock left by a commit that died (older than STALE_LOCK_MS) is taken at once", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "monarch-lock-"))
+    try {
+      mkdirSync(join(dir, ".commit-lock"))
+      const old = (Date.now() - 2 * STALE_LOCK_MS) / 1000
+      utimesSync(join(dir, ".commit-lock"), old, old)
+      // In a process of its own, killed if it waits: a commit that never takes the lock blocks its thread.
+      const files = resolve(import.meta.dir, "../../src/checkpoint/files.ts")
+      const commit = Bun.spawn([process.execPath, "-e", `
+        const { underCommitLock } = await import(${JSON.stringify(files)})
+        console.log(underCommitLock(${JSON.stringify(dir)}, () => "ran"))
+      `], { stdout: "pipe" })
+      const killer = setTimeout(() => commit.kill("SIGKILL"), STALE_LOCK_MS / 2)
+      const [out, code] = await Promise.all([new Response(commit.stdout).text(), commit.exited])
+      clearTimeout(killer)
+      expect({ out, code }).toEqual({ out: "ran\n", code: 0 })
+      expect(readdirSync(dir)).toEqual([])
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  }, 20_000)
+
+  test("removes committed versions past keep, oldest first, never the one published nor the one LATEST names, and no save's temporary directory", () => {
+    const dir = mkdtempSync(join(tmpdir(), "monarch-prune-"))
+    try {
+      ["v1", "v2", "v3", "v4"].forEach((v, i) => {
+        mkdirSync(join(dir, v))
+        writeFileSync(join(dir, v, "manifest.json"), "{}")
+        utimesSync(join(dir, v, "manifest.json"), 1000 + i, 1000 + i)
+      })
+      mkdirSync(join(dir, ".tmp-v5"))
+      mkdirSync(join(dir, "not-committed"))
+      // LATEST names the oldest (another mesh's commit moved it); v2 is the one just published.
+      writeFileSync(join(dir, "LATEST"), "v1\n")
+      prune(dir, "v2", 1)
+      expect(readdirSync(dir).sort()).toEqual([".tmp-v5", "LATEST", "not-committed", "v1", "v2", "v4"])
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
 })

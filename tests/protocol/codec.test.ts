@@ -103,8 +103,9 @@ const workerSamples: WorkerMessage[] = [
   { _tag: "SaveShards", ident: 19, dir: "run/.tmp-3-ab", tensors: [new Ref(5), new Ref(6)], names: ["w", "b"], writers: [[0, 1], [0]], stream: new Ref(2) },
   { _tag: "CommitCheckpoint", ident: 20, dir: "run", tmp: "run/.tmp-3-ab", version: "3", manifest: "{\"format\":1}", keep: 2 },
   { _tag: "ReadCheckpoint", ident: 21, path: "run", version: null },
-  { _tag: "LoadShards", ident: 22, results: [new Ref(41)], sources: [[[0, "run/3/rank-0.safetensors", "w", [0, 0], [2, 4], "123"]]], stream: new Ref(2) },
+  { _tag: "LoadShards", ident: 22, results: [new Ref(41)], sources: [[[0, "run/3/rank-0.safetensors", "w", [0, 0], [2, 4], "123", ["f32", "ab12"]]]], stream: new Ref(2) },
   { _tag: "ControllerProof", nonce: new Uint8Array(32).fill(1), proof: new Uint8Array(32).fill(2) },
+  { _tag: "DropCheckpoint", ident: 23, tmp: "run/.tmp-3-ab" },
 ]
 
 const controllerSamples: ControllerMessage[] = [
@@ -135,10 +136,10 @@ const placedAt = (bytes: Uint8Array, offset: number): Uint8Array => {
 }
 
 describe("round trip", () => {
-  test("the samples cover all 29 messages", () => {
+  test("the samples cover all 30 messages", () => {
     const tags = new Set([...workerSamples, ...controllerSamples].map((m) => m._tag))
     expect(([...tags] as string[]).sort()).toEqual(Object.keys(MESSAGE_CODES).sort())
-    expect(tags.size).toBe(29)
+    expect(tags.size).toBe(30)
   })
 
   for (const m of workerSamples) {

@@ -14,6 +14,7 @@ import type { CallFunction, FetchValue, Value } from "../../protocol/messages.ts
 import { HostTensor } from "../../protocol/values.ts"
 import { FunctionFailed, ResultCountMismatch, ResultMismatch, WrongRefType } from "../errors.ts"
 import { isBuiltin } from "../functions.ts"
+import { holdHostCopy } from "../memory.ts"
 import { flattenTensors, kindOf } from "../refs.ts"
 import { announce, lookup, tryDefine, tryDefineNow, type Session } from "../session.ts"
 import { streamOf } from "../streams.ts"
@@ -114,13 +115,29 @@ const fetchedValue = (v: unknown, stream: Stream): Value => {
   return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, fetchedValue(x, stream)]))
 }
 
+/** The bytes of the tensors in a value to fetch: what its host copy will take. */
+const hostBytes = (v: unknown): number =>
+  v instanceof Tensor ? v.nbytes
+  : Array.isArray(v) ? v.reduce((a: number, x) => a + hostBytes(x), 0)
+  : typeof v === "object" && v !== null && Object.getPrototypeOf(v) === Object.prototype ? Object.values(v).reduce((a: number, x) => a + hostBytes(x), 0)
+  : 0
+
 export const fetchValue = (s: Session) => (m: FetchValue) =>
   tryDefine(s, m.ident, m.mutates, () => {
     const stream = streamOf(s.env, m.stream)
     const made: Tensor[] = []
     return freeingAfter(s, made, () => {
       const value = lookup(s, m.object, stream, made)
-      const reply = (v: unknown) => s.send({ _tag: "FetchResult", ident: m.ident, value: fetchedValue(v, stream) })
+      // The host copy counts against the memory limit until the socket has taken the reply.
+      const reply = (v: unknown) => {
+        const bytes = hostBytes(v)
+        const release = holdHostCopy(s.native, bytes, `fetch of ${bytes} bytes to host`)
+        try {
+          s.send({ _tag: "FetchResult", ident: m.ident, value: fetchedValue(v, stream) })
+        } finally {
+          s.whenSent(release)
+        }
+      }
       if (m.function === null) return reply(value)
       if (!isBuiltin(m.function)) announce(s, m.ident)
       return invoke(s, m.function, (fn) => fn(contextFor(s, stream, {}), value), (v) => {

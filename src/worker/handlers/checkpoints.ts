@@ -1,17 +1,20 @@
 /**
  * The checkpoint commands: SaveShards (snapshot to host now, write this rank's file in the
  * background, answer once it is durable), CommitCheckpoint (publish a version atomically),
- * ReadCheckpoint (a manifest or a file's header) and LoadShards (define tensors from blocks of
- * files). Every path is confined to the worker's checkpoint root (src/checkpoint/files.ts).
+ * ReadCheckpoint (a manifest or a file's header), LoadShards (define tensors from blocks of
+ * files) and DropCheckpoint (remove a failed save's temporary directory). Every path is
+ * confined to the worker's checkpoint root (src/checkpoint/files.ts).
  */
 import { mkdirSync } from "node:fs"
 import { join } from "node:path"
 import { Tensor } from "../../../ffi/tensor.ts"
 import { blockRuns, CheckpointCorrupt, versionProblem } from "../../checkpoint/format.ts"
-import { confine, prune, publish, readManifest, SafetensorsReader, writeShardFile } from "../../checkpoint/files.ts"
-import type { CommitCheckpoint, LoadShards, ReadCheckpoint, SaveShards, Value } from "../../protocol/messages.ts"
+import { confine, drop, prune, publish, readManifest, SafetensorsReader, underCommitLock, writeShardFile } from "../../checkpoint/files.ts"
+import type { CommitCheckpoint, DropCheckpoint, LoadShards, ReadCheckpoint, SaveShards, Value } from "../../protocol/messages.ts"
 import { HostTensor, ITEM_SIZE } from "../../protocol/values.ts"
+import { sameShape } from "../../ops/meta.ts"
 import { WrongRefType } from "../errors.ts"
+import { holdHostCopy } from "../memory.ts"
 import { tryDefine, type Session } from "../session.ts"
 import { streamOf } from "../streams.ts"
 
@@ -31,21 +34,34 @@ export const saveShards = (s: Session) => (m: SaveShards) =>
       if (!isUints(w)) throw malformed(`SaveShards: writers[${i}] is not a list of ranks`)
       if (w.includes(s.rank)) mine.push(i)
     })
-    if (mine.length === 0) return void s.send({ _tag: "FetchResult", ident: m.ident, value: { file: null, bytes: 0, hashes: [], ms: 0 } })
+    if (mine.length === 0) return void s.send({ _tag: "FetchResult", ident: m.ident, value: { file: null, bytes: 0, header: null, hashes: [], ms: 0 } })
     const dir = confine(s.checkpointRoot, m.dir)
-    // The snapshot: copies now, in command order, so later commands (an optimizer step) cannot change what is saved.
-    const tensors = mine.map((i) => {
+    const sources = mine.map((i) => {
       const t = s.env.get(m.tensors[i]!)
       if (!(t instanceof Tensor)) throw malformed(`SaveShards: ${m.names[i]} is not a tensor`)
-      return { name: m.names[i]!, host: t.toHost(stream) }
+      return { name: m.names[i]!, tensor: t }
     })
     mkdirSync(dir, { recursive: true })
+    // The snapshot counts against the memory limit until its file is written.
+    const bytes = sources.reduce((a, t) => a + t.tensor.nbytes, 0)
+    const release = holdHostCopy(s.native, bytes, `save snapshot of ${bytes} bytes`)
+    let tensors: Array<{ readonly name: string; readonly host: HostTensor }>
+    try {
+      // The snapshot: copies now, in command order, so later commands (an optimizer step) cannot change what is saved.
+      tensors = sources.map((t) => ({ name: t.name, host: t.tensor.toHost(stream) }))
+    } catch (e) {
+      release()
+      throw e
+    }
     const file = `rank-${s.rank}.safetensors`
     const started = performance.now()
     const write = writeShardFile({ path: join(dir, file), tensors }).then(
-      (bytes): Value => ({ file, bytes, hashes: tensors.map((t) => hashBytes(t.host.data)), ms: performance.now() - started }),
+      ({ bytes, header }): Value => ({ file, bytes, header, hashes: tensors.map((t) => hashBytes(t.host.data)), ms: performance.now() - started }),
       (e): Value => ({ error: `rank ${s.rank} writing ${join(m.dir, file)}: ${e instanceof Error ? e.message : String(e)}` }),
-    ).then((value) => s.send({ _tag: "FetchResult", ident: m.ident, value }))
+    ).then((value) => {
+      release()
+      s.send({ _tag: "FetchResult", ident: m.ident, value })
+    })
     s.writing.add(write)
     void write.finally(() => s.writing.delete(write))
   })
@@ -54,11 +70,20 @@ export const commitCheckpoint = (s: Session) => (m: CommitCheckpoint) =>
   tryDefine(s, m.ident, [], () => {
     const problem = versionProblem(m.version)
     if (problem !== undefined) throw malformed(`CommitCheckpoint: ${problem}`)
-    const dir = confine(s.checkpointRoot, m.dir)
-    publish(dir, confine(s.checkpointRoot, m.tmp), m.version, m.manifest)
-    // Durable and named by LATEST: the program may go on while older versions are removed.
+    if (m.keep < 1) throw malformed(`CommitCheckpoint: keep ${m.keep} keeps no version`)
+    const dir = confine(s.checkpointRoot, m.dir), tmp = confine(s.checkpointRoot, m.tmp)
+    underCommitLock(dir, () => {
+      publish(dir, tmp, m.version, m.manifest)
+      // Durable and named by LATEST: the program may go on while older versions are removed.
+      s.send({ _tag: "FetchResult", ident: m.ident, value: null })
+      prune(dir, m.version, m.keep)
+    })
+  })
+
+export const dropCheckpoint = (s: Session) => (m: DropCheckpoint) =>
+  tryDefine(s, m.ident, [], () => {
+    drop(confine(s.checkpointRoot, m.tmp))
     s.send({ _tag: "FetchResult", ident: m.ident, value: null })
-    prune(dir, m.version, m.keep)
   })
 
 export const readCheckpoint = (s: Session) => (m: ReadCheckpoint) =>
@@ -78,10 +103,12 @@ export const readCheckpoint = (s: Session) => (m: ReadCheckpoint) =>
 const sourceOf = (s: Session, sources: Value, i: number) => {
   const entry = Array.isArray(sources) ? sources.find((e) => Array.isArray(e) && e[0] === s.rank) : undefined
   if (!Array.isArray(entry)) throw malformed(`LoadShards: result ${i} has no source for rank ${s.rank}`)
-  const [, file, key, offsets, shape, hash] = entry as unknown[]
-  if (typeof file !== "string" || typeof key !== "string" || !isUints(offsets) || !isUints(shape) || offsets.length !== shape.length || !(hash === null || typeof hash === "string"))
-    throw malformed(`LoadShards: result ${i}'s source for rank ${s.rank} is not [rank, file, key, offsets, shape, hash]`)
-  return { file, key, offsets, shape, hash }
+  const [, file, key, offsets, shape, hash, saved = null] = entry as unknown[]
+  const isSaved = (v: unknown): v is [string, string] => Array.isArray(v) && v.length === 2 && typeof v[0] === "string" && typeof v[1] === "string"
+  if (typeof file !== "string" || typeof key !== "string" || !isUints(offsets) || !isUints(shape) || offsets.length !== shape.length || !(hash === null || typeof hash === "string")
+    || !(saved === null || (isSaved(saved) && typeof hash === "string")))
+    throw malformed(`LoadShards: result ${i}'s source for rank ${s.rank} is not [rank, file, key, offsets, shape, hash, [dtype, header digest] or nil]`)
+  return { file, key, offsets, shape, hash, saved: saved as [string, string] | null }
 }
 
 export const loadShards = (s: Session) => (m: LoadShards) =>
@@ -93,10 +120,16 @@ export const loadShards = (s: Session) => (m: LoadShards) =>
       m.results.forEach((_, i) => {
         const src = sourceOf(s, m.sources[i]!, i)
         let reader = readers.get(src.file)
-        if (reader === undefined) readers.set(src.file, (reader = new SafetensorsReader(confine(s.checkpointRoot, src.file), src.file)))
+        if (reader === undefined) {
+          readers.set(src.file, (reader = new SafetensorsReader(confine(s.checkpointRoot, src.file), src.file)))
+          if (src.saved !== null && reader.headerDigest() !== src.saved[1]) throw new CheckpointCorrupt({ file: src.file, message: `${src.file}: its header is not the one that was saved (its digest differs): changed or corrupt` })
+        }
         const entry = reader.header.tensors.get(src.key)
         const bad = (why: string) => new CheckpointCorrupt({ file: src.file, message: `${src.file}: tensor "${src.key}" ${why}` })
         if (entry === undefined) throw bad("is not in the file")
+        // A saved block is the whole entry, of the manifest's dtype and shape.
+        if (src.saved !== null && (entry.dtype !== src.saved[0] || !sameShape(entry.shape, src.shape)))
+          throw bad(`is ${entry.dtype}[${entry.shape}] in the file, but the manifest saved it as ${src.saved[0]}[${src.shape}]`)
         if (src.shape.length !== entry.shape.length || src.shape.some((d, k) => src.offsets[k]! + d > entry.shape[k]!))
           throw bad(`is ${entry.dtype}[${entry.shape}]; the block at [${src.offsets}] of shape [${src.shape}] is not inside it`)
         const item = ITEM_SIZE[entry.dtype]

@@ -8,7 +8,7 @@ import { nowMicros, type Recorder } from "../../trace/record.ts"
 import { reject, type Session } from "../session.ts"
 import { borrowCreate, borrowDrop, borrowFirstUse, borrowLastUse } from "./borrows.ts"
 import { callFunction, fetchValue } from "./calls.ts"
-import { commitCheckpoint, loadShards, readCheckpoint, saveShards } from "./checkpoints.ts"
+import { commitCheckpoint, dropCheckpoint, loadShards, readCheckpoint, saveShards } from "./checkpoints.ts"
 import { createDeviceMesh, reduce, sendTensor } from "./collectives.ts"
 import { commandGroup, controllerProof, deleteRefs, exit, requestStatus } from "./control.ts"
 import { callRecording, defineRecording, deleteRecording } from "./recordings.ts"
@@ -68,6 +68,7 @@ export const makeDispatch = (s: Session, debug = false, trace?: Recorder): ((m: 
     ReadCheckpoint: readCheckpoint(s),
     LoadShards: loadShards(s),
     ControllerProof: controllerProof(s),
+    DropCheckpoint: dropCheckpoint(s),
   }
   return dispatch
 }
