@@ -432,4 +432,103 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("1 - s), s / classes)", "1 - s), s)"),
     tests: ["tests/autograd/gradcheck.test.ts"],
   },
+  // ---- C kernels and shim checks (c/) ------------------------------------------------------
+  // These edit the C sources: build/ must be rebuilt (`make -j2 all`) in the copy the tests run
+  // in, or the tests see the unchanged library.
+  {
+    area: "worker", behaviour: "log_softmax rows subtract the log of the sum from x - max, not x - (max + log sum)",
+    file: "c/cpu/nn.c",
+    edits: one("      const float log_sum = logf(sum);\n      for (j = 0; j < r; j++) os[j] -= log_sum;", "      const float log_sum = logf(sum);\n      for (j = 0; j < r; j++) os[j] = (os[j] + m) - (m + log_sum);"),
+    tests: ["tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "log_softmax along a strided dim (and f64) subtracts the log of the sum from x - max",
+    file: "c/cpu/nn.c",
+    edits: one("os[j * inner] = (xs[j * inner] - m) - log_sum;", "os[j * inner] = xs[j * inner] - (m + log_sum);"),
+    tests: ["tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "f16 and bf16 log_softmax reads x - max back from its in-place scratch, not x",
+    file: "c/cpu/nn.c",
+    edits: one("for (j = 0; j < r; j++) os[j] -= log_sum;", "for (j = 0; j < r; j++) os[j] = (xs[j] - m) - log_sum;"),
+    tests: ["tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "f16 index_add rounds the product of alpha and the source as torch does",
+    file: "c/cpu/indexing.c",
+    edits: one("shim_f16_to_f32(shim_f32_to_f16(h16 * shim_f16_to_f32(b)))", "h16 * shim_f16_to_f32(b)"),
+    tests: ["tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "bf16 index_add rounds the product of alpha and the source as torch does",
+    file: "c/cpu/indexing.c",
+    edits: one("shim_bf16_to_f32(shim_f32_to_bf16(hbf * shim_bf16_to_f32(b)))", "hbf * shim_bf16_to_f32(b)"),
+    tests: ["tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "where reads a one-element other at element 0 in every chunk past the first",
+    file: "c/cpu/ternary.c",
+    edits: one("*y = (const U *)c + (fc ? base : 0);", "*y = (const U *)c + base;"),
+    tests: ["tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "where reads a one-element condition once for every chunk",
+    file: "c/cpu/ternary.c",
+    edits: one("for (int64_t i = 0; i < m; i++) o[i] = truth[fa ? i : 0]", "for (int64_t i = 0; i < m; i++) o[i] = truth[fa || base > 0 ? i : 0]"),
+    tests: ["tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "f16 and bf16 lerp, addcmul and addcdiv read a one-element operand in every chunk",
+    file: "c/cpu/ternary.c",
+    edits: one("    if (fc) shim_cpu_load_f32(dtype, c + base, m, xc);\n    ternary_f32(op, xo, xa, fa, xb, fb, xc, fc, v, m);", "    if (fc) shim_cpu_load_f32(dtype, c + base, m, xc);\n    ternary_f32(op, xo, xa, fa, xb, fb, xc, fc || base > 0, v, m);"),
+    tests: ["tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "shim_copy_strided refuses a copy that writes one element past the end of dst",
+    file: "c/common/checks.c",
+    edits: one("if (lo < 0 || hi >= dst->numel)", "if (lo < 0 || hi > dst->numel)"),
+    tests: ["tests/shim/checks.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "shim_copy_strided refuses a copy that reads one element past the end of src",
+    file: "c/common/checks.c",
+    edits: one("if (lo < 0 || hi >= src->numel)", "if (lo < 0 || hi > src->numel)"),
+    tests: ["tests/shim/checks.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "shim_dropout refuses a NaN p",
+    file: "c/common/checks_ops.c",
+    edits: one("if (!(p >= 0.0 && p <= 1.0))", "if (p < 0.0 || p > 1.0)"),
+    tests: ["tests/shim/checks.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "shim_adamw refuses step 0",
+    file: "c/common/optim_checks.c",
+    edits: one("if (step < 1) return", "if (step < 0) return"),
+    tests: ["tests/shim/checks.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "shim_sgd refuses a grad and momentum_buf that share memory",
+    file: "c/common/optim_checks.c",
+    edits: one("if (momentum_buf != NULL && shim_tensors_overlap(momentum_buf, grad))", "if (momentum_buf != NULL && momentum_buf != grad && shim_tensors_overlap(momentum_buf, grad))"),
+    tests: ["tests/shim/checks.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "shim_scatter refuses an out that shares src's memory",
+    file: "c/common/checks_ops.c",
+    edits: one("if (shim_tensors_overlap(out, src) || shim_tensors_overlap(out, index))", "if (shim_tensors_overlap(out, index))"),
+    tests: ["tests/shim/checks.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "shim_attention refuses a mask that is neither bool nor q's dtype",
+    file: "c/common/checks_ops.c",
+    edits: one("if (mask->dtype != SHIM_BOOL && mask->dtype != q->dtype)", "if (mask->dtype != SHIM_BOOL && mask->dtype > SHIM_BF16)"),
+    tests: ["tests/shim/checks.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "shim_gather refuses an a that is empty along dim when index is not",
+    file: "c/common/checks.c",
+    edits: one("if (index->numel > 0 && a->ndim > 0 && a->shape[dim] == 0)", "if (index->numel > 0 && a->ndim > 0 && a->shape[dim] < 0)"),
+    tests: ["tests/shim/checks.test.ts"],
+  },
 ]

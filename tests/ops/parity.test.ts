@@ -619,6 +619,8 @@ const casesOf = (start: number): Case[] => (seed = start, [
   ...FLOATS.map((t) => c(`mse_loss ${t} past a block of 16,384`, "mse_loss", [tensor(t, [17000]), tensor(t, [17000])])),
   c("mse_loss f32 sum past two threads' blocks", "mse_loss", [f(140000), f(140000)], { reduction: "sum" }),
   c("mse_loss f32 none past a chunk", "mse_loss", [f(1100), f(1100)], { reduction: "none" }),
+  // index_add of f16 and bf16 as torch's: alpha and its product with the source rounded to the dtype before the add
+  ...(["f16", "bf16"] as const).map((t) => c(`index_add ${t} alpha 0.3, many adds, the product rounded`, "index_add", [tensor(t, [3, 16]), 0, ints("i64", [8], [0, 1, 2, 0, 1, 2, 0, 1]), tensor(t, [8, 16], 100)], { alpha: 0.3 })),
 ])
 const CASES = casesOf(12345)
 /** f16 and bf16 results sit near their rounding points, so one draw can pass by luck: each case

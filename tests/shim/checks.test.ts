@@ -113,8 +113,8 @@ const REFUSALS: Refusal[] = [
         () => att(empty("f32", [1, 2, 3]), qkv(), f32([1, 2, 4]), qkv(), null, 0)),
       r("attention: out of the wrong shape", "Invalid", /shim_attention: out is f32\[1, 3, 3\] but must be \[1, 2, 3\]/,
         () => att(empty("f32", [1, 3, 3]), qkv(), qkv(), qkv(), null, 0)),
-      r("attention: a mask of another dtype", "Invalid", /shim_attention: mask i64\[1, 2, 2\] must be bool or q's f32/,
-        () => att(empty("f32", [1, 2, 3]), qkv(), qkv(), qkv(), i64([1, 2, 2], [0, 0, 0, 0]), 0)),
+      r("attention: a mask of another floating dtype", "Invalid", /shim_attention: mask f64\[1, 2, 2\] must be bool or q's f32/,
+        () => att(empty("f32", [1, 2, 3]), qkv(), qkv(), qkv(), tensor("f64", [1, 2, 2], [0, 0, 0, 0]), 0)),
       r("attention: a mask of the wrong shape", "Invalid", /shim_attention: mask bool\[1, 2, 3\] must be \[1 or 1, 2, 2\]/,
         () => att(empty("f32", [1, 2, 3]), qkv(), qkv(), qkv(), tensor("bool", [1, 2, 3], [1, 1, 1, 1, 1, 1]), 0)),
     ]
@@ -199,4 +199,75 @@ describe("refusal branches of the argument checks", () => {
     test(refusal.name, () => {
       expectShimError(refusal.run, refusal.reason, refusal.message)
     })
+})
+
+/**
+ * Each entry point's null checks: for every pointer argument in turn, the call with that one
+ * null and the others good fails naming it ("<fn>: <what> is null"). `call` gets the handles by
+ * name (null for the one under test) and returns the status.
+ */
+interface NullChecks { readonly fn: string; readonly names: ReadonlyArray<string>; readonly make: () => Record<string, unknown>; readonly call: (h: Record<string, any>) => number }
+const strides = new BigInt64Array([1n, 1n, 2n]) // dst strides, src strides, shape: one dim of 2
+const hostBytes = new Uint8Array(8)
+const NULL_CHECKS: NullChecks[] = [
+  { fn: "shim_tensor_copy_in", names: ["t", "src"], make: () => ({ t: f32([2]).handle, src: ptr(hostBytes) }), call: (h) => shim.shim_tensor_copy_in(h.t, h.src, 8, null) },
+  { fn: "shim_tensor_copy_out", names: ["t", "dst"], make: () => ({ t: f32([2]).handle, dst: ptr(hostBytes) }), call: (h) => shim.shim_tensor_copy_out(h.t, h.dst, 8, null) },
+  { fn: "shim_rand", names: ["out"], make: () => ({ out: f32([2]).handle }), call: (h) => shim.shim_rand(h.out, 1n, 0n, 0, null) },
+  { fn: "shim_unary", names: ["out", "a"], make: () => ({ out: f32([2]).handle, a: f32([2]).handle }), call: (h) => shim.shim_unary(0, h.out, h.a, null) },
+  { fn: "shim_binary", names: ["out", "a", "b"], make: () => ({ out: f32([2]).handle, a: f32([2]).handle, b: f32([2]).handle }), call: (h) => shim.shim_binary(0, h.out, h.a, h.b, null) },
+  { fn: "shim_binary_scalar", names: ["out", "a"], make: () => ({ out: f32([2]).handle, a: f32([2]).handle }), call: (h) => shim.shim_binary_scalar(0, h.out, h.a, 1, 0, null) },
+  { fn: "shim_ternary", names: ["out", "a", "b", "c"], make: () => ({ out: f32([2]).handle, a: f32([2]).handle, b: f32([2]).handle, c: f32([2]).handle }), call: (h) => shim.shim_ternary(1, h.out, h.a, h.b, h.c, 0, null) },
+  { fn: "shim_reduce", names: ["out", "a"], make: () => ({ out: empty("f32", []).handle, a: f32([2]).handle }), call: (h) => shim.shim_reduce(ReduceOp.sum, h.out, h.a, -1, null) },
+  { fn: "shim_argreduce", names: ["indices", "a"], make: () => ({ indices: empty("i64", []).handle, a: f32([2]).handle }), call: (h) => shim.shim_argreduce(ReduceOp.max, h.indices, h.a, -1, null) },
+  { fn: "shim_cumsum", names: ["out", "a"], make: () => ({ out: f32([2]).handle, a: f32([2]).handle }), call: (h) => shim.shim_cumsum(h.out, h.a, 0, null) },
+  { fn: "shim_matmul", names: ["out", "a", "b"], make: () => ({ out: f32([2, 2]).handle, a: f32([2, 2]).handle, b: f32([2, 2]).handle }), call: (h) => shim.shim_matmul(h.out, h.a, h.b, 0, null) },
+  { fn: "shim_cast", names: ["out", "a"], make: () => ({ out: f32([2]).handle, a: f32([2]).handle }), call: (h) => shim.shim_cast(h.out, h.a, null) },
+  { fn: "shim_transpose", names: ["out", "a"], make: () => ({ out: f32([2, 2]).handle, a: f32([2, 2]).handle }), call: (h) => shim.shim_transpose(h.out, h.a, 0, 1, null) },
+  {
+    fn: "shim_copy_strided", names: ["dst", "src", "shape", "dst_strides", "src_strides"],
+    make: () => ({ dst: f32([2]).handle, src: f32([2]).handle, shape: ptr(strides, 16), dst_strides: ptr(strides), src_strides: ptr(strides, 8) }),
+    call: (h) => shim.shim_copy_strided(h.dst, 0, h.dst_strides, h.src, 0, h.src_strides, 1, h.shape, null),
+  },
+  { fn: "shim_gather", names: ["out", "a", "index"], make: () => ({ out: f32([1]).handle, a: f32([2]).handle, index: i64([1], [0]).handle }), call: (h) => shim.shim_gather(h.out, h.a, 0, h.index, null) },
+  { fn: "shim_softmax", names: ["out", "a"], make: () => ({ out: f32([2]).handle, a: f32([2]).handle }), call: (h) => shim.shim_softmax(h.out, h.a, 0, 0, null) },
+  { fn: "shim_layer_norm", names: ["out", "a"], make: () => ({ out: f32([2]).handle, a: f32([2]).handle }), call: (h) => shim.shim_layer_norm(h.out, h.a, null, null, 2, 1e-5, null) },
+  { fn: "shim_index_select", names: ["out", "a", "index"], make: () => ({ out: f32([1]).handle, a: f32([2]).handle, index: i64([1], [0]).handle }), call: (h) => shim.shim_index_select(h.out, h.a, 0, h.index, null) },
+  { fn: "shim_triangle(tril)", names: ["out", "a"], make: () => ({ out: f32([2, 2]).handle, a: f32([2, 2]).handle }), call: (h) => shim.shim_triangle(h.out, h.a, 0, 0, null) },
+  {
+    fn: "shim_attention", names: ["out", "q", "k", "v"],
+    make: () => ({ out: f32([1, 2, 2]).handle, q: f32([1, 2, 2]).handle, k: f32([1, 2, 2]).handle, v: f32([1, 2, 2]).handle }),
+    call: (h) => shim.shim_attention(h.out, h.q, h.k, h.v, null, 1, 0, null),
+  },
+  { fn: "shim_rms_norm", names: ["out", "a"], make: () => ({ out: f32([2]).handle, a: f32([2]).handle }), call: (h) => shim.shim_rms_norm(h.out, h.a, null, 2, 1e-6, null) },
+  { fn: "shim_dropout", names: ["out", "mask", "a"], make: () => ({ out: f32([2]).handle, mask: empty("bool", [2]).handle, a: f32([2]).handle }), call: (h) => shim.shim_dropout(h.out, h.mask, h.a, 0.5, 1n, 0n, null) },
+  { fn: "shim_scatter", names: ["out", "index", "src"], make: () => ({ out: f32([2]).handle, index: i64([1], [0]).handle, src: f32([1]).handle }), call: (h) => shim.shim_scatter(ScatterOp.assign, h.out, 0, h.index, h.src, null) },
+  {
+    fn: "shim_nll_loss", names: ["out", "input", "target"],
+    make: () => ({ out: empty("f32", []).handle, input: f32([1, 2]).handle, target: i64([1], [0]).handle }),
+    call: (h) => shim.shim_nll_loss(h.out, h.input, h.target, null, -100, 1, null),
+  },
+  { fn: "shim_mse_loss", names: ["out", "a", "b"], make: () => ({ out: empty("f32", []).handle, a: f32([2]).handle, b: f32([2]).handle }), call: (h) => shim.shim_mse_loss(h.out, h.a, h.b, 1, null) },
+  {
+    fn: "shim_cat", names: ["out", "parts"],
+    make: () => ({ out: f32([2]).handle, parts: ptr(new BigUint64Array([BigInt(f32([2]).handle)])) }),
+    call: (h) => shim.shim_cat(h.out, 1, h.parts, 0, null),
+  },
+  { fn: "shim_index_add", names: ["out", "index", "src"], make: () => ({ out: f32([2]).handle, index: i64([1], [0]).handle, src: f32([1]).handle }), call: (h) => shim.shim_index_add(h.out, 0, h.index, h.src, 1, null) },
+  { fn: "shim_sgd", names: ["param"], make: () => ({ param: f32([2]).handle, grad: f32([2]).handle }), call: (h) => shim.shim_sgd(h.param, h.grad, null, 0.1, 0, 0, 0, 0, null) },
+  {
+    fn: "shim_adamw", names: ["param"], make: () => ({ param: f32([2]).handle, grad: f32([2]).handle, m: f32([2]).handle, v: f32([2]).handle }),
+    call: (h) => shim.shim_adamw(h.param, h.grad, h.m, h.v, null, 1e-3, 0.9, 0.999, 1e-8, 0, 1, 0, null),
+  },
+]
+
+describe("null pointer arguments are refused, naming the argument", () => {
+  for (const entry of NULL_CHECKS)
+    for (const name of entry.names)
+      test(`${entry.fn}: ${name}`, () => {
+        const handles = entry.make()
+        const good = entry.call(handles)
+        expect(good).toBe(0) // the call with every argument good succeeds, so the refusal below is the null's
+        const escaped = `${entry.fn}: ${name} is null`.replace(/[()[\]]/g, "\\$&")
+        expectShimError(() => call(entry.fn, entry.call({ ...handles, [name]: null })), "Invalid", new RegExp(escaped))
+      })
 })
