@@ -531,4 +531,16 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("if (index->numel > 0 && a->ndim > 0 && a->shape[dim] == 0)", "if (index->numel > 0 && a->ndim > 0 && a->shape[dim] < 0)"),
     tests: ["tests/shim/checks.test.ts"],
   },
+  {
+    area: "worker", behaviour: "all_to_all refuses an in and out that share memory",
+    file: "c/common/comm_checks.c",
+    edits: one("  if (shim_tensors_overlap(in, out))\n    return shim_fail(SHIM_E_INVALID, \"%s: in and out share memory\", what);\n", ""),
+    tests: ["tests/shim/comm_checks.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a collective refuses an out of another dtype than its in",
+    file: "c/common/comm_checks.c",
+    edits: one("  if (out->dtype != in->dtype)\n    return shim_fail(SHIM_E_INVALID, \"%s: dtypes differ (out %s, in %s)\"", "  if (0)\n    return shim_fail(SHIM_E_INVALID, \"%s: dtypes differ (out %s, in %s)\""),
+    tests: ["tests/shim/comm_checks.test.ts"],
+  },
 ]
