@@ -621,6 +621,27 @@ const casesOf = (start: number): Case[] => (seed = start, [
   c("mse_loss f32 none past a chunk", "mse_loss", [f(1100), f(1100)], { reduction: "none" }),
   // index_add of f16 and bf16 as torch's: alpha and its product with the source rounded to the dtype before the add
   ...(["f16", "bf16"] as const).map((t) => c(`index_add ${t} alpha 0.3, many adds, the product rounded`, "index_add", [tensor(t, [3, 16]), 0, ints("i64", [8], [0, 1, 2, 0, 1, 2, 0, 1]), tensor(t, [8, 16], 100)], { alpha: 0.3 })),
+  // casts, layout copies, indexing, matmul, attention and the losses past a chunk, the lanes and a thread's share
+  ...([["f32", "bf16"], ["f32", "f16"], ["bf16", "f32"], ["f16", "f64"], ["i64", "f32"], ["f32", "i32"], ["f64", "u8"], ["i32", "bool"]] as const).map(([from, to]) =>
+    // u8 from non-negative values (torch 1.13 wraps a negative float; the shim saturates, as its cast documents)
+    c(`to ${to} from ${from} past a chunk`, "to", [to === "u8" ? nonzero(tensor(from, [2100])) : tensor(from, [2100])], { dtype: to })),
+  c("contiguous of a transposed [40, 40] past a chunk", "contiguous", [nc(f(40, 40))]),
+  c("contiguous of a transposed f16 [50, 30]", "contiguous", [nc(tensor("f16", [50, 30]))]),
+  c("expand a row past a chunk", "expand", [f(1, 1100), [3, 1100]]),
+  c("permute [3, 40, 20] past a chunk", "permute", [f(3, 40, 20), [2, 0, 1]]),
+  c("cat dim 1 past a chunk", "cat", [[f(2, 700), f(2, 500)]], { dim: 1 }),
+  c("cat dim 0 past two threads' shares", "cat", [[f(70000), f(70000)]]),
+  c("gather dim 1 past a chunk", "gather", [f(3, 1100), 1, ints("i64", [3, 1100], Array.from({ length: 3300 }, (_, i) => (i * 7) % 1100))]),
+  c("index_select dim 0 past a chunk", "index_select", [f(1100, 3), 0, ints("i64", [1200], Array.from({ length: 1200 }, (_, i) => (i * 13) % 1100))]),
+  c("scatter_add dim 0 past a chunk", "scatter_add", [f(3, 1100), 0, ints("i64", [2, 1100], Array.from({ length: 2200 }, (_, i) => i % 3)), f(2, 1100)]),
+  c("embedding past a chunk", "embedding", [ints("i64", [1100], Array.from({ length: 1100 }, (_, i) => (i * 3) % 7)), f(7, 3)]),
+  c("one_hot past a chunk", "one_hot", [ints("i64", [1100], Array.from({ length: 1100 }, (_, i) => i % 5)), 5]),
+  c("tril [40, 40] past a chunk", "tril", [f(40, 40), -1]),
+  ...(["f32", "f64", "bf16", "f16"] as const).map((t) => c(`matmul ${t} past the lanes`, "matmul", [tensor(t, [33, 70]), tensor(t, [70, 17])])),
+  // q and k of scale 1: the scores' f32 rounding (about 2^-24 of the sum of |q k| terms) then stays well inside f32's tolerance
+  ...(["f32", "bf16"] as const).map((t) => c(`scaled_dot_product_attention ${t} rows of 37, causal`, "scaled_dot_product_attention", [tensor(t, [2, 40, 37], 1), tensor(t, [2, 40, 37], 1), tensor(t, [2, 40, 20])], { is_causal: true })),
+  c("nll_loss past a chunk, ignore_index", "nll_loss", [f(1100, 3), ints("i64", [1100], Array.from({ length: 1100 }, (_, i) => (i % 4 === 3 ? -100 : i % 3)))]),
+  c("cross_entropy past a chunk", "cross_entropy", [f(1100, 5), ints("i64", [1100], Array.from({ length: 1100 }, (_, i) => i % 5))]),
 ])
 const CASES = casesOf(12345)
 /** f16 and bf16 results sit near their rounding points, so one draw can pass by luck: each case
