@@ -65,10 +65,13 @@ def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
 
 
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
-    """torch 1.13's bf16 layer_norm on CPU rounds to bf16 after each vector step ((x * rstd + shift)
-    * weight + bias, rstd and shift rounded too), up to 0.058 from the exact result where its
-    f32 form rounded once is within half a bf16 step (0.028) over 300 seeds: the reference is
-    f32, rounded once, as torch's CUDA kernel computes it."""
+    """torch 1.13's bf16 layer_norm on CPU keeps its mean and rstd in bf16 (the saved statistics
+    have the input's dtype) and rounds the shift -rstd * mean to bf16 too before normalising in
+    float (from its saved statistics that form gives its output exactly, 18,500 of 18,500
+    elements); where weight * x_hat + bias
+    cancels, those roundings reach 0.058 from the exact result, while f32 rounded once stays
+    within half a bf16 step (0.028; 300 seeds of [5, 37]). The reference is f32, rounded once,
+    as torch's CUDA kernel computes it."""
     if x.dtype == torch.bfloat16:
         return in_f32(F.layer_norm, [x, normalized_shape, weight, bias], {"eps": eps}, torch.bfloat16)
     return F.layer_norm(x, normalized_shape, weight, bias, eps)
