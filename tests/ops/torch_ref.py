@@ -68,10 +68,9 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     """torch 1.13's bf16 layer_norm on CPU keeps its mean and rstd in bf16 (the saved statistics
     have the input's dtype) and rounds the shift -rstd * mean to bf16 too before normalising in
     float (from its saved statistics that form gives its output exactly, 18,500 of 18,500
-    elements); where weight * x_hat + bias
-    cancels, those roundings reach 0.058 from the exact result, while f32 rounded once stays
-    within half a bf16 step (0.028; 300 seeds of [5, 37]). The reference is f32, rounded once,
-    as torch's CUDA kernel computes it."""
+    elements). Where weight * x_hat + bias cancels, those roundings reach 0.058 from the exact
+    result, while f32 rounded once stays within half a bf16 step (0.028; 300 seeds of [5, 37]).
+    The reference is f32, rounded once, as torch's CUDA kernel computes it."""
     if x.dtype == torch.bfloat16:
         return in_f32(F.layer_norm, [x, normalized_shape, weight, bias], {"eps": eps}, torch.bfloat16)
     return F.layer_norm(x, normalized_shape, weight, bias, eps)
