@@ -70,7 +70,7 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     float (from its saved statistics that form gives its output exactly, 18,500 of 18,500
     elements). Where weight * x_hat + bias cancels, those roundings reach 0.058 from the exact
     result, while f32 rounded once stays within half a bf16 step (0.028; 300 seeds of [5, 37]).
-    The reference is f32, rounded once, as torch's CUDA kernel computes it."""
+    The reference is f32, rounded once (the form the shim's kernels compute)."""
     if x.dtype == torch.bfloat16:
         return in_f32(F.layer_norm, [x, normalized_shape, weight, bias], {"eps": eps}, torch.bfloat16)
     return F.layer_norm(x, normalized_shape, weight, bias, eps)
