@@ -306,7 +306,8 @@ int shim_gather(shim_tensor *out, const shim_tensor *a, int32_t dim, const shim_
 
 /* Softmax of a along dim (log = 1: log-softmax) into out, of a's dtype and shape; floating
  * dtypes only. Computes in float (double for f64), subtracting the maximum first, so large
- * inputs do not overflow. */
+ * inputs do not overflow; log-softmax is (x - max) - log(sum exp(x - max)), as torch's, so
+ * logits far from 0 keep the result's precision. */
 int shim_softmax(shim_tensor *out, const shim_tensor *a, int32_t dim, int32_t log, shim_stream *s);
 
 /* Layer normalisation over the last m elements (a read as [rows, m]; m > 0 divides a's count):
