@@ -314,7 +314,8 @@ int shim_gather(shim_tensor *out, const shim_tensor *a, int32_t dim, const shim_
 
 /* Softmax of a along dim (log = 1: log-softmax) into out, of a's dtype and shape; floating
  * dtypes only. Computes in float (double for f64), subtracting the maximum first, so large
- * inputs do not overflow. */
+ * inputs do not overflow; log-softmax is (x - max) - log(sum exp(x - max)), as torch's, so
+ * logits far from 0 keep the result's precision. */
 int shim_softmax(shim_tensor *out, const shim_tensor *a, int32_t dim, int32_t log, shim_stream *s);
 
 /* Layer normalisation over the last m elements (a read as [rows, m]; m > 0 divides a's count):
@@ -390,9 +391,10 @@ int shim_cat(shim_tensor *out, int32_t count, const shim_tensor *const *parts, i
 
 /* torch.index_add_ along dim, in place: out[.., index[j], ..] += alpha * src[.., j, ..] for each
  * entry j of index (i64, 0-D or 1-D, n entries); src has out's dtype and shape except n entries
- * along dim (a 0-d out or src is read as [1]). Floating dtypes compute in float (double for f64)
- * with alpha converted to it, rounding once per add; integers add (int64)alpha * src, wrapping;
- * bool ORs src in where alpha is nonzero. Each element's adds run in index order, so both
+ * along dim (a 0-d out or src is read as [1]). f32 and f64 compute in their own type with alpha
+ * converted to it, rounding once per add; f16 and bf16 as torch's kernels do: alpha rounded to
+ * the dtype, its product with src rounded to it, then the sum; integers add (int64)alpha * src,
+ * wrapping; bool ORs src in where alpha is nonzero. Each element's adds run in index order, so both
  * backends give the same values. An index outside 0..out.shape[dim]-1 fails the op
  * (SHIM_E_INVALID) before anything is written. */
 int shim_index_add(shim_tensor *out, int32_t dim, const shim_tensor *index, const shim_tensor *src, double alpha,

@@ -113,8 +113,10 @@ int shim_scatter(int32_t op, shim_tensor *out, int32_t dim, const shim_tensor *i
 
 #define ADD_F32(a, b) ((a) + fa * (b))
 #define ADD_F64(a, b) ((a) + alpha * (b))
-#define ADD_F16(a, b) shim_f32_to_f16(shim_f16_to_f32(a) + fa * shim_f16_to_f32(b))
-#define ADD_BF16(a, b) shim_f32_to_bf16(shim_bf16_to_f32(a) + fa * shim_bf16_to_f32(b))
+/* f16 and bf16 as torch's kernels add: alpha rounded to the dtype (h16, hbf), its product with
+ * the source rounded, then the sum. */
+#define ADD_F16(a, b) shim_f32_to_f16(shim_f16_to_f32(a) + shim_f16_to_f32(shim_f32_to_f16(h16 * shim_f16_to_f32(b))))
+#define ADD_BF16(a, b) shim_f32_to_bf16(shim_bf16_to_f32(a) + shim_bf16_to_f32(shim_f32_to_bf16(hbf * shim_bf16_to_f32(b))))
 /* Integers add in their unsigned type, so they wrap. */
 #define ADD_I32(a, b) (uint32_t)((a) + ia * (uint64_t)(b))
 #define ADD_I64(a, b) ((a) + ia * (b))
@@ -127,7 +129,7 @@ int shim_index_add(shim_tensor *out, int32_t dim, const shim_tensor *index, cons
   SHIM_TRY(shim_check_index_add(out, dim, index, src, &d));
   const int64_t *ix = shim_cpu_data(index), n = index->numel;
   SHIM_TRY(shim_cpu_check_indices("shim_index_add", ix, n, d.r, dim));
-  const float fa = (float)alpha;
+  const float fa = (float)alpha, h16 = shim_f16_to_f32(shim_f32_to_f16(fa)), hbf = shim_bf16_to_f32(shim_f32_to_bf16(fa));
   const uint64_t ia = (uint64_t)(int64_t)alpha;
   switch (out->dtype) {
     case SHIM_F32: INDEX_ADD(float, ADD_F32); break;

@@ -1,8 +1,9 @@
 /* nn.c: shim_softmax, shim_layer_norm and the fused losses on the cpu. a is read as [outer, r, inner] around dim; each of the
  * outer x inner rows subtracts its maximum before exp (so large inputs do not overflow; a NaN
  * propagates), sums in the compute type (float; double for f64), then divides (softmax) or
- * subtracts the log of the sum (log-softmax). f16 and bf16 go through float in one pass over
- * a scratch copy. */
+ * subtracts the log of the sum from x - max (log-softmax: (x - max) - log sum, as torch does;
+ * x - (max + log sum) would round the log of the sum at the magnitude of the max). f16 and
+ * bf16 go through float in one pass over a scratch copy. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +14,7 @@
 
 /* Softmax over contiguous rows of r floats (dim is the last one, the common case): the max in
  * vector lanes (a NaN anywhere makes the row NaN), exp into out, its sum in lanes, then one
- * multiply by the reciprocal (softmax) or one subtraction (log-softmax) per element. */
+ * multiply by the reciprocal per element; log-softmax as below. out may be x. */
 SHIM_CPU_CLONES static void softmax_rows_f32(float *o, const float *x, int64_t rows, int64_t r, int take_log) {
   for (int64_t row = 0; row < rows; row++) {
     const float *xs = x + row * r;
@@ -32,6 +33,21 @@ SHIM_CPU_CLONES static void softmax_rows_f32(float *o, const float *x, int64_t r
     for (int k = 0; k < 16; k++) m = best[k] > m ? best[k] : m, nan |= nans[k];
     for (; j < r; j++) m = xs[j] > m ? xs[j] : m, nan |= xs[j] != xs[j];
     if (nan) m = NAN;
+    if (take_log) {
+      /* x - max into out first (so out may be x, as the f16 and bf16 scratch is), the sum of
+       * its exp in lanes, then the log of the sum subtracted. */
+      for (j = 0; j < r; j++) os[j] = xs[j] - m;
+      for (j = 0; j + 16 <= r; j += 16) {
+        shim_v16f e;
+        for (int k = 0; k < 16; k++) e[k] = shim_vexpf(os[j + k]);
+        acc += e;
+      }
+      for (int k = 0; k < 16; k++) sum += acc[k];
+      for (; j < r; j++) sum += shim_vexpf(os[j]);
+      const float log_sum = logf(sum);
+      for (j = 0; j < r; j++) os[j] -= log_sum;
+      continue;
+    }
     for (j = 0; j < r; j++) os[j] = shim_vexpf(xs[j] - m);
     for (j = 0; j + 16 <= r; j += 16) {
       shim_v16f v;
@@ -40,13 +56,8 @@ SHIM_CPU_CLONES static void softmax_rows_f32(float *o, const float *x, int64_t r
     }
     for (int k = 0; k < 16; k++) sum += acc[k];
     for (; j < r; j++) sum += os[j];
-    if (take_log) {
-      float shift = m + logf(sum);
-      for (j = 0; j < r; j++) os[j] = xs[j] - shift;
-    } else {
-      float inv = 1.0f / sum;
-      for (j = 0; j < r; j++) os[j] *= inv;
-    }
+    const float inv = 1.0f / sum;
+    for (j = 0; j < r; j++) os[j] *= inv;
   }
 }
 
@@ -65,8 +76,8 @@ SHIM_CPU_CLONES static void softmax_rows_f32(float *o, const float *x, int64_t r
         T sum = 0;                                                                             \
         if (take_log) {                                                                        \
           for (int64_t j = 0; j < r; j++) sum += EXP(xs[j * inner] - m);                       \
-          T shift = m + LOG(sum);                                                              \
-          for (int64_t j = 0; j < r; j++) os[j * inner] = xs[j * inner] - shift;               \
+          const T log_sum = LOG(sum);                                                          \
+          for (int64_t j = 0; j < r; j++) os[j * inner] = (xs[j * inner] - m) - log_sum;       \
         } else {                                                                               \
           for (int64_t j = 0; j < r; j++) {                                                    \
             T e = EXP(xs[j * inner] - m);                                                      \

@@ -58,7 +58,8 @@ __global__ void scatter_lines(int32_t op, typename D::T *out, const int64_t *ind
   }
 }
 
-/* dst + alpha * src in the dtype's arithmetic (float for f16/bf16, int64 wrapping for integers, or for bool). */
+/* dst + alpha * src in the dtype's arithmetic (int64 wrapping for integers, or for bool; f16 and
+ * bf16 as the cpu's: alpha rounded to the dtype, its product with src rounded, then the sum). */
 template <typename D>
 __device__ __forceinline__ typename D::T index_add_one(typename D::T dst, typename D::T src, double alpha) {
   using T = typename D::T;
@@ -68,7 +69,8 @@ __device__ __forceinline__ typename D::T index_add_one(typename D::T dst, typena
     return (T)((uint64_t)dst + (uint64_t)(int64_t)alpha * (uint64_t)src);
   } else {
     using V = typename D::V;
-    return D::store(D::load(dst) + (V)alpha * D::load(src));
+    const V a = D::load(D::store((V)alpha));
+    return D::store(D::load(dst) + D::load(D::store(a * D::load(src))));
   }
 }
 

@@ -1,9 +1,10 @@
 /* nn.cu: shim_softmax, shim_layer_norm and the fused losses on the device, by the cpu's rules (c/cpu/nn.c).
  * softmax: a read as [outer, r, inner]; one thread per row of r elements subtracts the row's
  * maximum, sums exp in the compute type (float; double for f64) and divides (or subtracts the
- * log of the sum). layer_norm: one warp per row of m elements, the sums in double. The losses:
- * a thread per element; a sum or mean adds each block's partial in double (up to LOSS_BLOCKS
- * blocks), then one block adds the partials, so results are the cpu's up to summation order. */
+ * log of the sum from x - max, as the cpu does). layer_norm: one warp per row of m elements,
+ * the sums in double. The losses: a thread per element; a sum or mean adds each block's partial
+ * in double (up to LOSS_BLOCKS blocks), then one block adds the partials, so results are the
+ * cpu's up to summation order. */
 #include "elements.h"
 
 using namespace shim;
@@ -25,8 +26,8 @@ __global__ void softmax_rows(typename D::T *out, const typename D::T *x, int64_t
     V sum = 0;
     for (int64_t j = 0; j < r; j++) sum += exp(D::load(x[base + j * inner]) - m);
     if (log) {
-      const V shift = m + ::log(sum);
-      for (int64_t j = 0; j < r; j++) out[base + j * inner] = D::store(D::load(x[base + j * inner]) - shift);
+      const V log_sum = ::log(sum);
+      for (int64_t j = 0; j < r; j++) out[base + j * inner] = D::store((D::load(x[base + j * inner]) - m) - log_sum);
     } else {
       for (int64_t j = 0; j < r; j++) out[base + j * inner] = D::store(exp(D::load(x[base + j * inner]) - m) / sum);
     }

@@ -38,8 +38,10 @@ def sliced(x, dim=0, start=None, end=None, step=1):
 
 def matmul_t(a, b, ta, tb):
     """Our _matmul_t: the operands read transposed in their last two dims; integers and bool as
-    their int64 products (torch 1.13 has no bool matmul), cast back."""
+    their int64 products (torch 1.13 has no bool matmul), cast back; bf16 as baddbmm's below."""
     a, b = (a.transpose(-1, -2) if ta else a), (b.transpose(-1, -2) if tb else b)
+    if a.dtype == torch.bfloat16:  # as baddbmm's: f32, rounded once
+        return (a.float() @ b.float()).to(a.dtype)
     if a.is_floating_point():
         return a @ b
     r = a.long() @ b.long()
@@ -62,6 +64,18 @@ def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
     return (torch.softmax(w, -1) @ v).to(dtype)
 
 
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """torch 1.13's bf16 layer_norm on CPU keeps its mean and rstd in bf16 (the saved statistics
+    have the input's dtype) and rounds the shift -rstd * mean to bf16 too before normalising in
+    float (from its saved statistics that form gives its output exactly, 18,500 of 18,500
+    elements). Where weight * x_hat + bias cancels, those roundings reach 0.058 from the exact
+    result, while f32 rounded once stays within half a bf16 step (0.028; 300 seeds of [5, 37]).
+    The reference is f32, rounded once (the form the shim's kernels compute)."""
+    if x.dtype == torch.bfloat16:
+        return in_f32(F.layer_norm, [x, normalized_shape, weight, bias], {"eps": eps}, torch.bfloat16)
+    return F.layer_norm(x, normalized_shape, weight, bias, eps)
+
+
 def rms_norm(x, normalized_shape, weight=None, eps=None):
     """torch 1.13 has no rms_norm: torch 2.4's definition, in f64, rounded once."""
     eps = torch.finfo(x.dtype).eps if eps is None else eps
@@ -73,7 +87,7 @@ def rms_norm(x, normalized_shape, weight=None, eps=None):
 # Our names whose torch spelling differs (the rest are torch.<name>).
 OPS = {
     "softmax": F.softmax, "log_softmax": F.log_softmax, "cross_entropy": F.cross_entropy,
-    "layer_norm": F.layer_norm, "embedding": F.embedding, "linear": F.linear,
+    "layer_norm": layer_norm, "embedding": F.embedding, "linear": F.linear,
     "_matmul_t": lambda a, b, transpose_input=False, transpose_other=False: matmul_t(a, b, transpose_input, transpose_other),
     "slice": sliced, "to": lambda x, dtype=None: x.to(dtype) if dtype is not None else x.clone(),
     "max": lambda x, dim=None, keepdim=False: torch.max(x) if dim is None else torch.max(x, dim, keepdim=keepdim),
