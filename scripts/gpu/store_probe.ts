@@ -1,5 +1,5 @@
 /**
- * Settles the open points of ../shared/tcpstore.md §7 that one machine can settle, against the
+ * Settles the open points of torch 2.x's TCPStore dialect that one machine can settle, against the
  * torch that TORCH_PYTHON (default python3) imports; scripts/gpu/check.sh runs it with torch 2.11:
  *   1  the 2.x enum tail: raw opcodes 17 (LIST_KEYS?), 18 (BARRIER?) and 19 sent to a libuv and a
  *      legacy TCPStore server (and to our own server, for comparison), and what torch's own

@@ -1,5 +1,5 @@
 /**
- * Deterministic release (DESIGN.md): remote memory is invisible to the JS GC, so a step scope
+ * Deterministic release (docs/design.md, the tensor surface): remote memory is invisible to the JS GC, so a step scope
  * owns every tensor handle its controller makes while the scope is open, and when it closes
  * releases each that was not returned or kept: all in one batch, one DeleteRefs per rank in
  * the next frame. Plain code opens one with `using` (StepScope); an Effect program with

@@ -1,5 +1,5 @@
 /**
- * The shape rule of the collectives a Reduce names (DESIGN.md, Reduce), in one place: the
+ * The shape rule of the collectives a Reduce names (docs/design.md, Reduce), in one place: the
  * controller infers a result's metadata with it and refuses what cannot run before sending;
  * the worker picks the collective and allocates its output with it. (The shim's comm checks
  * stay as the last line of defence.)

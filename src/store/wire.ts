@@ -1,5 +1,5 @@
 /**
- * The c10d TCPStore wire format (../shared/tcpstore.md §1), shared by our client and server:
+ * The c10d TCPStore wire format (docs/protocol.md, section 6), shared by our client and server:
  * the opcode tables of both dialects, the request vocabulary, request encoding, incremental
  * parsing with limits, and the few reply codes. No sockets here.
  *

@@ -33,7 +33,7 @@ export const CONTROL_TRACK = 0
 /** Microseconds since the epoch, to the fraction the clock gives. */
 export const nowMicros = (): number => (performance.timeOrigin + performance.now()) * 1000
 
-/** What a Reduce runs (DESIGN.md): stack gathers, scatter splits. */
+/** What a Reduce runs (docs/design.md, Reduce): stack gathers, scatter splits. */
 const collectiveName = (reduction: string, scatter: boolean): string =>
   reduction === "stack" ? (scatter ? "all_to_all" : "all_gather") : `${scatter ? "reduce_scatter" : "all_reduce"} ${reduction}`
 

@@ -1,5 +1,5 @@
 /**
- * The worker's start-up, in the order DESIGN.md gives: the store (hosted on its own thread by
+ * The worker's start-up, in the order docs/design.md gives: the store (hosted on its own thread by
  * rank 0 when torchrun did not start one), the world communicator and a sanity all_reduce of
  * a one-element tensor, the controller link, then the command loop. The backend and the
  * store are services (backend.ts, src/store/service.ts); src/worker.ts provides them.

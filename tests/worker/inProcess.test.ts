@@ -1,4 +1,4 @@
-// DESIGN.md's worker rules asserted directly, in one process (tests/worker/inProcess.ts): the
+// docs/design.md's worker rules asserted directly, in one process (tests/worker/inProcess.ts): the
 // ident bookkeeping behind Status, what a rank asks of its communicator when its input is
 // poisoned or it sends to itself, a function's result count, and restartable Exit. Between
 // real processes (the other files here) most of these show only as a peer or a fetch waiting

@@ -77,7 +77,7 @@ const joinRefusing = (s: Session, comm: Comm, input: Tensor, m: Reduce, stream: 
   }
 }
 
-/** The collective a Reduce names (DESIGN.md, Reduce), returning the result tensor. */
+/** The collective a Reduce names (docs/design.md, Reduce), returning the result tensor. */
 const collective = (s: Session, comm: Comm, input: Tensor, m: Reduce, stream: Stream): Tensor => {
   const plan = planCollective(input, comm.size, m.reduction, m.scatter, m.inplace)
   if (typeof plan === "string") {
