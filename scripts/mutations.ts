@@ -134,6 +134,36 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one('                  conn?.send({ _tag: "ProtocolError", message: e.message })\n', ""),
     tests: ["tests/worker/lifecycle.test.ts"],
   },
+  {
+    area: "worker", behaviour: "a rank reported lost: an opening waiting for it in the store stops waiting",
+    file: "src/comm/communicators.ts",
+    edits: one("      Effect.raceFirst(this.untilLost(key, members)),\n", ""),
+    tests: ["tests/comm/lost.test.ts", "tests/faults/peer_lost.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a rank reported lost: a collective whose group holds it fails at once, unopened and unrun",
+    file: "src/comm/communicators.ts",
+    edits: one("      if (gone !== undefined) return Effect.fail(gone)\n", ""),
+    tests: ["tests/comm/lost.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a rank reported lost: a send to or from it fails at once",
+    file: "src/worker/handlers/collectives.ts",
+    edits: one("      if (gone !== undefined) throw gone\n", ""),
+    tests: ["tests/worker/inProcess.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a rank reported lost: the link acts on PeerLost as it arrives, ahead of the queued commands",
+    file: "src/worker/link.ts",
+    edits: one('                  if (m._tag === "PeerLost") return o.onPeerLost(m.rank)\n', ""),
+    tests: ["tests/faults/peer_lost.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a rank reported lost: Withheld poisons what the command would have defined",
+    file: "src/worker/handlers/control.ts",
+    edits: one("  for (const r of m.refs) s.env.define(r, poison)\n", ""),
+    tests: ["tests/worker/inProcess.test.ts", "tests/faults/peer_lost.test.ts"],
+  },
 
   // ---- controller -------------------------------------------------------------------------
   {
@@ -210,6 +240,24 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     file: "src/controller/core.ts",
     edits: one("      if (waitingMs < after) break\n", "      if (waitingMs < 2 * after) break\n"),
     tests: ["tests/controller/controller.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a rank lost: the survivors are told (PeerLost)",
+    file: "src/controller/core.ts",
+    edits: one('    for (const link of this.links) link?.send({ _tag: "PeerLost", rank })\n', ""),
+    tests: ["tests/faults/peer_lost.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a rank lost: a collective issued later is withheld from the ranks whose group holds it",
+    file: "src/controller/core.ts",
+    edits: one("    if (exchange !== undefined && this.graph.anyLost) this.postExchange(ranks, exchange, defines, ident, make(ident))\n    else this.post(ranks, make(ident))\n", "    this.post(ranks, make(ident))\n"),
+    tests: ["tests/faults/peer_lost.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a rank lost: a fetch needing it, issued after the loss, fails at once while its other ranks are busy",
+    file: "src/controller/core.ts",
+    edits: one('(!lostEarly && failure._tag !== "WorkerLost")', "!lostEarly"),
+    tests: ["tests/faults/peer_lost.test.ts"],
   },
 
   // ---- protocol ---------------------------------------------------------------------------

@@ -5,7 +5,9 @@
  * dependency graph, completes a fetch once every rank its value depends on has passed what it
  * depends on (and no others), fails one that outlasts its deadline, turns worker reports and
  * lost workers into failures of exactly the results that need them, and reports commands that
- * hang.
+ * hang. Once a rank is lost, the survivors are told (PeerLost), and a collective or send whose
+ * group holds it is withheld from them (Withheld): it fails here at once, and no survivor waits
+ * out its comm timeout for the lost rank.
  */
 import { Effect, Result } from "effect"
 import { encodeMessageParts } from "../protocol/codec.ts"
@@ -245,6 +247,8 @@ export class Core {
     this.outbox[rank] = []
     const exit = this.exits.get(rank)
     this.graph.lose(rank, (node) => new WorkerLost({ rank, status: exit?.status, signal: exit?.signal ?? undefined, ident: node.ident }))
+    // On its own frame, ahead of what is queued: a survivor acts on it even inside a command.
+    for (const link of this.links) link?.send({ _tag: "PeerLost", rank })
     for (const ident of [...this.fetches.keys()]) this.tryFinish(ident)
     this.wakeWaiters()
   }
@@ -332,8 +336,22 @@ export class Core {
     if (this.tracing) return this.tracing.command(ranks, label, inputs, defines, site, make, exchange)
     const ident = this.nextIdent++
     const node = this.graph.add(ident, ranks, inputs, defines, label, site, exchange)
-    this.post(ranks, make(ident))
+    if (exchange !== undefined && this.graph.anyLost) this.postExchange(ranks, exchange, defines, ident, make(ident))
+    else this.post(ranks, make(ident))
     return node
+  }
+
+  /**
+   * Queues a command whose ranks exchange data after a rank was lost: a rank whose peers in it
+   * hold a lost one gets Withheld instead (the graph has failed its result already, with the
+   * lost rank's WorkerLost), so it does not wait for that rank.
+   */
+  private postExchange(ranks: ReadonlyArray<number>, exchange: Exchange, defines: ReadonlyArray<number>, ident: number, msg: WorkerMessage): void {
+    const withheld = ranks.filter((r) => !this.graph.isLost(r) && exchange.peers(r).some((p) => this.graph.isLost(p)))
+    if (withheld.length === 0) return this.post(ranks, msg)
+    const sent = ranks.filter((r) => !withheld.includes(r))
+    if (sent.length > 0) this.post(sent, msg)
+    this.post(withheld, { _tag: "Withheld", ident, refs: defines.map((id) => new Ref(id)) })
   }
 
   /**
@@ -375,10 +393,11 @@ export class Core {
     if (!complete) {
       // A lost worker's failure is final (nothing replaces a WorkerLost), so it is answered
       // now, not once the other ranks pass the fetch: one of them may be waiting out its comm
-      // timeout in a rendezvous or collective with the dead rank.
-      if (!lostEarly || pending.answered) return
+      // timeout in a rendezvous or collective with the dead rank. That holds for a rank lost
+      // before the fetch was issued too (it is in no rank's needs then, only in the failure).
+      if (pending.answered || !node.tainted) return
       const failure = this.graph.failureAt(node, node.ranks)
-      if (failure === undefined) return
+      if (failure === undefined || (!lostEarly && failure._tag !== "WorkerLost")) return
       pending.answered = true
       clearTimeout(pending.deadline)
       return resume(Effect.fail(failure))

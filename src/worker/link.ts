@@ -26,6 +26,8 @@ export interface LinkOptions {
   readonly maxFrameBytes?: number
   /** Called for each frame refused, after the ProtocolError reply went out. */
   readonly onInvalid?: (message: string) => void
+  /** Called for a PeerLost as it arrives, ahead of the commands queued before it (which may be waiting for that rank). */
+  readonly onPeerLost: (rank: number) => void
 }
 
 /** Whether a message is, or holds, an Exit. */
@@ -50,6 +52,7 @@ export const connectController = (o: LinkOptions): Effect.Effect<ControllerLink,
                 decode: decodeWorkerMessage,
                 onMessage: (m) => {
                   commands = true
+                  if (m._tag === "PeerLost") return o.onPeerLost(m.rank)
                   if (holdsExit(m)) exitReceived = true
                   Queue.offerUnsafe(messages, m)
                 },

@@ -149,6 +149,10 @@ export const runWorker = (config: WorkerConfig): Effect.Effect<WorkerEnd, unknow
           address,
           hello: { rank: config.rank, world: config.world, pid: process.pid, token: config.token, device: native.device },
           onInvalid: (message) => log(Effect.logWarning(`refused a frame: ${message}`)),
+          onPeerLost: (rank) => {
+            log(Effect.logInfo(`the controller reported rank ${rank} lost: collectives and sends with it fail at once`))
+            comms.peerLost(rank)
+          },
         })
         waiting = false
         yield* Effect.logInfo(`connected to the controller at ${address}`)

@@ -1,6 +1,7 @@
-/** The control messages: RequestStatus, Exit, CommandGroup and DeleteRefs. */
+/** The control messages: RequestStatus, Exit, CommandGroup, DeleteRefs, PeerLost and Withheld. */
 import { Effect } from "effect"
-import type { CommandGroup, DeleteRefs, Exit, RequestStatus, WorkerMessage } from "../../protocol/messages.ts"
+import type { CommandGroup, DeleteRefs, Exit, PeerLost, RequestStatus, Withheld, WorkerMessage } from "../../protocol/messages.ts"
+import { DependentOnError } from "../errors.ts"
 import { ioTurn, reject, sendStatus, stopped, type Session } from "../session.ts"
 
 export const requestStatus = (s: Session) => (m: RequestStatus) => Effect.sync(() => {
@@ -28,4 +29,14 @@ export const commandGroup = (s: Session, dispatch: (m: WorkerMessage) => Effect.
 export const deleteRefs = (s: Session) => (m: DeleteRefs) => Effect.sync(() => {
   const unknown = m.refs.filter((id) => !s.env.delete(id))
   if (unknown.length > 0) reject(s, `DeleteRefs: unknown refs [${unknown.join(", ")}]`)
+})
+
+/** The link acts on a PeerLost as it arrives (link.ts); one in a group is acted on in its turn. */
+export const peerLost = (s: Session) => (m: PeerLost) => Effect.sync(() => s.comms.peerLost(m.rank))
+
+/** A command the controller withheld: what it would have defined is poisoned, as its failure there. */
+export const withheld = (s: Session) => (m: Withheld) => Effect.sync(() => {
+  const poison = new DependentOnError({ ident: m.ident })
+  for (const r of m.refs) s.env.define(r, poison)
+  s.firstUncompletedIdent = Math.max(s.firstUncompletedIdent, m.ident + 1)
 })
