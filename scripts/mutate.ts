@@ -11,22 +11,24 @@
  *                                             until the first fails, and show each one's verdict
  *   --timeout 90                              seconds per test file before it is killed
  *
- * An edit is located by its exact text anywhere under src/ and ffi/, so files may move; text
+ * An edit is located by its exact text anywhere under src/, ffi/ and c/, so files may move; text
  * found other than exactly once stops the run before anything is tested, naming the entry.
  * The copies take the working tree as it is (tracked and untracked files, not ignored ones)
- * with node_modules and build/ linked, and go away at the end. First the named test files run
+ * with node_modules and build/ linked, and go away at the end. A break in the C shim (c/)
+ * gets a build/ of its own for its run: a copy of this one, in which `make cpu` rebuilds only
+ * what the break touched. First the named test files run
  * once unbroken: a break is only "caught" against tests that pass without it. Under a break the
  * files run one at a time, in the order listed, until one fails. Exits 1 when a break survived
  * or an entry is stale.
  */
 import { spawn, spawnSync } from "node:child_process"
-import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs"
+import { copyFileSync, cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { dirname, join, relative } from "node:path"
 import { MUTATIONS, type Mutation } from "./mutations.ts"
 
 const ROOT = new URL("..", import.meta.url).pathname.replace(/\/$/, "")
-const SEARCHED = ["src", "ffi"]
+const SEARCHED = ["src", "ffi", "c"]
 
 const arg = (name: string): string | undefined => {
   const i = process.argv.indexOf(`--${name}`)
@@ -42,7 +44,7 @@ const every = process.argv.includes("--every")
 const sourceFiles = (dir: string): string[] =>
   readdirSync(join(ROOT, dir), { withFileTypes: true }).flatMap((e) => {
     const path = join(dir, e.name)
-    return e.isDirectory() ? sourceFiles(path) : /\.(ts|js)$/.test(e.name) ? [path] : []
+    return e.isDirectory() ? sourceFiles(path) : /\.(ts|js|c|cc|cu|h)$/.test(e.name) ? [path] : []
   })
 
 const count = (text: string, search: string): number => {
@@ -156,13 +158,22 @@ const firstFailure = (output: string): string => {
 
 interface Outcome {
   readonly located: Located
-  readonly verdict: "caught" | "SURVIVED" | "hung (killed)"
+  readonly verdict: "caught" | "SURVIVED" | "hung (killed)" | "does not build"
   readonly ms: number
   readonly failure: string
 }
 
+/** Gives the copy in `dir` a build/ of its own and rebuilds the cpu shim there: the output of a failed make, or undefined. */
+const buildShim = (dir: string): string | undefined => {
+  rmSync(join(dir, "build"))
+  cpSync(join(ROOT, "build"), join(dir, "build"), { recursive: true, preserveTimestamps: true })
+  const made = spawnSync("make", ["-j2", "cpu"], { cwd: dir, encoding: "utf8" })
+  return made.status === 0 ? undefined : `${made.stdout}${made.stderr}`.trim().split("\n").slice(-3).join(" ")
+}
+
 const applyAndRun = async (dir: string, l: Located): Promise<Outcome> => {
   const originals = new Map<string, string>()
+  const native = l.files.some((f) => f.startsWith("c/"))
   try {
     l.mutation.edits.forEach((e, i) => {
       const path = join(dir, l.files[i]!)
@@ -170,6 +181,8 @@ const applyAndRun = async (dir: string, l: Located): Promise<Outcome> => {
       if (!originals.has(path)) originals.set(path, text)
       writeFileSync(path, text.replace(e.search, () => e.replace))
     })
+    const unbuilt = native ? buildShim(dir) : undefined
+    if (unbuilt !== undefined) return { located: l, verdict: "does not build", ms: 0, failure: unbuilt }
     // One file at a time in the order listed (the most direct first), so the time says how
     // soon the first test that should notice does; the first failing file ends it (unless --every).
     let ms = 0
@@ -190,6 +203,10 @@ const applyAndRun = async (dir: string, l: Located): Promise<Outcome> => {
     return first ?? { located: l, verdict: "SURVIVED", ms, failure: "" }
   } finally {
     for (const [path, text] of originals) writeFileSync(path, text)
+    if (native) {
+      rmSync(join(dir, "build"), { recursive: true, force: true })
+      symlinkSync(join(ROOT, "build"), join(dir, "build"))
+    }
   }
 }
 

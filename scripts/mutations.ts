@@ -164,6 +164,24 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("  for (const r of m.refs) s.env.define(r, poison)\n", ""),
     tests: ["tests/worker/inProcess.test.ts", "tests/faults/peer_lost.test.ts"],
   },
+  {
+    area: "worker", behaviour: "members disagreeing on an all_reduce's op fail at once with members disagree",
+    file: "c/cpu/comm_gloo.cc",
+    edits: one("allreduce(c, what, shim_comm_header_of(SHIM_CALL_ALL_REDUCE, in, op)", "allreduce(c, what, shim_comm_header_of(SHIM_CALL_ALL_REDUCE, in, 0)"),
+    tests: ["tests/comm/disagreeing.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "members disagreeing on a reduce_scatter's op fail at once with members disagree",
+    file: "c/cpu/comm_gloo.cc",
+    edits: one("allreduce(c, what, shim_comm_header_of(SHIM_CALL_REDUCE_SCATTER, in, op)", "allreduce(c, what, shim_comm_header_of(SHIM_CALL_REDUCE_SCATTER, in, 0)"),
+    tests: ["tests/comm/disagreeing.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "members disagreeing on a broadcast's root fail at once with members disagree",
+    file: "c/cpu/comm_gloo.cc",
+    edits: one("agree_on(c, what, shim_comm_header_of(SHIM_CALL_BROADCAST, t, root))", "agree_on(c, what, shim_comm_header_of(SHIM_CALL_BROADCAST, t, 0))"),
+    tests: ["tests/comm/disagreeing.test.ts"],
+  },
 
   // ---- controller -------------------------------------------------------------------------
   {

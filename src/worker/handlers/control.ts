@@ -38,5 +38,5 @@ export const peerLost = (s: Session) => (m: PeerLost) => Effect.sync(() => s.com
 export const withheld = (s: Session) => (m: Withheld) => Effect.sync(() => {
   const poison = new DependentOnError({ ident: m.ident })
   for (const r of m.refs) s.env.define(r, poison)
-  s.firstUncompletedIdent = Math.max(s.firstUncompletedIdent, m.ident + 1)
+  if (s.firstUncompletedIdent <= m.ident) s.firstUncompletedIdent = m.ident + 1
 })
