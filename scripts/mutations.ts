@@ -277,6 +277,30 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one('(!lostEarly && failure._tag !== "WorkerLost")', "!lostEarly"),
     tests: ["tests/faults/peer_lost.test.ts"],
   },
+  {
+    area: "controller", behaviour: "attach: every missing worker said hello with another token fails the attach within seconds, naming the token",
+    file: "src/controller/controller.ts",
+    edits: one("missing.every((r) => refusals.token.has(r))", "missing.length === 0"),
+    tests: ["tests/controller/attach.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "attach: the wait for the workers says every PROGRESS_MS what it waits for and what it has seen",
+    file: "src/controller/controller.ts",
+    edits: one("        progress(`waiting ", "        void (`waiting "),
+    tests: ["tests/controller/attach.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "attach: a look at the store is bounded, so a dead store fails the wait within its timeout",
+    file: "src/controller/controller.ts",
+    edits: one("  }).pipe(Effect.timeoutOrElse({ duration: STORE_LOOK_MS, orElse: () => Effect.succeed(`; the store did not answer within ${STORE_LOOK_MS} ms`) }))", "  })"),
+    tests: ["tests/controller/attach.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "launch: given no token, the launcher puts the one it makes in a file and says where",
+    file: "src/launch.ts",
+    edits: one("  return { MONARCH_TOKEN_FILE: file }\n", "  return {}\n"),
+    tests: ["tests/launch/launch.test.ts"],
+  },
 
   // ---- protocol ---------------------------------------------------------------------------
   {
@@ -327,6 +351,13 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("+ b[at + 3]! * 0x100_0000", "+ b[at + 3]! * 0x10_0000"),
     tests: ["tests/protocol/codec.test.ts"],
   },
+  {
+    area: "protocol", behaviour: "store: a StoreTimeout names the keys as the caller named them, without the client's own leading /",
+    file: "src/store/client.ts",
+    edits: one("keys: [...keys], timeoutMs", "keys: wire.map(textOf), timeoutMs"),
+    tests: ["tests/store/server.test.ts"],
+  },
+
   // ---- ops of issue 11.2 (behaviours say "11.2": --only 11.2) -----------------------------
   {
     area: "worker", behaviour: "11.2: each rank draws its own stream unless asked for a shared one",

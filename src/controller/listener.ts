@@ -37,6 +37,11 @@ export interface ListenerEvents {
   readonly onDisconnect: (rank: number) => void
   /** A frame from an admitted worker that did not decode, or a refused connection. */
   readonly onProblem: (problem: string) => void
+  /**
+   * A WorkerHello without the job's token, from `host`: refused, and reported to onProblem too.
+   * Workers retry, so one worker started with another token comes back many times.
+   */
+  readonly onWrongToken?: (hello: WorkerHello, host: string) => void
 }
 
 export interface ListenOptions extends ListenerEvents {
@@ -108,6 +113,7 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
             pending.delete(state)
             if (msg._tag !== "WorkerHello" || !sameToken(msg.token, o.token)) {
               o.onProblem(`refused a connection whose first message was ${msg._tag === "WorkerHello" ? "a WorkerHello with the wrong token" : msg._tag}`)
+              if (msg._tag === "WorkerHello") o.onWrongToken?.(msg, socket.remoteAddress || "local")
               return state.conn.close()
             }
             const link: WorkerLink = {

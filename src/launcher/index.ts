@@ -85,8 +85,8 @@ export const launch = (options: LaunchOptions): Effect.Effect<Job, LaunchError, 
       Effect.try({ try: () => startServer({ host, port: options.storePort ?? 0 }), catch: (e) => new LaunchError({ message: `store: ${(e as Error).message}` }) }),
       (s) => Effect.sync(s.stop),
     )
-    // The caller's token (MONARCH_TOKEN or MONARCH_TOKEN_FILE), so that a controller given the same can attach.
-    const given = options.env?.MONARCH_TOKEN === undefined ? readToken() : { token: options.env.MONARCH_TOKEN }
+    // The caller's token (MONARCH_TOKEN or MONARCH_TOKEN_FILE, in `env` or this process's), so that a controller given the same can attach.
+    const given = readToken({ ...process.env, ...options.env })
     if ("problem" in given) return yield* new LaunchError({ message: given.problem })
     const token = given.token ?? randomBytes(16).toString("hex")
     const onLine = options.onLine ?? defaultOnLine

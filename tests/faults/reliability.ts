@@ -110,7 +110,7 @@ export const scenarios: ReadonlyArray<Scenario> = [
   },
   {
     check: `worker with no CONTROLLER_ADDR and no controller key in the store (${store})`,
-    outcome: "start-up failed after MONARCH_CONNECT_TIMEOUT_MS, the log naming the missing /monarch/controller, non-zero exit",
+    outcome: "start-up failed after MONARCH_CONNECT_TIMEOUT_MS, the log naming the missing monarch/controller, non-zero exit",
     tries: { default: 1, long: 10 }, tryMs: 40_000, once: controllerKeyNeverSet,
   },
   {
