@@ -301,6 +301,48 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("  return { MONARCH_TOKEN_FILE: file }\n", "  return {}\n"),
     tests: ["tests/launch/launch.test.ts"],
   },
+  {
+    area: "controller", behaviour: "program end: the controller's listener does not hold the process by itself",
+    file: "src/controller/listener.ts",
+    edits: one("    if (o.holdsProcess === false) server.unref()\n", ""),
+    tests: ["tests/faults/program_end.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "program end: the hang check does not hold the process by itself",
+    file: "src/controller/controller.ts",
+    edits: one("    hangCheck.unref()\n", ""),
+    tests: ["tests/faults/program_end.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "program end: Controller.local's worker processes do not hold the process by themselves",
+    file: "src/launcher/index.ts",
+    edits: one("      if (options.holdsProcess === false) p.unref()\n", ""),
+    tests: ["tests/faults/program_end.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "program end: a program waiting on its workers holds the process meanwhile",
+    file: "src/controller/core.ts",
+    edits: one("    if (this.waitsOnWorkers++ === 0) this.keepAlive = setInterval(() => {}, 1 << 30)\n", "    this.waitsOnWorkers++\n"),
+    tests: ["tests/faults/program_end.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "program end: local workers are killed when the controller's process exits, even inside a long command",
+    file: "src/launcher/index.ts",
+    edits: one('    if (options.holdsProcess === false) process.on("exit", killOnExit)\n', ""),
+    tests: ["tests/faults/program_end.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a lost rank's FetchResult after its exit settled the fetch is dropped quietly",
+    file: "src/controller/core.ts",
+    edits: one("return this.graph.isLost(rank) ? undefined : this.options.onProblem?.(`rank ${rank} sent a FetchResult for unknown ident ${msg.ident}`)", "return this.options.onProblem?.(`rank ${rank} sent a FetchResult for unknown ident ${msg.ident}`)"),
+    tests: ["tests/controller/core.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a late fetch failed by a lost rank is kept until the survivors' results came",
+    file: "src/controller/core.ts",
+    edits: one("          if (owed.length === 0) this.fetches.delete(ident)\n          return resume(", "          this.fetches.delete(ident)\n          return resume("),
+    tests: ["tests/controller/core.test.ts"],
+  },
 
   // ---- protocol ---------------------------------------------------------------------------
   {

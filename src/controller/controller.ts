@@ -5,7 +5,7 @@
  * store. Either way the workers connect to this process's listener with the job's token, which
  * attach takes from the environment on both sides (the store would give it to anyone).
  */
-import { Context, Duration, Effect, Layer, Schedule, type Scope } from "effect"
+import { Context, Duration, Effect, Layer, type Scope } from "effect"
 import { randomBytes } from "node:crypto"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -224,6 +224,8 @@ const listenFor = (core: Core, token: string, o: CommonOptions & { readonly list
   Effect.flatMap(Effect.service(Transport), (transport) => transport.listen({
     token,
     ...listenAt(o),
+    // The program's waits on the workers hold the process (Core), not the links.
+    holdsProcess: false,
     onWrongToken: (hello, host) => {
       const seen = refusals.token.get(hello.rank)
       if (seen === undefined) refusals.token.set(hello.rank, { pid: hello.pid, host, count: 1 })
@@ -311,7 +313,10 @@ const makeApi = (core: Core): Effect.Effect<ControllerApi, never, Scope.Scope> =
     // One mesh per shape asked for: meshes are never deleted on the workers (Mesh.derive).
     const meshes = new Map<string, Mesh>()
     core.post(all, { _tag: "CreateStream", result: defaultStream.ref, default: true })
-    yield* Effect.forkScoped(Effect.sync(() => core.checkHangs()).pipe(Effect.repeat(Schedule.spaced("1 second"))))
+    // A timer that does not keep the process running (see Core's holdWhile).
+    const hangCheck = setInterval(() => core.checkHangs(), 1000)
+    hangCheck.unref()
+    yield* Effect.addFinalizer(() => Effect.sync(() => clearInterval(hangCheck)))
     return {
       world: core.world,
       device: core.device,
@@ -425,6 +430,7 @@ const startLocal = (o: LocalOptions): Effect.Effect<Workers, StartError, Launche
       },
       graceMs: 2000,
       onFailure: "keep-going",
+      holdsProcess: false,
     }).pipe(Effect.mapError((e) => new StartError({ message: e.message })))
     let firstExit: string | undefined
     job.onExit((e) => {

@@ -161,6 +161,9 @@ export class Core {
   /** Messages queued after which a batch goes out at once (Infinity: only at the next tick; benchmarks compare the two). */
   flushEvery = FLUSH_EVERY
   private readonly waiters: CapacityWaiter[] = []
+  /** Waits on the workers in progress (fetches, capacity waits), and the timer that keeps the process running meanwhile. */
+  private waitsOnWorkers = 0
+  private keepAlive: ReturnType<typeof setInterval> | undefined
 
   constructor(readonly options: CoreOptions) {
     this.world = options.world
@@ -204,10 +207,11 @@ export class Core {
       }
       case "FetchResult": {
         const pending = this.fetches.get(msg.ident)
-        if (!pending) return this.options.onProblem?.(`rank ${rank} sent a FetchResult for unknown ident ${msg.ident}`)
-        if (pending.answered) return
+        // A lost rank's last bytes can come after its exit was seen, and after that settled
+        // the fetch (its process exit raced its socket): nothing waits for them any more.
+        if (!pending) return this.graph.isLost(rank) ? undefined : this.options.onProblem?.(`rank ${rank} sent a FetchResult for unknown ident ${msg.ident}`)
         pending.values.set(rank, msg.value)
-        return this.tryFinish(msg.ident)
+        return pending.answered ? (pending.late ? this.tryFinish(msg.ident) : undefined) : this.tryFinish(msg.ident)
       }
       case "RemoteFunctionFailed": {
         const span = this.spans.find((s) => msg.ident >= s.first && msg.ident < s.first + s.count)
@@ -273,12 +277,33 @@ export class Core {
    * draining the pipeline.
    */
   whenCapacity(ranks: ReadonlyArray<number>): Effect.Effect<void> {
-    return Effect.callback((resume) => {
-      if (this.inFlight(ranks) <= this.maxInFlight) return resume(Effect.void)
+    return Effect.callback((resumed) => {
+      if (this.inFlight(ranks) <= this.maxInFlight) return resumed(Effect.void)
+      const { resume, release } = this.holdWhile(resumed)
       this.waiters.push({ ranks, resume })
       this.statusWanted = true
       this.scheduleFlush()
+      return Effect.sync(release)
     })
+  }
+
+  /**
+   * Keeps the process running until `resume` is called (or the wait is interrupted: `release`).
+   * The workers' links and processes do not keep it running by themselves (holdsProcess), so a
+   * program that ended without closing its controller's scope (a defect past its finalizers)
+   * lets the process exit, taking its workers with it; a program waiting on them is held here.
+   */
+  private holdWhile<A, E>(resume: (e: Effect.Effect<A, E>) => void): { readonly resume: (e: Effect.Effect<A, E>) => void; readonly release: () => void } {
+    if (this.waitsOnWorkers++ === 0) this.keepAlive = setInterval(() => {}, 1 << 30)
+    let held = true
+    const release = () => {
+      if (!held) return
+      held = false
+      if (--this.waitsOnWorkers > 0) return
+      clearInterval(this.keepAlive)
+      this.keepAlive = undefined
+    }
+    return { resume: (e) => (release(), resume(e)), release }
   }
 
   private wakeWaiters(): void {
@@ -365,7 +390,8 @@ export class Core {
    */
   fetch(ranks: ReadonlyArray<number>, inputs: ReadonlyArray<number>, label: string, site: CallSite | undefined, make: (ident: number) => WorkerMessage, deadlineMs = this.options.deadlineMs, late = false): Effect.Effect<ReadonlyArray<Value>, Failure | ControllerError> {
     if (this.tracing) return Effect.fail(this.tracing.refuseFetch(label))
-    return Effect.callback((resume) => {
+    return Effect.callback((resumed) => {
+      const { resume, release } = this.holdWhile(resumed)
       const node = this.command(ranks, label, inputs, [], site, make)
       const pending: PendingFetch = { node, values: new Map(), needs: this.graph.needs(node, ranks), resume, answered: false, deadline: undefined, late }
       this.fetches.set(node.ident, pending)
@@ -377,6 +403,7 @@ export class Core {
         pending.deadline = setTimeout(() => this.expire(pending, deadlineMs), deadlineMs)
         pending.deadline.unref?.()
       }
+      return Effect.sync(release)
     })
   }
 
@@ -402,16 +429,24 @@ export class Core {
       clearTimeout(pending.deadline)
       return resume(Effect.fail(failure))
     }
-    if (pending.late && !pending.answered && this.graph.failureAt(node, node.ranks) === undefined) {
-      const waitingFor = node.ranks.filter((r) => !values.has(r))
-      const lost = waitingFor.find((r) => this.graph.isLost(r))
-      if (lost === undefined && waitingFor.length > 0) return
-      if (lost !== undefined) {
-        const exit = this.exits.get(lost)
-        pending.answered = true
-        clearTimeout(pending.deadline)
-        this.fetches.delete(ident)
-        return resume(Effect.fail(new WorkerLost({ rank: lost, status: exit?.status, signal: exit?.signal ?? undefined, ident })))
+    if (pending.late) {
+      // Results that come after the ranks passed it: kept until every live rank has sent its
+      // own, even once failed, so a survivor's result (its file finished) is dropped quietly.
+      const owed = node.ranks.filter((r) => !values.has(r) && !this.graph.isLost(r))
+      if (pending.answered) {
+        if (owed.length === 0) this.fetches.delete(ident)
+        return
+      }
+      if (this.graph.failureAt(node, node.ranks) === undefined) {
+        const lost = node.ranks.find((r) => !values.has(r) && this.graph.isLost(r))
+        if (lost === undefined && owed.length > 0) return
+        if (lost !== undefined) {
+          const exit = this.exits.get(lost)
+          pending.answered = true
+          clearTimeout(pending.deadline)
+          if (owed.length === 0) this.fetches.delete(ident)
+          return resume(Effect.fail(new WorkerLost({ rank: lost, status: exit?.status, signal: exit?.signal ?? undefined, ident })))
+        }
       }
     }
     this.fetches.delete(ident)

@@ -63,6 +63,8 @@ export interface ListenOptions extends ListenerEvents {
   readonly maxPendingConnections?: number
   /** A connection that sends no whole message this long after opening is closed (default 10 s). */
   readonly helloTimeoutMs?: number
+  /** Whether the listener and its links alone keep this process running (default true); false: they let it exit once nothing else holds it. */
+  readonly holdsProcess?: boolean
 }
 
 /** A WorkerHello is well under 100 bytes with a 32-character token; MONARCH_TOKEN may be up to 1 KiB. */
@@ -96,6 +98,7 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
     const pending = new Set<State>()
     const open = (socket: Socket<State>) => {
       socket.setNoDelay?.(true)
+      if (o.holdsProcess === false) socket.unref()
       if (pending.size >= maxPending) {
         const oldest = pending.values().next().value!
         pending.delete(oldest)
@@ -172,6 +175,7 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
       }),
       (s) => Effect.sync(() => s.stop(true)),
     )
+    if (o.holdsProcess === false) server.unref()
     return { address: o.unix === undefined ? `${host}:${(server as { port: number }).port}` : `unix:${o.unix}` }
   })
 

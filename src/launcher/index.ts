@@ -32,6 +32,13 @@ export interface LaunchOptions {
    * running (a controller that supervises its workers and fails only what needed it).
    */
   readonly onFailure?: "stop-all" | "keep-going"
+  /**
+   * Whether the job alone keeps this process running (default true, as the command line
+   * needs). False: its processes, their output and its store let this process exit once
+   * nothing else holds it (Controller.local, whose program's own waits hold it), and they are
+   * killed when it exits.
+   */
+  readonly holdsProcess?: boolean
 }
 
 /** How one process ended: its exit code, or 128 + signal number. */
@@ -82,7 +89,7 @@ export const launch = (options: LaunchOptions): Effect.Effect<Job, LaunchError, 
     if (options.command.length === 0) return yield* new LaunchError({ message: "no program to run" })
     const host = options.host ?? "127.0.0.1"
     const store = yield* Effect.acquireRelease(
-      Effect.try({ try: () => startServer({ host, port: options.storePort ?? 0 }), catch: (e) => new LaunchError({ message: `store: ${(e as Error).message}` }) }),
+      Effect.try({ try: () => startServer({ host, port: options.storePort ?? 0, holdsProcess: options.holdsProcess ?? true }), catch: (e) => new LaunchError({ message: `store: ${(e as Error).message}` }) }),
       (s) => Effect.sync(s.stop),
     )
     // The caller's token (MONARCH_TOKEN or MONARCH_TOKEN_FILE, in `env` or this process's), so that a controller given the same can attach.
@@ -131,12 +138,17 @@ export const launch = (options: LaunchOptions): Effect.Effect<Job, LaunchError, 
         catch: (e) => new LaunchError({ message: `starting rank ${rank} (${options.command[0]}): ${(e as Error).message}` }),
       })
       procs.push(p)
+      if (options.holdsProcess === false) p.unref()
       void pipeLines(p.stdout, (l) => onLine(rank, l, "stdout"))
       void pipeLines(p.stderr, (l) => onLine(rank, l, "stderr"))
       void p.exited.then(exited(rank, p))
     }
 
+    // A process that exits without closing the scope (a program that died past its finalizers) takes its job with it.
+    const killOnExit = () => stopAll("SIGKILL")
+    if (options.holdsProcess === false) process.on("exit", killOnExit)
     yield* Effect.addFinalizer(() => Effect.promise(async () => {
+      process.off("exit", killOnExit)
       stopAll("SIGTERM")
       const kill = setTimeout(() => stopAll("SIGKILL"), graceMs)
       await Promise.all(procs.map((p) => p.exited))

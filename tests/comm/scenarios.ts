@@ -15,7 +15,7 @@ import { encode, inputBytes, inputs, reduced, reducedBytes, type Scalar } from "
 
 /** A line a worker prints: a check's outcome, or an event the test waits for. */
 export type WorkerLine =
-  | { readonly check: string; readonly ok: boolean; readonly detail?: string }
+  | { readonly check: string; readonly ok: boolean; readonly detail?: string; readonly ms?: number }
   | { readonly event: string; readonly [key: string]: unknown }
 
 export interface Worker {
@@ -442,7 +442,7 @@ const disagreeing = async (w: Worker): Promise<void> => {
       : own !== undefined && odd ? error instanceof ShimError && error.reason === own && !error.message.includes("members disagree")
       : error instanceof ShimError && error.reason === "Invalid" && error.message.includes("members disagree")
     const ok = right && ms < DISAGREEMENT_MS
-    emit(ok ? { check, ok } : { check, ok, detail: `${error === undefined ? "succeeded" : said} after ${Math.round(ms)} ms` })
+    emit(ok ? { check, ok, ms } : { check, ok, ms, detail: `${error === undefined ? "succeeded" : said} after ${Math.round(ms)} ms` })
     const n = 3 + (round++ % 5)
     using x = t.upload("f32", [n], inputs("f32", "sum", rank, n, round))
     try {

@@ -5,6 +5,7 @@
  * times measured from fault to error. faults.test.ts runs the same scenarios.
  */
 import { BACKLOG, controllerAndStoreKilled, controllerKilled, controllerReplacedThroughStore, listenerRebound, ORPHAN_TIMEOUT_MS } from "./controller_loss.ts"
+import { COMM_TIMEOUT_MS as DISAGREE_COMM_TIMEOUT_MS, DISAGREEMENT_MS, disagreeOnOpAndRoot } from "./disagree.ts"
 import { COMM_TIMEOUT_MS, killWorker } from "./kill.ts"
 import { COMM_TIMEOUT_MS as LOSS_COMM_TIMEOUT_MS, collectiveAfterLoss, supervisedAfterLoss } from "./peer_lost.ts"
 import { defaultLimit, LIMIT_MIB, overTheLimit } from "./memory.ts"
@@ -67,6 +68,11 @@ export const scenarios: ReadonlyArray<Scenario> = [
     check: `supervise: kill -9 of rank 1, then the body's dp all_reduce (dp=2, comm timeout ${LOSS_COMM_TIMEOUT_MS / 1000} s)`,
     outcome: "the body failed WorkerLost rank 1 at once, ran again on fresh workers and all-reduced",
     tries: { default: 1, long: 10 }, tryMs: 3 * LOSS_COMM_TIMEOUT_MS, once: supervisedAfterLoss,
+  },
+  {
+    check: `members disagreeing on an all_reduce's or reduce_scatter's op, or a broadcast's root (2 members, shared memory and TCP, comm timeout ${DISAGREE_COMM_TIMEOUT_MS / 1000} s)`,
+    outcome: `every member failed each call with "members disagree" within ${DISAGREEMENT_MS / 1000} s, then all-reduced right`,
+    tries: { default: 1, long: 10 }, tryMs: 60_000, once: disagreeOnOpAndRoot,
   },
   {
     check: "kill -9 of rank 3 with work in flight on the whole 2x2 mesh",
