@@ -297,7 +297,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   },
   {
     area: "controller", behaviour: "launch: given no token, the launcher puts the one it makes in a file and says where",
-    file: "src/launch.ts",
+    file: "src/launcher/index.ts",
     edits: one("  return { MONARCH_TOKEN_FILE: file }\n", "  return {}\n"),
     tests: ["tests/launch/launch.test.ts"],
   },

@@ -8,28 +8,9 @@
  * token, writes it to a file only its user can read, and says where (a controller attaches with
  * MONARCH_TOKEN_FILE set to it); the file goes when the launcher ends.
  */
-import { Effect, type Scope } from "effect"
-import { randomBytes } from "node:crypto"
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
-import { tmpdir } from "node:os"
-import { join } from "node:path"
+import { Effect } from "effect"
 import { parseArgs } from "node:util"
-import { launch, LaunchError } from "./launcher/index.ts"
-import { readToken } from "./net/token.ts"
-
-/** The token the caller gave, or a new one in a file of its own (MONARCH_TOKEN_FILE), removed with the scope. */
-const jobToken: Effect.Effect<{ readonly MONARCH_TOKEN_FILE?: string }, LaunchError, Scope.Scope> = Effect.gen(function* () {
-  const given = readToken()
-  if ("problem" in given) return yield* new LaunchError({ message: given.problem })
-  if (given.token !== undefined) return {}
-  const dir = yield* Effect.acquireRelease(
-    Effect.sync(() => mkdtempSync(join(tmpdir(), "monarch-job-"))),
-    (d) => Effect.sync(() => rmSync(d, { recursive: true, force: true })),
-  )
-  const file = join(dir, "token")
-  writeFileSync(file, `${randomBytes(16).toString("hex")}\n`, { mode: 0o600 })
-  return { MONARCH_TOKEN_FILE: file }
-})
+import { jobToken, launch } from "./launcher/index.ts"
 
 const USAGE = "usage: bun run src/launch.ts --nproc N [--host ADDR] [--store-port PORT] -- <program> [args...]"
 

@@ -8,6 +8,9 @@
 import type { Subprocess } from "bun"
 import { Context, Data, Deferred, Effect, Layer, type Scope } from "effect"
 import { randomBytes } from "node:crypto"
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { readToken } from "../net/token.ts"
 import { startServer } from "../store/server.ts"
 
@@ -164,6 +167,20 @@ export const launch = (options: LaunchOptions): Effect.Effect<Job, LaunchError, 
       signal: stopAll,
     } satisfies Job
   })
+
+/** The token the caller gave, or a new one in a file of its own (MONARCH_TOKEN_FILE), removed with the scope. */
+export const jobToken: Effect.Effect<{ readonly MONARCH_TOKEN_FILE?: string }, LaunchError, Scope.Scope> = Effect.gen(function* () {
+  const given = readToken()
+  if ("problem" in given) return yield* new LaunchError({ message: given.problem })
+  if (given.token !== undefined) return {}
+  const dir = yield* Effect.acquireRelease(
+    Effect.sync(() => mkdtempSync(join(tmpdir(), "monarch-job-"))),
+    (d) => Effect.sync(() => rmSync(d, { recursive: true, force: true })),
+  )
+  const file = join(dir, "token")
+  writeFileSync(file, `${randomBytes(16).toString("hex")}\n`, { mode: 0o600 })
+  return { MONARCH_TOKEN_FILE: file }
+})
 
 /**
  * Starting workers as a service, so a controller program can swap in its own way of
