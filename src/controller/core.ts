@@ -211,7 +211,9 @@ export class Core {
         // the fetch (its process exit raced its socket): nothing waits for them any more.
         if (!pending) return this.graph.isLost(rank) ? undefined : this.options.onProblem?.(`rank ${rank} sent a FetchResult for unknown ident ${msg.ident}`)
         pending.values.set(rank, msg.value)
-        return pending.answered ? (pending.late ? this.tryFinish(msg.ident) : undefined) : this.tryFinish(msg.ident)
+        // Once answered, only a late fetch still counts what comes (see tryFinish).
+        if (pending.answered && !pending.late) return
+        return this.tryFinish(msg.ident)
       }
       case "RemoteFunctionFailed": {
         const span = this.spans.find((s) => msg.ident >= s.first && msg.ident < s.first + s.count)
