@@ -140,6 +140,54 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("v.dtype !== p.dtypes[i] || ", ""),
     tests: ["tests/recordings/worker.test.ts"],
   },
+  {
+    area: "worker", behaviour: "a rank reported lost: an opening waiting for it in the store stops waiting",
+    file: "src/comm/communicators.ts",
+    edits: one("      Effect.raceFirst(this.untilLost(key, members)),\n", ""),
+    tests: ["tests/comm/lost.test.ts", "tests/faults/peer_lost.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a rank reported lost: a collective whose group holds it fails at once, unopened and unrun",
+    file: "src/comm/communicators.ts",
+    edits: one("      if (gone !== undefined) return Effect.fail(gone)\n", ""),
+    tests: ["tests/comm/lost.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a rank reported lost: a send to or from it fails at once",
+    file: "src/worker/handlers/collectives.ts",
+    edits: one("      if (gone !== undefined) throw gone\n", ""),
+    tests: ["tests/worker/inProcess.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a rank reported lost: the link acts on PeerLost as it arrives, ahead of the queued commands",
+    file: "src/worker/link.ts",
+    edits: one('                  if (m._tag === "PeerLost") return o.onPeerLost(m.rank)\n', ""),
+    tests: ["tests/faults/peer_lost.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a rank reported lost: Withheld poisons what the command would have defined",
+    file: "src/worker/handlers/control.ts",
+    edits: one("  for (const r of m.refs) s.env.define(r, poison)\n", ""),
+    tests: ["tests/worker/inProcess.test.ts", "tests/faults/peer_lost.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "members disagreeing on an all_reduce's op fail at once with members disagree",
+    file: "c/cpu/comm_gloo.cc",
+    edits: one("allreduce(c, what, shim_comm_header_of(SHIM_CALL_ALL_REDUCE, in, op)", "allreduce(c, what, shim_comm_header_of(SHIM_CALL_ALL_REDUCE, in, 0)"),
+    tests: ["tests/comm/disagreeing.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "members disagreeing on a reduce_scatter's op fail at once with members disagree",
+    file: "c/cpu/comm_gloo.cc",
+    edits: one("allreduce(c, what, shim_comm_header_of(SHIM_CALL_REDUCE_SCATTER, in, op)", "allreduce(c, what, shim_comm_header_of(SHIM_CALL_REDUCE_SCATTER, in, 0)"),
+    tests: ["tests/comm/disagreeing.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "members disagreeing on a broadcast's root fail at once with members disagree",
+    file: "c/cpu/comm_gloo.cc",
+    edits: one("agree_on(c, what, shim_comm_header_of(SHIM_CALL_BROADCAST, t, root))", "agree_on(c, what, shim_comm_header_of(SHIM_CALL_BROADCAST, t, 0))"),
+    tests: ["tests/comm/disagreeing.test.ts"],
+  },
 
   {
     area: "worker", behaviour: "an ident past MAX_IDENT is refused, so every Status stays sendable",
@@ -229,8 +277,14 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "controller", behaviour: "the controller admits only a WorkerHello whose proof holds for the job token",
     file: "src/controller/listener.ts",
-    edits: one('if (!proves(msg.proof, o.token, "worker", t)) return refuse(', 'if (false) return refuse('),
+    edits: one('if (!proves(msg.proof, o.token, "worker", t)) {', 'if (false) {'),
     tests: ["tests/security/token.test.ts", "tests/security/closedDoor.test.ts", "tests/security/impostor.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a worker that closes on the controller's proof counts as holding another job token",
+    file: "src/controller/listener.ts",
+    edits: one("else if (state.transcript !== undefined && !state.refused) {", "else if (false) {"),
+    tests: ["tests/controller/attach.test.ts"],
   },
   {
     area: "controller", behaviour: "the controller refuses a WorkerHello for another rank than its challenge's",
@@ -425,6 +479,90 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one('a.dampening, a.weightDecay, flags, stream(s)), "shim_sgd")', 'a.dampening, a.maximize ? -a.weightDecay : a.weightDecay, flags, stream(s)), "shim_sgd")'),
     tests: ["tests/optim/optim.test.ts"],
   },
+  {
+    area: "controller", behaviour: "a rank lost: the survivors are told (PeerLost)",
+    file: "src/controller/core.ts",
+    edits: one('    for (const link of this.links) link?.send({ _tag: "PeerLost", rank })\n', ""),
+    tests: ["tests/faults/peer_lost.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a rank lost: a collective issued later is withheld from the ranks whose group holds it",
+    file: "src/controller/core.ts",
+    edits: one("    if (exchange !== undefined && this.graph.anyLost) this.postExchange(ranks, exchange, defines, ident, make(ident))\n    else this.post(ranks, make(ident))\n", "    this.post(ranks, make(ident))\n"),
+    tests: ["tests/faults/peer_lost.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a rank lost: a fetch needing it, issued after the loss, fails at once while its other ranks are busy",
+    file: "src/controller/core.ts",
+    edits: one('(!lostEarly && failure._tag !== "WorkerLost")', "!lostEarly"),
+    tests: ["tests/faults/peer_lost.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "attach: every missing worker said hello with another token fails the attach within seconds, naming the token",
+    file: "src/controller/controller.ts",
+    edits: one("missing.every((r) => refusals.token.has(r))", "missing.length === 0"),
+    tests: ["tests/controller/attach.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "attach: the wait for the workers says every PROGRESS_MS what it waits for and what it has seen",
+    file: "src/controller/controller.ts",
+    edits: one("        progress(`waiting ", "        void (`waiting "),
+    tests: ["tests/controller/attach.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "attach: a look at the store is bounded, so a dead store fails the wait within its timeout",
+    file: "src/controller/controller.ts",
+    edits: one("  }).pipe(Effect.timeoutOrElse({ duration: STORE_LOOK_MS, orElse: () => Effect.succeed(`; the store did not answer within ${STORE_LOOK_MS} ms`) }))", "  })"),
+    tests: ["tests/controller/attach.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "launch: given no token, the launcher puts the one it makes in a file and says where",
+    file: "src/launcher/index.ts",
+    edits: one("  return { MONARCH_TOKEN_FILE: file }\n", "  return {}\n"),
+    tests: ["tests/launch/launch.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "program end: the controller's listener does not hold the process by itself",
+    file: "src/controller/listener.ts",
+    edits: one("    if (o.holdsProcess === false) server.unref()\n", ""),
+    tests: ["tests/faults/program_end.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "program end: the hang check does not hold the process by itself",
+    file: "src/controller/controller.ts",
+    edits: one("    hangCheck.unref()\n", ""),
+    tests: ["tests/faults/program_end.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "program end: Controller.local's worker processes do not hold the process by themselves",
+    file: "src/launcher/index.ts",
+    edits: one("      if (options.holdsProcess === false) p.unref()\n", ""),
+    tests: ["tests/faults/program_end.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "program end: a program waiting on its workers holds the process meanwhile",
+    file: "src/controller/core.ts",
+    edits: one("    if (this.waitsOnWorkers++ === 0) this.keepAlive = setInterval(() => {}, 1 << 30)\n", "    this.waitsOnWorkers++\n"),
+    tests: ["tests/faults/program_end.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "program end: local workers are killed when the controller's process exits, even inside a long command",
+    file: "src/launcher/index.ts",
+    edits: one('    if (options.holdsProcess === false) process.on("exit", killOnExit)\n', ""),
+    tests: ["tests/faults/program_end.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a lost rank's FetchResult after its exit settled the fetch is dropped quietly",
+    file: "src/controller/core.ts",
+    edits: one("return this.graph.isLost(rank) ? undefined : this.options.onProblem?.(`rank ${rank} sent a FetchResult for unknown ident ${msg.ident}`)", "return this.options.onProblem?.(`rank ${rank} sent a FetchResult for unknown ident ${msg.ident}`)"),
+    tests: ["tests/controller/core.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a late fetch failed by a lost rank is kept until the survivors' results came",
+    file: "src/controller/core.ts",
+    edits: one("          if (owed.length === 0) this.fetches.delete(ident)\n          return resume(", "          this.fetches.delete(ident)\n          return resume("),
+    tests: ["tests/controller/core.test.ts"],
+  },
 
   {
     area: "controller", behaviour: "the controller deletes the recordings called least recently before a worker's bound",
@@ -536,6 +674,13 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("new Writer(replyRoom(values.reduce((n, v) => n + v.byteLength + 8, 0)))", "new Writer(values.reduce((n, v) => n + v.byteLength + 8, 0))"),
     tests: ["tests/security/preAuth.test.ts"],
   },
+  {
+    area: "protocol", behaviour: "store: a StoreTimeout names the keys as the caller named them, without the client's own leading /",
+    file: "src/store/client.ts",
+    edits: one("keys: [...keys], timeoutMs", "keys: wire.map(textOf), timeoutMs"),
+    tests: ["tests/store/server.test.ts"],
+  },
+
   // ---- ops of issue 11.2 (behaviours say "11.2": --only 11.2) -----------------------------
   {
     area: "worker", behaviour: "11.2: each rank draws its own stream unless asked for a shared one",

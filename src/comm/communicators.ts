@@ -12,6 +12,10 @@
  * collective went through while a peer's failed keeps the old communicator until its next
  * collective on it fails; the peer's note then says the peer lives and has moved on, so it
  * opens the new one at once and runs the collective again on it.
+ *
+ * A rank the controller says is lost (`peerLost`) fails, at once, every collective and send
+ * whose members hold it, and an opening that waits for it in the store stops waiting: its
+ * members would otherwise wait out the comm timeout for an address that never comes.
  */
 import { Duration, Effect } from "effect"
 import type { Comm } from "../../ffi/comm.ts"
@@ -66,6 +70,10 @@ export class Communicators {
   private readonly groups = new Map<number, Map<string, Group>>()
   /** The keys of every group communicator opened since the last `forget` (its members' addresses and note under each). */
   private readonly opened = new Map<string, number>()
+  /** Ranks the controller said are lost, until the next controller (`forget`). */
+  private readonly lost = new Set<number>()
+  /** Openings in progress, each told when a rank is lost. */
+  private readonly waiting = new Set<() => void>()
 
   constructor(
     /** The communicator over every rank (sends go through it). */
@@ -99,6 +107,10 @@ export class Communicators {
    * finishes it, failing with a CommError that names global ranks.
    */
   collective<A>(mesh: number, dims: ReadonlyArray<string>, members: () => ReadonlyArray<number>, ident: number, op: (comm: Comm) => A): A | Effect.Effect<A, CommError> {
+    if (this.lost.size > 0) {
+      const gone = this.lostAmong(members())
+      if (gone !== undefined) return Effect.fail(gone)
+    }
     const group = this.groups.get(mesh)?.get(dims.join(","))
     if (group === undefined) return Effect.flatMap(this.open(mesh, dims, members(), ident), (g) => this.attempt(mesh, dims, g, ident, op, true))
     try {
@@ -106,6 +118,35 @@ export class Communicators {
     } catch (e) {
       return this.failed(mesh, dims, group, ident, e, op, true)
     }
+  }
+
+  /**
+   * Rank `rank` is gone (the controller said so): every collective over it fails from now on,
+   * and the openings waiting for it stop.
+   */
+  peerLost(rank: number): void {
+    if (this.lost.has(rank)) return
+    this.lost.add(rank)
+    for (const wake of [...this.waiting]) wake()
+  }
+
+  /** The CommError of a call whose members (global ranks) hold a rank known lost, if they do. */
+  lostAmong(members: ReadonlyArray<number>, what = "the collective"): CommError | undefined {
+    if (this.lost.size === 0) return undefined
+    const gone = members.find((r) => this.lost.has(r))
+    return gone === undefined ? undefined : new CommError({ reason: "peer-lost", message: `${what} needs rank ${gone}, which the controller reported lost (group of ranks [${members.join(", ")}])` })
+  }
+
+  /** Fails once a member of `members` is reported lost (the opening racing it stops waiting). */
+  private untilLost(key: string, members: ReadonlyArray<number>): Effect.Effect<never, CommError> {
+    return Effect.callback<never, CommError>((resume) => {
+      const wake = () => {
+        const gone = this.lostAmong(members, `rendezvous ${key}`)
+        if (gone !== undefined) resume(Effect.fail(gone))
+      }
+      this.waiting.add(wake)
+      return Effect.sync(() => this.waiting.delete(wake))
+    })
   }
 
   /** `op` on a group just opened, as an Effect. */
@@ -149,6 +190,7 @@ export class Communicators {
     const key = `${groupName(mesh, name, members)}/${ident}`
     this.opened.set(key, members.length)
     return this.connect(key, members).pipe(
+      Effect.raceFirst(this.untilLost(key, members)),
       Effect.mapError((e) => inGlobalRanks(e, members)),
       Effect.map((comm) => {
         let byDims = this.groups.get(mesh)
@@ -170,6 +212,7 @@ export class Communicators {
    */
   forget(): Effect.Effect<void> {
     for (const mesh of [...this.groups.keys()]) this.release(mesh)
+    this.lost.clear()
     const keys = [...this.opened].flatMap(([key, size]) => [...Array.from({ length: size }, (_, r) => `${key}/${r}`), `${key}/abandoned`])
     this.opened.clear()
     return keys.length === 0 ? Effect.void : this.notes.forget(keys)

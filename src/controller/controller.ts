@@ -5,7 +5,7 @@
  * store. Either way the workers connect to this process's listener with the job's token, which
  * attach takes from the environment on both sides (the store would give it to anyone).
  */
-import { Context, Duration, Effect, Layer, Schedule, type Scope } from "effect"
+import { Context, Duration, Effect, Layer, type Scope } from "effect"
 import { randomBytes } from "node:crypto"
 import { mkdtempSync, rmSync } from "node:fs"
 import { tmpdir } from "node:os"
@@ -75,6 +75,11 @@ export interface CommonOptions {
   readonly onHang?: (report: HangReport) => void
   /** A worker's ProtocolError reply or a refused connection; default: printed on stderr. */
   readonly onProblem?: (problem: string) => void
+  /**
+   * While the workers are awaited, every PROGRESS_MS: what is awaited and what has been seen
+   * (connected ranks, refusals, what the store holds); default: printed on stderr.
+   */
+  readonly onProgress?: (line: string) => void
   /** Record where each command was issued, for RemoteError.site (default true). */
   readonly captureSites?: boolean
   /** How long to wait for every worker to connect (default 60 s). */
@@ -170,6 +175,10 @@ const checkpointRoot = (o: { readonly checkpoints?: string | undefined }): strin
 /** An attach token is chosen by people, so a short (guessable) one is refused. */
 export const MIN_ATTACH_TOKEN_LENGTH = 16
 
+/** Where attachToken took the token from, for an error that blames it. */
+const tokenSource = (o: Pick<AttachOptions, "token">): string =>
+  o.token !== undefined ? "attach's `token`" : process.env.MONARCH_TOKEN ? "MONARCH_TOKEN" : `MONARCH_TOKEN_FILE=${process.env.MONARCH_TOKEN_FILE}`
+
 /** The attach token from the options or the environment, or why there is none to use. */
 const attachToken = (o: Pick<AttachOptions, "token">): Effect.Effect<string, StartError> => {
   const problem = o.token === undefined ? undefined : tokenProblem(o.token)
@@ -197,21 +206,39 @@ const makeCore = (world: number, o: CommonOptions & { readonly checkpoints?: str
     exitGraceMs,
   })
 
+/** What the listener refused while the workers were awaited. */
+interface Refusals {
+  /** Workers of another world size (a start-up that cannot succeed). */
+  readonly world: string[]
+  /** Hellos without the job's token, by the rank they claimed: the first's pid and address, and how many came. */
+  readonly token: Map<number, { readonly pid: number | undefined; readonly host: string; count: number }>
+}
+
+const noRefusals = (): Refusals => ({ world: [], token: new Map() })
+
 /**
  * The listener the workers connect to (through the Transport), feeding the core. A worker of
- * another world size is refused and named in `refusals` (a start-up that cannot succeed).
+ * another world size is refused and named in `refusals.world`; a handshake with another job token
+ * is counted in `refusals.token` by the rank it claims.
  */
-const listenFor = (core: Core, token: string, o: CommonOptions & { readonly listen?: string }, refusals: string[] = []) =>
+const listenFor = (core: Core, token: string, o: CommonOptions & { readonly listen?: string }, refusals: Refusals = noRefusals()) =>
   Effect.flatMap(Effect.service(Transport), (transport) => transport.listen({
     token,
     ...listenAt(o),
+    // The program's waits on the workers hold the process (Core), not the links.
+    holdsProcess: false,
+    onWrongToken: (peer, host) => {
+      const seen = refusals.token.get(peer.rank)
+      if (seen === undefined) refusals.token.set(peer.rank, { pid: peer.pid, host, count: 1 })
+      else seen.count++
+    },
     onWorker: (link) => {
       if (core.admit(link)) return
       const { rank, world } = link.hello
       const why = world !== core.world
         ? `worker rank ${rank} has WORLD_SIZE=${world}, but this controller was started for world ${core.world}`
         : `refused a second or out-of-range worker claiming rank ${rank} of ${world}`
-      if (world !== core.world) refusals.push(why)
+      if (world !== core.world) refusals.world.push(why)
       core.options.onProblem?.(why)
       link.close()
     },
@@ -227,17 +254,57 @@ const listenAt = (o: CommonOptions & { readonly listen?: string }): { host?: str
   return "unix" in at ? { unix: at.unix } : { host: at.hostname, port: at.port }
 }
 
+/** How often a wait for the workers says where it is. */
+export const PROGRESS_MS = 5000
+
+/** How long every worker still missing must have been refused for its token before the wait fails on it. */
+const WRONG_TOKEN_GRACE_MS = 1000
+
+/** How long a look at the store may take (a store that is gone must not hold the wait past its timeout). */
+const STORE_LOOK_MS = 1500
+
+/** The ranks not connected yet. */
+const missingRanks = (core: Core): number[] => {
+  const connected = new Set(core.workers.map((w) => w.rank))
+  return Array.from({ length: core.world }, (_, r) => r).filter((r) => !connected.has(r))
+}
+
 /**
- * Waits until every rank has connected; `failed` ends the wait early with a reason, and
- * `explain` adds to the message of a wait that timed out.
+ * Waits until every rank has connected, saying every PROGRESS_MS what it waits for and what it
+ * has seen (`seen`: what the store shows, bounded in time). `failed` ends the wait early with a
+ * reason; so does every missing rank having said hello with another job token (`refusals`),
+ * which `tokenSource` names this controller's source of. A wait that times out says what
+ * `seen` shows then.
  */
-const awaitWorkers = (core: Core, o: CommonOptions, failed: () => string | undefined, explain: Effect.Effect<string> = Effect.succeed("")) =>
+const awaitWorkers = (core: Core, o: CommonOptions, waitingAt: string, failed: () => string | undefined, refusals?: Refusals, tokenSource?: string, seen: Effect.Effect<string> = Effect.succeed("")) =>
   Effect.gen(function* () {
-    const deadline = Date.now() + (o.startTimeoutMs ?? 60_000)
+    const timeoutMs = o.startTimeoutMs ?? 60_000
+    const started = Date.now(), deadline = started + timeoutMs
+    let nextProgress = started + PROGRESS_MS
+    let allRefusedSince: number | undefined
+    const progress = o.onProgress ?? ((line: string) => console.error(`monarch: ${line}`))
+    const connected = () => `${core.connected} of ${core.world} workers connected${core.connected > 0 ? ` (ranks [${core.workers.map((w) => w.rank)}])` : ""}`
     while (core.connected < core.world) {
       const why = failed()
       if (why) return yield* new StartError({ message: why })
-      if (Date.now() > deadline) return yield* new StartError({ message: `${core.connected} of ${core.world} workers connected within ${o.startTimeoutMs ?? 60_000} ms${yield* explain}` })
+      const missing = missingRanks(core)
+      if (refusals !== undefined && missing.every((r) => refusals.token.has(r))) {
+        allRefusedSince ??= Date.now()
+        if (Date.now() - allRefusedSince >= WRONG_TOKEN_GRACE_MS) {
+          const who = missing.map((r) => {
+            const { pid, host } = refusals.token.get(r)!
+            return `rank ${r} (${pid === undefined ? "" : `pid ${pid}, `}${host})`
+          }).join(", ")
+          return yield* new StartError({ message: `wrong job token: worker ${who} holds a token other than this controller's (from ${tokenSource}); give the controller and every worker the same MONARCH_TOKEN or MONARCH_TOKEN_FILE` })
+        }
+      } else allRefusedSince = undefined
+      if (Date.now() > deadline) return yield* new StartError({ message: `${connected()} within ${timeoutMs} ms${yield* seen}` })
+      if (Date.now() >= nextProgress) {
+        nextProgress += PROGRESS_MS
+        const refused = refusals === undefined || refusals.token.size === 0 ? ""
+          : `; refused handshakes with another job token from ranks [${[...refusals.token.keys()]}] (${[...refusals.token.values()].reduce((n, r) => n + r.count, 0)} in all)`
+        progress(`waiting ${Math.round((Date.now() - started) / 1000)} s of ${Math.round(timeoutMs / 1000)} s for ranks [${missing}] at ${waitingAt}: ${connected()}${refused}${yield* seen}`)
+      }
       yield* Effect.sleep("10 millis")
     }
   })
@@ -250,7 +317,10 @@ const makeApi = (core: Core): Effect.Effect<ControllerApi, never, Scope.Scope> =
     // One mesh per shape asked for: meshes are never deleted on the workers (Mesh.derive).
     const meshes = new Map<string, Mesh>()
     core.post(all, { _tag: "CreateStream", result: defaultStream.ref, default: true })
-    yield* Effect.forkScoped(Effect.sync(() => core.checkHangs()).pipe(Effect.repeat(Schedule.spaced("1 second"))))
+    // A timer that does not keep the process running (see Core's holdWhile).
+    const hangCheck = setInterval(() => core.checkHangs(), 1000)
+    hangCheck.unref()
+    yield* Effect.addFinalizer(() => Effect.sync(() => clearInterval(hangCheck)))
     return {
       world: core.world,
       device: core.device,
@@ -364,13 +434,14 @@ const startLocal = (o: LocalOptions): Effect.Effect<Workers, StartError, Launche
       },
       graceMs: 2000,
       onFailure: "keep-going",
+      holdsProcess: false,
     }).pipe(Effect.mapError((e) => new StartError({ message: e.message })))
     let firstExit: string | undefined
     job.onExit((e) => {
       firstExit ??= `worker ${e.rank} exited with status ${e.status} during start-up:\n${lines[e.rank]!.join("\n")}`
       core.onExit(e)
     })
-    yield* awaitWorkers(core, o, () => firstExit)
+    yield* awaitWorkers(core, o, listener.address, () => firstExit)
     yield* Effect.addFinalizer(() => Effect.gen(function* () {
       core.exit()
       yield* job.done.pipe(Effect.timeout("5 seconds"), Effect.ignore)
@@ -402,12 +473,13 @@ const attachWith = (o: Omit<AttachOptions, "store">, base: StoreApi | undefined)
   Effect.gen(function* () {
     const core = makeCore(o.world, o, 0)
     const token = yield* attachToken(o)
-    const refusals: string[] = []
+    const refusals = noRefusals()
     const listener = yield* listenFor(core, token, o, refusals)
     const prefix = o.prefix ?? "monarch"
     const store = base === undefined ? undefined : prefixStore(prefix, base)
     if (store !== undefined) yield* store.set("controller", listener.address).pipe(Effect.mapError((e) => new StartError({ message: e.message })))
-    yield* awaitWorkers(core, o, () => refusals[0], base === undefined ? Effect.succeed("") : whereWorkersAre(base, prefix, o.world))
+    const waitingAt = store === undefined ? listener.address : `${listener.address} (published as ${prefix}/controller in the store)`
+    yield* awaitWorkers(core, o, waitingAt, () => refusals.world[0], refusals, tokenSource(o), base === undefined ? Effect.succeed("") : whereWorkersAre(base, prefix, o.world))
     yield* Effect.addFinalizer(() => Effect.gen(function* () {
       core.exit()
       if (o.trace !== undefined) yield* writeTimeline(o.trace.path, o.trace.dir, o.world, 10_000)
@@ -431,12 +503,15 @@ const writeTimeline = (path: string, dir: string, world: number, waitMs: number)
   }).pipe(Effect.catchDefect((e) => Effect.sync(() => process.stderr.write(`monarch: could not write the timeline to ${path}: ${String(e)}\n`))))
 
 /**
- * For a start-up that timed out over a store: whether the workers' keys (each rank's world
- * communicator address, `<prefix>/comm/world/<rank>`) are under `prefix`, and if not, which of
- * the usual prefixes holds them. TCPStore cannot list keys, so the usual ones are probed.
+ * What the store shows of the workers, for a wait's progress and its timeout: whether the
+ * workers' keys (each rank's world communicator address, `<prefix>/comm/world/<rank>`) are under
+ * `prefix`, and if not, which of the usual prefixes holds them (TCPStore cannot list keys, so
+ * the usual ones are probed); or that the store does not answer. At most STORE_LOOK_MS.
  */
 const whereWorkersAre = (store: StoreApi, prefix: string, world: number): Effect.Effect<string> =>
   Effect.gen(function* () {
+    const alive = yield* Effect.result(store.check([`${prefix}/controller`]))
+    if (alive._tag === "Failure") return `; the store does not answer (${String((alive.failure as { message?: unknown }).message ?? alive.failure)})`
     const ours = prefix.split("/").at(-1) ?? "monarch"
     const candidates = [...new Set([prefix, "monarch", ours, ...[0, 1, 2, 3].flatMap((n) => [`/worker/attempt_${n}/${ours}`, `/worker/attempt_${n}/monarch`])])]
     const found: string[] = []
@@ -446,5 +521,7 @@ const whereWorkersAre = (store: StoreApi, prefix: string, world: number): Effect
       if (ranks.length > 0) found.push(`${p}/comm/world/{${ranks.join(",")}}`)
     }
     if (found.length === 0) return `; the store has no worker keys under "${prefix}" nor under the usual prefixes (${candidates.join(", ")}): have the workers reached this store?`
+    const under = found.find((f) => f.startsWith(`${prefix}/comm/world/{`))
+    if (under !== undefined) return `; the store has ${under}`
     return `; the store has no worker keys under "${prefix}" (prefix), it has: ${found.join(", ")}`
-  })
+  }).pipe(Effect.timeoutOrElse({ duration: STORE_LOOK_MS, orElse: () => Effect.succeed(`; the store did not answer within ${STORE_LOOK_MS} ms`) }))

@@ -5,7 +5,9 @@
  * dependency graph, completes a fetch once every rank its value depends on has passed what it
  * depends on (and no others), fails one that outlasts its deadline, turns worker reports and
  * lost workers into failures of exactly the results that need them, and reports commands that
- * hang.
+ * hang. Once a rank is lost, the survivors are told (PeerLost), and a collective or send whose
+ * group holds it is withheld from them (Withheld): it fails here at once, and no survivor waits
+ * out its comm timeout for the lost rank.
  */
 import { Effect, Result } from "effect"
 import { encodeMessageParts } from "../protocol/codec.ts"
@@ -167,6 +169,9 @@ export class Core {
   private readonly waiters: CapacityWaiter[] = []
   /** The recordings defined on the workers, kept within what a worker holds (compile evicts through it). */
   readonly recordings: RecordingBudget
+  /** Waits on the workers in progress (fetches, capacity waits), and the timer that keeps the process running meanwhile. */
+  private waitsOnWorkers = 0
+  private keepAlive: ReturnType<typeof setInterval> | undefined
 
   constructor(readonly options: CoreOptions) {
     this.world = options.world
@@ -213,9 +218,12 @@ export class Core {
       }
       case "FetchResult": {
         const pending = this.fetches.get(msg.ident)
-        if (!pending) return this.options.onProblem?.(`rank ${rank} sent a FetchResult for unknown ident ${msg.ident}`)
-        if (pending.answered) return
+        // A lost rank's last bytes can come after its exit was seen, and after that settled
+        // the fetch (its process exit raced its socket): nothing waits for them any more.
+        if (!pending) return this.graph.isLost(rank) ? undefined : this.options.onProblem?.(`rank ${rank} sent a FetchResult for unknown ident ${msg.ident}`)
         pending.values.set(rank, msg.value)
+        // Once answered, only a late fetch still counts what comes (see tryFinish).
+        if (pending.answered && !pending.late) return
         return this.tryFinish(msg.ident)
       }
       case "RemoteFunctionFailed": {
@@ -257,6 +265,8 @@ export class Core {
     this.outbox[rank] = []
     const exit = this.exits.get(rank)
     this.graph.lose(rank, (node) => new WorkerLost({ rank, status: exit?.status, signal: exit?.signal ?? undefined, ident: node.ident }))
+    // On its own frame, ahead of what is queued: a survivor acts on it even inside a command.
+    for (const link of this.links) link?.send({ _tag: "PeerLost", rank })
     for (const ident of [...this.fetches.keys()]) this.tryFinish(ident)
     this.wakeWaiters()
   }
@@ -281,12 +291,33 @@ export class Core {
    * draining the pipeline.
    */
   whenCapacity(ranks: ReadonlyArray<number>): Effect.Effect<void> {
-    return Effect.callback((resume) => {
-      if (this.inFlight(ranks) <= this.maxInFlight) return resume(Effect.void)
+    return Effect.callback((resumed) => {
+      if (this.inFlight(ranks) <= this.maxInFlight) return resumed(Effect.void)
+      const { resume, release } = this.holdWhile(resumed)
       this.waiters.push({ ranks, resume })
       this.statusWanted = true
       this.scheduleFlush()
+      return Effect.sync(release)
     })
+  }
+
+  /**
+   * Keeps the process running until `resume` is called (or the wait is interrupted: `release`).
+   * The workers' links and processes do not keep it running by themselves (holdsProcess), so a
+   * program that ended without closing its controller's scope (a defect past its finalizers)
+   * lets the process exit, taking its workers with it; a program waiting on them is held here.
+   */
+  private holdWhile<A, E>(resume: (e: Effect.Effect<A, E>) => void): { readonly resume: (e: Effect.Effect<A, E>) => void; readonly release: () => void } {
+    if (this.waitsOnWorkers++ === 0) this.keepAlive = setInterval(() => {}, 1 << 30)
+    let held = true
+    const release = () => {
+      if (!held) return
+      held = false
+      if (--this.waitsOnWorkers > 0) return
+      clearInterval(this.keepAlive)
+      this.keepAlive = undefined
+    }
+    return { resume: (e) => (release(), resume(e)), release }
   }
 
   private wakeWaiters(): void {
@@ -344,8 +375,22 @@ export class Core {
     if (this.tracing) return this.tracing.command(ranks, label, inputs, defines, site, make, exchange)
     const ident = this.nextIdent++
     const node = this.graph.add(ident, ranks, inputs, defines, label, site, exchange)
-    this.post(ranks, make(ident))
+    if (exchange !== undefined && this.graph.anyLost) this.postExchange(ranks, exchange, defines, ident, make(ident))
+    else this.post(ranks, make(ident))
     return node
+  }
+
+  /**
+   * Queues a command whose ranks exchange data after a rank was lost: a rank whose peers in it
+   * hold a lost one gets Withheld instead (the graph has failed its result already, with the
+   * lost rank's WorkerLost), so it does not wait for that rank.
+   */
+  private postExchange(ranks: ReadonlyArray<number>, exchange: Exchange, defines: ReadonlyArray<number>, ident: number, msg: WorkerMessage): void {
+    const withheld = ranks.filter((r) => !this.graph.isLost(r) && exchange.peers(r).some((p) => this.graph.isLost(p)))
+    if (withheld.length === 0) return this.post(ranks, msg)
+    const sent = ranks.filter((r) => !withheld.includes(r))
+    if (sent.length > 0) this.post(sent, msg)
+    this.post(withheld, { _tag: "Withheld", ident, refs: defines.map((id) => new Ref(id)) })
   }
 
   /**
@@ -359,7 +404,8 @@ export class Core {
    */
   fetch(ranks: ReadonlyArray<number>, inputs: ReadonlyArray<number>, label: string, site: CallSite | undefined, make: (ident: number) => WorkerMessage, deadlineMs = this.options.deadlineMs, late = false): Effect.Effect<ReadonlyArray<Value>, Failure | ControllerError> {
     if (this.tracing) return Effect.fail(this.tracing.refuseFetch(label))
-    return Effect.callback((resume) => {
+    return Effect.callback((resumed) => {
+      const { resume, release } = this.holdWhile(resumed)
       const node = this.command(ranks, label, inputs, [], site, make)
       const pending: PendingFetch = { node, values: new Map(), needs: this.graph.needs(node, ranks), resume, answered: false, deadline: undefined, late }
       this.fetches.set(node.ident, pending)
@@ -371,6 +417,7 @@ export class Core {
         pending.deadline = setTimeout(() => this.expire(pending, deadlineMs), deadlineMs)
         pending.deadline.unref?.()
       }
+      return Effect.sync(release)
     })
   }
 
@@ -387,24 +434,33 @@ export class Core {
     if (!complete) {
       // A lost worker's failure is final (nothing replaces a WorkerLost), so it is answered
       // now, not once the other ranks pass the fetch: one of them may be waiting out its comm
-      // timeout in a rendezvous or collective with the dead rank.
-      if (!lostEarly || pending.answered) return
+      // timeout in a rendezvous or collective with the dead rank. That holds for a rank lost
+      // before the fetch was issued too (it is in no rank's needs then, only in the failure).
+      if (pending.answered || !node.tainted) return
       const failure = this.graph.failureAt(node, node.ranks)
-      if (failure === undefined) return
+      if (failure === undefined || (!lostEarly && failure._tag !== "WorkerLost")) return
       pending.answered = true
       clearTimeout(pending.deadline)
       return resume(Effect.fail(failure))
     }
-    if (pending.late && !pending.answered && this.graph.failureAt(node, node.ranks) === undefined) {
-      const waitingFor = node.ranks.filter((r) => !values.has(r))
-      const lost = waitingFor.find((r) => this.graph.isLost(r))
-      if (lost === undefined && waitingFor.length > 0) return
-      if (lost !== undefined) {
-        const exit = this.exits.get(lost)
-        pending.answered = true
-        clearTimeout(pending.deadline)
-        this.fetches.delete(ident)
-        return resume(Effect.fail(new WorkerLost({ rank: lost, status: exit?.status, signal: exit?.signal ?? undefined, ident })))
+    if (pending.late) {
+      // Results that come after the ranks passed it: kept until every live rank has sent its
+      // own, even once failed, so a survivor's result (its file finished) is dropped quietly.
+      const owed = node.ranks.filter((r) => !values.has(r) && !this.graph.isLost(r))
+      if (pending.answered) {
+        if (owed.length === 0) this.fetches.delete(ident)
+        return
+      }
+      if (this.graph.failureAt(node, node.ranks) === undefined) {
+        const lost = node.ranks.find((r) => !values.has(r) && this.graph.isLost(r))
+        if (lost === undefined && owed.length > 0) return
+        if (lost !== undefined) {
+          const exit = this.exits.get(lost)
+          pending.answered = true
+          clearTimeout(pending.deadline)
+          if (owed.length === 0) this.fetches.delete(ident)
+          return resume(Effect.fail(new WorkerLost({ rank: lost, status: exit?.status, signal: exit?.signal ?? undefined, ident })))
+        }
       }
     }
     this.fetches.delete(ident)

@@ -293,6 +293,11 @@ export class Graph {
     return this.lost.has(rank)
   }
 
+  /** Whether any rank is lost. */
+  get anyLost(): boolean {
+    return this.lost.size > 0
+  }
+
   private trySettle(first: Node): void {
     // Most calls (every command issued and every one passed) find it still waiting.
     if (first.settled || first.waiting > 0 || first.pendingDeps > 0) return

@@ -39,6 +39,13 @@ export interface ListenerEvents {
   readonly onDisconnect: (rank: number) => void
   /** A frame from an admitted worker that did not decode, or a refused connection. */
   readonly onProblem: (problem: string) => void
+  /**
+   * A peer from `host` that holds another job token: a worker that closed the connection once
+   * it had the controller's proof (which did not hold with its token), or a WorkerHello whose
+   * proof does not hold. Refused, and reported to onProblem too. Workers retry, so one worker
+   * started with another token comes back many times.
+   */
+  readonly onWrongToken?: (peer: { readonly rank: number; readonly pid?: number }, host: string) => void
 }
 
 export interface ListenOptions extends ListenerEvents {
@@ -60,6 +67,8 @@ export interface ListenOptions extends ListenerEvents {
   readonly maxPendingConnections?: number
   /** A connection that has not finished the handshake this long after opening is closed (default 10 s). */
   readonly helloTimeoutMs?: number
+  /** Whether the listener and its links alone keep this process running (default true); false: they let it exit once nothing else holds it. */
+  readonly holdsProcess?: boolean
 }
 
 export { MAX_HELLO_BYTES } from "../net/handshake.ts"
@@ -77,6 +86,8 @@ interface State {
   transcript: Transcript | undefined
   /** Closes the connection unless the handshake ends in time. */
   helloTimer: ReturnType<typeof setTimeout> | undefined
+  /** Set when this end closes it before the handshake ends (a close then is no token refusal). */
+  refused: boolean
 }
 
 export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, Scope.Scope> =>
@@ -88,21 +99,25 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
     const pending = new Set<State>()
     const open = (socket: Socket<State>) => {
       socket.setNoDelay?.(true)
+      if (o.holdsProcess === false) socket.unref()
       if (pending.size >= maxPending) {
         const oldest = pending.values().next().value!
         pending.delete(oldest)
         o.onProblem(`closed the oldest of ${maxPending} connections that had not finished the handshake, to take a new one`)
+        oldest.refused = true
         oldest.conn.close()
       }
       const state: State = {
         link: undefined,
         transcript: undefined,
         helloTimer: undefined,
+        refused: false,
         conn: new Connection<ControllerMessage>(socket as Socket<unknown>, {
           decode: decodeControllerMessage,
           onMessage: (msg) => {
             if (state.link) return o.onMessage(state.link.hello.rank, msg)
             const refuse = (why: string) => {
+              state.refused = true
               clearTimeout(state.helloTimer)
               pending.delete(state)
               o.onProblem(`refused a connection ${why}`)
@@ -119,7 +134,10 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
             }
             if (msg._tag !== "WorkerHello") return refuse(`that answered the controller's proof with ${msg._tag}, not a WorkerHello`)
             if (msg.rank !== t.rank || msg.world !== t.world) return refuse(`whose WorkerHello (rank ${msg.rank} of ${msg.world}) is not its challenge's (rank ${t.rank} of ${t.world})`)
-            if (!proves(msg.proof, o.token, "worker", t)) return refuse("whose WorkerHello did not prove it holds the job token")
+            if (!proves(msg.proof, o.token, "worker", t)) {
+              o.onWrongToken?.({ rank: msg.rank, pid: msg.pid }, socket.remoteAddress || "local")
+              return refuse("whose WorkerHello did not prove it holds the job token")
+            }
             clearTimeout(state.helloTimer)
             pending.delete(state)
             const link: WorkerLink = {
@@ -140,6 +158,7 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
           onInvalid: (e) => {
             if (!state.link) {
               o.onProblem(`refused a connection that sent an invalid frame before its handshake ended: ${e.message}`)
+              state.refused = true
               return state.conn.close()
             }
             o.onProblem(`rank ${state.link.hello.rank} sent an invalid frame: ${e.message}`)
@@ -148,6 +167,11 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
             clearTimeout(state.helloTimer)
             pending.delete(state)
             if (state.link) o.onDisconnect(state.link.hello.rank)
+            // A worker closes after the controller's proof when that proof fails with its token.
+            else if (state.transcript !== undefined && !state.refused) {
+              o.onProblem(`a worker claiming rank ${state.transcript.rank} closed the connection on the controller's proof: it holds another job token`)
+              o.onWrongToken?.({ rank: state.transcript.rank }, socket.remoteAddress || "local")
+            }
           },
         }, o.maxHelloBytes ?? MAX_HELLO_BYTES),
       }
@@ -157,6 +181,7 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
       state.helloTimer = setTimeout(() => {
         if (state.link !== undefined || state.conn.closed) return
         o.onProblem(`refused a connection that did not finish the handshake within ${helloTimeoutMs} ms`)
+        state.refused = true
         state.conn.close()
       }, helloTimeoutMs)
       state.helloTimer.unref?.()
@@ -178,6 +203,7 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
       }),
       (s) => Effect.sync(() => s.stop(true)),
     )
+    if (o.holdsProcess === false) server.unref()
     return { address: o.unix === undefined ? `${host}:${(server as { port: number }).port}` : `unix:${o.unix}` }
   })
 

@@ -8,6 +8,9 @@
 import type { Subprocess } from "bun"
 import { Context, Data, Deferred, Effect, Layer, type Scope } from "effect"
 import { randomBytes } from "node:crypto"
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
 import { readToken } from "../net/token.ts"
 import { startServer } from "../store/server.ts"
 
@@ -32,6 +35,13 @@ export interface LaunchOptions {
    * running (a controller that supervises its workers and fails only what needed it).
    */
   readonly onFailure?: "stop-all" | "keep-going"
+  /**
+   * Whether the job alone keeps this process running (default true, as the command line
+   * needs). False: its processes, their output and its store let this process exit once
+   * nothing else holds it (Controller.local, whose program's own waits hold it), and they are
+   * killed when it exits.
+   */
+  readonly holdsProcess?: boolean
 }
 
 /** How one process ended: its exit code, or 128 + signal number. */
@@ -82,11 +92,11 @@ export const launch = (options: LaunchOptions): Effect.Effect<Job, LaunchError, 
     if (options.command.length === 0) return yield* new LaunchError({ message: "no program to run" })
     const host = options.host ?? "127.0.0.1"
     const store = yield* Effect.acquireRelease(
-      Effect.try({ try: () => startServer({ host, port: options.storePort ?? 0 }), catch: (e) => new LaunchError({ message: `store: ${(e as Error).message}` }) }),
+      Effect.try({ try: () => startServer({ host, port: options.storePort ?? 0, holdsProcess: options.holdsProcess ?? true }), catch: (e) => new LaunchError({ message: `store: ${(e as Error).message}` }) }),
       (s) => Effect.sync(s.stop),
     )
-    // The caller's token (MONARCH_TOKEN or MONARCH_TOKEN_FILE), so that a controller given the same can attach.
-    const given = options.env?.MONARCH_TOKEN === undefined ? readToken() : { token: options.env.MONARCH_TOKEN }
+    // The caller's token (MONARCH_TOKEN or MONARCH_TOKEN_FILE, in `env` or this process's), so that a controller given the same can attach.
+    const given = readToken({ ...process.env, ...options.env })
     if ("problem" in given) return yield* new LaunchError({ message: given.problem })
     const token = given.token ?? randomBytes(16).toString("hex")
     const onLine = options.onLine ?? defaultOnLine
@@ -131,12 +141,17 @@ export const launch = (options: LaunchOptions): Effect.Effect<Job, LaunchError, 
         catch: (e) => new LaunchError({ message: `starting rank ${rank} (${options.command[0]}): ${(e as Error).message}` }),
       })
       procs.push(p)
+      if (options.holdsProcess === false) p.unref()
       void pipeLines(p.stdout, (l) => onLine(rank, l, "stdout"))
       void pipeLines(p.stderr, (l) => onLine(rank, l, "stderr"))
       void p.exited.then(exited(rank, p))
     }
 
+    // A process that exits without closing the scope (a program that died past its finalizers) takes its job with it.
+    const killOnExit = () => stopAll("SIGKILL")
+    if (options.holdsProcess === false) process.on("exit", killOnExit)
     yield* Effect.addFinalizer(() => Effect.promise(async () => {
+      process.off("exit", killOnExit)
       stopAll("SIGTERM")
       const kill = setTimeout(() => stopAll("SIGKILL"), graceMs)
       await Promise.all(procs.map((p) => p.exited))
@@ -152,6 +167,20 @@ export const launch = (options: LaunchOptions): Effect.Effect<Job, LaunchError, 
       signal: stopAll,
     } satisfies Job
   })
+
+/** The token the caller gave, or a new one in a file of its own (MONARCH_TOKEN_FILE), removed with the scope. */
+export const jobToken: Effect.Effect<{ readonly MONARCH_TOKEN_FILE?: string }, LaunchError, Scope.Scope> = Effect.gen(function* () {
+  const given = readToken()
+  if ("problem" in given) return yield* new LaunchError({ message: given.problem })
+  if (given.token !== undefined) return {}
+  const dir = yield* Effect.acquireRelease(
+    Effect.sync(() => mkdtempSync(join(tmpdir(), "monarch-job-"))),
+    (d) => Effect.sync(() => rmSync(d, { recursive: true, force: true })),
+  )
+  const file = join(dir, "token")
+  writeFileSync(file, `${randomBytes(16).toString("hex")}\n`, { mode: 0o600 })
+  return { MONARCH_TOKEN_FILE: file }
+})
 
 /**
  * Starting workers as a service, so a controller program can swap in its own way of

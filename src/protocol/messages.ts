@@ -201,6 +201,20 @@ export const WORKER_MESSAGES = {
    */
   ControllerProof: message(18, [["nonce", nonceField], ["proof", proofField, "HMAC-SHA256 keyed by the job token"]]),
   /**
+   * Rank `rank` is gone (the controller saw it exit or disconnect). The worker acts on it as soon
+   * as it arrives, even while a command runs: a rendezvous or collective waiting for that rank
+   * fails now (CommError peer-lost) instead of at the comm timeout, and so does every later one
+   * whose group holds it, so the commands behind it run at once. Sent on its own, outside any
+   * CommandGroup.
+   */
+  PeerLost: message(19, [["rank", uintField]]),
+  /**
+   * Command `ident` was not sent to this rank: its group holds a rank the controller knows is
+   * lost, and the controller already failed it. Defines `refs` (what the command would have
+   * defined here) as failed at `ident`, reporting nothing.
+   */
+  Withheld: message(20, [["ident", identField], ["refs", refList]]),
+  /**
    * Checkpoints (codes 40..44; paths are relative to the worker's checkpoint root, which it never
    * writes or reads outside of). Copies `tensors` to host memory now, a snapshot later commands
    * cannot change, then writes those whose `writers` list this rank as
@@ -308,6 +322,8 @@ export type SendTensor = MessageOf<"SendTensor">
 export type DefineRecording = MessageOf<"DefineRecording">
 export type CallRecording = MessageOf<"CallRecording">
 export type DeleteRecording = MessageOf<"DeleteRecording">
+export type PeerLost = MessageOf<"PeerLost">
+export type Withheld = MessageOf<"Withheld">
 export type SaveShards = MessageOf<"SaveShards">
 export type CommitCheckpoint = MessageOf<"CommitCheckpoint">
 export type ReadCheckpoint = MessageOf<"ReadCheckpoint">

@@ -294,7 +294,8 @@ export const makeClient = Effect.fnUntraced(function* (options: ClientOptions) {
         c.close("bad WAIT reply")
         return yield* failure("Protocol", `WAIT answered ${r.value}`)
       }
-      const timedOut = new StoreTimeout({ keys: wire.map(textOf), timeoutMs })
+      // The keys as the caller named them; the wire form adds the client's own "/" in front.
+      const timedOut = new StoreTimeout({ keys: [...keys], timeoutMs })
       if (dialect === "1.13") {
         c.close("a timed-out WAIT poisons a 1.13 connection")
         return yield* timedOut

@@ -50,6 +50,8 @@ export interface ServerOptions {
   readonly maxBufferedBytes?: number
   /** Connections open at once; one more is closed at once (default MAX_CONNECTIONS). */
   readonly maxConnections?: number
+  /** Whether the store alone keeps this process running (default true); false: it lets the process exit once nothing else holds it. */
+  readonly holdsProcess?: boolean
 }
 
 /**
@@ -360,6 +362,7 @@ export const startServer = (options: ServerOptions = {}): RunningServer => {
       binaryType: "uint8array",
       open(socket) {
         socket.setNoDelay(true)
+        if (options.holdsProcess === false) socket.unref()
         const conn = (socket.data = new Conn(socket))
         if (++connections <= maxConnections) return void account(conn)
         console.warn(`store server: closing a new connection: ${maxConnections} are open (ServerOptions.maxConnections)`)
@@ -393,6 +396,7 @@ export const startServer = (options: ServerOptions = {}): RunningServer => {
       },
     },
   })
+  if (options.holdsProcess === false) listener.unref()
 
   return {
     host,

@@ -38,6 +38,8 @@ export interface LinkOptions {
   readonly proofTimeoutMs?: number
   /** Called for each frame refused, after the ProtocolError reply went out. */
   readonly onInvalid?: (message: string) => void
+  /** Called for a PeerLost as it arrives, ahead of the commands queued before it (which may be waiting for that rank). */
+  readonly onPeerLost: (rank: number) => void
 }
 
 /** Whether a message is, or holds, an Exit. */
@@ -85,6 +87,7 @@ export const connectController = (o: LinkOptions): Effect.Effect<ControllerLink,
                     return handshake.resolve(undefined)
                   }
                   commands = true
+                  if (m._tag === "PeerLost") return o.onPeerLost(m.rank)
                   if (holdsExit(m)) exitReceived = true
                   Queue.offerUnsafe(messages, m)
                 },

@@ -153,6 +153,10 @@ export const runWorker = (config: WorkerConfig): Effect.Effect<WorkerEnd, unknow
           token: config.token,
           hello: { rank: config.rank, world: config.world, pid: process.pid, device: native.device },
           onInvalid: (message) => log(Effect.logWarning(`refused a frame: ${message}`)),
+          onPeerLost: (rank) => {
+            log(Effect.logInfo(`the controller reported rank ${rank} lost: collectives and sends with it fail at once`))
+            comms.peerLost(rank)
+          },
         })
         waiting = false
         yield* Effect.logInfo(`connected to the controller at ${address}`)

@@ -15,7 +15,7 @@ import { encode, inputBytes, inputs, reduced, reducedBytes, type Scalar } from "
 
 /** A line a worker prints: a check's outcome, or an event the test waits for. */
 export type WorkerLine =
-  | { readonly check: string; readonly ok: boolean; readonly detail?: string }
+  | { readonly check: string; readonly ok: boolean; readonly detail?: string; readonly ms?: number }
   | { readonly event: string; readonly [key: string]: unknown }
 
 export interface Worker {
@@ -414,8 +414,11 @@ const diesBeforeConnect = async (w: Worker): Promise<void> => {
  * (a little, or across a path's size threshold), dtype, reduce op or root, in every collective
  * and in a transfer. Every member the disagreement touches fails the call with Invalid naming
  * both sides, before anything moves (Gloo would abort the process on a size it did not expect),
- * the others' transfers complete, and the comm then all-reduces correctly.
+ * within DISAGREEMENT_MS (the agreement, not the comm timeout, ends it), the others' transfers
+ * complete, and the comm then all-reduces correctly.
  */
+export const DISAGREEMENT_MS = 2000
+
 const disagreeing = async (w: Worker): Promise<void> => {
   const { rank, size } = w
   const all = range(size)
@@ -427,16 +430,19 @@ const disagreeing = async (w: Worker): Promise<void> => {
   /** f fails on this member with the disagreement; then the comm still all-reduces right. */
   const expectDisagreement = (check: string, f: () => void, fails = true, own?: ShimReason): void => {
     let error: unknown
+    const start = performance.now()
     try {
       f()
     } catch (e) {
       error = e
     }
+    const ms = performance.now() - start
     const said = error instanceof ShimError ? `${error.reason}: ${error.message}` : String(error)
-    const ok = !fails ? error === undefined
+    const right = !fails ? error === undefined
       : own !== undefined && odd ? error instanceof ShimError && error.reason === own && !error.message.includes("members disagree")
       : error instanceof ShimError && error.reason === "Invalid" && error.message.includes("members disagree")
-    emit(ok ? { check, ok } : { check, ok, detail: error === undefined ? "succeeded" : said })
+    const ok = right && ms < DISAGREEMENT_MS
+    emit(ok ? { check, ok, ms } : { check, ok, ms, detail: `${error === undefined ? "succeeded" : said} after ${Math.round(ms)} ms` })
     const n = 3 + (round++ % 5)
     using x = t.upload("f32", [n], inputs("f32", "sum", rank, n, round))
     try {
@@ -460,6 +466,9 @@ const disagreeing = async (w: Worker): Promise<void> => {
   {
     using x = t.upload("f32", [4], inputs("f32", "sum", rank, 4, 3))
     expectDisagreement("all_reduce: op", () => comm.allReduce(x, x, odd ? "max" : "sum"))
+    using m = t.upload("f32", [size * 2], inputs("f32", "sum", rank, size * 2, 3))
+    using part = t.empty("f32", [2])
+    expectDisagreement("reduce_scatter: op", () => comm.reduceScatter(part, m, odd ? "min" : "sum"))
   }
   for (const [what, n, dtype] of [["count", counts(5, 7), "i32"], ["count, large", counts(5, LARGE), "i32"], ["dtype", 5, odd ? "i64" : "i32"], ["empty", counts(0, 5), "i32"]] as const) {
     using input = t.upload(dtype, [n], inputs(dtype, "none", rank, n, 4))

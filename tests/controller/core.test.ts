@@ -67,3 +67,40 @@ test(`a long synchronous burst goes out every FLUSH_EVERY (${FLUSH_EVERY}) messa
     expect(idents).toEqual(Array.from({ length: total }, (_, i) => i))
   }
 })
+
+/** A core of two ranks whose problems are kept, with both links admitted. */
+const twoRanks = () => {
+  const problems: string[] = []
+  const core = new Core({ world: 2, captureSites: false, onProblem: (p) => void problems.push(p) })
+  for (const r of [0, 1]) core.admit(recordingLink(r, 2, []))
+  return { core, problems }
+}
+const deleteRefs = (ident: number): WorkerMessage => ({ _tag: "DeleteRefs", refs: [ident] })
+
+test("a lost rank's FetchResult that comes after its exit settled the fetch is dropped quietly (its exit raced its socket)", async () => {
+  const { core, problems } = twoRanks()
+  const fetched = Effect.runPromise(Effect.flip(core.fetch([0, 1], [], "fetch", undefined, deleteRefs)))
+  const ident = core.graph.live.keys().next().value!
+  core.onExit({ rank: 0, status: 137, signal: "SIGKILL" })
+  expect(await fetched).toMatchObject({ _tag: "WorkerLost", rank: 0 })
+  core.onMessage(1, { _tag: "FetchResult", ident, value: 1 })
+  core.onMessage(1, { _tag: "Status", firstUncompletedIdent: ident + 1 })
+  // Rank 0's last bytes, sent before it was killed, read after its exit was seen.
+  core.onMessage(0, { _tag: "FetchResult", ident, value: 0 })
+  expect(problems).toEqual([])
+  // A live rank's answer to an ident nothing waits for is still a problem worth saying.
+  core.onMessage(1, { _tag: "FetchResult", ident, value: 1 })
+  expect(problems).toEqual([`rank 1 sent a FetchResult for unknown ident ${ident}`])
+})
+
+test("a late fetch (a checkpoint's files) failed by a lost rank still takes a survivor's later result quietly", async () => {
+  const { core, problems } = twoRanks()
+  const fetched = Effect.runPromise(Effect.flip(core.fetch([0, 1], [], "save", undefined, deleteRefs, undefined, true)))
+  const ident = core.graph.live.keys().next().value!
+  for (const r of [0, 1]) core.onMessage(r, { _tag: "Status", firstUncompletedIdent: ident + 1 })
+  core.onExit({ rank: 1, status: 137, signal: "SIGKILL" })
+  expect(await fetched).toMatchObject({ _tag: "WorkerLost", rank: 1 })
+  // Rank 0's file is durable now.
+  core.onMessage(0, { _tag: "FetchResult", ident, value: { file: "rank-0.safetensors" } })
+  expect(problems).toEqual([])
+})

@@ -5,7 +5,9 @@
  * times measured from fault to error. faults.test.ts runs the same scenarios.
  */
 import { BACKLOG, controllerAndStoreKilled, controllerKilled, controllerReplacedThroughStore, listenerRebound, ORPHAN_TIMEOUT_MS } from "./controller_loss.ts"
+import { COMM_TIMEOUT_MS as DISAGREE_COMM_TIMEOUT_MS, DISAGREEMENT_MS, disagreeOnOpAndRoot } from "./disagree.ts"
 import { COMM_TIMEOUT_MS, killWorker } from "./kill.ts"
+import { COMM_TIMEOUT_MS as LOSS_COMM_TIMEOUT_MS, collectiveAfterLoss, supervisedAfterLoss } from "./peer_lost.ts"
 import { defaultLimit, LIMIT_MIB, overTheLimit } from "./memory.ts"
 import { COMM_TIMEOUT_MS as PRECISE_COMM_TIMEOUT_MS, DEADLINE_MS, lostRankPrecisely, stoppedWorker } from "./precise.ts"
 import { controllerKeyNeverSet, missingKey, STORE_TIMEOUT_MS, storeKilled } from "./store_loss.ts"
@@ -34,17 +36,17 @@ export const scenarios: ReadonlyArray<Scenario> = [
   },
   {
     check: `kill -9 of rank 3 while rank 2 opens their group's communicator (rendezvous, ${comm})`,
-    outcome: "fetch: WorkerLost rank 3 at once; rank 2 reported CommError (rendezvous) at its comm timeout; earlier fetches, other row intact",
+    outcome: "fetch: WorkerLost rank 3 at once; rank 2, told of the loss, reported CommError (rendezvous) at once; earlier fetches, other row intact",
     tries: { default: 1, long: 10 }, tryMs: 30_000, once: () => killWorker("blocked, group not yet opened"),
   },
   {
     check: `kill -9 of rank 3 inside an all_reduce rank 2 joins 0.7 s later (${comm})`,
-    outcome: "fetch: WorkerLost rank 3 (137, SIGKILL) at once; rank 2 went on (CommError, or the all_reduce completed with rank 3's input already in); earlier fetches, other row intact",
+    outcome: "fetch: WorkerLost rank 3 (137, SIGKILL) at once; rank 2 went on (CommError: rank 3 reported lost before it joined, or the transport saw it go; or the all_reduce completed with rank 3's input already in); earlier fetches, other row intact",
     tries: { default: 2, long: 10 }, tryMs: 30_000, once: () => killWorker("inside a collective"),
   },
   {
     check: `kill -9 of rank 3 inside an all_reduce rank 2 joins 0.7 s later, Gloo TCP only (MONARCH_COMM_SHM=0, ${comm})`,
-    outcome: "fetch: WorkerLost rank 3 (137, SIGKILL) at once; rank 2 reported CommError (shim_all_reduce) on joining; earlier fetches, other row intact",
+    outcome: "fetch: WorkerLost rank 3 (137, SIGKILL) at once; rank 2 reported CommError on joining (rank 3 reported lost, or shim_all_reduce); earlier fetches, other row intact",
     tries: { default: 1, long: 10 }, tryMs: 30_000, once: () => killWorker("inside a collective", true),
   },
   {
@@ -56,6 +58,21 @@ export const scenarios: ReadonlyArray<Scenario> = [
     check: "kill -9 of rank 3 idle between commands",
     outcome: "next fetch from it: WorkerLost rank 3 (137, SIGKILL); earlier fetches, other row intact",
     tries: { default: 2, long: 10 }, tryMs: 30_000, once: () => killWorker("idle"),
+  },
+  {
+    check: `kill -9 of rank 1 while rank 0 waits for it in a dp all_reduce's rendezvous, rank-local work queued behind (dp=2, comm timeout ${LOSS_COMM_TIMEOUT_MS / 1000} s)`,
+    outcome: "fetch: WorkerLost rank 1; rank 0's queued rank-local work answered; an all_reduce issued after the loss failed WorkerLost rank 1 at once, not sent to rank 0; rank 0's values intact",
+    tries: { default: 1, long: 10 }, tryMs: 3 * LOSS_COMM_TIMEOUT_MS, once: collectiveAfterLoss,
+  },
+  {
+    check: `supervise: kill -9 of rank 1, then the body's dp all_reduce (dp=2, comm timeout ${LOSS_COMM_TIMEOUT_MS / 1000} s)`,
+    outcome: "the body failed WorkerLost rank 1 at once, ran again on fresh workers and all-reduced",
+    tries: { default: 1, long: 10 }, tryMs: 3 * LOSS_COMM_TIMEOUT_MS, once: supervisedAfterLoss,
+  },
+  {
+    check: `members disagreeing on an all_reduce's or reduce_scatter's op, or a broadcast's root (2 members, shared memory and TCP, comm timeout ${DISAGREE_COMM_TIMEOUT_MS / 1000} s)`,
+    outcome: `every member failed each call with "members disagree" within ${DISAGREEMENT_MS / 1000} s, then all-reduced right`,
+    tries: { default: 1, long: 10 }, tryMs: 60_000, once: disagreeOnOpAndRoot,
   },
   {
     check: "kill -9 of rank 3 with work in flight on the whole 2x2 mesh",
@@ -99,7 +116,7 @@ export const scenarios: ReadonlyArray<Scenario> = [
   },
   {
     check: `worker with no CONTROLLER_ADDR and no controller key in the store (${store})`,
-    outcome: "start-up failed after MONARCH_CONNECT_TIMEOUT_MS, the log naming the missing /monarch/controller, non-zero exit",
+    outcome: "start-up failed after MONARCH_CONNECT_TIMEOUT_MS, the log naming the missing monarch/controller, non-zero exit",
     tries: { default: 1, long: 10 }, tryMs: 40_000, once: controllerKeyNeverSet,
   },
   {

@@ -81,7 +81,7 @@ export const controllerKeyNeverSet = (): Promise<Trial> =>
       t.check(end!.status !== 0, `the worker exited with status ${end!.status}`)
       t.facts.push(`exit status ${end!.status}`)
       const log = worker!.lines.map((l) => l.text).join("\n")
-      t.check(log.includes(`no controller admitted this worker within ${STORE_TIMEOUT_MS} ms`) && log.includes("no controller address in the store yet (/monarch/controller)"), `its log does not name the connect timeout and the missing key:\n${worker!.tail()}`)
+      t.check(log.includes(`no controller admitted this worker within ${STORE_TIMEOUT_MS} ms`) && log.includes("no controller address in the store yet (monarch/controller)"), `its log does not name the connect timeout and the missing key:\n${worker!.tail()}`)
       t.check(took >= STORE_TIMEOUT_MS * 0.9 && took < STORE_TIMEOUT_MS + SLACK_MS, `it gave up ${Math.round(took)} ms into the wait (connect timeout ${STORE_TIMEOUT_MS} ms)`)
     } finally {
       await stopAll([worker])
@@ -101,7 +101,7 @@ export const missingKey = (): Promise<Trial> =>
         const took = t.figure("get→StoreTimeout", performance.now() - startedAt)
         if (t.check(error instanceof StoreTimeout, `get failed with ${error}`)) {
           const e = error as StoreTimeout
-          t.check(e.keys.includes("/jobs/7/never-set") && e.timeoutMs === STORE_TIMEOUT_MS && e.message.includes("/jobs/7/never-set"), `StoreTimeout does not name the key: ${e.message}`)
+          t.check(e.keys.includes("jobs/7/never-set") && e.timeoutMs === STORE_TIMEOUT_MS && e.message.includes("jobs/7/never-set"), `StoreTimeout does not name the key: ${e.message}`)
         }
         t.check(took >= STORE_TIMEOUT_MS * 0.9 && took < STORE_TIMEOUT_MS + SLACK_MS, `get gave up after ${Math.round(took)} ms (timeout ${STORE_TIMEOUT_MS} ms)`)
         // The client is still usable afterwards.

@@ -2,6 +2,7 @@
  * The program the launcher tests start: `bun tests/launch/child.ts <mode>`, one behaviour per
  * mode, reporting what it saw as lines on stdout (the launcher prefixes them with the rank).
  *   env     prints the launcher's variables as one JSON line
+ *   env-wait  the same, then sleeps for a minute
  *   lines   prints three numbered lines, one of them on stderr, and a partial last line
  *   fail    prints its pid; rank 1 exits 3 once every rank is up, the others sleep for a minute
  *   signal  prints "ready", then on SIGTERM/SIGINT prints which and exits 128 + its number
@@ -24,7 +25,9 @@ const NAMES = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "STORE_HO
 
 switch (mode) {
   case "env":
+  case "env-wait":
     console.log(JSON.stringify(Object.fromEntries(NAMES.map((n) => [n, process.env[n] ?? null]))))
+    if (mode === "env-wait") await Bun.sleep(60_000)
     break
   case "lines":
     console.log(`line 1 of ${rank}`)

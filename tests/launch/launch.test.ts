@@ -3,7 +3,7 @@
 // exit status and signals.
 import { describe, expect, test } from "bun:test"
 import type { Subprocess } from "bun"
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs"
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { Controller } from "../../src/controller/index.ts"
@@ -101,6 +101,25 @@ describe("launch: environment", () => {
       expect(env).toMatchObject({ STORE_PORT: String(port), MASTER_PORT: String(port), MONARCH_TOKEN: "caller-token", RANK: String(r) })
     }
   }, 20_000)
+
+  test("given no token, it writes the one it made to a file only its user reads, says where on stderr, and removes it at the end", async () => {
+    const { MONARCH_TOKEN: _, MONARCH_TOKEN_FILE: __, ...env } = process.env
+    const proc = Bun.spawn([BUN, "run", LAUNCH, "--nproc", "2", "--", ...child("env-wait")], { env, stdin: "ignore", stdout: "pipe", stderr: "pipe" })
+    const l = new Launcher(proc)
+    const deadline = performance.now() + 15_000
+    while ((fromRank(l.stdout, 0).length === 0 || fromRank(l.stdout, 1).length === 0 || !l.stderr.some((x) => x.startsWith("launch: store at"))) && performance.now() < deadline) await Bun.sleep(20)
+    const said = l.stderr.find((x) => x.startsWith("launch: store at"))
+    const file = /the job's token is in (\S+) \(a controller attaches with MONARCH_TOKEN_FILE=\1;/.exec(said ?? "")?.[1]
+    expect(file, `stderr: ${l.stderr.join("\n")}`).toBeDefined()
+    const token = JSON.parse(fromRank(l.stdout, 0)[0]!).MONARCH_TOKEN
+    expect(token).toMatch(/^[0-9a-f]{32}$/)
+    expect(JSON.parse(fromRank(l.stdout, 1)[0]!).MONARCH_TOKEN).toBe(token)
+    expect(readFileSync(file!, "utf8").trim()).toBe(token)
+    expect(statSync(file!).mode & 0o777).toBe(0o600)
+    proc.kill("SIGTERM")
+    await l.status
+    expect(existsSync(file!)).toBe(false)
+  }, 30_000)
 
   test("two jobs at once get different stores and tokens", async () => {
     const [a, b] = [Launcher.start(["--nproc", "1"], child("env")), Launcher.start(["--nproc", "1"], child("env"))]

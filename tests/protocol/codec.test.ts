@@ -65,6 +65,8 @@ const workerSamples: WorkerMessage[] = [
   },
   { _tag: "CallRecording", ident: 40, recording: 3, results: [new Ref(200)], actuals: [new Ref(11), new Ref(12)], params: [0.125] },
   { _tag: "DeleteRecording", recording: 3 },
+  { _tag: "PeerLost", rank: 2 },
+  { _tag: "Withheld", ident: 41, refs: [new Ref(7), new Ref(8)] },
   callFunction,
   // A user function's declared results, one undeclared.
   { ...callFunction, function: "fns:pair", declared: [{ dtype: "bf16", shape: [2, 0, 3] }, null] },
@@ -136,10 +138,10 @@ const placedAt = (bytes: Uint8Array, offset: number): Uint8Array => {
 }
 
 describe("round trip", () => {
-  test("the samples cover all 30 messages", () => {
+  test("the samples cover all 32 messages", () => {
     const tags = new Set([...workerSamples, ...controllerSamples].map((m) => m._tag))
     expect(([...tags] as string[]).sort()).toEqual(Object.keys(MESSAGE_CODES).sort())
-    expect(tags.size).toBe(30)
+    expect(tags.size).toBe(32)
   })
 
   for (const m of workerSamples) {

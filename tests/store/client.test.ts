@@ -177,7 +177,7 @@ test("WAIT_CANCELED alone: StoreTimeout, and the stream stays in step", () => {
   return run(
     Effect.gen(function* () {
       const c = yield* makeClient({ port: fake.port, dialect: "2.x", timeout: 5000 })
-      expect(yield* Effect.flip(c.wait(["k"], 100))).toMatchObject({ _tag: "StoreTimeout", keys: ["/k"] })
+      expect(yield* Effect.flip(c.wait(["k"], 100))).toMatchObject({ _tag: "StoreTimeout", keys: ["k"] })
       expect(yield* c.numKeys).toBe(42)
       yield* c.ping
     }).pipe(Effect.ensuring(Effect.sync(() => fake.stop(true)))),

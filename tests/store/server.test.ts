@@ -3,6 +3,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { Effect, Fiber } from "effect"
 import { makeClient } from "../../src/store/client.ts"
+import { prefixStore } from "../../src/store/prefix.ts"
 import { StoreError, StoreTimeout } from "../../src/store/errors.ts"
 import { type RunningServer, startServer } from "../../src/store/server.ts"
 import type { Dialect } from "../../src/store/wire.ts"
@@ -111,11 +112,17 @@ describe.each(["1.13", "2.x"] as const)("our client forced to %s", (dialect) => 
         const e = yield* Effect.flip(c.wait([a, b], 150))
         expect(performance.now() - t0).toBeGreaterThanOrEqual(140)
         expect(e).toBeInstanceOf(StoreTimeout)
-        expect(e).toMatchObject({ _tag: "StoreTimeout", keys: [`/${a}`, `/${b}`], timeoutMs: 150 })
-        expect(e.message).toContain(`/${b}`)
+        expect(e).toMatchObject({ _tag: "StoreTimeout", keys: [a, b], timeoutMs: 150 })
+        expect(e.message).toContain(b)
         expect(e.message).toContain("150 ms")
         const g = yield* Effect.flip(c.get(fresh("tg"), "120 millis"))
         expect(g).toMatchObject({ _tag: "StoreTimeout", timeoutMs: 120 })
+        // Under torchrun's agent prefix the keys read as the worker names them: the client's own
+        // leading "/" on the wire is not part of them (no "//worker/...").
+        const agent = prefixStore("/worker/attempt_0/monarch", c)
+        const h = yield* Effect.flip(agent.get("controller", "100 millis"))
+        expect(h).toMatchObject({ _tag: "StoreTimeout", keys: ["/worker/attempt_0/monarch/controller"] })
+        expect(h.message).not.toContain("//")
       }),
     ))
 

@@ -88,7 +88,7 @@ describeUnless(torch.ok ? undefined : torch.reason)("our client, torch.distribut
         const c = yield* client()
         const other = yield* client()
         const e = yield* Effect.flip(c.wait(["late"], 150))
-        expect(e).toMatchObject({ _tag: "StoreTimeout", keys: ["/late"], timeoutMs: 150 })
+        expect(e).toMatchObject({ _tag: "StoreTimeout", keys: ["late"], timeoutMs: 150 })
         yield* other.set("late", "x")
         yield* Effect.sleep(50) // torch's server sends the stale STOP_WAITING here
         expect(yield* c.numKeys).toBe(yield* other.numKeys)

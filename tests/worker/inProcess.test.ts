@@ -130,6 +130,25 @@ describe("what a rank asks of its communicator", () => {
   })
 })
 
+describe("a rank the controller reported lost", () => {
+  test("a send to it fails at once, posting no p2p op", async () => {
+    await w.dispatch(call(0, [40], "ops.full", [[2], 5]))
+    await w.dispatch({ _tag: "PeerLost", rank: 3 })
+    await w.dispatch(send(1, 41, NDSlice.contiguous([1]), new NDSlice(3, [1], [1]), 40, factory([2])))
+    expect(w.calls.filter((c) => c.op === "p2p"), "a send to a rank reported lost went to the transport").toEqual([])
+    expect(failures().map((m) => [m.ident, m.error.type, m.error.reason, m.error.message])).toEqual([[1, "CommError", "peer-lost", "SendTensor 1 needs rank 3, which the controller reported lost (group of ranks [3])"]])
+  })
+
+  test("Withheld defines the command's refs as failed at its ident and reports nothing", async () => {
+    await w.dispatch({ _tag: "Withheld", ident: 4, refs: [ref(50)] })
+    expect(w.session.firstUncompletedIdent).toBe(5)
+    await w.dispatch(call(5, [51], "ops.add", [ref(50), 1]))
+    await w.dispatch(fetch(6, ref(51)))
+    expect(failures(), "a command reading a withheld result failed at its root (UnknownRef) instead of depending on the withheld command").toEqual([])
+    expect(w.sent.some((m) => m._tag === "FetchResult")).toBe(false)
+  })
+})
+
 describe("a function's results", () => {
   test("a user function returning more tensors than declared fails with ResultCountMismatch, defining none", async () => {
     await w.dispatch(call(0, [50], "ops.zeros", [[1]]))

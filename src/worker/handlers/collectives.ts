@@ -157,6 +157,8 @@ export const sendTensor = (s: Session) => (m: SendTensor) =>
     try {
       // Sending to oneself is a copy, with no p2p (the Python worker also posted a recv).
       if (received && from === s.rank) k.cast(received, sending!.tensor, stream)
+      const gone = s.comms.lostAmong(ops.map((o) => o.peer), `SendTensor ${m.ident}`)
+      if (gone !== undefined) throw gone
       s.comms.world.p2p(ops, stream)
     } catch (e) {
       received?.free()

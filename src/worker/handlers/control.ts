@@ -1,6 +1,7 @@
-/** The control messages: RequestStatus, Exit, CommandGroup, DeleteRefs, and a ControllerProof out of place. */
+/** The control messages: RequestStatus, Exit, CommandGroup, DeleteRefs, PeerLost, Withheld, and a ControllerProof out of place. */
 import { Effect } from "effect"
-import type { CommandGroup, ControllerProof, DeleteRefs, Exit, RequestStatus, WorkerMessage } from "../../protocol/messages.ts"
+import type { CommandGroup, ControllerProof, DeleteRefs, Exit, PeerLost, RequestStatus, Withheld, WorkerMessage } from "../../protocol/messages.ts"
+import { DependentOnError } from "../errors.ts"
 import { ioTurn, reject, sendStatus, stopped, type Session } from "../session.ts"
 
 export const requestStatus = (s: Session) => (m: RequestStatus) => Effect.sync(() => {
@@ -33,3 +34,13 @@ export const deleteRefs = (s: Session) => (m: DeleteRefs) => Effect.sync(() => {
 /** The handshake's answer, once it is over (link.ts takes the one that belongs to it). */
 export const controllerProof = (s: Session) => (_m: ControllerProof) =>
   Effect.sync(() => reject(s, "ControllerProof: the handshake is over; refused"))
+
+/** The link acts on a PeerLost as it arrives (link.ts); one in a group is acted on in its turn. */
+export const peerLost = (s: Session) => (m: PeerLost) => Effect.sync(() => s.comms.peerLost(m.rank))
+
+/** A command the controller withheld: what it would have defined is poisoned, as its failure there. */
+export const withheld = (s: Session) => (m: Withheld) => Effect.sync(() => {
+  const poison = new DependentOnError({ ident: m.ident })
+  for (const r of m.refs) s.env.define(r, poison)
+  if (s.firstUncompletedIdent <= m.ident) s.firstUncompletedIdent = m.ident + 1
+})

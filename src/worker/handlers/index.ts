@@ -10,7 +10,7 @@ import { borrowCreate, borrowDrop, borrowFirstUse, borrowLastUse } from "./borro
 import { callFunction, fetchValue } from "./calls.ts"
 import { commitCheckpoint, dropCheckpoint, loadShards, readCheckpoint, saveShards } from "./checkpoints.ts"
 import { createDeviceMesh, reduce, sendTensor } from "./collectives.ts"
-import { commandGroup, controllerProof, deleteRefs, exit, requestStatus } from "./control.ts"
+import { commandGroup, controllerProof, deleteRefs, exit, peerLost, requestStatus, withheld } from "./control.ts"
 import { callRecording, defineRecording, deleteRecording } from "./recordings.ts"
 import { createStream } from "./streams.ts"
 
@@ -63,6 +63,8 @@ export const makeDispatch = (s: Session, debug = false, trace?: Recorder): ((m: 
     DefineRecording: defineRecording(s),
     CallRecording: callRecording(s, dispatch, !debug && trace === undefined),
     DeleteRecording: deleteRecording(s),
+    PeerLost: peerLost(s),
+    Withheld: withheld(s),
     SaveShards: saveShards(s),
     CommitCheckpoint: commitCheckpoint(s),
     ReadCheckpoint: readCheckpoint(s),
