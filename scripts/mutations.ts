@@ -552,9 +552,15 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/faults/program_end.test.ts"],
   },
   {
+    area: "controller", behaviour: "a FetchResult for an unknown ident is a problem from a link admitted after its rank was lost",
+    file: "src/controller/core.ts",
+    edits: one("this.graph.isLost(rank) && this.links[rank] === undefined ? undefined", "this.graph.isLost(rank) ? undefined"),
+    tests: ["tests/fuzz/fuzz.test.ts"],
+  },
+  {
     area: "controller", behaviour: "a lost rank's FetchResult after its exit settled the fetch is dropped quietly",
     file: "src/controller/core.ts",
-    edits: one("return this.graph.isLost(rank) ? undefined : this.options.onProblem?.(`rank ${rank} sent a FetchResult for unknown ident ${msg.ident}`)", "return this.options.onProblem?.(`rank ${rank} sent a FetchResult for unknown ident ${msg.ident}`)"),
+    edits: one("return this.graph.isLost(rank) && this.links[rank] === undefined ? undefined : this.options.onProblem?.(", "return this.options.onProblem?.("),
     tests: ["tests/controller/core.test.ts"],
   },
   {

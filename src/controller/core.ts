@@ -219,8 +219,9 @@ export class Core {
       case "FetchResult": {
         const pending = this.fetches.get(msg.ident)
         // A lost rank's last bytes can come after its exit was seen, and after that settled
-        // the fetch (its process exit raced its socket): nothing waits for them any more.
-        if (!pending) return this.graph.isLost(rank) ? undefined : this.options.onProblem?.(`rank ${rank} sent a FetchResult for unknown ident ${msg.ident}`)
+        // the fetch (its process exit raced its socket): nothing waits for them any more. A
+        // link admitted for the rank since (its slot taken again) is heard as any other.
+        if (!pending) return this.graph.isLost(rank) && this.links[rank] === undefined ? undefined : this.options.onProblem?.(`rank ${rank} sent a FetchResult for unknown ident ${msg.ident}`)
         pending.values.set(rank, msg.value)
         // Once answered, only a late fetch still counts what comes (see tryFinish).
         if (pending.answered && !pending.late) return

@@ -6,7 +6,7 @@
 // schedules against torch's LinearLR and CosineAnnealingLR.
 import { afterAll, beforeAll, expect, spyOn, test } from "bun:test"
 import { Effect, ManagedRuntime } from "effect"
-import { compile, Controller, ControllerError, HostTensor, inStep, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
+import { compile, Controller, ControllerError, HostTensor, inStep, param, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
 import { AdamW, cosineDecay, linearWarmup, SGD, warmupCosine } from "../../src/optim/index.ts"
 import { describeUnless } from "../skip.ts"
 import { fromJson, torchMissing, TorchServer } from "../torch.ts"
@@ -219,7 +219,7 @@ describeUnless(missing)("optimizers against torch.optim 1.13", () => {
 
   // Optimizer state outlives the step scope that made it (as a leaf's .grad does): every step
   // in its own scope (inStep), its gradients made and released there, op by op or through a
-  // compiled step (warmup: 1, the step number passed in), equals torch.optim's steps.
+  // compiled step (warmup: 1, the step number passed in as a replay parameter), equals torch.optim's steps.
   for (const [k, [optimizer, options]] of ([
     ["AdamW", { lr: 0.01, betas: [0.8, 0.95], weightDecay: 0.1 }],
     ["SGD", { lr: 0.05, momentum: 0.9, dampening: 0.1, weightDecay: 0.01 }],
@@ -236,7 +236,9 @@ describeUnless(missing)("optimizers against torch.optim 1.13", () => {
         const ps = await Promise.all(init.map(upload))
         const opt = optimizer === "SGD" ? new SGD(ps, options) : new AdamW(ps, options)
         const stepOf = (g0: RemoteTensor, g1: RemoteTensor, t: number) => Effect.sync(() => opt.step([[ps[0]!, g0], [ps[1]!, g1]], { step: t }))
-        const step = compiled ? compile(stepOf, { warmup: 1, onRetrace: (why) => { throw new Error(why) } }) : stepOf
+        const compiledStep = compile(stepOf, { warmup: 1, onRetrace: (why) => { throw new Error(why) } })
+        // The step number is a replay parameter: as a plain number each new value would trace again.
+        const step = compiled ? (g0: RemoteTensor, g1: RemoteTensor, t: number) => compiledStep(g0, g1, param(t)) : stepOf
         const history: number[][][] = []
         for (const [s, gs] of grads.entries()) {
           await run(inStep(mesh, Effect.gen(function* () {
@@ -245,7 +247,7 @@ describeUnless(missing)("optimizers against torch.optim 1.13", () => {
           })))
           history.push(await Promise.all(ps.map(async (p) => numbersOf(await run(p.fetch())))))
         }
-        if (compiled) expect((step as ReturnType<typeof compile>).traces).toBe(1)
+        if (compiled) expect(compiledStep.traces).toBe(1)
         const theirs = await want
         expect(theirs.error).toBeUndefined()
         for (const [s, values] of history.entries())
