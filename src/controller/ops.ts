@@ -72,6 +72,7 @@ type Returned<R, T extends RemoteTensor, Rest> =
   R extends "none" ? void
   : R extends "tensors" ? T[]
   : R extends "valuesIndices" ? (GivesDim<Rest> extends true ? [values: T, indices: RemoteTensor<"i64">] : T)
+  : R extends "pair" ? [values: T, indices: RemoteTensor<"i64">]
   : T
 
 /** `ops.<name>`: every argument as torch takes it; the first tensor's dtype types the result. */
@@ -119,7 +120,7 @@ const invoke = (name: OpName, mesh: Mesh | undefined, all: ReadonlyArray<unknown
   recordOp(name, args, kwargs, results)
   switch (returns) {
     case "none": return undefined
-    case "tensors": return results
+    case "tensors": case "pair": return results
     case "valuesIndices": return results.length === 1 ? results[0]! : results
     default: return results[0]!
   }

@@ -26,9 +26,10 @@ export type DtypeKind = "same" | "bool" | "float" | "promote" | "divide" | "sum"
  * op that only changes worker state, or an in-place op, which gives back its input), every
  * result as a list ("tensors": split, chunk), its first result only ("first": dropout, whose
  * mask is for its backward rule), or max and min's (values, indices) when a dim is given and
- * the values otherwise ("valuesIndices").
+ * the values otherwise ("valuesIndices"), or (values, indices) always ("pair": sort, topk, kthvalue,
+ * cummax, cummin).
  */
-export type ReturnKind = "tensor" | "none" | "tensors" | "first" | "valuesIndices"
+export type ReturnKind = "tensor" | "none" | "tensors" | "first" | "valuesIndices" | "pair"
 
 export interface OpSpec<P extends ReadonlyArray<Param> = ReadonlyArray<Param>, K extends DtypeKind = DtypeKind, R extends ReturnKind = ReturnKind> {
   readonly params: P
