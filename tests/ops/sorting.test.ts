@@ -2,10 +2,14 @@
 // each rule's refusals on the controller; what only the values show (bincount past minlength,
 // multinomial's weights, fmod's integer zero) failing that command alone on a real worker; and
 // multinomial's draws from the rank's generator against their distribution by a chi-square test
-// (fixed seeds; torch's own generator cannot be matched, so its distribution is the reference).
+// (fixed seeds; torch's own generator cannot be matched, so its distribution is the reference);
+// and a seeded randomised comparison with torch 1.13 over random shapes, dims, ties and NaN.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import type { Value } from "../../src/protocol/messages.ts"
-import { call, createStream, fetch, host, numbers, ref } from "../worker/build.ts"
+import type { DType, HostTensor } from "../../src/protocol/values.ts"
+import { describeUnless } from "../skip.ts"
+import { fromJson, torchMissing, TorchServer } from "../torch.ts"
+import { call, createStream, fetch, host, ref } from "../worker/build.ts"
 import { startWorkers, type Harness } from "../worker/harness.ts"
 import { infer, refusal, t } from "./infer.ts"
 
@@ -68,17 +72,19 @@ afterAll(async () => {
   await h?.close()
 })
 
-/** ops.<fn> on the worker: its fetched results, or the failure's type and message. */
-const run = async (fn: string, args: Value[], kwargs: Record<string, Value> = {}): Promise<{ values?: number[]; failed?: { type: string; message: string } }> => {
-  const result = nextRef++, id = ident
+/** ops.<fn> on the worker: its fetched results (values: the first's), or the failure's type and message. */
+const run = async (fn: string, args: Value[], kwargs: Record<string, Value> = {}, count = 1): Promise<{ values?: number[]; all?: number[][]; failed?: { type: string; message: string } }> => {
+  const results = Array.from({ length: count }, () => nextRef++), id = ident
   ident += 2
-  h.send(0, call(id, [result], `ops.${fn}`, args, { kwargs }))
-  h.send(0, fetch(id + 1, ref(result)))
+  h.send(0, call(id, results, `ops.${fn}`, args, { kwargs }))
+  h.send(0, fetch(id + 1, results.map(ref)))
   return h.until(() => {
     const failed = h.seen(0, "RemoteFunctionFailed").find((m) => m.ident === id)
     if (failed) return { failed: { type: failed.error.type, message: failed.error.message } }
     const got = h.seen(0, "FetchResult").find((m) => m.ident === id + 1)
-    return got && { values: numbers(got.value) }
+    if (!got) return undefined
+    const all = (got.value as HostTensor[]).map((v) => [...v.toArray()].map(Number))
+    return { values: all[0], all }
   }, 20_000, `ops.${fn} answers`)
 }
 
@@ -161,4 +167,57 @@ describe("multinomial draws from the rank's generator, by distribution", () => {
     expect((await draw()).values).toEqual(a)
     expect(b).not.toEqual(a)
   })
+})
+
+describeUnless(torchMissing())("against torch 1.13 on random shapes, dims, ties and NaN (seeded)", () => {
+  let torch: TorchServer
+  beforeAll(() => void (torch = new TorchServer(new URL("./torch_ref.py", import.meta.url).pathname)))
+  afterAll(() => torch?.close())
+  const SEEDS = 16, DTYPES: ReadonlyArray<DType> = ["f32", "f64", "bf16", "i64", "i32"]
+  let asked = 0
+
+  for (let seed = 1; seed <= SEEDS; seed++) {
+    test(`seed ${seed}`, async () => {
+      let s = seed * 7919
+      const rnd = () => ((s = (s * 1103515245 + 12345) % 2 ** 31) / 2 ** 31)
+      const int = (lo: number, hi: number) => lo + Math.floor(rnd() * (hi - lo + 1))
+      const dtype = DTYPES[int(0, DTYPES.length - 1)]!, float = dtype.startsWith("f") || dtype === "bf16"
+      const shape = Array.from({ length: int(1, 3) }, () => (rnd() < 0.1 ? 0 : int(1, 6))), n = shape.reduce((a, b) => a * b, 1)
+      // few distinct values, so ties are common; NaN among floats
+      const data = Array.from({ length: n }, () => (float && rnd() < 0.15 ? NaN : int(-3, 3)))
+      const x = { t: dtype, shape, data }, wire = host(dtype, shape, data), ndim = shape.length
+      const dim = int(-ndim, ndim - 1), size = shape[(dim + ndim) % ndim]!
+      const cases: Array<[string, unknown[], Record<string, unknown>, number, number[]]> = [
+        ["sort", [x, dim, rnd() < 0.5], {}, 2, [0, 1]],
+        ["argsort", [x, dim, rnd() < 0.5], {}, 1, [0]],
+        ["cummax", [x, dim], {}, 2, [0, 1]],
+        ["cummin", [x, dim], {}, 2, [0, 1]],
+        ["cumprod", [x, dim], {}, 1, [0]],
+        ["roll", [x, [int(-8, 8), int(-8, 8)], [dim, int(-ndim, ndim - 1)]], {}, 1, [0]],
+        // topk's and kthvalue's indices of ties are torch's selection's: their values only
+        ["topk", [x, int(0, size), dim, rnd() < 0.5], {}, 2, [0]],
+        ...(size > 0 ? [["kthvalue", [x, int(1, size), dim, rnd() < 0.5], {}, 2, [0]] as [string, unknown[], Record<string, unknown>, number, number[]]] : []),
+      ]
+      const divisor = { t: dtype, shape, data: Array.from({ length: n }, () => (float ? (rnd() < 0.5 ? -1 : 1) * (0.25 + int(0, 12) / 4) : (rnd() < 0.5 ? -1 : 1) * int(1, 4))) }
+      cases.push(["fmod", [x, divisor], {}, 1, [0]])
+      const row = Array.from({ length: int(0, 7) }, () => int(-3, 3)).sort((a, b) => a - b)
+      cases.push(["searchsorted", [{ t: dtype, shape: [row.length], data: row }, x], { right: rnd() < 0.5 }, 1, [0]])
+      const mismatches: string[] = []
+      for (const [op, args, kwargs, count, compared] of cases) {
+        const toWire = (v: unknown) => (v === x ? wire : typeof v === "object" && v !== null && "t" in v ? host((v as typeof x).t, (v as typeof x).shape, (v as typeof x).data) : v)
+        const [ours, want] = await Promise.all([run(op, args.map(toWire) as Value[], kwargs as Record<string, Value>, count), torch.ask(10_000 * seed + asked++, { op, args, kwargs })])
+        const theirs = (want.outs ?? [want]) as Array<{ data: Array<number | string> }>
+        if (ours.failed || want.error) {
+          mismatches.push(`${op}: ours ${ours.failed?.message ?? "ran"}, torch ${want.error ?? "ran"}`)
+          continue
+        }
+        for (const k of compared) {
+          const a = ours.all![k]!, b = theirs[k]!.data.map(fromJson)
+          const same = a.length === b.length && a.every((v, i) => Object.is(v, b[i]) || v === b[i] || Math.abs(v - b[i]!) <= 1e-6 * Math.abs(b[i]!))
+          if (!same) mismatches.push(`${op} result ${k}: ours [${a}], torch [${b}]`)
+        }
+      }
+      expect({ seed, dtype, shape, dim, data: data.join(), mismatches }).toEqual({ seed, dtype, shape, dim, data: data.join(), mismatches: [] })
+    }, 60_000)
+  }
 })
