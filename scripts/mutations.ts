@@ -544,7 +544,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     area: "controller", behaviour: "sorting: sort, topk, kthvalue, cummax and cummin give (values, indices) on the typed surface",
     file: "src/controller/ops.ts",
     edits: one("    case \"tensors\": case \"pair\": return results\n", "    case \"tensors\": return results\n"),
-    tests: ["tests/gpt/sampling.test.ts"],
+    tests: ["tests/ops/typed.test.ts", "tests/gpt/sampling.test.ts"],
   },
   {
     area: "autograd", behaviour: "sorting: sort's gradient goes back to where each value came from",
