@@ -47,6 +47,7 @@ type ResultDType<K, D extends DType, Rest extends ReadonlyArray<unknown>> =
   : K extends "created" ? (Rest extends readonly [...unknown[], { readonly dtype: infer X extends DType }] ? X : "f32")
   : K extends "like" ? (Rest extends readonly [...unknown[], { readonly dtype: infer X extends DType }] ? X : D)
   : K extends "arange" ? Arange<Rest>
+  : K extends "index" ? "i64"
   : DType
 
 /** arange's dtype: the keyword's, else i64 when every bound is an integral literal (f32 when one is not). */

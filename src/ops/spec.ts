@@ -17,9 +17,10 @@ import type { Bound, Param } from "./params.ts"
  * of the two operands ("promote"; "divide" then makes integers f32), a sum's (its `dtype` keyword's, else integers give
  * i64), the dtype argument's ("to"), the second tensor's ("other"), the `dtype` keyword's
  * (default f32: "created"), the `dtype` keyword's else the input's (the `*_like` ops: "like"),
- * arange's (i64 for integral bounds), or not known before the call ("any").
+ * arange's (i64 for integral bounds), i64 indices ("index": argsort, multinomial), or not known
+ * before the call ("any").
  */
-export type DtypeKind = "same" | "bool" | "float" | "promote" | "divide" | "sum" | "to" | "other" | "created" | "like" | "arange" | "any"
+export type DtypeKind = "same" | "bool" | "float" | "promote" | "divide" | "sum" | "to" | "other" | "created" | "like" | "arange" | "index" | "any"
 
 /**
  * What a call gives a user of the typed surface: its one tensor ("tensor"), nothing ("none": an

@@ -73,7 +73,7 @@ export const sorting = {
   sort: spec(sortParams, ({ input, dim }, op) => (lineOf(op, input, dim), pair(input, input.shape)), (c, o) => ({
     input: () => scatterBack(o, c.meta(c.args.input), c.grad, lineOf("sort", c.meta(c.args.input), c.args.dim).d, c.outs[1]!),
   }), { dtype: "same", results: 2, returns: "pair" }),
-  argsort: spec(sortParams, ({ input, dim }, op) => (lineOf(op, input, dim), [{ dtype: "i64", shape: input.shape }]), NOT_DIFFERENTIABLE, { dtype: "any" }),
+  argsort: spec(sortParams, ({ input, dim }, op) => (lineOf(op, input, dim), [{ dtype: "i64", shape: input.shape }]), NOT_DIFFERENTIABLE, { dtype: "index" }),
   /** The k largest (smallest) along dim, in order whatever `sorted` says (torch leaves the unsorted order open). */
   topk: spec([arg("input", "tensor"), arg("k", "int"), opt("dim", "int", -1), opt("largest", "bool", true), opt("sorted", "bool", true)], ({ input, k, dim }, op) => {
     const n = topkCount(op, input, k, dim), { d } = lineOf(op, input, dim)
@@ -155,7 +155,7 @@ export const sorting = {
     if (categories === 0) bad(op, `weights ${describe(input)} have no categories`)
     if (!replacement && num_samples > categories) bad(op, `cannot draw ${num_samples} samples of ${categories} categories without replacement`)
     return [{ dtype: "i64", shape: [...input.shape.slice(0, -1), num_samples] }]
-  }, NOT_DIFFERENTIABLE),
+  }, NOT_DIFFERENTIABLE, { dtype: "index" }),
 }
 
 /** How many elements a multinomial call draws from the generator: one per sample, or one per category without replacement. */
