@@ -595,6 +595,9 @@ const CASES: Case[] = [
   c("bincount f64 weights", "bincount", [ints("i64", [3], [1, 1, 0]), tensor("f64", [3]), 2]),
   c("bincount i64 weights give f64", "bincount", [ints("i64", [3], [1, 1, 0]), tensor("i64", [3]), 3]),
   c("bincount empty input, minlength", "bincount", [ints("i64", [0], [])], { minlength: 3 }),
+  c("searchsorted values past 1024, right", "searchsorted", [{ ...f(9), data: [-3, -2, -1, -1, 0, 1, 1, 2, 3] }, tensor("f32", [1300], 4)], { right: true }),
+  c("searchsorted i64 rows of values past 1024", "searchsorted", [{ ...tensor("i64", [2, 5]), data: [-4, -2, 0, 2, 4, -1, -1, 0, 0, 1] }, tensor("i64", [2, 1100])]),
+  c("bincount of 1500 values", "bincount", [{ ...tensor("i64", [1500]), data: Array.from({ length: 1500 }, (_, i) => (i * 37) % 11) }, null, 12]),
 ]
 
 const numbersOf = (h: HostTensor): number[] => [...h.toArray()].map(Number)
