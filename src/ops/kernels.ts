@@ -583,6 +583,7 @@ const bincount: Kernel<"bincount"> = (run, [out], a, op) => {
  */
 const multinomial: Kernel<"multinomial"> = (run, [out], a, op) => {
   const rows = a.input.shape.length === 1 ? 1 : a.input.shape[0]!, c = a.input.shape.at(-1)!, s = a.num_samples
+  if (rows === 0) return
   const p = run.view(run.cast(a.input, "f64"), [rows, c]), one = run.temp("f64", []), rowSums = run.temp("f64", [rows])
   k.reduce("min", one, p, undefined, run.stream)
   const low = hostValue(run, one)

@@ -113,6 +113,7 @@ describe("what only the values show fails that command alone", () => {
     expect(await message([1, 2, 0, 0], [2, 2], 1, true)).toMatch(/every row of weights needs a positive sum/)
     expect(await message([1, 0, 0, 1, 1, 1], [2, 3], 2, false)).toMatch(/a row of weights has fewer than 2 nonzero categories/)
     expect((await run("multinomial", [host("f32", [2, 3], [0, 0, 3, 0, 1, 0]), 2, true])).values).toEqual([2, 2, 1, 1])
+    expect((await run("multinomial", [host("f32", [0, 3], []), 2])).values).toEqual([])
   })
 
   test("fmod by an integer zero fails; a float zero gives NaN, as torch's", async () => {
