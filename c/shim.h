@@ -126,7 +126,8 @@ enum shim_binary_op { /* shim_binary, shim_binary_scalar; EQ.. write SHIM_BOOL *
   SHIM_GT = 13,
   SHIM_GE = 14,
   SHIM_LOGICAL_AND = 15, /* nonzero and nonzero (NaN is nonzero) */
-  SHIM_LOGICAL_OR = 16
+  SHIM_LOGICAL_OR = 16,
+  SHIM_FMOD = 17 /* C's fmod: the dividend's sign (torch.fmod); integers truncate, a zero divisor fails */
 };
 
 enum shim_ternary_op { /* shim_ternary */
@@ -278,6 +279,26 @@ int shim_argreduce(int32_t op, shim_tensor *indices, const shim_tensor *a, int32
  * inputs accumulate in double, integers and bool in int64 (wrapping), each prefix stored in
  * out's dtype. */
 int shim_cumsum(shim_tensor *out, const shim_tensor *a, int32_t dim, shim_stream *s);
+
+/* Running product (op SHIM_PROD, accumulated as shim_cumsum's sum, indices NULL), maximum
+ * (SHIM_MAX) or minimum (SHIM_MIN) along dim (as shim_cumsum's) into out of a's shape. For max
+ * and min out has a's dtype and indices (i64, a's shape) the index each prefix's extreme came
+ * from: a tie moves it to the later element, and a NaN, once seen, stays the extreme (a later
+ * NaN moves the index to it), as torch's cummax and cummin. */
+int shim_cumulative(int32_t op, shim_tensor *out, shim_tensor *indices, const shim_tensor *a, int32_t dim, shim_stream *s);
+
+/* a sorted along dim (0 <= dim < ndim, or 0 for a 0-d a) into values (a's dtype and shape) and
+ * indices (i64, a's shape: where each value was along dim). Stable: equal values keep their
+ * order (-0 equals 0). Ascending puts NaN after every number, descending before, as torch's
+ * sort. */
+int shim_sort(shim_tensor *values, shim_tensor *indices, const shim_tensor *a, int32_t dim, int32_t descending, shim_stream *s);
+
+/* torch.searchsorted: for each element of values, the index into its row of sorted (the last
+ * dim; sorted's leading dims are values' leading dims, or sorted is 1-D for every row) where it
+ * would go: the first position whose element is not below it (right: not at or below it), by
+ * torch's comparisons, so a NaN value goes after every element. out is i64 or i32 with values'
+ * element count; sorted and values share a dtype. */
+int shim_searchsorted(shim_tensor *out, const shim_tensor *sorted, const shim_tensor *values, int32_t right, shim_stream *s);
 
 enum shim_matmul_flag { /* shim_matmul's transpose, or'ed */
   SHIM_MATMUL_TRANSPOSE_A = 1, /* a is stored [..., k, m] and read as its transpose (BLAS's trans) */

@@ -77,6 +77,7 @@ export const BinaryOp = {
   ge: 14,
   logical_and: 15,
   logical_or: 16,
+  fmod: 17,
 } as const
 export type BinaryOpName = keyof typeof BinaryOp
 

@@ -79,6 +79,26 @@ export const cumsum = (out: Tensor, a: Tensor, dim: number, s?: Stream): void =>
   out.native.check(out.native.shim.shim_cumsum(out.handle, a.handle, dim, stream(s)), "shim_cumsum")
 }
 
+/** The running product (indices undefined), or maximum or minimum with the i64 indices they came from, along dim. */
+export const cumulative = (op: "prod" | "max" | "min", out: Tensor, indices: Tensor | undefined, a: Tensor, dim: number, s?: Stream): void => {
+  sameNumel(op, out, a)
+  if ((op === "prod") !== (indices === undefined)) fail(`cum${op}`, op === "prod" ? "takes no indices" : "needs indices")
+  out.native.check(out.native.shim.shim_cumulative(ReduceOp[op], out.handle, indices?.handle ?? null, a.handle, dim, stream(s)), `shim_cumulative(${op})`)
+}
+
+/** a sorted along dim (stable; NaN last ascending, first descending) into values and their i64 indices. */
+export const sort = (values: Tensor, indices: Tensor, a: Tensor, dim: number, descending: boolean, s?: Stream): void => {
+  sameNumel("sort", values, a)
+  sameNumel("sort", indices, a)
+  a.native.check(a.native.shim.shim_sort(values.handle, indices.handle, a.handle, dim, descending ? 1 : 0, stream(s)), "shim_sort")
+}
+
+/** Each value's place in its row of sorted (the last dim; a 1-D sorted serves every row), into out (i64 or i32). */
+export const searchsorted = (out: Tensor, sorted: Tensor, values: Tensor, right: boolean, s?: Stream): void => {
+  sameNumel("searchsorted", out, values)
+  out.native.check(out.native.shim.shim_searchsorted(out.handle, sorted.handle, values.handle, right ? 1 : 0, stream(s)), "shim_searchsorted")
+}
+
 /** Which operands shim_matmul reads transposed in their last two dims, where they lie (no copy). */
 export interface Transposed { readonly a?: boolean; readonly b?: boolean }
 

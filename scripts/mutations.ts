@@ -733,7 +733,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "controller", behaviour: "11.2: split and chunk give every piece on the typed surface",
     file: "src/controller/ops.ts",
-    edits: one("    case \"tensors\": return results\n", "    case \"tensors\": return results.slice(0, 1)\n"),
+    edits: one("    case \"tensors\": case \"pair\": return results\n", "    case \"tensors\": return results.slice(0, 1)\n    case \"pair\": return results\n"),
     tests: ["tests/ops/typed.test.ts"],
   },
   {
@@ -747,6 +747,146 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     file: "src/ops/specs/layout.ts",
     edits: one("start = sizes.slice(0, at).reduce((a, b) => a + b, 0)", "start = 0"),
     tests: ["tests/autograd/gradcheck.test.ts"],
+  },
+  // ---- sorting, scanning and sampling (behaviours say "sorting:": --only sorting) ------------
+  {
+    area: "worker", behaviour: "sorting: sort honours descending",
+    file: "src/ops/kernels.ts",
+    edits: one("asLine(run, a.input), lineOf(op, a.input, a.dim).d, a.descending, run.stream),\n  argsort", "asLine(run, a.input), lineOf(op, a.input, a.dim).d, false, run.stream),\n  argsort"),
+    tests: ["tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "sorting: topk takes the smallest when largest is false",
+    file: "src/ops/kernels.ts",
+    edits: one("[v, i] = sorted(run, a.input, d, a.largest)", "[v, i] = sorted(run, a.input, d, true)"),
+    tests: ["tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "sorting: kthvalue's k counts from 1",
+    file: "src/ops/kernels.ts",
+    edits: one("narrowInto(run, run.view(values!, kept), asLine(run, v), d, a.k - 1)", "narrowInto(run, run.view(values!, kept), asLine(run, v), d, a.k)"),
+    tests: ["tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "sorting: topk refuses k past its dim's size",
+    file: "src/ops/specs/sorting.ts",
+    edits: one("if (k < 0 || k > size) bad(op", "if (k < 0) bad(op"),
+    tests: ["tests/ops/sorting.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "sorting: kthvalue refuses k 0",
+    file: "src/ops/specs/sorting.ts",
+    edits: one("if (k < 1 || k > size) bad(op", "if (k > size) bad(op"),
+    tests: ["tests/ops/sorting.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "sorting: roll refuses shifts and dims that do not pair up",
+    file: "src/ops/specs/sorting.ts",
+    edits: one("if (s.length !== d.length || d.length === 0) bad(op", "if (d.length === 0) bad(op"),
+    tests: ["tests/ops/sorting.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "sorting: bincount refuses a negative minlength",
+    file: "src/ops/specs/sorting.ts",
+    edits: one("if (minlength < 0) bad(op", "if (minlength < -1) bad(op"),
+    tests: ["tests/ops/sorting.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "sorting: bincount refuses a value past minlength at run time, naming it",
+    file: "src/ops/kernels.ts",
+    edits: one("if (high >= a.minlength) bad(op", "if (high > a.minlength) bad(op"),
+    tests: ["tests/ops/sorting.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "sorting: multinomial with replacement scales each draw by its row's total",
+    file: "src/ops/kernels.ts",
+    edits: one("    k.binary(\"mul\", u, u, run.expand(total, [rows, s]), run.stream)\n", ""),
+    tests: ["tests/ops/sorting.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "sorting: multinomial without replacement races E / p (an exponential race)",
+    file: "src/ops/kernels.ts",
+    edits: one("  k.binary(\"div\", u, u, p, run.stream)\n", "  k.binary(\"mul\", u, u, p, run.stream)\n"),
+    tests: ["tests/ops/sorting.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "sorting: multinomial draws from and advances the rank's generator",
+    file: "src/ops/kernels.ts",
+    edits: one("d = run.ctx.generator.draw(draws)", "d = { seed: run.ctx.generator.key, offset: run.ctx.generator.offset }"),
+    tests: ["tests/ops/sorting.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "sorting: multinomial refuses negative weights",
+    file: "src/ops/kernels.ts",
+    edits: one("if (!(low >= 0) || !Number.isFinite(hostValue(run, one))) bad(op", "if (!Number.isFinite(hostValue(run, one))) bad(op"),
+    tests: ["tests/ops/sorting.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "sorting: sort, topk, kthvalue, cummax and cummin give (values, indices) on the typed surface",
+    file: "src/controller/ops.ts",
+    edits: one("    case \"tensors\": case \"pair\": return results\n", "    case \"tensors\": return results\n"),
+    tests: ["tests/ops/typed.test.ts", "tests/gpt/sampling.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "sorting: sort's gradient goes back to where each value came from",
+    file: "src/ops/specs/sorting.ts",
+    edits: one("scatterBack(o, c.meta(c.args.input), c.grad, lineOf(\"sort\", c.meta(c.args.input), c.args.dim).d, c.outs[1]!)", "c.grad"),
+    tests: ["tests/autograd/gradcheck.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "sorting: cumprod's gradient at a line's first zero",
+    file: "src/ops/specs/sorting.ts",
+    edits: one("o.where(first, atFirst, 0)", "o.where(first, 0, 0)"),
+    tests: ["tests/autograd/gradcheck.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "sorting: cummax's gradient adds up at repeated indices",
+    file: "src/ops/specs/sorting.ts",
+    edits: one("lineOf(\"cummax\", c.meta(c.args.input), c.args.dim).d, c.outs[1]!, true)", "lineOf(\"cummax\", c.meta(c.args.input), c.args.dim).d, c.outs[1]!)"),
+    tests: ["tests/autograd/gradcheck.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "sorting: roll's gradient rolls back",
+    file: "src/ops/specs/sorting.ts",
+    edits: one(".map((s) => -s), c.args.dims)", ".map((s) => s), c.args.dims)"),
+    tests: ["tests/autograd/gradcheck.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "sorting: fmod's gradient for other is -grad trunc(input / other)",
+    file: "src/ops/specs/elementwise.ts",
+    edits: one("other: () => o.neg(o.mul(c.grad, o.trunc(o.div(c.args.input, c.args.other))))", "other: () => o.neg(c.grad)"),
+    tests: ["tests/autograd/gradcheck.test.ts"],
+  },
+  // The C kernels' behaviours: mutate.ts searches src/ and ffi/ only for now (reported stale there until it reaches c/); each was verified by hand (edit, make, the test fails).
+  {
+    area: "worker", behaviour: "sorting kernel: shim_sort is stable (a tie keeps the earlier element first)",
+    file: "c/cpu/sort.c",
+    edits: one("before_##SUFFIX(descending, keys[from[j]], keys[from[i]]) ? from[j++] : from[i++]", "!before_##SUFFIX(descending, keys[from[i]], keys[from[j]]) ? from[j++] : from[i++]"),
+    tests: ["tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "sorting kernel: shim_sort puts NaN last ascending",
+    file: "c/cpu/sort.c",
+    edits: one("static inline int before_f64(int descending, double x, double y) {\n  if (x != x) return descending && y == y;", "static inline int before_f64(int descending, double x, double y) {\n  if (x != x) return !descending && y == y;"),
+    tests: ["tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "sorting kernel: shim_sort sorts descending",
+    file: "c/cpu/sort.c",
+    edits: one("static inline int before_i64(int descending, int64_t x, int64_t y) { return descending ? x > y : x < y; }", "static inline int before_i64(int descending, int64_t x, int64_t y) { return x < y; }"),
+    tests: ["tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "sorting kernel: shim_cumulative's cummax moves to the later element on a tie",
+    file: "c/cpu/reduce.c",
+    edits: one("static inline int takes_i64(int max, int64_t x, int64_t best) { return max ? x >= best : x <= best; }", "static inline int takes_i64(int max, int64_t x, int64_t best) { return max ? x > best : x < best; }"),
+    tests: ["tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "sorting kernel: shim_searchsorted honours right",
+    file: "c/cpu/sort.c",
+    edits: one("if (right ? !(row[mid] > v) : !(row[mid] >= v)) lo = mid + 1;", "if (!(row[mid] >= v)) lo = mid + 1;"),
+    tests: ["tests/ops/parity.test.ts"],
   },
   // ---- checkpoints ------------------------------------------------------------------------
   {

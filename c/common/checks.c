@@ -13,7 +13,7 @@ static const char *const unary_names[] = {"neg", "abs", "exp", "log", "sqrt", "r
                                           "isinf", "logical_not"};
 static const char *const binary_names[] = {"add", "sub", "mul", "div", "maximum", "minimum", "pow",
                                            "floor_divide", "remainder", "eq", "ne", "lt", "le", "gt", "ge",
-                                           "logical_and", "logical_or"};
+                                           "logical_and", "logical_or", "fmod"};
 static const char *const ternary_names[] = {"where", "lerp", "addcmul", "addcdiv"};
 static const char *const reduce_names[] = {"sum", "mean", "max", "min", "prod", "any", "all", "norm1", "norm2", "norm_inf"};
 
@@ -64,12 +64,12 @@ int shim_check_unary(int32_t op, const shim_tensor *out, const shim_tensor *a) {
 
 /* What every binary op needs of op, dtype and out, the result having n elements. */
 static int check_binary_result(const char *fn, int32_t op, int32_t dtype, const shim_tensor *out, int64_t n) {
-  if (op < 0 || op > SHIM_LOGICAL_OR) return shim_fail(SHIM_E_INVALID, "%s: unknown op code %d", fn, op);
+  if (op < 0 || op > SHIM_FMOD) return shim_fail(SHIM_E_INVALID, "%s: unknown op code %d", fn, op);
   const char *name = binary_names[op];
   if (dtype == SHIM_BOOL && (op == SHIM_SUB || op == SHIM_POW || shim_is_division(op)))
     return shim_fail(SHIM_E_UNSUPPORTED, "%s(%s): not defined on bool (cast to an integer or floating dtype first)", fn,
                      name);
-  int32_t want = op >= SHIM_EQ ? SHIM_BOOL : dtype; /* comparisons and logical ops write bool */
+  int32_t want = shim_is_comparison(op) ? SHIM_BOOL : dtype; /* comparisons and logical ops write bool */
   char buf[DESCRIPTION_CAP];
   if (out->dtype != want)
     return shim_fail(SHIM_E_INVALID, "%s(%s): out is %s but must be %s", fn, name, shim_describe(out, buf, sizeof buf),
@@ -84,7 +84,7 @@ int shim_check_binary(int32_t op, const shim_tensor *out, const shim_tensor *a, 
   SHIM_REQUIRE_IN("shim_binary", out, "out");
   SHIM_REQUIRE_IN("shim_binary", a, "a");
   SHIM_REQUIRE_IN("shim_binary", b, "b");
-  const char *name = op >= 0 && op <= SHIM_LOGICAL_OR ? binary_names[op] : "?";
+  const char *name = op >= 0 && op <= SHIM_FMOD ? binary_names[op] : "?";
   char ba[DESCRIPTION_CAP], bb[DESCRIPTION_CAP];
   if (a->dtype != b->dtype)
     return shim_fail(SHIM_E_INVALID, "shim_binary(%s): dtypes differ: a is %s, b is %s", name,

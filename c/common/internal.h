@@ -113,7 +113,10 @@ int shim_check_binary(int32_t op, const shim_tensor *out, const shim_tensor *a, 
 int shim_check_binary_scalar(int32_t op, const shim_tensor *out, const shim_tensor *a);
 
 /* div, floor_divide and remainder: a zero integer divisor fails them. */
-static inline int shim_is_division(int32_t op) { return op == SHIM_DIV || op == SHIM_FLOOR_DIVIDE || op == SHIM_REMAINDER; }
+static inline int shim_is_division(int32_t op) { return op == SHIM_DIV || op == SHIM_FLOOR_DIVIDE || op == SHIM_REMAINDER || op == SHIM_FMOD; }
+
+/* eq..logical_or: they write bool. */
+static inline int shim_is_comparison(int32_t op) { return op >= SHIM_EQ && op <= SHIM_LOGICAL_OR; }
 
 /* Every operand has out's element count or one; dtypes and op code valid for the op. */
 int shim_check_ternary(int32_t op, const shim_tensor *out, const shim_tensor *a, const shim_tensor *b,
@@ -136,6 +139,19 @@ int shim_check_argreduce(int32_t op, const shim_tensor *indices, const shim_tens
 
 /* out has a's element count; dims: a around dim. */
 int shim_check_cumsum(const shim_tensor *out, const shim_tensor *a, int32_t dim, shim_reduce_dims *dims);
+
+/* shim_cumulative, shim_sort: a read as [outer, r, inner] around dim (sort_checks.c). */
+int shim_check_cumulative(int32_t op, const shim_tensor *out, const shim_tensor *indices, const shim_tensor *a, int32_t dim,
+                          shim_reduce_dims *dims);
+int shim_check_sort(const shim_tensor *values, const shim_tensor *indices, const shim_tensor *a, int32_t dim,
+                    shim_reduce_dims *dims);
+
+/* shim_searchsorted: rows of m sorted elements, n values per row; shared: every row reads one sorted row. */
+typedef struct shim_search_dims {
+  int64_t rows, m, n;
+  int32_t shared;
+} shim_search_dims;
+int shim_check_searchsorted(const shim_tensor *out, const shim_tensor *sorted, const shim_tensor *values, shim_search_dims *dims);
 
 /* a [batch..., m, k] @ b ([batch...,] k, n); b_batched: b has a's batch dims, else it is 2-D;
  * ta, tb: a is stored [batch..., k, m], b ([batch...,] n, k) (shim_matmul's transpose flags). */

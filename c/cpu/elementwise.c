@@ -32,7 +32,7 @@
 #include "cpu.h"
 #include "vecmath.h"
 
-static int is_comparison(int32_t op) { return op >= SHIM_EQ; } /* and logical_and, logical_or: they write bool */
+static int is_comparison(int32_t op) { return shim_is_comparison(op); } /* and logical_and, logical_or: they write bool */
 
 /* M(fn) names the C library function for T: expf for float (M_F32), exp for double. */
 #define M_F32(fn) fn##f
@@ -83,6 +83,9 @@ static int is_comparison(int32_t op) { return op >= SHIM_EQ; } /* and logical_an
 FLOAT_FLOORING(float, M_F32)
 FLOAT_FLOORING(double, M_F64)
 
+static inline float fmod_float(float a, float b) { return fmodf(a, b); }
+static inline double fmod_double(double a, double b) { return fmod(a, b); }
+
 #define FLOAT_BINARY(NAME, T, POW, ATTR)                                                    \
   ATTR void NAME(int32_t op, void *out, const T *a, int fa, const T *b, int fb, int64_t n) { \
     typedef T elem;                                                                         \
@@ -98,6 +101,7 @@ FLOAT_FLOORING(double, M_F64)
       case SHIM_POW: EACH(o, POW(x, y)); break;                                             \
       case SHIM_FLOOR_DIVIDE: EACH(o, floor_divide_##T(x, y)); break;                       \
       case SHIM_REMAINDER: EACH(o, remainder_##T(x, y)); break;                             \
+      case SHIM_FMOD: EACH(o, fmod_##T(x, y)); break;                                       \
       COMPARISONS                                                                           \
     }                                                                                       \
   }
@@ -134,6 +138,9 @@ static inline int64_t remainder_i64(int64_t x, int64_t y) {
   return r != 0 && (r < 0) != (y < 0) ? r + y : r;
 }
 
+/* C's %: the dividend's sign (torch's fmod). */
+static inline int64_t fmod_i64(int64_t x, int64_t y) { return y == -1 ? 0 : x % y; }
+
 static inline int64_t pow_i64(int64_t base, int64_t exponent) {
   uint64_t result = 1, b = (uint64_t)base;
   for (uint64_t e = (uint64_t)exponent; e; e >>= 1, b *= b)
@@ -157,6 +164,7 @@ static inline int64_t pow_i64(int64_t base, int64_t exponent) {
       case SHIM_POW: EACH(o, (T)pow_i64(x, y)); break;                                      \
       case SHIM_FLOOR_DIVIDE: EACH(o, (T)floor_divide_i64(x, y)); break;                    \
       case SHIM_REMAINDER: EACH(o, (T)remainder_i64(x, y)); break;                          \
+      case SHIM_FMOD: EACH(o, (T)fmod_i64(x, y)); break;                                    \
       COMPARISONS                                                                           \
     }                                                                                       \
   }

@@ -1,4 +1,4 @@
-/* reduce.c: shim_reduce, shim_argreduce and shim_cumsum on the cpu. a is read as [outer, r, inner] with r the reduced dim
+/* reduce.c: shim_reduce, shim_argreduce, shim_cumsum and shim_cumulative on the cpu. a is read as [outer, r, inner] with r the reduced dim
  * (SHIM_ALL_DIMS: [1, numel, 1]). Integer and bool inputs accumulate in int64 (sum and prod
  * wrap), floating inputs in double; the result is then converted to out's dtype by the rules
  * of cpu.h, so the sum of a bool tensor into i64 counts its true elements. mean divides in
@@ -294,5 +294,51 @@ int shim_cumsum(shim_tensor *out, const shim_tensor *a, int32_t dim, shim_stream
   if (a->numel == 0) return SHIM_OK;
   if (shim_cpu_is_float(a->dtype)) cumsum_f64(a, out, dims.outer, dims.r, dims.inner);
   else cumsum_i64(a, out, dims.outer, dims.r, dims.inner);
+  return SHIM_OK;
+}
+
+/* torch's cummax and cummin step: x takes over on a tie, and a NaN once taken stays (x != x
+ * moves the index to a later NaN). */
+static inline int takes_f64(int max, double x, double best) { return x != x || (max ? x >= best : x <= best); }
+static inline int takes_i64(int max, int64_t x, int64_t best) { return max ? x >= best : x <= best; }
+
+/* Running products (indices NULL) or extremes with their indices down r, a chunk of inner
+ * positions at a time, as cumsum's. */
+#define CUMULATIVE(SUFFIX, ACC, MUL)                                                             \
+  static void cumulative_##SUFFIX(int32_t op, const shim_tensor *a, shim_tensor *out, int64_t *idx, int64_t outer, int64_t r, \
+                                  int64_t inner) {                                               \
+    const char *src = shim_cpu_data(a);                                                          \
+    char *dst = shim_cpu_data(out);                                                              \
+    int64_t size = shim_dtype_size(a->dtype), out_size = shim_dtype_size(out->dtype);            \
+    ACC acc[SHIM_CPU_CHUNK], x[SHIM_CPU_CHUNK];                                                  \
+    int64_t at_best[SHIM_CPU_CHUNK];                                                             \
+    for (int64_t o = 0; o < outer; o++)                                                          \
+      for (int64_t k0 = 0; k0 < inner; k0 += SHIM_CPU_CHUNK) {                                   \
+        int64_t m = shim_cpu_min64(SHIM_CPU_CHUNK, inner - k0);                                  \
+        for (int64_t j = 0; j < r; j++) {                                                        \
+          int64_t at = (o * r + j) * inner + k0;                                                 \
+          shim_cpu_load_##SUFFIX(a->dtype, src + at * size, m, x);                               \
+          if (op == SHIM_PROD) {                                                                 \
+            for (int64_t i = 0; i < m; i++) acc[i] = j == 0 ? x[i] : MUL(acc[i], x[i]);          \
+          } else {                                                                               \
+            for (int64_t i = 0; i < m; i++)                                                      \
+              if (j == 0 || takes_##SUFFIX(op == SHIM_MAX, x[i], acc[i])) acc[i] = x[i], at_best[i] = j; \
+            memcpy(idx + at, at_best, (size_t)m * sizeof(int64_t));                              \
+          }                                                                                      \
+          shim_cpu_store_##SUFFIX(out->dtype, acc, m, dst + at * out_size);                      \
+        }                                                                                        \
+      }                                                                                          \
+  }
+
+CUMULATIVE(f64, double, MUL_F)
+CUMULATIVE(i64, int64_t, MUL_I)
+
+int shim_cumulative(int32_t op, shim_tensor *out, shim_tensor *indices, const shim_tensor *a, int32_t dim, shim_stream *s) {
+  shim_reduce_dims dims;
+  SHIM_TRY(shim_check_cumulative(op, out, indices, a, dim, &dims));
+  if (a->numel == 0) return SHIM_OK;
+  int64_t *idx = indices ? shim_cpu_data(indices) : NULL;
+  if (shim_cpu_is_float(a->dtype)) cumulative_f64(op, a, out, idx, dims.outer, dims.r, dims.inner);
+  else cumulative_i64(op, a, out, idx, dims.outer, dims.r, dims.inner);
   return SHIM_OK;
 }

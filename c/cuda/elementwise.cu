@@ -27,7 +27,7 @@ using namespace shim;
 namespace {
 
 /* Comparisons and logical_and/or: they write bool. */
-__host__ __device__ constexpr bool is_comparison(int op) { return op >= SHIM_EQ; }
+__host__ __device__ constexpr bool is_comparison(int op) { return op >= SHIM_EQ && op <= SHIM_LOGICAL_OR; }
 
 /* ---- device arithmetic ---------------------------------------------------------------- */
 
@@ -147,6 +147,15 @@ __device__ __forceinline__ V int_remainder(V x, V y) {
   }
 }
 
+/* C's % on integers (the dividend's sign); the divisor is nonzero (checked before the launch). */
+template <typename V>
+__device__ __forceinline__ V int_fmod(V x, V y) {
+  if constexpr (std::is_signed_v<V>) {
+    if (y == (V)-1) return 0;
+  }
+  return (V)(x % y);
+}
+
 /* One unary op on a value of D's compute type. Ops the host rejected for D never get here;
  * the predicates (isnan, isinf, logical_not) are unary_predicate's. */
 template <typename D, int Op>
@@ -225,6 +234,7 @@ __device__ __forceinline__ auto binary_op(typename D::V x, typename D::V y) {
     else if constexpr (Op == SHIM_MINIMUM) return (x < y || x != x) ? x : y;
     else if constexpr (Op == SHIM_FLOOR_DIVIDE) return float_floor_divide(x, y);
     else if constexpr (Op == SHIM_REMAINDER) return float_remainder(x, y);
+    else if constexpr (Op == SHIM_FMOD) return m_fmod(x, y);
     else return m_pow(x, y);
   } else {
     if constexpr (Op == SHIM_ADD) return wrap_add(x, y);
@@ -235,6 +245,7 @@ __device__ __forceinline__ auto binary_op(typename D::V x, typename D::V y) {
     else if constexpr (Op == SHIM_MINIMUM) return x < y ? x : y;
     else if constexpr (Op == SHIM_FLOOR_DIVIDE) return int_floor_divide(x, y);
     else if constexpr (Op == SHIM_REMAINDER) return int_remainder(x, y);
+    else if constexpr (Op == SHIM_FMOD) return int_fmod(x, y);
     else return int_pow(x, y);
   }
 }
@@ -347,7 +358,7 @@ int with_op_in(int32_t op, F &&f) {
 }
 
 template <typename F>
-int with_binary_op(int32_t op, F &&f) { return with_op_in<SHIM_ADD, SHIM_LOGICAL_OR>(op, f); }
+int with_binary_op(int32_t op, F &&f) { return with_op_in<SHIM_ADD, SHIM_FMOD>(op, f); }
 
 template <typename F>
 int with_unary_op(int32_t op, F &&f) { return with_op_in<SHIM_NEG, SHIM_LOGICAL_NOT>(op, f); }
@@ -391,7 +402,7 @@ int launch_binary(int32_t op, void *out, const Operand<D> &a, const Operand<D> &
   return with_binary_op(op, [&](auto code) -> int {
     constexpr int Op = decltype(code)::value;
     if constexpr (D::kind == Kind::Bool && (Op == SHIM_SUB || Op == SHIM_DIV || Op == SHIM_POW || Op == SHIM_FLOOR_DIVIDE ||
-                                            Op == SHIM_REMAINDER)) {
+                                            Op == SHIM_REMAINDER || Op == SHIM_FMOD)) {
       return shim_fail(SHIM_E_UNSUPPORTED, "binary op %d on bool", Op); /* shim_check_binary refused it already */
     } else {
       binary_kernel<D, Op><<<blocks, SHIM_CUDA_THREADS, 0, stream>>>(out, a, b, n, vec);

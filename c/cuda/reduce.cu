@@ -1,4 +1,4 @@
-/* reduce.cu: shim_reduce, shim_argreduce and shim_cumsum on the device (the last two a thread
+/* reduce.cu: shim_reduce, shim_argreduce, shim_cumsum and shim_cumulative on the device (the last three a thread
  * per output line, stepping down the dim, as simple as the cpu's); shim_reduce with the cpu's semantics (c/cpu/reduce.c): a is read
  * as [outer, r, inner] with r the reduced dim (SHIM_ALL_DIMS: [1, numel, 1]); integer and bool
  * inputs accumulate in int64 (sum and prod wrap), floating inputs in double; the result is
@@ -326,6 +326,63 @@ int shim_cumsum(shim_tensor *out, const shim_tensor *a, int32_t dim, shim_stream
     cumsum_kernel<D><<<shim_cuda_blocks(lines), SHIM_CUDA_THREADS, 0, shim_cuda_stream(s)>>>(
         (const typename D::T *)shim_cuda_data(a), shim_cuda_data(out), out->dtype, lines, dims.inner, dims.r);
     CUDA_CHECK_LAUNCH("cumsum_kernel");
+    return SHIM_OK;
+  });
+}
+
+namespace {
+
+/* torch's cummax and cummin step (c/cpu/reduce.c's takes_*): a tie takes the later element; a NaN, once taken, stays. */
+template <typename Acc>
+__device__ __forceinline__ bool takes(bool max, Acc x, Acc best) {
+  if constexpr (std::is_same_v<Acc, double>) {
+    if (x != x) return true;
+  }
+  return max ? x >= best : x <= best;
+}
+
+/* A thread per (o, k), a running product or extreme down r stored at each step (as cumsum_kernel). */
+template <typename D>
+__global__ void cumulative_kernel(int32_t op, const typename D::T *in, void *out, int32_t out_dtype, int64_t *idx, int64_t lines,
+                                  int64_t inner, int64_t r) {
+  using Acc = AccOf<D>;
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < lines; t += stride) {
+    const int64_t o = t / inner, k = t % inner;
+    Acc acc = 0;
+    int64_t best = 0;
+    for (int64_t j = 0; j < r; j++) {
+      const int64_t at = (o * r + j) * inner + k;
+      const Acc x = to_acc<D>(in[at]);
+      if (op == SHIM_PROD) {
+        if constexpr (std::is_same_v<Acc, double>) acc = j == 0 ? x : acc * x;
+        else acc = j == 0 ? x : (int64_t)((uint64_t)acc * (uint64_t)x);
+      } else {
+        if (j == 0 || takes<Acc>(op == SHIM_MAX, x, acc)) acc = x, best = j;
+        idx[at] = best;
+      }
+      if constexpr (std::is_same_v<Acc, double>) store_f64_as(out_dtype, out, at, acc);
+      else store_i64_as(out_dtype, out, at, acc);
+    }
+  }
+}
+
+}  // namespace
+
+int shim_cumulative(int32_t op, shim_tensor *out, shim_tensor *indices, const shim_tensor *a, int32_t dim, shim_stream *s) {
+  shim_reduce_dims dims;
+  SHIM_TRY(shim_check_cumulative(op, out, indices, a, dim, &dims));
+  if (a->numel == 0) return SHIM_OK;
+  shim_cuda_track(s, out);
+  shim_cuda_track(s, indices);
+  shim_cuda_track(s, a);
+  const int64_t lines = dims.outer * dims.inner;
+  return dispatch(a->dtype, [&](auto d) -> int {
+    using D = decltype(d);
+    cumulative_kernel<D><<<shim_cuda_blocks(lines), SHIM_CUDA_THREADS, 0, shim_cuda_stream(s)>>>(
+        op, (const typename D::T *)shim_cuda_data(a), shim_cuda_data(out), out->dtype,
+        indices ? (int64_t *)shim_cuda_data(indices) : nullptr, lines, dims.inner, dims.r);
+    CUDA_CHECK_LAUNCH("cumulative_kernel");
     return SHIM_OK;
   });
 }

@@ -48,6 +48,7 @@ type ResultDType<K, D extends DType, Rest extends ReadonlyArray<unknown>> =
   : K extends "created" ? (Rest extends readonly [...unknown[], { readonly dtype: infer X extends DType }] ? X : "f32")
   : K extends "like" ? (Rest extends readonly [...unknown[], { readonly dtype: infer X extends DType }] ? X : D)
   : K extends "arange" ? Arange<Rest>
+  : K extends "index" ? "i64"
   : DType
 
 /** arange's dtype: the keyword's, else i64 when every bound is an integral literal (f32 when one is not). */
@@ -73,6 +74,7 @@ type Returned<R, T extends RemoteTensor, Rest> =
   R extends "none" ? void
   : R extends "tensors" ? T[]
   : R extends "valuesIndices" ? (GivesDim<Rest> extends true ? [values: T, indices: RemoteTensor<"i64">] : T)
+  : R extends "pair" ? [values: T, indices: RemoteTensor<"i64">]
   : T
 
 /** `ops.<name>`: every argument as torch takes it; the first tensor's dtype types the result. */
@@ -122,7 +124,7 @@ const invoke = (name: OpName, mesh: Mesh | undefined, all: ReadonlyArray<unknown
   recordOp(name, args, kwargs, results, site)
   switch (returns) {
     case "none": return undefined
-    case "tensors": return results
+    case "tensors": case "pair": return results
     case "valuesIndices": return results.length === 1 ? results[0]! : results
     default: return results[0]!
   }

@@ -56,6 +56,9 @@ export interface GradOps<T> {
   mean(input: T, dim: Dims, keepdim: boolean): T
   prod(input: T, dim: Dims, keepdim: boolean): T
   cumsum(input: T, dim: number): T
+  cumprod(input: T, dim: number): T
+  roll(input: T, shifts: number | number[], dims: number | number[] | null): T
+  trunc(input: T): T
   flip(input: T, dims: number | number[]): T
   tril(input: T, diagonal: number): T
   triu(input: T, diagonal: number): T

@@ -24,6 +24,7 @@ import { UNARY_IN_PLACE } from "./specs/inplace.ts"
 import { blockStart, expandShape, permutation, repeatPlan, scatterSource, viewPieces } from "./specs/layout.ts"
 import { attentionPlan, EPSILON, REDUCTIONS } from "./specs/nn.ts"
 import { reducedDims } from "./specs/reduction.ts"
+import { lineOf, multinomialDraws, rollPairs } from "./specs/sorting.ts"
 
 /**
  * Computes into `outs`, allocated from the op's rule (`metas`). A view op (spec.view) is given
@@ -504,6 +505,112 @@ const baddbmm: Kernel<"baddbmm"> = (run, [out], a) => {
   if (acc !== out) k.cast(out!, acc, run.stream)
 }
 
+/** t read as [1] when it is 0-d (the sort kernels take a 0-d tensor as one line of one). */
+const asLine = (run: Run, t: Tensor): Tensor => (t.shape.length === 0 ? run.view(t, [1]) : t)
+
+/** input sorted along d into temporaries: (values, indices). */
+const sorted = (run: Run, input: Tensor, d: number, descending: boolean): [Tensor, Tensor] => {
+  const values = run.temp(input.dtype, input.shape), indices = run.temp("i64", input.shape)
+  k.sort(asLine(run, values), asLine(run, indices), asLine(run, input), d, descending, run.stream)
+  return [values, indices]
+}
+
+/** out (contiguous) = entries [start, start + out's size) along d of src (of src's shape but along d). */
+const narrowInto = (run: Run, out: Tensor, src: Tensor, d: number, start: number): void => {
+  const s = stridesOf(src)
+  copyAnyRank(run, out, { offset: 0, strides: contiguous(out.shape) }, src, { offset: start * s[d]!, strides: s }, out.shape)
+}
+
+/** out = input rolled by shift along d: two strided copies (the tail to the front, the rest after it). */
+const rollInto = (run: Run, out: Tensor, input: Tensor, shift: number, d: number): void => {
+  const n = input.shape[d]!, s = ((shift % n) + n) % n, strides = stridesOf(input)
+  const part = (from: number, to: number, length: number) => {
+    if (length === 0) return
+    const shape = input.shape.map((x, i) => (i === d ? length : x))
+    copyAnyRank(run, out, { offset: to * strides[d]!, strides }, input, { offset: from * strides[d]!, strides }, shape)
+  }
+  part(n - s, 0, s)
+  part(0, s, n - s)
+}
+
+/** roll: each (shift, dim) pair in turn through temporaries, the last into out; dims None rolls the flattened input. */
+const roll: Kernel<"roll"> = (run, [out], a, op) => {
+  const pairs = rollPairs(op, a.input, a.shifts, a.dims)
+  if (a.input.numel === 0) return
+  const flat = a.dims === null, shape = flat ? [a.input.numel] : a.input.shape
+  let cur = run.view(a.input, shape)
+  pairs.forEach(([shift, dim], i) => {
+    const next = i === pairs.length - 1 ? run.view(out!, shape) : run.temp(a.input.dtype, shape)
+    rollInto(run, next, cur, shift, flat ? 0 : dim)
+    cur = next
+  })
+}
+
+/** One value of a 1-element tensor on the host (a check that needs the values: a sync on cuda). */
+const hostValue = (run: Run, t: Tensor): number => Number((t.toHost(run.stream).toArray() as ArrayLike<number | bigint>)[0]!)
+
+/** bincount: the values checked to lie in [0, minlength) (read back), then ones (or the weights) added into their bins. */
+const bincount: Kernel<"bincount"> = (run, [out], a, op) => {
+  k.fill(out!, 0, run.stream)
+  if (a.input.numel === 0) return
+  const index = run.cast(a.input, "i64"), extreme = run.temp("i64", [])
+  k.reduce("min", extreme, index, undefined, run.stream)
+  const low = hostValue(run, extreme)
+  if (low < 0) bad(op, `input holds the negative value ${low}; bincount counts non-negative values`)
+  k.reduce("max", extreme, index, undefined, run.stream)
+  const high = hostValue(run, extreme)
+  if (high >= a.minlength) bad(op, `input holds the value ${high}, past minlength ${a.minlength} (the result's size): give a minlength above every value`)
+  let src: Tensor
+  if (a.weights === null) {
+    src = run.temp("i64", index.shape)
+    k.fill(src, 1, run.stream)
+  } else src = run.cast(a.weights, out!.dtype)
+  k.scatter("add", out!, 0, index, src, run.stream)
+}
+
+/**
+ * multinomial: the weights checked (read back: non-negative, finite, each row's sum positive,
+ * enough nonzero ones without replacement), then uniform draws u from the rank's generator, in
+ * f64. With replacement: each sample is the first category whose cumulative sum exceeds u times
+ * the row's total. Without: the categories of the num_samples smallest E / p, E = -log(1 - u).
+ */
+const multinomial: Kernel<"multinomial"> = (run, [out], a, op) => {
+  const rows = a.input.shape.length === 1 ? 1 : a.input.shape[0]!, c = a.input.shape.at(-1)!, s = a.num_samples
+  if (rows === 0) return
+  const p = run.view(run.cast(a.input, "f64"), [rows, c]), one = run.temp("f64", []), rowSums = run.temp("f64", [rows])
+  k.reduce("min", one, p, undefined, run.stream)
+  const low = hostValue(run, one)
+  k.reduce("max", one, p, undefined, run.stream)
+  if (!(low >= 0) || !Number.isFinite(hostValue(run, one))) bad(op, "weights must be finite and non-negative (they hold a NaN, an infinity or a negative value)")
+  k.reduce("sum", rowSums, p, 1, run.stream)
+  k.reduce("min", one, rowSums, undefined, run.stream)
+  if (!(hostValue(run, one) > 0)) bad(op, "every row of weights needs a positive sum")
+  const draws = multinomialDraws(a.input, s, a.replacement), u = run.temp("f64", [rows, draws / rows]), d = run.ctx.generator.draw(draws)
+  k.rand(u, d.seed, d.offset, false, run.stream)
+  const samples = run.view(out!, [rows, s])
+  if (a.replacement) {
+    const cdf = run.temp("f64", [rows, c]), total = run.temp("f64", [rows, 1])
+    k.cumsum(cdf, p, 1, run.stream)
+    narrowInto(run, total, cdf, 1, c - 1)
+    k.binary("mul", u, u, run.expand(total, [rows, s]), run.stream)
+    k.searchsorted(samples, cdf, u, true, run.stream)
+    k.binaryScalar("minimum", samples, samples, c - 1, false, run.stream)
+    return
+  }
+  const nonzero = run.temp("bool", [rows, c]), counts = run.temp("i64", [rows]), fewest = run.temp("i64", [])
+  k.binaryScalar("gt", nonzero, p, 0, false, run.stream)
+  k.reduce("sum", counts, nonzero, 1, run.stream)
+  k.reduce("min", fewest, counts, undefined, run.stream)
+  if (hostValue(run, fewest) < s) bad(op, `a row of weights has fewer than ${s} nonzero categories to draw without replacement`)
+  // E / p, E = -log(1 - u): a zero weight's key is inf, drawn last.
+  k.binaryScalar("sub", u, u, 1, true, run.stream)
+  k.unary("log", u, u, run.stream)
+  k.unary("neg", u, u, run.stream)
+  k.binary("div", u, u, p, run.stream)
+  const [, order] = sorted(run, u, 1, false)
+  narrowInto(run, samples, order, 1, 0)
+}
+
 export const KERNELS: Kernels = {
   zeros: fill(0),
   ones: fill(1),
@@ -554,6 +661,7 @@ export const KERNELS: Kernels = {
   le: binary("le", "comparison"), gt: binary("gt", "comparison"), ge: binary("ge", "comparison"),
   floor_divide: binary("floor_divide", "arithmetic"), remainder: binary("remainder", "arithmetic"),
   floor_divide_: binaryInPlace("floor_divide", "arithmetic"), remainder_: binaryInPlace("remainder", "arithmetic"),
+  fmod: binary("fmod", "arithmetic"),
   logical_and: binary("logical_and", "comparison"), logical_or: binary("logical_or", "comparison"),
   where: (run, [out], a) => ternaryInto(run, "where", out!, a.condition, a.input, a.other),
   masked_fill: (run, [out], a) => ternaryInto(run, "where", out!, a.mask, a.value, a.input),
@@ -575,6 +683,28 @@ export const KERNELS: Kernels = {
   var: (run, [out], a, op) => moments(run, out!, a.input, reducedDims(op, a.input, a.dim), a.correction, false),
   std: (run, [out], a, op) => moments(run, out!, a.input, reducedDims(op, a.input, a.dim), a.correction, true),
   logsumexp: (run, [out], a, op) => logsumexp(run, out!, a.input, reducedDims(op, a.input, a.dim)),
+  sort: (run, [values, indices], a, op) => k.sort(asLine(run, values!), asLine(run, indices!), asLine(run, a.input), lineOf(op, a.input, a.dim).d, a.descending, run.stream),
+  argsort: (run, [out], a, op) => {
+    const values = run.temp(a.input.dtype, a.input.shape)
+    k.sort(asLine(run, values), asLine(run, out!), asLine(run, a.input), lineOf(op, a.input, a.dim).d, a.descending, run.stream)
+  },
+  topk: (run, [values, indices], a, op) => {
+    const { d } = lineOf(op, a.input, a.dim), [v, i] = sorted(run, a.input, d, a.largest)
+    narrowInto(run, asLine(run, values!), asLine(run, v), d, 0)
+    narrowInto(run, asLine(run, indices!), asLine(run, i), d, 0)
+  },
+  kthvalue: (run, [values, indices], a, op) => {
+    const { d } = lineOf(op, a.input, a.dim), [v, i] = sorted(run, a.input, d, false), kept = asLine(run, v).shape.map((s, j) => (j === d ? 1 : s))
+    narrowInto(run, run.view(values!, kept), asLine(run, v), d, a.k - 1)
+    narrowInto(run, run.view(indices!, kept), asLine(run, i), d, a.k - 1)
+  },
+  cumprod: (run, [out], a, op) => k.cumulative("prod", asLine(run, out!), undefined, asLine(run, a.dtype === null ? a.input : run.cast(a.input, a.dtype)), lineOf(op, a.input, a.dim).d, run.stream),
+  cummax: (run, [values, indices], a, op) => k.cumulative("max", asLine(run, values!), asLine(run, indices!), asLine(run, a.input), lineOf(op, a.input, a.dim).d, run.stream),
+  cummin: (run, [values, indices], a, op) => k.cumulative("min", asLine(run, values!), asLine(run, indices!), asLine(run, a.input), lineOf(op, a.input, a.dim).d, run.stream),
+  roll,
+  searchsorted: (run, [out], a) => k.searchsorted(out!, a.sorted_sequence, a.input, a.right || a.side === "right", run.stream),
+  bincount,
+  multinomial,
   cumsum: (run, [out], a, op) => k.cumsum(out!, a.dtype === null ? a.input : run.cast(a.input, a.dtype), normDim(op, a.dim, a.input.shape.length), run.stream),
   norm: (run, [out], a, name) => reduceInto(run, a.p === 1 ? "norm1" : a.p === 2 ? "norm2" : "norm_inf", out!, a.input, reducedDims(name, a.input, a.dim)),
   matmul: (run, [out], a) => matmulInto(run, out!, a.input, a.other),

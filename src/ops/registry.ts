@@ -17,9 +17,10 @@ import { nn } from "./specs/nn.ts"
 import { optim } from "./specs/optim.ts"
 import { random } from "./specs/random.ts"
 import { reductions } from "./specs/reduction.ts"
+import { sorting } from "./specs/sorting.ts"
 import { ternary } from "./specs/ternary.ts"
 
-const SPECS = { ...creation, ...random, ...elementwise, ...math, ...inPlace, ...ternary, ...reductions, ...layout, ...linalg, ...nn, ...optim }
+const SPECS = { ...creation, ...random, ...elementwise, ...math, ...inPlace, ...ternary, ...reductions, ...sorting, ...layout, ...linalg, ...nn, ...optim }
 
 type Specs = typeof SPECS
 export type OpName = keyof Specs

@@ -17,18 +17,20 @@ import type { Bound, Param } from "./params.ts"
  * of the two operands ("promote"; "divide" then makes integers f32), a sum's (its `dtype` keyword's, else integers give
  * i64), the dtype argument's ("to"), the second tensor's ("other"), the `dtype` keyword's
  * (default f32: "created"), the `dtype` keyword's else the input's (the `*_like` ops: "like"),
- * arange's (i64 for integral bounds), or not known before the call ("any").
+ * arange's (i64 for integral bounds), i64 indices ("index": argsort, multinomial), or not known
+ * before the call ("any").
  */
-export type DtypeKind = "same" | "bool" | "float" | "promote" | "divide" | "sum" | "to" | "other" | "created" | "like" | "arange" | "any"
+export type DtypeKind = "same" | "bool" | "float" | "promote" | "divide" | "sum" | "to" | "other" | "created" | "like" | "arange" | "index" | "any"
 
 /**
  * What a call gives a user of the typed surface: its one tensor ("tensor"), nothing ("none": an
  * op that only changes worker state, or an in-place op, which gives back its input), every
  * result as a list ("tensors": split, chunk), its first result only ("first": dropout, whose
  * mask is for its backward rule), or max and min's (values, indices) when a dim is given and
- * the values otherwise ("valuesIndices").
+ * the values otherwise ("valuesIndices"), or (values, indices) always ("pair": sort, topk, kthvalue,
+ * cummax, cummin).
  */
-export type ReturnKind = "tensor" | "none" | "tensors" | "first" | "valuesIndices"
+export type ReturnKind = "tensor" | "none" | "tensors" | "first" | "valuesIndices" | "pair"
 
 export interface OpSpec<P extends ReadonlyArray<Param> = ReadonlyArray<Param>, K extends DtypeKind = DtypeKind, R extends ReturnKind = ReturnKind> {
   readonly params: P

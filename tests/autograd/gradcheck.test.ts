@@ -227,6 +227,24 @@ const CASES: Case[] = [
   g("mse_loss none", "mse_loss", [F(2, 3), F(2, 3)], { reduction: "none" }),
   { ...g("dropout: the kept elements, scaled", "dropout", [F(6, 5), 0.4]), seed: 3 },
   g("dropout in eval mode", "dropout", [F(3, 4)], { training: false }),
+  // sorting and scanning: the values' gradient back where each came from
+  g("sort", "sort", [F(3, 5)]),
+  g("sort descending, dim 0", "sort", [F(4, 3), 0, true]),
+  g("sort 0-d", "sort", [F()]),
+  g("topk", "topk", [F(3, 6), 2]),
+  g("topk smallest, dim 0", "topk", [F(5, 2), 3, 0, false]),
+  g("kthvalue", "kthvalue", [F(3, 5), 2]),
+  g("kthvalue dim 0, keepdim", "kthvalue", [F(4, 3), 4, 0, true]),
+  g("cumprod", "cumprod", [F(3, 4), 1]),
+  g("cumprod through zeros: one, two, and a leading one", "cumprod", [{ ...F(3, 4), data: [1.5, 0, -0.7, 2, 0, 1.2, 0, -1.1, 0.8, -1.3, 1.4, 0] }, -1]),
+  g("cumprod dim 0", "cumprod", [F(3, 2), 0]),
+  g("cummax", "cummax", [F(3, 5), 1]),
+  g("cummin dim 0", "cummin", [F(4, 3), 0]),
+  g("fmod", "fmod", [F(2, 3), P(3)]),
+  g("fmod by a number", "fmod", [F(4), 0.7]),
+  g("roll two dims", "roll", [F(3, 4), [1, -2], [0, 1]]),
+  g("roll flattened", "roll", [F(2, 3), 4]),
+  g("flip several dims", "flip", [F(2, 3, 2), [0, -1]]),
 ]
 
 /** Every differentiable op has a case. */

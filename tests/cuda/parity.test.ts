@@ -438,4 +438,39 @@ describe("cuda matches cpu", () => {
     }
     expect(bad).toEqual([])
   })
+  parity("sort, cumprod, cummax, cummin and searchsorted over each dim, ties and NaN included, bit for bit", () => {
+    const bad: string[] = []
+    const shape = [5, 7, 9]
+    for (const dtype of DTYPES) {
+      // few distinct values (ties), the special ones (NaN, infinities, -0) first
+      const [a, b] = pair(dtype, shape, bytesOf(dtype, 315, 21, { lo: -3, hi: 3, integral: true }))
+      for (const dim of [0, 1, 2]) {
+        for (const descending of [false, true]) {
+          const [x, y] = emptyPair(dtype, shape), [i, j] = emptyPair("i64", shape)
+          if (alike(`sort ${dtype} dim ${dim} descending ${descending}`, (w) => ops.sort(w ? y : x, w ? j : i, w ? b : a, dim, descending)))
+            bad.push(...differences(`sort ${dtype} dim ${dim}`, x, y), ...differences(`sort indices ${dtype} dim ${dim}`, i, j))
+          freeAll(x, y, i, j)
+        }
+        for (const op of ["max", "min"] as const) {
+          const [x, y] = emptyPair(dtype, shape), [i, j] = emptyPair("i64", shape)
+          if (alike(`cum${op} ${dtype} dim ${dim}`, (w) => ops.cumulative(op, w ? y : x, w ? j : i, w ? b : a, dim)))
+            bad.push(...differences(`cum${op} ${dtype} dim ${dim}`, x, y), ...differences(`cum${op} indices ${dtype} dim ${dim}`, i, j))
+          freeAll(x, y, i, j)
+        }
+        const [x, y] = emptyPair(isFloat(dtype) ? dtype : "i64", shape)
+        if (alike(`cumprod ${dtype} dim ${dim}`, (w) => ops.cumulative("prod", w ? y : x, undefined, w ? b : a, dim))) bad.push(...differences(`cumprod ${dtype} dim ${dim}`, x, y))
+        freeAll(x, y)
+      }
+      // searchsorted: a's rows sorted on the cpu, searched for a's values per row and for one shared row
+      const [s, t] = emptyPair(dtype, shape), [i, j] = emptyPair("i64", shape)
+      ops.sort(s, i, a, 2, false), ops.sort(t, j, b, 2, false)
+      for (const right of [false, true]) {
+        const [o, q] = emptyPair("i64", shape)
+        if (alike(`searchsorted ${dtype} right ${right}`, (w) => ops.searchsorted(w ? q : o, w ? t : s, w ? b : a, right))) bad.push(...differences(`searchsorted ${dtype}`, o, q))
+        freeAll(o, q)
+      }
+      freeAll(a, b, s, t, i, j)
+    }
+    expect(bad).toEqual([])
+  })
 })

@@ -149,6 +149,25 @@ describe("model code through the typed surface", () => {
     expect(dtypes).toEqual(["f64", "i64", "f16", "i64", "f64", "f64", "f32"])
   })
 
+  test("sort, topk, kthvalue, cummax and cummin give [values, indices], typed: the input's dtype and i64", async () => {
+    const got = await rt.runPromise(Effect.gen(function* () {
+      const mesh = yield* ctl.mesh({ dp: 2 })
+      const on = opsOn(mesh)
+      return yield* eager(() => {
+        const x = on.randn([2, 5], { seed: 3 })
+        const pairs: Array<[RemoteTensor<"f32">, RemoteTensor<"i64">]> = [x.sort(-1, true), x.topk(2), x.kthvalue(3, 1, true), x.cummax(1), ops.cummin(x, 0)]
+        // @ts-expect-error the indices are i64
+        const wrong: RemoteTensor<"f32"> = x.sort()[1]
+        void wrong
+        const order: RemoteTensor<"i64"> = x.argsort()
+        return [...pairs.map(([v, i]) => [v.dtype, v.shape, i.dtype, i.shape]), [order.dtype, order.shape]]
+      })
+    }))
+    expect(got).toEqual([
+      ["f32", [2, 5], "i64", [2, 5]], ["f32", [2, 2], "i64", [2, 2]], ["f32", [2, 1], "i64", [2, 1]], ["f32", [2, 5], "i64", [2, 5]], ["f32", [2, 5], "i64", [2, 5]], ["i64", [2, 5]],
+    ])
+  })
+
   test("an op with no tensor argument needs a mesh, and says so", async () => {
     const message = await rt.runPromise(eager(() => ops.zeros([2])).pipe(Effect.flip, Effect.map((e) => e.message)))
     expect(message).toMatch(/ops\.zeros has no tensor argument to take a mesh from; use opsOn\(mesh\)\.zeros/)

@@ -401,9 +401,9 @@ describe("binary with a scalar", () => {
 })
 
 describe("floor_divide, remainder and the ternary ops", () => {
-  test("an integer zero divisor fails floor_divide and remainder, naming them, before writing", () => {
+  test("an integer zero divisor fails floor_divide, remainder and fmod, naming them, before writing", () => {
     const a = tensor("i64", [3], [7, -7, 1]), zero = tensor("i64", [3], [2, 0, 1]), out = tensor("i64", [3], [9, 9, 9])
-    for (const op of ["floor_divide", "remainder"] as const) {
+    for (const op of ["floor_divide", "remainder", "fmod"] as const) {
       expectShimError(() => ops.binary(op, out, a, zero), "Invalid", new RegExp(`shim_binary\\(${op}\\): integer division by zero \\(b has a zero element\\)`))
       expectShimError(() => ops.binaryScalar(op, out, a, 0, false), "Invalid", new RegExp(`shim_binary_scalar\\(${op}\\): integer division by zero`))
     }
@@ -416,6 +416,8 @@ describe("floor_divide, remainder and the ternary ops", () => {
     expect(valuesOf(out)).toEqual([min, -4])
     ops.binary("remainder", out, a, b)
     expect(valuesOf(out)).toEqual([0, 1])
+    ops.binary("fmod", out, a, b)
+    expect(valuesOf(out)).toEqual([0, -1])
   })
 
   test("where reads any condition dtype as nonzero (NaN is true) and takes one-element operands", () => {

@@ -170,6 +170,8 @@ export const elementwise = {
   floor_divide: arithmetic(NOT_DIFFERENTIABLE),
   remainder: arithmetic((c, o) => ({ input: () => c.grad, other: () => o.neg(o.mul(c.grad, o.floor_divide(c.args.input, c.args.other))) })),
   floor_divide_: binaryInPlace("arithmetic"), remainder_: binaryInPlace("arithmetic"),
+  /** C's fmod, as torch's: the dividend's sign; an integer divisor of 0 fails the call. d/d other = -trunc(input / other). */
+  fmod: arithmetic((c, o) => ({ input: () => c.grad, other: () => o.neg(o.mul(c.grad, o.trunc(o.div(c.args.input, c.args.other)))) })),
   logical_and: logical, logical_or: logical,
   add_: withAlphaInPlace, sub_: withAlphaInPlace, mul_: binaryInPlace("arithmetic"),
   div_: spec(divInPlaceParams, ({ input, other, rounding_mode }, op) => {
