@@ -25,7 +25,7 @@
 import { Effect } from "effect"
 import type { WorkerMessage } from "../protocol/messages.ts"
 import { NDSlice } from "../protocol/ndslice.ts"
-import { HostTensor, Ref, TensorFactory } from "../protocol/values.ts"
+import { FloatNumber, HostTensor, Ref, TensorFactory } from "../protocol/values.ts"
 import { Controller } from "./controller.ts"
 import type { Core } from "./core.ts"
 import { ControllerError, RemoteError } from "./errors.ts"
@@ -168,6 +168,7 @@ const metaText = (t: RemoteTensor): string => (t.meta ? `${t.meta.dtype}[${t.met
 const textOf = (l: Leaf): string => {
   const v = l.value
   if (typeof v === "number") return numberText(v)
+  if (v instanceof FloatNumber) return `float(${numberText(v.value)})`
   if (v instanceof Param) return `a replay parameter (${paramKind(v.value)})`
   if (v instanceof RemoteTensor) return l.same >= 0 ? `the same tensor as tensor argument ${l.same}` : `${metaText(v)} on ${v.mesh}, stream ${v.stream.ref.id}`
   if (Array.isArray(v)) return `an array of ${v.length}`
@@ -187,6 +188,8 @@ const flatten = (args: ReadonlyArray<unknown>, paths = false): Flat => {
   }
   const walk = (v: unknown, path: string): void => {
     if (typeof v === "number") return leaf(path, `n${numberText(v)}`, v)
+    // A float is its value too, told from the integer of that value (it promotes differently).
+    if (v instanceof FloatNumber) return leaf(path, `f${numberText(v.value)}`, v)
     if (v instanceof Param) {
       params.push(v.value)
       paramPaths.push(path)
@@ -242,7 +245,7 @@ const isNative = (v: object): boolean => {
 
 /** Whether the step's reads of `v` are followed: a user's object, array or plain object (handles and the engine's classes are kept whole). */
 const followed = (v: unknown): v is object =>
-  typeof v === "object" && v !== null && !(v instanceof RemoteTensor) && !(v instanceof HostTensor) && !ArrayBuffer.isView(v) && !(v instanceof Param) &&
+  typeof v === "object" && v !== null && !(v instanceof RemoteTensor) && !(v instanceof HostTensor) && !ArrayBuffer.isView(v) && !(v instanceof Param) && !(v instanceof FloatNumber) &&
   !(v instanceof Mesh) && !(v instanceof RemoteStream) && (Array.isArray(v) || isPlain(v) || !isNative(v))
 
 /** Follows what one trace's step reads of the objects it was given by identity, through proxies. */
@@ -325,7 +328,7 @@ const stepArgs = (args: ReadonlyArray<unknown>, values: ReadonlyArray<number>, r
   let p = 0, o = 0
   const walk = (v: unknown): unknown => {
     if (v instanceof Param) return values[p++]
-    if (typeof v !== "object" || v === null || v instanceof RemoteTensor || v instanceof HostTensor || v instanceof Uint8Array) return v
+    if (typeof v !== "object" || v === null || v instanceof RemoteTensor || v instanceof HostTensor || v instanceof Uint8Array || v instanceof FloatNumber) return v
     if (Array.isArray(v)) {
       const out = v.map(walk)
       return out.some((x, i) => x !== v[i]) ? out : v

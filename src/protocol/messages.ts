@@ -10,7 +10,7 @@ import {
   anyValue, boolField, choice, commandList, errorField, factoryField, metaList, ndsliceField, optional, refField, refList, strField, strList, strOrNil, uintField,
   uintList, valueList, valueMap, type Field,
 } from "./fields.ts"
-import type { HostTensor, Ref } from "./values.ts"
+import type { FloatNumber, HostTensor, Ref } from "./values.ts"
 
 /**
  * Argument and result trees: plain msgpack data with Refs (looked up on the worker) and
@@ -20,6 +20,7 @@ export type Value =
   | null
   | boolean
   | number
+  | FloatNumber
   | bigint
   | string
   | Uint8Array

@@ -5,7 +5,7 @@
  * (Effect Schema costs too much per command).
  */
 import { ExtData } from "@msgpack/msgpack"
-import { ErrorPayload, HostTensor, ITEM_SIZE, DTYPES, Ref, type DType, type Frame } from "./values.ts"
+import { ErrorPayload, FloatNumber, HostTensor, ITEM_SIZE, DTYPES, Ref, type DType, type Frame } from "./values.ts"
 
 /** The deepest a container may nest in a message, the message array itself being depth 1. */
 export const MAX_DEPTH = 32
@@ -166,6 +166,16 @@ export const scalarProblem = (v: unknown): string | undefined => {
   }
 }
 
+/**
+ * The integral floats the wire tells from integers: within 32 bits. This encoder writes an
+ * integer outside [-2^31, 2^32) as float64 (the library's rule for JS numbers), so an
+ * integral float64 out there decodes as a number, an integer.
+ */
+export const isWireFloat = (v: number): boolean => typeof v === "number" && (!Number.isInteger(v) || (v >= -(2 ** 31) && v < 2 ** 32))
+
+export const floatProblem = (v: unknown): string =>
+  typeof v !== "number" ? `float(value): expected a number, got ${typeof v}` : `float(${v}): an integral float past 32 bits cannot be told from an integer on the wire`
+
 /** Why a HostTensor cannot go on the wire (dtype, shape, byte count), or undefined. */
 export const hostTensorProblem = (t: HostTensor): string | undefined => {
   if (!DTYPES.includes(t.dtype)) return `HostTensor: unknown dtype ${String(t.dtype)}`
@@ -251,6 +261,7 @@ const checkValue = (v: unknown, depth: number, check: Check): unknown => {
         return problem === undefined ? v : new ValueFailure(problem)
       }
       if (v instanceof Uint8Array) return check === BORROWED ? copyOf(v) : v
+      if (v instanceof FloatNumber) return check !== ENCODE || isWireFloat(v.value) ? v : new ValueFailure(floatProblem(v.value))
       if (v instanceof BadExt) return new ValueFailure(v.problem)
       const proto: unknown = Object.getPrototypeOf(v)
       if (proto === Object.prototype || proto === null) {
@@ -283,4 +294,4 @@ export const value = <V>(v: unknown, where: string, depth: number, check: Check)
 }
 
 export const isMap = (v: unknown): boolean =>
-  typeof v === "object" && v !== null && !Array.isArray(v) && !(v instanceof Ref) && !(v instanceof HostTensor) && !(v instanceof Uint8Array) && !(v instanceof BadExt)
+  typeof v === "object" && v !== null && !Array.isArray(v) && !(v instanceof Ref) && !(v instanceof HostTensor) && !(v instanceof Uint8Array) && !(v instanceof BadExt) && !(v instanceof FloatNumber)

@@ -1,0 +1,36 @@
+# torch 1.13's type promotion for tests/ops/promotion.test.ts: reads one JSON list of operand
+# lists from stdin (an operand: {"t": dtype, "dims": 0 or 1} for a 0-d or a [2] tensor, or
+# {"n": "int" | "float"} for a Python number) and prints the dtype of each, torch.result_type's
+# for two operands and torch._prims_common.elementwise_dtypes' (torch's n-ary form of the same
+# rule, checked against result_type on every pair first) for three.
+import json
+import sys
+
+import torch
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+DTYPES = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16, "bf16": torch.bfloat16,
+          "i32": torch.int32, "i64": torch.int64, "u8": torch.uint8, "bool": torch.bool}
+NAMES = {v: k for k, v in DTYPES.items()}
+
+
+def operand(o):
+    if "n" in o:
+        return 2 if o["n"] == "int" else 2.0
+    return torch.zeros([2] if o["dims"] else [], dtype=DTYPES[o["t"]])
+
+
+def n_ary(xs):
+    return elementwise_dtypes(*xs, type_promotion_kind=ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT)[1]
+
+
+out = []
+for case in json.load(sys.stdin):
+    xs = [operand(o) for o in case]
+    if len(xs) == 2:
+        dtype = torch.result_type(*xs)
+        assert n_ary(xs) == dtype, (case, n_ary(xs), dtype)
+    else:
+        dtype = n_ary(xs)
+    out.append(NAMES[dtype])
+print(json.dumps(out))
