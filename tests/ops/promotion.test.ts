@@ -15,7 +15,7 @@ const OPERANDS: Operand[] = [...DTYPES.flatMap((d) => [{ t: d, dims: 1 as const 
 const meta = (o: Operand) => ("n" in o ? (o.n === "int" ? 2 : float(2)) : t(o.t, ...(o.dims ? [2] : [])))
 const text = (o: Operand) => ("n" in o ? `${o.n} number` : `${o.t}${o.dims ? "[2]" : " 0-d"}`)
 
-const torchTypes = (cases: Operand[][]): DType[] => {
+const torchTypes = <A = DType>(cases: ReadonlyArray<Operand[] | { inplace: string; operands: Operand[] }>): A[] => {
   const run = Bun.spawnSync([PYTHON, new URL("./torch_promotion.py", import.meta.url).pathname], { stdin: Buffer.from(JSON.stringify(cases)) })
   if (run.exitCode !== 0) throw new Error(run.stderr.toString())
   return JSON.parse(run.stdout.toString())
@@ -33,6 +33,25 @@ describeUnless(torchMissing())("type promotion against torch 1.13", () => {
       return ours === want[i] ? [] : [`${c.map(text).join(" with ")}: ${ours}, torch ${want[i]}`]
     })
     expect(cases.length).toBe(18 * 18 - 4 + 18 ** 3 - 8)
+    expect(wrong.slice(0, 10)).toEqual([])
+  }, 60_000)
+
+  test("an in-place op runs or is refused (its result cannot be cast back) as torch's, for every input dtype and other operand", () => {
+    const inputs = OPERANDS.filter((o) => "t" in o && o.dims === 1 && o.t !== "bool")
+    const cases = ["add_", "mul_", "div_", "pow_", "clamp_"].flatMap((op) => inputs.flatMap((x) => OPERANDS.filter((o) => !("t" in o && o.t === "bool")).map((o) => ({ inplace: op, operands: [x, o] }))))
+    const want = torchTypes<"ok" | "refused" | "unsupported">(cases)
+    const wrong = cases.flatMap((c, i) => {
+      if (want[i] === "unsupported") return []
+      let ours: string
+      try {
+        infer(c.inplace, c.operands.map(meta))
+        ours = "ok"
+      } catch {
+        ours = "refused"
+      }
+      return ours === want[i] ? [] : [`${text(c.operands[0]!)}.${c.inplace}(${text(c.operands[1]!)}): ${ours}, torch ${want[i]}`]
+    })
+    expect(want.filter((w) => w === "refused").length).toBeGreaterThan(50)
     expect(wrong.slice(0, 10)).toEqual([])
   }, 60_000)
 })

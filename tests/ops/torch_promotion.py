@@ -2,7 +2,9 @@
 # lists from stdin (an operand: {"t": dtype, "dims": 0 or 1} for a 0-d or a [2] tensor, or
 # {"n": "int" | "float"} for a Python number) and prints the dtype of each, torch.result_type's
 # for two operands and torch._prims_common.elementwise_dtypes' (torch's n-ary form of the same
-# rule, checked against result_type on every pair first) for three.
+# rule, checked against result_type on every pair first) for three. A case {"inplace": op,
+# "operands": [input, other]} answers whether torch's input.op(other) runs ("ok") or is refused
+# ("refused": a result that cannot be cast back into the input), or "unsupported" (no CPU kernel).
 import json
 import sys
 
@@ -17,7 +19,7 @@ NAMES = {v: k for k, v in DTYPES.items()}
 def operand(o):
     if "n" in o:
         return 2 if o["n"] == "int" else 2.0
-    return torch.zeros([2] if o["dims"] else [], dtype=DTYPES[o["t"]])
+    return torch.ones([2] if o["dims"] else [], dtype=DTYPES[o["t"]])
 
 
 def n_ary(xs):
@@ -26,6 +28,15 @@ def n_ary(xs):
 
 out = []
 for case in json.load(sys.stdin):
+    if isinstance(case, dict):
+        x, other = (operand(o) for o in case["operands"])
+        try:
+            getattr(x, case["inplace"])(other)
+            out.append("ok")
+        except RuntimeError as e:
+            # torch 1.13's CPU has no f16 clamp; its pow_ says "Found dtype Long but expected Float".
+            out.append("unsupported" if "not implemented" in str(e) else "refused")
+        continue
     xs = [operand(o) for o in case]
     if len(xs) == 2:
         dtype = torch.result_type(*xs)
