@@ -572,6 +572,7 @@ const CASES: Case[] = [
   ...promotionCases(20261201, 60),
   c("eq i64 with float 2^24 compares in f32", "eq", [ints("i64", [2], [16777217, 3]), { float: 16777216 }]),
   c("where with an int and a float number", "where", [tensor("bool", [4]), 2, { float: 1 }]),
+  c("add i64 and a float number with alpha", "add", [tensor("i64", [3]), { float: 2 }], { alpha: 3 }),
 ]
 
 const numbersOf = (h: HostTensor): number[] => [...h.toArray()].map(Number)
