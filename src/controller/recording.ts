@@ -71,6 +71,7 @@ export class Param {
  * it. Every other number is part of the signature (a new value traces again).
  */
 export const param = (value: number): Param => {
+  if ((value as unknown) instanceof FloatNumber) throw new ControllerError({ message: `param(${value}): a replay parameter is an integer or a fraction; pass ${value} as a plain argument (part of the signature)` })
   if (typeof value !== "number") throw new ControllerError({ message: `param(value): a replay parameter is a number, not ${typeof value}` })
   return new Param(value)
 }
@@ -146,7 +147,7 @@ const numberText = (v: number): string => (Object.is(v, -0) ? "-0" : String(v))
 
 /**
  * Another value for the i-th replay parameter, of the same kind (an integer, or a fraction:
- * ops promote an integer tensor with a fraction, not with an integer, so the kind is part of
+ * ops promote an integer tensor with a float, which a fraction is, not with an integer, so the kind is part of
  * the signature), near it (the same sign, a probability stays one), or the value itself where
  * it has no other of its kind (a value that is not finite, or past the integers' precision).
  */

@@ -4,7 +4,7 @@
 // i64, i64 ** 2.0 f32, and i64 == 2.0 compares in f32 (16777217 == 16777216.0 is True there).
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { Effect, ManagedRuntime, Result } from "effect"
-import { compile, Controller, float, opsOn, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
+import { compile, Controller, float, opsOn, param, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
 import { decodeControllerMessage, decodeWorkerMessage, encodeMessage } from "../../src/protocol/codec.ts"
 import type { CallFunction, Value } from "../../src/protocol/messages.ts"
 import { FloatNumber, HostTensor } from "../../src/protocol/values.ts"
@@ -114,6 +114,9 @@ describe("float() in TypeScript", () => {
     expect(await read(x.add(float(1)))).toEqual({ meta: "f32", fetched: "f32", values: [1, 2, 3] })
     expect(await read(x.mul(2))).toEqual({ meta: "i64", fetched: "i64", values: [0, 2, 4] })
     expect(await read(on.where(x.gt(0), float(1), 0))).toEqual({ meta: "f32", fetched: "f32", values: [0, 1, 1] })
+    // A floating tensor with a float number keeps its dtype, in the types too.
+    const typed: RemoteTensor<"f16"> = on.ones([2], { dtype: "f16" }).mul(float(2))
+    expect(await read(typed)).toEqual({ meta: "f16", fetched: "f16", values: [2, 2] })
   }, 30_000)
 
   test("an in-place op of an integer tensor with float(2) is refused at the call, as torch's i64.mul_(2.0)", () => {
@@ -129,5 +132,7 @@ describe("float() in TypeScript", () => {
     for (const v of [2, float(2), 2, float(2)]) dtypes.push((await rt.runPromise(step(x, v))).dtype)
     expect(dtypes).toEqual(["i64", "f32", "i64", "f32"])
     expect(step.traces).toBe(2)
+    // A replay parameter is an integer or a fraction (its kind is in the signature): a float of integral value is a plain argument.
+    expect(() => param(float(2) as never)).toThrow("param(float(2)): a replay parameter is an integer or a fraction; pass float(2) as a plain argument")
   }, 30_000)
 })
