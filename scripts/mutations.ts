@@ -464,6 +464,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("    if (v instanceof FloatNumber) return leaf(path, `f${numberText(v.value)}`, v)", "    if (v instanceof FloatNumber) return leaf(path, `n${numberText(v.value)}`, v)"),
     tests: ["tests/ops/floats.test.ts"],
   },
+  {
+    area: "worker", behaviour: "promotion: a fetched value may hold a float the client sent",
+    file: "src/worker/handlers/calls.ts",
+    edits: one("  if (v instanceof HostTensor || v instanceof FloatNumber) return v", "  if (v instanceof HostTensor) return v"),
+    tests: ["tests/ops/floats.test.ts"],
+  },
   // ---- ops of issue 11.2 (behaviours say "11.2": --only 11.2) -----------------------------
   {
     area: "worker", behaviour: "11.2: each rank draws its own stream unless asked for a shared one",

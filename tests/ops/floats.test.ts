@@ -86,6 +86,14 @@ describe("a float64 from a client to a real worker gives torch's dtype", () => {
     expect((await run("pow", i64, 2, "int")).dtype).toBe("i64")
   }, 30_000)
 
+  test("a fetched float64 2.0 comes back (a float in a fetched value is not refused)", async () => {
+    const id = (ident += 4)
+    const bytes = hex(Result.getOrThrow(encodeMessage(fetch(id, [2.5, 3]))))
+    h.links[0]!.sendRawForTestsOnly(Buffer.from(bytes.replace(F64_2_5, float64(2)), "hex"))
+    const got = await h.until(() => h.seen(0, "FetchResult").find((r) => r.ident === id) ?? h.seen(0, "RemoteFunctionFailed").find((r) => r.ident === id), 20_000, "the fetched value")
+    expect(got._tag === "FetchResult" && got.value).toEqual([2, 3])
+  }, 30_000)
+
   test("i64 == 2.0 compares in f32, as torch's (16777217 == 16777216.0 holds there)", async () => {
     const big = host("i64", [2], [16777217, 3])
     expect(numbers(await run("eq", big, 16777216, "float"))).toEqual([1, 0])
