@@ -112,9 +112,9 @@ const clampParams = [arg("input", "tensor"), opt("min", "tensorOrScalar", null),
  */
 const clampMeta = (op: string, input: TensorMeta, min: TensorMeta | Scalar | null, max: TensorMeta | Scalar | null): TensorMeta => {
   if (min === null && max === null) bad(op, "needs min or max (at least one of them not None)")
-  if (min !== null && max !== null && isNumber(min) !== isNumber(max)) bad(op, "min and max must be both tensors or both numbers (torch's two forms)")
+  if (min !== null && max !== null && isScalar(min) !== isScalar(max)) bad(op, "min and max must be both tensors or both numbers (torch's two forms)")
   const operands = [input, ...(min === null ? [] : [min]), ...(max === null ? [] : [max])]
-  return { dtype: resultType(operands), shape: broadcastShapes(op, operands.filter((x): x is TensorMeta => !isNumber(x)).map((x) => x.shape)) }
+  return { dtype: resultType(operands), shape: broadcastShapes(op, operands.filter((x): x is TensorMeta => !isScalar(x)).map((x) => x.shape)) }
 }
 
 /**
@@ -134,9 +134,6 @@ const clampRule: Backward<typeof clampParams> = (c, o) => {
     max: () => only(min === null ? o.gt(x, max!) : o.logical_or(o.gt(x, max!), o.lt(max!, min))),
   }
 }
-
-/** Whether a bound operand is a number (no gradient) rather than a tensor. */
-export const isNumber = isScalar
 
 export const elementwise = {
   neg: unary("same", unaryRule((o, _x, _y, g) => o.neg(g))),
@@ -161,8 +158,8 @@ export const elementwise = {
   pow: arithmetic((c, o) => {
     const { input: x, other: e } = c.args, g = c.grad
     return {
-      input: () => isNumber(e) ? (scalarValue(e) === 0 ? o.mul(g, 0) : o.mul(g, o.mul(o.pow(x, scalarValue(e) - 1), scalarValue(e)))) : o.where(o.eq(e, 0), 0, o.mul(g, o.mul(e, o.pow(x, o.sub(e, 1))))),
-      other: () => isNumber(x) ? o.mul(g, o.mul(c.out, Math.log(scalarValue(x)))) : o.where(o.logical_and(o.eq(x, 0), o.ge(e, 0)), 0, o.mul(g, o.mul(c.out, o.log(x)))),
+      input: () => isScalar(e) ? (scalarValue(e) === 0 ? o.mul(g, 0) : o.mul(g, o.mul(o.pow(x, scalarValue(e) - 1), scalarValue(e)))) : o.where(o.eq(e, 0), 0, o.mul(g, o.mul(e, o.pow(x, o.sub(e, 1))))),
+      other: () => isScalar(x) ? o.mul(g, o.mul(c.out, Math.log(scalarValue(x)))) : o.where(o.logical_and(o.eq(x, 0), o.ge(e, 0)), 0, o.mul(g, o.mul(c.out, o.log(x)))),
     }
   }),
   eq: comparison, ne: comparison, lt: comparison, le: comparison, gt: comparison, ge: comparison,
