@@ -95,3 +95,7 @@ test("an in-place op is refused where the promoted result cannot be cast back, a
   expect(infer("clamp_", [t("f16", 3), t("f64"), t("f64")])).toEqual([])
   expect(refusal(() => infer("clamp_", [t("i64", 3), float(0), float(1)]))).toContain("can't be cast")
 })
+
+test("a float number where an integer is expected is refused naming it", () => {
+  expect(refusal(() => infer("sum", [t("f32", 3), float(0)]))).toBe("ops.sum: dim must be a dim or a list of dims, got float(0)")
+})
