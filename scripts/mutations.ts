@@ -425,13 +425,19 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "promotion: a float number makes an integer tensor's result floating",
     file: "src/ops/promotion.ts",
-    edits: one('export const isFloatScalar = (s: Scalar): boolean => typeof s !== "number" || !Number.isInteger(s)', "export const isFloatScalar = (s: Scalar): boolean => !Number.isInteger(scalarValue(s))"),
+    edits: one('(typeof s === "number" ? !Number.isInteger(s) : typeof s !== "boolean")', "!Number.isInteger(scalarValue(s))"),
     tests: ["tests/ops/promotion.test.ts", "tests/ops/floats.test.ts", "tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "promotion: a boolean number is bool among numbers",
+    file: "src/ops/promotion.ts",
+    edits: one('(typeof s === "boolean" ? "bool" : isFloatScalar(s) ? "f32" : "i64")', '(isFloatScalar(s) ? "f32" : "i64")'),
+    tests: ["tests/ops/promotion.test.ts", "tests/ops/parity.test.ts"],
   },
   {
     area: "worker", behaviour: "promotion: an op's binder keeps a float number operand a float",
     file: "src/ops/params.ts",
-    edits: one('case "tensorOrScalar": return isTensor(v) || typeof v === "number" || v instanceof FloatNumber ? v :', 'case "tensorOrScalar": return isTensor(v) || typeof v === "number" ? v : v instanceof FloatNumber ? v.value :'),
+    edits: one('case "tensorOrScalar": return isTensor(v) || typeof v === "number" || typeof v === "boolean" || v instanceof FloatNumber ? v :', 'case "tensorOrScalar": return isTensor(v) || typeof v === "number" || typeof v === "boolean" ? v : v instanceof FloatNumber ? v.value :'),
     tests: ["tests/ops/floats.test.ts", "tests/ops/parity.test.ts"],
   },
   {

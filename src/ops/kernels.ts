@@ -276,8 +276,8 @@ const binaryInPlace = (op: BinaryOpName, kind: BinaryKind): Kernel<"mul_"> => wi
 /** alpha other for add and sub, in the compute dtype (other itself for alpha 1). */
 const scaledOther = (run: Run, other: Tensor | Scalar, alpha: number, dtype: DType): Tensor | Scalar => {
   if (alpha === 1) return other
-  if (typeof other === "number") return other * alpha
   if (other instanceof FloatNumber) return new FloatNumber(other.value * alpha)
+  if (isScalar(other)) return scalarValue(other) * alpha
   const scaled = run.temp(dtype, other.shape)
   k.binaryScalar("mul", scaled, run.cast(other, dtype), alpha, false, run.stream)
   return scaled

@@ -16,7 +16,7 @@ export interface KindValue<T> {
   /** A list of tensors (cat, stack). */
   readonly tensors: T[]
   readonly scalar: number
-  /** A tensor or a number operand (a FloatNumber kept: the float decides promotion). */
+  /** A tensor or a number operand (a boolean or a FloatNumber kept as it is: its kind decides promotion). */
   readonly tensorOrScalar: T | Scalar
   readonly int: number
   readonly bool: boolean
@@ -89,7 +89,7 @@ const coerce = (kind: Kind, v: unknown, isTensor: (v: unknown) => boolean): unkn
     case "tensors": return Array.isArray(v) && v.every(isTensor) ? v : WRONG
     case "string": return typeof v === "string" ? v : WRONG
     case "scalar": return typeof v === "number" ? v : v instanceof FloatNumber ? v.value : typeof v === "boolean" ? Number(v) : WRONG
-    case "tensorOrScalar": return isTensor(v) || typeof v === "number" || v instanceof FloatNumber ? v : typeof v === "boolean" ? Number(v) : WRONG
+    case "tensorOrScalar": return isTensor(v) || typeof v === "number" || typeof v === "boolean" || v instanceof FloatNumber ? v : WRONG
     case "int": return isInt(v) ? v : WRONG
     case "bool": return typeof v === "boolean" ? v : WRONG
     case "dtype": return (DTYPES as ReadonlyArray<unknown>).includes(v) ? v : WRONG

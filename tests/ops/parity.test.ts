@@ -573,6 +573,14 @@ const CASES: Case[] = [
   c("eq i64 with float 2^24 compares in f32", "eq", [ints("i64", [2], [16777217, 3]), { float: 16777216 }]),
   c("where with an int and a float number", "where", [tensor("bool", [4]), 2, { float: 1 }]),
   c("add i64 and a float number with alpha", "add", [tensor("i64", [3]), { float: 2 }], { alpha: 3 }),
+  // A boolean number is bool among numbers: it keeps a bool tensor bool, as torch's.
+  c("add bool and True", "add", [tensor("bool", [4]), true]),
+  c("mul bool and False", "mul", [tensor("bool", [4]), false]),
+  c("add u8 and True", "add", [tensor("u8", [4]), true]),
+  c("mul f16 0-d and True", "mul", [tensor("f16", []), true]),
+  c("eq bool and True", "eq", [tensor("bool", [4]), true]),
+  c("where True and False", "where", [tensor("bool", [4]), true, false]),
+  c("where True and a 0-d i32", "where", [tensor("bool", [4]), true, tensor("i32", [])]),
 ]
 
 const numbersOf = (h: HostTensor): number[] => [...h.toArray()].map(Number)

@@ -1,6 +1,6 @@
 // torch's type promotion (src/ops/promotion.ts) against torch 1.13: every pair and triple of
-// operands of every dtype and tier (a tensor with dims, a 0-d tensor, an integer or a float
-// number) against torch.result_type (tests/ops/torch_promotion.py), and the rules of the ops
+// operands of every dtype and tier (a tensor with dims, a 0-d tensor, a boolean, an integer or a
+// float number) against torch.result_type (tests/ops/torch_promotion.py), and the rules of the ops
 // that use it, on the controller's inference (the worker runs the same rules: its results are
 // checked against torch in tests/ops/parity.test.ts, and through the wire in tests/ops/floats.test.ts).
 import { expect, test } from "bun:test"
@@ -10,9 +10,9 @@ import { describeUnless } from "../skip.ts"
 import { PYTHON, torchMissing } from "../torch.ts"
 import { infer, refusal, t } from "./infer.ts"
 
-type Operand = { readonly t: DType; readonly dims: 0 | 1 } | { readonly n: "int" | "float" }
-const OPERANDS: Operand[] = [...DTYPES.flatMap((d) => [{ t: d, dims: 1 as const }, { t: d, dims: 0 as const }]), { n: "int" }, { n: "float" }]
-const meta = (o: Operand) => ("n" in o ? (o.n === "int" ? 2 : float(2)) : t(o.t, ...(o.dims ? [2] : [])))
+type Operand = { readonly t: DType; readonly dims: 0 | 1 } | { readonly n: "bool" | "int" | "float" }
+const OPERANDS: Operand[] = [...DTYPES.flatMap((d) => [{ t: d, dims: 1 as const }, { t: d, dims: 0 as const }]), { n: "bool" }, { n: "int" }, { n: "float" }]
+const meta = (o: Operand) => ("n" in o ? (o.n === "bool" ? true : o.n === "int" ? 2 : float(2)) : t(o.t, ...(o.dims ? [2] : [])))
 const text = (o: Operand) => ("n" in o ? `${o.n} number` : `${o.t}${o.dims ? "[2]" : " 0-d"}`)
 
 const torchTypes = <A = DType>(cases: ReadonlyArray<Operand[] | { inplace: string; operands: Operand[] }>): A[] => {
@@ -32,7 +32,7 @@ describeUnless(torchMissing())("type promotion against torch 1.13", () => {
       const ours = resultType(c.map(meta) as Array<ReturnType<typeof meta>>)
       return ours === want[i] ? [] : [`${c.map(text).join(" with ")}: ${ours}, torch ${want[i]}`]
     })
-    expect(cases.length).toBe(18 * 18 - 4 + 18 ** 3 - 8)
+    expect(cases.length).toBe(19 ** 2 - 3 ** 2 + 19 ** 3 - 3 ** 3)
     expect(wrong.slice(0, 10)).toEqual([])
   }, 60_000)
 
@@ -67,6 +67,9 @@ test("dims over 0-d over numbers, a higher category winning from a lower tier (t
   expect(resultType([t("f16"), 2.5])).toBe("f16")
   expect(resultType([2, float(2)] as Scalar[])).toBe("f32")
   expect(resultType([2, 3])).toBe("i64")
+  expect(resultType([t("bool", 3), true])).toBe("bool")
+  expect(resultType([t("bool", 3), 1])).toBe("i64")
+  expect(resultType([t("u8", 3), true])).toBe("u8")
 })
 
 test("the ops that promote use the tiers: binary, comparison, where, clamp with tensor bounds, addcmul", () => {

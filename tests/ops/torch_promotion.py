@@ -1,6 +1,6 @@
 # torch 1.13's type promotion for tests/ops/promotion.test.ts: reads one JSON list of operand
 # lists from stdin (an operand: {"t": dtype, "dims": 0 or 1} for a 0-d or a [2] tensor, or
-# {"n": "int" | "float"} for a Python number) and prints the dtype of each, torch.result_type's
+# {"n": "bool" | "int" | "float"} for a Python number) and prints the dtype of each, torch.result_type's
 # for two operands and torch._prims_common.elementwise_dtypes' (torch's n-ary form of the same
 # rule, checked against result_type on every pair first) for three. A case {"inplace": op,
 # "operands": [input, other]} answers whether torch's input.op(other) runs ("ok") or is refused
@@ -18,7 +18,7 @@ NAMES = {v: k for k, v in DTYPES.items()}
 
 def operand(o):
     if "n" in o:
-        return 2 if o["n"] == "int" else 2.0
+        return {"bool": True, "int": 2, "float": 2.0}[o["n"]]
     return torch.ones([2] if o["dims"] else [], dtype=DTYPES[o["t"]])
 
 
