@@ -465,6 +465,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/ops/floats.test.ts"],
   },
   {
+    area: "protocol", behaviour: "promotion: an integral float in a message's integer field is its value",
+    file: "src/protocol/validate.ts",
+    edits: one("  if (v instanceof FloatNumber && isNatural(v.value)) return v.value\n", ""),
+    tests: ["tests/ops/floats.test.ts"],
+  },
+  {
     area: "controller", behaviour: "promotion: compile's signature tells float(2) from 2",
     file: "src/controller/recording.ts",
     edits: one("    if (v instanceof FloatNumber) return leaf(path, `f${numberText(v.value)}`, v)", "    if (v instanceof FloatNumber) return leaf(path, `n${numberText(v.value)}`, v)"),

@@ -49,6 +49,7 @@ export const describe = (v: unknown): string => {
       if (v instanceof Uint8Array) return "bin"
       if (v instanceof ExtData) return `ext type ${v.type}`
       if (v instanceof Date) return "timestamp"
+      if (v instanceof FloatNumber) return `float ${v.value}`
       if (Object.getPrototypeOf(v) === Object.prototype || Object.getPrototypeOf(v) === null) return "map"
       return v.constructor?.name ?? "object"
     default: return typeof v
@@ -86,6 +87,8 @@ export const copyOf = (b: Uint8Array): Uint8Array => {
 export const uint = (v: unknown, where: string): number => {
   if (isNatural(v)) return v
   if (typeof v === "bigint" && v >= 0n && v <= MAX_SAFE_BIGINT) return Number(v)
+  // An integral float in an integer field is its value, as before floats were kept (a client whose msgpack writes every number as a float).
+  if (v instanceof FloatNumber && isNatural(v.value)) return v.value
   throw mismatch(where, "unsigned integer", v)
 }
 

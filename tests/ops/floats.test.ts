@@ -34,6 +34,11 @@ describe("the wire keeps a float a float", () => {
     expect(decoded(withFloat(m, 2 ** 32))).toEqual([2 ** 32, 3])
     const f32 = Buffer.from(hex(Result.getOrThrow(encodeMessage(m))).replace(F64_2_5, "ca40000000"), "hex")
     expect(decoded(f32)).toEqual([new FloatNumber(2), 3])
+    // A message's integer field takes an integral float as its value, as it did before floats were kept; a fraction stays refused.
+    const status = (v: number) => decodeWorkerMessage(Buffer.from(hex(Result.getOrThrow(encodeMessage({ _tag: "RequestStatus", ident: 7 }))).replace(/07$/, float64(v)), "hex"))
+    expect(Result.getOrThrow(status(7))).toEqual({ _tag: "RequestStatus", ident: 7 })
+    const refused = status(7.5)
+    expect(Result.isFailure(refused) && refused.failure.message).toBe("RequestStatus.ident: expected unsigned integer, got float 7.5")
   })
 
   test("the controller's decoder keeps plain numbers (a worker's replies hold no FloatNumber)", () => {
