@@ -26,7 +26,7 @@ export const isScalar = (v: unknown): v is Scalar => typeof v === "number" || ty
 export const scalarValue = (s: Scalar): number => (typeof s === "number" ? s : typeof s === "boolean" ? Number(s) : s.value)
 
 /** Whether a number operand is a float: a FloatNumber, or a number that is not an integer. */
-export const isFloatScalar = (s: Scalar): boolean => (typeof s === "number" ? !Number.isInteger(s) : typeof s !== "boolean")
+const isFloatScalar = (s: Scalar): boolean => (typeof s === "number" ? !Number.isInteger(s) : typeof s !== "boolean")
 
 /** The dtype two tensors' dtypes compute in (torch.promote_types). */
 export const promoteTypes = (a: DType, b: DType): DType => {
@@ -37,7 +37,7 @@ export const promoteTypes = (a: DType, b: DType): DType => {
 }
 
 /** The dtype a number takes among numbers: bool for a boolean, i64 for an integer, f32 for a float. */
-export const scalarType = (s: Scalar): DType => (typeof s === "boolean" ? "bool" : isFloatScalar(s) ? "f32" : "i64")
+const scalarType = (s: Scalar): DType => (typeof s === "boolean" ? "bool" : isFloatScalar(s) ? "f32" : "i64")
 
 /** A higher tier's dtype with a lower tier's beside it (undefined: the tier is empty); torch's combine_categories. */
 const combine = (higher: DType | undefined, lower: DType | undefined): DType | undefined => {
