@@ -687,6 +687,79 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/store/server.test.ts"],
   },
 
+  // ---- type promotion and float numbers (behaviours say "promotion": --only promotion) -------
+  {
+    area: "worker", behaviour: "promotion: a 0-d tensor ranks below a tensor with dims",
+    file: "src/ops/promotion.ts",
+    edits: one("    } else if (o.shape.length === 0) zeroDim =", "    } else if (false) zeroDim ="),
+    tests: ["tests/ops/promotion.test.ts", "tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "promotion: a lower tier of a higher category promotes with the tier above",
+    file: "src/ops/promotion.ts",
+    edits: one('  return higher === "bool" || isFloating(lower) ? promoteTypes(higher, lower) : higher', "  return higher"),
+    tests: ["tests/ops/promotion.test.ts", "tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "promotion: a float number makes an integer tensor's result floating",
+    file: "src/ops/promotion.ts",
+    edits: one('(typeof s === "number" ? !Number.isInteger(s) : typeof s !== "boolean")', "!Number.isInteger(scalarValue(s))"),
+    tests: ["tests/ops/promotion.test.ts", "tests/ops/floats.test.ts", "tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "promotion: a boolean number is bool among numbers",
+    file: "src/ops/promotion.ts",
+    edits: one('(typeof s === "boolean" ? "bool" : isFloatScalar(s) ? "f32" : "i64")', '(isFloatScalar(s) ? "f32" : "i64")'),
+    tests: ["tests/ops/promotion.test.ts", "tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "promotion: an op's binder keeps a float number operand a float",
+    file: "src/ops/params.ts",
+    edits: one('case "tensorOrScalar": return isTensor(v) || typeof v === "number" || typeof v === "boolean" || v instanceof FloatNumber ? v :', 'case "tensorOrScalar": return isTensor(v) || typeof v === "number" || typeof v === "boolean" ? v : v instanceof FloatNumber ? v.value :'),
+    tests: ["tests/ops/floats.test.ts", "tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "promotion: add's alpha keeps a float number a float",
+    file: "src/ops/kernels.ts",
+    edits: one("  if (other instanceof FloatNumber) return new FloatNumber(other.value * alpha)", "  if (other instanceof FloatNumber) return other.value * alpha"),
+    tests: ["tests/ops/parity.test.ts"],
+  },
+  {
+    area: "protocol", behaviour: "promotion: a worker decodes an integral float64 as a float",
+    file: "src/protocol/codec.ts",
+    edits: one('  if (direction === "worker") keepFloats(decoder)', "  if (false) keepFloats(decoder)"),
+    tests: ["tests/ops/floats.test.ts", "tests/ops/parity.test.ts"],
+  },
+  {
+    area: "protocol", behaviour: "promotion: a float number is encoded as float64",
+    file: "src/protocol/codec.ts",
+    edits: one("    if (v instanceof FloatNumber) this.encodeNumberAsFloat(v.value)", "    if (v instanceof FloatNumber) (this as unknown as { encodeNumber(n: number): void }).encodeNumber(v.value)"),
+    tests: ["tests/ops/floats.test.ts", "tests/ops/parity.test.ts"],
+  },
+  {
+    area: "protocol", behaviour: "promotion: an integral float past 32 bits is refused (the wire cannot tell it from an integer)",
+    file: "src/protocol/validate.ts",
+    edits: one("(!Number.isInteger(v) || (v >= -(2 ** 31) && v < 2 ** 32))", "true"),
+    tests: ["tests/ops/floats.test.ts"],
+  },
+  {
+    area: "protocol", behaviour: "promotion: an integral float in a message's integer field is its value",
+    file: "src/protocol/validate.ts",
+    edits: one("  if (v instanceof FloatNumber && isNatural(v.value)) return v.value\n", ""),
+    tests: ["tests/ops/floats.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "promotion: compile's signature tells float(2) from 2",
+    file: "src/controller/recording.ts",
+    edits: one("    if (v instanceof FloatNumber) return leaf(path, `f${numberText(v.value)}`, v)", "    if (v instanceof FloatNumber) return leaf(path, `n${numberText(v.value)}`, v)"),
+    tests: ["tests/ops/floats.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "promotion: a fetched value may hold a float the client sent",
+    file: "src/worker/handlers/calls.ts",
+    edits: one("  if (v instanceof HostTensor || v instanceof FloatNumber) return v", "  if (v instanceof HostTensor) return v"),
+    tests: ["tests/ops/floats.test.ts"],
+  },
   // ---- ops of issue 11.2 (behaviours say "11.2": --only 11.2) -----------------------------
   {
     area: "worker", behaviour: "11.2: each rank draws its own stream unless asked for a shared one",

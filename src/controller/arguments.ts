@@ -6,9 +6,9 @@
  */
 import type { TensorMeta } from "../ops/meta.ts"
 import { UNKNOWN_TENSOR } from "../ops/registry.ts"
-import { hostTensorProblem, MAX_NDIM, scalarProblem } from "../protocol/validate.ts"
+import { floatProblem, hostTensorProblem, isWireFloat, MAX_NDIM, scalarProblem } from "../protocol/validate.ts"
 import type { Value } from "../protocol/messages.ts"
-import { DTYPES, HostTensor } from "../protocol/values.ts"
+import { DTYPES, FloatNumber, HostTensor } from "../protocol/values.ts"
 import type { BorrowState } from "./borrows.ts"
 import { ControllerError } from "./errors.ts"
 import type { Core } from "./core.ts"
@@ -75,6 +75,10 @@ export class Arguments {
       return v
     }
     if (v instanceof Uint8Array) return v
+    if (v instanceof FloatNumber) {
+      if (!isWireFloat(v.value)) throw refuse(floatProblem(v.value))
+      return v
+    }
     if (Array.isArray(v)) {
       const out = new Array<Value>(v.length)
       for (let i = 0; i < v.length; i++) out[i] = this.convert(v[i], reads)
@@ -97,7 +101,7 @@ export const checkMeta = (m: TensorMeta, i: number): TensorMeta => {
 
 /** A tree of arguments with tensors replaced by their metadata (UNKNOWN_TENSOR where unknown). */
 export const metasOf = (v: unknown): unknown => {
-  if (typeof v !== "object" || v === null || v instanceof HostTensor || v instanceof Uint8Array) return v
+  if (typeof v !== "object" || v === null || v instanceof HostTensor || v instanceof Uint8Array || v instanceof FloatNumber) return v
   if (v instanceof RemoteTensor) return v.meta ?? UNKNOWN_TENSOR
   if (Array.isArray(v)) return v.map(metasOf)
   return Object.fromEntries(Object.keys(v).map((k) => [k, metasOf((v as Record<string, unknown>)[k])]))

@@ -28,4 +28,4 @@ export { blockOf, partial, replicate, replicated, shard, shardedDims, type DimPl
 export { eager, fromHost, ops, opsOn, type OpFunction, type OpMethod, type Ops, type TensorMethods } from "./ops.ts"
 export type { TensorMeta } from "../ops/meta.ts"
 export { defineFunction, type FunctionContext, type RemoteFunction } from "../ops/function.ts"
-export { HostTensor, type DType } from "../protocol/values.ts"
+export { float, FloatNumber, HostTensor, type DType } from "../protocol/values.ts"

@@ -18,7 +18,7 @@ import { type OpName, OPS, type ParamsOf, type ResultDtypeOf, type ReturnsOf } f
 import type { CallForms, Param } from "../ops/params.ts"
 import { mutatedParams, type OpSpec, type ReturnKind } from "../ops/spec.ts"
 import { viewStarts } from "../ops/specs/layout.ts"
-import type { DType, HostTensor } from "../protocol/values.ts"
+import type { DType, FloatNumber, HostTensor } from "../protocol/values.ts"
 import { ControllerError, type Failure } from "./errors.ts"
 import { RemoteTensor } from "./handles.ts"
 import type { Mesh } from "./mesh.ts"
@@ -32,7 +32,7 @@ type IntegralDType = "bool" | "u8" | "i32"
 type DTypeOf<V> = V extends RemoteTensor<infer D> ? D : never
 
 /** Promotion at the type level where it is certain: one dtype, or a float tensor with a number. */
-type Promoted<D extends DType, O> = [O] extends [number] ? (D extends FloatingDType ? D : DType)
+type Promoted<D extends DType, O> = [O] extends [number | FloatNumber] ? (D extends FloatingDType ? D : DType)
   : [DTypeOf<O>] extends [never] ? DType : [DTypeOf<O>] extends [D] ? ([D] extends [DTypeOf<O>] ? D : DType) : DType
 
 /** The result dtype of an op of dtype kind K, given the first tensor's D and the other arguments. */

@@ -25,7 +25,7 @@
 import { Effect } from "effect"
 import type { WorkerMessage } from "../protocol/messages.ts"
 import { NDSlice } from "../protocol/ndslice.ts"
-import { HostTensor, Ref, TensorFactory } from "../protocol/values.ts"
+import { FloatNumber, HostTensor, Ref, TensorFactory } from "../protocol/values.ts"
 import { Controller } from "./controller.ts"
 import type { Core } from "./core.ts"
 import { ControllerError, RemoteError } from "./errors.ts"
@@ -72,6 +72,7 @@ export class Param {
  * it. Every other number is part of the signature (a new value traces again).
  */
 export const param = (value: number): Param => {
+  if ((value as unknown) instanceof FloatNumber) throw new ControllerError({ message: `param(${value}): a replay parameter is an integer or a fraction; pass ${value} as a plain argument (part of the signature)` })
   if (typeof value !== "number") throw new ControllerError({ message: `param(value): a replay parameter is a number, not ${typeof value}` })
   return new Param(value)
 }
@@ -147,7 +148,7 @@ const numberText = (v: number): string => (Object.is(v, -0) ? "-0" : String(v))
 
 /**
  * Another value for the i-th replay parameter, of the same kind (an integer, or a fraction:
- * ops promote an integer tensor with a fraction, not with an integer, so the kind is part of
+ * ops promote an integer tensor with a float, which a fraction is, not with an integer, so the kind is part of
  * the signature), near it (the same sign, a probability stays one), or the value itself where
  * it has no other of its kind (a value that is not finite, or past the integers' precision).
  */
@@ -169,6 +170,7 @@ const metaText = (t: RemoteTensor): string => (t.meta ? `${t.meta.dtype}[${t.met
 const textOf = (l: Leaf): string => {
   const v = l.value
   if (typeof v === "number") return numberText(v)
+  if (v instanceof FloatNumber) return `float(${numberText(v.value)})`
   if (v instanceof Param) return `a replay parameter (${paramKind(v.value)})`
   if (v instanceof RemoteTensor) return l.same >= 0 ? `the same tensor as tensor argument ${l.same}` : `${metaText(v)} on ${v.mesh}, stream ${v.stream.ref.id}`
   if (Array.isArray(v)) return `an array of ${v.length}`
@@ -188,6 +190,8 @@ const flatten = (args: ReadonlyArray<unknown>, paths = false): Flat => {
   }
   const walk = (v: unknown, path: string): void => {
     if (typeof v === "number") return leaf(path, `n${numberText(v)}`, v)
+    // A float is its value too, told from the integer of that value (it promotes differently).
+    if (v instanceof FloatNumber) return leaf(path, `f${numberText(v.value)}`, v)
     if (v instanceof Param) {
       params.push(v.value)
       paramPaths.push(path)
@@ -243,7 +247,7 @@ const isNative = (v: object): boolean => {
 
 /** Whether the step's reads of `v` are followed: a user's object, array or plain object (handles and the engine's classes are kept whole). */
 const followed = (v: unknown): v is object =>
-  typeof v === "object" && v !== null && !(v instanceof RemoteTensor) && !(v instanceof HostTensor) && !ArrayBuffer.isView(v) && !(v instanceof Param) &&
+  typeof v === "object" && v !== null && !(v instanceof RemoteTensor) && !(v instanceof HostTensor) && !ArrayBuffer.isView(v) && !(v instanceof Param) && !(v instanceof FloatNumber) &&
   !(v instanceof Mesh) && !(v instanceof RemoteStream) && (Array.isArray(v) || isPlain(v) || !isNative(v))
 
 /** Follows what one trace's step reads of the objects it was given by identity, through proxies. */
@@ -326,7 +330,7 @@ const stepArgs = (args: ReadonlyArray<unknown>, values: ReadonlyArray<number>, r
   let p = 0, o = 0
   const walk = (v: unknown): unknown => {
     if (v instanceof Param) return values[p++]
-    if (typeof v !== "object" || v === null || v instanceof RemoteTensor || v instanceof HostTensor || v instanceof Uint8Array) return v
+    if (typeof v !== "object" || v === null || v instanceof RemoteTensor || v instanceof HostTensor || v instanceof Uint8Array || v instanceof FloatNumber) return v
     if (Array.isArray(v)) {
       const out = v.map(walk)
       return out.some((x, i) => x !== v[i]) ? out : v

@@ -13,12 +13,12 @@
 import type { DType } from "../protocol/values.ts"
 import { numelOf, type TensorMeta } from "./meta.ts"
 import type { Bound, Param } from "./params.ts"
-import { isFloating } from "./promotion.ts"
+import { isFloating, type Scalar } from "./promotion.ts"
 
 /** An op with no gradient (comparisons, indices, in-place forms, random creation): said explicitly, never by omission. */
 export const NOT_DIFFERENTIABLE = "not differentiable"
 
-type Operand<T> = T | number
+type Operand<T> = T | Scalar
 type Dims = number | number[] | null
 
 /** The ops backward rules use, over the tensor type T (positional arguments in torch's order). */

@@ -9,12 +9,12 @@
 import * as k from "../../ffi/ops.ts"
 import type { BinaryOpName, LossReductionName, ReduceOpName, ScatterOpName, TernaryOpName, UnaryOpName } from "../../ffi/symbols.ts"
 import { Tensor } from "../../ffi/tensor.ts"
-import { HostTensor, type DType } from "../protocol/values.ts"
+import { FloatNumber, HostTensor, type DType } from "../protocol/values.ts"
 import type { FunctionContext, RemoteFunction } from "./function.ts"
 import type { Draw } from "./generator.ts"
 import { bad, numelOf, OpArgumentError, type TensorMeta } from "./meta.ts"
 import type { Bound } from "./params.ts"
-import { broadcastShapes, isFloating, resultType } from "./promotion.ts"
+import { broadcastShapes, isFloating, isScalar, resultType, scalarValue, type Scalar } from "./promotion.ts"
 import { OPS, opNamed, type Op, type OpName, type ParamsOf } from "./registry.ts"
 import { normDim } from "./rules.ts"
 import type { OpSpec } from "./spec.ts"
@@ -213,10 +213,10 @@ const repeatsTo = (shape: ReadonlyArray<number>, to: ReadonlyArray<number>): boo
 }
 
 /** out = a (op) b over prepared operands: cast to the compute dtype, broadcast to the result's shape unless it repeats. */
-const binaryInto = (run: Run, op: BinaryOpName, kind: BinaryKind, name: string, out: Tensor, a: Tensor | number, b: Tensor | number): void => {
+const binaryInto = (run: Run, op: BinaryOpName, kind: BinaryKind, name: string, out: Tensor, a: Tensor | Scalar, b: Tensor | Scalar): void => {
   const plan = planBinary(name, kind, a, b)
-  const prepare = (x: Tensor | number) => {
-    if (typeof x === "number") return x
+  const prepare = (x: Tensor | Scalar) => {
+    if (isScalar(x)) return scalarValue(x)
     const t = run.cast(x, plan.compute)
     return numelOf(x.shape) === 1 || repeatsTo(x.shape, plan.result.shape) ? t : run.expand(t, plan.result.shape)
   }
@@ -268,9 +268,10 @@ const binaryInPlace = (op: BinaryOpName, kind: BinaryKind): Kernel<"mul_"> => wi
 }, tensorAndNumber(op, kind))
 
 /** alpha other for add and sub, in the compute dtype (other itself for alpha 1). */
-const scaledOther = (run: Run, other: Tensor | number, alpha: number, dtype: DType): Tensor | number => {
+const scaledOther = (run: Run, other: Tensor | Scalar, alpha: number, dtype: DType): Tensor | Scalar => {
   if (alpha === 1) return other
-  if (typeof other === "number") return other * alpha
+  if (other instanceof FloatNumber) return new FloatNumber(other.value * alpha)
+  if (isScalar(other)) return scalarValue(other) * alpha
   const scaled = run.temp(dtype, other.shape)
   k.binaryScalar("mul", scaled, run.cast(other, dtype), alpha, false, run.stream)
   return scaled
@@ -290,11 +291,11 @@ const withAlphaInPlace = (op: "add" | "sub"): Kernel<"add_"> => {
  * div with a rounding mode: floor is floor_divide; trunc the true quotient truncated, computed
  * in the result's dtype, or in f64 for integers (exact while |values| < 2^53), then cast back.
  */
-const divInto = (run: Run, out: Tensor, x: Tensor | number, y: Tensor | number, mode: string | null, name: string): void => {
+const divInto = (run: Run, out: Tensor, x: Tensor | Scalar, y: Tensor | Scalar, mode: string | null, name: string): void => {
   if (mode === null) return binaryInto(run, "div", "division", name, out, x, y)
   if (mode === "floor") return binaryInto(run, "floor_divide", "arithmetic", name, out, x, y)
   const dtype = isFloating(out.dtype) ? out.dtype : "f64", q = dtype === out.dtype ? out : run.temp(dtype, out.shape)
-  const as = (v: Tensor | number) => (typeof v === "number" ? v : run.cast(v, dtype))
+  const as = (v: Tensor | Scalar) => (isScalar(v) ? v : run.cast(v, dtype))
   binaryInto(run, "div", "division", name, q, as(x), as(y))
   k.unary("trunc", q, q, run.stream)
   if (q !== out) k.cast(out, q, run.stream)
@@ -307,10 +308,10 @@ const unaryInPlace = (base: (typeof UNARY_IN_PLACE)[keyof typeof UNARY_IN_PLACE]
 }
 
 /** An operand of a ternary op in dtype over shape: a number as one element, a one-element tensor as it is. */
-const operand = (run: Run, x: Tensor | number, dtype: DType, shape: ReadonlyArray<number>): Tensor => {
-  if (typeof x === "number") {
+const operand = (run: Run, x: Tensor | Scalar, dtype: DType, shape: ReadonlyArray<number>): Tensor => {
+  if (isScalar(x)) {
     const t = run.temp(dtype, [])
-    k.fill(t, x, run.stream)
+    k.fill(t, scalarValue(x), run.stream)
     return t
   }
   const t = run.cast(x, dtype)
@@ -318,7 +319,7 @@ const operand = (run: Run, x: Tensor | number, dtype: DType, shape: ReadonlyArra
 }
 
 /** out = op(a, b, c), the operands prepared in out's dtype (where's condition a keeps its own). */
-const ternaryInto = (run: Run, op: TernaryOpName, out: Tensor, a: Tensor | number, b: Tensor | number, c: Tensor | number, value = 0): void => {
+const ternaryInto = (run: Run, op: TernaryOpName, out: Tensor, a: Tensor | Scalar, b: Tensor | Scalar, c: Tensor | Scalar, value = 0): void => {
   const first = op === "where" ? operand(run, a, "bool", out.shape) : operand(run, a, out.dtype, out.shape)
   k.ternary(op, out, first, operand(run, b, out.dtype, out.shape), operand(run, c, out.dtype, out.shape), value, run.stream)
 }
@@ -332,9 +333,9 @@ const intoInput = (run: Run, input: Tensor, dtype: DType, compute: (out: Tensor)
 }
 
 /** out = min(max(input, min), max), each bound (a number, or a tensor broadcast) in out's dtype; out may be input itself. */
-const clampInto = (run: Run, name: string, out: Tensor, input: Tensor, min: Tensor | number | null, max: Tensor | number | null): void => {
+const clampInto = (run: Run, name: string, out: Tensor, input: Tensor, min: Tensor | Scalar | null, max: Tensor | Scalar | null): void => {
   if (out !== input) k.cast(out, run.expand(input, out.shape), run.stream)
-  const bound = (b: Tensor | number) => (typeof b === "number" ? b : run.cast(b, out.dtype))
+  const bound = (b: Tensor | Scalar) => (isScalar(b) ? b : run.cast(b, out.dtype))
   if (min !== null) binaryInto(run, "maximum", "arithmetic", name, out, out, bound(min))
   if (max !== null) binaryInto(run, "minimum", "arithmetic", name, out, out, bound(max))
 }

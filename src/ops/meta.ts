@@ -4,7 +4,7 @@
  * controller infers shapes with these, and the worker checks with the same ones.
  */
 import { Data } from "effect"
-import { DTYPES, type DType } from "../protocol/values.ts"
+import { DTYPES, FloatNumber, type DType } from "../protocol/values.ts"
 
 /** What is known of a tensor without its values. */
 export interface TensorMeta {
@@ -35,7 +35,7 @@ export const isTensorMeta = (v: unknown): v is TensorMeta =>
 
 /** "f32[2, 3]" for a tensor, the kind of anything else, for error messages. */
 export const describe = (v: unknown): string =>
-  isTensorMeta(v) ? `${v.dtype}[${v.shape.join(", ")}]` : v === null ? "null" : Array.isArray(v) ? "array" : typeof v
+  isTensorMeta(v) ? `${v.dtype}[${v.shape.join(", ")}]` : v === null ? "null" : Array.isArray(v) ? "array" : v instanceof FloatNumber ? String(v) : typeof v
 
 /** Throws the OpArgumentError of `ops.<op>`. */
 export const bad = (op: string, message: string): never => {

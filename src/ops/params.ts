@@ -6,8 +6,9 @@
  * binder runs on the controller (over TensorMetas, before sending) and on the worker (over
  * Tensors, for clients that talk to workers directly).
  */
-import { DTYPES, type DType } from "../protocol/values.ts"
+import { DTYPES, FloatNumber, type DType } from "../protocol/values.ts"
 import { bad, describe, type TensorMeta } from "./meta.ts"
+import type { Scalar } from "./promotion.ts"
 
 /** What a parameter accepts, and the value the bound argument then has (T: the tensor type). */
 export interface KindValue<T> {
@@ -15,7 +16,8 @@ export interface KindValue<T> {
   /** A list of tensors (cat, stack). */
   readonly tensors: T[]
   readonly scalar: number
-  readonly tensorOrScalar: T | number
+  /** A tensor or a number operand (a boolean or a FloatNumber kept as it is: its kind decides promotion). */
+  readonly tensorOrScalar: T | Scalar
   readonly int: number
   readonly bool: boolean
   readonly dtype: DType
@@ -86,8 +88,8 @@ const coerce = (kind: Kind, v: unknown, isTensor: (v: unknown) => boolean): unkn
     case "tensor": return isTensor(v) ? v : WRONG
     case "tensors": return Array.isArray(v) && v.every(isTensor) ? v : WRONG
     case "string": return typeof v === "string" ? v : WRONG
-    case "scalar": return typeof v === "number" ? v : typeof v === "boolean" ? Number(v) : WRONG
-    case "tensorOrScalar": return isTensor(v) || typeof v === "number" ? v : typeof v === "boolean" ? Number(v) : WRONG
+    case "scalar": return typeof v === "number" ? v : v instanceof FloatNumber ? v.value : typeof v === "boolean" ? Number(v) : WRONG
+    case "tensorOrScalar": return isTensor(v) || typeof v === "number" || typeof v === "boolean" || v instanceof FloatNumber ? v : WRONG
     case "int": return isInt(v) ? v : WRONG
     case "bool": return typeof v === "boolean" ? v : WRONG
     case "dtype": return (DTYPES as ReadonlyArray<unknown>).includes(v) ? v : WRONG

@@ -10,7 +10,9 @@
  * maps); Value trees may also hold bin (Uint8Array), bigint (int64 / uint64), Refs and
  * HostTensors. Integers above 2^32 that come from JS numbers travel as float64; any
  * uint64/int64 on the wire decodes as a bigint (accepted by integer fields when it is a safe
- * integer). Every str must be UTF-8.
+ * integer). A FloatNumber travels as float64, and a float64 or float32 sent to a worker whose
+ * value is an integer within 32 bits decodes as one (isWireFloat), so the ops' promotion sees
+ * the float a client sent (Python's 2.0). Every str must be UTF-8.
  *
  * Decoding untrusted bytes goes through decodeWorkerMessage / decodeControllerMessage
  * only: they return a Result and never throw, whatever the bytes; a failure names the
@@ -26,7 +28,8 @@ import { decodingExtensions, encodingExtensions, EXT_TYPES, msgpackProblem } fro
 import type { FrameOwnership } from "./framing.ts"
 import { CONTROLLER_MESSAGES, WORKER_MESSAGES, type ControllerMessage, type Message, type MessageSpec, type Tag, type WorkerMessage } from "./messages.ts"
 import { markBadStrings, scan, scanStack } from "./scan.ts"
-import { BAD_KEY, BadExt, describe, Invalid, MAX_DEPTH, U32_MAX } from "./validate.ts"
+import { BAD_KEY, BadExt, describe, Invalid, isWireFloat, MAX_DEPTH, U32_MAX } from "./validate.ts"
+import { FloatNumber } from "./values.ts"
 
 export { MAX_DEPTH } from "./validate.ts"
 export { OUT_OF_LINE_BYTES } from "./ext.ts"
@@ -123,8 +126,29 @@ const decodeMessageArray = (v: unknown, direction: Direction, depth: number, ctx
   return m as unknown as Message
 }
 
-/** A Decoder and the context its ext codecs see; `marked`: for bytes markBadStrings rewrote. */
-const decoderWith = (marked: boolean) => {
+/** The library's float readers, which a worker's decoder wraps (they are private to its types). */
+interface FloatReaders {
+  readF32(): number | FloatNumber
+  readF64(): number | FloatNumber
+}
+
+/**
+ * Makes `decoder` read an integral float within 32 bits as a FloatNumber (a fraction is a float
+ * as it is): a float the client sent stays a float. NOTE: set on the instance, as the
+ * library's readers are private; they run only for float heads, so other values cost nothing.
+ */
+const keepFloats = (decoder: Decoder<DecodeContext>): void => {
+  const readers = decoder as unknown as FloatReaders, f32 = readers.readF32, f64 = readers.readF64
+  const wrap = (v: number | FloatNumber) => (typeof v === "number" && Number.isInteger(v) && isWireFloat(v) ? new FloatNumber(v) : v)
+  readers.readF32 = function (this: FloatReaders) { return wrap(f32.call(this)) }
+  readers.readF64 = function (this: FloatReaders) { return wrap(f64.call(this)) }
+}
+
+/**
+ * A Decoder and the context its ext codecs see; `marked`: for bytes markBadStrings rewrote;
+ * `direction`: whose messages it decodes (a worker's keeps floats, see keepFloats).
+ */
+const decoderWith = (marked: boolean, direction: Direction) => {
   const context: DecodeContext = { copyBytes: true, command: (wire, depth, ctx) => decodeMessageArray(wire, "worker", depth, ctx) as WorkerMessage, scanStack: scanStack() }
   const decoder = new Decoder<DecodeContext>({
     extensionCodec: decodingExtensions(marked),
@@ -137,16 +161,20 @@ const decoderWith = (marked: boolean) => {
       throw new DecodeError(`map key must be a string, got ${describe(key)}`)
     },
   })
+  if (direction === "worker") keepFloats(decoder)
   return { context, decoder }
 }
-const plain = decoderWith(false)
-const marked = decoderWith(true)
+const DECODERS: Readonly<Record<Direction, { readonly plain: ReturnType<typeof decoderWith>; readonly marked: ReturnType<typeof decoderWith> }>> = {
+  worker: { plain: decoderWith(false, "worker"), marked: decoderWith(true, "worker") },
+  controller: { plain: decoderWith(false, "controller"), marked: decoderWith(true, "controller") },
+}
 
 const invalidError = (e: Invalid): WireError =>
   new WireError({ message: e.where === "" ? e.problem : `${e.where}: ${e.problem}`, fatal: false })
 
 const decodeWith = <M extends Message>(bytes: Uint8Array, ownership: FrameOwnership, direction: Direction): Result.Result<M, WireError> => {
   if (bytes.length === 0) return Result.fail(new WireError({ message: "empty message", fatal: false }))
+  const { plain, marked } = DECODERS[direction]
   const scanned = scan(bytes, plain.context.scanStack)
   if (typeof scanned === "string") return Result.fail(new WireError({ message: scanned, fatal: false }))
   // Strs that are not UTF-8 decode as markers that their fields' checks name.
@@ -193,6 +221,22 @@ const toWire = (m: unknown, direction: Direction | undefined, depth: number, ctx
 
 const encoding: EncodeContext = { outOfLine: [], outOfLineBytes: 0, command: (m, depth, ctx) => toWire(m, "worker", depth, ctx) }
 const encoder = new Encoder<EncodeContext>({ extensionCodec: encodingExtensions(), context: encoding, useBigInt64: true })
+
+/** The library's object and float writers (private to its types). */
+interface ObjectWriter {
+  encodeObject(v: unknown, depth: number): void
+  encodeNumberAsFloat(v: number): void
+}
+
+/** Makes `encoder` write a FloatNumber as float64 whatever its value. NOTE: set on the instance, as the library's writers are private. */
+const writeFloats = (encoder: Encoder<EncodeContext>): void => {
+  const writer = encoder as unknown as ObjectWriter, encodeObject = writer.encodeObject
+  writer.encodeObject = function (this: ObjectWriter, v: unknown, depth: number) {
+    if (v instanceof FloatNumber) this.encodeNumberAsFloat(v.value)
+    else encodeObject.call(this, v, depth)
+  }
+}
+writeFloats(encoder)
 
 /**
  * The body of `m` as the encoder's output (valid until the next encode) plus the large

@@ -10,7 +10,7 @@ import {
   anyValue, boolField, bytesField, choice, commandList, errorField, factoryField, identField, metaList, ndsliceField, optional, refField, refList, strField, strList, strOrNil, uintField,
   uintList, valueList, valueMap, type Field,
 } from "./fields.ts"
-import type { HostTensor, Ref } from "./values.ts"
+import type { FloatNumber, HostTensor, Ref } from "./values.ts"
 
 /** The handshake's nonces and proofs (HMAC-SHA256), src/net/handshake.ts. */
 export const NONCE_BYTES = 32
@@ -26,6 +26,7 @@ export type Value =
   | null
   | boolean
   | number
+  | FloatNumber
   | bigint
   | string
   | Uint8Array

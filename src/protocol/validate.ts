@@ -5,7 +5,7 @@
  * (Effect Schema costs too much per command).
  */
 import { ExtData } from "@msgpack/msgpack"
-import { ErrorPayload, HostTensor, ITEM_SIZE, DTYPES, Ref, type DType, type Frame } from "./values.ts"
+import { ErrorPayload, FloatNumber, HostTensor, ITEM_SIZE, DTYPES, Ref, type DType, type Frame } from "./values.ts"
 
 /** The deepest a container may nest in a message, the message array itself being depth 1. */
 export const MAX_DEPTH = 32
@@ -49,6 +49,7 @@ export const describe = (v: unknown): string => {
       if (v instanceof Uint8Array) return "bin"
       if (v instanceof ExtData) return `ext type ${v.type}`
       if (v instanceof Date) return "timestamp"
+      if (v instanceof FloatNumber) return `float ${v.value}`
       if (Object.getPrototypeOf(v) === Object.prototype || Object.getPrototypeOf(v) === null) return "map"
       return v.constructor?.name ?? "object"
     default: return typeof v
@@ -86,6 +87,8 @@ export const copyOf = (b: Uint8Array): Uint8Array => {
 export const uint = (v: unknown, where: string): number => {
   if (isNatural(v)) return v
   if (typeof v === "bigint" && v >= 0n && v <= MAX_SAFE_BIGINT) return Number(v)
+  // An integral float in an integer field is its value, as before floats were kept (a client whose msgpack writes every number as a float).
+  if (v instanceof FloatNumber && isNatural(v.value)) return v.value
   throw mismatch(where, "unsigned integer", v)
 }
 
@@ -165,6 +168,16 @@ export const scalarProblem = (v: unknown): string | undefined => {
       return `expected a value, got ${typeof v}`
   }
 }
+
+/**
+ * The integral floats the wire tells from integers: within 32 bits. This encoder writes an
+ * integer outside [-2^31, 2^32) as float64 (the library's rule for JS numbers), so an
+ * integral float64 out there decodes as a number, an integer.
+ */
+export const isWireFloat = (v: number): boolean => typeof v === "number" && (!Number.isInteger(v) || (v >= -(2 ** 31) && v < 2 ** 32))
+
+export const floatProblem = (v: unknown): string =>
+  typeof v !== "number" ? `float(value): expected a number, got ${typeof v}` : `float(${v}): an integral float past 32 bits cannot be told from an integer on the wire`
 
 /** Why a HostTensor cannot go on the wire (dtype, shape, byte count), or undefined. */
 export const hostTensorProblem = (t: HostTensor): string | undefined => {
@@ -251,6 +264,7 @@ const checkValue = (v: unknown, depth: number, check: Check): unknown => {
         return problem === undefined ? v : new ValueFailure(problem)
       }
       if (v instanceof Uint8Array) return check === BORROWED ? copyOf(v) : v
+      if (v instanceof FloatNumber) return check !== ENCODE || isWireFloat(v.value) ? v : new ValueFailure(floatProblem(v.value))
       if (v instanceof BadExt) return new ValueFailure(v.problem)
       const proto: unknown = Object.getPrototypeOf(v)
       if (proto === Object.prototype || proto === null) {
@@ -283,4 +297,4 @@ export const value = <V>(v: unknown, where: string, depth: number, check: Check)
 }
 
 export const isMap = (v: unknown): boolean =>
-  typeof v === "object" && v !== null && !Array.isArray(v) && !(v instanceof Ref) && !(v instanceof HostTensor) && !(v instanceof Uint8Array) && !(v instanceof BadExt)
+  typeof v === "object" && v !== null && !Array.isArray(v) && !(v instanceof Ref) && !(v instanceof HostTensor) && !(v instanceof Uint8Array) && !(v instanceof BadExt) && !(v instanceof FloatNumber)

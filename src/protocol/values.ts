@@ -23,6 +23,27 @@ export class Ref {
   constructor(readonly id: number) {}
 }
 
+/**
+ * A number that is a float whatever its value: msgpack's float64 on the wire (Python's
+ * float), where JavaScript's one number type cannot tell 2.0 from 2. Ops promote an integer
+ * tensor with a float to f32, with an integer not (torch's rule). A float with a fraction
+ * needs no wrapper: 2.5 is a float as it is.
+ */
+export class FloatNumber {
+  constructor(readonly value: number) {}
+
+  toString(): string {
+    return `float(${this.value})`
+  }
+}
+
+/**
+ * `value` as a float operand (`x.mul(float(2))` promotes an integer x as torch's `x * 2.0`).
+ * An integral value past 32 bits is refused where it is sent (the wire cannot tell it from an
+ * integer: see isWireFloat in validate.ts).
+ */
+export const float = (value: number): FloatNumber => new FloatNumber(value)
+
 /** The typed array a host tensor's elements read as (bf16 widens to float32). */
 export type ElementArray = Float32Array | Float64Array | Float16Array | Int32Array | BigInt64Array | Uint8Array
 

@@ -4,7 +4,7 @@
 // torch the cases skip, saying so.
 import { afterAll, beforeAll, expect, test } from "bun:test"
 import type { Value, WorkerMessage } from "../../src/protocol/messages.ts"
-import { HostTensor, type DType } from "../../src/protocol/values.ts"
+import { float, HostTensor, type DType } from "../../src/protocol/values.ts"
 import { call, createStream, fetch, host, ref } from "../worker/build.ts"
 import { startWorkers, type Harness } from "../worker/harness.ts"
 import { describeUnless } from "../skip.ts"
@@ -41,6 +41,8 @@ const tensor = (t: DType, shape: number[], scale = 3): T => {
 }
 const ints = (t: "i64", shape: number[], values: number[]): T => ({ t, shape, data: values })
 const isT = (v: unknown): v is T => typeof v === "object" && v !== null && "t" in v && "data" in v
+/** A float number in a case (`{ float: 2 }`): float(2) on the worker, Python's 2.0 in torch. */
+const isFloatNumber = (v: unknown): v is { float: number } => typeof v === "object" && v !== null && "float" in v
 /** x as the transpose of its last two dims (x's data holds the swapped shape). */
 const nc = (x: T): T => ({ ...x, nc: true })
 /** A case's arguments for the wire; each nc tensor becomes a ref defined by the command pushed to `pre`. */
@@ -52,6 +54,7 @@ const toWire = (v: unknown, pre: Array<(ident: number) => WorkerMessage> = [], r
     return ref(id)
   }
   if (Array.isArray(v)) return v.map((x) => toWire(x, pre, refBase))
+  if (isFloatNumber(v)) return float(v.float)
   // keyword arguments (a tensor among them: clamp's bounds)
   return typeof v === "object" && v !== null ? Object.fromEntries(Object.entries(v).map(([k, x]) => [k, toWire(x, pre, refBase)])) : v
 }
@@ -79,6 +82,44 @@ const special = (t: DType): T => {
   const x = tensor(t, [7])
   return isFloat(t) ? { ...x, data: [NaN, Infinity, -Infinity, 0, -0, 1.5, -2] } : x
 }
+/**
+ * `count` cases, chosen by their own seeded generator (at the table's end, so the older cases' inputs stay as they were):
+ * add, mul, div, pow, eq, lt, where and clamp with tensor bounds, each operand a tensor of any
+ * dtype with dims or 0-d, or a number (an integer, a float: `{ float: v }`, sent as float64).
+ */
+function promotionCases(promotionSeed: number, count: number): Case[] {
+  let state = promotionSeed
+  const next = () => ((state = (state * 1103515245 + 12345) % 2 ** 31) / 2 ** 31)
+  const pick = <A,>(xs: ReadonlyArray<A>): A => xs[Math.floor(next() * xs.length)]!
+  const nonBool = ALL.filter((t) => t !== "bool")
+  const text = (v: unknown) => (isT(v) ? `${v.t}[${v.shape}]` : typeof v === "object" ? `float(${(v as { float: number }).float})` : String(v))
+  /** A tensor operand of dtype t: with dims broadcasting against [2, 3], or 0-d; values nonzero when it divides. */
+  const operand = (t: DType, divides = false): T => {
+    const x = tensor(t, next() < 0.5 ? [] : pick([[3], [2, 3], [2, 1]]))
+    if (!divides || t === "bool") return x
+    return isFloat(t) ? nonzero(x) : { ...x, data: x.data.map((v) => Math.abs(v) + 1) }
+  }
+  const number = (): unknown => pick([2, 3, { float: 2 }, { float: 1 }, 0.5])
+  const other = (types: ReadonlyArray<DType>, divides = false) => (next() < 0.3 ? number() : operand(pick(types), divides))
+  const cases: Case[] = []
+  while (cases.length < count) {
+    const op = pick(["add", "mul", "div", "pow", "eq", "lt", "where", "clamp"] as const)
+    let args: unknown[]
+    if (op === "where") args = [tensor("bool", [2, 3]), other(ALL), other(ALL)]
+    else if (op === "clamp") {
+      // Tensor bounds, the lower below the upper; torch 1.13 has no f16 clamp on CPU.
+      const types = nonBool.filter((t) => t !== "f16"), low = operand(pick(types)), high = operand(pick(types))
+      args = [tensor(pick(types), [2, 3]), { ...low, data: low.data.map((v) => (low.t === "u8" ? 0 : Math.min(v, 0))) }, { ...high, data: high.data.map((v) => (high.t === "u8" ? v : Math.abs(v))) }]
+    } else if (op === "pow") {
+      // Integer bases to non-negative powers only (torch refuses negative integer powers).
+      const base = operand(pick(nonBool)), exponent = other(nonBool)
+      args = [base, isT(exponent) ? { ...exponent, data: exponent.data.map((v) => Math.abs(v) % 3) } : exponent]
+    } else args = [operand(pick(op === "add" || op === "mul" ? nonBool : ALL)), other(ALL, op === "div")]
+    cases.push(c(`promotion ${cases.length} (seed ${promotionSeed}): ${op}(${args.map(text).join(", ")})`, op, args))
+  }
+  return cases
+}
+
 /** x + by, rounded to x's dtype: rows far from 0 (log_softmax's precision at large logits). */
 const offset = (x: T, by: number): T => ({ ...x, data: x.data.map((v) => representable(x.t, v + by)) })
 /** The table, its tensors drawn from `start` on (the same cases in the same order for every seed). */
@@ -714,6 +755,20 @@ const casesOf = (start: number): Case[] => (seed = start, [
   c("searchsorted values past 1024, right", "searchsorted", [{ ...f(9), data: [-3, -2, -1, -1, 0, 1, 1, 2, 3] }, tensor("f32", [1300], 4)], { right: true }),
   c("searchsorted i64 rows of values past 1024", "searchsorted", [{ ...tensor("i64", [2, 5]), data: [-4, -2, 0, 2, 4, -1, -1, 0, 0, 1] }, tensor("i64", [2, 1100])]),
   c("bincount of 1500 values", "bincount", [{ ...tensor("i64", [1500]), data: Array.from({ length: 1500 }, (_, i) => (i * 37) % 11) }, null, 12]),
+  // Type promotion's three tiers and float numbers: a seeded sample of ops over operands of every
+  // dtype and tier (a tensor with dims, a 0-d tensor, an integer, a float number sent as float64).
+  ...promotionCases(20261201, 60),
+  c("eq i64 with float 2^24 compares in f32", "eq", [ints("i64", [2], [16777217, 3]), { float: 16777216 }]),
+  c("where with an int and a float number", "where", [tensor("bool", [4]), 2, { float: 1 }]),
+  c("add i64 and a float number with alpha", "add", [tensor("i64", [3]), { float: 2 }], { alpha: 3 }),
+  // A boolean number is bool among numbers: it keeps a bool tensor bool, as torch's.
+  c("add bool and True", "add", [tensor("bool", [4]), true]),
+  c("mul bool and False", "mul", [tensor("bool", [4]), false]),
+  c("add u8 and True", "add", [tensor("u8", [4]), true]),
+  c("mul f16 0-d and True", "mul", [tensor("f16", []), true]),
+  c("eq bool and True", "eq", [tensor("bool", [4]), true]),
+  c("where True and False", "where", [tensor("bool", [4]), true, false]),
+  c("where True and a 0-d i32", "where", [tensor("bool", [4]), true, tensor("i32", [])]),
 ])
 const CASES = casesOf(12345)
 /** f16 and bf16 results sit near their rounding points, so one draw can pass by luck: each case

@@ -23,6 +23,8 @@ def decode(v):
         t = torch.tensor(data, dtype=torch.float64).to(DTYPES[v["t"]]).reshape(v["shape"])
         # "nc": given with its last two dims swapped, and used as their transpose, not contiguous.
         return t.transpose(-1, -2) if v.get("nc") else t
+    if isinstance(v, dict) and "float" in v:  # a float number (JSON writes 2.0 as 2)
+        return float(v["float"])
     if isinstance(v, list):
         return [decode(x) for x in v]
     if isinstance(v, str) and v in DTYPES:

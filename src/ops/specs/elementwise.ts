@@ -8,7 +8,7 @@ import type { DType } from "../../protocol/values.ts"
 import { bad, describe, type TensorMeta } from "../meta.ts"
 import { type Backward, type GradOps, NOT_DIFFERENTIABLE, zeroGrad } from "../grad.ts"
 import { arg, kw, opt } from "../params.ts"
-import { broadcastShapes, canCast, isFloating, resultType } from "../promotion.ts"
+import { broadcastShapes, canCast, isFloating, isScalar, resultType, scalarValue, type Scalar } from "../promotion.ts"
 import { spec } from "../spec.ts"
 
 /** What a binary op computes in and gives. */
@@ -19,11 +19,11 @@ export interface BinaryPlan {
 
 export type BinaryKind = "arithmetic" | "division" | "comparison"
 
-export const planBinary = (op: string, kind: BinaryKind, a: TensorMeta | number, b: TensorMeta | number): BinaryPlan => {
-  if (typeof a === "number" && typeof b === "number") bad(op, "needs a tensor operand, got two numbers")
+export const planBinary = (op: string, kind: BinaryKind, a: TensorMeta | Scalar, b: TensorMeta | Scalar): BinaryPlan => {
+  if (isScalar(a) && isScalar(b)) bad(op, "needs a tensor operand, got two numbers")
   let compute = resultType([a, b])
   if (kind === "division" && !isFloating(compute)) compute = "f32"
-  const shapes = [a, b].filter((x): x is TensorMeta => typeof x !== "number").map((x) => x.shape)
+  const shapes = [a, b].filter((x): x is TensorMeta => !isScalar(x)).map((x) => x.shape)
   const shape = shapes.length === 1 ? shapes[0]! : broadcastShapes(op, shapes)
   return { compute, result: { dtype: kind === "comparison" ? "bool" : compute, shape } }
 }
@@ -67,9 +67,9 @@ const logical = spec([arg("input", "tensor"), arg("other", "tensor")], ({ input,
  * maximum and minimum (torch 1.13's rule): the larger (smaller) operand gets the gradient, and
  * a tie splits it in halves. `wins(a, b)` says where a is the chosen one.
  */
-const extremum = (wins: <T>(ops: GradOps<T>, a: T | number, b: T | number) => T): Backward<typeof binaryParams> => (c, ops) => {
+const extremum = (wins: <T>(ops: GradOps<T>, a: T | Scalar, b: T | Scalar) => T): Backward<typeof binaryParams> => (c, ops) => {
   const { input: x, other: y } = c.args
-  const share = <T>(o: GradOps<T>, g: T, a: T | number, b: T | number) => o.where(o.eq(a, b), o.div(g, 2), o.where(wins(o, a, b), g, 0))
+  const share = <T>(o: GradOps<T>, g: T, a: T | Scalar, b: T | Scalar) => o.where(o.eq(a, b), o.div(g, 2), o.where(wins(o, a, b), g, 0))
   return { input: () => share(ops, c.grad, x, y), other: () => share(ops, c.grad, y, x) }
 }
 
@@ -77,7 +77,7 @@ const extremum = (wins: <T>(ops: GradOps<T>, a: T | number, b: T | number) => T)
 const alphaParams = [...binaryParams, kw("alpha", "scalar", 1)] as const
 const alphaInPlaceParams = [arg("input", "tensor"), arg("other", "tensorOrScalar"), kw("alpha", "scalar", 1)] as const
 
-export const planAlpha = (op: string, input: TensorMeta | number, other: TensorMeta | number, alpha: number): BinaryPlan => {
+export const planAlpha = (op: string, input: TensorMeta | Scalar, other: TensorMeta | Scalar, alpha: number): BinaryPlan => {
   const plan = planBinary(op, "arithmetic", input, other)
   if (!isFloating(plan.compute) && !Number.isInteger(alpha)) bad(op, `alpha must be an integer for a ${plan.compute} result, got ${alpha}`)
   return plan
@@ -98,7 +98,7 @@ export const ROUNDING_MODES = ["trunc", "floor"] as const
 const divParams = [...binaryParams, kw("rounding_mode", "string", null)] as const
 const divInPlaceParams = [arg("input", "tensor"), arg("other", "tensorOrScalar"), kw("rounding_mode", "string", null)] as const
 
-export const planDiv = (op: string, input: TensorMeta | number, other: TensorMeta | number, mode: string | null): BinaryPlan => {
+export const planDiv = (op: string, input: TensorMeta | Scalar, other: TensorMeta | Scalar, mode: string | null): BinaryPlan => {
   if (mode !== null && !(ROUNDING_MODES as ReadonlyArray<string>).includes(mode)) bad(op, `rounding_mode must be None, 'trunc' or 'floor', got '${mode}'`)
   return planBinary(op, mode === null ? "division" : "arithmetic", input, other)
 }
@@ -110,11 +110,11 @@ const clampParams = [arg("input", "tensor"), opt("min", "tensorOrScalar", null),
  * max(input, min) then min(that, max), so min > max gives max and a NaN anywhere stays NaN; the
  * dtype is the promotion of all three; at least one bound.
  */
-const clampMeta = (op: string, input: TensorMeta, min: TensorMeta | number | null, max: TensorMeta | number | null): TensorMeta => {
+const clampMeta = (op: string, input: TensorMeta, min: TensorMeta | Scalar | null, max: TensorMeta | Scalar | null): TensorMeta => {
   if (min === null && max === null) bad(op, "needs min or max (at least one of them not None)")
-  if (min !== null && max !== null && isNumber(min) !== isNumber(max)) bad(op, "min and max must be both tensors or both numbers (torch's two forms)")
+  if (min !== null && max !== null && isScalar(min) !== isScalar(max)) bad(op, "min and max must be both tensors or both numbers (torch's two forms)")
   const operands = [input, ...(min === null ? [] : [min]), ...(max === null ? [] : [max])]
-  return { dtype: resultType(operands), shape: broadcastShapes(op, operands.filter((x): x is TensorMeta => !isNumber(x)).map((x) => x.shape)) }
+  return { dtype: resultType(operands), shape: broadcastShapes(op, operands.filter((x): x is TensorMeta => !isScalar(x)).map((x) => x.shape)) }
 }
 
 /**
@@ -134,9 +134,6 @@ const clampRule: Backward<typeof clampParams> = (c, o) => {
     max: () => only(min === null ? o.gt(x, max!) : o.logical_or(o.gt(x, max!), o.lt(max!, min))),
   }
 }
-
-/** Whether a bound operand is a number (no gradient) rather than a tensor. */
-export const isNumber = (v: unknown): v is number => typeof v === "number"
 
 export const elementwise = {
   neg: unary("same", unaryRule((o, _x, _y, g) => o.neg(g))),
@@ -161,8 +158,8 @@ export const elementwise = {
   pow: arithmetic((c, o) => {
     const { input: x, other: e } = c.args, g = c.grad
     return {
-      input: () => isNumber(e) ? (e === 0 ? o.mul(g, 0) : o.mul(g, o.mul(o.pow(x, e - 1), e))) : o.where(o.eq(e, 0), 0, o.mul(g, o.mul(e, o.pow(x, o.sub(e, 1))))),
-      other: () => isNumber(x) ? o.mul(g, o.mul(c.out, Math.log(x))) : o.where(o.logical_and(o.eq(x, 0), o.ge(e, 0)), 0, o.mul(g, o.mul(c.out, o.log(x)))),
+      input: () => isScalar(e) ? (scalarValue(e) === 0 ? o.mul(g, 0) : o.mul(g, o.mul(o.pow(x, scalarValue(e) - 1), scalarValue(e)))) : o.where(o.eq(e, 0), 0, o.mul(g, o.mul(e, o.pow(x, o.sub(e, 1))))),
+      other: () => isScalar(x) ? o.mul(g, o.mul(c.out, Math.log(scalarValue(x)))) : o.where(o.logical_and(o.eq(x, 0), o.ge(e, 0)), 0, o.mul(g, o.mul(c.out, o.log(x)))),
     }
   }),
   eq: comparison, ne: comparison, lt: comparison, le: comparison, gt: comparison, ge: comparison,

@@ -10,7 +10,7 @@
 import { bad, describe, isTensorMeta, numelOf, type TensorMeta } from "../meta.ts"
 import { type GradContext, type GradOps, NOT_DIFFERENTIABLE, padDim, sumTo } from "../grad.ts"
 import { arg, kw, opt, type Param } from "../params.ts"
-import { broadcastShapes, isFloating, promoteTypes } from "../promotion.ts"
+import { broadcastShapes, isFloating, isScalar, promoteTypes, scalarValue, type Scalar } from "../promotion.ts"
 import { normDim } from "../rules.ts"
 import { spec } from "../spec.ts"
 
@@ -290,9 +290,10 @@ const scatterMeta = (op: string, input: TensorMeta, dim: number, index: TensorMe
 }
 
 /** scatter's source: the tensor or number given as src, or the value keyword (one of them). */
-export const scatterSource = <T>(op: string, src: T | number | null, value: number | null): T | number => {
+export const scatterSource = <T>(op: string, src: T | Scalar | null, value: number | null): T | number => {
   if ((src === null) === (value === null)) bad(op, "needs one of src (a tensor or a number) and value")
-  return src ?? value!
+  if (src === null) return value!
+  return isScalar(src) ? scalarValue(src as Scalar) : (src as T)
 }
 
 /**

@@ -5,28 +5,23 @@
  * masked_fill keeps the input's dtype; lerp needs floating operands of one dtype; addcmul and
  * addcdiv promote the three tensors, and addcdiv refuses integer division.
  */
-import type { DType } from "../../protocol/values.ts"
 import { bad, describe, type TensorMeta } from "../meta.ts"
 import { NOT_DIFFERENTIABLE } from "../grad.ts"
 import { arg, kw } from "../params.ts"
-import { broadcastShapes, isFloating, isIntegral, resultType } from "../promotion.ts"
+import { broadcastShapes, isFloating, isIntegral, isScalar, resultType, scalarValue, type Scalar } from "../promotion.ts"
 import { spec } from "../spec.ts"
 import { checkInPlace } from "./elementwise.ts"
 
-const shapeOf = (op: string, xs: ReadonlyArray<TensorMeta | number>): number[] =>
-  broadcastShapes(op, xs.filter((x): x is TensorMeta => typeof x !== "number").map((x) => x.shape))
+const shapeOf = (op: string, xs: ReadonlyArray<TensorMeta | Scalar>): number[] =>
+  broadcastShapes(op, xs.filter((x): x is TensorMeta => !isScalar(x)).map((x) => x.shape))
 
 const boolMask = (op: string, name: string, m: TensorMeta): void => {
   if (m.dtype !== "bool") bad(op, `${name} must be a bool tensor, got ${describe(m)}`)
 }
 
-/** where's values: torch's promotion, or for two numbers i64 (integral) or f32. */
-const whereDtype = (input: TensorMeta | number, other: TensorMeta | number): DType =>
-  typeof input === "number" && typeof other === "number" ? (Number.isInteger(input) && Number.isInteger(other) ? "i64" : "f32") : resultType([input, other])
-
 const where = spec([arg("condition", "tensor"), arg("input", "tensorOrScalar"), arg("other", "tensorOrScalar")], ({ condition, input, other }, op) => {
   boolMask(op, "condition", condition)
-  return [{ dtype: whereDtype(input, other), shape: shapeOf(op, [condition, input, other]) }]
+  return [{ dtype: resultType([input, other]), shape: shapeOf(op, [condition, input, other]) }]
 }, (c, o) => ({ input: () => o.where(c.args.condition, c.grad, 0), other: () => o.where(c.args.condition, 0, c.grad) }))
 
 /** The mask broadcasts to the input's shape (the result has it). */
@@ -37,10 +32,10 @@ const maskedFill = (op: string, input: TensorMeta, mask: TensorMeta): TensorMeta
   return input
 }
 
-const lerpMeta = (op: string, input: TensorMeta, end: TensorMeta, weight: TensorMeta | number): TensorMeta => {
+const lerpMeta = (op: string, input: TensorMeta, end: TensorMeta, weight: TensorMeta | Scalar): TensorMeta => {
   if (!isFloating(input.dtype)) bad(op, `needs a floating input, got ${describe(input)}`)
   for (const [name, x] of [["end", end], ["weight", weight]] as const)
-    if (typeof x !== "number" && x.dtype !== input.dtype) bad(op, `expected dtype ${input.dtype} for ${name} but got ${describe(x)}`)
+    if (!isScalar(x) && x.dtype !== input.dtype) bad(op, `expected dtype ${input.dtype} for ${name} but got ${describe(x)}`)
   return { dtype: input.dtype, shape: shapeOf(op, [input, end, weight]) }
 }
 
@@ -64,7 +59,7 @@ export const ternary = {
   masked_fill_: spec(maskedParams, ({ input, mask }, op) => inPlace(op, input, maskedFill(op, input, mask)), NOT_DIFFERENTIABLE, { mutates: "input" }),
   // input + weight (end - input)
   lerp: spec(lerpParams, ({ input, end, weight }, op) => [lerpMeta(op, input, end, weight)], (c, o) => ({
-    input: () => { const w = c.args.weight; return o.mul(c.grad, typeof w === "number" ? 1 - w : o.sub(1, w)) },
+    input: () => { const w = c.args.weight; return o.mul(c.grad, isScalar(w) ? 1 - scalarValue(w) : o.sub(1, w)) },
     end: () => o.mul(c.grad, c.args.weight),
     weight: () => o.mul(c.grad, o.sub(c.args.end, c.args.input)),
   })),

@@ -11,7 +11,7 @@ import type { FunctionContext, RemoteFunction } from "../../ops/function.ts"
 import { sameShape } from "../../ops/meta.ts"
 import type { DeclaredMeta } from "../../protocol/fields.ts"
 import type { CallFunction, FetchValue, Value } from "../../protocol/messages.ts"
-import { HostTensor } from "../../protocol/values.ts"
+import { FloatNumber, HostTensor } from "../../protocol/values.ts"
 import { FunctionFailed, ResultCountMismatch, ResultMismatch, WrongRefType } from "../errors.ts"
 import { isBuiltin } from "../functions.ts"
 import { holdHostCopy } from "../memory.ts"
@@ -106,7 +106,8 @@ export const callNow = (s: Session, m: CallFunction, ident = m.ident): Effect.Ef
 /** The wire form of a fetched value: tensors copied to host; what the wire cannot carry is refused. */
 const fetchedValue = (v: unknown, stream: Stream): Value => {
   if (v instanceof Tensor) return v.toHost(stream)
-  if (v instanceof HostTensor) return v
+  // A float the client sent goes back as the float64 it was.
+  if (v instanceof HostTensor || v instanceof FloatNumber) return v
   if (v === undefined || v === null) return null
   if (Array.isArray(v)) return v.map((x) => fetchedValue(x, stream))
   if (v instanceof Uint8Array || ["boolean", "number", "bigint", "string"].includes(typeof v)) return v as Value
