@@ -17,7 +17,7 @@
  *   bun bench/simWorkers.ts --address host:port --world W --ranks FIRST:END   (MONARCH_TOKEN set)
  *
  * runs ranks FIRST..END-1 in a process of their own, printing `handshakes N` once every rank
- * passed the handshake (retries counted) and `closed RANK AT` for each `sim:close`; it exits when
+ * was admitted (N counts the retries) and `closed RANK AT` for each `sim:close`; it exits when
  * every rank has been sent Exit or lost its link.
  */
 import type { Socket } from "bun"
@@ -48,6 +48,8 @@ class SimulatedRank {
   private lastSent = 0
   private stalled = false
   private proven = false
+  /** A command came: the controller admitted this rank (until then a close is retried). */
+  private admitted = false
   private conn: Connection<WorkerMessage> | undefined
   /** Idents each recording's call takes, from its DefineRecording. */
   private readonly recordings = new Map<number, number>()
@@ -57,33 +59,37 @@ class SimulatedRank {
   attempts = 0
   private backoffMs = 50
 
-  constructor(readonly rank: number, private readonly o: SimulatedOptions, private readonly onDone: () => void, readonly onProven: () => void) {}
+  constructor(readonly rank: number, private readonly o: SimulatedOptions, private readonly onDone: () => void, private readonly onAdmitted: () => void) {}
 
   connect(): void {
     this.attempts++
     const target = parseAddress(this.o.address)
     const transcript = { rank: this.rank, world: this.o.world, workerNonce: newNonce(), controllerNonce: new Uint8Array(0), channel: "" } as { -readonly [K in keyof Transcript]: Transcript[K] }
-    void Bun.connect<undefined>({
+    void Bun.connect<Connection<WorkerMessage> | undefined>({
       ...target,
       socket: {
         binaryType: "uint8array",
-        open: (s: Socket<undefined>) => {
+        open: (s: Socket<Connection<WorkerMessage> | undefined>) => {
           s.setNoDelay(true)
           transcript.channel = "unix" in target ? unixChannel(target.unix) : tcpChannel(s.localAddress, s.localPort)
-          this.conn = new Connection<WorkerMessage>(s, {
+          const conn: Connection<WorkerMessage> = new Connection<WorkerMessage>(s as Socket<unknown>, {
             decode: decodeWorkerMessage,
             onMessage: (m) => this.receive(m, transcript),
-            onInvalid: (e) => void this.conn?.send({ _tag: "ProtocolError", message: e.message }),
-            onClose: () => this.closed(),
+            onInvalid: (e) => void conn.send({ _tag: "ProtocolError", message: e.message }),
+            onClose: () => {
+              if (conn === this.conn) this.closed()
+            },
           }, MAX_HELLO_BYTES)
-          this.conn.send({ _tag: "WorkerChallenge", rank: this.rank, world: this.o.world, nonce: transcript.workerNonce })
+          this.conn = conn
+          s.data = conn
+          conn.send({ _tag: "WorkerChallenge", rank: this.rank, world: this.o.world, nonce: transcript.workerNonce })
         },
-        data: (_s, chunk) => this.conn?.receive(chunk),
-        drain: () => this.conn?.drain(),
-        close: () => this.conn?.closedByPeer(),
-        error: () => this.conn?.closedByPeer(),
+        data: (s, chunk) => s.data?.receive(chunk),
+        drain: (s) => s.data?.drain(),
+        close: (s) => s.data?.closedByPeer(),
+        error: (s) => s.data?.closedByPeer(),
       },
-    } as Parameters<typeof Bun.connect<undefined>>[0]).catch(() => this.retry())
+    } as Parameters<typeof Bun.connect<Connection<WorkerMessage> | undefined>>[0]).catch(() => this.retry())
   }
 
   private retry(): void {
@@ -95,7 +101,11 @@ class SimulatedRank {
     if (this.done) return
     // Closed before the controller admitted it (its listener keeps only so many half-open
     // connections): try again, as a real worker does; after, the controller is gone.
-    if (!this.proven) return this.retry()
+    if (!this.admitted) {
+      this.proven = false
+      this.conn = undefined
+      return this.retry()
+    }
     this.finish()
   }
 
@@ -114,7 +124,11 @@ class SimulatedRank {
       this.proven = true
       this.conn!.reader.maxFrameBytes = DEFAULT_MAX_FRAME_BYTES
       this.conn!.send({ _tag: "WorkerHello", rank: this.rank, world: this.o.world, pid: process.pid, device: "cpu", proof: proof(this.o.token, "worker", transcript) })
-      return this.onProven()
+      return
+    }
+    if (!this.admitted) {
+      this.admitted = true
+      this.onAdmitted()
     }
     this.handle(m)
   }
@@ -173,11 +187,11 @@ class SimulatedRank {
 }
 
 export interface SimulatedWorkers {
-  /** Resolves once every rank passed the handshake. */
-  readonly proven: Promise<void>
+  /** Resolves once every rank was admitted (sent its first command). */
+  readonly admitted: Promise<void>
   /** Resolves once every rank's link ended (Exit, sim:close, or the controller gone). */
   readonly done: Promise<void>
-  /** Handshakes started beyond one per rank: connections the controller closed before admitting them. */
+  /** Connections started beyond one per rank: those the controller closed before admitting them. */
   readonly retries: () => number
   /** Closes every socket now. */
   readonly stop: () => void
@@ -185,14 +199,14 @@ export interface SimulatedWorkers {
 
 /** Starts `o.ranks` as simulated workers in this process, each connecting at once. */
 export const startSimulatedWorkers = (o: SimulatedOptions): SimulatedWorkers => {
-  const proven = Promise.withResolvers<void>(), done = Promise.withResolvers<void>()
-  let toProve = o.ranks.length, left = o.ranks.length
+  const admitted = Promise.withResolvers<void>(), done = Promise.withResolvers<void>()
+  let toAdmit = o.ranks.length, left = o.ranks.length
   const ranks = o.ranks.map((r) => new SimulatedRank(r, o, () => {
     if (--left === 0) done.resolve()
   }, () => {
-    if (--toProve === 0) proven.resolve()
+    if (--toAdmit === 0) admitted.resolve()
   }))
-  if (ranks.length === 0) (proven.resolve(), done.resolve())
+  if (ranks.length === 0) (admitted.resolve(), done.resolve())
   // The real worker's once-a-second Status, one timer for all of them.
   const tick = setInterval(() => {
     for (const r of ranks) r.status()
@@ -200,7 +214,7 @@ export const startSimulatedWorkers = (o: SimulatedOptions): SimulatedWorkers => 
   void done.promise.then(() => clearInterval(tick))
   for (const r of ranks) r.connect()
   return {
-    proven: proven.promise,
+    admitted: admitted.promise,
     done: done.promise,
     retries: () => ranks.reduce((n, r) => n + r.attempts - 1, 0),
     stop: () => {
@@ -223,7 +237,7 @@ if (import.meta.main) {
     ranks: Array.from({ length: end - first }, (_, i) => first + i),
     onClosed: (rank, at) => console.log(`closed ${rank} ${at}`),
   })
-  await sims.proven
+  await sims.admitted
   console.log(`handshakes ${end - first + sims.retries()}`)
   await sims.done
   process.exit(0)

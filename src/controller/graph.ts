@@ -148,6 +148,8 @@ export class Graph {
   private readonly refs = new Map<number, Node>()
   /** Per rank, the first ident it has not passed. */
   private readonly passedBelow: number[] = []
+  /** The highest of passedBelow: a command with an ident at least this no rank has passed yet. */
+  private passedMost = 0
   /** Ranks that are gone, with the failure a command that needs one gets. */
   private readonly lost = new Map<number, (node: Node) => Failure>()
 
@@ -157,7 +159,8 @@ export class Graph {
    */
   add(ident: number, ranks: ReadonlyArray<number>, inputs: ReadonlyArray<number>, defines: ReadonlyArray<number>, label: string, site?: CallSite, exchange?: Exchange): Node {
     const node = new Node(ident, ranks, exchange, label, site, performance.now())
-    for (const r of ranks) {
+    // The usual case (no rank lost, a new ident) needs no look at each rank: O(1), not O(ranks), per command.
+    if (this.lost.size > 0 || ident < this.passedMost) for (const r of ranks) {
       const gone = this.lost.size > 0 ? this.lost.get(r) : undefined
       if (gone) {
         node.addRoot(gone(node), r)
@@ -265,6 +268,7 @@ export class Graph {
     const before = this.passed(rank)
     if (firstUncompleted <= before) return
     this.passedBelow[rank] = firstUncompleted
+    if (firstUncompleted > this.passedMost) this.passedMost = firstUncompleted
     // A lost rank's commands stopped waiting for it when it was lost.
     if (this.lost.has(rank)) return
     // Settling deletes from `live` while this walks it, which Map iteration allows. Those

@@ -2,11 +2,15 @@
 // driving 64 simulated workers (bench/simWorkers.ts: one socket each, the real wire, no
 // computing): they all attach, ops and fetches on the whole mesh and on a sub-mesh complete with
 // every rank's answer, a rank whose socket closes is reported as WorkerLost naming it, and a rank
-// that stops answering is reported as hung once hangAfterMs has passed.
+// that stops answering is reported as hung once hangAfterMs has passed. And, on the core alone,
+// the work per message and per command does not grow with the ranks where it need not.
 import { expect, test } from "bun:test"
 import { Effect } from "effect"
 import { randomBytes } from "node:crypto"
 import { Controller, type HangReport } from "../../src/controller/index.ts"
+import { Core } from "../../src/controller/core.ts"
+import type { WorkerLink } from "../../src/controller/listener.ts"
+import { Ref } from "../../src/protocol/values.ts"
 import { startSimulatedWorkers } from "../../bench/simWorkers.ts"
 
 const WORLD = 64
@@ -62,3 +66,82 @@ test("64 simulated ranks attach to one controller; ops, fetches, a lost rank and
   // The layer's end sent Exit to every rank still connected.
   await sims.done
 }, 30_000)
+
+/** A core of `world` ranks whose links drop what they are sent, counting the graph's per-rank look-ups. */
+const countingCore = (world: number) => {
+  const core = new Core({ world, captureSites: false })
+  for (let rank = 0; rank < world; rank++)
+    core.admit({ hello: { _tag: "WorkerHello", rank, world, pid: 0, proof: new Uint8Array(32), device: "cpu" }, host: "local", send: () => true, sendEncoded: () => true, sendRawForTestsOnly: () => {}, close: () => {} } satisfies WorkerLink)
+  const passed = core.graph.passed.bind(core.graph)
+  const counted = { lookups: 0 }
+  core.graph.passed = (rank) => (counted.lookups++, passed(rank))
+  return { core, counted, all: Array.from({ length: world }, (_, r) => r) }
+}
+
+test("a fetch from every one of 1,024 ranks settles with work linear in the ranks, not quadratic", async () => {
+  const world = 1024
+  const { core, counted, all } = countingCore(world)
+  const fetched = Effect.runPromise(core.fetch(all, [], "fetch", undefined, (ident) => ({ _tag: "RequestStatus", ident })))
+  await Bun.sleep(0)
+  const ident = core.graph.live.keys().next().value!
+  counted.lookups = 0
+  for (let rank = 0; rank < world; rank++) {
+    core.onMessage(rank, { _tag: "FetchResult", ident, value: rank })
+    core.onMessage(rank, { _tag: "Status", firstUncompletedIdent: ident + 1 })
+  }
+  expect(await fetched).toEqual(all)
+  // Each message looks its rank up a few times; a scan of every rank per message is ~2 * world^2.
+  expect(counted.lookups, "per-rank look-ups while 1,024 ranks answered one fetch").toBeLessThan(16 * world)
+})
+
+test("issuing a command on every rank costs the graph no look-up per rank", () => {
+  const world = 1024, commands = 100
+  const { core, counted, all } = countingCore(world)
+  for (let i = 0; i < commands; i++) core.command(all, "op", [], [], undefined, (ident) => ({ _tag: "RequestStatus", ident }))
+  expect(counted.lookups, `per-rank look-ups for ${commands} commands on ${world} ranks`).toBeLessThan(commands)
+  // A rank that reported passing idents not issued yet has passed a command issued with one.
+  core.onMessage(0, { _tag: "Status", firstUncompletedIdent: 10_000 })
+  expect(core.command(all, "op", [], [], undefined, (ident) => ({ _tag: "RequestStatus", ident })).waiting, "rank 0 had already passed it").toBe(world - 1)
+  // Once a rank is lost, a command looks at each rank (it fails at once on the lost one).
+  core.onDisconnect(3)
+  const node = core.command(all, "op", [], [], undefined, (ident) => ({ _tag: "RequestStatus", ident }))
+  expect(node.waiting, "the lost rank (and rank 0, passed) are not waited for").toBe(world - 2)
+})
+
+test("a fetch from one rank of 1,024 asks only the rank it waits on for a Status", async () => {
+  const world = 1024
+  const core = new Core({ world, captureSites: false })
+  const framesTo = new Array<number>(world).fill(0)
+  for (let rank = 0; rank < world; rank++)
+    core.admit({ hello: { _tag: "WorkerHello", rank, world, pid: 0, proof: new Uint8Array(32), device: "cpu" }, host: "local", send: () => true, sendEncoded: () => (framesTo[rank]!++, true), sendRawForTestsOnly: () => {}, close: () => {} })
+  const fetched = Effect.runPromise(core.fetch([700], [], "fetch", undefined, (ident) => ({ _tag: "FetchValue", ident, mutates: [], function: null, object: null, stream: new Ref(1) })))
+  await Bun.sleep(0)
+  expect(framesTo.flatMap((n, rank) => (n > 0 ? [rank] : [])), "ranks sent a frame for a fetch from rank 700 alone").toEqual([700])
+  core.onMessage(700, { _tag: "FetchResult", ident: 0, value: 7 })
+  core.onMessage(700, { _tag: "Status", firstUncompletedIdent: 1 })
+  expect(await fetched).toEqual([7])
+})
+
+test("many commands hung behind many ranks are reported with one walk of the live commands, each rank where it is", () => {
+  const world = 64, commands = 200
+  const core = new Core({ world, captureSites: false, hangAfterMs: 1 })
+  for (let rank = 0; rank < world; rank++)
+    core.admit({ hello: { _tag: "WorkerHello", rank, world, pid: 0, proof: new Uint8Array(32), device: "cpu" }, host: "local", send: () => true, sendEncoded: () => true, sendRawForTestsOnly: () => {}, close: () => {} })
+  const all = Array.from({ length: world }, (_, r) => r)
+  for (let i = 0; i < commands; i++) core.command(all, `op ${i}`, [], [], undefined, (ident) => ({ _tag: "RequestStatus", ident }))
+  // Every rank but the last passed the first 150; the last passed none: all 200 stay live.
+  for (let rank = 0; rank < world - 1; rank++) core.onMessage(rank, { _tag: "Status", firstUncompletedIdent: 150 })
+  const waitsOn = core.graph.waitsOn.bind(core.graph)
+  let lookups = 0
+  core.graph.waitsOn = (node, rank) => (lookups++, waitsOn(node, rank))
+  const reports = core.checkHangs(performance.now() + 1000)
+  expect(reports.length).toBe(commands)
+  expect(reports[0]!.behind).toEqual([world - 1])
+  const late = reports[160]!
+  expect(late.behind).toEqual(all)
+  expect(late.at.find((a) => a.rank === 0)).toEqual({ rank: 0, ident: 150, label: "op 150" })
+  expect(late.at.find((a) => a.rank === world - 1)).toEqual({ rank: world - 1, ident: 0, label: "op 0" })
+  // Who is behind each command: commands x ranks look-ups. Where each rank is, once for all the
+  // reports: about 150 x 63 more; once per report and rank it was about 50 x 63 x 150.
+  expect(lookups, "look-ups to report 200 hung commands on 64 ranks").toBeLessThan(commands * world + 4 * 150 * world)
+})
