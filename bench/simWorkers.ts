@@ -16,8 +16,8 @@
  *
  *   bun bench/simWorkers.ts --address host:port --world W --ranks FIRST:END   (MONARCH_TOKEN set)
  *
- * runs ranks FIRST..END-1 in a process of their own, printing `handshakes N` once every rank
- * was admitted (N counts the retries) and `closed RANK AT` for each `sim:close`; it exits when
+ * runs ranks FIRST..END-1 in a process of their own, printing `admitted CUT` once every rank
+ * was admitted (CUT: connections the controller closed before admitting them) and `closed RANK AT` for each `sim:close`; it exits when
  * every rank has been sent Exit or lost its link.
  */
 import type { Socket } from "bun"
@@ -55,14 +55,13 @@ class SimulatedRank {
   private readonly recordings = new Map<number, number>()
   /** The link ended: Exit came, `sim:close` closed it, or the controller went away after admitting it. */
   done = false
-  /** Handshakes started (more than one when the controller closed a connection before admitting it). */
-  attempts = 0
+  /** Connections the controller closed before admitting this rank. */
+  cut = 0
   private backoffMs = 50
 
   constructor(readonly rank: number, private readonly o: SimulatedOptions, private readonly onDone: () => void, private readonly onAdmitted: () => void) {}
 
   connect(): void {
-    this.attempts++
     const target = parseAddress(this.o.address)
     const transcript = { rank: this.rank, world: this.o.world, workerNonce: newNonce(), controllerNonce: new Uint8Array(0), channel: "" } as { -readonly [K in keyof Transcript]: Transcript[K] }
     void Bun.connect<Connection<WorkerMessage> | undefined>({
@@ -102,6 +101,7 @@ class SimulatedRank {
     // Closed before the controller admitted it (its listener keeps only so many half-open
     // connections): try again, as a real worker does; after, the controller is gone.
     if (!this.admitted) {
+      this.cut++
       this.proven = false
       this.conn = undefined
       return this.retry()
@@ -191,8 +191,8 @@ export interface SimulatedWorkers {
   readonly admitted: Promise<void>
   /** Resolves once every rank's link ended (Exit, sim:close, or the controller gone). */
   readonly done: Promise<void>
-  /** Connections started beyond one per rank: those the controller closed before admitting them. */
-  readonly retries: () => number
+  /** Connections the controller closed before admitting their rank (each then retried). */
+  readonly cutOff: () => number
   /** Closes every socket now. */
   readonly stop: () => void
 }
@@ -216,7 +216,7 @@ export const startSimulatedWorkers = (o: SimulatedOptions): SimulatedWorkers => 
   return {
     admitted: admitted.promise,
     done: done.promise,
-    retries: () => ranks.reduce((n, r) => n + r.attempts - 1, 0),
+    cutOff: () => ranks.reduce((n, r) => n + r.cut, 0),
     stop: () => {
       clearInterval(tick)
       for (const r of ranks) r.stop()
@@ -238,7 +238,7 @@ if (import.meta.main) {
     onClosed: (rank, at) => console.log(`closed ${rank} ${at}`),
   })
   await sims.admitted
-  console.log(`handshakes ${end - first + sims.retries()}`)
+  console.log(`admitted ${sims.cutOff()}`)
   await sims.done
   process.exit(0)
 }

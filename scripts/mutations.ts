@@ -275,6 +275,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/controller/core.test.ts", "tests/controller/scale.test.ts"],
   },
   {
+    area: "controller", behaviour: "scale: the listener keeps a whole world's handshakes at once, cutting none of 256 off",
+    file: "src/controller/controller.ts",
+    edits: one("    maxPendingConnections: Math.max(MAX_PENDING_CONNECTIONS, core.world),\n", ""),
+    tests: ["tests/controller/scale.test.ts"],
+  },
+  {
     area: "controller", behaviour: "scale: a fetch from one rank of many asks only that rank for Status, not every rank",
     file: "src/controller/core.ts",
     edits: one("if (status && link && (wanted === \"all\" || wanted!.has(rank))) queue.push(status)", "if (status && link) queue.push(status)"),

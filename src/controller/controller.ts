@@ -24,7 +24,7 @@ import { Store } from "../store/service.ts"
 import { Core, describeHang, type HangReport, type WorkerInfo } from "./core.ts"
 import { ControllerError, StartError, type Failure } from "./errors.ts"
 import type { CheckpointError } from "./checkpoint.ts"
-import { Transport } from "./listener.ts"
+import { MAX_PENDING_CONNECTIONS, Transport } from "./listener.ts"
 import { foreignHandle, RemoteStream, type RemoteTensor } from "./handles.ts"
 import { createMesh, type Mesh } from "./mesh.ts"
 import { recoverable, runOnce, type Workers, type RecoverOptions, type Start } from "./recovery.ts"
@@ -199,12 +199,15 @@ const makeCore = (world: number, o: CommonOptions & { readonly checkpoints?: str
 
 /**
  * The listener the workers connect to (through the Transport), feeding the core. A worker of
- * another world size is refused and named in `refusals` (a start-up that cannot succeed).
+ * another world size is refused and named in `refusals` (a start-up that cannot succeed). It
+ * keeps a whole world's connections while they do the handshake: every worker connects at
+ * once, and a smaller bound would cut most of them off (to retry) in a world of hundreds.
  */
 const listenFor = (core: Core, token: string, o: CommonOptions & { readonly listen?: string }, refusals: string[] = []) =>
   Effect.flatMap(Effect.service(Transport), (transport) => transport.listen({
     token,
     ...listenAt(o),
+    maxPendingConnections: Math.max(MAX_PENDING_CONNECTIONS, core.world),
     onWorker: (link) => {
       if (core.admit(link)) return
       const { rank, world } = link.hello

@@ -1,8 +1,9 @@
 // One real controller (Controller.attach, its listener and the handshake with the job token)
 // driving 64 simulated workers (bench/simWorkers.ts: one socket each, the real wire, no
 // computing): they all attach, ops and fetches on the whole mesh and on a sub-mesh complete with
-// every rank's answer, a rank whose socket closes is reported as WorkerLost naming it, and a rank
-// that stops answering is reported as hung once hangAfterMs has passed. And, on the core alone,
+// every rank's answer, a rank whose socket closes is reported as WorkerLost naming it, a rank
+// that stops answering is reported as hung once hangAfterMs has passed, and a world of 256
+// connecting at once is admitted without a handshake cut off. And, on the core alone,
 // the work per message and per command does not grow with the ranks where it need not.
 import { expect, test } from "bun:test"
 import { Effect } from "effect"
@@ -65,6 +66,24 @@ test("64 simulated ranks attach to one controller; ops, fetches, a lost rank and
   expect(hangs[0]!.waitingMs).toBeGreaterThanOrEqual(HANG_AFTER_MS)
   // The layer's end sent Exit to every rank still connected.
   await sims.done
+}, 30_000)
+
+test("256 simulated ranks connecting at once all pass the handshake: the listener cuts none of them off", async () => {
+  const world = 256
+  const token = randomBytes(16).toString("hex")
+  const address = `127.0.0.1:${freePort()}`
+  const problems: string[] = []
+  const layer = Controller.attach({ world, listen: address, token, onProblem: (p) => problems.push(p), startTimeoutMs: 30_000 })
+  // The listener is up before any rank connects, so every connection is one the controller took.
+  const fetched = Effect.runPromise(Effect.gen(function* () {
+    const mesh = yield* (yield* Controller).mesh({ x: world })
+    return yield* mesh.fetchAll(yield* mesh.call("ops.full", [[1], 0]))
+  }).pipe(Effect.provide(layer)))
+  await Bun.sleep(200)
+  const workers = startSimulatedWorkers({ address, token, world, ranks: Array.from({ length: world }, (_, r) => r) })
+  expect(await fetched).toEqual(Array.from({ length: world }, (_, r) => r))
+  await workers.done
+  expect(workers.cutOff(), `handshakes cut off: ${problems.slice(0, 3).join("; ")}`).toBe(0)
 }, 30_000)
 
 /** A core of `world` ranks whose links drop what they are sent, counting the graph's per-rank look-ups. */
