@@ -305,6 +305,18 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/controller/scale.test.ts", "tests/controller/graph.test.ts"],
   },
   {
+    area: "controller", behaviour: "scale: a walk of the graph spreads a collective's group once, not once per member",
+    file: "src/controller/graph.ts",
+    edits: one("      if (!done.has(peers)) {\n", "      {\n"),
+    tests: ["tests/controller/scale.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "scale: the members of a collective's group share one peer list",
+    file: "src/controller/mesh.ts",
+    edits: one("        for (const m of group) byRank.set(m, group)\n", "        byRank.set(r, group)\n"),
+    tests: ["tests/controller/scale.test.ts"],
+  },
+  {
     area: "controller", behaviour: "scale: a hang report names, for each rank behind, the first live command it has not passed",
     file: "src/controller/core.ts",
     edits: one("          ranks.delete(rank)\n", ""),

@@ -123,6 +123,9 @@ type Visit = (node: Node, rank: number) => void
  */
 const walk = (from: Node, ranks: Iterable<number>, visit: Visit, exchangesOnly = false): void => {
   const seen = new Map<Node, Set<number>>()
+  // The peer lists already pushed, per node: a collective's ranks share one list (Mesh's
+  // groupExchange), so its group is pushed once, not once per member (quadratic in the group).
+  const spread = new Map<Node, Set<ReadonlyArray<number>>>()
   const stack: Array<[Node, number]> = []
   const push = (node: Node, rank: number) => {
     let at = seen.get(node)
@@ -136,7 +139,15 @@ const walk = (from: Node, ranks: Iterable<number>, visit: Visit, exchangesOnly =
     const [node, rank] = stack.pop()!
     visit(node, rank)
     if (node.settled) continue
-    if (node.exchange) for (const p of node.exchange.peers(rank)) if (node.members.has(p)) push(node, p)
+    if (node.exchange) {
+      const peers = node.exchange.peers(rank)
+      let done = spread.get(node)
+      if (done === undefined) spread.set(node, (done = new Set()))
+      if (!done.has(peers)) {
+        done.add(peers)
+        for (const p of peers) if (node.members.has(p)) push(node, p)
+      }
+    }
     if (node.exchange && !node.exchange.reads(rank)) continue
     for (const dep of node.deps) if ((!exchangesOnly || dep.exchanged) && dep.members.has(rank)) push(dep, rank)
   }

@@ -11,6 +11,10 @@ import { randomBytes } from "node:crypto"
 import { Controller, type HangReport } from "../../src/controller/index.ts"
 import { Core } from "../../src/controller/core.ts"
 import type { WorkerLink } from "../../src/controller/listener.ts"
+import { RemoteStream } from "../../src/controller/handles.ts"
+import { createMesh } from "../../src/controller/mesh.ts"
+import { opsOn } from "../../src/controller/ops.ts"
+import { NDSlice } from "../../src/protocol/ndslice.ts"
 import { Ref } from "../../src/protocol/values.ts"
 import { startSimulatedWorkers } from "../../bench/simWorkers.ts"
 
@@ -163,4 +167,24 @@ test("many commands hung behind many ranks are reported with one walk of the liv
   // Who is behind each command: commands x ranks look-ups. Where each rank is, once for all the
   // reports: about 150 x 63 more; once per report and rank it was about 50 x 63 x 150.
   expect(lookups, "look-ups to report 200 hung commands on 64 ranks").toBeLessThan(commands * world + 4 * 150 * world)
+})
+
+test("a fetch of a collective's result over 1,024 ranks walks the group once, not once per member", async () => {
+  const world = 1024
+  const { core, all } = countingCore(world)
+  const mesh = createMesh(core, ["x"], NDSlice.contiguous([world]), new RemoteStream(core, core.newRef()))
+  const x = opsOn(mesh).ones([1])
+  const reduced = mesh.issueReduce(x, "x", "sum", {}, undefined)
+  const reduce = [...core.graph.live.values()].at(-1)!
+  expect(reduce.exchange!.peers(0), "the members of one group share its list").toBe(reduce.exchange!.peers(world - 1))
+  expect([...reduce.exchange!.peers(5)]).toEqual(all)
+  // The walk behind a fetch: count the steps through the group's list.
+  const group = reduce.exchange!.peers(0) as number[]
+  const items = group[Symbol.iterator].bind(group)
+  let steps = 0
+  Object.defineProperty(group, Symbol.iterator, { value: function* () { for (const r of items()) (steps++, yield r) } })
+  const fetch = core.graph.add(1_000_000, [0], [reduced.ref.id], [], "fetch")
+  const needs = core.graph.needs(fetch, [0])
+  expect([...needs.keys()].sort((a, b) => a - b), "rank 0's result of the reduce waits on every rank").toEqual(all)
+  expect(steps, "steps through the group's list").toBeLessThanOrEqual(world)
 })
