@@ -18,8 +18,9 @@
  *   simulated process's clock) to the fetch failing with WorkerLost naming it.
  * - hang: a rank stops (sim:stall) in a whole-mesh command: from issue to onHang, against
  *   hangAfterMs (HANG_AFTER_MS; the controller checks once a second).
- * - with --sections, a second table: where the whole-mesh round's controller time goes (timing
- *   wrappers around the methods that do each part; they add their own clock reads).
+ * - with --sections, a second table: where a whole-mesh round's time goes, each part's share of
+ *   the round's wall time (timing wrappers around the methods that do each part; they add their
+ *   own clock reads).
  *
  *   bun run bench/scale.ts [--quick] [--worlds 16,64,256,1024] [--ops N] [--rounds R] [--sections] [--profile DIR]
  *
@@ -69,14 +70,20 @@ interface Row {
   readonly parts: Record<string, number>
 }
 
+/**
+ * The parts timed with --sections. A fetch's tryFinish resumes the program, whose next steps run
+ * inside it (and so inside onMessage): the table shows onMessage less tryFinish.
+ */
 const PARTS = {
   "Graph.add (per op)": [Graph.prototype, "add"],
-  "Core.flush (batches out)": [Core.prototype, "flush"],
-  "of it, Core.encodeBatch": [Core.prototype, "encodeBatch"],
-  "Core.onMessage (Status, FetchResult)": [Core.prototype, "onMessage"],
-  "of it, Graph.advance": [Graph.prototype, "advance"],
-  "of it, Core.tryFinish (fetches)": [Core.prototype, "tryFinish"],
+  "Core.flush (batches out: a frame per rank)": [Core.prototype, "flush"],
+  "of it, Core.encodeBatch (once per batch)": [Core.prototype, "encodeBatch"],
+  "Core.onMessage, less the fetch's resume (Status, FetchResult)": [Core.prototype, "onMessage"],
+  "of it, Graph.advance (Status)": [Graph.prototype, "advance"],
+  "(the fetch's resume)": [Core.prototype, "tryFinish"],
 } as const
+const RESUME = "(the fetch's resume)"
+const ON_MESSAGE = "Core.onMessage, less the fetch's resume (Status, FetchResult)"
 const spent = new Map<string, number>()
 const wrapParts = () => {
   for (const [name, [proto, method]] of Object.entries(PARTS)) {
@@ -170,13 +177,18 @@ const one = async (world: number): Promise<Row> => {
       const parts: Record<string, number> = {}
       if (SECTIONS) {
         wrapParts()
-        const secs: Array<Map<string, number>> = []
+        // Each part as a share of the round's wall time (the host is shared: a part's wall time
+        // includes time the process waited for a core, as the round's does).
+        const shares: Array<Map<string, number>> = []
         for (let r = 0; r < ROUNDS; r++) {
           for (const k of spent.keys()) spent.set(k, 0)
+          const t0 = performance.now()
           yield* round(mesh, x)
-          secs.push(new Map(spent))
+          const wall = performance.now() - t0
+          spent.set(ON_MESSAGE, spent.get(ON_MESSAGE)! - spent.get(RESUME)!)
+          shares.push(new Map([...spent].map(([k, ms]) => [k, (100 * ms) / wall])))
         }
-        for (const k of spent.keys()) parts[k] = (median(secs.map((s) => s.get(k)!)) / OPS) * 1000
+        for (const k of spent.keys()) if (k !== RESUME) parts[k] = median(shares.map((s) => s.get(k)!))
       }
       const timed = <A, E>(e: Effect.Effect<A, E>) => Effect.gen(function* () {
         const t0 = performance.now()
@@ -245,7 +257,7 @@ for (const world of WORLDS) {
 }
 if (SECTIONS) {
   console.log("")
-  console.log(`| controller us/op, whole-mesh round, by part | ${rows.map((r) => `${r.world} ranks`).join(" | ")} |`)
+  console.log(`| % of a whole-mesh round's wall time, by part | ${rows.map((r) => `${r.world} ranks`).join(" | ")} |`)
   console.log(`|---|${rows.map(() => "---:").join("|")}|`)
   for (const part of Object.keys(rows[0]!.parts)) console.log(`| ${part} | ${rows.map((r) => f(r.parts[part]!, 2)).join(" | ")} |`)
 }

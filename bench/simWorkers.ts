@@ -161,8 +161,9 @@ class SimulatedRank {
           return
         }
         if (m.function === "sim:close" && m.args[0] === this.rank) {
+          const at = now()
           this.conn?.close()
-          this.o.onClosed?.(this.rank, now())
+          this.o.onClosed?.(this.rank, at)
           return this.finish()
         }
         this.firstUncompleted = m.ident + 1
