@@ -71,19 +71,16 @@ interface Row {
 }
 
 /**
- * The parts timed with --sections. A fetch's tryFinish resumes the program, whose next steps run
- * inside it (and so inside onMessage): the table shows onMessage less tryFinish.
+ * The parts timed with --sections: those that run once per op or per batch without resuming the
+ * program (a fetch's completion runs the program's next steps inside onMessage, so it is not
+ * timed; the CPU profile, --profile, shows the reading and decoding of the ranks' frames).
  */
 const PARTS = {
   "Graph.add (per op)": [Graph.prototype, "add"],
   "Core.flush (batches out: a frame per rank)": [Core.prototype, "flush"],
   "of it, Core.encodeBatch (once per batch)": [Core.prototype, "encodeBatch"],
-  "Core.onMessage, less the fetch's resume (Status, FetchResult)": [Core.prototype, "onMessage"],
-  "of it, Graph.advance (Status)": [Graph.prototype, "advance"],
-  "(the fetch's resume)": [Core.prototype, "tryFinish"],
+  "Graph.advance (each rank's Status)": [Graph.prototype, "advance"],
 } as const
-const RESUME = "(the fetch's resume)"
-const ON_MESSAGE = "Core.onMessage, less the fetch's resume (Status, FetchResult)"
 const spent = new Map<string, number>()
 const wrapParts = () => {
   for (const [name, [proto, method]] of Object.entries(PARTS)) {
@@ -185,10 +182,9 @@ const one = async (world: number): Promise<Row> => {
           const t0 = performance.now()
           yield* round(mesh, x)
           const wall = performance.now() - t0
-          spent.set(ON_MESSAGE, spent.get(ON_MESSAGE)! - spent.get(RESUME)!)
           shares.push(new Map([...spent].map(([k, ms]) => [k, (100 * ms) / wall])))
         }
-        for (const k of spent.keys()) if (k !== RESUME) parts[k] = median(shares.map((s) => s.get(k)!))
+        for (const k of spent.keys()) parts[k] = median(shares.map((s) => s.get(k)!))
       }
       const timed = <A, E>(e: Effect.Effect<A, E>) => Effect.gen(function* () {
         const t0 = performance.now()
@@ -211,9 +207,11 @@ const one = async (world: number): Promise<Row> => {
       // Rank 1 stops inside this command.
       const stalledAt = now()
       yield* mesh.run("sim:stall", [1])
-      const isStall = (h: (typeof hangs)[number]) => h.at >= stalledAt && h.behind.includes(1)
-      while (!hangs.some(isStall)) yield* Effect.sleep("5 millis")
-      const hang = hangs.find(isStall)!
+      let seen = 0, hang: (typeof hangs)[number] | undefined
+      while (hang === undefined) {
+        yield* Effect.sleep("5 millis")
+        for (; seen < hangs.length && hang === undefined; seen++) if (hangs[seen]!.at >= stalledAt && hangs[seen]!.behind.includes(1)) hang = hangs[seen]
+      }
       return {
         world, attachMs, cutOff,
         meshUs: median(meshRounds.map((r) => r.all)), meshIssueUs: median(meshRounds.map((r) => r.issue)), subUs: median(subRounds.map((r) => r.all)),

@@ -588,7 +588,9 @@ export class Core {
       this.hangReported.add(node.ident)
       hung.push({ node, waitingMs, behind: this.graph.behind(node) })
     }
-    const at = this.ranksAt(new Set(hung.flatMap((h) => h.behind)))
+    const behindAny = new Set<number>()
+    for (const h of hung) for (const r of h.behind) behindAny.add(r)
+    const at = this.ranksAt(behindAny)
     const reports = hung.map(({ node, waitingMs, behind }): HangReport => ({
       ident: node.ident, label: node.label, site: node.site, waitingMs, behind, at: behind.flatMap((r) => at.get(r) ?? []),
     }))
