@@ -199,7 +199,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "controller", behaviour: "a collective's result on a rank depends on every member of its group",
     file: "src/controller/graph.ts",
-    edits: one("    if (node.exchange) for (const p of node.exchange.peers(rank)) if (node.members.has(p)) push(node, p)\n", ""),
+    edits: one("        for (const p of peers) if (node.members.has(p)) push(node, p)\n", ""),
     tests: ["tests/faults/loss.test.ts"],
   },
   {
