@@ -387,8 +387,9 @@ export class Core {
       // The ranks it waits on report their status after this batch, so the fetch settles
       // without waiting for the once-a-second Status.
       if (this.statusWanted !== "all") {
-        const wanted = (this.statusWanted ??= new Set())
+        const wanted = this.statusWanted ?? new Set<number>()
         for (const rank of needs.keys()) wanted.add(rank)
+        this.statusWanted = wanted
       }
       this.tryFinish(node.ident)
       if (deadlineMs !== undefined && this.fetches.has(node.ident) && !pending.answered) {
