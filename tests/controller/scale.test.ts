@@ -54,7 +54,7 @@ test("64 simulated ranks attach to one controller; ops, fetches, a lost rank and
     yield* mesh.run("sim:stall", [5])
     const unaffected = yield* mesh.fetch(x, 0)
     const start = performance.now()
-    while (hangs.length === 0 && performance.now() - start < 10_000) yield* Effect.sleep("50 millis")
+    while (!hangs.some((h) => h.label === "sim:stall") && performance.now() - start < 10_000) yield* Effect.sleep("50 millis")
     return { all, one, fromSub, lost, unaffected, connected: ctl.workers().length }
   }).pipe(Effect.provide(Controller.attach({ world: WORLD, listen: address, token, hangAfterMs: HANG_AFTER_MS, onHang: (r) => hangs.push(r), onProblem: (p) => problems.push(p), startTimeoutMs: 30_000 }))))
   expect(got.all, "every rank answered its fetch, in mesh order").toEqual(Array.from({ length: WORLD }, (_, r) => r))
@@ -64,10 +64,12 @@ test("64 simulated ranks attach to one controller; ops, fetches, a lost rank and
   expect(got.lost._tag).toBe("WorkerLost")
   expect(got.lost._tag === "WorkerLost" && got.lost.rank, "the WorkerLost names the rank whose socket closed").toBe(WORLD - 1)
   expect(got.unaffected).toBe(0)
-  expect(hangs.length, `no hang reported: ${problems.join("; ")}`).toBe(1)
-  expect(hangs[0]!.label).toBe("sim:stall")
-  expect(hangs[0]!.behind, "only the stalled rank is behind (the lost one is not waited for)").toEqual([5])
-  expect(hangs[0]!.waitingMs).toBeGreaterThanOrEqual(HANG_AFTER_MS)
+  // On a loaded host an ordinary command may be reported too; the stalled one is reported once.
+  const stalled = hangs.filter((h) => h.label === "sim:stall")
+  expect(stalled.length, `the stalled command's reports (${problems.join("; ")})`).toBe(1)
+  expect(stalled[0]!.behind, "only the stalled rank is behind (the lost one is not waited for)").toEqual([5])
+  expect(stalled[0]!.at).toEqual([{ rank: 5, ident: stalled[0]!.ident, label: "sim:stall" }])
+  expect(stalled[0]!.waitingMs).toBeGreaterThanOrEqual(HANG_AFTER_MS)
   // The layer's end sent Exit to every rank still connected.
   await sims.done
 }, 30_000)
