@@ -41,6 +41,9 @@ export interface SimulatedOptions {
 /** Epoch milliseconds with sub-millisecond resolution, comparable between processes of one host. */
 export const now = (): number => performance.timeOrigin + performance.now()
 
+/** The transcript as a connection fills it in: the controller's nonce comes with its proof. */
+type OpenTranscript = { -readonly [K in keyof Transcript]: Transcript[K] }
+
 /** One simulated rank. */
 class SimulatedRank {
   /** The first ident not passed, as a real worker's Status reports it. */
@@ -54,7 +57,7 @@ class SimulatedRank {
   /** Idents each recording's call takes, from its DefineRecording. */
   private readonly recordings = new Map<number, number>()
   /** The link ended: Exit came, `sim:close` closed it, or the controller went away after admitting it. */
-  done = false
+  private done = false
   /** Connections the controller closed before admitting this rank. */
   cut = 0
   private backoffMs = 50
@@ -63,7 +66,7 @@ class SimulatedRank {
 
   connect(): void {
     const target = parseAddress(this.o.address)
-    const transcript = { rank: this.rank, world: this.o.world, workerNonce: newNonce(), controllerNonce: new Uint8Array(0), channel: "" } as { -readonly [K in keyof Transcript]: Transcript[K] }
+    const transcript = { rank: this.rank, world: this.o.world, workerNonce: newNonce(), controllerNonce: new Uint8Array(0), channel: "" } as OpenTranscript
     void Bun.connect<Connection<WorkerMessage> | undefined>({
       ...target,
       socket: {
@@ -116,7 +119,7 @@ class SimulatedRank {
     this.onDone()
   }
 
-  private receive(m: WorkerMessage, transcript: { controllerNonce: Uint8Array } & Transcript): void {
+  private receive(m: WorkerMessage, transcript: OpenTranscript): void {
     if (!this.proven) {
       if (m._tag !== "ControllerProof") return this.conn?.close()
       transcript.controllerNonce = m.nonce
