@@ -253,7 +253,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "controller", behaviour: "a collective's result on a rank depends on every member of its group",
     file: "src/controller/graph.ts",
-    edits: one("    if (node.exchange) for (const p of node.exchange.peers(rank)) if (node.members.has(p)) push(node, p)\n", ""),
+    edits: one("        for (const p of peers) if (node.members.has(p)) push(node, p)\n", ""),
     tests: ["tests/faults/loss.test.ts"],
   },
   {
@@ -329,10 +329,58 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/security/closedDoor.test.ts"],
   },
   {
-    area: "controller", behaviour: "a fetch asks every rank for Status, so it settles without the 1 s wait",
+    area: "controller", behaviour: "a fetch asks the ranks it waits on for Status, so it settles without the 1 s wait",
     file: "src/controller/core.ts",
-    edits: one("      // for the once-a-second Status.\n      this.statusWanted = true\n", "      // for the once-a-second Status.\n"),
-    tests: ["tests/controller/core.test.ts", "tests/controller/controller.test.ts"],
+    edits: one("        for (const rank of needs.keys()) wanted.add(rank)\n", ""),
+    tests: ["tests/controller/core.test.ts", "tests/controller/scale.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "scale: the listener keeps a whole world's handshakes at once, cutting none of 256 off",
+    file: "src/controller/controller.ts",
+    edits: one("    maxPendingConnections: Math.max(MAX_PENDING_CONNECTIONS, core.world),\n", ""),
+    tests: ["tests/controller/scale.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "scale: a fetch from one rank of many asks only that rank for Status, not every rank",
+    file: "src/controller/core.ts",
+    edits: one("if (status && link && (wanted === \"all\" || wanted!.has(rank))) queue.push(status)", "if (status && link) queue.push(status)"),
+    tests: ["tests/controller/scale.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "scale: a Status or FetchResult costs a pending fetch O(1), not a scan of its ranks (quadratic in the world)",
+    file: "src/controller/core.ts",
+    edits: one("last < after && --pending.behind === 0) this.tryFinish(ident)", "last < after && (--pending.behind, true)) this.tryFinish(ident)"),
+    tests: ["tests/controller/scale.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "scale: a command on every rank costs the graph no look at each rank",
+    file: "src/controller/graph.ts",
+    edits: one("    if (this.lost.size > 0 || ident < this.passedMost) for (const r of ranks) {", "    for (const r of ranks) {"),
+    tests: ["tests/controller/scale.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "scale: a command issued below an ident a rank already reported passing does not wait for that rank",
+    file: "src/controller/graph.ts",
+    edits: one("    if (firstUncompleted > this.passedMost) this.passedMost = firstUncompleted\n", ""),
+    tests: ["tests/controller/scale.test.ts", "tests/controller/graph.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "scale: a walk of the graph spreads a collective's group once, not once per member",
+    file: "src/controller/graph.ts",
+    edits: one("      if (!done.has(peers)) {\n", "      {\n"),
+    tests: ["tests/controller/scale.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "scale: the members of a collective's group share one peer list",
+    file: "src/controller/mesh.ts",
+    edits: one("        for (const m of group) byRank.set(m, group)\n", "        byRank.set(r, group)\n"),
+    tests: ["tests/controller/scale.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "scale: a hang report names, for each rank behind, the first live command it has not passed",
+    file: "src/controller/core.ts",
+    edits: one("          ranks.delete(rank)\n", ""),
+    tests: ["tests/controller/scale.test.ts", "tests/controller/controller.test.ts"],
   },
   {
     area: "controller", behaviour: "a command outstanding past hangAfterMs is reported",

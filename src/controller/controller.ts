@@ -24,7 +24,7 @@ import { Store } from "../store/service.ts"
 import { Core, describeHang, type HangReport, type WorkerInfo } from "./core.ts"
 import { ControllerError, StartError, type Failure } from "./errors.ts"
 import type { CheckpointError } from "./checkpoint.ts"
-import { Transport } from "./listener.ts"
+import { MAX_PENDING_CONNECTIONS, Transport } from "./listener.ts"
 import { foreignHandle, RemoteStream, type RemoteTensor } from "./handles.ts"
 import { createMesh, type Mesh } from "./mesh.ts"
 import { recoverable, runOnce, type Workers, type RecoverOptions, type Start } from "./recovery.ts"
@@ -219,7 +219,9 @@ const noRefusals = (): Refusals => ({ world: [], token: new Map() })
 /**
  * The listener the workers connect to (through the Transport), feeding the core. A worker of
  * another world size is refused and named in `refusals.world`; a handshake with another job token
- * is counted in `refusals.token` by the rank it claims.
+ * is counted in `refusals.token` by the rank it claims. It keeps a whole world's connections
+ * while they do the handshake: every worker connects at once, and a smaller bound would cut
+ * most of them off (to retry) in a world of hundreds.
  */
 const listenFor = (core: Core, token: string, o: CommonOptions & { readonly listen?: string }, refusals: Refusals = noRefusals()) =>
   Effect.flatMap(Effect.service(Transport), (transport) => transport.listen({
@@ -232,6 +234,7 @@ const listenFor = (core: Core, token: string, o: CommonOptions & { readonly list
       if (seen === undefined) refusals.token.set(peer.rank, { pid: peer.pid, host, count: 1 })
       else seen.count++
     },
+    maxPendingConnections: Math.max(MAX_PENDING_CONNECTIONS, core.world),
     onWorker: (link) => {
       if (core.admit(link)) return
       const { rank, world } = link.hello

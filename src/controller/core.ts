@@ -101,6 +101,13 @@ interface PendingFetch {
   readonly values: Map<number, Value>
   /** Per rank, the highest ident its value depends on there (Graph.needs), fixed at issue. */
   readonly needs: ReadonlyMap<number, number>
+  /**
+   * Ranks of `needs` not yet past what it needs of them: a Status or FetchResult looks at the
+   * fetch as a whole only once this is 0, so each costs O(1) per fetch, not a scan of `needs`
+   * (which made a fetch from every rank quadratic in the ranks). A rank lost before then
+   * never passes it; `lose` answers its fetches itself.
+   */
+  behind: number
   readonly resume: (e: Effect.Effect<ReadonlyArray<Value>, Failure | ControllerError>) => void
   /** Failed early (a lost worker, the deadline); kept until complete so late results are dropped quietly. */
   answered: boolean
@@ -148,7 +155,11 @@ export class Core {
   private flushQueued = false
   /** Messages queued since the last flush (see FLUSH_EVERY). */
   private queued = 0
-  private statusWanted = false
+  /**
+   * Which ranks the next batch asks for a Status: every one (a step waiting for capacity), or
+   * those a pending fetch waits on: a fetch from one rank of many costs one Status, not one per rank.
+   */
+  private statusWanted: "all" | Set<number> | undefined = undefined
   private readonly fetches = new Map<number, PendingFetch>()
   private readonly exits = new Map<number, ProcessExit>()
   private readonly hangReported = new Set<number>()
@@ -211,8 +222,14 @@ export class Core {
   onMessage(rank: number, msg: ControllerMessage): void {
     switch (msg._tag) {
       case "Status": {
+        const before = this.graph.passed(rank)
         this.graph.advance(rank, msg.firstUncompletedIdent)
-        for (const [ident, pending] of this.fetches) if (pending.needs.has(rank)) this.tryFinish(ident)
+        const after = this.graph.passed(rank)
+        if (after > before)
+          for (const [ident, pending] of this.fetches) {
+            const last = pending.needs.get(rank)
+            if (last !== undefined && before <= last && last < after && --pending.behind === 0) this.tryFinish(ident)
+          }
         this.wakeWaiters()
         return
       }
@@ -225,7 +242,10 @@ export class Core {
         pending.values.set(rank, msg.value)
         // Once answered, only a late fetch still counts what comes (see tryFinish).
         if (pending.answered && !pending.late) return
-        return this.tryFinish(msg.ident)
+        // Otherwise the fetch can finish once no rank it needs is behind (Status counts them
+        // down); a late fetch already answered counts each result, to drop it when all came.
+        if (pending.behind === 0 || pending.answered) this.tryFinish(msg.ident)
+        return
       }
       case "RemoteFunctionFailed": {
         const span = this.spans.find((s) => msg.ident >= s.first && msg.ident < s.first + s.count)
@@ -296,7 +316,7 @@ export class Core {
       if (this.inFlight(ranks) <= this.maxInFlight) return resumed(Effect.void)
       const { resume, release } = this.holdWhile(resumed)
       this.waiters.push({ ranks, resume })
-      this.statusWanted = true
+      this.statusWanted = "all"
       this.scheduleFlush()
       return Effect.sync(release)
     })
@@ -408,11 +428,18 @@ export class Core {
     return Effect.callback((resumed) => {
       const { resume, release } = this.holdWhile(resumed)
       const node = this.command(ranks, label, inputs, [], site, make)
-      const pending: PendingFetch = { node, values: new Map(), needs: this.graph.needs(node, ranks), resume, answered: false, deadline: undefined, late }
+      const needs = this.graph.needs(node, ranks)
+      let behind = 0
+      for (const [rank, last] of needs) if (this.graph.passed(rank) <= last) behind++
+      const pending: PendingFetch = { node, values: new Map(), needs, behind, resume, answered: false, deadline: undefined, late }
       this.fetches.set(node.ident, pending)
-      // Every rank reports its status after this batch, so the fetch settles without waiting
-      // for the once-a-second Status.
-      this.statusWanted = true
+      // The ranks it waits on report their status after this batch, so the fetch settles
+      // without waiting for the once-a-second Status.
+      if (this.statusWanted !== "all") {
+        const wanted = this.statusWanted ?? new Set<number>()
+        for (const rank of needs.keys()) wanted.add(rank)
+        this.statusWanted = wanted
+      }
       this.tryFinish(node.ident)
       if (deadlineMs !== undefined && this.fetches.has(node.ident) && !pending.answered) {
         pending.deadline = setTimeout(() => this.expire(pending, deadlineMs), deadlineMs)
@@ -548,14 +575,15 @@ export class Core {
     const last = this.nextIdent - 1
     // Past half the bound, every batch asks where the workers are, so a step waiting for
     // capacity sees them catch up batch by batch.
-    if (!this.statusWanted && this.nextIdent - this.slowestPassed() > this.maxInFlight / 2) this.statusWanted = true
-    const status: WorkerMessage | undefined = this.statusWanted && last >= 0 ? { _tag: "RequestStatus", ident: last } : undefined
+    if (this.statusWanted !== "all" && this.nextIdent - this.slowestPassed() > this.maxInFlight / 2) this.statusWanted = "all"
+    const wanted = this.statusWanted
+    const status: WorkerMessage | undefined = wanted !== undefined && last >= 0 ? { _tag: "RequestStatus", ident: last } : undefined
     // Ranks of a mesh usually get the very same commands: encode such a batch once.
     let previous: { readonly queue: WorkerMessage[]; readonly parts: ReadonlyArray<Uint8Array> } | undefined
     for (let rank = 0; rank < this.world; rank++) {
       const link = this.links[rank]
       const queue = this.outbox[rank]!
-      if (status && link) queue.push(status)
+      if (status && link && (wanted === "all" || wanted!.has(rank))) queue.push(status)
       this.outbox[rank] = []
       if (queue.length === 0 || !link) continue
       if (!previous || !sameMessages(queue, previous.queue)) {
@@ -567,7 +595,7 @@ export class Core {
       this.sent.frames++
       this.sent.commands += queue.length
     }
-    this.statusWanted = false
+    this.statusWanted = undefined
   }
 
   /** The first ident the slowest connected rank has not passed. */
@@ -612,23 +640,40 @@ export class Core {
   /** Reports, once each, live commands older than hangAfterMs that some rank has not passed. */
   checkHangs(now = performance.now()): HangReport[] {
     const after = this.options.hangAfterMs ?? 30_000
-    const reports: HangReport[] = []
+    const hung: Array<{ readonly node: Node; readonly waitingMs: number; readonly behind: number[] }> = []
     for (const node of this.graph.live.values()) {
       const waitingMs = now - node.issuedAt
       if (waitingMs < after) break
       if (node.waiting === 0 || this.hangReported.has(node.ident)) continue
       this.hangReported.add(node.ident)
-      const behind = this.graph.behind(node)
-      reports.push({ ident: node.ident, label: node.label, site: node.site, waitingMs, behind, at: behind.flatMap((r) => this.rankAt(r)) })
+      hung.push({ node, waitingMs, behind: this.graph.behind(node) })
     }
+    const behindAny = new Set<number>()
+    for (const h of hung) for (const r of h.behind) behindAny.add(r)
+    const at = this.ranksAt(behindAny)
+    const reports = hung.map(({ node, waitingMs, behind }): HangReport => ({
+      ident: node.ident, label: node.label, site: node.site, waitingMs, behind, at: behind.flatMap((r) => at.get(r) ?? []),
+    }))
     for (const r of reports) this.options.onHang?.(r)
     return reports
   }
 
-  /** The first live command `rank` has not passed (none when it has passed them all). */
-  private rankAt(rank: number): RankAt[] {
-    for (const node of this.graph.live.values()) if (this.graph.waitsOn(node, rank)) return [{ rank, ident: node.ident, label: node.label }]
-    return []
+  /**
+   * For each of `ranks`, the first live command it has not passed (none when it has passed
+   * them all), in one walk of the live commands for all of them: many commands hung behind
+   * the same ranks cost one walk, not one per command and rank.
+   */
+  private ranksAt(ranks: Set<number>): Map<number, RankAt> {
+    const at = new Map<number, RankAt>()
+    for (const node of this.graph.live.values()) {
+      if (ranks.size === 0) break
+      for (const rank of ranks)
+        if (this.graph.waitsOn(node, rank)) {
+          at.set(rank, { rank, ident: node.ident, label: node.label })
+          ranks.delete(rank)
+        }
+    }
+    return at
   }
 
   /** Sends Exit to every connected worker now. */

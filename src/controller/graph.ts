@@ -123,6 +123,9 @@ type Visit = (node: Node, rank: number) => void
  */
 const walk = (from: Node, ranks: Iterable<number>, visit: Visit, exchangesOnly = false): void => {
   const seen = new Map<Node, Set<number>>()
+  // The peer lists already pushed, per node: a collective's ranks share one list (Mesh's
+  // groupExchange), so its group is pushed once, not once per member (quadratic in the group).
+  const spread = new Map<Node, Set<ReadonlyArray<number>>>()
   const stack: Array<[Node, number]> = []
   const push = (node: Node, rank: number) => {
     let at = seen.get(node)
@@ -136,7 +139,15 @@ const walk = (from: Node, ranks: Iterable<number>, visit: Visit, exchangesOnly =
     const [node, rank] = stack.pop()!
     visit(node, rank)
     if (node.settled) continue
-    if (node.exchange) for (const p of node.exchange.peers(rank)) if (node.members.has(p)) push(node, p)
+    if (node.exchange) {
+      const peers = node.exchange.peers(rank)
+      let done = spread.get(node)
+      if (done === undefined) spread.set(node, (done = new Set()))
+      if (!done.has(peers)) {
+        done.add(peers)
+        for (const p of peers) if (node.members.has(p)) push(node, p)
+      }
+    }
     if (node.exchange && !node.exchange.reads(rank)) continue
     for (const dep of node.deps) if ((!exchangesOnly || dep.exchanged) && dep.members.has(rank)) push(dep, rank)
   }
@@ -148,6 +159,8 @@ export class Graph {
   private readonly refs = new Map<number, Node>()
   /** Per rank, the first ident it has not passed. */
   private readonly passedBelow: number[] = []
+  /** The highest of passedBelow: a command with an ident at least this no rank has passed yet. */
+  private passedMost = 0
   /** Ranks that are gone, with the failure a command that needs one gets. */
   private readonly lost = new Map<number, (node: Node) => Failure>()
 
@@ -157,7 +170,8 @@ export class Graph {
    */
   add(ident: number, ranks: ReadonlyArray<number>, inputs: ReadonlyArray<number>, defines: ReadonlyArray<number>, label: string, site?: CallSite, exchange?: Exchange): Node {
     const node = new Node(ident, ranks, exchange, label, site, performance.now())
-    for (const r of ranks) {
+    // The usual case (no rank lost, a new ident) needs no look at each rank: O(1), not O(ranks), per command.
+    if (this.lost.size > 0 || ident < this.passedMost) for (const r of ranks) {
       const gone = this.lost.size > 0 ? this.lost.get(r) : undefined
       if (gone) {
         node.addRoot(gone(node), r)
@@ -265,6 +279,7 @@ export class Graph {
     const before = this.passed(rank)
     if (firstUncompleted <= before) return
     this.passedBelow[rank] = firstUncompleted
+    if (firstUncompleted > this.passedMost) this.passedMost = firstUncompleted
     // A lost rank's commands stopped waiting for it when it was lost.
     if (this.lost.has(rank)) return
     // Settling deletes from `live` while this walks it, which Map iteration allows. Those

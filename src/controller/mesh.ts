@@ -273,13 +273,22 @@ export class Mesh {
     return out
   }
 
-  /** A collective over `dims`: each rank's result depends on every member of its group, inputs included. */
+  /**
+   * A collective over `dims`: each rank's result depends on every member of its group, inputs
+   * included. The members of a group share one list, which the graph's walks spread once.
+   */
   private groupExchange(dims: ReadonlyArray<string>): Exchange {
     const key = dims.join(",")
     let exchange = this.groups.get(key)
     if (exchange === undefined) {
       const index = dims.map((d) => this.names.indexOf(d))
-      const byRank = new Map(this.ranks.map((r) => [r, index.reduce<number[]>((group, d) => group.flatMap((m) => this.layout.members(d, m)), [r])]))
+      // A rank's group is each of its members' group too: made once, for all of them.
+      const byRank = new Map<number, ReadonlyArray<number>>()
+      for (const r of this.ranks) {
+        if (byRank.has(r)) continue
+        const group = index.reduce<number[]>((g, d) => g.flatMap((m) => this.layout.members(d, m)), [r])
+        for (const m of group) byRank.set(m, group)
+      }
       this.groups.set(key, (exchange = { peers: (r) => byRank.get(r) ?? [], reads: () => true }))
     }
     return exchange
