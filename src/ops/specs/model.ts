@@ -1,0 +1,223 @@
+/**
+ * Ops that model code ports from torch, composed from other ops (spec.ts's `composite`): einsum
+ * (matmul, permute, reshape, expand, sum and mul) and pad (index_select at computed indices, and
+ * masked_fill for a constant). The controller issues the parts, so their rules give the gradient;
+ * a worker called directly runs the same composition over its kernels.
+ */
+import { bad, describe, type TensorMeta } from "../meta.ts"
+import type { GradOps } from "../grad.ts"
+import { arg, opt } from "../params.ts"
+import { composite } from "../spec.ts"
+
+/** An einsum label: 'A'..'Z' are 0..25 and 'a'..'z' 26..51 (torch's order, which sorts an implicit output); the ellipsis' dims 52 on. */
+type Label = number
+const ELLIPSIS = 52
+const labelOf = (ch: string): Label => (ch >= "A" && ch <= "Z" ? ch.charCodeAt(0) - 65 : ch.charCodeAt(0) - 97 + 26)
+
+/** What einsum computes: each operand's labels (one per dim), each label's size, the output's labels. */
+export interface EinsumPlan {
+  readonly operands: ReadonlyArray<ReadonlyArray<Label>>
+  readonly sizes: ReadonlyMap<Label, number>
+  readonly output: ReadonlyArray<Label>
+}
+
+/** A term's letters, with the ellipsis (if any) at its place as -1. */
+const termOf = (op: string, term: string, where: string): Label[] => {
+  const out: Label[] = []
+  for (let i = 0; i < term.length; i++) {
+    if (term.startsWith("...", i)) {
+      if (out.includes(-1)) bad(op, `${where} has more than one ellipsis`)
+      out.push(-1)
+      i += 2
+    } else if (/[A-Za-z]/.test(term[i]!)) out.push(labelOf(term[i]!))
+    else bad(op, `${where} has '${term[i]}': subscripts are letters and one '...'`)
+  }
+  return out
+}
+
+/**
+ * einsum's plan from its equation and operands, with torch 1.13's rules: an implicit output is
+ * the ellipsis' dims then the labels seen once, sorted; a label's sizes agree or are 1
+ * (broadcast), within one operand they agree (a diagonal); the ellipsis' dims broadcast,
+ * aligned from the right.
+ */
+export const einsumPlan = (op: string, equation: string, operands: ReadonlyArray<TensorMeta>): EinsumPlan => {
+  const eq = equation.replace(/\s/g, "")
+  const arrow = eq.indexOf("->")
+  const lhs = arrow < 0 ? eq : eq.slice(0, arrow), rhs = arrow < 0 ? undefined : eq.slice(arrow + 2)
+  if (rhs !== undefined && rhs.includes("->")) bad(op, `equation '${equation}' has more than one '->'`)
+  const terms = lhs.split(",").map((t, i) => termOf(op, t, `operand ${i}'s subscript`))
+  if (terms.length !== operands.length) bad(op, `equation '${equation}' has ${terms.length} operand${terms.length === 1 ? "" : "s"}, got ${operands.length} tensor${operands.length === 1 ? "" : "s"}`)
+  const dtype = operands[0]!.dtype
+  for (const t of operands) if (t.dtype !== dtype) bad(op, `operands need one dtype: ${operands.map(describe).join(", ")}`)
+  // Each operand's ellipsis covers the dims its letters leave; they broadcast from the right.
+  const covers = terms.map((t, i) => {
+    const letters = t.filter((l) => l >= 0).length, rank = operands[i]!.shape.length
+    if (t.includes(-1) ? rank < letters : rank !== letters) bad(op, `operand ${i} has ${rank} dims but its subscript names ${letters}${t.includes(-1) ? " besides '...'" : ""}`)
+    return t.includes(-1) ? rank - letters : 0
+  })
+  const width = Math.max(0, ...covers)
+  const labelled = terms.map((t, i) => t.flatMap((l) => (l >= 0 ? [l] : Array.from({ length: covers[i]! }, (_, j) => ELLIPSIS + width - covers[i]! + j))))
+  const sizes = new Map<Label, number>()
+  labelled.forEach((ls, i) => {
+    const own = new Map<Label, number>()
+    ls.forEach((l, d) => {
+      const n = operands[i]!.shape[d]!, name = l >= ELLIPSIS ? "'...'" : `'${String.fromCharCode(l < 26 ? l + 65 : l - 26 + 97)}'`
+      if (own.has(l) && own.get(l) !== n) bad(op, `subscript ${name} is repeated in operand ${i} with sizes ${own.get(l)} and ${n}`)
+      own.set(l, n)
+      const seen = sizes.get(l)
+      if (seen !== undefined && seen !== n && seen !== 1 && n !== 1) bad(op, `subscript ${name} has size ${seen} in one operand and ${n} in operand ${i}`)
+      sizes.set(l, seen === undefined || seen === 1 ? n : seen)
+    })
+  })
+  const ellipsisDims = Array.from({ length: width }, (_, j) => ELLIPSIS + j)
+  let output: Label[]
+  if (rhs === undefined) {
+    const counts = new Map<Label, number>()
+    for (const ls of terms) for (const l of ls) if (l >= 0) counts.set(l, (counts.get(l) ?? 0) + 1)
+    output = [...ellipsisDims, ...[...counts].filter(([, n]) => n === 1).map(([l]) => l).sort((a, b) => a - b)]
+  } else {
+    const t = termOf(op, rhs, "the output's subscript")
+    output = t.flatMap((l) => (l >= 0 ? [l] : ellipsisDims))
+    for (const l of t) {
+      if (l < 0) continue
+      if (t.indexOf(l) !== t.lastIndexOf(l)) bad(op, `output subscript '${String.fromCharCode(l < 26 ? l + 65 : l - 26 + 97)}' appears more than once`)
+      if (!sizes.has(l)) bad(op, `output subscript '${String.fromCharCode(l < 26 ? l + 65 : l - 26 + 97)}' is in no operand`)
+    }
+  }
+  return { operands: labelled, sizes, output }
+}
+
+/** The positions of `labels` in `of`. */
+const positions = (of: ReadonlyArray<Label>, labels: ReadonlyArray<Label>): number[] => labels.map((l) => of.indexOf(l))
+const product = (xs: ReadonlyArray<number>): number => xs.reduce((a, b) => a * b, 1)
+
+/** t permuted to `order` (t itself when that is its order: no copy). */
+const permuted = <T>(o: GradOps<T>, t: T, order: ReadonlyArray<number>): T => (order.every((d, i) => d === i) ? t : o.permute(t, [...order]))
+
+/** One operand with its dims' labels, as the composition goes. */
+interface Term<T> { readonly t: T; readonly labels: Label[] }
+
+/** t's diagonal over each label repeated in it: t times an identity mask over the two dims, summed over the second. */
+const diagonals = <T>(o: GradOps<T>, x: Term<T>, dtype: TensorMeta["dtype"], sizes: ReadonlyMap<Label, number>): Term<T> => {
+  let { t, labels } = x
+  for (let d = labels.length - 1; d >= 0; d--) {
+    const first = labels.indexOf(labels[d]!)
+    if (first === d) continue
+    const n = sizes.get(labels[d]!)!, at = (dim: number) => o.reshape(o.arange(n), labels.map((_, i) => (i === dim ? n : 1)))
+    t = o.sum(o.mul(t, o.to(o.eq(at(first), at(d)), dtype)), d, false)
+    labels = labels.filter((_, i) => i !== d)
+  }
+  return { t, labels }
+}
+
+/** x's dims of size 1 whose label has a larger size elsewhere, expanded to it (torch broadcasts them). */
+const broadcast = <T>(o: GradOps<T>, x: Term<T>, shape: ReadonlyArray<number>, sizes: ReadonlyMap<Label, number>): Term<T> => {
+  const want = x.labels.map((l) => sizes.get(l)!)
+  return want.every((n, i) => n === shape[i]) ? x : { t: o.expand(x.t, want), labels: x.labels }
+}
+
+/**
+ * einsum as matmuls: each operand's diagonals taken and its labels no other operand or the output
+ * has summed out; then left to right, each pair as one batched matmul [batch, left, contracted] @
+ * [batch, contracted, right] (a label both share is a batch dim while the output or a later operand
+ * has it, else contracted); last, the output's order by a permute.
+ */
+export const einsumParts = <T>(o: GradOps<T>, meta: (t: T) => TensorMeta, equation: string, tensors: ReadonlyArray<T>, op: string): T => {
+  const plan = einsumPlan(op, equation, tensors.map(meta)), dtype = meta(tensors[0]!).dtype
+  const wanted = (terms: ReadonlyArray<Term<T>>, k: number): Set<Label> => new Set([...plan.output, ...terms.slice(k).flatMap((t) => t.labels)])
+  const prepared = tensors.map((t, i) => diagonals(o, { t, labels: [...plan.operands[i]!] }, dtype, plan.sizes))
+  const sumPrivate = (x: Term<T>, keep: Set<Label>): Term<T> => {
+    const dims = x.labels.flatMap((l, d) => (keep.has(l) ? [] : [d]))
+    return dims.length === 0 ? x : { t: o.sum(x.t, dims, false), labels: x.labels.filter((l) => keep.has(l)) }
+  }
+  const shapeOf = (x: Term<T>) => meta(x.t).shape
+  let acc = sumPrivate(prepared[0]!, wanted(prepared, 1))
+  for (let k = 1; k < prepared.length; k++) {
+    const later = wanted(prepared, k + 1)
+    let b = sumPrivate(prepared[k]!, new Set([...later, ...acc.labels]))
+    acc = sumPrivate(acc, new Set([...later, ...b.labels]))
+    acc = broadcast(o, acc, shapeOf(acc), plan.sizes)
+    b = broadcast(o, b, shapeOf(b), plan.sizes)
+    const shared = acc.labels.filter((l) => b.labels.includes(l))
+    const batch = shared.filter((l) => later.has(l)), contracted = shared.filter((l) => !later.has(l))
+    const left = acc.labels.filter((l) => !shared.includes(l)), right = b.labels.filter((l) => !shared.includes(l))
+    const size = (ls: ReadonlyArray<Label>) => product(ls.map((l) => plan.sizes.get(l)!))
+    const lhs = o.reshape(permuted(o, acc.t, positions(acc.labels, [...batch, ...left, ...contracted])), [size(batch), size(left), size(contracted)])
+    const rhs = o.reshape(permuted(o, b.t, positions(b.labels, [...batch, ...contracted, ...right])), [size(batch), size(contracted), size(right)])
+    const labels = [...batch, ...left, ...right]
+    acc = { t: o.reshape(o.matmul(lhs, rhs), labels.map((l) => plan.sizes.get(l)!)), labels }
+  }
+  acc = sumPrivate(acc, new Set(plan.output))
+  acc = broadcast(o, acc, shapeOf(acc), plan.sizes)
+  return permuted(o, acc.t, positions(acc.labels, plan.output))
+}
+
+export const PAD_MODES = ["constant", "reflect", "replicate", "circular"] as const
+
+/**
+ * pad's sizes per dim (torch's list: the last dim's before and after, then the one before it's, ...)
+ * and its checks: an even list of at most two per dim; a mode other than constant pads the last
+ * 1, 2 or 3 dims of an input with one or two more (torch 1.13's 2-D to 5-D; circular: two), less than a dim's
+ * size for reflect, at most its size for circular; no dim may end up negative.
+ */
+export const padPlan = (op: string, input: TensorMeta, pad: ReadonlyArray<number>, mode: string): Array<[before: number, after: number]> => {
+  if (!(PAD_MODES as ReadonlyArray<string>).includes(mode)) bad(op, `mode must be one of ${PAD_MODES.join(", ")}, got '${mode}'`)
+  const n = input.shape.length, k = pad.length / 2
+  if (!Number.isInteger(k)) bad(op, `pad must hold two sizes per padded dim, got ${pad.length}`)
+  if (k > n) bad(op, `pad [${pad}] pads ${k} dims of ${describe(input)}`)
+  if (mode === "circular" && !(k >= 1 && k <= 3 && n === k + 2))
+    bad(op, `circular pads the last 1, 2 or 3 dims of a 3-D to 5-D input (two leading dims), got pad [${pad}] for ${describe(input)}`)
+  if (mode !== "constant" && !(k >= 1 && k <= 3 && (n === k + 1 || n === k + 2)))
+    bad(op, `${mode} pads the last 1, 2 or 3 dims of a 2-D to 5-D input (one or two leading dims), got pad [${pad}] for ${describe(input)}`)
+  const sides = input.shape.map((): [number, number] => [0, 0])
+  for (let j = 0; j < k; j++) sides[n - 1 - j] = [pad[2 * j]!, pad[2 * j + 1]!]
+  sides.forEach(([before, after], d) => {
+    const size = input.shape[d]!
+    if (size + before + after < 0) bad(op, `pad [${pad}] leaves dim ${d} of ${describe(input)} with ${size + before + after} elements`)
+    if (mode === "reflect" && (before !== 0 || after !== 0) && (Math.abs(before) >= size || Math.abs(after) >= size))
+      bad(op, `reflect pads dim ${d} of size ${size} by less than its size, got ${before} and ${after}`)
+    if ((mode === "circular" || mode === "replicate") && (before !== 0 || after !== 0) && (size === 0 || (mode === "circular" && (before > size || after > size))))
+      bad(op, `${mode} cannot pad dim ${d} of size ${size} by ${before} and ${after}`)
+  })
+  return sides
+}
+
+/**
+ * pad, one padded dim at a time: the input's elements at the indices i = -before .. size + after - 1
+ * mapped into range (reflect: (n-1) - |(n-1) - |i||, replicate: clamped, circular: i mod n, or of
+ * what a negative side leaves, as torch's, constant: clamped, then the out-of-range places filled with the value); a negative size crops.
+ */
+const padParts = <T>(o: GradOps<T>, meta: (t: T) => TensorMeta, input: T, pad: ReadonlyArray<number>, mode: string, value: number, op: string): T => {
+  let x = input
+  padPlan(op, meta(input), pad, mode).forEach(([before, after], d) => {
+    if (before === 0 && after === 0) return
+    const m = meta(x), n = m.shape[d]!, length = n + before + after
+    if (n === 0) return void (x = o.add(o.zeros(m.shape.map((s, i) => (i === d ? length : s)), { dtype: m.dtype }), value))
+    const i = o.sub(o.arange(length), before)
+    // circular wraps around what is left after a crop: period n + the negative sides, from -before when that crops
+    const period = n + Math.min(0, before) + Math.min(0, after)
+    const index = mode === "reflect" ? o.sub(n - 1, o.abs(o.sub(n - 1, o.abs(i))))
+      : mode === "circular" ? o.add(o.remainder(o.add(i, Math.min(0, before)), period), Math.max(0, -before)) : o.clamp(i, 0, n - 1)
+    x = o.index_select(x, d, index)
+    if (mode === "constant" && (before > 0 || after > 0)) {
+      const outside = o.reshape(o.logical_or(o.lt(i, 0), o.ge(i, n)), m.shape.map((_, j) => (j === d ? length : 1)))
+      x = o.masked_fill(x, outside, value)
+    }
+  })
+  return x
+}
+
+export const model = {
+  /** torch.einsum(equation, *operands): the operands as one list. */
+  einsum: composite([arg("equation", "string"), arg("operands", "tensors")], ({ equation, operands }, op) => {
+    if (operands.length === 0) bad(op, "needs at least one operand")
+    const plan = einsumPlan(op, equation, operands)
+    return [{ dtype: operands[0]!.dtype, shape: plan.output.map((l) => plan.sizes.get(l)!) }]
+  }, (a, o, meta, op) => einsumParts(o, meta, a.equation, a.operands, op), { dtype: "any" }),
+  /** torch.nn.functional.pad: `pad` from the last dim; a negative size crops. */
+  pad: composite([arg("input", "tensor"), arg("pad", "ints"), opt("mode", "string", "constant"), opt("value", "scalar", 0)], ({ input, pad, mode }, op) => {
+    const sides = padPlan(op, input, pad, mode)
+    return [{ dtype: input.dtype, shape: input.shape.map((s, d) => s + sides[d]![0] + sides[d]![1]) }]
+  }, (a, o, meta, op) => padParts(o, meta, a.input, a.pad, a.mode, a.value, op), { dtype: "same" }),
+}
