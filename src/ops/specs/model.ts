@@ -157,12 +157,13 @@ export const PAD_MODES = ["constant", "reflect", "replicate", "circular"] as con
 
 /**
  * pad's sizes per dim (torch's list: the last dim's before and after, then the one before it's, ...)
- * and its checks: an even list of at most two per dim; a mode other than constant pads the last
+ * and its checks: a value only for constant; an even list of at most two per dim; a mode other than constant pads the last
  * 1, 2 or 3 dims of an input with one or two more (torch 1.13's 2-D to 5-D; circular: two), less than a dim's
  * size for reflect, at most its size for circular; no dim may end up negative.
  */
-export const padPlan = (op: string, input: TensorMeta, pad: ReadonlyArray<number>, mode: string): Array<[before: number, after: number]> => {
+export const padPlan = (op: string, input: TensorMeta, pad: ReadonlyArray<number>, mode: string, value: number): Array<[before: number, after: number]> => {
   if (!(PAD_MODES as ReadonlyArray<string>).includes(mode)) bad(op, `mode must be one of ${PAD_MODES.join(", ")}, got '${mode}'`)
+  if (mode !== "constant" && value !== 0) bad(op, `${mode} takes no value (as torch's), got ${value}`)
   const n = input.shape.length, k = pad.length / 2
   if (!Number.isInteger(k)) bad(op, `pad must hold two sizes per padded dim, got ${pad.length}`)
   if (k > n) bad(op, `pad [${pad}] pads ${k} dims of ${describe(input)}`)
@@ -190,7 +191,7 @@ export const padPlan = (op: string, input: TensorMeta, pad: ReadonlyArray<number
  */
 const padParts = <T>(o: GradOps<T>, meta: (t: T) => TensorMeta, input: T, pad: ReadonlyArray<number>, mode: string, value: number, op: string): T => {
   let x = input
-  padPlan(op, meta(input), pad, mode).forEach(([before, after], d) => {
+  padPlan(op, meta(input), pad, mode, value).forEach(([before, after], d) => {
     if (before === 0 && after === 0) return
     const m = meta(x), n = m.shape[d]!, length = n + before + after
     if (n === 0) return void (x = o.add(o.zeros(m.shape.map((s, i) => (i === d ? length : s)), { dtype: m.dtype }), value))
@@ -216,8 +217,8 @@ export const model = {
     return [{ dtype: operands[0]!.dtype, shape: plan.output.map((l) => plan.sizes.get(l)!) }]
   }, (a, o, meta, op) => einsumParts(o, meta, a.equation, a.operands, op), { dtype: "any" }),
   /** torch.nn.functional.pad: `pad` from the last dim; a negative size crops. */
-  pad: composite([arg("input", "tensor"), arg("pad", "ints"), opt("mode", "string", "constant"), opt("value", "scalar", 0)], ({ input, pad, mode }, op) => {
-    const sides = padPlan(op, input, pad, mode)
+  pad: composite([arg("input", "tensor"), arg("pad", "ints"), opt("mode", "string", "constant"), opt("value", "scalar", 0)], ({ input, pad, mode, value }, op) => {
+    const sides = padPlan(op, input, pad, mode, value)
     return [{ dtype: input.dtype, shape: input.shape.map((s, d) => s + sides[d]![0] + sides[d]![1]) }]
   }, (a, o, meta, op) => padParts(o, meta, a.input, a.pad, a.mode, a.value, op), { dtype: "same" }),
 }

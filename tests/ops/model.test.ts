@@ -1,8 +1,9 @@
-// einsum against torch 1.13's, through the controller (which issues its parts: matmul, permute,
-// reshape, expand, sum, mul): the equations transformer code uses, then random equations over
-// 1 to 4 operands (repeated labels, labels of size 1 that broadcast, an ellipsis, implicit
-// outputs, labels summed out), each compared by value and by the gradients of sum(out * w) with
-// respect to every operand. Then its refusals, and pad's, as ControllerErrors before sending.
+// The composite ops of model code against torch 1.13, through the controller (which issues their
+// parts): einsum (matmul, permute, reshape, expand, sum, mul) over the equations transformer
+// code uses, then random equations over 1 to 4 operands (repeated labels, labels of size 1 that
+// broadcast, an ellipsis, implicit outputs, labels summed out); pad over random modes, ranks and
+// sizes (negative ones crop). Each is compared by value and by the gradients of sum(out * w)
+// with respect to every tensor. Then their refusals, as ControllerErrors before sending.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { Effect, ManagedRuntime } from "effect"
 import { Controller, ControllerError, grad, ops, opsOn, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
@@ -12,7 +13,8 @@ import { fromJson, torchMissing, TorchServer } from "../torch.ts"
 import { host } from "../worker/build.ts"
 
 interface T { readonly t: "f64"; readonly shape: number[]; readonly data: number[] }
-interface Case { readonly name: string; readonly equation: string; readonly operands: T[] }
+/** An op's call: einsum(equation, operands), or pad(input, pad, mode, value). */
+interface Case { readonly name: string; readonly op: "einsum" | "pad"; readonly args: unknown[]; readonly tensors: T[] }
 
 const numel = (s: ReadonlyArray<number>) => s.reduce((a, b) => a * b, 1)
 const lcg = (seed: number) => () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31)
@@ -56,12 +58,29 @@ const randomCase = (seed: number): Case => {
     const out = used.filter(() => rnd() < 0.5).sort(() => rnd() - 0.5)
     equation += "->" + (ellipsis && rnd() < 0.8 ? "..." : "") + out.join("")
   }
-  return { name: `seed ${seed}: ${equation} over ${operands.map((o) => `[${o.shape}]`).join(" ")}`, equation, operands }
+  return { name: `einsum seed ${seed}: ${equation} over ${operands.map((o) => `[${o.shape}]`).join(" ")}`, op: "einsum", args: [equation, operands], tensors: operands }
+}
+
+const einsumCase = (name: string, equation: string, operands: T[]): Case => ({ name: `einsum ${name}`, op: "einsum", args: [equation, operands], tensors: operands })
+
+/** A random pad: constant over up to every dim, or another mode over the last 1 to 3 dims of an input with one or two more. */
+const padCase = (seed: number): Case => {
+  const rnd = lcg(seed), mode = (["constant", "reflect", "replicate", "circular"] as const)[Math.floor(rnd() * 4)]!
+  const k = 1 + Math.floor(rnd() * 3), rank = mode === "constant" ? k + Math.floor(rnd() * 2) : mode === "circular" ? k + 2 : k + 1 + Math.floor(rnd() * 2)
+  const shape = Array.from({ length: rank }, (_, d) => (d < rank - k ? 1 + Math.floor(rnd() * 2) : 2 + Math.floor(rnd() * 3)))
+  const pad = Array.from({ length: 2 * k }, (_, j) => {
+    const n = shape[rank - 1 - (j >> 1)]!, max = mode === "reflect" ? n - 1 : mode === "circular" ? n : 3
+    // a crop now and then, never past what the dim holds (nor, for circular, its whole size on both sides)
+    return rnd() < 0.2 ? -Math.floor(rnd() * Math.min(n - 1, 2)) : Math.floor(rnd() * (max + 1))
+  })
+  const value = mode === "constant" ? Math.round(rnd() * 40 - 20) / 8 : 0, x = tensorOf(rnd, shape)
+  return { name: `pad seed ${seed}: ${mode} [${pad}] of [${shape}], value ${value}`, op: "pad", args: [x, pad, mode, value], tensors: [x] }
 }
 
 const CASES: Case[] = [
-  ...LISTED.map(([equation, shapes], i) => ({ name: equation, equation, operands: shapes.map((s) => tensorOf(lcg(100 + i), s)) })),
+  ...LISTED.map(([equation, shapes], i) => einsumCase(equation, equation, shapes.map((s) => tensorOf(lcg(100 + i), s)))),
   ...Array.from({ length: 100 }, (_, i) => randomCase(9000 + i)),
+  ...Array.from({ length: 40 }, (_, i) => padCase(7000 + i)),
 ]
 
 let rt: ManagedRuntime.ManagedRuntime<Controller, unknown>
@@ -76,7 +95,7 @@ afterAll(() => rt?.dispose())
 const numbers = (h: HostTensor) => [...h.toArray()].map(Number)
 const close = (a: number[], b: number[]) => a.length === b.length && a.every((x, i) => Math.abs(x - b[i]!) <= 1e-9 * (1 + Math.abs(b[i]!)))
 
-describeUnless(torchMissing())("einsum against torch 1.13, values and gradients", () => {
+describeUnless(torchMissing())("einsum and pad against torch 1.13, values and gradients", () => {
   let torch: TorchServer
   beforeAll(() => void (torch = new TorchServer(new URL("./torch_ref.py", import.meta.url).pathname)))
   afterAll(() => torch?.close())
@@ -84,19 +103,22 @@ describeUnless(torchMissing())("einsum against torch 1.13, values and gradients"
   for (const [id, cs] of CASES.entries()) {
     test(cs.name, async () => {
       const on = opsOn(mesh)
-      const inputs = cs.operands.map((o) => on.clone(host(o.t, o.shape, o.data) as never).requiresGrad_())
-      const out = ops.einsum(cs.equation, inputs)
+      const sent = new Map(cs.tensors.map((x) => [x, on.clone(host(x.t, x.shape, x.data) as never).requiresGrad_()]))
+      const remote = (v: unknown): unknown => (Array.isArray(v) ? v.map(remote) : sent.get(v as T) ?? v)
+      const out = (ops[cs.op] as (...a: unknown[]) => RemoteTensor)(...(remote(cs.args) as unknown[]))
       const weights = tensorOf(lcg(id + 1), [...out.shape!])
+      const inputs = [...sent.values()]
       const grads = grad(ops.sum(ops.mul(out, on.clone(host("f64", weights.shape, weights.data) as never))), inputs)
       const [value, gs] = await rt.runPromise(mesh.fetch([out, grads])) as unknown as [HostTensor, HostTensor[]]
-      const args = [cs.equation, cs.operands]
-      const want = await torch.ask(2 * id, { op: "einsum", args, kwargs: {} })
-      const wantGrads = await torch.ask(2 * id + 1, { op: "einsum", args, kwargs: {}, wrt: cs.operands.map((_, j) => [1, j]), weights })
+      // the tensors' paths in the arguments: einsum's in its list, pad's input first
+      const wrt = cs.op === "einsum" ? cs.tensors.map((_, j) => [1, j]) : [[0]]
+      const want = await torch.ask(2 * id, { op: cs.op, args: cs.args, kwargs: {} })
+      const wantGrads = await torch.ask(2 * id + 1, { op: cs.op, args: cs.args, kwargs: {}, wrt, weights })
       expect(want.error).toBeUndefined()
       expect(wantGrads.error).toBeUndefined()
       expect([...value.shape]).toEqual(want.shape)
       expect(close(numbers(value), want.data.map(fromJson))).toBe(true)
-      gs.forEach((g, j) => expect({ operand: j, close: close(numbers(g), wantGrads.grads[j].map(fromJson)) }).toEqual({ operand: j, close: true }))
+      gs.forEach((g, j) => expect({ input: j, close: close(numbers(g), wantGrads.grads[j].map(fromJson)) }).toEqual({ input: j, close: true }))
     }, 30_000)
   }
 })
@@ -131,5 +153,7 @@ describe("einsum's and pad's refusals, before sending", () => {
     expect(refusal(() => ops.pad(x, [1, 1, 1]))).toMatch(/two sizes per padded dim, got 3/)
     expect(refusal(() => ops.pad(x, [-2, -2]))).toMatch(/leaves dim 1 of f32\[2, 3\] with -1 elements/)
     expect(refusal(() => ops.pad(x, [3, 0], "reflect"))).toMatch(/reflect pads dim 1 of size 3 by less than its size/)
+    expect(refusal(() => ops.pad(x, [1, 1], "replicate", 2))).toMatch(/replicate takes no value \(as torch's\), got 2/)
+    expect(refusal(() => ops.pad(on.zeros([2, 3, 4], { dtype: "f32" }), [1, 1, 1, 1], "circular"))).toMatch(/circular pads the last 1, 2 or 3 dims of a 3-D to 5-D input/)
   })
 })
