@@ -60,6 +60,7 @@ export interface GradOps<T> {
   sum(input: T, dim: Dims, keepdim: boolean): T
   mean(input: T, dim: Dims, keepdim: boolean): T
   prod(input: T, dim: Dims, keepdim: boolean): T
+  amax(input: T, dim: number | number[], keepdim: boolean): T
   cumsum(input: T, dim: number): T
   flip(input: T, dims: number | number[]): T
   tril(input: T, diagonal: number): T

@@ -764,6 +764,8 @@ export const KERNELS: Kernels = {
   ger: (run, [out], a) => outerInto(run, out!, a.input, a.vec2),
   einsum: composed("einsum"),
   pad: composed("pad"),
+  max_pool2d: composed("max_pool2d"),
+  avg_pool2d: composed("avg_pool2d"),
 }
 
 

@@ -14,7 +14,7 @@ import { host } from "../worker/build.ts"
 
 interface T { readonly t: "f64"; readonly shape: number[]; readonly data: number[] }
 /** An op's call: einsum(equation, operands), or pad(input, pad, mode, value). */
-interface Case { readonly name: string; readonly op: "einsum" | "pad"; readonly args: unknown[]; readonly tensors: T[] }
+interface Case { readonly name: string; readonly op: "einsum" | "pad" | "max_pool2d" | "avg_pool2d"; readonly args: unknown[]; readonly kwargs?: Record<string, unknown>; readonly tensors: T[] }
 
 const numel = (s: ReadonlyArray<number>) => s.reduce((a, b) => a * b, 1)
 const lcg = (seed: number) => () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31)
@@ -77,10 +77,27 @@ const padCase = (seed: number): Case => {
   return { name: `pad seed ${seed}: ${mode} [${pad}] of [${shape}], value ${value}`, op: "pad", args: [x, pad, mode, value], tensors: [x] }
 }
 
+/**
+ * A random 2-D pooling: kernel, stride, padding (at most half the kernel), dilation (max) and
+ * ceil_mode, count_include_pad and now and then divisor_override (avg), over [N, C, H, W] or [C, H, W].
+ */
+const poolCase = (seed: number): Case => {
+  const rnd = lcg(seed), max = rnd() < 0.5, int = (lo: number, hi: number) => lo + Math.floor(rnd() * (hi - lo + 1))
+  const k = [int(1, 3), int(1, 3)], stride = rnd() < 0.3 ? null : [int(1, 3), int(1, 3)], padding = k.map((x) => int(0, Math.floor(x / 2)))
+  const dilation = max ? [int(1, 2), int(1, 2)] : [1, 1], ceil = rnd() < 0.5
+  const span = k.map((x, i) => dilation[i]! * (x - 1) + 1)
+  const shape = [...(rnd() < 0.5 ? [int(1, 2)] : []), int(1, 2), int(span[0]!, span[0]! + 4), int(span[1]!, span[1]! + 4)]
+  const x = tensorOf(rnd, shape)
+  const kwargs: Record<string, unknown> = max ? { dilation, ceil_mode: ceil } : { ceil_mode: ceil, count_include_pad: rnd() < 0.5, ...(rnd() < 0.2 ? { divisor_override: int(1, 5) } : {}) }
+  const op = max ? "max_pool2d" : "avg_pool2d"
+  return { name: `${op} seed ${seed}: [${shape}] kernel ${k} stride ${stride ?? "= kernel"} padding ${padding} ${JSON.stringify(kwargs)}`, op, args: [x, k, stride ?? k, padding], kwargs, tensors: [x] }
+}
+
 const CASES: Case[] = [
   ...LISTED.map(([equation, shapes], i) => einsumCase(equation, equation, shapes.map((s) => tensorOf(lcg(100 + i), s)))),
   ...Array.from({ length: 100 }, (_, i) => randomCase(9000 + i)),
   ...Array.from({ length: 40 }, (_, i) => padCase(7000 + i)),
+  ...Array.from({ length: 40 }, (_, i) => poolCase(5000 + i)),
 ]
 
 let rt: ManagedRuntime.ManagedRuntime<Controller, unknown>
@@ -105,15 +122,16 @@ describeUnless(torchMissing())("einsum and pad against torch 1.13, values and gr
       const on = opsOn(mesh)
       const sent = new Map(cs.tensors.map((x) => [x, on.clone(host(x.t, x.shape, x.data) as never).requiresGrad_()]))
       const remote = (v: unknown): unknown => (Array.isArray(v) ? v.map(remote) : sent.get(v as T) ?? v)
-      const out = (ops[cs.op] as (...a: unknown[]) => RemoteTensor)(...(remote(cs.args) as unknown[]))
+      const out = (ops[cs.op] as (...a: unknown[]) => RemoteTensor)(...(remote(cs.args) as unknown[]), cs.kwargs ?? {})
       const weights = tensorOf(lcg(id + 1), [...out.shape!])
       const inputs = [...sent.values()]
       const grads = grad(ops.sum(ops.mul(out, on.clone(host("f64", weights.shape, weights.data) as never))), inputs)
       const [value, gs] = await rt.runPromise(mesh.fetch([out, grads])) as unknown as [HostTensor, HostTensor[]]
       // the tensors' paths in the arguments: einsum's in its list, pad's input first
       const wrt = cs.op === "einsum" ? cs.tensors.map((_, j) => [1, j]) : [[0]]
-      const want = await torch.ask(2 * id, { op: cs.op, args: cs.args, kwargs: {} })
-      const wantGrads = await torch.ask(2 * id + 1, { op: cs.op, args: cs.args, kwargs: {}, wrt, weights })
+      const kwargs = cs.kwargs ?? {}
+      const want = await torch.ask(2 * id, { op: cs.op, args: cs.args, kwargs })
+      const wantGrads = await torch.ask(2 * id + 1, { op: cs.op, args: cs.args, kwargs, wrt, weights })
       expect(want.error).toBeUndefined()
       expect(wantGrads.error).toBeUndefined()
       expect([...value.shape]).toEqual(want.shape)
@@ -155,5 +173,14 @@ describe("einsum's and pad's refusals, before sending", () => {
     expect(refusal(() => ops.pad(x, [3, 0], "reflect"))).toMatch(/reflect pads dim 1 of size 3 by less than its size/)
     expect(refusal(() => ops.pad(x, [1, 1], "replicate", 2))).toMatch(/replicate takes no value \(as torch's\), got 2/)
     expect(refusal(() => ops.pad(on.zeros([2, 3, 4], { dtype: "f32" }), [1, 1, 1, 1], "circular"))).toMatch(/circular pads the last 1, 2 or 3 dims of a 3-D to 5-D input/)
+  })
+  test("a bad pooling: padding past half the kernel, the input's rank, an empty output, return_indices", () => {
+    const on = opsOn(mesh), x = on.zeros([1, 2, 4, 4], { dtype: "f32" })
+    expect(refusal(() => ops.max_pool2d(x, 2, 2, 2))).toMatch(/padding must be from 0 to half the kernel size, got padding 2 and kernel_size 2/)
+    expect(refusal(() => ops.avg_pool2d(on.zeros([4, 4], { dtype: "f32" }), 2))).toMatch(/input must be \[N, C, H, W\] or \[C, H, W\], got f32\[4, 4\]/)
+    expect(refusal(() => ops.max_pool2d(x, 5))).toMatch(/the output would be empty/)
+    expect(refusal(() => ops.max_pool2d(x, [2, 2, 2]))).toMatch(/kernel_size must be an int or a pair, got \[2,2,2\]/)
+    expect(refusal(() => ops.max_pool2d(x, 2, { return_indices: true }))).toMatch(/return_indices is not supported/)
+    expect(refusal(() => ops.avg_pool2d(on.zeros([1, 2, 4, 4], { dtype: "i64" }), 2))).toMatch(/needs a floating input, got i64/)
   })
 })

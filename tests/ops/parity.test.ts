@@ -659,6 +659,11 @@ const casesOf = (start: number): Case[] => (seed = start, [
   c("cross_entropy [N, C, d] none, weight, ignore_index, label_smoothing", "cross_entropy", [f(2, 4, 3), ints("i64", [2, 3], [3, -100, 1, 0, 2, 3]), { ...f(4), data: [0.5, 2, 1, 1.5] }], { reduction: "none", label_smoothing: 0.2 }),
   c("cross_entropy [N, C, d] sum, label_smoothing", "cross_entropy", [tensor("f64", [3, 4, 5]), ints("i64", [3, 5], Array.from({ length: 15 }, (_, i) => (i * 7) % 4))], { reduction: "sum", label_smoothing: 0.1 }),
   c("cross_entropy [C] with a 0-d target", "cross_entropy", [f(5), ints("i64", [], [3])]),
+  c("max_pool2d kernel 3, stride 2, padding 1, ceil_mode", "max_pool2d", [f(2, 3, 7, 6), 3, 2, 1], { ceil_mode: true }),
+  c("max_pool2d dilation 2", "max_pool2d", [f(1, 2, 7, 7), [3, 2], 1, 0, 2]),
+  c("max_pool2d bf16", "max_pool2d", [tensor("bf16", [2, 5, 5]), 2]),
+  ...[true, false].map((include) => c(`avg_pool2d padding and ceil_mode, count_include_pad ${include}`, "avg_pool2d", [f(2, 2, 6, 7), 3, 2, 1, true, include])),
+  c("avg_pool2d divisor_override", "avg_pool2d", [f(1, 4, 4), 2], { divisor_override: 3 }),
 ])
 const CASES = casesOf(12345)
 /** f16 and bf16 results sit near their rounding points, so one draw can pass by luck: each case

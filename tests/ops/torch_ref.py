@@ -163,6 +163,8 @@ def gradients(fn, args, kwargs, wrt, weights):
 
 OPS["_sum_of_squares"] = lambda tensors: sum(t.double().pow(2).sum() for t in tensors)
 OPS["pad"] = F.pad
+OPS["max_pool2d"] = F.max_pool2d
+OPS["avg_pool2d"] = F.avg_pool2d
 
 
 def einsum(equation, operands):

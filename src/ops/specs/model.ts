@@ -6,7 +6,8 @@
  */
 import { bad, describe, type TensorMeta } from "../meta.ts"
 import type { GradOps } from "../grad.ts"
-import { arg, opt } from "../params.ts"
+import { arg, kw, opt } from "../params.ts"
+import { isFloating } from "../promotion.ts"
 import { composite } from "../spec.ts"
 
 /** An einsum label: 'A'..'Z' are 0..25 and 'a'..'z' 26..51 (torch's order, which sorts an implicit output); the ellipsis' dims 52 on. */
@@ -209,6 +210,71 @@ const padParts = <T>(o: GradOps<T>, meta: (t: T) => TensorMeta, input: T, pad: R
   return x
 }
 
+/** One spatial dim of a pooling: its kernel, stride, padding and dilation, and the output's size. */
+interface PoolDim { readonly k: number; readonly s: number; readonly p: number; readonly d: number; readonly size: number; readonly out: number }
+
+/**
+ * A 2-D pooling's plan per spatial dim (H, W), with torch 1.13's rules: an int or a pair each;
+ * stride defaults to the kernel; padding at most half the kernel; out = floor((n + 2p - d(k-1) - 1
+ * + (ceil_mode ? s - 1 : 0)) / s) + 1, less one in ceil mode when the last window would start
+ * past the input and its left padding; an input [N, C, H, W] or [C, H, W].
+ */
+type Sizes = number | number[]
+export const poolPlan = (op: string, input: TensorMeta, kernel: Sizes, stride: Sizes | null, padding: Sizes, dilation: Sizes, ceil: boolean): [PoolDim, PoolDim] => {
+  if (!isFloating(input.dtype)) bad(op, `needs a floating input, got ${describe(input)}`)
+  if (input.shape.length !== 3 && input.shape.length !== 4) bad(op, `input must be [N, C, H, W] or [C, H, W], got ${describe(input)}`)
+  const pair = (name: string, v: Sizes): [number, number] =>
+    typeof v === "number" ? [v, v] : v.length === 1 ? [v[0]!, v[0]!] : v.length === 2 ? [v[0]!, v[1]!] : bad(op, `${name} must be an int or a pair, got [${v}]`)
+  // torch takes an empty stride as the kernel's
+  const k = pair("kernel_size", kernel), s = stride === null || (Array.isArray(stride) && stride.length === 0) ? k : pair("stride", stride), p = pair("padding", padding), d = pair("dilation", dilation)
+  const hw = input.shape.slice(-2)
+  return [0, 1].map((i) => {
+    if (k[i]! <= 0 || s[i]! <= 0 || d[i]! <= 0) bad(op, `kernel_size, stride and dilation must be positive, got ${k}, ${s}, ${d}`)
+    if (p[i]! < 0 || p[i]! > k[i]! / 2) bad(op, `padding must be from 0 to half the kernel size, got padding ${p[i]} and kernel_size ${k[i]}`)
+    const n = hw[i]!, span = d[i]! * (k[i]! - 1) + 1
+    let out = Math.floor((n + 2 * p[i]! - span + (ceil ? s[i]! - 1 : 0)) / s[i]!) + 1
+    if (ceil && (out - 1) * s[i]! >= n + p[i]!) out--
+    if (out < 1) bad(op, `the output would be empty: ${describe(input)} with kernel_size ${k}, stride ${s}, padding ${p}, dilation ${d}`)
+    return { k: k[i]!, s: s[i]!, p: p[i]!, d: d[i]!, size: n, out }
+  }) as [PoolDim, PoolDim]
+}
+
+/**
+ * Each pooling window of x [..., H', W'] (padded to cover every window: n + p + what ceil mode
+ * reaches past it) as dims [..., OH, KH, OW, KW], by index_select at o s + j d along each dim.
+ */
+const windowsOf = <T>(o: GradOps<T>, x: T, lead: ReadonlyArray<number>, [h, w]: [PoolDim, PoolDim]): T => {
+  const index = (p: PoolDim) => o.reshape(o.add(o.mul(o.reshape(o.arange(p.out), [p.out, 1]), p.s), o.mul(o.arange(p.k), p.d)), [p.out * p.k])
+  const rows = o.reshape(o.index_select(x, -2, index(h)), [...lead, h.out, h.k, -1])
+  return o.reshape(o.index_select(rows, -1, index(w)), [...lead, h.out, h.k, w.out, w.k])
+}
+
+/** How far past n + p a pooling's windows reach (ceil mode), or less than p (negative: what pad then crops). */
+const reach = (p: PoolDim): number => (p.out - 1) * p.s + p.d * (p.k - 1) + 1 - p.size - p.p
+
+/** max_pool2d: the input padded with -inf, then the largest of each window (amax: ties share the gradient). */
+const maxPoolParts = <T>(o: GradOps<T>, meta: (t: T) => TensorMeta, x: T, plan: [PoolDim, PoolDim]): T => {
+  const [h, w] = plan, lead = meta(x).shape.slice(0, -2)
+  const padded = padParts(o, meta, x, [w.p, reach(w), h.p, reach(h)], "constant", -Infinity, "max_pool2d")
+  return o.amax(windowsOf(o, padded, lead, plan), [-3, -1], false)
+}
+
+/**
+ * avg_pool2d: the input padded with zeros, each window's sum over its divisor: divisor_override,
+ * else the window's places within the padded input (count_include_pad) or within the input
+ * alone, counted by the same windows over ones, as torch divides.
+ */
+const avgPoolParts = <T>(o: GradOps<T>, meta: (t: T) => TensorMeta, x: T, plan: [PoolDim, PoolDim], includePad: boolean, divisor: number | null): T => {
+  const [h, w] = plan, m = meta(x), lead = m.shape.slice(0, -2)
+  const sum = (t: T, shape: ReadonlyArray<number>, edge: number) =>
+    o.sum(windowsOf(o, padParts(o, meta, padParts(o, meta, t, [w.p, w.p, h.p, h.p], "constant", edge, "avg_pool2d"), [0, reach(w) - w.p, 0, reach(h) - h.p], "constant", 0, "avg_pool2d"), shape, plan), [-3, -1], false)
+  const total = sum(x, lead, 0)
+  if (divisor !== null) return o.div(total, divisor)
+  return o.div(total, sum(o.add(o.zeros([h.size, w.size], { dtype: m.dtype }), 1), [], includePad ? 1 : 0))
+}
+
+const poolParams = [arg("input", "tensor"), arg("kernel_size", "intOrShape"), opt("stride", "intOrShape", null), opt("padding", "intOrShape", 0)] as const
+
 export const model = {
   /** torch.einsum(equation, *operands): the operands as one list. */
   einsum: composite([arg("equation", "string"), arg("operands", "tensors")], ({ equation, operands }, op) => {
@@ -221,4 +287,15 @@ export const model = {
     const sides = padPlan(op, input, pad, mode, value)
     return [{ dtype: input.dtype, shape: input.shape.map((s, d) => s + sides[d]![0] + sides[d]![1]) }]
   }, (a, o, meta, op) => padParts(o, meta, a.input, a.pad, a.mode, a.value, op), { dtype: "same" }),
+  /** torch.nn.functional.max_pool2d without return_indices (its indices are not kept). */
+  max_pool2d: composite([...poolParams, opt("dilation", "intOrShape", 1), opt("ceil_mode", "bool", false), opt("return_indices", "bool", false)], (a, op) => {
+    if (a.return_indices) bad(op, "return_indices is not supported (take the indices with ops.max over the windows)")
+    const [h, w] = poolPlan(op, a.input, a.kernel_size, a.stride, a.padding, a.dilation, a.ceil_mode)
+    return [{ dtype: a.input.dtype, shape: [...a.input.shape.slice(0, -2), h.out, w.out] }]
+  }, (a, o, meta, op) => maxPoolParts(o, meta, a.input, poolPlan(op, meta(a.input), a.kernel_size, a.stride, a.padding, a.dilation, a.ceil_mode)), { dtype: "same" }),
+  avg_pool2d: composite([...poolParams, opt("ceil_mode", "bool", false), opt("count_include_pad", "bool", true), kw("divisor_override", "int", null)], (a, op) => {
+    if (a.divisor_override !== null && a.divisor_override <= 0) bad(op, `divisor_override must be positive, got ${a.divisor_override}`)
+    const [h, w] = poolPlan(op, a.input, a.kernel_size, a.stride, a.padding, 1, a.ceil_mode)
+    return [{ dtype: a.input.dtype, shape: [...a.input.shape.slice(0, -2), h.out, w.out] }]
+  }, (a, o, meta, op) => avgPoolParts(o, meta, a.input, poolPlan(op, meta(a.input), a.kernel_size, a.stride, a.padding, 1, a.ceil_mode), a.count_include_pad, a.divisor_override), { dtype: "same" }),
 }
