@@ -2,8 +2,10 @@
 // parts): einsum (matmul, permute, reshape, expand, sum, mul) over the equations transformer
 // code uses, then random equations over 1 to 4 operands (repeated labels, labels of size 1 that
 // broadcast, an ellipsis, implicit outputs, labels summed out); pad over random modes, ranks and
-// sizes (negative ones crop). Each is compared by value and by the gradients of sum(out * w)
-// with respect to every tensor. Then their refusals, as ControllerErrors before sending.
+// sizes (negative ones crop); max_pool2d and avg_pool2d over random kernels, strides, paddings,
+// dilations, ceil_mode, count_include_pad and divisor_override. Each is compared by value and by
+// the gradients of sum(out * w) with respect to every tensor. Then their refusals, as
+// ControllerErrors before sending.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { Effect, ManagedRuntime } from "effect"
 import { Controller, ControllerError, grad, ops, opsOn, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
@@ -112,7 +114,7 @@ afterAll(() => rt?.dispose())
 const numbers = (h: HostTensor) => [...h.toArray()].map(Number)
 const close = (a: number[], b: number[]) => a.length === b.length && a.every((x, i) => Math.abs(x - b[i]!) <= 1e-9 * (1 + Math.abs(b[i]!)))
 
-describeUnless(torchMissing())("einsum and pad against torch 1.13, values and gradients", () => {
+describeUnless(torchMissing())("einsum, pad and the pools against torch 1.13, values and gradients", () => {
   let torch: TorchServer
   beforeAll(() => void (torch = new TorchServer(new URL("./torch_ref.py", import.meta.url).pathname)))
   afterAll(() => torch?.close())
@@ -141,7 +143,7 @@ describeUnless(torchMissing())("einsum and pad against torch 1.13, values and gr
   }
 })
 
-describe("einsum's and pad's refusals, before sending", () => {
+describe("the refusals of einsum, pad and the pools, before sending", () => {
   const refusal = (f: () => unknown): string => {
     try {
       f()
