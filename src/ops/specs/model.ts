@@ -1,8 +1,9 @@
 /**
  * Ops that model code ports from torch, composed from other ops (spec.ts's `composite`): einsum
- * (matmul, permute, reshape, expand, sum and mul) and pad (index_select at computed indices, and
- * masked_fill for a constant). The controller issues the parts, so their rules give the gradient;
- * a worker called directly runs the same composition over its kernels.
+ * (matmul, permute, reshape, expand, sum and mul), pad (index_select at computed indices, and
+ * masked_fill for a constant), max_pool2d and avg_pool2d (their windows by index_select, then amax
+ * or a sum). The controller issues the parts, so their rules give the gradient; a worker called
+ * directly runs the same composition over its kernels.
  */
 import { bad, describe, type TensorMeta } from "../meta.ts"
 import type { GradOps } from "../grad.ts"
