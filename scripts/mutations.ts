@@ -1009,6 +1009,122 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("if (right ? !(row[mid] > v) : !(row[mid] >= v)) lo = mid + 1;", "if (!(row[mid] >= v)) lo = mid + 1;"),
     tests: ["tests/ops/parity.test.ts"],
   },
+  // ---- model code's ops: einsum, pad, softplus, cross_entropy, randint (behaviours say "model:") --
+  {
+    area: "controller", behaviour: "model: a composite op's parts are issued by the controller, so the tape records them",
+    file: "src/controller/ops.ts",
+    edits: one("  if ((op as OpSpec).composed) return compose(op as Op, on, args, kwargs)\n", ""),
+    tests: ["tests/ops/model.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "model: einsum's implicit output sorts its labels, uppercase first",
+    file: "src/ops/specs/model.ts",
+    edits: one(".map(([l]) => l).sort((a, b) => a - b)]", ".map(([l]) => l).sort((a, b) => b - a)]"),
+    tests: ["tests/ops/model.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "model: einsum takes a repeated label's diagonal",
+    file: "src/ops/specs/model.ts",
+    edits: one("t = o.sum(o.mul(t, o.to(o.eq(at(first), at(d)), dtype)), d, false)", "t = o.sum(t, d, false)"),
+    tests: ["tests/ops/model.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "model: einsum broadcasts a label of size 1 to its size elsewhere",
+    file: "src/ops/specs/model.ts",
+    edits: one("want.every((n, i) => n === shape[i]) ? x :", "true ? x :"),
+    tests: ["tests/ops/model.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "model: einsum's ellipsis dims broadcast aligned from the right",
+    file: "src/ops/specs/model.ts",
+    edits: one("ELLIPSIS + width - covers[i]! + j", "ELLIPSIS + j"),
+    tests: ["tests/ops/model.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "model: einsum refuses a label whose sizes differ and neither is 1",
+    file: "src/ops/specs/model.ts",
+    edits: one("if (seen !== undefined && seen !== n && seen !== 1 && n !== 1) bad(", "if (false) bad("),
+    tests: ["tests/ops/model.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "model: pad reflect mirrors about the edge",
+    file: "src/ops/specs/model.ts",
+    edits: one("o.sub(n - 1, o.abs(o.sub(n - 1, o.abs(i))))", "o.clamp(i, 0, n - 1)"),
+    tests: ["tests/ops/model.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "model: pad circular wraps around what a crop leaves",
+    file: "src/ops/specs/model.ts",
+    edits: one("const period = n + Math.min(0, before) + Math.min(0, after)", "const period = n"),
+    tests: ["tests/ops/model.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "model: pad constant fills with its value",
+    file: "src/ops/specs/model.ts",
+    edits: one("x = o.masked_fill(x, outside, value)", "x = o.masked_fill(x, outside, 0)"),
+    tests: ["tests/ops/model.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "model: pad refuses a mode other than constant for a rank it does not take",
+    file: "src/ops/specs/model.ts",
+    edits: one('if (mode !== "constant" && !(k >= 1', 'if (false && !(k >= 1'),
+    tests: ["tests/ops/model.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "model: a worker called with a composite op runs its parts over its kernels",
+    file: "src/ops/kernels.ts",
+    edits: one("  k.cast(out!, result, run.stream)\n}\n\nexport const KERNELS", "  void result\n}\n\nexport const KERNELS"),
+    tests: ["tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "model: softplus takes beta and threshold",
+    file: "src/ops/kernels.ts",
+    edits: one("if (a.beta === 1 && a.threshold === 20) return k.unary", "if (true) return k.unary"),
+    tests: ["tests/ops/parity.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "model: softplus's gradient passes where beta x is past the threshold",
+    file: "src/ops/specs/math.ts",
+    edits: one("o.where(o.gt(bx, c.args.threshold)", "o.where(o.gt(c.args.input, c.args.threshold)"),
+    tests: ["tests/autograd/gradcheck.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "model: cross_entropy over [N, C, d...] moves the class dim last",
+    file: "src/ops/kernels.ts",
+    edits: one("      permute(run, moved, a.input, rows.toLast)\n", "      k.cast(moved, run.view(a.input, moved.shape), run.stream)\n"),
+    tests: ["tests/ops/parity.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "model: cross_entropy's gradient over [N, C, d...] goes back to the input's layout",
+    file: "src/ops/specs/nn.ts",
+    edits: one(": o.permute(o.reshape(t, [m.shape[0]!, ...m.shape.slice(2), classes]), [0, rank - 1, ...Array.from({ length: rank - 2 }, (_, i) => i + 1)])),", ": o.reshape(t, [...m.shape])),"),
+    tests: ["tests/autograd/gradcheck.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "model: max_pool2d pads with -inf, so padding never wins a window",
+    file: "src/ops/specs/model.ts",
+    edits: one('"constant", -Infinity, "max_pool2d"', '"constant", 0, "max_pool2d"'),
+    tests: ["tests/ops/model.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "model: avg_pool2d divides by the window's places in the input alone unless count_include_pad",
+    file: "src/ops/specs/model.ts",
+    edits: one("[], includePad ? 1 : 0))", "[], 1))"),
+    tests: ["tests/ops/model.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "model: ceil_mode drops a last window that would start past the input and its padding",
+    file: "src/ops/specs/model.ts",
+    edits: one("    if (ceil && (out - 1) * s[i]! >= n + p[i]!) out--\n", ""),
+    tests: ["tests/ops/model.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "model: randint(high, size) draws from 0 below high",
+    file: "src/ops/specs/random.ts",
+    edits: one("return { low: 0, high: a.low, size: a.high as number[] }", "return { low: a.low - 1, high: a.low, size: a.high as number[] }"),
+    tests: ["tests/ops/random.test.ts"],
+  },
+
   // ---- checkpoints ------------------------------------------------------------------------
   {
     area: "worker", behaviour: "a checkpoint shard is reported saved only once its file is durable",

@@ -14,7 +14,7 @@
  * tensor written in place since: torch's version counter, storage.ts) throws a ControllerError.
  */
 import { backwardFrom, type Backend, Entry, isRecording, noGrad, record, requiresGrad, type Site } from "../autograd/tape.ts"
-import { type GradContext, type GradOps, NOT_DIFFERENTIABLE, sumTo } from "../ops/grad.ts"
+import { FROM_PARTS, type GradContext, type GradOps, NOT_DIFFERENTIABLE, sumTo } from "../ops/grad.ts"
 import type { TensorMeta } from "../ops/meta.ts"
 import type { Param } from "../ops/params.ts"
 import { isFloating } from "../ops/promotion.ts"
@@ -126,7 +126,8 @@ const savedBy = (name: OpName, bound: Readonly<Record<string, unknown>>, owners:
 export const recordOp = (name: OpName, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, results: ReadonlyArray<RemoteTensor>, site: Site | undefined): void => {
   if (!isRecording() || !(anyRequiresGrad(args) || anyRequiresGrad(kwargs))) return
   const op = OPS[name]
-  if (op.backward === NOT_DIFFERENTIABLE) return
+  // A composite op is never issued by the controller: its parts were recorded instead.
+  if (op.backward === NOT_DIFFERENTIABLE || op.backward === FROM_PARTS) return
   const rule = op.backward
   const bound = op.bind(args, kwargs, isTensorArg) as Record<string, unknown>
   const tensorParams = (op.params as ReadonlyArray<Param>).filter((p) => TENSOR_KINDS.has(p.kind))

@@ -14,9 +14,11 @@
  * where a value is awaited: `t.fetch()` is an Effect failing with RemoteError or WorkerLost.
  */
 import { Effect } from "effect"
-import { type OpName, OPS, type ParamsOf, type ResultDtypeOf, type ReturnsOf } from "../ops/registry.ts"
+import type { GradOps } from "../ops/grad.ts"
+import { isTensorMeta, type TensorMeta } from "../ops/meta.ts"
+import { type Op, type OpName, OPS, type ParamsOf, type ResultDtypeOf, type ReturnsOf } from "../ops/registry.ts"
 import type { CallForms, Param } from "../ops/params.ts"
-import { mutatedParams, type OpSpec, type ReturnKind } from "../ops/spec.ts"
+import { type Composition, mutatedParams, type OpSpec, type ReturnKind } from "../ops/spec.ts"
 import { viewStarts } from "../ops/specs/layout.ts"
 import type { DType, FloatNumber, HostTensor } from "../protocol/values.ts"
 import { ControllerError, type Failure } from "./errors.ts"
@@ -113,6 +115,7 @@ const invoke = (name: OpName, mesh: Mesh | undefined, all: ReadonlyArray<unknown
   const on = mesh ?? meshOf(args) ?? meshOf(Object.values(kwargs))
   if (on === undefined) throw refuse(`ops.${name} has no tensor argument to take a mesh from; use opsOn(mesh).${name}`)
   const op = OPS[name]
+  if ((op as OpSpec).composed) return compose(op as Op, on, args, kwargs)
   const mutated = mutatedTensors(op, args, kwargs)
   if (mutated.length > 0) refuseInPlace(name, mutated)
   const site = on.core.site(1)
@@ -128,6 +131,31 @@ const invoke = (name: OpName, mesh: Mesh | undefined, all: ReadonlyArray<unknown
     case "valuesIndices": return results.length === 1 ? results[0]! : results
     default: return results[0]!
   }
+}
+
+const metaOf = (name: string) => (t: RemoteTensor): TensorMeta =>
+  t.meta ?? (() => { throw refuse(`ops.${name} is composed from other ops on the controller, which needs the dtype and shape of ${t}`) })()
+
+/**
+ * A composite op (spec.ts's `composite`): its rule checks the call, then its parts are issued in
+ * its place (each recorded by the tape as it goes); a result that is an input is cloned, as the
+ * op makes a new tensor.
+ */
+const compose = (op: Op, on: Mesh, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>): RemoteTensor => {
+  const meta = metaOf(op.name), isTensor = (v: unknown): v is RemoteTensor => v instanceof RemoteTensor
+  const asMeta = (v: unknown): unknown => (v instanceof RemoteTensor ? meta(v) : Array.isArray(v) ? v.map(asMeta) : v)
+  let want: TensorMeta
+  try {
+    const bound = op.bind(args.map(asMeta), Object.fromEntries(Object.entries(kwargs).map(([k, v]) => [k, asMeta(v)])), isTensorMeta)
+    want = (op as OpSpec).outputs(bound as never, op.name)[0]!
+  } catch (e) {
+    throw refuse((e as Error).message)
+  }
+  const parts: GradOps<RemoteTensor> = opsOn(on)
+  const result = ((op as OpSpec).composed as Composition<ReadonlyArray<Param>>)(op.bind(args, kwargs, isTensor) as never, parts, meta, op.name)
+  const got = meta(result)
+  if (got.dtype !== want.dtype || got.shape.join() !== want.shape.join()) throw refuse(`ops.${op.name}'s parts gave ${got.dtype}[${got.shape}], its rule ${want.dtype}[${want.shape}]`)
+  return [...args, ...Object.values(kwargs)].flat().includes(result) ? parts.clone(result) : result
 }
 
 /** The tensors an in-place op writes, from the parameters it names (by position or keyword; lists flattened). */

@@ -18,6 +18,9 @@ import { isFloating, type Scalar } from "./promotion.ts"
 /** An op with no gradient (comparisons, indices, in-place forms, random creation): said explicitly, never by omission. */
 export const NOT_DIFFERENTIABLE = "not differentiable"
 
+/** A composite op's gradient: its parts' rules give it (spec.ts's `composite`). */
+export const FROM_PARTS = "from its parts"
+
 type Operand<T> = T | Scalar
 type Dims = number | number[] | null
 
@@ -50,11 +53,14 @@ export interface GradOps<T> {
   le(input: Operand<T>, other: Operand<T>): T
   logical_and(input: T, other: T): T
   logical_or(input: T, other: T): T
+  remainder(input: Operand<T>, other: Operand<T>): T
+  clamp(input: T, min: number, max: number): T
   where(condition: T, input: Operand<T>, other: Operand<T>): T
   masked_fill(input: T, mask: T, value: number): T
   sum(input: T, dim: Dims, keepdim: boolean): T
   mean(input: T, dim: Dims, keepdim: boolean): T
   prod(input: T, dim: Dims, keepdim: boolean): T
+  amax(input: T, dim: number | number[], keepdim: boolean): T
   cumsum(input: T, dim: number): T
   cumprod(input: T, dim: number): T
   roll(input: T, shifts: number | number[], dims: number | number[] | null): T
@@ -78,6 +84,7 @@ export interface GradOps<T> {
   scatter_add(input: T, dim: number, index: T, src: T): T
   index_add(input: T, dim: number, index: T, source: T): T
   to(input: T, dtype: DType): T
+  clone(input: T): T
   softmax(input: T, dim: number): T
   zeros(size: number[], kwargs: { dtype: DType }): T
   arange(end: number): T
@@ -107,8 +114,8 @@ export type Grads<P extends ReadonlyArray<Param>, T> = {
 
 export type GradRule<P extends ReadonlyArray<Param>> = <T>(c: GradContext<P, T>, ops: GradOps<T>) => Grads<P, T>
 
-/** An op's backward rule, or NOT_DIFFERENTIABLE. */
-export type Backward<P extends ReadonlyArray<Param>> = GradRule<P> | typeof NOT_DIFFERENTIABLE
+/** An op's backward rule, NOT_DIFFERENTIABLE, or FROM_PARTS. */
+export type Backward<P extends ReadonlyArray<Param>> = GradRule<P> | typeof NOT_DIFFERENTIABLE | typeof FROM_PARTS
 
 /** A rule for inputs that get no gradient (floor, sign, ...: torch's zeros). */
 export const zeroGrad = <T>(ops: GradOps<T>, m: TensorMeta): T => ops.zeros([...m.shape], { dtype: m.dtype })

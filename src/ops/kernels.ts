@@ -17,12 +17,14 @@ import type { Bound } from "./params.ts"
 import { broadcastShapes, isFloating, isScalar, resultType, scalarValue, type Scalar } from "./promotion.ts"
 import { OPS, opNamed, type Op, type OpName, type ParamsOf } from "./registry.ts"
 import { normDim } from "./rules.ts"
-import type { OpSpec } from "./spec.ts"
+import type { Composition, OpSpec } from "./spec.ts"
+import type { GradOps } from "./grad.ts"
 import { arangeBounds, linspaceValues } from "./specs/creation.ts"
+import { randintForm } from "./specs/random.ts"
 import { planAlpha, planBinary, planDiv, type BinaryKind } from "./specs/elementwise.ts"
 import { UNARY_IN_PLACE } from "./specs/inplace.ts"
 import { blockStart, expandShape, permutation, repeatPlan, scatterSource, viewPieces } from "./specs/layout.ts"
-import { attentionPlan, EPSILON, REDUCTIONS } from "./specs/nn.ts"
+import { attentionPlan, classRows, EPSILON, REDUCTIONS } from "./specs/nn.ts"
 import { reducedDims } from "./specs/reduction.ts"
 import { lineOf, multinomialDraws, rollPairs } from "./specs/sorting.ts"
 
@@ -299,6 +301,25 @@ const divInto = (run: Run, out: Tensor, x: Tensor | Scalar, y: Tensor | Scalar, 
   binaryInto(run, "div", "division", name, q, as(x), as(y))
   k.unary("trunc", q, q, run.stream)
   if (q !== out) k.cast(out, q, run.stream)
+}
+
+/**
+ * softplus: the shim's form at torch's defaults (beta 1, threshold 20); else composed,
+ * log1p(exp(beta x)) / beta where beta x <= threshold and x elsewhere (f16 and bf16 in f32,
+ * rounded once).
+ */
+const softplus: Kernel<"softplus"> = (run, [out], a) => {
+  if (a.beta === 1 && a.threshold === 20) return k.unary("softplus", out!, a.input, run.stream)
+  const dtype = composeDtype(out!.dtype), x = run.cast(a.input, dtype), shape = out!.shape
+  const bx = run.temp(dtype, shape), soft = run.temp(dtype, shape), over = run.temp("bool", shape)
+  k.binaryScalar("mul", bx, x, a.beta, false, run.stream)
+  k.unary("exp", soft, bx, run.stream)
+  k.unary("log1p", soft, soft, run.stream)
+  k.binaryScalar("div", soft, soft, a.beta, false, run.stream)
+  k.binaryScalar("gt", over, bx, a.threshold, false, run.stream)
+  const result = dtype === out!.dtype ? out! : run.temp(dtype, shape)
+  k.ternary("where", result, over, x, soft, 0, run.stream)
+  if (result !== out) k.cast(out!, result, run.stream)
 }
 
 /** A unary op's in-place form: its kernel into the input, or into a temporary cast back (logical_not_ of a float). */
@@ -612,6 +633,25 @@ const multinomial: Kernel<"multinomial"> = (run, [out], a, op) => {
   narrowInto(run, samples, order, 1, 0)
 }
 
+/**
+ * The ops a composition is given on the worker: each built-in run on this command's context, its
+ * result a temporary of the command (any op by name, as GradOps declares them).
+ */
+const partsOn = (run: Run): GradOps<Tensor> => new Proxy({} as GradOps<Tensor>, {
+  get: (_, name: string) => (...args: unknown[]) => {
+    const last = args.at(-1), kwargs = typeof last === "object" && last !== null && !Array.isArray(last) && !(last instanceof Tensor) ? last as Record<string, unknown> : undefined
+    const out = builtinFunction(name)!({ ...run.ctx, kwargs: kwargs ?? {} }, ...(kwargs ? args.slice(0, -1) : args)) as Tensor
+    run.temps.push(out)
+    return out
+  },
+})
+
+/** A composite op on the worker: its composition over the built-ins, copied into its result. */
+const composed = <N extends OpName>(name: N): Kernel<N> => (run, [out], a, op) => {
+  const result = ((OPS[name] as OpSpec).composed as Composition<ReadonlyArray<never>>)(a as never, partsOn(run), (t: Tensor) => t, op)
+  k.cast(out!, result, run.stream)
+}
+
 export const KERNELS: Kernels = {
   zeros: fill(0),
   ones: fill(1),
@@ -652,7 +692,7 @@ export const KERNELS: Kernels = {
     k.binaryScalar(a.decimals > 0 ? "div" : "mul", y, y, ten, false, run.stream)
     if (y !== out) k.cast(out!, y, run.stream)
   },
-  sign: unary("sign"), silu: unary("silu"), softplus: unary("softplus"),
+  sign: unary("sign"), silu: unary("silu"), softplus,
   gelu: (run, [out], a) => k.unary(a.approximate === "tanh" ? "gelu_tanh" : "gelu", out!, a.input, run.stream),
   isnan: predicate("isnan"), isinf: predicate("isinf"), logical_not: predicate("logical_not"),
   add: withAlpha("add"), sub: withAlpha("sub"), mul: binary("mul", "arithmetic"),
@@ -758,7 +798,7 @@ export const KERNELS: Kernels = {
   split: (run, _, a, op, metas) => blocksOf(run, op, a, metas),
   chunk: (run, _, a, op, metas) => blocksOf(run, op, a, metas),
   unbind: (run, _, a, op, metas) => blocksOf(run, op, a, metas),
-  randint,
+  randint: (run, outs, a, op) => randint(run, outs, { ...a, ...randintForm(op, a) }, op),
   dropout: (run, [out, mask], a) => {
     if (!a.training || a.p === 0) return (k.cast(out!, a.input, run.stream), k.fill(mask!, 1, run.stream))
     const d = run.ctx.generator.draw(a.input.numel)
@@ -778,8 +818,17 @@ export const KERNELS: Kernels = {
     k.matmul(run.view(out!, [rows, o]), run.view(a.input, [rows, i]), a.weight, run.stream, { b: true })
     if (a.bias && out!.numel > 0) k.binary("add", out!, out!, a.bias, run.stream)
   },
+  // Over rows [M, C]: an input [N, C, d...] with its class dim moved last (one strided copy), the targets flattened.
   cross_entropy: (run, [out], a) => {
-    const { input, target } = a, [n, c] = input.shape as [number, number], dtype = input.dtype, s = a.label_smoothing
+    const rows = classRows(a.input), n = rows.n, c = rows.classes, dtype = a.input.dtype, s = a.label_smoothing
+    let input = a.input
+    if (rows.toLast) {
+      const moved = run.temp(dtype, rows.toLast.map((d) => a.input.shape[d]!))
+      permute(run, moved, a.input, rows.toLast)
+      input = moved
+    }
+    input = run.view(input, [n, c])
+    const target = run.view(a.target, [n])
     const logp = run.temp(dtype, [n, c])
     k.softmax(logp, input, 1, true, run.stream)
     // Ignored targets pick class 0 and are masked out.
@@ -806,7 +855,7 @@ export const KERNELS: Kernels = {
       k.binary("mul", smooth, smooth, counted, run.stream)
       k.binary("add", loss, loss, smooth, run.stream)
     }
-    reduceLoss(run, out!, loss, weight, a.reduction)
+    reduceLoss(run, a.reduction === "none" ? run.view(out!, [n]) : out!, loss, weight, a.reduction)
   },
   layer_norm: (run, [out], a) => k.layerNorm(out!, a.input, a.weight, a.bias, numelOf(a.normalized_shape), a.eps, run.stream),
   scaled_dot_product_attention: attention,
@@ -844,6 +893,10 @@ export const KERNELS: Kernels = {
   baddbmm,
   outer: (run, [out], a) => outerInto(run, out!, a.input, a.vec2),
   ger: (run, [out], a) => outerInto(run, out!, a.input, a.vec2),
+  einsum: composed("einsum"),
+  pad: composed("pad"),
+  max_pool2d: composed("max_pool2d"),
+  avg_pool2d: composed("avg_pool2d"),
 }
 
 

@@ -23,6 +23,8 @@ export interface KindValue<T> {
   readonly dtype: DType
   /** A size, or a list of sizes (non-negative); bound as a list. */
   readonly shape: number[]
+  /** An integer, or a list of sizes (randint's `high`, which is its size in the randint(high, size) form). */
+  readonly intOrShape: number | number[]
   /** A list of integers (a reshape's sizes, -1 included). */
   readonly ints: number[]
   /** A dim, or a list of dims, not yet normalised (that needs the tensor's rank). */
@@ -79,7 +81,7 @@ const isInt = (v: unknown): v is number => typeof v === "number" && Number.isSaf
 
 const EXPECTS: Readonly<Record<Kind, string>> = {
   tensor: "a tensor", tensors: "a list of tensors", string: "a string", scalar: "a number", tensorOrScalar: "a tensor or a number", int: "an integer", bool: "a boolean",
-  dtype: `a dtype (${DTYPES.join(", ")})`, shape: "a size or a list of sizes", ints: "a list of integers", dims: "a dim or a list of dims",
+  dtype: `a dtype (${DTYPES.join(", ")})`, shape: "a size or a list of sizes", intOrShape: "an integer or a list of sizes", ints: "a list of integers", dims: "a dim or a list of dims",
 }
 
 /** The bound value of v for a kind, or WRONG. */
@@ -96,6 +98,7 @@ const coerce = (kind: Kind, v: unknown, isTensor: (v: unknown) => boolean): unkn
     case "shape":
       if (isInt(v)) return v >= 0 ? [v] : WRONG
       return Array.isArray(v) && v.every((d) => isInt(d) && d >= 0) ? v : WRONG
+    case "intOrShape": return isInt(v) || (Array.isArray(v) && v.every((d) => isInt(d) && d >= 0)) ? v : WRONG
     case "ints": return Array.isArray(v) && v.every(isInt) ? v : WRONG
     case "dims": return isInt(v) || (Array.isArray(v) && v.every(isInt)) ? v : WRONG
   }

@@ -13,6 +13,7 @@ import { inPlace } from "./specs/inplace.ts"
 import { layout } from "./specs/layout.ts"
 import { linalg } from "./specs/linalg.ts"
 import { math } from "./specs/math.ts"
+import { model } from "./specs/model.ts"
 import { nn } from "./specs/nn.ts"
 import { optim } from "./specs/optim.ts"
 import { random } from "./specs/random.ts"
@@ -20,7 +21,7 @@ import { reductions } from "./specs/reduction.ts"
 import { sorting } from "./specs/sorting.ts"
 import { ternary } from "./specs/ternary.ts"
 
-const SPECS = { ...creation, ...random, ...elementwise, ...math, ...inPlace, ...ternary, ...reductions, ...sorting, ...layout, ...linalg, ...nn, ...optim }
+const SPECS = { ...creation, ...random, ...elementwise, ...math, ...inPlace, ...ternary, ...reductions, ...sorting, ...layout, ...linalg, ...nn, ...optim, ...model }
 
 type Specs = typeof SPECS
 export type OpName = keyof Specs

@@ -7,7 +7,7 @@
  * Each also holds its backward rule, or an explicit "not differentiable" (src/ops/grad.ts),
  * a required field, so an op added without one does not compile either.
  */
-import type { Backward } from "./grad.ts"
+import { type Backward, FROM_PARTS, type GradOps } from "./grad.ts"
 import type { TensorMeta } from "./meta.ts"
 import type { Bound, Param } from "./params.ts"
 
@@ -59,15 +59,32 @@ export interface OpSpec<P extends ReadonlyArray<Param> = ReadonlyArray<Param>, K
    * kernel allocates what it returns itself.
    */
   readonly view?: true | "block"
-  /** Its gradient with respect to each tensor input, or NOT_DIFFERENTIABLE. */
+  /** Its gradient with respect to each tensor input, NOT_DIFFERENTIABLE, or FROM_PARTS (a composite op). */
   readonly backward: Backward<P>
+  /**
+   * A composite op's result from other ops (`composite`): the controller issues those parts in its
+   * place, so the tape records them and their rules give its gradient; a worker called with the op
+   * itself runs the same composition over its kernels.
+   */
+  readonly composed?: Composition<P>
 }
+
+/** A composite op's result from other ops, over the tensor type T (its tensor arguments as T). */
+export type Composition<P extends ReadonlyArray<Param>> = <T>(a: Bound<P, T>, ops: GradOps<T>, meta: (t: T) => TensorMeta, op: string) => T
 
 /** What an in-place op writes: its `input`, or the tensors of the parameters named. */
 export type Mutates = "input" | ReadonlyArray<string>
 
 /** The names of the parameters an op writes (none for an op that is not in place). */
 export const mutatedParams = (op: OpSpec): ReadonlyArray<string> => (op.mutates === undefined ? [] : op.mutates === "input" ? ["input"] : op.mutates)
+
+/** Declares a composite op: its rule, and its result from other ops (its gradient then comes from theirs). */
+export const composite = <const P extends ReadonlyArray<Param>, const K extends DtypeKind = "any">(
+  params: P,
+  outputs: (a: Bound<P>, op: string) => ReadonlyArray<TensorMeta>,
+  composed: Composition<P>,
+  more: { readonly dtype?: K } = {},
+): OpSpec<P, K, "tensor"> => ({ params, outputs, backward: FROM_PARTS, composed, results: 1, returns: "tensor", dtype: (more.dtype ?? "any") as K })
 
 /** Declares an op with its backward rule; `results` defaults to 1, or 0 for an in-place op. */
 export const spec = <const P extends ReadonlyArray<Param>, const K extends DtypeKind = "any", const R extends ReturnKind = "tensor">(

@@ -245,6 +245,20 @@ const CASES: Case[] = [
   g("roll two dims", "roll", [F(3, 4), [1, -2], [0, 1]]),
   g("roll flattened", "roll", [F(2, 3), 4]),
   g("flip several dims", "flip", [F(2, 3, 2), [0, -1]]),
+  // model code's ops (einsum and pad: the gradients of their parts)
+  g("einsum attention scores", "einsum", ["bhqd,bhkd->bhqk", [F(2, 2, 3, 4), F(2, 2, 2, 4)]]),
+  g("einsum diagonal, broadcast, summed label", "einsum", ["iij,kj->k", [F(3, 3, 2), F(4, 1)]]),
+  g("pad constant, a crop", "pad", [F(2, 3, 4), [1, -1, 2, 0]], { value: 0.5 }),
+  g("pad reflect", "pad", [F(2, 3, 4), [2, 1, 1, 2], "reflect"]),
+  g("pad replicate", "pad", [F(1, 2, 3), [2, 2], "replicate"]),
+  g("pad circular", "pad", [F(1, 2, 4), [3, 1], "circular"]),
+  g("softplus beta and threshold", "softplus", [{ ...F(5), data: [-1.5, 0.3, 1.2, 1.6, 1.9] }, 2, 3]),
+  g("cross_entropy [N, C, d] mean, weight, ignore_index, label_smoothing", "cross_entropy", [F(2, 4, 3), I([2, 3], [3, -100, 1, 0, 2, 3]), { ...P(4), grad: false }], { label_smoothing: 0.2 }),
+  g("cross_entropy [N, C, d1, d2] none", "cross_entropy", [F(2, 3, 2, 2), I([2, 2, 2], [0, 1, 2, 2, 1, 0, 0, 2])], { reduction: "none" }),
+  g("max_pool2d padding, ceil_mode", "max_pool2d", [F(1, 2, 5, 5), 3, 2, 1], { ceil_mode: true }),
+  g("max_pool2d dilation", "max_pool2d", [F(2, 5, 6), 2, 1, 0, 2]),
+  g("avg_pool2d padding, ceil_mode, count_include_pad False", "avg_pool2d", [F(1, 2, 5, 6), 3, 2, 1, true, false]),
+  g("avg_pool2d divisor_override", "avg_pool2d", [F(2, 4, 4), 2], { divisor_override: 3 }),
 ]
 
 /** Every differentiable op has a case. */

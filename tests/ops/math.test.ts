@@ -25,7 +25,8 @@ describe("elementwise math rules", () => {
     expect(refusal(() => infer("gelu", [t("f32", 2)], { approximate: "fast" }))).toMatch(/approximate must be one of none, tanh, got 'fast'/)
     expect(refusal(() => infer("gelu", [t("f32", 2), "tanh"]))).toMatch(/takes 1 positional argument/)
     expect(infer("gelu", [t("f16", 2)], { approximate: "tanh" })).toEqual([t("f16", 2)])
-    expect(refusal(() => infer("softplus", [t("f32", 2)], { beta: 2 }))).toMatch(/only beta=1 and threshold=20 are supported, got beta=2/)
+    expect(infer("softplus", [t("f32", 2)], { beta: 2, threshold: 5 })).toEqual([t("f32", 2)])
+    expect(refusal(() => infer("softplus", [t("i64", 2)], { beta: 2 }))).toMatch(/ops\.softplus: needs a floating input/)
     expect(infer("softplus", [t("f32", 2), 1, 20])).toEqual([t("f32", 2)])
   })
 

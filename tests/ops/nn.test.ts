@@ -42,6 +42,10 @@ describe("rules", () => {
     expect(refusal(() => infer("nll_loss", [t("f32", 4, 3), t("i64", 4), null, 1]))).toMatch(/takes 3 positional arguments/)
     expect(refusal(() => infer("cross_entropy", [t("f32", 4, 3), t("i64", 4), t("f32", 4)]))).toMatch(/weight must be f32\[3\], got f32\[4\]/)
     expect(infer("cross_entropy", [t("f32", 4, 3), t("i64", 4), t("f32", 3)], { reduction: "none", ignore_index: 0 })).toEqual([t("f32", 4)])
+    // [N, C, d...]: the class dim is dim 1, the targets [N, d...]; [C] takes a 0-d target
+    expect(infer("cross_entropy", [t("f32", 2, 3, 4, 5), t("i64", 2, 4, 5)], { reduction: "none" })).toEqual([t("f32", 2, 4, 5)])
+    expect(infer("cross_entropy", [t("f32", 3), t("i64")])).toEqual([t("f32")])
+    expect(refusal(() => infer("cross_entropy", [t("f32", 2, 3, 4), t("i64", 2, 3)]))).toMatch(/input must be \[N, C, d...\] with target \[N, d...\]/)
     expect(infer("mse_loss", [t("f32", 2, 3), t("f64", 3)], { reduction: "none" })).toEqual([t("f64", 2, 3)])
     expect(refusal(() => infer("one_hot", [t("i64", 3)]))).toMatch(/give num_classes/)
     expect(infer("one_hot", [t("i64", 2, 3), 4])).toEqual([t("i64", 2, 3, 4)])

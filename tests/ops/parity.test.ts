@@ -769,6 +769,28 @@ const casesOf = (start: number): Case[] => (seed = start, [
   c("eq bool and True", "eq", [tensor("bool", [4]), true]),
   c("where True and False", "where", [tensor("bool", [4]), true, false]),
   c("where True and a 0-d i32", "where", [tensor("bool", [4]), true, tensor("i32", [])]),
+  // model code's ops: einsum and pad (composed; on a worker called directly, over its kernels), softplus's beta and threshold, cross_entropy over [N, C, d...]
+  c("einsum batched matmul", "einsum", ["bij,bjk->bik", [f(2, 3, 4), f(2, 4, 5)]]),
+  c("einsum attention scores", "einsum", ["bhqd,bhkd->bhqk", [f(2, 2, 3, 4), f(2, 2, 5, 4)]]),
+  c("einsum diagonal and an implicit output", "einsum", ["ii", [f(3, 3)]]),
+  c("einsum ellipsis, broadcast batch", "einsum", ["...ij,...jk->...ik", [f(2, 3, 3, 4), f(3, 4, 2)]]),
+  c("einsum bf16 matrix-vector", "einsum", ["ij,j->i", [tensor("bf16", [3, 4]), tensor("bf16", [4])]]),
+  ...(["constant", "reflect", "replicate", "circular"] as const).map((mode) => c(`pad ${mode} the last two dims`, "pad", [f(1, 2, 3, 4), [1, 2, 2, 1], mode])),
+  c("pad circular the last dim", "pad", [f(2, 2, 5), [-2, 4], "circular"]),
+  c("pad constant with a value, three dims, a crop", "pad", [f(2, 3, 4), [1, -1, 0, 2, 1, 0]], { value: -1.5 }),
+  c("pad reflect with a negative side", "pad", [f(2, 5), [-1, 3], "reflect"]),
+  c("pad constant i64", "pad", [tensor("i64", [2, 3]), [2, 1]], { value: 7 }),
+  ...FLOATS.map((t) => c(`softplus ${t} beta 2, threshold 3`, "softplus", [tensor(t, [40])], { beta: 2, threshold: 3 })),
+  c("softplus f64 beta 0.5, threshold 30, past the threshold and below", "softplus", [{ ...tensor("f64", [6]), data: [-3, 0.5, 21, 40, 59, 61] }, 0.5, 30]),
+  c("cross_entropy [N, C, d1, d2] mean", "cross_entropy", [f(2, 3, 4, 2), ints("i64", [2, 4, 2], [0, 1, 2, 0, 1, 2, 0, 1, 2, 2, 1, 0, 0, 1, 2, 1])]),
+  c("cross_entropy [N, C, d] none, weight, ignore_index, label_smoothing", "cross_entropy", [f(2, 4, 3), ints("i64", [2, 3], [3, -100, 1, 0, 2, 3]), { ...f(4), data: [0.5, 2, 1, 1.5] }], { reduction: "none", label_smoothing: 0.2 }),
+  c("cross_entropy [N, C, d] sum, label_smoothing", "cross_entropy", [tensor("f64", [3, 4, 5]), ints("i64", [3, 5], Array.from({ length: 15 }, (_, i) => (i * 7) % 4))], { reduction: "sum", label_smoothing: 0.1 }),
+  c("cross_entropy [C] with a 0-d target", "cross_entropy", [f(5), ints("i64", [], [3])]),
+  c("max_pool2d kernel 3, stride 2, padding 1, ceil_mode", "max_pool2d", [f(2, 3, 7, 6), 3, 2, 1], { ceil_mode: true }),
+  c("max_pool2d dilation 2", "max_pool2d", [f(1, 2, 7, 7), [3, 2], 1, 0, 2]),
+  c("max_pool2d bf16", "max_pool2d", [tensor("bf16", [2, 5, 5]), 2]),
+  ...[true, false].map((include) => c(`avg_pool2d padding and ceil_mode, count_include_pad ${include}`, "avg_pool2d", [f(2, 2, 6, 7), 3, 2, 1, true, include])),
+  c("avg_pool2d divisor_override", "avg_pool2d", [f(1, 4, 4), 2], { divisor_override: 3 }),
 ])
 const CASES = casesOf(12345)
 /** f16 and bf16 results sit near their rounding points, so one draw can pass by luck: each case

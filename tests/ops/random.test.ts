@@ -142,6 +142,22 @@ describe("distributions", () => {
     expect(narrow.every((x) => x === 0 || x === 1)).toBe(true)
   })
 
+  test("randint(high, size) draws [0, high) evenly from the rank's generator, as i64", async () => {
+    await effect("manual_seed", [11])
+    const per = await run("randint", [5, [N]])
+    expect((per[0]![0] as HostTensor).dtype).toBe("i64")
+    expect((per[0]![0] as HostTensor).shape).toEqual([N])
+    const xs = values(per, 0), counts = new Map<number, number>()
+    for (const x of xs) counts.set(x, (counts.get(x) ?? 0) + 1)
+    expect([...counts.keys()].sort((a, b) => a - b)).toEqual([0, 1, 2, 3, 4])
+    const chi2 = [...counts.values()].reduce((a, n) => a + (n - N / 5) ** 2 / (N / 5), 0)
+    expect(chi2).toBeLessThan(18.5) // 4 degrees of freedom: p < 0.001
+    // the rank's generator: the same seed repeats it, the other rank draws its own, and the form is randint(0, high, size)'s
+    await effect("manual_seed", [11])
+    expect(values(await run("randint", [0, 5, [N]]), 0)).toEqual(xs)
+    expect(values(per, 1)).not.toEqual(xs)
+  })
+
   test("dropout drops about p, scales the rest by 1 / (1 - p) and says which in its mask", async () => {
     const x = host("f32", [N], Array.from({ length: N }, (_, i) => 1 + (i % 7)))
     const per = await run("dropout", [x, 0.3], {}, 2)
@@ -167,6 +183,10 @@ describe("distributions", () => {
 describe("rules", () => {
   test("randint needs low < high; dropout a floating input and p in [0, 1]; set_rng_state its state's shape", () => {
     expect(refusal(() => infer("randint", [5, 5, [2]]))).toMatch(/ops\.randint: needs low < high, got 5 and 5/)
+    expect(infer("randint", [7, [2, 3]])).toEqual([t("i64", 2, 3)])
+    expect(refusal(() => infer("randint", [0, [2]]))).toMatch(/ops\.randint: needs low < high, got 0 and 0/)
+    expect(refusal(() => infer("randint", [3, 7]))).toMatch(/ops\.randint: needs a size: randint\(high, size\) or randint\(low, high, size\)/)
+    expect(refusal(() => infer("randint", [0, [3], [2]]))).toMatch(/high must be an integer when size is given, got \[3\]/)
     expect(refusal(() => infer("dropout", [t("i64", 3)]))).toMatch(/ops\.dropout: needs a floating input/)
     expect(refusal(() => infer("dropout", [t("f32", 3), 1.5]))).toMatch(/p must be in \[0, 1\], got 1\.5/)
     expect(refusal(() => infer("set_rng_state", [t("i64", 3)]))).toMatch(/state must be get_rng_state's i64\[2\], got i64\[3\]/)

@@ -164,6 +164,20 @@ def gradients(fn, args, kwargs, wrt, weights):
 
 
 OPS["_sum_of_squares"] = lambda tensors: sum(t.double().pow(2).sum() for t in tensors)
+OPS["pad"] = F.pad
+OPS["max_pool2d"] = F.max_pool2d
+OPS["avg_pool2d"] = F.avg_pool2d
+
+
+def einsum(equation, operands):
+    """torch 1.13's bf16 einsum on CPU runs bmm, which rounds to bf16 after each product term (as
+    baddbmm's above): the reference is f32, rounded once, as our matmul accumulates."""
+    if operands and operands[0].dtype == torch.bfloat16:
+        return torch.einsum(equation, [o.float() for o in operands]).to(torch.bfloat16)
+    return torch.einsum(equation, operands)
+
+
+OPS["einsum"] = einsum
 
 for line in sys.stdin:
     case = json.loads(line)

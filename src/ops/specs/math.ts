@@ -67,11 +67,13 @@ export const math = {
     const s = o.sigmoid(x)
     return o.mul(g, o.mul(s, o.add(o.mul(x, o.sub(1, s)), 1)))
   })),
-  /** beta and threshold at torch's defaults only (the kernel's fixed form). Past the threshold it is x, so its gradient passes. */
-  softplus: spec([...input, opt("beta", "scalar", 1), opt("threshold", "scalar", 20)], ({ input, beta, threshold }, op) => {
-    if (beta !== 1 || threshold !== 20) bad(op, `only beta=1 and threshold=20 are supported, got beta=${beta}, threshold=${threshold}`)
-    return [floatingOnly(op, input)]
-  }, (c, o) => ({ input: () => o.where(o.gt(c.args.input, c.args.threshold), c.grad, o.mul(c.grad, o.sigmoid(c.args.input))) })),
+  /** torch's form: log1p(exp(beta x)) / beta, and x itself where beta x > threshold (where its gradient passes). */
+  softplus: spec([...input, opt("beta", "scalar", 1), opt("threshold", "scalar", 20)], ({ input }, op) => [floatingOnly(op, input)], (c, o) => ({
+    input: () => {
+      const bx = c.args.beta === 1 ? c.args.input : o.mul(c.args.input, c.args.beta)
+      return o.where(o.gt(bx, c.args.threshold), c.grad, o.mul(c.grad, o.sigmoid(bx)))
+    },
+  })),
   gelu: spec([...input, kw("approximate", "string", "none")], ({ input, approximate }, op) => {
     if (!(APPROXIMATIONS as ReadonlyArray<string>).includes(approximate)) bad(op, `approximate must be one of ${APPROXIMATIONS.join(", ")}, got '${approximate}'`)
     return [floatingOnly(op, input)]

@@ -98,6 +98,23 @@ const nllShapes = (op: string, input: TensorMeta, target: TensorMeta, weight: Te
 }
 
 /**
+ * A loss input [N, C, d...] (or [C]) as rows [M, C], M = N d... (the class dim moved last, as
+ * its targets [N, d...] flatten), and back.
+ */
+export const classRows = (m: TensorMeta) => {
+  const rank = m.shape.length, classes = m.shape[rank === 1 ? 0 : 1]!, n = rank === 1 ? 1 : numelOf([m.shape[0]!, ...m.shape.slice(2)])
+  const last = Array.from({ length: rank - 2 }, (_, i) => i + 2)
+  return {
+    n, classes,
+    /** The permutation taking [N, C, d...] to [N, d..., C] (undefined for [C] and [N, C]). */
+    toLast: rank > 2 ? [0, ...last, 1] : undefined,
+    toRows: <T>(o: GradOps<T>, t: T): T => (rank === 2 ? t : rank === 1 ? o.reshape(t, [1, classes]) : o.reshape(o.permute(t, [0, ...last, 1]), [n, classes])),
+    fromRows: <T>(o: GradOps<T>, t: T): T => (rank === 2 ? t : rank === 1 ? o.reshape(t, [classes])
+      : o.permute(o.reshape(t, [m.shape[0]!, ...m.shape.slice(2), classes]), [0, rank - 1, ...Array.from({ length: rank - 2 }, (_, i) => i + 1)])),
+  }
+}
+
+/**
  * scaled_dot_product_attention's rule, recomputing the weights P = softmax(mask(q k^T * scale)):
  * dv = P^T g, dP = g v^T, dS = P * (dP - rowsum(dP * P)), dq = dS k * scale, dk = dS^T q * scale
  * (masked weights are 0, so their dS is too); an additive mask's gradient is dS; broadcast
@@ -178,23 +195,22 @@ export const nn = {
   cross_entropy: spec(
     [arg("input", "tensor"), arg("target", "tensor"), opt("weight", "tensor", null), kw("ignore_index", "int", -100), kw("reduction", "string", "mean"), kw("label_smoothing", "scalar", 0)],
     ({ input, target, weight, reduction, label_smoothing }, op) => {
-      floating(op, input)
+      nllShapes(op, input, target, weight)
       checkReduction(op, reduction)
-      if (target.dtype !== "i64") bad(op, `target must hold class indices (i64), got ${describe(target)}`)
-      if (input.shape.length !== 2 || target.shape.length !== 1 || target.shape[0] !== input.shape[0])
-        bad(op, `input must be [N, C] and target [N], got ${describe(input)} and ${describe(target)}`)
-      if (weight && (weight.shape.join() !== `${input.shape[1]}` || weight.dtype !== input.dtype)) bad(op, `weight must be ${input.dtype}[${input.shape[1]}], got ${describe(weight)}`)
       if (!(label_smoothing >= 0 && label_smoothing <= 1)) bad(op, `label_smoothing must be in [0, 1], got ${label_smoothing}`)
       return [{ dtype: input.dtype, shape: reduction === "none" ? target.shape : [] }]
     },
-    // Per row i, p a_i - r_i with p = softmax(x), a_i = (1 - s) w[t_i] + s/C sum(w) and
+    // Over rows [M, C] (the class dim moved last, the others flattened): per row i,
+    // p a_i - r_i with p = softmax(x), a_i = (1 - s) w[t_i] + s/C sum(w) and
     // r_i = (1 - s) w[t_i] one_hot(t_i) + s/C w (w = 1 without weight: p - q, q the smoothed
     // target), zero for ignored rows; scaled by g per row (none), by g (sum), or by g over the
-    // rows' weights (mean).
+    // rows' weights (mean); then back to the input's layout.
     (c, o) => ({
       input: () => {
-        const { input: x, target, weight, ignore_index, reduction, label_smoothing: s } = c.args, { dtype, shape } = c.meta(x), [n, classes] = shape as [number, number]
-        const valid = o.to(o.ne(target, ignore_index), dtype), hot = oneHot(o, o.where(o.ne(target, ignore_index), target, 0), n, classes, dtype)
+        const { input, target, weight, ignore_index, reduction, label_smoothing: s } = c.args, m = c.meta(input), { dtype } = m
+        const rows = classRows(m), { n, classes } = rows, flatTarget = o.reshape(target, [n])
+        const x = rows.toRows(o, input)
+        const valid = o.to(o.ne(flatTarget, ignore_index), dtype), hot = oneHot(o, o.where(o.ne(flatTarget, ignore_index), flatTarget, 0), n, classes, dtype)
         const p = o.softmax(x, 1)
         let perRow: typeof p, counted: typeof p
         if (weight === null) {
@@ -207,9 +223,9 @@ export const nn = {
           counted = o.mul(o.reshape(wt, [n]), valid)
         }
         perRow = o.mul(perRow, o.reshape(valid, [n, 1]))
-        if (reduction === "none") return o.mul(perRow, o.reshape(c.grad, [n, 1]))
+        if (reduction === "none") return rows.fromRows(o, o.mul(perRow, o.reshape(c.grad, [n, 1])))
         const scale = reduction === "sum" ? c.grad : o.div(c.grad, o.sum(counted, null, false))
-        return o.mul(perRow, scale)
+        return rows.fromRows(o, o.mul(perRow, scale))
       },
     }),
     { dtype: "same" },

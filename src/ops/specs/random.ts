@@ -21,11 +21,24 @@ const randintMeta = (op: string, low: number, high: number, shape: ReadonlyArray
   return [{ dtype, shape }]
 }
 
+/** randint's bounds and size from either form: (low, high, size), or (high, size) with low 0. */
+export const randintForm = (op: string, a: { readonly low: number; readonly high: number | number[]; readonly size: number[] | null }): { low: number; high: number; size: number[] } => {
+  if (a.size === null) {
+    if (!Array.isArray(a.high)) bad(op, "needs a size: randint(high, size) or randint(low, high, size)")
+    return { low: 0, high: a.low, size: a.high as number[] }
+  }
+  if (Array.isArray(a.high)) bad(op, `high must be an integer when size is given, got [${a.high}]`)
+  return { low: a.low, high: a.high as number, size: a.size }
+}
+
 export const random = {
-  /** torch's randint(high, size) form is randint(0, high, size) here. */
+  /** torch's two forms: randint(low, high, size), and randint(high, size) from 0 (`randintForm`). */
   randint: spec(
-    [arg("low", "int"), arg("high", "int"), arg("size", "shape"), kw("dtype", "dtype", "i64"), kw("seed", "int", null), kw("offset", "int", null)],
-    ({ low, high, size, dtype }, op) => randintMeta(op, low, high, size, dtype),
+    [arg("low", "int"), arg("high", "intOrShape"), opt("size", "shape", null), kw("dtype", "dtype", "i64"), kw("seed", "int", null), kw("offset", "int", null)],
+    (a, op) => {
+      const { low, high, size } = randintForm(op, a)
+      return randintMeta(op, low, high, size, a.dtype)
+    },
     NOT_DIFFERENTIABLE,
     { dtype: "created" },
   ),
