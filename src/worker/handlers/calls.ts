@@ -12,15 +12,33 @@ import { sameShape } from "../../ops/meta.ts"
 import type { DeclaredMeta } from "../../protocol/fields.ts"
 import type { CallFunction, FetchValue, Value } from "../../protocol/messages.ts"
 import { HostTensor } from "../../protocol/values.ts"
-import { FunctionFailed, ResultCountMismatch, ResultMismatch, WrongRefType } from "../errors.ts"
+import { CommError } from "../../comm/errors.ts"
+import { DependentOnError, FunctionFailed, ResultCountMismatch, ResultMismatch, WrongRefType } from "../errors.ts"
 import { isBuiltin } from "../functions.ts"
-import { flattenTensors, kindOf } from "../refs.ts"
+import { blockedBy, CallGroup, startTogether } from "../group.ts"
+import { DeviceMesh } from "../mesh.ts"
+import { flattenTensors, getAs, kindOf } from "../refs.ts"
 import { announce, lookup, tryDefine, tryDefineNow, type Session } from "../session.ts"
-import { streamOf } from "../streams.ts"
+import { blocking, streamOf } from "../streams.ts"
 
-export const contextFor = (s: Session, stream: Stream, kwargs: Readonly<Record<string, unknown>>): FunctionContext => ({
-  native: s.native, rank: s.rank, world: s.world, device: s.native.device, stream, coords: s.coords, generator: s.generator, kwargs,
+/** The group of a call that declared none. */
+const noGroup = (): never => {
+  throw new CommError({ reason: "invalid", message: "this call declared no group: give the dims it communicates over (CallOptions.dims)" })
+}
+
+export const contextFor = (s: Session, stream: Stream, kwargs: Readonly<Record<string, unknown>>, group: FunctionContext["group"] = noGroup): FunctionContext => ({
+  native: s.native, rank: s.rank, world: s.world, device: s.native.device, stream, coords: s.coords, generator: s.generator, kwargs, group,
 })
+
+/** ctx.group of a call over `dims`: `group`, when the function names those dims (or none). */
+const declaredGroup = (dims: ReadonlyArray<string>, group: CallGroup): FunctionContext["group"] => (asked) => {
+  if (asked !== undefined) {
+    const names = typeof asked === "string" ? [asked] : [...asked]
+    if (names.length !== dims.length || names.some((d, i) => d !== dims[i]))
+      throw new CommError({ reason: "invalid", message: `the function asked for the group over [${names.join(", ")}]; its call declared [${dims.join(", ")}]` })
+  }
+  return group
+}
 
 const failed = (name: string) => (cause: unknown) =>
   new FunctionFailed({ function: name, cause, message: `${name}: ${cause instanceof Error ? cause.message : String(cause)}` })
@@ -75,30 +93,81 @@ const undeclared = (fn: string, declared: ReadonlyArray<DeclaredMeta | null>, te
 
 export const callFunction = (s: Session) => (m: CallFunction) => Effect.suspend(() => callNow(s, m) ?? Effect.void)
 
+/** Defines the call's results from what the function returned, or throws why not (freeing it). */
+const defineResults = (s: Session, m: CallFunction, result: unknown): void => {
+  const tensors = flattenTensors(result)
+  if (tensors.length !== m.results.length) {
+    freeUnheld(s, tensors)
+    throw new ResultCountMismatch({ message: `${m.function} returned ${tensors.length} tensor(s) for ${m.results.length} result(s)` })
+  }
+  const mismatch = m.declared === undefined ? undefined : undeclared(m.function, m.declared, tensors)
+  if (mismatch !== undefined) {
+    freeUnheld(s, tensors)
+    throw mismatch
+  }
+  for (let i = 0; i < tensors.length; i++) s.env.define(m.results[i]!, tensors[i]!)
+}
+
+/** The ident a member that cannot run the call gives at the start (group.ts): a poison's own, else this command's. */
+const blockingIdent = (e: unknown, ident: number): number => (e instanceof DependentOnError ? e.ident : ident)
+
+/**
+ * A call that declared a group (m.mesh, m.dims): its members start together (group.ts), then
+ * the function runs with the group's communicator. A failure of any of the group's calls fails
+ * the command, even one the function caught: its peers failed theirs too.
+ */
+const callWithGroup = (s: Session, m: CallFunction, ident: number, stream: Stream): Effect.Effect<void, unknown> => {
+  const mesh = getAs(s.env, m.mesh!, DeviceMesh, "a mesh")
+  const dims = m.dims!
+  const members = mesh.members(dims)
+  const uploads: Tensor[] = []
+  /** Why this member cannot run the function: it still starts with the others, to tell them. */
+  let own: unknown
+  let args: unknown[] = [], kwargs: Record<string, unknown> = {}
+  try {
+    args = lookup(s, m.args, stream, uploads) as unknown[]
+    kwargs = lookup(s, m.kwargs, stream, uploads) as Record<string, unknown>
+  } catch (e) {
+    own = e
+  }
+  return Effect.gen(function* () {
+    const fn = own !== undefined ? undefined : yield* s.functions.resolve(m.function).pipe(Effect.catch((e) => Effect.sync(() => void (own = e))))
+    const blockedAt = own === undefined ? undefined : blockingIdent(own, ident)
+    const { comm, earliest } = yield* blocking(() => s.comms.collective(mesh.id, dims, () => members, ident, (comm) => ({ comm, earliest: startTogether(comm, blockedAt, stream) })))
+    if (own !== undefined) return yield* Effect.fail(own)
+    if (earliest !== undefined) return yield* Effect.fail(blockedBy(earliest))
+    const group = new CallGroup(comm, members, stream)
+    const ctx = contextFor(s, stream, kwargs, declaredGroup(dims, group))
+    const outcome = yield* Effect.result(Effect.suspend(() => {
+      try {
+        const out = fn!(ctx, ...args)
+        return out instanceof Promise ? Effect.tryPromise({ try: () => out, catch: failed(m.function) }) : Effect.succeed(out)
+      } catch (e) {
+        return Effect.fail(failed(m.function)(e))
+      }
+    }))
+    if (group.failure !== undefined) {
+      if (outcome._tag === "Success") freeUnheld(s, flattenTensors(outcome.success))
+      return yield* s.comms.failedOutside(mesh.id, dims, comm, ident, group.failure)
+    }
+    if (outcome._tag === "Failure") return yield* Effect.fail(outcome.failure)
+    defineResults(s, m, outcome.success)
+  }).pipe(Effect.ensuring(Effect.sync(() => freeUnheld(s, uploads))))
+}
+
 /** CallFunction run now (tryDefineNow), as command `ident` (a recording's call renumbers its commands): undefined when it finished here. */
 export const callNow = (s: Session, m: CallFunction, ident = m.ident): Effect.Effect<void> | undefined =>
   tryDefineNow(s, ident, m.mutates.length === 0 ? m.results : [...m.results, ...m.mutates], () => {
     const stream = streamOf(s.env, m.stream)
     // Built-ins are quick for all but the largest tensors, and too frequent to announce.
     if (!isBuiltin(m.function)) announce(s, ident)
+    if (m.mesh !== undefined) return callWithGroup(s, m, ident, stream)
     const uploads: Tensor[] = []
     return freeingAfter(s, uploads, () => {
       const args = lookup(s, m.args, stream, uploads) as unknown[]
       const kwargs = lookup(s, m.kwargs, stream, uploads) as Record<string, unknown>
       const ctx = contextFor(s, stream, kwargs)
-      return invoke(s, m.function, (fn) => fn(ctx, ...args), (result) => {
-        const tensors = flattenTensors(result)
-        if (tensors.length !== m.results.length) {
-          freeUnheld(s, tensors)
-          throw new ResultCountMismatch({ message: `${m.function} returned ${tensors.length} tensor(s) for ${m.results.length} result(s)` })
-        }
-        const mismatch = m.declared === undefined ? undefined : undeclared(m.function, m.declared, tensors)
-        if (mismatch !== undefined) {
-          freeUnheld(s, tensors)
-          throw mismatch
-        }
-        for (let i = 0; i < tensors.length; i++) s.env.define(m.results[i]!, tensors[i]!)
-      })
+      return invoke(s, m.function, (fn) => fn(ctx, ...args), (result) => defineResults(s, m, result))
     })
   })
 
