@@ -180,13 +180,19 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "user group: a group failure the function caught still fails the call",
     file: "src/worker/handlers/calls.ts",
-    edits: one("    if (group.failure !== undefined) {\n", '    if (group.failure !== undefined && outcome._tag === "Failure") {\n'),
+    edits: one("find(({ group }) => group.failure !== undefined)", 'find(({ group }) => group.failure !== undefined && outcome._tag === "Failure")'),
     tests: ["tests/comm/usergroup.test.ts"],
   },
   {
     area: "worker", behaviour: "user group: ctx.group refuses dims other than its call declared",
     file: "src/worker/handlers/calls.ts",
-    edits: one("    if (names.length !== dims.length || names.some((d, i) => d !== dims[i]))\n", "    if (false)\n"),
+    edits: one('  const found = groups.get(names.join(","))\n', '  const found = groups.get(names.join(",")) ?? groups.get(dims.join(","))\n'),
+    tests: ["tests/comm/usergroup.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "user group: a call over several dims also gets each dim's own group",
+    file: "src/worker/handlers/calls.ts",
+    edits: one("      groups.set(d, { dims: one, group: new CallGroup(along, ranks, stream) })\n", ""),
     tests: ["tests/comm/usergroup.test.ts"],
   },
   {

@@ -23,10 +23,10 @@ export interface FunctionContext {
   /** The command's keyword arguments, looked up. */
   readonly kwargs: Readonly<Record<string, unknown>>
   /**
-   * The communicator of the group the call declared (CallOptions.dims): the ranks of its mesh
-   * that differ from this one only in those dims. `dims`, when given, must name the declared
-   * dims (a check that the function and its call agree). Throws CommError for a call that
-   * declared none.
+   * A communicator of the group the call declared (CallOptions.dims): the ranks of its mesh
+   * that differ from this one only in those dims. No `dims`, or all of them in the declared
+   * order: that group; one declared dim: the group along it alone. Throws CommError for any
+   * other dims, or a call that declared none.
    */
   readonly group: (dims?: string | ReadonlyArray<string>) => Group
 }

@@ -48,7 +48,7 @@ export const blockedBy = (ident: number): DependentOnError => new DependentOnErr
 export class CallGroup implements Group {
   failure: CommError | undefined
 
-  constructor(private readonly comm: Comm, readonly members: ReadonlyArray<number>, private readonly stream: Stream) {}
+  constructor(readonly comm: Comm, readonly members: ReadonlyArray<number>, private readonly stream: Stream) {}
 
   get rank(): number {
     return this.comm.rank

@@ -71,6 +71,17 @@ export const swallowing = defineFunction((ctx, t: Tensor) => {
   return op(ctx, "clone", [t])
 })
 
+/**
+ * A call over dp and tp: t * (rank + 1) summed along tp, then along dp (each dim's own group),
+ * and gathered over both (the whole group, members in dp-then-tp order).
+ */
+export const twoDims = defineFunction((ctx, t: Tensor) => {
+  const x = op(ctx, "mul", [t, ctx.rank + 1])
+  const alongTp = ctx.group("tp").allReduce(x)
+  const both = ctx.group("dp").allReduce(alongTp, "sum", { inplace: true })
+  return [both, ctx.group(["dp", "tp"]).allGather(x)]
+})
+
 /** Asks for a group other than the one its call declared. */
 export const wrongGroup = defineFunction((ctx, t: Tensor) => ctx.group("dp").allReduce(t))
 

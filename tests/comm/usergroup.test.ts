@@ -93,6 +93,19 @@ describe("each of the group's operations, over tp (member r gives t * (r + 1))",
   }
 })
 
+describe("a call over two dims", () => {
+  test("gets each dim's group and the group over both: a sum along tp then dp is the sum over the mesh; a gather over both is in mesh order", async () => {
+    const t = [1, 2, 3]
+    const input = fromHost(mesh, host([3], Float32Array.from(t)))
+    const [sum, gathered] = await run(mesh.callMany(`${FNS}:twoDims`, [input], {}, { dims: ["dp", "tp"], results: [f32([3]), f32([4, 3])] }))
+    const [sums, gathers] = await Promise.all([run(mesh.fetchAll(sum!)), run(mesh.fetchAll(gathered!))])
+    for (let r = 0; r < 4; r++) {
+      expect(values(sums[r]), `rank ${r}`).toEqual(t.map((v) => 10 * v))
+      expect(values(gathers[r]), `rank ${r}`).toEqual([1, 2, 3, 4].flatMap((k) => t.map((v) => k * v)))
+    }
+  }, 30_000)
+})
+
 /** The failure a fetch of `t` on rank r gives (RemoteError), or its values. */
 const outcome = async (t: RemoteTensor, r: number): Promise<unknown> => {
   const result = await rt.runPromise(Effect.result(mesh.fetch(t, r)))
@@ -129,6 +142,8 @@ describe("failures", () => {
     const f = (await outcome(out, 0)) as RemoteError
     expect(f.type).toBe("CommError")
     expect(f.message).toContain("asked for the group over [dp]; its call declared [tp]")
+    const both = await run(mesh.call(`${FNS}:wrongGroup`, [input], {}, { dims: ["tp", "dp"], results: 1 }))
+    expect(await outcome(both, 0), "dp alone is one of the declared dims: its sum of [1, 2] over dp").toEqual([2, 4])
   }, 30_000)
 
   test("the controller refuses a group on a built-in, an unknown dim, or a repeated one", async () => {

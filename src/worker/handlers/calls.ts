@@ -30,14 +30,16 @@ export const contextFor = (s: Session, stream: Stream, kwargs: Readonly<Record<s
   native: s.native, rank: s.rank, world: s.world, device: s.native.device, stream, coords: s.coords, generator: s.generator, kwargs, group,
 })
 
-/** ctx.group of a call over `dims`: `group`, when the function names those dims (or none). */
-const declaredGroup = (dims: ReadonlyArray<string>, group: CallGroup): FunctionContext["group"] => (asked) => {
-  if (asked !== undefined) {
-    const names = typeof asked === "string" ? [asked] : [...asked]
-    if (names.length !== dims.length || names.some((d, i) => d !== dims[i]))
-      throw new CommError({ reason: "invalid", message: `the function asked for the group over [${names.join(", ")}]; its call declared [${dims.join(", ")}]` })
-  }
-  return group
+/** A call's groups by their dims ("dp,tp"): the one over every declared dim, and (for two or more) one per dim. */
+type CallGroups = ReadonlyMap<string, { readonly dims: ReadonlyArray<string>; readonly group: CallGroup }>
+
+/** ctx.group of a call over `dims`: the group over them (no dims asked, or all of them), or one dim's. */
+const declaredGroup = (dims: ReadonlyArray<string>, groups: CallGroups): FunctionContext["group"] => (asked) => {
+  const names = asked === undefined ? dims : typeof asked === "string" ? [asked] : [...asked]
+  const found = groups.get(names.join(","))
+  if (found === undefined)
+    throw new CommError({ reason: "invalid", message: `the function asked for the group over [${names.join(", ")}]; its call declared [${dims.join(", ")}] (the group over them all, or over one of them)` })
+  return found.group
 }
 
 const failed = (name: string) => (cause: unknown) =>
@@ -136,8 +138,14 @@ const callWithGroup = (s: Session, m: CallFunction, ident: number, stream: Strea
     const { comm, earliest } = yield* blocking(() => s.comms.collective(mesh.id, dims, () => members, ident, (comm) => ({ comm, earliest: startTogether(comm, blockedAt, stream) })))
     if (own !== undefined) return yield* Effect.fail(own)
     if (earliest !== undefined) return yield* Effect.fail(blockedBy(earliest))
-    const group = new CallGroup(comm, members, stream)
-    const ctx = contextFor(s, stream, kwargs, declaredGroup(dims, group))
+    const groups = new Map([[dims.join(","), { dims, group: new CallGroup(comm, members, stream) }]])
+    // Each dim's own group, opened once every member has started (they all span the whole one).
+    if (dims.length > 1) for (const d of dims) {
+      const one = [d], ranks = mesh.members(one)
+      const along = yield* blocking(() => s.comms.collective(mesh.id, one, () => ranks, ident, (c) => c))
+      groups.set(d, { dims: one, group: new CallGroup(along, ranks, stream) })
+    }
+    const ctx = contextFor(s, stream, kwargs, declaredGroup(dims, groups))
     const outcome = yield* Effect.result(Effect.suspend(() => {
       try {
         const out = fn!(ctx, ...args)
@@ -146,9 +154,10 @@ const callWithGroup = (s: Session, m: CallFunction, ident: number, stream: Strea
         return Effect.fail(failed(m.function)(e))
       }
     }))
-    if (group.failure !== undefined) {
+    const broken = [...groups.values()].find(({ group }) => group.failure !== undefined)
+    if (broken !== undefined) {
       if (outcome._tag === "Success") freeUnheld(s, flattenTensors(outcome.success))
-      return yield* s.comms.failedOutside(mesh.id, dims, comm, ident, group.failure)
+      return yield* s.comms.failedOutside(mesh.id, broken.dims, broken.group.comm, ident, broken.group.failure!)
     }
     if (outcome._tag === "Failure") return yield* Effect.fail(outcome.failure)
     defineResults(s, m, outcome.success)
