@@ -3,7 +3,7 @@
 // that disagree, a poisoned input on one member, and a member killed inside the call.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { Effect, ManagedRuntime } from "effect"
-import { Controller, fromHost, HostTensor, RemoteError, WorkerLost, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
+import { compile, Controller, fromHost, HostTensor, RemoteError, WorkerLost, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
 import { PYTHON, torchMissing } from "../torch.ts"
 
 const ROOT = new URL("../..", import.meta.url).pathname
@@ -104,6 +104,22 @@ describe("a call over two dims", () => {
       expect(values(gathers[r]), `rank ${r}`).toEqual([1, 2, 3, 4].flatMap((k) => t.map((v) => k * v)))
     }
   }, 30_000)
+})
+
+describe("a compiled step", () => {
+  test("replays a group call in order with the step's other work, once traced", async () => {
+    const step = compile((x: RemoteTensor) => Effect.gen(function* () {
+      const summed = yield* mesh.call(`${FNS}:groupOp`, ["allReduce", x.add(1), "sum"], {}, { dims: "tp", results: [x.meta!] })
+      return { out: summed.mul(2) }
+    }), { name: "group call" })
+    const x = fromHost(mesh, host([2], Float32Array.from([1, 2])))
+    for (let i = 0; i < 3; i++) {
+      const { out } = await run(step(x))
+      // ((x + 1) * 1 + (x + 1) * 2) * 2 on every member.
+      for (let r = 0; r < 4; r++) expect(await outcome(out, r), `replay ${i}, rank ${r}`).toEqual([12, 18])
+    }
+    expect(step.traces).toBe(1)
+  }, 60_000)
 })
 
 /** The failure a fetch of `t` on rank r gives (RemoteError), or its values. */
