@@ -174,7 +174,13 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "user group: the members of a call's group start together, so a poisoned member's peers neither run the function nor wait for it",
     file: "src/worker/group.ts",
-    edits: one('    comm.allReduce(flag, flag, "min", stream)\n', ""),
+    edits: one('    k.fill(flag, blocked ?? READY, stream)\n    comm.allReduce(flag, flag, "min", stream)\n', "    k.fill(flag, blocked ?? READY, stream)\n"),
+    tests: ["tests/comm/usergroup.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "user group: a member whose function threw before a group call meets its peers' calls until their end",
+    file: "src/worker/group.ts",
+    edits: one('        if (error.reason !== "invalid" || tries >= END_TRIES) throw error\n', "        throw error\n"),
     tests: ["tests/comm/usergroup.test.ts"],
   },
   {

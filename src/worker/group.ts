@@ -1,7 +1,7 @@
 /**
  * A user function's group (FunctionContext.group): the communicator of the mesh group its
- * CallFunction declared, wrapped as the Group a function calls, and the start every member of
- * such a call makes before the function runs.
+ * CallFunction declared, wrapped as the Group a function calls, and the start and end every
+ * member of such a call makes around the function.
  *
  * The start is one all_reduce (min) of a one-element tensor over the group: each member gives
  * the ident of a failure it cannot run past (a poisoned input, an input that cannot be read,
@@ -12,6 +12,14 @@
  * and the communicator lost after it), and each defines its results as depending on the
  * earliest such failure, which is what the controller's graph says of them too (the call
  * depends on every member of the group).
+ *
+ * The end is another all_reduce (min) over the group, after the function: each member says how
+ * its run went (through, a call of the group failed, or the function failed on its own). A
+ * member whose function threw before some of its group's calls would otherwise be one call
+ * behind its peers from then on; its end meets the peer's next call instead, which fails there
+ * ("members disagree") and so ends the peer's function, and it tries its end again until the
+ * peer's end comes. Every member then knows whether the call went through everywhere. The start
+ * and end pass one and three f64s, so a function's own all_reduce is unlikely to agree with them.
  */
 import type { Comm } from "../../ffi/comm.ts"
 import * as k from "../../ffi/ops.ts"
@@ -36,6 +44,38 @@ export const startTogether = (comm: Comm, blocked: number | undefined, stream: S
     comm.allReduce(flag, flag, "min", stream)
     const earliest = (flag.toHost(stream).toArray() as Float64Array)[0]!
     return earliest === READY ? undefined : earliest
+  } finally {
+    flag.free()
+  }
+}
+
+/** How a member's run went, in the end's order: the least any member gives is the call's outcome. */
+export const enum RunOutcome {
+  /** The function failed on its own (the member reports it). */
+  Failed = 0,
+  /** A call of the group failed (a CommError, reported by the members it failed on). */
+  GroupFailed = 1,
+  Through = 2,
+}
+
+/** How many of its peers' calls a member's end may meet before theirs (a function catching each failure and going on). */
+const END_TRIES = 64
+
+/** The end of a call over `comm` (see the top): the least outcome any member gave. */
+export const endTogether = (comm: Comm, mine: RunOutcome, stream: Stream): RunOutcome => {
+  const flag = Tensor.empty(comm.native, "f64", [3])
+  try {
+    for (let tries = 1; ; tries++) {
+      k.fill(flag, mine, stream)
+      try {
+        comm.allReduce(flag, flag, "min", stream)
+        return (flag.toHost(stream).toArray() as Float64Array)[0]! as RunOutcome
+      } catch (e) {
+        // A peer still in the function's calls met this end: that call failed there; meet its next.
+        const error = commError(e)
+        if (error.reason !== "invalid" || tries >= END_TRIES) throw error
+      }
+    }
   } finally {
     flag.free()
   }

@@ -91,4 +91,10 @@ export const blockThenSum = defineFunction((ctx, rank: number, ms: number, t: Te
   return ctx.group().allReduce(t)
 })
 
+/** Throws on one rank before the group's sum: the others wait in it for that rank. */
+export const throwThenSum = defineFunction((ctx, rank: number, t: Tensor) => {
+  if (ctx.rank === rank) throw new Error(`deliberate failure on rank ${rank}`)
+  return ctx.group().allReduce(t)
+})
+
 export const pid = defineFunction(() => process.pid)

@@ -169,6 +169,18 @@ describe("failures", () => {
     expect((await rt.runPromise(Effect.flip(mesh.call(`${FNS}:groupOp`, [], {}, { dims: ["tp", "tp"] })))).message).toContain("distinct dims")
   })
 
+  test("a function that throws on one member before its group's call: the member's end meets the other's call, both fail at once with the thrower's error, the group goes on", async () => {
+    const t = fromHost(mesh, host([2], Float32Array.from([1, 2])))
+    const started = performance.now()
+    const bad = await run(mesh.call(`${FNS}:throwThenSum`, [1, t], {}, { dims: "tp", results: [f32([2])] }))
+    const [r0, r1, r2, r3] = await Promise.all([0, 1, 2, 3].map((r) => outcome(bad, r)))
+    expect(performance.now() - started, "rank 0 did not wait in its sum for rank 1").toBeLessThan(COMM_TIMEOUT_MS / 3)
+    for (const f of [r0, r1]) expect((f as RemoteError).message).toContain("deliberate failure on rank 1")
+    expect([r2, r3]).toEqual([[2, 4], [2, 4]])
+    const good = await run(mesh.call(`${FNS}:groupOp`, ["allReduce", t, "sum"], {}, { dims: "tp", results: [f32([2])] }))
+    for (let r = 0; r < 4; r++) expect(await outcome(good, r), `rank ${r}`).toEqual([3, 6])
+  }, 60_000)
+
   test("a poisoned input on one member: no member of its group runs the function or waits for it; both fail with that poison, the other group computes", async () => {
     const base = fromHost(mesh, host([2], Float32Array.from([1, 2])))
     // Rank 1's copy is poisoned (its function threw); the others are good.

@@ -15,7 +15,7 @@ import { HostTensor } from "../../protocol/values.ts"
 import { CommError } from "../../comm/errors.ts"
 import { DependentOnError, FunctionFailed, ResultCountMismatch, ResultMismatch, WrongRefType } from "../errors.ts"
 import { isBuiltin } from "../functions.ts"
-import { blockedBy, CallGroup, startTogether } from "../group.ts"
+import { blockedBy, CallGroup, endTogether, RunOutcome, startTogether } from "../group.ts"
 import { DeviceMesh } from "../mesh.ts"
 import { flattenTensors, getAs, kindOf } from "../refs.ts"
 import { announce, lookup, tryDefine, tryDefineNow, type Session } from "../session.ts"
@@ -155,12 +155,25 @@ const callWithGroup = (s: Session, m: CallFunction, ident: number, stream: Strea
       }
     }))
     const broken = [...groups.values()].find(({ group }) => group.failure !== undefined)
-    if (broken !== undefined) {
-      if (outcome._tag === "Success") freeUnheld(s, flattenTensors(outcome.success))
-      return yield* s.comms.failedOutside(mesh.id, broken.dims, broken.group.comm, ident, broken.group.failure!)
+    const mine = broken !== undefined ? RunOutcome.GroupFailed : outcome._tag === "Failure" ? RunOutcome.Failed : RunOutcome.Through
+    // Only the members whose own run failed report it; the rest depend on them, as the controller's graph says.
+    const report: Effect.Effect<never, unknown> | undefined = mine === RunOutcome.Failed ? Effect.fail(outcome._tag === "Failure" ? outcome.failure : undefined)
+      : mine === RunOutcome.GroupFailed ? s.comms.failedOutside(mesh.id, broken!.dims, broken!.group.comm, ident, broken!.group.failure!)
+      : undefined
+    if (outcome._tag === "Success" && mine !== RunOutcome.Through) freeUnheld(s, flattenTensors(outcome.success))
+    // A communicator that timed out or lost a peer cannot carry the end: its members all fail with that.
+    if (broken !== undefined && broken.group.failure!.reason !== "invalid") return yield* report!
+    const ended = yield* Effect.result(blocking(() => endTogether(comm, mine, stream)))
+    if (ended._tag === "Failure") {
+      const torn = s.comms.failedOutside(mesh.id, dims, comm, ident, ended.failure as CommError)
+      return yield* report === undefined ? torn : torn.pipe(Effect.catch(() => report))
     }
-    if (outcome._tag === "Failure") return yield* Effect.fail(outcome.failure)
-    defineResults(s, m, outcome.success)
+    if (report !== undefined && ended.success === mine) return yield* report
+    if (ended.success !== RunOutcome.Through) {
+      if (outcome._tag === "Success" && mine === RunOutcome.Through) freeUnheld(s, flattenTensors(outcome.success))
+      return yield* Effect.fail(blockedBy(ident))
+    }
+    defineResults(s, m, (outcome as { readonly success: unknown }).success)
   }).pipe(Effect.ensuring(Effect.sync(() => freeUnheld(s, uploads))))
 }
 
