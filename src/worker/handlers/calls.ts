@@ -114,9 +114,9 @@ const defineResults = (s: Session, m: CallFunction, result: unknown): void => {
 const blockingIdent = (e: unknown, ident: number): number => (e instanceof DependentOnError ? e.ident : ident)
 
 /**
- * A call that declared a group (m.mesh, m.dims): its members start together (group.ts), then
- * the function runs with the group's communicator. A failure of any of the group's calls fails
- * the command, even one the function caught: its peers failed theirs too.
+ * A call that declared a group (m.mesh, m.dims): its members start together (group.ts), the
+ * function runs with the group's communicators, and they end together. A failure of any of the
+ * group's calls fails the command, even one the function caught: its peers failed theirs too.
  */
 const callWithGroup = (s: Session, m: CallFunction, ident: number, stream: Stream): Effect.Effect<void, unknown> => {
   const mesh = getAs(s.env, m.mesh!, DeviceMesh, "a mesh")
