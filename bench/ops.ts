@@ -35,7 +35,7 @@ const THREADS = (flag("--threads") ?? "1,2").split(",").map(Number)
 const WORKER = !argv.includes("--no-worker")
 const native = loadNative("cpu")
 const stream = Stream.default(native)
-const ctx = { native, rank: 0, world: 1, device: "cpu" as const, stream, coords: {}, generator: new Generator(0), kwargs: {} }
+const ctx = { native, rank: 0, world: 1, device: "cpu" as const, stream, coords: {}, generator: new Generator(0), kwargs: {}, group: () => { throw new Error("no group") } }
 
 type Arg = { t: "f32"; shape: number[] } | { t: "i64"; shape: number[]; high: number } | number | number[] | string | boolean | null | Arg[]
 interface Case { readonly name: string; readonly op: string; readonly args: Arg[]; readonly kwargs?: Record<string, unknown>; readonly reps: number }

@@ -219,6 +219,42 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("const base = this.#base ?? this", "const base = this"),
     tests: ["tests/ops/views.test.ts"],
   },
+  {
+    area: "worker", behaviour: "user group: the members of a call's group start together, so a poisoned member's peers neither run the function nor wait for it",
+    file: "src/worker/group.ts",
+    edits: one('    k.fill(flag, blocked ?? READY, stream)\n    comm.allReduce(flag, flag, "min", stream)\n', "    k.fill(flag, blocked ?? READY, stream)\n"),
+    tests: ["tests/comm/usergroup.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "user group: a member whose function threw before a group call meets its peers' calls until their end",
+    file: "src/worker/group.ts",
+    edits: one('        if (error.reason !== "invalid" || tries >= END_TRIES) throw error\n', "        throw error\n"),
+    tests: ["tests/comm/usergroup.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "user group: a group failure the function caught still fails the call",
+    file: "src/worker/handlers/calls.ts",
+    edits: one("find(({ group }) => group.failure !== undefined)", 'find(({ group }) => group.failure !== undefined && outcome._tag === "Failure")'),
+    tests: ["tests/comm/usergroup.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "user group: ctx.group refuses dims other than its call declared",
+    file: "src/worker/handlers/calls.ts",
+    edits: one('  const found = groups.get(names.join(","))\n', '  const found = groups.get(names.join(",")) ?? groups.get(dims.join(","))\n'),
+    tests: ["tests/comm/usergroup.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "user group: a call over several dims also gets each dim's own group",
+    file: "src/worker/handlers/calls.ts",
+    edits: one("      groups.set(d, { dims: one, group: new CallGroup(along, ranks, stream) })\n", ""),
+    tests: ["tests/comm/usergroup.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "user group: reduceScatter keeps this member's row (output shape[1:])",
+    file: "src/worker/group.ts",
+    edits: one("this.like(input, input.shape.slice(1))", "this.like(input, input.shape)"),
+    tests: ["tests/comm/usergroup.test.ts"],
+  },
   // ---- controller -------------------------------------------------------------------------
   {
     area: "controller", behaviour: "a lost worker fails only the commands that need it (graph)",
@@ -673,6 +709,18 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("!Number.isInteger(d.dim) || ", ""),
     tests: ["tests/gpt/placement.test.ts"],
   },
+  {
+    area: "controller", behaviour: "user group: a call with dims depends on every member of its group (a lost member fails it with WorkerLost)",
+    file: "src/controller/mesh.ts",
+    edits: one("}), group === undefined ? undefined : this.groupExchange(group))", "}))"),
+    tests: ["tests/comm/usergroup.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "user group: a group on a built-in is refused",
+    file: "src/controller/mesh.ts",
+    edits: one('    if (fn.startsWith("ops.")) throw refuse(`${fn} is a built-in', '    if (false) throw refuse(`${fn} is a built-in'),
+    tests: ["tests/comm/usergroup.test.ts"],
+  },
   // ---- protocol ---------------------------------------------------------------------------
   {
     area: "protocol", behaviour: "NDSlice.rankAt walks row-major",
@@ -807,6 +855,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     file: "src/worker/handlers/calls.ts",
     edits: one("  if (v instanceof HostTensor || v instanceof FloatNumber) return v", "  if (v instanceof HostTensor) return v"),
     tests: ["tests/ops/floats.test.ts"],
+  },
+  {
+    area: "protocol", behaviour: "user group: CallFunction's dims are a set of one or more names",
+    file: "src/protocol/messages.ts",
+    edits: one("    : m.dims !== undefined && (m.dims.length === 0 || new Set(m.dims).size !== m.dims.length) ?", "    : false ?"),
+    tests: ["tests/protocol/malformed.test.ts"],
   },
   // ---- ops of issue 11.2 (behaviours say "11.2": --only 11.2) -----------------------------
   {

@@ -168,9 +168,7 @@ export class Communicators {
   private failed<A>(mesh: number, dims: ReadonlyArray<string>, group: Group, ident: number, e: unknown, op: (comm: Comm) => A, mayRetry: boolean): Effect.Effect<A, CommError> {
     const error = inGlobalRanks(commError(e), group.members)
     if (!UNUSABLE_AFTER.includes(error.reason)) return Effect.fail(error)
-    const name = dims.join(",")
-    if (this.groups.get(mesh)?.get(name) === group) this.groups.get(mesh)!.delete(name)
-    group.comm.destroy()
+    this.drop(mesh, dims, group)
     const self = this
     return Effect.gen(function* () {
       const earlier = yield* self.notes.abandoned(group.key)
@@ -179,6 +177,26 @@ export class Communicators {
       const fresh = yield* self.open(mesh, dims, group.members, ident)
       return yield* self.attempt(mesh, dims, fresh, ident, op, false)
     })
+  }
+
+  /** Tears down a group's communicator that a failure left unusable. */
+  private drop(mesh: number, dims: ReadonlyArray<string>, group: Group): void {
+    const name = dims.join(",")
+    if (this.groups.get(mesh)?.get(name) === group) this.groups.get(mesh)!.delete(name)
+    group.comm.destroy()
+  }
+
+  /**
+   * `error` (in global ranks) failed a call on `comm`, mesh `mesh`'s group over `dims`, made
+   * outside `collective` (a user function's own) at command `ident`: a communicator it left
+   * unusable is torn down, with a note, and the group's next collective opens a new one. The
+   * call is not tried again: a function may have done anything before it failed.
+   */
+  failedOutside(mesh: number, dims: ReadonlyArray<string>, comm: Comm, ident: number, error: CommError): Effect.Effect<never, CommError> {
+    const group = this.groups.get(mesh)?.get(dims.join(","))
+    if (group?.comm !== comm || !UNUSABLE_AFTER.includes(error.reason)) return Effect.fail(error)
+    this.drop(mesh, dims, group)
+    return this.notes.abandon(group.key, ident).pipe(Effect.andThen(Effect.fail(error)))
   }
 
   /**

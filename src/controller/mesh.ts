@@ -31,6 +31,12 @@ export interface CallOptions {
    * reduce and send). Built-ins know theirs.
    */
   readonly results?: number | ReadonlyArray<TensorMeta>
+  /**
+   * A user function that runs its own collectives (FunctionContext.group): the dims of this
+   * mesh its group spans. Each rank's results then depend on every member of its group, as a
+   * reduce's do: a member's failure or loss fails the call on all of them.
+   */
+  readonly dims?: string | ReadonlyArray<string>
 }
 
 export interface ReduceOptions {
@@ -181,10 +187,13 @@ export class Mesh {
     for (const r of mutated) defines.push(r.id)
     if (reads.borrows.length > 0) firstUses(this.core, reads.borrows)
     // Results given as metadata are declared to the workers, which check what the function returns against them.
-    const declared = Array.isArray(opts.results) ? metas.map((m) => m ?? null) : undefined
+    const group = opts.dims === undefined ? undefined : this.callGroup(fn, opts.dims)
+    // A group follows `declared` on the wire: without declarations, each result declares nothing (nil).
+    const declared = Array.isArray(opts.results) ? metas.map((m) => m ?? null) : group === undefined ? undefined : metas.map(() => null)
     this.core.command(this.ranks, fn, reads.inputs, defines, site, (ident) => ({
       _tag: "CallFunction", ident, results, mutates: mutated, function: fn, args: wireArgs, kwargs: wireKwargs, stream: stream.ref, declared,
-    }))
+      ...(group === undefined ? {} : { mesh: this.ref, dims: group }),
+    }), group === undefined ? undefined : this.groupExchange(group))
     // Each tensor written in place moves its storage's version (what autograd checks its saved tensors by).
     if (opts.mutates !== undefined) for (const t of opts.mutates) this.wrote(t)
     const handles = new Array<RemoteTensor>(results.length)
@@ -271,6 +280,15 @@ export class Mesh {
     out.placement = opts.placement ?? afterCollective(t.placement, this.names, names, reduction, scatter)
     if (!inplace) recordCollectiveGrad(label, out, t, names, size, reduction, scatter)
     return out
+  }
+
+  /** The dims a user function's group spans, checked: a set of one or more of this mesh's dims. */
+  private callGroup(fn: string, dims: string | ReadonlyArray<string>): ReadonlyArray<string> {
+    if (fn.startsWith("ops.")) throw refuse(`${fn} is a built-in: only a user function takes a group (CallOptions.dims)`)
+    const names = typeof dims === "string" ? [dims] : [...dims]
+    if (names.length === 0 || new Set(names).size !== names.length) throw refuse(`a call's group needs one or more distinct dims, got [${names.join(", ")}]`)
+    this.checkDims(names)
+    return names
   }
 
   /**

@@ -4,6 +4,7 @@
  */
 import type { Native } from "../../ffi/native.ts"
 import type { Stream } from "../../ffi/stream.ts"
+import type { Tensor } from "../../ffi/tensor.ts"
 import type { Device } from "../protocol/values.ts"
 import type { Generator } from "./generator.ts"
 
@@ -21,6 +22,45 @@ export interface FunctionContext {
   readonly generator: Generator
   /** The command's keyword arguments, looked up. */
   readonly kwargs: Readonly<Record<string, unknown>>
+  /**
+   * A communicator of the group the call declared (CallOptions.dims): the ranks of its mesh
+   * that differ from this one only in those dims. No `dims`, or all of them in the declared
+   * order: that group; one declared dim: the group along it alone. Throws CommError for any
+   * other dims, or a call that declared none.
+   */
+  readonly group: (dims?: string | ReadonlyArray<string>) => Group
+}
+
+/** A reduction a group's all_reduce and reduce_scatter apply. */
+export type GroupReduction = "sum" | "avg" | "max" | "min" | "prod"
+
+/**
+ * A group's collectives and transfers, on the command's stream, in the order the function
+ * issues them. Every member must make the same calls in the same order: members passing
+ * different dtypes, element counts, reductions or roots all fail the call at once with
+ * CommError ("members disagree"). A failure fails the whole command on every member, even if
+ * the function catches it. Ranks are positions in the group (0 .. size - 1).
+ */
+export interface Group {
+  /** This rank's position in the group, and the group's size. */
+  readonly rank: number
+  readonly size: number
+  /** The global ranks of the members, in group order. */
+  readonly members: ReadonlyArray<number>
+  /** `t` reduced over the members, as a new tensor (inplace: into `t`, which it returns). */
+  allReduce(t: Tensor, reduction?: GroupReduction, opts?: { readonly inplace?: boolean }): Tensor
+  /** Every member's `t`, stacked: `[size, ...t.shape]`. */
+  allGather(t: Tensor): Tensor
+  /** `t` (dim 0 of size `size`) reduced over the members; this member keeps row `rank`: `t.shape.slice(1)`. */
+  reduceScatter(t: Tensor, reduction?: GroupReduction): Tensor
+  /** Member `root`'s `t` on every member, as a new tensor (inplace: into `t`). */
+  broadcast(t: Tensor, root: number, opts?: { readonly inplace?: boolean }): Tensor
+  /** Sends `t` to member `to`, which must recv a tensor of the same dtype and element count. */
+  send(t: Tensor, to: number): void
+  /** Receives into `into` (returned) from member `from`. */
+  recv(into: Tensor, from: number): Tensor
+  /** Sends and receives posted together (a ring's step): each member's pairs must match its peers'. */
+  exchange(ops: ReadonlyArray<{ readonly send: Tensor; readonly to: number } | { readonly recv: Tensor; readonly from: number }>): void
 }
 
 /**

@@ -6,6 +6,6 @@
  */
 export { op } from "./kernels.ts"
 export { OpArgumentError, type TensorMeta } from "./meta.ts"
-export { defineFunction, type FunctionContext, type RemoteFunction } from "./function.ts"
+export { defineFunction, type FunctionContext, type Group, type GroupReduction, type RemoteFunction } from "./function.ts"
 export type { Tensor } from "../../ffi/tensor.ts"
 export { float, FloatNumber } from "../protocol/values.ts"

@@ -101,7 +101,14 @@ export const WORKER_MESSAGES = {
     ["stream", refField],
     // What a user function declared it returns: the worker fails the command at its root when a result differs.
     ["declared", optional(metaList), "per result, [dtype, shape] or nil"],
-  ], (m) => (m.declared !== undefined && m.declared.length !== m.results.length ? ["declared", `${m.declared.length} declarations for ${m.results.length} results`] : undefined)),
+    // A function that runs its own collectives: the mesh, and the dims of its group (given together).
+    ["mesh", optional(refField)],
+    ["dims", optional(strList), "the group's dims, in member order"],
+  ], (m) =>
+    m.declared !== undefined && m.declared.length !== m.results.length ? ["declared", `${m.declared.length} declarations for ${m.results.length} results`]
+    : m.mesh !== undefined && m.dims === undefined ? ["dims", "a mesh without the dims of its group"]
+    : m.dims !== undefined && (m.dims.length === 0 || new Set(m.dims).size !== m.dims.length) ? ["dims", `[${m.dims.join(", ")}] is not a set of one or more dims`]
+    : undefined),
   /** Looks up `object`, applies `function` when given, and answers FetchResult(ident, value). */
   FetchValue: message(4, [
     ["ident", identField],

@@ -112,6 +112,7 @@ const badField: { readonly [K in Message["_tag"]]: { readonly [F in (typeof MESS
     CallFunction: {
       ident: uint, results: refList, mutates: [{}, ": expected array, got map"], function: text, args: ["a", ": expected array, got string"], kwargs: [[1], ": expected map, got array"], stream: ref,
       declared: [[null, ["f99", [2]]], '[1][0]: unknown dtype "f99" (one of f32, f64, f16, bf16, i32, i64, u8, bool)'],
+      mesh: ref, dims: textList,
     },
     FetchValue: { ident: [1.5, ": expected unsigned integer, got float 1.5"], mutates: refList, function: [false, ": expected string, got boolean"], object: anyValue, stream: ref },
     RequestStatus: { ident: uint },
@@ -151,7 +152,7 @@ const badField: { readonly [K in Message["_tag"]]: { readonly [F in (typeof MESS
 const validExample: { readonly [K in Message["_tag"]]: Extract<Message, { _tag: K }> } = {
   CreateDeviceMesh: samples[4] as Extract<Message, { _tag: "CreateDeviceMesh" }>,
   CreateStream: { _tag: "CreateStream", result: new Ref(1), default: true },
-  CallFunction: samples[0] as Extract<Message, { _tag: "CallFunction" }>,
+  CallFunction: { ...(samples[0] as Extract<Message, { _tag: "CallFunction" }>), declared: [null, null], mesh: new Ref(3), dims: ["tp"] },
   FetchValue: { _tag: "FetchValue", ident: 1, mutates: [], function: "f", object: [1], stream: new Ref(1) },
   RequestStatus: { _tag: "RequestStatus", ident: 1 },
   Exit: { _tag: "Exit" },
@@ -221,6 +222,10 @@ describe("a wrong type in each field", () => {
     send[4] = wireOf({ _tag: "CreateDeviceMesh", result: new Ref(1), names: ["a"], ranks: NDSlice.contiguous([3]) })[3]
     expect(wireProblem(send)).toBe("SendTensor.toRanks: 3 ranks for 2 in fromRanks")
     expect(wireProblem([...wireOf(samples[0]!), [["f32", [2]]]])).toBe("CallFunction.declared: 1 declarations for 2 results")
+    const mesh3 = new ExtData(1, new Uint8Array(4))
+    expect(wireProblem([...wireOf(samples[0]!), [null, null], mesh3])).toBe("CallFunction.dims: a mesh without the dims of its group")
+    expect(wireProblem([...wireOf(samples[0]!), [null, null], mesh3, []])).toBe("CallFunction.dims: [] is not a set of one or more dims")
+    expect(wireProblem([...wireOf(samples[0]!), [null, null], mesh3, ["tp", "tp"]])).toBe("CallFunction.dims: [tp, tp] is not a set of one or more dims")
   })
 
   test("a declaration: [dtype, shape] or nil per result", () => {

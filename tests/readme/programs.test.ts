@@ -10,7 +10,13 @@ import { readmeBlocks } from "./blocks"
 
 const ROOT = join(import.meta.dir, "../..")
 const BUN = process.execPath
-const programs = readmeBlocks(readFileSync(join(ROOT, "README.md"), "utf8")).filter((b) => b.code.includes("Effect.runPromise("))
+const blocks = readmeBlocks(readFileSync(join(ROOT, "README.md"), "utf8"))
+const programs = blocks.filter((b) => b.code.includes("Effect.runPromise("))
+/** Modules a program calls into (a block whose first line is `// <name>.ts`): written beside every program, under its function root. */
+const modules = blocks.flatMap((b) => {
+  const name = /^\/\/ (\w+\.ts)\n/.exec(b.code)?.[1]
+  return name === undefined ? [] : [{ name, code: b.code }]
+})
 
 /** Runs one block from its own folder inside the repository (so `monarch-bun/...` resolves to this package). */
 const run = async (b: { line: number; code: string }) => {
@@ -18,6 +24,7 @@ const run = async (b: { line: number; code: string }) => {
   rmSync(dir, { recursive: true, force: true })
   mkdirSync(dir, { recursive: true })
   writeFileSync(join(dir, "program.ts"), b.code)
+  for (const m of modules) writeFileSync(join(dir, m.name), m.code)
   const proc = Bun.spawn([BUN, "run", "program.ts"], { cwd: dir, stdout: "pipe", stderr: "pipe", env: { ...process.env, MONARCH_DEVICE: "cpu" } })
   const timer = setTimeout(() => proc.kill(9), 90_000)
   const [stdout, stderr, exitCode] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited])
@@ -43,6 +50,12 @@ describe("README.md's programs run", () => {
         const per = batch.length / ranks.length
         expect(ranks).toEqual(ranks.map((_, r) => batch.slice(r * per, (r + 1) * per)))
         expect(stdout).toContain("placement={dp: shard(0)}, local_size=[4, 3]")
+      }
+      if (b.code.includes("tp:rowParallel")) {
+        // The function's tp all_reduce gives x @ w on the controller's own matmul, up to f32 rounding.
+        const gap = Number(/largest difference from x @ w: (\S+)/.exec(stdout)?.[1])
+        expect(gap).toBeGreaterThanOrEqual(0)
+        expect(gap).toBeLessThan(1e-5)
       }
       if (b.code.includes("probs.shape")) {
         // the shape known at the call, then the loss fetched as a Float32Array element

@@ -76,14 +76,14 @@ describe("declared results", () => {
     const raw = new Encoder()
     h.links[0]!.sendRawForTestsOnly(raw.encode([...wire, [["f17", [3]]]]))
     h.links[0]!.sendRawForTestsOnly(raw.encode([...wire, [["f32", [3]], null]]))
-    h.links[0]!.sendRawForTestsOnly(raw.encode([...wire, [["f32", [3]]], "extra"]))
+    h.links[0]!.sendRawForTestsOnly(raw.encode([...wire, [["f32", [3]]], "mesh", ["tp"], "extra"]))
     const ok = fresh()
     h.send(0, declare(call(next(), [ok], "fns:castTo", [x, "f32"]), [{ dtype: "f32", shape: [3] }]))
     expect(await fetched(0, ok)).toEqual([1, 2, 3])
     expect(h.seen(0, "ProtocolError").slice(before).map((p) => p.message)).toEqual([
       'CallFunction.declared[0][0]: unknown dtype "f17" (one of f32, f64, f16, bf16, i32, i64, u8, bool)',
       "CallFunction.declared: 2 declarations for 1 results",
-      "CallFunction: expected 7 to 8 fields, got 9",
+      "CallFunction: expected 7 to 10 fields, got 11",
     ])
   })
 })

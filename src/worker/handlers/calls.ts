@@ -12,16 +12,36 @@ import { sameShape } from "../../ops/meta.ts"
 import type { DeclaredMeta } from "../../protocol/fields.ts"
 import type { CallFunction, FetchValue, Value } from "../../protocol/messages.ts"
 import { FloatNumber, HostTensor } from "../../protocol/values.ts"
-import { FunctionFailed, ResultCountMismatch, ResultMismatch, WrongRefType } from "../errors.ts"
+import { CommError } from "../../comm/errors.ts"
+import { DependentOnError, FunctionFailed, ResultCountMismatch, ResultMismatch, WrongRefType } from "../errors.ts"
 import { isBuiltin } from "../functions.ts"
+import { blockedBy, CallGroup, endTogether, RunOutcome, startTogether } from "../group.ts"
 import { holdHostCopy } from "../memory.ts"
-import { flattenTensors, kindOf } from "../refs.ts"
+import { DeviceMesh } from "../mesh.ts"
+import { flattenTensors, getAs, kindOf } from "../refs.ts"
 import { announce, lookup, tryDefine, tryDefineNow, type Session } from "../session.ts"
-import { streamOf } from "../streams.ts"
+import { blocking, streamOf } from "../streams.ts"
 
-export const contextFor = (s: Session, stream: Stream, kwargs: Readonly<Record<string, unknown>>): FunctionContext => ({
-  native: s.native, rank: s.rank, world: s.world, device: s.native.device, stream, coords: s.coords, generator: s.generator, kwargs,
+/** The group of a call that declared none. */
+const noGroup = (): never => {
+  throw new CommError({ reason: "invalid", message: "this call declared no group: give the dims it communicates over (CallOptions.dims)" })
+}
+
+export const contextFor = (s: Session, stream: Stream, kwargs: Readonly<Record<string, unknown>>, group: FunctionContext["group"] = noGroup): FunctionContext => ({
+  native: s.native, rank: s.rank, world: s.world, device: s.native.device, stream, coords: s.coords, generator: s.generator, kwargs, group,
 })
+
+/** A call's groups by their dims ("dp,tp"): the one over every declared dim, and (for two or more) one per dim. */
+type CallGroups = ReadonlyMap<string, { readonly dims: ReadonlyArray<string>; readonly group: CallGroup }>
+
+/** ctx.group of a call over `dims`: the group over them (no dims asked, or all of them), or one dim's. */
+const declaredGroup = (dims: ReadonlyArray<string>, groups: CallGroups): FunctionContext["group"] => (asked) => {
+  const names = asked === undefined ? dims : typeof asked === "string" ? [asked] : [...asked]
+  const found = groups.get(names.join(","))
+  if (found === undefined)
+    throw new CommError({ reason: "invalid", message: `the function asked for the group over [${names.join(", ")}]; its call declared [${dims.join(", ")}] (the group over them all, or over one of them)` })
+  return found.group
+}
 
 const failed = (name: string) => (cause: unknown) =>
   new FunctionFailed({ function: name, cause, message: `${name}: ${cause instanceof Error ? cause.message : String(cause)}` })
@@ -76,30 +96,101 @@ const undeclared = (fn: string, declared: ReadonlyArray<DeclaredMeta | null>, te
 
 export const callFunction = (s: Session) => (m: CallFunction) => Effect.suspend(() => callNow(s, m) ?? Effect.void)
 
+/** Defines the call's results from what the function returned, or throws why not (freeing it). */
+const defineResults = (s: Session, m: CallFunction, result: unknown): void => {
+  const tensors = flattenTensors(result)
+  if (tensors.length !== m.results.length) {
+    freeUnheld(s, tensors)
+    throw new ResultCountMismatch({ message: `${m.function} returned ${tensors.length} tensor(s) for ${m.results.length} result(s)` })
+  }
+  const mismatch = m.declared === undefined ? undefined : undeclared(m.function, m.declared, tensors)
+  if (mismatch !== undefined) {
+    freeUnheld(s, tensors)
+    throw mismatch
+  }
+  for (let i = 0; i < tensors.length; i++) s.env.define(m.results[i]!, tensors[i]!)
+}
+
+/** The ident a member that cannot run the call gives at the start (group.ts): a poison's own, else this command's. */
+const blockingIdent = (e: unknown, ident: number): number => (e instanceof DependentOnError ? e.ident : ident)
+
+/**
+ * A call that declared a group (m.mesh, m.dims): its members start together (group.ts), the
+ * function runs with the group's communicators, and they end together. A failure of any of the
+ * group's calls fails the command, even one the function caught: its peers failed theirs too.
+ */
+const callWithGroup = (s: Session, m: CallFunction, ident: number, stream: Stream): Effect.Effect<void, unknown> => {
+  const mesh = getAs(s.env, m.mesh!, DeviceMesh, "a mesh")
+  const dims = m.dims!
+  const members = mesh.members(dims)
+  const uploads: Tensor[] = []
+  /** Why this member cannot run the function: it still starts with the others, to tell them. */
+  let own: unknown
+  let args: unknown[] = [], kwargs: Record<string, unknown> = {}
+  try {
+    args = lookup(s, m.args, stream, uploads) as unknown[]
+    kwargs = lookup(s, m.kwargs, stream, uploads) as Record<string, unknown>
+  } catch (e) {
+    own = e
+  }
+  return Effect.gen(function* () {
+    const fn = own !== undefined ? undefined : yield* s.functions.resolve(m.function).pipe(Effect.catch((e) => Effect.sync(() => void (own = e))))
+    const blockedAt = own === undefined ? undefined : blockingIdent(own, ident)
+    const { comm, earliest } = yield* blocking(() => s.comms.collective(mesh.id, dims, () => members, ident, (comm) => ({ comm, earliest: startTogether(comm, blockedAt, stream) })))
+    if (own !== undefined) return yield* Effect.fail(own)
+    if (earliest !== undefined) return yield* Effect.fail(blockedBy(earliest))
+    const groups = new Map([[dims.join(","), { dims, group: new CallGroup(comm, members, stream) }]])
+    // Each dim's own group, opened once every member has started (they all span the whole one).
+    if (dims.length > 1) for (const d of dims) {
+      const one = [d], ranks = mesh.members(one)
+      const along = yield* blocking(() => s.comms.collective(mesh.id, one, () => ranks, ident, (c) => c))
+      groups.set(d, { dims: one, group: new CallGroup(along, ranks, stream) })
+    }
+    const ctx = contextFor(s, stream, kwargs, declaredGroup(dims, groups))
+    const outcome = yield* Effect.result(Effect.suspend(() => {
+      try {
+        const out = fn!(ctx, ...args)
+        return out instanceof Promise ? Effect.tryPromise({ try: () => out, catch: failed(m.function) }) : Effect.succeed(out)
+      } catch (e) {
+        return Effect.fail(failed(m.function)(e))
+      }
+    }))
+    const broken = [...groups.values()].find(({ group }) => group.failure !== undefined)
+    const mine = broken !== undefined ? RunOutcome.GroupFailed : outcome._tag === "Failure" ? RunOutcome.Failed : RunOutcome.Through
+    // Only the members whose own run failed report it; the rest depend on them, as the controller's graph says.
+    const report: Effect.Effect<never, unknown> | undefined = mine === RunOutcome.Failed ? Effect.fail(outcome._tag === "Failure" ? outcome.failure : undefined)
+      : mine === RunOutcome.GroupFailed ? s.comms.failedOutside(mesh.id, broken!.dims, broken!.group.comm, ident, broken!.group.failure!)
+      : undefined
+    if (outcome._tag === "Success" && mine !== RunOutcome.Through) freeUnheld(s, flattenTensors(outcome.success))
+    // A communicator that timed out or lost a peer cannot carry the end: its members all fail with that.
+    if (broken !== undefined && broken.group.failure!.reason !== "invalid") return yield* report!
+    const ended = yield* Effect.result(blocking(() => endTogether(comm, mine, stream)))
+    if (ended._tag === "Failure") {
+      const torn = s.comms.failedOutside(mesh.id, dims, comm, ident, ended.failure as CommError)
+      return yield* report === undefined ? torn : torn.pipe(Effect.catch(() => report))
+    }
+    if (report !== undefined && ended.success === mine) return yield* report
+    if (ended.success !== RunOutcome.Through) {
+      if (outcome._tag === "Success" && mine === RunOutcome.Through) freeUnheld(s, flattenTensors(outcome.success))
+      return yield* Effect.fail(blockedBy(ident))
+    }
+    defineResults(s, m, (outcome as { readonly success: unknown }).success)
+  }).pipe(Effect.ensuring(Effect.sync(() => freeUnheld(s, uploads))))
+}
+
 /** CallFunction run now (tryDefineNow), as command `ident` (a recording's call renumbers its commands): undefined when it finished here. */
 export const callNow = (s: Session, m: CallFunction, ident = m.ident): Effect.Effect<void> | undefined =>
   tryDefineNow(s, ident, m.mutates.length === 0 ? m.results : [...m.results, ...m.mutates], () => {
     const stream = streamOf(s.env, m.stream)
     // Built-ins are quick for all but the largest tensors, and too frequent to announce.
     if (!isBuiltin(m.function)) announce(s, ident)
+    if (m.mesh !== undefined) return callWithGroup(s, m, ident, stream)
     const uploads: Tensor[] = []
     return freeingAfter(s, uploads, () => {
       const args = lookup(s, m.args, stream, uploads) as unknown[]
       const kwargs = lookup(s, m.kwargs, stream, uploads) as Record<string, unknown>
       const ctx = contextFor(s, stream, kwargs)
-      return invoke(s, m.function, (fn) => fn(ctx, ...args), (result) => {
-        const tensors = flattenTensors(result)
-        if (tensors.length !== m.results.length) {
-          freeUnheld(s, tensors)
-          throw new ResultCountMismatch({ message: `${m.function} returned ${tensors.length} tensor(s) for ${m.results.length} result(s)` })
-        }
-        const mismatch = m.declared === undefined ? undefined : undeclared(m.function, m.declared, tensors)
-        if (mismatch !== undefined) {
-          freeUnheld(s, tensors)
-          throw mismatch
-        }
-        for (let i = 0; i < tensors.length; i++) s.env.define(m.results[i]!, tensors[i]!)
-      })
+      return invoke(s, m.function, (fn) => fn(ctx, ...args), (result) => defineResults(s, m, result))
     })
   })
 
