@@ -9,7 +9,7 @@
  * over /etc/hosts inside the namespace only.
  */
 import type { Subprocess } from "bun"
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { hostname, tmpdir } from "node:os"
 import { join } from "node:path"
 import { freePort, isAlive } from "../processes.ts"
@@ -112,6 +112,20 @@ export const jobProcesses = (jobId: number): number[] => {
   return found
 }
 
+/**
+ * Shell commands that mount this host's cgroup hierarchies again at /sys/fs/cgroup: `ip netns
+ * exec` mounts a fresh /sys (in a mount namespace of its own), and slurmd will not start without
+ * them even with proctrack/linuxproc and task/none.
+ */
+const cgroupMounts = (): string => {
+  const mounts = readFileSync("/proc/self/mounts", "utf8").split("\n").map((l) => l.split(" "))
+    .filter((f) => f[1]?.startsWith("/sys/fs/cgroup") && ["tmpfs", "cgroup", "cgroup2"].includes(f[2] ?? ""))
+  return mounts.map(([, path, type, options]) => {
+    const keep = type === "cgroup" ? options!.split(",").filter((o) => !["rw", "ro", "relatime", "nosuid", "nodev", "noexec"].includes(o)).join(",") : ""
+    return `mkdir -p ${path} && mount -t ${type} ${keep === "" ? "" : `-o ${keep} `}${type} ${path} && `
+  }).join("")
+}
+
 const conf = (dir: string, nodes: ReadonlyArray<Node>, ports: { ctld: number; slurmd: number }, munge: string, cpus: number) => [
   "ClusterName=monarch",
   `SlurmctldHost=${nodes[0]!.name}(${nodes[0]!.address})`,
@@ -156,6 +170,8 @@ export const startCluster = async (options: { nodes: 1 | 2; cpus: number }): Pro
   const daemons: Started[] = []
   let hosts: Hosts | undefined
   const netnsDirs: string[] = []
+  /** Whether /etc/netns was made here (and so goes again once its folders are gone). */
+  let madeNetnsRoot = false
   let stopped = false
   const nodes: Node[] = []
   const env: Record<string, string> = { SLURM_CONF: join(dir, "slurm.conf") }
@@ -192,6 +208,7 @@ export const startCluster = async (options: { nodes: 1 | 2; cpus: number }): Pro
     }
     hosts?.remove()
     for (const d of netnsDirs) rmSync(d, { recursive: true, force: true })
+    if (madeNetnsRoot) rmSync("/etc/netns", { recursive: true, force: true })
     rmSync(dir, { recursive: true, force: true })
   }
   try {
@@ -203,6 +220,7 @@ export const startCluster = async (options: { nodes: 1 | 2; cpus: number }): Pro
       hosts = made
       made.hosts.forEach((h, i) => nodes.push({ name: `monarch-n${i + 1}`, address: h.address, host: h }))
       // Each namespace resolves both node names (its /etc/hosts, mounted by `ip netns exec`).
+      madeNetnsRoot = !existsSync("/etc/netns")
       for (const n of nodes) {
         const d = join("/etc/netns", n.host!.ns)
         mkdirSync(d, { recursive: true })
@@ -222,7 +240,8 @@ export const startCluster = async (options: { nodes: 1 | 2; cpus: number }): Pro
     await until(() => munged.output.some((l) => l.includes("Created socket")) || munged.proc.exitCode !== null, 15_000, () => `munged did not start:\n${munged.output.join("\n")}`)
     if (munged.proc.exitCode !== null) throw new Error(`munged exited: ${munged.output.join("\n")}`)
     writeFileSync(env.SLURM_CONF!, conf(dir, nodes, ports, socket, options.cpus))
-    const inNode = (n: Node, argv: string[]) => (n.host === undefined ? argv : inHost(n.host, ["unshare", "--uts", "sh", "-c", `hostname ${n.name} && exec "$@"`, "sh", ...argv]))
+    const inNode = (n: Node, argv: string[]) => (n.host === undefined ? argv
+      : inHost(n.host, ["unshare", "--uts", "sh", "-c", `hostname ${n.name} && ${cgroupMounts()}exec "$@"`, "sh", ...argv]))
     daemons.push(start("slurmctld", inNode(nodes[0]!, [sbin("slurmctld"), "-D", "-i", "-f", env.SLURM_CONF!]), env))
     for (const n of nodes) daemons.push(start(`slurmd ${n.name}`, inNode(n, [sbin("slurmd"), "-D", "-f", env.SLURM_CONF!, "-N", n.name]), env))
     await until(async () => {

@@ -1,16 +1,23 @@
 // Workers under real SLURM (Debian's slurm-wlm 22.05 with munge, tests/slurm/cluster.ts):
 // `srun -n 4` of src/worker.ts on one node, the controller attached from this process through
 // the store worker rank 0 hosts on the first node; a task killed is WorkerLost naming its rank;
-// scancel ends every process of the job. Installs slurm-wlm and munge when missing (as root);
-// skips, saying why, where that cannot be done.
+// scancel ends every process of the job. Then two nodes (network namespaces joined by a veth
+// pair, each slurmd with its own hostname), 2 tasks each, driven by tests/hosts/controller.ts
+// on node 1: collectives over the world and across the nodes, sends each way, exact.
+// Installs slurm-wlm and munge when missing (as root); skips, saying why, where that cannot be
+// done or namespaces cannot be made.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { Effect } from "effect"
-import { readFileSync } from "node:fs"
+import { readFileSync, readlinkSync } from "node:fs"
 import { hostname } from "node:os"
 import { Controller, HostTensor } from "../../src/controller/index.ts"
 import { ATTACH_TOKEN, withController } from "../attaching.ts"
 import { freePort } from "../processes.ts"
 import { describeUnless } from "../skip.ts"
+import { mismatch, STEPS, type ControllerReport } from "../hosts/plan.ts"
+import { HostProcess } from "../hosts/process.ts"
+import { unavailable as namespacesUnavailable } from "../hosts/reliability.ts"
+import { defaultStorePort } from "../../src/worker/slurm.ts"
 import { jobProcesses, slurmUnavailable, startCluster, until, type Cluster } from "./cluster.ts"
 
 const ROOT = new URL("../..", import.meta.url).pathname.replace(/\/$/, "")
@@ -81,6 +88,60 @@ describeUnless(reason)("srun -n 4 on one node (slurm-wlm, munge, slurmctld and s
       expect((await c.run(["scancel", String(jobId)])).status).toBe(0)
       await until(() => srun.proc.exitCode !== null && jobProcesses(jobId).length === 0 && stepDaemons(jobId).length === 0, 20_000, () => `left: ${jobProcesses(jobId)} ${stepDaemons(jobId)}\n${explain()}`)
     } finally {
+      srun.proc.kill("SIGKILL")
+    }
+  }, 120_000)
+})
+
+const twoNodeReason = reason ?? namespacesUnavailable()
+
+describeUnless(twoNodeReason)("srun -N 2 -n 4 on two nodes (network and UTS namespaces, a slurmd each)", () => {
+  let cluster: Cluster | undefined
+  beforeAll(async () => {
+    cluster = await startCluster({ nodes: 2, cpus: 2 })
+  }, 60_000)
+  afterAll(async () => {
+    await cluster?.stop()
+  }, 30_000)
+
+  test("2 tasks per node: the store on node 1 at the default port, Gloo across the veth, the controller on node 1 drives both nodes exactly", async () => {
+    const c = cluster!
+    const [n1, n2] = c.nodes as [(typeof c.nodes)[0], (typeof c.nodes)[0]]
+    const token = "slurm-two-nodes-token-0123456789"
+    const srun = c.spawn("srun", ["srun", "-N", "2", "-n", "4", "--ntasks-per-node", "2", "--job-name", `monarch2-${process.pid}`, process.execPath, WORKER], {
+      MONARCH_TOKEN: token, MONARCH_DEVICE: "cpu", MONARCH_LOG: "info", MONARCH_FUNCTION_PATH: ROOT,
+      MONARCH_COMM_TIMEOUT_MS: "30000", MONARCH_CONNECT_TIMEOUT_MS: "60000",
+    })
+    let controller: HostProcess | undefined
+    const explain = () => `srun:\n${srun.output.slice(-30).join("\n")}\n${controller?.tail(10) ?? ""}\n${c.logs()}`
+    try {
+      let jobId = 0
+      await until(async () => {
+        const r = await c.run(["squeue", "-h", "-n", `monarch2-${process.pid}`, "-o", "%i %T"])
+        const [id, state] = r.output.trim().split(" ")
+        jobId = Number(id)
+        return state === "RUNNING"
+      }, 30_000, explain)
+      await until(() => jobProcesses(jobId).length >= 4, 30_000, explain)
+      const tasks = jobProcesses(jobId).map((pid) => ({ pid, env: environOf(pid) })).filter((t) => t.env.SLURM_PROCID !== undefined && readFileSync(`/proc/${t.pid}/cmdline`, "latin1").includes("worker.ts"))
+      // Each node's tasks run in its slurmd's UTS namespace, not this one's.
+      const ownUts = readlinkSync("/proc/self/ns/uts")
+      expect(tasks.map((t) => [t.env.SLURM_PROCID, t.env.SLURMD_NODENAME, readlinkSync(`/proc/${t.pid}/ns/uts`) !== ownUts]).sort())
+        .toEqual([["0", n1.name, true], ["1", n1.name, true], ["2", n2.name, true], ["3", n2.name, true]])
+
+      const port = defaultStorePort(jobId)
+      controller = new HostProcess("controller", n1.host!, [process.execPath, `${ROOT}/tests/hosts/controller.ts`, n1.address, String(port), "4"], { MONARCH_TOKEN: token })
+      const report = JSON.parse(await controller.line((l) => l.startsWith("{"), 60_000).catch((e) => { throw new Error(`${e.message}\n${explain()}`) })) as ControllerReport
+      expect(await controller.exit(10_000)).toBe(0)
+      // Ranks 0-1 on node 1's address, 2-3 on node 2's; every result exact.
+      expect(report.placement).toEqual([[n1.address], [n1.address], [n2.address], [n2.address]])
+      for (const step of STEPS) expect({ step: step.name, why: mismatch(step, report.results[step.name]) }).toEqual({ step: step.name, why: undefined })
+      expect(srun.output.some((l) => l.includes(`hosting the store at ${n1.name}:${port} (srun started none)`))).toBe(true)
+      // The controller's Exit ends every task with 0, so srun does too, and nothing of the job is left.
+      expect(await Promise.race([srun.proc.exited, Bun.sleep(20_000).then(() => "srun still running")])).toBe(0)
+      await until(() => jobProcesses(jobId).length === 0 && stepDaemons(jobId).length === 0, 20_000, () => `left: ${jobProcesses(jobId)} ${stepDaemons(jobId)}`)
+    } finally {
+      controller?.kill()
       srun.proc.kill("SIGKILL")
     }
   }, 120_000)
