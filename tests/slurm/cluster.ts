@@ -5,15 +5,14 @@
  * files of its own in a temp folder and ports picked for this run. One node runs on this host;
  * two nodes are the two network namespaces of tests/hosts/netns.ts, each slurmd in its own UTS
  * namespace too (its hostname is its node name), with slurmctld and every client command on
- * node 1. Names resolve through /etc/netns/<namespace>/hosts, which `ip netns exec` mounts
- * over /etc/hosts inside the namespace only.
+ * node 1. Names resolve through each namespace's own /etc/hosts (netns.ts nameHosts).
  */
 import type { Subprocess } from "bun"
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { hostname, tmpdir } from "node:os"
 import { join } from "node:path"
 import { freePort, isAlive } from "../processes.ts"
-import { createHosts, inHost, type Host, type Hosts } from "../hosts/netns.ts"
+import { createHosts, inHost, inNamedHost, nameHosts, type Host, type Hosts } from "../hosts/netns.ts"
 
 const PROGRAMS = ["munged", "mungekey", "slurmctld", "slurmd", "srun", "sinfo", "squeue", "scancel", "scontrol"] as const
 
@@ -169,9 +168,7 @@ export const startCluster = async (options: { nodes: 1 | 2; cpus: number }): Pro
   const dir = mkdtempSync(join(tmpdir(), "monarch-slurm-"))
   const daemons: Started[] = []
   let hosts: Hosts | undefined
-  const netnsDirs: string[] = []
-  /** Whether /etc/netns was made here (and so goes again once its folders are gone). */
-  let madeNetnsRoot = false
+  let removeNames: (() => void) | undefined
   let stopped = false
   const nodes: Node[] = []
   const env: Record<string, string> = { SLURM_CONF: join(dir, "slurm.conf") }
@@ -207,8 +204,7 @@ export const startCluster = async (options: { nodes: 1 | 2; cpus: number }): Pro
       await d.proc.exited
     }
     hosts?.remove()
-    for (const d of netnsDirs) rmSync(d, { recursive: true, force: true })
-    if (madeNetnsRoot) rmSync("/etc/netns", { recursive: true, force: true })
+    removeNames?.()
     rmSync(dir, { recursive: true, force: true })
   }
   try {
@@ -220,13 +216,7 @@ export const startCluster = async (options: { nodes: 1 | 2; cpus: number }): Pro
       hosts = made
       made.hosts.forEach((h, i) => nodes.push({ name: `monarch-n${i + 1}`, address: h.address, host: h }))
       // Each namespace resolves both node names (its /etc/hosts, mounted by `ip netns exec`).
-      madeNetnsRoot = !existsSync("/etc/netns")
-      for (const n of nodes) {
-        const d = join("/etc/netns", n.host!.ns)
-        mkdirSync(d, { recursive: true })
-        netnsDirs.push(d)
-        writeFileSync(join(d, "hosts"), ["127.0.0.1 localhost", ...nodes.map((m) => `${m.address} ${m.name}`), ""].join("\n"))
-      }
+      removeNames = nameHosts(nodes.map((n) => ({ host: n.host!, name: n.name })))
     }
     // Free on this host's loopback; inside the namespaces any port is free.
     const ports = { ctld: await freePort(), slurmd: await freePort() }
@@ -241,7 +231,7 @@ export const startCluster = async (options: { nodes: 1 | 2; cpus: number }): Pro
     if (munged.proc.exitCode !== null) throw new Error(`munged exited: ${munged.output.join("\n")}`)
     writeFileSync(env.SLURM_CONF!, conf(dir, nodes, ports, socket, options.cpus))
     const inNode = (n: Node, argv: string[]) => (n.host === undefined ? argv
-      : inHost(n.host, ["unshare", "--uts", "sh", "-c", `hostname ${n.name} && ${cgroupMounts()}exec "$@"`, "sh", ...argv]))
+      : inNamedHost(n.host, n.name, argv, cgroupMounts()))
     daemons.push(start("slurmctld", inNode(nodes[0]!, [sbin("slurmctld"), "-D", "-i", "-f", env.SLURM_CONF!]), env))
     for (const n of nodes) daemons.push(start(`slurmd ${n.name}`, inNode(n, [sbin("slurmd"), "-D", "-f", env.SLURM_CONF!, "-N", n.name]), env))
     await until(async () => {
