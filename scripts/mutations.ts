@@ -195,6 +195,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("if (perNode !== undefined && tasks!.reduce((a, b) => a + b, 0) !== world)", "if (perNode !== undefined && tasks!.reduce((a, b) => a + b, 0) < 0)"),
     tests: ["tests/slurm/environment.test.ts"],
   },
+  {
+    area: "worker", behaviour: "slurm: each communicator's log line names the transport the shim picked (shm+tcp on one host, tcp across)",
+    file: "src/comm/communicators.ts",
+    edits: one('describeTransport(comm.transport(), o.hostname || "127.0.0.1")', 'describeTransport("tcp", o.hostname || "127.0.0.1")'),
+    tests: ["tests/slurm/slurm.test.ts"],
+  },
   // ---- controller -------------------------------------------------------------------------
   {
     area: "controller", behaviour: "a lost worker fails only the commands that need it (graph)",

@@ -31,6 +31,13 @@ const environOf = (pid: number): Record<string, string> =>
 const stepDaemons = (jobId: number): number[] =>
   Bun.spawnSync(["pgrep", "-f", `^slurmstepd: \\[${jobId}\\.`], { stdout: "pipe" }).stdout.toString().split("\n").filter((l) => l !== "").map(Number)
 
+/** The transport each rank's world communicator picked, in rank order, from the workers' info lines. */
+const transports = (lines: ReadonlyArray<string>): string[] =>
+  lines.flatMap((l) => {
+    const m = /\[worker (\d+)\] communicator comm\/world over ranks \[[\d, ]+\]: (\S+)/.exec(l)
+    return m ? [[Number(m[1]), m[2]!] as const] : []
+  }).sort((a, b) => a[0] - b[0]).map(([, t]) => t)
+
 describeUnless(reason)("srun -n 4 on one node (slurm-wlm, munge, slurmctld and slurmd started here)", () => {
   let cluster: Cluster | undefined
   beforeAll(async () => {
@@ -81,6 +88,8 @@ describeUnless(reason)("srun -n 4 on one node (slurm-wlm, munge, slurmctld and s
       expect(outcome.lost._tag).toBe("WorkerLost")
       expect(outcome.lost).toMatchObject({ rank: 2 })
       expect(srun.output.some((l) => l.includes(`hosting the store at ${hostname()}:${port} (srun started none)`))).toBe(true)
+      // One host: the world communicator all-reduces through shared memory (MONARCH_LOG=info says so).
+      expect(transports(srun.output)).toEqual(["shm+tcp", "shm+tcp", "shm+tcp", "shm+tcp"])
 
       // scancel ends the job: srun returns, and no process of the job (tasks, slurmstepd) is left.
       const left = jobProcesses(jobId)
@@ -137,6 +146,19 @@ describeUnless(twoNodeReason)("srun -N 2 -n 4 on two nodes (network and UTS name
       expect(report.placement).toEqual([[n1.address], [n1.address], [n2.address], [n2.address]])
       for (const step of STEPS) expect({ step: step.name, why: mismatch(step, report.results[step.name]) }).toEqual({ step: step.name, why: undefined })
       expect(srun.output.some((l) => l.includes(`hosting the store at ${n1.name}:${port} (srun started none)`))).toBe(true)
+      // A communicator whose members span the nodes is Gloo over TCP (the veth pair), never shared
+      // memory; one within a node (mesh dim "local") all-reduces through shared memory.
+      const opened = srun.output.flatMap((l) => {
+        const m = /\[worker (\d)\] communicator (\S+) over ranks \[([\d, ]+)\]: (\S+) (.*)$/.exec(l)
+        return m ? [{ rank: Number(m[1]), key: m[2]!, members: m[3]!.split(", ").map(Number), transport: m[4]!, detail: m[5]! }] : []
+      })
+      expect(opened.filter((o) => o.key === "comm/world").length).toBe(4)
+      expect(opened.some((o) => o.members.length === 2 && Math.floor(o.members[0]! / 2) === Math.floor(o.members[1]! / 2))).toBe(true)
+      for (const o of opened) {
+        const spans = new Set(o.members.map((r) => Math.floor(r / 2))).size > 1
+        expect({ key: o.key, rank: o.rank, transport: o.transport }).toEqual({ key: o.key, rank: o.rank, transport: spans ? "tcp" : "shm+tcp" })
+        expect(o.detail).toContain(`from ${o.rank < 2 ? n1.address : n2.address}`)
+      }
       // The controller's Exit ends every task with 0, so srun does too, and nothing of the job is left.
       expect(await Promise.race([srun.proc.exited, Bun.sleep(20_000).then(() => "srun still running")])).toBe(0)
       await until(() => jobProcesses(jobId).length === 0 && stepDaemons(jobId).length === 0, 20_000, () => `left: ${jobProcesses(jobId)} ${stepDaemons(jobId)}`)
