@@ -14,7 +14,7 @@ import { join } from "node:path"
 import { freePort, isAlive } from "../processes.ts"
 import { createHosts, inHost, inNamedHost, nameHosts, type Host, type Hosts } from "../hosts/netns.ts"
 
-const PROGRAMS = ["munged", "mungekey", "slurmctld", "slurmd", "srun", "sinfo", "squeue", "scancel", "scontrol"] as const
+const PROGRAMS = ["munged", "mungekey", "slurmctld", "slurmd", "srun", "sbatch", "sinfo", "squeue", "scancel", "scontrol"] as const
 
 const missing = () => PROGRAMS.filter((p) => Bun.which(p, { PATH: `${process.env.PATH ?? ""}:/usr/sbin:/sbin` }) === null)
 
@@ -62,7 +62,9 @@ export interface Cluster {
   /** Starts a client command (srun, scancel, ...) where the controller is, with this environment added. */
   readonly spawn: (label: string, argv: ReadonlyArray<string>, env?: Readonly<Record<string, string>>) => Started
   /** Runs a client command to its end: its status and output. */
-  readonly run: (argv: ReadonlyArray<string>) => Promise<{ status: number; output: string }>
+  readonly run: (argv: ReadonlyArray<string>, env?: Readonly<Record<string, string>>) => Promise<{ status: number; output: string }>
+  /** The processes of job `jobId` still running: its tasks (and their children) and its slurmstepd. */
+  readonly jobProcesses: (jobId: number) => number[]
   /** The daemons' log lines, for a failure message. */
   readonly logs: () => string
   /** Cancels every job of this cluster, stops its daemons and removes its files; safe to call twice. */
@@ -97,18 +99,29 @@ export const until = async (ready: () => boolean | Promise<boolean>, timeoutMs: 
   }
 }
 
-/** The pids of processes whose environment says they belong to SLURM job `jobId` (its tasks and their children). */
-export const jobProcesses = (jobId: number): number[] => {
-  const found: number[] = []
-  for (const entry of readdirSync("/proc")) {
-    const pid = Number(entry)
-    if (!Number.isSafeInteger(pid) || pid === process.pid) continue
-    try {
-      const environ = readFileSync(`/proc/${pid}/environ`, "latin1").split("\0")
-      if (environ.includes(`SLURM_JOB_ID=${jobId}`) && isAlive(pid)) found.push(pid)
-    } catch {}
+/** A process's environment (empty once it is gone or unreadable). */
+const environOf = (pid: number): string[] => {
+  try {
+    return readFileSync(`/proc/${pid}/environ`, "latin1").split("\0")
+  } catch {
+    return []
   }
-  return found
+}
+
+/** Live processes (not this one) whose environment holds every one of `entries`. */
+const processesWith = (entries: ReadonlyArray<string>): number[] =>
+  readdirSync("/proc").map(Number).filter((pid) => {
+    if (!Number.isSafeInteger(pid) || pid === process.pid) return false
+    const env = environOf(pid)
+    return entries.every((e) => env.includes(e)) && isAlive(pid)
+  })
+
+const cmdline = (pid: number): string => {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, "latin1")
+  } catch {
+    return ""
+  }
 }
 
 /**
@@ -174,8 +187,8 @@ export const startCluster = async (options: { nodes: 1 | 2; cpus: number }): Pro
   const env: Record<string, string> = { SLURM_CONF: join(dir, "slurm.conf") }
   const where = (argv: ReadonlyArray<string>) => (nodes[0]?.host === undefined ? [...argv] : inHost(nodes[0].host, argv))
   const spawn = (label: string, argv: ReadonlyArray<string>, extra: Readonly<Record<string, string>> = {}) => start(label, where(argv), { ...env, ...extra })
-  const run = async (argv: ReadonlyArray<string>) => {
-    const s = spawn(argv[0]!, argv)
+  const run = async (argv: ReadonlyArray<string>, extra: Readonly<Record<string, string>> = {}) => {
+    const s = spawn(argv[0]!, argv, extra)
     const status = await s.proc.exited
     await Bun.sleep(0)
     return { status, output: s.output.join("\n") }
@@ -189,6 +202,11 @@ export const startCluster = async (options: { nodes: 1 | 2; cpus: number }): Pro
     }
     return lines.join("\n")
   }
+  const mine = `SLURM_CONF=${env.SLURM_CONF}`
+  const jobProcesses = (jobId: number) => [
+    ...processesWith([mine, `SLURM_JOB_ID=${jobId}`]),
+    ...processesWith([mine]).filter((pid) => cmdline(pid).startsWith(`slurmstepd: [${jobId}.`)),
+  ]
   const stop = async () => {
     if (stopped) return
     stopped = true
@@ -196,12 +214,19 @@ export const startCluster = async (options: { nodes: 1 | 2; cpus: number }): Pro
     if (daemons.some((d) => d.label === "slurmctld" && d.proc.exitCode === null)) {
       const cancel = spawn("scancel", ["scancel", "--user", "root"])
       await Promise.race([cancel.proc.exited, Bun.sleep(5000)])
+      await until(async () => (await run(["squeue", "-h"])).output.trim() === "", 10_000, () => "").catch(() => {})
     }
     for (const d of [...daemons].reverse()) {
       d.proc.kill("SIGTERM")
       const ended = await Promise.race([d.proc.exited.then(() => true), Bun.sleep(5000).then(() => false)])
       if (!ended) d.proc.kill("SIGKILL")
       await d.proc.exited
+    }
+    // Whatever of this cluster outlived its daemons (a slurmstepd cut off mid-step, its tasks) goes too.
+    for (const pid of processesWith([mine])) {
+      try {
+        process.kill(pid, "SIGKILL")
+      } catch {}
     }
     hosts?.remove()
     removeNames?.()
@@ -240,7 +265,7 @@ export const startCluster = async (options: { nodes: 1 | 2; cpus: number }): Pro
       const states = (await run(["sinfo", "-h", "-N", "-o", "%N %T"])).output.split("\n").filter((l) => l.trim() !== "")
       return states.length === nodes.length && states.every((l) => l.endsWith(" idle"))
     }, 30_000, () => `the nodes were not idle:\n${logs()}`)
-    return { dir, nodes, env, spawn, run, logs, stop }
+    return { dir, nodes, env, spawn, run, jobProcesses, logs, stop }
   } catch (e) {
     await stop()
     throw e

@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { Effect } from "effect"
 import { readFileSync, readlinkSync } from "node:fs"
 import { hostname } from "node:os"
+import { join } from "node:path"
 import { Controller, HostTensor } from "../../src/controller/index.ts"
 import { ATTACH_TOKEN, withController } from "../attaching.ts"
 import { freePort } from "../processes.ts"
@@ -18,7 +19,7 @@ import { mismatch, STEPS, type ControllerReport } from "../hosts/plan.ts"
 import { HostProcess } from "../hosts/process.ts"
 import { unavailable as namespacesUnavailable } from "../hosts/reliability.ts"
 import { defaultStorePort } from "../../src/worker/slurm.ts"
-import { jobProcesses, slurmUnavailable, startCluster, until, type Cluster } from "./cluster.ts"
+import { slurmUnavailable, startCluster, until, type Cluster } from "./cluster.ts"
 
 const ROOT = new URL("../..", import.meta.url).pathname.replace(/\/$/, "")
 const WORKER = `${ROOT}/src/worker.ts`
@@ -26,10 +27,6 @@ const reason = slurmUnavailable()
 
 const environOf = (pid: number): Record<string, string> =>
   Object.fromEntries(readFileSync(`/proc/${pid}/environ`, "latin1").split("\0").filter((e) => e.includes("=")).map((e) => [e.slice(0, e.indexOf("=")), e.slice(e.indexOf("=") + 1)]))
-
-/** slurmstepd's processes for job `jobId` (named "slurmstepd: [<job>.<step>]"). */
-const stepDaemons = (jobId: number): number[] =>
-  Bun.spawnSync(["pgrep", "-f", `^slurmstepd: \\[${jobId}\\.`], { stdout: "pipe" }).stdout.toString().split("\n").filter((l) => l !== "").map(Number)
 
 /** The transport each rank's world communicator picked, in rank order, from the workers' info lines. */
 const transports = (lines: ReadonlyArray<string>): string[] =>
@@ -64,7 +61,7 @@ describeUnless(reason)("srun -n 4 on one node (slurm-wlm, munge, slurmctld and s
         jobId = Number(id)
         return state === "RUNNING"
       }, 30_000, explain)
-      await until(() => jobProcesses(jobId).length >= 4, 30_000, explain)
+      await until(() => c.jobProcesses(jobId).length >= 4, 30_000, explain)
 
       const outcome = await withController(Controller.attach({ world: 4, store: { host: "127.0.0.1", port }, startTimeoutMs: 60_000 }), (rt) => rt.runPromise(Effect.gen(function* () {
         const ctl = yield* Controller
@@ -92,10 +89,10 @@ describeUnless(reason)("srun -n 4 on one node (slurm-wlm, munge, slurmctld and s
       expect(transports(srun.output)).toEqual(["shm+tcp", "shm+tcp", "shm+tcp", "shm+tcp"])
 
       // scancel ends the job: srun returns, and no process of the job (tasks, slurmstepd) is left.
-      const left = jobProcesses(jobId)
+      const left = c.jobProcesses(jobId)
       expect(left.length).toBeGreaterThan(0)
       expect((await c.run(["scancel", String(jobId)])).status).toBe(0)
-      await until(() => srun.proc.exitCode !== null && jobProcesses(jobId).length === 0 && stepDaemons(jobId).length === 0, 20_000, () => `left: ${jobProcesses(jobId)} ${stepDaemons(jobId)}\n${explain()}`)
+      await until(() => srun.proc.exitCode !== null && c.jobProcesses(jobId).length === 0, 20_000, () => `left: ${c.jobProcesses(jobId)}\n${explain()}`)
     } finally {
       srun.proc.kill("SIGKILL")
     }
@@ -131,8 +128,8 @@ describeUnless(twoNodeReason)("srun -N 2 -n 4 on two nodes (network and UTS name
         jobId = Number(id)
         return state === "RUNNING"
       }, 30_000, explain)
-      await until(() => jobProcesses(jobId).length >= 4, 30_000, explain)
-      const tasks = jobProcesses(jobId).map((pid) => ({ pid, env: environOf(pid) })).filter((t) => t.env.SLURM_PROCID !== undefined && readFileSync(`/proc/${t.pid}/cmdline`, "latin1").includes("worker.ts"))
+      await until(() => c.jobProcesses(jobId).length >= 4, 30_000, explain)
+      const tasks = c.jobProcesses(jobId).map((pid) => ({ pid, env: environOf(pid) })).filter((t) => t.env.SLURM_PROCID !== undefined && readFileSync(`/proc/${t.pid}/cmdline`, "latin1").includes("worker.ts"))
       // Each node's tasks run in its slurmd's UTS namespace, not this one's.
       const ownUts = readlinkSync("/proc/self/ns/uts")
       expect(tasks.map((t) => [t.env.SLURM_PROCID, t.env.SLURMD_NODENAME, readlinkSync(`/proc/${t.pid}/ns/uts`) !== ownUts]).sort())
@@ -161,10 +158,33 @@ describeUnless(twoNodeReason)("srun -N 2 -n 4 on two nodes (network and UTS name
       }
       // The controller's Exit ends every task with 0, so srun does too, and nothing of the job is left.
       expect(await Promise.race([srun.proc.exited, Bun.sleep(20_000).then(() => "srun still running")])).toBe(0)
-      await until(() => jobProcesses(jobId).length === 0 && stepDaemons(jobId).length === 0, 20_000, () => `left: ${jobProcesses(jobId)} ${stepDaemons(jobId)}`)
+      await until(() => c.jobProcesses(jobId).length === 0, 20_000, () => `left: ${c.jobProcesses(jobId)}`)
     } finally {
       controller?.kill()
       srun.proc.kill("SIGKILL")
     }
+  }, 120_000)
+
+  test("examples/slurm/gpt.sbatch: the GPT demo on 2 nodes x 2 tasks, the controller in the batch step on node 1", async () => {
+    const c = cluster!
+    // The README shows this script: its commands, without the comments.
+    const commands = (text: string) => text.split("\n").filter((l) => l.trim() !== "" && !/^# /.test(l) && l !== "#")
+    const script = readFileSync(`${ROOT}/examples/slurm/gpt.sbatch`, "utf8")
+    const readme = readFileSync(`${ROOT}/README.md`, "utf8")
+    const block = /```sh\n(#!\/bin\/bash\n#SBATCH[\s\S]*?)```/.exec(readme)?.[1]
+    expect(commands(block ?? "")).toEqual(commands(script))
+    const out = join(c.dir, "gpt-%j.out")
+    const sbatch = await c.run(["sbatch", "--wait", "--chdir", ROOT, "--output", out, `${ROOT}/examples/slurm/gpt.sbatch`, "--no-torch", "--losses"], {
+      BUN: process.execPath, MONARCH_DEMO_STEPS: "4", MONARCH_LOG: "warn",
+    })
+    const jobId = Number(/Submitted batch job (\d+)/.exec(sbatch.output)?.[1])
+    const text = readFileSync(out.replace("%j", String(jobId)), "utf8")
+    if (sbatch.status !== 0) throw new Error(`sbatch --wait exited ${sbatch.status}:\n${sbatch.output}\n${text}\n${c.logs()}`)
+    expect(text).toMatch(/^a GPT on .* \(4 workers, cpu\)/m)
+    const losses = JSON.parse(/^losses (.*)$/m.exec(text)![1]!) as number[]
+    expect(losses.length).toBe(4)
+    expect(losses.every((l) => Number.isFinite(l) && l > 0)).toBe(true)
+    expect(text).toMatch(/the mesh goes on: one more step, loss [\d.]+\ndone in/)
+    await until(() => c.jobProcesses(jobId).length === 0, 20_000, () => `left: ${c.jobProcesses(jobId)}`)
   }, 120_000)
 })
