@@ -277,6 +277,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("      if (waitingMs < after) break\n", "      if (waitingMs < 2 * after) break\n"),
     tests: ["tests/controller/controller.test.ts"],
   },
+  {
+    area: "controller", behaviour: "slurm: an attached recovery sends the survivors no Exit, so every node's torchrun agent restarts its workers",
+    file: "src/controller/controller.ts",
+    edits: one("kill: () => api.core.abandon() }", "kill: () => {} }"),
+    tests: ["tests/torchrun/restart.test.ts"],
+  },
   // compile (src/controller/recording.ts): behaviours say "compile:" (--only compile:)
   {
     area: "controller", behaviour: "compile: every number is part of the signature (a new value traces again)",

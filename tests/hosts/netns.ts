@@ -87,6 +87,8 @@ export const createHosts = (): Hosts | { readonly unavailable: string } => {
     live.delete(remove)
     for (const ns of made.splice(0)) {
       try {
+        // What still runs inside goes first (a launcher's workers outlive a launcher killed -9).
+        for (const left of ip("netns", "pids", ns).split("\n").filter((l) => l.trim() !== "")) process.kill(Number(left), "SIGKILL")
         ip("netns", "del", ns)
       } catch {}
     }
