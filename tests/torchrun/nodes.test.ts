@@ -30,9 +30,10 @@ describeUnless(nodesUnavailable())("torchrun --nnodes 2 --nproc_per_node 2 (c10d
 
   test("the GPT demo trains across the two nodes with the losses of the one-host run", async () => {
     const [h1] = jobs.hosts()
-    // The one-host run: Controller.local's four workers on this host, all over TCP as across hosts.
+    // The one-host run: Controller.local's four workers on this host (all_reduce through shared
+    // memory there, over TCP across the hosts), bit for bit.
     const local = Bun.spawn([process.execPath, `${ROOT}/examples/gpt.ts`, "--losses", "--no-torch"], {
-      env: { ...process.env, MONARCH_DEMO_STEPS: DEMO_STEPS, MONARCH_COMM_SHM: "0" }, stdout: "pipe", stderr: "pipe",
+      env: { ...process.env, MONARCH_DEMO_STEPS: DEMO_STEPS }, stdout: "pipe", stderr: "pipe",
     })
     const { agents, storeFile, explain } = await jobs.start()
     const demo = new HostProcess("demo", h1, [process.execPath, `${ROOT}/examples/gpt.ts`, "--store-file", storeFile, "--host", h1.address, "--losses", "--no-torch"], {
