@@ -165,6 +165,32 @@ describeUnless(twoNodeReason)("srun -N 2 -n 4 on two nodes (network and UTS name
     }
   }, 120_000)
 
+  test("scancel ends the workers on both nodes and their slurmstepd: nothing of the job is left", async () => {
+    const c = cluster!
+    const srun = c.spawn("srun", ["srun", "-N", "2", "-n", "4", "--ntasks-per-node", "2", "--job-name", `monarch3-${process.pid}`, process.execPath, WORKER], {
+      MONARCH_TOKEN: "slurm-scancel-token-0123456789", MONARCH_DEVICE: "cpu", MONARCH_LOG: "warn",
+    })
+    try {
+      let jobId = 0
+      await until(async () => {
+        const r = await c.run(["squeue", "-h", "-n", `monarch3-${process.pid}`, "-o", "%i %T"])
+        const [id, state] = r.output.trim().split(" ")
+        jobId = Number(id)
+        return state === "RUNNING"
+      }, 30_000, () => srun.output.join("\n"))
+      // Every task is up (each waits for a controller), two on each node.
+      await until(() => c.jobProcesses(jobId).filter((pid) => environOf(pid).SLURM_PROCID !== undefined).length === 4, 30_000, () => srun.output.join("\n"))
+      const nodes = c.jobProcesses(jobId).map((pid) => environOf(pid).SLURMD_NODENAME).filter((n) => n !== undefined)
+      expect([...new Set(nodes)].sort()).toEqual(c.nodes.map((n) => n.name).sort())
+      // A slurmstepd per node runs the step's tasks: they count among the job's processes too.
+      expect(c.jobProcesses(jobId).filter((pid) => readFileSync(`/proc/${pid}/cmdline`, "latin1").startsWith(`slurmstepd: [${jobId}.0]`)).length).toBe(2)
+      expect((await c.run(["scancel", String(jobId)])).status).toBe(0)
+      await until(() => srun.proc.exitCode !== null && c.jobProcesses(jobId).length === 0, 20_000, () => `left: ${c.jobProcesses(jobId)}`)
+    } finally {
+      srun.proc.kill("SIGKILL")
+    }
+  }, 90_000)
+
   test("examples/slurm/gpt.sbatch: the GPT demo on 2 nodes x 2 tasks, the controller in the batch step on node 1", async () => {
     const c = cluster!
     // The README shows this script: its commands, without the comments.
