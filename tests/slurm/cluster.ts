@@ -45,6 +45,8 @@ interface Started {
   readonly label: string
   readonly proc: Subprocess<"ignore", "pipe", "pipe">
   readonly output: string[]
+  /** Resolves once both output streams have ended. */
+  readonly drained: Promise<unknown>
 }
 
 export interface Node {
@@ -85,9 +87,7 @@ const pump = async (stream: ReadableStream<Uint8Array>, into: string[]) => {
 const start = (label: string, argv: ReadonlyArray<string>, env: Readonly<Record<string, string>>): Started => {
   const proc = Bun.spawn([...argv], { env: { ...process.env, ...env }, stdin: "ignore", stdout: "pipe", stderr: "pipe" })
   const output: string[] = []
-  void pump(proc.stdout, output)
-  void pump(proc.stderr, output)
-  return { label, proc, output }
+  return { label, proc, output, drained: Promise.all([pump(proc.stdout, output), pump(proc.stderr, output)]) }
 }
 
 /** Polls `ready` every 100 ms until it holds; throws with `why()` after `timeoutMs`. */
@@ -190,7 +190,7 @@ export const startCluster = async (options: { nodes: 1 | 2; cpus: number }): Pro
   const run = async (argv: ReadonlyArray<string>, extra: Readonly<Record<string, string>> = {}) => {
     const s = spawn(argv[0]!, argv, extra)
     const status = await s.proc.exited
-    await Bun.sleep(0)
+    await s.drained
     return { status, output: s.output.join("\n") }
   }
   const logs = () => {
