@@ -40,6 +40,14 @@ const ip = (...args: string[]): string => {
  * still runs inside them (a store serves until killed).
  */
 const sweepStale = (): void => {
+  // The hosts files of named hosts (nameHosts) whose run is gone, and /etc/netns once it is empty.
+  try {
+    for (const name of readdirSync("/etc/netns")) {
+      const pid = Number(name.slice(PREFIX.length).split("-")[0])
+      if (name.startsWith(PREFIX) && Number.isSafeInteger(pid) && pid !== process.pid && !isAlive(pid)) rmSync(join("/etc/netns", name), { recursive: true, force: true })
+    }
+    if (readdirSync("/etc/netns").length === 0) rmSync("/etc/netns", { recursive: true, force: true })
+  } catch {}
   let names: string[]
   try {
     names = readdirSync("/run/netns")
