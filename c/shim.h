@@ -498,6 +498,13 @@ int shim_comm_connect(shim_comm *c, const uint8_t *addrs, const int64_t *lens);
 
 int shim_comm_destroy(shim_comm *c);
 
+/* What carries a connected comm's data, as a short name: cpu "tcp" (Gloo's TCP pairs, as
+ * between hosts) or "shm+tcp" (every member mapped every other's shared segment, so all are on
+ * one host: all_reduce and reduce_scatter go through shared memory, the rest over TCP); "self"
+ * for one member; cuda "nccl" (NCCL picks P2P, shared memory or its network on its own;
+ * NCCL_DEBUG=INFO says which). "" for NULL or a comm not yet connected. */
+const char *shim_comm_transport(const shim_comm *c);
+
 /* out may be in (in place). */
 int shim_all_reduce(shim_comm *c, shim_tensor *out, const shim_tensor *in, int32_t op,
                     shim_stream *s);

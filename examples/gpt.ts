@@ -10,8 +10,15 @@
  * call site, and the mesh goes on. `MONARCH_DEVICE=cuda bun run examples/gpt.ts` runs it on GPUs.
  *
  *   make demo        (or: bun run examples/gpt.ts)
+ *
+ * On workers someone else started (srun, torchrun across nodes: 4 of them), it attaches instead:
+ * `--store HOST:PORT` (the store worker rank 0 hosts) or `--store-file PATH` (its
+ * MONARCH_STORE_FILE), with `--host ADDR` the address its listener binds, which every worker must
+ * reach (the store's host by default). `--losses` prints every step's loss as one JSON line;
+ * `--no-torch` skips the torch twin.
  */
 import { Effect } from "effect"
+import { parseArgs } from "node:util"
 import { allReduce, Controller, HostTensor, type Mesh, noGrad, param, RemoteError, shard } from "../src/controller/index.ts"
 import { AdamW, warmupCosine } from "../src/optim/index.ts"
 import { type Batch, blockSize, generator, makeBatch, makeBatches, SEP, show, VOCAB } from "./gpt/data.ts"
@@ -19,6 +26,9 @@ import { compiledTrainStep, distribute, distributeBatch, GPT } from "./gpt/model
 import { adamw, torchLosses, torchMissing, type AdamWOptions } from "./gpt/twin.ts"
 import { type GPTConfig, initialWeights, paramSpecs } from "./gpt/weights.ts"
 
+const { values: flags } = parseArgs({
+  options: { store: { type: "string" }, "store-file": { type: "string" }, host: { type: "string" }, losses: { type: "boolean" }, "no-torch": { type: "boolean" } },
+})
 const DIGITS = 5, ROWS = 32, HELD_OUT = 256
 /** MONARCH_DEMO_STEPS shortens the run (tests/gpt/demo.test.ts). */
 const STEPS = Number(process.env.MONARCH_DEMO_STEPS ?? 200)
@@ -77,7 +87,7 @@ const program = Effect.gen(function* () {
   const weights = initialWeights(CONFIG, 1)
   const batches = makeBatches(2, STEPS, ROWS, DIGITS)
   // The torch twin trains from the same weights on the same batches meanwhile (another process).
-  const missing = torchMissing()
+  const missing = flags["no-torch"] ? "--no-torch" : torchMissing()
   const twin = missing === undefined ? torchLosses(CONFIG, weights, new Map(paramSpecs(CONFIG).map((s) => [s.name, s.shape])), batches, OPTIM) : undefined
 
   const model = yield* GPT.make(mesh, CONFIG, weights)
@@ -93,6 +103,7 @@ const program = Effect.gen(function* () {
     if ((s + 1) % 20 === 0 || s === 0) process.stdout.write(process.stdout.isTTY ? "\n" : `${line}\n`)
   }
   console.log(`${STEPS} steps in ${((performance.now() - started) / 1000).toFixed(1)} s, through compile(trainStep): ${trainStep.traces} trace, the rest replays`)
+  if (flags.losses) console.log(`losses ${JSON.stringify(losses)}`)
 
   const test = heldOut(batches, HELD_OUT)
   const answers = yield* answer(mesh, model, test)
@@ -118,8 +129,17 @@ const program = Effect.gen(function* () {
   console.log(`the mesh goes on: one more step, loss ${scalar(yield* mesh.fetch(yield* trainStep(x, y, param(schedule(STEPS)), param(STEPS + 1)))).toFixed(4)}`)
 })
 
+/** The workers: four local ones, or those of a job started elsewhere, through its store. */
+const controller = () => {
+  if (flags.store === undefined && flags["store-file"] === undefined) return Controller.local({ world: 4, functionPath: [new URL("..", import.meta.url).pathname] })
+  const at = flags.store === undefined ? undefined : /^(.+):(\d+)$/.exec(flags.store)
+  if (flags.store !== undefined && !at) throw new Error(`--store ${flags.store} is not HOST:PORT`)
+  const host = flags.host ?? at?.[1]
+  return Controller.attach({ world: 4, store: at ? { host: at[1]!, port: Number(at[2]) } : { file: flags["store-file"]! }, ...(host === undefined ? {} : { host }), startTimeoutMs: 120_000 })
+}
+
 const started = performance.now()
-Effect.runPromise(program.pipe(Effect.provide(Controller.local({ world: 4, functionPath: [new URL("..", import.meta.url).pathname] })))).then(
+Effect.runPromise(program.pipe(Effect.provide(controller()))).then(
   () => console.log(`done in ${((performance.now() - started) / 1000).toFixed(1)} s`),
   (e) => {
     console.error(`demo failed: ${e instanceof Error ? e.message : String(e)}`)

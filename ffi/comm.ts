@@ -55,6 +55,14 @@ export class Comm implements Disposable {
     this.native.check(this.native.shim.shim_comm_connect(this.handle, ptr(all), ptr(lens)), "shim_comm_connect")
   }
 
+  /**
+   * What carries this comm's data once connected: "tcp" (Gloo's TCP pairs), "shm+tcp" (all on
+   * one host: all_reduce through shared memory), "self" (one member), "nccl" (cuda).
+   */
+  transport(): string {
+    return String(this.native.shim.shim_comm_transport(this.handle))
+  }
+
   allReduce(out: Tensor, input: Tensor, op: CommOpName, s?: Stream): void {
     this.native.check(this.native.shim.shim_all_reduce(this.handle, out.handle, input.handle, CommOp[op], stream(s)), "shim_all_reduce")
   }

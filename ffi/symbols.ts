@@ -76,6 +76,7 @@ export const symbols = {
   shim_comm_address: { args: [ptr, ptr, i64, ptr], returns: i32 },
   shim_comm_connect: { args: [ptr, ptr, ptr], returns: i32 },
   shim_comm_destroy: { args: [ptr], returns: i32 },
+  shim_comm_transport: { args: [ptr], returns: cstring },
   shim_all_reduce: { args: [ptr, ptr, ptr, i32, ptr], returns: i32 },
   shim_all_gather: { args: [ptr, ptr, ptr, ptr], returns: i32 },
   shim_reduce_scatter: { args: [ptr, ptr, ptr, i32, ptr], returns: i32 },

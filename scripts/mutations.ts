@@ -255,6 +255,66 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("this.like(input, input.shape.slice(1))", "this.like(input, input.shape)"),
     tests: ["tests/comm/usergroup.test.ts"],
   },
+  {
+    area: "worker", behaviour: "slurm: a hostlist's bracket groups expand in scontrol's order (the last fastest, then the first)",
+    file: "src/worker/slurm.ts",
+    edits: one("const order = [...Array.from({ length: last }, (_, i) => last - 1 - i), last]", "const order = Array.from({ length: last + 1 }, (_, i) => i)"),
+    tests: ["tests/slurm/environment.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "slurm: a hostlist range is zero-padded to its low bound's width",
+    file: "src/worker/slurm.ts",
+    edits: one('out.push(String(n).padStart(m[1]!.length, "0"))', "out.push(String(n))"),
+    tests: ["tests/slurm/environment.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "slurm: text after a hostlist's last bracket group is refused",
+    file: "src/worker/slurm.ts",
+    edits: one('  if (rest !== "") throw hostlistError(text, `"${rest}" follows', '  if (rest === "\0") throw hostlistError(text, `"${rest}" follows'),
+    tests: ["tests/slurm/environment.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "slurm: N(xM) in the tasks per node repeats N M times",
+    file: "src/worker/slurm.ts",
+    edits: one("const count = m[2] === undefined ? 1 : Number(m[2])", "const count = 1"),
+    tests: ["tests/slurm/environment.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "slurm: the step's task count wins over the job's",
+    file: "src/worker/slurm.ts",
+    edits: one('count(env, ["SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"])', 'count(env, ["SLURM_NTASKS", "SLURM_STEP_NUM_TASKS"])'),
+    tests: ["tests/slurm/environment.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "slurm: a given STORE_HOSTNAME is used, not hosted by rank 0",
+    file: "src/worker/slurm.ts",
+    edits: one("port, hostedByRank0: given === undefined }", "port, hostedByRank0: true }"),
+    tests: ["tests/slurm/environment.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "slurm: a task with one visible GPU uses device 0",
+    file: "src/worker/slurm.ts",
+    edits: one("    if (list.length === 1) return ordinal(0)\n", ""),
+    tests: ["tests/slurm/environment.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "slurm: torchrun's RANK wins over SLURM_PROCID",
+    file: "src/worker/slurm.ts",
+    edits: one("env.RANK === undefined && env.SLURM_PROCID !== undefined", "env.SLURM_PROCID !== undefined"),
+    tests: ["tests/slurm/environment.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "slurm: the tasks per node must add up to the step's tasks",
+    file: "src/worker/slurm.ts",
+    edits: one("if (perNode !== undefined && tasks!.reduce((a, b) => a + b, 0) !== world)", "if (perNode !== undefined && tasks!.reduce((a, b) => a + b, 0) < 0)"),
+    tests: ["tests/slurm/environment.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "slurm: each communicator's log line names the transport the shim picked (shm+tcp on one host, tcp across)",
+    file: "src/comm/communicators.ts",
+    edits: one('describeTransport(comm.transport(), o.hostname || "127.0.0.1")', 'describeTransport("tcp", o.hostname || "127.0.0.1")'),
+    tests: ["tests/slurm/slurm.test.ts"],
+  },
   // ---- controller -------------------------------------------------------------------------
   {
     area: "controller", behaviour: "a lost worker fails only the commands that need it (graph)",
@@ -423,6 +483,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     file: "src/controller/core.ts",
     edits: one("      if (waitingMs < after) break\n", "      if (waitingMs < 2 * after) break\n"),
     tests: ["tests/controller/controller.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "slurm: an attached recovery sends the survivors no Exit, so every node's torchrun agent restarts its workers",
+    file: "src/controller/controller.ts",
+    edits: one("kill: () => api.core.abandon() }", "kill: () => {} }"),
+    tests: ["tests/torchrun/restart.test.ts"],
   },
   // compile (src/controller/recording.ts): behaviours say "compile:" (--only compile:)
   {

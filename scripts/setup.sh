@@ -4,20 +4,23 @@
 #   build   Gloo, OpenBLAS, iproute2 and the npm packages
 #   demo    build's, and torch 1.13 (the demo compares its losses with a torch twin)
 #   bench   build's, and torch 1.13 (a benchmark compares with torch.distributed)
-#   test    demo's, and chromium (the trace viewer's test draws it headless); the default
-# MONARCH_NO_TORCH=1 and MONARCH_NO_BROWSER=1 leave those out (what needs them then skips).
+#   test    demo's, chromium (the trace viewer's test draws it headless), and slurm-wlm and
+#           munge (the SLURM tests run slurmctld, slurmd and munged here); the default
+# MONARCH_NO_TORCH=1, MONARCH_NO_BROWSER=1 and MONARCH_NO_SLURM=1 leave those out (what needs
+# them then skips).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 mode="${1:-test}"
 case "$mode" in
-  build) torch=0; browser=0 ;;
-  demo|bench) torch=1; browser=0 ;;
-  test) torch=1; browser=1 ;;
+  build) torch=0; browser=0; slurm=0 ;;
+  demo|bench) torch=1; browser=0; slurm=0 ;;
+  test) torch=1; browser=1; slurm=1 ;;
   *) echo "setup: unknown mode '$mode' (build, demo, bench or test)" >&2; exit 2 ;;
 esac
 [ "${MONARCH_NO_TORCH:-0}" != 1 ] || torch=0
 [ "${MONARCH_NO_BROWSER:-0}" != 1 ] || browser=0
+[ "${MONARCH_NO_SLURM:-0}" != 1 ] || slurm=0
 
 missing=()
 [ -f /usr/include/gloo/allreduce.h ] || missing+=(libgloo-dev)
@@ -25,6 +28,7 @@ missing=()
 command -v ip >/dev/null || missing+=(iproute2)
 if [ "$browser" = 1 ] && ! command -v chromium >/dev/null; then missing+=(chromium); fi
 if [ "$torch" = 1 ] && ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then missing+=(python3-torch); fi
+if [ "$slurm" = 1 ] && ! command -v srun >/dev/null; then missing+=(slurm-wlm munge); fi
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ] && ! command -v sudo >/dev/null; then
     echo "setup: missing Debian packages ${missing[*]}; install them as root" >&2; exit 1

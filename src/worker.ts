@@ -11,7 +11,7 @@ const main = Effect.suspend(() => {
 }).pipe(
   Effect.scoped,
   Effect.tapCause((cause) => Effect.logError("worker failed", cause)),
-  Effect.provide(logLayer(`worker ${process.env.RANK ?? "?"}`)),
+  Effect.provide(logLayer(`worker ${process.env.RANK ?? process.env.SLURM_PROCID ?? "?"}`)),
 )
 
 Effect.runPromise(main).then(

@@ -423,6 +423,12 @@ int shim_comm_connect(shim_comm *c, const uint8_t *addrs, const int64_t *lens) {
   });
 }
 
+const char *shim_comm_transport(const shim_comm *c) {
+  if (c == nullptr || !c->connected) return "";
+  if (c->size == 1) return "self";
+  return c->shm_ready ? "shm+tcp" : "tcp";
+}
+
 int shim_comm_destroy(shim_comm *c) {
   SHIM_REQUIRE(c, "comm");
   return guarded(nullptr, "shim_comm_destroy", [&] {

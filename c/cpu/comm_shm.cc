@@ -70,7 +70,7 @@ struct Published {
   uint32_t magic;  // kMagic, or 0 when this member has no segment
   int32_t pid;
   int32_t fd;
-  uint32_t reserved;
+  uint32_t netns;  // the low 32 bits of its network namespace's inode (networkNamespace())
   uint64_t token[2];
 };
 static_assert(sizeof(Published) == ShmGroup::kPublishedBytes, "published layout");
@@ -121,9 +121,19 @@ void *mapSegment(int fd) {
   return base == MAP_FAILED ? nullptr : base;
 }
 
+// This process's network namespace (the low bits of /proc/self/ns/net's inode; 0 if unknown).
+// Members in different network namespaces are treated as different hosts even when one kernel
+// runs them (containers, the multi-host tests' namespaces): they meet over the network, as
+// their addresses say, and not through each other's memory.
+uint32_t networkNamespace() {
+  struct stat st;
+  return stat("/proc/self/ns/net", &st) == 0 ? static_cast<uint32_t>(st.st_ino) : 0;
+}
+
 // Maps the segment a peer published, or returns nullptr when it is not reachable from here.
 void *mapPeer(const Published &p) {
   if (p.magic != kMagic || p.pid <= 0 || p.fd < 0) return nullptr;
+  if (p.netns != networkNamespace()) return nullptr;
   char path[64], target[128];
   snprintf(path, sizeof path, "/proc/%d/fd/%d", p.pid, p.fd);
   ssize_t n = readlink(path, target, sizeof target - 1);
@@ -177,6 +187,7 @@ void ShmGroup::publish(char *out) const {
     p.magic = kMagic;
     p.pid = static_cast<int32_t>(getpid());
     p.fd = fd_;
+    p.netns = networkNamespace();
     memcpy(p.token, token_, sizeof token_);
   }
   memcpy(out, &p, sizeof p);

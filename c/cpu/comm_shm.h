@@ -20,7 +20,8 @@
 // One member's view of the group's segments. Each member creates its own segment (a memfd)
 // and publishes where it is; the others map it through /proc/<pid>/fd/<fd>, which works only
 // on the same host (and PID namespace), and check a random token so that a foreign process's
-// descriptor is never taken for it.
+// descriptor is never taken for it. A member in another network namespace counts as another
+// host: its segment is not mapped.
 class ShmGroup {
  public:
   // What a member publishes (inside its communicator address bytes).

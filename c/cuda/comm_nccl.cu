@@ -304,6 +304,10 @@ int shim_comm_connect(shim_comm *c, const uint8_t *addrs, const int64_t *lens) {
   return SHIM_OK;
 }
 
+const char *shim_comm_transport(const shim_comm *c) {
+  return c == NULL || !c->connected ? "" : "nccl";
+}
+
 /* A healthy comm is finalized (waiting at most the timeout) and destroyed; a broken one was
  * aborted already. The handle is freed either way. */
 int shim_comm_destroy(shim_comm *c) {

@@ -65,6 +65,17 @@ export interface CommunicatorsOptions {
 
 const decoder = new TextDecoder()
 
+/** What the shim says carries a communicator's data (Comm.transport), for the log (MONARCH_LOG=info). */
+const describeTransport = (transport: string, hostname: string): string => {
+  switch (transport) {
+    case "tcp": return `tcp (Gloo's TCP pairs, from ${hostname})`
+    case "shm+tcp": return `shm+tcp (every member on this host: all_reduce through shared memory, the rest over Gloo's TCP pairs from ${hostname})`
+    case "self": return "self (one member)"
+    case "nccl": return "nccl (NCCL picks its own path; NCCL_DEBUG=INFO says which)"
+    default: return transport
+  }
+}
+
 export class Communicators {
   /** Mesh id -> dims ("dp,tp") -> the group's communicator. */
   private readonly groups = new Map<number, Map<string, Group>>()
@@ -85,7 +96,9 @@ export class Communicators {
   /** The world communicator, then the rest through the store (the worker's start-up). */
   static open(o: CommunicatorsOptions): Effect.Effect<Communicators, CommError> {
     const connect: Connect = (key, members) =>
-      rendezvous({ native: o.native, store: o.store, key, members, rank: o.rank, timeoutMs: o.timeoutMs, hostname: o.hostname })
+      rendezvous({ native: o.native, store: o.store, key, members, rank: o.rank, timeoutMs: o.timeoutMs, hostname: o.hostname }).pipe(
+        Effect.tap((comm) => Effect.logInfo(`communicator ${key} over ranks [${members.join(", ")}]: ${describeTransport(comm.transport(), o.hostname || "127.0.0.1")}`)),
+      )
     const notes: Notes = {
       abandoned: (key) => o.store.check([`${key}/abandoned`]).pipe(
         Effect.flatMap((there) => (there ? o.store.get(`${key}/abandoned`) : Effect.succeed(undefined))),

@@ -466,8 +466,9 @@ const attachRecoverable = (o: Omit<AttachOptions, "store">, base: StoreApi | und
     if (o.recover === undefined) return yield* attachWith(o, base)
     const transport = yield* Effect.service(Transport)
     const root = o.checkpoints ?? (process.env.MONARCH_CHECKPOINT_DIR || undefined)
-    // The workers are torchrun's to stop and restart: a recovery only waits for the new ones.
-    const start = attachWith(o, base).pipe(Effect.map((api) => ({ api, kill: () => {} })), Effect.provideService(Transport, transport))
+    // The workers are torchrun's to stop and restart: a recovery abandons them (no Exit, so every
+    // node's agent sees its workers fail and restarts them) and waits for the new ones.
+    const start = attachWith(o, base).pipe(Effect.map((api) => ({ api, kill: () => api.core.abandon() })), Effect.provideService(Transport, transport))
     return yield* recoverable(o, o.recover, root === undefined ? undefined : resolve(root), start)
   })
 

@@ -141,6 +141,8 @@ export class Core {
   readonly graph = new Graph()
   readonly world: number
   private nextIdent = 0
+  /** Set by abandon(). */
+  private abandoned = false
   private nextRefId = 1
   private readonly links: Array<WorkerLink | undefined>
   private readonly outbox: WorkerMessage[][]
@@ -676,8 +678,18 @@ export class Core {
     return at
   }
 
-  /** Sends Exit to every connected worker now. */
+  /**
+   * A recovery gives these workers up (torchrun's, which it restarts): closing the controller then
+   * sends them no Exit, so each ends failing as its link closes, and every node's agent, not
+   * only the lost worker's, restarts its workers.
+   */
+  abandon(): void {
+    this.abandoned = true
+  }
+
+  /** Sends Exit to every connected worker now, unless they were abandoned. */
   exit(): void {
+    if (this.abandoned) return
     this.post(this.links.flatMap((l, r) => (l ? [r] : [])), { _tag: "Exit" })
     this.flush()
   }

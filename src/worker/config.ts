@@ -1,11 +1,13 @@
 /**
  * The worker's configuration, read from its environment: torchrun's names (RANK,
  * WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/MASTER_PORT, TORCHELASTIC_*) and the original
- * worker's (STORE_HOSTNAME/STORE_PORT), plus MONARCH_* settings. README lists them all.
+ * worker's (STORE_HOSTNAME/STORE_PORT), or, where those are absent, SLURM's (slurm.ts),
+ * plus MONARCH_* settings. README lists them all.
  */
 import { Data } from "effect"
 import { readToken } from "../net/token.ts"
 import { readRecordingLimits, type RecordingLimits } from "../protocol/recordingLimits.ts"
+import { isSlurmTask, readSlurmPlace, type SlurmPlace } from "./slurm.ts"
 
 /** A missing or malformed environment variable. */
 export class ConfigError extends Data.TaggedError("ConfigError")<{ readonly message: string }> {}
@@ -16,12 +18,16 @@ export interface WorkerConfig {
   readonly localRank: number
   /** Workers on this host (LOCAL_WORLD_SIZE), sharing its memory. */
   readonly localWorld: number
+  /** The CUDA device this worker uses: LOCAL_RANK, or under SLURM the one its GPU binding leaves it. */
+  readonly deviceOrdinal: number
+  /** SLURM_JOB_ID, when srun started this worker. */
+  readonly slurmJob: number | undefined
   readonly store: {
     readonly host: string
     readonly port: number
     /** Key prefix in the store: torchrun's agent prefix (when its store is used) + ours. */
     readonly prefix: string
-    /** torchrun without an agent store: rank 0 hosts the store itself. */
+    /** torchrun without an agent store, or srun: rank 0 hosts the store itself. */
     readonly hostedByRank0: boolean
   }
   /** host:port or unix:/path; absent: read `<prefix>/controller` from the store. */
@@ -106,8 +112,21 @@ const cpuThreads = (env: Record<string, string | undefined>): number => {
   return n
 }
 
-/** Reads the configuration; throws ConfigError naming the variable at fault. */
-export const readConfig = (env: Record<string, string | undefined> = process.env): WorkerConfig => {
+/** A SLURM task's place, its SlurmError as a ConfigError. */
+const slurmPlace = (env: Record<string, string | undefined>): SlurmPlace => {
+  try {
+    return readSlurmPlace(env)
+  } catch (e) {
+    throw new ConfigError({ message: `SLURM: ${(e as Error).message}` })
+  }
+}
+
+/** The rank, world, node and store: torchrun's or our launcher's variables, else SLURM's. */
+const place = (env: Record<string, string | undefined>) => {
+  if (isSlurmTask(env)) {
+    const p = slurmPlace(env)
+    return { rank: p.rank, world: p.world, localRank: p.localRank, localWorld: p.localWorld, deviceOrdinal: p.deviceOrdinal, slurmJob: p.jobId, store: { ...p.store, agentPrefix: "" } }
+  }
   const rank = int(env, "RANK"), world = int(env, "WORLD_SIZE")
   if (rank >= world) throw new ConfigError({ message: `RANK=${rank} is not below WORLD_SIZE=${world}` })
   const host = env.STORE_HOSTNAME ?? env.MASTER_ADDR
@@ -117,6 +136,16 @@ export const readConfig = (env: Record<string, string | undefined> = process.env
   const agentStore = env.TORCHELASTIC_USE_AGENT_STORE === "True"
   // torch's env:// rendezvous puts workers under the agent's /worker/attempt_<n> prefix.
   const agentPrefix = underTorchrun && agentStore ? `/worker/attempt_${int(env, "TORCHELASTIC_RESTART_COUNT", 0)}/` : ""
+  const localRank = int(env, "LOCAL_RANK", 0)
+  return {
+    rank, world, localRank, localWorld: Math.max(1, int(env, "LOCAL_WORLD_SIZE", 1)), deviceOrdinal: localRank, slurmJob: undefined,
+    store: { host, port, hostedByRank0: underTorchrun && !agentStore, agentPrefix },
+  }
+}
+
+/** Reads the configuration; throws ConfigError naming the variable at fault. */
+export const readConfig = (env: Record<string, string | undefined> = process.env): WorkerConfig => {
+  const { rank, world, localRank, localWorld, deviceOrdinal, slurmJob, store } = place(env)
   const token = readToken(env)
   if ("problem" in token) throw new ConfigError({ message: token.problem })
   if (token.token === undefined)
@@ -126,13 +155,15 @@ export const readConfig = (env: Record<string, string | undefined> = process.env
   return {
     rank,
     world,
-    localRank: int(env, "LOCAL_RANK", 0),
-    localWorld: Math.max(1, int(env, "LOCAL_WORLD_SIZE", 1)),
+    localRank,
+    localWorld,
+    deviceOrdinal,
+    slurmJob,
     store: {
-      host,
-      port,
-      prefix: `${agentPrefix}${env.MONARCH_STORE_PREFIX ?? "monarch"}`,
-      hostedByRank0: underTorchrun && !agentStore,
+      host: store.host,
+      port: store.port,
+      prefix: `${store.agentPrefix}${env.MONARCH_STORE_PREFIX ?? "monarch"}`,
+      hostedByRank0: store.hostedByRank0,
     },
     controllerAddress: env.CONTROLLER_ADDR || undefined,
     token: token.token,

@@ -33,7 +33,7 @@ export const workerStore = (config: WorkerConfig) =>
     const { host, port, prefix, hostedByRank0 } = config.store
     if (hostedByRank0 && config.rank === 0) {
       yield* serveOnThread({ host, port })
-      yield* Effect.logInfo(`hosting the store at ${host}:${port} (torchrun started none)`)
+      yield* Effect.logInfo(`hosting the store at ${host}:${port} (${config.slurmJob === undefined ? "torchrun" : "srun"} started none)`)
     }
     const timeout = Duration.millis(config.storeTimeoutMs)
     const client = yield* makeClient({ host, port, timeout, connectTimeout: timeout })
@@ -105,8 +105,8 @@ type Unreachable = LinkError | ControllerUnproven | StoreError | StoreTimeout
 export const runWorker = (config: WorkerConfig): Effect.Effect<WorkerEnd, unknown, Backend | Store | Scope.Scope> =>
   Effect.gen(function* () {
     const native = yield* Backend
-    if (native.device === "cuda") native.check(native.shim.shim_set_device(config.localRank), "shim_set_device")
-    yield* Effect.logInfo(`rank ${config.rank}/${config.world} on ${native.device} (${native.reason}), pid ${process.pid}`)
+    if (native.device === "cuda") native.check(native.shim.shim_set_device(config.deviceOrdinal), "shim_set_device")
+    yield* Effect.logInfo(`rank ${config.rank}/${config.world} on ${native.device} (${native.reason}), pid ${process.pid}${config.slurmJob === undefined ? "" : `, SLURM job ${config.slurmJob}`}`)
     yield* Effect.logInfo(applyMemoryLimit(native, config))
     native.setThreads(config.cpuThreads)
 

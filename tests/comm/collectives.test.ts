@@ -18,6 +18,8 @@ const runScenario = async (path: CommPath, scenario: string, size: number): Prom
   for (const w of group.workers) {
     expect(w.event("done")).toBeDefined()
     expect(w.event("opened")?.shmSegments).toBe(path.sharedMemory && size > 1 ? size : 0)
+    // What the shim reports (the worker's log line) is the path it took.
+    expect(w.event("opened")?.transport).toBe(size === 1 ? "self" : path.sharedMemory ? "shm+tcp" : "tcp")
   }
   return group.workers
 }

@@ -37,7 +37,7 @@ await Effect.runPromise(
           store,
           open: async (key, members) => {
             const comm = await Effect.runPromise(rendezvous({ native, store, key, members, rank, timeoutMs, hostname }))
-            emit({ event: "opened", key, shmSegments: shmSegments() })
+            emit({ event: "opened", key, shmSegments: shmSegments(), transport: comm.transport() })
             return comm
           },
         }),

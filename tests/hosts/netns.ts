@@ -3,7 +3,8 @@
  * addresses that exist inside the namespaces only. Names carry this process's pid, so runs
  * side by side do not meet, and a run killed before its cleanup is swept by the next one.
  */
-import { readdirSync } from "node:fs"
+import { existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs"
+import { join } from "node:path"
 import { isAlive } from "../processes.ts"
 
 export interface Host {
@@ -39,6 +40,14 @@ const ip = (...args: string[]): string => {
  * still runs inside them (a store serves until killed).
  */
 const sweepStale = (): void => {
+  // The hosts files of named hosts (nameHosts) whose run is gone, and /etc/netns once it is empty.
+  try {
+    for (const name of readdirSync("/etc/netns")) {
+      const pid = Number(name.slice(PREFIX.length).split("-")[0])
+      if (name.startsWith(PREFIX) && Number.isSafeInteger(pid) && pid !== process.pid && !isAlive(pid)) rmSync(join("/etc/netns", name), { recursive: true, force: true })
+    }
+    if (readdirSync("/etc/netns").length === 0) rmSync("/etc/netns", { recursive: true, force: true })
+  } catch {}
   let names: string[]
   try {
     names = readdirSync("/run/netns")
@@ -86,6 +95,8 @@ export const createHosts = (): Hosts | { readonly unavailable: string } => {
     live.delete(remove)
     for (const ns of made.splice(0)) {
       try {
+        // What still runs inside goes first (a launcher's workers outlive a launcher killed -9).
+        for (const left of ip("netns", "pids", ns).split("\n").filter((l) => l.trim() !== "")) process.kill(Number(left), "SIGKILL")
         ip("netns", "del", ns)
       } catch {}
     }
@@ -121,3 +132,38 @@ export const createHosts = (): Hosts | { readonly unavailable: string } => {
 
 /** The argv that runs `argv` inside a host's namespace. */
 export const inHost = (host: Host, argv: ReadonlyArray<string>): string[] => ["ip", "netns", "exec", host.ns, ...argv]
+
+/**
+ * Gives the hosts names: each namespace's /etc/hosts (`/etc/netns/<ns>/hosts`, which `ip netns
+ * exec` mounts over /etc/hosts inside it only) maps every name to its host's address. Returns
+ * how to remove those files again.
+ */
+export const nameHosts = (named: ReadonlyArray<{ readonly host: Host; readonly name: string }>): (() => void) => {
+  const madeRoot = !existsSync("/etc/netns")
+  const dirs = named.map(({ host }) => join("/etc/netns", host.ns))
+  const remove = () => {
+    for (const d of dirs) rmSync(d, { recursive: true, force: true })
+    if (madeRoot) rmSync("/etc/netns", { recursive: true, force: true })
+  }
+  try {
+    for (const d of dirs) {
+      mkdirSync(d, { recursive: true })
+      writeFileSync(join(d, "hosts"), ["127.0.0.1 localhost", ...named.map((n) => `${n.host.address} ${n.name}`), ""].join("\n"))
+    }
+  } catch (e) {
+    remove()
+    throw e
+  }
+  return remove
+}
+
+/**
+ * The argv that runs `argv` inside a host's namespace with `name` as its hostname (a UTS
+ * namespace of its own), after `setup` (shell commands ending in "&& ", or ""): programs that
+ * find their own address from their hostname (torchrun's agents, slurmd) then find the host's.
+ */
+export const inNamedHost = (host: Host, name: string, argv: ReadonlyArray<string>, setup = ""): string[] => inHost(host, named(name, argv, setup))
+
+/** inNamedHost's argv inside the namespace (for HostProcess, which adds `ip netns exec`). */
+export const named = (name: string, argv: ReadonlyArray<string>, setup = ""): string[] =>
+  ["unshare", "--uts", "sh", "-c", `hostname ${name} && ${setup}exec "$@"`, "sh", ...argv]
