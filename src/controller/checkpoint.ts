@@ -337,7 +337,7 @@ export const exportFile = (mesh: Mesh, state: State, path: string): Effect.Effec
       }
       datas.push(data)
     }
-    const { bytes: header } = encodeHeader(whole.map((l, i) => ({ name: l.name, dtype: l.tensor.meta!.dtype, shape: layoutOf(mesh, l).shape })), { format: "pt", monarch: JSON.stringify(tree) })
+    const { bytes: header } = encodeHeader(whole.map((l) => ({ name: l.name, dtype: l.tensor.meta!.dtype, shape: layoutOf(mesh, l).shape })), { format: "pt", monarch: JSON.stringify(tree) })
     yield* Effect.try({ try: () => (mkdirSync(dirname(target), { recursive: true }), writeFileDurably(target, [header, ...datas])), catch: (e) => refuse(`writing ${target}: ${e instanceof Error ? e.message : String(e)}`) })
     return { bytes: header.byteLength + datas.reduce((a, d) => a + d.byteLength, 0), path: target }
   })

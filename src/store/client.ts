@@ -165,7 +165,6 @@ const blob = (c: Cursor) => c.value().slice()
 const blobs = (n: number) => (c: Cursor) => Array.from({ length: n }, () => c.value().slice())
 
 const utf8 = new TextEncoder()
-const textOf = (bytes: Uint8Array) => new TextDecoder().decode(bytes)
 /** Torch's client puts "/" before every user key. */
 const wireKey = (key: string) => utf8.encode(`/${key}`)
 const toBytes = (v: StoreValue) => (typeof v === "string" ? utf8.encode(v) : v)
