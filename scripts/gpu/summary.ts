@@ -97,7 +97,7 @@ const overheadLines = (): Line[] => {
 
 const storeLines = (): Line[] => {
   const rows = load<Finding[]>("store_findings.json", "store")
-  if (typeof rows === "string") return [missing("store findings (tcpstore.md §7)", rows)]
+  if (typeof rows === "string") return [missing("store findings", rows)]
   return rows.map((f) => ({ figure: `store §7.${f.point}: ${f.question}`, value: f.status, against: "-", ratio: "-", goal: "-", ok: "-", notes: f.answer }))
 }
 
