@@ -504,6 +504,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/controller/attach.test.ts"],
   },
   {
+    area: "controller", behaviour: "attach: a wrong-token handshake claiming a rank outside the world is not kept (at most world refusals)",
+    file: "src/controller/controller.ts",
+    edits: one("      if (peer.rank >= core.world) return\n", ""),
+    tests: ["tests/controller/attach.test.ts"],
+  },
+  {
     area: "controller", behaviour: "attach: the wait for the workers says every PROGRESS_MS what it waits for and what it has seen",
     file: "src/controller/controller.ts",
     edits: one("        progress(`waiting ", "        void (`waiting "),
