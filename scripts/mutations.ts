@@ -969,6 +969,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   },
   // ---- checkpoints ------------------------------------------------------------------------
   {
+    area: "controller", behaviour: "checkpoint: a durable write that fails removes its temporary file",
+    file: "src/checkpoint/files.ts",
+    edits: one("    rmSync(tmp, { force: true })\n", ""),
+    tests: ["tests/checkpoint/durable.test.ts"],
+  },
+  {
     area: "worker", behaviour: "a checkpoint shard is reported saved only once its file is durable",
     file: "src/worker/handlers/checkpoints.ts",
     edits: one("    const write = writeShardFile(", "    s.send({ _tag: \"FetchResult\", ident: m.ident, value: { file, bytes: 0, hashes: tensors.map((t) => hashBytes(t.host.data)), ms: 0 } })\n    const write = writeShardFile("),
