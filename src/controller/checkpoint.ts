@@ -281,7 +281,8 @@ export const tensorsOf = (state: State): ReadonlyMap<string, RemoteTensor> => {
 
 /**
  * Copies a loaded tree's tensors into the same paths of `into` (in place, `copy_`), so a model's
- * parameters and an optimizer's moments keep their handles; the loaded tensors are released.
+ * parameters and an optimizer's moments keep their handles; each loaded tensor copied is
+ * released (one at a path `into` lacks stays the caller's to release).
  */
 export const restoreInto = (into: State, loaded: State): Effect.Effect<void, ControllerError> =>
   Effect.gen(function* () {
