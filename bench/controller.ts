@@ -1,5 +1,5 @@
 /**
- * The controller's cost per op (issue 13): mesh-wide ops on a one-element tensor through the
+ * The controller's cost per op: mesh-wide ops on a one-element tensor through the
  * public API (mesh.run / mesh.call), N of them then one fetch, at world 1 and 4, beside torch
  * eager running the same op in the same run (Debian's torch 1.13 at /usr/bin/python3; at world
  * 4, four torch processes each running it at once on the same cores). Rounds alternate: ours,
@@ -70,7 +70,7 @@ const CASES: ReadonlyArray<Case> = [
     return x
   } },
 ]
-/** With --compare-flush, the burst cases again, the batch going out only at the next tick (as before issue 13's flush during a burst). */
+/** With --compare-flush, the burst cases again, the batch going out only at the next tick (as before the flush during a burst). */
 const AT_TICK: ReadonlyArray<Case> = CASES.filter((c) => c.burst).map((c) => ({ ...c, name: `${c.name}, sent at the tick only`, flushEvery: Infinity }))
 const ALL_CASES: ReadonlyArray<Case> = [
   ...CASES,

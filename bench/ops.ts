@@ -65,7 +65,7 @@ const ALL_CASES: Case[] = [
   { name: "cat dim -1 of two [64,128,256]", op: "cat", args: [[X, X], -1], reps: 3 },
   { name: "embedding [8192] ids into [1000,256]", op: "embedding", args: [{ t: "i64", shape: [8192], high: 1000 }, f(1000, 256)], reps: 5 },
   { name: "cross_entropy [2048,1000]", op: "cross_entropy", args: [f(2048, 1000), { t: "i64", shape: [2048], high: 1000 }], reps: 3 },
-  // issue 11.2's ops; torch 1.13 has no scaled_dot_product_attention or rms_norm: its side runs their math forms
+  // triangles, attention, normalisation, losses; torch 1.13 has no scaled_dot_product_attention or rms_norm: its side runs their math forms
   { name: "sdpa causal q,k,v [16,4,128,64]", op: "scaled_dot_product_attention", args: [f(16, 4, 128, 64), f(16, 4, 128, 64), f(16, 4, 128, 64)], kwargs: { is_causal: true }, reps: 1 },
   { name: "rms_norm [8192,256] over 256", op: "rms_norm", args: [X2, [256], f(256)], reps: 3 },
   { name: "tril [64,128,256]", op: "tril", args: [X], reps: 3 },
@@ -77,7 +77,7 @@ const ALL_CASES: Case[] = [
   { name: "outer [2048] x [1024]", op: "outer", args: [f(2048), f(1024)], reps: 5 },
   // index_add is embedding's backward (one shim_scatter add of the rows, in index order)
   { name: "index_add [1000,256] dim 0 of [8192,256] rows", op: "index_add", args: [f(1000, 256), 0, { t: "i64", shape: [8192], high: 1000 }, X2], reps: 5 },
-  // views (issue 11.2): ours where the result is one contiguous block of the input, torch's always
+  // views: ours where the result is one contiguous block of the input, torch's always
   { name: "narrow dim 0 [64,128,256] 16..48 (view)", op: "narrow", args: [X, 0, 16, 32], reps: 20 },
   { name: "select dim 0 [64,128,256] (view)", op: "select", args: [X, 0, 5], reps: 20 },
   { name: "split [64,128,256] in 4 along dim 0 (views)", op: "split", args: [X, 16, 0], reps: 20 },

@@ -1,5 +1,5 @@
 /**
- * A recorded step against the same ops issued one by one (issue 13, recordings): a step of
+ * A recorded step against the same ops issued one by one: a step of
  * OPS tiny ops on a one-element tensor (a chain of fresh results, and in place), called CALLS
  * times then one fetch, through compile(step) and without it, at world 1 and 2, in the same run.
  * Rounds alternate: recorded, then unrecorded, per case.

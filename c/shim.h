@@ -352,7 +352,7 @@ int shim_layer_norm(shim_tensor *out, const shim_tensor *a, const shim_tensor *w
 int shim_index_select(shim_tensor *out, const shim_tensor *a, int32_t dim, const shim_tensor *index,
                       shim_stream *s);
 
-/* ---- ops of issue 11.2: triangles, fused attention and normalisation, dropout, scatter -- */
+/* ---- triangles, fused attention and normalisation, dropout, scatter ------------------- */
 
 /* The lower (upper = 0, tril) or upper (upper = 1, triu) triangle of a's last two dims (a at
  * least 2-D) into out of a's dtype and shape: element (i, j) is kept when j - i <= diagonal

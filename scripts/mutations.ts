@@ -654,6 +654,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/controller/attach.test.ts"],
   },
   {
+    area: "controller", behaviour: "attach: a wrong-token handshake claiming a rank outside the world is not kept (at most world refusals)",
+    file: "src/controller/controller.ts",
+    edits: one("      if (peer.rank >= core.world) return\n", ""),
+    tests: ["tests/controller/attach.test.ts"],
+  },
+  {
     area: "controller", behaviour: "attach: the wait for the workers says every PROGRESS_MS what it waits for and what it has seen",
     file: "src/controller/controller.ts",
     edits: one("        progress(`waiting ", "        void (`waiting "),
@@ -928,63 +934,63 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("    : m.dims !== undefined && (m.dims.length === 0 || new Set(m.dims).size !== m.dims.length) ?", "    : false ?"),
     tests: ["tests/protocol/malformed.test.ts"],
   },
-  // ---- ops of issue 11.2 (behaviours say "11.2": --only 11.2) -----------------------------
+  // ---- random draws, attention, split, losses, rms_norm (behaviours say "ops:": --only ops:) -
   {
-    area: "worker", behaviour: "11.2: each rank draws its own stream unless asked for a shared one",
+    area: "worker", behaviour: "ops: each rank draws its own stream unless asked for a shared one",
     file: "src/ops/generator.ts",
     edits: one("distinct ? BigInt(this.rank) : -1n & U64", "-1n & U64"),
     tests: ["tests/ops/random.test.ts"],
   },
   {
-    area: "worker", behaviour: "11.2: a draw advances the generator",
+    area: "worker", behaviour: "ops: a draw advances the generator",
     file: "src/ops/generator.ts",
     edits: one("    this.offset = (this.offset + BigInt(n)) & U64\n", ""),
     tests: ["tests/ops/random.test.ts"],
   },
   {
-    area: "worker", behaviour: "11.2: set_rng_state restores the generator",
+    area: "worker", behaviour: "ops: set_rng_state restores the generator",
     file: "src/ops/kernels.ts",
     edits: one("    run.ctx.generator.setState(key!, offset!)\n", ""),
     tests: ["tests/ops/random.test.ts"],
   },
   {
-    area: "worker", behaviour: "11.2: scaled_dot_product_attention honours is_causal",
+    area: "worker", behaviour: "ops: scaled_dot_product_attention honours is_causal",
     file: "src/ops/kernels.ts",
     edits: one("a.scale ?? 1 / Math.sqrt(p.e), a.is_causal, run.stream", "a.scale ?? 1 / Math.sqrt(p.e), false, run.stream"),
     tests: ["tests/ops/parity.test.ts"],
   },
   {
-    area: "worker", behaviour: "11.2: split's pieces follow each other along the dim",
+    area: "worker", behaviour: "ops: split's pieces follow each other along the dim",
     file: "src/ops/kernels.ts",
     edits: one("{ start: (at += m.shape[d]!) - m.shape[d]!, length: m.shape[d]! }", "{ start: 0, length: m.shape[d]! }"),
     tests: ["tests/ops/parity.test.ts"],
   },
   {
-    area: "worker", behaviour: "11.2: nll_loss leaves out ignore_index targets",
+    area: "worker", behaviour: "ops: nll_loss leaves out ignore_index targets",
     file: "src/ops/kernels.ts",
     edits: one("k.nllLoss(out!, a.input, a.target, a.weight, a.ignore_index,", "k.nllLoss(out!, a.input, a.target, a.weight, -12345,"),
     tests: ["tests/ops/parity.test.ts"],
   },
   {
-    area: "worker", behaviour: "11.2: rms_norm's default eps is the dtype's epsilon",
+    area: "worker", behaviour: "ops: rms_norm's default eps is the dtype's epsilon",
     file: "src/ops/kernels.ts",
     edits: one("a.eps ?? EPSILON[a.input.dtype]!", "a.eps ?? 1e-5"),
     tests: ["tests/ops/parity.test.ts"],
   },
   {
-    area: "controller", behaviour: "11.2: split and chunk give every piece on the typed surface",
+    area: "controller", behaviour: "ops: split and chunk give every piece on the typed surface",
     file: "src/controller/ops.ts",
     edits: one("    case \"tensors\": case \"pair\": return results\n", "    case \"tensors\": return results.slice(0, 1)\n    case \"pair\": return results\n"),
     tests: ["tests/ops/typed.test.ts"],
   },
   {
-    area: "autograd", behaviour: "11.2: scaled_dot_product_attention's gradient takes the softmax's row sums out",
+    area: "autograd", behaviour: "ops: scaled_dot_product_attention's gradient takes the softmax's row sums out",
     file: "src/ops/specs/nn.ts",
     edits: one("return o.mul(p, o.sub(dp, o.sum(o.mul(dp, p), -1, true)))", "return o.mul(p, dp)"),
     tests: ["tests/autograd/gradcheck.test.ts"],
   },
   {
-    area: "autograd", behaviour: "11.2: a split piece's gradient goes back to its own place",
+    area: "autograd", behaviour: "ops: a split piece's gradient goes back to its own place",
     file: "src/ops/specs/layout.ts",
     edits: one("start = sizes.slice(0, at).reduce((a, b) => a + b, 0)", "start = 0"),
     tests: ["tests/autograd/gradcheck.test.ts"],
@@ -1246,6 +1252,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   },
 
   // ---- checkpoints ------------------------------------------------------------------------
+  {
+    area: "controller", behaviour: "checkpoint: a durable write that fails removes its temporary file",
+    file: "src/checkpoint/files.ts",
+    edits: one("    rmSync(tmp, { force: true })\n", ""),
+    tests: ["tests/checkpoint/durable.test.ts"],
+  },
   {
     area: "worker", behaviour: "a checkpoint shard is reported saved only once its file is durable",
     file: "src/worker/handlers/checkpoints.ts",

@@ -24,7 +24,7 @@ import type { Mode, ReliabilityRow } from "../tests/reliability.ts"
 const ROOT = new URL("..", import.meta.url).pathname
 const TESTS = join(ROOT, "tests")
 
-/** The areas issue 7 asks for, in table order; any other tests/<area>/reliability.ts follows them. */
+/** The areas of the reliability table, in table order; any other tests/<area>/reliability.ts follows them. */
 const EXPECTED = ["fuzz", "security", "faults", "hosts", "load"]
 
 /** How long one area may take before its process group is killed and it is reported as timed out. */

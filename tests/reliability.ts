@@ -15,7 +15,7 @@ export interface ReliabilityRow {
   readonly detail: string
 }
 
-/** `default`: the short runs `make test` does; `long`: the full counts of issue 7. */
+/** `default`: the short runs `make test` does; `long`: the full counts. */
 export type Mode = "default" | "long"
 
 /** MONARCH_LONG=1 or `--long` selects the long mode. */

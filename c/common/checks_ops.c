@@ -1,4 +1,4 @@
-/* checks_ops.c: the argument and shape checks of the ops issue 11.2 added (triangles,
+/* checks_ops.c: the argument and shape checks of the later ops (triangles,
  * attention, rms_norm, dropout, scatter, the fused losses, cat), made once for both backends like checks.c's: each
  * runs before the op touches tensor memory and hands back what it derived from the shapes. */
 #include "internal.h"

@@ -198,7 +198,7 @@ int shim_check_gather(const shim_tensor *out, const shim_tensor *a, int32_t dim,
 /* a read as [outer, r, inner] around dim (as shim_check_reduce does). */
 int shim_check_softmax(const shim_tensor *out, const shim_tensor *a, int32_t dim, int32_t log, shim_reduce_dims *dims);
 
-/* ---- argument checks of the ops of issue 11.2 (checks_ops.c) -------------------------- */
+/* ---- argument checks of triangles, attention, normalisation, dropout, scatter (checks_ops.c) */
 
 /* The last two dims of a as [batch, rows, cols] (a at least 2-D). */
 typedef struct shim_matrix_dims {

@@ -10,6 +10,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include <cuda_fp16.h>
 
 #include "../common/numeric.h"
@@ -234,6 +236,17 @@ __device__ __forceinline__ void store_i64_as(int32_t dtype, void *base, int64_t 
     case SHIM_U8: ((uint8_t *)base)[i] = Dtype<SHIM_U8>::from_i64(v); break;
     default: ((uint8_t *)base)[i] = Dtype<SHIM_BOOL>::from_i64(v); break;
   }
+}
+
+/* The type a dtype's elements are read into to compute with (the reductions' accumulator,
+ * sort's key): double for floating ones, int64 for integers and bool. */
+template <typename D>
+using WideOf = std::conditional_t<D::kind == Kind::Float, double, int64_t>;
+
+template <typename D>
+__device__ __forceinline__ WideOf<D> widen(typename D::T x) {
+  if constexpr (D::kind == Kind::Float) return D::to_f64(x);
+  else return D::to_i64(x);
 }
 
 /* N elements loaded or stored with one aligned access (16 bytes for the input side). */

@@ -94,16 +94,6 @@ struct Fold {
   }
 };
 
-/* The accumulator type of a dtype: double for floating ones, int64 for integers and bool. */
-template <typename D>
-using AccOf = std::conditional_t<D::kind == Kind::Float, double, int64_t>;
-
-template <typename D>
-__device__ __forceinline__ AccOf<D> to_acc(typename D::T x) {
-  if constexpr (D::kind == Kind::Float) return D::to_f64(x);
-  else return D::to_i64(x);
-}
-
 /* Where a kernel's results go: partial[output * splits + split] when partial is set, else the
  * finished value into out. */
 template <typename Acc>
@@ -123,8 +113,8 @@ __device__ __forceinline__ void emit(const Sink<Acc> &sink, int64_t output, int6
 
 /* inner == 1: warp w reduces piece (w % splits) of row (w / splits), chunk elements long. */
 template <typename D, int Op>
-__global__ void reduce_rows(const typename D::T *in, int64_t rows, int64_t r, int64_t chunk, Sink<AccOf<D>> sink) {
-  using Acc = AccOf<D>;
+__global__ void reduce_rows(const typename D::T *in, int64_t rows, int64_t r, int64_t chunk, Sink<WideOf<D>> sink) {
+  using Acc = WideOf<D>;
   using F = Fold<Acc, Op>;
   const int lane = threadIdx.x & 31;
   const int64_t warps = (int64_t)gridDim.x * blockDim.x / 32;
@@ -133,7 +123,7 @@ __global__ void reduce_rows(const typename D::T *in, int64_t rows, int64_t r, in
     const int64_t begin = split * chunk, end = begin + chunk < r ? begin + chunk : r;
     const typename D::T *x = in + row * r;
     Acc v = F::identity();
-    for (int64_t j = begin + lane; j < end; j += 32) v = F::apply(v, to_acc<D>(x[j]));
+    for (int64_t j = begin + lane; j < end; j += 32) v = F::apply(v, widen<D>(x[j]));
     v = F::warp(v);
     if (lane == 0) emit<Acc, Op>(sink, row, split, v);
   }
@@ -143,8 +133,8 @@ __global__ void reduce_rows(const typename D::T *in, int64_t rows, int64_t r, in
  * down the reduced dim with stride inner. */
 template <typename D, int Op>
 __global__ void reduce_cols(const typename D::T *in, int64_t outputs, int64_t inner, int64_t r, int64_t chunk,
-                            Sink<AccOf<D>> sink) {
-  using Acc = AccOf<D>;
+                            Sink<WideOf<D>> sink) {
+  using Acc = WideOf<D>;
   using F = Fold<Acc, Op>;
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
   for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < outputs * sink.splits; t += stride) {
@@ -152,7 +142,7 @@ __global__ void reduce_cols(const typename D::T *in, int64_t outputs, int64_t in
     const int64_t o = output / inner, k = output % inner;
     const int64_t begin = split * chunk, end = begin + chunk < r ? begin + chunk : r;
     Acc v = F::identity();
-    for (int64_t j = begin; j < end; j++) v = F::apply(v, to_acc<D>(in[(o * r + j) * inner + k]));
+    for (int64_t j = begin; j < end; j++) v = F::apply(v, widen<D>(in[(o * r + j) * inner + k]));
     emit<Acc, Op>(sink, output, split, v);
   }
 }
@@ -180,7 +170,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 template <typename D, int Op>
 int launch_reduce(const typename D::T *in, void *out, int32_t out_dtype, const shim_reduce_dims &dims, shim_stream *s) {
-  using Acc = AccOf<D>;
+  using Acc = WideOf<D>;
   const int64_t outer = dims.outer, r = dims.r, inner = dims.inner;
   cudaStream_t stream = shim_cuda_stream(s);
   const int64_t outputs = outer * inner;
@@ -258,14 +248,14 @@ __device__ __forceinline__ bool beats(Acc x, Acc best) {
 /* A thread per output (o, k), stepping down r: the first index of the extreme. */
 template <typename D, bool Max>
 __global__ void argreduce_kernel(const typename D::T *in, int64_t *idx, int64_t outputs, int64_t inner, int64_t r) {
-  using Acc = AccOf<D>;
+  using Acc = WideOf<D>;
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
   for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < outputs; t += stride) {
     const int64_t o = t / inner, k = t % inner;
-    Acc best = to_acc<D>(in[o * r * inner + k]);
+    Acc best = widen<D>(in[o * r * inner + k]);
     int64_t at = 0;
     for (int64_t j = 1; j < r; j++) {
-      Acc x = to_acc<D>(in[(o * r + j) * inner + k]);
+      Acc x = widen<D>(in[(o * r + j) * inner + k]);
       if (beats<Max>(x, best)) best = x, at = j;
     }
     idx[t] = at;
@@ -275,7 +265,7 @@ __global__ void argreduce_kernel(const typename D::T *in, int64_t *idx, int64_t 
 /* A thread per (o, k), a running sum down r stored at each step. */
 template <typename D>
 __global__ void cumsum_kernel(const typename D::T *in, void *out, int32_t out_dtype, int64_t lines, int64_t inner, int64_t r) {
-  using Acc = AccOf<D>;
+  using Acc = WideOf<D>;
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
   for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < lines; t += stride) {
     const int64_t o = t / inner, k = t % inner;
@@ -345,7 +335,7 @@ __device__ __forceinline__ bool takes(bool max, Acc x, Acc best) {
 template <typename D>
 __global__ void cumulative_kernel(int32_t op, const typename D::T *in, void *out, int32_t out_dtype, int64_t *idx, int64_t lines,
                                   int64_t inner, int64_t r) {
-  using Acc = AccOf<D>;
+  using Acc = WideOf<D>;
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
   for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < lines; t += stride) {
     const int64_t o = t / inner, k = t % inner;
@@ -353,7 +343,7 @@ __global__ void cumulative_kernel(int32_t op, const typename D::T *in, void *out
     int64_t best = 0;
     for (int64_t j = 0; j < r; j++) {
       const int64_t at = (o * r + j) * inner + k;
-      const Acc x = to_acc<D>(in[at]);
+      const Acc x = widen<D>(in[at]);
       if (op == SHIM_PROD) {
         if constexpr (std::is_same_v<Acc, double>) acc = j == 0 ? x : acc * x;
         else acc = j == 0 ? x : (int64_t)((uint64_t)acc * (uint64_t)x);

@@ -10,15 +10,6 @@ using namespace shim;
 
 namespace {
 
-template <typename D>
-using KeyOf = std::conditional_t<D::kind == Kind::Float, double, int64_t>;
-
-template <typename D>
-__device__ __forceinline__ KeyOf<D> key_of(typename D::T x) {
-  if constexpr (D::kind == Kind::Float) return D::to_f64(x);
-  else return D::to_i64(x);
-}
-
 /* Whether key x goes strictly before key y: NaN last ascending, first descending. */
 template <typename K>
 __device__ __forceinline__ bool before(bool descending, K x, K y) {
@@ -32,14 +23,14 @@ __device__ __forceinline__ bool before(bool descending, K x, K y) {
 /* A thread per line (o, k): its keys and indices into scratch (keys, then perm and tmp, r each
  * per line), merge sorted, then written to values and indices. */
 template <typename D>
-__global__ void sort_kernel(const typename D::T *in, typename D::T *values, int64_t *indices, KeyOf<D> *keys, int64_t *perm,
+__global__ void sort_kernel(const typename D::T *in, typename D::T *values, int64_t *indices, WideOf<D> *keys, int64_t *perm,
                             int64_t *tmp, int64_t lines, int64_t inner, int64_t r, bool descending) {
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
   for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < lines; t += stride) {
     const int64_t o = t / inner, k = t % inner, base = o * r * inner + k;
-    KeyOf<D> *key = keys + t * r;
+    WideOf<D> *key = keys + t * r;
     int64_t *from = perm + t * r, *to = tmp + t * r;
-    for (int64_t j = 0; j < r; j++) key[j] = key_of<D>(in[base + j * inner]), from[j] = j;
+    for (int64_t j = 0; j < r; j++) key[j] = widen<D>(in[base + j * inner]), from[j] = j;
     for (int64_t width = 1; width < r; width *= 2) {
       for (int64_t lo = 0; lo < r; lo += 2 * width) {
         const int64_t mid = lo + width < r ? lo + width : r, hi = lo + 2 * width < r ? lo + 2 * width : r;
@@ -65,11 +56,11 @@ __global__ void search_kernel(const typename D::T *sorted, const typename D::T *
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
   for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < count; t += stride) {
     const typename D::T *row = sorted + (shared ? 0 : (t / n) * m);
-    const KeyOf<D> v = key_of<D>(values[t]);
+    const WideOf<D> v = widen<D>(values[t]);
     int64_t lo = 0, hi = m;
     while (lo < hi) {
       const int64_t mid = lo + ((hi - lo) >> 1);
-      const KeyOf<D> x = key_of<D>(row[mid]);
+      const WideOf<D> x = widen<D>(row[mid]);
       if (right ? !(x > v) : !(x >= v)) lo = mid + 1;
       else hi = mid;
     }
@@ -93,7 +84,7 @@ int shim_sort(shim_tensor *values, shim_tensor *indices, const shim_tensor *a, i
   return dispatch(a->dtype, [&](auto d) -> int {
     using D = decltype(d);
     using T = typename D::T;
-    KeyOf<D> *keys = (KeyOf<D> *)scratch.data();
+    WideOf<D> *keys = (WideOf<D> *)scratch.data();
     int64_t *perm = (int64_t *)scratch.data() + a->numel;
     sort_kernel<D><<<shim_cuda_blocks(lines), SHIM_CUDA_THREADS, 0, shim_cuda_stream(s)>>>(
         (const T *)shim_cuda_data(a), (T *)shim_cuda_data(values), (int64_t *)shim_cuda_data(indices), keys, perm, perm + a->numel,

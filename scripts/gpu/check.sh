@@ -14,7 +14,7 @@
 #                  all_reduce at world size 1, alloc) -> $OUT/bench.json
 #   overhead       bench/dispatch.ts with the worker on this device: microseconds per command  ~30 s / 150
 #                  of a one-element ops.neg, single and in groups of 64 -> $OUT/overhead.json
-#   store          scripts/gpu/store_probe.ts (tcpstore.md §7 against this torch)              ~60 s / 240
+#   store          scripts/gpu/store_probe.ts (the store's findings against this torch)         ~60 s / 240
 #                  -> $OUT/store_findings.*, then tests/store/torch.test.ts with TORCH_PYTHON
 #   tests          bun test tests/cuda tests/shim (stream ordering, the NCCL loader, every op   ~60-200 s / 300
 #                  and every collective of a one-member NCCL communicator against the cpu backend)

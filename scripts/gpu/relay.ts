@@ -1,8 +1,8 @@
 /**
  * A capturing TCP relay for TCPStore traffic: it sits on a free port in front of a server (torch's
  * or ours), forwards bytes both ways untouched, and decodes every client request as it arrives,
- * in the dialect the connection opens with (tcpstore.md §1.6). Requests are parsed by
- * src/store/wire.ts; the 2.x opcodes past its table (14-18, tcpstore.md §1.3) are decoded here,
+ * in the dialect the connection opens with. Requests are parsed by
+ * src/store/wire.ts; the 2.x opcodes past its table (14-18) are decoded here,
  * and the first opcode neither knows ends decoding of that connection (the bytes still flow).
  * scripts/gpu/store_probe.ts uses it to see what torch sends; tests/store/relay.test.ts checks it.
  */
@@ -41,7 +41,7 @@ const show = (b: Uint8Array, max = 160) => {
   return b.byteLength > max ? `${s}...` : s
 }
 
-/** Torch's own names for the operations (tcpstore.md §1.2). */
+/** Torch's own names for the operations. */
 const NAMES: Record<Op, string> = {
   validate: "VALIDATE",
   set: "SET",
@@ -90,7 +90,7 @@ const describe = (r: Request): Omit<Captured, "seq" | "conn"> => {
   }
 }
 
-/** The 2.x opcodes past wire.ts's table, laid out as tcpstore.md §1.3 has them. */
+/** The 2.x opcodes past wire.ts's table, laid out as torch 2.x's TCPStore sends them. */
 const parseTail = (c: Cursor, code: number): Omit<Captured, "seq" | "conn"> | null => {
   switch (code) {
     case 14: {
@@ -155,7 +155,7 @@ class Decoder {
     }
   }
 
-  /** A 2.x client opens with VALIDATE (00 CE F7 85 3C); anything else speaks 1.13 (tcpstore.md §1.6). */
+  /** A 2.x client opens with VALIDATE (00 CE F7 85 3C); anything else speaks 1.13. */
   private sniff(): boolean {
     const { buf, start, end } = this.input
     if (end - start >= 1 && buf[start] !== 0) this.dialect = "1.13"

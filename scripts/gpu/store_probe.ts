@@ -436,7 +436,7 @@ const args = process.argv.slice(2)
 const outDir = args.includes("--out") ? args[args.indexOf("--out") + 1]! : (process.env.OUT ?? "/tmp/monarch-gpu-logs")
 const t0 = performance.now()
 const rows = (await findings()).sort((a, b) => a.point - b.point)
-const report = `store findings (tcpstore.md §7), ${((performance.now() - t0) / 1000).toFixed(1)} s\n${table(rows)}`
+const report = `store findings, ${((performance.now() - t0) / 1000).toFixed(1)} s\n${table(rows)}`
 console.log(report)
 mkdirSync(outDir, { recursive: true })
 writeFileSync(join(outDir, "store_findings.md"), `${report}\n`)

@@ -1,5 +1,5 @@
 /**
- * The one table issue 6 asks of a GPU run, from what scripts/gpu/check.sh's steps left in DIR:
+ * The one table of a GPU run, from what scripts/gpu/check.sh's steps left in DIR:
  * bench.json (bench/cuda.ts: elementwise add vs copy, bf16 matmul vs torch, world-size-1 NCCL
  * all_reduce), overhead.json (bench/dispatch.ts on the run's device: microseconds per command),
  * store_findings.json (scripts/gpu/store_probe.ts) and steps.tsv (each step's exit and seconds).
@@ -13,7 +13,7 @@ import type { Row } from "../../bench/cuda.ts"
 import type { DispatchRow } from "../../bench/dispatch.ts"
 import type { Finding } from "./store_probe.ts"
 
-/** The host cost of one command that issue 6 aims for. */
+/** The host cost of one command that a GPU run aims for. */
 const OVERHEAD_GOAL_US = 5
 
 interface Line {
@@ -97,7 +97,7 @@ const overheadLines = (): Line[] => {
 
 const storeLines = (): Line[] => {
   const rows = load<Finding[]>("store_findings.json", "store")
-  if (typeof rows === "string") return [missing("store findings (tcpstore.md §7)", rows)]
+  if (typeof rows === "string") return [missing("store findings", rows)]
   return rows.map((f) => ({ figure: `store §7.${f.point}: ${f.question}`, value: f.status, against: "-", ratio: "-", goal: "-", ok: "-", notes: f.answer }))
 }
 

@@ -142,8 +142,14 @@ const writeDurably = (path: string, text: string): void => writeSynced(path, [ne
 /** Replaces `path` with `chunks` atomically and durably: a temporary file beside it, fsync, rename, fsync of the folder. */
 export const writeFileDurably = (path: string, chunks: ReadonlyArray<Uint8Array>): void => {
   const tmp = `${path}.tmp-${process.pid}`
-  writeSynced(tmp, chunks)
-  renameSync(tmp, path)
+  try {
+    writeSynced(tmp, chunks)
+    renameSync(tmp, path)
+  } catch (e) {
+    // A failed write (a full disk, a target that cannot be replaced) leaves no partial file behind.
+    rmSync(tmp, { force: true })
+    throw e
+  }
   syncDir(dirname(path))
 }
 

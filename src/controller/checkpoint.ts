@@ -281,7 +281,8 @@ export const tensorsOf = (state: State): ReadonlyMap<string, RemoteTensor> => {
 
 /**
  * Copies a loaded tree's tensors into the same paths of `into` (in place, `copy_`), so a model's
- * parameters and an optimizer's moments keep their handles; the loaded tensors are released.
+ * parameters and an optimizer's moments keep their handles; each loaded tensor copied is
+ * released (one at a path `into` lacks stays the caller's to release).
  */
 export const restoreInto = (into: State, loaded: State): Effect.Effect<void, ControllerError> =>
   Effect.gen(function* () {
@@ -337,7 +338,7 @@ export const exportFile = (mesh: Mesh, state: State, path: string): Effect.Effec
       }
       datas.push(data)
     }
-    const { bytes: header } = encodeHeader(whole.map((l, i) => ({ name: l.name, dtype: l.tensor.meta!.dtype, shape: layoutOf(mesh, l).shape })), { format: "pt", monarch: JSON.stringify(tree) })
+    const { bytes: header } = encodeHeader(whole.map((l) => ({ name: l.name, dtype: l.tensor.meta!.dtype, shape: layoutOf(mesh, l).shape })), { format: "pt", monarch: JSON.stringify(tree) })
     yield* Effect.try({ try: () => (mkdirSync(dirname(target), { recursive: true }), writeFileDurably(target, [header, ...datas])), catch: (e) => refuse(`writing ${target}: ${e instanceof Error ? e.message : String(e)}`) })
     return { bytes: header.byteLength + datas.reduce((a, d) => a + d.byteLength, 0), path: target }
   })

@@ -219,9 +219,9 @@ const noRefusals = (): Refusals => ({ world: [], token: new Map() })
 /**
  * The listener the workers connect to (through the Transport), feeding the core. A worker of
  * another world size is refused and named in `refusals.world`; a handshake with another job token
- * is counted in `refusals.token` by the rank it claims. It keeps a whole world's connections
- * while they do the handshake: every worker connects at once, and a smaller bound would cut
- * most of them off (to retry) in a world of hundreds.
+ * is counted in `refusals.token` by the rank it claims, when that rank is in the world. It keeps
+ * a whole world's connections while they do the handshake: every worker connects at once, and a
+ * smaller bound would cut most of them off (to retry) in a world of hundreds.
  */
 const listenFor = (core: Core, token: string, o: CommonOptions & { readonly listen?: string }, refusals: Refusals = noRefusals()) =>
   Effect.flatMap(Effect.service(Transport), (transport) => transport.listen({
@@ -230,6 +230,9 @@ const listenFor = (core: Core, token: string, o: CommonOptions & { readonly list
     // The program's waits on the workers hold the process (Core), not the links.
     holdsProcess: false,
     onWrongToken: (peer, host) => {
+      // Anyone who reaches the listener can claim any rank before the proofs: only the world's
+      // ranks are counted (a rank the wait may miss), so the map holds at most world entries.
+      if (peer.rank >= core.world) return
       const seen = refusals.token.get(peer.rank)
       if (seen === undefined) refusals.token.set(peer.rank, { pid: peer.pid, host, count: 1 })
       else seen.count++

@@ -38,7 +38,7 @@ const stridesOf = (shape: ReadonlyArray<number>): number[] => {
  * blocks, or an empty one), "full" (the same elements in the same layout: x.add_(x)), else
  * "partial". A tensor whose shape the controller does not know overlaps fully only itself.
  */
-export const overlapOf = (a: Placed, b: Placed): "none" | "full" | "partial" => {
+const overlapOf = (a: Placed, b: Placed): "none" | "full" | "partial" => {
   if (a === b) return "full"
   if (a.storage !== b.storage) return "none"
   if (a.meta === undefined || b.meta === undefined) return "partial"
@@ -49,7 +49,7 @@ export const overlapOf = (a: Placed, b: Placed): "none" | "full" | "partial" => 
 }
 
 /** torch's refusal of a write whose input shares the written memory. */
-export const overlapError = (op: string, written: object, input: object): ControllerError => new ControllerError({
+const overlapError = (op: string, written: object, input: object): ControllerError => new ControllerError({
   message: `${op}: unsupported operation: some elements of the input tensor and the written-to tensor refer to a single memory location (${input} and the written ${written}). Please clone() the tensor before performing the operation.`,
   reason: "overlap",
 })

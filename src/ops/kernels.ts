@@ -662,7 +662,7 @@ export const KERNELS: Kernels = {
   },
   rand: random(false),
   randn: random(true),
-  // issue 11.2 (opsb): empty, linspace, eye and the *_like forms
+  // empty, linspace, eye and the *_like forms
   empty: () => undefined,
   linspace: (run, [out], a) => k.cast(out!, upload(run, new HostTensor("f64", [a.steps], new Uint8Array(linspaceValues(...linspaceBounds(a.start, a.end, out!.dtype), a.steps).buffer))), run.stream),
   eye: (run, [out]) => {
@@ -888,7 +888,7 @@ export const KERNELS: Kernels = {
   le_: binaryInPlace("le", "comparison"), gt_: binaryInPlace("gt", "comparison"), ge_: binaryInPlace("ge", "comparison"),
   logical_and_: binaryInPlace("logical_and", "comparison"), logical_or_: binaryInPlace("logical_or", "comparison"),
   zero_: (run, _, a) => k.fill(a.input, 0, run.stream),
-  // issue 11.2 (opsb): repeat, baddbmm, outer
+  // repeat, baddbmm, outer
   repeat: (run, [out], a, op) => repeatInto(run, out!, a.input, a.repeats, op),
   baddbmm,
   outer: (run, [out], a) => outerInto(run, out!, a.input, a.vec2),

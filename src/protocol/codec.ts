@@ -67,14 +67,14 @@ const compile = (tag: string, { code, fields }: MessageSpec): { decode: BuildMes
   // Each field's functions and name are the generated code's own variables: direct calls.
   const names = [...fields.flatMap((_, i) => [`d${i}`, `e${i}`, `w${i}`]), "Invalid"]
   const values = [...fields.flatMap(([name, kind]) => [kind.decode, kind.encode, `${tag}.${name}`]), Invalid]
-  const decodeOne = (name: string, i: number) => `d${i}(a[${i + 1}], w${i}, depth + 1, ctx)`
+  const decodeOne = (i: number) => `d${i}(a[${i + 1}], w${i}, depth + 1, ctx)`
   const encodeOne = (name: string, i: number) => `e${i}(m[${key(name)}], w${i}, depth + 1, ctx)`
   const required = fields.filter(([, kind]) => !kind.optional).length
   // An optional field left off is absent from the message; one sent needs every optional field before it.
-  const decoded = fields.slice(0, required).map(([name], i) => `, ${key(name)}: ${decodeOne(name, i)}`)
+  const decoded = fields.slice(0, required).map(([name], i) => `, ${key(name)}: ${decodeOne(i)}`)
   const encoded = fields.slice(0, required).map(([name], i) => `, ${encodeOne(name, i)}`)
   const optional = fields.slice(required).map(([name], j) => [name, required + j] as const)
-  const decodeOptional = optional.map(([name, i]) => `if (a.length > ${i + 1}) m[${key(name)}] = ${decodeOne(name, i)};`)
+  const decodeOptional = optional.map(([name, i]) => `if (a.length > ${i + 1}) m[${key(name)}] = ${decodeOne(i)};`)
   const encodeOptional = optional.map(([name, i]) =>
     `if (m[${key(name)}] !== undefined) { if (a.length !== ${i + 1}) throw new Invalid(w${i}, "given without the optional fields before it"); a.push(${encodeOne(name, i)}) }`)
   const make = (body: string) => new Function(...names, `"use strict"; return ${body}`)(...values)

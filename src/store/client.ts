@@ -1,6 +1,6 @@
 /**
  * The TCPStore client: one connection to a torch-compatible server (ours or torch's), one
- * request at a time, in the 1.13 or 2.x dialect (told, or detected by a probe; tcpstore.md §1.6).
+ * request at a time, in the 1.13 or 2.x dialect (told, or detected by a probe).
  *
  * Like torch's client it prefixes every key with "/" and implements a blocking get as WAIT then
  * GET. A timed-out WAIT must not leave a late STOP_WAITING in the stream: on 2.x the client sends
@@ -165,7 +165,6 @@ const blob = (c: Cursor) => c.value().slice()
 const blobs = (n: number) => (c: Cursor) => Array.from({ length: n }, () => c.value().slice())
 
 const utf8 = new TextEncoder()
-const textOf = (bytes: Uint8Array) => new TextDecoder().decode(bytes)
 /** Torch's client puts "/" before every user key. */
 const wireKey = (key: string) => utf8.encode(`/${key}`)
 const toBytes = (v: StoreValue) => (typeof v === "string" ? utf8.encode(v) : v)

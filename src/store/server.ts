@@ -1,6 +1,6 @@
 /**
  * The TCPStore server: one key/value map shared by every connection, speaking torch 1.13 or 2.x
- * per connection (told by the first bytes, tcpstore.md §1.6). Plain callbacks on Bun sockets, no
+ * per connection (told by the first bytes: a 2.x client opens with VALIDATE). Plain callbacks on Bun sockets, no
  * Effect, so the same code runs on the main thread (service.ts) or in a worker (serverThread.ts).
  *
  * Each connection parses its own buffered bytes, so a half-sent request waits alone while the

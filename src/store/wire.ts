@@ -29,7 +29,7 @@ export type Op =
   | "cancelWait"
   | "ping"
 
-/** Opcode tables: the index is the u8 on the wire (tcpstore.md §1.2). */
+/** Opcode tables: the index is the u8 on the wire (torch's QueryType enums, 1.13 and 2.x). */
 const OPCODES: Record<Dialect, ReadonlyArray<Op>> = {
   "1.13": ["set", "compareSet", "get", "add", "check", "wait", "getNumKeys", "watchKey", "deleteKey"],
   "2.x": [
@@ -70,7 +70,7 @@ export interface Limits {
   readonly maxRequestBytes: number
 }
 
-/** The torch 2.x libuv server's limits (tcpstore.md §1.7), plus a cap on a whole request. */
+/** The torch 2.x libuv server's limits, plus a cap on a whole request. */
 export const SERVER_LIMITS: Limits = {
   maxKeyBytes: 8 * 1024,
   maxValueBytes: 8 * 1024 * 1024,

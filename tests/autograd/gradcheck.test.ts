@@ -206,7 +206,7 @@ const CASES: Case[] = [
   g("embedding repeated ids, rows never looked up", "embedding", [I([3, 4], [7, 7, 0, 2, 7, 2, 9, 0, 0, 7, 7, 2]), F(10, 4)]),
   // optimizer helpers
   g("_sum_of_squares", "_sum_of_squares", [[F(2, 3), F(4)]]),
-  // issue 11.2's ops (split and chunk: every piece weighted; the loss sums them)
+  // the later ops (split and chunk: every piece weighted; the loss sums them)
   g("tril diagonal 1", "tril", [F(3, 4)], { diagonal: 1 }),
   g("triu batched, diagonal -1", "triu", [F(2, 3, 3), -1]),
   g("split by size", "split", [F(5, 2), 2]),

@@ -1,14 +1,15 @@
 // What a save and a restore leave behind: a rank's file is fsynced, after its last write, before
 // its write reports it done (a spy on the file handle's sync, calling through); load then
-// restoreInto leaves no loaded tensor alive on the workers (each worker's live tensor count).
+// restoreInto leaves no loaded tensor alive on the workers (each worker's live tensor count); a durable
+// write that fails leaves no temporary file.
 import { afterAll, afterEach, describe, expect, spyOn, test } from "bun:test"
 import { Effect } from "effect"
-import { fstatSync, mkdtempSync, readFileSync, rmSync } from "node:fs"
+import { fstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { open } from "node:fs/promises"
 import { tmpdir } from "node:os"
 import { join, resolve } from "node:path"
 import { Controller, eager, load, opsOn, perRank, restoreInto, save, shard } from "../../src/controller/index.ts"
-import { writeShardFile } from "../../src/checkpoint/files.ts"
+import { writeFileDurably, writeShardFile } from "../../src/checkpoint/files.ts"
 import { HostTensor } from "../../src/protocol/values.ts"
 
 const ROOT = mkdtempSync(join(tmpdir(), "monarch-durable-"))
@@ -45,6 +46,18 @@ describe("a rank's file is synced before it is reported written", () => {
     expect(written.bytes).toBe(size)
     expect(events.filter((e) => e !== "write")).toEqual([`sync ${size} bytes`, "resolved"])
     expect(events.indexOf(`sync ${size} bytes`)).toBeGreaterThan(events.lastIndexOf("write"))
+  })
+})
+
+describe("writeFileDurably", () => {
+  test("a write that fails leaves neither its temporary file nor a changed target", () => {
+    const dir = join(ROOT, "export-fails")
+    mkdirSync(join(dir, "taken"), { recursive: true })
+    writeFileSync(join(dir, "taken", "inside"), "x")
+    // The target is a folder that is not empty: the rename into place fails.
+    expect(() => writeFileDurably(join(dir, "taken"), [new Uint8Array(1 << 16).fill(7)])).toThrow()
+    expect(readdirSync(dir)).toEqual(["taken"])
+    expect(readdirSync(join(dir, "taken"))).toEqual(["inside"])
   })
 })
 

@@ -410,7 +410,7 @@ const diesBeforeConnect = async (w: Worker): Promise<void> => {
 }
 
 /**
- * Members that pass disagreeing tensors (issue 14): the last member's differs in element count
+ * Members that pass disagreeing tensors: the last member's differs in element count
  * (a little, or across a path's size threshold), dtype, reduce op or root, in every collective
  * and in a transfer. Every member the disagreement touches fails the call with Invalid naming
  * both sides, before anything moves (Gloo would abort the process on a size it did not expect),

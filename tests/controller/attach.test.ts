@@ -2,7 +2,7 @@
 // environment and no controller address) find the controller through the store; the token comes
 // from a file both sides are given (MONARCH_TOKEN_FILE), never from the store.
 import { afterAll, expect, test } from "bun:test"
-import { Cause, Effect } from "effect"
+import { Cause, Duration, Effect } from "effect"
 import { Controller, HostTensor } from "../../src/controller/index.ts"
 import { PROGRESS_MS } from "../../src/controller/controller.ts"
 import { randomBytes } from "node:crypto"
@@ -10,7 +10,9 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { readToken } from "../../src/net/token.ts"
+import { makeClient } from "../../src/store/client.ts"
 import { startServer } from "../../src/store/server.ts"
+import { RawPeer, workerHandshake } from "../fuzz/rawPeer.ts"
 
 const WORKER = new URL("../../src/worker.ts", import.meta.url).pathname
 const store = startServer({ host: "127.0.0.1", port: 0 })
@@ -80,6 +82,35 @@ test("a controller with another token than the workers' fails the attach within 
     expect(f.ms).toBeLessThan(8000)
     expect(f.problems.filter((p) => p.includes("closed the connection on the controller's proof: it holds another job token")).length).toBeGreaterThanOrEqual(2)
     for (const w of workers) w.kill("SIGKILL")
+  } finally {
+    own.stop()
+  }
+}, 40_000)
+
+test("handshakes with another token that claim ranks outside the world are not kept: the wait names only ranks of its world", async () => {
+  const own = startServer({ host: "127.0.0.1", port: 0 })
+  try {
+    const progress: string[] = []
+    const waited = Effect.runPromiseExit(Effect.service(Controller).pipe(Effect.provide(Controller.attach({
+      world: 2, store: { host: "127.0.0.1", port: own.port }, token: randomBytes(16).toString("hex"), startTimeoutMs: PROGRESS_MS + 2000,
+      onProblem: () => {}, onProgress: (l) => void progress.push(l),
+    }))))
+    const address = await Effect.runPromise(Effect.scoped(Effect.gen(function* () {
+      const client = yield* makeClient({ host: "127.0.0.1", port: own.port, timeout: Duration.seconds(10), connectTimeout: Duration.seconds(10) })
+      return new TextDecoder().decode(yield* client.get("monarch/controller"))
+    })))
+    // A stranger (no token needed to get this far) claims rank 1, then ranks 2 to 41 of no
+    // world the controller has, each closed on the controller's proof as a worker with another token closes.
+    for (const rank of [1, ...Array.from({ length: 40 }, (_, i) => 2 + i)]) {
+      const peer = await RawPeer.connect(address)
+      expect((await workerHandshake(peer, { token: "another token", rank, world: 2, hello: false })).answer).toBe("ControllerProof")
+      peer.end()
+      await peer.until(() => peer.closed, 2000)
+    }
+    expect((await waited)._tag).toBe("Failure")
+    const refused = progress.filter((l) => l.includes("refused handshakes with another job token"))
+    expect(refused.length).toBeGreaterThan(0)
+    for (const l of refused) expect(l).toContain("from ranks [1] (1 in all)")
   } finally {
     own.stop()
   }

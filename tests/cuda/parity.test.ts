@@ -393,7 +393,7 @@ describe("cuda matches cpu", () => {
     freeAll(a, b, i, j, x, y, bx, by, sq, sr)
   })
 
-  parity("issue 11.2's kernels: triangle, scatter, index_add and dropout bit for bit; attention and rms_norm within a few ulps", () => {
+  parity("the later kernels: triangle, scatter, index_add and dropout bit for bit; attention and rms_norm within a few ulps", () => {
     const bad: string[] = []
     for (const dtype of DTYPES) {
       const [a, b] = pair(dtype, [3, 5, 7], bytesOf(dtype, 105, 16))

@@ -1,4 +1,4 @@
-// Faults with real processes (issue 7): workers, the controller and the store killed or
+// Faults with real processes: workers, the controller and the store killed or
 // missing. Each scenario must end in a tagged error naming what failed, within its timeout,
 // without losing what was already fetched. The rows are those of RELIABILITY.md
 // (reliability.ts); MONARCH_LONG=1 runs the long mode's tries.

@@ -65,7 +65,7 @@ const watchExits = (ctl: ControllerApi): Map<number, number> => {
 }
 
 /**
- * One try: a fresh mesh, rank 3 killed the `variant` way, then every condition of the issue
+ * One try: a fresh mesh, rank 3 killed the `variant` way, then every condition of the scenario
  * checked. `tcp` turns the shared-memory transport off (MONARCH_COMM_SHM=0): collectives then
  * go over Gloo's TCP pairs only, and rank 2 can only fail a collective rank 3 died in.
  */

@@ -1,5 +1,5 @@
 /**
- * The fault scenarios of issue 7 as rows of the reliability table (the contract every
+ * The fault scenarios as rows of the reliability table (the contract every
  * tests/<area>/reliability.ts follows): each scenario run a few times (more in long mode),
  * `held` = the tries where every condition held, `detail` = what the program saw and the
  * times measured from fault to error. faults.test.ts runs the same scenarios.

@@ -1,5 +1,5 @@
 /**
- * The multi-host checks (issue 7), shared by tests/hosts/hosts.test.ts and scripts/reliability.ts.
+ * The multi-host checks, shared by tests/hosts/hosts.test.ts and scripts/reliability.ts.
  * Two network namespaces joined by a veth pair stand in for two hosts; the store and the
  * controller run on host 1, two ranks on each host, each in its own process:
  *   - Gloo communicators across the hosts (tests/comm/scenarios.ts through tests/comm/worker.ts):

@@ -86,7 +86,7 @@ describe("an index out of range fails its command on the worker, and nothing els
       expect(failed.error.message).toMatch(message)
       ident++
     }
-    // A failed in-place command poisons its target (DESIGN: tryDefine over results + mutates); the same ops in bounds write what they should.
+    // A failed in-place command poisons its target (docs/design.md: tryDefine over results + mutates); the same ops in bounds write what they should.
     h.send(0, call(ident, [300], "ops.clone", [x]))
     h.send(0, call(ident + 1, [], "ops.index_add_", [ref(300), 0, host("i64", [2], [2, 2]), host("f32", [2], [5, 6])], { mutates: [300] }))
     h.send(0, call(ident + 2, [], "ops.scatter_", [ref(300), 0, host("i64", [1], [0])], { kwargs: { value: -1 }, mutates: [300] }))

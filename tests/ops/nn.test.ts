@@ -1,4 +1,4 @@
-// The rules of issue 11.2's ops (triangles, split and chunk, attention, rms_norm, the losses,
+// The rules of the later ops (triangles, split and chunk, attention, rms_norm, the losses,
 // one_hot): result metadata and the calls refused, as torch does. Their values are held against
 // torch in parity.test.ts.
 import { describe, expect, test } from "bun:test"

@@ -331,7 +331,7 @@ const casesOf = (start: number): Case[] => (seed = start, [
   c("matmul broadcast batch", "matmul", [f(2, 1, 3, 4), f(3, 4, 2)]),
   c("matmul 2-D @ batched", "matmul", [f(3, 4), f(2, 4, 2)]),
   c("bmm", "bmm", [f(2, 3, 4), f(2, 4, 2)]),
-  // issue 11.2: triangles, pieces, attention, normalisation, losses, one_hot
+  // triangles, pieces, attention, normalisation, losses, one_hot
   ...(["tril", "triu"] as const).flatMap((op) => [
     ...ALL.map((t) => c(`${op} ${t}`, op, [tensor(t, [3, 4])])),
     c(`${op} diagonal 1, batched`, op, [f(2, 3, 4)], { diagonal: 1 }),
@@ -388,7 +388,7 @@ const casesOf = (start: number): Case[] => (seed = start, [
   c("one_hot 2-D", "one_hot", [ints("i64", [2, 2], [1, 0, 2, 2]), 3]),
   c("one_hot 0-d", "one_hot", [ints("i64", [], [2]), 4]),
   c("one_hot empty", "one_hot", [ints("i64", [0], []), 4]),
-  // issue 11.2: repeat, baddbmm, outer (ger)
+  // repeat, baddbmm, outer (ger)
   ...ALL.map((t) => c(`repeat ${t}, new leading dim`, "repeat", [tensor(t, [2, 3]), [2, 1, 3]])),
   c("repeat 0-d", "repeat", [f(), [2, 3]]),
   c("repeat empty input", "repeat", [f(0, 3), [2, 2]]),
@@ -410,7 +410,7 @@ const casesOf = (start: number): Case[] => (seed = start, [
   c("outer promotes i32 with f32", "outer", [tensor("i32", [3]), f(2)]),
   c("outer empty", "outer", [f(0), f(3)]),
   c("ger (outer's alias)", "ger", [tensor("f64", [3]), tensor("f64", [5])]),
-  // issue 11.2: max and min with (values, indices), the scatter family
+  // max and min with (values, indices), the scatter family
   ...(["max", "min"] as const).flatMap((op) => [
     ...ALL.map((t) => c(`${op} ${t} dim 1 (ties: the first)`, op, [tensor(t, [3, 5])], { dim: 1 }, 2)),
     ...ALL.map((t) => c(`${op} ${t} over everything`, op, [tensor(t, [3, 4])])),
@@ -484,7 +484,7 @@ const casesOf = (start: number): Case[] => (seed = start, [
   c("linear empty in_features", "linear", [f(2, 0), f(4, 0), f(4)]),
   c("linear f64 with bias, rows past a block", "linear", [tensor("f64", [70, 9]), tensor("f64", [130, 9]), tensor("f64", [130])]),
   c("linear bf16", "linear", [tensor("bf16", [3, 4]), tensor("bf16", [2, 4]), tensor("bf16", [2])]),
-  // issue 11.2, opsb's second part (after the older cases, so their seeded inputs stay as they were)
+  // the later ops' second part (after the older cases, so their seeded inputs stay as they were)
   // cross_entropy's class weight
   c("cross_entropy class weight, mean", "cross_entropy", [f(4, 3), ints("i64", [4], [0, 2, 2, 1]), { ...f(3), data: [0.5, 2, 1] }]),
   c("cross_entropy class weight, ignored, sum", "cross_entropy", [tensor("f64", [4, 3]), ints("i64", [4], [0, -100, 2, 1]), tensor("f64", [3])], { reduction: "sum" }),
@@ -522,7 +522,7 @@ const casesOf = (start: number): Case[] => (seed = start, [
     c(`div_ ${mode} i64 in place`, "div_", [ints("i64", [3], [7, -7, 5]), 2], { rounding_mode: mode }),
   ]),
   c("div rounding_mode None is true division", "div", [tensor("i64", [3]), 2], { rounding_mode: null }),
-  // issue 11.2: linspace, eye and the *_like forms (empty's values are undefined: tests/ops/creation.test.ts)
+  // linspace, eye and the *_like forms (empty's values are undefined: tests/ops/creation.test.ts)
   ...(["f32", "f64", "f16", "bf16", "i64", "i32"] as const).map((t) => c(`linspace ${t}`, "linspace", [-5.5, 2, 7], { dtype: t })),
   c("linspace default f32, symmetric from both ends", "linspace", [0.1, 0.7, 7]),
   c("linspace 1000 steps", "linspace", [-1, 3, 1000]),
@@ -542,7 +542,7 @@ const casesOf = (start: number): Case[] => (seed = start, [
   ...ALL.map((t) => c(`full_like ${t}`, "full_like", [tensor(t, [3]), 1])),
   c("full_like truncates for an integer dtype", "full_like", [tensor("i64", [2, 2]), -2.7]),
   c("full_like dtype keyword", "full_like", [tensor("bool", [3]), 0.25], { dtype: "f64" }),
-  // issue 11.2: the in-place forms of the elementwise ops (integer inputs where the result stays integral)
+  // the in-place forms of the elementwise ops (integer inputs where the result stays integral)
   ...IN_PLACE_UNARY.flatMap((op) => FLOATS.map((t) => c(`${op}_ ${t}`, `${op}_`, [positive(op, tensor(t, [2, 3]))]))),
   ...["neg", "abs", "sign", "relu", "floor", "ceil", "round", "trunc"].flatMap((op) => (["i64", "i32"] as const).map((t) => c(`${op}_ ${t}`, `${op}_`, [tensor(t, [5])]))),
   ...(["f32", "i64", "u8", "bool"] as const).map((t) => c(`logical_not_ ${t}`, "logical_not_", [special(t)])),

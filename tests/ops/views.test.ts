@@ -1,4 +1,4 @@
-// Views without copies (issue 11.2): narrow, select, slicing, split, chunk and contiguous give a
+// Views without copies: narrow, select, slicing, split, chunk and contiguous give a
 // view of their input (the same memory, from an offset into it) wherever their result is one
 // contiguous block of it, and a copy elsewhere. Checked on real workers through the controller:
 //   - against torch 1.13 (tests/ops/views_ref.py): ours is a view exactly where torch's view is

@@ -69,7 +69,7 @@ const randomSlice = (next: () => number): NDSlice => {
 }
 
 /**
- * The issue's case, 8 dims of stride 2 and size 16 (4 * 10^9 coordinates, so no brute force):
+ * The large case, 8 dims of stride 2 and size 16 (4 * 10^9 coordinates, so no brute force):
  * the even ranks up to 240, each filled greedily from dim 0.
  */
 const strideTwo = (): [NDSlice, Map<number, number[]>] => {

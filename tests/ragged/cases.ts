@@ -1,5 +1,5 @@
 /**
- * Ragged collectives and sends (issue 14, item 1), through a direct protocol client: two real
+ * Ragged collectives and sends, through a direct protocol client: two real
  * workers, each given its own input (and, where a case says so, its own factory) for one
  * Reduce or SendTensor. A rank whose input is not what its factory declares fails the command
  * with InputMismatch naming both and joins with the factory's zeros, so its peer's result is

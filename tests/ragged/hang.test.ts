@@ -1,4 +1,4 @@
-// Hang reports name the command each behind rank is in (issue 14, item 6): see hang.ts.
+// Hang reports name the command each behind rank is in: see hang.ts.
 import { expect, test } from "bun:test"
 import { describeHang } from "../../src/controller/core.ts"
 import { hangNamesRunningCommand } from "./hang.ts"

@@ -1,5 +1,5 @@
 /**
- * Hang reports name the running command (issue 14, item 6): a real controller and two workers;
+ * Hang reports name the running command: a real controller and two workers;
  * rank 1 blocks its whole process in a user function right after a quick ops.ones, and rank 0
  * waits for it in the all_reduce that follows. The reports must blame those two commands and
  * say which one each behind rank is in, never the ops.ones both ranks had finished.

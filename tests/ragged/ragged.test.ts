@@ -1,4 +1,4 @@
-// Ragged collectives and sends (issue 14, item 1) through a direct protocol client, on both
+// Ragged collectives and sends through a direct protocol client, on both
 // transports: every command of cases.ts with every mismatch, on one pair of workers each.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { CASES, Rig, TRANSPORTS, type Transport } from "./cases.ts"

@@ -1,6 +1,6 @@
 // Every complete program in README.md (a block that ends in Effect.runPromise) runs as a user
 // would run it, `bun run program.ts`, importing the package by its name, and exits cleanly.
-// The typed-tensors block is issue 11's "program written only from the README": broadcasting,
+// The typed-tensors block is a "program written only from the README": broadcasting,
 // softmax, cat, indexing and cross_entropy through the typed API; its printed shape and loss are
 // checked too, and so are the rows each dp rank gets in the how-to that uploads a host batch.
 import { describe, expect, test } from "bun:test"

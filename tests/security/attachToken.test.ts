@@ -1,4 +1,4 @@
-// Attach mode never lets the job token through the store (issue 14.4): a recording proxy in
+// Attach mode never lets the job token through the store: a recording proxy in
 // front of the store sees every byte the controller, the workers and a stranger exchange with it,
 // and the token is not among them; the stranger, who waits for the controller's address there
 // and tries the handshake as rank 0 before any worker exists, is refused and reported; the real workers,

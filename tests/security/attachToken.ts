@@ -1,5 +1,5 @@
 /**
- * Attach mode's token (issue 14.4), as checks that return what they saw (attachToken.test.ts
+ * Attach mode's token, as checks that return what they saw (attachToken.test.ts
  * asserts on it, reliability.ts turns it into rows). Controller.attach meets workers through the
  * store, which authenticates no one; so the job token must never cross it. A recording proxy in
  * front of the store sees every byte the controller, the workers and a stranger exchange with it;

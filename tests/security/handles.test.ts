@@ -1,8 +1,8 @@
-// Handles carry their owner (issue 14.2): with two controllers in one process, whose tensors
+// Handles carry their owner: with two controllers in one process, whose tensors
 // have the same ref ids, every use of controller 1's tensor, stream or mesh with controller 2
 // (and the reverse for a send) is a ControllerError naming it, and both controllers' values are
 // intact afterwards (before, controller 2 silently used its own ref: a fetch gave 1000, not 7).
-// Fetch coordinates (issue 14.10): a dim the mesh does not have, coordinates out of range and
+// Fetch coordinates: a dim the mesh does not have, coordinates out of range and
 // values that are no coordinates are ControllerErrors naming the mesh's dims.
 import { expect, test } from "bun:test"
 import { checkFetchCoordinates, checkForeignHandles, GOOD_COORDINATES } from "./handles.ts"

@@ -4,8 +4,7 @@
  * its own workers, whose handles have the same ref ids; every use of one controller's tensor,
  * stream or mesh with the other (as an argument, nested in one, mutated, in fetch, reduce,
  * send, borrow, as the stream of a command) must be a ControllerError, and neither controller's
- * values change (issue 14.2). And fetch coordinates a mesh does not have, or out of its range
- * (issue 14.10).
+ * values change. And fetch coordinates a mesh does not have, or out of its range.
  */
 import { Effect, ManagedRuntime, Result } from "effect"
 import { Controller, type HostTensor } from "../../src/controller/index.ts"

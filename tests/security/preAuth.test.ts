@@ -1,4 +1,4 @@
-// Before authentication, memory stays bounded (issue 14.3): the controller listener refuses a
+// Before authentication, memory stays bounded: the controller listener refuses a
 // frame longer than the handshake needs from its length prefix, allocating nothing for it, and
 // keeps only so many connections in the handshake (closing the oldest, so a worker still gets
 // in); the store, which authenticates no one, holds a bounded number of bytes in its values, in

@@ -36,7 +36,7 @@ describe("the shim's memory limit", () => {
     empty("u8", [256 << 10])
     held.free()
     empty("u8", [512 << 10])
-    // 3e9 f32 per rank (12 GB) was the case: refused at once, nothing taken.
+    // 3e9 f32 per rank (12 GB) was the reported case: refused at once, nothing taken.
     expectShimError(() => empty("f32", [3e9]), "NoMemory", /12000000000 bytes would pass the memory limit/)
   })
 

@@ -2,7 +2,7 @@
 // against torch.distributed.TCPStore as the server, torch clients against our server, and
 // 2-process gloo init_process_group + all_reduce whose store is our server. The expectations
 // follow the torch version found (1.x speaks the 1.13 dialect, 2.x the 2.x one); the key-path
-// checks are the 1.13 ones (tcpstore.md §6). Skips when torch is missing.
+// checks are the 1.13 ones. Skips when torch is missing.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { hostname } from "node:os"
 import { Effect } from "effect"
@@ -158,7 +158,7 @@ describeUnless(torch.ok ? undefined : torch.reason)("torch clients, our server",
 
   // Where gloo's rank_0 key (value: that rank's hostname) lands. With an explicit store= torch
   // 1.13 adds only the group ("0") and gloo device ("0") prefixes; env:// with the agent store
-  // adds /worker/attempt_0 and default_pg as well (tcpstore.md §3.3, §4.2).
+  // adds /worker/attempt_0 and default_pg as well.
   const modes = [
     ["store", "store=TCPStore(our server)", "0/0/rank_0"],
     ["agent", "env:// with TORCHELASTIC_USE_AGENT_STORE=True", "/worker/attempt_0/default_pg/0/0/rank_0"],

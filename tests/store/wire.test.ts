@@ -1,4 +1,4 @@
-// The wire codec alone: opcode numbers and byte layouts from tcpstore.md, requests split at
+// The wire codec alone: opcode numbers and byte layouts of torch's TCPStore, requests split at
 // every byte, and limits that refuse a length before its bytes exist.
 import { describe, expect, test } from "bun:test"
 import {
@@ -24,7 +24,7 @@ const parse = (dialect: Dialect, b: Uint8Array) => {
   return { req, consumed: c.pos }
 }
 
-describe("opcode tables (tcpstore.md §1.2)", () => {
+describe("opcode tables", () => {
   test("1.13 numbering", () => {
     const ops = ["set", "compareSet", "get", "add", "check", "wait", "getNumKeys", "watchKey", "deleteKey"] as const
     expect(ops.map((op) => opcode("1.13", op))).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8])

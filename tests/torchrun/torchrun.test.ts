@@ -32,7 +32,7 @@ const portFree = (port: number): Promise<boolean> =>
   })
 
 const c10dSkip = torch.ok && !torchOne
-  ? `torch ${torch.version}'s c10d rendezvous hands workers the agent's store (tcpstore.md §3.2), as the static case does`
+  ? `torch ${torch.version}'s c10d rendezvous hands workers the agent's store, as the static case does`
   : undefined
 const standaloneSkip = torch.ok && !(await portFree(29400)) ? "port 29400, which --standalone always takes, is in use" : undefined
 

@@ -59,7 +59,7 @@ export const creation = {
   ),
   rand: random,
   randn: random,
-  // issue 11.2 (opsb): empty, linspace, eye and the *_like forms
+  // empty, linspace, eye and the *_like forms
   /** Its values are whatever the memory held, as torch's. */
   empty: sized,
   linspace: spec([arg("start", "scalar"), arg("end", "scalar"), arg("steps", "int"), kw("dtype", "dtype", null)], ({ start, end, steps, dtype }, op) => {

@@ -32,7 +32,7 @@ const scatterBack = <T>(o: GradOps<T>, input: TensorMeta, g: T, d: number, indic
 const pair = (input: TensorMeta, shape: ReadonlyArray<number>): TensorMeta[] => [{ dtype: input.dtype, shape }, { dtype: "i64", shape }]
 
 /** topk's k: 0..size (a 0-d input has one element). */
-export const topkCount = (op: string, x: TensorMeta, k: number, dim: number): number => {
+const topkCount = (op: string, x: TensorMeta, k: number, dim: number): number => {
   const { size } = lineOf(op, x, dim)
   if (k < 0 || k > size) bad(op, `k ${k} is out of range for dim ${dim} of ${describe(x)} (0..${size})`)
   return k
