@@ -1820,4 +1820,47 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("  if (out->dtype != in->dtype)\n    return shim_fail(SHIM_E_INVALID, \"%s: dtypes differ (out %s, in %s)\"", "  if (0)\n    return shim_fail(SHIM_E_INVALID, \"%s: dtypes differ (out %s, in %s)\""),
     tests: ["tests/shim/comm_checks.test.ts"],
   },
+  // ---- a second sample of the newest code (behaviours say "sample 2:": --only "sample 2") -----
+  {
+    area: "controller", behaviour: "sample 2: broadcasting refuses a size-0 dim against a size-3 dim, in either order",
+    file: "src/ops/promotion.ts",
+    edits: one("else if (d !== 1) bad(op, `shapes do not broadcast", "else if (d > 1) bad(op, `shapes do not broadcast"),
+    tests: ["tests/ops/promotion.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "sample 2: scatter_ and index_add_ refuse the written tensor itself as their source",
+    file: "src/controller/storage.ts",
+    edits: one("if (t === w && !own) (own = true)", "if (t === w) (own = true)"),
+    tests: ["tests/ops/views.test.ts"],
+  },
+  {
+    area: "protocol", behaviour: "sample 2: a summarized tensor's dim of exactly 6 prints whole, as torch's",
+    file: "src/protocol/print.ts",
+    edits: one("summarize && n > 2 * EDGE_ITEMS ?", "summarize && n >= 2 * EDGE_ITEMS ?"),
+    tests: ["tests/protocol/print.test.ts"],
+  },
+  {
+    area: "protocol", behaviour: "sample 2: a store reply that would take the connections past maxBufferedBytes with what they already hold is refused before it is built",
+    file: "src/store/server.ts",
+    edits: one("if (bufferedBytes + bytes > maxBufferedBytes)", "if (bytes > maxBufferedBytes)"),
+    tests: ["tests/store/server.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "sample 2: a manifest whose holder is one past the tensor's shards is refused",
+    file: "src/checkpoint/format.ts",
+    edits: one("(t.holders as Record<string, number>)[r]! < (t.shards as unknown[]).length", "(t.holders as Record<string, number>)[r]! <= (t.shards as unknown[]).length"),
+    tests: ["tests/checkpoint/tamper.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "sample 2: an optimizer's stateDict numbers the parameters across groups (a second group continues the count)",
+    file: "src/optim/optimizer.ts",
+    edits: one("params: g.params.map(() => index++)", "params: g.params.map((_, i) => i)"),
+    tests: ["tests/optim/statedict.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "sample 2: compile: 0 and -0 are two signatures (a step may read 1 / v)",
+    file: "src/controller/recording.ts",
+    edits: one('const numberText = (v: number): string => (Object.is(v, -0) ? "-0" : String(v))', "const numberText = (v: number): string => String(v)"),
+    tests: ["tests/recordings/numbers.test.ts"],
+  },
 ]

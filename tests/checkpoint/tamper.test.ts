@@ -77,7 +77,7 @@ describe("changes behind the hashes", () => {
     }))
   }, 60_000)
 
-  test("re-sealed: a null shard hash with a flipped data byte, a tensor the tree names but the manifest lacks; each refused naming it", async () => {
+  test("re-sealed: a null shard hash with a flipped data byte, a tensor the tree names but the manifest lacks, a holder past the shards; each refused naming it", async () => {
     await run((mesh) => Effect.gen(function* () {
       const { version } = yield* Effect.flatMap(save(mesh, yield* tamperState(mesh), "sealed"), (p) => p.durable)
       const path = join(ROOT, "sealed", version, "manifest.json")
@@ -96,6 +96,11 @@ describe("changes behind the hashes", () => {
       lacking.tensors = Object.fromEntries(Object.entries(JSON.parse(good).tensors).filter(([k]) => k !== "row"))
       writeFileSync(path, sealManifest(lacking))
       expect(yield* failure(load(mesh, "sealed"))).toMatch(/^CheckpointError: CheckpointCorrupt: .*manifest\.json: the tree names tensor "row", which the manifest does not hold$/)
+      // A rank's holder one past the last shard (the shard count itself).
+      const pastShards = fieldsOf(path) as any
+      pastShards.tensors.w.holders["0"] = pastShards.tensors.w.shards.length
+      writeFileSync(path, sealManifest(pastShards))
+      expect(yield* failure(load(mesh, "sealed"))).toMatch(/^CheckpointError: CheckpointCorrupt: .*manifest\.json: tensor "w" does not name a shard for every rank of the mesh/)
       writeFileSync(path, good)
       expect((yield* load(mesh, "sealed")).version).toBe(version)
     }))

@@ -4,7 +4,7 @@
 // that use it, on the controller's inference (the worker runs the same rules: its results are
 // checked against torch in tests/ops/parity.test.ts, and through the wire in tests/ops/floats.test.ts).
 import { expect, test } from "bun:test"
-import { resultType, type Scalar } from "../../src/ops/promotion.ts"
+import { broadcastShapes, resultType, type Scalar } from "../../src/ops/promotion.ts"
 import { DTYPES, float, type DType } from "../../src/protocol/values.ts"
 import { describeUnless } from "../skip.ts"
 import { PYTHON, torchMissing } from "../torch.ts"
@@ -70,6 +70,12 @@ test("dims over 0-d over numbers, a higher category winning from a lower tier (t
   expect(resultType([t("bool", 3), true])).toBe("bool")
   expect(resultType([t("bool", 3), 1])).toBe("i64")
   expect(resultType([t("u8", 3), true])).toBe("u8")
+})
+
+test("broadcasting: a size-1 dim takes the other's size (0 included); a 0 against a 3 is refused, in either order", () => {
+  expect(broadcastShapes("add", [[1, 3], [0, 1]])).toEqual([0, 3])
+  expect(broadcastShapes("add", [[3], [2, 1]])).toEqual([2, 3])
+  for (const shapes of [[[0], [3]], [[3], [0]], [[2, 3], [2, 0]]]) expect(() => broadcastShapes("add", shapes)).toThrow(/shapes do not broadcast/)
 })
 
 test("the ops that promote use the tiers: binary, comparison, where, clamp with tensor bounds, addcmul", () => {

@@ -6,7 +6,8 @@
 //     the view, as in torch; where torch's is not, ours is a copy, with torch's values;
 //   - lifetimes: the base's ref deleted while a view lives leaves the view's memory alive and
 //     correct, counted once, and freed with the last of them (the worker's own counters);
-//   - a write whose input shares only some of its memory is refused, as torch refuses it;
+//   - a write whose input shares only some of its memory is refused, as torch refuses it, and
+//     scatter_ and index_add_ refuse even the written tensor itself as their source;
 //   - leaf gradients made as views of one gradient (cat's backward) stay independent;
 //   - matmul's and linear's backward read their transposes in place (_matmul_t): no ops.transpose.
 import { afterAll, beforeAll, describe, expect, spyOn, test } from "bun:test"
@@ -160,6 +161,16 @@ describe("writes through views", () => {
     const c = ops.narrow(x, 0, 4, 2)
     ops.add_(ops.narrow(x, 0, 0, 2), c)
     expect((await values(x)).slice(0, 4)).toEqual([8, 10, 12, 14])
+  })
+
+  test("scatter_ and index_add_ refuse the written tensor itself as their source (torch's assert_no_overlap); add_ takes it", async () => {
+    const x = tensor("f32", [4]), index = tensor("i64", [4])
+    const scatter = await run(Effect.flip(eager(() => ops.scatter_(x, 0, index, x))))
+    const indexAdd = await run(Effect.flip(eager(() => ops.index_add_(x, 0, index, x))))
+    expect([scatter.reason, indexAdd.reason]).toEqual(["overlap", "overlap"])
+    expect(await values(x)).toEqual(iota(4))
+    ops.add_(x, x)
+    expect(await values(x)).toEqual([0, 2, 4, 6])
   })
 
   test("leaf gradients that are views of one gradient (cat's backward) stay independent under in-place updates", async () => {

@@ -77,6 +77,15 @@ describe("an optimizer's stateDict through save and load", () => {
           else expect({ key, buffer, bytes: await bytesOf(b[key]![buffer] as RemoteTensor) }).toEqual({ key, buffer, bytes: await bytesOf(t) })
     }, 60_000)
 
+  test("param_groups number the parameters across groups, as torch's state_dict: a second group continues the count", async () => {
+    const ps = params(true)
+    const opt = new SGD([{ params: [ps[0]!], lr: 0.1 }, { params: [ps[1]!], lr: 0.2 }], { momentum: 0.9 })
+    await train(opt, ps, 0, 1)
+    const saved = opt.stateDict()
+    expect(saved.param_groups.map((g) => [g.lr, g.params])).toEqual([[0.1, [0]], [0.2, [1]]])
+    expect(Object.keys(saved.state)).toEqual(["0", "1"])
+  })
+
   test("loadStateDict refuses a state that does not fit (groups, parameters, buffers, steps) and changes nothing", async () => {
     const ps = params(true), opt = new AdamW(ps, { lr: 0.01 })
     await train(opt, ps, 0, 2)

@@ -2,8 +2,9 @@
 // prefix and dtype names against torch's own repr (tests/protocol/torch_repr.py) over seeded
 // random tensors of every dtype: 0 to 3 dims, fixed, integral and scientific values, NaN and
 // infinities, all zeros, empty shapes, rows that wrap at 80 characters, and tensors past 1000
-// elements (abbreviated to the first and last 3 of each dim). console.log and Bun.inspect of
-// a HostTensor print the same text under its own name, not its bytes.
+// elements (abbreviated to the first and last 3 of each dim longer than 6; a dim of exactly 6
+// prints whole). console.log and Bun.inspect of a HostTensor print the same text under its own
+// name, not its bytes.
 import { expect, test } from "bun:test"
 import { formatTensor } from "../../src/protocol/print.ts"
 import { HostTensor, type DType } from "../../src/protocol/values.ts"
@@ -22,7 +23,7 @@ const cases = (seed: number): Case[] => {
   const rnd = () => ((s = (s * 1103515245 + 12345) % 2 ** 31) / 2 ** 31)
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)]!
   const out: Case[] = []
-  const shapes = [[], [1], [5], [9], [30], [0], [2, 0], [0, 3], [3, 4], [2, 13], [6, 2], [2, 3, 4], [1, 1, 1], [1001], [40, 40], [11, 11, 11], [2, 700]]
+  const shapes = [[], [1], [5], [9], [30], [0], [2, 0], [0, 3], [3, 4], [2, 13], [6, 2], [2, 3, 4], [1, 1, 1], [1001], [40, 40], [11, 11, 11], [2, 700], [6, 170]]
   for (const shape of shapes)
     for (const dtype of ["f32", "f64", "f16", "bf16", "i32", "i64", "u8", "bool"] as const)
       for (let k = 0; k < 2; k++) {

@@ -46,11 +46,13 @@ describe("every number is part of the signature", () => {
     await sameAsEager((x: RemoteTensor, max: number) => x.clamp({ max }), [() => [x, Infinity], () => [x, 1]])
   }, 30_000)
 
-  test("full with NaN, then 7; add 1e22, then 5 (values an old probe could not tell apart)", async () => {
+  test("full with NaN, then 7; add 1e22, then 5; add 1 / v with 0, then -0 (values an old probe could not tell apart)", async () => {
     const x = opsOn(mesh).ones([4])
     await sameAsEager((x: RemoteTensor, v: number) => x.add(opsOn(x.mesh).full([4], v)), [() => [x, NaN], () => [x, 7]])
     await sameAsEager((x: RemoteTensor, v: number) => x.add(v), [() => [x, 1e22], () => [x, 5]])
     await sameAsEager((x: RemoteTensor, v: number) => x.mul(v), [() => [x, 0], () => [x, -0], () => [x, 0]])
+    // The step sees -0 as its own number (1 / -0 is -Infinity): 0 and -0 are two signatures.
+    await sameAsEager((x: RemoteTensor, v: number) => x.add(1 / v), [() => [x, 0], () => [x, -0]])
   }, 30_000)
 
   test("an i32 tensor's add(1), then add(0.5): the second is f32, as op by op", async () => {

@@ -1,12 +1,13 @@
 // Our client against our server in each dialect, and the server's behaviour seen from raw
-// sockets: exact replies, CANCEL_WAIT, half-sent and malformed requests, many clients at once.
+// sockets: exact replies, CANCEL_WAIT, half-sent and malformed requests, many clients at once,
+// a reply refused before it is built when it would pass the connections' buffer bound.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { Effect, Fiber } from "effect"
 import { makeClient } from "../../src/store/client.ts"
 import { prefixStore } from "../../src/store/prefix.ts"
 import { StoreError, StoreTimeout } from "../../src/store/errors.ts"
 import { type RunningServer, startServer } from "../../src/store/server.ts"
-import type { Dialect } from "../../src/store/wire.ts"
+import { type Dialect, VALIDATION_MAGIC, Writer, writeRequest } from "../../src/store/wire.ts"
 import { bytes, RawPeer, run, str, text, u32, u64 } from "./helpers.ts"
 
 let server: RunningServer
@@ -260,6 +261,29 @@ describe("raw sockets", () => {
     expect(await p.read(4)).toEqual(u32(6))
     p.end()
     setter.end()
+  })
+
+  test("a reply that would take the connections past maxBufferedBytes with what they already hold is refused before it is built", async () => {
+    const said: string[] = []
+    const warn = console.warn
+    console.warn = (...args: unknown[]) => void said.push(args.join(" "))
+    const small = startServer({ maxBufferedBytes: 64 * 1024 })
+    try {
+      const k = fresh("room")
+      await run(Effect.flatMap(makeClient({ port: small.port, dialect: "2.x", timeout: 5000 }), (c) => c.set(k, new Uint8Array(40_000).fill(7))))
+      // Two GETs in one batch: the first reply (40,008 bytes) is held unsent when the second is asked.
+      const w = new Writer(256)
+      for (const r of [{ op: "validate", magic: VALIDATION_MAGIC }, { op: "get", key: new TextEncoder().encode(`/${k}`) }, { op: "get", key: new TextEncoder().encode(`/${k}`) }] as const) writeRequest(w, "2.x", r)
+      const p = await RawPeer.connect(small.port)
+      p.send(w.bytes())
+      expect(await p.closedWithin(5000)).toBe(true)
+      expect(p.pending()).toEqual([])
+      expect(said.join("; ")).toMatch(/a reply of 40008 bytes would take the connections past the 65536 bytes they may hold together/)
+      p.end()
+    } finally {
+      console.warn = warn
+      small.stop()
+    }
   })
 
   test("a half-sent request stalls nobody else, and completes when the rest arrives", () =>
