@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { Effect, ManagedRuntime } from "effect"
 import { compile, Controller, fromHost, HostTensor, RemoteError, WorkerLost, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
 import { PYTHON, torchMissing } from "../torch.ts"
+import { testUnless } from "../skip.ts"
 
 const ROOT = new URL("../..", import.meta.url).pathname
 const FNS = "tests/comm/groupfns"
@@ -43,8 +44,7 @@ const torchMatmul = (cases: ReadonlyArray<{ x: number[]; w: number[]; n: number;
 }
 
 describe("a tp-sharded linear whose function all-reduces over tp", () => {
-  const skip = torchMissing()
-  test.skipIf(skip !== undefined)(`equals the built-in reduce bit for bit and torch within f32 rounding, random shapes${skip ? ` (skipped: ${skip})` : ""}`, async () => {
+  testUnless(torchMissing())("equals the built-in reduce bit for bit and torch within f32 rounding, random shapes", async () => {
     const seed = Number(process.env.SEED ?? Date.now() % 100_000)
     const next = uniform(seed), int = (lo: number, hi: number) => lo + Math.floor(((next() + 1) / 2) * (hi - lo + 1))
     const cases = Array.from({ length: 4 }, () => {
