@@ -629,6 +629,18 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   },
   // ---- checkpoints ------------------------------------------------------------------------
   {
+    area: "worker", behaviour: "checkpoint load reads a shard straight into its tensor's memory on cpu (no host copy)",
+    file: "src/worker/handlers/checkpoints.ts",
+    edits: one("        const inPlace = tensor.hostBytes()\n", "        const inPlace = undefined as Uint8Array | undefined\n"),
+    tests: ["tests/checkpoint/inplace.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "Tensor.hostBytes is the tensor's own memory on cpu, a view's from its offset",
+    file: "ffi/tensor.ts",
+    edits: one("new Uint8Array(toArrayBuffer(at, 0, this.nbytes))", "new Uint8Array(toArrayBuffer(at, 0, this.nbytes).slice(0))"),
+    tests: ["tests/shim/tensor.test.ts"],
+  },
+  {
     area: "worker", behaviour: "a checkpoint shard is reported saved only once its file is durable",
     file: "src/worker/handlers/checkpoints.ts",
     edits: one("    const write = writeShardFile(", "    s.send({ _tag: \"FetchResult\", ident: m.ident, value: { file, bytes: 0, hashes: tensors.map((t) => hashBytes(t.host.data)), ms: 0 } })\n    const write = writeShardFile("),
