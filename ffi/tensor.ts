@@ -225,7 +225,7 @@ export class Tensor implements Disposable {
    * (cuda). A view, valid only while this tensor lives and not ordered with any stream: for a
    * tensor no queued work touches, such as one just made to fill.
    */
-  hostBytes(): Uint8Array | undefined {
+  hostBytes(): Uint8Array<ArrayBuffer> | undefined {
     if (this.nbytes === 0) return new Uint8Array(0)
     this.native.check(this.native.shim.shim_tensor_host_data(this.handle, this.native.outsPtr), "shim_tensor_host_data")
     const at = this.native.outPtr()
