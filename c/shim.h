@@ -233,6 +233,10 @@ int shim_tensor_copy_in(shim_tensor *t, const void *src, int64_t nbytes, shim_st
 /* Tensor to host, nbytes == the tensor's byte size. Waits for the stream's earlier work. */
 int shim_tensor_copy_out(const shim_tensor *t, void *dst, int64_t nbytes, shim_stream *s);
 
+/* The address of the tensor's elements when host code may read and write them in place (cpu),
+ * else NULL (cuda: device memory). Valid while the tensor lives; no stream ordering. */
+int shim_tensor_host_data(const shim_tensor *t, void **out);
+
 /* ---- creation ops ------------------------------------------------------------------- */
 
 /* Every element = value (converted to the tensor's dtype; zeros and ones are fills). */

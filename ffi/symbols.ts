@@ -25,6 +25,7 @@ export const symbols = {
   shim_tensor_free: { args: [ptr], returns: i32 },
   shim_tensor_copy_in: { args: [ptr, ptr, i64, ptr], returns: i32 },
   shim_tensor_copy_out: { args: [ptr, ptr, i64, ptr], returns: i32 },
+  shim_tensor_host_data: { args: [ptr, ptr], returns: i32 },
 
   shim_fill: { args: [ptr, f64, ptr], returns: i32 },
   shim_arange: { args: [ptr, f64, f64, ptr], returns: i32 },

@@ -4,7 +4,7 @@
  * a safety net. On cpu, a small tensor's freed handle is kept for the next tensor of the same
  * dtype and shape (HandlePool): most commands' outputs are the shapes of the last ones.
  */
-import { ptr, type Pointer } from "bun:ffi"
+import { ptr, toArrayBuffer, type Pointer } from "bun:ffi"
 import { DTYPES, HostTensor, ITEM_SIZE, dtypeCode, type Device, type DType } from "../src/protocol/values.ts"
 import { type Native, shimError } from "./native.ts"
 import { MAX_DIMS, ShimStatus } from "./symbols.ts"
@@ -181,8 +181,14 @@ export class Tensor implements Disposable {
       t.free()
       throw shimError(ShimStatus.INVALID, "Tensor.fromHost", `${host.data.byteLength} bytes for ${host.dtype}[${host.shape}] (${t.nbytes} expected)`)
     }
-    if (t.nbytes > 0) native.check(native.shim.shim_tensor_copy_in(t.handle, ptr(host.data), t.nbytes, stream?.handle ?? null), "shim_tensor_copy_in")
+    t.copyIn(host.data, stream)
     return t
+  }
+
+  /** Overwrites its elements with `bytes` (exactly its byte size), in stream order. */
+  copyIn(bytes: Uint8Array, stream?: Stream): void {
+    if (bytes.byteLength !== this.nbytes) throw shimError(ShimStatus.INVALID, "Tensor.copyIn", `${bytes.byteLength} bytes for ${this} (${this.nbytes} expected)`)
+    if (this.nbytes > 0) this.native.check(this.native.shim.shim_tensor_copy_in(this.handle, ptr(bytes), this.nbytes, stream?.handle ?? null), "shim_tensor_copy_in")
   }
 
   get handle(): Pointer {
@@ -212,6 +218,18 @@ export class Tensor implements Disposable {
     if (data.byteLength > 0)
       this.native.check(this.native.shim.shim_tensor_copy_out(this.handle, ptr(data), data.byteLength, stream?.handle ?? null), "shim_tensor_copy_out")
     return new HostTensor(this.dtype, this.shape, data)
+  }
+
+  /**
+   * Its elements' memory as bytes that host code reads and writes in place (cpu), or undefined
+   * (cuda). A view, valid only while this tensor lives and not ordered with any stream: for a
+   * tensor no queued work touches, such as one just made to fill.
+   */
+  hostBytes(): Uint8Array<ArrayBuffer> | undefined {
+    if (this.nbytes === 0) return new Uint8Array(0)
+    this.native.check(this.native.shim.shim_tensor_host_data(this.handle, this.native.outsPtr), "shim_tensor_host_data")
+    const at = this.native.outPtr()
+    return at === null || (at as unknown as number) === 0 ? undefined : new Uint8Array(toArrayBuffer(at, 0, this.nbytes))
   }
 
   /** The same memory under another shape with the same element count (a reshape). */

@@ -490,6 +490,36 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("kill: () => api.core.abandon() }", "kill: () => {} }"),
     tests: ["tests/torchrun/restart.test.ts"],
   },
+  {
+    area: "controller", behaviour: "a sharded fromHost sends each rank only its own block of the host batch",
+    file: "src/controller/ops.ts",
+    edits: one("    return [hostBlock(host, index.map((b, k) => b * sizes[k]!), sizes)]\n", "    return [hostBlock(host, index.map((b, k) => b * sizes[k]!), sizes), host]\n"),
+    tests: ["tests/controller/fromhost.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a sharded fromHost gives each rank the block its coordinates name",
+    file: "src/controller/ops.ts",
+    edits: one("index[s.dim] = index[s.dim]! * mesh.layout.sizes[s.meshDim]! + coords[s.meshDim]!", "index[s.dim] = index[s.dim]! * mesh.layout.sizes[s.meshDim]!"),
+    tests: ["tests/controller/fromhost.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a sharded fromHost copies a block of an inner dim row by row (its strides)",
+    file: "src/controller/ops.ts",
+    edits: one("    for (let d = 0; d < split; d++) from += (starts[d]! + index[d]!) * strides[d]!\n", "    for (let d = 0; d < split; d++) from += (starts[d]! + index[d]!) * strides[split]!\n"),
+    tests: ["tests/controller/fromhost.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "fromHost refuses a host dim that does not split evenly over its shards",
+    file: "src/controller/ops.ts",
+    edits: one("    if (size % parts[k]! !== 0) throw refuse(", "    if (size % parts[k]! !== 0 && false) throw refuse("),
+    tests: ["tests/controller/fromhost.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a per-rank upload (sharded fromHost) is refused while compile records",
+    file: "src/controller/core.ts",
+    edits: one("    if (this.tracing) throw new ControllerError({ message: `${label} with per-rank arguments", "    if (this.tracing && false) throw new ControllerError({ message: `${label} with per-rank arguments"),
+    tests: ["tests/controller/fromhost.test.ts"],
+  },
   // compile (src/controller/recording.ts): behaviours say "compile:" (--only compile:)
   {
     area: "controller", behaviour: "compile: every number is part of the signature (a new value traces again)",
@@ -1257,6 +1287,18 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     file: "src/checkpoint/files.ts",
     edits: one("    rmSync(tmp, { force: true })\n", ""),
     tests: ["tests/checkpoint/durable.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "checkpoint load reads a shard straight into its tensor's memory on cpu (no host copy)",
+    file: "src/worker/handlers/checkpoints.ts",
+    edits: one("        const inPlace = tensor.hostBytes()\n", "        const inPlace = undefined as Uint8Array | undefined\n"),
+    tests: ["tests/checkpoint/inplace.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "Tensor.hostBytes is the tensor's own memory on cpu, a view's from its offset",
+    file: "ffi/tensor.ts",
+    edits: one("new Uint8Array(toArrayBuffer(at, 0, this.nbytes))", "new Uint8Array(toArrayBuffer(at, 0, this.nbytes).slice(0))"),
+    tests: ["tests/shim/tensor.test.ts"],
   },
   {
     area: "worker", behaviour: "a checkpoint shard is reported saved only once its file is durable",

@@ -150,3 +150,10 @@ int shim_tensor_copy_out(const shim_tensor *t, void *dst, int64_t nbytes, shim_s
   memcpy(dst, shim_cpu_data(t), (size_t)nbytes);
   return SHIM_OK;
 }
+
+int shim_tensor_host_data(const shim_tensor *t, void **out) {
+  SHIM_REQUIRE(t, "t");
+  SHIM_REQUIRE(out, "out");
+  *out = shim_cpu_data(t);
+  return SHIM_OK;
+}

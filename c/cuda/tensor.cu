@@ -38,6 +38,14 @@ int shim_tensor_copy_in(shim_tensor *t, const void *src, int64_t nbytes, shim_st
   return SHIM_OK;
 }
 
+/* Device memory: host code cannot touch it in place. */
+int shim_tensor_host_data(const shim_tensor *t, void **out) {
+  SHIM_REQUIRE(t, "t");
+  SHIM_REQUIRE(out, "out");
+  *out = NULL;
+  return SHIM_OK;
+}
+
 /* Ordered after the stream's earlier work; the stream sync makes the wait explicit rather than
  * relying on pageable copies being synchronous (they are not for pinned destinations). */
 int shim_tensor_copy_out(const shim_tensor *t, void *dst, int64_t nbytes, shim_stream *s) {

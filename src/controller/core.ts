@@ -417,6 +417,21 @@ export class Core {
   }
 
   /**
+   * A command like `command`'s whose message differs per rank (`make(ident, rank)`), each rank
+   * sent only its own: a host batch split by rows, say. A recording replays one message for
+   * every rank, so it refuses this (a ControllerError).
+   */
+  commandEach(ranks: ReadonlyArray<number>, label: string, inputs: ReadonlyArray<number>, defines: ReadonlyArray<number>, site: CallSite | undefined, make: (ident: number, rank: number) => WorkerMessage): Node {
+    if (this.tracing) throw new ControllerError({ message: `${label} with per-rank arguments cannot be recorded: a recording sends every rank the same commands` })
+    const ident = this.nextIdent++
+    const node = this.graph.add(ident, ranks, inputs, defines, label, site)
+    for (const r of ranks) if (!this.graph.isLost(r)) this.outbox[r]!.push(make(ident, r))
+    if (++this.queued >= this.flushEvery) this.flush()
+    else this.scheduleFlush()
+    return node
+  }
+
+  /**
    * Fetches a value from `ranks`: completes once every rank that the value on `ranks` depends
    * on has passed what it depends on there (ranks outside those answer nothing and are not
    * waited for), with the value from each rank in order, or the failure it depends on (a lost

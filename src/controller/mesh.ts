@@ -202,6 +202,28 @@ export class Mesh {
   }
 
   /**
+   * @internal fromHost's sharded form: one CallFunction of `fn` whose arguments differ per rank
+   * (`argsOf(rank)`, host values only), each rank sent only its own; its one result's metadata
+   * comes from the first rank's arguments (every rank's must agree).
+   */
+  issueEach(fn: string, argsOf: (rank: number) => ReadonlyArray<unknown>, site: CallSite | undefined = this.core.site()): RemoteTensor {
+    const wire = new Map<number, Value[]>()
+    let metas: ReadonlyArray<TensorMeta | undefined> | undefined
+    for (const r of this.ranks) {
+      const args = argsOf(r), reads = new Reads()
+      wire.set(r, this.args.convert(args, reads) as Value[])
+      if (reads.inputs.length > 0) throw refuse(`${fn} with per-rank arguments takes host values only`)
+      metas ??= this.resultMetas(fn, args, {}, true, undefined)
+    }
+    if (metas!.length !== 1) throw refuse(`${fn} has ${metas!.length} results; a per-rank call makes one`)
+    const stream = this.defaultStream, result = this.core.newRef()
+    this.core.commandEach(this.ranks, fn, [], [result.id], site, (ident, rank) => ({
+      _tag: "CallFunction", ident, results: [result], mutates: [], function: fn, args: wire.get(rank)!, kwargs: {}, stream: stream.ref, declared: undefined,
+    }))
+    return new RemoteTensor(this, result, metas![0], stream)
+  }
+
+  /**
    * @internal The typed ops' entry (src/controller/ops.ts): issues a CallFunction now and
    * returns its results, or throws the ControllerError that refused it.
    */

@@ -20,10 +20,11 @@ import { type Op, type OpName, OPS, type ParamsOf, type ResultDtypeOf, type Retu
 import type { CallForms, Param } from "../ops/params.ts"
 import { type Composition, mutatedParams, type OpSpec, type ReturnKind } from "../ops/spec.ts"
 import { viewStarts } from "../ops/specs/layout.ts"
-import type { DType, FloatNumber, HostTensor } from "../protocol/values.ts"
+import { HostTensor, ITEM_SIZE, type DType, type FloatNumber } from "../protocol/values.ts"
 import { ControllerError, type Failure } from "./errors.ts"
 import { RemoteTensor } from "./handles.ts"
 import type { Mesh } from "./mesh.ts"
+import type { PlacementSpec } from "./placement.ts"
 import { refuse } from "./arguments.ts"
 import { recordOp, refuseInPlace } from "./autograd.ts"
 
@@ -196,8 +197,61 @@ export const opsOn = (mesh: Mesh): Ops => functions(mesh)
 /**
  * Host values onto every rank of `mesh`, as torch.tensor(data, device=...) puts them on a
  * device: the HostTensor travels with the command and each rank makes its copy (`ops.clone`).
+ * With a `placement` that shards a dim over mesh dims (`{ dp: shard(0) }`: each dp rank its
+ * rows), the controller splits the host value and sends each rank only its block; the result
+ * has that placement. A dim that does not split evenly, or a partial placement, is refused.
  */
-export const fromHost = <D extends DType>(mesh: Mesh, host: HostTensor<D>): RemoteTensor<D> => invoke("clone", mesh, [host]) as RemoteTensor<D>
+export const fromHost = <D extends DType>(mesh: Mesh, host: HostTensor<D>, placement?: PlacementSpec): RemoteTensor<D> => {
+  const sharding = placement === undefined ? [] : mesh.names.flatMap((name, i) => {
+    const d = placement[name]
+    if (d?.kind === "partial") throw refuse(`fromHost: a host value is whole, so it cannot be placed partial on ${name}`)
+    return d?.kind === "shard" ? [{ meshDim: i, dim: d.dim }] : []
+  })
+  if (sharding.length === 0) {
+    const t = invoke("clone", mesh, [host]) as RemoteTensor<D>
+    return placement === undefined ? t : t.place(placement)
+  }
+  const ndim = host.shape.length
+  for (const { dim } of sharding) if (!Number.isInteger(dim) || dim < 0 || dim >= ndim) throw refuse(`fromHost: shard(${dim}) names no dim of a ${ndim}-dim host tensor`)
+  // Per tensor dim, how many blocks it splits into (the sizes of the mesh dims sharding it).
+  const parts = host.shape.map((_, k) => sharding.filter((s) => s.dim === k).reduce((n, s) => n * mesh.layout.sizes[s.meshDim]!, 1))
+  host.shape.forEach((size, k) => {
+    if (size % parts[k]! !== 0) throw refuse(`fromHost: dim ${k} of ${host.dtype}[${host.shape}] (${size}) does not split into ${parts[k]} equal blocks`)
+  })
+  const sizes = host.shape.map((size, k) => size / parts[k]!)
+  const t = mesh.issueEach("ops.clone", (rank) => {
+    const coords = mesh.layout.coordinates(rank)!
+    // A dim sharded over several mesh dims is split by them in mesh order (the first outermost).
+    const index = host.shape.map(() => 0)
+    for (const s of sharding) index[s.dim] = index[s.dim]! * mesh.layout.sizes[s.meshDim]! + coords[s.meshDim]!
+    return [hostBlock(host, index.map((b, k) => b * sizes[k]!), sizes)]
+  }, mesh.core.site(1)) as RemoteTensor<D>
+  return t.place(placement!)
+}
+
+/** The block of `host` of `sizes` from `starts`, copied: one contiguous run per index over the dims before the last split one. */
+const hostBlock = <D extends DType>(host: HostTensor<D>, starts: ReadonlyArray<number>, sizes: ReadonlyArray<number>): HostTensor<D> => {
+  const shape = host.shape, ndim = shape.length
+  const strides = new Array<number>(ndim)
+  for (let d = ndim - 1, s = ITEM_SIZE[host.dtype]; d >= 0; d--) { strides[d] = s; s *= shape[d]! }
+  let split = ndim - 1
+  while (split >= 0 && sizes[split] === shape[split]) split--
+  if (split < 0) return new HostTensor(host.dtype, shape, host.data.slice())
+  const run = sizes[split]! * strides[split]!
+  const out = new Uint8Array(sizes.reduce((a, b) => a * b, ITEM_SIZE[host.dtype]))
+  const index = new Array<number>(split).fill(0)
+  for (let at = 0; at < out.byteLength; at += run) {
+    let from = starts[split]! * strides[split]!
+    for (let d = 0; d < split; d++) from += (starts[d]! + index[d]!) * strides[d]!
+    out.set(host.data.subarray(from, from + run), at)
+    for (let d = split - 1; d >= 0; d--) {
+      index[d] = index[d]! + 1
+      if (index[d] !== sizes[d]) break
+      index[d] = 0
+    }
+  }
+  return new HostTensor(host.dtype, sizes, out)
+}
 
 /**
  * Runs synchronous model code (op calls) as an Effect: a call the controller refused fails it

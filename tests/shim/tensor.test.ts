@@ -202,3 +202,22 @@ describe("fill and arange", () => {
       }
     })
 })
+
+describe("host bytes in place", () => {
+  testUnless(native.device === "cpu" ? undefined : `the backend loaded is ${native.device}, not cpu`)("hostBytes is the tensor's own memory on cpu: writes through it are the tensor's values, a view's start at its offset", () => {
+    const t = empty("f32", [4, 3])
+    const bytes = t.hostBytes()!
+    expect(bytes.byteLength).toBe(48)
+    new Float32Array(bytes.buffer, bytes.byteOffset, 12).set(Float32Array.from({ length: 12 }, (_, i) => i * 0.5 - 2))
+    expect([...t.toHost().toArray()]).toEqual(Array.from({ length: 12 }, (_, i) => i * 0.5 - 2))
+    const row = t.block(6, [3])
+    try {
+      const part = row.hostBytes()!
+      part.fill(0)
+      expect([...t.toHost().toArray()]).toEqual(Array.from({ length: 12 }, (_, i) => (i >= 6 && i < 9 ? 0 : i * 0.5 - 2)))
+    } finally {
+      row.free()
+    }
+    expect(empty("f32", [0]).hostBytes()!.byteLength).toBe(0)
+  })
+})

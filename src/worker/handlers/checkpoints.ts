@@ -133,14 +133,19 @@ export const loadShards = (s: Session) => (m: LoadShards) =>
         if (src.shape.length !== entry.shape.length || src.shape.some((d, k) => src.offsets[k]! + d > entry.shape[k]!))
           throw bad(`is ${entry.dtype}[${entry.shape}]; the block at [${src.offsets}] of shape [${src.shape}] is not inside it`)
         const item = ITEM_SIZE[entry.dtype]
-        const data = new Uint8Array(src.shape.reduce((a, b) => a * b, 1) * item)
+        const tensor = Tensor.empty(s.native, entry.dtype, src.shape)
+        made.push(tensor)
+        // On cpu the file's bytes go straight into the new tensor's memory (no work is queued on
+        // it yet); on cuda into host memory, copied in once checked.
+        const inPlace = tensor.hostBytes()
+        const data = inPlace ?? new Uint8Array(tensor.nbytes)
         let at = 0
         for (const [start, length] of blockRuns(entry.shape, src.offsets, src.shape)) {
           reader.read(reader.header.dataStart + entry.offsets[0] + start * item, length * item, data, at)
           at += length * item
         }
         if (src.hash !== null && hashBytes(data) !== src.hash) throw bad("does not hold the bytes that were saved (its hash differs): corrupt")
-        made.push(Tensor.fromHost(s.native, new HostTensor(entry.dtype, src.shape, data), stream))
+        if (inPlace === undefined) tensor.copyIn(data, stream)
       })
     } catch (e) {
       for (const t of made) t.free()
