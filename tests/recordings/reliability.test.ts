@@ -1,6 +1,7 @@
 // The recordings area's reliability rows in default mode (reliability.ts): a few hundred random
 // step programs through compile, each call equal to the program run op by op, and a compiled
-// reduce_scatter that keeps its placement through save and load. A failing row names the
+// reduce_scatter that keeps its placement through save and load, and a first call's cost
+// against op by op with a released capture refused after. A failing row names the
 // program's seed and the call.
 import { expect, test } from "bun:test"
 
