@@ -43,7 +43,7 @@ test("prefixes map k to prefix/k, nest outermost-last like torch, and share numK
       const direct = prefixStore("x", prefixStore("y", root))
       yield* direct.set("k", "direct")
       expect(text(yield* root.get("y/x/k"))).toBe("direct")
-      expect(yield* Effect.flip(direct.wait(["never"], 50))).toMatchObject({ keys: ["/y/x/never"] })
+      expect(yield* Effect.flip(direct.wait(["never"], 50))).toMatchObject({ keys: ["y/x/never"] })
       const viaLayer = yield* Effect.service(Store).pipe(Effect.provide(Store.layerPrefix("p")))
       yield* viaLayer.set("k", "layered")
       expect(text(yield* root.get("p/k"))).toBe("layered")

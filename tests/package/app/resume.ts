@@ -7,7 +7,7 @@
  * trained 3 more. Prints one JSON line: both runs' losses and final weights.
  */
 import { Effect } from "effect"
-import { compile, Controller, grad, inStep, load, opsOn, restoreInto, save, type Mesh, type RemoteTensor } from "monarch-bun/controller"
+import { compile, Controller, grad, inStep, load, opsOn, param, restoreInto, save, type Mesh, type RemoteTensor } from "monarch-bun/controller"
 import { AdamW, warmupCosine, type AdamWOptions, type OptimizerStateDict } from "monarch-bun/optim"
 
 const STEPS = 6, STOP = 3
@@ -37,7 +37,7 @@ const train = (mesh: Mesh, m: ReturnType<typeof model>, from: number, to: number
     const loss = yield* inStep(mesh, Effect.gen(function* () {
       const x = on.randn([16, 4], { seed: t })
       const y = x.matmul(on.arange(1, 5).reshape([4, 1]).mul(0.25))
-      return yield* m.step(x, y, lr(t), t + 1)
+      return yield* m.step(x, y, param(lr(t)), param(t + 1))
     }))
     losses.push(Number((yield* loss.fetch()).toArray()[0]))
     loss.release()
