@@ -744,6 +744,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/fuzz/fuzz.test.ts"],
   },
   {
+    area: "controller", behaviour: "a lost rank is taken off the count of ranks a fetch waits for, so an answered fetch is dropped once the rest pass it",
+    file: "src/controller/core.ts",
+    edits: one("      if (last !== undefined && this.graph.passed(rank) <= last) pending.behind--\n", ""),
+    tests: ["tests/controller/core.test.ts"],
+  },
+  {
     area: "controller", behaviour: "a lost rank's FetchResult after its exit settled the fetch is dropped quietly",
     file: "src/controller/core.ts",
     edits: one("return this.graph.isLost(rank) && this.links[rank] === undefined ? undefined : this.options.onProblem?.(", "return this.options.onProblem?.("),

@@ -104,8 +104,8 @@ interface PendingFetch {
   /**
    * Ranks of `needs` not yet past what it needs of them: a Status or FetchResult looks at the
    * fetch as a whole only once this is 0, so each costs O(1) per fetch, not a scan of `needs`
-   * (which made a fetch from every rank quadratic in the ranks). A rank lost before then
-   * never passes it; `lose` answers its fetches itself.
+   * (which made a fetch from every rank quadratic in the ranks). A lost rank is not behind:
+   * it never passes, so `lose` takes it off the count (and answers the fetch itself).
    */
   behind: number
   readonly resume: (e: Effect.Effect<ReadonlyArray<Value>, Failure | ControllerError>) => void
@@ -227,7 +227,8 @@ export class Core {
         const before = this.graph.passed(rank)
         this.graph.advance(rank, msg.firstUncompletedIdent)
         const after = this.graph.passed(rank)
-        if (after > before)
+        // A lost rank's late Status counts for no fetch: lose took it off their counts.
+        if (after > before && !this.graph.isLost(rank))
           for (const [ident, pending] of this.fetches) {
             const last = pending.needs.get(rank)
             if (last !== undefined && before <= last && last < after && --pending.behind === 0) this.tryFinish(ident)
@@ -290,6 +291,10 @@ export class Core {
     this.graph.lose(rank, (node) => new WorkerLost({ rank, status: exit?.status, signal: exit?.signal ?? undefined, ident: node.ident }))
     // On its own frame, ahead of what is queued: a survivor acts on it even inside a command.
     for (const link of this.links) link?.send({ _tag: "PeerLost", rank })
+    for (const pending of this.fetches.values()) {
+      const last = pending.needs.get(rank)
+      if (last !== undefined && this.graph.passed(rank) <= last) pending.behind--
+    }
     for (const ident of [...this.fetches.keys()]) this.tryFinish(ident)
     this.wakeWaiters()
   }
@@ -447,7 +452,7 @@ export class Core {
       const node = this.command(ranks, label, inputs, [], site, make)
       const needs = this.graph.needs(node, ranks)
       let behind = 0
-      for (const [rank, last] of needs) if (this.graph.passed(rank) <= last) behind++
+      for (const [rank, last] of needs) if (this.graph.passed(rank) <= last && !this.graph.isLost(rank)) behind++
       const pending: PendingFetch = { node, values: new Map(), needs, behind, resume, answered: false, deadline: undefined, late }
       this.fetches.set(node.ident, pending)
       // The ranks it waits on report their status after this batch, so the fetch settles
