@@ -1457,6 +1457,21 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/checkpoint/durable.test.ts"],
   },
   {
+    area: "controller", behaviour: "checkpoint: a load the workers refuse releases the tensors it defined",
+    file: "src/controller/checkpoint.ts",
+    edits: one(".pipe(Effect.onError(() => Effect.sync(() => { for (const s of specs) s.tensor.release() })))", ""),
+    tests: ["tests/checkpoint/tamper.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "checkpoint: an import refused at a placement has made no tensor handle",
+    file: "src/controller/checkpoint.ts",
+    edits: one(
+      "        return { name, dtype: t.dtype, spec, local }\n",
+      "        new RemoteTensor(mesh, mesh.core.newRef(), { dtype: t.dtype, shape: local }, mesh.defaultStream)\n        return { name, dtype: t.dtype, spec, local }\n",
+    ),
+    tests: ["tests/checkpoint/tamper.test.ts"],
+  },
+  {
     area: "worker", behaviour: "memory limit: a fetch's host copy counts against it",
     file: "src/worker/handlers/calls.ts",
     edits: one("holdHostCopy(s.native, bytes, `fetch of ${bytes} bytes to host`)", "(() => {})"),
