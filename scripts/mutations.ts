@@ -823,6 +823,16 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one('    if (fn.startsWith("ops.")) throw refuse(`${fn} is a built-in', '    if (false) throw refuse(`${fn} is a built-in'),
     tests: ["tests/comm/usergroup.test.ts"],
   },
+  {
+    area: "controller", behaviour: "a fetch whose command throws as it is issued leaves no keep-alive holding the process",
+    file: "src/controller/core.ts",
+    edits: one(
+      "      const node = this.command(ranks, label, inputs, [], site, make)\n      const { resume, release } = this.holdWhile(resumed)\n",
+      "      const { resume, release } = this.holdWhile(resumed)\n      const node = this.command(ranks, label, inputs, [], site, make)\n",
+    ),
+    tests: ["tests/controller/fetch_hold.test.ts"],
+  },
+
   // ---- protocol ---------------------------------------------------------------------------
   {
     area: "protocol", behaviour: "NDSlice.rankAt walks row-major",
