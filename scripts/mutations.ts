@@ -829,6 +829,16 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one('    if (fn.startsWith("ops.")) throw refuse(`${fn} is a built-in', '    if (false) throw refuse(`${fn} is a built-in'),
     tests: ["tests/comm/usergroup.test.ts"],
   },
+  {
+    area: "controller", behaviour: "a fetch whose command throws as it is issued leaves no keep-alive holding the process",
+    file: "src/controller/core.ts",
+    edits: one(
+      "      const node = this.command(ranks, label, inputs, [], site, make)\n      const { resume, release } = this.holdWhile(resumed)\n",
+      "      const { resume, release } = this.holdWhile(resumed)\n      const node = this.command(ranks, label, inputs, [], site, make)\n",
+    ),
+    tests: ["tests/controller/fetch_hold.test.ts"],
+  },
+
   // ---- protocol ---------------------------------------------------------------------------
   {
     area: "protocol", behaviour: "NDSlice.rankAt walks row-major",
@@ -1463,6 +1473,21 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/checkpoint/durable.test.ts"],
   },
   {
+    area: "controller", behaviour: "checkpoint: a load the workers refuse releases the tensors it defined",
+    file: "src/controller/checkpoint.ts",
+    edits: one(".pipe(Effect.onError(() => Effect.sync(() => { for (const s of specs) s.tensor.release() })))", ""),
+    tests: ["tests/checkpoint/tamper.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "checkpoint: an import refused at a placement has made no tensor handle",
+    file: "src/controller/checkpoint.ts",
+    edits: one(
+      "        return { name, dtype: t.dtype, spec, local }\n",
+      "        new RemoteTensor(mesh, mesh.core.newRef(), { dtype: t.dtype, shape: local }, mesh.defaultStream)\n        return { name, dtype: t.dtype, spec, local }\n",
+    ),
+    tests: ["tests/checkpoint/tamper.test.ts"],
+  },
+  {
     area: "worker", behaviour: "memory limit: a fetch's host copy counts against it",
     file: "src/worker/handlers/calls.ts",
     edits: one("holdHostCopy(s.native, bytes, `fetch of ${bytes} bytes to host`)", "(() => {})"),
@@ -1765,6 +1790,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     file: "c/cpu/nn.c",
     edits: one("      const float log_sum = logf(sum);\n      for (j = 0; j < r; j++) os[j] -= log_sum;", "      const float log_sum = logf(sum);\n      for (j = 0; j < r; j++) os[j] = (os[j] + m) - (m + log_sum);"),
     tests: ["tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "log_softmax and cross_entropy of f32 rows offset far from 0 stay within 4 ulps of an f64 reference (the autograd reliability row)",
+    file: "c/cpu/nn.c",
+    edits: one("      const float log_sum = logf(sum);\n      for (j = 0; j < r; j++) os[j] -= log_sum;", "      const float log_sum = logf(sum);\n      for (j = 0; j < r; j++) os[j] = xs[j] - (m + log_sum);"),
+    tests: ["tests/autograd/inplace.test.ts"],
   },
   {
     area: "worker", behaviour: "log_softmax along a strided dim (and f64) subtracts the log of the sum from x - max",

@@ -222,7 +222,10 @@ export const readCheckpoint = (mesh: Mesh, dir: string, version?: string): Effec
     Effect.catchDefect((e) => Effect.fail(new CheckpointError({ message: e instanceof Error ? e.message : String(e) }))),
   )
 
-/** Issues LoadShards for new tensors of `metas` and waits until every rank has read them (so a bad file fails here, naming it). */
+/**
+ * Issues LoadShards for new tensors of `metas` and waits until every rank has read them (so a
+ * bad file fails here, naming it); on failure the tensors are released, the caller never gets them.
+ */
 const loadTensors = (mesh: Mesh, specs: ReadonlyArray<{ readonly tensor: RemoteTensor; readonly sources: Value }>, label: string) =>
   Effect.suspend(() => {
     const core = mesh.core, site = core.site()
@@ -231,7 +234,7 @@ const loadTensors = (mesh: Mesh, specs: ReadonlyArray<{ readonly tensor: RemoteT
     }))
     return asCheckpointError(core.fetch(mesh.ranks, specs.map((s) => s.tensor.ref.id), label, site, (ident) => ({
       _tag: "FetchValue", ident, mutates: [], function: null, object: null, stream: mesh.defaultStream.ref,
-    })))
+    }))).pipe(Effect.onError(() => Effect.sync(() => { for (const s of specs) s.tensor.release() })))
   })
 
 /**
@@ -244,19 +247,22 @@ export const load = (mesh: Mesh, dir: string, opts: { readonly version?: string 
     const saved = manifest.mesh
     if (saved.names.join(",") !== mesh.names.join(",") || saved.sizes.join(",") !== mesh.layout.sizes.join(","))
       return yield* new CheckpointError({ message: `${dir}/${version} was saved from a mesh of dims ${saved.names.map((n, i) => `${n}=${saved.sizes[i]}`).join(", ")}; ${mesh} has another shape` })
-    const byName = new Map<string, RemoteTensor>()
-    const specs = Object.entries(manifest.tensors).map(([name, rec]) => {
-      const first = rec.shards[0]!
-      const tensor = new RemoteTensor(mesh, mesh.core.newRef(), { dtype: rec.dtype, shape: first.shape }, mesh.defaultStream)
-      if (rec.placement.kind === "per-dim") tensor.placement = Object.fromEntries(Object.entries(rec.placement.dims).map(([m, d]) => [m, d === "replicate" ? replicate : shard(d)]))
-      byName.set(name, tensor)
+    // Every rank's source first, so a manifest refused here has made no tensor handle.
+    const reads = Object.entries(manifest.tensors).map(([name, rec]) => {
       // Rank i of this mesh reads what rank i of the saved mesh held.
       const sources = mesh.ranks.map((rank, i): Value => {
         const held = rec.shards[rec.holders[saved.ranks[i]!]!]
         if (held === undefined) throw new CheckpointError({ message: `${dir}/${version}/manifest.json: no shard of ${name} for rank ${saved.ranks[i]}` })
         return [rank, join(dir, version, held.file), name, held.shape.map(() => 0), [...held.shape], held.hash, [rec.dtype, manifest.files[held.file]!.header]]
       })
-      return { tensor, sources, perRank: rec.placement.kind === "per-rank" }
+      return { name, rec, sources }
+    })
+    const byName = new Map<string, RemoteTensor>()
+    const specs = reads.map(({ name, rec, sources }) => {
+      const tensor = new RemoteTensor(mesh, mesh.core.newRef(), { dtype: rec.dtype, shape: rec.shards[0]!.shape }, mesh.defaultStream)
+      if (rec.placement.kind === "per-dim") tensor.placement = Object.fromEntries(Object.entries(rec.placement.dims).map(([m, d]) => [m, d === "replicate" ? replicate : shard(d)]))
+      byName.set(name, tensor)
+      return { tensor, sources }
     })
     yield* loadTensors(mesh, specs, `load ${dir}/${version}`)
     const perRankNames = new Set(Object.entries(manifest.tensors).filter(([, r]) => r.placement.kind === "per-rank").map(([n]) => n))
@@ -354,8 +360,8 @@ export const importFile = (mesh: Mesh, file: string, placements: Readonly<Record
     const header = JSON.parse((values[0] as { header: string }).header) as { tensors: Record<string, { dtype: TensorRecord["dtype"]; shape: number[] }> }
     const unknown = Object.keys(placements).filter((n) => !(n in header.tensors))
     if (unknown.length > 0) return yield* new CheckpointError({ message: `${file} has no tensor ${unknown.join(", ")} (it has ${Object.keys(header.tensors).join(", ")})` })
-    const out = new Map<string, RemoteTensor>()
-    const specs = yield* Effect.try({
+    // Every tensor's block shape first, so a placement refused here has made no tensor handle.
+    const blocks = yield* Effect.try({
       try: () => Object.entries(header.tensors).map(([name, t]) => {
         const spec = placements[name] ?? {}
         const local = [...t.shape]
@@ -365,13 +371,17 @@ export const importFile = (mesh: Mesh, file: string, placements: Readonly<Record
           if (n === undefined || local[d.dim] === undefined || local[d.dim]! % n !== 0) throw refuse(`${name} ${t.dtype}[${t.shape}]: cannot shard dim ${d.dim} over ${m}${n === undefined ? " (no such mesh dim)" : ` of ${n} ranks`}`)
           local[d.dim] = local[d.dim]! / n
         }
-        const tensor = new RemoteTensor(mesh, mesh.core.newRef(), { dtype: t.dtype, shape: local }, mesh.defaultStream)
-        tensor.placement = spec
-        out.set(name, tensor)
-        const sources = mesh.ranks.map((rank): Value => [rank, file, name, blockOf(tensor.placement, mesh, rank, local).offsets, local, null])
-        return { tensor, sources }
+        return { name, dtype: t.dtype, spec, local }
       }),
       catch: (e) => (e instanceof ControllerError ? e : refuse(String(e))),
+    })
+    const out = new Map<string, RemoteTensor>()
+    const specs = blocks.map(({ name, dtype, spec, local }) => {
+      const tensor = new RemoteTensor(mesh, mesh.core.newRef(), { dtype, shape: local }, mesh.defaultStream)
+      tensor.placement = spec
+      out.set(name, tensor)
+      const sources = mesh.ranks.map((rank): Value => [rank, file, name, blockOf(tensor.placement, mesh, rank, local).offsets, local, null])
+      return { tensor, sources }
     })
     yield* loadTensors(mesh, specs, `import ${file}`)
     return out

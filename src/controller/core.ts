@@ -448,8 +448,9 @@ export class Core {
   fetch(ranks: ReadonlyArray<number>, inputs: ReadonlyArray<number>, label: string, site: CallSite | undefined, make: (ident: number) => WorkerMessage, deadlineMs = this.options.deadlineMs, late = false): Effect.Effect<ReadonlyArray<Value>, Failure | ControllerError> {
     if (this.tracing) return Effect.fail(this.tracing.refuseFetch(label))
     return Effect.callback((resumed) => {
-      const { resume, release } = this.holdWhile(resumed)
+      // The command first: should it throw (a defect), no hold is left keeping the process.
       const node = this.command(ranks, label, inputs, [], site, make)
+      const { resume, release } = this.holdWhile(resumed)
       const needs = this.graph.needs(node, ranks)
       let behind = 0
       for (const [rank, last] of needs) if (this.graph.passed(rank) <= last && !this.graph.isLost(rank)) behind++

@@ -9,7 +9,8 @@
 //     mean its input along dims), with each rule reading only those (relu its result);
 //   - the randomised differential tests of both (inplace.ts) run as the autograd area's
 //     reliability rows (reliability.ts): random programs with random in-place writes, and
-//     random pairs of overlapping views, each against torch's decision.
+//     random pairs of overlapping views, each against torch's decision; and log_softmax and
+//     cross_entropy of rows offset far from 0 against a float64 reference (offset_rows.ts).
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { Effect, ManagedRuntime } from "effect"
 import { compile, Controller, eager, grad, noGrad, ops, opsOn, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
@@ -157,10 +158,10 @@ describe("backward after an in-place write", () => {
 })
 
 describeUnless(torchMissing())("against torch 1.13", () => {
-  test("the reliability rows (default mode) all hold: random in-place programs and overlapping view pairs", async () => {
+  test("the reliability rows (default mode) all hold: random in-place programs, overlapping view pairs, and log_softmax and cross_entropy of rows offset far from 0 against f64", async () => {
     const { run } = await import("./reliability.ts")
     const rows = await run("default")
-    expect(rows.length).toBe(2)
+    expect(rows.length).toBe(3)
     for (const r of rows) expect({ check: r.check, held: r.held, detail: r.detail }).toEqual({ check: r.check, held: r.tries, detail: r.detail })
   }, 300_000)
 })

@@ -7,7 +7,7 @@ import { Effect } from "effect"
 import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { Controller, load, save, type Mesh } from "../../src/controller/index.ts"
+import { Controller, exportFile, importFile, load, save, shard, tensorsOf, type Mesh } from "../../src/controller/index.ts"
 import { digest, MANIFEST_FORMAT, sealManifest, type Manifest } from "../../src/checkpoint/format.ts"
 import { local, tamperRun, tamperState, TAMPERS } from "./tamper.ts"
 
@@ -131,6 +131,30 @@ describe("changes behind the hashes", () => {
       }
       writeFileSync(file, good.file)
       expect((yield* load(mesh, "header")).version).toBe(version)
+    }))
+  }, 60_000)
+
+  test("a load refused by a worker, and an import refused at its last tensor's placement, leave the mesh no tensor handle more than before", async () => {
+    await run((mesh) => Effect.gen(function* () {
+      const state = yield* tamperState(mesh)
+      const { version } = yield* Effect.flatMap(save(mesh, state, "released"), (p) => p.durable)
+      yield* exportFile(mesh, state, "released.safetensors")
+      const before = mesh.live.refs
+      // A flipped data byte under an intact manifest: the manifest parses, every tensor is
+      // defined, and rank 0 refuses the bytes against their hash.
+      const file = join(ROOT, "released", version, "rank-0.safetensors")
+      const bytes = readFileSync(file)
+      bytes[bytes.length - 1]! ^= 1
+      writeFileSync(file, bytes)
+      expect(yield* failure(load(mesh, "released"))).toMatch(/^CheckpointError: .*rank-0\.safetensors/)
+      expect(mesh.live.refs).toBe(before)
+      // The last tensor of the file asks for a mesh dim there is none of: refused after the
+      // tensors before it were defined.
+      const names = Object.keys(headerOf(readFileSync(join(ROOT, "released.safetensors"))).json).filter((n) => n !== "__metadata__")
+      expect(names.length).toBeGreaterThan(1)
+      expect(yield* failure(importFile(mesh, "released.safetensors", { [names.at(-1)!]: { pp: shard(0) } }))).toMatch(/cannot shard dim 0 over pp \(no such mesh dim\)/)
+      expect(mesh.live.refs).toBe(before)
+      for (const t of tensorsOf(state).values()) t.release()
     }))
   }, 60_000)
 

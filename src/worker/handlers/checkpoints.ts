@@ -136,16 +136,22 @@ export const loadShards = (s: Session) => (m: LoadShards) =>
         const tensor = Tensor.empty(s.native, entry.dtype, src.shape)
         made.push(tensor)
         // On cpu the file's bytes go straight into the new tensor's memory (no work is queued on
-        // it yet); on cuda into host memory, copied in once checked.
+        // it yet); on cuda into host memory, copied in once checked, held through holdHostCopy
+        // like a save's snapshot (which counts host copies against the limit on cpu only).
         const inPlace = tensor.hostBytes()
-        const data = inPlace ?? new Uint8Array(tensor.nbytes)
-        let at = 0
-        for (const [start, length] of blockRuns(entry.shape, src.offsets, src.shape)) {
-          reader.read(reader.header.dataStart + entry.offsets[0] + start * item, length * item, data, at)
-          at += length * item
+        const release = inPlace === undefined ? holdHostCopy(s.native, tensor.nbytes, `load of ${tensor.nbytes} bytes through host memory`) : () => {}
+        try {
+          const data = inPlace ?? new Uint8Array(tensor.nbytes)
+          let at = 0
+          for (const [start, length] of blockRuns(entry.shape, src.offsets, src.shape)) {
+            reader.read(reader.header.dataStart + entry.offsets[0] + start * item, length * item, data, at)
+            at += length * item
+          }
+          if (src.hash !== null && hashBytes(data) !== src.hash) throw bad("does not hold the bytes that were saved (its hash differs): corrupt")
+          if (inPlace === undefined) tensor.copyIn(data, stream)
+        } finally {
+          release()
         }
-        if (src.hash !== null && hashBytes(data) !== src.hash) throw bad("does not hold the bytes that were saved (its hash differs): corrupt")
-        if (inPlace === undefined) tensor.copyIn(data, stream)
       })
     } catch (e) {
       for (const t of made) t.free()
