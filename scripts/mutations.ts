@@ -362,7 +362,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     area: "controller", behaviour: "one encoding is shared only by ranks with the same commands",
     file: "src/controller/core.ts",
     edits: one("if (!previous || !sameMessages(queue, previous.queue)) {", "if (!previous) {"),
-    tests: ["tests/controller/controller.test.ts"],
+    tests: ["tests/controller/core.test.ts", "tests/controller/controller.test.ts"],
   },
   {
     area: "controller", behaviour: "a peer's CommError gives way to the loss that explains it",
@@ -741,7 +741,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     area: "controller", behaviour: "a FetchResult for an unknown ident is a problem from a link admitted after its rank was lost",
     file: "src/controller/core.ts",
     edits: one("this.graph.isLost(rank) && this.links[rank] === undefined ? undefined", "this.graph.isLost(rank) ? undefined"),
-    tests: ["tests/fuzz/fuzz.test.ts"],
+    tests: ["tests/controller/core.test.ts", "tests/fuzz/fuzz.test.ts"],
   },
   {
     area: "controller", behaviour: "a lost rank is taken off the count of ranks a fetch waits for, so an answered fetch is dropped once the rest pass it",

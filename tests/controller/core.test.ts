@@ -104,3 +104,21 @@ test("a late fetch (a checkpoint's files) failed by a lost rank still takes a su
   core.onMessage(0, { _tag: "FetchResult", ident, value: { file: "rank-0.safetensors" } })
   expect(problems).toEqual([])
 })
+
+test("ranks given other commands in one tick each get their own batch, not the first rank's encoding", async () => {
+  const core = new Core({ world: 2, captureSites: false })
+  const got: WorkerMessage[][] = [[], []]
+  for (const r of [0, 1]) core.admit(recordingLink(r, 2, got[r]!))
+  core.command([0], "rank 0's call", [], [7], undefined, () => ({ _tag: "DeleteRefs", refs: [70] }))
+  core.command([1], "rank 1's call", [], [8], undefined, () => ({ _tag: "DeleteRefs", refs: [80] }))
+  await Bun.sleep(0)
+  expect(got, "each rank's batch holds its own command").toEqual([[{ _tag: "DeleteRefs", refs: [70] }], [{ _tag: "DeleteRefs", refs: [80] }]])
+})
+
+test("a FetchResult for an unknown ident from a link admitted after its rank was lost is a problem", () => {
+  const { core, problems } = twoRanks()
+  core.onExit({ rank: 1, status: 137, signal: "SIGKILL" })
+  expect(core.admit(recordingLink(1, 2, [])), "the lost rank's slot is free again").toBe(true)
+  core.onMessage(1, { _tag: "FetchResult", ident: 987_654, value: 0 })
+  expect(problems).toEqual(["rank 1 sent a FetchResult for unknown ident 987654"])
+})
