@@ -7,6 +7,7 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { Effect, ManagedRuntime } from "effect"
 import { compile, Controller, opsOn, param, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
+import { firstCall } from "./firstCall.ts"
 
 let rt: ManagedRuntime.ManagedRuntime<Controller, unknown>
 let mesh: Mesh
@@ -122,29 +123,9 @@ describe("a tensor the step captured", () => {
 
 describe("the first call's cost", () => {
   test("a step of 2,000 ops and 400 numbers: its first call costs at most about twice running it op by op twice", async () => {
-    const on = opsOn(mesh)
-    const x = on.ones([8])
-    const numbers = Array.from({ length: 400 }, (_, i) => 1 + i / 4096)
-    const big = (x: RemoteTensor, ...ns: number[]) => {
-      let h = x
-      for (let i = 0; i < 2000; i++) h = i % 2 === 0 ? h.mul(ns[i % ns.length]!) : h.sub(ns[(i * 7) % ns.length]! - 1)
-      return h.sum()
-    }
-    const timed = async (body: () => Promise<unknown>) => {
-      const t0 = performance.now()
-      await body()
-      return performance.now() - t0
-    }
-    // Warm: the ops' code paths compiled once before either is timed.
-    await run(big(x, ...numbers).fetch())
-    const eagerTwice = await timed(async () => {
-      await run(big(x, ...numbers).fetch())
-      await run(big(x, ...numbers).fetch())
-    })
-    const compiled = compile(big)
-    const first = await timed(() => run(Effect.flatMap(compiled(x, ...numbers), (y) => y.fetch())))
+    const { first, eagerTwice, step } = await firstCall(run, mesh)
     console.log(`compile: first call of a 2,000-op step with 400 numbers: ${first.toFixed(0)} ms; op by op twice: ${eagerTwice.toFixed(0)} ms (${(first / eagerTwice).toFixed(2)}x)`)
-    expect(compiled.traces).toBe(1)
+    expect(step.traces).toBe(1)
     // Asked: within 2x. The bound allows for a loaded machine; a trace per number took 200x.
     expect(first).toBeLessThan(4 * eagerTwice)
   }, 120_000)

@@ -12,6 +12,7 @@ import { compile, Controller, load, opsOn, reduceScatter, save, type HostTensor,
 import { attempt, summarise, type Trial } from "../faults/trial.ts"
 import type { Mode, ReliabilityRow } from "../reliability.ts"
 import { differential } from "./differential.ts"
+import { firstCall } from "./firstCall.ts"
 
 const ROOT = new URL("../..", import.meta.url).pathname
 const PROGRAMS = { default: 400, long: 4000 }
@@ -78,30 +79,13 @@ const firstCalls = async (tries: number): Promise<{ trials: Trial[]; ratios: num
     const on = opsOn(mesh)
     for (let i = 0; i < tries; i++) {
       trials.push(await attempt(async (trial) => {
-        const x = on.ones([8]), w = on.full([8], 2 + i)
-        const numbers = Array.from({ length: 400 }, (_, j) => 1 + (i * 400 + j) / 4096)
-        const big = (x: RemoteTensor, ...ns: number[]) => {
-          let h = x.mul(w)
-          for (let j = 0; j < 2000; j++) h = j % 2 === 0 ? h.mul(ns[j % ns.length]!) : h.sub(ns[(j * 7) % ns.length]! - 1)
-          return h.sum()
-        }
-        const timed = async (body: () => Promise<unknown>) => {
-          const t0 = performance.now()
-          await body()
-          return performance.now() - t0
-        }
-        await run(big(x, ...numbers).fetch())
-        const eagerTwice = await timed(async () => {
-          await run(big(x, ...numbers).fetch())
-          await run(big(x, ...numbers).fetch())
-        })
-        const step = compile(big)
-        const first = await timed(() => run(Effect.flatMap(step(x, ...numbers), (y) => y.fetch())))
+        const w = on.full([8], 2 + i)
+        const { first, eagerTwice, step, again } = await firstCall(run, mesh, i * 400, w)
         ratios.push(first / eagerTwice)
         trial.check(step.traces === 1, `${step.traces} traces`)
         trial.check(first < 4 * eagerTwice, `first call ${first.toFixed(0)} ms, op by op twice ${eagerTwice.toFixed(0)} ms`)
         w.release()
-        const refused = await run(Effect.flip(step(x, ...numbers)))
+        const refused = await again()
         const message = (refused as { message?: string }).message ?? String(refused)
         trial.check(message.includes("a tensor the step captured") && message.includes("was released"), `after release: ${message.split("\n")[0]}`)
         step.dispose()
