@@ -11,7 +11,7 @@ import {
 } from "./symbols.ts"
 import type { Stream } from "./stream.ts"
 import type { Tensor } from "./tensor.ts"
-import { dtypeCode } from "../src/protocol/values.ts"
+import { dtypeCode } from "../base/tensor.ts"
 
 const COMPARISONS: ReadonlySet<BinaryOpName> = new Set(["eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or"])
 export const isComparison = (op: BinaryOpName): boolean => COMPARISONS.has(op)
