@@ -1045,7 +1045,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "sorting: sort honours descending",
     file: "src/worker/kernels/table.ts",
-    edits: one("asLine(run, a.input), lineOf(op, a.input, a.dim).d, a.descending, run.stream),\n  argsort", "asLine(run, a.input), lineOf(op, a.input, a.dim).d, false, run.stream),\n  argsort"),
+    edits: one("asLine(run, a.input), plan.d, a.descending, run.stream),\n  argsort", "asLine(run, a.input), plan.d, false, run.stream),\n  argsort"),
     tests: ["tests/ops/parity.test.ts"],
   },
   {
@@ -1185,7 +1185,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "controller", behaviour: "model: a composite op's parts are issued by the controller, so the tape records them",
     file: "src/controller/ops.ts",
-    edits: one("  if ((op as OpSpec).composed) return compose(op as Op, on, args, kwargs)\n", ""),
+    edits: one("  if ((op as OpSpec).backward === FROM_PARTS) return compose(op as Op, on, args, kwargs)\n", ""),
     tests: ["tests/ops/model.test.ts"],
   },
   {

@@ -4,7 +4,7 @@ import { bad, describe, numelOf, type TensorMeta } from "../meta.ts"
 import { arg, kw, opt } from "../params.ts"
 import { broadcastShapes, isFloating, resultType } from "../promotion.ts"
 import { normDim } from "../rules.ts"
-import { spec } from "../spec.ts"
+import { spec, withPlan } from "../spec.ts"
 
 export const floating = (op: string, x: TensorMeta): void => {
   if (!isFloating(x.dtype)) bad(op, `needs a floating input, got ${describe(x)} (cast with ops.to)`)
@@ -69,7 +69,7 @@ export interface AttentionPlan {
   readonly ev: number
 }
 
-export const attentionPlan = (op: string, q: TensorMeta, k: TensorMeta, v: TensorMeta, mask: TensorMeta | null, causal: boolean, dropout: number): AttentionPlan => {
+const attentionPlan = (op: string, q: TensorMeta, k: TensorMeta, v: TensorMeta, mask: TensorMeta | null, causal: boolean, dropout: number): AttentionPlan => {
   floating(op, q)
   if (k.dtype !== q.dtype || v.dtype !== q.dtype) bad(op, `query, key and value need one dtype: ${[q, k, v].map(describe).join(", ")}`)
   if (q.shape.length < 2 || k.shape.length < 2 || v.shape.length < 2) bad(op, `query, key and value need at least 2 dims: ${[q, k, v].map(describe).join(", ")}`)
@@ -264,7 +264,7 @@ export const nn = {
     [arg("query", "tensor"), arg("key", "tensor"), arg("value", "tensor"), opt("attn_mask", "tensor", null), opt("dropout_p", "scalar", 0), opt("is_causal", "bool", false), kw("scale", "scalar", null)],
     ({ query, key, value, attn_mask, dropout_p, is_causal }, op) => {
       const p = attentionPlan(op, query, key, value, attn_mask, is_causal, dropout_p)
-      return [{ dtype: query.dtype, shape: [...p.batch, p.l, p.ev] }]
+      return withPlan([{ dtype: query.dtype, shape: [...p.batch, p.l, p.ev] }], p)
     },
     (c, o) => attentionGrads(o, c.meta, c.args.query, c.args.key, c.args.value, c.args.attn_mask, c.args.is_causal, c.args.scale, c.grad),
     { dtype: "same" },
@@ -293,7 +293,8 @@ export const nn = {
     const dtype = resultType([input, target])
     if (!isFloating(dtype)) bad(op, `needs floating operands, got ${describe(input)} and ${describe(target)}`)
     const shape = broadcastShapes(op, [input.shape, target.shape])
-    return [{ dtype, shape: reduction === "none" ? shape : [] }]
+    // The plan: both operands in dtype, broadcast to shape.
+    return withPlan([{ dtype, shape: reduction === "none" ? shape : [] }], { compute: dtype, shape })
   }, (c, o) => {
     // d/dinput of (input - target)^2, times g, over the count for a mean; the tape sums each to its operand's shape.
     const { input, target, reduction } = c.args
