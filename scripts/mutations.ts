@@ -24,6 +24,60 @@ const one = (search: string, replace: string): ReadonlyArray<Edit> => [{ search,
 export const MUTATIONS: ReadonlyArray<Mutation> = [
   // ---- worker -----------------------------------------------------------------------------
   {
+    area: "worker", behaviour: "layout: src/ops imports nothing native, not even ffi's types",
+    file: "src/ops/meta.ts",
+    edits: one('import { Data } from "effect"\nimport { DTYPES, FloatNumber, type DType } from "../protocol/values.ts"', 'import { Data } from "effect"\nimport type { Tensor } from "../../ffi/tensor.ts"\nimport { DTYPES, FloatNumber, type DType } from "../protocol/values.ts"'),
+    tests: ["tests/readme/layout.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "layout: ffi/ imports nothing from src/, only the leaf base/",
+    file: "ffi/native.ts",
+    edits: one('import type { Device } from "../base/tensor.ts"', 'import type { Device } from "../src/protocol/values.ts"'),
+    tests: ["tests/readme/layout.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "layout: bench/ imports nothing from tests/ (the rigs it shares are in rig/)",
+    file: "bench/dispatch.ts",
+    edits: one('import { writeFileSync } from "node:fs"\nimport { startWorkers } from "../rig/workers.ts"', 'import { writeFileSync } from "node:fs"\nimport { startWorkers } from "../tests/worker/harness.ts"'),
+    tests: ["tests/readme/layout.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "the worker runs an op's rule once per command (its kernel reads the rule's plan)",
+    file: "src/worker/kernels/dispatch.ts",
+    edits: one("    const metas = rule(bound as never, op.name)\n", "    const metas = (rule(bound as never, op.name), rule(bound as never, op.name))\n"),
+    tests: ["tests/ops/plans.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a fused op is sent as one command: the controller issues the parts of a composite (FROM_PARTS) op only",
+    file: "src/controller/ops.ts",
+    edits: one("  if ((op as OpSpec).backward === FROM_PARTS) return compose(", "  if ((op as OpSpec).composed) return compose("),
+    tests: ["tests/ops/plans.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "logsumexp's forward takes an infinite max as 0, so a row of -inf gives -inf, not NaN",
+    file: "src/ops/specs/reduction.ts",
+    edits: one("shift = o.where(o.isinf(max), 0, max)", "shift = max"),
+    tests: ["tests/ops/plans.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "var's and std's forward divides by N - correction",
+    file: "src/ops/specs/reduction.ts",
+    edits: one("Math.max(n - a.correction, 0))", "Math.max(n, 0))"),
+    tests: ["tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "baddbmm's forward adds beta input",
+    file: "src/ops/specs/linalg.ts",
+    edits: one("a.beta === 1 ? as(a.input) : o.mul(as(a.input), a.beta)", "a.beta === 1 ? as(a.input) : as(a.input)"),
+    tests: ["tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a binary kernel reads its rule's plan rather than planning again",
+    file: "src/worker/kernels/table.ts",
+    edits: one("withPlanner<Kernel<\"mul\">>((run, [out], a, _, { plan }) => binaryInto(run, op, plan, out!, a.input, a.other)", "withPlanner<Kernel<\"mul\">>((run, [out], a, name, { plan }) => binaryInto(run, op, (OPS[name as \"mul\"].outputs(a as never, name), plan), out!, a.input, a.other)"),
+    tests: ["tests/ops/plans.test.ts"],
+  },
+  {
     area: "worker", behaviour: "a command that fails synchronously still advances firstUncompletedIdent",
     file: "src/worker/session.ts",
     edits: one("    complete()\n    return poison(s, ident, refs, e)", "    return poison(s, ident, refs, e)"),

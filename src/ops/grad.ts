@@ -39,6 +39,7 @@ export interface GradOps<T> {
   erf(input: T): T
   sin(input: T): T
   cos(input: T): T
+  isinf(input: T): T
   add(input: Operand<T>, other: Operand<T>): T
   sub(input: Operand<T>, other: Operand<T>): T
   mul(input: Operand<T>, other: Operand<T>): T

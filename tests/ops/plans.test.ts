@@ -22,6 +22,7 @@ import { prepareBuiltin } from "../../src/worker/kernels/prepare.ts"
 const rule = {
   add: spyOn(OPS.add, "outputs"), mul: spyOn(OPS.mul, "outputs"), sum: spyOn(OPS.sum, "outputs"),
   sort: spyOn(OPS.sort, "outputs"), div_: spyOn(OPS.div_, "outputs"),
+  logsumexp: spyOn(OPS.logsumexp, "outputs"), amax: spyOn(OPS.amax, "outputs"),
 }
 const planBinary = spyOn(elementwise, "planBinary"), normDim = spyOn(rules, "normDim")
 
@@ -83,6 +84,18 @@ describe("on the worker, the rule runs once per command and the kernel reads its
   })
 })
 
+describe("a fused op: its forward written once, in its spec", () => {
+  test("the worker runs logsumexp as its composition over the kernels (amax among them), its own rule once", () => {
+    const x = f32([2, 2], [0, Math.log(3), -Infinity, -Infinity])
+    reset()
+    const out = builtinFunction("logsumexp")!({ ...ctx, kwargs: {} }, x, 1)
+    expect({ rule: rule.logsumexp.mock.calls.length, amax: rule.amax.mock.calls.length }).toEqual({ rule: 1, amax: 1 })
+    // log(1 + 3); a row of -inf is -inf (its max taken as 0, so -inf - -inf makes no NaN).
+    expect(valuesOf(out).map((v) => Math.round(v * 1e6) / 1e6)).toEqual([Math.round(Math.log(4) * 1e6) / 1e6, -Infinity])
+    for (const t of [x, out as Tensor]) t.free()
+  })
+})
+
 describe("on the controller, the rule runs once per call", () => {
   let rt: ManagedRuntime.ManagedRuntime<Controller, unknown>
   beforeAll(() => {
@@ -100,5 +113,17 @@ describe("on the controller, the rule runs once per call", () => {
       return { counts, values: [...(yield* s.fetch()).toArray()] }
     }))
     expect(got).toEqual({ counts: { add: 1, sum: 1, planBinary: 1 }, values: [6, 6] })
+  })
+
+  test("a fused op (logsumexp) is one command: its rule runs here, its parts' (amax) only on the worker", async () => {
+    const got = await rt.runPromise(Effect.gen(function* () {
+      const mesh = yield* (yield* Controller).mesh({ dp: 1 })
+      const x = opsOn(mesh).zeros([2, 4])
+      reset()
+      const l = x.logsumexp(1)
+      const counts = { logsumexp: rule.logsumexp.mock.calls.length, amax: rule.amax.mock.calls.length }
+      return { counts, values: [...(yield* l.fetch()).toArray()].map((v) => Math.round(v * 1e6) / 1e6) }
+    }))
+    expect(got).toEqual({ counts: { logsumexp: 1, amax: 0 }, values: [Math.round(Math.log(4) * 1e6) / 1e6, Math.round(Math.log(4) * 1e6) / 1e6] })
   })
 })

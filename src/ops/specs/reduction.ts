@@ -4,8 +4,8 @@ import { bad, describe, numelOf, type TensorMeta } from "../meta.ts"
 import { type Backward, expandBack, type GradContext, type GradOps, NOT_DIFFERENTIABLE, reducedCount } from "../grad.ts"
 import { arg, kw, opt, type Param } from "../params.ts"
 import { isFloating } from "../promotion.ts"
-import { normDim } from "../rules.ts"
-import { spec, withPlan } from "../spec.ts"
+import { castTo, composeDtype, normDim } from "../rules.ts"
+import { fused, spec, withPlan } from "../spec.ts"
 
 /** The dims a reduction covers, normalised, sorted and unique (None or [] is every dim). */
 const reducedDims = (op: string, x: TensorMeta, dim: number | number[] | null): number[] => {
@@ -155,16 +155,22 @@ const momentParams = [arg("input", "tensor"), opt("dim", "dims", null), kw("corr
 
 /**
  * var and std: the sum of squared deviations over N - correction; floating inputs only.
- * d var / dx = 2 (x - mean) / (N - correction) and d std = d var / (2 std).
+ * Forward: the mean (kept dims), the squared deviations, their sum over N - correction (f16 and
+ * bf16 in f32). d var / dx = 2 (x - mean) / (N - correction) and d std = d var / (2 std).
  */
-const moments = (op: "var" | "std") => spec(momentParams, ({ input, dim, keepdim }, op) => {
+const moments = (op: "var" | "std") => fused(momentParams, ({ input, dim, keepdim }, op) => {
   if (!isFloating(input.dtype)) bad(op, `needs a floating input, got ${describe(input)} (cast with ops.to)`)
   const dims = reducedDims(op, input, dim)
   return reduced({ dtype: input.dtype, shape: reducedShape(input, dims, keepdim) }, dims)
 }, (c, o) => reducedRule(op, (o, r) => {
   const centred = o.sub(r.x, o.mean(r.x, r.dims, true)), n = reducedCount(r.meta, r.dims) - c.args.correction
   return op === "var" ? o.mul(r.g, o.mul(centred, 2 / n)) : o.div(o.mul(r.g, centred), o.mul(r.out(), n))
-})(c, o))
+})(c, o), (a, o, meta, _, { plan: { dims } }) => {
+  const m = meta(a.input), x = castTo(o, meta, a.input, composeDtype(m.dtype)), n = reducedCount(m, dims)
+  const dev = o.sub(x, o.mean(x, dims, true))
+  const v = o.div(o.sum(o.mul(dev, dev), dims, a.keepdim), Math.max(n - a.correction, 0))
+  return op === "var" ? v : o.sqrt(v)
+})
 
 const NORM_ORDERS: ReadonlyArray<number> = [1, 2, Infinity]
 
@@ -180,13 +186,22 @@ export const reductions = {
   any: logicalReduction, all: logicalReduction,
   argmax: argReduction, argmin: argReduction,
   var: moments("var"), std: moments("std"),
-  /** Over dims that are not empty (torch needs dim); large values do not overflow. */
-  logsumexp: spec([arg("input", "tensor"), arg("dim", "dims"), opt("keepdim", "bool", false)], ({ input, dim, keepdim }, op) => {
+  /**
+   * Over dims that are not empty (torch needs dim); large values do not overflow. Forward, as
+   * torch's: the max over dims (an infinite one taken as 0, so inf - inf does not make NaN), log
+   * of the sum of exp of the shifted input, plus the max (f16 and bf16 in f32).
+   */
+  logsumexp: fused([arg("input", "tensor"), arg("dim", "dims"), opt("keepdim", "bool", false)], ({ input, dim, keepdim }, op) => {
     if (!isFloating(input.dtype)) bad(op, `needs a floating input, got ${describe(input)} (cast with ops.to)`)
     const dims = reducedDims(op, input, dim)
     if (dims.some((d) => input.shape[d] === 0)) bad(op, `cannot reduce an empty dim of ${describe(input)}`)
     return reduced({ dtype: input.dtype, shape: reducedShape(input, dims, keepdim) }, dims)
-  }, (c, o) => reducedRule("logsumexp", (o, r) => o.mul(r.g, o.exp(o.sub(r.x, r.out()))))(c, o)),
+  }, (c, o) => reducedRule("logsumexp", (o, r) => o.mul(r.g, o.exp(o.sub(r.x, r.out()))))(c, o), (a, o, meta, _, rule) => {
+    const { dims } = rule.plan, x = castTo(o, meta, a.input, composeDtype(meta(a.input).dtype))
+    const max = o.amax(x, dims, true), shift = o.where(o.isinf(max), 0, max)
+    const total = o.log(o.sum(o.exp(o.sub(x, shift)), dims, a.keepdim))
+    return o.add(total, a.keepdim ? shift : o.reshape(shift, [...rule[0]!.shape]))
+  }),
   /** Integers and bool accumulate into i64 (as sum does). */
   cumsum: spec([arg("input", "tensor"), arg("dim", "int"), kw("dtype", "dtype", null)], ({ input, dim, dtype }, op) => {
     normDim(op, dim, input.shape.length)

@@ -12,7 +12,7 @@ import type { Draw } from "../../ops/generator.ts"
 import { bad, numelOf, type TensorMeta } from "../../ops/meta.ts"
 import { broadcastShapes, isFloating, isScalar, resultType, scalarValue, type Scalar } from "../../ops/promotion.ts"
 import { OPS, type Op } from "../../ops/registry.ts"
-import { normDim } from "../../ops/rules.ts"
+import { composeDtype, normDim } from "../../ops/rules.ts"
 import type { Planned } from "../../ops/spec.ts"
 import { linspaceValues } from "../../ops/specs/creation.ts"
 import type { BinaryPlan } from "../../ops/specs/elementwise.ts"
@@ -293,46 +293,6 @@ const reduce = (op: ReduceOpName): Kernel<"amax"> => (run, [out], a, _, { plan }
 const accumulate = (op: ReduceOpName): Kernel<"sum"> => (run, [out], a, _, { plan }) =>
   reduceInto(run, op, out!, a.dtype === null ? a.input : run.cast(a.input, a.dtype), plan.dims)
 
-/** f16 and bf16 compose in f32 (rounded once at the end), f32 and f64 in their own dtype. */
-const composeDtype = (d: DType): DType => (d === "f16" || d === "bf16" ? "f32" : d)
-const keptShape = (x: TensorMeta, dims: ReadonlyArray<number>): number[] => x.shape.map((s, i) => (dims.includes(i) ? 1 : s))
-
-/**
- * var and std, composed: the mean (kept dims), the squared deviations, their sum over
- * N - correction (6 shim calls; no fused kernel yet).
- */
-const moments = (run: Run, out: Tensor, input: Tensor, dims: ReadonlyArray<number>, correction: number, sqrt: boolean): void => {
-  const dtype = composeDtype(input.dtype), x = run.cast(input, dtype), kept = keptShape(x, dims)
-  const n = dims.reduce((m, d) => m * x.shape[d]!, 1)
-  const mean = run.temp(dtype, kept), dev = run.temp(dtype, x.shape), result = out.dtype === dtype ? out : run.temp(dtype, out.shape)
-  reduceInto(run, "mean", mean, x, dims)
-  k.binary("sub", dev, x, run.expand(mean, x.shape), run.stream)
-  k.binary("mul", dev, dev, dev, run.stream)
-  reduceInto(run, "sum", result, dev, dims)
-  k.binaryScalar("div", result, result, Math.max(n - correction, 0), false, run.stream)
-  if (sqrt) k.unary("sqrt", result, result, run.stream)
-  if (result !== out) k.cast(out, result, run.stream)
-}
-
-/**
- * logsumexp, composed as torch's: the max over dims (an infinite one taken as 0, so inf - inf
- * does not make NaN), log of the sum of exp of the shifted input, plus the max (8 shim calls).
- */
-const logsumexp = (run: Run, out: Tensor, input: Tensor, dims: ReadonlyArray<number>): void => {
-  const dtype = composeDtype(input.dtype), x = run.cast(input, dtype), kept = keptShape(x, dims)
-  const max = run.temp(dtype, kept), infinite = run.temp("bool", kept), zero = run.temp(dtype, [])
-  reduceInto(run, "max", max, x, dims)
-  k.unary("isinf", infinite, max, run.stream)
-  k.fill(zero, 0, run.stream)
-  k.ternary("where", max, infinite, zero, max, 0, run.stream)
-  const shifted = run.temp(dtype, x.shape), result = out.dtype === dtype ? out : run.temp(dtype, out.shape)
-  k.binary("sub", shifted, x, run.expand(max, x.shape), run.stream)
-  k.unary("exp", shifted, shifted, run.stream)
-  reduceInto(run, "sum", result, shifted, dims)
-  k.unary("log", result, result, run.stream)
-  k.binary("add", result, result, run.view(max, result.shape), run.stream)
-  if (result !== out) k.cast(out, result, run.stream)
-}
 
 /** argmax/argmin: along dim, or over every element (dim None, or a 0-d input). */
 const argReduce = (op: "max" | "min"): Kernel<"argmax"> => (run, [out], a, name) =>
@@ -413,26 +373,6 @@ const repeatInto = (run: Run, out: Tensor, input: Tensor, repeats: ReadonlyArray
 /** outer as a matmul of a column by a row (an inner dim of 1), in the promoted dtype: one pass over the result. */
 const outerInto = (run: Run, out: Tensor, x: Tensor, y: Tensor): void =>
   k.matmul(out, run.view(run.cast(x, out.dtype), [x.numel, 1]), run.view(run.cast(y, out.dtype), [1, y.numel]), run.stream)
-
-/**
- * baddbmm, composed: the product, scaled by alpha, plus beta input (up to 4 shim calls); f16
- * and bf16 in f32, rounded once at the end, as torch's kernel accumulates.
- */
-const baddbmm: Kernel<"baddbmm"> = (run, [out], a) => {
-  const dtype = composeDtype(out!.dtype), acc = dtype === out!.dtype ? out! : run.temp(dtype, out!.shape)
-  k.matmul(acc, run.cast(a.batch1, dtype), run.cast(a.batch2, dtype), run.stream)
-  if (a.alpha !== 1) k.binaryScalar("mul", acc, acc, a.alpha, false, run.stream)
-  if (a.beta !== 0) {
-    const input = run.expand(run.cast(a.input, dtype), acc.shape)
-    if (a.beta === 1) k.binary("add", acc, acc, input, run.stream)
-    else {
-      const scaled = run.temp(dtype, acc.shape)
-      k.binaryScalar("mul", scaled, input, a.beta, false, run.stream)
-      k.binary("add", acc, acc, scaled, run.stream)
-    }
-  }
-  if (acc !== out) k.cast(out!, acc, run.stream)
-}
 
 /** t read as [1] when it is 0-d (the sort kernels take a 0-d tensor as one line of one). */
 const asLine = (run: Run, t: Tensor): Tensor => (t.shape.length === 0 ? run.view(t, [1]) : t)
@@ -609,9 +549,6 @@ export const KERNELS: Kernels = {
   amax: reduce("max"), amin: reduce("min"), max: extreme("max"), min: extreme("min"),
   any: reduce("any"), all: reduce("all"),
   argmax: argReduce("max"), argmin: argReduce("min"),
-  var: (run, [out], a, _, { plan }) => moments(run, out!, a.input, plan.dims, a.correction, false),
-  std: (run, [out], a, _, { plan }) => moments(run, out!, a.input, plan.dims, a.correction, true),
-  logsumexp: (run, [out], a, _, { plan }) => logsumexp(run, out!, a.input, plan.dims),
   sort: (run, [values, indices], a, _, { plan }) => k.sort(asLine(run, values!), asLine(run, indices!), asLine(run, a.input), plan.d, a.descending, run.stream),
   argsort: (run, [out], a, _, { plan }) => {
     const values = run.temp(a.input.dtype, a.input.shape)
@@ -778,7 +715,6 @@ export const KERNELS: Kernels = {
   zero_: (run, _, a) => k.fill(a.input, 0, run.stream),
   // repeat, baddbmm, outer
   repeat: (run, [out], a, _, { plan }) => repeatInto(run, out!, a.input, a.repeats, plan.padded),
-  baddbmm,
   outer: (run, [out], a) => outerInto(run, out!, a.input, a.vec2),
   ger: (run, [out], a) => outerInto(run, out!, a.input, a.vec2),
 }
