@@ -122,7 +122,7 @@ describe("on the controller, the rule runs once per call", () => {
       reset()
       const l = x.logsumexp(1)
       const counts = { logsumexp: rule.logsumexp.mock.calls.length, amax: rule.amax.mock.calls.length }
-      return { counts, values: [...(yield* l.fetch()).toArray()].map((v) => Math.round(v * 1e6) / 1e6) }
+      return { counts, values: [...(yield* l.fetch()).toArray()].map((v) => Math.round(Number(v) * 1e6) / 1e6) }
     }))
     expect(got).toEqual({ counts: { logsumexp: 1, amax: 0 }, values: [Math.round(Math.log(4) * 1e6) / 1e6, Math.round(Math.log(4) * 1e6) / 1e6] })
   })
