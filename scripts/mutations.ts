@@ -72,6 +72,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/ops/parity.test.ts"],
   },
   {
+    area: "worker", behaviour: "a plain unary op bound by name: a predicate (isnan, isinf, logical_not) reads its input uncast",
+    file: "src/worker/kernels/table.ts",
+    edits: one("UnaryOpFlags[name] & OpFlag.writes_bool ? predicate(name) : unary(name)", "unary(name)"),
+    tests: ["tests/ops/parity.test.ts"],
+  },
+  {
     area: "worker", behaviour: "a binary kernel reads its rule's plan rather than planning again",
     file: "src/worker/kernels/table.ts",
     edits: one("withPlanner<Kernel<\"mul\">>((run, [out], a, _, { plan }) => binaryInto(run, op, plan, out!, a.input, a.other)", "withPlanner<Kernel<\"mul\">>((run, [out], a, name, { plan }) => binaryInto(run, op, (OPS[name as \"mul\"].outputs(a as never, name), plan), out!, a.input, a.other)"),
@@ -1316,8 +1322,8 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   },
   {
     area: "worker", behaviour: "model: cross_entropy over [N, C, d...] moves the class dim last",
-    file: "src/worker/kernels/table.ts",
-    edits: one("      permute(run, moved, a.input, rows.toLast)\n", "      k.cast(moved, run.view(a.input, moved.shape), run.stream)\n"),
+    file: "src/ops/specs/nn.ts",
+    edits: one("const logp = o.log_softmax(rows.toRows(o, a.input), 1)", "const logp = o.log_softmax(o.reshape(a.input, [n, classes]), 1)"),
     tests: ["tests/ops/parity.test.ts"],
   },
   {

@@ -87,6 +87,7 @@ export interface GradOps<T> {
   to(input: T, dtype: DType): T
   clone(input: T): T
   softmax(input: T, dim: number): T
+  log_softmax(input: T, dim: number): T
   zeros(size: number[], kwargs: { dtype: DType }): T
   arange(end: number): T
 }

@@ -3,6 +3,7 @@
  * outputs its rule allocated, its arguments bound by name (tensors as worker Tensors) and the
  * results' metadata. A kernel may carry a planner for prepared calls (a recording's replays).
  */
+import type { UnaryOpName } from "../../../ffi/symbols.ts"
 import type { Tensor } from "../../../ffi/tensor.ts"
 import type { Bound } from "../../ops/params.ts"
 import type { BinaryPlan } from "../../ops/specs/elementwise.ts"
@@ -16,7 +17,13 @@ import type { Run } from "./run.ts"
  */
 export type Kernel<N extends OpName> = (run: Run, outs: ReadonlyArray<Tensor>, a: Bound<ParamsOf<N>, Tensor>, op: string, metas: OutputsOf<N>) => Tensor | Tensor[] | void
 
-/** A kernel for every op but the composite ones (dispatch.ts runs those from their parts). */
+/**
+ * The unary ops that are the shim's op of their name with their input their only parameter
+ * (exp, sign, isnan, ...): table.ts binds them by name, so adding one needs no kernel line.
+ */
+export type PlainUnary = { [N in Extract<OpName, UnaryOpName>]: ParamsOf<N> extends readonly [unknown] ? N : never }[Extract<OpName, UnaryOpName>]
+
+/** A kernel for every op but the composed ones (dispatch.ts runs those from their parts). */
 export type Kernels = { readonly [N in Exclude<OpName, ComposedName>]: Kernel<N> }
 
 /**

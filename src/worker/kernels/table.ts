@@ -5,21 +5,22 @@
  * through temporaries of the command's arena (run.ts).
  */
 import * as k from "../../../ffi/ops.ts"
+import { OpFlag, UnaryOp, UnaryOpFlags } from "../../../ffi/abi.ts"
 import type { BinaryOpName, LossReductionName, ReduceOpName, ScatterOpName, TernaryOpName, UnaryOpName } from "../../../ffi/symbols.ts"
 import { Tensor } from "../../../ffi/tensor.ts"
 import { FloatNumber, HostTensor, type DType } from "../../protocol/values.ts"
 import type { Draw } from "../../ops/generator.ts"
 import { bad, numelOf, type TensorMeta } from "../../ops/meta.ts"
 import { broadcastShapes, isFloating, isScalar, resultType, scalarValue, type Scalar } from "../../ops/promotion.ts"
-import { OPS, type Op } from "../../ops/registry.ts"
+import { opNamed, OPS, type Op } from "../../ops/registry.ts"
 import { composeDtype, normDim } from "../../ops/rules.ts"
-import type { Planned } from "../../ops/spec.ts"
+import type { OpSpec, Planned } from "../../ops/spec.ts"
 import { linspaceValues } from "../../ops/specs/creation.ts"
 import type { BinaryPlan } from "../../ops/specs/elementwise.ts"
 import { UNARY_IN_PLACE } from "../../ops/specs/inplace.ts"
 import { blockStart, scatterSource, type ViewPieces } from "../../ops/specs/layout.ts"
-import { classRows, EPSILON, REDUCTIONS } from "../../ops/specs/nn.ts"
-import { type Kernel, type Kernels, type Planner, withPlanner } from "./kernel.ts"
+import { EPSILON, REDUCTIONS } from "../../ops/specs/nn.ts"
+import { type Kernel, type Kernels, type PlainUnary, type Planner, withPlanner } from "./kernel.ts"
 import { broadcastStrides, contiguous, copyAnyRank, copyInto, isTensor, Run, stridesOf } from "./run.ts"
 
 /** Fills the one result (zeros, ones and their *_like forms). */
@@ -99,17 +100,6 @@ const attention: Kernel<"scaled_dot_product_attention"> = (run, [out], a, _, { p
   k.attention(run.view(out!, [b, p.l, p.ev]), flat(query, p.l, p.e), flat(key, p.s, p.e), flat(value, p.s, p.ev), mask, a.scale ?? 1 / Math.sqrt(p.e), a.is_causal, run.stream)
 }
 
-/** A loss's reduction: none (each element), sum, or mean over the targets' weights (ignored ones weigh 0). */
-const reduceLoss = (run: Run, out: Tensor, loss: Tensor, weight: Tensor, reduction: string): void => {
-  if (reduction === "none") return k.cast(out, loss, run.stream)
-  k.reduce("sum", out, loss, undefined, run.stream)
-  if (reduction === "mean") {
-    const total = run.temp(weight.dtype, [])
-    k.reduce("sum", total, weight, undefined, run.stream)
-    k.binary("div", out, out, total, run.stream)
-  }
-}
-
 /** A loss's reduction by its shim name (its rule checked it: one of REDUCTIONS). */
 const lossReduction = (op: string, reduction: string): LossReductionName =>
   REDUCTIONS.find((r) => r === reduction) ?? bad(op, `reduction must be one of ${REDUCTIONS.join(", ")}, got "${reduction}"`)
@@ -125,8 +115,16 @@ const mseLoss: Kernel<"mse_loss"> = (run, [out], a, op, { plan }) => {
 }
 
 const unary = (op: UnaryOpName): Kernel<"neg"> => (run, [out], a) => k.unary(op, out!, run.cast(a.input, out!.dtype), run.stream)
-/** isnan, isinf, logical_not: bool out of any dtype, no cast. */
+/** isnan, isinf, logical_not (the shim's table flags them writes_bool): bool out of any dtype, no cast. */
 const predicate = (op: UnaryOpName): Kernel<"isnan"> => (run, [out], a) => k.unary(op, out!, a.input, run.stream)
+
+/**
+ * The plain unary ops (kernel.ts's PlainUnary: the shim's op of their name, their input their
+ * only parameter), bound by name from c/shim.h's table: adding one takes no line here.
+ */
+const PLAIN_UNARY = Object.fromEntries((Object.keys(UnaryOp) as UnaryOpName[])
+  .filter((name) => (opNamed(name) as OpSpec | undefined)?.params.length === 1)
+  .map((name) => [name, UnaryOpFlags[name] & OpFlag.writes_bool ? predicate(name) : unary(name)])) as { readonly [N in PlainUnary]: Kernel<N> }
 
 /**
  * Whether a tensor of `shape` broadcast to `to` is its own elements repeated (its shape, past
@@ -481,6 +479,7 @@ const multinomial: Kernel<"multinomial"> = (run, [out], a, op, { plan }) => {
 
 
 export const KERNELS: Kernels = {
+  ...PLAIN_UNARY,
   zeros: fill(0),
   ones: fill(1),
   full: (run, [out], a) => k.fill(out!, a.fill_value, run.stream),
@@ -507,10 +506,6 @@ export const KERNELS: Kernels = {
   rand_like: random(false),
   randn_like: random(true),
   randint_like: randint,
-  neg: unary("neg"), abs: unary("abs"), exp: unary("exp"), log: unary("log"), sqrt: unary("sqrt"),
-  relu: unary("relu"), tanh: unary("tanh"), sigmoid: unary("sigmoid"),
-  erf: unary("erf"), log1p: unary("log1p"), expm1: unary("expm1"), rsqrt: unary("rsqrt"), reciprocal: unary("reciprocal"),
-  sin: unary("sin"), cos: unary("cos"), floor: unary("floor"), ceil: unary("ceil"), trunc: unary("trunc"),
   round: (run, [out], a) => {
     if (a.decimals === 0) return k.unary("round", out!, run.cast(a.input, out!.dtype), run.stream)
     // f16 and bf16 in f32, rounded once; a negative decimals divides first, as torch's.
@@ -520,9 +515,8 @@ export const KERNELS: Kernels = {
     k.binaryScalar(a.decimals > 0 ? "div" : "mul", y, y, ten, false, run.stream)
     if (y !== out) k.cast(out!, y, run.stream)
   },
-  sign: unary("sign"), silu: unary("silu"), softplus,
+  softplus,
   gelu: (run, [out], a) => k.unary(a.approximate === "tanh" ? "gelu_tanh" : "gelu", out!, a.input, run.stream),
-  isnan: predicate("isnan"), isinf: predicate("isinf"), logical_not: predicate("logical_not"),
   add: withAlpha("add"), sub: withAlpha("sub"), mul: binary("mul"),
   div: (run, [out], a, _, { plan }) => divInto(run, out!, a.input, a.other, a.rounding_mode, plan),
   maximum: binary("maximum"), minimum: binary("minimum"), pow: binary("pow"),
@@ -642,45 +636,6 @@ export const KERNELS: Kernels = {
     const [o, i] = a.weight.shape as [number, number], rows = numelOf(a.input.shape.slice(0, -1))
     k.matmul(run.view(out!, [rows, o]), run.view(a.input, [rows, i]), a.weight, run.stream, { b: true })
     if (a.bias && out!.numel > 0) k.binary("add", out!, out!, a.bias, run.stream)
-  },
-  // Over rows [M, C]: an input [N, C, d...] with its class dim moved last (one strided copy), the targets flattened.
-  cross_entropy: (run, [out], a) => {
-    const rows = classRows(a.input), n = rows.n, c = rows.classes, dtype = a.input.dtype, s = a.label_smoothing
-    let input = a.input
-    if (rows.toLast) {
-      const moved = run.temp(dtype, rows.toLast.map((d) => a.input.shape[d]!))
-      permute(run, moved, a.input, rows.toLast)
-      input = moved
-    }
-    input = run.view(input, [n, c])
-    const target = run.view(a.target, [n])
-    const logp = run.temp(dtype, [n, c])
-    k.softmax(logp, input, 1, true, run.stream)
-    // Ignored targets pick class 0 and are masked out.
-    const valid = run.temp("bool", [n])
-    k.binaryScalar("ne", valid, target, a.ignore_index, false, run.stream)
-    const safe = run.temp("i64", [n])
-    k.binary("mul", safe, target, run.cast(valid, "i64"), run.stream)
-    const picked = run.temp(dtype, [n, 1])
-    k.gather(picked, logp, 1, run.view(safe, [n, 1]), run.stream)
-    // Each row's weight: its target's class weight (1 without one), 0 when ignored.
-    const counted = run.cast(valid, dtype), weight = a.weight === null ? counted : run.temp(dtype, [n]), loss = run.temp(dtype, [n])
-    if (a.weight !== null) {
-      k.gather(weight, a.weight, 0, safe, run.stream)
-      k.binary("mul", weight, weight, counted, run.stream)
-    }
-    k.binaryScalar("mul", loss, run.view(picked, [n]), -(1 - s), false, run.stream)
-    k.binary("mul", loss, loss, weight, run.stream)
-    if (s > 0) {
-      // s/C of every class's -log p, weighted by its class weight; ignored rows 0.
-      const smooth = run.temp(dtype, [n]), terms = a.weight === null ? logp : run.temp(dtype, [n, c])
-      if (a.weight !== null) k.binary("mul", terms, logp, a.weight, run.stream)
-      k.reduce("sum", smooth, terms, 1, run.stream)
-      k.binaryScalar("mul", smooth, smooth, -s / c, false, run.stream)
-      k.binary("mul", smooth, smooth, counted, run.stream)
-      k.binary("add", loss, loss, smooth, run.stream)
-    }
-    reduceLoss(run, a.reduction === "none" ? run.view(out!, [n]) : out!, loss, weight, a.reduction)
   },
   layer_norm: (run, [out], a) => k.layerNorm(out!, a.input, a.weight, a.bias, numelOf(a.normalized_shape), a.eps, run.stream),
   scaled_dot_product_attention: attention,
