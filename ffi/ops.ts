@@ -11,7 +11,7 @@ import {
 } from "./symbols.ts"
 import type { Stream } from "./stream.ts"
 import type { Tensor } from "./tensor.ts"
-import { dtypeCode } from "../src/protocol/values.ts"
+import { dtypeCode } from "../base/tensor.ts"
 
 /** The binary ops that write bool (comparisons and logical ops: their table rows say so). */
 export const isComparison = (op: BinaryOpName): boolean => (BinaryOpFlags[op] & OpFlag.writes_bool) !== 0
