@@ -259,8 +259,9 @@ int shim_set_comm_shm(int32_t enabled);
 
 /* cuda: the file dlopen loads for a runtime library, which = "nccl", "cublas" or "cublaslt"
  * (cublaslt first, globally, as libcublas needs it); path "" goes back to the usual names. Only
- * before the library is first loaded (shim_probe loads both): after, SHIM_E_INVALID. cpu loads
- * none of them and ignores it (an unknown `which` is SHIM_E_INVALID on both). */
+ * before the library is first loaded (shim_probe loads both): after, another path than the one
+ * it loaded is SHIM_E_INVALID. cpu loads none of them and ignores it (an unknown `which` is
+ * SHIM_E_INVALID on both). */
 int shim_set_library(const char *which, const char *path);
 
 /* ---- tensors -------------------------------------------------------------------------- */

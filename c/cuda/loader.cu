@@ -177,11 +177,12 @@ int shim_set_library(const char *which, const char *path) {
   if (strlen(path) >= sizeof chosen.path[0])
     return shim_fail(SHIM_E_INVALID, "shim_set_library(%s): a path of %zu bytes (at most %zu)", which, strlen(path),
                      sizeof chosen.path[0] - 1);
+  /* Once its load has begun, a library's file is fixed: setting the same one again is no change. */
   pthread_mutex_lock(&chosen.lock);
-  bool begun = chosen.begun[library];
-  if (!begun) snprintf(chosen.path[library], sizeof chosen.path[library], "%s", path);
+  bool fixed = chosen.begun[library] && strcmp(chosen.path[library], path) != 0;
+  if (!chosen.begun[library]) snprintf(chosen.path[library], sizeof chosen.path[library], "%s", path);
   pthread_mutex_unlock(&chosen.lock);
-  if (begun) return shim_fail(SHIM_E_INVALID, "shim_set_library(%s): the library is loaded already (set it before shim_probe)", which);
+  if (fixed) return shim_fail(SHIM_E_INVALID, "shim_set_library(%s): the library is loaded already (set it before shim_probe)", which);
   return SHIM_OK;
 }
 
