@@ -107,8 +107,32 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "a value under several refs lives until its last ref goes",
     file: "src/worker/refs.ts",
-    edits: one("    if (n > 0) return void this.holds.set(value, n)\n", ""),
+    edits: one("    if (n === 0) value[Symbol.dispose]()", "    value[Symbol.dispose]()"),
     tests: ["tests/worker/inProcess.test.ts", "tests/worker/borrows.test.ts", "tests/worker/resources.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "reduce over a leading f32 dim keeps each column's NaN through max and min",
+    file: "c/cpu/reduce.c",
+    edits: one("          nan[i] |= v != v;\n", ""),
+    tests: ["tests/shim/reduce.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "replay: a recording's kept temporary is written again by the next call",
+    file: "src/worker/prepared.ts",
+    edits: one("    outs = p.call.run(p.ctx, now, spare)", "    outs = spare ?? p.call.run(p.ctx, now, spare)"),
+    tests: ["tests/recordings/worker.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "replay: a temporary whose memory a result views is not kept for the next call",
+    file: "src/worker/prepared.ts",
+    edits: one("    if (s.env.peek(id) !== t || t.shared || s.env.take(id) !== t) break", "    if (s.env.peek(id) !== t || s.env.take(id) !== t) break"),
+    tests: ["tests/recordings/worker.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "replay: an output another ref still holds is not kept for the next call",
+    file: "src/worker/refs.ts",
+    edits: one("    return n === 0 ? v : undefined", "    return v"),
+    tests: ["tests/recordings/worker.test.ts"],
   },
   {
     area: "worker", behaviour: "a mesh dim's group is the ranks along that dim",

@@ -946,12 +946,12 @@ const asRemoteFunction = <N extends OpName>(op: Op<N>): RemoteFunction => {
 }
 
 /** Allocates a command's outputs as its rule gave them and runs its kernel into them (freed again if it throws). */
-const runKernel = (kernel: Kernel<OpName>, ctx: FunctionContext, bound: unknown, name: string, metas: ReadonlyArray<TensorMeta>): Tensor[] => {
+const runKernel = (kernel: Kernel<OpName>, ctx: FunctionContext, bound: unknown, name: string, metas: ReadonlyArray<TensorMeta>, reuse?: ReadonlyArray<Tensor>): Tensor[] => {
   const run = new Run(ctx)
   const outs: Tensor[] = []
   try {
     // Owned: a command's outputs go to the env (or are freed) as soon as this returns.
-    for (const m of metas) outs.push(Tensor.owned(ctx.native, m.dtype, m.shape))
+    for (let i = 0; i < metas.length; i++) outs.push(reuse?.[i] ?? Tensor.owned(ctx.native, metas[i]!.dtype, metas[i]!.shape))
     kernel(run, outs, bound as never, name, metas)
   } catch (e) {
     for (const t of outs) t.free()
@@ -990,7 +990,8 @@ export const op = (ctx: FunctionContext, name: OpName, args: ReadonlyArray<unkno
 
 /** A built-in prepared for repeated calls (prepareBuiltin): `run` it with a call's tensors, in the order prepared. */
 export interface PreparedCall {
-  readonly run: (ctx: FunctionContext, tensors: ReadonlyArray<Tensor>) => ReadonlyArray<Tensor>
+  /** `reuse`: tensors of the outputs' dtypes and shapes, which no one else reads, written instead of new ones (freed if the kernel fails). */
+  readonly run: (ctx: FunctionContext, tensors: ReadonlyArray<Tensor>, reuse?: ReadonlyArray<Tensor>) => ReadonlyArray<Tensor>
   /** How many tensors a call returns. */
   readonly outputs: number
 }
@@ -1019,10 +1020,10 @@ export const prepareBuiltin = (name: string, args: ReadonlyArray<unknown>, kwarg
   if (places.length !== tensors.length || places.some((p) => p.tensor < 0)) return undefined
   const general = KERNELS[op.name] as Kernel<OpName>
   const kernel = (planned.get(general)?.(bound as never, op.name) ?? general) as Kernel<OpName>
-  const run = (ctx: FunctionContext, now: ReadonlyArray<Tensor>) => {
+  const run = (ctx: FunctionContext, now: ReadonlyArray<Tensor>, reuse?: ReadonlyArray<Tensor>) => {
     for (const p of places) (p.holder as Record<string | number, unknown>)[p.key] = now[p.tensor]
     try {
-      return runKernel(kernel, ctx, bound, op.name, metas)
+      return runKernel(kernel, ctx, bound, op.name, metas, reuse)
     } finally {
       // The bound arguments keep no tensor between calls.
       for (const p of places) (p.holder as Record<string | number, unknown>)[p.key] = undefined
