@@ -9,7 +9,8 @@
  *     element of the last fetched at the end of a round of WORKER_REPS times the case's calls
  *     (so the fetch's round trip, a few ms on a loaded machine, is spread as a program's would be);
  *     (and the worker's CPU time per op, from /proc, to tell its work from waiting for a core);
- *   torch: one torch 1.13 process (Debian's /usr/bin/python3) serving the cases.
+ *   torch: one torch 1.13 process (Debian's /usr/bin/python3) serving the cases, its thread
+ *     count set with torch.set_num_threads and on its OpenBLAS (which that call leaves alone).
  * Rounds alternate ours, torch's and the worker's per case, so load on the machine hits them
  * alike; each op is called once untimed first. Ratios are torch's time over ours (>= 1: as
  * fast or faster), medians of the per-round ratios; beside the wall-time ratio, the ratio of
