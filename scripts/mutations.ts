@@ -95,8 +95,14 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "a CommandGroup runs its commands in order",
     file: "src/worker/handlers/control.ts",
-    edits: one("    for (const command of m.commands) {", "    for (const command of [...m.commands].reverse()) {"),
+    edits: one("    const commands = m.commands\n", "    const commands = [...m.commands].reverse()\n"),
     tests: ["tests/worker/inProcess.test.ts", "tests/worker/commands.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a CommandGroup's call that has a rest (an async function) is waited for before the next command",
+    file: "src/worker/handlers/control.ts",
+    edits: one("        const rest = callNow(s, command)\n        if (rest) yield* rest\n", "        const rest = callNow(s, command)\n        if (rest) Effect.runFork(rest)\n"),
+    tests: ["tests/worker/inProcess.test.ts"],
   },
   {
     area: "worker", behaviour: "DeleteRefs forgets the refs",

@@ -65,6 +65,18 @@ describe("control messages", () => {
     expect(got && numbers(got.value)).toEqual([6, 6])
   })
 
+  test("a CommandGroup's calls run as sent alone: an async function is waited for, a failing one poisons and reports at its ident", async () => {
+    await w.dispatch({ _tag: "CommandGroup", commands: [
+      call(0, [62], "ops.full", [[2], 3]), call(1, [63], "fns:asyncAddOne", [ref(62)]), call(2, [64], "ops.mul", [ref(63), 2]),
+      call(3, [65], "fns:alwaysFails", [ref(62)]), call(4, [66], "ops.mul", [ref(65), 2]), fetch(5, ref(64)),
+    ] })
+    const got = w.sent.find((m) => m._tag === "FetchResult")
+    expect(got && numbers(got.value), "the command after an async function in a group ran before it finished").toEqual([8, 8])
+    expect(failures().map((m) => m.ident), "a failing call in a group was not reported at its own ident, alone").toEqual([3])
+    expect(w.session.env.errorOf(ref(66))?.ident, "a call reading a failed one's result in a group was not poisoned by it").toBe(3)
+    expect(w.session.firstUncompletedIdent).toBe(6)
+  })
+
   test("DeleteRefs forgets the refs, and says which were unknown", async () => {
     await w.dispatch(call(0, [70], "ops.ones", [[1]]))
     await w.dispatch({ _tag: "DeleteRefs", refs: [70, 71] })

@@ -20,11 +20,12 @@ export interface BinaryPlan {
 export type BinaryKind = "arithmetic" | "division" | "comparison"
 
 export const planBinary = (op: string, kind: BinaryKind, a: TensorMeta | Scalar, b: TensorMeta | Scalar): BinaryPlan => {
-  if (isScalar(a) && isScalar(b)) bad(op, "needs a tensor operand, got two numbers")
+  const numberA = isScalar(a), numberB = isScalar(b)
+  if (numberA && numberB) bad(op, "needs a tensor operand, got two numbers")
   let compute = resultType([a, b])
   if (kind === "division" && !isFloating(compute)) compute = "f32"
-  const shapes = [a, b].filter((x): x is TensorMeta => !isScalar(x)).map((x) => x.shape)
-  const shape = shapes.length === 1 ? shapes[0]! : broadcastShapes(op, shapes)
+  // (no filter and map: they were a tenth of a one-element command's time)
+  const shape = numberA ? (b as TensorMeta).shape : numberB ? (a as TensorMeta).shape : broadcastShapes(op, [(a as TensorMeta).shape, (b as TensorMeta).shape])
   return { compute, result: { dtype: kind === "comparison" ? "bool" : compute, shape } }
 }
 
