@@ -123,6 +123,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/shim/reduce.test.ts"],
   },
   {
+    area: "worker", behaviour: "the host block cache hands a freed block to one new tensor at a time",
+    file: "c/cpu/tensor.c",
+    edits: one("      *link = (*link)->next;\n", ""),
+    tests: ["tests/shim/pool.test.ts"],
+  },
+  {
     area: "worker", behaviour: "replay: a recording's kept temporary is written again by the next call",
     file: "src/worker/prepared.ts",
     edits: one("    outs = p.call.run(p.ctx, now, spare)", "    outs = spare ?? p.call.run(p.ctx, now, spare)"),
