@@ -129,6 +129,24 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/shim/pool.test.ts"],
   },
   {
+    area: "worker", behaviour: "the env compacts its forgotten refs away once they outnumber the live ones by its slack",
+    file: "src/worker/refs.ts",
+    edits: one("    if (++this.dead <= this.values.size - this.dead + COMPACT_SLACK) return", "    if (++this.dead > 0) return"),
+    tests: ["tests/worker/inProcess.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "the env's size and has skip forgotten refs",
+    file: "src/worker/refs.ts",
+    edits: one("    return this.values.size - this.dead", "    return this.values.size"),
+    tests: ["tests/worker/inProcess.test.ts", "tests/recordings/worker.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a ref defined again after it was forgotten is counted live once",
+    file: "src/worker/refs.ts",
+    edits: one("    if (old === undefined && this.dead > 0 && this.values.has(id)) this.dead--\n", ""),
+    tests: ["tests/worker/inProcess.test.ts"],
+  },
+  {
     area: "worker", behaviour: "replay: a recording's kept temporary is written again by the next call",
     file: "src/worker/prepared.ts",
     edits: one("    outs = p.call.run(p.ctx, now, spare)", "    outs = spare ?? p.call.run(p.ctx, now, spare)"),
