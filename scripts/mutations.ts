@@ -147,6 +147,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/worker/inProcess.test.ts"],
   },
   {
+    area: "worker", behaviour: "a binary op broadcasts operands of different shapes (its shortcut keeps one shape only when they are equal)",
+    file: "src/ops/specs/elementwise.ts",
+    edits: one("numberB || sameShape((a as TensorMeta).shape, (b as TensorMeta).shape) ?", "numberB || true ?"),
+    tests: ["tests/ops/parity.test.ts", "tests/ops/promotion.test.ts"],
+  },
+  {
     area: "worker", behaviour: "replay: a recording's kept temporary is written again by the next call",
     file: "src/worker/prepared.ts",
     edits: one("    outs = p.call.run(p.ctx, now, spare)", "    outs = spare ?? p.call.run(p.ctx, now, spare)"),
