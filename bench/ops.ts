@@ -9,7 +9,8 @@
  *     element of the last fetched at the end of a round of WORKER_REPS times the case's calls
  *     (so the fetch's round trip, a few ms on a loaded machine, is spread as a program's would be);
  *     (and the worker's CPU time per op, from /proc, to tell its work from waiting for a core);
- *   torch: one torch 1.13 process (Debian's /usr/bin/python3) serving the cases.
+ *   torch: one torch 1.13 process (Debian's /usr/bin/python3) serving the cases, its thread
+ *     count set with torch.set_num_threads and on its OpenBLAS (which that call leaves alone).
  * Rounds alternate ours, torch's and the worker's per case, so load on the machine hits them
  * alike; each op is called once untimed first. Ratios are torch's time over ours (>= 1: as
  * fast or faster), medians of the per-round ratios; beside the wall-time ratio, the ratio of
@@ -41,7 +42,7 @@ type Arg = { t: "f32"; shape: number[] } | { t: "i64"; shape: number[]; high: nu
 interface Case { readonly name: string; readonly op: string; readonly args: Arg[]; readonly kwargs?: Record<string, unknown>; readonly reps: number }
 
 const f = (...shape: number[]): Arg => ({ t: "f32", shape })
-const X = f(64, 128, 256), X2 = f(8192, 256)
+const X = f(64, 128, 256), X2 = f(8192, 256), G = f(8, 32, 256), G4 = f(8, 32, 1024)
 const ALL_CASES: Case[] = [
   { name: "add [64,128,256] + same", op: "add", args: [X, X], reps: 5 },
   { name: "add [64,128,256] + [256] (broadcast)", op: "add", args: [X, f(256)], reps: 5 },
@@ -87,6 +88,16 @@ const ALL_CASES: Case[] = [
   { name: "_matmul_t [8192,1024]^T @ [8192,256] (dW, read in place)", op: "_matmul_t", args: [f(8192, 1024), X2, true, false], reps: 1 },
   { name: "transpose(0, 1) [8192,1024] (copy; before _matmul_t)", op: "transpose", args: [f(8192, 1024), 0, 1], reps: 1 },
   { name: "matmul [1024,8192] @ [8192,256] (after that copy)", op: "matmul", args: [f(1024, 8192), X2], reps: 1 },
+  // the GPT's large size on one dp=4 rank (bench/train.ts: 8 rows of 32 tokens, dim 256): its linears, their backward products and the elementwise ops of its backward
+  { name: "gpt linear [8,32,256] x [768,256]^T + b (qkv)", op: "linear", args: [G, f(768, 256), f(768)], reps: 40 },
+  { name: "gpt linear [8,32,256] x [1024,256]^T + b (fc)", op: "linear", args: [G, f(1024, 256), f(1024)], reps: 40 },
+  { name: "gpt linear [8,32,1024] x [256,1024]^T (proj)", op: "linear", args: [G4, f(256, 1024)], reps: 40 },
+  { name: "gpt _matmul_t [256,1024]^T @ [256,256] (dW)", op: "_matmul_t", args: [f(256, 1024), f(256, 256), true, false], reps: 40 },
+  { name: "gpt matmul [8,32,1024] @ [1024,256] (dX)", op: "matmul", args: [G4, f(1024, 256)], reps: 40 },
+  { name: "gpt matmul [8,4,32,64] @ [8,4,64,32] (scores)", op: "matmul", args: [f(8, 4, 32, 64), f(8, 4, 64, 32)], reps: 100 },
+  { name: "gpt mul [8,32,1024] * same", op: "mul", args: [G4, G4], reps: 200 },
+  { name: "gpt add [8,32,256] + same", op: "add", args: [G, G], reps: 400 },
+  { name: "gpt sum dim 0 [256,1024] (bias grad)", op: "sum", args: [f(256, 1024), 0], reps: 200 },
 ]
 const only = flag("--only")
 const CASES = only === undefined ? ALL_CASES : ALL_CASES.filter((c) => only.split("|").some((part) => c.name.includes(part)))

@@ -2,6 +2,7 @@
 # line "<case> <threads> <reps>" runs that case reps times on CPU with that many threads
 # (torch.set_num_threads) and prints the seconds per call, wall and CPU (this process's). The first run of a case at a
 # thread count is preceded by one untimed call (allocation and dispatch warm-up, as ours).
+import ctypes
 import json
 import math
 import sys
@@ -11,6 +12,19 @@ import torch
 import torch.nn.functional as F
 
 g = torch.Generator().manual_seed(0)
+
+
+def blas_threads():
+    """Debian's torch calls the pthread OpenBLAS, whose own pool torch.set_num_threads leaves
+    alone (it starts with OMP_NUM_THREADS, else a thread per core): its setter, found in the
+    process's mapped libraries, so a thread count holds for torch's matmuls as for ours."""
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if "openblas" in line and ".so" in line.split()[-1]}
+    setters = [getattr(ctypes.CDLL(p), "openblas_set_num_threads", None) for p in sorted(paths)]
+    return [s for s in setters if s is not None]
+
+
+set_blas_threads = blas_threads()
 
 
 def make(spec):
@@ -51,6 +65,8 @@ for line in sys.stdin:
     i, threads, reps = (int(x) for x in line.split())
     case, args = cases[i], inputs[i]
     torch.set_num_threads(threads)
+    for setter in set_blas_threads:
+        setter(threads)
     fn = OPS.get(case["op"]) or getattr(torch, case["op"])
     if (i, threads) not in warm:
         fn(*args, **case["kwargs"])

@@ -195,6 +195,11 @@ export class Tensor implements Disposable {
     return this.#handle
   }
 
+  /** Whether its memory is shared: it is a view, or a live view reads its memory. */
+  get shared(): boolean {
+    return this.#base !== undefined || this.#views > 0
+  }
+
   get freed(): boolean {
     return this.#handle === null
   }

@@ -155,8 +155,14 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "a CommandGroup runs its commands in order",
     file: "src/worker/handlers/control.ts",
-    edits: one("    for (const command of m.commands) {", "    for (const command of [...m.commands].reverse()) {"),
+    edits: one("    const commands = m.commands\n", "    const commands = [...m.commands].reverse()\n"),
     tests: ["tests/worker/inProcess.test.ts", "tests/worker/commands.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a CommandGroup's call that has a rest (an async function) is waited for before the next command",
+    file: "src/worker/handlers/control.ts",
+    edits: one("        const rest = callNow(s, command)\n        if (rest) yield* rest\n", "        const rest = callNow(s, command)\n        if (rest) Effect.runFork(rest)\n"),
+    tests: ["tests/worker/inProcess.test.ts"],
   },
   {
     area: "worker", behaviour: "DeleteRefs forgets the refs",
@@ -167,8 +173,62 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "a value under several refs lives until its last ref goes",
     file: "src/worker/refs.ts",
-    edits: one("    if (n > 0) return void this.holds.set(value, n)\n", ""),
+    edits: one("    if (n === 0) value[Symbol.dispose]()", "    value[Symbol.dispose]()"),
     tests: ["tests/worker/inProcess.test.ts", "tests/worker/borrows.test.ts", "tests/worker/resources.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "reduce over a leading f32 dim keeps each column's NaN through max and min",
+    file: "c/cpu/reduce.c",
+    edits: one("          nan[i] |= v != v;\n", ""),
+    tests: ["tests/shim/reduce.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "the host block cache hands a freed block to one new tensor at a time",
+    file: "c/cpu/tensor.c",
+    edits: one("      *link = (*link)->next;\n", ""),
+    tests: ["tests/shim/pool.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "the env compacts its forgotten refs away once they outnumber the live ones by its slack",
+    file: "src/worker/refs.ts",
+    edits: one("    if (++this.dead <= this.values.size - this.dead + COMPACT_SLACK) return", "    if (++this.dead > 0) return"),
+    tests: ["tests/worker/inProcess.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "the env's size and has skip forgotten refs",
+    file: "src/worker/refs.ts",
+    edits: one("    return this.values.size - this.dead", "    return this.values.size"),
+    tests: ["tests/worker/inProcess.test.ts", "tests/recordings/worker.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a ref defined again after it was forgotten is counted live once",
+    file: "src/worker/refs.ts",
+    edits: one("    if (old === undefined && this.dead > 0 && this.values.has(id)) this.dead--\n", ""),
+    tests: ["tests/worker/inProcess.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a binary op broadcasts operands of different shapes (its shortcut keeps one shape only when they are equal)",
+    file: "src/ops/specs/elementwise.ts",
+    edits: one("numberB || sameShape((a as TensorMeta).shape, (b as TensorMeta).shape) ?", "numberB || true ?"),
+    tests: ["tests/ops/parity.test.ts", "tests/ops/promotion.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "replay: a recording's kept temporary is written again by the next call",
+    file: "src/worker/prepared.ts",
+    edits: one("    outs = p.call.run(p.ctx, now, spare)", "    outs = spare ?? p.call.run(p.ctx, now, spare)"),
+    tests: ["tests/recordings/worker.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "replay: a temporary whose memory a result views is not kept for the next call",
+    file: "src/worker/prepared.ts",
+    edits: one("    if (s.env.peek(id) !== t || t.shared || s.env.take(id) !== t) break", "    if (s.env.peek(id) !== t || s.env.take(id) !== t) break"),
+    tests: ["tests/recordings/worker.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "replay: an output another ref still holds is not kept for the next call",
+    file: "src/worker/refs.ts",
+    edits: one("    return n === 0 ? v : undefined", "    return v"),
+    tests: ["tests/recordings/worker.test.ts"],
   },
   {
     area: "worker", behaviour: "a mesh dim's group is the ranks along that dim",

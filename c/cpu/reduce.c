@@ -202,6 +202,41 @@ SHIM_CPU_CLONES static void reduce_rows_f32(int32_t op, const shim_tensor *a, sh
   }
 }
 
+/* f32 with an inner dim (a bias's gradient, sum over dim 0): blocks [b0, b1) of COLS inner
+ * positions, block b the positions COLS * (b % blocks) on of outer index b / blocks, each
+ * column's accumulator in lanes read straight from the rows (sum and mean in double, as
+ * reduce_f64 adds them in the same order; max and min exact in float, NaN kept). */
+enum { COLS = 256 };
+SHIM_CPU_CLONES static void reduce_cols_f32(int32_t op, const shim_tensor *a, shim_tensor *out, int64_t b0, int64_t b1, int64_t r,
+                                            int64_t inner) {
+  const float *src = shim_cpu_data(a);
+  char *dst = shim_cpu_data(out);
+  const int64_t out_size = shim_dtype_size(out->dtype), blocks = (inner + COLS - 1) / COLS;
+  const int add = op == SHIM_SUM || op == SHIM_MEAN, max = op == SHIM_MAX;
+  double acc[COLS];
+  float best[COLS];
+  int nan[COLS];
+  for (int64_t b = b0; b < b1; b++) {
+    const int64_t o = b / blocks, k0 = COLS * (b % blocks), m = shim_cpu_min64(COLS, inner - k0);
+    const float *x = src + o * r * inner + k0;
+    if (add) {
+      for (int64_t i = 0; i < m; i++) acc[i] = 0;
+      for (int64_t j = 0; j < r; j++, x += inner)
+        for (int64_t i = 0; i < m; i++) acc[i] += (double)x[i];
+    } else {
+      for (int64_t i = 0; i < m; i++) best[i] = max ? -INFINITY : INFINITY, nan[i] = 0;
+      for (int64_t j = 0; j < r; j++, x += inner)
+        for (int64_t i = 0; i < m; i++) {
+          const float v = x[i];
+          nan[i] |= v != v;
+          best[i] = max ? (v > best[i] ? v : best[i]) : (v < best[i] ? v : best[i]);
+        }
+      for (int64_t i = 0; i < m; i++) acc[i] = nan[i] ? NAN : (double)best[i];
+    }
+    finish_f64(op, out->dtype, acc, m, r, dst + (o * inner + k0) * out_size);
+  }
+}
+
 static void reduce_range(void *ctx, int64_t begin, int64_t end) {
   reduce_job *j = ctx;
   int status = SHIM_OK;
@@ -211,10 +246,22 @@ static void reduce_range(void *ctx, int64_t begin, int64_t end) {
   if (status != SHIM_OK) __atomic_store_n(&j->status, status, __ATOMIC_RELAXED);
 }
 
+static void reduce_cols_range(void *ctx, int64_t begin, int64_t end) {
+  const reduce_job *j = ctx;
+  reduce_cols_f32(j->op, j->a, j->out, begin, end, j->dims.r, j->dims.inner);
+}
+
 int shim_reduce(int32_t op, shim_tensor *out, const shim_tensor *a, int32_t dim, shim_stream *s) {
   reduce_job job = {.op = op, .a = a, .out = out};
   SHIM_TRY(shim_check_reduce(op, out, a, dim, &job.dims));
-  const int64_t per_outer = job.dims.r * job.dims.inner;
+  const int64_t r = job.dims.r, inner = job.dims.inner;
+  if (inner > 1 && a->dtype == SHIM_F32 && row_f32_folds(op)) {
+    /* parts of whole column blocks, so a sum over dim 0 (one outer index) splits too */
+    const int64_t blocks = (inner + COLS - 1) / COLS, per_block = r * COLS;
+    shim_cpu_parallel(job.dims.outer * blocks, SHIM_CPU_GRAIN / (per_block > 0 ? per_block : 1) + 1, reduce_cols_range, &job);
+    return SHIM_OK;
+  }
+  const int64_t per_outer = r * inner;
   shim_cpu_parallel(job.dims.outer, SHIM_CPU_GRAIN / (per_outer > 0 ? per_outer : 1) + 1, reduce_range, &job);
   return job.status == SHIM_OK ? SHIM_OK : shim_fail_no_kernel("shim_reduce", shim_reduce_row(op)->name, op, a->dtype);
 }

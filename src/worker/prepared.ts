@@ -5,6 +5,12 @@
  * and run the kernel. A command whose inputs are not as prepared (a poisoned or unknown ref,
  * another shape), or that reads a replay parameter (a number its rule may check), takes the
  * usual path (callNow), which fails it or runs it as a command sent alone would run.
+ *
+ * On cpu a call's outputs keep their memory from call to call: at the end of a call, an output
+ * that only its own ref holds, with no view of its memory, is taken back from the env (keep)
+ * and written again by the next call's kernel instead of a new tensor, so a replay with fresh
+ * results allocates nothing. (A cuda kernel may still be reading a freed tensor on its stream:
+ * there the shim's stream-aware cache reuses memory.)
  */
 import type { Effect } from "effect"
 import { Stream } from "../../ffi/stream.ts"
@@ -30,6 +36,10 @@ export interface Prepared {
   readonly now: Tensor[]
   /** The context of its last run, reused while its stream and the mesh coordinates are the same. */
   ctx: FunctionContext | undefined
+  /** The outputs of this call's run in the current call of its recording (undefined: it did not run prepared). */
+  made: ReadonlyArray<Tensor> | undefined
+  /** Its outputs from the last call, which only this holds, for the next run to write (keep). */
+  spare: ReadonlyArray<Tensor> | undefined
 }
 
 /** The refs of an argument tree in order; undefined when it holds host data (uploaded per call). */
@@ -60,7 +70,7 @@ export const prepare = (s: Session, c: CallFunction): Prepared | null => {
     const kwargs = lookup(s, c.kwargs, stream) as Record<string, unknown>
     const call = prepareBuiltin(c.function.slice(4), lookup(s, c.args, stream) as unknown[], kwargs, tensors)
     if (call === undefined || call.outputs !== c.results.length) return null
-    return { call, refs, dtypes: tensors.map((t) => t.dtype), shapes: tensors.map((t) => [...t.shape]), now: new Array<Tensor>(refs.length), ctx: undefined }
+    return { call, refs, dtypes: tensors.map((t) => t.dtype), shapes: tensors.map((t) => [...t.shape]), now: new Array<Tensor>(refs.length), ctx: undefined, made: undefined, spare: undefined }
   } catch {
     // Refused by its binding or its rule: the usual path reports that.
     return null
@@ -86,14 +96,46 @@ export const runPrepared = (s: Session, p: Prepared, c: CallFunction, ident: num
   if (!(stream instanceof Stream)) return false
   if (p.ctx?.stream !== stream || p.ctx.coords !== s.coords) p.ctx = contextFor(s, stream, BOUND)
   let outs: ReadonlyArray<Tensor>
+  const spare = p.spare
+  p.spare = p.made = undefined
   try {
-    outs = p.call.run(p.ctx, now)
+    outs = p.call.run(p.ctx, now, spare)
   } catch (e) {
     return tryDefineNow(s, ident, c.mutates.length === 0 ? c.results : [...c.results, ...c.mutates], () => {
       throw e
     })
   }
   for (let i = 0; i < outs.length; i++) s.env.define(c.results[i]!, outs[i]!)
+  if (s.native.device === "cpu") p.made = outs
   s.firstUncompletedIdent = ident + 1
   return undefined
+}
+
+/**
+ * At the end of a call of its recording, before its scratch refs go: takes back from the env
+ * the outputs `p` made in this call that nothing else reads now (only the output's own ref
+ * holds it, and no view shares its memory), as `p`'s spare for its next run; the others stay
+ * for the scratch refs' deletion to release.
+ */
+export const keep = (s: Session, p: Prepared, c: CallFunction): void => {
+  const made = p.made
+  p.made = undefined
+  if (made === undefined) return
+  const spare: Tensor[] = []
+  for (let i = 0; i < made.length; i++) {
+    const t = made[i]!, id = c.results[i]!.id
+    if (s.env.peek(id) !== t || t.shared || s.env.take(id) !== t) break
+    spare.push(t)
+  }
+  if (spare.length === made.length) p.spare = spare
+  else for (const t of spare) t.free()
+}
+
+/** Frees the spare outputs of a recording's prepared calls (the recording is deleted, replaced or its session over). */
+export const freeSpares = (prepared: ReadonlyArray<Prepared | null | undefined>): void => {
+  for (const p of prepared) {
+    if (!p?.spare) continue
+    for (const t of p.spare) t.free()
+    p.spare = undefined
+  }
 }

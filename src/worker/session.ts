@@ -16,7 +16,7 @@ import type { Ref } from "../protocol/values.ts"
 import { DependentOnError, toErrorPayload } from "./errors.ts"
 import type { FunctionTable } from "./functions.ts"
 import { RefEnv, resolveTree } from "./refs.ts"
-import type { Prepared } from "./prepared.ts"
+import { freeSpares, type Prepared } from "./prepared.ts"
 import type { Borrow } from "./streams.ts"
 
 export interface Session {
@@ -110,6 +110,7 @@ export const stopped = (s: Session): boolean => s.exiting || s.linkState() !== "
 export const closeSession = (s: Session): void => {
   for (const b of s.borrows.values()) b?.destroy()
   s.borrows.clear()
+  for (const r of s.recordings.values()) freeSpares(r.prepared)
   s.recordings.clear()
   s.env.clear()
 }

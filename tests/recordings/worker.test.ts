@@ -59,9 +59,14 @@ describe("recordings on a worker", () => {
     }
     // One result ref (20), redefined by each call; nothing else.
     expect(w.session.env.size).toBe(before + 1)
-    // The one result (8 bytes) at most: the shim counts the whole process, where earlier tests' tensors may be collected meanwhile.
-    expect(liveTensorBytes(w.session.native) - inUse).toBeLessThanOrEqual(8)
+    // The one result (8 bytes) and the temporary the mul's prepared call keeps for the next call
+    // (8 bytes) at most: the shim counts the whole process, where earlier tests' tensors may be collected meanwhile.
+    expect(w.session.recordings.get(1)!.prepared[1]?.spare?.length, "the prepared mul keeps its output for the next call").toBe(1)
+    expect(liveTensorBytes(w.session.native) - inUse).toBeLessThanOrEqual(16)
     expect(await value(20, ident)).toEqual([(1 + 999) * 2 + 1, (1 + 999) * 2 + 1])
+    // Deleting the recording frees what it kept.
+    await w.dispatch({ _tag: "DeleteRecording", recording: 1 })
+    expect(liveTensorBytes(w.session.native) - inUse).toBeLessThanOrEqual(8)
   })
 
   test("a poisoned actual poisons the results without a report; the call still completes", async () => {
@@ -188,6 +193,44 @@ describe("recordings on a worker", () => {
     expect(w.sent.filter((m) => m._tag === "RemoteFunctionFailed").length).toBe(reports)
     expect(w.session.env.errorOf(ref(13))?.ident).toBe(1)
     expect(await value(12, 8)).toEqual([5, 5])
+  })
+
+  test("a temporary's memory is kept from call to call: the next call writes the same tensor with its own values", async () => {
+    await w.dispatch(call(0, [10], "ops.ones", [[2]]))
+    await w.dispatch(define)
+    await w.dispatch(callIt(1, 11, 10, 3))
+    const mul = w.session.recordings.get(1)!.prepared[1]!
+    const kept = mul.spare?.[0]
+    expect(kept, "the prepared mul's output was not kept for the next call").toBeDefined()
+    await w.dispatch(callIt(4, 12, 10, 5))
+    expect(mul.spare?.[0], "the next call did not write the kept temporary (a new tensor was made)").toBe(kept)
+    expect(await value(12, 7), "a kept temporary was not rewritten by the next call").toEqual([13, 13])
+    expect(await value(11, 8), "an earlier call's result changed under a later call").toEqual([9, 9])
+    expect(problems()).toEqual([])
+  })
+
+  test("an output that a result holds, or whose memory a result views, is not reused: earlier results keep their values", async () => {
+    await w.dispatch(call(0, [10], "ops.ones", [[2, 2]]))
+    await w.dispatch(call(1, [20], "ops.mul", [ref(10), 5]))
+    // The results: the add itself (held by the call's result ref), and a reshape viewing the mul's memory.
+    const held: DefineRecording = {
+      _tag: "DefineRecording", recording: 2, idents: 3, formals: [100], params: [], results: [103, 104],
+      commands: [call(0, [102], "ops.mul", [ref(100), 2]), call(1, [103], "ops.add", [ref(102), 1]), call(2, [104], "ops.reshape", [ref(102), [4]])],
+    }
+    await w.dispatch(held)
+    const callHeld = (ident: number, results: [number, number], actual: number): CallRecording => ({
+      _tag: "CallRecording", ident, recording: 2, results: results.map(ref), actuals: [ref(actual)], params: [],
+    })
+    await w.dispatch(callHeld(2, [11, 12], 10))
+    await w.dispatch(callHeld(5, [13, 14], 20))
+    await w.dispatch(callHeld(8, [15, 16], 10))
+    const prepared = w.session.recordings.get(2)!.prepared
+    expect(prepared.slice(0, 2).map((p) => p !== null && p !== undefined), "the mul and the add run prepared").toEqual([true, true])
+    expect(await value(11, 11), "a result held by its call's result ref was reused by a later call").toEqual([3, 3, 3, 3])
+    expect(await value(12, 12), "a temporary a result views was reused by a later call").toEqual([2, 2, 2, 2])
+    expect(await value(13, 13)).toEqual([11, 11, 11, 11])
+    expect(await value(14, 14)).toEqual([10, 10, 10, 10])
+    expect(problems()).toEqual([])
   })
 
   test("a prepared built-in's kernel failing on a later call is reported against its own ident and poisons its result", async () => {

@@ -59,3 +59,16 @@ describe("the tensor handle pool", () => {
     big.free()
   })
 })
+
+// The cpu shim's cache of freed blocks of 64 KiB and more (c/cpu/tensor.c), beneath the handle pool.
+describe("the host block cache", () => {
+  cpuOnly("a freed large block goes to one new tensor at a time: two taken after it never share memory", () => {
+    const n = 1 << 15 // 128 KiB of f32: cached by the shim, not pooled here
+    const freed = Array.from({ length: 3 }, () => Tensor.empty(native, "f32", [n]))
+    for (const t of freed) t.free()
+    const [b, c, d] = [0, 1, 2].map(() => Tensor.empty(native, "f32", [n]))
+    fill(b!, 2), fill(c!, 3), fill(d!, 4)
+    expect([b!, c!, d!].map((t) => new Set(values(t))), "the block cache handed a block still in use to a second tensor").toEqual([new Set([2]), new Set([3]), new Set([4])])
+    for (const t of [b!, c!, d!]) t.free()
+  })
+})

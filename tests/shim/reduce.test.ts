@@ -121,6 +121,27 @@ describe("output dtypes and integer accumulation", () => {
     expect(valuesOf(out)).toEqual([1, -3])
   })
 
+  test("over a leading dim (columns read row by row, in blocks of 256), at 1 and 2 threads: NaN kept per column, sums as the reference", () => {
+    const [rows, cols] = [5, 600]
+    const xs = sample("f32", rows * cols, -50, 50, 23)
+    for (const [row, col] of [[0, 5], [3, 300], [4, 599]] as const) xs[row * cols + col] = NaN
+    const a = tensor("f32", [rows, cols], xs)
+    try {
+      for (const threads of [1, 2]) {
+        native.setThreads(threads)
+        for (const op of ["max", "min", "sum", "mean"] as const) {
+          const out = empty("f32", [cols])
+          ops.reduce(op, out, a, 0)
+          const got = valuesOf(out)
+          expect([5, 300, 599].map((c) => got[c]), `${op} over dim 0 at ${threads} threads lost a column's NaN`).toEqual([NaN, NaN, NaN])
+          expectClose("f32", got, referenceReduce(op, "f32", "f32", xs, [rows, cols], 0), `${op}([${rows}, ${cols}], 0) at ${threads} threads`)
+        }
+      }
+    } finally {
+      native.setThreads(1)
+    }
+  })
+
   test("max and min propagate NaN", () => {
     const a = tensor("f32", [2, 3], [1, NaN, 3, 4, 5, 6])
     const out = empty("f32", [2])

@@ -6,6 +6,7 @@
 import { afterEach, beforeEach, describe, expect, test } from "bun:test"
 import { NDSlice } from "../../src/protocol/ndslice.ts"
 import { DeviceMesh } from "../../src/worker/mesh.ts"
+import { RefEnv } from "../../src/worker/refs.ts"
 import { sendStatus } from "../../src/worker/session.ts"
 import { call, createStream, factory, fetch, mesh, numbers, reduce, ref, send } from "./build.ts"
 import { inProcessLoop, inProcessWorker, type InProcessWorker } from "./inProcess.ts"
@@ -65,6 +66,18 @@ describe("control messages", () => {
     expect(got && numbers(got.value)).toEqual([6, 6])
   })
 
+  test("a CommandGroup's calls run as sent alone: an async function is waited for, a failing one poisons and reports at its ident", async () => {
+    await w.dispatch({ _tag: "CommandGroup", commands: [
+      call(0, [62], "ops.full", [[2], 3]), call(1, [63], "fns:asyncAddOne", [ref(62)]), call(2, [64], "ops.mul", [ref(63), 2]),
+      call(3, [65], "fns:alwaysFails", [ref(62)]), call(4, [66], "ops.mul", [ref(65), 2]), fetch(5, ref(64)),
+    ] })
+    const got = w.sent.find((m) => m._tag === "FetchResult")
+    expect(got && numbers(got.value), "the command after an async function in a group ran before it finished").toEqual([8, 8])
+    expect(failures().map((m) => m.ident), "a failing call in a group was not reported at its own ident, alone").toEqual([3])
+    expect(w.session.env.errorOf(ref(66))?.ident, "a call reading a failed one's result in a group was not poisoned by it").toBe(3)
+    expect(w.session.firstUncompletedIdent).toBe(6)
+  })
+
   test("DeleteRefs forgets the refs, and says which were unknown", async () => {
     await w.dispatch(call(0, [70], "ops.ones", [[1]]))
     await w.dispatch({ _tag: "DeleteRefs", refs: [70, 71] })
@@ -82,6 +95,25 @@ describe("refs", () => {
     expect(failures(), "deleting one ref of a value freed it under the other").toEqual([])
     const got = w.sent.find((m) => m._tag === "FetchResult")
     expect(got && numbers(got.value)).toEqual([7, 7])
+  })
+
+  test("forgotten refs are undefined at once and compacted away later, the live ones kept: 200,000 defined and deleted around 10 live", () => {
+    const env = new RefEnv()
+    for (let i = 0; i < 10; i++) env.define(ref(i), i * 10)
+    for (let i = 0; i < 200_000; i++) {
+      env.define(ref(100 + i), i)
+      if (i % 3 === 0) env.define(ref(100 + i), i + 1) // redefined before it goes
+      expect(env.delete(100 + i)).toBe(true)
+    }
+    expect(env.delete(150), "a forgotten ref was deleted again").toBe(false)
+    expect(env.has(150) || env.peek(150) !== undefined, "a forgotten ref is still defined").toBe(false)
+    expect(env.size, "the env's size counts forgotten refs").toBe(10)
+    expect(Array.from({ length: 10 }, (_, i) => env.peek(i)), "compaction lost a live ref").toEqual(Array.from({ length: 10 }, (_, i) => i * 10))
+    // Its map holds at most the live refs and the slack of forgotten ones.
+    expect((env as unknown as { values: Map<number, unknown> }).values.size, "forgotten refs were never compacted away").toBeLessThanOrEqual(10 + 10 + (1 << 16) + 1)
+    // A ref forgotten lately (its entry still there) defined again counts once.
+    env.define(ref(100 + 199_999), 7)
+    expect([env.peek(100 + 199_999), env.size], "a ref defined again after it was forgotten is not counted live once").toEqual([7, 11])
   })
 })
 

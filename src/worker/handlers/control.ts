@@ -3,6 +3,7 @@ import { Effect } from "effect"
 import type { CommandGroup, ControllerProof, DeleteRefs, Exit, PeerLost, RequestStatus, Withheld, WorkerMessage } from "../../protocol/messages.ts"
 import { DependentOnError } from "../errors.ts"
 import { ioTurn, reject, sendStatus, stopped, type Session } from "../session.ts"
+import { callNow } from "./calls.ts"
 
 export const requestStatus = (s: Session) => (m: RequestStatus) => Effect.sync(() => {
   s.firstUncompletedIdent = Math.max(s.firstUncompletedIdent, m.ident + 1)
@@ -15,13 +16,28 @@ export const exit = (s: Session) => (_: Exit) => {
   return s.writing.size === 0 ? Effect.void : Effect.promise(() => Promise.allSettled([...s.writing]))
 }
 
-/** Runs the group's commands in order through `dispatch`, stopping at an Exit or a closed link. */
-export const commandGroup = (s: Session, dispatch: (m: WorkerMessage) => Effect.Effect<void>) => (m: CommandGroup) =>
+/** How many commands of a group run between looks at the clock for the event loop's turn (ioTurn). */
+const IO_CHECK = 16
+
+/**
+ * Runs the group's commands in order, stopping at an Exit or a closed link. `plain`: dispatch
+ * neither logs nor traces each command, so a CallFunction runs straight through (callNow: no
+ * Effect per command unless it has a rest to wait for; its failures poison and report as they
+ * do through dispatch); otherwise, and for every other command, through `dispatch`.
+ */
+export const commandGroup = (s: Session, dispatch: (m: WorkerMessage) => Effect.Effect<void>, plain: boolean) => (m: CommandGroup) =>
   Effect.gen(function* () {
-    for (const command of m.commands) {
-      yield* dispatch(command)
-      const turn = ioTurn(s)
-      if (turn) yield* turn
+    const commands = m.commands
+    for (let k = 0; k < commands.length; k++) {
+      const command = commands[k]!
+      if (plain && command._tag === "CallFunction") {
+        const rest = callNow(s, command)
+        if (rest) yield* rest
+      } else yield* dispatch(command)
+      if (k % IO_CHECK === IO_CHECK - 1 || k === commands.length - 1) {
+        const turn = ioTurn(s)
+        if (turn) yield* turn
+      }
       if (stopped(s)) return
     }
   })

@@ -52,7 +52,7 @@ export const makeDispatch = (s: Session, debug = false, trace?: Recorder): ((m: 
     FetchValue: fetchValue(s),
     RequestStatus: requestStatus(s),
     Exit: exit(s),
-    CommandGroup: commandGroup(s, dispatch),
+    CommandGroup: commandGroup(s, dispatch, !debug && trace === undefined),
     DeleteRefs: deleteRefs(s),
     BorrowCreate: borrowCreate(s),
     BorrowFirstUse: borrowFirstUse(s),

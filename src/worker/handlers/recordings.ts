@@ -4,13 +4,14 @@
  * (poisoned ones stay poisoned) and the params to its numbers, runs each command as it would
  * run outside a recording, with ident `ident + k`, so that failures poison and are reported
  * exactly as they would be there, binds the call's results to what the commands defined, and
- * then forgets every ref of the recording, freeing its temporaries. DeleteRecording forgets the
- * recording itself.
+ * then forgets every ref of the recording, freeing its temporaries (on cpu the outputs of its
+ * prepared calls that nothing else reads are kept for its next call instead: prepared.ts's
+ * keep). DeleteRecording forgets the recording itself.
  */
 import { Effect } from "effect"
-import { RECORDABLE, type CallRecording, type DefineRecording, type DeleteRecording, type WorkerMessage } from "../../protocol/messages.ts"
+import { RECORDABLE, type CallFunction, type CallRecording, type DefineRecording, type DeleteRecording, type WorkerMessage } from "../../protocol/messages.ts"
 import { Ref } from "../../protocol/values.ts"
-import { prepare, runPrepared } from "../prepared.ts"
+import { freeSpares, keep, prepare, runPrepared } from "../prepared.ts"
 import { ioTurn, reject, stopped, type Session } from "../session.ts"
 import { callNow } from "./calls.ts"
 
@@ -41,6 +42,7 @@ export const defineRecording = (s: Session) => (m: DefineRecording) => Effect.sy
     return reject(s, `DefineRecording ${m.recording}: its ${m.commands.length} commands would take this worker's recordings to ${held} commands, past its most (MONARCH_MAX_RECORDED_COMMANDS=${commands}); delete some first`)
   const scratch = new Set<number>([...m.formals, ...m.params, ...m.results])
   for (const c of m.commands) for (const r of defines(c)) scratch.add(r.id)
+  if (replaced !== undefined) freeSpares(replaced.prepared)
   s.recordings.set(m.recording, { define: m, scratch: [...scratch], prepared: [] })
 })
 
@@ -81,11 +83,18 @@ export const callRecording = (s: Session, dispatch: (m: WorkerMessage) => Effect
       for (let i = 0; i < m.results.length; i++) s.env.alias(m.results[i]!.id, define.results[i]!)
       s.firstUncompletedIdent = Math.max(s.firstUncompletedIdent, m.ident + define.idents)
     } finally {
+      for (let k = 0; k < prepared.length; k++) {
+        const p = prepared[k]
+        if (p) keep(s, p, define.commands[k] as CallFunction)
+      }
       for (const id of scratch) s.env.delete(id)
     }
   })
 
 /** Calls run in command order, so none is running: the recording is only forgotten. */
 export const deleteRecording = (s: Session) => (m: DeleteRecording) => Effect.sync(() => {
-  if (!s.recordings.delete(m.recording)) reject(s, `DeleteRecording: unknown recording ${m.recording}`)
+  const recording = s.recordings.get(m.recording)
+  if (recording === undefined) return reject(s, `DeleteRecording: unknown recording ${m.recording}`)
+  freeSpares(recording.prepared)
+  s.recordings.delete(m.recording)
 })

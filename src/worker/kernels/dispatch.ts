@@ -70,12 +70,13 @@ const asRemoteFunction = <N extends OpName>(op: Op<N>): RemoteFunction => {
 }
 
 /** Allocates a command's outputs as its rule gave them and runs its kernel into them (freed again if it throws). */
-export const runKernel = (kernel: Kernel<OpName>, ctx: FunctionContext, bound: unknown, name: string, metas: ReadonlyArray<TensorMeta>): Tensor[] => {
+export const runKernel = (kernel: Kernel<OpName>, ctx: FunctionContext, bound: unknown, name: string, metas: ReadonlyArray<TensorMeta>, reuse?: ReadonlyArray<Tensor>): Tensor[] => {
   const run = new Run(ctx)
   const outs: Tensor[] = []
   try {
-    // Owned: a command's outputs go to the env (or are freed) as soon as this returns.
-    for (const m of metas) outs.push(Tensor.owned(ctx.native, m.dtype, m.shape))
+    // Owned: a command's outputs go to the env (or are freed) as soon as this returns; `reuse`'s
+    // tensors (the outputs' dtypes and shapes, read by no one else) are written instead of new ones.
+    for (let i = 0; i < metas.length; i++) outs.push(reuse?.[i] ?? Tensor.owned(ctx.native, metas[i]!.dtype, metas[i]!.shape))
     kernel(run, outs, bound as never, name, metas as never)
   } catch (e) {
     for (const t of outs) t.free()

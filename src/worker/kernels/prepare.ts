@@ -13,7 +13,8 @@ import { isTensor } from "./run.ts"
 
 /** A built-in prepared for repeated calls (prepareBuiltin): `run` it with a call's tensors, in the order prepared. */
 export interface PreparedCall {
-  readonly run: (ctx: FunctionContext, tensors: ReadonlyArray<Tensor>) => ReadonlyArray<Tensor>
+  /** `reuse`: tensors of the outputs' dtypes and shapes, which no one else reads, written instead of new ones (freed if the kernel fails). */
+  readonly run: (ctx: FunctionContext, tensors: ReadonlyArray<Tensor>, reuse?: ReadonlyArray<Tensor>) => ReadonlyArray<Tensor>
   /** How many tensors a call returns. */
   readonly outputs: number
 }
@@ -42,10 +43,10 @@ export const prepareBuiltin = (name: string, args: ReadonlyArray<unknown>, kwarg
   if (places.length !== tensors.length || places.some((p) => p.tensor < 0)) return undefined
   const general = kernelOf(op)
   const kernel = (planned.get(general)?.(bound as never, (metas as Planned<BinaryPlan>).plan) ?? general) as Kernel<OpName>
-  const run = (ctx: FunctionContext, now: ReadonlyArray<Tensor>) => {
+  const run = (ctx: FunctionContext, now: ReadonlyArray<Tensor>, reuse?: ReadonlyArray<Tensor>) => {
     for (const p of places) (p.holder as Record<string | number, unknown>)[p.key] = now[p.tensor]
     try {
-      return runKernel(kernel, ctx, bound, op.name, metas)
+      return runKernel(kernel, ctx, bound, op.name, metas, reuse)
     } finally {
       // The bound arguments keep no tensor between calls.
       for (const p of places) (p.holder as Record<string | number, unknown>)[p.key] = undefined
