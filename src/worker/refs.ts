@@ -13,7 +13,15 @@ import { DependentOnError, UnknownRef, WrongRefType } from "./errors.ts"
 const isOwned = (v: unknown): v is Disposable =>
   typeof v === "object" && v !== null && typeof (v as Partial<Disposable>)[Symbol.dispose] === "function"
 
+/** Where a tensor goes that is let go while a collective in flight holds its memory (inflight.ts). */
+export interface Deferrer {
+  /** True when it keeps `t` to free later. */
+  defer(t: Tensor): boolean
+}
+
 export class RefEnv {
+  constructor(private readonly later?: Deferrer) {}
+
   private readonly values = new Map<number, unknown>()
   /** How many refs hold each owned value. */
   private readonly holds = new Map<object, number>()
@@ -92,6 +100,7 @@ export class RefEnv {
     const n = this.holds.get(value)! - 1
     if (n > 0) return void this.holds.set(value, n)
     this.holds.delete(value)
+    if (value instanceof Tensor && this.later?.defer(value)) return
     value[Symbol.dispose]()
   }
 }
