@@ -51,7 +51,7 @@ export class Work {
       this.#handle = null
       this.comm.finished(this)
       const times = new BigInt64Array(2)
-      native.shim.shim_work_times(handle, ptr(times), ptr(times.subarray(1)))
+      native.shim.shim_work_times(handle, ptr(times), ptr(times, 8))
       this.began = Number(times[0])
       this.ended = Number(times[1])
       // The text of a failure is the shim's last error: read before the destroy.

@@ -29,8 +29,8 @@ export interface RankTrace {
 }
 
 export const CONTROL_TRACK = 0
-/** The communication thread's track: each collective in flight from when it began to when it ended there. */
-export const COMM_TRACK = -1
+/** The communication thread's track (after every stream's): each collective in flight from when it began to when it ended there. */
+export const COMM_TRACK = 2 ** 31 - 1
 
 /** Microseconds since the epoch, to the fraction the clock gives. */
 export const nowMicros = (): number => (performance.timeOrigin + performance.now()) * 1000
