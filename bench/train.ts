@@ -17,7 +17,8 @@
  *
  *   bun run bench/train.ts [rounds] [steps] [small|large] [rows]
  *
- * rows: a comma-separated choice of torch, dp, bucketed, tp, compiled (each with its gradients'
+ * rows: a comma-separated choice of torch, dp, bucketed, buckets (DDP's bucketing by size, 64 KiB),
+ * tp, compiled (each with its gradients'
  * all-reduces overlapping backward, on the workers' communication thread), dp-blocking,
  * tp-blocking, compiled-blocking (the same with MONARCH_COMM_OVERLAP=0: every collective holds
  * its worker's loop until done, as before the thread), and breakdown (the traced passes, with
@@ -31,7 +32,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { createServer } from "node:net"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { allReduce, Controller, type ControllerApi, type ControllerError, type HostTensor, noGrad, ops, param, type RemoteTensor } from "../src/controller/index.ts"
+import { allReduce, Controller, type ControllerApi, type ControllerError, gradGenerator, type HostTensor, noGrad, ops, param, type RemoteTensor } from "../src/controller/index.ts"
 import { AdamW } from "../src/optim/index.ts"
 import { blockSize, makeBatches, VOCAB } from "../examples/gpt/data.ts"
 import { compiledTrainStep, distributeBatch, GPT, trainStep } from "../examples/gpt/model.ts"
@@ -48,7 +49,7 @@ const SIZES = {
 } as const
 const SIZE = SIZES[(process.argv[4] ?? "small") as keyof typeof SIZES]
 if (SIZE === undefined) throw new Error(`size must be one of ${Object.keys(SIZES).join(", ")}`)
-const ROWS_ALL = ["torch", "dp", "dp-blocking", "bucketed", "tp", "tp-blocking", "compiled", "compiled-blocking", "breakdown"] as const
+const ROWS_ALL = ["torch", "dp", "dp-blocking", "bucketed", "buckets", "tp", "tp-blocking", "compiled", "compiled-blocking", "breakdown"] as const
 const CHOSEN = new Set(process.argv[5] === undefined ? ROWS_ALL : process.argv[5].split(","))
 for (const r of CHOSEN) if (!(ROWS_ALL as ReadonlyArray<string>).includes(r)) throw new Error(`unknown row ${r}: choose from ${ROWS_ALL.join(", ")}`)
 const chosen = (r: (typeof ROWS_ALL)[number]) => CHOSEN.has(r)
@@ -107,10 +108,49 @@ const bucketed = (model: GPT, opt: AdamW, x: RemoteTensor, y: RemoteTensor): Eff
   return noGrad(() => allReduce(loss.detach(), "dp", "avg"))
 })
 
+/**
+ * trainStep with DDP's bucketing by size: the gradients, in the order backward makes them
+ * (the gradient generator), gather into a bucket until it holds `bytes`; each full bucket (and
+ * the last) is flattened into one buffer and all-reduced at once, while backward goes on, and
+ * each gradient is cut back out of it.
+ */
+const sizeBucketed = (bytes: number) => (model: GPT, opt: AdamW, x: RemoteTensor, y: RemoteTensor): Effect.Effect<RemoteTensor, ControllerError> => Effect.sync(() => {
+  const loss = model.loss(x, y)
+  let bucket: Array<readonly [RemoteTensor, RemoteTensor]> = [], held = 0
+  const flush = () => noGrad(() => {
+    if (bucket.length === 0) return
+    const flat = ops.cat(bucket.map(([, g]) => g.reshape([-1])))
+    const avg = allReduce(flat, "dp", "avg")
+    let at = 0
+    for (const [p, g] of bucket) {
+      const n = g.shape!.reduce((a, b) => a * b, 1)
+      p.grad = avg.narrow(0, at, n).reshape([...g.shape!])
+      g.release()
+      at += n
+    }
+    flat.release()
+    avg.release()
+    bucket = []
+    held = 0
+  })
+  for (const [p, g] of gradGenerator(loss, model.parameters)) {
+    bucket.push([p, g])
+    held += g.shape!.reduce((a, b) => a * b, 1) * 4
+    if (held >= bytes) flush()
+  }
+  flush()
+  opt.step()
+  opt.zeroGrad()
+  return noGrad(() => allReduce(loss.detach(), "dp", "avg"))
+})
+
 /** A run's training step, made for its model and optimizer: step `i` (from 0) on a batch. */
 type MakeStep = (model: GPT, opt: AdamW) => (x: RemoteTensor, y: RemoteTensor, i: number) => Effect.Effect<RemoteTensor, ControllerError, Controller>
 const eagerStep: MakeStep = (model, opt) => (x, y) => trainStep(model, opt, x, y)
 const bucketedStep: MakeStep = (model, opt) => (x, y) => bucketed(model, opt, x, y)
+/** DDP's first bucket is 1 MB and the rest 25 MB; the small model's gradients (about 0.4 MB) fit in one, so a smaller threshold is the one that splits them. */
+const BUCKET_BYTES = 64 * 1024
+const sizeBucketedStep: MakeStep = (model, opt) => (x, y) => sizeBucketed(BUCKET_BYTES)(model, opt, x, y)
 const compiledStep: MakeStep = (model, opt) => {
   const step = compiledTrainStep(model, opt)
   return (x, y, i) => step(x, y, param(OPTIM.lr), param(i + 1))
@@ -230,7 +270,7 @@ const noopCost = (): Promise<number> => {
 const dir = mkdtempSync(join(tmpdir(), "monarch-bench-train-"))
 try {
   const runs = {
-    torch: [] as Run[], dp: [] as Run[], dpBlocking: [] as Run[], bucketed: [] as Run[], tp: [] as Run[], tpBlocking: [] as Run[], compiled: [] as Run[], compiledBlocking: [] as Run[],
+    torch: [] as Run[], dp: [] as Run[], dpBlocking: [] as Run[], bucketed: [] as Run[], buckets: [] as Run[], tp: [] as Run[], tpBlocking: [] as Run[], compiled: [] as Run[], compiledBlocking: [] as Run[],
   }
   let peerProblem: string | undefined
   for (let r = 0; r < ROUNDS; r++) {
@@ -242,6 +282,7 @@ try {
     if (chosen("dp")) runs.dp.push(await ours({ dp: WORLD, tp: 1 }))
     if (chosen("dp-blocking")) runs.dpBlocking.push(await ours({ dp: WORLD, tp: 1 }, eagerStep, undefined, false))
     if (chosen("bucketed")) runs.bucketed.push(await ours({ dp: WORLD, tp: 1 }, bucketedStep))
+    if (chosen("buckets")) runs.buckets.push(await ours({ dp: WORLD, tp: 1 }, sizeBucketedStep))
     if (chosen("tp")) runs.tp.push(await ours({ dp: 2, tp: 2 }))
     if (chosen("tp-blocking")) runs.tpBlocking.push(await ours({ dp: 2, tp: 2 }, eagerStep, undefined, false))
     if (chosen("compiled")) runs.compiled.push(await ours({ dp: WORLD, tp: 1 }, compiledStep))
@@ -263,7 +304,8 @@ try {
   else row("torch 1.13 DDP, gloo, 4 processes", runs.torch)
   row("monarch-bun dp=4 (trainStep: each gradient all-reduced when ready, overlapping backward)", runs.dp)
   row("monarch-bun dp=4, collectives blocking the loop (MONARCH_COMM_OVERLAP=0)", runs.dpBlocking)
-  row("monarch-bun dp=4, gradients in one bucket", runs.bucketed)
+  row("monarch-bun dp=4, gradients in one bucket after backward", runs.bucketed)
+  row(`monarch-bun dp=4, gradients in buckets of ${BUCKET_BYTES / 1024} KiB as backward makes them`, runs.buckets)
   row("monarch-bun dp=2 x tp=2", runs.tp)
   row("monarch-bun dp=2 x tp=2, collectives blocking the loop", runs.tpBlocking)
   row("monarch-bun dp=4, the step through compile (replays)", runs.compiled)

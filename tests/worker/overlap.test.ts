@@ -115,17 +115,26 @@ describe("an all-reduce in flight", () => {
     expect(await fetchBoth(x)).toEqual([0, 1].map(() => Array(n).fill(1000)))
   }, 30_000)
 
-  test("its input let go while it runs is freed only after it: new tensors do not take its memory", async () => {
+  test("its output let go while it runs is freed only after it: a new tensor does not take that memory", async () => {
     const n = 256, x = fresh(), out = fresh(), z = fresh()
     upload(x, [n], (r) => random(500 + r, n))
     const g = gate()
     h.send("all", reduce(next(), out, x, MESH, ["dp"], "sum", factory([n])))
-    h.send("all", { _tag: "DeleteRefs", refs: [x] })
-    // Same dtype and shape: a freed handle would be handed out again here, and overwritten.
-    for (let k = 0; k < 4; k++) h.send("all", call(next(), [z + 0], "ops.full", [[n], -123], { kwargs: { dtype: "f32" } }))
+    h.send("all", { _tag: "DeleteRefs", refs: [out] })
+    // Same dtype and shape: a handle freed at the DeleteRefs would be handed out again here, and the sum written over it later.
+    h.send("all", call(next(), [z], "ops.full", [[n], -123], { kwargs: { dtype: "f32" } }))
+    // Rank 0 has made z (its fetch answers) while rank 1 is at the gate, so the all-reduce is still in flight there.
+    const made = next()
+    h.send(0, fetch(made, ref(z)))
+    expect((await h.next(0, "FetchResult", 20_000, "rank 0's fetch of z while its all-reduce waits for rank 1")).ident).toBe(made)
     await h.passed(1, g.ident - 1)
     g.open()
-    expect(await fetchBoth(out)).toEqual([0, 1].map(() => sum(random(500, n), random(501, n))))
+    // After the all-reduce is done (a later one on the group has gone through), z is still what it was made as.
+    const w = fresh(), after = fresh()
+    h.send("all", call(next(), [w], "ops.full", [[1], 1], { kwargs: { dtype: "f32" } }))
+    h.send("all", reduce(next(), after, w, MESH, ["dp"], "sum", factory([1])))
+    expect(await fetchBoth(after)).toEqual([[2], [2]])
+    expect(await fetchBoth(z)).toEqual([0, 1].map(() => Array(n).fill(-123)))
   }, 30_000)
 
   test("commands that do not read it run before it ends, and Status stays at it until then", async () => {
