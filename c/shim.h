@@ -530,9 +530,10 @@ int shim_broadcast(shim_comm *c, shim_tensor *t, int32_t root, shim_stream *s);
 int shim_barrier(shim_comm *c, shim_stream *s);
 
 /* ---- asynchronous all-reduce --------------------------------------------------------- */
-/* shim_all_reduce started and not waited for. cpu: queued on this process's one
- * communication thread, which runs what is queued in the order it was started (so every
- * member meets each in the same order) through shim_all_reduce; cuda: issued on the comm's
+/* shim_all_reduce started and not waited for. cpu: queued on the comm's communication thread
+ * (one per comm, made on its first start, ended by shim_comm_destroy), which runs them in the
+ * order they were started (so every member meets each in the same order) through
+ * shim_all_reduce; cuda: issued on the comm's
  * own stream after an event recorded on s, and polled for. It returns at once with *work.
  * Until the work is done, in and out belong to it: the caller neither reads nor writes nor
  * frees them, and makes no other call on c. Its failures (arguments, members disagreeing, a

@@ -1,7 +1,10 @@
-/* comm_async.c: shim_all_reduce_start on cpu. One communication thread per process runs the
- * started all-reduces through shim_all_reduce, one at a time, in the order they were started:
- * every member starts its collectives in the same order, so they meet in it, and the caller's
- * thread goes on with work that does not touch the tensors meanwhile. While the thread waits
+/* comm_async.c: shim_all_reduce_start on cpu. Each communicator gets a communication thread on
+ * its first started all-reduce; it runs that comm's started all-reduces through shim_all_reduce,
+ * one at a time, in the order they were started: every member starts its collectives in the
+ * same order, so they meet in it, and the caller's thread goes on with work that does not touch
+ * the tensors meanwhile. Communicators do not wait for each other (a tp all-reduce is not held
+ * behind the dp ones started before it), and none can wait for another's thread: every member
+ * starts each comm's collectives in one order, and starting never blocks. While a thread waits
  * for the peers it sleeps (Gloo's reads, or comm_shm's futex), leaving the core to the caller.
  * A failure's text is shim_last_error's on the thread, kept in the work and given again, as
  * the caller's own last error, by the wait that sees the work done. */
@@ -11,6 +14,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "comm_async.h"
 #include "cpu.h"
 
 struct shim_work {
@@ -19,12 +23,25 @@ struct shim_work {
   const shim_tensor *in;
   int32_t op;
   shim_stream *stream;
-  struct shim_work *next; /* the queue, under `lock` */
+  struct shim_work *next; /* its channel's queue, under `lock` */
   int32_t done;           /* under `lock` */
   int32_t status;         /* once done */
   char message[1024];     /* once done with a failure */
   int64_t began_us, ended_us;
 };
+
+/* A communicator's thread and its queue, under `lock`. */
+typedef struct channel {
+  const shim_comm *comm;
+  shim_work *head, *tail;
+  int32_t closing; /* the comm is being destroyed: the thread ends once its queue is empty */
+  pthread_cond_t queued;
+  struct channel *next;
+} channel;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t finished = PTHREAD_COND_INITIALIZER; /* waiters wait for a work to be done */
+static channel *channels;
 
 static int64_t wall_us(void) {
   struct timespec ts;
@@ -32,19 +49,15 @@ static int64_t wall_us(void) {
   return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t queued = PTHREAD_COND_INITIALIZER;   /* the thread waits for work */
-static pthread_cond_t finished = PTHREAD_COND_INITIALIZER; /* waiters wait for a work to be done */
-static shim_work *head, *tail;
-static int started;
-
-static void *communicate(void *unused) {
+static void *communicate(void *arg) {
+  channel *ch = arg;
+  pthread_mutex_lock(&lock);
   for (;;) {
-    pthread_mutex_lock(&lock);
-    while (head == NULL) pthread_cond_wait(&queued, &lock);
-    shim_work *w = head;
-    head = w->next;
-    if (head == NULL) tail = NULL;
+    while (ch->head == NULL && !ch->closing) pthread_cond_wait(&ch->queued, &lock);
+    if (ch->head == NULL) break;
+    shim_work *w = ch->head;
+    ch->head = w->next;
+    if (ch->head == NULL) ch->tail = NULL;
     pthread_mutex_unlock(&lock);
     shim_clear_error();
     const int64_t began = wall_us();
@@ -56,9 +69,44 @@ static void *communicate(void *unused) {
     if (status != SHIM_OK) snprintf(w->message, sizeof w->message, "%s", shim_last_error());
     w->done = 1;
     pthread_cond_broadcast(&finished);
-    pthread_mutex_unlock(&lock);
   }
+  for (channel **at = &channels; *at != NULL; at = &(*at)->next)
+    if (*at == ch) {
+      *at = ch->next;
+      break;
+    }
+  pthread_mutex_unlock(&lock);
+  pthread_cond_destroy(&ch->queued);
+  free(ch);
   return NULL;
+}
+
+/* c's channel, made (with its thread) if it has none; NULL, with *status the failure, when it cannot be. Lock held. */
+static channel *channel_of(const shim_comm *c, int *status) {
+  for (channel *ch = channels; ch != NULL; ch = ch->next)
+    if (ch->comm == c && !ch->closing) return ch;
+  channel *ch = calloc(1, sizeof *ch);
+  if (ch == NULL) {
+    *status = shim_fail(SHIM_E_NOMEM, "shim_all_reduce_start: out of host memory");
+    return NULL;
+  }
+  ch->comm = c;
+  pthread_cond_init(&ch->queued, NULL);
+  pthread_t thread;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  const int e = pthread_create(&thread, &attr, communicate, ch);
+  pthread_attr_destroy(&attr);
+  if (e != 0) {
+    pthread_cond_destroy(&ch->queued);
+    free(ch);
+    *status = shim_fail(SHIM_E_BACKEND, "shim_all_reduce_start: cannot start a communication thread (error %d)", e);
+    return NULL;
+  }
+  ch->next = channels;
+  channels = ch;
+  return ch;
 }
 
 int shim_all_reduce_start(shim_comm *c, shim_tensor *out, const shim_tensor *in, int32_t op, shim_stream *s,
@@ -71,27 +119,30 @@ int shim_all_reduce_start(shim_comm *c, shim_tensor *out, const shim_tensor *in,
   if (w == NULL) return shim_fail(SHIM_E_NOMEM, "shim_all_reduce_start: out of host memory");
   *w = (shim_work){.comm = c, .out = out, .in = in, .op = op, .stream = s};
   pthread_mutex_lock(&lock);
-  if (!started) {
-    pthread_t thread;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    const int e = pthread_create(&thread, &attr, communicate, NULL);
-    pthread_attr_destroy(&attr);
-    if (e != 0) {
-      pthread_mutex_unlock(&lock);
-      free(w);
-      return shim_fail(SHIM_E_BACKEND, "shim_all_reduce_start: cannot start the communication thread (error %d)", e);
-    }
-    started = 1;
+  int status = SHIM_OK;
+  channel *ch = channel_of(c, &status);
+  if (ch == NULL) {
+    pthread_mutex_unlock(&lock);
+    free(w);
+    return status;
   }
-  if (tail == NULL) head = w;
-  else tail->next = w;
-  tail = w;
-  pthread_cond_signal(&queued);
+  if (ch->tail == NULL) ch->head = w;
+  else ch->tail->next = w;
+  ch->tail = w;
+  pthread_cond_signal(&ch->queued);
   pthread_mutex_unlock(&lock);
   *work = w;
   return SHIM_OK;
+}
+
+void shim_cpu_comm_closing(const shim_comm *c) {
+  pthread_mutex_lock(&lock);
+  for (channel *ch = channels; ch != NULL; ch = ch->next)
+    if (ch->comm == c && !ch->closing) {
+      ch->closing = 1;
+      pthread_cond_signal(&ch->queued);
+    }
+  pthread_mutex_unlock(&lock);
 }
 
 /* Waits (lock held) until w is done or the deadline passes; a negative timeout has none. */
