@@ -19,6 +19,9 @@ export const symbols = {
   shim_memory_reserve: { args: [cstring, i64], returns: i32 },
   shim_memory_release: { args: [i64], returns: i32 },
   shim_set_threads: { args: [i32], returns: i32 },
+  shim_set_block_cache: { args: [i32], returns: i32 },
+  shim_set_comm_shm: { args: [i32], returns: i32 },
+  shim_set_library: { args: [cstring, cstring], returns: i32 },
 
   shim_tensor_alloc: { args: [i32, i32, ptr, ptr], returns: i32 },
   shim_tensor_view: { args: [ptr, i64, i32, ptr, ptr], returns: i32 },
@@ -92,5 +95,5 @@ export const symbols = {
 } as const satisfies Record<string, FFIFunction>
 
 // The header's enums, generated from it (scripts/abi.ts).
-export { ALL_DIMS, BinaryOp, CommOp, LossReduction, MatmulFlag, MAX_DIMS, OptimFlag, P2P, ReduceOp, ScatterOp, ShimStatus, TernaryOp, UnaryOp } from "./abi.ts"
+export { ALL_DIMS, BinaryOp, BinaryOpFlags, CommOp, LossReduction, MatmulFlag, MAX_DIMS, OpFlag, OptimFlag, P2P, ReduceOp, ScatterOp, ShimStatus, TernaryOp, UnaryOp, UnaryOpFlags } from "./abi.ts"
 export type { BinaryOpName, CommOpName, LossReductionName, ReduceOpName, ScatterOpName, TernaryOpName, UnaryOpName } from "./abi.ts"
