@@ -210,6 +210,7 @@ typedef struct shim_tensor shim_tensor;
 typedef struct shim_stream shim_stream;
 typedef struct shim_event shim_event;
 typedef struct shim_comm shim_comm;
+typedef struct shim_work shim_work;
 
 /* ---- errors and devices --------------------------------------------------------------- */
 
@@ -577,6 +578,31 @@ int shim_all_to_all(shim_comm *c, shim_tensor *out, const shim_tensor *in, shim_
 int shim_broadcast(shim_comm *c, shim_tensor *t, int32_t root, shim_stream *s);
 
 int shim_barrier(shim_comm *c, shim_stream *s);
+
+/* ---- asynchronous all-reduce --------------------------------------------------------- */
+/* shim_all_reduce started and not waited for. cpu: queued on the comm's communication thread
+ * (one per comm, made on its first start, ended by shim_comm_destroy), which runs them in the
+ * order they were started (so every member meets each in the same order) through
+ * shim_all_reduce; cuda: issued on the comm's
+ * own stream after an event recorded on s, and polled for. It returns at once with *work.
+ * Until the work is done, in and out belong to it: the caller neither reads nor writes nor
+ * frees them, and makes no other call on c. Its failures (arguments, members disagreeing, a
+ * timeout, a lost peer) are shim_all_reduce's, returned by the wait that sees it done. */
+int shim_all_reduce_start(shim_comm *c, shim_tensor *out, const shim_tensor *in, int32_t op,
+                          shim_stream *s, shim_work **work);
+
+/* Waits up to timeout_us (0: only looks; negative: until done) for w. *done = 1 once it is
+ * done, and the return is then the collective's own status with its error text; 0 and
+ * SHIM_OK while it runs. */
+int shim_work_wait(shim_work *w, int64_t timeout_us, int32_t *done);
+
+/* When w ran, in microseconds since the epoch (CLOCK_REALTIME, as the trace's clock): began
+ * once it left the queue (cuda: once issued), ended once done (cuda: once seen done); 0 until
+ * then. */
+int shim_work_times(const shim_work *w, int64_t *began_us, int64_t *ended_us);
+
+/* Waits for w to be done, then frees it. */
+int shim_work_destroy(shim_work *w);
 
 /* n sends and receives posted together and completed together, so members that send to
  * each other in one call cannot deadlock. kinds[i] is SHIM_SEND or SHIM_RECV, peers[i] a

@@ -18,8 +18,61 @@ export interface P2POp {
 
 const stream = (s: Stream | undefined) => s?.handle ?? null
 
+/**
+ * A started all-reduce (Comm.allReduceStart): done at some later point, when its tensors are
+ * the caller's again. `wait` throws the collective's failure once it sees it done.
+ */
+export class Work {
+  #handle: Pointer | null
+  /** Once done: its failure, or null when it went through. */
+  #failure: unknown = undefined
+  /** Once done: when it ran (microseconds since the epoch; shim_work_times). */
+  began = 0
+  ended = 0
+
+  constructor(private readonly comm: Comm, handle: Pointer) {
+    this.#handle = handle
+  }
+
+  get done(): boolean {
+    return this.#failure !== undefined
+  }
+
+  /**
+   * Waits up to `microseconds` (0: only looks; negative: until done); true once done, and
+   * throws the collective's failure (every time) when it failed.
+   */
+  wait(microseconds: number): boolean {
+    const handle = this.#handle
+    if (handle !== null) {
+      const { native } = this.comm
+      const status = native.shim.shim_work_wait(handle, microseconds, native.outsPtr)
+      if ((native.outs[0]! & 0xffffffffn) === 0n) return false
+      this.#handle = null
+      this.comm.finished(this)
+      const times = new BigInt64Array(2)
+      native.shim.shim_work_times(handle, ptr(times), ptr(times, 8))
+      this.began = Number(times[0])
+      this.ended = Number(times[1])
+      // The text of a failure is the shim's last error: read before the destroy.
+      try {
+        native.check(status, "shim_all_reduce")
+        this.#failure = null
+      } catch (e) {
+        this.#failure = e
+      } finally {
+        native.shim.shim_work_destroy(handle)
+      }
+    }
+    if (this.#failure !== null) throw this.#failure
+    return true
+  }
+}
+
 export class Comm implements Disposable {
   #destroyed = false
+  /** Started all-reduces not yet seen done: destroy waits for them. */
+  readonly #works = new Set<Work>()
 
   private constructor(
     readonly native: Native,
@@ -67,6 +120,22 @@ export class Comm implements Disposable {
     this.native.check(this.native.shim.shim_all_reduce(this.handle, out.handle, input.handle, CommOp[op], stream(s)), "shim_all_reduce")
   }
 
+  /**
+   * Starts an all-reduce and returns at once (shim.h, shim_all_reduce_start): until the work
+   * is done, out and input are its, and no other call may be made on this comm.
+   */
+  allReduceStart(out: Tensor, input: Tensor, op: CommOpName, s?: Stream): Work {
+    this.native.check(this.native.shim.shim_all_reduce_start(this.handle, out.handle, input.handle, CommOp[op], stream(s), this.native.outsPtr), "shim_all_reduce_start")
+    const work = new Work(this, this.native.outPtr())
+    this.#works.add(work)
+    return work
+  }
+
+  /** A work of this comm was seen done. */
+  finished(work: Work): void {
+    this.#works.delete(work)
+  }
+
   allGather(out: Tensor, input: Tensor, s?: Stream): void {
     this.native.check(this.native.shim.shim_all_gather(this.handle, out.handle, input.handle, stream(s)), "shim_all_gather")
   }
@@ -99,6 +168,14 @@ export class Comm implements Disposable {
   destroy(): void {
     if (this.#destroyed) return
     this.#destroyed = true
+    // Its started all-reduces end first (each within the comm's timeout); their failures are their owners' to see.
+    for (const w of [...this.#works]) {
+      try {
+        w.wait(-1)
+      } catch {
+        // Kept by the work for its owner's wait.
+      }
+    }
     this.native.check(this.native.shim.shim_comm_destroy(this.handle), "shim_comm_destroy")
   }
 

@@ -87,6 +87,10 @@ export const symbols = {
   shim_all_to_all: { args: [ptr, ptr, ptr, ptr], returns: i32 },
   shim_broadcast: { args: [ptr, ptr, i32, ptr], returns: i32 },
   shim_barrier: { args: [ptr, ptr], returns: i32 },
+  shim_all_reduce_start: { args: [ptr, ptr, ptr, i32, ptr, ptr], returns: i32 },
+  shim_work_wait: { args: [ptr, i64, ptr], returns: i32 },
+  shim_work_times: { args: [ptr, ptr, ptr], returns: i32 },
+  shim_work_destroy: { args: [ptr], returns: i32 },
   shim_p2p: { args: [ptr, i32, ptr, ptr, ptr, ptr], returns: i32 },
 } as const satisfies Record<string, FFIFunction>
 

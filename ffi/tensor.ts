@@ -264,6 +264,11 @@ export class Tensor implements Disposable {
     return v
   }
 
+  /** The tensor that owns this one's memory: its base for a view, else itself. */
+  get root(): Tensor {
+    return this.#base ?? this
+  }
+
   /** Releases the handle now; later uses fail with a ShimError. Freeing twice is a no-op. */
   free(): void {
     const handle = this.#handle

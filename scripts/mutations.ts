@@ -92,13 +92,13 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "Status is not re-sent when nothing advanced",
     file: "src/worker/session.ts",
-    edits: one("    s.lastSentStatus = s.firstUncompletedIdent\n", ""),
+    edits: one("    s.lastSentStatus = first\n", ""),
     tests: ["tests/worker/inProcess.test.ts", "tests/worker/lifecycle.test.ts"],
   },
   {
     area: "worker", behaviour: "Status is not sent before anything completed",
     file: "src/worker/session.ts",
-    edits: one("if (s.firstUncompletedIdent > s.lastSentStatus) {", "if (s.firstUncompletedIdent >= s.lastSentStatus) {"),
+    edits: one("if (first > s.lastSentStatus) {", "if (first >= s.lastSentStatus) {"),
     tests: ["tests/worker/inProcess.test.ts", "tests/worker/lifecycle.test.ts"],
   },
   {
@@ -109,6 +109,36 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
       "        if (input.failure !== undefined) throw input.failure\n        return { input, out: collective(s, comm, input.tensor, m, stream) }\n",
     ),
     tests: ["tests/worker/inProcess.test.ts", "tests/worker/errors.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a command reading or writing a tensor of an all-reduce in flight waits for it first",
+    file: "src/worker/inflight.ts",
+    edits: one("    return this.lastHolding(env, m, -1)\n", "    return -1\n"),
+    tests: ["tests/worker/overlap.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "commands that do not read an all-reduce in flight run before it ends",
+    file: "src/worker/inflight.ts",
+    edits: one("    return this.lastHolding(env, m, -1)\n", "    return this.queue.length - 1\n"),
+    tests: ["tests/worker/overlap.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a failure of an all-reduce on the communication thread poisons its result (and so its readers)",
+    file: "src/worker/handlers/collectives.ts",
+    edits: one("poison(s, m.ident, current() ? [m.result] : [], error)", "poison(s, m.ident, [], error)"),
+    tests: ["tests/worker/overlap.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "Status stays at an all-reduce in flight until it is settled",
+    file: "src/worker/session.ts",
+    edits: one("const first = Math.min(s.firstUncompletedIdent, s.inflight.earliest)", "const first = s.firstUncompletedIdent"),
+    tests: ["tests/worker/overlap.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a tensor let go while an all-reduce in flight holds its memory is freed only after it",
+    file: "src/worker/refs.ts",
+    edits: one("    if (value instanceof Tensor && this.later?.defer(value)) return\n", ""),
+    tests: ["tests/worker/overlap.test.ts"],
   },
   {
     area: "worker", behaviour: "a send to oneself is a copy and posts no receive",

@@ -3,6 +3,12 @@
  * (Debian's `chromium`) draw one training step of the trace in the viewer and save it.
  *
  *   bun run scripts/timeline.ts [docs/timeline.png] [step]
+ *   bun run scripts/timeline.ts --gpt [docs/overlap.png] [step]
+ *
+ * --gpt: a training step of the GPT demo's model on dp=4 (examples/gpt/model.ts's trainStep,
+ * each gradient all-reduced as backward yields it), where each rank's communication-thread
+ * track, under its stream's, shows the gradients' all-reduces running while backward's calls
+ * go on above them.
  *
  * Also the browser helpers the trace test uses.
  */
@@ -46,7 +52,47 @@ export const stepWindow = (trace: ChromeTrace, step: number): { from: number; to
   return { from: ms(fetches[step - 2]), to: ms(fetches[step - 1]) }
 }
 
-if (import.meta.main) {
+/** Trains the GPT demo's model on dp=4 for `steps` steps with a timeline written to `trace`, fetching each step's loss (the step windows' ends). */
+const tracedGpt = async (trace: string, steps: number): Promise<void> => {
+  const { Effect, ManagedRuntime } = await import("effect")
+  const { Controller } = await import("../src/controller/index.ts")
+  const { AdamW } = await import("../src/optim/index.ts")
+  const { blockSize, makeBatches, VOCAB } = await import("../examples/gpt/data.ts")
+  const { distributeBatch, GPT, trainStep } = await import("../examples/gpt/model.ts")
+  const { initialWeights } = await import("../examples/gpt/weights.ts")
+  const config = { vocab: VOCAB, block: blockSize(8), dim: 64, heads: 4, layers: 2, tied: true }
+  const root = new URL("..", import.meta.url).pathname
+  const rt = ManagedRuntime.make(Controller.local({ world: 4, functionPath: [root], trace, env: { MONARCH_CPU_THREADS: "1" }, onWorkerLine: () => {} }))
+  await rt.runPromise(Effect.gen(function* () {
+    const ctl = yield* Controller
+    const mesh = yield* ctl.mesh({ dp: 4, tp: 1 })
+    const model = yield* GPT.make(mesh, config, initialWeights(config, 1))
+    const opt = new AdamW(model.parameters, { lr: 3e-3 })
+    for (const b of makeBatches(2, steps, 32, 8)) {
+      const [x, y] = yield* distributeBatch(mesh, b)
+      yield* (yield* trainStep(model, opt, x, y)).fetch()
+      x.release()
+      y.release()
+    }
+  })).finally(() => rt.dispose())
+}
+
+if (import.meta.main && process.argv[2] === "--gpt") {
+  const out = process.argv[3] ?? "docs/overlap.png"
+  const step = Number(process.argv[4] ?? 6)
+  const missing = browserMissing()
+  if (missing) throw new Error(missing)
+  const dir = mkdtempSync(join(tmpdir(), "monarch-timeline-"))
+  try {
+    const trace = join(dir, "gpt.json")
+    await tracedGpt(trace, step + 1)
+    const { from, to } = stepWindow(JSON.parse(readFileSync(trace, "utf8")) as ChromeTrace, step)
+    screenshot(`file://${join(dir, "gpt.html")}#from=${from.toFixed(3)}&to=${to.toFixed(3)}`, out, "1600,620")
+    console.log(`step ${step} (${from.toFixed(1)}-${to.toFixed(1)} ms) drawn to ${out}`)
+  } finally {
+    rmSync(dir, { recursive: true, force: true })
+  }
+} else if (import.meta.main) {
   const out = process.argv[2] ?? "docs/timeline.png"
   const step = Number(process.argv[3] ?? 20)
   const missing = browserMissing()

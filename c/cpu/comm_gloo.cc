@@ -45,6 +45,7 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include "../common/internal.h"
+#include "comm_async.h"
 #include "comm_gloo_reduce.h"
 #include "comm_shm.h"
 
@@ -440,6 +441,7 @@ const char *shim_comm_transport(const shim_comm *c) {
 
 int shim_comm_destroy(shim_comm *c) {
   SHIM_REQUIRE(c, "comm");
+  shim_cpu_comm_closing(c);
   return guarded(nullptr, "shim_comm_destroy", [&] {
     delete c;
     return SHIM_OK;

@@ -41,6 +41,19 @@ struct shim_comm : shim_comm_state {
   ncclComm_t comm;             /* NULL before connect and after an abort */
   cudaEvent_t done;            /* recorded after each call's work and polled */
   shim_cuda_storage *barrier;  /* one byte the barrier all-reduces */
+  shim_stream *side;           /* the comm stream of shim_all_reduce_start, made on its first use */
+};
+
+/* A started all-reduce: its event on the comm stream, polled like a collective's (wait_done). */
+struct shim_work {
+  shim_comm *comm;
+  cudaEvent_t done;     /* recorded on the comm stream after the work; valid when has_event */
+  int32_t has_event;
+  int64_t deadline;     /* the comm's timeout, counted from the start */
+  int32_t finished;
+  int32_t status;       /* once finished */
+  char message[1024];   /* once finished with a failure */
+  int64_t began_us, ended_us;
 };
 
 namespace {
@@ -322,6 +335,10 @@ int shim_comm_destroy(shim_comm *c) {
   }
   cudaError_t e = cudaEventDestroy(c->done);
   if (e != cudaSuccess && status == SHIM_OK) status = shim_cuda_fail(e, "cudaEventDestroy", __FILE__, __LINE__);
+  if (c->side != NULL) {
+    int s = shim_stream_destroy(c->side);
+    if (status == SHIM_OK) status = s;
+  }
   if (c->barrier != NULL) {
     int s = shim_cuda_storage_release(c->barrier);
     if (status == SHIM_OK) status = s;
@@ -342,6 +359,111 @@ int shim_all_reduce(shim_comm *c, shim_tensor *out, const shim_tensor *in, int32
     return c->nccl->ncclAllReduce(shim_cuda_data(in), shim_cuda_data(out), (size_t)in->numel, nccl_type(in->dtype),
                                   nccl_op(in->dtype, op), c->comm, stream);
   });
+}
+
+namespace {
+
+/* The start's host part: the checks and the agreement as shim_all_reduce's (on s), then the
+ * all-reduce on the comm stream after an event recorded on s, and the work's event after it. */
+int start_all_reduce(shim_comm *c, shim_tensor *out, const shim_tensor *in, int32_t op, shim_stream *s, shim_work *w) {
+  const char *what = "shim_all_reduce";
+  SHIM_TRY(refused(c, what, SHIM_CALL_ALL_REDUCE, s, shim_check_all_reduce(c, out, in, op)));
+  SHIM_TRY(agree_on(c, what, s, shim_comm_header_of(SHIM_CALL_ALL_REDUCE, in, op)));
+  w->deadline = deadline_of(c);
+  if (in->numel == 0) return SHIM_OK;
+  if (c->side == NULL) SHIM_TRY(shim_stream_create(&c->side));
+  CUDA_CHECK(cudaEventCreateWithFlags(&w->done, cudaEventDisableTiming));
+  w->has_event = 1;
+  cudaStream_t side = shim_cuda_stream(c->side);
+  CUDA_CHECK(cudaEventRecord(w->done, shim_cuda_stream(s)));
+  CUDA_CHECK(cudaStreamWaitEvent(side, w->done, 0));
+  shim_cuda_track(c->side, out);
+  shim_cuda_track(c->side, in);
+  SHIM_TRY(issued(c, what, c->nccl->ncclAllReduce(shim_cuda_data(in), shim_cuda_data(out), (size_t)in->numel, nccl_type(in->dtype),
+                                                  nccl_op(in->dtype, op), c->comm, side), w->deadline));
+  if (op == SHIM_OP_AVG) SHIM_TRY(divide(out, c->size, side));
+  CUDA_CHECK(cudaEventRecord(w->done, side));
+  return SHIM_OK;
+}
+
+/* Marks w finished with status (and the last error's text when it failed). */
+int64_t wall_us() {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+void finish(shim_work *w, int status) {
+  w->finished = 1;
+  w->ended_us = wall_us();
+  w->status = status;
+  if (status != SHIM_OK) snprintf(w->message, sizeof w->message, "%s", shim_last_error());
+}
+
+/* Polls w's event and its comm's errors for up to budget_us (negative: until done), as
+ * wait_done does for a collective. */
+void poll_work(shim_work *w, int64_t budget_us) {
+  shim_comm *c = w->comm;
+  const int64_t until = budget_us < 0 ? INT64_MAX : now_ns() + budget_us * 1000;
+  for (int polls = 0; !w->finished; polls++) {
+    cudaError_t e = cudaEventQuery(w->done);
+    if (e == cudaSuccess) return finish(w, SHIM_OK);
+    if (e != cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      return finish(w, broken(c, SHIM_E_BACKEND, "shim_all_reduce: waiting for NCCL's work: %s (CUDA error %d)", cudaGetErrorString(e), (int)e));
+    }
+    ncclResult_t state = ncclSuccess;
+    ncclResult_t r = c->comm == NULL ? ncclSuccess : c->nccl->ncclCommGetAsyncError(c->comm, &state);
+    if (c->comm == NULL || r != ncclSuccess || (state != ncclSuccess && state != ncclInProgress))
+      return finish(w, broken(c, SHIM_E_COMM, "shim_all_reduce: NCCL failed: %s",
+                              c->comm == NULL ? c->failure : c->nccl->ncclGetErrorString(r != ncclSuccess ? r : state)));
+    if (now_ns() > w->deadline)
+      return finish(w, broken(c, SHIM_E_TIMEOUT, "shim_all_reduce: did not complete within %lld ms (a member missing or stuck?)",
+                              (long long)c->timeout_ms));
+    if (now_ns() > until) return;
+    pause_after(polls);
+  }
+}
+
+}  // namespace
+
+int shim_all_reduce_start(shim_comm *c, shim_tensor *out, const shim_tensor *in, int32_t op, shim_stream *s,
+                          shim_work **work) {
+  SHIM_REQUIRE(work, "work");
+  shim_work *w = (shim_work *)calloc(1, sizeof *w);
+  if (w == NULL) return shim_fail(SHIM_E_NOMEM, "shim_all_reduce_start: out of host memory");
+  w->comm = c;
+  w->began_us = wall_us();
+  const int status = start_all_reduce(c, out, in, op, s, w);
+  if (status != SHIM_OK || !w->has_event) finish(w, status);
+  *work = w;
+  return SHIM_OK;
+}
+
+int shim_work_wait(shim_work *w, int64_t timeout_us, int32_t *done) {
+  SHIM_REQUIRE(w, "work");
+  SHIM_REQUIRE(done, "done");
+  if (!w->finished) poll_work(w, timeout_us);
+  *done = w->finished;
+  if (!w->finished || w->status == SHIM_OK) return SHIM_OK;
+  return shim_fail(w->status, "%s", w->message);
+}
+
+int shim_work_times(const shim_work *w, int64_t *began_us, int64_t *ended_us) {
+  SHIM_REQUIRE(w, "work");
+  SHIM_REQUIRE(began_us, "began_us");
+  SHIM_REQUIRE(ended_us, "ended_us");
+  *began_us = w->began_us;
+  *ended_us = w->finished ? w->ended_us : 0;
+  return SHIM_OK;
+}
+
+int shim_work_destroy(shim_work *w) {
+  SHIM_REQUIRE(w, "work");
+  if (!w->finished) poll_work(w, -1);
+  if (w->has_event) (void)cudaEventDestroy(w->done);
+  free(w);
+  return SHIM_OK;
 }
 
 int shim_all_gather(shim_comm *c, shim_tensor *out, const shim_tensor *in, shim_stream *s) {

@@ -134,6 +134,33 @@ export class Communicators {
   }
 
   /**
+   * The open communicator of mesh `mesh`'s group over `dims`, when a collective may start on
+   * it now: open, and no member known lost. Undefined otherwise (`collective` opens it, or
+   * fails at once).
+   */
+  current(mesh: number, dims: ReadonlyArray<string>, members: () => ReadonlyArray<number>): Comm | undefined {
+    if (this.lost.size > 0 && this.lostAmong(members()) !== undefined) return undefined
+    return this.groups.get(mesh)?.get(dims.join(","))?.comm
+  }
+
+  /**
+   * A collective started on `comm` for command `ident` (Comm.allReduceStart) failed with `e`
+   * once done: what `collective` does with a failure of `op` (tear down, note, and once more
+   * on a new communicator when a peer went on), when `comm` is still the group's. When an
+   * earlier failure took it down after this one started, `op` runs as the collective would
+   * have run then: on the group's next communicator, opened for it.
+   */
+  failedStarted<A>(mesh: number, dims: ReadonlyArray<string>, members: () => ReadonlyArray<number>, comm: Comm, ident: number, e: unknown, op: (comm: Comm) => A): Effect.Effect<A, CommError> {
+    const group = this.groups.get(mesh)?.get(dims.join(","))
+    if (group?.comm === comm) return this.failed(mesh, dims, group, ident, e, op, true)
+    if (!UNUSABLE_AFTER.includes(commError(e).reason)) return Effect.fail(inGlobalRanks(commError(e), members()))
+    return Effect.suspend(() => {
+      const again = this.collective(mesh, dims, members, ident, op)
+      return Effect.isEffect(again) ? again : Effect.succeed(again)
+    })
+  }
+
+  /**
    * Rank `rank` is gone (the controller said so): every collective over it fails from now on,
    * and the openings waiting for it stop.
    */

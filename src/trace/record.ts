@@ -29,6 +29,8 @@ export interface RankTrace {
 }
 
 export const CONTROL_TRACK = 0
+/** The communication thread's track (after every stream's): each collective in flight from when it began to when it ended there. */
+export const COMM_TRACK = 2 ** 31 - 1
 
 /** Microseconds since the epoch, to the fraction the clock gives. */
 export const nowMicros = (): number => (performance.timeOrigin + performance.now()) * 1000
@@ -44,6 +46,18 @@ export class Recorder {
   private readonly borrows = new Map<number, { readonly from: number; readonly to: number }>()
 
   constructor(readonly rank: number, private readonly dir: string) {}
+
+  /** Records a collective that ran on the communication thread from `began` to `ended` (microseconds since the epoch). */
+  comm(name: string, ident: number, began: number, ended: number): void {
+    if (!this.tracks.has(COMM_TRACK)) this.tracks.set(COMM_TRACK, "communication thread")
+    if (began <= 0 || ended < began) return
+    this.spans.push({ name, cat: "collective", tid: COMM_TRACK, ts: began, dur: ended - began, args: { ident } })
+  }
+
+  /** Records a command's wait, on `stream`'s track, for the collective in flight `ident` to end. */
+  waited(name: string, ident: number, stream: number, from: number, to: number): void {
+    this.spans.push({ name: `wait for ${name}`, cat: "wait", tid: stream, ts: from, dur: Math.max(0, to - from), args: { ident } })
+  }
 
   /** Records `m` as run from `start` until now. A CommandGroup is left to its commands. */
   record(m: WorkerMessage, start: number): void {

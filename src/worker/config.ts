@@ -54,6 +54,8 @@ export interface WorkerConfig {
   readonly recordingLimits: RecordingLimits
   /** Collective and p2p timeout. */
   readonly commTimeoutMs: number
+  /** MONARCH_COMM_OVERLAP=0: every collective runs on the loop's thread, as it did before the communication thread (for comparisons). */
+  readonly commOverlap: boolean
   /** Rendezvous and store-wait timeout. */
   readonly storeTimeoutMs: number
   /** Restartable: how long to wait for a new controller while the store does not answer either. */
@@ -192,6 +194,7 @@ export const readConfig = (env: Record<string, string | undefined> = process.env
     checkpointRoot: env.MONARCH_CHECKPOINT_DIR || undefined,
     recordingLimits: recordings.limits,
     commTimeoutMs: int(env, "MONARCH_COMM_TIMEOUT_MS", 60_000),
+    commOverlap: env.MONARCH_COMM_OVERLAP !== "0",
     storeTimeoutMs: int(env, "MONARCH_STORE_TIMEOUT_MS", 60_000),
     orphanTimeoutMs: int(env, "MONARCH_ORPHAN_TIMEOUT_MS", 60_000),
     cpuThreads: cpuThreads(env),

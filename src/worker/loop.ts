@@ -8,6 +8,7 @@ import { Cause, Effect, Queue, References, Schedule } from "effect"
 import type { ControllerMessage, WorkerMessage } from "../protocol/messages.ts"
 import type { Recorder } from "../trace/record.ts"
 import { makeDispatch } from "./handlers/index.ts"
+import { IDLE_WAIT_US } from "./inflight.ts"
 import { closeSession, ioTurn, makeSession, sendStatus, type LinkState, type Session } from "./session.ts"
 
 /** What the loop needs of the link to the controller. */
@@ -43,6 +44,15 @@ export const runLoop = (inbox: Inbox, deps: SessionDeps, options: { readonly res
     }
     yield* Effect.forkChild(Effect.sync(() => sendStatus(session)).pipe(Effect.repeat(Schedule.spaced("1 second"))))
     while (true) {
+      // Collectives in flight and no command to run: settle them as they end, looking at the link between waits.
+      if (session.inflight.size > 0 && (yield* Queue.size(inbox.messages)) === 0) {
+        const rest = session.inflight.settleDone(IDLE_WAIT_US)
+        if (rest) yield* rest
+        if (session.inflight.size === 0) sendStatus(session)
+        yield* Effect.promise(() => new Promise<void>((resume) => setTimeout(resume, 0)))
+        if (inbox.linkState() !== "open") return closed()
+        continue
+      }
       const batch = yield* Queue.takeAll(inbox.messages).pipe(Effect.catchCause(() => Effect.succeed(null)))
       if (batch === null || inbox.linkState() !== "open") return closed()
       for (const m of batch) {

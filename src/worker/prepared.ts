@@ -124,7 +124,8 @@ export const keep = (s: Session, p: Prepared, c: CallFunction): void => {
   const spare: Tensor[] = []
   for (let i = 0; i < made.length; i++) {
     const t = made[i]!, id = c.results[i]!.id
-    if (s.env.peek(id) !== t || t.shared || s.env.take(id) !== t) break
+    // Not one a collective in flight still reads or writes: the next call would write it under the work.
+    if (s.env.peek(id) !== t || t.shared || s.inflight.holds(t) || s.env.take(id) !== t) break
     spare.push(t)
   }
   if (spare.length === made.length) p.spare = spare

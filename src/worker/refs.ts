@@ -13,6 +13,12 @@ import { DependentOnError, UnknownRef, WrongRefType } from "./errors.ts"
 const isOwned = (v: unknown): v is Disposable =>
   typeof v === "object" && v !== null && typeof (v as Partial<Disposable>)[Symbol.dispose] === "function"
 
+/** Where a tensor goes that is let go while a collective in flight holds its memory (inflight.ts). */
+export interface Deferrer {
+  /** True when it keeps `t` to free later. */
+  defer(t: Tensor): boolean
+}
+
 /** An owned value with its count of holding refs under an env's key. */
 type Held = Disposable & { [key: symbol]: number | undefined }
 
@@ -20,6 +26,8 @@ type Held = Disposable & { [key: symbol]: number | undefined }
 const COMPACT_SLACK = 1 << 16
 
 export class RefEnv {
+  constructor(private readonly later?: Deferrer) {}
+
   /**
    * Ref -> value; a forgotten ref stays as an undefined entry (`dead` of them) until they
    * outnumber the live ones by COMPACT_SLACK: JSC's Map rehashes as it shrinks and grows, so a
@@ -136,7 +144,9 @@ export class RefEnv {
     if (!isOwned(value)) return
     const n = (value as Held)[this.holds]! - 1
     ;(value as Held)[this.holds] = n
-    if (n === 0) value[Symbol.dispose]()
+    if (n > 0) return
+    if (value instanceof Tensor && this.later?.defer(value)) return
+    value[Symbol.dispose]()
   }
 }
 

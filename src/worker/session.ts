@@ -15,6 +15,7 @@ import { DEFAULT_RECORDING_LIMITS, type RecordingLimits } from "../protocol/reco
 import type { Ref } from "../protocol/values.ts"
 import { DependentOnError, toErrorPayload } from "./errors.ts"
 import type { FunctionTable } from "./functions.ts"
+import { InFlight } from "./inflight.ts"
 import { RefEnv, resolveTree } from "./refs.ts"
 import { freeSpares, type Prepared } from "./prepared.ts"
 import type { Borrow } from "./streams.ts"
@@ -24,6 +25,10 @@ export interface Session {
   readonly world: number
   readonly native: Native
   readonly env: RefEnv
+  /** The collectives started and not yet settled (inflight.ts). */
+  readonly inflight: InFlight
+  /** Whether an all-reduce may run on the communication thread while later commands run (MONARCH_COMM_OVERLAP, default on). */
+  readonly overlap: boolean
   /** Borrow id -> its state, or null when its creation failed (its steps are then no-ops). */
   readonly borrows: Map<number, Borrow | null>
   /** Recordings defined by DefineRecording, by id. */
@@ -70,12 +75,16 @@ export interface Recording {
  */
 export type LinkState = "open" | "lost" | "ended"
 
-export const makeSession = (deps: Pick<Session, "rank" | "world" | "native" | "comms" | "functions" | "send" | "checkpointRoot"> & { readonly linkState?: () => LinkState; readonly recordingLimits?: RecordingLimits; readonly whenSent?: Session["whenSent"] }): Session => ({
+export const makeSession = (deps: Pick<Session, "rank" | "world" | "native" | "comms" | "functions" | "send" | "checkpointRoot"> & { readonly linkState?: () => LinkState; readonly recordingLimits?: RecordingLimits; readonly whenSent?: Session["whenSent"]; readonly overlap?: boolean }): Session => {
+  const inflight = new InFlight()
+  return {
   linkState: () => "open",
   recordingLimits: DEFAULT_RECORDING_LIMITS,
   whenSent: (fn) => fn(),
+  overlap: true,
   ...deps,
-  env: new RefEnv(),
+  inflight,
+  env: new RefEnv(inflight),
   borrows: new Map(),
   recordings: new Map(),
   writing: new Set(),
@@ -85,7 +94,8 @@ export const makeSession = (deps: Pick<Session, "rank" | "world" | "native" | "c
   generator: new Generator(deps.rank),
   coords: {},
   lastIoTurn: performance.now(),
-})
+  }
+}
 
 /** How long commands may run back to back before the event loop gets a turn. */
 const IO_TURN_MS = 50
@@ -108,6 +118,7 @@ export const stopped = (s: Session): boolean => s.exiting || s.linkState() !== "
 
 /** Ends a session: every ref released, every borrow event destroyed. */
 export const closeSession = (s: Session): void => {
+  s.inflight.drainNow()
   for (const b of s.borrows.values()) b?.destroy()
   s.borrows.clear()
   for (const r of s.recordings.values()) freeSpares(r.prepared)
@@ -115,11 +126,15 @@ export const closeSession = (s: Session): void => {
   s.env.clear()
 }
 
-/** Sends Status when the first uncompleted ident moved since the last one sent. */
+/**
+ * Sends Status when the first uncompleted ident moved since the last one sent. A collective in
+ * flight is not complete: Status stays at the earliest one's ident until it is settled.
+ */
 export const sendStatus = (s: Session): void => {
-  if (s.firstUncompletedIdent > s.lastSentStatus) {
-    s.send({ _tag: "Status", firstUncompletedIdent: s.firstUncompletedIdent })
-    s.lastSentStatus = s.firstUncompletedIdent
+  const first = Math.min(s.firstUncompletedIdent, s.inflight.earliest)
+  if (first > s.lastSentStatus) {
+    s.send({ _tag: "Status", firstUncompletedIdent: first })
+    s.lastSentStatus = first
   }
 }
 
@@ -191,7 +206,7 @@ export const tryDefineNow = (s: Session, ident: number, refs: ReadonlyArray<Ref>
 }
 
 /** Defines `refs` as poisoned; a root failure is also reported, and logged at info. */
-const poison = (s: Session, ident: number, refs: ReadonlyArray<Ref>, error: unknown): Effect.Effect<void> => {
+export const poison = (s: Session, ident: number, refs: ReadonlyArray<Ref>, error: unknown): Effect.Effect<void> => {
   if (error instanceof DependentOnError) {
     for (const r of refs) s.env.define(r, error)
     return Effect.void

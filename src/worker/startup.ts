@@ -162,7 +162,7 @@ export const runWorker = (config: WorkerConfig): Effect.Effect<WorkerEnd, unknow
         })
         waiting = false
         yield* Effect.logInfo(`connected to the controller at ${address}`)
-        const ended = yield* runLoop(link, { rank: config.rank, world: config.world, native, comms, functions, checkpointRoot: config.checkpointRoot, recordingLimits: config.recordingLimits }, { restartable: config.restartable, ...(trace ? { trace } : {}) })
+        const ended = yield* runLoop(link, { rank: config.rank, world: config.world, native, comms, functions, checkpointRoot: config.checkpointRoot, recordingLimits: config.recordingLimits, overlap: config.commOverlap }, { restartable: config.restartable, ...(trace ? { trace } : {}) })
         admitted = link.commandsSeen()
         return ended
       })).pipe(

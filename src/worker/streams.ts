@@ -6,9 +6,12 @@
  * - Commands run to completion, one at a time, in the order they arrived. A handler that
  *   returns an Effect (a first import, a promise, a communicator to open) is awaited before
  *   the next command starts, so every rank reaches each collective in the same order.
- * - Native calls block the loop. Kernels on cpu, and a collective or a send anywhere, return
- *   only when their work is done, waiting for the peers inside the shim (Gloo's and NCCL's
- *   own threads move the bytes). Meanwhile no Status goes out and no frame is read (the kernel
+ * - Native calls block the loop, but one: an all-reduce on an open communicator is started on
+ *   the communication thread (Comm.allReduceStart) and its Reduce returns at once; the commands
+ *   that name its tensors wait for it, and the rest go on (inflight.ts; docs/design.md, The
+ *   execution model). Kernels on cpu, and other collectives and sends anywhere, return only
+ *   when their work is done, waiting for the peers inside the shim (Gloo's and NCCL's own
+ *   threads move the bytes). Meanwhile no Status goes out and no frame is read (the kernel
  *   buffers them). On cuda, kernels and copies are queued on their stream and return at once;
  *   only what needs a result on the host (a fetch's copy, a synchronize) waits for the device.
  * - What bounds the wait: every communication call carries the comm timeout
@@ -22,10 +25,8 @@
  *   Between commands the loop gives the event loop a turn once commands have held it for a
  *   while (session.ts, ioTurn), so a closed link is seen between long commands.
  *
- * `blocking` is the one seam through which work that waits on peers goes (collectives and
- * sends; a communicator's rendezvous is an Effect of its own, in src/comm). Moving that work
- * off the loop later (a thread, or the shim's asynchronous calls and a poll) changes `blocking`
- * alone: its callers already take an Effect.
+ * `blocking` is the seam through which work that waits on peers on this thread goes (collectives
+ * and sends run here; a communicator's rendezvous is an Effect of its own, in src/comm).
  *
  * Streams order device work; a borrow orders one stream's use of a tensor against another's
  * with events, not host synchronisation (handlers/borrows.ts runs the four steps).

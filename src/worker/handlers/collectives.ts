@@ -5,7 +5,7 @@
  * as that poison (or fails with why it could not read the input).
  */
 import { Effect } from "effect"
-import type { Comm } from "../../../ffi/comm.ts"
+import type { Comm, Work } from "../../../ffi/comm.ts"
 import type { CommOpName } from "../../../ffi/symbols.ts"
 import * as k from "../../../ffi/ops.ts"
 import type { Stream } from "../../../ffi/stream.ts"
@@ -19,7 +19,7 @@ import { sameShape } from "../../ops/meta.ts"
 import { DependentOnError, InputMismatch } from "../errors.ts"
 import { DeviceMesh } from "../mesh.ts"
 import { getAs } from "../refs.ts"
-import { announce, reject, tryDefine, type Session } from "../session.ts"
+import { announce, poison, reject, tryDefine, type Session } from "../session.ts"
 import { blocking, streamOf } from "../streams.ts"
 
 export const createDeviceMesh = (s: Session) => (m: CreateDeviceMesh) => Effect.sync(() => {
@@ -114,11 +114,77 @@ const collective = (s: Session, comm: Comm, input: Tensor, m: Reduce, stream: St
   }
 }
 
+/**
+ * A Reduce started on the communication thread (docs/design.md, The execution model): an
+ * all-reduce over a group whose communicator is open, with no member known lost, when overlap
+ * is on. Its result is defined at once as the output tensor, which the work holds until it is
+ * settled (inflight.ts); false when the Reduce runs here instead (nothing was started).
+ * A poisoned input joins with zeros, as here, and poisons the result now.
+ */
+const startReduce = (s: Session, m: Reduce, mesh: DeviceMesh, stream: Stream): boolean => {
+  if (m.reduction === "stack" || m.scatter) return false
+  const members = () => mesh.members(m.dims)
+  const comm = s.comms.current(mesh.id, m.dims, members)
+  if (comm === undefined || comm.size === 1) return false
+  const input = inputOf(s, `Reduce ${m.ident}`, m.tensor, m.factory, stream)
+  const plan = planCollective(input.tensor, comm.size, m.reduction, m.scatter, m.inplace)
+  if (typeof plan === "string" || plan.collective !== "all_reduce") {
+    if (input.failure !== undefined) input.tensor.free()
+    return false
+  }
+  const out = m.inplace ? input.tensor : Tensor.empty(s.native, plan.result.dtype, plan.result.shape)
+  let work: Work
+  try {
+    work = comm.allReduceStart(out, input.tensor, m.reduction as CommOpName, stream)
+  } catch (e) {
+    if (out !== input.tensor) out.free()
+    if (input.failure !== undefined) input.tensor.free()
+    throw commError(e)
+  }
+  const tensors = out === input.tensor ? [out] : [input.tensor, out]
+  s.inflight.start({
+    ident: m.ident,
+    name: `all_reduce ${m.reduction} [${m.dims.join(", ")}]`,
+    stream: m.stream.id,
+    comm,
+    work,
+    holds: tensors,
+    owns: input.failure === undefined ? [] : tensors,
+    finish: (failure) => (failure === undefined ? undefined : failedLater(s, m, mesh, comm, input, out, stream, failure)),
+  })
+  if (input.failure !== undefined) throw input.failure
+  s.env.define(m.result, out)
+  return true
+}
+
+/**
+ * A started Reduce whose all-reduce failed: the comm recovery as for one that ran here
+ * (Communicators.failedStarted, which may run it again, here, on a new communicator); then its
+ * result is what it would have been, or poisoned with the failure, which is reported.
+ */
+const failedLater = (s: Session, m: Reduce, mesh: DeviceMesh, comm: Comm, input: { tensor: Tensor; failure: unknown }, out: Tensor, stream: Stream, failure: unknown): Effect.Effect<void> => {
+  /** Whether the result still names what the start defined it as (a later command may have let it go or redefined it). */
+  const current = () => {
+    const v = s.env.peek(m.result.id)
+    return v === out || (input.failure !== undefined && v === input.failure)
+  }
+  return s.comms.failedStarted(mesh.id, m.dims, () => mesh.members(m.dims), comm, m.ident, failure, (c) => collective(s, c, input.tensor, m, stream)).pipe(
+    Effect.matchEffect({
+      onSuccess: (again) => Effect.sync(() => {
+        if (input.failure === undefined && current()) s.env.define(m.result, again)
+        else if (again !== input.tensor && again !== out) again.free()
+      }),
+      onFailure: (error) => poison(s, m.ident, current() ? [m.result] : [], error),
+    }),
+  )
+}
+
 export const reduce = (s: Session) => (m: Reduce) =>
   tryDefine(s, m.ident, [m.result], () => {
     const stream = streamOf(s.env, m.stream)
     const mesh = getAs(s.env, m.mesh, DeviceMesh, "a mesh")
     announce(s, m.ident)
+    if (s.overlap && startReduce(s, m, mesh, stream)) return
     // Retried once on a new communicator when a peer had given the old one up (Communicators).
     const attempt = (comm: Comm) => {
       const input = inputOf(s, `Reduce ${m.ident}`, m.tensor, m.factory, stream)
@@ -135,10 +201,14 @@ export const reduce = (s: Session) => (m: Reduce) =>
       if (out !== input.tensor) input.tensor.free()
       throw input.failure
     }
-    return blocking(() => {
+    const here = blocking(() => {
       const done = s.comms.collective(mesh.id, m.dims, () => mesh.members(m.dims), m.ident, attempt)
       return Effect.isEffect(done) ? Effect.map(done, finish) : finish(done)
     })
+    // It runs on this thread: the started ones on its communicator end first (all of them when it is to be opened).
+    if (s.inflight.size === 0) return here
+    const open = s.comms.current(mesh.id, m.dims, () => mesh.members(m.dims))
+    return Effect.andThen(open === undefined ? s.inflight.settleAll() : s.inflight.settleOn(open), here)
   })
 
 export const sendTensor = (s: Session) => (m: SendTensor) =>

@@ -5,6 +5,7 @@
 import { Effect } from "effect"
 import { WORKER_MESSAGES, type WorkerMessage } from "../../protocol/messages.ts"
 import { nowMicros, type Recorder } from "../../trace/record.ts"
+import { settleFor } from "../inflight.ts"
 import { reject, type Session } from "../session.ts"
 import { borrowCreate, borrowDrop, borrowFirstUse, borrowLastUse } from "./borrows.ts"
 import { callFunction, fetchValue } from "./calls.ts"
@@ -36,11 +37,20 @@ export const makeDispatch = (s: Session, debug = false, trace?: Recorder): ((m: 
     return Effect.logError(`${tag} failed unexpectedly`, e)
   })
   const guards = Object.fromEntries(Object.keys(WORKER_MESSAGES).map((tag) => [tag, guard(tag as WorkerMessage["_tag"])])) as Record<string, (e: Effect.Effect<void>) => Effect.Effect<void>>
-  const run = (m: WorkerMessage): Effect.Effect<void> =>
+  const handle = (m: WorkerMessage): Effect.Effect<void> =>
     guards[m._tag]!((handlers[m._tag] as (m: WorkerMessage) => Effect.Effect<void>)(m))
+  // A command first waits for the collectives in flight it reads or writes (inflight.ts).
+  const run = (m: WorkerMessage): Effect.Effect<void> => {
+    const wait = settleFor(s.inflight, s.env, m)
+    return wait === undefined ? handle(m) : Effect.andThen(wait, Effect.suspend(() => handle(m)))
+  }
   const logged = debug ? (m: WorkerMessage) => Effect.andThen(Effect.logDebug(logLine(m)), run(m)) : run
   // Tracing wraps each command (a group's too) only when on: the plain path stays as it was.
   // `run` turns defects into replies, so the end is always reached.
+  if (trace !== undefined) {
+    s.inflight.onSettled = (p) => trace.comm(p.name, p.ident, p.work.began, p.work.ended)
+    s.inflight.onWaited = (p, from, to) => trace.waited(p.name, p.ident, p.stream, from, to)
+  }
   const dispatch = trace === undefined ? logged : (m: WorkerMessage) => Effect.suspend(() => {
     const start = nowMicros()
     return Effect.map(logged(m), () => trace.record(m, start))

@@ -11,6 +11,7 @@
 import { Effect } from "effect"
 import { RECORDABLE, type CallFunction, type CallRecording, type DefineRecording, type DeleteRecording, type WorkerMessage } from "../../protocol/messages.ts"
 import { Ref } from "../../protocol/values.ts"
+import { settleFor } from "../inflight.ts"
 import { freeSpares, keep, prepare, runPrepared } from "../prepared.ts"
 import { ioTurn, reject, stopped, type Session } from "../session.ts"
 import { callNow } from "./calls.ts"
@@ -68,6 +69,9 @@ export const callRecording = (s: Session, dispatch: (m: WorkerMessage) => Effect
       for (let k = 0; k < define.commands.length; k++) {
         const c = define.commands[k]!
         if (plain && c._tag === "CallFunction") {
+          // As dispatch does: first the collectives in flight this command reads or writes.
+          const wait = settleFor(s.inflight, s.env, c)
+          if (wait) yield* wait
           let p = prepared[k]
           if (p === undefined) p = prepared[k] = prepare(s, c)
           const done = p === null ? false : runPrepared(s, p, c, m.ident + c.ident)
