@@ -9,6 +9,7 @@ import type { Native } from "../../ffi/native.ts"
 import type { Stream } from "../../ffi/stream.ts"
 import type { Tensor } from "../../ffi/tensor.ts"
 import type { Communicators } from "../comm/communicators.ts"
+import type { WorkerSegments } from "../net/shm.ts"
 import { Generator } from "../ops/generator.ts"
 import type { ControllerMessage, DefineRecording } from "../protocol/messages.ts"
 import { DEFAULT_RECORDING_LIMITS, type RecordingLimits } from "../protocol/recordingLimits.ts"
@@ -42,6 +43,8 @@ export interface Session {
   readonly whenSent: (fn: () => void) => void
   /** Whether the link to the controller is still open (see LinkState). */
   readonly linkState: () => LinkState
+  /** The link's shared-memory segments (src/net/shm.ts), when it has any: kept across restarts, as the link is. */
+  readonly segments?: WorkerSegments | undefined
   firstUncompletedIdent: number
   lastSentStatus: number
   /** Set by Exit: the loop stops after the current command. */
@@ -70,7 +73,7 @@ export interface Recording {
  */
 export type LinkState = "open" | "lost" | "ended"
 
-export const makeSession = (deps: Pick<Session, "rank" | "world" | "native" | "comms" | "functions" | "send" | "checkpointRoot"> & { readonly linkState?: () => LinkState; readonly recordingLimits?: RecordingLimits; readonly whenSent?: Session["whenSent"] }): Session => ({
+export const makeSession = (deps: Pick<Session, "rank" | "world" | "native" | "comms" | "functions" | "send" | "checkpointRoot"> & { readonly linkState?: () => LinkState; readonly recordingLimits?: RecordingLimits; readonly whenSent?: Session["whenSent"]; readonly segments?: WorkerSegments | undefined }): Session => ({
   linkState: () => "open",
   recordingLimits: DEFAULT_RECORDING_LIMITS,
   whenSent: (fn) => fn(),

@@ -222,6 +222,18 @@ export const fetchValue = (s: Session) => (m: FetchValue) =>
       const value = lookup(s, m.object, stream, made)
       // The host copy counts against the memory limit until the socket has taken the reply.
       const reply = (v: unknown) => {
+        // One tensor, into the link's shared-memory segment when it is free and fits: one copy, no host copy of its own.
+        const slot = v instanceof Tensor ? s.segments?.take(v.nbytes) : undefined
+        if (slot !== undefined) {
+          const t = v as Tensor
+          try {
+            t.copyOut(slot.view, stream)
+          } catch (e) {
+            s.segments!.untake(slot.segment)
+            throw e
+          }
+          return s.send({ _tag: "FetchShared", ident: m.ident, segment: slot.segment, dtype: t.dtype, shape: t.shape })
+        }
         const bytes = hostBytes(v)
         const release = holdHostCopy(s.native, bytes, `fetch of ${bytes} bytes to host`)
         try {

@@ -1,0 +1,112 @@
+// A shared-memory segment offer is untrusted input to the worker, and a FetchShared to the
+// controller: an offer whose path, size, kind of file or check bytes do not hold is refused
+// with a SegmentRefused saying which, nothing is left mapped or counted, and the link goes on;
+// a FetchShared naming a segment the link has not mapped, or a tensor larger than it, is refused.
+import { afterEach, expect, test } from "bun:test"
+import { closeSync, openSync, writeFileSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { join } from "node:path"
+import { ControllerSegments, MAX_SEGMENT_BYTES, SegmentRefused, WorkerSegments, type SegmentOffer } from "../../src/net/shm.ts"
+
+const opened: Array<ControllerSegments | WorkerSegments> = []
+afterEach(() => {
+  for (const s of opened.splice(0)) s.close()
+})
+
+/** A real offer from a controller's segments in this process (a worker of this process can open it). */
+const offer = (bytes = 3 << 20): { readonly ctl: ControllerSegments; readonly o: SegmentOffer } => {
+  const ctl = new ControllerSegments(0)
+  opened.push(ctl)
+  return { ctl, o: ctl.offerFor(bytes)! }
+}
+
+/** Attaches `o` to fresh worker segments, counting what the memory guard was asked for. */
+const attach = (o: SegmentOffer) => {
+  const w = new WorkerSegments()
+  opened.push(w)
+  const held = { bytes: 0 }
+  const reserve = (bytes: number) => {
+    held.bytes += bytes
+    return () => void (held.bytes -= bytes)
+  }
+  try {
+    w.attach(o, reserve)
+    return { w, held, error: undefined }
+  } catch (e) {
+    return { w, held, error: e }
+  }
+}
+
+const refusal = (o: SegmentOffer): string => {
+  const { w, held, error } = attach(o)
+  expect(error).toBeInstanceOf(SegmentRefused)
+  expect({ mapped: w.mappedBytes, held: held.bytes }).toEqual({ mapped: 0, held: 0 })
+  return (error as SegmentRefused).message
+}
+
+test("a genuine offer maps, is counted by the memory guard, and carries bytes both ways", () => {
+  const { ctl, o } = offer(3 << 20)
+  expect(o.bytes).toBe(3 << 20)
+  const { w, held, error } = attach(o)
+  expect(error).toBeUndefined()
+  expect(held.bytes).toBe(o.bytes)
+  ctl.mapped(o.segment, null)
+  const slot = w.take(5)!
+  slot.view.set([1, 2, 3, 4, 5])
+  expect(w.take(5)).toBeUndefined() // busy until freed
+  expect([...ctl.take(slot.segment, "u8", [5]).data]).toEqual([1, 2, 3, 4, 5])
+  w.free(slot.segment)
+  expect(w.take(o.bytes + 1)).toBeUndefined() // past the segment: the socket's
+  w.close()
+  expect(held.bytes).toBe(0)
+})
+
+test("offers whose path is not a memfd of the controller's are refused, saying why", () => {
+  const { o } = offer()
+  expect(refusal({ ...o, path: "/dev/shm/monarch-segment" })).toContain("is not /proc/<pid>/fd/<fd>")
+  expect(refusal({ ...o, path: `/proc/${process.pid}/fd/../../self/mem` })).toContain("is not /proc/<pid>/fd/<fd>")
+  expect(refusal({ ...o, path: `/proc/self/fd/0` })).toContain("is not /proc/<pid>/fd/<fd>")
+  expect(refusal({ ...o, path: `/proc/${process.pid}/fd/987654` })).toContain("cannot be read")
+  const file = join(tmpdir(), `segment-${process.pid}`)
+  writeFileSync(file, new Uint8Array(o.bytes))
+  const fd = openSync(file, "r+")
+  try {
+    expect(refusal({ ...o, path: `/proc/${process.pid}/fd/${fd}` })).toContain("not a monarch-segment memfd")
+  } finally {
+    closeSync(fd)
+  }
+})
+
+test("offers whose size or check bytes do not hold are refused, saying why", () => {
+  const { o } = offer()
+  expect(refusal({ ...o, bytes: o.bytes + 4096 })).toContain(`not the ${o.bytes + 4096} offered`)
+  expect(refusal({ ...o, bytes: o.bytes - 4096 })).toContain(`not the ${o.bytes - 4096} offered`)
+  expect(refusal({ ...o, bytes: MAX_SEGMENT_BYTES + 1 })).toContain("is outside")
+  expect(refusal({ ...o, bytes: 2 ** 60 })).toContain("is outside")
+  expect(refusal({ ...o, check: o.check.map((b) => b ^ 1) })).toContain("does not hold the offer's check bytes")
+  expect(refusal({ ...o, check: new Uint8Array(15) })).toContain("check of 15 bytes")
+  // The genuine offer still maps after all that.
+  expect(attach(o).error).toBeUndefined()
+})
+
+test("a FetchShared naming a segment not mapped, or a tensor past its segment, is refused", () => {
+  const { ctl, o } = offer(1 << 20)
+  expect(() => ctl.take(o.segment, "f32", [4])).toThrow("which this link has not mapped") // offered, not yet answered
+  ctl.mapped(o.segment, null)
+  expect(() => ctl.take(o.segment + 1, "f32", [4])).toThrow("which this link has not mapped")
+  expect(() => ctl.take(o.segment, "f32", [1 << 18, 2])).toThrow(`does not fit segment ${o.segment}`)
+  expect(() => ctl.take(o.segment, "f64", [2 ** 40, 2 ** 20])).toThrow("does not fit")
+  expect(() => ctl.mapped(o.segment + 7, null)).toThrow("which was not offered")
+  expect(ctl.take(o.segment, "u8", [0]).data.byteLength).toBe(0)
+})
+
+test("a refused offer makes no more offers on that link, and a closed one maps nothing", () => {
+  const { ctl, o } = offer(1 << 20)
+  ctl.mapped(o.segment, "not on this host")
+  expect(ctl.mappedBytes).toBe(0)
+  expect(ctl.offerFor(2 << 20)).toBeUndefined()
+  const fresh = offer(1 << 20)
+  const w = new WorkerSegments()
+  w.close()
+  expect(() => w.attach(fresh.o, () => () => {})).toThrow("the link is closed")
+})
