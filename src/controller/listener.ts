@@ -102,6 +102,16 @@ interface State {
   segments: ControllerSegments | undefined
 }
 
+/** Whether process `pid` (a local worker's, from its hello) still runs. */
+const alive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === "EPERM"
+  }
+}
+
 /** Loopback addresses, as a TCP socket's remoteAddress gives them: peers on this host. */
 const LOOPBACK = new Set(["127.0.0.1", "::1", "::ffff:127.0.0.1"])
 
@@ -222,14 +232,16 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
         return
       }
       if (msg._tag === "FetchShared") {
-        let value: HostTensor
+        let value: HostTensor | undefined
         try {
-          value = segments.take(msg.segment, msg.dtype, msg.shape)
+          value = segments.take(msg.segment, msg.dtype, msg.shape, () => alive(link.hello.pid))
         } catch (e) {
           const why = e instanceof SegmentRefused ? e.message : String(e)
           o.onProblem(`rank ${rank}: ${why}`)
           return o.onMessage(rank, { _tag: "RemoteFunctionFailed", ident: msg.ident, error: new ErrorPayload("SegmentRefused", why, []) })
         }
+        // Not written (the worker reports why) or its process is gone (its link's close says so).
+        if (value === undefined) return
         link.send({ _tag: "SegmentFree", segment: msg.segment })
         return o.onMessage(rank, { _tag: "FetchResult", ident: msg.ident, value })
       }

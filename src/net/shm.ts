@@ -30,8 +30,19 @@ export class SegmentRefused extends Data.TaggedError("SegmentRefused")<{ readonl
 
 /** The memfd name every segment has; the worker refuses a descriptor that is not one. */
 export const SEGMENT_NAME = "monarch-segment"
-/** Bytes at a fresh segment's start that the worker must find there. */
+/** Bytes at a fresh segment's CHECK_AT that the worker must find there. */
 export const CHECK_BYTES = 16
+/**
+ * A segment's header: at 0 an i32, the bytes of the tensor written so far in the fetch now in
+ * it (-1: the worker failed to write it), which the controller copies out behind; the check
+ * bytes at CHECK_AT; the tensor from HEADER_BYTES.
+ */
+export const HEADER_BYTES = 64
+const CHECK_AT = 16
+/** The worker writes a tensor in chunks of this, the controller copying each out as it lands. */
+const CHUNK_BYTES = 4 << 20
+/** A fetch whose writer has moved on no byte in this long, its process gone or not, is refused. */
+const STALL_MS = 10_000
 /** The smallest segment offered: a smaller tensor still fits the first one made. */
 export const MIN_SEGMENT_BYTES = 1 << 20
 /** The largest segment a worker maps (the largest frame the link carries, DEFAULT_MAX_FRAME_BYTES). */
@@ -88,8 +99,14 @@ export interface SegmentOffer {
   readonly minBytes: number
 }
 
-/** The segment for a tensor of `bytes`: its size rounded up to whole MiB (at least one), so a segment is at most one copy of the tensor and a MiB. */
-export const segmentSizeFor = (bytes: number): number => Math.max(MIN_SEGMENT_BYTES, Math.ceil(bytes / MIN_SEGMENT_BYTES) * MIN_SEGMENT_BYTES)
+/** The segment for a tensor of `bytes`: it and the header rounded up to whole MiB, so a segment is at most one copy of the tensor and a MiB. */
+export const segmentSizeFor = (bytes: number): number => Math.max(MIN_SEGMENT_BYTES, Math.ceil((bytes + HEADER_BYTES) / MIN_SEGMENT_BYTES) * MIN_SEGMENT_BYTES)
+
+/** A segment's written-so-far counter (the header's first i32). */
+const progressOf = (map: Mapping): Int32Array => new Int32Array(map.view.buffer, 0, 1)
+
+/** For waits of a fraction of a millisecond while the writer is ahead of nothing. */
+const nap = new Int32Array(new SharedArrayBuffer(4))
 
 /**
  * The controller's segments for one link: offers (a memfd made and mapped, its descriptor open
@@ -125,7 +142,7 @@ export class ControllerSegments {
       return void (this.refused = true)
     }
     const check = new Uint8Array(randomBytes(CHECK_BYTES))
-    map.view.set(check)
+    map.view.set(check, CHECK_AT)
     const id = this.nextId++
     this.offered = { id, fd, map }
     this.counts.offers++
@@ -155,16 +172,39 @@ export class ControllerSegments {
 
   /**
    * The tensor a FetchShared describes, copied out of its segment into memory of its own (so the
-   * segment can be freed at once); refused when the segment is unknown or the tensor does not fit.
+   * segment can be freed at once) as the worker writes it, chunk by chunk behind its counter;
+   * undefined when the worker failed to write it (it reports that itself) or its process is gone
+   * (`alive` says; the link's close reports that). Refused when the segment is unknown, the
+   * tensor does not fit, the counter passes the tensor, or nothing moves for STALL_MS.
    */
-  take(segment: number, dtype: DType, shape: ReadonlyArray<number>): HostTensor {
+  take(segment: number, dtype: DType, shape: ReadonlyArray<number>, alive: () => boolean = () => true): HostTensor | undefined {
     const map = this.maps.get(segment)
     if (map === undefined || !map.mapped) throw new SegmentRefused({ message: `FetchShared names segment ${segment}, which this link has not mapped` })
     const bytes = shape.reduce((a, b) => a * b, 1) * ITEM_SIZE[dtype]
-    if (!Number.isSafeInteger(bytes) || bytes > map.bytes)
+    if (!Number.isSafeInteger(bytes) || bytes > map.bytes - HEADER_BYTES)
       throw new SegmentRefused({ message: `FetchShared of a ${dtype} tensor [${shape}] (${bytes} bytes) does not fit segment ${segment} (${map.bytes} bytes)` })
-    const data = Bun.allocUnsafe(bytes)
-    data.set(map.view.subarray(0, bytes))
+    // Into memory of the process's allocator: fresh pages cost faults here (on the dev VM a copy
+    // into them ran at 0.05x-0.4x of one into touched memory), paid by this copy alone.
+    const data = Bun.allocUnsafe(bytes), progress = progressOf(map)
+    let done = 0, moved = performance.now(), checked = moved
+    while (done < bytes) {
+      const written = Atomics.load(progress, 0)
+      if (written < 0) return undefined
+      if (written > bytes) throw new SegmentRefused({ message: `segment ${segment} says ${written} bytes written of a ${bytes}-byte tensor` })
+      if (written > done) {
+        data.set(map.view.subarray(HEADER_BYTES + done, HEADER_BYTES + written), done)
+        done = written
+        moved = performance.now()
+        continue
+      }
+      const now = performance.now()
+      if (now - checked > 100) {
+        if (!alive()) return undefined
+        checked = now
+      }
+      if (now - moved > STALL_MS) throw new SegmentRefused({ message: `segment ${segment}: the worker wrote nothing of its ${bytes}-byte tensor for ${STALL_MS} ms (${done} bytes in)` })
+      Atomics.wait(nap, 0, 0, 0.05)
+    }
     this.counts.fetches++
     this.counts.bytes += bytes
     return new HostTensor(dtype, shape, data)
@@ -207,8 +247,8 @@ const PATH = /^\/proc\/([1-9][0-9]{0,9})\/fd\/([0-9]{1,9})$/
  */
 export const openOffer = (o: SegmentOffer, reserve: (bytes: number) => () => void): { readonly map: Mapping; readonly release: () => void } => {
   if (!PATH.test(o.path)) throw new SegmentRefused({ message: `segment path ${JSON.stringify(o.path.slice(0, 80))} is not /proc/<pid>/fd/<fd>` })
-  if (!Number.isSafeInteger(o.bytes) || o.bytes < CHECK_BYTES || o.bytes > MAX_SEGMENT_BYTES)
-    throw new SegmentRefused({ message: `segment size ${o.bytes} is outside ${CHECK_BYTES}..${MAX_SEGMENT_BYTES} bytes` })
+  if (!Number.isSafeInteger(o.bytes) || o.bytes < HEADER_BYTES || o.bytes > MAX_SEGMENT_BYTES)
+    throw new SegmentRefused({ message: `segment size ${o.bytes} is outside ${HEADER_BYTES}..${MAX_SEGMENT_BYTES} bytes` })
   if (o.check.byteLength !== CHECK_BYTES) throw new SegmentRefused({ message: `segment check of ${o.check.byteLength} bytes, expected ${CHECK_BYTES}` })
   let link: string
   try {
@@ -234,7 +274,7 @@ export const openOffer = (o: SegmentOffer, reserve: (bytes: number) => () => voi
       release()
       throw e
     }
-    if (!map.view.subarray(0, CHECK_BYTES).every((b, i) => b === o.check[i])) {
+    if (!map.view.subarray(CHECK_AT, CHECK_AT + CHECK_BYTES).every((b, i) => b === o.check[i])) {
       map.unmap()
       release()
       throw new SegmentRefused({ message: `segment ${o.path} does not hold the offer's check bytes: another process's descriptor` })
@@ -267,12 +307,27 @@ export class WorkerSegments {
     if (old !== undefined && !this.maps.get(old)!.busy) this.drop(old)
   }
 
-  /** The current segment's memory for a tensor of `bytes`, now busy; undefined when it is busy, too small, or the tensor too small to be worth it. */
-  take(bytes: number): { readonly segment: number; readonly view: Uint8Array<ArrayBuffer> } | undefined {
+  /**
+   * The current segment's memory for a tensor of `bytes`, now busy, and `written(n)` to tell the
+   * controller, as it copies out behind, that the first n bytes are there (-1: the write failed);
+   * undefined when it is busy, too small, or the tensor too small to be worth it.
+   */
+  take(bytes: number): { readonly segment: number; readonly view: Uint8Array<ArrayBuffer>; readonly written: (n: number) => void } | undefined {
     const s = this.current === undefined ? undefined : this.maps.get(this.current)
-    if (s === undefined || s.busy || bytes < this.minBytes || bytes > s.map.bytes) return undefined
+    if (s === undefined || s.busy || bytes < this.minBytes || bytes > s.map.bytes - HEADER_BYTES) return undefined
     s.busy = true
-    return { segment: this.current!, view: s.map.view.subarray(0, bytes) }
+    const progress = progressOf(s.map)
+    Atomics.store(progress, 0, 0)
+    return { segment: this.current!, view: s.map.view.subarray(HEADER_BYTES, HEADER_BYTES + bytes), written: (n) => void Atomics.store(progress, 0, n) }
+  }
+
+  /** Copies `from` into a taken segment's `view` chunk by chunk, each announced as it lands. */
+  static write(slot: { readonly view: Uint8Array; readonly written: (n: number) => void }, from: Uint8Array): void {
+    for (let at = 0; at < from.byteLength; ) {
+      const end = Math.min(at + CHUNK_BYTES, from.byteLength)
+      slot.view.set(from.subarray(at, end), at)
+      slot.written((at = end))
+    }
   }
 
   /** Gives a segment back after the controller copied it out: reused if current, else unmapped. */

@@ -6,7 +6,7 @@ import { afterEach, expect, test } from "bun:test"
 import { closeSync, openSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
-import { ControllerSegments, MAX_SEGMENT_BYTES, SegmentRefused, WorkerSegments, type SegmentOffer } from "../../src/net/shm.ts"
+import { ControllerSegments, HEADER_BYTES, MAX_SEGMENT_BYTES, segmentSizeFor, SegmentRefused, WorkerSegments, type SegmentOffer } from "../../src/net/shm.ts"
 
 const opened: Array<ControllerSegments | WorkerSegments> = []
 afterEach(() => {
@@ -46,17 +46,18 @@ const refusal = (o: SegmentOffer): string => {
 
 test("a genuine offer maps, is counted by the memory guard, and carries bytes both ways", () => {
   const { ctl, o } = offer(3 << 20)
-  expect(o.bytes).toBe(3 << 20)
+  expect(o.bytes).toBe(segmentSizeFor(3 << 20))
+  expect(o.bytes).toBe(4 << 20) // the tensor and the header, rounded up to whole MiB
   const { w, held, error } = attach(o)
   expect(error).toBeUndefined()
   expect(held.bytes).toBe(o.bytes)
   ctl.mapped(o.segment, null)
   const slot = w.take(5)!
-  slot.view.set([1, 2, 3, 4, 5])
+  WorkerSegments.write(slot, Uint8Array.from([1, 2, 3, 4, 5]))
   expect(w.take(5)).toBeUndefined() // busy until freed
-  expect([...ctl.take(slot.segment, "u8", [5]).data]).toEqual([1, 2, 3, 4, 5])
+  expect([...ctl.take(slot.segment, "u8", [5])!.data]).toEqual([1, 2, 3, 4, 5])
   w.free(slot.segment)
-  expect(w.take(o.bytes + 1)).toBeUndefined() // past the segment: the socket's
+  expect(w.take(o.bytes - HEADER_BYTES + 1)).toBeUndefined() // past the segment: the socket's
   w.close()
   expect(held.bytes).toBe(0)
 })
@@ -94,10 +95,30 @@ test("a FetchShared naming a segment not mapped, or a tensor past its segment, i
   expect(() => ctl.take(o.segment, "f32", [4])).toThrow("which this link has not mapped") // offered, not yet answered
   ctl.mapped(o.segment, null)
   expect(() => ctl.take(o.segment + 1, "f32", [4])).toThrow("which this link has not mapped")
-  expect(() => ctl.take(o.segment, "f32", [1 << 18, 2])).toThrow(`does not fit segment ${o.segment}`)
+  expect(() => ctl.take(o.segment, "f32", [o.bytes / 4])).toThrow(`does not fit segment ${o.segment}`) // the header takes some
   expect(() => ctl.take(o.segment, "f64", [2 ** 40, 2 ** 20])).toThrow("does not fit")
   expect(() => ctl.mapped(o.segment + 7, null)).toThrow("which was not offered")
-  expect(ctl.take(o.segment, "u8", [0]).data.byteLength).toBe(0)
+  expect(ctl.take(o.segment, "u8", [0])!.data.byteLength).toBe(0)
+})
+
+test("the written-so-far counter is untrusted: past the tensor it is refused; a failed write or a gone writer gives nothing", () => {
+  const { ctl, o } = offer(1 << 20)
+  const { w } = attach(o)
+  ctl.mapped(o.segment, null)
+  let slot = w.take(8)!
+  slot.written(9)
+  expect(() => ctl.take(slot.segment, "u8", [8])).toThrow("says 9 bytes written of a 8-byte tensor")
+  w.untake(slot.segment)
+  slot = w.take(8)!
+  slot.written(-1)
+  expect(ctl.take(slot.segment, "u8", [8])).toBeUndefined()
+  w.untake(slot.segment)
+  slot = w.take(8)!
+  slot.written(4) // then the writer's process is gone
+  const start = performance.now()
+  expect(ctl.take(slot.segment, "u8", [8], () => false)).toBeUndefined()
+  expect(performance.now() - start).toBeLessThan(2000)
+  expect(ctl.counts.fetches).toBe(0)
 })
 
 test("a refused offer makes no more offers on that link, and a closed one maps nothing", () => {

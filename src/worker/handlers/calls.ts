@@ -10,6 +10,7 @@ import { Tensor } from "../../../ffi/tensor.ts"
 import type { FunctionContext, RemoteFunction } from "../../ops/function.ts"
 import { sameShape } from "../../ops/meta.ts"
 import type { DeclaredMeta } from "../../protocol/fields.ts"
+import { WorkerSegments } from "../../net/shm.ts"
 import type { CallFunction, FetchValue, Value } from "../../protocol/messages.ts"
 import { FloatNumber, HostTensor } from "../../protocol/values.ts"
 import { CommError } from "../../comm/errors.ts"
@@ -222,17 +223,26 @@ export const fetchValue = (s: Session) => (m: FetchValue) =>
       const value = lookup(s, m.object, stream, made)
       // The host copy counts against the memory limit until the socket has taken the reply.
       const reply = (v: unknown) => {
-        // One tensor, into the link's shared-memory segment when it is free and fits: one copy, no host copy of its own.
+        // One tensor, into the link's shared-memory segment when it is free and fits: announced
+        // first, so the controller copies each chunk out as it lands; one copy, no host copy.
         const slot = v instanceof Tensor ? s.segments?.take(v.nbytes) : undefined
         if (slot !== undefined) {
           const t = v as Tensor
+          s.send({ _tag: "FetchShared", ident: m.ident, segment: slot.segment, dtype: t.dtype, shape: t.shape })
           try {
-            t.copyOut(slot.view, stream)
+            stream.synchronize()
+            const memory = t.hostBytes()
+            if (memory !== undefined) WorkerSegments.write(slot, memory)
+            else {
+              t.copyOut(slot.view, stream)
+              slot.written(t.nbytes)
+            }
           } catch (e) {
+            slot.written(-1)
             s.segments!.untake(slot.segment)
             throw e
           }
-          return s.send({ _tag: "FetchShared", ident: m.ident, segment: slot.segment, dtype: t.dtype, shape: t.shape })
+          return
         }
         const bytes = hostBytes(v)
         const release = holdHostCopy(s.native, bytes, `fetch of ${bytes} bytes to host`)
