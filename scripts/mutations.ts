@@ -1942,4 +1942,58 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one('const numberText = (v: number): string => (Object.is(v, -0) ? "-0" : String(v))', "const numberText = (v: number): string => String(v)"),
     tests: ["tests/recordings/numbers.test.ts"],
   },
+  {
+    area: "worker", behaviour: "shared memory: an offer whose path is not /proc/<pid>/fd/<fd> is refused",
+    file: "src/net/shm.ts",
+    edits: one("  if (!PATH.test(o.path)) throw", "  if (!PATH.test(o.path) && o.path.startsWith(\"/proc/\")) throw"),
+    tests: ["tests/security/segments.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "shared memory: an offer whose memfd does not hold the check bytes is refused",
+    file: "src/net/shm.ts",
+    edits: one("if (!map.view.subarray(CHECK_AT, CHECK_AT + CHECK_BYTES).every((b, i) => b === o.check[i])) {", "if (false) {"),
+    tests: ["tests/security/segments.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "shared memory: an offer whose memfd is not exactly the size offered is refused",
+    file: "src/net/shm.ts",
+    edits: one("if (!st.isFile() || st.size !== o.bytes) throw", "if (!st.isFile() || st.size < o.bytes) throw"),
+    tests: ["tests/security/segments.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "shared memory: an offer that is not a monarch-segment memfd is refused",
+    file: "src/net/shm.ts",
+    edits: one("  if (link !== MEMFD_LINK) throw", "  if (link === \"\") throw"),
+    tests: ["tests/security/segments.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "shared memory: a FetchShared of a tensor past its segment is refused",
+    file: "src/net/shm.ts",
+    edits: one("if (!Number.isSafeInteger(bytes) || bytes > map.bytes - HEADER_BYTES)", "if (!Number.isSafeInteger(bytes) || bytes > 2 * map.bytes)"),
+    tests: ["tests/security/segments.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "shared memory: a written-so-far counter past the tensor is refused",
+    file: "src/net/shm.ts",
+    edits: one("      if (written > bytes) throw", "      if (written > 2 * bytes) throw"),
+    tests: ["tests/security/segments.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "shared memory: a fetched tensor goes through the link's segment when one fits",
+    file: "src/worker/handlers/calls.ts",
+    edits: one("const slot = v instanceof Tensor ? s.segments?.take(v.nbytes) : undefined", "const slot = v instanceof Tensor && v.nbytes === -1 ? s.segments?.take(v.nbytes) : undefined"),
+    tests: ["tests/controller/shared.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "shared memory: a mapped segment counts against the worker's memory limit",
+    file: "src/worker/handlers/shared.ts",
+    edits: one("s.segments.attach(m, (bytes) => holdHostCopy(s.native, bytes, `shared-memory segment of ${bytes} bytes`))", "s.segments.attach(m, () => () => {})"),
+    tests: ["tests/controller/shared.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "shared memory: a segment that fits is reused, not offered again",
+    file: "src/net/shm.ts",
+    edits: one("    if (this.current !== undefined && this.maps.get(this.current)!.bytes >= bytes) return undefined\n", ""),
+    tests: ["tests/controller/shared.test.ts"],
+  },
 ]

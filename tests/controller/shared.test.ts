@@ -64,7 +64,8 @@ test("a fetch through a segment gives the socket path's bytes, for sizes from 0 
 
 test("the worker counts its segment and no host copy of a tensor fetched through it", async () => {
   const bytes = 5 << 20
-  const t = fromHost(mesh, new HostTensor("u8", [bytes], randomBytes(bytes)), {})
+  const host = randomBytes(bytes)
+  const t = fromHost(mesh, new HostTensor("u8", [bytes], host), {})
   const bare = await memory(1)
   expect(segments[1]!.mappedBytes).toBe(0) // rank 1 fetched nothing yet
   await run(mesh.fetch(t, 1)) // by the socket; offers a segment that fits
@@ -73,8 +74,13 @@ test("the worker counts its segment and no host copy of a tensor fetched through
   expect(mapped - bare).toBe(segmentSizeFor(bytes))
   for (let i = 0; i < 3; i++) await run(mesh.fetch(t, 1))
   // Reused: the same one segment, and the worker's count unchanged (no host copy held after).
-  expect(segments[1]!.counts.fetches).toBe(3)
+  expect(segments[1]!.counts).toEqual({ fetches: 3, bytes: 3 * bytes, offers: 1 })
   expect(segments[1]!.mappedBytes).toBe(segmentSizeFor(bytes))
   expect(await memory(1)).toBe(mapped)
+  // Two fetches at once: the second finds the segment in use and goes by the socket, which offers
+  // nothing new (the segment fits); both give the bytes.
+  const both = (await run(Effect.all([mesh.fetch(t, 1), mesh.fetch(t, 1)], { concurrency: 2 }))) as HostTensor[]
+  expect(both.map((h) => Buffer.compare(h.data, host))).toEqual([0, 0])
+  expect(segments[1]!.counts).toEqual({ fetches: 4, bytes: 4 * bytes, offers: 1 })
   t.release()
 }, 60_000)

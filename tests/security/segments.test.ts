@@ -92,11 +92,13 @@ test("offers whose size or check bytes do not hold are refused, saying why", () 
 
 test("a FetchShared naming a segment not mapped, or a tensor past its segment, is refused", () => {
   const { ctl, o } = offer(1 << 20)
-  expect(() => ctl.take(o.segment, "f32", [4])).toThrow("which this link has not mapped") // offered, not yet answered
+  // `gone`: were a refusal missed, the copy would wait for a writer; this one is gone at once.
+  const gone = () => false
+  expect(() => ctl.take(o.segment, "f32", [4], gone)).toThrow("which this link has not mapped") // offered, not yet answered
   ctl.mapped(o.segment, null)
-  expect(() => ctl.take(o.segment + 1, "f32", [4])).toThrow("which this link has not mapped")
-  expect(() => ctl.take(o.segment, "f32", [o.bytes / 4])).toThrow(`does not fit segment ${o.segment}`) // the header takes some
-  expect(() => ctl.take(o.segment, "f64", [2 ** 40, 2 ** 20])).toThrow("does not fit")
+  expect(() => ctl.take(o.segment + 1, "f32", [4], gone)).toThrow("which this link has not mapped")
+  expect(() => ctl.take(o.segment, "f32", [o.bytes / 4], gone)).toThrow(`does not fit segment ${o.segment}`) // the header takes some
+  expect(() => ctl.take(o.segment, "f64", [2 ** 40, 2 ** 20], gone)).toThrow("does not fit")
   expect(() => ctl.mapped(o.segment + 7, null)).toThrow("which was not offered")
   expect(ctl.take(o.segment, "u8", [0])!.data.byteLength).toBe(0)
 })
@@ -107,7 +109,7 @@ test("the written-so-far counter is untrusted: past the tensor it is refused; a 
   ctl.mapped(o.segment, null)
   let slot = w.take(8)!
   slot.written(9)
-  expect(() => ctl.take(slot.segment, "u8", [8])).toThrow("says 9 bytes written of a 8-byte tensor")
+  expect(() => ctl.take(slot.segment, "u8", [8], () => false)).toThrow("says 9 bytes written of a 8-byte tensor")
   w.untake(slot.segment)
   slot = w.take(8)!
   slot.written(-1)
