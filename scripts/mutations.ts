@@ -1996,4 +1996,25 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("    if (this.current !== undefined && this.maps.get(this.current)!.bytes >= bytes) return undefined\n", ""),
     tests: ["tests/controller/shared.test.ts"],
   },
+  {
+    area: "worker", behaviour: "recycled host memory: a fetched tensor's host copy is reused by the next fetch once sent",
+    file: "src/worker/handlers/calls.ts",
+    edits: one("            for (const data of taken) s.hostBuffers.give(data)\n", ""),
+    tests: ["tests/worker/buffers.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "recycled host memory: a reply the socket has not taken keeps its own memory",
+    file: "src/worker/handlers/calls.ts",
+    edits: [
+      { search: "            for (const data of taken) s.hostBuffers.give(data)\n", replace: "" },
+      { search: "        } finally {\n          // Once the socket took the reply", replace: "        } finally {\n          for (const data of taken) s.hostBuffers.give(data)\n          // Once the socket took the reply" },
+    ],
+    tests: ["tests/worker/buffers.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "recycled host memory: a spare wasting more than half is not reused",
+    file: "src/net/buffers.ts",
+    edits: one("if (size >= bytes && size <= 2 * bytes &&", "if (size >= bytes &&"),
+    tests: ["tests/worker/buffers.test.ts"],
+  },
 ]
