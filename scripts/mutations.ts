@@ -1325,7 +1325,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "a checkpoint block whose bytes do not hash to the manifest's is refused",
     file: "src/worker/handlers/checkpoints.ts",
-    edits: one("if (src.hash !== null && hashBytes(data) !== src.hash)", "if (src.hash === \"never\")"),
+    edits: one("if (held === false) throw bad(", "if (held === false && src.hash === \"never\") throw bad("),
     tests: ["tests/checkpoint/save.test.ts"],
   },
   {
@@ -2016,5 +2016,23 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     file: "src/net/buffers.ts",
     edits: one("if (size >= bytes && size <= 2 * bytes &&", "if (size >= bytes &&"),
     tests: ["tests/worker/buffers.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "checkpoint hash: a load hashing chunk by chunk as it reads refuses a flipped bit in a later chunk",
+    file: "src/worker/handlers/checkpoints.ts",
+    edits: one("              h.update(reader.read(start + at, n, data, at).subarray(at, at + n))", "              const read = reader.read(start + at, n, data, at)\n              if (at === 0) h.update(read.subarray(at, at + n))"),
+    tests: ["tests/checkpoint/hash.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "checkpoint hash: the chain seeds each chunk's wyhash with the hash before it",
+    file: "src/worker/handlers/checkpoints.ts",
+    edits: one("    this.h = Bun.hash.wyhash(chunk, this.h)", "    this.h ^= Bun.hash.wyhash(chunk, 0n)"),
+    tests: ["tests/checkpoint/hash.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "checkpoint hash: a manifest's bare wyhash from before is checked over the whole tensor",
+    file: "src/worker/handlers/checkpoints.ts",
+    edits: one("hash.startsWith(CHAINED) ? hashBytes(data) === hash : Bun.hash.wyhash(data, 0n).toString() === hash", "hash.startsWith(CHAINED) ? hashBytes(data) === hash : true"),
+    tests: ["tests/checkpoint/hash.test.ts"],
   },
 ]
