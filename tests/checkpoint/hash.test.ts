@@ -52,8 +52,8 @@ test("a load refuses a flipped bit in any chunk of a shard, and takes a manifest
     const dir = join(ROOT, "c", version), file = join(dir, "rank-0.safetensors"), manifest = join(dir, "manifest.json")
     const good = readFileSync(file), goodManifest = readFileSync(manifest, "utf8")
     const start = 8 + Number(good.readBigUInt64LE(0)) // safetensors: a u64 header length, the header, then the data
-    const loads = () => Effect.flatMap(load(mesh, "c"), (l) => mesh.fetch((l.state as { w: unknown }).w))
-    expect(Buffer.compare((yield* loads() as HostTensor).data, host)).toBe(0)
+    const loads = () => Effect.flatMap(load(mesh, "c"), (l) => mesh.fetch((l.state as { readonly w: unknown }).w))
+    expect(Buffer.compare(((yield* loads()) as HostTensor).data, host)).toBe(0)
     for (const i of [0, HASH_CHUNK - 1, HASH_CHUNK, 2 * HASH_CHUNK + 7, n - 1]) {
       const flipped = Buffer.from(good)
       flipped[start + i]! ^= 0x40
@@ -66,7 +66,7 @@ test("a load refuses a flipped bit in any chunk of a shard, and takes a manifest
     expect(m.tensors.w.shards[0].hash).toBe(hashBytes(host))
     m.tensors.w.shards[0].hash = Bun.hash.wyhash(host, 0n).toString()
     writeFileSync(manifest, sealManifest(m))
-    expect(Buffer.compare((yield* loads() as HostTensor).data, host)).toBe(0)
+    expect(Buffer.compare(((yield* loads()) as HostTensor).data, host)).toBe(0)
     const flipped = Buffer.from(good)
     flipped[start + HASH_CHUNK + 1]! ^= 1
     writeFileSync(file, flipped)
