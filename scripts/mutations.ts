@@ -1981,13 +1981,13 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "shared memory: a fetched tensor goes through the link's segment when one fits",
     file: "src/worker/handlers/calls.ts",
-    edits: one("const slot = v instanceof Tensor ? s.segments?.take(v.nbytes) : undefined", "const slot = v instanceof Tensor && v.nbytes === -1 ? s.segments?.take(v.nbytes) : undefined"),
+    edits: one("const slot = v instanceof Tensor ? s.segments?.take(", "const slot = v instanceof Tensor && v.nbytes === -1 ? s.segments?.take("),
     tests: ["tests/controller/shared.test.ts"],
   },
   {
-    area: "worker", behaviour: "shared memory: a mapped segment counts against the worker's memory limit",
-    file: "src/worker/handlers/shared.ts",
-    edits: one("s.segments.attach(m, (bytes) => holdHostCopy(s.native, bytes, `shared-memory segment of ${bytes} bytes`))", "s.segments.attach(m, () => () => {})"),
+    area: "worker", behaviour: "shared memory: a fetch's bytes in a segment count against the memory limit until freed",
+    file: "src/worker/handlers/calls.ts",
+    edits: one("s.segments?.take(v.nbytes, (n) => holdHostCopy(s.native, n, `fetch of ${n} bytes to host`))", "s.segments?.take(v.nbytes, () => () => {})"),
     tests: ["tests/controller/shared.test.ts"],
   },
   {

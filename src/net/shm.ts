@@ -242,10 +242,9 @@ const PATH = /^\/proc\/([1-9][0-9]{0,9})\/fd\/([0-9]{1,9})$/
 
 /**
  * Opens and maps an offered segment after checking everything the offer claims; throws
- * SegmentRefused saying what did not hold. `reserve` counts the mapping against the memory
- * limit (it throws when over it) and returns its release.
+ * SegmentRefused saying what did not hold.
  */
-export const openOffer = (o: SegmentOffer, reserve: (bytes: number) => () => void): { readonly map: Mapping; readonly release: () => void } => {
+export const openOffer = (o: SegmentOffer): Mapping => {
   if (!PATH.test(o.path)) throw new SegmentRefused({ message: `segment path ${JSON.stringify(o.path.slice(0, 80))} is not /proc/<pid>/fd/<fd>` })
   if (!Number.isSafeInteger(o.bytes) || o.bytes < HEADER_BYTES || o.bytes > MAX_SEGMENT_BYTES)
     throw new SegmentRefused({ message: `segment size ${o.bytes} is outside ${HEADER_BYTES}..${MAX_SEGMENT_BYTES} bytes` })
@@ -266,20 +265,12 @@ export const openOffer = (o: SegmentOffer, reserve: (bytes: number) => () => voi
   try {
     const st = fstatSync(fd)
     if (!st.isFile() || st.size !== o.bytes) throw new SegmentRefused({ message: `segment ${o.path} holds ${st.size} bytes, not the ${o.bytes} offered` })
-    const release = reserve(o.bytes)
-    let map: Mapping
-    try {
-      map = Mapping.of(fd, o.bytes)
-    } catch (e) {
-      release()
-      throw e
-    }
+    const map = Mapping.of(fd, o.bytes)
     if (!map.view.subarray(CHECK_AT, CHECK_AT + CHECK_BYTES).every((b, i) => b === o.check[i])) {
       map.unmap()
-      release()
       throw new SegmentRefused({ message: `segment ${o.path} does not hold the offer's check bytes: another process's descriptor` })
     }
-    return { map, release }
+    return map
   } finally {
     closeSync(fd)
   }
@@ -287,35 +278,38 @@ export const openOffer = (o: SegmentOffer, reserve: (bytes: number) => () => voi
 
 /**
  * The worker's segments from its controller: the newest one, written into for one fetch at a
- * time (busy until SegmentFree), and older ones kept only until freed.
+ * time (busy until SegmentFree), and older ones kept only until freed. A fetch's bytes in a
+ * segment count against the memory limit while it is busy, as a host copy in flight does; an
+ * idle segment does not (one per link, at most the largest tensor fetched and a MiB).
  */
 export class WorkerSegments {
-  private readonly maps = new Map<number, { readonly map: Mapping; readonly release: () => void; busy: boolean }>()
+  private readonly maps = new Map<number, { readonly map: Mapping; busy: (() => void) | undefined }>()
   private current: number | undefined
   private minBytes = Infinity
   private closed = false
 
   /** Maps an offer (it becomes the current segment); throws SegmentRefused with why not. */
-  attach(o: SegmentOffer, reserve: (bytes: number) => () => void): void {
+  attach(o: SegmentOffer): void {
     if (this.closed) throw new SegmentRefused({ message: "the link is closed" })
     if (this.maps.has(o.segment)) throw new SegmentRefused({ message: `segment ${o.segment} is already mapped` })
-    const opened = openOffer(o, reserve)
+    const map = openOffer(o)
     const old = this.current
-    this.maps.set(o.segment, { ...opened, busy: false })
+    this.maps.set(o.segment, { map, busy: undefined })
     this.current = o.segment
     this.minBytes = o.minBytes
-    if (old !== undefined && !this.maps.get(old)!.busy) this.drop(old)
+    if (old !== undefined && this.maps.get(old)!.busy === undefined) this.drop(old)
   }
 
   /**
-   * The current segment's memory for a tensor of `bytes`, now busy, and `written(n)` to tell the
+   * The current segment's memory for a tensor of `bytes`, now busy, with `reserve(bytes)` (which
+   * throws past the memory limit, taking nothing) held until freed, and `written(n)` to tell the
    * controller, as it copies out behind, that the first n bytes are there (-1: the write failed);
    * undefined when it is busy, too small, or the tensor too small to be worth it.
    */
-  take(bytes: number): { readonly segment: number; readonly view: Uint8Array<ArrayBuffer>; readonly written: (n: number) => void } | undefined {
+  take(bytes: number, reserve: (bytes: number) => () => void): { readonly segment: number; readonly view: Uint8Array<ArrayBuffer>; readonly written: (n: number) => void } | undefined {
     const s = this.current === undefined ? undefined : this.maps.get(this.current)
-    if (s === undefined || s.busy || bytes < this.minBytes || bytes > s.map.bytes - HEADER_BYTES) return undefined
-    s.busy = true
+    if (s === undefined || s.busy !== undefined || bytes < this.minBytes || bytes > s.map.bytes - HEADER_BYTES) return undefined
+    s.busy = reserve(bytes)
     const progress = progressOf(s.map)
     Atomics.store(progress, 0, 0)
     return { segment: this.current!, view: s.map.view.subarray(HEADER_BYTES, HEADER_BYTES + bytes), written: (n) => void Atomics.store(progress, 0, n) }
@@ -333,15 +327,16 @@ export class WorkerSegments {
   /** Gives a segment back after the controller copied it out: reused if current, else unmapped. */
   free(segment: number): void {
     const s = this.maps.get(segment)
-    if (s === undefined || !s.busy) throw new SegmentRefused({ message: `SegmentFree for segment ${segment}, which is not in use` })
-    s.busy = false
+    if (s === undefined || s.busy === undefined) throw new SegmentRefused({ message: `SegmentFree for segment ${segment}, which is not in use` })
+    this.untake(segment)
     if (segment !== this.current) this.drop(segment)
   }
 
-  /** Puts a taken segment back unused (the copy into it failed). */
+  /** Puts a taken segment back (freed, or the copy into it failed), its bytes no longer counted. */
   untake(segment: number): void {
     const s = this.maps.get(segment)
-    if (s !== undefined) s.busy = false
+    s?.busy?.()
+    if (s !== undefined) s.busy = undefined
   }
 
   /** Bytes of segment memory mapped now. */
@@ -352,9 +347,8 @@ export class WorkerSegments {
   }
 
   private drop(segment: number): void {
-    const s = this.maps.get(segment)!
-    s.map.unmap()
-    s.release()
+    this.untake(segment)
+    this.maps.get(segment)!.map.unmap()
     this.maps.delete(segment)
   }
 

@@ -1,8 +1,9 @@
 // Fetches from local workers through shared memory: a tensor fetched through a segment has the
 // bytes the socket path gives for it (randomised sizes and dtypes, 0 and odd sizes included),
 // the first fetch past a segment's size goes by the socket and the next ones by a segment grown
-// to fit; the worker counts the segment against its memory limit and holds no host copy of a
-// fetched tensor, and at most one segment (no larger than the tensor and a MiB) is mapped per link.
+// to fit; a fetch's bytes in a segment count against the worker's memory limit while in flight
+// (past it, the limit's error), none after, and at most one segment (no larger than the tensor
+// and a MiB) is mapped per link.
 import { afterAll, beforeAll, expect, test } from "bun:test"
 import { Effect, Layer, ManagedRuntime } from "effect"
 import { Controller, fromHost, HostTensor, type Mesh } from "../../src/controller/index.ts"
@@ -20,7 +21,7 @@ const sharing = Layer.succeed(Transport, {
   listen: (o: Parameters<typeof listen>[0]) => listen({ ...o, sharedMemory: { minBytes: 0 }, onSegments: (rank, s) => void (segments[rank] = s) }),
 })
 beforeAll(async () => {
-  rt = ManagedRuntime.make(Controller.layerLocal({ world: 2, functionPath: [ROOT], onWorkerLine: () => {} }).pipe(Layer.provide(Layer.mergeAll(Launcher.layer, sharing))))
+  rt = ManagedRuntime.make(Controller.layerLocal({ world: 2, functionPath: [ROOT], env: { MONARCH_MEMORY_LIMIT: "96MiB" }, onWorkerLine: () => {} }).pipe(Layer.provide(Layer.mergeAll(Launcher.layer, sharing))))
   const ctl = await rt.runPromise(Effect.service(Controller))
   mesh = await run(ctl.mesh({ dp: 2 }))
 }, 90_000)
@@ -62,25 +63,32 @@ test("a fetch through a segment gives the socket path's bytes, for sizes from 0 
   }
 }, 120_000)
 
-test("the worker counts its segment and no host copy of a tensor fetched through it", async () => {
-  const bytes = 5 << 20
+test("a fetch through a segment holds no host copy after; its bytes count against the limit while in flight", async () => {
+  const bytes = 30 << 20
   const host = randomBytes(bytes)
   const t = fromHost(mesh, new HostTensor("u8", [bytes], host), {})
   const bare = await memory(1)
   expect(segments[1]!.mappedBytes).toBe(0) // rank 1 fetched nothing yet
   await run(mesh.fetch(t, 1)) // by the socket; offers a segment that fits
-  const mapped = await memory(1)
+  expect(await memory(1)).toBe(bare) // a round trip: the worker's answer to the offer comes before it
   expect(segments[1]!.currentBytes).toBe(segmentSizeFor(bytes))
-  expect(mapped - bare).toBe(segmentSizeFor(bytes))
-  for (let i = 0; i < 3; i++) await run(mesh.fetch(t, 1))
-  // Reused: the same one segment, and the worker's count unchanged (no host copy held after).
+  for (let i = 0; i < 3; i++) expect(Buffer.compare(((await run(mesh.fetch(t, 1))) as HostTensor).data, host)).toBe(0)
+  // Reused: the same one segment; the worker's count back where it was (nothing held after).
   expect(segments[1]!.counts).toEqual({ fetches: 3, bytes: 3 * bytes, offers: 1 })
   expect(segments[1]!.mappedBytes).toBe(segmentSizeFor(bytes))
-  expect(await memory(1)).toBe(mapped)
+  expect(await memory(1)).toBe(bare)
   // Two fetches at once: the second finds the segment in use and goes by the socket, which offers
   // nothing new (the segment fits); both give the bytes.
   const both = (await run(Effect.all([mesh.fetch(t, 1), mesh.fetch(t, 1)], { concurrency: 2 }))) as HostTensor[]
   expect(both.map((h) => Buffer.compare(h.data, host))).toEqual([0, 0])
   expect(segments[1]!.counts).toEqual({ fetches: 4, bytes: 4 * bytes, offers: 1 })
+  // With 40 MiB more held, the copy into the segment would pass the 96 MiB limit: refused so.
+  const more = await run(mesh.call("ops.full", [[10 << 20], 0.5]))
+  const refused = await run(Effect.flip(mesh.fetch(t, 1)))
+  expect(refused.message).toMatch(/fetch of 31457280 bytes to host.*would pass the memory limit/)
+  expect(segments[1]!.counts.fetches).toBe(4)
+  more.release()
+  expect(Buffer.compare(((await run(mesh.fetch(t, 1))) as HostTensor).data, host)).toBe(0)
+  expect(segments[1]!.counts.fetches).toBe(5)
   t.release()
 }, 60_000)

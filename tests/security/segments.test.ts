@@ -1,6 +1,6 @@
 // A shared-memory segment offer is untrusted input to the worker, and a FetchShared to the
 // controller: an offer whose path, size, kind of file or check bytes do not hold is refused
-// with a SegmentRefused saying which, nothing is left mapped or counted, and the link goes on;
+// with a SegmentRefused saying which, nothing is left mapped, and the link goes on;
 // a FetchShared naming a segment the link has not mapped, or a tensor larger than it, is refused.
 import { afterEach, expect, test } from "bun:test"
 import { closeSync, openSync, writeFileSync } from "node:fs"
@@ -20,44 +20,52 @@ const offer = (bytes = 3 << 20): { readonly ctl: ControllerSegments; readonly o:
   return { ctl, o: ctl.offerFor(bytes)! }
 }
 
-/** Attaches `o` to fresh worker segments, counting what the memory guard was asked for. */
+/** Attaches `o` to fresh worker segments. */
 const attach = (o: SegmentOffer) => {
   const w = new WorkerSegments()
   opened.push(w)
-  const held = { bytes: 0 }
-  const reserve = (bytes: number) => {
-    held.bytes += bytes
-    return () => void (held.bytes -= bytes)
-  }
   try {
-    w.attach(o, reserve)
-    return { w, held, error: undefined }
+    w.attach(o)
+    return { w, error: undefined }
   } catch (e) {
-    return { w, held, error: e }
+    return { w, error: e }
   }
+}
+
+/** A memory guard's count: what take reserved and not yet released. */
+const guard = () => {
+  const held = { bytes: 0 }
+  return { held, reserve: (bytes: number) => ((held.bytes += bytes), () => void (held.bytes -= bytes)) }
 }
 
 const refusal = (o: SegmentOffer): string => {
-  const { w, held, error } = attach(o)
+  const { w, error } = attach(o)
   expect(error).toBeInstanceOf(SegmentRefused)
-  expect({ mapped: w.mappedBytes, held: held.bytes }).toEqual({ mapped: 0, held: 0 })
+  expect(w.mappedBytes).toBe(0)
   return (error as SegmentRefused).message
 }
 
-test("a genuine offer maps, is counted by the memory guard, and carries bytes both ways", () => {
+test("a genuine offer maps; a fetch's bytes in it are counted while it is busy; bytes go across", () => {
   const { ctl, o } = offer(3 << 20)
   expect(o.bytes).toBe(segmentSizeFor(3 << 20))
   expect(o.bytes).toBe(4 << 20) // the tensor and the header, rounded up to whole MiB
-  const { w, held, error } = attach(o)
+  const { w, error } = attach(o)
   expect(error).toBeUndefined()
-  expect(held.bytes).toBe(o.bytes)
   ctl.mapped(o.segment, null)
-  const slot = w.take(5)!
+  const { held, reserve } = guard()
+  const slot = w.take(5, reserve)!
+  expect(held.bytes).toBe(5)
   WorkerSegments.write(slot, Uint8Array.from([1, 2, 3, 4, 5]))
-  expect(w.take(5)).toBeUndefined() // busy until freed
+  expect(w.take(5, reserve)).toBeUndefined() // busy until freed
   expect([...ctl.take(slot.segment, "u8", [5])!.data]).toEqual([1, 2, 3, 4, 5])
   w.free(slot.segment)
-  expect(w.take(o.bytes - HEADER_BYTES + 1)).toBeUndefined() // past the segment: the socket's
+  expect(held.bytes).toBe(0)
+  expect(w.take(o.bytes - HEADER_BYTES + 1, reserve)).toBeUndefined() // past the segment: the socket's
+  const refusing = () => {
+    throw new Error("over the limit")
+  }
+  expect(() => w.take(8, refusing)).toThrow("over the limit")
+  expect(w.take(8, reserve)).toBeDefined() // a refused reservation took nothing
   w.close()
   expect(held.bytes).toBe(0)
 })
@@ -107,15 +115,16 @@ test("the written-so-far counter is untrusted: past the tensor it is refused; a 
   const { ctl, o } = offer(1 << 20)
   const { w } = attach(o)
   ctl.mapped(o.segment, null)
-  let slot = w.take(8)!
+  const { reserve } = guard()
+  let slot = w.take(8, reserve)!
   slot.written(9)
   expect(() => ctl.take(slot.segment, "u8", [8], () => false)).toThrow("says 9 bytes written of a 8-byte tensor")
   w.untake(slot.segment)
-  slot = w.take(8)!
+  slot = w.take(8, reserve)!
   slot.written(-1)
   expect(ctl.take(slot.segment, "u8", [8])).toBeUndefined()
   w.untake(slot.segment)
-  slot = w.take(8)!
+  slot = w.take(8, reserve)!
   slot.written(4) // then the writer's process is gone
   const start = performance.now()
   expect(ctl.take(slot.segment, "u8", [8], () => false)).toBeUndefined()
@@ -131,5 +140,5 @@ test("a refused offer makes no more offers on that link, and a closed one maps n
   const fresh = offer(1 << 20)
   const w = new WorkerSegments()
   w.close()
-  expect(() => w.attach(fresh.o, () => () => {})).toThrow("the link is closed")
+  expect(() => w.attach(fresh.o)).toThrow("the link is closed")
 })

@@ -230,8 +230,9 @@ export const fetchValue = (s: Session) => (m: FetchValue) =>
       // The host copy counts against the memory limit until the socket has taken the reply.
       const reply = (v: unknown) => {
         // One tensor, into the link's shared-memory segment when it is free and fits: announced
-        // first, so the controller copies each chunk out as it lands; one copy, no host copy.
-        const slot = v instanceof Tensor ? s.segments?.take(v.nbytes) : undefined
+        // first, so the controller copies each chunk out as it lands; one copy, no host copy. Its
+        // bytes there count against the memory limit until freed, as a host copy's would.
+        const slot = v instanceof Tensor ? s.segments?.take(v.nbytes, (n) => holdHostCopy(s.native, n, `fetch of ${n} bytes to host`)) : undefined
         if (slot !== undefined) {
           const t = v as Tensor
           s.send({ _tag: "FetchShared", ident: m.ident, segment: slot.segment, dtype: t.dtype, shape: t.shape })

@@ -1,12 +1,10 @@
 /**
  * SharedSegment and SegmentFree: the shared-memory segments a fetch may answer through
- * (src/net/shm.ts). A segment's mapping counts against the memory limit while mapped; an offer
- * that does not check out, or would pass the limit, is answered with why, and fetches go on
+ * (src/net/shm.ts). An offer that does not check out is answered with why, and fetches go on
  * over the socket.
  */
 import { Effect } from "effect"
 import type { SharedSegment, SegmentFree } from "../../protocol/messages.ts"
-import { holdHostCopy } from "../memory.ts"
 import { reject, type Session } from "../session.ts"
 
 const why = (e: unknown): string => (e instanceof Error ? e.message : String(e))
@@ -14,7 +12,7 @@ const why = (e: unknown): string => (e instanceof Error ? e.message : String(e))
 export const sharedSegment = (s: Session) => (m: SharedSegment) => Effect.sync(() => {
   if (s.segments === undefined) return s.send({ _tag: "SegmentMapped", segment: m.segment, problem: "this worker's link takes no shared memory" })
   try {
-    s.segments.attach(m, (bytes) => holdHostCopy(s.native, bytes, `shared-memory segment of ${bytes} bytes`))
+    s.segments.attach(m)
     s.send({ _tag: "SegmentMapped", segment: m.segment, problem: null })
   } catch (e) {
     s.send({ _tag: "SegmentMapped", segment: m.segment, problem: why(e) })
