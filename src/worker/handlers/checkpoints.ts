@@ -76,8 +76,13 @@ export const saveShards = (s: Session) => (m: SaveShards) =>
     const release = holdHostCopy(s.native, bytes, `save snapshot of ${bytes} bytes`)
     let tensors: Array<{ readonly name: string; readonly host: HostTensor }>
     try {
-      // The snapshot: copies now, in command order, so later commands (an optimizer step) cannot change what is saved.
-      tensors = sources.map((t) => ({ name: t.name, host: t.tensor.toHost(stream) }))
+      // The snapshot: copies now, in command order, so later commands (an optimizer step) cannot
+      // change what is saved; into recycled memory (fresh pages cost faults), given back once written.
+      tensors = sources.map((t) => {
+        const data = s.hostBuffers.take(t.tensor.nbytes)
+        t.tensor.copyOut(data, stream)
+        return { name: t.name, host: new HostTensor(t.tensor.dtype, t.tensor.shape, data) }
+      })
     } catch (e) {
       release()
       throw e
@@ -89,6 +94,7 @@ export const saveShards = (s: Session) => (m: SaveShards) =>
       (e): Value => ({ error: `rank ${s.rank} writing ${join(m.dir, file)}: ${e instanceof Error ? e.message : String(e)}` }),
     ).then((value) => {
       release()
+      for (const t of tensors) s.hostBuffers.give(t.host.data)
       s.send({ _tag: "FetchResult", ident: m.ident, value })
     })
     s.writing.add(write)
