@@ -1,11 +1,11 @@
 /**
  * Shared-memory segments between the controller and a worker on the same host: a fetched tensor
  * is copied once, from the tensor's memory into a segment both processes keep mapped, and the
- * socket carries only the control messages (docs/protocol.md, "Shared memory").
+ * socket carries only the control messages (docs/protocol.md, section 5a).
  *
  * The controller makes each segment: a memfd (no name in /dev/shm, so no other process can open
  * it by name; it is freed once both ends have unmapped it), sized, mapped and faulted in once,
- * with 16 random bytes at its start. It names it to the worker over the authenticated link as
+ * with 16 random bytes in its header. It names it to the worker over the authenticated link as
  * `/proc/<controller pid>/fd/<fd>` (SharedSegment); only a process allowed to read the
  * controller's memory (its user, or root) can open that path. The worker takes the name and size
  * as untrusted input: the path must have that form and lead to a memfd of this module's name, of
@@ -17,7 +17,8 @@
  * into fresh memory ran at 0.05x of one into touched memory) are paid once per segment, not per
  * fetch. A fetch whose tensor does not fit goes by the socket and makes the controller offer a
  * larger segment for the next one. The worker writes into its current segment only when it is
- * free; the controller copies the tensor out and frees it (SegmentFree).
+ * free, announcing the tensor first and then its progress in the header, so the controller copies
+ * each chunk out while the next is written, then frees it (SegmentFree).
  */
 import { dlopen, FFIType, toArrayBuffer, type Pointer } from "bun:ffi"
 import { randomBytes } from "node:crypto"
@@ -41,7 +42,7 @@ export const HEADER_BYTES = 64
 const CHECK_AT = 16
 /** The worker writes a tensor in chunks of this, the controller copying each out as it lands. */
 const CHUNK_BYTES = 4 << 20
-/** A fetch whose writer has moved on no byte in this long, its process gone or not, is refused. */
+/** A fetch whose writer has written no byte in this long (its process alive, but stuck) is refused. */
 const STALL_MS = 10_000
 /** The smallest segment offered: a smaller tensor still fits the first one made. */
 export const MIN_SEGMENT_BYTES = 1 << 20
