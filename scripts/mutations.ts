@@ -1836,7 +1836,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "f16 and bf16 lerp, addcmul and addcdiv read a one-element operand in every chunk",
     file: "c/cpu/ternary.c",
-    edits: one("    if (fc) shim_cpu_load_f32(dtype, c + base, m, xc);\n    ternary_f32(op, xo, xa, fa, xb, fb, xc, fc, v, m);", "    if (fc) shim_cpu_load_f32(dtype, c + base, m, xc);\n    ternary_f32(op, xo, xa, fa, xb, fb, xc, fc || base > 0, v, m);"),
+    edits: one("    if (fc) shim_cpu_load_f32(dtype, c + base, m, xc);\n    SHIM_TRY(ternary_f32(op, xo, xa, fa, xb, fb, xc, fc, v, m));", "    if (fc) shim_cpu_load_f32(dtype, c + base, m, xc);\n    SHIM_TRY(ternary_f32(op, xo, xa, fa, xb, fb, xc, fc || base > 0, v, m));"),
     tests: ["tests/ops/parity.test.ts"],
   },
   {
@@ -1853,7 +1853,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   },
   {
     area: "worker", behaviour: "shim_dropout refuses a NaN p",
-    file: "c/common/checks_ops.c",
+    file: "c/common/nn_checks.c",
     edits: one("if (!(p >= 0.0 && p <= 1.0))", "if (p < 0.0 || p > 1.0)"),
     tests: ["tests/shim/checks.test.ts"],
   },
@@ -1871,15 +1871,53 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   },
   {
     area: "worker", behaviour: "shim_scatter refuses an out that shares src's memory",
-    file: "c/common/checks_ops.c",
+    file: "c/common/layout_checks.c",
     edits: one("if (shim_tensors_overlap(out, src) || shim_tensors_overlap(out, index))", "if (shim_tensors_overlap(out, index))"),
     tests: ["tests/shim/checks.test.ts"],
   },
   {
     area: "worker", behaviour: "shim_attention refuses a mask that is neither bool nor q's dtype",
-    file: "c/common/checks_ops.c",
+    file: "c/common/nn_checks.c",
     edits: one("if (mask->dtype != SHIM_BOOL && mask->dtype != q->dtype)", "if (mask->dtype != SHIM_BOOL && mask->dtype > SHIM_BF16)"),
     tests: ["tests/shim/checks.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "an op code the table lacks is refused as unknown op code",
+    file: "c/common/op_table.c",
+    edits: one("return op >= 0 && op < count && rows[op].name != NULL ? &rows[op] : NULL;", "return op >= 0 && op < count && rows[op].name != NULL ? &rows[op] : &rows[0];"),
+    tests: ["tests/shim/op_table.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a unary row's dtype category comes from its flags (SHIM_OPF_INT, SHIM_OPF_BOOL)",
+    file: "c/common/op_table.c",
+    edits: one("(dtype == SHIM_BOOL ? SHIM_OPF_BOOL : SHIM_OPF_INT)", "(dtype == SHIM_BOOL ? SHIM_OPF_INT : SHIM_OPF_BOOL)"),
+    tests: ["tests/shim/op_table.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a unary row without its cpu kernel case fails with has no kernel",
+    file: "c/cpu/elementwise.c",
+    edits: one("      case SHIM_SIGN: for (int64_t i = 0; i < n; i++) o[i] = (T)((a[i] > 0) - (a[i] < 0)); break; \\\n      default: return SHIM_E_INVALID;                                                           \\\n",
+      "      default: return SHIM_E_INVALID;                                                           \\\n"),
+    tests: ["tests/shim/op_table.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a kernel switch without its default leaves out unwritten: every op runs where admitted",
+    file: "c/cpu/elementwise.c",
+    edits: one("      case SHIM_SIGN: for (int64_t i = 0; i < n; i++) o[i] = (T)((a[i] > 0) - (a[i] < 0)); break; \\\n      default: return SHIM_E_INVALID;                                                           \\\n",
+      ""),
+    tests: ["tests/shim/op_table.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a unary predicate without its cpu case fails, not computing logical_not",
+    file: "c/cpu/elementwise.c",
+    edits: one("    case SHIM_ISINF: for (int64_t i = 0; i < m; i++) o[i] = x[i] == (T)INFINITY || x[i] == -(T)INFINITY; break; \\\n", ""),
+    tests: ["tests/shim/op_table.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "shim_set_block_cache refuses a value other than 0 or 1",
+    file: "c/common/settings.c",
+    edits: one("if (enabled != 0 && enabled != 1) return shim_fail", "if (enabled < 0) return shim_fail"),
+    tests: ["tests/shim/settings.test.ts"],
   },
   {
     area: "worker", behaviour: "shim_gather refuses an a that is empty along dim when index is not",
