@@ -10,11 +10,14 @@
  * save called to `durable` (all files synced, the version published) against the peer writing
  * the same two files one after the other; load: both files' bytes over load's time (each rank
  * reads and checks its file, in parallel) against a plain read of them; ratios of ours to the
- * plain ones (goal >= 0.8). Then a training step (a few matmuls and a fetch) on its own and while
+ * plain ones (goal >= 0.8); both loads again cold: every file's pages dropped from the page
+ * cache first (posix_fadvise DONTNEED on each file, after its fsync: only these files, not the
+ * machine's whole cache as drop_caches would). Then a training step (a few matmuls and a fetch) on its own and while
  * a save of the state is written in the background (goal <= 1.2x). Medians over the runs.
  */
 import { Effect, Fiber } from "effect"
-import { closeSync, fsyncSync, mkdirSync, mkdtempSync, openSync, readSync, rmSync, writeSync } from "node:fs"
+import { dlopen, FFIType } from "bun:ffi"
+import { closeSync, fsyncSync, mkdirSync, mkdtempSync, openSync, readdirSync, readSync, rmSync, statSync, writeSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { join } from "node:path"
 import { parseArgs } from "node:util"
@@ -39,13 +42,25 @@ const plain = (path: string, data: Uint8Array, write: boolean): number => {
   return performance.now() - t
 }
 
+const libc = dlopen("libc.so.6", { posix_fadvise: { args: [FFIType.i32, FFIType.i64, FFIType.i64, FFIType.i32], returns: FFIType.i32 } }).symbols
+const POSIX_FADV_DONTNEED = 4
+
+/** Drops the page cache's pages of every file under `path` (synced already, so none is dirty). */
+const evict = (path: string): void => {
+  if (statSync(path).isDirectory()) return readdirSync(path).forEach((f) => evict(join(path, f)))
+  const fd = openSync(path, "r")
+  const rc = libc.posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED)
+  closeSync(fd)
+  if (rc !== 0) throw new Error(`posix_fadvise(${path}) failed: ${rc}`)
+}
+
 const program = Effect.gen(function* () {
   const mesh: Mesh = yield* (yield* Controller).mesh({ dp: 2 })
   const on = opsOn(mesh)
   const n = (MIB << 20) / 4 / TENSORS
   const state = yield* eager(() => ({ params: Array.from({ length: TENSORS }, (_, i) => on.full([n], i + 0.5).place({ dp: shard(0) })), step: 1 }))
   yield* mesh.fetch(state.params[0]!)
-  const save1 = [] as number[], saveEnd = [] as number[], load1 = [] as number[], plainW = [] as number[], plainR = [] as number[]
+  const save1 = [] as number[], saveEnd = [] as number[], load1 = [] as number[], plainW = [] as number[], plainR = [] as number[], loadCold = [] as number[], plainCold = [] as number[]
   let perRank = 0
   const buffer = new Uint8Array(MIB << 20).fill(7)
   for (let run = 0; run < RUNS; run++) {
@@ -65,6 +80,15 @@ const program = Effect.gen(function* () {
     plainW.push(gbps(2 * perRank, w[0]! + w[1]!))
     const r = files.map((f) => plain(f, buffer.subarray(0, perRank), false))
     plainR.push(gbps(2 * perRank, r[0]! + r[1]!))
+    // Cold: the same loads once every file's pages are out of the page cache.
+    evict(join(ROOT, "bench"))
+    const c = performance.now()
+    const cold = yield* load(mesh, "bench")
+    loadCold.push(gbps(2 * perRank, performance.now() - c))
+    for (const t of (cold.state as { params: RemoteTensor[] }).params) t.release()
+    files.forEach(evict)
+    const rc = files.map((f) => plain(f, buffer.subarray(0, perRank), false))
+    plainCold.push(gbps(2 * perRank, rc[0]! + rc[1]!))
   }
 
   // A training step: matmuls on 256x256 blocks and a fetch, alone and during a background save.
@@ -94,7 +118,8 @@ const program = Effect.gen(function* () {
   const rows = [
     ["save: each worker's background write + fsync, both at once", `${median(save1).toFixed(2)} GB/s per worker`, "", ""],
     ["save: call to durable (2 files synced, version published), both workers' bytes", `${saveAll.toFixed(2)} GB/s (${(saveAll / 2).toFixed(2)} per worker)`, `${median(plainW).toFixed(2)} GB/s`, `${(saveAll / median(plainW)).toFixed(2)}x`],
-    ["load: read, hash check and to tensor on both workers", `${median(load1).toFixed(2)} GB/s (${(median(load1) / 2).toFixed(2)} per worker)`, `${median(plainR).toFixed(2)} GB/s (plain read)`, `${(median(load1) / median(plainR)).toFixed(2)}x`],
+    ["load: read, hash check and to tensor on both workers (page cache warm)", `${median(load1).toFixed(2)} GB/s (${(median(load1) / 2).toFixed(2)} per worker)`, `${median(plainR).toFixed(2)} GB/s (plain read)`, `${(median(load1) / median(plainR)).toFixed(2)}x`],
+    ["load, page cache cold (posix_fadvise DONTNEED on each file first)", `${median(loadCold).toFixed(2)} GB/s (${(median(loadCold) / 2).toFixed(2)} per worker)`, `${median(plainCold).toFixed(2)} GB/s (plain read, cold)`, `${(median(loadCold) / median(plainCold)).toFixed(2)}x`],
   ]
   console.log(`checkpoint of ${MIB} MiB per worker (${TENSORS} tensors), 2 workers (dp=2), ${RUNS} runs, in ${ROOT}\n`)
   console.log("| case | ours | plain sequential peer | ours / peer |\n|---|---:|---:|---:|")

@@ -78,7 +78,7 @@ const program = Effect.gen(function* () {
   const t = on.full([BYTES / 4], 1.5)
   const host = new HostTensor("f32", [2, BYTES / 8], source)
   yield* mesh.fetch(t)
-  const rows = { memcpy: [] as number[], fresh: [] as number[], socket: [] as number[], shm: [] as number[], fetch: [] as number[], upload: [] as number[], sharded: [] as number[] }
+  const rows = { memcpy: [] as number[], fresh: [] as number[], socket: [] as number[], shm: [] as number[], fetch: [] as number[], fetchSocket: [] as number[], upload: [] as number[], sharded: [] as number[] }
   for (let run = 0; run < RUNS; run++) {
     rows.memcpy.push(gbps(BYTES, timed(() => target.set(source))))
     rows.fresh.push(gbps(BYTES, timed(() => Bun.allocUnsafe(BYTES).set(source))))
@@ -87,6 +87,9 @@ const program = Effect.gen(function* () {
     let start = performance.now()
     yield* mesh.fetch(t)
     rows.fetch.push(gbps(BYTES, performance.now() - start))
+    start = performance.now()
+    yield* mesh.fetch([t])
+    rows.fetchSocket.push(gbps(BYTES, performance.now() - start))
     start = performance.now()
     const up = fromHost(mesh, host)
     yield* mesh.fetch(up.sum(), 1)
@@ -107,7 +110,8 @@ const program = Effect.gen(function* () {
   row("peer: the same copy into fresh memory (Bun.allocUnsafe + set)", m.fresh)
   row("peer: Bun loopback TCP socket into a preallocated buffer", m.socket)
   row("peer: /dev/shm file written, then read into a preallocated buffer", m.shm)
-  row("ours: fetch of one f32 tensor from rank 0", m.fetch)
+  row("ours: fetch of one f32 tensor from rank 0 (through the link's shared-memory segment)", m.fetch)
+  row("ours: the same tensor fetched as a one-element list (by the socket)", m.fetchSocket)
   row("ours: fromHost to both ranks (replicated; both links' bytes)", m.upload)
   row("ours: fromHost with dp: shard(0) (each rank its half; the batch's bytes)", m.sharded)
 })

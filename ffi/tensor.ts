@@ -219,9 +219,15 @@ export class Tensor implements Disposable {
   /** A copy in host memory (waits for the stream's earlier work). */
   toHost(stream?: Stream): HostTensor {
     const data = new Uint8Array(this.nbytes)
-    if (data.byteLength > 0)
-      this.native.check(this.native.shim.shim_tensor_copy_out(this.handle, ptr(data), data.byteLength, stream?.handle ?? null), "shim_tensor_copy_out")
+    this.copyOut(data, stream)
     return new HostTensor(this.dtype, this.shape, data)
+  }
+
+  /** Copies its elements into `into` (exactly nbytes long; waits for the stream's earlier work). */
+  copyOut(into: Uint8Array, stream?: Stream): void {
+    if (into.byteLength !== this.nbytes) throw shimError(ShimStatus.INVALID, "Tensor.copyOut", `${into.byteLength} bytes given for ${this} (${this.nbytes} bytes)`)
+    if (into.byteLength > 0)
+      this.native.check(this.native.shim.shim_tensor_copy_out(this.handle, ptr(into), into.byteLength, stream?.handle ?? null), "shim_tensor_copy_out")
   }
 
   /**

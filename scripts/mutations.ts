@@ -1475,7 +1475,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "a checkpoint block whose bytes do not hash to the manifest's is refused",
     file: "src/worker/handlers/checkpoints.ts",
-    edits: one("if (src.hash !== null && hashBytes(data) !== src.hash)", "if (src.hash === \"never\")"),
+    edits: one("if (held === false) throw bad(", "if (held === false && src.hash === \"never\") throw bad("),
     tests: ["tests/checkpoint/save.test.ts"],
   },
   {
@@ -2129,5 +2129,98 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     file: "src/controller/recording.ts",
     edits: one('const numberText = (v: number): string => (Object.is(v, -0) ? "-0" : String(v))', "const numberText = (v: number): string => String(v)"),
     tests: ["tests/recordings/numbers.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "shared memory: an offer whose path is not /proc/<pid>/fd/<fd> is refused",
+    file: "src/net/shm.ts",
+    edits: one("  if (!PATH.test(o.path)) throw", "  if (!PATH.test(o.path) && o.path.startsWith(\"/proc/\")) throw"),
+    tests: ["tests/security/segments.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "shared memory: an offer whose memfd does not hold the check bytes is refused",
+    file: "src/net/shm.ts",
+    edits: one("if (!map.view.subarray(CHECK_AT, CHECK_AT + CHECK_BYTES).every((b, i) => b === o.check[i])) {", "if (false) {"),
+    tests: ["tests/security/segments.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "shared memory: an offer whose memfd is not exactly the size offered is refused",
+    file: "src/net/shm.ts",
+    edits: one("if (!st.isFile() || st.size !== o.bytes) throw", "if (!st.isFile() || st.size < o.bytes) throw"),
+    tests: ["tests/security/segments.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "shared memory: an offer that is not a monarch-segment memfd is refused",
+    file: "src/net/shm.ts",
+    edits: one("  if (link !== MEMFD_LINK) throw", "  if (link === \"\") throw"),
+    tests: ["tests/security/segments.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "shared memory: a FetchShared of a tensor past its segment is refused",
+    file: "src/net/shm.ts",
+    edits: one("if (!Number.isSafeInteger(bytes) || bytes > map.bytes - HEADER_BYTES)", "if (!Number.isSafeInteger(bytes) || bytes > 2 * map.bytes)"),
+    tests: ["tests/security/segments.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "shared memory: a written-so-far counter past the tensor is refused",
+    file: "src/net/shm.ts",
+    edits: one("      if (written > bytes) throw", "      if (written > 2 * bytes) throw"),
+    tests: ["tests/security/segments.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "shared memory: a fetched tensor goes through the link's segment when one fits",
+    file: "src/worker/handlers/calls.ts",
+    edits: one("const slot = v instanceof Tensor ? s.segments?.take(", "const slot = v instanceof Tensor && v.nbytes === -1 ? s.segments?.take("),
+    tests: ["tests/controller/shared.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "shared memory: a fetch's bytes in a segment count against the memory limit until freed",
+    file: "src/worker/handlers/calls.ts",
+    edits: one("s.segments?.take(v.nbytes, (n) => holdHostCopy(s.native, n, `fetch of ${n} bytes to host`))", "s.segments?.take(v.nbytes, () => () => {})"),
+    tests: ["tests/controller/shared.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "shared memory: a segment that fits is reused, not offered again",
+    file: "src/net/shm.ts",
+    edits: one("    if (this.current !== undefined && this.maps.get(this.current)!.bytes >= bytes) return undefined\n", ""),
+    tests: ["tests/controller/shared.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "recycled host memory: a fetched tensor's host copy is reused by the next fetch once sent",
+    file: "src/worker/handlers/calls.ts",
+    edits: one("            for (const data of taken) s.hostBuffers.give(data)\n", ""),
+    tests: ["tests/worker/buffers.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "recycled host memory: a reply the socket has not taken keeps its own memory",
+    file: "src/worker/handlers/calls.ts",
+    edits: [
+      { search: "            for (const data of taken) s.hostBuffers.give(data)\n", replace: "" },
+      { search: "        } finally {\n          // Once the socket took the reply", replace: "        } finally {\n          for (const data of taken) s.hostBuffers.give(data)\n          // Once the socket took the reply" },
+    ],
+    tests: ["tests/worker/buffers.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "recycled host memory: a spare wasting more than half is not reused",
+    file: "src/net/buffers.ts",
+    edits: one("if (size >= bytes && size <= 2 * bytes &&", "if (size >= bytes &&"),
+    tests: ["tests/worker/buffers.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "checkpoint hash: a load hashing chunk by chunk as it reads refuses a flipped bit in a later chunk",
+    file: "src/worker/handlers/checkpoints.ts",
+    edits: one("              h.update(reader.read(start + at, n, data, at).subarray(at, at + n))", "              const read = reader.read(start + at, n, data, at)\n              if (at === 0) h.update(read.subarray(at, at + n))"),
+    tests: ["tests/checkpoint/hash.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "checkpoint hash: the chain seeds each chunk's wyhash with the hash before it",
+    file: "src/worker/handlers/checkpoints.ts",
+    edits: one("    this.h = Bun.hash.wyhash(chunk, this.h)", "    this.h ^= Bun.hash.wyhash(chunk, 0n)"),
+    tests: ["tests/checkpoint/hash.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "checkpoint hash: a manifest's bare wyhash from before is checked over the whole tensor",
+    file: "src/worker/handlers/checkpoints.ts",
+    edits: one("hash.startsWith(CHAINED) ? hashBytes(data) === hash : Bun.hash.wyhash(data, 0n).toString() === hash", "hash.startsWith(CHAINED) ? hashBytes(data) === hash : true"),
+    tests: ["tests/checkpoint/hash.test.ts"],
   },
 ]

@@ -165,7 +165,7 @@ export interface ShardRecord {
   readonly rank: number
   readonly offsets: ReadonlyArray<number>
   readonly shape: ReadonlyArray<number>
-  /** Bun.hash (wyhash) of its bytes as a decimal string: a flipped bit is refused on load. */
+  /** Its bytes' wyhash chained over 1 MiB chunks, `c1m:<decimal>` (a bare decimal: one wyhash of all, from before): a flipped bit is refused on load. */
   readonly hash: string
 }
 

@@ -11,9 +11,11 @@ import type { Socket } from "bun"
 import { Context, Data, Effect, Layer, type Scope } from "effect"
 import { Connection } from "../net/connection.ts"
 import { MAX_HELLO_BYTES, newNonce, proof, proves, tcpChannel, unixChannel, type Transcript } from "../net/handshake.ts"
+import { ControllerSegments, DEFAULT_SHARED_MIN_BYTES, SegmentRefused } from "../net/shm.ts"
 import { decodeControllerMessage } from "../protocol/codec.ts"
 import { DEFAULT_MAX_FRAME_BYTES } from "../protocol/framing.ts"
 import type { ControllerMessage, WorkerHello, WorkerMessage } from "../protocol/messages.ts"
+import { ErrorPayload, HostTensor } from "../protocol/values.ts"
 
 export class ListenError extends Data.TaggedError("ListenError")<{ readonly message: string }> {}
 
@@ -69,6 +71,14 @@ export interface ListenOptions extends ListenerEvents {
   readonly helloTimeoutMs?: number
   /** Whether the listener and its links alone keep this process running (default true); false: they let it exit once nothing else holds it. */
   readonly holdsProcess?: boolean
+  /**
+   * Shared memory with workers on this host (over a Unix socket or loopback): a fetched tensor
+   * of at least `minBytes` (default DEFAULT_SHARED_MIN_BYTES) moves through a segment both keep
+   * mapped (src/net/shm.ts); false: every byte goes by the socket.
+   */
+  readonly sharedMemory?: false | { readonly minBytes?: number }
+  /** Called with each admitted link's segments (tests and the bench count what went through them). */
+  readonly onSegments?: (rank: number, segments: ControllerSegments) => void
 }
 
 export { MAX_HELLO_BYTES } from "../net/handshake.ts"
@@ -88,7 +98,22 @@ interface State {
   helloTimer: ReturnType<typeof setTimeout> | undefined
   /** Set when this end closes it before the handshake ends (a close then is no token refusal). */
   refused: boolean
+  /** The link's shared-memory segments, once admitted. */
+  segments: ControllerSegments | undefined
 }
+
+/** Whether process `pid` (a local worker's, from its hello) still runs. */
+const alive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === "EPERM"
+  }
+}
+
+/** Loopback addresses, as a TCP socket's remoteAddress gives them: peers on this host. */
+const LOOPBACK = new Set(["127.0.0.1", "::1", "::ffff:127.0.0.1"])
 
 export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, Scope.Scope> =>
   Effect.gen(function* () {
@@ -112,10 +137,11 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
         transcript: undefined,
         helloTimer: undefined,
         refused: false,
+        segments: undefined,
         conn: new Connection<ControllerMessage>(socket as Socket<unknown>, {
           decode: decodeControllerMessage,
           onMessage: (msg) => {
-            if (state.link) return o.onMessage(state.link.hello.rank, msg)
+            if (state.link) return state.segments === undefined ? o.onMessage(state.link.hello.rank, msg) : shared(state.link, state.segments, msg)
             const refuse = (why: string) => {
               state.refused = true
               clearTimeout(state.helloTimer)
@@ -154,6 +180,9 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
             if (state.conn.closed) return
             state.link = link
             state.conn.reader.maxFrameBytes = o.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES
+            const local = o.unix !== undefined || LOOPBACK.has(socket.remoteAddress)
+            state.segments = new ControllerSegments(o.sharedMemory === false || !local ? undefined : o.sharedMemory?.minBytes ?? DEFAULT_SHARED_MIN_BYTES)
+            o.onSegments?.(msg.rank, state.segments)
           },
           onInvalid: (e) => {
             if (!state.link) {
@@ -164,6 +193,7 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
             o.onProblem(`rank ${state.link.hello.rank} sent an invalid frame: ${e.message}`)
           },
           onClose: () => {
+            state.segments?.close()
             clearTimeout(state.helloTimer)
             pending.delete(state)
             if (state.link) o.onDisconnect(state.link.hello.rank)
@@ -185,6 +215,41 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
         state.conn.close()
       }, helloTimeoutMs)
       state.helloTimer.unref?.()
+    }
+    /**
+     * A link's shared-memory messages: the answer to an offer; a FetchShared copied out and
+     * passed on as the FetchResult it stands for (or the fetch's failure, when it does not check
+     * out); a large tensor fetched over the socket makes an offer of a segment that fits it.
+     */
+    const shared = (link: WorkerLink, segments: ControllerSegments, msg: ControllerMessage) => {
+      const rank = link.hello.rank
+      if (msg._tag === "SegmentMapped") {
+        try {
+          segments.mapped(msg.segment, msg.problem)
+        } catch (e) {
+          o.onProblem(`rank ${rank}: ${(e as SegmentRefused).message}`)
+        }
+        return
+      }
+      if (msg._tag === "FetchShared") {
+        let value: HostTensor | undefined
+        try {
+          value = segments.take(msg.segment, msg.dtype, msg.shape, () => alive(link.hello.pid))
+        } catch (e) {
+          const why = e instanceof SegmentRefused ? e.message : String(e)
+          o.onProblem(`rank ${rank}: ${why}`)
+          return o.onMessage(rank, { _tag: "RemoteFunctionFailed", ident: msg.ident, error: new ErrorPayload("SegmentRefused", why, []) })
+        }
+        // Not written (the worker reports why) or its process is gone (its link's close says so).
+        if (value === undefined) return
+        link.send({ _tag: "SegmentFree", segment: msg.segment })
+        return o.onMessage(rank, { _tag: "FetchResult", ident: msg.ident, value })
+      }
+      o.onMessage(rank, msg)
+      if (msg._tag === "FetchResult" && msg.value instanceof HostTensor) {
+        const offer = segments.offerFor(msg.value.data.byteLength)
+        if (offer !== undefined) link.send({ _tag: "SharedSegment", ...offer })
+      }
     }
     const handlers = {
       binaryType: "uint8array" as const,

@@ -10,7 +10,7 @@ import {
   anyValue, boolField, bytesField, choice, commandList, errorField, factoryField, identField, metaList, ndsliceField, optional, refField, refList, strField, strList, strOrNil, uintField,
   uintList, valueList, valueMap, type Field,
 } from "./fields.ts"
-import type { FloatNumber, HostTensor, Ref } from "./values.ts"
+import { DTYPES, type FloatNumber, type HostTensor, type Ref } from "./values.ts"
 
 /** The handshake's nonces and proofs (HMAC-SHA256), src/net/handshake.ts. */
 export const NONCE_BYTES = 32
@@ -273,6 +273,21 @@ export const WORKER_MESSAGES = {
   ], (m) => (m.sources.length !== m.results.length ? ["sources", `${m.sources.length} sources for ${m.results.length} results`] : undefined)),
   /** Removes `tmp`, the temporary directory of a save that failed (a `.tmp-` directory); answers FetchResult(ident, null). */
   DropCheckpoint: message(44, [["ident", identField], ["tmp", strField]]),
+  /**
+   * Shared memory (codes 21, 22; src/net/shm.ts): maps the controller's memfd at `path`
+   * (`/proc/<pid>/fd/<fd>`) of exactly `bytes` bytes, which starts with `check`, as segment
+   * `segment`, and from then on answers a fetch of one tensor of at least `minBytes` bytes by
+   * writing it there (FetchShared) while the segment is free. Answered with SegmentMapped.
+   */
+  SharedSegment: message(21, [
+    ["segment", uintField],
+    ["path", strField],
+    ["bytes", uintField],
+    ["check", bytesField(16), "the segment's first 16 bytes"],
+    ["minBytes", uintField],
+  ]),
+  /** The controller copied out what FetchShared left in `segment`: the worker may write there again. */
+  SegmentFree: message(22, [["segment", uintField]]),
 } as const
 
 /** The messages a recording may hold: the commands that compute, and borrows' steps. */
@@ -303,6 +318,10 @@ export const CONTROLLER_MESSAGES = {
   ProtocolError: message(69, [["message", strField]]),
   /** The first message on a worker's link: which rank it is, and a fresh nonce for the controller's proof. */
   WorkerChallenge: message(70, [["rank", uintField], ["world", uintField], ["nonce", nonceField]]),
+  /** The answer to SharedSegment: null when mapped, else why the worker refused it (the link goes on over the socket). */
+  SegmentMapped: message(71, [["segment", uintField], ["problem", strOrNil]]),
+  /** FetchResult(ident, a tensor of `dtype` and `shape`) whose bytes are at the start of `segment`, now in use until SegmentFree. */
+  FetchShared: message(72, [["ident", uintField], ["segment", uintField], ["dtype", choice(DTYPES, "dtype")], ["shape", uintList]]),
 } as const
 
 export const MESSAGES = { ...WORKER_MESSAGES, ...CONTROLLER_MESSAGES }
@@ -345,6 +364,10 @@ export type FetchResult = MessageOf<"FetchResult">
 export type RemoteFunctionFailed = MessageOf<"RemoteFunctionFailed">
 export type Restarted = MessageOf<"Restarted">
 export type ProtocolError = MessageOf<"ProtocolError">
+export type SharedSegment = MessageOf<"SharedSegment">
+export type SegmentFree = MessageOf<"SegmentFree">
+export type SegmentMapped = MessageOf<"SegmentMapped">
+export type FetchShared = MessageOf<"FetchShared">
 
 export type WorkerMessage = { [K in keyof typeof WORKER_MESSAGES]: MessageOf<K> }[keyof typeof WORKER_MESSAGES]
 export type ControllerMessage = { [K in keyof typeof CONTROLLER_MESSAGES]: MessageOf<K> }[keyof typeof CONTROLLER_MESSAGES]

@@ -10,6 +10,7 @@ import type { Socket } from "bun"
 import { Cause, Data, Duration, Effect, Queue, Result, type Scope } from "effect"
 import { Connection, parseAddress } from "../net/connection.ts"
 import { MAX_HELLO_BYTES, newNonce, proof, proves, tcpChannel, unixChannel, type Transcript } from "../net/handshake.ts"
+import { WorkerSegments } from "../net/shm.ts"
 import { decodeWorkerMessage } from "../protocol/codec.ts"
 import { DEFAULT_MAX_FRAME_BYTES } from "../protocol/framing.ts"
 import type { ControllerMessage, WorkerHello, WorkerMessage } from "../protocol/messages.ts"
@@ -52,6 +53,7 @@ const holdsExit = (m: WorkerMessage): boolean => m._tag === "Exit" || (m._tag ==
 export const connectController = (o: LinkOptions): Effect.Effect<ControllerLink, LinkError | ControllerUnproven, Scope.Scope> =>
   Effect.gen(function* () {
     const messages = yield* Queue.unbounded<WorkerMessage, Cause.Done>()
+    const segments = new WorkerSegments()
     let conn: Connection<WorkerMessage> | undefined
     let exitReceived = false, closed = false, commands = false
     /** Set when the controller's proof held: until then no message is taken as a command. */
@@ -98,6 +100,7 @@ export const connectController = (o: LinkOptions): Effect.Effect<ControllerLink,
                 },
                 onClose: () => {
                   closed = true
+                  segments.close()
                   handshake.resolve(new LinkError({ message: `${o.address} closed the link before proving it holds the job token` }))
                   Queue.endUnsafe(messages)
                 },
@@ -112,7 +115,10 @@ export const connectController = (o: LinkOptions): Effect.Effect<ControllerLink,
         } as Parameters<typeof Bun.connect<undefined>>[0]),
       catch: (e) => new LinkError({ message: `cannot reach the controller at ${o.address}: ${(e as Error).message}` }),
     })
-    yield* Effect.addFinalizer(() => Effect.sync(() => conn?.close()))
+    yield* Effect.addFinalizer(() => Effect.sync(() => {
+      conn?.close()
+      segments.close()
+    }))
     const send = (m: ControllerMessage) => {
       const sent = conn?.send(m)
       if (sent === undefined || Result.isSuccess(sent)) return
@@ -130,5 +136,5 @@ export const connectController = (o: LinkOptions): Effect.Effect<ControllerLink,
     if (failed !== undefined) return yield* failed
     const linkState = (): LinkState => (!closed ? "open" : exitReceived ? "ended" : "lost")
     const whenSent = (fn: () => void) => (conn === undefined ? fn() : conn.whenFlushed(fn))
-    return { messages, send, linkState, whenSent, close: () => conn?.close(), commandsSeen: () => commands }
+    return { messages, send, linkState, whenSent, segments, close: () => conn?.close(), commandsSeen: () => commands }
   })

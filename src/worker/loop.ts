@@ -6,6 +6,7 @@
  */
 import { Cause, Effect, Queue, References, Schedule } from "effect"
 import type { ControllerMessage, WorkerMessage } from "../protocol/messages.ts"
+import type { WorkerSegments } from "../net/shm.ts"
 import type { Recorder } from "../trace/record.ts"
 import { makeDispatch } from "./handlers/index.ts"
 import { IDLE_WAIT_US } from "./inflight.ts"
@@ -19,9 +20,11 @@ export interface Inbox {
   readonly linkState: () => LinkState
   /** Calls `fn` once what was sent so far has left the process (default: at once). */
   readonly whenSent?: (fn: () => void) => void
+  /** The link's shared-memory segments, when it takes any. */
+  readonly segments?: WorkerSegments
 }
 
-export type SessionDeps = Omit<Parameters<typeof makeSession>[0], "send" | "linkState" | "whenSent">
+export type SessionDeps = Omit<Parameters<typeof makeSession>[0], "send" | "linkState" | "whenSent" | "segments">
 
 /**
  * How the loop ended: an Exit command (also one received before the link closed, when not
@@ -35,7 +38,7 @@ export const runLoop = (inbox: Inbox, deps: SessionDeps, options: { readonly res
     const level = yield* References.MinimumLogLevel
     const debug = level === "Debug" || level === "Trace"
     let restarts = 0
-    const fresh = () => makeSession({ ...deps, send: inbox.send, linkState: inbox.linkState, ...(inbox.whenSent ? { whenSent: inbox.whenSent } : {}) })
+    const fresh = () => makeSession({ ...deps, send: inbox.send, linkState: inbox.linkState, ...(inbox.whenSent ? { whenSent: inbox.whenSent } : {}), segments: inbox.segments })
     let session: Session = fresh()
     let dispatch = makeDispatch(session, debug, options.trace)
     const closed = (): LoopEnd => {

@@ -9,6 +9,8 @@ import type { Native } from "../../ffi/native.ts"
 import type { Stream } from "../../ffi/stream.ts"
 import type { Tensor } from "../../ffi/tensor.ts"
 import type { Communicators } from "../comm/communicators.ts"
+import { BufferPool, DEFAULT_SPARE_BYTES } from "../net/buffers.ts"
+import type { WorkerSegments } from "../net/shm.ts"
 import { Generator } from "../ops/generator.ts"
 import type { ControllerMessage, DefineRecording } from "../protocol/messages.ts"
 import { DEFAULT_RECORDING_LIMITS, type RecordingLimits } from "../protocol/recordingLimits.ts"
@@ -47,6 +49,10 @@ export interface Session {
   readonly whenSent: (fn: () => void) => void
   /** Whether the link to the controller is still open (see LinkState). */
   readonly linkState: () => LinkState
+  /** Recycled memory for fetched tensors' host copies, given back once the socket took them. */
+  readonly hostBuffers: BufferPool
+  /** The link's shared-memory segments (src/net/shm.ts), when it has any: kept across restarts, as the link is. */
+  readonly segments?: WorkerSegments | undefined
   firstUncompletedIdent: number
   lastSentStatus: number
   /** Set by Exit: the loop stops after the current command. */
@@ -75,7 +81,13 @@ export interface Recording {
  */
 export type LinkState = "open" | "lost" | "ended"
 
-export const makeSession = (deps: Pick<Session, "rank" | "world" | "native" | "comms" | "functions" | "send" | "checkpointRoot"> & { readonly linkState?: () => LinkState; readonly recordingLimits?: RecordingLimits; readonly whenSent?: Session["whenSent"]; readonly overlap?: boolean }): Session => {
+/** Recycled host memory kept outside the memory limit: a quarter of the limit, at most DEFAULT_SPARE_BYTES. */
+const spareBytesFor = (native: Native): number => {
+  const limit = native.memoryUsage().limit
+  return limit === 0 ? DEFAULT_SPARE_BYTES : Math.min(DEFAULT_SPARE_BYTES, Math.floor(limit / 4))
+}
+
+export const makeSession = (deps: Pick<Session, "rank" | "world" | "native" | "comms" | "functions" | "send" | "checkpointRoot"> & { readonly linkState?: () => LinkState; readonly recordingLimits?: RecordingLimits; readonly whenSent?: Session["whenSent"]; readonly overlap?: boolean; readonly segments?: WorkerSegments | undefined }): Session => {
   const inflight = new InFlight()
   return {
   linkState: () => "open",
@@ -85,6 +97,7 @@ export const makeSession = (deps: Pick<Session, "rank" | "world" | "native" | "c
   ...deps,
   inflight,
   env: new RefEnv(inflight),
+  hostBuffers: new BufferPool(spareBytesFor(deps.native)),
   borrows: new Map(),
   recordings: new Map(),
   writing: new Set(),
@@ -124,6 +137,7 @@ export const closeSession = (s: Session): void => {
   for (const r of s.recordings.values()) freeSpares(r.prepared)
   s.recordings.clear()
   s.env.clear()
+  s.hostBuffers.clear()
 }
 
 /**

@@ -10,6 +10,8 @@ import { Tensor } from "../../../ffi/tensor.ts"
 import type { FunctionContext, RemoteFunction } from "../function.ts"
 import { sameShape } from "../../ops/meta.ts"
 import type { DeclaredMeta } from "../../protocol/fields.ts"
+import type { BufferPool } from "../../net/buffers.ts"
+import { WorkerSegments } from "../../net/shm.ts"
 import type { CallFunction, FetchValue, Value } from "../../protocol/messages.ts"
 import { FloatNumber, HostTensor } from "../../protocol/values.ts"
 import { CommError } from "../../comm/errors.ts"
@@ -194,17 +196,22 @@ export const callNow = (s: Session, m: CallFunction, ident = m.ident): Effect.Ef
     })
   })
 
-/** The wire form of a fetched value: tensors copied to host; what the wire cannot carry is refused. */
-const fetchedValue = (v: unknown, stream: Stream): Value => {
-  if (v instanceof Tensor) return v.toHost(stream)
+/** The wire form of a fetched value: tensors copied to host (into `buffers`' memory, each noted in `taken`); what the wire cannot carry is refused. */
+const fetchedValue = (v: unknown, stream: Stream, buffers: BufferPool, taken: Uint8Array[]): Value => {
+  if (v instanceof Tensor) {
+    const data = buffers.take(v.nbytes)
+    taken.push(data)
+    v.copyOut(data, stream)
+    return new HostTensor(v.dtype, v.shape, data)
+  }
   // A float the client sent goes back as the float64 it was.
   if (v instanceof HostTensor || v instanceof FloatNumber) return v
   if (v === undefined || v === null) return null
-  if (Array.isArray(v)) return v.map((x) => fetchedValue(x, stream))
+  if (Array.isArray(v)) return v.map((x) => fetchedValue(x, stream, buffers, taken))
   if (v instanceof Uint8Array || ["boolean", "number", "bigint", "string"].includes(typeof v)) return v as Value
   if (typeof v !== "object" || Object.getPrototypeOf(v) !== Object.prototype)
     throw new WrongRefType({ message: `cannot fetch a ${kindOf(v)}` })
-  return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, fetchedValue(x, stream)]))
+  return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, fetchedValue(x, stream, buffers, taken)]))
 }
 
 /** The bytes of the tensors in a value to fetch: what its host copy will take. */
@@ -222,12 +229,39 @@ export const fetchValue = (s: Session) => (m: FetchValue) =>
       const value = lookup(s, m.object, stream, made)
       // The host copy counts against the memory limit until the socket has taken the reply.
       const reply = (v: unknown) => {
+        // One tensor, into the link's shared-memory segment when it is free and fits: announced
+        // first, so the controller copies each chunk out as it lands; one copy, no host copy. Its
+        // bytes there count against the memory limit until freed, as a host copy's would.
+        const slot = v instanceof Tensor ? s.segments?.take(v.nbytes, (n) => holdHostCopy(s.native, n, `fetch of ${n} bytes to host`)) : undefined
+        if (slot !== undefined) {
+          const t = v as Tensor
+          s.send({ _tag: "FetchShared", ident: m.ident, segment: slot.segment, dtype: t.dtype, shape: t.shape })
+          try {
+            stream.synchronize()
+            const memory = t.hostBytes()
+            if (memory !== undefined) WorkerSegments.write(slot, memory)
+            else {
+              t.copyOut(slot.view, stream)
+              slot.written(t.nbytes)
+            }
+          } catch (e) {
+            slot.written(-1)
+            s.segments!.untake(slot.segment)
+            throw e
+          }
+          return
+        }
         const bytes = hostBytes(v)
         const release = holdHostCopy(s.native, bytes, `fetch of ${bytes} bytes to host`)
+        const taken: Uint8Array[] = []
         try {
-          s.send({ _tag: "FetchResult", ident: m.ident, value: fetchedValue(v, stream) })
+          s.send({ _tag: "FetchResult", ident: m.ident, value: fetchedValue(v, stream, s.hostBuffers, taken) })
         } finally {
-          s.whenSent(release)
+          // Once the socket took the reply, its host copies are recycled for the next fetch.
+          s.whenSent(() => {
+            release()
+            for (const data of taken) s.hostBuffers.give(data)
+          })
         }
       }
       if (m.function === null) return reply(value)

@@ -13,6 +13,7 @@ import { commitCheckpoint, dropCheckpoint, loadShards, readCheckpoint, saveShard
 import { createDeviceMesh, reduce, sendTensor } from "./collectives.ts"
 import { commandGroup, controllerProof, deleteRefs, exit, peerLost, requestStatus, withheld } from "./control.ts"
 import { callRecording, defineRecording, deleteRecording } from "./recordings.ts"
+import { segmentFree, sharedSegment } from "./shared.ts"
 import { createStream } from "./streams.ts"
 
 export type Handlers = {
@@ -81,6 +82,8 @@ export const makeDispatch = (s: Session, debug = false, trace?: Recorder): ((m: 
     LoadShards: loadShards(s),
     ControllerProof: controllerProof(s),
     DropCheckpoint: dropCheckpoint(s),
+    SharedSegment: sharedSegment(s),
+    SegmentFree: segmentFree(s),
   }
   return dispatch
 }

@@ -1,0 +1,29 @@
+/**
+ * SharedSegment and SegmentFree: the shared-memory segments a fetch may answer through
+ * (src/net/shm.ts). An offer that does not check out is answered with why, and fetches go on
+ * over the socket.
+ */
+import { Effect } from "effect"
+import type { SharedSegment, SegmentFree } from "../../protocol/messages.ts"
+import { reject, type Session } from "../session.ts"
+
+const why = (e: unknown): string => (e instanceof Error ? e.message : String(e))
+
+export const sharedSegment = (s: Session) => (m: SharedSegment) => Effect.sync(() => {
+  if (s.segments === undefined) return s.send({ _tag: "SegmentMapped", segment: m.segment, problem: "this worker's link takes no shared memory" })
+  try {
+    s.segments.attach(m)
+    s.send({ _tag: "SegmentMapped", segment: m.segment, problem: null })
+  } catch (e) {
+    s.send({ _tag: "SegmentMapped", segment: m.segment, problem: why(e) })
+  }
+})
+
+export const segmentFree = (s: Session) => (m: SegmentFree) => Effect.sync(() => {
+  try {
+    if (s.segments === undefined) return reject(s, `SegmentFree for segment ${m.segment}: this worker's link takes no shared memory`)
+    s.segments.free(m.segment)
+  } catch (e) {
+    reject(s, why(e))
+  }
+})
