@@ -11,6 +11,8 @@ int shim_check_triangle(const shim_tensor *out, const shim_tensor *a, int32_t up
   const char *fn = upper ? "shim_triangle(triu)" : "shim_triangle(tril)";
   SHIM_REQUIRE_IN(fn, out, "out");
   SHIM_REQUIRE_IN(fn, a, "a");
+  SHIM_TRY(shim_require_contiguous(fn, out, "out"));
+  SHIM_TRY(shim_require_contiguous(fn, a, "a"));
   char ba[CAP], bo[CAP];
   if (upper != 0 && upper != 1) return shim_fail(SHIM_E_INVALID, "%s: upper must be 0 or 1, not %d", fn, upper);
   if (a->ndim < 2) return shim_fail(SHIM_E_INVALID, "%s: a %s needs at least 2 dims", fn, shim_describe(a, ba, sizeof ba));
@@ -30,6 +32,11 @@ int shim_check_attention(const shim_tensor *out, const shim_tensor *q, const shi
   SHIM_REQUIRE_IN(fn, q, "q");
   SHIM_REQUIRE_IN(fn, k, "k");
   SHIM_REQUIRE_IN(fn, v, "v");
+  SHIM_TRY(shim_require_contiguous(fn, out, "out"));
+  SHIM_TRY(shim_require_contiguous(fn, q, "q"));
+  SHIM_TRY(shim_require_contiguous(fn, k, "k"));
+  SHIM_TRY(shim_require_contiguous(fn, v, "v"));
+  SHIM_TRY(shim_require_contiguous(fn, mask, "mask"));
   char bq[CAP], bk[CAP], bv[CAP], bo[CAP], bm[CAP];
   shim_describe(q, bq, sizeof bq);
   shim_describe(k, bk, sizeof bk);
@@ -66,6 +73,9 @@ int shim_check_rms_norm(const shim_tensor *out, const shim_tensor *a, const shim
   const char *fn = "shim_rms_norm";
   SHIM_REQUIRE_IN(fn, out, "out");
   SHIM_REQUIRE_IN(fn, a, "a");
+  SHIM_TRY(shim_require_contiguous(fn, out, "out"));
+  SHIM_TRY(shim_require_contiguous(fn, a, "a"));
+  SHIM_TRY(shim_require_contiguous(fn, weight, "weight"));
   char ba[CAP], bo[CAP], bw[CAP];
   shim_describe(a, ba, sizeof ba);
   if (!is_float(a->dtype)) return shim_fail(SHIM_E_UNSUPPORTED, "%s: not defined on %s (cast to a floating dtype first)", fn, ba);
@@ -86,6 +96,9 @@ int shim_check_dropout(const shim_tensor *out, const shim_tensor *mask, const sh
   SHIM_REQUIRE_IN(fn, out, "out");
   SHIM_REQUIRE_IN(fn, mask, "mask");
   SHIM_REQUIRE_IN(fn, a, "a");
+  SHIM_TRY(shim_require_contiguous(fn, out, "out"));
+  SHIM_TRY(shim_require_contiguous(fn, mask, "mask"));
+  SHIM_TRY(shim_require_contiguous(fn, a, "a"));
   char ba[CAP], bo[CAP], bm[CAP];
   shim_describe(a, ba, sizeof ba);
   if (!is_float(a->dtype)) return shim_fail(SHIM_E_UNSUPPORTED, "%s: not defined on %s (cast to a floating dtype first)", fn, ba);
@@ -102,6 +115,9 @@ int shim_check_scatter(int32_t op, const shim_tensor *out, int32_t dim, const sh
   SHIM_REQUIRE_IN(fn, out, "out");
   SHIM_REQUIRE_IN(fn, index, "index");
   SHIM_REQUIRE_IN(fn, src, "src");
+  SHIM_TRY(shim_require_contiguous(fn, out, "out"));
+  SHIM_TRY(shim_require_contiguous(fn, index, "index"));
+  SHIM_TRY(shim_require_contiguous(fn, src, "src"));
   char bo[CAP], bi[CAP], bs[CAP];
   shim_describe(out, bo, sizeof bo);
   shim_describe(index, bi, sizeof bi);
@@ -154,6 +170,10 @@ int shim_check_nll_loss(const shim_tensor *out, const shim_tensor *input, const 
   SHIM_REQUIRE_IN(fn, out, "out");
   SHIM_REQUIRE_IN(fn, input, "input");
   SHIM_REQUIRE_IN(fn, target, "target");
+  SHIM_TRY(shim_require_contiguous(fn, out, "out"));
+  SHIM_TRY(shim_require_contiguous(fn, input, "input"));
+  SHIM_TRY(shim_require_contiguous(fn, target, "target"));
+  SHIM_TRY(shim_require_contiguous(fn, weight, "weight"));
   SHIM_TRY(check_reduction(fn, reduction));
   char bi[CAP], bt[CAP], bw[CAP];
   shim_describe(input, bi, sizeof bi);
@@ -180,6 +200,9 @@ int shim_check_mse_loss(const shim_tensor *out, const shim_tensor *a, const shim
   SHIM_REQUIRE_IN(fn, out, "out");
   SHIM_REQUIRE_IN(fn, a, "a");
   SHIM_REQUIRE_IN(fn, b, "b");
+  SHIM_TRY(shim_require_contiguous(fn, out, "out"));
+  SHIM_TRY(shim_require_contiguous(fn, a, "a"));
+  SHIM_TRY(shim_require_contiguous(fn, b, "b"));
   SHIM_TRY(check_reduction(fn, reduction));
   char ba[CAP], bb[CAP];
   shim_describe(a, ba, sizeof ba);
@@ -194,6 +217,7 @@ int shim_check_cat(const shim_tensor *out, int32_t count, const shim_tensor *con
   const char *fn = "shim_cat";
   SHIM_REQUIRE_IN(fn, out, "out");
   SHIM_REQUIRE_IN(fn, parts, "parts");
+  SHIM_TRY(shim_require_contiguous(fn, out, "out"));
   char bo[CAP], bp[CAP];
   shim_describe(out, bo, sizeof bo);
   if (count < 1) return shim_fail(SHIM_E_INVALID, "%s: %d parts (at least one is needed)", fn, count);
@@ -202,6 +226,7 @@ int shim_check_cat(const shim_tensor *out, int32_t count, const shim_tensor *con
   for (int32_t k = 0; k < count; k++) {
     const shim_tensor *p = parts[k];
     if (p == NULL) return shim_fail(SHIM_E_INVALID, "%s: part %d is NULL", fn, k);
+    SHIM_TRY(shim_require_contiguous(fn, p, "part"));
     int fits = p->dtype == out->dtype && p->ndim == out->ndim;
     for (int32_t d = 0; fits && d < out->ndim; d++) fits = d == dim || p->shape[d] == out->shape[d];
     if (!fits)
@@ -227,6 +252,9 @@ int shim_check_index_add(const shim_tensor *out, int32_t dim, const shim_tensor 
   SHIM_REQUIRE_IN(fn, out, "out");
   SHIM_REQUIRE_IN(fn, index, "index");
   SHIM_REQUIRE_IN(fn, src, "src");
+  SHIM_TRY(shim_require_contiguous(fn, out, "out"));
+  SHIM_TRY(shim_require_contiguous(fn, index, "index"));
+  SHIM_TRY(shim_require_contiguous(fn, src, "src"));
   char bo[CAP], bi[CAP], bs[CAP];
   shim_describe(out, bo, sizeof bo);
   shim_describe(index, bi, sizeof bi);

@@ -1,5 +1,6 @@
 /* linalg.c: shim_matmul on the cpu. f32 and f64 go to OpenBLAS (cblas_sgemm / dgemm, a
- * transposed operand as BLAS's trans); the other dtypes convert each operand to an accumulator
+ * transposed operand, by flag or by its strides, as BLAS's trans, a row stride as its leading
+ * dimension, so a transposed or sliced view costs no copy); the other dtypes convert each operand to an accumulator
  * type (float for f16 and bf16, int64 for integers and bool, wrapping), transposed there when
  * asked, and run a cache-blocked loop, then convert the result back by the rules of cpu.h (so a
  * bool matmul is "any a[i,p] and b[p,j]"). */
@@ -84,17 +85,55 @@ static int matmul_loop(int32_t dtype, char *out, const char *a, const char *b, c
   return SHIM_OK;
 }
 
-/* The BLAS path. With a 2-D b and a not transposed, the batches of a are one [batch * m, k]
- * matrix: one call. */
-static void matmul_blas(int32_t dtype, char *out, const char *a, const char *b, const shim_matmul_dims *dims) {
+/* How BLAS reads an operand stored as [batch..., rows, cols] under its strides: row-major with
+ * leading dimension ld (trans 0) or as the transpose of a row-major [cols, rows] (trans 1),
+ * each matrix batch_stride elements after the last. 0 when no such reading exists (the batch
+ * dims do not step evenly, or neither matrix dim has stride 1). */
+typedef struct {
+  int64_t ld, batch_stride;
+  int trans;
+} blas_operand;
+
+static int blas_layout(const shim_tensor *t, blas_operand *l) {
+  const int32_t nd = t->ndim;
+  const int64_t rows = t->shape[nd - 2], cols = t->shape[nd - 1], sr = t->strides[nd - 2], sc = t->strides[nd - 1];
+  const int64_t wide = cols > 1 ? cols : 1, tall = rows > 1 ? rows : 1;
+  if ((cols <= 1 || sc == 1) && (rows <= 1 || sr >= wide)) {
+    l->trans = 0;
+    l->ld = rows <= 1 ? wide : sr;
+  } else if ((rows <= 1 || sr == 1) && (cols <= 1 || sc >= tall)) {
+    l->trans = 1;
+    l->ld = cols <= 1 ? tall : sc;
+  } else {
+    return 0;
+  }
+  if (l->ld > INT_MAX) return 0;
+  /* The batch dims as one: each non-trivial dim steps by the next one's stride times its size. */
+  l->batch_stride = 0;
+  int64_t expect = -1;
+  for (int32_t d = nd - 3; d >= 0; d--) {
+    if (t->shape[d] == 1) continue;
+    if (expect >= 0 && t->strides[d] != expect) return 0;
+    if (expect < 0) l->batch_stride = t->strides[d];
+    expect = t->strides[d] * t->shape[d];
+  }
+  return 1;
+}
+
+/* The BLAS path. With a 2-D b and a read row-major with its matrices end to end, the batches of
+ * a are one [batch * m, k] matrix: one call. */
+static void matmul_blas(int32_t dtype, char *out, const char *a, const char *b, const shim_matmul_dims *dims, const blas_operand *la,
+                        const blas_operand *lb) {
   const int64_t batch = dims->batch, m = dims->m, k = dims->k, n = dims->n;
   const int b_batched = dims->b_batched;
   int64_t size = shim_dtype_size(dtype);
-  int64_t calls = b_batched || dims->ta || batch * m > INT_MAX ? batch : 1, rows = calls == 1 ? batch * m : m;
-  const enum CBLAS_TRANSPOSE ta = dims->ta ? CblasTrans : CblasNoTrans, tb = dims->tb ? CblasTrans : CblasNoTrans;
-  const int lda = (int)(dims->ta ? m : k), ldb = (int)(dims->tb ? k : n);
+  const int trans_a = dims->ta != la->trans, trans_b = dims->tb != lb->trans;
+  int stacked = !trans_a && (batch == 1 || la->batch_stride == m * la->ld);
+  int64_t calls = b_batched || !stacked || batch * m > INT_MAX ? batch : 1, rows = calls == 1 ? batch * m : m;
+  const enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
+  const int lda = (int)la->ld, ldb = (int)lb->ld;
   for (int64_t t = 0; t < calls; t++) {
-    const char *at = a + t * m * k * size, *bt = b + (b_batched ? t * k * n * size : 0);
+    const char *at = a + t * la->batch_stride * size, *bt = b + (b_batched ? t * lb->batch_stride * size : 0);
     char *ct = out + t * m * n * size;
     if (dtype == SHIM_F32)
       cblas_sgemm(CblasRowMajor, ta, tb, (int)rows, (int)n, (int)k, 1.0f, (const float *)at, lda, (const float *)bt, ldb,
@@ -114,15 +153,24 @@ int shim_matmul(shim_tensor *out, const shim_tensor *a, const shim_tensor *b, in
     memset(o, 0, (size_t)(out->numel * shim_dtype_size(out->dtype)));
     return SHIM_OK;
   }
-  const char *x = shim_cpu_data(a), *y = shim_cpu_data(b);
-  if (a->dtype == SHIM_F32 || a->dtype == SHIM_F64) {
+  blas_operand la, lb;
+  if ((a->dtype == SHIM_F32 || a->dtype == SHIM_F64) && blas_layout(a, &la) && blas_layout(b, &lb)) {
     if (dims.m > INT_MAX || dims.n > INT_MAX || dims.k > INT_MAX) {
       char ba[128], bb[128];
       return shim_fail(SHIM_E_UNSUPPORTED, "shim_matmul: a dim of %s @ %s exceeds BLAS's 32-bit sizes",
                        shim_describe(a, ba, sizeof ba), shim_describe(b, bb, sizeof bb));
     }
-    matmul_blas(a->dtype, o, x, y, &dims);
+    matmul_blas(a->dtype, o, shim_cpu_data(a), shim_cpu_data(b), &dims, &la, &lb);
     return SHIM_OK;
   }
-  return matmul_loop(a->dtype, o, x, y, &dims);
+  if (!a->contiguous || !b->contiguous) { /* strides BLAS cannot read, or the loop's dtypes: contiguous copies */
+    shim_cpu_staged sa, sb;
+    SHIM_TRY(shim_cpu_stage("shim_matmul", a, 1, &sa));
+    int status = shim_cpu_stage("shim_matmul", b, 1, &sb);
+    if (status == SHIM_OK) status = shim_matmul(out, sa.t, sb.t, transpose, s);
+    shim_cpu_unstage(&sb, NULL, 0);
+    shim_cpu_unstage(&sa, NULL, 0);
+    return status;
+  }
+  return matmul_loop(a->dtype, o, shim_cpu_data(a), shim_cpu_data(b), &dims);
 }
