@@ -112,6 +112,9 @@ unsigned grid_dim(int64_t count) { return count > 65535 ? 65535u : (unsigned)cou
 int shim_matmul(shim_tensor *out, const shim_tensor *a, const shim_tensor *b, int32_t transpose, shim_stream *s) {
   shim_matmul_dims dims;
   SHIM_TRY(shim_check_matmul(out, a, b, transpose, &dims));
+  const shim_tensor *operands[] = {a, b};
+  if (!shim_cuda_all_contiguous(out, 2, operands))
+    return shim_cuda_densely(out, 2, operands, s, [&](shim_tensor *o, const shim_tensor *const *in) { return shim_matmul(o, in[0], in[1], transpose, s); });
   if (out->numel == 0) return SHIM_OK;
   shim_cuda_track(s, out);
   shim_cuda_track(s, a);
