@@ -267,6 +267,28 @@ describe("reductions, softmax and matmul read strides", () => {
         ops.matmul(flat, tensor(dtype, a.shape, valuesOf(a)), tensor(dtype, b.shape, valuesOf(b)))
         expectClose(dtype, valuesOf(out), valuesOf(flat), `${dtype} ${la.strides} @ ${lb.strides}`)
       }
+    // the layouts BLAS reads in place: a transposed a, a row stride past the row (a narrowed last
+    // dim), both transposed, and batches of transposed matrices
+    const cases: Array<[number[], number[], number[], number[]]> = [
+      [[3, 4], [1, 3], [4, 2], [2, 1]],
+      [[3, 4], [6, 1], [4, 5], [1, 4]],
+      [[3, 4], [1, 3], [4, 5], [1, 4]],
+      [[2, 3, 4], [12, 1, 3], [2, 4, 2], [8, 1, 4]],
+      [[2, 3, 4], [1, 8, 2], [4, 3], [1, 4]],
+    ]
+    for (const dtype of ["f32", "f64"] as const)
+      for (const [shapeA, stridesA, shapeB, stridesB] of cases) {
+        const span = (shape: number[], strides: number[]) => shape.reduce((r, d, i) => r + (d - 1) * strides[i]!, 1)
+        const la = { shape: shapeA, strides: stridesA, offset: 1, storage: 1 + span(shapeA, stridesA) }
+        const lb = { shape: shapeB, strides: stridesB, offset: 0, storage: span(shapeB, stridesB) }
+        const [, a] = stridedOf(dtype, la, seed())
+        const [, b] = stridedOf(dtype, lb, seed())
+        const outShape = [...shapeA.slice(0, -1), shapeB.at(-1)!]
+        const out = empty(dtype, outShape), flat = empty(dtype, outShape)
+        ops.matmul(out, a, b)
+        ops.matmul(flat, tensor(dtype, a.shape, valuesOf(a)), tensor(dtype, b.shape, valuesOf(b)))
+        expectClose(dtype, valuesOf(out), valuesOf(flat), `${dtype} ${stridesA} @ ${stridesB}`)
+      }
     // w.t() as a view: x @ w^T with w [n, k] stored as it is
     const x = tensor("f32", [2, 3], [1, 2, 3, 4, 5, 6])
     const w = tensor("f32", [2, 3], [1, 0, -1, 2, 1, 0])
