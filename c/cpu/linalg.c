@@ -85,45 +85,10 @@ static int matmul_loop(int32_t dtype, char *out, const char *a, const char *b, c
   return SHIM_OK;
 }
 
-/* How BLAS reads an operand stored as [batch..., rows, cols] under its strides: row-major with
- * leading dimension ld (trans 0) or as the transpose of a row-major [cols, rows] (trans 1),
- * each matrix batch_stride elements after the last. 0 when no such reading exists (the batch
- * dims do not step evenly, or neither matrix dim has stride 1). */
-typedef struct {
-  int64_t ld, batch_stride;
-  int trans;
-} blas_operand;
-
-static int blas_layout(const shim_tensor *t, blas_operand *l) {
-  const int32_t nd = t->ndim;
-  const int64_t rows = t->shape[nd - 2], cols = t->shape[nd - 1], sr = t->strides[nd - 2], sc = t->strides[nd - 1];
-  const int64_t wide = cols > 1 ? cols : 1, tall = rows > 1 ? rows : 1;
-  if ((cols <= 1 || sc == 1) && (rows <= 1 || sr >= wide)) {
-    l->trans = 0;
-    l->ld = rows <= 1 ? wide : sr;
-  } else if ((rows <= 1 || sr == 1) && (cols <= 1 || sc >= tall)) {
-    l->trans = 1;
-    l->ld = cols <= 1 ? tall : sc;
-  } else {
-    return 0;
-  }
-  if (l->ld > INT_MAX) return 0;
-  /* The batch dims as one: each non-trivial dim steps by the next one's stride times its size. */
-  l->batch_stride = 0;
-  int64_t expect = -1;
-  for (int32_t d = nd - 3; d >= 0; d--) {
-    if (t->shape[d] == 1) continue;
-    if (expect >= 0 && t->strides[d] != expect) return 0;
-    if (expect < 0) l->batch_stride = t->strides[d];
-    expect = t->strides[d] * t->shape[d];
-  }
-  return 1;
-}
-
 /* The BLAS path. With a 2-D b and a read row-major with its matrices end to end, the batches of
  * a are one [batch * m, k] matrix: one call. */
-static void matmul_blas(int32_t dtype, char *out, const char *a, const char *b, const shim_matmul_dims *dims, const blas_operand *la,
-                        const blas_operand *lb) {
+static void matmul_blas(int32_t dtype, char *out, const char *a, const char *b, const shim_matmul_dims *dims, const shim_blas_operand *la,
+                        const shim_blas_operand *lb) {
   const int64_t batch = dims->batch, m = dims->m, k = dims->k, n = dims->n;
   const int b_batched = dims->b_batched;
   int64_t size = shim_dtype_size(dtype);
@@ -153,8 +118,8 @@ int shim_matmul(shim_tensor *out, const shim_tensor *a, const shim_tensor *b, in
     memset(o, 0, (size_t)(out->numel * shim_dtype_size(out->dtype)));
     return SHIM_OK;
   }
-  blas_operand la, lb;
-  if ((a->dtype == SHIM_F32 || a->dtype == SHIM_F64) && blas_layout(a, &la) && blas_layout(b, &lb)) {
+  shim_blas_operand la, lb;
+  if ((a->dtype == SHIM_F32 || a->dtype == SHIM_F64) && shim_blas_layout(a, &la) && shim_blas_layout(b, &lb)) {
     if (dims.m > INT_MAX || dims.n > INT_MAX || dims.k > INT_MAX) {
       char ba[128], bb[128];
       return shim_fail(SHIM_E_UNSUPPORTED, "shim_matmul: a dim of %s @ %s exceeds BLAS's 32-bit sizes",
