@@ -9,9 +9,15 @@
  *     through out-parameters. The one exception is shim_last_error, which cannot fail.
  *   - after a failure, shim_last_error() describes it, for the calling thread only.
  *   - nothing aborts, exits or throws across it; C++ exceptions stop at the extern "C" edge.
- *   - tensors are dense and contiguous (row-major), a view possibly from an offset into its
- *     base's memory. Ops never allocate their result: the caller passes an output tensor, and
- *     the op checks its dtype and shape.
+ *   - a tensor is storage + offset + shape + strides (in elements, never negative), as torch's:
+ *     shim_tensor_alloc makes a contiguous (row-major) one, shim_tensor_as_strided any view of
+ *     its storage. Elementwise ops (unary, binary, binary_scalar, ternary, cast, fill), copy_in
+ *     and copy_out, copy_strided, reductions, softmax and matmul read and write strided tensors
+ *     (operands matched in their logical row-major order); every other op refuses an operand
+ *     that is not contiguous (SHIM_E_INVALID, "not contiguous"): the caller makes it
+ *     contiguous first. No op writes an expanded tensor (a stride of 0 over a dim of size > 1):
+ *     SHIM_E_INVALID, as torch refuses it. Ops never allocate their result: the caller passes
+ *     an output tensor, and the op checks its dtype and shape.
  *   - a NULL stream means the backend's default stream.
  *   - the only global state is library handles (dlopen), the thread-local error text, the
  *     memory limit and the bytes counted against it, the cache of freed blocks (host memory
@@ -270,22 +276,37 @@ int shim_set_library(const char *which, const char *path);
 /* A new uninitialised tensor. ndim may be 0 (a scalar, one element); a dim may be 0. */
 int shim_tensor_alloc(int32_t dtype, int32_t ndim, const int64_t *shape, shim_tensor **out);
 
-/* A tensor over elements offset .. offset + numel(shape) - 1 of src (in its flat order), sharing
+/* A contiguous tensor over elements offset .. offset + numel(shape) - 1 of contiguous src (in
+ * its flat order; a strided src is SHIM_E_INVALID), sharing
  * src's memory: at offset 0 with src's element count a reshape, else one contiguous block of it
  * (narrow, select, split, ... when their result is one). A write through either is seen by the
  * other. The memory lives until every tensor sharing it has been freed. */
 int shim_tensor_view(shim_tensor *src, int64_t offset, int32_t ndim, const int64_t *shape, shim_tensor **out);
 
+/* torch.as_strided: a view of src's storage with shape and strides (ndim entries, in elements,
+ * none negative) from element storage_offset of the storage (absolute, not src's). Every
+ * element it reaches lies inside the storage, else SHIM_E_INVALID. A write through it is seen
+ * by every tensor sharing the storage. */
+int shim_tensor_as_strided(shim_tensor *src, int32_t ndim, const int64_t *shape, const int64_t *strides, int64_t storage_offset,
+                           shim_tensor **out);
+
+/* t's strides (ndim entries into strides), its storage offset in elements, and whether it is
+ * contiguous: its strides are row-major for its shape, size-1 dims aside (torch's is_contiguous). */
+int shim_tensor_layout(const shim_tensor *t, int64_t *strides, int64_t *storage_offset, int32_t *contiguous);
+
 int shim_tensor_free(shim_tensor *t);
 
-/* Host to tensor, nbytes == the tensor's byte size. Returns once src may be reused. */
+/* Host to tensor, nbytes == the tensor's byte size, the host bytes its elements in row-major
+ * order (a strided t writes through to its storage). Returns once src may be reused. */
 int shim_tensor_copy_in(shim_tensor *t, const void *src, int64_t nbytes, shim_stream *s);
 
-/* Tensor to host, nbytes == the tensor's byte size. Waits for the stream's earlier work. */
+/* Tensor to host, nbytes == the tensor's byte size: its elements in row-major order (a view's
+ * own elements, not its storage). Waits for the stream's earlier work. */
 int shim_tensor_copy_out(const shim_tensor *t, void *dst, int64_t nbytes, shim_stream *s);
 
 /* The address of the tensor's elements when host code may read and write them in place (cpu),
- * else NULL (cuda: device memory). Valid while the tensor lives; no stream ordering. */
+ * else NULL (cuda: device memory). Valid while the tensor lives; no stream ordering. A
+ * non-contiguous t is SHIM_E_INVALID (its elements are not one block). */
 int shim_tensor_host_data(const shim_tensor *t, void **out);
 
 /* ---- creation ops ------------------------------------------------------------------- */
@@ -374,8 +395,10 @@ int shim_transpose(shim_tensor *out, const shim_tensor *a, int32_t dim0, int32_t
 
 /* dst[dst_offset + sum_d i_d * dst_strides[d]] = src[src_offset + sum_d i_d * src_strides[d]]
  * for every index i of `shape` (ndim dims, ndim <= SHIM_MAX_DIMS; strides in elements: 0
- * repeats an element, a negative one walks back). One dtype; every element reached lies inside
- * its tensor; dst and src do not share memory. The layout ops (expand, permute, slicing, cat,
+ * repeats an element, a negative one walks back). Offsets and strides count from each
+ * tensor's element 0 in its storage (a strided tensor's own strides are not applied). One
+ * dtype; every element reached lies inside its tensor (a contiguous one's elements, a strided
+ * one's span from element 0 to its last); dst and src do not share memory. The layout ops (expand, permute, slicing, cat,
  * flip, ...) are this one copy. */
 int shim_copy_strided(shim_tensor *dst, int64_t dst_offset, const int64_t *dst_strides,
                       const shim_tensor *src, int64_t src_offset, const int64_t *src_strides,

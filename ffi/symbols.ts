@@ -25,6 +25,8 @@ export const symbols = {
 
   shim_tensor_alloc: { args: [i32, i32, ptr, ptr], returns: i32 },
   shim_tensor_view: { args: [ptr, i64, i32, ptr, ptr], returns: i32 },
+  shim_tensor_as_strided: { args: [ptr, i32, ptr, ptr, i64, ptr], returns: i32 },
+  shim_tensor_layout: { args: [ptr, ptr, ptr, ptr], returns: i32 },
   shim_tensor_free: { args: [ptr], returns: i32 },
   shim_tensor_copy_in: { args: [ptr, ptr, i64, ptr], returns: i32 },
   shim_tensor_copy_out: { args: [ptr, ptr, i64, ptr], returns: i32 },

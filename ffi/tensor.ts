@@ -105,6 +105,10 @@ export const pooledHandles = (native: Native): number => poolOf(native)?.size ??
 /** Bytes of live tensors: what the shim counts in use, less what the pool keeps for reuse. */
 export const liveTensorBytes = (native: Native): number => native.memoryUsage().inUse - (poolOf(native)?.bytes ?? 0)
 
+/** Scratch for shim_tensor_as_strided's and shim_tensor_layout's strides and outputs. */
+const stridesArg = new BigInt64Array(MAX_DIMS)
+const layoutOuts = new BigInt64Array(2)
+
 const checkShape = (shape: ReadonlyArray<number>, op: string): void => {
   if (shape.length > MAX_DIMS) throw shimError(ShimStatus.INVALID, op, `${shape.length} dims, at most ${MAX_DIMS}`)
   for (const d of shape)
@@ -261,8 +265,41 @@ export class Tensor implements Disposable {
     return this.share(offset, shape)
   }
 
+  /**
+   * torch.as_strided: a view of this tensor's memory with `shape` and `strides` (in elements,
+   * none negative) from element `storageOffset` of the memory (absolute, as torch's). The shim
+   * refuses one that reaches outside the memory. A write through either is seen by the other.
+   */
+  asStrided(shape: ReadonlyArray<number>, strides: ReadonlyArray<number>, storageOffset: number): Tensor {
+    checkShape(shape, "Tensor.asStrided")
+    if (strides.length !== shape.length || !strides.every(Number.isSafeInteger) || !Number.isSafeInteger(storageOffset))
+      throw shimError(ShimStatus.INVALID, "Tensor.asStrided", `strides [${strides}] from ${storageOffset} for [${shape}]`)
+    for (let i = 0; i < strides.length; i++) stridesArg[i] = BigInt(strides[i]!)
+    this.native.check(
+      this.native.shim.shim_tensor_as_strided(this.handle, shape.length, this.native.shapeArg(shape), ptr(stridesArg), storageOffset, this.native.outsPtr),
+      "shim_tensor_as_strided",
+    )
+    return this.viewOf(shape)
+  }
+
+  /** Its strides (in elements), storage offset and whether it is contiguous, as the shim holds them. */
+  layout(): { readonly strides: ReadonlyArray<number>; readonly storageOffset: number; readonly contiguous: boolean } {
+    layoutOuts[1] = 0n
+    this.native.check(this.native.shim.shim_tensor_layout(this.handle, ptr(stridesArg), ptr(layoutOuts), ptr(layoutOuts, 8)), "shim_tensor_layout")
+    return {
+      strides: Array.from(stridesArg.subarray(0, this.shape.length), Number),
+      storageOffset: Number(layoutOuts[0]),
+      contiguous: layoutOuts[1] !== 0n,
+    }
+  }
+
   private share(offset: number, shape: ReadonlyArray<number>): Tensor {
     this.native.check(this.native.shim.shim_tensor_view(this.handle, offset, shape.length, this.native.shapeArg(shape), this.native.outsPtr), "shim_tensor_view")
+    return this.viewOf(shape)
+  }
+
+  /** The view handle the last shim call made, sharing this tensor's memory. */
+  private viewOf(shape: ReadonlyArray<number>): Tensor {
     const v = new Tensor(this.native, this.native.outPtr(), this.dtype, [...shape], true)
     const base = this.#base ?? this
     v.#base = base

@@ -1737,6 +1737,66 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("  if (a->dtype != b->dtype)\n    return shim_fail(SHIM_E_INVALID, \"shim_binary(%s): dtypes differ", "  if (0)\n    return shim_fail(SHIM_E_INVALID, \"shim_binary(%s): dtypes differ"),
     tests: ["tests/shim/elementwise.test.ts"],
   },
+  {
+    area: "worker", behaviour: "an as_strided view starts at its storage offset (views alias their storage)",
+    file: "c/common/tensor.c",
+    edits: one("  t->offset = storage_offset * size;\n", "  t->offset = 0;\n"),
+    tests: ["tests/shim/strided.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "as_strided refuses a view reaching past its storage's last element",
+    file: "c/common/tensor.c",
+    edits: one("(numel > 0 ? last >= capacity : storage_offset > capacity)", "(numel > 0 ? last > capacity : storage_offset > capacity)"),
+    tests: ["tests/shim/strided.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "is_contiguous is torch's rule: strides row-major for the shape",
+    file: "c/common/tensor.c",
+    edits: one("    if (strides[d] != acc) return 0;\n", ""),
+    tests: ["tests/shim/strided.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "no op writes an expanded (stride 0) tensor",
+    file: "c/common/tensor.c",
+    edits: one("    if (t->strides[d] == 0 && t->shape[d] > 1) {\n", "    if (0) {\n"),
+    tests: ["tests/shim/strided.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "the flat kernels refuse a non-contiguous operand",
+    file: "c/common/tensor.c",
+    edits: one("  if (t == NULL || t->contiguous) return SHIM_OK;\n  char buf[128];\n  return shim_fail(SHIM_E_INVALID, \"%s: %s %s is not contiguous", "  if (1) return SHIM_OK;\n  char buf[128];\n  return shim_fail(SHIM_E_INVALID, \"%s: %s %s is not contiguous"),
+    tests: ["tests/shim/strided.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "the cpu elementwise kernels read a strided operand's strides",
+    file: "c/cpu/strided.c",
+    edits: one("      } else if (t->numel == n && t->contiguous) {\n", "      } else if (t->numel == n) {\n"),
+    tests: ["tests/shim/strided.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a cpu elementwise op writes a strided out through its strides",
+    file: "c/cpu/strided.c",
+    edits: one("    if (!j->out->contiguous) shim_cpu_scatter(j->out, base, m, bufs[MAX_OPERANDS]);\n", ""),
+    tests: ["tests/shim/strided.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "copy_out of a strided view gives the view's elements (cpu)",
+    file: "c/cpu/tensor.c",
+    edits: one("    shim_cpu_gather(t, 0, t->numel, dst);\n", "    memcpy(dst, shim_cpu_data(t), (size_t)nbytes);\n"),
+    tests: ["tests/shim/strided.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a cpu reduction reads a strided input's strides",
+    file: "c/cpu/reduce.c",
+    edits: one("  if (!a->contiguous || !out->contiguous) { /* the flat reduction", "  if (!out->contiguous) { /* the flat reduction"),
+    tests: ["tests/shim/strided.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a cpu matmul reads a transposed view through BLAS's transpose flag",
+    file: "c/cpu/linalg.c",
+    edits: one("const int trans_a = dims->ta != la->trans, trans_b = dims->tb != lb->trans;", "const int trans_a = dims->ta, trans_b = dims->tb != lb->trans;"),
+    tests: ["tests/shim/strided.test.ts"],
+  },
 
   // ---- a sample of the newest code: views, kernels, recordings, checkpoints, optimizers, ---
   // placements, the worker's collectives and the cpu shim
@@ -1992,13 +2052,13 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "shim_copy_strided refuses a copy that writes one element past the end of dst",
     file: "c/common/checks.c",
-    edits: one("if (lo < 0 || hi >= dst->numel)", "if (lo < 0 || hi > dst->numel)"),
+    edits: one("if (lo < 0 || hi >= extent(dst))", "if (lo < 0 || hi > extent(dst))"),
     tests: ["tests/shim/checks.test.ts"],
   },
   {
     area: "worker", behaviour: "shim_copy_strided refuses a copy that reads one element past the end of src",
     file: "c/common/checks.c",
-    edits: one("if (lo < 0 || hi >= src->numel)", "if (lo < 0 || hi > src->numel)"),
+    edits: one("if (lo < 0 || hi >= extent(src))", "if (lo < 0 || hi > extent(src))"),
     tests: ["tests/shim/checks.test.ts"],
   },
   {

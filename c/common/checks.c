@@ -25,6 +25,7 @@ int shim_check_copy(const char *fn, const shim_tensor *t, const void *host, cons
 
 int shim_check_rand(const shim_tensor *out, int32_t normal) {
   SHIM_REQUIRE_IN("shim_rand", out, "out");
+  SHIM_TRY(shim_require_contiguous("shim_rand", out, "out"));
   if (!is_float(out->dtype))
     return shim_fail(SHIM_E_UNSUPPORTED, "shim_rand: out must have a floating dtype, not %s", shim_dtype_name(out->dtype));
   if (normal != 0 && normal != 1) return shim_fail(SHIM_E_INVALID, "shim_rand: normal must be 0 or 1, not %d", normal);
@@ -45,6 +46,7 @@ int shim_check_unary(int32_t op, const shim_tensor *out, const shim_tensor *a) {
   if (!shim_op_defined_on(row, a->dtype))
     return shim_fail(SHIM_E_UNSUPPORTED, "shim_unary(%s): not defined on %s (cast to a floating dtype first)", name,
                      shim_dtype_name(a->dtype));
+  SHIM_TRY(shim_check_writable("shim_unary", out, "out"));
   return shim_check_no_partial_overlap("shim_unary", out, a, "a");
 }
 
@@ -83,6 +85,7 @@ int shim_check_binary(int32_t op, const shim_tensor *out, const shim_tensor *a, 
                      shim_describe(a, ba, sizeof ba), shim_describe(b, bb, sizeof bb));
   *n = a->numel == 1 ? b->numel : b->numel == 1 ? a->numel : big;
   SHIM_TRY(check_binary_result("shim_binary", op, a->dtype, out, *n));
+  SHIM_TRY(shim_check_writable("shim_binary", out, "out"));
   SHIM_TRY(shim_check_no_partial_overlap("shim_binary", out, a, "a"));
   return shim_check_no_partial_overlap("shim_binary", out, b, "b");
 }
@@ -91,6 +94,7 @@ int shim_check_binary_scalar(int32_t op, const shim_tensor *out, const shim_tens
   SHIM_REQUIRE_IN("shim_binary_scalar", out, "out");
   SHIM_REQUIRE_IN("shim_binary_scalar", a, "a");
   SHIM_TRY(check_binary_result("shim_binary_scalar", op, a->dtype, out, a->numel));
+  SHIM_TRY(shim_check_writable("shim_binary_scalar", out, "out"));
   return shim_check_no_partial_overlap("shim_binary_scalar", out, a, "a");
 }
 
@@ -124,6 +128,7 @@ int shim_check_ternary(int32_t op, const shim_tensor *out, const shim_tensor *a,
                      (long long)n, ba, bb, bc);
   if (!shim_op_defined_on(row, out->dtype))
     return shim_fail(SHIM_E_UNSUPPORTED, "%s(%s): not defined on %s", fn, name, shim_dtype_name(out->dtype));
+  SHIM_TRY(shim_check_writable(fn, out, "out"));
   SHIM_TRY(shim_check_no_partial_overlap(fn, out, a, "a"));
   SHIM_TRY(shim_check_no_partial_overlap(fn, out, b, "b"));
   return shim_check_no_partial_overlap(fn, out, c, "c");
@@ -134,6 +139,7 @@ int shim_check_reduce(int32_t op, const shim_tensor *out, const shim_tensor *a, 
   SHIM_REQUIRE_IN("shim_reduce", a, "a");
   const shim_op_row *row = shim_reduce_row(op);
   if (row == NULL) return shim_fail(SHIM_E_INVALID, "shim_reduce: unknown op code %d", op);
+  SHIM_TRY(shim_check_writable("shim_reduce", out, "out"));
   const char *name = row->name;
   char ba[DESCRIPTION_CAP], bo[DESCRIPTION_CAP];
   if (!shim_op_defined_on(row, a->dtype))
@@ -174,6 +180,7 @@ int shim_check_argreduce(int32_t op, const shim_tensor *indices, const shim_tens
   shim_describe(indices, bi, sizeof bi);
   shim_describe(a, ba, sizeof ba);
   if (indices->dtype != SHIM_I64) return shim_fail(SHIM_E_INVALID, "%s: indices is %s, not i64", fn, bi);
+  SHIM_TRY(shim_check_writable(fn, indices, "indices"));
   if (dim != SHIM_ALL_DIMS && (dim < 0 || dim >= a->ndim))
     return shim_fail(SHIM_E_INVALID, "%s: dim %d is out of range for a %s", fn, dim, ba);
   dims->outer = 1, dims->r = a->numel, dims->inner = 1;
@@ -194,6 +201,8 @@ int shim_check_cumsum(const shim_tensor *out, const shim_tensor *a, int32_t dim,
   const char *fn = "shim_cumsum";
   SHIM_REQUIRE_IN(fn, out, "out");
   SHIM_REQUIRE_IN(fn, a, "a");
+  SHIM_TRY(shim_require_contiguous(fn, out, "out"));
+  SHIM_TRY(shim_require_contiguous(fn, a, "a"));
   char bo[DESCRIPTION_CAP], ba[DESCRIPTION_CAP];
   shim_describe(out, bo, sizeof bo);
   shim_describe(a, ba, sizeof ba);
@@ -211,6 +220,7 @@ int shim_check_matmul(const shim_tensor *out, const shim_tensor *a, const shim_t
   SHIM_REQUIRE_IN("shim_matmul", out, "out");
   SHIM_REQUIRE_IN("shim_matmul", a, "a");
   SHIM_REQUIRE_IN("shim_matmul", b, "b");
+  SHIM_TRY(shim_require_contiguous("shim_matmul", out, "out"));
   char ba[DESCRIPTION_CAP], bb[DESCRIPTION_CAP], bo[DESCRIPTION_CAP];
   shim_describe(a, ba, sizeof ba);
   shim_describe(b, bb, sizeof bb);
@@ -251,6 +261,32 @@ int shim_check_matmul(const shim_tensor *out, const shim_tensor *a, const shim_t
   return SHIM_OK;
 }
 
+int shim_blas_layout(const shim_tensor *t, shim_blas_operand *l) {
+  const int32_t nd = t->ndim;
+  const int64_t rows = t->shape[nd - 2], cols = t->shape[nd - 1], sr = t->strides[nd - 2], sc = t->strides[nd - 1];
+  const int64_t wide = cols > 1 ? cols : 1, tall = rows > 1 ? rows : 1;
+  if ((cols <= 1 || sc == 1) && (rows <= 1 || sr >= wide)) {
+    l->trans = 0;
+    l->ld = rows <= 1 ? wide : sr;
+  } else if ((rows <= 1 || sr == 1) && (cols <= 1 || sc >= tall)) {
+    l->trans = 1;
+    l->ld = cols <= 1 ? tall : sc;
+  } else {
+    return 0;
+  }
+  if (l->ld > INT32_MAX) return 0;
+  /* The batch dims as one: each non-trivial dim steps by the next one's stride times its size. */
+  l->batch_stride = 0;
+  int64_t expect = -1;
+  for (int32_t d = nd - 3; d >= 0; d--) {
+    if (t->shape[d] == 1) continue;
+    if (expect >= 0 && t->strides[d] != expect) return 0;
+    if (expect < 0) l->batch_stride = t->strides[d];
+    expect = t->strides[d] * t->shape[d];
+  }
+  return 1;
+}
+
 int shim_check_cast(const shim_tensor *out, const shim_tensor *a) {
   SHIM_REQUIRE_IN("shim_cast", out, "out");
   SHIM_REQUIRE_IN("shim_cast", a, "a");
@@ -259,6 +295,7 @@ int shim_check_cast(const shim_tensor *out, const shim_tensor *a) {
     return shim_fail(SHIM_E_INVALID, "shim_cast: out %s does not hold a's %lld elements (a is %s)",
                      shim_describe(out, bo, sizeof bo), (long long)a->numel, shim_describe(a, ba, sizeof ba));
   }
+  SHIM_TRY(shim_check_writable("shim_cast", out, "out"));
   return shim_check_no_partial_overlap("shim_cast", out, a, "a");
 }
 
@@ -266,6 +303,8 @@ int shim_check_transpose(const shim_tensor *out, const shim_tensor *a, int32_t d
                          shim_transpose_dims *dims) {
   SHIM_REQUIRE_IN("shim_transpose", out, "out");
   SHIM_REQUIRE_IN("shim_transpose", a, "a");
+  SHIM_TRY(shim_require_contiguous("shim_transpose", out, "out"));
+  SHIM_TRY(shim_require_contiguous("shim_transpose", a, "a"));
   char ba[DESCRIPTION_CAP], bo[DESCRIPTION_CAP];
   shim_describe(a, ba, sizeof ba);
   shim_describe(out, bo, sizeof bo);
@@ -301,6 +340,15 @@ static void reach(int64_t offset, const int64_t *strides, const int64_t *shape, 
   }
 }
 
+/* The elements from t's element 0 that a strided copy may reach: a contiguous tensor's own,
+ * a strided one's span up to its last element. */
+static int64_t extent(const shim_tensor *t) {
+  if (t->contiguous || t->numel == 0) return t->numel;
+  int64_t last = 0;
+  for (int32_t d = 0; d < t->ndim; d++) last += (t->shape[d] - 1) * t->strides[d];
+  return last + 1;
+}
+
 int shim_check_copy_strided(const shim_tensor *dst, int64_t dst_offset, const int64_t *dst_strides, const shim_tensor *src,
                             int64_t src_offset, const int64_t *src_strides, int32_t ndim, const int64_t *shape,
                             shim_strided_plan *plan) {
@@ -330,11 +378,11 @@ int shim_check_copy_strided(const shim_tensor *dst, int64_t dst_offset, const in
   if (shim_tensors_overlap(dst, src)) return shim_fail(SHIM_E_INVALID, "%s: dst and src share memory", fn);
   int64_t lo, hi;
   reach(dst_offset, dst_strides, shape, ndim, &lo, &hi);
-  if (lo < 0 || hi >= dst->numel)
+  if (lo < 0 || hi >= extent(dst))
     return shim_fail(SHIM_E_INVALID, "%s: the copy writes elements %lld..%lld of %s", fn, (long long)lo, (long long)hi,
                      shim_describe(dst, bd, sizeof bd));
   reach(src_offset, src_strides, shape, ndim, &lo, &hi);
-  if (lo < 0 || hi >= src->numel)
+  if (lo < 0 || hi >= extent(src))
     return shim_fail(SHIM_E_INVALID, "%s: the copy reads elements %lld..%lld of %s", fn, (long long)lo, (long long)hi,
                      shim_describe(src, bs, sizeof bs));
   /* Drop size-1 dims, then merge d into the dim after it when both sides step through d as
@@ -361,6 +409,9 @@ int shim_check_gather(const shim_tensor *out, const shim_tensor *a, int32_t dim,
   SHIM_REQUIRE_IN(fn, out, "out");
   SHIM_REQUIRE_IN(fn, a, "a");
   SHIM_REQUIRE_IN(fn, index, "index");
+  SHIM_TRY(shim_require_contiguous(fn, out, "out"));
+  SHIM_TRY(shim_require_contiguous(fn, a, "a"));
+  SHIM_TRY(shim_require_contiguous(fn, index, "index"));
   char ba[DESCRIPTION_CAP], bi[DESCRIPTION_CAP], bo[DESCRIPTION_CAP];
   shim_describe(a, ba, sizeof ba);
   shim_describe(index, bi, sizeof bi);
@@ -397,6 +448,7 @@ int shim_check_softmax(const shim_tensor *out, const shim_tensor *a, int32_t dim
   char ba[DESCRIPTION_CAP], bo[DESCRIPTION_CAP];
   shim_describe(a, ba, sizeof ba);
   if (log != 0 && log != 1) return shim_fail(SHIM_E_INVALID, "%s: log must be 0 or 1, not %d", fn, log);
+  SHIM_TRY(shim_check_writable(fn, out, "out"));
   if (!is_float(a->dtype)) return shim_fail(SHIM_E_UNSUPPORTED, "%s: not defined on %s (cast to a floating dtype first)", fn, ba);
   if (out->dtype != a->dtype || out->numel != a->numel)
     return shim_fail(SHIM_E_INVALID, "%s: out is %s but a is %s (same dtype and element count needed)", fn,
@@ -411,6 +463,10 @@ int shim_check_layer_norm(const shim_tensor *out, const shim_tensor *a, const sh
   const char *fn = "shim_layer_norm";
   SHIM_REQUIRE_IN(fn, out, "out");
   SHIM_REQUIRE_IN(fn, a, "a");
+  SHIM_TRY(shim_require_contiguous(fn, out, "out"));
+  SHIM_TRY(shim_require_contiguous(fn, a, "a"));
+  SHIM_TRY(shim_require_contiguous(fn, weight, "weight"));
+  SHIM_TRY(shim_require_contiguous(fn, bias, "bias"));
   char ba[DESCRIPTION_CAP], bo[DESCRIPTION_CAP];
   shim_describe(a, ba, sizeof ba);
   if (!is_float(a->dtype)) return shim_fail(SHIM_E_UNSUPPORTED, "%s: not defined on %s (cast to a floating dtype first)", fn, ba);
@@ -434,6 +490,9 @@ int shim_check_index_select(const shim_tensor *out, const shim_tensor *a, int32_
   SHIM_REQUIRE_IN(fn, out, "out");
   SHIM_REQUIRE_IN(fn, a, "a");
   SHIM_REQUIRE_IN(fn, index, "index");
+  SHIM_TRY(shim_require_contiguous(fn, out, "out"));
+  SHIM_TRY(shim_require_contiguous(fn, a, "a"));
+  SHIM_TRY(shim_require_contiguous(fn, index, "index"));
   char ba[DESCRIPTION_CAP], bi[DESCRIPTION_CAP], bo[DESCRIPTION_CAP];
   shim_describe(a, ba, sizeof ba);
   shim_describe(index, bi, sizeof bi);

@@ -60,6 +60,7 @@ int shim_check_comm_usable(const char *fn, const shim_comm_state *c) {
 static int check_tensor(const char *fn, const shim_tensor *t, const char *name) {
   if (t == NULL || t->storage == NULL) return shim_fail(SHIM_E_INVALID, "%s: %s is null", fn, name);
   if (t->numel > 0 && t->storage->data == NULL) return shim_fail(SHIM_E_INVALID, "%s: %s has no memory", fn, name);
+  SHIM_TRY(shim_require_contiguous(fn, t, name));
   return SHIM_OK;
 }
 

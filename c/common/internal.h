@@ -19,13 +19,18 @@ typedef struct shim_storage {
   int32_t refs; /* changed atomically, so tensors sharing it may be freed on different threads */
 } shim_storage;
 
+/* Element (i_0, .., i_{ndim-1}) lies at storage->data + offset + size * sum_d i_d * strides[d]
+ * (strides in elements, never negative): a transpose, expand or stepped slice is a header over
+ * the same memory. */
 struct shim_tensor {
   shim_storage *storage;
-  int64_t offset; /* bytes from storage->data to element 0: nonzero for a view of a block further in */
+  int64_t offset; /* bytes from storage->data to element 0: nonzero for a view further in */
   int32_t dtype;
   int32_t ndim;
   int64_t shape[SHIM_MAX_DIMS];
+  int64_t strides[SHIM_MAX_DIMS];
   int64_t numel;
+  int32_t contiguous; /* the strides are row-major for the shape (size-1 dims aside): one dense block */
 };
 
 /* Bytes per element of a dtype, or 0 for an unknown code. */
@@ -57,8 +62,23 @@ void shim_clear_error(void);
 /* Element 0 of t: host memory (cpu) or device memory (cuda). */
 static inline void *shim_tensor_data(const shim_tensor *t) { return (char *)t->storage->data + t->offset; }
 
-/* Whether a and b (neither empty) have a byte of memory in common. */
+/* Whether a and b (neither empty) may have a byte of memory in common: the spans from their
+ * lowest to their highest element intersect. */
 int shim_tensors_overlap(const shim_tensor *a, const shim_tensor *b);
+
+/* Row-major strides for shape, and whether strides are those (size-1 dims aside, as torch's
+ * is_contiguous). */
+void shim_contiguous_strides(int32_t ndim, const int64_t *shape, int64_t *strides);
+int shim_strides_contiguous(int32_t ndim, const int64_t *shape, const int64_t *strides);
+
+/* fn's operand `what` is one dense row-major block (fn reads it flat): else SHIM_E_INVALID,
+ * telling the caller to make it contiguous first. NULL passes (optional operands). */
+int shim_require_contiguous(const char *fn, const shim_tensor *t, const char *what);
+
+/* fn may write t: no two of its elements share memory through a stride of 0 (an expanded
+ * view), as torch refuses ("more than one element of the written-to tensor refers to a single
+ * memory location"). */
+int shim_check_writable(const char *fn, const shim_tensor *t, const char *what);
 
 /* fn's out is a itself (the same memory, element for element) or shares none of a's (named
  * what): a write through out may not change an element of a that is yet to be read (torch
@@ -68,7 +88,7 @@ int shim_check_no_partial_overlap(const char *fn, const shim_tensor *out, const 
 /* Validates dtype, ndim and shape and computes the element count. */
 int shim_check_shape(int32_t dtype, int32_t ndim, const int64_t *shape, int64_t *numel);
 
-/* A new header over storage, holding one reference to it. */
+/* A new contiguous header over storage, holding one reference to it. */
 int shim_tensor_new(shim_storage *storage, int32_t dtype, int32_t ndim, const int64_t *shape, int64_t numel,
                     shim_tensor **out);
 
@@ -199,6 +219,18 @@ typedef struct shim_matmul_dims {
 
 int shim_check_matmul(const shim_tensor *out, const shim_tensor *a, const shim_tensor *b, int32_t transpose,
                       shim_matmul_dims *dims);
+
+/* How (cu)BLAS reads a matmul operand stored as [batch..., rows, cols] under its strides:
+ * row-major with leading dimension ld (trans 0), or as the transpose of a row-major [cols, rows]
+ * (trans 1), each matrix batch_stride elements after the last. 0 when no such reading exists
+ * (the batch dims do not step evenly, neither matrix dim has stride 1, or ld passes 32 bits):
+ * the backend then multiplies a contiguous copy. */
+typedef struct shim_blas_operand {
+  int64_t ld, batch_stride;
+  int32_t trans;
+} shim_blas_operand;
+
+int shim_blas_layout(const shim_tensor *t, shim_blas_operand *l);
 
 int shim_check_cast(const shim_tensor *out, const shim_tensor *a);
 

@@ -8,7 +8,9 @@ enum { CAP = 128 }; /* room for one shim_describe */
 int shim_check_triangle(const shim_tensor *out, const shim_tensor *a, int32_t upper, shim_matrix_dims *dims) {
   const char *fn = upper ? "shim_triangle(triu)" : "shim_triangle(tril)";
   SHIM_REQUIRE_IN(fn, out, "out");
+  SHIM_TRY(shim_require_contiguous(fn, out, "out"));
   SHIM_REQUIRE_IN(fn, a, "a");
+  SHIM_TRY(shim_require_contiguous(fn, a, "a"));
   char ba[CAP], bo[CAP];
   if (upper != 0 && upper != 1) return shim_fail(SHIM_E_INVALID, "%s: upper must be 0 or 1, not %d", fn, upper);
   if (a->ndim < 2) return shim_fail(SHIM_E_INVALID, "%s: a %s needs at least 2 dims", fn, shim_describe(a, ba, sizeof ba));
@@ -25,8 +27,11 @@ int shim_check_scatter(int32_t op, const shim_tensor *out, int32_t dim, const sh
                        shim_scatter_dims *dims) {
   const char *fn = op == SHIM_SCATTER_ADD ? "shim_scatter(add)" : "shim_scatter";
   SHIM_REQUIRE_IN(fn, out, "out");
+  SHIM_TRY(shim_require_contiguous(fn, out, "out"));
   SHIM_REQUIRE_IN(fn, index, "index");
+  SHIM_TRY(shim_require_contiguous(fn, index, "index"));
   SHIM_REQUIRE_IN(fn, src, "src");
+  SHIM_TRY(shim_require_contiguous(fn, src, "src"));
   char bo[CAP], bi[CAP], bs[CAP];
   shim_describe(out, bo, sizeof bo);
   shim_describe(index, bi, sizeof bi);
@@ -61,6 +66,7 @@ int shim_check_cat(const shim_tensor *out, int32_t count, const shim_tensor *con
                    int64_t *inner) {
   const char *fn = "shim_cat";
   SHIM_REQUIRE_IN(fn, out, "out");
+  SHIM_TRY(shim_require_contiguous(fn, out, "out"));
   SHIM_REQUIRE_IN(fn, parts, "parts");
   char bo[CAP], bp[CAP];
   shim_describe(out, bo, sizeof bo);
@@ -70,6 +76,7 @@ int shim_check_cat(const shim_tensor *out, int32_t count, const shim_tensor *con
   for (int32_t k = 0; k < count; k++) {
     const shim_tensor *p = parts[k];
     if (p == NULL) return shim_fail(SHIM_E_INVALID, "%s: part %d is NULL", fn, k);
+    SHIM_TRY(shim_require_contiguous(fn, p, "part"));
     int fits = p->dtype == out->dtype && p->ndim == out->ndim;
     for (int32_t d = 0; fits && d < out->ndim; d++) fits = d == dim || p->shape[d] == out->shape[d];
     if (!fits)
@@ -93,8 +100,11 @@ int shim_check_index_add(const shim_tensor *out, int32_t dim, const shim_tensor 
                          shim_reduce_dims *dims) {
   const char *fn = "shim_index_add";
   SHIM_REQUIRE_IN(fn, out, "out");
+  SHIM_TRY(shim_require_contiguous(fn, out, "out"));
   SHIM_REQUIRE_IN(fn, index, "index");
+  SHIM_TRY(shim_require_contiguous(fn, index, "index"));
   SHIM_REQUIRE_IN(fn, src, "src");
+  SHIM_TRY(shim_require_contiguous(fn, src, "src"));
   char bo[CAP], bi[CAP], bs[CAP];
   shim_describe(out, bo, sizeof bo);
   shim_describe(index, bi, sizeof bi);

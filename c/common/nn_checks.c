@@ -14,6 +14,11 @@ int shim_check_attention(const shim_tensor *out, const shim_tensor *q, const shi
   SHIM_REQUIRE_IN(fn, q, "q");
   SHIM_REQUIRE_IN(fn, k, "k");
   SHIM_REQUIRE_IN(fn, v, "v");
+  SHIM_TRY(shim_require_contiguous(fn, out, "out"));
+  SHIM_TRY(shim_require_contiguous(fn, q, "q"));
+  SHIM_TRY(shim_require_contiguous(fn, k, "k"));
+  SHIM_TRY(shim_require_contiguous(fn, v, "v"));
+  SHIM_TRY(shim_require_contiguous(fn, mask, "mask"));
   char bq[CAP], bk[CAP], bv[CAP], bo[CAP], bm[CAP];
   shim_describe(q, bq, sizeof bq);
   shim_describe(k, bk, sizeof bk);
@@ -50,6 +55,9 @@ int shim_check_rms_norm(const shim_tensor *out, const shim_tensor *a, const shim
   const char *fn = "shim_rms_norm";
   SHIM_REQUIRE_IN(fn, out, "out");
   SHIM_REQUIRE_IN(fn, a, "a");
+  SHIM_TRY(shim_require_contiguous(fn, out, "out"));
+  SHIM_TRY(shim_require_contiguous(fn, a, "a"));
+  SHIM_TRY(shim_require_contiguous(fn, weight, "weight"));
   char ba[CAP], bo[CAP], bw[CAP];
   shim_describe(a, ba, sizeof ba);
   if (!is_float(a->dtype)) return shim_fail(SHIM_E_UNSUPPORTED, "%s: not defined on %s (cast to a floating dtype first)", fn, ba);
@@ -70,6 +78,9 @@ int shim_check_dropout(const shim_tensor *out, const shim_tensor *mask, const sh
   SHIM_REQUIRE_IN(fn, out, "out");
   SHIM_REQUIRE_IN(fn, mask, "mask");
   SHIM_REQUIRE_IN(fn, a, "a");
+  SHIM_TRY(shim_require_contiguous(fn, out, "out"));
+  SHIM_TRY(shim_require_contiguous(fn, mask, "mask"));
+  SHIM_TRY(shim_require_contiguous(fn, a, "a"));
   char ba[CAP], bo[CAP], bm[CAP];
   shim_describe(a, ba, sizeof ba);
   if (!is_float(a->dtype)) return shim_fail(SHIM_E_UNSUPPORTED, "%s: not defined on %s (cast to a floating dtype first)", fn, ba);
@@ -102,6 +113,10 @@ int shim_check_nll_loss(const shim_tensor *out, const shim_tensor *input, const 
   SHIM_REQUIRE_IN(fn, out, "out");
   SHIM_REQUIRE_IN(fn, input, "input");
   SHIM_REQUIRE_IN(fn, target, "target");
+  SHIM_TRY(shim_require_contiguous(fn, out, "out"));
+  SHIM_TRY(shim_require_contiguous(fn, input, "input"));
+  SHIM_TRY(shim_require_contiguous(fn, target, "target"));
+  SHIM_TRY(shim_require_contiguous(fn, weight, "weight"));
   SHIM_TRY(check_reduction(fn, reduction));
   char bi[CAP], bt[CAP], bw[CAP];
   shim_describe(input, bi, sizeof bi);
@@ -128,6 +143,9 @@ int shim_check_mse_loss(const shim_tensor *out, const shim_tensor *a, const shim
   SHIM_REQUIRE_IN(fn, out, "out");
   SHIM_REQUIRE_IN(fn, a, "a");
   SHIM_REQUIRE_IN(fn, b, "b");
+  SHIM_TRY(shim_require_contiguous(fn, out, "out"));
+  SHIM_TRY(shim_require_contiguous(fn, a, "a"));
+  SHIM_TRY(shim_require_contiguous(fn, b, "b"));
   SHIM_TRY(check_reduction(fn, reduction));
   char ba[CAP], bb[CAP];
   shim_describe(a, ba, sizeof ba);

@@ -7,6 +7,7 @@ enum { DESCRIPTION_CAP = 128 }; /* room for one shim_describe */
 /* t (named what; NULL refused unless optional) has param's dtype and element count and is not param. */
 static int check_like(const char *fn, const shim_tensor *param, const shim_tensor *t, const char *what, int optional) {
   if (t == NULL) return optional ? SHIM_OK : shim_fail(SHIM_E_INVALID, "%s: %s is null", fn, what);
+  SHIM_TRY(shim_require_contiguous(fn, t, what));
   char bp[DESCRIPTION_CAP], bt[DESCRIPTION_CAP];
   if (t->dtype != param->dtype || t->numel != param->numel)
     return shim_fail(SHIM_E_INVALID, "%s: %s is %s but param is %s (same dtype and element count needed)", fn, what,
@@ -18,6 +19,7 @@ static int check_like(const char *fn, const shim_tensor *param, const shim_tenso
 
 static int check_param(const char *fn, const shim_tensor *param, int32_t flags, int32_t allowed) {
   SHIM_REQUIRE_IN(fn, param, "param");
+  SHIM_TRY(shim_require_contiguous(fn, param, "param"));
   if (param->dtype != SHIM_F32 && param->dtype != SHIM_F64)
     return shim_fail(SHIM_E_UNSUPPORTED, "%s: param is %s; the fused steps take f32 or f64 (keep f32 master weights)", fn,
                      shim_dtype_name(param->dtype));

@@ -30,6 +30,8 @@ int shim_check_cumulative(int32_t op, const shim_tensor *out, const shim_tensor 
   const char *fn = "shim_cumulative";
   SHIM_REQUIRE_IN(fn, out, "out");
   SHIM_REQUIRE_IN(fn, a, "a");
+  SHIM_TRY(shim_require_contiguous(fn, out, "out"));
+  SHIM_TRY(shim_require_contiguous(fn, a, "a"));
   if (op != SHIM_PROD && op != SHIM_MAX && op != SHIM_MIN) return shim_fail(SHIM_E_INVALID, "%s: op must be prod, max or min, not code %d", fn, op);
   if (op == SHIM_PROD) {
     if (indices != NULL) return shim_fail(SHIM_E_INVALID, "%s(prod): indices must be null", fn);
@@ -38,6 +40,7 @@ int shim_check_cumulative(int32_t op, const shim_tensor *out, const shim_tensor 
     if (shim_tensors_overlap(out, a)) return shim_fail(SHIM_E_INVALID, "%s: out shares memory with a", fn);
   } else {
     SHIM_REQUIRE_IN(fn, indices, "indices");
+    SHIM_TRY(shim_require_contiguous(fn, indices, "indices"));
     SHIM_TRY(check_result(fn, out, "out", a->dtype, a));
     SHIM_TRY(check_result(fn, indices, "indices", SHIM_I64, a));
     if (shim_tensors_overlap(out, indices)) return shim_fail(SHIM_E_INVALID, "%s: out shares memory with indices", fn);
@@ -51,6 +54,9 @@ int shim_check_sort(const shim_tensor *values, const shim_tensor *indices, const
   SHIM_REQUIRE_IN(fn, values, "values");
   SHIM_REQUIRE_IN(fn, indices, "indices");
   SHIM_REQUIRE_IN(fn, a, "a");
+  SHIM_TRY(shim_require_contiguous(fn, values, "values"));
+  SHIM_TRY(shim_require_contiguous(fn, indices, "indices"));
+  SHIM_TRY(shim_require_contiguous(fn, a, "a"));
   SHIM_TRY(check_result(fn, values, "values", a->dtype, a));
   SHIM_TRY(check_result(fn, indices, "indices", SHIM_I64, a));
   if (shim_tensors_overlap(values, indices)) return shim_fail(SHIM_E_INVALID, "%s: values share memory with indices", fn);
@@ -62,6 +68,9 @@ int shim_check_searchsorted(const shim_tensor *out, const shim_tensor *sorted, c
   SHIM_REQUIRE_IN(fn, out, "out");
   SHIM_REQUIRE_IN(fn, sorted, "sorted");
   SHIM_REQUIRE_IN(fn, values, "values");
+  SHIM_TRY(shim_require_contiguous(fn, out, "out"));
+  SHIM_TRY(shim_require_contiguous(fn, sorted, "sorted"));
+  SHIM_TRY(shim_require_contiguous(fn, values, "values"));
   char bs[DESCRIPTION_CAP], bv[DESCRIPTION_CAP], bo[DESCRIPTION_CAP];
   shim_describe(sorted, bs, sizeof bs);
   shim_describe(values, bv, sizeof bv);

@@ -115,8 +115,12 @@ void shim_cpu_store_f32(int32_t dtype, const float *src, int64_t n, void *dst) {
 
 void shim_cpu_from_f64(int32_t dtype, double value, void *dst) { shim_cpu_store_f64(dtype, &value, 1, dst); }
 
+/* The strided path: the flat cast over each chunk (shim_cpu_chunked). */
+static int cast_chunk(void *ctx, shim_tensor *out, const shim_tensor *const *in) { return shim_cast(out, in[0], NULL); }
+
 int shim_cast(shim_tensor *out, const shim_tensor *a, shim_stream *s) {
   SHIM_TRY(shim_check_cast(out, a));
+  if (!shim_cpu_all_contiguous(out, 1, &a)) return shim_cpu_chunked(out, 1, &a, cast_chunk, NULL);
   const char *src = shim_cpu_data(a);
   char *dst = shim_cpu_data(out);
   if (out->dtype == a->dtype) {

@@ -46,6 +46,46 @@ enum { SHIM_CPU_GRAIN = 1 << 16 };
  * before anything is written (strided.c; shim_cuda_check_indices is its cuda twin). */
 int shim_cpu_check_indices(const char *fn, const int64_t *ix, int64_t n, int64_t r, int32_t dim);
 
+/* Elements [begin, begin + n) of t in its logical row-major order, to or from the dense
+ * bytes at buf (strided.c): how a strided tensor's elements meet a flat kernel. */
+void shim_cpu_gather(const shim_tensor *t, int64_t begin, int64_t n, void *buf);
+void shim_cpu_scatter(shim_tensor *t, int64_t begin, int64_t n, const void *buf);
+
+/* A contiguous header over `bytes` of host memory (a scratch buffer or the caller's), for
+ * handing to the flat kernels; it holds no reference and is never freed. */
+typedef struct shim_cpu_header {
+  shim_storage storage;
+  shim_tensor t;
+} shim_cpu_header;
+void shim_cpu_header_over(shim_cpu_header *h, void *bytes, int32_t dtype, int32_t ndim, const int64_t *shape, int64_t numel);
+
+/* An elementwise op over strided operands, SHIM_CPU_CHUNK * 2 elements at a time (strided.c):
+ * for each chunk, every operand with n elements is handed to fn as a contiguous header over
+ * that chunk of it (its own memory where it is contiguous, else gathered into scratch), an
+ * operand of one element as itself, and one of fewer that repeats every count elements
+ * (shim_binary's broadcast) as the chunk of its repetition; fn writes out's chunk (in place
+ * where out is contiguous, else in scratch written back). The argument checks have
+ * passed, so fn does not fail but for memory it was told to check (its status is returned). */
+typedef int (*shim_cpu_chunk_fn)(void *ctx, shim_tensor *out, const shim_tensor *const *in);
+int shim_cpu_chunked(shim_tensor *out, int32_t count, const shim_tensor *const *in, shim_cpu_chunk_fn fn, void *ctx);
+
+/* Whether t and each of the count tensors are contiguous (NULL entries pass). */
+int shim_cpu_all_contiguous(const shim_tensor *t, int32_t count, const shim_tensor *const *in);
+
+/* A contiguous copy of a strided t in scratch host memory counted against the memory limit
+ * (fn names the op), or t itself when it is contiguous: st->t is what the flat kernel reads.
+ * With gather 0 only the memory is made (an out, written back by shim_cpu_unstage). */
+typedef struct shim_cpu_staged {
+  shim_cpu_header h;
+  const shim_tensor *t;
+  void *mem;
+  int64_t bytes;
+} shim_cpu_staged;
+int shim_cpu_stage(const char *fn, const shim_tensor *t, int gather, shim_cpu_staged *st);
+
+/* Frees the staged copy; with scatter, writes it back into target first. */
+void shim_cpu_unstage(shim_cpu_staged *st, shim_tensor *target, int scatter);
+
 /* One value converted by the rules of shim_cpu_store_f64. */
 void shim_cpu_from_f64(int32_t dtype, double value, void *dst);
 

@@ -6,8 +6,13 @@
 #include "../common/numeric.h"
 #include "cpu.h"
 
+/* The strided path: the flat fill over each chunk (shim_cpu_chunked). */
+static int fill_chunk(void *ctx, shim_tensor *out, const shim_tensor *const *in) { return shim_fill(out, *(const double *)ctx, NULL); }
+
 int shim_fill(shim_tensor *out, double value, shim_stream *s) {
   SHIM_REQUIRE(out, "out");
+  SHIM_TRY(shim_check_writable("shim_fill", out, "out"));
+  if (!out->contiguous) return shim_cpu_chunked(out, 0, NULL, fill_chunk, &value);
   uint64_t element = 0;
   shim_cpu_from_f64(out->dtype, value, &element);
   void *data = shim_cpu_data(out);
@@ -24,6 +29,7 @@ int shim_fill(shim_tensor *out, double value, shim_stream *s) {
 /* Element i is start + (double)i * step, then converted to out's dtype. */
 int shim_arange(shim_tensor *out, double start, double step, shim_stream *s) {
   SHIM_REQUIRE(out, "out");
+  SHIM_TRY(shim_require_contiguous("shim_arange", out, "out"));
   char *data = shim_cpu_data(out);
   int64_t size = shim_dtype_size(out->dtype);
   double tmp[SHIM_CPU_CHUNK];

@@ -262,6 +262,38 @@ static int check_integer_operand(const char *fn, int32_t op, int32_t dtype, cons
   return SHIM_OK;
 }
 
+/* check_integer_operand over the elements of t, which may be strided (gathered a chunk at a time). */
+static int check_integer_tensor(const char *fn, int32_t op, const shim_tensor *t, const char *what) {
+  if (t->contiguous) return check_integer_operand(fn, op, t->dtype, shim_cpu_data(t), t->numel, what);
+  if ((!shim_is_division(op) && op != SHIM_POW) || shim_cpu_is_float(t->dtype)) return SHIM_OK;
+  int64_t buf[SHIM_CPU_CHUNK];
+  for (int64_t base = 0; base < t->numel; base += SHIM_CPU_CHUNK) {
+    int64_t m = shim_cpu_min64(SHIM_CPU_CHUNK, t->numel - base);
+    shim_cpu_gather(t, base, m, buf);
+    SHIM_TRY(check_integer_operand(fn, op, t->dtype, buf, m, what));
+  }
+  return SHIM_OK;
+}
+
+/* The strided paths: the flat op over each chunk (shim_cpu_chunked). */
+typedef struct {
+  int32_t op, scalar_first;
+  double b;
+} elementwise_args;
+
+static int binary_chunk(void *ctx, shim_tensor *out, const shim_tensor *const *in) {
+  return shim_binary(((const elementwise_args *)ctx)->op, out, in[0], in[1], NULL);
+}
+
+static int binary_scalar_chunk(void *ctx, shim_tensor *out, const shim_tensor *const *in) {
+  const elementwise_args *e = ctx;
+  return shim_binary_scalar(e->op, out, in[0], e->b, e->scalar_first, NULL);
+}
+
+static int unary_chunk(void *ctx, shim_tensor *out, const shim_tensor *const *in) {
+  return shim_unary(((const elementwise_args *)ctx)->op, out, in[0], NULL);
+}
+
 /* One binary op over a range: elements of out (period 0), or whole repetitions of the operand
  * that repeats every `period` elements. x (y) is full when fx (fy), else one element. */
 typedef struct {
@@ -300,7 +332,9 @@ static int finish(const char *fn, int status, int32_t op, const shim_op_row *row
 int shim_binary(int32_t op, shim_tensor *out, const shim_tensor *a, const shim_tensor *b, shim_stream *s) {
   int64_t n;
   SHIM_TRY(shim_check_binary(op, out, a, b, &n));
-  SHIM_TRY(check_integer_operand("shim_binary", op, a->dtype, shim_cpu_data(b), b->numel, "b"));
+  SHIM_TRY(check_integer_tensor("shim_binary", op, b, "b"));
+  const shim_tensor *operands[] = {a, b};
+  if (!shim_cpu_all_contiguous(out, 2, operands)) return shim_cpu_chunked(out, 2, operands, binary_chunk, &(elementwise_args){op, 0, 0});
   const int64_t m = a->numel < b->numel ? a->numel : b->numel;
   binary_job job = {op, a->dtype, shim_cpu_data(out), shim_cpu_data(a), shim_cpu_data(b), a->numel == n, b->numel == n, a->numel == m,
                     0, shim_dtype_size(a->dtype), shim_dtype_size(out->dtype), SHIM_OK};
@@ -315,6 +349,10 @@ int shim_binary(int32_t op, shim_tensor *out, const shim_tensor *a, const shim_t
 
 int shim_binary_scalar(int32_t op, shim_tensor *out, const shim_tensor *a, double b, int32_t scalar_first, shim_stream *s) {
   SHIM_TRY(shim_check_binary_scalar(op, out, a));
+  if (!shim_cpu_all_contiguous(out, 1, &a)) {
+    if (scalar_first) SHIM_TRY(check_integer_tensor("shim_binary_scalar", op, a, "a"));
+    return shim_cpu_chunked(out, 1, &a, binary_scalar_chunk, &(elementwise_args){op, scalar_first, b});
+  }
   void *o = shim_cpu_data(out);
   const void *t = shim_cpu_data(a);
   int64_t n = a->numel;
@@ -498,6 +536,7 @@ static void unary_range(void *ctx, int64_t begin, int64_t end) {
 
 int shim_unary(int32_t op, shim_tensor *out, const shim_tensor *a, shim_stream *s) {
   SHIM_TRY(shim_check_unary(op, out, a));
+  if (!shim_cpu_all_contiguous(out, 1, &a)) return shim_cpu_chunked(out, 1, &a, unary_chunk, &(elementwise_args){op, 0, 0});
   const shim_op_row *row = shim_unary_row(op);
   unary_job job = {op, a->dtype, row->flags, shim_cpu_data(out), shim_cpu_data(a), shim_dtype_size(a->dtype), shim_dtype_size(out->dtype), SHIM_OK};
   shim_cpu_parallel(a->numel, SHIM_CPU_GRAIN, unary_range, &job);

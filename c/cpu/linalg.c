@@ -1,5 +1,6 @@
 /* linalg.c: shim_matmul on the cpu. f32 and f64 go to OpenBLAS (cblas_sgemm / dgemm, a
- * transposed operand as BLAS's trans); the other dtypes convert each operand to an accumulator
+ * transposed operand, by flag or by its strides, as BLAS's trans, a row stride as its leading
+ * dimension, so a transposed or sliced view costs no copy); the other dtypes convert each operand to an accumulator
  * type (float for f16 and bf16, int64 for integers and bool, wrapping), transposed there when
  * asked, and run a cache-blocked loop, then convert the result back by the rules of cpu.h (so a
  * bool matmul is "any a[i,p] and b[p,j]"). */
@@ -84,17 +85,20 @@ static int matmul_loop(int32_t dtype, char *out, const char *a, const char *b, c
   return SHIM_OK;
 }
 
-/* The BLAS path. With a 2-D b and a not transposed, the batches of a are one [batch * m, k]
- * matrix: one call. */
-static void matmul_blas(int32_t dtype, char *out, const char *a, const char *b, const shim_matmul_dims *dims) {
+/* The BLAS path. With a 2-D b and a read row-major with its matrices end to end, the batches of
+ * a are one [batch * m, k] matrix: one call. */
+static void matmul_blas(int32_t dtype, char *out, const char *a, const char *b, const shim_matmul_dims *dims, const shim_blas_operand *la,
+                        const shim_blas_operand *lb) {
   const int64_t batch = dims->batch, m = dims->m, k = dims->k, n = dims->n;
   const int b_batched = dims->b_batched;
   int64_t size = shim_dtype_size(dtype);
-  int64_t calls = b_batched || dims->ta || batch * m > INT_MAX ? batch : 1, rows = calls == 1 ? batch * m : m;
-  const enum CBLAS_TRANSPOSE ta = dims->ta ? CblasTrans : CblasNoTrans, tb = dims->tb ? CblasTrans : CblasNoTrans;
-  const int lda = (int)(dims->ta ? m : k), ldb = (int)(dims->tb ? k : n);
+  const int trans_a = dims->ta != la->trans, trans_b = dims->tb != lb->trans;
+  int stacked = !trans_a && (batch == 1 || la->batch_stride == m * la->ld);
+  int64_t calls = b_batched || !stacked || batch * m > INT_MAX ? batch : 1, rows = calls == 1 ? batch * m : m;
+  const enum CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
+  const int lda = (int)la->ld, ldb = (int)lb->ld;
   for (int64_t t = 0; t < calls; t++) {
-    const char *at = a + t * m * k * size, *bt = b + (b_batched ? t * k * n * size : 0);
+    const char *at = a + t * la->batch_stride * size, *bt = b + (b_batched ? t * lb->batch_stride * size : 0);
     char *ct = out + t * m * n * size;
     if (dtype == SHIM_F32)
       cblas_sgemm(CblasRowMajor, ta, tb, (int)rows, (int)n, (int)k, 1.0f, (const float *)at, lda, (const float *)bt, ldb,
@@ -114,15 +118,24 @@ int shim_matmul(shim_tensor *out, const shim_tensor *a, const shim_tensor *b, in
     memset(o, 0, (size_t)(out->numel * shim_dtype_size(out->dtype)));
     return SHIM_OK;
   }
-  const char *x = shim_cpu_data(a), *y = shim_cpu_data(b);
-  if (a->dtype == SHIM_F32 || a->dtype == SHIM_F64) {
+  shim_blas_operand la, lb;
+  if ((a->dtype == SHIM_F32 || a->dtype == SHIM_F64) && shim_blas_layout(a, &la) && shim_blas_layout(b, &lb)) {
     if (dims.m > INT_MAX || dims.n > INT_MAX || dims.k > INT_MAX) {
       char ba[128], bb[128];
       return shim_fail(SHIM_E_UNSUPPORTED, "shim_matmul: a dim of %s @ %s exceeds BLAS's 32-bit sizes",
                        shim_describe(a, ba, sizeof ba), shim_describe(b, bb, sizeof bb));
     }
-    matmul_blas(a->dtype, o, x, y, &dims);
+    matmul_blas(a->dtype, o, shim_cpu_data(a), shim_cpu_data(b), &dims, &la, &lb);
     return SHIM_OK;
   }
-  return matmul_loop(a->dtype, o, x, y, &dims);
+  if (!a->contiguous || !b->contiguous) { /* strides BLAS cannot read, or the loop's dtypes: contiguous copies */
+    shim_cpu_staged sa, sb;
+    SHIM_TRY(shim_cpu_stage("shim_matmul", a, 1, &sa));
+    int status = shim_cpu_stage("shim_matmul", b, 1, &sb);
+    if (status == SHIM_OK) status = shim_matmul(out, sa.t, sb.t, transpose, s);
+    shim_cpu_unstage(&sb, NULL, 0);
+    shim_cpu_unstage(&sa, NULL, 0);
+    return status;
+  }
+  return matmul_loop(a->dtype, o, shim_cpu_data(a), shim_cpu_data(b), &dims);
 }

@@ -118,6 +118,15 @@ int shim_softmax(shim_tensor *out, const shim_tensor *a, int32_t dim, int32_t lo
   shim_reduce_dims d;
   SHIM_TRY(shim_check_softmax(out, a, dim, log, &d));
   if (a->numel == 0) return SHIM_OK;
+  if (!a->contiguous || !out->contiguous) { /* the flat rows over contiguous copies */
+    shim_cpu_staged sa, so;
+    SHIM_TRY(shim_cpu_stage("shim_softmax", a, 1, &sa));
+    int status = shim_cpu_stage("shim_softmax", out, 0, &so);
+    if (status == SHIM_OK) status = shim_softmax((shim_tensor *)so.t, sa.t, dim, log, s);
+    shim_cpu_unstage(&so, out, status == SHIM_OK);
+    shim_cpu_unstage(&sa, NULL, 0);
+    return status;
+  }
   rows_job job = {a->dtype, shim_cpu_data(out), shim_cpu_data(a), NULL, NULL, d.r, d.inner, log, 0};
   float *buf = NULL;
   if (a->dtype != SHIM_F32 && a->dtype != SHIM_F64) { /* f16, bf16: through float */

@@ -254,6 +254,15 @@ static void reduce_cols_range(void *ctx, int64_t begin, int64_t end) {
 int shim_reduce(int32_t op, shim_tensor *out, const shim_tensor *a, int32_t dim, shim_stream *s) {
   reduce_job job = {.op = op, .a = a, .out = out};
   SHIM_TRY(shim_check_reduce(op, out, a, dim, &job.dims));
+  if (!a->contiguous || !out->contiguous) { /* the flat reduction over contiguous copies */
+    shim_cpu_staged sa, so;
+    SHIM_TRY(shim_cpu_stage("shim_reduce", a, 1, &sa));
+    int status = shim_cpu_stage("shim_reduce", out, 0, &so);
+    if (status == SHIM_OK) status = shim_reduce(op, (shim_tensor *)so.t, sa.t, dim, s);
+    shim_cpu_unstage(&so, out, status == SHIM_OK);
+    shim_cpu_unstage(&sa, NULL, 0);
+    return status;
+  }
   const int64_t r = job.dims.r, inner = job.dims.inner;
   if (inner > 1 && a->dtype == SHIM_F32 && row_f32_folds(op)) {
     /* parts of whole column blocks, so a sum over dim 0 (one outer index) splits too */
@@ -313,6 +322,15 @@ ARG_REDUCER(i64, int64_t)
 int shim_argreduce(int32_t op, shim_tensor *indices, const shim_tensor *a, int32_t dim, shim_stream *s) {
   shim_reduce_dims dims;
   SHIM_TRY(shim_check_argreduce(op, indices, a, dim, &dims));
+  if (!a->contiguous || !indices->contiguous) { /* the flat reduction over contiguous copies */
+    shim_cpu_staged sa, si;
+    SHIM_TRY(shim_cpu_stage("shim_argreduce", a, 1, &sa));
+    int status = shim_cpu_stage("shim_argreduce", indices, 0, &si);
+    if (status == SHIM_OK) status = shim_argreduce(op, (shim_tensor *)si.t, sa.t, dim, s);
+    shim_cpu_unstage(&si, indices, status == SHIM_OK);
+    shim_cpu_unstage(&sa, NULL, 0);
+    return status;
+  }
   if (indices->numel == 0) return SHIM_OK;
   int64_t *dst = shim_cpu_data(indices);
   if (shim_cpu_is_float(a->dtype)) argreduce_f64(op == SHIM_MAX, a, dst, dims.outer, dims.r, dims.inner);

@@ -1,5 +1,7 @@
 /* strided.c: shim_copy_strided, shim_gather, shim_index_select and shim_cat on the cpu: element moves by index, with no
- * arithmetic, so elements move as opaque 1-, 2-, 4- or 8-byte words. */
+ * arithmetic, so elements move as opaque 1-, 2-, 4- or 8-byte words. And what lets the flat kernels take strided
+ * tensors: gathering a strided tensor's elements into dense chunks and scattering them back (cpu.h). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu.h"
@@ -169,4 +171,169 @@ int shim_cat(shim_tensor *out, int32_t count, const shim_tensor *const *parts, i
   cat_job job = {shim_cpu_data(out), parts, count, dim, row_bytes, unit};
   shim_cpu_parallel(outer, SHIM_CPU_GRAIN * 4 / row_bytes + 1, cat_range, &job);
   return SHIM_OK;
+}
+
+/* Walks elements [begin, begin + n) of t in row-major order, a run of its last dim at a time,
+ * moving each run between t's memory and the dense buf (to_tensor: buf into t). */
+static void walk(const shim_tensor *t, int64_t begin, int64_t n, char *buf, int to_tensor) {
+  const int64_t size = shim_dtype_size(t->dtype);
+  char *data = shim_cpu_data(t);
+  if (t->ndim == 0) {
+    if (n > 0) to_tensor ? memcpy(data, buf, (size_t)size) : memcpy(buf, data, (size_t)size);
+    return;
+  }
+  const int32_t k = t->ndim - 1;
+  int64_t idx[SHIM_MAX_DIMS], off = 0;
+  for (int64_t rest = begin, d = k; d >= 0; d--) {
+    idx[d] = rest % t->shape[d];
+    rest /= t->shape[d];
+    off += idx[d] * t->strides[d];
+  }
+  while (n > 0) {
+    const int64_t m = shim_cpu_min64(n, t->shape[k] - idx[k]);
+    if (to_tensor) run(data + off * size, t->strides[k], buf, 1, m, size);
+    else run(buf, 1, data + off * size, t->strides[k], m, size);
+    buf += m * size;
+    n -= m;
+    off += (m - 1) * t->strides[k];
+    idx[k] += m - 1;
+    for (int32_t d = k; d >= 0; d--) { /* the next index, last dim fastest */
+      off += t->strides[d];
+      if (++idx[d] < t->shape[d]) break;
+      off -= t->strides[d] * t->shape[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+void shim_cpu_gather(const shim_tensor *t, int64_t begin, int64_t n, void *buf) { walk(t, begin, n, buf, 0); }
+
+void shim_cpu_scatter(shim_tensor *t, int64_t begin, int64_t n, const void *buf) { walk(t, begin, n, (char *)buf, 1); }
+
+void shim_cpu_header_over(shim_cpu_header *h, void *bytes, int32_t dtype, int32_t ndim, const int64_t *shape, int64_t numel) {
+  memset(h, 0, sizeof *h);
+  h->storage.data = bytes;
+  h->storage.nbytes = numel * shim_dtype_size(dtype);
+  h->storage.refs = 1;
+  h->t.storage = &h->storage;
+  h->t.dtype = dtype;
+  h->t.ndim = ndim;
+  if (ndim > 0) memcpy(h->t.shape, shape, (size_t)ndim * sizeof(int64_t));
+  h->t.numel = numel;
+  shim_contiguous_strides(ndim, shape, h->t.strides);
+  h->t.contiguous = 1;
+}
+
+int shim_cpu_all_contiguous(const shim_tensor *t, int32_t count, const shim_tensor *const *in) {
+  if (t != NULL && !t->contiguous) return 0;
+  for (int32_t i = 0; i < count; i++)
+    if (in[i] != NULL && !in[i]->contiguous) return 0;
+  return 1;
+}
+
+enum { CHUNK = SHIM_CPU_CHUNK * 2, MAX_OPERANDS = 3 };
+
+typedef struct {
+  shim_tensor *out;
+  int32_t count;
+  const shim_tensor *const *in;
+  shim_cpu_chunk_fn fn;
+  void *ctx;
+  int status; /* the first failure, changed atomically */
+} chunked_job;
+
+/* Elements [base, base + m) of an operand whose count (< the op's) repeats every t->numel. */
+static void gather_repeating(const shim_tensor *t, int64_t base, int64_t m, char *buf) {
+  const int64_t size = shim_dtype_size(t->dtype);
+  while (m > 0) {
+    const int64_t at = base % t->numel, take = shim_cpu_min64(m, t->numel - at);
+    shim_cpu_gather(t, at, take, buf);
+    buf += take * size, base += take, m -= take;
+  }
+}
+
+/* A contiguous [m] header over elements base.. of t, which is contiguous. */
+static void slice_header(shim_tensor *h, const shim_tensor *t, int64_t base, int64_t m) {
+  *h = *t;
+  h->offset = t->offset + base * shim_dtype_size(t->dtype);
+  h->ndim = 1;
+  h->shape[0] = m;
+  h->strides[0] = 1;
+  h->numel = m;
+  h->contiguous = 1;
+}
+
+static void chunked_range(void *ctx, int64_t begin, int64_t end) {
+  chunked_job *j = ctx;
+  const int64_t n = j->out->numel;
+  _Alignas(64) char bufs[MAX_OPERANDS + 1][CHUNK * 8];
+  shim_cpu_header heads[MAX_OPERANDS + 1];
+  shim_tensor slices[MAX_OPERANDS + 1];
+  const shim_tensor *in[MAX_OPERANDS];
+  for (int64_t c = begin; c < end; c++) {
+    const int64_t base = c * CHUNK, m = shim_cpu_min64(CHUNK, n - base);
+    for (int32_t i = 0; i < j->count; i++) {
+      const shim_tensor *t = j->in[i];
+      if (t->numel == 1) {
+        in[i] = t;
+      } else if (t->numel == n && t->contiguous) {
+        slice_header(&slices[i], t, base, m);
+        in[i] = &slices[i];
+      } else {
+        if (t->numel == n) shim_cpu_gather(t, base, m, bufs[i]);
+        else gather_repeating(t, base, m, bufs[i]);
+        shim_cpu_header_over(&heads[i], bufs[i], t->dtype, 1, &m, m);
+        in[i] = &heads[i].t;
+      }
+    }
+    shim_tensor *o;
+    if (j->out->contiguous) {
+      slice_header(&slices[MAX_OPERANDS], j->out, base, m);
+      o = &slices[MAX_OPERANDS];
+    } else {
+      shim_cpu_header_over(&heads[MAX_OPERANDS], bufs[MAX_OPERANDS], j->out->dtype, 1, &m, m);
+      o = &heads[MAX_OPERANDS].t;
+    }
+    int status = j->fn(j->ctx, o, in);
+    if (status != SHIM_OK) {
+      int expected = SHIM_OK;
+      __atomic_compare_exchange_n(&j->status, &expected, status, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+      return;
+    }
+    if (!j->out->contiguous) shim_cpu_scatter(j->out, base, m, bufs[MAX_OPERANDS]);
+  }
+}
+
+int shim_cpu_chunked(shim_tensor *out, int32_t count, const shim_tensor *const *in, shim_cpu_chunk_fn fn, void *ctx) {
+  chunked_job job = {out, count, in, fn, ctx, SHIM_OK};
+  const int64_t chunks = (out->numel + CHUNK - 1) / CHUNK;
+  shim_cpu_parallel(chunks, SHIM_CPU_GRAIN / CHUNK, chunked_range, &job);
+  return job.status;
+}
+
+int shim_cpu_stage(const char *fn, const shim_tensor *t, int gather, shim_cpu_staged *st) {
+  st->t = t;
+  st->mem = NULL;
+  st->bytes = 0;
+  if (t == NULL || t->contiguous) return SHIM_OK;
+  const int64_t bytes = t->numel * shim_dtype_size(t->dtype);
+  SHIM_TRY(shim_memory_reserve(fn, bytes));
+  st->mem = malloc((size_t)bytes + 1);
+  if (st->mem == NULL) {
+    shim_memory_release(bytes);
+    return shim_fail(SHIM_E_NOMEM, "%s: out of host memory for a contiguous copy of %lld bytes", fn, (long long)bytes);
+  }
+  st->bytes = bytes;
+  if (gather) shim_cpu_gather(t, 0, t->numel, st->mem);
+  shim_cpu_header_over(&st->h, st->mem, t->dtype, t->ndim, t->shape, t->numel);
+  st->t = &st->h.t;
+  return SHIM_OK;
+}
+
+void shim_cpu_unstage(shim_cpu_staged *st, shim_tensor *target, int scatter) {
+  if (st->mem == NULL) return;
+  if (scatter) shim_cpu_scatter(target, 0, target->numel, st->mem);
+  free(st->mem);
+  shim_memory_release(st->bytes);
+  st->mem = NULL;
 }

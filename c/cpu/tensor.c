@@ -141,7 +141,12 @@ int shim_tensor_free(shim_tensor *t) {
 
 int shim_tensor_copy_in(shim_tensor *t, const void *src, int64_t nbytes, shim_stream *s) {
   SHIM_TRY(shim_check_copy(__func__, t, src, "src", nbytes));
+  SHIM_TRY(shim_check_writable(__func__, t, "t"));
   if (nbytes == 0) return SHIM_OK;
+  if (!t->contiguous) {
+    shim_cpu_scatter(t, 0, t->numel, src);
+    return SHIM_OK;
+  }
   memcpy(shim_cpu_data(t), src, (size_t)nbytes);
   return SHIM_OK;
 }
@@ -149,6 +154,10 @@ int shim_tensor_copy_in(shim_tensor *t, const void *src, int64_t nbytes, shim_st
 int shim_tensor_copy_out(const shim_tensor *t, void *dst, int64_t nbytes, shim_stream *s) {
   SHIM_TRY(shim_check_copy(__func__, t, dst, "dst", nbytes));
   if (nbytes == 0) return SHIM_OK;
+  if (!t->contiguous) {
+    shim_cpu_gather(t, 0, t->numel, dst);
+    return SHIM_OK;
+  }
   memcpy(dst, shim_cpu_data(t), (size_t)nbytes);
   return SHIM_OK;
 }
@@ -156,6 +165,7 @@ int shim_tensor_copy_out(const shim_tensor *t, void *dst, int64_t nbytes, shim_s
 int shim_tensor_host_data(const shim_tensor *t, void **out) {
   SHIM_REQUIRE(t, "t");
   SHIM_REQUIRE(out, "out");
+  SHIM_TRY(shim_require_contiguous(__func__, t, "t"));
   *out = shim_cpu_data(t);
   return SHIM_OK;
 }

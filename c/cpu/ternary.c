@@ -110,9 +110,22 @@ static void where(int32_t cond_dtype, int64_t size, void *out, const void *cond,
   }
 }
 
+typedef struct {
+  int32_t op;
+  double value;
+} ternary_args;
+
+/* The strided path: the flat op over each chunk (shim_cpu_chunked). */
+static int ternary_chunk(void *ctx, shim_tensor *out, const shim_tensor *const *in) {
+  const ternary_args *t = ctx;
+  return shim_ternary(t->op, out, in[0], in[1], in[2], t->value, NULL);
+}
+
 int shim_ternary(int32_t op, shim_tensor *out, const shim_tensor *a, const shim_tensor *b, const shim_tensor *c,
                  double value, shim_stream *s) {
   SHIM_TRY(shim_check_ternary(op, out, a, b, c));
+  const shim_tensor *operands[] = {a, b, c};
+  if (!shim_cpu_all_contiguous(out, 3, operands)) return shim_cpu_chunked(out, 3, operands, ternary_chunk, &(ternary_args){op, value});
   int64_t n = out->numel;
   int32_t dtype = out->dtype;
   int fa = a->numel == n, fb = b->numel == n, fc = c->numel == n;

@@ -21,6 +21,7 @@ __global__ void cast_kernel(typename To::T *out, const typename From::T *in, int
 
 int shim_cast(shim_tensor *out, const shim_tensor *a, shim_stream *s) {
   SHIM_TRY(shim_check_cast(out, a));
+  if (!shim_cuda_all_contiguous(out, 1, &a)) return shim_cuda_densely(out, 1, &a, s, [&](shim_tensor *o, const shim_tensor *const *in) { return shim_cast(o, in[0], s); });
   if (a->numel == 0) return SHIM_OK;
   shim_cuda_track(s, out);
   shim_cuda_track(s, a);

@@ -33,6 +33,8 @@ static int fill_as(void *out, U value, int64_t n, cudaStream_t stream) {
 
 int shim_fill(shim_tensor *out, double value, shim_stream *s) {
   SHIM_REQUIRE(out, "out");
+  SHIM_TRY(shim_check_writable("shim_fill", out, "out"));
+  if (!out->contiguous) return shim_cuda_densely(out, 0, nullptr, s, [&](shim_tensor *o, const shim_tensor *const *in) { return shim_fill(o, value, s); });
   if (out->numel == 0) return SHIM_OK;
   uint64_t element = 0; /* the value's bytes in out's dtype */
   SHIM_TRY(dispatch(out->dtype, [&](auto d) -> int {
@@ -69,6 +71,7 @@ __global__ void arange_kernel(typename D::T *out, double start, double step, int
 
 int shim_arange(shim_tensor *out, double start, double step, shim_stream *s) {
   SHIM_REQUIRE(out, "out");
+  SHIM_TRY(shim_require_contiguous("shim_arange", out, "out"));
   if (out->numel == 0) return SHIM_OK;
   shim_cuda_track(s, out);
   return dispatch(out->dtype, [&](auto d) -> int {

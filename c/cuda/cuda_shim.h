@@ -79,6 +79,42 @@ struct ShimScratch {
   void *data() const { return st ? st->base.data : nullptr; }
 };
 
+/* A strided operand met by a flat kernel: `t` is the operand itself when it is contiguous, else a
+ * contiguous copy in scratch device memory (stage with gather: its elements, by the strided
+ * copy kernel; without: room for an out, which write_back then copies into the strided target).
+ * The staging is stream ordered, as the op's own work is. */
+struct ShimDense {
+  ShimScratch scratch;
+  shim_tensor header{};
+  const shim_tensor *t = nullptr;
+  int stage(const shim_tensor *src, bool gather, shim_stream *s);
+  int write_back(shim_tensor *target, shim_stream *s);
+};
+
+/* Runs op(out', in') with every strided one of out and the inputs (NULL entries allowed) staged
+ * contiguous, then writes out' back into a strided out: how the cuda elementwise, reduction,
+ * softmax and matmul kernels take strided tensors. */
+template <typename F>
+int shim_cuda_densely(shim_tensor *out, int32_t count, const shim_tensor *const *in, shim_stream *s, F &&op) {
+  ShimDense dense_out, dense_in[3];
+  const shim_tensor *staged[3] = {nullptr, nullptr, nullptr};
+  for (int32_t i = 0; i < count; i++) {
+    SHIM_TRY(dense_in[i].stage(in[i], true, s));
+    staged[i] = dense_in[i].t;
+  }
+  SHIM_TRY(dense_out.stage(out, false, s));
+  SHIM_TRY(op(const_cast<shim_tensor *>(dense_out.t), staged));
+  return dense_out.write_back(out, s);
+}
+
+/* Whether t and each of the count tensors are contiguous (NULL entries pass). */
+static inline bool shim_cuda_all_contiguous(const shim_tensor *t, int32_t count, const shim_tensor *const *in) {
+  if (t != nullptr && !t->contiguous) return false;
+  for (int32_t i = 0; i < count; i++)
+    if (in[i] != nullptr && !in[i]->contiguous) return false;
+  return true;
+}
+
 /* Launch sizing for grid-stride kernels: enough blocks to fill an H100/H200 several times
  * over, never more than the work needs. */
 enum { SHIM_CUDA_THREADS = 256, SHIM_CUDA_MAX_BLOCKS = 8192 };

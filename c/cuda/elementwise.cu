@@ -411,6 +411,9 @@ int launch_binary(const char *fn, int32_t op, void *out, const Operand<D> &a, co
 int shim_binary(int32_t op, shim_tensor *out, const shim_tensor *a, const shim_tensor *b, shim_stream *s) {
   int64_t n;
   SHIM_TRY(shim_check_binary(op, out, a, b, &n));
+  const shim_tensor *operands[] = {a, b};
+  if (!shim_cuda_all_contiguous(out, 2, operands))
+    return shim_cuda_densely(out, 2, operands, s, [&](shim_tensor *o, const shim_tensor *const *in) { return shim_binary(op, o, in[0], in[1], s); });
   shim_cuda_track(s, out);
   shim_cuda_track(s, a);
   shim_cuda_track(s, b);
@@ -428,6 +431,8 @@ int shim_binary(int32_t op, shim_tensor *out, const shim_tensor *a, const shim_t
 
 int shim_binary_scalar(int32_t op, shim_tensor *out, const shim_tensor *a, double b, int32_t scalar_first, shim_stream *s) {
   SHIM_TRY(shim_check_binary_scalar(op, out, a));
+  if (!shim_cuda_all_contiguous(out, 1, &a))
+    return shim_cuda_densely(out, 1, &a, s, [&](shim_tensor *o, const shim_tensor *const *in) { return shim_binary_scalar(op, o, in[0], b, scalar_first, s); });
   shim_cuda_track(s, out);
   shim_cuda_track(s, a);
   return dispatch(a->dtype, [&](auto d) -> int {
@@ -455,6 +460,7 @@ int shim_binary_scalar(int32_t op, shim_tensor *out, const shim_tensor *a, doubl
 
 int shim_unary(int32_t op, shim_tensor *out, const shim_tensor *a, shim_stream *s) {
   SHIM_TRY(shim_check_unary(op, out, a));
+  if (!shim_cuda_all_contiguous(out, 1, &a)) return shim_cuda_densely(out, 1, &a, s, [&](shim_tensor *o, const shim_tensor *const *in) { return shim_unary(op, o, in[0], s); });
   int32_t dtype = a->dtype;
   int64_t n = a->numel;
   if (n == 0) return SHIM_OK;

@@ -5,8 +5,9 @@
  *
  * cuBLAS is column-major. A row-major [r, c] matrix is the same memory as its column-major
  * transpose, so row-major C = A B is computed as column-major C^T = B^T A^T: the operands
- * swap places and nothing is transposed. An operand stored transposed (shim_matmul's flags) is
- * cuBLAS's OP_T on it, with its stored row length as the leading dimension.
+ * swap places and nothing is transposed. An operand stored transposed (shim_matmul's flags, or
+ * its strides: a transposed view) is cuBLAS's OP_T on it, with its stored row stride as the
+ * leading dimension (shim_blas_layout), so a transposed or sliced view costs no copy.
  *
  * One cuBLAS handle per device, made on first use and kept for the process (a library handle,
  * like the dlopen ones); a handle is used by one thread at a time. */
@@ -43,9 +44,10 @@ int current_handle(const shim_cublas_api *api, cublasHandle_t *out) {
   return SHIM_OK;
 }
 
-/* C [batch, m, n] = A [batch, m, k] @ B ([batch,] k, n), all row-major (A stored [k, m] when
- * dims.ta, B [n, k] when dims.tb), through cuBLAS. */
-int gemm_cublas(int32_t dtype, const void *a, const void *b, void *c, const shim_matmul_dims &dims, cudaStream_t stream) {
+/* C [batch, m, n] = A [batch, m, k] @ B ([batch,] k, n), C row-major, A and B as la and lb read
+ * them (A stored [k, m] when dims.ta, B [n, k] when dims.tb), through cuBLAS. */
+int gemm_cublas(int32_t dtype, const void *a, const void *b, void *c, const shim_matmul_dims &dims, const shim_blas_operand &la,
+                const shim_blas_operand &lb, cudaStream_t stream) {
   const int64_t batch = dims.batch, m = dims.m, k = dims.k, n = dims.n;
   const bool b_batched = dims.b_batched;
   const shim_cublas_api *api;
@@ -59,10 +61,11 @@ int gemm_cublas(int32_t dtype, const void *a, const void *b, void *c, const shim
   const double one_d = 1.0, zero_d = 0.0;
   const void *alpha = dtype == SHIM_F64 ? (const void *)&one_d : (const void *)&one_f;
   const void *beta = dtype == SHIM_F64 ? (const void *)&zero_d : (const void *)&zero_f;
-  const cublasOperation_t op_a = dims.ta ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = dims.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const int lda = (int)(dims.ta ? m : k), ldb = (int)(dims.tb ? k : n);
-  if (!b_batched && !dims.ta && batch * m <= INT_MAX) {
-    /* A 2-D b serves every batch: the batches of a are one [batch * m, k] matrix. */
+  const bool trans_a = dims.ta != (la.trans != 0), trans_b = dims.tb != (lb.trans != 0);
+  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int lda = (int)la.ld, ldb = (int)lb.ld;
+  if (!b_batched && !trans_a && (batch == 1 || la.batch_stride == m * la.ld) && batch * m <= INT_MAX) {
+    /* A 2-D b serves every batch: the batches of a, end to end, are one [batch * m, k] matrix. */
     CUBLAS_CHECK(api->cublasGemmEx(handle, op_b, op_a, (int)n, (int)(batch * m), (int)k, alpha, b, type, ldb, a, type,
                                    lda, beta, c, type, (int)n, compute, CUBLAS_GEMM_DEFAULT));
     return SHIM_OK;
@@ -70,7 +73,7 @@ int gemm_cublas(int32_t dtype, const void *a, const void *b, void *c, const shim
   if (batch > INT_MAX)
     return shim_fail(SHIM_E_UNSUPPORTED, "shim_matmul: %lld batches exceed cuBLAS's 32-bit batch count", (long long)batch);
   CUBLAS_CHECK(api->cublasGemmStridedBatchedEx(handle, op_b, op_a, (int)n, (int)m, (int)k, alpha, b, type, ldb,
-                                               b_batched ? k * n : 0, a, type, lda, m * k, beta, c, type, (int)n, m * n,
+                                               b_batched ? lb.batch_stride : 0, a, type, lda, la.batch_stride, beta, c, type, (int)n, m * n,
                                                (int)batch, compute, CUBLAS_GEMM_DEFAULT));
   return SHIM_OK;
 }
@@ -112,6 +115,11 @@ unsigned grid_dim(int64_t count) { return count > 65535 ? 65535u : (unsigned)cou
 int shim_matmul(shim_tensor *out, const shim_tensor *a, const shim_tensor *b, int32_t transpose, shim_stream *s) {
   shim_matmul_dims dims;
   SHIM_TRY(shim_check_matmul(out, a, b, transpose, &dims));
+  const shim_tensor *operands[] = {a, b};
+  shim_blas_operand la{}, lb{};
+  const bool blas = a->dtype <= SHIM_BF16 && shim_blas_layout(a, &la) && shim_blas_layout(b, &lb);
+  if (!blas && !shim_cuda_all_contiguous(out, 2, operands)) /* the strides cuBLAS cannot read, and the integer kernel's */
+    return shim_cuda_densely(out, 2, operands, s, [&](shim_tensor *o, const shim_tensor *const *in) { return shim_matmul(o, in[0], in[1], transpose, s); });
   if (out->numel == 0) return SHIM_OK;
   shim_cuda_track(s, out);
   shim_cuda_track(s, a);
@@ -123,13 +131,13 @@ int shim_matmul(shim_tensor *out, const shim_tensor *a, const shim_tensor *b, in
     return SHIM_OK;
   }
   const void *x = shim_cuda_data(a), *y = shim_cuda_data(b);
-  if (a->dtype <= SHIM_BF16) {
-    if (dims.m > INT_MAX || dims.n > INT_MAX || dims.k > INT_MAX) {
+  if (a->dtype <= SHIM_BF16) { /* contiguous or read in place: only a dim past 32 bits leaves cuBLAS out */
+    if (!blas || dims.m > INT_MAX || dims.n > INT_MAX || dims.k > INT_MAX) {
       char ba[128], bb[128];
       return shim_fail(SHIM_E_UNSUPPORTED, "shim_matmul: a dim of %s @ %s exceeds cuBLAS's 32-bit sizes",
                        shim_describe(a, ba, sizeof ba), shim_describe(b, bb, sizeof bb));
     }
-    return gemm_cublas(a->dtype, x, y, o, dims, stream);
+    return gemm_cublas(a->dtype, x, y, o, dims, la, lb, stream);
   }
   const int64_t batch = dims.batch, m = dims.m, k = dims.k, n = dims.n;
   const bool b_batched = dims.b_batched;

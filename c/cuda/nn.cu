@@ -170,6 +170,7 @@ int run_loss(const char *kernel, shim_tensor *out, int64_t count, int32_t reduct
 int shim_softmax(shim_tensor *out, const shim_tensor *a, int32_t dim, int32_t log, shim_stream *s) {
   shim_reduce_dims d;
   SHIM_TRY(shim_check_softmax(out, a, dim, log, &d));
+  if (!shim_cuda_all_contiguous(out, 1, &a)) return shim_cuda_densely(out, 1, &a, s, [&](shim_tensor *o, const shim_tensor *const *in) { return shim_softmax(o, in[0], dim, log, s); });
   if (a->numel == 0) return SHIM_OK;
   shim_cuda_track(s, out);
   shim_cuda_track(s, a);

@@ -214,6 +214,7 @@ int launch_reduce(const typename D::T *in, void *out, int32_t out_dtype, const s
 int shim_reduce(int32_t op, shim_tensor *out, const shim_tensor *a, int32_t dim, shim_stream *s) {
   shim_reduce_dims dims;
   SHIM_TRY(shim_check_reduce(op, out, a, dim, &dims));
+  if (!shim_cuda_all_contiguous(out, 1, &a)) return shim_cuda_densely(out, 1, &a, s, [&](shim_tensor *o, const shim_tensor *const *in) { return shim_reduce(op, o, in[0], dim, s); });
   if (out->numel == 0) return SHIM_OK;
   shim_cuda_track(s, out);
   shim_cuda_track(s, a);
@@ -282,6 +283,8 @@ __global__ void cumsum_kernel(const typename D::T *in, void *out, int32_t out_dt
 int shim_argreduce(int32_t op, shim_tensor *indices, const shim_tensor *a, int32_t dim, shim_stream *s) {
   shim_reduce_dims dims;
   SHIM_TRY(shim_check_argreduce(op, indices, a, dim, &dims));
+  if (!shim_cuda_all_contiguous(indices, 1, &a))
+    return shim_cuda_densely(indices, 1, &a, s, [&](shim_tensor *o, const shim_tensor *const *in) { return shim_argreduce(op, o, in[0], dim, s); });
   const int64_t outputs = indices->numel;
   if (outputs == 0) return SHIM_OK;
   shim_cuda_track(s, indices);

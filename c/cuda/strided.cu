@@ -1,6 +1,8 @@
 /* strided.cu: shim_copy_strided, shim_gather, shim_index_select and shim_cat on the device. Each thread computes its
  * element's source (and destination) offset from its flat index over the collapsed shape;
  * elements move as opaque 1-, 2-, 4- or 8-byte words. */
+#include <string.h>
+
 #include "elements.h"
 
 using namespace shim;
@@ -92,6 +94,28 @@ int shim_copy_strided(shim_tensor *dst, int64_t dst_offset, const int64_t *dst_s
     CUDA_CHECK_LAUNCH("copy_strided_kernel");
     return SHIM_OK;
   });
+}
+
+int ShimDense::stage(const shim_tensor *src, bool gather, shim_stream *s) {
+  t = src;
+  if (src == nullptr || src->contiguous) return SHIM_OK;
+  SHIM_TRY(scratch.alloc(src->numel * shim_dtype_size(src->dtype), s));
+  header.storage = &scratch.st->base;
+  header.offset = 0;
+  header.dtype = src->dtype;
+  header.ndim = src->ndim;
+  memcpy(header.shape, src->shape, sizeof header.shape);
+  shim_contiguous_strides(src->ndim, src->shape, header.strides);
+  header.numel = src->numel;
+  header.contiguous = 1;
+  t = &header;
+  if (!gather) return SHIM_OK;
+  return shim_copy_strided(&header, 0, header.strides, src, 0, src->strides, src->ndim, src->shape, s);
+}
+
+int ShimDense::write_back(shim_tensor *target, shim_stream *s) {
+  if (t != &header) return SHIM_OK;
+  return shim_copy_strided(target, 0, target->strides, &header, 0, header.strides, target->ndim, target->shape, s);
 }
 
 int shim_gather(shim_tensor *out, const shim_tensor *a, int32_t dim, const shim_tensor *index, shim_stream *s) {

@@ -28,7 +28,10 @@ int shim_tensor_free(shim_tensor *t) {
  * locked memory is read by the DMA engine later, so for it the stream is waited on. */
 int shim_tensor_copy_in(shim_tensor *t, const void *src, int64_t nbytes, shim_stream *s) {
   SHIM_TRY(shim_check_copy(__func__, t, src, "src", nbytes));
+  SHIM_TRY(shim_check_writable(__func__, t, "t"));
   if (nbytes == 0) return SHIM_OK;
+  if (!t->contiguous) /* into a contiguous copy, then through the strided copy kernel */
+    return shim_cuda_densely(t, 0, nullptr, s, [&](shim_tensor *o, const shim_tensor *const *in) { return shim_tensor_copy_in(o, src, nbytes, s); });
   shim_cuda_track(s, t);
   cudaStream_t stream = shim_cuda_stream(s);
   cudaPointerAttributes attributes;
@@ -42,6 +45,7 @@ int shim_tensor_copy_in(shim_tensor *t, const void *src, int64_t nbytes, shim_st
 int shim_tensor_host_data(const shim_tensor *t, void **out) {
   SHIM_REQUIRE(t, "t");
   SHIM_REQUIRE(out, "out");
+  SHIM_TRY(shim_require_contiguous(__func__, t, "t"));
   *out = NULL;
   return SHIM_OK;
 }
@@ -51,6 +55,11 @@ int shim_tensor_host_data(const shim_tensor *t, void **out) {
 int shim_tensor_copy_out(const shim_tensor *t, void *dst, int64_t nbytes, shim_stream *s) {
   SHIM_TRY(shim_check_copy(__func__, t, dst, "dst", nbytes));
   if (nbytes == 0) return SHIM_OK;
+  if (!t->contiguous) { /* a contiguous copy of its elements, then out */
+    ShimDense dense;
+    SHIM_TRY(dense.stage(t, true, s));
+    return shim_tensor_copy_out(dense.t, dst, nbytes, s);
+  }
   shim_cuda_track(s, t);
   cudaStream_t stream = shim_cuda_stream(s);
   CUDA_CHECK(cudaMemcpyAsync(dst, shim_cuda_data(t), (size_t)nbytes, cudaMemcpyDeviceToHost, stream));

@@ -57,6 +57,9 @@ __global__ void arithmetic_kernel(typename D::T *out, const typename D::T *a, bo
 int shim_ternary(int32_t op, shim_tensor *out, const shim_tensor *a, const shim_tensor *b, const shim_tensor *c,
                  double value, shim_stream *s) {
   SHIM_TRY(shim_check_ternary(op, out, a, b, c));
+  const shim_tensor *operands[] = {a, b, c};
+  if (!shim_cuda_all_contiguous(out, 3, operands))
+    return shim_cuda_densely(out, 3, operands, s, [&](shim_tensor *o, const shim_tensor *const *in) { return shim_ternary(op, o, in[0], in[1], in[2], value, s); });
   int64_t n = out->numel;
   if (n == 0) return SHIM_OK;
   shim_cuda_track(s, out);
