@@ -1720,7 +1720,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "autograd", behaviour: "every in-place write (an op, copy_, an optimizer step, a function's mutates, an in-place collective) moves the version counter",
     file: "src/controller/mesh.ts",
-    edits: one("    t.storage.version++\n    this.core.tracing?.written.add(t.storage)", "    this.core.tracing?.written.add(t.storage)"),
+    edits: one("    t.storage.version++\n    this.core.sink.wrote(t.storage)", "    this.core.sink.wrote(t.storage)"),
     tests: ["tests/autograd/inplace.test.ts"],
   },
   {

@@ -64,7 +64,7 @@ export class Arguments {
         this.covering.add(v.mesh)
       }
       reads.inputs.push(v.ref.id)
-      this.mesh.core.tracing?.read.set(v.ref.id, v)
+      this.mesh.core.sink.read(v)
       if (v.borrow && !v.borrow.used && !reads.borrows.includes(v.borrow)) reads.borrows.push(v.borrow)
       if (!v.meta) reads.known = false
       return v.ref

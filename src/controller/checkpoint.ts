@@ -165,7 +165,7 @@ export const save = (mesh: Mesh, state: State, dir: string, opts: SaveOptions = 
     const writers = layouts.map((lay) => lay.blocks.filter((b) => b.first).map((b) => b.rank))
     const stream = opts.stream ?? mesh.defaultStream
     const inputs = leaves.map((l) => l.tensor.ref.id)
-    const written = core.fetch(mesh.ranks, inputs, `save ${dir}/${version}`, site, (ident) => ({
+    const written = core.sink.fetch(mesh.ranks, inputs, `save ${dir}/${version}`, site, (ident) => ({
       _tag: "SaveShards", ident, dir: tmp, tensors: leaves.map((l) => l.tensor.ref), names: leaves.map((l) => l.name), writers, stream: stream.ref,
     }), undefined, true)
     const commit = (answers: ReadonlyArray<Value>) => Effect.gen(function* () {
@@ -191,14 +191,14 @@ export const save = (mesh: Mesh, state: State, dir: string, opts: SaveOptions = 
       const manifest: Manifest = {
         format: MANIFEST_FORMAT, version, mesh: { names: mesh.names, sizes: mesh.layout.sizes, ranks: mesh.ranks }, tree, tensors, files, savedAt: new Date().toISOString(),
       }
-      yield* core.fetch([mesh.ranks[0]!], [], `commit ${dir}/${version}`, site, (ident) => ({
+      yield* core.sink.fetch([mesh.ranks[0]!], [], `commit ${dir}/${version}`, site, (ident) => ({
         _tag: "CommitCheckpoint", ident, dir, tmp, version, manifest: sealManifest(manifest), keep,
       }))
       const writes = mesh.ranks.map((rank) => ({ rank, bytes: byRank.get(rank)!.bytes, ms: byRank.get(rank)!.ms }))
       return { dir, version, bytes: writes.reduce((a, w) => a + w.bytes, 0), writes } satisfies Saved
     })
     // A failed save removes its temporary directory (best effort: the failure is what is reported).
-    const dropTmp = core.fetch([mesh.ranks[0]!], [], `drop ${tmp}`, site, (ident) => ({ _tag: "DropCheckpoint", ident, tmp })).pipe(Effect.ignore)
+    const dropTmp = core.sink.fetch([mesh.ranks[0]!], [], `drop ${tmp}`, site, (ident) => ({ _tag: "DropCheckpoint", ident, tmp })).pipe(Effect.ignore)
     // Forked now, so the SaveShards command is issued at this point of the program (runFork
     // runs the fiber up to its first wait at once) and the commit follows without the program.
     const fiber = Effect.runFork(asCheckpointError(written.pipe(Effect.flatMap(commit))).pipe(Effect.tapError(() => dropTmp)))
@@ -214,7 +214,7 @@ export interface Loaded {
 
 /** The manifest of the version LATEST names in `dir` (or `version`), read by the mesh's first rank. */
 export const readCheckpoint = (mesh: Mesh, dir: string, version?: string): Effect.Effect<{ version: string; manifest: Manifest }, CheckpointError | Failure> =>
-  asCheckpointError(mesh.core.fetch([mesh.ranks[0]!], [], `read ${dir}`, mesh.core.site(), (ident) => ({ _tag: "ReadCheckpoint", ident, path: dir, version: version ?? null }))).pipe(
+  asCheckpointError(mesh.core.sink.fetch([mesh.ranks[0]!], [], `read ${dir}`, mesh.core.site(), (ident) => ({ _tag: "ReadCheckpoint", ident, path: dir, version: version ?? null }))).pipe(
     Effect.map((values) => {
       const v = values[0] as { version: string; manifest: string }
       return { version: v.version, manifest: parseManifest(join(dir, v.version, "manifest.json"), v.manifest) }
@@ -229,10 +229,10 @@ export const readCheckpoint = (mesh: Mesh, dir: string, version?: string): Effec
 const loadTensors = (mesh: Mesh, specs: ReadonlyArray<{ readonly tensor: RemoteTensor; readonly sources: Value }>, label: string) =>
   Effect.suspend(() => {
     const core = mesh.core, site = core.site()
-    core.command(mesh.ranks, label, [], specs.map((s) => s.tensor.ref.id), site, (ident) => ({
+    core.sink.command(mesh.ranks, label, [], specs.map((s) => s.tensor.ref.id), site, (ident) => ({
       _tag: "LoadShards", ident, results: specs.map((s) => s.tensor.ref), sources: specs.map((s) => s.sources), stream: mesh.defaultStream.ref,
     }))
-    return asCheckpointError(core.fetch(mesh.ranks, specs.map((s) => s.tensor.ref.id), label, site, (ident) => ({
+    return asCheckpointError(core.sink.fetch(mesh.ranks, specs.map((s) => s.tensor.ref.id), label, site, (ident) => ({
       _tag: "FetchValue", ident, mutates: [], function: null, object: null, stream: mesh.defaultStream.ref,
     }))).pipe(Effect.onError(() => Effect.sync(() => { for (const s of specs) s.tensor.release() })))
   })
@@ -356,7 +356,7 @@ export const exportFile = (mesh: Mesh, state: State, path: string): Effect.Effec
  */
 export const importFile = (mesh: Mesh, file: string, placements: Readonly<Record<string, PlacementSpec>> = {}): Effect.Effect<ReadonlyMap<string, RemoteTensor>, CheckpointError | Failure> =>
   Effect.gen(function* () {
-    const values = yield* asCheckpointError(mesh.core.fetch([mesh.ranks[0]!], [], `read ${file}`, mesh.core.site(), (ident) => ({ _tag: "ReadCheckpoint", ident, path: file, version: null })))
+    const values = yield* asCheckpointError(mesh.core.sink.fetch([mesh.ranks[0]!], [], `read ${file}`, mesh.core.site(), (ident) => ({ _tag: "ReadCheckpoint", ident, path: file, version: null })))
     const header = JSON.parse((values[0] as { header: string }).header) as { tensors: Record<string, { dtype: TensorRecord["dtype"]; shape: number[] }> }
     const unknown = Object.keys(placements).filter((n) => !(n in header.tensors))
     if (unknown.length > 0) return yield* new CheckpointError({ message: `${file} has no tensor ${unknown.join(", ")} (it has ${Object.keys(header.tensors).join(", ")})` })

@@ -322,7 +322,7 @@ const makeApi = (core: Core): Effect.Effect<ControllerApi, never, Scope.Scope> =
     const all = Array.from({ length: core.world }, (_, r) => r)
     // One mesh per shape asked for: meshes are never deleted on the workers (Mesh.derive).
     const meshes = new Map<string, Mesh>()
-    core.post(all, { _tag: "CreateStream", result: defaultStream.ref, default: true })
+    core.sink.post(all, { _tag: "CreateStream", result: defaultStream.ref, default: true })
     // A timer that does not keep the process running (see Core's holdWhile).
     const hangCheck = setInterval(() => core.checkHangs(), 1000)
     hangCheck.unref()
@@ -345,7 +345,7 @@ const makeApi = (core: Core): Effect.Effect<ControllerApi, never, Scope.Scope> =
       }),
       stream: () => Effect.sync(() => {
         const s = new RemoteStream(core, core.newRef())
-        core.post(all, { _tag: "CreateStream", result: s.ref, default: false })
+        core.sink.post(all, { _tag: "CreateStream", result: s.ref, default: false })
         return s
       }),
       // The tensor's own mesh sends it, once it is known to be this controller's.

@@ -113,9 +113,9 @@ export class RemoteTensor<D extends DType = DType> {
       dropped.register(this, this.#dropped)
       mesh.live.refs++
       mesh.live.bytes += bytes
-      mesh.core.scope?.adopt(this)
+      mesh.core.scopes.adopt(this)
     }
-    mesh.core.tracing?.handles.push(this)
+    mesh.core.sink.made(this)
   }
 
   /** Why the handle cannot be used though it was not released: it was made while recording a step. */
@@ -187,7 +187,7 @@ export class RemoteTensor<D extends DType = DType> {
     this.#released = true
     this.#dropped!.done = true
     countRelease(this.mesh.live, this.#dropped!.bytes)
-    this.mesh.core.release(this.mesh.ranks, [this.ref.id])
+    this.mesh.core.sink.release(this.mesh.ranks, [this.ref.id])
   }
 
   toString(): string {

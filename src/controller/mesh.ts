@@ -134,7 +134,7 @@ export class Mesh {
   /** t was written in place: its memory's version moves (and a recording's replay will move it again). */
   private wrote(t: RemoteTensor): void {
     t.storage.version++
-    this.core.tracing?.written.add(t.storage)
+    this.core.sink.wrote(t.storage)
   }
 
   /** The stream a command runs on: `given` when this controller made it, else the default. */
@@ -190,7 +190,7 @@ export class Mesh {
     const group = opts.dims === undefined ? undefined : this.callGroup(fn, opts.dims)
     // A group follows `declared` on the wire: without declarations, each result declares nothing (nil).
     const declared = Array.isArray(opts.results) ? metas.map((m) => m ?? null) : group === undefined ? undefined : metas.map(() => null)
-    this.core.command(this.ranks, fn, reads.inputs, defines, site, (ident) => ({
+    this.core.sink.command(this.ranks, fn, reads.inputs, defines, site, (ident) => ({
       _tag: "CallFunction", ident, results, mutates: mutated, function: fn, args: wireArgs, kwargs: wireKwargs, stream: stream.ref, declared,
       ...(group === undefined ? {} : { mesh: this.ref, dims: group }),
     }), group === undefined ? undefined : this.groupExchange(group))
@@ -217,7 +217,7 @@ export class Mesh {
     }
     if (metas!.length !== 1) throw refuse(`${fn} has ${metas!.length} results; a per-rank call makes one`)
     const stream = this.defaultStream, result = this.core.newRef()
-    this.core.commandEach(this.ranks, fn, [], [result.id], site, (ident, rank) => ({
+    this.core.sink.commandEach(this.ranks, fn, [], [result.id], site, (ident, rank) => ({
       _tag: "CallFunction", ident, results: [result], mutates: [], function: fn, args: wire.get(rank)!, kwargs: {}, stream: stream.ref, declared: undefined,
     }))
     return new RemoteTensor(this, result, metas![0], stream)
@@ -293,7 +293,7 @@ export class Mesh {
     const stream = this.streamFor(opts.stream)
     const result = inplace ? t.ref : this.core.newRef()
     this.read(t)
-    this.core.command(this.ranks, label, [t.ref.id], [result.id], site, (ident) => ({
+    this.core.sink.command(this.ranks, label, [t.ref.id], [result.id], site, (ident) => ({
       _tag: "Reduce", ident, result, tensor: t.ref, factory: new TensorFactory(t.meta!.shape, t.meta!.dtype, this.core.device), mesh: this.ref, stream: stream.ref,
       dims: names, reduction, scatter, inplace,
     }), this.groupExchange(names))
@@ -355,7 +355,7 @@ export class Mesh {
     // Rank i of `to` gets rank i of this mesh's tensor: its result depends on that sender alone.
     const sender = new Map(to.ranks.map((r, i) => [r, this.ranks[i]!]))
     const senders = new Set(this.ranks)
-    this.core.command(ranks, "send", reads.inputs, [result.id], site, (ident) => ({
+    this.core.sink.command(ranks, "send", reads.inputs, [result.id], site, (ident) => ({
       _tag: "SendTensor", ident, result, fromRanks: this.layout, toRanks: to.layout, tensor: t.ref,
       factory: new TensorFactory(t.meta!.shape, t.meta!.dtype, this.core.device), stream: stream.ref,
     }), { peers: (r) => (sender.has(r) ? [sender.get(r)!] : []), reads: (r) => senders.has(r) })
@@ -395,7 +395,7 @@ export class Mesh {
     return Effect.suspend(() => {
       const targets = ranks(), stream = this.streamFor(opts.stream)
       const { value: object, reads } = this.read(value)
-      return this.core.fetch(targets, reads.inputs, opts.fn ?? "fetch", site, (ident) => ({
+      return this.core.sink.fetch(targets, reads.inputs, opts.fn ?? "fetch", site, (ident) => ({
         _tag: "FetchValue", ident, mutates: [], function: opts.fn ?? null, object, stream: stream.ref,
       }), opts.deadlineMs ?? this.core.options.deadlineMs)
     }).pipe(Effect.catchDefect((e) => Effect.fail(e instanceof ControllerError ? e : refuse(String(e)))))
@@ -461,6 +461,6 @@ export const createMesh = (core: Core, names: ReadonlyArray<string>, layout: NDS
   if (new Set(names).size !== names.length) throw refuse(`repeated dim name in [${names}]`)
   const ref = core.newRef()
   const mesh = new Mesh(core, ref, names, layout, defaultStream, place)
-  core.post(mesh.ranks, { _tag: "CreateDeviceMesh", result: ref, names, ranks: layout })
+  core.sink.post(mesh.ranks, { _tag: "CreateDeviceMesh", result: ref, names, ranks: layout })
   return mesh
 }

@@ -35,7 +35,7 @@ import { Mesh } from "./mesh.ts"
 import { samePlacement } from "./placement.ts"
 import { CallSite } from "./sites.ts"
 import type { Storage } from "./storage.ts"
-import { Trace, type Traced } from "./trace.ts"
+import { Held, Trace, type Traced } from "./trace.ts"
 
 export interface CompileOptions {
   /** Trace the second call too and fail it, naming both call sites, if it issued other commands. */
@@ -363,14 +363,14 @@ const messageOf = (e: unknown): string => (e as { message?: string }).message ??
  * Runs the step with Core recording instead of sending, its replay parameters at `values`;
  * the trace's handles are retired after.
  */
-const traced = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, name: string, step: (...args: A) => unknown, args: ReadonlyArray<unknown>, values: ReadonlyArray<number>, called: CallSite | undefined): Effect.Effect<Traced1<R>, E | ControllerError, Rq> =>
+const traced = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, held: Held, name: string, step: (...args: A) => unknown, args: ReadonlyArray<unknown>, values: ReadonlyArray<number>, called: CallSite | undefined): Effect.Effect<Traced1<R>, E | ControllerError, Rq> =>
   Effect.suspend(() => {
-    const trace = new Trace(name, () => core.site(4), called) // between a borrow's method and here: its post, Core.post, Trace.post, this
+    const trace = new Trace(name, core.sink, held, () => core.site(3), called) // between a borrow's method and here: its post, Trace.post, this
     const reader = new Reader()
-    core.tracing = trace
+    core.sink = trace
     const end = Effect.sync(() => {
       reader.done = true
-      if (core.tracing === trace) core.tracing = undefined
+      if (core.sink === trace) core.sink = trace.below
       for (const t of trace.handles) t.retire(`${t} ${madeInside(name)}: it lived only during that call`)
     })
     let body: Effect.Effect<R, E | ControllerError, Rq>
@@ -579,7 +579,7 @@ const build = <R>(core: Core, name: string, traced: Traced1<R>, flat: Flat, at: 
   flat.tensors.forEach((t, i) => argIndex.has(t.ref.id) || argIndex.set(t.ref.id, i))
   const formals: Source[] = formalIds.map((id) => (argIndex.has(id) ? { arg: argIndex.get(id)! } : { ref: id }))
   const captured = formalIds.flatMap((id) => {
-    const tensor = argIndex.has(id) ? undefined : trace.read.get(id)
+    const tensor = argIndex.has(id) ? undefined : trace.tensorsRead.get(id)
     return tensor === undefined ? [] : [{ tensor, by: describeCommand(commands.find((c) => c.inputs.includes(id))!) }]
   })
   // Outputs: the tensors the step made and returned, then the formals it redefined.
@@ -742,9 +742,9 @@ const positionsIn = <R>(again: Attempt<R>, flat: Flat, values: ReadonlyArray<num
  * finds where each goes. A difference is then traced down: the same arguments again (state
  * the arguments do not hold), then one parameter at a time, to name the one at fault.
  */
-const checkTrace = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, name: string, step: (...args: A) => unknown, args: ReadonlyArray<unknown>, flat: Flat, first: Trace, called: CallSite | undefined) =>
+const checkTrace = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, held: Held, name: string, step: (...args: A) => unknown, args: ReadonlyArray<unknown>, flat: Flat, first: Trace, called: CallSite | undefined) =>
   Effect.gen(function* () {
-    const attempt = (values: ReadonlyArray<number>) => Effect.result(traced<A, R, E, Rq>(core, name, step, args, values, called).pipe(
+    const attempt = (values: ReadonlyArray<number>) => Effect.result(traced<A, R, E, Rq>(core, held, name, step, args, values, called).pipe(
       Effect.catchDefect((d) => Effect.fail(new ControllerError({ message: messageOf(d) }))),
     )) as Effect.Effect<Attempt<R>, never, Rq>
     const refuse = (why: string) => new ControllerError({ message: `compile(${name}): ${why}` })
@@ -851,11 +851,11 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
   const retraces: string[] = []
   let traces = 0
 
-  const record = (core: Core, args: ReadonlyArray<unknown>, flat: Flat, called: CallSite | undefined) =>
+  const record = (core: Core, held: Held, args: ReadonlyArray<unknown>, flat: Flat, called: CallSite | undefined) =>
     Effect.gen(function* () {
-      const first = yield* traced<A, R, E, Rq>(core, name, step, args, flat.params, called)
+      const first = yield* traced<A, R, E, Rq>(core, held, name, step, args, flat.params, called)
       traces++
-      const at = yield* checkTrace<A, R, E, Rq>(core, name, step, args, flat, first.trace, called)
+      const at = yield* checkTrace<A, R, E, Rq>(core, held, name, step, args, flat, first.trace, called)
       const { recording, defines } = build(core, name, first, flat, at)
       // Room on the workers first: the deletions go before the definition.
       const tooBig = core.recordings.admit(recording.id, first.trace.commands.length, evictor(cache, recording))
@@ -876,7 +876,7 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
   const needsTrace = (r: Recording<R> | undefined) => r === undefined || (options.verify === true && r.calls === 1)
 
   /** A call that traces: a new signature, or verify's second call. */
-  const tracing = (core: Core, args: ReadonlyArray<unknown>, flat: Flat, found: Recording<R> | undefined, called: CallSite | undefined) =>
+  const tracing = (core: Core, held: Held, args: ReadonlyArray<unknown>, flat: Flat, found: Recording<R> | undefined, called: CallSite | undefined) =>
     Effect.gen(function* () {
       let recording = found
       if (recording === undefined) {
@@ -885,12 +885,12 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
           retraces.push(why)
           onRetrace(why)
         }
-        recording = yield* record(core, args, flat, called)
+        recording = yield* record(core, held, args, flat, called)
         warmed.delete(flat.key)
         recording.usedAt = ++clock
         keep(flat.key, recording)
       } else {
-        const again = yield* traced<A, R, E, Rq>(core, name, step, args, flat.params, called)
+        const again = yield* traced<A, R, E, Rq>(core, held, name, step, args, flat.params, called)
         traces++
         const diverged = verifyAgainst(recording, again.trace, flat)
         if (diverged !== undefined)
@@ -907,7 +907,7 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
     return Effect.flatMap(Effect.service(Controller), (ctl) => {
       const core = ctl.core
       if (disposed) return Effect.fail(new ControllerError({ message: `compile(${name}) was disposed: its recordings are deleted; compile the step again to call it` }))
-      if (core.tracing) return Effect.fail(new ControllerError({ message: `compile(${name}) was called while compile(${core.tracing.name}) records its step; call it outside, or let the outer step be one recording` }))
+      if (core.sink instanceof Trace) return Effect.fail(new ControllerError({ message: `compile(${name}) was called while compile(${core.sink.name}) records its step; call it outside, or let the outer step be one recording` }))
       const found = find(flat)
       if (found === undefined && (warmed.get(flat.key) ?? 0) < warmup) {
         warmed.set(flat.key, (warmed.get(flat.key) ?? 0) + 1)
@@ -920,9 +920,10 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
       // What the step released of the tensors outside it goes after the call (that reads them), or once the trace failed.
       if (needsTrace(found)) {
         tracingNow++
-        return Effect.ensuring(tracing(core, args, flat, found, called), Effect.sync(() => {
+        const held = new Held(core.sink)
+        return Effect.ensuring(tracing(core, held, args, flat, found, called), Effect.sync(() => {
           tracingNow--
-          core.releaseHeld()
+          held.release()
         }))
       }
       found!.usedAt = ++clock

@@ -1,14 +1,19 @@
 /**
- * What compile records while a step runs: Core hands it every command (and borrow step) it
- * would have sent, numbered from 0, with what each reads and defines, and every handle made
- * meanwhile. Nothing reaches the workers or the dependency graph. A fetch is refused; a
- * borrow made outside the step cannot be used inside it (its first use would happen once).
+ * What compile records while a step runs: the sink (sink.ts) compile puts in Core's place for
+ * a trace. It keeps every command (and borrow step) the step issues, numbered from 0, with what
+ * each reads and defines, and every handle made meanwhile; nothing reaches the workers or the
+ * dependency graph. The other messages (meshes, streams) it passes on to the sink below. A
+ * fetch, and a command whose message differs per rank, are refused; a borrow made outside the
+ * step cannot be used inside it (its first use would happen once). A release of a tensor that
+ * exists outside the step is held (Held) until the call's CallRecording, which may read it.
  */
-import type { WorkerMessage } from "../protocol/messages.ts"
-import { ControllerError } from "./errors.ts"
+import { Effect } from "effect"
+import type { Value, WorkerMessage } from "../protocol/messages.ts"
+import { ControllerError, type Failure } from "./errors.ts"
 import { Node, type Exchange } from "./graph.ts"
 import type { RemoteTensor } from "./handles.ts"
 import type { CallSite } from "./sites.ts"
+import type { Sink } from "./sink.ts"
 import type { Storage } from "./storage.ts"
 
 /** One recorded command. */
@@ -24,14 +29,32 @@ export interface Traced {
 
 const BORROW_STEPS = new Set(["BorrowFirstUse", "BorrowLastUse", "BorrowDrop"])
 
-export class Trace {
+/** The releases of tensors outside the step that its traces made: sent once the call's CallRecording is queued. */
+export class Held {
+  private releases: Array<{ readonly ranks: ReadonlyArray<number>; readonly refs: ReadonlyArray<number> }> = []
+
+  constructor(private readonly below: Sink) {}
+
+  hold(ranks: ReadonlyArray<number>, refs: ReadonlyArray<number>): void {
+    this.releases.push({ ranks, refs })
+  }
+
+  /** Queues the releases held: the recording's call has been queued. */
+  release(): void {
+    const held = this.releases
+    this.releases = []
+    for (const { ranks, refs } of held) this.below.release(ranks, refs)
+  }
+}
+
+export class Trace implements Sink {
   readonly commands: Traced[] = []
   /** Every handle made while tracing, in order. */
   readonly handles: RemoteTensor[] = []
   /** Refs defined by the recorded commands, in the order first defined. */
   readonly defined = new Set<number>()
   /** The handles of the tensors the commands read, by ref (a replay checks those it captured are still alive). */
-  readonly read = new Map<number, RemoteTensor>()
+  readonly tensorsRead = new Map<number, RemoteTensor>()
   /** The memory the recorded commands write in place (a view's is its base's): a replay moves its version too. */
   readonly written = new Set<Storage>()
   private idents = 0
@@ -39,6 +62,10 @@ export class Trace {
   constructor(
     /** What the refusals name: compile(<name>). */
     readonly name: string,
+    /** Where what the trace does not keep goes (the live core). */
+    readonly below: Sink,
+    /** Where releases of tensors outside the step wait. */
+    private readonly held: Held,
     /** Where the program is now (for borrow steps, issued without one). */
     private readonly site: () => CallSite | undefined,
     /**
@@ -56,29 +83,45 @@ export class Trace {
     return new Node(ident, ranks, exchange, label, site, 0)
   }
 
-  /** Takes the messages a recording holds (true); the rest (meshes, streams) go out as usual. */
-  post(ranks: ReadonlyArray<number>, msg: WorkerMessage): boolean {
+  /** Keeps the messages a recording holds (borrow steps); the rest (meshes, streams) go out as usual. */
+  post(ranks: ReadonlyArray<number>, msg: WorkerMessage): void {
     if (msg._tag === "BorrowCreate") {
       this.commands.push({ ranks, label: "borrow", inputs: [msg.tensor.id], defines: [msg.result.id], site: this.site() ?? this.called, exchange: undefined, message: msg })
       this.defined.add(msg.result.id)
-      return true
+      return
     }
-    if (!BORROW_STEPS.has(msg._tag)) return false
+    if (!BORROW_STEPS.has(msg._tag)) return this.below.post(ranks, msg)
     const borrow = (msg as { readonly borrow: number }).borrow
     if (!this.defined.has(borrow)) {
       if (msg._tag === "BorrowFirstUse") throw new ControllerError({ message: `compile(${this.name}): a borrow made outside the step cannot be used inside it (its first use would be recorded once and replayed on every call); borrow inside the step` })
-      return false
+      return this.below.post(ranks, msg)
     }
     this.commands.push({ ranks, label: msg._tag, inputs: [], defines: [], site: undefined, exchange: undefined, message: msg })
-    return true
   }
 
-  /** The refs of a release that exist outside the trace (the trace's own die with each call anyway). */
-  external(refs: ReadonlyArray<number>): ReadonlyArray<number> {
-    return refs.filter((id) => !this.defined.has(id))
+  commandEach(_ranks: ReadonlyArray<number>, label: string): Node {
+    throw new ControllerError({ message: `${label} with per-rank arguments cannot be recorded: a recording sends every rank the same commands` })
   }
 
-  refuseFetch(label: string): ControllerError {
-    return new ControllerError({ message: `compile(${this.name}): ${label === "fetch" ? "a fetch" : `a fetch (${label})`} inside a recorded step is refused: a replay sends no fetch; return the tensor from the step and fetch it after the call` })
+  fetch(_ranks: ReadonlyArray<number>, _inputs: ReadonlyArray<number>, label: string): Effect.Effect<ReadonlyArray<Value>, Failure | ControllerError> {
+    return Effect.fail(new ControllerError({ message: `compile(${this.name}): ${label === "fetch" ? "a fetch" : `a fetch (${label})`} inside a recorded step is refused: a replay sends no fetch; return the tensor from the step and fetch it after the call` }))
+  }
+
+  /** Holds the release of the refs that exist outside the trace (the trace's own die with each call anyway). */
+  release(ranks: ReadonlyArray<number>, refs: ReadonlyArray<number>): void {
+    const outside = refs.filter((id) => !this.defined.has(id))
+    if (outside.length > 0) this.held.hold(ranks, outside)
+  }
+
+  made(t: RemoteTensor): void {
+    this.handles.push(t)
+  }
+
+  read(t: RemoteTensor): void {
+    this.tensorsRead.set(t.ref.id, t)
+  }
+
+  wrote(storage: Storage): void {
+    this.written.add(storage)
   }
 }
