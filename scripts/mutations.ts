@@ -516,8 +516,8 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   },
   {
     area: "controller", behaviour: "a per-rank upload (sharded fromHost) is refused while compile records",
-    file: "src/controller/core.ts",
-    edits: one("    if (this.tracing) throw new ControllerError({ message: `${label} with per-rank arguments", "    if (this.tracing && false) throw new ControllerError({ message: `${label} with per-rank arguments"),
+    file: "src/controller/trace.ts",
+    edits: one("    throw new ControllerError({ message: `${args[1]} with per-rank arguments", "    return this.below.commandEach(...args)\n    throw new ControllerError({ message: `${args[1]} with per-rank arguments"),
     tests: ["tests/controller/fromhost.test.ts"],
   },
   // compile (src/controller/recording.ts): behaviours say "compile:" (--only compile:)

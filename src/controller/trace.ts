@@ -99,8 +99,8 @@ export class Trace implements Sink {
     this.commands.push({ ranks, label: msg._tag, inputs: [], defines: [], site: undefined, exchange: undefined, message: msg })
   }
 
-  commandEach(_ranks: ReadonlyArray<number>, label: string): Node {
-    throw new ControllerError({ message: `${label} with per-rank arguments cannot be recorded: a recording sends every rank the same commands` })
+  commandEach(...args: Parameters<Sink["commandEach"]>): Node {
+    throw new ControllerError({ message: `${args[1]} with per-rank arguments cannot be recorded: a recording sends every rank the same commands` })
   }
 
   fetch(_ranks: ReadonlyArray<number>, _inputs: ReadonlyArray<number>, label: string): Effect.Effect<ReadonlyArray<Value>, Failure | ControllerError> {
