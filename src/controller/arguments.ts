@@ -12,7 +12,7 @@ import { DTYPES, FloatNumber, HostTensor } from "../protocol/values.ts"
 import type { BorrowState } from "./borrows.ts"
 import { ControllerError } from "./errors.ts"
 import type { Core } from "./core.ts"
-import { checkOwner, RemoteTensor } from "./handles.ts"
+import { checkOwner, TensorHandle } from "./handles.ts"
 
 export const refuse = (message: string) => new ControllerError({ message })
 
@@ -55,7 +55,7 @@ export class Arguments {
       if (problem !== undefined) throw refuse(problem)
       return v as Value
     }
-    if (v instanceof RemoteTensor) {
+    if (v instanceof TensorHandle) {
       checkOwner(this.mesh.core, v)
       if (v.released) throw refuse(v.retired ?? `${v} was released`)
       if (v.mesh !== this.mesh && !this.covering.has(v.mesh)) {
@@ -102,7 +102,7 @@ export const checkMeta = (m: TensorMeta, i: number): TensorMeta => {
 /** A tree of arguments with tensors replaced by their metadata (UNKNOWN_TENSOR where unknown). */
 export const metasOf = (v: unknown): unknown => {
   if (typeof v !== "object" || v === null || v instanceof HostTensor || v instanceof Uint8Array || v instanceof FloatNumber) return v
-  if (v instanceof RemoteTensor) return v.meta ?? UNKNOWN_TENSOR
+  if (v instanceof TensorHandle) return v.meta ?? UNKNOWN_TENSOR
   if (Array.isArray(v)) return v.map(metasOf)
   return Object.fromEntries(Object.keys(v).map((k) => [k, metasOf((v as Record<string, unknown>)[k])]))
 }

@@ -5,7 +5,8 @@
  */
 import { Effect, type Scope } from "effect"
 import type { Core } from "./core.ts"
-import { RemoteTensor, type RemoteStream } from "./handles.ts"
+import type { RemoteStream } from "./handles.ts"
+import { RemoteTensor } from "./tensor.ts"
 
 /** A borrow's alias as the controller tracks it. */
 export interface BorrowState {

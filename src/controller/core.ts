@@ -17,13 +17,13 @@ import { Ref, type Device, type ErrorPayload } from "../protocol/values.ts"
 import type { ProcessExit } from "../launcher/index.ts"
 import { ControllerError, DeadlineExceeded, RemoteError, WorkerLost, type Failure } from "./errors.ts"
 import { Graph, type Exchange, type Node } from "./graph.ts"
-import { RecordingBudget } from "./recordingBudget.ts"
+import { RecordingBudget } from "./compile/budget.ts"
 import type { WorkerLink } from "./listener.ts"
 import { Scopes } from "./lifetime.ts"
 import { CallSite } from "./sites.ts"
 import type { Sink } from "./sink.ts"
 import type { Storage } from "./storage.ts"
-import type { RemoteTensor } from "./handles.ts"
+import type { TensorHandle } from "./handles.ts"
 
 /** Where a rank is: the command it is executing, or waiting in (or queued at). */
 export interface RankAt {
@@ -568,8 +568,8 @@ export class Core implements Sink {
   }
 
   /** The live core keeps no note of handles made, tensors read or memory written (compile's tracer does). */
-  made(_t: RemoteTensor): void {}
-  read(_t: RemoteTensor): void {}
+  made(_t: TensorHandle): void {}
+  read(_t: TensorHandle): void {}
   wrote(_storage: Storage): void {}
 
   private scheduleFlush(): void {

@@ -19,14 +19,14 @@
  * program's fibers should not make tensors for another step meanwhile.
  */
 import { Effect, type Scope } from "effect"
-import { RemoteTensor } from "./handles.ts"
+import { TensorHandle } from "./handles.ts"
 import type { Mesh } from "./mesh.ts"
 
 /** Handles no step scope releases (a leaf's .grad): marked by escape(). */
-const escaped = new WeakSet<RemoteTensor>()
+const escaped = new WeakSet<TensorHandle>()
 
 /** Takes `t` out of every step scope: it lives until released (a leaf's gradient, say). */
-export const escape = (t: RemoteTensor): void => void escaped.add(t)
+export const escape = (t: TensorHandle): void => void escaped.add(t)
 
 /** One controller's open step scopes (Core.scopes): the innermost adopts each handle made. */
 export class Scopes {
@@ -34,7 +34,7 @@ export class Scopes {
   innermost: StepScope | undefined = undefined
 
   /** A handle made now joins the innermost open scope, if any. */
-  adopt(t: RemoteTensor): void {
+  adopt(t: TensorHandle): void {
     this.innermost?.adopt(t)
   }
 }
@@ -42,8 +42,8 @@ export class Scopes {
 export class StepScope implements Disposable {
   private readonly scopes: Scopes
   private parent: StepScope | undefined
-  private made: RemoteTensor[] = []
-  private readonly kept = new Set<RemoteTensor>()
+  private made: TensorHandle[] = []
+  private readonly kept = new Set<TensorHandle>()
   private closed = false
 
   /** Opens a scope on `mesh`'s controller, inside the one open now (if any). */
@@ -54,14 +54,14 @@ export class StepScope implements Disposable {
   }
 
   /** @internal A handle made while this scope is the innermost one. */
-  adopt(t: RemoteTensor): void {
+  adopt(t: TensorHandle): void {
     this.made.push(t)
   }
 
   /** Keeps the tensors in `value` (a tensor, or arrays and objects holding them) past this scope; returns `value`. */
   keep<A>(value: A): A {
     const visit = (v: unknown): void => {
-      if (v instanceof RemoteTensor) this.kept.add(v)
+      if (v instanceof TensorHandle) this.kept.add(v)
       else if (Array.isArray(v)) v.forEach(visit)
       else if (typeof v === "object" && v !== null && Object.getPrototypeOf(v) === Object.prototype) Object.values(v).forEach(visit)
     }

@@ -26,7 +26,7 @@ import { isRecording, requiresGrad } from "../autograd/tape.ts"
 import type { Reduction } from "../protocol/messages.ts"
 import { refuse } from "./arguments.ts"
 import { noGrad, recordBackward } from "./autograd.ts"
-import type { RemoteTensor } from "./handles.ts"
+import type { RemoteTensor } from "./tensor.ts"
 import type { Mesh } from "./mesh.ts"
 
 type Dims = string | ReadonlyArray<string>

@@ -21,12 +21,13 @@ import type { CallForms, Param } from "../ops/params.ts"
 import { type Composition, mutatedParams, type OpSpec, type ReturnKind } from "../ops/spec.ts"
 import { viewStarts } from "../ops/specs/layout.ts"
 import { HostTensor, ITEM_SIZE, type DType, type FloatNumber } from "../protocol/values.ts"
-import { ControllerError, type Failure } from "./errors.ts"
-import { RemoteTensor } from "./handles.ts"
+import { ControllerError } from "./errors.ts"
+import { TensorHandle } from "./handles.ts"
 import type { Mesh } from "./mesh.ts"
 import type { PlacementSpec } from "./placement.ts"
 import { refuse } from "./arguments.ts"
 import { recordOp, refuseInPlace } from "./autograd.ts"
+import type { RemoteTensor } from "./tensor.ts"
 
 type FloatingDType = "f32" | "f64" | "f16" | "bf16"
 type IntegralDType = "bool" | "u8" | "i32"
@@ -102,8 +103,8 @@ const isKwargs = (v: unknown): v is Record<string, unknown> =>
 /** The mesh of the first tensor in the arguments (a list of tensors included). */
 const meshOf = (args: ReadonlyArray<unknown>): Mesh | undefined => {
   for (const a of args) {
-    if (a instanceof RemoteTensor) return a.mesh
-    if (Array.isArray(a)) for (const x of a) if (x instanceof RemoteTensor) return x.mesh
+    if (a instanceof TensorHandle) return a.mesh
+    if (Array.isArray(a)) for (const x of a) if (x instanceof TensorHandle) return x.mesh
   }
   return undefined
 }
@@ -125,7 +126,7 @@ const invoke = (name: OpName, mesh: Mesh | undefined, all: ReadonlyArray<unknown
   const returns = op.returns as ReturnKind
   if (returns === "tensor" && results.length !== 1) throw refuse(`ops.${name} has ${results.length} results`)
   if (op.view !== undefined) shareMemory(op, args, kwargs, results)
-  recordOp(name, args, kwargs, results, site)
+  recordOp(surface, name, args, kwargs, results, site)
   switch (returns) {
     case "none": return undefined
     case "tensors": case "pair": return results
@@ -134,7 +135,7 @@ const invoke = (name: OpName, mesh: Mesh | undefined, all: ReadonlyArray<unknown
   }
 }
 
-const metaOf = (name: string) => (t: RemoteTensor): TensorMeta =>
+const metaOf = (name: string) => (t: TensorHandle): TensorMeta =>
   t.meta ?? (() => { throw refuse(`ops.${name} is composed from other ops on the controller, which needs the dtype and shape of ${t}`) })()
 
 /**
@@ -143,8 +144,8 @@ const metaOf = (name: string) => (t: RemoteTensor): TensorMeta =>
  * op makes a new tensor.
  */
 const compose = (op: Op, on: Mesh, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>): RemoteTensor => {
-  const meta = metaOf(op.name), isTensor = (v: unknown): v is RemoteTensor => v instanceof RemoteTensor
-  const asMeta = (v: unknown): unknown => (v instanceof RemoteTensor ? meta(v) : Array.isArray(v) ? v.map(asMeta) : v)
+  const meta = metaOf(op.name), isTensor = (v: unknown): v is RemoteTensor => v instanceof TensorHandle
+  const asMeta = (v: unknown): unknown => (v instanceof TensorHandle ? meta(v) : Array.isArray(v) ? v.map(asMeta) : v)
   let want: TensorMeta
   try {
     const bound = op.bind(args.map(asMeta), Object.fromEntries(Object.entries(kwargs).map(([k, v]) => [k, asMeta(v)])), isTensorMeta)
@@ -167,7 +168,7 @@ const mutatedTensors = (op: (typeof OPS)[OpName], args: ReadonlyArray<unknown>, 
   const out = names.flatMap((n) => {
     const i = params.findIndex((p) => p.name === n)
     const v = (i < args.length ? args[i] : undefined) ?? kwargs[n]
-    return (Array.isArray(v) ? v : [v]).filter((t): t is RemoteTensor => t instanceof RemoteTensor)
+    return (Array.isArray(v) ? v : [v]).filter((t): t is RemoteTensor => t instanceof TensorHandle)
   })
   if (out.length === 0) throw refuse(`ops.${op.name} writes in place, but was given no tensor to write (${names.join(", ")})`)
   return out
@@ -176,8 +177,8 @@ const mutatedTensors = (op: (typeof OPS)[OpName], args: ReadonlyArray<unknown>, 
 /** A view op's results that are views share their input's memory (storage.ts): where each starts in it. */
 const shareMemory = (op: (typeof OPS)[OpName], args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, results: ReadonlyArray<RemoteTensor>): void => {
   // A whole view (reshape, view, detach's) of its first argument, the common case, needs no binding.
-  if (op.view === true && args[0] instanceof RemoteTensor) return void results[0]!.viewOf(args[0], 0)
-  const bound = op.bind(args, kwargs, (v): v is RemoteTensor => v instanceof RemoteTensor) as Record<string, unknown>
+  if (op.view === true && args[0] instanceof TensorHandle) return void results[0]!.viewOf(args[0], 0)
+  const bound = op.bind(args, kwargs, (v): v is RemoteTensor => v instanceof TensorHandle) as Record<string, unknown>
   const input = (bound.input ?? bound.tensor) as RemoteTensor
   if (op.view === true) return void results.forEach((r) => r.viewOf(input, 0))
   if (input.meta === undefined || results.some((r) => r.meta === undefined)) return
@@ -193,6 +194,9 @@ export const ops: Ops = functions(undefined)
 
 /** Every op on one mesh: creation ops (zeros, arange, randn, ...) need one. */
 export const opsOn = (mesh: Mesh): Ops => functions(mesh)
+
+/** The op layer as autograd is given it (autograd.ts's OpSurface): on `mesh`, or on the first tensor argument's. */
+export const surface = (mesh?: Mesh): Ops => (mesh === undefined ? ops : opsOn(mesh))
 
 /**
  * Host values onto every rank of `mesh`, as torch.tensor(data, device=...) puts them on a
@@ -266,29 +270,15 @@ export const eager = <A>(f: () => A): Effect.Effect<A, ControllerError> =>
     }
   })
 
-/** What a tensor handle gains besides its op methods. */
-export interface TensorValue<D extends DType> {
-  /** Its value on one rank of its mesh (by index or coordinates; default the first). */
-  fetch(at?: number | Readonly<Record<string, number>>): Effect.Effect<HostTensor<D>, Failure>
-}
-
-declare module "./handles.ts" {
-  interface RemoteTensor<D extends DType = DType> extends TensorMethods<D>, TensorValue<D> {}
-}
-
-Object.defineProperty(RemoteTensor.prototype, "fetch", {
-  value(this: RemoteTensor, at: number | Readonly<Record<string, number>> = 0) {
-    return this.mesh.fetch(this, at)
-  },
-})
-
-// The methods: each op whose first parameter is its input tensor.
-for (const name of Object.keys(OPS) as OpName[]) {
-  const first = (OPS[name].params as ReadonlyArray<Param>)[0]
-  if (first === undefined || !SELF_NAMES.includes(first.name) || (first.kind !== "tensor" && first.kind !== "tensorOrScalar")) continue
-  Object.defineProperty(RemoteTensor.prototype, name, {
-    value(this: RemoteTensor, ...args: unknown[]) {
+/**
+ * The op methods of a tensor (RemoteTensor declares them, tensor.ts): each op whose first
+ * parameter is its input tensor, called with the tensor as that input.
+ */
+export const OP_METHODS: ReadonlyArray<readonly [MethodName, (this: TensorHandle, ...args: unknown[]) => unknown]> =
+  (Object.keys(OPS) as OpName[]).flatMap((name) => {
+    const first = (OPS[name].params as ReadonlyArray<Param>)[0]
+    if (first === undefined || !SELF_NAMES.includes(first.name) || (first.kind !== "tensor" && first.kind !== "tensorOrScalar")) return []
+    return [[name as MethodName, function (this: TensorHandle, ...args: unknown[]) {
       return invoke(name, this.mesh, [this, ...args])
-    },
+    }] as const]
   })
-}

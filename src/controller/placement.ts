@@ -20,7 +20,7 @@
  */
 import type { Reduction } from "../protocol/messages.ts"
 import { refuse } from "./arguments.ts"
-import { RemoteTensor } from "./handles.ts"
+import type { TensorHandle } from "./handles.ts"
 import type { Mesh } from "./mesh.ts"
 
 export type DimPlacement =
@@ -45,7 +45,7 @@ export const describePlacement = (p: Placement): string =>
   Object.entries(p).map(([dim, d]) => `${dim}: ${d.kind === "shard" ? `shard(${d.dim})` : d.kind}`).join(", ")
 
 /** `spec` completed to a placement of `t` on its mesh, or the ControllerError saying what is wrong with it. */
-export const checkPlacement = (t: RemoteTensor, spec: PlacementSpec): Placement => {
+export const checkPlacement = (t: TensorHandle, spec: PlacementSpec): Placement => {
   const mesh = t.mesh
   if (typeof spec !== "object" || spec === null || Array.isArray(spec)) throw refuse(`a placement is an object of mesh dims (${mesh.names.join(", ")}), not ${JSON.stringify(spec)}`)
   const unknown = Object.keys(spec).filter((d) => !mesh.names.includes(d))
@@ -119,35 +119,17 @@ export const afterCollective = (input: Placement, names: ReadonlyArray<string>, 
 export const afterSend = (input: Placement, to: Mesh): Placement =>
   Object.freeze(Object.fromEntries(to.names.map((n) => [n, input[n] ?? replicate])))
 
-const placements = new WeakMap<RemoteTensor, Placement>()
+/** The placements the program stated (RemoteTensor's `placement`, tensor.ts); a tensor not here is replicated. */
+const placements = new WeakMap<TensorHandle, Placement>()
 
-declare module "./handles.ts" {
-  interface RemoteTensor {
-    /** How its local values make up one logical tensor, per mesh dim (replicated unless stated). */
-    placement: Placement
-    /** Sets its placement (dims not named are replicated) and returns it, for chaining. */
-    place(spec: PlacementSpec): this
-  }
-}
+/** `t`'s placement: the one stated, else every dim replicated. */
+export const placementOf = (t: TensorHandle): Placement => placements.get(t) ?? replicated(t.mesh)
 
-Object.defineProperty(RemoteTensor.prototype, "placement", {
-  get(this: RemoteTensor): Placement {
-    return placements.get(this) ?? replicated(this.mesh)
-  },
-  set(this: RemoteTensor, spec: PlacementSpec) {
-    placements.set(this, checkPlacement(this, spec))
-  },
-})
+/** States `t`'s placement (checked, completed with replicated dims). */
+export const setPlacement = (t: TensorHandle, spec: PlacementSpec): void => void placements.set(t, checkPlacement(t, spec))
 
 /** Gives `to` the placement `from` has (a replay's result its trace's handle's), unchecked: they share mesh and shape. */
-export const samePlacement = (from: RemoteTensor, to: RemoteTensor): void => {
+export const samePlacement = (from: TensorHandle, to: TensorHandle): void => {
   const p = placements.get(from)
   if (p !== undefined) placements.set(to, p)
 }
-
-Object.defineProperty(RemoteTensor.prototype, "place", {
-  value(this: RemoteTensor, spec: PlacementSpec) {
-    this.placement = spec
-    return this
-  },
-})

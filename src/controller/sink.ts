@@ -10,7 +10,7 @@ import type { Effect } from "effect"
 import type { Value, WorkerMessage } from "../protocol/messages.ts"
 import type { ControllerError, Failure } from "./errors.ts"
 import type { Exchange, Node } from "./graph.ts"
-import type { RemoteTensor } from "./handles.ts"
+import type { TensorHandle } from "./handles.ts"
 import type { CallSite } from "./sites.ts"
 import type { Storage } from "./storage.ts"
 
@@ -29,9 +29,9 @@ export interface Sink {
   /** Deletes refs on `ranks`, in command order. */
   release(ranks: ReadonlyArray<number>, refs: ReadonlyArray<number>): void
   /** A tensor handle was made. */
-  made(t: RemoteTensor): void
+  made(t: TensorHandle): void
   /** A command reads tensor `t` (an argument the Mesh checked). */
-  read(t: RemoteTensor): void
+  read(t: TensorHandle): void
   /** A command writes `storage` in place. */
   wrote(storage: Storage): void
 }

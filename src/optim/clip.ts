@@ -12,7 +12,7 @@
 import { Effect } from "effect"
 import { refuse } from "../controller/arguments.ts"
 import type { ControllerError } from "../controller/errors.ts"
-import type { RemoteTensor } from "../controller/handles.ts"
+import type { RemoteTensor } from "../controller/tensor.ts"
 import { opsOn } from "../controller/ops.ts"
 import { describePlacement, shardedDims } from "../controller/placement.ts"
 

@@ -8,7 +8,7 @@
  * shape or dtype, a bad hyper-parameter) changes no state: every command is checked first.
  */
 import { refuse } from "../controller/arguments.ts"
-import { RemoteTensor } from "../controller/handles.ts"
+import { RemoteTensor } from "../controller/tensor.ts"
 import type { Mesh } from "../controller/mesh.ts"
 import { noGrad, zeroGrad } from "../controller/autograd.ts"
 import { escape } from "../controller/lifetime.ts"

@@ -1,20 +1,25 @@
 /**
- * What compile records while a step runs: the sink (sink.ts) compile puts in Core's place for
- * a trace. It keeps every command (and borrow step) the step issues, numbered from 0, with what
- * each reads and defines, and every handle made meanwhile; nothing reaches the workers or the
- * dependency graph. The other messages (meshes, streams) it passes on to the sink below. A
- * fetch, and a command whose message differs per rank, are refused; a borrow made outside the
- * step cannot be used inside it (its first use would happen once). A release of a tensor that
- * exists outside the step is held (Held) until the call's CallRecording, which may read it.
+ * The tracer: what compile records while a step runs, and running the step with it. A Trace is
+ * the sink (sink.ts) compile puts in Core's place for a trace: it keeps every command (and
+ * borrow step) the step issues, numbered from 0, with what each reads and defines, and every
+ * handle made meanwhile; nothing reaches the workers or the dependency graph. The other
+ * messages (meshes, streams) it passes on to the sink below. A fetch, and a command whose
+ * message differs per rank, are refused; a borrow made outside the step cannot be used inside it
+ * (its first use would happen once). A release of a tensor that exists outside the step is held
+ * (Held) until the call's CallRecording, which may read it. `traced` swaps the sink in for the
+ * step and back after.
  */
 import { Effect } from "effect"
-import type { Value, WorkerMessage } from "../protocol/messages.ts"
-import { ControllerError, type Failure } from "./errors.ts"
-import { Node, type Exchange } from "./graph.ts"
-import type { RemoteTensor } from "./handles.ts"
-import type { CallSite } from "./sites.ts"
-import type { Sink } from "./sink.ts"
-import type { Storage } from "./storage.ts"
+import type { Value, WorkerMessage } from "../../protocol/messages.ts"
+import type { Core } from "../core.ts"
+import { ControllerError, type Failure } from "../errors.ts"
+import { type Exchange, Node } from "../graph.ts"
+import type { TensorHandle } from "../handles.ts"
+import type { Sink } from "../sink.ts"
+import { CallSite } from "../sites.ts"
+import type { Storage } from "../storage.ts"
+import { RemoteTensor } from "../tensor.ts"
+import { type ObjectRead, Reader, stepArgs } from "./reader.ts"
 
 /** One recorded command. */
 export interface Traced {
@@ -113,15 +118,52 @@ export class Trace implements Sink {
     if (outside.length > 0) this.held.hold(ranks, outside)
   }
 
-  made(t: RemoteTensor): void {
-    this.handles.push(t)
+  made(t: TensorHandle): void {
+    this.handles.push(t as RemoteTensor)
   }
 
-  read(t: RemoteTensor): void {
-    this.tensorsRead.set(t.ref.id, t)
+  read(t: TensorHandle): void {
+    this.tensorsRead.set(t.ref.id, t as RemoteTensor)
   }
 
   wrote(storage: Storage): void {
     this.written.add(storage)
   }
 }
+
+export interface Traced1<R> {
+  readonly trace: Trace
+  readonly value: R
+  /** What the step read of the objects it was given by identity. */
+  readonly reads: ReadonlyArray<ObjectRead>
+}
+
+/** What a trace's retired handles say when used again (and how a second trace's use of one is told apart). */
+export const madeInside = (name: string) => `was made inside compile(${name})'s step and not returned from it`
+
+export const messageOf = (e: unknown): string => (e as { message?: string }).message ?? String(e)
+
+/**
+ * Runs the step with Core recording instead of sending, its replay parameters at `values`;
+ * the trace's handles are retired after.
+ */
+export const traced = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, held: Held, name: string, step: (...args: A) => unknown, args: ReadonlyArray<unknown>, values: ReadonlyArray<number>, called: CallSite | undefined): Effect.Effect<Traced1<R>, E | ControllerError, Rq> =>
+  Effect.suspend(() => {
+    const trace = new Trace(name, core.sink, held, () => core.site(3), called) // between a borrow's method and here: its post, Trace.post, this
+    const reader = new Reader()
+    core.sink = trace
+    const end = Effect.sync(() => {
+      reader.done = true
+      if (core.sink === trace) core.sink = trace.below
+      for (const t of trace.handles) t.retire(`${t} ${madeInside(name)}: it lived only during that call`)
+    })
+    let body: Effect.Effect<R, E | ControllerError, Rq>
+    try {
+      const out = step(...(stepArgs(args, values, reader) as unknown as A))
+      body = (Effect.isEffect(out) ? out : Effect.succeed(out)) as Effect.Effect<R, E, Rq>
+    } catch (e) {
+      body = e instanceof ControllerError ? Effect.fail(e) : Effect.die(e)
+    }
+    // Retired once the value is read: the calls return this call's handles in their place.
+    return body.pipe(Effect.map((value) => ({ trace, value: reader.unwrap(value) as R, reads: reader.reads })), Effect.ensuring(end))
+  })
