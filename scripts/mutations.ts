@@ -517,7 +517,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "controller", behaviour: "a per-rank upload (sharded fromHost) is refused while compile records",
     file: "src/controller/trace.ts",
-    edits: one("    throw new ControllerError({ message: `${args[1]} with per-rank arguments", "    return this.below.commandEach(...args)\n    throw new ControllerError({ message: `${args[1]} with per-rank arguments"),
+    edits: one("    throw new ControllerError({ reason: \"not-recordable\", message: `${args[1]} with per-rank arguments", "    return this.below.commandEach(...args)\n    throw new ControllerError({ reason: \"not-recordable\", message: `${args[1]} with per-rank arguments"),
     tests: ["tests/controller/fromhost.test.ts"],
   },
   // compile (src/controller/recording.ts): behaviours say "compile:" (--only compile:)
@@ -826,7 +826,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "controller", behaviour: "user group: a group on a built-in is refused",
     file: "src/controller/mesh.ts",
-    edits: one('    if (fn.startsWith("ops.")) throw refuse(`${fn} is a built-in', '    if (false) throw refuse(`${fn} is a built-in'),
+    edits: one('    if (fn.startsWith("ops.")) throw refuse("argument", `${fn} is a built-in', '    if (false) throw refuse("argument", `${fn} is a built-in'),
     tests: ["tests/comm/usergroup.test.ts"],
   },
   {
@@ -844,6 +844,18 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     file: "src/controller/autograd.ts",
     edits: one('import type { Ops } from "./ops.ts"', 'import { type Ops, ops as _ops } from "./ops.ts"'),
     tests: ["tests/readme/layout.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a refusal says its reason: a released handle used is refused as released, not as a bad argument",
+    file: "src/controller/arguments.ts",
+    edits: one('throw refuse("released", v.retired ?? `${v} was released`)', 'throw refuse("argument", v.retired ?? `${v} was released`)'),
+    tests: ["tests/controller/refusals.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a refusal says its reason: a step whose commands change between traces is not-replayable",
+    file: "src/controller/compile/check.ts",
+    edits: one('new ControllerError({ reason: "not-replayable", message: `compile(${name}): ${why}` })', 'new ControllerError({ reason: "not-recordable", message: `compile(${name}): ${why}` })'),
+    tests: ["tests/controller/refusals.test.ts"],
   },
   // ---- protocol ---------------------------------------------------------------------------
   {

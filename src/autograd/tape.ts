@@ -42,7 +42,7 @@ export interface Backend<T> {
   copy(t: T): T
   /** Runs f, returning what it made: everything made is the tape's to release. */
   track<A>(f: () => A): { readonly value: A; readonly made: ReadonlyArray<T> }
-  refuse(message: string, reason?: "modified-inplace"): Error
+  refuse(reason: "autograd" | "modified-inplace", message: string): Error
 }
 
 /** A recorded call's backward: the gradient of each input (undefined where `needs` is false or there is none). */
@@ -170,9 +170,9 @@ type Key<T extends TapeTensor<T>> = Node<T> | T
 export function* backwardFrom<T extends TapeTensor<T>>(backend: Backend<T>, root: T, seed: T | undefined, targets: ReadonlyArray<T> | undefined): Generator<readonly [T, T]> {
   const keyOf = (t: T): Key<T> | undefined => (t.autograd?.node ?? (t.autograd?.leaf ? t : undefined))
   const rootKey = keyOf(root)
-  if (rootKey === undefined) throw backend.refuse(`backward: ${root} does not require grad (no input of the calls that made it requires grad)`)
+  if (rootKey === undefined) throw backend.refuse("autograd", `backward: ${root} does not require grad (no input of the calls that made it requires grad)`)
   const wanted = new Set<T>(targets ?? [])
-  for (const t of wanted) if (!requiresGrad(t)) throw backend.refuse(`grad: ${t} does not require grad`)
+  for (const t of wanted) if (!requiresGrad(t)) throw backend.refuse("autograd", `grad: ${t} does not require grad`)
   const isTarget = (k: Key<T>, output?: T): boolean =>
     k instanceof Node ? output !== undefined && wanted.has(output) : targets === undefined || wanted.has(k)
 
@@ -187,7 +187,7 @@ export function* backwardFrom<T extends TapeTensor<T>>(backend: Backend<T>, root
     const k = stack.pop()!
     if (!(k instanceof Node) || visited.has(k)) continue
     visited.add(k)
-    if (k.consumed) throw backend.refuse(`backward through ${k.name} a second time: an earlier backward consumed it (its saved tensors are released)`)
+    if (k.consumed) throw backend.refuse("autograd", `backward through ${k.name} a second time: an earlier backward consumed it (its saved tensors are released)`)
     nodes.push(k)
     for (const t of k.inputs) {
       const ik = keyOf(t)
@@ -210,7 +210,7 @@ export function* backwardFrom<T extends TapeTensor<T>>(backend: Backend<T>, root
     const m = leads.get(n) ? n.modified() : undefined
     if (m === undefined) continue
     const at = n.site?.format()
-    throw backend.refuse(`one of the variables needed for gradient computation has been modified by an inplace operation: ${m.tensor}, saved by ${n.name}${at ? ` (called at ${at})` : ""}, is at version ${m.now}; expected version ${m.then} instead`, "modified-inplace")
+    throw backend.refuse("modified-inplace", `one of the variables needed for gradient computation has been modified by an inplace operation: ${m.tensor}, saved by ${n.name}${at ? ` (called at ${at})` : ""}, is at version ${m.now}; expected version ${m.then} instead`)
   }
 
   // Gradients the tape owns, with how many places hold each; what it does not own it never releases.

@@ -10,11 +10,9 @@ import { floatProblem, hostTensorProblem, isWireFloat, MAX_NDIM, scalarProblem }
 import type { Value } from "../protocol/messages.ts"
 import { DTYPES, FloatNumber, HostTensor } from "../protocol/values.ts"
 import type { BorrowState } from "./borrows.ts"
-import { ControllerError } from "./errors.ts"
+import { refuse } from "./errors.ts"
 import type { Core } from "./core.ts"
 import { checkOwner, TensorHandle } from "./handles.ts"
-
-export const refuse = (message: string) => new ControllerError({ message })
 
 /** What one command's argument trees read, gathered while converting them to the wire. */
 export class Reads {
@@ -52,15 +50,15 @@ export class Arguments {
     if (v === null) return v
     if (typeof v !== "object") {
       const problem = scalarProblem(v)
-      if (problem !== undefined) throw refuse(problem)
+      if (problem !== undefined) throw refuse("argument", problem)
       return v as Value
     }
     if (v instanceof TensorHandle) {
       checkOwner(this.mesh.core, v)
-      if (v.released) throw refuse(v.retired ?? `${v} was released`)
+      if (v.released) throw refuse("released", v.retired ?? `${v} was released`)
       if (v.mesh !== this.mesh && !this.covering.has(v.mesh)) {
         const missing = this.mesh.ranks.filter((r) => !v.mesh.layout.contains(r))
-        if (missing.length > 0) throw refuse(`${v} is not on ranks [${missing}] of ${this.mesh}`)
+        if (missing.length > 0) throw refuse("mesh", `${v} is not on ranks [${missing}] of ${this.mesh}`)
         this.covering.add(v.mesh)
       }
       reads.inputs.push(v.ref.id)
@@ -71,12 +69,12 @@ export class Arguments {
     }
     if (v instanceof HostTensor) {
       const problem = hostTensorProblem(v)
-      if (problem !== undefined) throw refuse(problem)
+      if (problem !== undefined) throw refuse("argument", problem)
       return v
     }
     if (v instanceof Uint8Array) return v
     if (v instanceof FloatNumber) {
-      if (!isWireFloat(v.value)) throw refuse(floatProblem(v.value))
+      if (!isWireFloat(v.value)) throw refuse("argument", floatProblem(v.value))
       return v
     }
     if (Array.isArray(v)) {
@@ -86,7 +84,7 @@ export class Arguments {
     }
     // Like the wire, only plain objects are maps: a stream, a mesh or any other instance is refused.
     const proto: unknown = Object.getPrototypeOf(v)
-    if (proto !== Object.prototype && proto !== null) throw refuse(`a ${v.constructor?.name ?? "non-plain object"} cannot be an argument`)
+    if (proto !== Object.prototype && proto !== null) throw refuse("argument", `a ${v.constructor?.name ?? "non-plain object"} cannot be an argument`)
     const keys = Object.keys(v)
     return keys.length === 0 ? {} : Object.fromEntries(keys.map((k) => [k, this.convert((v as Record<string, unknown>)[k], reads)]))
   }
@@ -95,7 +93,7 @@ export class Arguments {
 /** A result's metadata as given by the program: later commands (reduce, send) put it on the wire. */
 export const checkMeta = (m: TensorMeta, i: number): TensorMeta => {
   const shapeOk = Array.isArray(m?.shape) && m.shape.length <= MAX_NDIM && m.shape.every((d) => Number.isSafeInteger(d) && d >= 0)
-  if (!DTYPES.includes(m?.dtype) || !shapeOk) throw refuse(`results[${i}]: ${JSON.stringify(m)} is not a dtype (${DTYPES.join(", ")}) and a shape of at most ${MAX_NDIM} sizes`)
+  if (!DTYPES.includes(m?.dtype) || !shapeOk) throw refuse("argument", `results[${i}]: ${JSON.stringify(m)} is not a dtype (${DTYPES.join(", ")}) and a shape of at most ${MAX_NDIM} sizes`)
   return m
 }
 

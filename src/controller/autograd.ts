@@ -25,8 +25,7 @@ import { isFloating } from "../ops/promotion.ts"
 import { type OpName, OPS } from "../ops/registry.ts"
 import { SAVES } from "../ops/saves.ts"
 import type { DType } from "../protocol/values.ts"
-import { refuse } from "./arguments.ts"
-import { ControllerError } from "./errors.ts"
+import { refuse } from "./errors.ts"
 import { TensorHandle } from "./handles.ts"
 import { escape } from "./lifetime.ts"
 import type { Mesh } from "./mesh.ts"
@@ -57,7 +56,7 @@ const opsFor = (on: OpSurface, mesh: Mesh): GradOps<RemoteTensor> => {
   return o
 }
 
-const metaOf = (t: RemoteTensor): TensorMeta => t.meta ?? (() => { throw refuse(`autograd needs the dtype and shape of ${t}`) })()
+const metaOf = (t: RemoteTensor): TensorMeta => t.meta ?? (() => { throw refuse("unknown-meta", `autograd needs the dtype and shape of ${t}`) })()
 
 const backend = (on: OpSurface, mesh: Mesh): Backend<RemoteTensor> => {
   const noted = (t: RemoteTensor) => (made?.push(t), t)
@@ -81,7 +80,7 @@ const backend = (on: OpSurface, mesh: Mesh): Backend<RemoteTensor> => {
         made = outer
       }
     },
-    refuse: (message, reason) => (reason === undefined ? refuse(message) : new ControllerError({ message, reason })),
+    refuse,
   }
 }
 
@@ -108,7 +107,7 @@ const anyRequiresGrad = (v: unknown): boolean => {
 export const refuseInPlace = (name: OpName, mutated: ReadonlyArray<RemoteTensor>): void => {
   if (!isRecording()) return
   const t = mutated.find((m) => m.autograd !== undefined && requiresGrad(m))
-  if (t !== undefined) throw refuse(`ops.${name} changes ${t}, which requires grad, in place; do it inside noGrad() (as an optimizer step does), or on a detach()ed copy`)
+  if (t !== undefined) throw refuse("autograd", `ops.${name} changes ${t}, which requires grad, in place; do it inside noGrad() (as an optimizer step does), or on a detach()ed copy`)
 }
 
 /**
@@ -176,7 +175,7 @@ export const recordOp = (on: OpSurface, name: OpName, args: ReadonlyArray<unknow
  */
 export const recordBackward = (name: string, output: RemoteTensor, inputs: ReadonlyArray<RemoteTensor>, backward: (grad: RemoteTensor) => ReadonlyArray<RemoteTensor | undefined>, saved: ReadonlyArray<RemoteTensor> = [...inputs, output]): void => {
   if (!isRecording() || !anyRequiresGrad(inputs)) return
-  if (output.meta === undefined || !isFloating(output.meta.dtype)) throw refuse(`${name}: a gradient needs a floating result of known dtype and shape, got ${output}`)
+  if (output.meta === undefined || !isFloating(output.meta.dtype)) throw refuse("autograd", `${name}: a gradient needs a floating result of known dtype and shape, got ${output}`)
   for (const t of inputs) metaOf(t)
   record(name, output, inputs, saved, (grad, needs) => backward(grad).map((g, i) => {
     if (g !== undefined && g !== grad) made?.push(g)
@@ -205,10 +204,10 @@ export interface GradOptions {
 const seedFor = (output: RemoteTensor, opts: GradOptions): RemoteTensor | undefined => {
   if (opts.gradOutput !== undefined) {
     const want = metaOf(output), got = metaOf(opts.gradOutput)
-    if (want.shape.join() !== got.shape.join()) throw refuse(`gradOutput ${opts.gradOutput} does not match ${output}`)
+    if (want.shape.join() !== got.shape.join()) throw refuse("autograd", `gradOutput ${opts.gradOutput} does not match ${output}`)
     return opts.gradOutput
   }
-  if (metaOf(output).shape.length > 0) throw refuse(`a gradient can be implied only for a scalar output; ${output} needs gradOutput`)
+  if (metaOf(output).shape.length > 0) throw refuse("autograd", `a gradient can be implied only for a scalar output; ${output} needs gradOutput`)
   return undefined
 }
 
@@ -250,15 +249,15 @@ export const requireGrad = (t: RemoteTensor, on: boolean): void => {
     if (t.autograd?.leaf) t.autograd = undefined
     return
   }
-  if (t.autograd?.node) throw refuse(`${t} was made by ${t.autograd.node.name}; only a leaf can be made to require grad (detach() it first)`)
+  if (t.autograd?.node) throw refuse("autograd", `${t} was made by ${t.autograd.node.name}; only a leaf can be made to require grad (detach() it first)`)
   const m = metaOf(t)
-  if (!isFloating(m.dtype)) throw refuse(`only floating tensors can require grad, got ${t}`)
+  if (!isFloating(m.dtype)) throw refuse("autograd", `only floating tensors can require grad, got ${t}`)
   t.autograd ??= new Entry<RemoteTensor>(true, undefined)
 }
 
 /** Setting a leaf's .grad. */
 export const setGrad = (t: RemoteTensor, g: RemoteTensor | undefined): void => {
-  if (!t.autograd?.leaf) throw refuse(`${t} is not a leaf that requires grad`)
+  if (!t.autograd?.leaf) throw refuse("autograd", `${t} is not a leaf that requires grad`)
   // A leaf's gradient outlives the step that made it (lifetime.ts).
   if (g !== undefined) escape(g)
   t.autograd.grad = g

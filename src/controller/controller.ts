@@ -45,7 +45,10 @@ export interface ControllerApi {
   readonly device: Device
   /** Each rank's worker, in rank order: process id, the address it connected from, device. */
   readonly workers: () => ReadonlyArray<WorkerInfo>
-  /** @internal the engine, for tests and benchmarks */
+  /**
+   * The engine below the Mesh API (core.ts): what compile's calls record and replay through
+   * (its sink), and whose counters tests and benchmarks read.
+   */
   readonly core: Core
   /** A mesh over every rank, dims row-major in the order given, e.g. `{ dp: 2, tp: 2 }`. */
   readonly mesh: (dims: Readonly<Record<string, number>>) => Effect.Effect<Mesh, ControllerError>
@@ -336,13 +339,13 @@ const makeApi = (core: Core): Effect.Effect<ControllerApi, never, Scope.Scope> =
       mesh: (dims) => Effect.try({
         try: () => {
           const sizes = Object.values(dims)
-          if (sizes.reduce((a, b) => a * b, 1) !== core.world) throw new ControllerError({ message: `mesh ${JSON.stringify(dims)} does not cover the ${core.world} ranks` })
+          if (sizes.reduce((a, b) => a * b, 1) !== core.world) throw new ControllerError({ reason: "mesh", message: `mesh ${JSON.stringify(dims)} does not cover the ${core.world} ranks` })
           const key = JSON.stringify(Object.entries(dims))
           let mesh = meshes.get(key)
           if (mesh === undefined) meshes.set(key, (mesh = createMesh(core, Object.keys(dims), NDSlice.contiguous(sizes), defaultStream)))
           return mesh
         },
-        catch: (e) => (e instanceof ControllerError ? e : new ControllerError({ message: String(e) })),
+        catch: (e) => (e instanceof ControllerError ? e : new ControllerError({ reason: "thrown", message: String(e) })),
       }),
       stream: () => Effect.sync(() => {
         const s = new RemoteStream(core, core.newRef())

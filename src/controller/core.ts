@@ -519,7 +519,7 @@ export class Core implements Sink {
     const failure = this.graph.failureAt(node, node.ranks)
     if (failure) return resume(Effect.fail(failure))
     const missing = node.ranks.filter((r) => !values.has(r))
-    if (missing.length > 0) return resume(Effect.fail(new ControllerError({ message: `ranks [${missing}] passed fetch ${ident} without a result` })))
+    if (missing.length > 0) return resume(Effect.fail(new ControllerError({ reason: "no-result", message: `ranks [${missing}] passed fetch ${ident} without a result` })))
     resume(Effect.succeed(node.ranks.map((r) => values.get(r)!)))
   }
 
@@ -646,7 +646,7 @@ export class Core implements Sink {
     const ident = m._tag !== "RequestStatus" && "ident" in m ? m.ident : undefined
     this.options.onProblem?.(`${m._tag}${ident === undefined ? "" : ` ${ident}`} for rank ${rank} could not be encoded: ${why}`)
     const node = ident === undefined ? undefined : this.graph.node(ident)
-    if (node) this.graph.fail(node, new ControllerError({ message: `command ${ident} (${node.label}) could not be sent: ${why}` }))
+    if (node) this.graph.fail(node, new ControllerError({ reason: "unsendable", message: `command ${ident} (${node.label}) could not be sent: ${why}` }))
   }
 
   // ---- hangs ----------------------------------------------------------------------------

@@ -33,7 +33,7 @@ export class RemoteStream {
 
 /** The refusal of a handle another controller made (its ref ids would name this one's own refs). */
 export const foreignHandle = (handle: object): ControllerError =>
-  new ControllerError({ message: `${handle} belongs to another controller; a handle can be used only with the controller that made it` })
+  new ControllerError({ reason: "foreign", message: `${handle} belongs to another controller; a handle can be used only with the controller that made it` })
 
 /** Throws foreignHandle unless controller `core` made `handle`. */
 export const checkOwner = (core: Core, handle: { readonly core: Core }): void => {

@@ -12,7 +12,7 @@
 export { Controller, type AttachOptions, type ControllerApi, type LocalOptions, type RecoveryFailure } from "./controller.ts"
 export type { RecoverOptions, RecoveryReport, Start } from "./recovery.ts"
 export type { HangReport, RankAt, WorkerInfo } from "./core.ts"
-export { ControllerError, DeadlineExceeded, RemoteError, StartError, WorkerLost, type WorkerFrame } from "./errors.ts"
+export { ControllerError, DeadlineExceeded, RemoteError, StartError, WorkerLost, type RefusalReason, type WorkerFrame } from "./errors.ts"
 export { LiveCount, RemoteStream } from "./handles.ts"
 export { grad, gradGenerator, RemoteTensor } from "./tensor.ts"
 export { escape, inStep, scoped, StepScope, stepScope } from "./lifetime.ts"

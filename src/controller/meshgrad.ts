@@ -24,7 +24,7 @@
  */
 import { isRecording, requiresGrad } from "../autograd/tape.ts"
 import type { Reduction } from "../protocol/messages.ts"
-import { refuse } from "./arguments.ts"
+import { refuse } from "./errors.ts"
 import { noGrad, recordBackward } from "./autograd.ts"
 import type { RemoteTensor } from "./tensor.ts"
 import type { Mesh } from "./mesh.ts"
@@ -37,7 +37,7 @@ const DIFFERENTIABLE: ReadonlySet<Reduction> = new Set(["sum", "avg", "stack"])
 export const checkCollectiveGrad = (label: string, t: RemoteTensor, mesh: Mesh, reduction: Reduction, inplace: boolean): void => {
   if (!isRecording() || !requiresGrad(t)) return
   const why = inplace ? "it is in place" : !DIFFERENTIABLE.has(reduction) ? `${reduction} has no gradient here` : t.mesh !== mesh ? `it runs on ${mesh}, not on the tensor's ${t.mesh}` : undefined
-  if (why !== undefined) throw refuse(`${label} of ${t}, which requires grad: ${why}; do it inside noGrad(), or on a detach()ed copy`)
+  if (why !== undefined) throw refuse("autograd", `${label} of ${t}, which requires grad: ${why}; do it inside noGrad(), or on a detach()ed copy`)
 }
 
 /** f(t), then t released (after the command reading it is queued): a rule's own temporary. */

@@ -25,7 +25,7 @@ import { ControllerError } from "./errors.ts"
 import { TensorHandle } from "./handles.ts"
 import type { Mesh } from "./mesh.ts"
 import type { PlacementSpec } from "./placement.ts"
-import { refuse } from "./arguments.ts"
+import { refuse } from "./errors.ts"
 import { recordOp, refuseInPlace } from "./autograd.ts"
 import type { RemoteTensor } from "./tensor.ts"
 
@@ -115,7 +115,7 @@ const invoke = (name: OpName, mesh: Mesh | undefined, all: ReadonlyArray<unknown
   const kwargs = isKwargs(last) ? last : {}
   const args = isKwargs(last) ? all.slice(0, -1) : all
   const on = mesh ?? meshOf(args) ?? meshOf(Object.values(kwargs))
-  if (on === undefined) throw refuse(`ops.${name} has no tensor argument to take a mesh from; use opsOn(mesh).${name}`)
+  if (on === undefined) throw refuse("argument", `ops.${name} has no tensor argument to take a mesh from; use opsOn(mesh).${name}`)
   const op = OPS[name]
   if ((op as OpSpec).composed) return compose(op as Op, on, args, kwargs)
   const mutated = mutatedTensors(op, args, kwargs)
@@ -124,7 +124,7 @@ const invoke = (name: OpName, mesh: Mesh | undefined, all: ReadonlyArray<unknown
   const results = on.issue(`ops.${name}`, args, kwargs, mutated.length > 0 ? { mutates: mutated } : {}, site)
   if (op.mutates) return mutated[0]!
   const returns = op.returns as ReturnKind
-  if (returns === "tensor" && results.length !== 1) throw refuse(`ops.${name} has ${results.length} results`)
+  if (returns === "tensor" && results.length !== 1) throw refuse("op-rule", `ops.${name} has ${results.length} results`)
   if (op.view !== undefined) shareMemory(op, args, kwargs, results)
   recordOp(surface, name, args, kwargs, results, site)
   switch (returns) {
@@ -136,7 +136,7 @@ const invoke = (name: OpName, mesh: Mesh | undefined, all: ReadonlyArray<unknown
 }
 
 const metaOf = (name: string) => (t: TensorHandle): TensorMeta =>
-  t.meta ?? (() => { throw refuse(`ops.${name} is composed from other ops on the controller, which needs the dtype and shape of ${t}`) })()
+  t.meta ?? (() => { throw refuse("unknown-meta", `ops.${name} is composed from other ops on the controller, which needs the dtype and shape of ${t}`) })()
 
 /**
  * A composite op (spec.ts's `composite`): its rule checks the call, then its parts are issued in
@@ -151,12 +151,12 @@ const compose = (op: Op, on: Mesh, args: ReadonlyArray<unknown>, kwargs: Readonl
     const bound = op.bind(args.map(asMeta), Object.fromEntries(Object.entries(kwargs).map(([k, v]) => [k, asMeta(v)])), isTensorMeta)
     want = (op as OpSpec).outputs(bound as never, op.name)[0]!
   } catch (e) {
-    throw refuse((e as Error).message)
+    throw refuse("op-rule", (e as Error).message)
   }
   const parts: GradOps<RemoteTensor> = opsOn(on)
   const result = ((op as OpSpec).composed as Composition<ReadonlyArray<Param>>)(op.bind(args, kwargs, isTensor) as never, parts, meta, op.name)
   const got = meta(result)
-  if (got.dtype !== want.dtype || got.shape.join() !== want.shape.join()) throw refuse(`ops.${op.name}'s parts gave ${got.dtype}[${got.shape}], its rule ${want.dtype}[${want.shape}]`)
+  if (got.dtype !== want.dtype || got.shape.join() !== want.shape.join()) throw refuse("op-rule", `ops.${op.name}'s parts gave ${got.dtype}[${got.shape}], its rule ${want.dtype}[${want.shape}]`)
   return [...args, ...Object.values(kwargs)].flat().includes(result) ? parts.clone(result) : result
 }
 
@@ -170,7 +170,7 @@ const mutatedTensors = (op: (typeof OPS)[OpName], args: ReadonlyArray<unknown>, 
     const v = (i < args.length ? args[i] : undefined) ?? kwargs[n]
     return (Array.isArray(v) ? v : [v]).filter((t): t is RemoteTensor => t instanceof TensorHandle)
   })
-  if (out.length === 0) throw refuse(`ops.${op.name} writes in place, but was given no tensor to write (${names.join(", ")})`)
+  if (out.length === 0) throw refuse("argument", `ops.${op.name} writes in place, but was given no tensor to write (${names.join(", ")})`)
   return out
 }
 
@@ -208,7 +208,7 @@ export const surface = (mesh?: Mesh): Ops => (mesh === undefined ? ops : opsOn(m
 export const fromHost = <D extends DType>(mesh: Mesh, host: HostTensor<D>, placement?: PlacementSpec): RemoteTensor<D> => {
   const sharding = placement === undefined ? [] : mesh.names.flatMap((name, i) => {
     const d = placement[name]
-    if (d?.kind === "partial") throw refuse(`fromHost: a host value is whole, so it cannot be placed partial on ${name}`)
+    if (d?.kind === "partial") throw refuse("placement", `fromHost: a host value is whole, so it cannot be placed partial on ${name}`)
     return d?.kind === "shard" ? [{ meshDim: i, dim: d.dim }] : []
   })
   if (sharding.length === 0) {
@@ -216,11 +216,11 @@ export const fromHost = <D extends DType>(mesh: Mesh, host: HostTensor<D>, place
     return placement === undefined ? t : t.place(placement)
   }
   const ndim = host.shape.length
-  for (const { dim } of sharding) if (!Number.isInteger(dim) || dim < 0 || dim >= ndim) throw refuse(`fromHost: shard(${dim}) names no dim of a ${ndim}-dim host tensor`)
+  for (const { dim } of sharding) if (!Number.isInteger(dim) || dim < 0 || dim >= ndim) throw refuse("placement", `fromHost: shard(${dim}) names no dim of a ${ndim}-dim host tensor`)
   // Per tensor dim, how many blocks it splits into (the sizes of the mesh dims sharding it).
   const parts = host.shape.map((_, k) => sharding.filter((s) => s.dim === k).reduce((n, s) => n * mesh.layout.sizes[s.meshDim]!, 1))
   host.shape.forEach((size, k) => {
-    if (size % parts[k]! !== 0) throw refuse(`fromHost: dim ${k} of ${host.dtype}[${host.shape}] (${size}) does not split into ${parts[k]} equal blocks`)
+    if (size % parts[k]! !== 0) throw refuse("placement", `fromHost: dim ${k} of ${host.dtype}[${host.shape}] (${size}) does not split into ${parts[k]} equal blocks`)
   })
   const sizes = host.shape.map((size, k) => size / parts[k]!)
   const t = mesh.issueEach("ops.clone", (rank) => {

@@ -68,9 +68,9 @@ const positionsIn = <R>(again: Attempt<R>, flat: Flat, values: ReadonlyArray<num
 export const checkTrace = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, held: Held, name: string, step: (...args: A) => unknown, args: ReadonlyArray<unknown>, flat: Flat, first: Trace, called: CallSite | undefined) =>
   Effect.gen(function* () {
     const attempt = (values: ReadonlyArray<number>) => Effect.result(traced<A, R, E, Rq>(core, held, name, step, args, values, called).pipe(
-      Effect.catchDefect((d) => Effect.fail(new ControllerError({ message: messageOf(d) }))),
+      Effect.catchDefect((d) => Effect.fail(new ControllerError({ reason: "thrown", message: messageOf(d) }))),
     )) as Effect.Effect<Attempt<R>, never, Rq>
-    const refuse = (why: string) => new ControllerError({ message: `compile(${name}): ${why}` })
+    const refuse = (why: string) => new ControllerError({ reason: "not-replayable", message: `compile(${name}): ${why}` })
     const probes = flat.params.map(probeValue)
     const again = yield* attempt(probes)
     if (flat.params.length === 0) {

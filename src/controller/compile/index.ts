@@ -96,10 +96,10 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
   const name = options.name ?? (step.name || "step")
   const onRetrace = options.onRetrace ?? ((why: string) => console.error(`monarch: ${why}`))
   const maxRecordings = options.maxRecordings ?? 8
-  if (!(Number.isInteger(maxRecordings) && maxRecordings >= 1)) throw new ControllerError({ message: `compile(${name}): maxRecordings must be a positive integer, got ${maxRecordings}` })
+  if (!(Number.isInteger(maxRecordings) && maxRecordings >= 1)) throw new ControllerError({ reason: "argument", message: `compile(${name}): maxRecordings must be a positive integer, got ${maxRecordings}` })
   const cache = new Map<string, Array<Recording<R>>>()
   const warmup = options.warmup ?? 0
-  if (!(Number.isInteger(warmup) && warmup >= 0)) throw new ControllerError({ message: `compile(${name}): warmup must be a non-negative integer, got ${warmup}` })
+  if (!(Number.isInteger(warmup) && warmup >= 0)) throw new ControllerError({ reason: "argument", message: `compile(${name}): warmup must be a non-negative integer, got ${warmup}` })
   /** Calls so far (Recording.usedAt's clock); traces under way (dispose waits for none). */
   let clock = 0, tracingNow = 0, disposed = false
   /** Per signature not traced yet, the calls run op by op so far (warmup); the oldest forgotten past WARMING. */
@@ -116,7 +116,7 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
       const { recording, defines } = build(core, name, first, flat, at)
       // Room on the workers first: the deletions go before the definition.
       const tooBig = core.recordings.admit(recording.id, first.trace.commands.length, evictor(cache, recording))
-      if (tooBig !== undefined) return yield* new ControllerError({ message: `compile(${name}): ${tooBig}` })
+      if (tooBig !== undefined) return yield* new ControllerError({ reason: "not-replayable", message: `compile(${name}): ${tooBig}` })
       for (const d of defines) core.post(d.ranks, d.message)
       return recording
     })
@@ -151,7 +151,7 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
         traces++
         const diverged = verifyAgainst(recording, again.trace, flat)
         if (diverged !== undefined)
-          return yield* new ControllerError({ message: `compile(${name}, { verify: true }): the step's second call issued other commands than its first: ${diverged}` })
+          return yield* new ControllerError({ reason: "not-replayable", message: `compile(${name}, { verify: true }): the step's second call issued other commands than its first: ${diverged}` })
       }
       last = { args, recording }
       return yield* call(core, name, recording, flat)
@@ -163,8 +163,8 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
     const called = needsTrace(find(flat)) ? CallSite.capture(4) : undefined // this, `compiled`, the user's, one spare
     return Effect.flatMap(Effect.service(Controller), (ctl) => {
       const core = ctl.core
-      if (disposed) return Effect.fail(new ControllerError({ message: `compile(${name}) was disposed: its recordings are deleted; compile the step again to call it` }))
-      if (core.sink instanceof Trace) return Effect.fail(new ControllerError({ message: `compile(${name}) was called while compile(${core.sink.name}) records its step; call it outside, or let the outer step be one recording` }))
+      if (disposed) return Effect.fail(new ControllerError({ reason: "disposed", message: `compile(${name}) was disposed: its recordings are deleted; compile the step again to call it` }))
+      if (core.sink instanceof Trace) return Effect.fail(new ControllerError({ reason: "not-recordable", message: `compile(${name}) was called while compile(${core.sink.name}) records its step; call it outside, or let the outer step be one recording` }))
       const found = find(flat)
       if (found === undefined && (warmed.get(flat.key) ?? 0) < warmup) {
         warmed.set(flat.key, (warmed.get(flat.key) ?? 0) + 1)
@@ -189,7 +189,7 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
     })
   }
   const dispose = () => {
-    if (tracingNow > 0) throw new ControllerError({ message: `compile(${name}).dispose() was called while its step is being traced (a recording in use cannot be deleted); dispose it after the call` })
+    if (tracingNow > 0) throw new ControllerError({ reason: "in-use", message: `compile(${name}).dispose() was called while its step is being traced (a recording in use cannot be deleted); dispose it after the call` })
     if (disposed) return
     disposed = true
     collected.unregister(compiled)

@@ -24,8 +24,8 @@ export class Param {
  * it. Every other number is part of the signature (a new value traces again).
  */
 export const param = (value: number): Param => {
-  if ((value as unknown) instanceof FloatNumber) throw new ControllerError({ message: `param(${value}): a replay parameter is an integer or a fraction; pass ${value} as a plain argument (part of the signature)` })
-  if (typeof value !== "number") throw new ControllerError({ message: `param(value): a replay parameter is a number, not ${typeof value}` })
+  if ((value as unknown) instanceof FloatNumber) throw new ControllerError({ reason: "argument", message: `param(${value}): a replay parameter is an integer or a fraction; pass ${value} as a plain argument (part of the signature)` })
+  if (typeof value !== "number") throw new ControllerError({ reason: "argument", message: `param(value): a replay parameter is a number, not ${typeof value}` })
   return new Param(value)
 }
 

@@ -20,7 +20,7 @@ import { type Flat, isPlain } from "./signature.ts"
 export const call = <R>(core: Core, name: string, recording: Recording<R>, flat: Flat): Effect.Effect<R, ControllerError> => {
   const gone = recording.captured.find((c) => c.tensor.released)
   if (gone !== undefined)
-    return Effect.fail(new ControllerError({ message: `compile(${name}): ${gone.tensor}, a tensor the step captured (read by ${gone.by}), was released, and a replay reads it: give the step that tensor as an argument, or compile it again` }))
+    return Effect.fail(new ControllerError({ reason: "not-replayable", message: `compile(${name}): ${gone.tensor}, a tensor the step captured (read by ${gone.by}), was released, and a replay reads it: give the step that tensor as an argument, or compile it again` }))
   const actuals = recording.formals.map((f) => ("arg" in f ? flat.tensors[f.arg]!.ref : new Ref(f.ref)))
   const fresh = new Map<RemoteTensor, RemoteTensor>()
   const results = recording.outputs.map((o) => {

@@ -98,18 +98,18 @@ export class Trace implements Sink {
     if (!BORROW_STEPS.has(msg._tag)) return this.below.post(ranks, msg)
     const borrow = (msg as { readonly borrow: number }).borrow
     if (!this.defined.has(borrow)) {
-      if (msg._tag === "BorrowFirstUse") throw new ControllerError({ message: `compile(${this.name}): a borrow made outside the step cannot be used inside it (its first use would be recorded once and replayed on every call); borrow inside the step` })
+      if (msg._tag === "BorrowFirstUse") throw new ControllerError({ reason: "not-recordable", message: `compile(${this.name}): a borrow made outside the step cannot be used inside it (its first use would be recorded once and replayed on every call); borrow inside the step` })
       return this.below.post(ranks, msg)
     }
     this.commands.push({ ranks, label: msg._tag, inputs: [], defines: [], site: undefined, exchange: undefined, message: msg })
   }
 
   commandEach(...args: Parameters<Sink["commandEach"]>): Node {
-    throw new ControllerError({ message: `${args[1]} with per-rank arguments cannot be recorded: a recording sends every rank the same commands` })
+    throw new ControllerError({ reason: "not-recordable", message: `${args[1]} with per-rank arguments cannot be recorded: a recording sends every rank the same commands` })
   }
 
   fetch(_ranks: ReadonlyArray<number>, _inputs: ReadonlyArray<number>, label: string): Effect.Effect<ReadonlyArray<Value>, Failure | ControllerError> {
-    return Effect.fail(new ControllerError({ message: `compile(${this.name}): ${label === "fetch" ? "a fetch" : `a fetch (${label})`} inside a recorded step is refused: a replay sends no fetch; return the tensor from the step and fetch it after the call` }))
+    return Effect.fail(new ControllerError({ reason: "not-recordable", message: `compile(${this.name}): ${label === "fetch" ? "a fetch" : `a fetch (${label})`} inside a recorded step is refused: a replay sends no fetch; return the tensor from the step and fetch it after the call` }))
   }
 
   /** Holds the release of the refs that exist outside the trace (the trace's own die with each call anyway). */
