@@ -516,62 +516,62 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   },
   {
     area: "controller", behaviour: "a per-rank upload (sharded fromHost) is refused while compile records",
-    file: "src/controller/trace.ts",
+    file: "src/controller/compile/recorder.ts",
     edits: one("    throw new ControllerError({ reason: \"not-recordable\", message: `${args[1]} with per-rank arguments", "    return this.below.commandEach(...args)\n    throw new ControllerError({ reason: \"not-recordable\", message: `${args[1]} with per-rank arguments"),
     tests: ["tests/controller/fromhost.test.ts"],
   },
   // compile (src/controller/recording.ts): behaviours say "compile:" (--only compile:)
   {
     area: "controller", behaviour: "compile: every number is part of the signature (a new value traces again)",
-    file: "src/controller/recording.ts",
+    file: "src/controller/compile/signature.ts",
     edits: one("return leaf(path, `n${numberText(v)}`, v)", 'return leaf(path, "n", v)'),
     tests: ["tests/recordings/numbers.test.ts", "tests/recordings/reliability.test.ts"],
   },
   {
     area: "controller", behaviour: "compile: what a step reads of an object argument is part of the signature",
-    file: "src/controller/recording.ts",
+    file: "src/controller/compile/index.ts",
     edits: one("cache.get(flat.key)?.find((r) => unlikeRead(r, flat) === undefined)", "cache.get(flat.key)?.[0]"),
     tests: ["tests/recordings/numbers.test.ts", "tests/recordings/reliability.test.ts"],
   },
   {
     area: "controller", behaviour: "compile: a replay parameter's kind (an integer or a fraction) is part of the signature",
-    file: "src/controller/recording.ts",
+    file: "src/controller/compile/signature.ts",
     edits: one("return leaf(path, `p${paramKind(v.value)}`, v)", 'return leaf(path, "p", v)'),
     tests: ["tests/recordings/numbers.test.ts", "tests/recordings/recordings.test.ts"],
   },
   {
     area: "controller", behaviour: "compile: a replay parameter whose other value changes the commands is refused, naming it",
-    file: "src/controller/recording.ts",
+    file: "src/controller/compile/check.ts",
     edits: one("  if (d.structural !== undefined) return { why: `it changes the commands or the tensors (${d.structural})` }\n", ""),
     tests: ["tests/recordings/recordings.test.ts"],
   },
   {
     area: "controller", behaviour: "compile: a replay parameter that reaches an op through arithmetic is refused, naming it",
-    file: "src/controller/recording.ts",
+    file: "src/controller/compile/check.ts",
     edits: one("    if (i < 0) return { why: `it reaches", "    if (i < 0) continue\n    if (i < 0) return { why: `it reaches"),
     tests: ["tests/recordings/recordings.test.ts"],
   },
   {
     area: "controller", behaviour: "compile: one tensor in two argument places is part of the signature",
-    file: "src/controller/recording.ts",
+    file: "src/controller/compile/signature.ts",
     edits: one("return leaf(path, same >= 0 ? `=${same}` : `${v.meta", "return leaf(path, `${v.meta"),
     tests: ["tests/recordings/recordings.test.ts"],
   },
   {
     area: "controller", behaviour: "compile: a replay's handles carry the placement of the trace's (a reduce_scatter's shard(0))",
-    file: "src/controller/recording.ts",
+    file: "src/controller/compile/replay.ts",
     edits: one("    samePlacement(t, made)\n", ""),
     tests: ["tests/recordings/placements.test.ts", "tests/recordings/reliability.test.ts"],
   },
   {
     area: "controller", behaviour: "compile: a call after a tensor the step captured was released is refused, naming it",
-    file: "src/controller/recording.ts",
+    file: "src/controller/compile/replay.ts",
     edits: one("const gone = recording.captured.find((c) => c.tensor.released)", "const gone = recording.captured.find(() => false)"),
     tests: ["tests/recordings/numbers.test.ts"],
   },
   {
     area: "controller", behaviour: "compile: a first call traces the step twice, not once more per number",
-    file: "src/controller/recording.ts",
+    file: "src/controller/compile/check.ts",
     edits: one("    const again = yield* attempt(probes)\n", "    for (let i = 0; i < flat.leaves.length; i++) yield* attempt(probes)\n    const again = yield* attempt(probes)\n"),
     tests: ["tests/recordings/numbers.test.ts"],
   },
@@ -764,13 +764,13 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
 
   {
     area: "controller", behaviour: "the controller deletes the recordings called least recently before a worker's bound",
-    file: "src/controller/recordingBudget.ts",
+    file: "src/controller/compile/budget.ts",
     edits: one("while (this.held.size >= this.limits.recordings || this.commands + commands > this.limits.commands) {", "while (false) {"),
     tests: ["tests/recordings/budget.test.ts"],
   },
   {
     area: "controller", behaviour: "a call marks its recording as used, so the one called least recently goes first",
-    file: "src/controller/recording.ts",
+    file: "src/controller/compile/replay.ts",
     edits: one("  core.recordings.touch(recording.id)\n", ""),
     tests: ["tests/recordings/budget.test.ts"],
   },
@@ -982,7 +982,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   },
   {
     area: "controller", behaviour: "promotion: compile's signature tells float(2) from 2",
-    file: "src/controller/recording.ts",
+    file: "src/controller/compile/signature.ts",
     edits: one("    if (v instanceof FloatNumber) return leaf(path, `f${numberText(v.value)}`, v)", "    if (v instanceof FloatNumber) return leaf(path, `n${numberText(v.value)}`, v)"),
     tests: ["tests/ops/floats.test.ts"],
   },
@@ -1671,7 +1671,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
 
   {
     area: "controller", behaviour: "a replayed call counts as a use, so the recording evicted past maxRecordings is the one called least recently",
-    file: "src/controller/recording.ts",
+    file: "src/controller/compile/index.ts",
     edits: one("      found!.usedAt = ++clock\n", ""),
     tests: ["tests/recordings/delete.test.ts"],
   },
@@ -1779,7 +1779,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   },
   {
     area: "autograd", behaviour: "a compiled step's replay moves the version counter of what its trace wrote in place",
-    file: "src/controller/recording.ts",
+    file: "src/controller/compile/replay.ts",
     edits: one('  for (const w of recording.written) ("arg" in w ? flat.tensors[w.arg]!.storage : w).version++\n', ""),
     tests: ["tests/autograd/inplace.test.ts"],
   },
@@ -1956,7 +1956,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   },
   {
     area: "controller", behaviour: "sample 2: compile: 0 and -0 are two signatures (a step may read 1 / v)",
-    file: "src/controller/recording.ts",
+    file: "src/controller/compile/params.ts",
     edits: one('const numberText = (v: number): string => (Object.is(v, -0) ? "-0" : String(v))', "const numberText = (v: number): string => String(v)"),
     tests: ["tests/recordings/numbers.test.ts"],
   },

@@ -25,7 +25,7 @@ export class Reads {
 }
 
 /** The mesh a command runs on, as its arguments see it. */
-export interface Placement {
+export interface CommandMesh {
   /** The controller it belongs to: tensors of another are refused. */
   readonly core: Core
   readonly ranks: ReadonlyArray<number>
@@ -40,7 +40,7 @@ export class Arguments {
   /** Meshes found to hold every rank of this one, so their tensors need no per-command rank check. */
   private readonly covering = new WeakSet<object>()
 
-  constructor(private readonly mesh: Placement) {}
+  constructor(private readonly mesh: CommandMesh) {}
 
   /**
    * A tree of arguments as it goes on the wire, noting in `reads` what it reads: tensors must

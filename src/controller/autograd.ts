@@ -13,11 +13,11 @@
  * consumed, an in-place op on a tensor that requires grad, a backward that would read a saved
  * tensor written in place since: torch's version counter, storage.ts) throws a ControllerError.
  *
- * Autograd sits below the op layer (ops.ts calls recordOp and refuseInPlace on every op) and
+ * Autograd sits below the op layer (ops.ts calls tapeOp and refuseInPlace on every op) and
  * reaches it through the OpSurface it is given, not an import: ops.ts passes its own to
- * recordOp, tensor.ts to backward, grad and detach.
+ * tapeOp, tensor.ts to backward, grad and detach.
  */
-import { backwardFrom, type Backend, Entry, isRecording, noGrad, record, requiresGrad, type Site } from "../autograd/tape.ts"
+import { backwardFrom, type TapeOps, Entry, isTaping, noGrad, tapeCall, requiresGrad, type Site } from "../autograd/tape.ts"
 import { FROM_PARTS, type GradContext, type GradOps, NOT_DIFFERENTIABLE, sumTo } from "../ops/grad.ts"
 import type { TensorMeta } from "../ops/meta.ts"
 import type { Param } from "../ops/params.ts"
@@ -58,7 +58,7 @@ const opsFor = (on: OpSurface, mesh: Mesh): GradOps<RemoteTensor> => {
 
 const metaOf = (t: RemoteTensor): TensorMeta => t.meta ?? (() => { throw refuse("unknown-meta", `autograd needs the dtype and shape of ${t}`) })()
 
-const backend = (on: OpSurface, mesh: Mesh): Backend<RemoteTensor> => {
+const backend = (on: OpSurface, mesh: Mesh): TapeOps<RemoteTensor> => {
   const noted = (t: RemoteTensor) => (made?.push(t), t)
   return {
     ones: (like) => noted(on(mesh).ones([...metaOf(like).shape], { dtype: metaOf(like).dtype })),
@@ -87,7 +87,7 @@ const backend = (on: OpSurface, mesh: Mesh): Backend<RemoteTensor> => {
 const isTensorArg = (v: unknown): v is RemoteTensor => v instanceof TensorHandle
 const TENSOR_KINDS: ReadonlySet<string> = new Set(["tensor", "tensorOrScalar", "tensors"])
 
-/** Whether a tensor in an argument tree requires grad (the check every op call makes while recording: no allocation). */
+/** Whether a tensor in an argument tree requires grad (the check every op call makes while taping: no allocation). */
 const anyRequiresGrad = (v: unknown): boolean => {
   if (isTensorArg(v)) return v.autograd !== undefined && requiresGrad(v)
   if (Array.isArray(v)) {
@@ -100,12 +100,12 @@ const anyRequiresGrad = (v: unknown): boolean => {
 }
 
 /**
- * @internal The typed surface's check before an in-place op: while recording, a tensor that
+ * @internal The typed surface's check before an in-place op: while taping, a tensor that
  * requires grad may not change in place (backward would read changed values). An optimizer
  * step runs inside noGrad().
  */
 export const refuseInPlace = (name: OpName, mutated: ReadonlyArray<RemoteTensor>): void => {
-  if (!isRecording()) return
+  if (!isTaping()) return
   const t = mutated.find((m) => m.autograd !== undefined && requiresGrad(m))
   if (t !== undefined) throw refuse("autograd", `ops.${name} changes ${t}, which requires grad, in place; do it inside noGrad() (as an optimizer step does), or on a detach()ed copy`)
 }
@@ -130,8 +130,8 @@ const savedBy = (name: OpName, bound: Readonly<Record<string, unknown>>, owners:
 }
 
 /** @internal The typed surface's hook (ops.ts, which passes itself as `on`): records the node of `ops.<name>` when an input requires grad. */
-export const recordOp = (on: OpSurface, name: OpName, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, results: ReadonlyArray<RemoteTensor>, site: Site | undefined): void => {
-  if (!isRecording() || !(anyRequiresGrad(args) || anyRequiresGrad(kwargs))) return
+export const tapeOp = (on: OpSurface, name: OpName, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, results: ReadonlyArray<RemoteTensor>, site: Site | undefined): void => {
+  if (!isTaping() || !(anyRequiresGrad(args) || anyRequiresGrad(kwargs))) return
   const op = OPS[name]
   // A composite op is never issued by the controller: its parts were recorded instead.
   if (op.backward === NOT_DIFFERENTIABLE || op.backward === FROM_PARTS) return
@@ -151,7 +151,7 @@ export const recordOp = (on: OpSurface, name: OpName, args: ReadonlyArray<unknow
   // its rule told which one it is and given every result (dropout's mask).
   results.forEach((result, at) => {
     if (result.meta === undefined || !isFloating(result.meta.dtype)) return
-    record(`ops.${name}`, result, inputs, [...inputs, ...results], (grad, needs) => {
+    tapeCall(`ops.${name}`, result, inputs, [...inputs, ...results], (grad, needs) => {
       const c: GradContext<ReadonlyArray<Param>, RemoteTensor> = { args: bound as never, out: result, outs: results, index: at, grad, meta: metaOf }
       const thunks = (rule as (c: unknown, o: GradOps<RemoteTensor>) => Record<string, (() => RemoteTensor | ReadonlyArray<RemoteTensor>) | undefined>)(c, opsFor(on, result.mesh))
       const values = new Map<string, RemoteTensor | ReadonlyArray<RemoteTensor> | undefined>()
@@ -170,14 +170,14 @@ export const recordOp = (on: OpSurface, name: OpName, args: ReadonlyArray<unknow
  * tape: `output` was made from `inputs`, and `backward` gives each input's gradient from the
  * output's (undefined for none), issuing ordinary commands. The gradients it returns become the
  * tape's, released once used (`grad` itself excepted); its other temporaries are its own to
- * release. Nothing is recorded unless an input requires grad and recording is on; `saved`
+ * release. Nothing is recorded unless an input requires grad and taping is on; `saved`
  * (default: inputs and output) are kept until it runs.
  */
 export const recordBackward = (name: string, output: RemoteTensor, inputs: ReadonlyArray<RemoteTensor>, backward: (grad: RemoteTensor) => ReadonlyArray<RemoteTensor | undefined>, saved: ReadonlyArray<RemoteTensor> = [...inputs, output]): void => {
-  if (!isRecording() || !anyRequiresGrad(inputs)) return
+  if (!isTaping() || !anyRequiresGrad(inputs)) return
   if (output.meta === undefined || !isFloating(output.meta.dtype)) throw refuse("autograd", `${name}: a gradient needs a floating result of known dtype and shape, got ${output}`)
   for (const t of inputs) metaOf(t)
-  record(name, output, inputs, saved, (grad, needs) => backward(grad).map((g, i) => {
+  tapeCall(name, output, inputs, saved, (grad, needs) => backward(grad).map((g, i) => {
     if (g !== undefined && g !== grad) made?.push(g)
     return needs[i] ? g : undefined
   }))
@@ -185,7 +185,7 @@ export const recordBackward = (name: string, output: RemoteTensor, inputs: Reado
 
 /**
  * A function with its own gradient (torch.autograd.Function, tfjs customGrad): `f` computes the
- * value without recording and returns it with its backward, which gives each tensor argument's
+ * value off the tape and returns it with its backward, which gives each tensor argument's
  * gradient from the value's.
  */
 export const customGrad = <A extends ReadonlyArray<RemoteTensor>>(name: string, f: (...inputs: A) => { readonly value: RemoteTensor; readonly backward: (grad: RemoteTensor) => ReadonlyArray<RemoteTensor | undefined> }) =>

@@ -122,7 +122,7 @@ const sameMessages = (a: ReadonlyArray<WorkerMessage>, b: ReadonlyArray<WorkerMe
   a.length === b.length && a.every((m, i) => m === b[i])
 
 /** The idents of one recording call, and where the failures of its commands go. */
-interface Span {
+interface IdentRange {
   readonly first: number
   readonly count: number
   readonly ranks: ReadonlyArray<number>
@@ -167,12 +167,12 @@ export class Core implements Sink {
   private readonly hangReported = new Set<number>()
   private readonly captureSites: boolean
   /**
-   * Where the Mesh API's commands go: this core, or compile's tracer while it records a step
-   * (compile swaps it in and back; the tracer passes on what it does not keep).
+   * Where the Mesh API's commands go: this core, or compile's recorder while it records a step
+   * (compile swaps it in and back; the recorder passes on what it does not keep).
    */
   sink: Sink = this
   /** Ident ranges taken by recording calls, with who routes their failures, in issue order. */
-  private readonly spans: Span[] = []
+  private readonly ranges: IdentRange[] = []
   /** Frames sent and commands in them, for tests and benchmarks of batching. */
   readonly sent = { frames: 0, commands: 0 }
   /** Tensor handles garbage collected without release() (see CoreOptions.gcRelease). */
@@ -254,7 +254,7 @@ export class Core implements Sink {
         return
       }
       case "RemoteFunctionFailed": {
-        const span = this.spans.find((s) => msg.ident >= s.first && msg.ident < s.first + s.count)
+        const span = this.ranges.find((s) => msg.ident >= s.first && msg.ident < s.first + s.count)
         if (span) return span.fail(rank, msg.ident - span.first, msg.error)
         const node = this.graph.node(msg.ident)
         if (!node || !node.ranks.includes(rank))
@@ -425,7 +425,7 @@ export class Core implements Sink {
   /**
    * A command like `command`'s whose message differs per rank (`make(ident, rank)`), each rank
    * sent only its own: a host batch split by rows, say. A recording replays one message for
-   * every rank, so compile's tracer refuses this (a ControllerError).
+   * every rank, so compile's recorder refuses this (a ControllerError).
    */
   commandEach(ranks: ReadonlyArray<number>, label: string, inputs: ReadonlyArray<number>, defines: ReadonlyArray<number>, site: CallSite | undefined, make: (ident: number, rank: number) => WorkerMessage): Node {
     const ident = this.nextIdent++
@@ -540,12 +540,12 @@ export class Core implements Sink {
    * Takes `count` consecutive idents for one call of a recording, whose failures (by offset
    * into the range) go to `fail`.
    */
-  span(ranks: ReadonlyArray<number>, count: number, fail: Span["fail"]): number {
+  takeIdents(ranks: ReadonlyArray<number>, count: number, fail: IdentRange["fail"]): number {
     const first = this.nextIdent
     this.nextIdent += count
     // Ranges every rank has passed can get no more failures.
-    while (this.spans.length > 0 && this.spans[0]!.ranks.every((r) => this.graph.passed(r) >= this.spans[0]!.first + this.spans[0]!.count || this.graph.isLost(r))) this.spans.shift()
-    this.spans.push({ first, count, ranks, fail })
+    while (this.ranges.length > 0 && this.ranges[0]!.ranks.every((r) => this.graph.passed(r) >= this.ranges[0]!.first + this.ranges[0]!.count || this.graph.isLost(r))) this.ranges.shift()
+    this.ranges.push({ first, count, ranks, fail })
     return first
   }
 
@@ -567,7 +567,7 @@ export class Core implements Sink {
     this.post(ranks, msg)
   }
 
-  /** The live core keeps no note of handles made, tensors read or memory written (compile's tracer does). */
+  /** The live core keeps no note of handles made, tensors read or memory written (compile's recorder does). */
   made(_t: TensorHandle): void {}
   read(_t: TensorHandle): void {}
   wrote(_storage: Storage): void {}

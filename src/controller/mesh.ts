@@ -18,7 +18,7 @@ import { ControllerError, refuse, type Failure } from "./errors.ts"
 import type { Exchange } from "./graph.ts"
 import { checkOwner, LiveCount, RemoteStream } from "./handles.ts"
 import { RemoteTensor } from "./tensor.ts"
-import { checkCollectiveGrad, recordCollectiveGrad, recordSendGrad } from "./meshgrad.ts"
+import { checkCollectiveGrad, tapeCollectiveGrad, tapeSendGrad } from "./meshgrad.ts"
 import { afterCollective, afterSend, type PlacementSpec } from "./placement.ts"
 import type { CallSite } from "./sites.ts"
 import { refuseOverlap } from "./storage.ts"
@@ -301,7 +301,7 @@ export class Mesh {
     if (inplace) this.wrote(t)
     const out = inplace ? t : new RemoteTensor(this, result, plan.result, stream)
     out.placement = opts.placement ?? afterCollective(t.placement, this.names, names, reduction, scatter)
-    if (!inplace) recordCollectiveGrad(label, out, t, names, size, reduction, scatter)
+    if (!inplace) tapeCollectiveGrad(label, out, t, names, size, reduction, scatter)
     return out
   }
 
@@ -361,7 +361,7 @@ export class Mesh {
       factory: new TensorFactory(t.meta!.shape, t.meta!.dtype, this.core.device), stream: stream.ref,
     }), { peers: (r) => (sender.has(r) ? [sender.get(r)!] : []), reads: (r) => senders.has(r) })
     const out = new RemoteTensor(to, result, t.meta, stream).place(afterSend(t.placement, to))
-    recordSendGrad(out, t, this, to)
+    tapeSendGrad(out, t, this, to)
     return out
   }
 

@@ -26,7 +26,7 @@ import { TensorHandle } from "./handles.ts"
 import type { Mesh } from "./mesh.ts"
 import type { PlacementSpec } from "./placement.ts"
 import { refuse } from "./errors.ts"
-import { recordOp, refuseInPlace } from "./autograd.ts"
+import { tapeOp, refuseInPlace } from "./autograd.ts"
 import type { RemoteTensor } from "./tensor.ts"
 
 type FloatingDType = "f32" | "f64" | "f16" | "bf16"
@@ -126,7 +126,7 @@ const invoke = (name: OpName, mesh: Mesh | undefined, all: ReadonlyArray<unknown
   const returns = op.returns as ReturnKind
   if (returns === "tensor" && results.length !== 1) throw refuse("op-rule", `ops.${name} has ${results.length} results`)
   if (op.view !== undefined) shareMemory(op, args, kwargs, results)
-  recordOp(surface, name, args, kwargs, results, site)
+  tapeOp(surface, name, args, kwargs, results, site)
   switch (returns) {
     case "none": return undefined
     case "tensors": case "pair": return results

@@ -1,9 +1,9 @@
 /**
  * Where the commands the Mesh API issues go: the live Core (numbered, tracked in the
- * dependency graph, batched to the workers), or compile's tracer while it records a step
+ * dependency graph, batched to the workers), or compile's recorder while it records a step
  * (kept, sending nothing). Core.sink is the one in use; compile swaps it for the duration of a
  * trace, so no method branches on a mode. Besides the four ways a command goes out, a sink is
- * told of the handles made, the tensors read and the memory written meanwhile (the tracer keeps
+ * told of the handles made, the tensors read and the memory written meanwhile (the recorder keeps
  * them; the live core ignores them).
  */
 import type { Effect } from "effect"

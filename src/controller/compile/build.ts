@@ -14,7 +14,7 @@ import { type Path, describeCommand } from "./diff.ts"
 import type { ObjectRead } from "./reader.ts"
 import { renameRefs, replaceAt } from "./rewrite.ts"
 import { type Flat, isPlain } from "./signature.ts"
-import { Trace, type Traced1 } from "./tracer.ts"
+import { Recorder, type Recorded } from "./recorder.ts"
 
 /** Where a formal's actual comes from at each call. */
 type Source = { readonly arg: number } | { readonly ref: number }
@@ -38,7 +38,7 @@ export interface Recording<R> {
   readonly id: number
   /** The controller it is defined through (a compiled step may be called under several). */
   readonly core: Core
-  readonly trace: Trace
+  readonly trace: Recorder
   /** The trace's arguments' tensors (for verify's comparison). */
   readonly args: ReadonlyArray<RemoteTensor>
   readonly ranks: ReadonlyArray<number>
@@ -67,7 +67,7 @@ export interface Recording<R> {
 let nextRecording = 1
 
 /** Per rank, the DefineRecording it gets (ranks with the same commands share one message, encoded once). */
-const definitions = (id: number, trace: Trace, commands: ReadonlyArray<WorkerMessage>, ranks: ReadonlyArray<number>, formals: ReadonlyArray<number>, params: ReadonlyArray<number>, results: ReadonlyArray<number>) => {
+const definitions = (id: number, trace: Recorder, commands: ReadonlyArray<WorkerMessage>, ranks: ReadonlyArray<number>, formals: ReadonlyArray<number>, params: ReadonlyArray<number>, results: ReadonlyArray<number>) => {
   const byCommands = new Map<string, { ranks: number[]; message: WorkerMessage }>()
   for (const r of ranks) {
     const mine = trace.commands.flatMap((c, k) => (c.ranks.includes(r) ? [k] : []))
@@ -99,7 +99,7 @@ const unionExchange = (exchanges: ReadonlyArray<Exchange>): Exchange | undefined
 /** Where a replay parameter goes in the commands. */
 export type Positions = ReadonlyArray<{ readonly command: number; readonly path: Path }>
 
-export const build = <R>(core: Core, name: string, traced: Traced1<R>, flat: Flat, at: ReadonlyArray<Positions>): { recording: Recording<R>; defines: ReturnType<typeof definitions> } => {
+export const build = <R>(core: Core, name: string, traced: Recorded<R>, flat: Flat, at: ReadonlyArray<Positions>): { recording: Recording<R>; defines: ReturnType<typeof definitions> } => {
   const { trace, value } = traced
   const commands = trace.commands
   // Formals: refs read before the trace defines them, in order of first read.

@@ -13,10 +13,10 @@ import type { Positions, Recording } from "./build.ts"
 import { type Path, compareTraces, describeCommand } from "./diff.ts"
 import { numberText, probeValue } from "./params.ts"
 import { type Flat, flatten } from "./signature.ts"
-import { Held, Trace, type Traced1, madeInside, messageOf, traced } from "./tracer.ts"
+import { Held, Recorder, type Recorded, madeInside, messageOf, recordStep } from "./recorder.ts"
 
 /** A trace of the step, or its failure as a ControllerError (a throw in the step included). */
-type Attempt<R> = { readonly _tag: "Success"; readonly success: Traced1<R> } | { readonly _tag: "Failure"; readonly failure: unknown }
+type Attempt<R> = { readonly _tag: "Success"; readonly success: Recorded<R> } | { readonly _tag: "Failure"; readonly failure: unknown }
 
 /**
  * Why the step cannot be replayed, from a trace with the same arguments (`again`), or
@@ -25,7 +25,7 @@ type Attempt<R> = { readonly _tag: "Success"; readonly success: Traced1<R> } | {
  * (state made on a first call, an optimizer's moments) needs warmup; one that issues other
  * commands (a count it keeps) needs that to be an argument.
  */
-const repeatProblem = <R>(name: string, again: Attempt<R>, flat: Flat, first: Trace): string | undefined => {
+const repeatProblem = <R>(name: string, again: Attempt<R>, flat: Flat, first: Recorder): string | undefined => {
   if (again._tag === "Failure") {
     // Another failure (a step that releases a tensor it was given, say) leaves nothing to compare.
     const why = messageOf(again.failure)
@@ -46,7 +46,7 @@ const repeatProblem = <R>(name: string, again: Attempt<R>, flat: Flat, first: Tr
  * changed. Or why not: the step fails, its commands or tensors change, or a number changes
  * that is none of the parameters (one reached a command through arithmetic).
  */
-const positionsIn = <R>(again: Attempt<R>, flat: Flat, values: ReadonlyArray<number>, first: Trace): { at: Positions[] } | { why: string } => {
+const positionsIn = <R>(again: Attempt<R>, flat: Flat, values: ReadonlyArray<number>, first: Recorder): { at: Positions[] } | { why: string } => {
   if (again._tag === "Failure") return { why: `the step fails (${messageOf(again.failure)})` }
   const d = compareTraces(first, flat.tensors, again.success.trace, flat.tensors)
   if (d.structural !== undefined) return { why: `it changes the commands or the tensors (${d.structural})` }
@@ -65,9 +65,9 @@ const positionsIn = <R>(again: Attempt<R>, flat: Flat, values: ReadonlyArray<num
  * finds where each goes. A difference is then traced down: the same arguments again (state
  * the arguments do not hold), then one parameter at a time, to name the one at fault.
  */
-export const checkTrace = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, held: Held, name: string, step: (...args: A) => unknown, args: ReadonlyArray<unknown>, flat: Flat, first: Trace, called: CallSite | undefined) =>
+export const checkTrace = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, held: Held, name: string, step: (...args: A) => unknown, args: ReadonlyArray<unknown>, flat: Flat, first: Recorder, called: CallSite | undefined) =>
   Effect.gen(function* () {
-    const attempt = (values: ReadonlyArray<number>) => Effect.result(traced<A, R, E, Rq>(core, held, name, step, args, values, called).pipe(
+    const attempt = (values: ReadonlyArray<number>) => Effect.result(recordStep<A, R, E, Rq>(core, held, name, step, args, values, called).pipe(
       Effect.catchDefect((d) => Effect.fail(new ControllerError({ reason: "thrown", message: messageOf(d) }))),
     )) as Effect.Effect<Attempt<R>, never, Rq>
     const refuse = (why: string) => new ControllerError({ reason: "not-replayable", message: `compile(${name}): ${why}` })
@@ -95,7 +95,7 @@ export const checkTrace = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Cor
   })
 
 /** A verify trace against the recording: the difference, naming both call sites, or undefined. */
-export const verifyAgainst = (recording: Recording<unknown>, again: Trace, flat: Flat): string | undefined => {
+export const verifyAgainst = (recording: Recording<unknown>, again: Recorder, flat: Flat): string | undefined => {
   const d = compareTraces(recording.trace, recording.args, again, flat.tensors)
   if (d.structural !== undefined) return d.structural
   const allowed = new Set(recording.paramAt.flatMap((ps) => ps.map((p) => `${p.command}:${p.path.join(".")}`)))

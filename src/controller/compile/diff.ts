@@ -7,7 +7,7 @@ import { NDSlice } from "../../protocol/ndslice.ts"
 import { HostTensor, Ref, TensorFactory } from "../../protocol/values.ts"
 import { RemoteTensor } from "../tensor.ts"
 import { isPlain } from "./signature.ts"
-import { Trace, type Traced } from "./tracer.ts"
+import { Recorder, type RecordedCommand } from "./recorder.ts"
 
 export type Path = ReadonlyArray<string | number>
 
@@ -18,16 +18,16 @@ interface Difference {
 }
 
 /** A ref as both traces can compare it: the trace's own by order of definition, arguments by position, the rest by id. */
-const canonical = (trace: Trace, args: ReadonlyArray<RemoteTensor>): ((id: number) => string) => {
+const canonical = (trace: Recorder, args: ReadonlyArray<RemoteTensor>): ((id: number) => string) => {
   const own = new Map([...trace.defined].map((id, i) => [id, `made ${i}`]))
   const arg = new Map<number, string>()
   args.forEach((t, i) => arg.has(t.ref.id) || arg.set(t.ref.id, `tensor argument ${i}`))
   return (id) => own.get(id) ?? arg.get(id) ?? `ref ${id}`
 }
 
-export const describeCommand = (c: Traced): string => `${c.label}${c.site?.format() ? ` issued at ${c.site.format()}` : ""}`
+export const describeCommand = (c: RecordedCommand): string => `${c.label}${c.site?.format() ? ` issued at ${c.site.format()}` : ""}`
 
-export const compareTraces = (a: Trace, aArgs: ReadonlyArray<RemoteTensor>, b: Trace, bArgs: ReadonlyArray<RemoteTensor>): Difference => {
+export const compareTraces = (a: Recorder, aArgs: ReadonlyArray<RemoteTensor>, b: Recorder, bArgs: ReadonlyArray<RemoteTensor>): Difference => {
   const d: Difference = { structural: undefined, numbers: [] }
   const ca = canonical(a, aArgs), cb = canonical(b, bArgs)
   const n = Math.max(a.commands.length, b.commands.length)

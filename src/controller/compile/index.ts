@@ -23,7 +23,7 @@
  * carry what the trace's had: dtype, shape and placement.
  *
  * The rooms: signature.ts and params.ts (what a call is keyed by), reader.ts (what a step reads
- * of its objects), tracer.ts (the sink a trace swaps in for Core), diff.ts and rewrite.ts (two
+ * of its objects), recorder.ts (the sink a trace swaps in for Core), diff.ts and rewrite.ts (two
  * traces compared, messages rewritten), build.ts (a trace made a recording), check.ts (a first
  * trace checked by tracing again), replay.ts (one call), cache.ts (a step's recordings) and
  * budget.ts (what the workers hold of every step's). Each takes the Core it works on; only
@@ -41,10 +41,10 @@ import type { WithParams } from "./params.ts"
 import { stepArgs } from "./reader.ts"
 import { call } from "./replay.ts"
 import { type Flat, flatten } from "./signature.ts"
-import { Held, Trace, traced } from "./tracer.ts"
+import { Held, Recorder, recordStep } from "./recorder.ts"
 
 export interface CompileOptions {
-  /** Trace the second call too and fail it, naming both call sites, if it issued other commands. */
+  /** Recorder the second call too and fail it, naming both call sites, if it issued other commands. */
   readonly verify?: boolean
   /** Told why each trace after the first was made (default: a line on stderr). */
   readonly onRetrace?: (why: string) => void
@@ -108,9 +108,9 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
   const retraces: string[] = []
   let traces = 0
 
-  const record = (core: Core, held: Held, args: ReadonlyArray<unknown>, flat: Flat, called: CallSite | undefined) =>
+  const newRecording = (core: Core, held: Held, args: ReadonlyArray<unknown>, flat: Flat, called: CallSite | undefined) =>
     Effect.gen(function* () {
-      const first = yield* traced<A, R, E, Rq>(core, held, name, step, args, flat.params, called)
+      const first = yield* recordStep<A, R, E, Rq>(core, held, name, step, args, flat.params, called)
       traces++
       const at = yield* checkTrace<A, R, E, Rq>(core, held, name, step, args, flat, first.trace, called)
       const { recording, defines } = build(core, name, first, flat, at)
@@ -142,12 +142,12 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
           retraces.push(why)
           onRetrace(why)
         }
-        recording = yield* record(core, held, args, flat, called)
+        recording = yield* newRecording(core, held, args, flat, called)
         warmed.delete(flat.key)
         recording.usedAt = ++clock
         keep(flat.key, recording)
       } else {
-        const again = yield* traced<A, R, E, Rq>(core, held, name, step, args, flat.params, called)
+        const again = yield* recordStep<A, R, E, Rq>(core, held, name, step, args, flat.params, called)
         traces++
         const diverged = verifyAgainst(recording, again.trace, flat)
         if (diverged !== undefined)
@@ -164,7 +164,7 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
     return Effect.flatMap(Effect.service(Controller), (ctl) => {
       const core = ctl.core
       if (disposed) return Effect.fail(new ControllerError({ reason: "disposed", message: `compile(${name}) was disposed: its recordings are deleted; compile the step again to call it` }))
-      if (core.sink instanceof Trace) return Effect.fail(new ControllerError({ reason: "not-recordable", message: `compile(${name}) was called while compile(${core.sink.name}) records its step; call it outside, or let the outer step be one recording` }))
+      if (core.sink instanceof Recorder) return Effect.fail(new ControllerError({ reason: "not-recordable", message: `compile(${name}) was called while compile(${core.sink.name}) records its step; call it outside, or let the outer step be one recording` }))
       const found = find(flat)
       if (found === undefined && (warmed.get(flat.key) ?? 0) < warmup) {
         warmed.set(flat.key, (warmed.get(flat.key) ?? 0) + 1)

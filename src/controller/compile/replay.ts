@@ -32,7 +32,7 @@ export const call = <R>(core: Core, name: string, recording: Recording<R>, flat:
   })
   const commands = recording.trace.commands
   const nodes: Node[] = []
-  const first = core.span(recording.ranks, commands.length, (rank, offset, error) => {
+  const first = core.takeIdents(recording.ranks, commands.length, (rank, offset, error) => {
     const c = commands[offset]!
     const failure = new RemoteError({
       ident: first + offset, rank, function: c.label, type: error.type, reason: error.message, kind: error.reason, frames: error.frames, site: c.site?.format(),

@@ -1,12 +1,12 @@
 /**
- * The tracer: what compile records while a step runs, and running the step with it. A Trace is
+ * The recorder: what compile records while a step runs, and running the step with it. A Recorder is
  * the sink (sink.ts) compile puts in Core's place for a trace: it keeps every command (and
  * borrow step) the step issues, numbered from 0, with what each reads and defines, and every
  * handle made meanwhile; nothing reaches the workers or the dependency graph. The other
  * messages (meshes, streams) it passes on to the sink below. A fetch, and a command whose
  * message differs per rank, are refused; a borrow made outside the step cannot be used inside it
  * (its first use would happen once). A release of a tensor that exists outside the step is held
- * (Held) until the call's CallRecording, which may read it. `traced` swaps the sink in for the
+ * (Held) until the call's CallRecording, which may read it. `recordStep` swaps the sink in for the
  * step and back after.
  */
 import { Effect } from "effect"
@@ -22,7 +22,7 @@ import { RemoteTensor } from "../tensor.ts"
 import { type ObjectRead, Reader, stepArgs } from "./reader.ts"
 
 /** One recorded command. */
-export interface Traced {
+export interface RecordedCommand {
   readonly ranks: ReadonlyArray<number>
   readonly label: string
   readonly inputs: ReadonlyArray<number>
@@ -52,8 +52,8 @@ export class Held {
   }
 }
 
-export class Trace implements Sink {
-  readonly commands: Traced[] = []
+export class Recorder implements Sink {
+  readonly commands: RecordedCommand[] = []
   /** Every handle made while tracing, in order. */
   readonly handles: RemoteTensor[] = []
   /** Refs defined by the recorded commands, in the order first defined. */
@@ -131,8 +131,8 @@ export class Trace implements Sink {
   }
 }
 
-export interface Traced1<R> {
-  readonly trace: Trace
+export interface Recorded<R> {
+  readonly trace: Recorder
   readonly value: R
   /** What the step read of the objects it was given by identity. */
   readonly reads: ReadonlyArray<ObjectRead>
@@ -147,9 +147,9 @@ export const messageOf = (e: unknown): string => (e as { message?: string }).mes
  * Runs the step with Core recording instead of sending, its replay parameters at `values`;
  * the trace's handles are retired after.
  */
-export const traced = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, held: Held, name: string, step: (...args: A) => unknown, args: ReadonlyArray<unknown>, values: ReadonlyArray<number>, called: CallSite | undefined): Effect.Effect<Traced1<R>, E | ControllerError, Rq> =>
+export const recordStep = <A extends ReadonlyArray<unknown>, R, E, Rq>(core: Core, held: Held, name: string, step: (...args: A) => unknown, args: ReadonlyArray<unknown>, values: ReadonlyArray<number>, called: CallSite | undefined): Effect.Effect<Recorded<R>, E | ControllerError, Rq> =>
   Effect.suspend(() => {
-    const trace = new Trace(name, core.sink, held, () => core.site(3), called) // between a borrow's method and here: its post, Trace.post, this
+    const trace = new Recorder(name, core.sink, held, () => core.site(3), called) // between a borrow's method and here: its post, Recorder.post, this
     const reader = new Reader()
     core.sink = trace
     const end = Effect.sync(() => {
