@@ -857,6 +857,18 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one('new ControllerError({ reason: "not-replayable", message: `compile(${name}): ${why}` })', 'new ControllerError({ reason: "not-recordable", message: `compile(${name}): ${why}` })'),
     tests: ["tests/controller/refusals.test.ts"],
   },
+  {
+    area: "controller", behaviour: "RemoteTensor declares its op methods itself: loading tensor.ts alone gives every op method",
+    file: "src/controller/tensor.ts",
+    edits: one("      Object.defineProperty(this.prototype, name, { value: method })\n", ""),
+    tests: ["tests/controller/tensor.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "compile: a trace swaps Core's sink back to the live core when it ends",
+    file: "src/controller/compile/recorder.ts",
+    edits: one("      if (core.sink === trace) core.sink = trace.below\n", ""),
+    tests: ["tests/recordings/recordings.test.ts", "tests/recordings/commands.test.ts"],
+  },
   // ---- protocol ---------------------------------------------------------------------------
   {
     area: "protocol", behaviour: "NDSlice.rankAt walks row-major",
