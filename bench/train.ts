@@ -37,7 +37,7 @@ import { AdamW } from "../src/optim/index.ts"
 import { blockSize, makeBatches, VOCAB } from "../examples/gpt/data.ts"
 import { compiledTrainStep, distributeBatch, GPT, trainStep } from "../examples/gpt/model.ts"
 import { initialWeights, paramSpecs, type GPTConfig } from "../examples/gpt/weights.ts"
-import { COMM_TRACK } from "../src/trace/record.ts"
+import { COMM_TRACK } from "../src/trace/writer.ts"
 
 const ROOT = new URL("..", import.meta.url).pathname
 const PYTHON = process.env.TORCH_PYTHON ?? "/usr/bin/python3"

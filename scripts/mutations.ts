@@ -666,62 +666,62 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   },
   {
     area: "controller", behaviour: "a per-rank upload (sharded fromHost) is refused while compile records",
-    file: "src/controller/core.ts",
-    edits: one("    if (this.tracing) throw new ControllerError({ message: `${label} with per-rank arguments", "    if (this.tracing && false) throw new ControllerError({ message: `${label} with per-rank arguments"),
+    file: "src/controller/compile/recorder.ts",
+    edits: one("    throw new ControllerError({ reason: \"not-recordable\", message: `${args[1]} with per-rank arguments", "    return this.below.commandEach(...args)\n    throw new ControllerError({ reason: \"not-recordable\", message: `${args[1]} with per-rank arguments"),
     tests: ["tests/controller/fromhost.test.ts"],
   },
   // compile (src/controller/recording.ts): behaviours say "compile:" (--only compile:)
   {
     area: "controller", behaviour: "compile: every number is part of the signature (a new value traces again)",
-    file: "src/controller/recording.ts",
+    file: "src/controller/compile/signature.ts",
     edits: one("return leaf(path, `n${numberText(v)}`, v)", 'return leaf(path, "n", v)'),
     tests: ["tests/recordings/numbers.test.ts", "tests/recordings/reliability.test.ts"],
   },
   {
     area: "controller", behaviour: "compile: what a step reads of an object argument is part of the signature",
-    file: "src/controller/recording.ts",
+    file: "src/controller/compile/index.ts",
     edits: one("cache.get(flat.key)?.find((r) => unlikeRead(r, flat) === undefined)", "cache.get(flat.key)?.[0]"),
     tests: ["tests/recordings/numbers.test.ts", "tests/recordings/reliability.test.ts"],
   },
   {
     area: "controller", behaviour: "compile: a replay parameter's kind (an integer or a fraction) is part of the signature",
-    file: "src/controller/recording.ts",
+    file: "src/controller/compile/signature.ts",
     edits: one("return leaf(path, `p${paramKind(v.value)}`, v)", 'return leaf(path, "p", v)'),
     tests: ["tests/recordings/numbers.test.ts", "tests/recordings/recordings.test.ts"],
   },
   {
     area: "controller", behaviour: "compile: a replay parameter whose other value changes the commands is refused, naming it",
-    file: "src/controller/recording.ts",
+    file: "src/controller/compile/check.ts",
     edits: one("  if (d.structural !== undefined) return { why: `it changes the commands or the tensors (${d.structural})` }\n", ""),
     tests: ["tests/recordings/recordings.test.ts"],
   },
   {
     area: "controller", behaviour: "compile: a replay parameter that reaches an op through arithmetic is refused, naming it",
-    file: "src/controller/recording.ts",
+    file: "src/controller/compile/check.ts",
     edits: one("    if (i < 0) return { why: `it reaches", "    if (i < 0) continue\n    if (i < 0) return { why: `it reaches"),
     tests: ["tests/recordings/recordings.test.ts"],
   },
   {
     area: "controller", behaviour: "compile: one tensor in two argument places is part of the signature",
-    file: "src/controller/recording.ts",
+    file: "src/controller/compile/signature.ts",
     edits: one("return leaf(path, same >= 0 ? `=${same}` : `${v.meta", "return leaf(path, `${v.meta"),
     tests: ["tests/recordings/recordings.test.ts"],
   },
   {
     area: "controller", behaviour: "compile: a replay's handles carry the placement of the trace's (a reduce_scatter's shard(0))",
-    file: "src/controller/recording.ts",
+    file: "src/controller/compile/replay.ts",
     edits: one("    samePlacement(t, made)\n", ""),
     tests: ["tests/recordings/placements.test.ts", "tests/recordings/reliability.test.ts"],
   },
   {
     area: "controller", behaviour: "compile: a call after a tensor the step captured was released is refused, naming it",
-    file: "src/controller/recording.ts",
+    file: "src/controller/compile/replay.ts",
     edits: one("const gone = recording.captured.find((c) => c.tensor.released)", "const gone = recording.captured.find(() => false)"),
     tests: ["tests/recordings/numbers.test.ts"],
   },
   {
     area: "controller", behaviour: "compile: a first call traces the step twice, not once more per number",
-    file: "src/controller/recording.ts",
+    file: "src/controller/compile/check.ts",
     edits: one("    const again = yield* attempt(probes)\n", "    for (let i = 0; i < flat.leaves.length; i++) yield* attempt(probes)\n    const again = yield* attempt(probes)\n"),
     tests: ["tests/recordings/numbers.test.ts"],
   },
@@ -757,8 +757,8 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   },
   {
     area: "controller", behaviour: "console.log of a RemoteTensor prints its size, dtype, mesh and placement, not its internals",
-    file: "src/controller/printing.ts",
-    edits: one('Object.defineProperty(RemoteTensor.prototype, Symbol.for("nodejs.util.inspect.custom"), {', 'Object.defineProperty(RemoteTensor.prototype, Symbol.for("not.inspect"), {'),
+    file: "src/controller/tensor.ts",
+    edits: one('  [Symbol.for("nodejs.util.inspect.custom")](): string {\n    return describe(this)', '  [Symbol.for("not.inspect")](): string {\n    return describe(this)'),
     tests: ["tests/controller/printing.test.ts"],
   },
   {
@@ -914,13 +914,13 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
 
   {
     area: "controller", behaviour: "the controller deletes the recordings called least recently before a worker's bound",
-    file: "src/controller/recordingBudget.ts",
+    file: "src/controller/compile/budget.ts",
     edits: one("while (this.held.size >= this.limits.recordings || this.commands + commands > this.limits.commands) {", "while (false) {"),
     tests: ["tests/recordings/budget.test.ts"],
   },
   {
     area: "controller", behaviour: "a call marks its recording as used, so the one called least recently goes first",
-    file: "src/controller/recording.ts",
+    file: "src/controller/compile/replay.ts",
     edits: one("  core.recordings.touch(recording.id)\n", ""),
     tests: ["tests/recordings/budget.test.ts"],
   },
@@ -976,7 +976,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "controller", behaviour: "user group: a group on a built-in is refused",
     file: "src/controller/mesh.ts",
-    edits: one('    if (fn.startsWith("ops.")) throw refuse(`${fn} is a built-in', '    if (false) throw refuse(`${fn} is a built-in'),
+    edits: one('    if (fn.startsWith("ops.")) throw refuse("argument", `${fn} is a built-in', '    if (false) throw refuse("argument", `${fn} is a built-in'),
     tests: ["tests/comm/usergroup.test.ts"],
   },
   {
@@ -989,6 +989,36 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/controller/fetch_hold.test.ts"],
   },
 
+  {
+    area: "controller", behaviour: "the controller's files import one another without a cycle (the layout test names one)",
+    file: "src/controller/autograd.ts",
+    edits: one('import type { Ops } from "./ops.ts"', 'import { type Ops, ops as _ops } from "./ops.ts"'),
+    tests: ["tests/readme/layout.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a refusal says its reason: a released handle used is refused as released, not as a bad argument",
+    file: "src/controller/arguments.ts",
+    edits: one('throw refuse("released", v.retired ?? `${v} was released`)', 'throw refuse("argument", v.retired ?? `${v} was released`)'),
+    tests: ["tests/controller/refusals.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a refusal says its reason: a step whose commands change between traces is not-replayable",
+    file: "src/controller/compile/check.ts",
+    edits: one('new ControllerError({ reason: "not-replayable", message: `compile(${name}): ${why}` })', 'new ControllerError({ reason: "not-recordable", message: `compile(${name}): ${why}` })'),
+    tests: ["tests/controller/refusals.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "RemoteTensor declares its op methods itself: loading tensor.ts alone gives every op method",
+    file: "src/controller/tensor.ts",
+    edits: one("      Object.defineProperty(this.prototype, name, { value: method })\n", ""),
+    tests: ["tests/controller/tensor.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "compile: a trace swaps Core's sink back to the live core when it ends",
+    file: "src/controller/compile/recorder.ts",
+    edits: one("      if (core.sink === trace) core.sink = trace.below\n", ""),
+    tests: ["tests/recordings/recordings.test.ts", "tests/recordings/commands.test.ts"],
+  },
   // ---- protocol ---------------------------------------------------------------------------
   {
     area: "protocol", behaviour: "NDSlice.rankAt walks row-major",
@@ -1114,7 +1144,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   },
   {
     area: "controller", behaviour: "promotion: compile's signature tells float(2) from 2",
-    file: "src/controller/recording.ts",
+    file: "src/controller/compile/signature.ts",
     edits: one("    if (v instanceof FloatNumber) return leaf(path, `f${numberText(v.value)}`, v)", "    if (v instanceof FloatNumber) return leaf(path, `n${numberText(v.value)}`, v)"),
     tests: ["tests/ops/floats.test.ts"],
   },
@@ -1714,7 +1744,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "autograd", behaviour: "the tape sums a broadcast gradient back to its input's shape",
     file: "src/controller/autograd.ts",
-    edits: one("summed = sumTo(opsFor(g.mesh), g, m.shape, to.shape)", "summed = g"),
+    edits: one("summed = sumTo(opsFor(on, g.mesh), g, m.shape, to.shape)", "summed = g"),
     tests: ["tests/autograd/gradcheck.test.ts", "tests/autograd/tape.test.ts"],
   },
   {
@@ -1863,7 +1893,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
 
   {
     area: "controller", behaviour: "a replayed call counts as a use, so the recording evicted past maxRecordings is the one called least recently",
-    file: "src/controller/recording.ts",
+    file: "src/controller/compile/index.ts",
     edits: one("      found!.usedAt = ++clock\n", ""),
     tests: ["tests/recordings/delete.test.ts"],
   },
@@ -1930,7 +1960,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "autograd", behaviour: "every in-place write (an op, copy_, an optimizer step, a function's mutates, an in-place collective) moves the version counter",
     file: "src/controller/mesh.ts",
-    edits: one("    t.storage.version++\n    this.core.tracing?.written.add(t.storage)", "    this.core.tracing?.written.add(t.storage)"),
+    edits: one("    t.storage.version++\n    this.core.sink.wrote(t.storage)", "    this.core.sink.wrote(t.storage)"),
     tests: ["tests/autograd/inplace.test.ts"],
   },
   {
@@ -1971,7 +2001,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   },
   {
     area: "autograd", behaviour: "a compiled step's replay moves the version counter of what its trace wrote in place",
-    file: "src/controller/recording.ts",
+    file: "src/controller/compile/replay.ts",
     edits: one('  for (const w of recording.written) ("arg" in w ? flat.tensors[w.arg]!.storage : w).version++\n', ""),
     tests: ["tests/autograd/inplace.test.ts"],
   },
@@ -2186,7 +2216,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   },
   {
     area: "controller", behaviour: "sample 2: compile: 0 and -0 are two signatures (a step may read 1 / v)",
-    file: "src/controller/recording.ts",
+    file: "src/controller/compile/params.ts",
     edits: one('const numberText = (v: number): string => (Object.is(v, -0) ? "-0" : String(v))', "const numberText = (v: number): string => String(v)"),
     tests: ["tests/recordings/numbers.test.ts"],
   },

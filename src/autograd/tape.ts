@@ -2,14 +2,14 @@
  * The autograd tape: what a forward pass records, and the backward pass that walks it. Pure and
  * generic over the tensor type (the controller binds it to its remote tensors in
  * src/controller/autograd.ts), so backward is nothing but ordinary op calls made through a
- * Backend; a remote failure inside it poisons what depends on it like any other command.
+ * TapeOps; a remote failure inside it poisons what depends on it like any other command.
  *
  * - A node is one recorded call: its inputs (the edges backward follows), the tensors it holds
  *   (so that a program's release of one waits until backward has read it), the versions of the
  *   tensors its rule reads values of (torch's saved tensors: a backward through a node one of
  *   which was written in place since is refused, as torch refuses it), and its backward
  *   function. Registry ops make theirs from their declared rule; anything else (a
- *   collective, a custom gradient) records one through `record`.
+ *   collective, a custom gradient) puts one on the tape through `tapeCall`.
  * - Backward runs nodes in reverse order of recording once every consumer has given its
  *   gradient, sums gradients that meet, and yields each target's gradient as soon as nothing
  *   more can add to it (the gradient generator). Each node is consumed as it runs: its saved
@@ -32,7 +32,7 @@ export interface TapeTensor<Self extends TapeTensor<Self>> {
 }
 
 /** The ops the tape itself needs, and how it reports a refusal. */
-export interface Backend<T> {
+export interface TapeOps<T> {
   /** The gradient of a root: ones of its shape and dtype. */
   ones(like: T): T
   zeros(like: T): T
@@ -42,7 +42,7 @@ export interface Backend<T> {
   copy(t: T): T
   /** Runs f, returning what it made: everything made is the tape's to release. */
   track<A>(f: () => A): { readonly value: A; readonly made: ReadonlyArray<T> }
-  refuse(message: string, reason?: "modified-inplace"): Error
+  refuse(reason: "autograd" | "modified-inplace", message: string): Error
 }
 
 /** A recorded call's backward: the gradient of each input (undefined where `needs` is false or there is none). */
@@ -55,7 +55,7 @@ export interface Site {
   format(): string | undefined
 }
 
-export class Node<T extends TapeTensor<T>> {
+export class TapeNode<T extends TapeTensor<T>> {
   readonly seq = sequence++
   consumed = false
   /** Its output's handle (until released) and the unconsumed nodes that read it. */
@@ -101,7 +101,7 @@ export class Node<T extends TapeTensor<T>> {
 
   /** One user fewer: with none left it can never run, so it is consumed, and so are the nodes only it reads. */
   unused(): void {
-    for (const stack: Node<T>[] = [this]; stack.length > 0;) {
+    for (const stack: TapeNode<T>[] = [this]; stack.length > 0;) {
       const n = stack.pop()!
       if (n.consumed || --n.users > 0) continue
       n.consume()
@@ -119,7 +119,7 @@ export class Entry<T extends TapeTensor<T>> {
     /** A leaf the program asked gradients for (requiresGrad_). */
     readonly leaf: boolean,
     /** The call that made it (for a non-leaf). */
-    readonly node: Node<T> | undefined,
+    readonly node: TapeNode<T> | undefined,
   ) {}
 
   /** Its handle was released: the node that made it loses a user. */
@@ -130,10 +130,10 @@ export class Entry<T extends TapeTensor<T>> {
 
 let enabled = true
 
-/** Whether ops are being recorded now (not inside noGrad or a backward pass). */
-export const isRecording = (): boolean => enabled
+/** Whether ops go on the tape now (not inside noGrad or a backward pass). */
+export const isTaping = (): boolean => enabled
 
-/** Runs f without recording (torch.no_grad()); synchronous code only, like every op call. */
+/** Runs f off the tape (torch.no_grad()); synchronous code only, like every op call. */
 export const noGrad = <A>(f: () => A): A => {
   const before = enabled
   enabled = false
@@ -155,11 +155,11 @@ export const requiresGrad = <T extends TapeTensor<T>>(t: T): boolean => {
  * held until it runs, and backward is refused if one of `checked` (default: all of `saved`) was
  * written in place since.
  */
-export const record = <T extends TapeTensor<T>>(name: string, output: T, inputs: ReadonlyArray<T>, saved: ReadonlyArray<T>, backward: NodeBackward<T>, checked: ReadonlyArray<T> = saved, site?: Site): void => {
-  output.autograd = new Entry<T>(false, new Node(name, inputs, backward, saved, checked, site))
+export const tapeCall = <T extends TapeTensor<T>>(name: string, output: T, inputs: ReadonlyArray<T>, saved: ReadonlyArray<T>, backward: NodeBackward<T>, checked: ReadonlyArray<T> = saved, site?: Site): void => {
+  output.autograd = new Entry<T>(false, new TapeNode(name, inputs, backward, saved, checked, site))
 }
 
-type Key<T extends TapeTensor<T>> = Node<T> | T
+type Key<T extends TapeTensor<T>> = TapeNode<T> | T
 
 /**
  * Backward from `root` (seeded with `seed`, else ones), yielding [target, gradient] for each
@@ -167,33 +167,33 @@ type Key<T extends TapeTensor<T>> = Node<T> | T
  * zeros at the end. `targets` undefined: every leaf that requires grad. The gradients yielded
  * are the caller's (the tape no longer releases them).
  */
-export function* backwardFrom<T extends TapeTensor<T>>(backend: Backend<T>, root: T, seed: T | undefined, targets: ReadonlyArray<T> | undefined): Generator<readonly [T, T]> {
+export function* backwardFrom<T extends TapeTensor<T>>(backend: TapeOps<T>, root: T, seed: T | undefined, targets: ReadonlyArray<T> | undefined): Generator<readonly [T, T]> {
   const keyOf = (t: T): Key<T> | undefined => (t.autograd?.node ?? (t.autograd?.leaf ? t : undefined))
   const rootKey = keyOf(root)
-  if (rootKey === undefined) throw backend.refuse(`backward: ${root} does not require grad (no input of the calls that made it requires grad)`)
+  if (rootKey === undefined) throw backend.refuse("autograd", `backward: ${root} does not require grad (no input of the calls that made it requires grad)`)
   const wanted = new Set<T>(targets ?? [])
-  for (const t of wanted) if (!requiresGrad(t)) throw backend.refuse(`grad: ${t} does not require grad`)
+  for (const t of wanted) if (!requiresGrad(t)) throw backend.refuse("autograd", `grad: ${t} does not require grad`)
   const isTarget = (k: Key<T>, output?: T): boolean =>
-    k instanceof Node ? output !== undefined && wanted.has(output) : targets === undefined || wanted.has(k)
+    k instanceof TapeNode ? output !== undefined && wanted.has(output) : targets === undefined || wanted.has(k)
 
   // The nodes reachable from the root, how many edges reach each key, and each node's output.
   const pending = new Map<Key<T>, number>()
-  const outputs = new Map<Node<T>, T>()
-  const nodes: Node<T>[] = []
-  const visited = new Set<Node<T>>()
-  if (rootKey instanceof Node) outputs.set(rootKey, root)
+  const outputs = new Map<TapeNode<T>, T>()
+  const nodes: TapeNode<T>[] = []
+  const visited = new Set<TapeNode<T>>()
+  if (rootKey instanceof TapeNode) outputs.set(rootKey, root)
   // Iterative, as every walk here: a graph may be deeper than the stack.
   for (const stack: Key<T>[] = [rootKey]; stack.length > 0;) {
     const k = stack.pop()!
-    if (!(k instanceof Node) || visited.has(k)) continue
+    if (!(k instanceof TapeNode) || visited.has(k)) continue
     visited.add(k)
-    if (k.consumed) throw backend.refuse(`backward through ${k.name} a second time: an earlier backward consumed it (its saved tensors are released)`)
+    if (k.consumed) throw backend.refuse("autograd", `backward through ${k.name} a second time: an earlier backward consumed it (its saved tensors are released)`)
     nodes.push(k)
     for (const t of k.inputs) {
       const ik = keyOf(t)
       if (ik === undefined) continue
       pending.set(ik, (pending.get(ik) ?? 0) + 1)
-      if (ik instanceof Node && !outputs.has(ik)) outputs.set(ik, t)
+      if (ik instanceof TapeNode && !outputs.has(ik)) outputs.set(ik, t)
       stack.push(ik)
     }
   }
@@ -201,7 +201,7 @@ export function* backwardFrom<T extends TapeTensor<T>>(backend: Backend<T>, root
   // Which keys lead to a target (only their gradients are computed): a node's inputs were
   // recorded before it, so in recording order each node's inputs are settled before it.
   const leads = new Map<Key<T>, boolean>()
-  const leadsTo = (k: Key<T>): boolean => (k instanceof Node ? leads.get(k)! : isTarget(k))
+  const leadsTo = (k: Key<T>): boolean => (k instanceof TapeNode ? leads.get(k)! : isTarget(k))
   for (const n of [...nodes].sort((x, y) => x.seq - y.seq))
     leads.set(n, isTarget(n, outputs.get(n)) || n.inputs.some((t) => { const ik = keyOf(t); return ik !== undefined && leadsTo(ik) }))
 
@@ -210,7 +210,7 @@ export function* backwardFrom<T extends TapeTensor<T>>(backend: Backend<T>, root
     const m = leads.get(n) ? n.modified() : undefined
     if (m === undefined) continue
     const at = n.site?.format()
-    throw backend.refuse(`one of the variables needed for gradient computation has been modified by an inplace operation: ${m.tensor}, saved by ${n.name}${at ? ` (called at ${at})` : ""}, is at version ${m.now}; expected version ${m.then} instead`, "modified-inplace")
+    throw backend.refuse("modified-inplace", `one of the variables needed for gradient computation has been modified by an inplace operation: ${m.tensor}, saved by ${n.name}${at ? ` (called at ${at})` : ""}, is at version ${m.now}; expected version ${m.then} instead`)
   }
 
   // Gradients the tape owns, with how many places hold each; what it does not own it never releases.
@@ -250,11 +250,11 @@ export function* backwardFrom<T extends TapeTensor<T>>(backend: Backend<T>, root
     acc.set(k, sum)
   }
 
-  const ready: Node<T>[] = []
+  const ready: TapeNode<T>[] = []
   const emitted = new Set<T>()
   try {
     contribute(rootKey, seed ?? tracked(() => backend.ones(root)))
-    if (!(rootKey instanceof Node)) {
+    if (!(rootKey instanceof TapeNode)) {
       emitted.add(root)
       yield [root, take(acc.get(rootKey)!)] as const
     } else ready.push(rootKey)
@@ -286,7 +286,7 @@ export function* backwardFrom<T extends TapeTensor<T>>(backend: Backend<T>, root
         const left = pending.get(k)! - 1
         pending.set(k, left)
         if (left > 0) continue
-        if (k instanceof Node) ready.push(k)
+        if (k instanceof TapeNode) ready.push(k)
         else if (isTarget(k) && !emitted.has(t)) {
           const g = acc.get(k)
           acc.delete(k)

@@ -10,11 +10,9 @@ import { floatProblem, hostTensorProblem, isWireFloat, MAX_NDIM, scalarProblem }
 import type { Value } from "../protocol/messages.ts"
 import { DTYPES, FloatNumber, HostTensor } from "../protocol/values.ts"
 import type { BorrowState } from "./borrows.ts"
-import { ControllerError } from "./errors.ts"
+import { refuse } from "./errors.ts"
 import type { Core } from "./core.ts"
-import { checkOwner, RemoteTensor } from "./handles.ts"
-
-export const refuse = (message: string) => new ControllerError({ message })
+import { checkOwner, TensorHandle } from "./handles.ts"
 
 /** What one command's argument trees read, gathered while converting them to the wire. */
 export class Reads {
@@ -27,7 +25,7 @@ export class Reads {
 }
 
 /** The mesh a command runs on, as its arguments see it. */
-export interface Placement {
+export interface CommandMesh {
   /** The controller it belongs to: tensors of another are refused. */
   readonly core: Core
   readonly ranks: ReadonlyArray<number>
@@ -42,7 +40,7 @@ export class Arguments {
   /** Meshes found to hold every rank of this one, so their tensors need no per-command rank check. */
   private readonly covering = new WeakSet<object>()
 
-  constructor(private readonly mesh: Placement) {}
+  constructor(private readonly mesh: CommandMesh) {}
 
   /**
    * A tree of arguments as it goes on the wire, noting in `reads` what it reads: tensors must
@@ -52,31 +50,31 @@ export class Arguments {
     if (v === null) return v
     if (typeof v !== "object") {
       const problem = scalarProblem(v)
-      if (problem !== undefined) throw refuse(problem)
+      if (problem !== undefined) throw refuse("argument", problem)
       return v as Value
     }
-    if (v instanceof RemoteTensor) {
+    if (v instanceof TensorHandle) {
       checkOwner(this.mesh.core, v)
-      if (v.released) throw refuse(v.retired ?? `${v} was released`)
+      if (v.released) throw refuse("released", v.retired ?? `${v} was released`)
       if (v.mesh !== this.mesh && !this.covering.has(v.mesh)) {
         const missing = this.mesh.ranks.filter((r) => !v.mesh.layout.contains(r))
-        if (missing.length > 0) throw refuse(`${v} is not on ranks [${missing}] of ${this.mesh}`)
+        if (missing.length > 0) throw refuse("mesh", `${v} is not on ranks [${missing}] of ${this.mesh}`)
         this.covering.add(v.mesh)
       }
       reads.inputs.push(v.ref.id)
-      this.mesh.core.tracing?.read.set(v.ref.id, v)
+      this.mesh.core.sink.read(v)
       if (v.borrow && !v.borrow.used && !reads.borrows.includes(v.borrow)) reads.borrows.push(v.borrow)
       if (!v.meta) reads.known = false
       return v.ref
     }
     if (v instanceof HostTensor) {
       const problem = hostTensorProblem(v)
-      if (problem !== undefined) throw refuse(problem)
+      if (problem !== undefined) throw refuse("argument", problem)
       return v
     }
     if (v instanceof Uint8Array) return v
     if (v instanceof FloatNumber) {
-      if (!isWireFloat(v.value)) throw refuse(floatProblem(v.value))
+      if (!isWireFloat(v.value)) throw refuse("argument", floatProblem(v.value))
       return v
     }
     if (Array.isArray(v)) {
@@ -86,7 +84,7 @@ export class Arguments {
     }
     // Like the wire, only plain objects are maps: a stream, a mesh or any other instance is refused.
     const proto: unknown = Object.getPrototypeOf(v)
-    if (proto !== Object.prototype && proto !== null) throw refuse(`a ${v.constructor?.name ?? "non-plain object"} cannot be an argument`)
+    if (proto !== Object.prototype && proto !== null) throw refuse("argument", `a ${v.constructor?.name ?? "non-plain object"} cannot be an argument`)
     const keys = Object.keys(v)
     return keys.length === 0 ? {} : Object.fromEntries(keys.map((k) => [k, this.convert((v as Record<string, unknown>)[k], reads)]))
   }
@@ -95,14 +93,14 @@ export class Arguments {
 /** A result's metadata as given by the program: later commands (reduce, send) put it on the wire. */
 export const checkMeta = (m: TensorMeta, i: number): TensorMeta => {
   const shapeOk = Array.isArray(m?.shape) && m.shape.length <= MAX_NDIM && m.shape.every((d) => Number.isSafeInteger(d) && d >= 0)
-  if (!DTYPES.includes(m?.dtype) || !shapeOk) throw refuse(`results[${i}]: ${JSON.stringify(m)} is not a dtype (${DTYPES.join(", ")}) and a shape of at most ${MAX_NDIM} sizes`)
+  if (!DTYPES.includes(m?.dtype) || !shapeOk) throw refuse("argument", `results[${i}]: ${JSON.stringify(m)} is not a dtype (${DTYPES.join(", ")}) and a shape of at most ${MAX_NDIM} sizes`)
   return m
 }
 
 /** A tree of arguments with tensors replaced by their metadata (UNKNOWN_TENSOR where unknown). */
 export const metasOf = (v: unknown): unknown => {
   if (typeof v !== "object" || v === null || v instanceof HostTensor || v instanceof Uint8Array || v instanceof FloatNumber) return v
-  if (v instanceof RemoteTensor) return v.meta ?? UNKNOWN_TENSOR
+  if (v instanceof TensorHandle) return v.meta ?? UNKNOWN_TENSOR
   if (Array.isArray(v)) return v.map(metasOf)
   return Object.fromEntries(Object.keys(v).map((k) => [k, metasOf((v as Record<string, unknown>)[k])]))
 }

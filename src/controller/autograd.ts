@@ -12,8 +12,12 @@
  * All of it is synchronous, like every op call: a refusal (no grad to take, a graph already
  * consumed, an in-place op on a tensor that requires grad, a backward that would read a saved
  * tensor written in place since: torch's version counter, storage.ts) throws a ControllerError.
+ *
+ * Autograd sits below the op layer (ops.ts calls tapeOp and refuseInPlace on every op) and
+ * reaches it through the OpSurface it is given, not an import: ops.ts passes its own to
+ * tapeOp, tensor.ts to backward, grad and detach.
  */
-import { backwardFrom, type Backend, Entry, isRecording, noGrad, record, requiresGrad, type Site } from "../autograd/tape.ts"
+import { backwardFrom, type TapeOps, Entry, isTaping, noGrad, tapeCall, requiresGrad, type Site } from "../autograd/tape.ts"
 import { FROM_PARTS, type GradContext, type GradOps, NOT_DIFFERENTIABLE, sumTo } from "../ops/grad.ts"
 import type { TensorMeta } from "../ops/meta.ts"
 import type { Param } from "../ops/params.ts"
@@ -21,24 +25,27 @@ import { isFloating } from "../ops/promotion.ts"
 import { type OpName, OPS } from "../ops/registry.ts"
 import { SAVES } from "../ops/saves.ts"
 import type { DType } from "../protocol/values.ts"
-import { refuse } from "./arguments.ts"
-import { ControllerError } from "./errors.ts"
-import { RemoteTensor } from "./handles.ts"
+import { refuse } from "./errors.ts"
+import { TensorHandle } from "./handles.ts"
 import { escape } from "./lifetime.ts"
 import type { Mesh } from "./mesh.ts"
-import { ops, opsOn } from "./ops.ts"
+import type { Ops } from "./ops.ts"
+import type { RemoteTensor } from "./tensor.ts"
 
 export { noGrad }
+
+/** The op layer autograd issues its commands through: every op on `mesh`, or (no mesh) on the first tensor argument's. */
+export type OpSurface = (mesh?: Mesh) => Ops
 
 /** The tensors made by ops while the tape tracks a step (a rule's temporaries included). */
 let made: RemoteTensor[] | undefined
 
 /** The ops rules are given on a mesh: the typed surface (the compiler checks it against GradOps), noting what each call made. */
 const ruleOps = new WeakMap<Mesh, GradOps<RemoteTensor>>()
-const opsFor = (mesh: Mesh): GradOps<RemoteTensor> => {
+const opsFor = (on: OpSurface, mesh: Mesh): GradOps<RemoteTensor> => {
   let o = ruleOps.get(mesh)
   if (o === undefined) {
-    const surface: GradOps<RemoteTensor> = opsOn(mesh)
+    const surface: GradOps<RemoteTensor> = on(mesh)
     o = Object.fromEntries(Object.entries(surface).map(([name, f]) => [name, (...args: unknown[]) => {
       const t = (f as (...a: unknown[]) => RemoteTensor)(...args)
       made?.push(t)
@@ -49,20 +56,20 @@ const opsFor = (mesh: Mesh): GradOps<RemoteTensor> => {
   return o
 }
 
-const metaOf = (t: RemoteTensor): TensorMeta => t.meta ?? (() => { throw refuse(`autograd needs the dtype and shape of ${t}`) })()
+const metaOf = (t: RemoteTensor): TensorMeta => t.meta ?? (() => { throw refuse("unknown-meta", `autograd needs the dtype and shape of ${t}`) })()
 
-const backend = (mesh: Mesh): Backend<RemoteTensor> => {
+const backend = (on: OpSurface, mesh: Mesh): TapeOps<RemoteTensor> => {
   const noted = (t: RemoteTensor) => (made?.push(t), t)
   return {
-    ones: (like) => noted(opsOn(mesh).ones([...metaOf(like).shape], { dtype: metaOf(like).dtype })),
+    ones: (like) => noted(on(mesh).ones([...metaOf(like).shape], { dtype: metaOf(like).dtype })),
     // A gradient lives on its tensor's mesh, which after a send is not the root's.
-    zeros: (like) => opsFor(like.mesh).zeros([...metaOf(like).shape], { dtype: metaOf(like).dtype }),
-    add: (a, b) => opsFor(a.mesh).add(a, b),
+    zeros: (like) => opsFor(on, like.mesh).zeros([...metaOf(like).shape], { dtype: metaOf(like).dtype }),
+    add: (a, b) => opsFor(on, a.mesh).add(a, b),
     fit: (g, to) => {
-      const m = metaOf(g), summed = sumTo(opsFor(g.mesh), g, m.shape, to.shape)
-      return m.dtype === to.dtype ? summed : opsFor(g.mesh).to(summed, to.dtype)
+      const m = metaOf(g), summed = sumTo(opsFor(on, g.mesh), g, m.shape, to.shape)
+      return m.dtype === to.dtype ? summed : opsFor(on, g.mesh).to(summed, to.dtype)
     },
-    copy: (t) => ops.clone(t),
+    copy: (t) => on().clone(t),
     track: (f) => {
       const outer = made
       made = []
@@ -73,16 +80,16 @@ const backend = (mesh: Mesh): Backend<RemoteTensor> => {
         made = outer
       }
     },
-    refuse: (message, reason) => (reason === undefined ? refuse(message) : new ControllerError({ message, reason })),
+    refuse,
   }
 }
 
-const isTensorArg = (v: unknown): v is RemoteTensor => v instanceof RemoteTensor
+const isTensorArg = (v: unknown): v is RemoteTensor => v instanceof TensorHandle
 const TENSOR_KINDS: ReadonlySet<string> = new Set(["tensor", "tensorOrScalar", "tensors"])
 
-/** Whether a tensor in an argument tree requires grad (the check every op call makes while recording: no allocation). */
+/** Whether a tensor in an argument tree requires grad (the check every op call makes while taping: no allocation). */
 const anyRequiresGrad = (v: unknown): boolean => {
-  if (v instanceof RemoteTensor) return v.autograd !== undefined && requiresGrad(v)
+  if (isTensorArg(v)) return v.autograd !== undefined && requiresGrad(v)
   if (Array.isArray(v)) {
     for (const x of v) if (anyRequiresGrad(x)) return true
     return false
@@ -93,14 +100,14 @@ const anyRequiresGrad = (v: unknown): boolean => {
 }
 
 /**
- * @internal The typed surface's check before an in-place op: while recording, a tensor that
+ * @internal The typed surface's check before an in-place op: while taping, a tensor that
  * requires grad may not change in place (backward would read changed values). An optimizer
  * step runs inside noGrad().
  */
 export const refuseInPlace = (name: OpName, mutated: ReadonlyArray<RemoteTensor>): void => {
-  if (!isRecording()) return
+  if (!isTaping()) return
   const t = mutated.find((m) => m.autograd !== undefined && requiresGrad(m))
-  if (t !== undefined) throw refuse(`ops.${name} changes ${t}, which requires grad, in place; do it inside noGrad() (as an optimizer step does), or on a detach()ed copy`)
+  if (t !== undefined) throw refuse("autograd", `ops.${name} changes ${t}, which requires grad, in place; do it inside noGrad() (as an optimizer step does), or on a detach()ed copy`)
 }
 
 /**
@@ -122,9 +129,9 @@ const savedBy = (name: OpName, bound: Readonly<Record<string, unknown>>, owners:
   return [...out]
 }
 
-/** @internal The typed surface's hook (ops.ts): records the node of `ops.<name>` when an input requires grad. */
-export const recordOp = (name: OpName, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, results: ReadonlyArray<RemoteTensor>, site: Site | undefined): void => {
-  if (!isRecording() || !(anyRequiresGrad(args) || anyRequiresGrad(kwargs))) return
+/** @internal The typed surface's hook (ops.ts, which passes itself as `on`): records the node of `ops.<name>` when an input requires grad. */
+export const tapeOp = (on: OpSurface, name: OpName, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, results: ReadonlyArray<RemoteTensor>, site: Site | undefined): void => {
+  if (!isTaping() || !(anyRequiresGrad(args) || anyRequiresGrad(kwargs))) return
   const op = OPS[name]
   // A composite op is never issued by the controller: its parts were recorded instead.
   if (op.backward === NOT_DIFFERENTIABLE || op.backward === FROM_PARTS) return
@@ -144,9 +151,9 @@ export const recordOp = (name: OpName, args: ReadonlyArray<unknown>, kwargs: Rea
   // its rule told which one it is and given every result (dropout's mask).
   results.forEach((result, at) => {
     if (result.meta === undefined || !isFloating(result.meta.dtype)) return
-    record(`ops.${name}`, result, inputs, [...inputs, ...results], (grad, needs) => {
+    tapeCall(`ops.${name}`, result, inputs, [...inputs, ...results], (grad, needs) => {
       const c: GradContext<ReadonlyArray<Param>, RemoteTensor> = { args: bound as never, out: result, outs: results, index: at, grad, meta: metaOf }
-      const thunks = (rule as (c: unknown, o: GradOps<RemoteTensor>) => Record<string, (() => RemoteTensor | ReadonlyArray<RemoteTensor>) | undefined>)(c, opsFor(result.mesh))
+      const thunks = (rule as (c: unknown, o: GradOps<RemoteTensor>) => Record<string, (() => RemoteTensor | ReadonlyArray<RemoteTensor>) | undefined>)(c, opsFor(on, result.mesh))
       const values = new Map<string, RemoteTensor | ReadonlyArray<RemoteTensor> | undefined>()
       return owners.map(({ name, index }, i) => {
         if (!needs[i]) return undefined
@@ -163,14 +170,14 @@ export const recordOp = (name: OpName, args: ReadonlyArray<unknown>, kwargs: Rea
  * tape: `output` was made from `inputs`, and `backward` gives each input's gradient from the
  * output's (undefined for none), issuing ordinary commands. The gradients it returns become the
  * tape's, released once used (`grad` itself excepted); its other temporaries are its own to
- * release. Nothing is recorded unless an input requires grad and recording is on; `saved`
+ * release. Nothing is recorded unless an input requires grad and taping is on; `saved`
  * (default: inputs and output) are kept until it runs.
  */
 export const recordBackward = (name: string, output: RemoteTensor, inputs: ReadonlyArray<RemoteTensor>, backward: (grad: RemoteTensor) => ReadonlyArray<RemoteTensor | undefined>, saved: ReadonlyArray<RemoteTensor> = [...inputs, output]): void => {
-  if (!isRecording() || !anyRequiresGrad(inputs)) return
-  if (output.meta === undefined || !isFloating(output.meta.dtype)) throw refuse(`${name}: a gradient needs a floating result of known dtype and shape, got ${output}`)
+  if (!isTaping() || !anyRequiresGrad(inputs)) return
+  if (output.meta === undefined || !isFloating(output.meta.dtype)) throw refuse("autograd", `${name}: a gradient needs a floating result of known dtype and shape, got ${output}`)
   for (const t of inputs) metaOf(t)
-  record(name, output, inputs, saved, (grad, needs) => backward(grad).map((g, i) => {
+  tapeCall(name, output, inputs, saved, (grad, needs) => backward(grad).map((g, i) => {
     if (g !== undefined && g !== grad) made?.push(g)
     return needs[i] ? g : undefined
   }))
@@ -178,7 +185,7 @@ export const recordBackward = (name: string, output: RemoteTensor, inputs: Reado
 
 /**
  * A function with its own gradient (torch.autograd.Function, tfjs customGrad): `f` computes the
- * value without recording and returns it with its backward, which gives each tensor argument's
+ * value off the tape and returns it with its backward, which gives each tensor argument's
  * gradient from the value's.
  */
 export const customGrad = <A extends ReadonlyArray<RemoteTensor>>(name: string, f: (...inputs: A) => { readonly value: RemoteTensor; readonly backward: (grad: RemoteTensor) => ReadonlyArray<RemoteTensor | undefined> }) =>
@@ -188,7 +195,8 @@ export const customGrad = <A extends ReadonlyArray<RemoteTensor>>(name: string, 
     return value
   }
 
-interface GradOptions {
+/** What grad and gradGenerator take besides the tensors. */
+export interface GradOptions {
   /** The gradient of the output (default ones; needed when it is not a scalar). */
   readonly gradOutput?: RemoteTensor
 }
@@ -196,26 +204,19 @@ interface GradOptions {
 const seedFor = (output: RemoteTensor, opts: GradOptions): RemoteTensor | undefined => {
   if (opts.gradOutput !== undefined) {
     const want = metaOf(output), got = metaOf(opts.gradOutput)
-    if (want.shape.join() !== got.shape.join()) throw refuse(`gradOutput ${opts.gradOutput} does not match ${output}`)
+    if (want.shape.join() !== got.shape.join()) throw refuse("autograd", `gradOutput ${opts.gradOutput} does not match ${output}`)
     return opts.gradOutput
   }
-  if (metaOf(output).shape.length > 0) throw refuse(`a gradient can be implied only for a scalar output; ${output} needs gradOutput`)
+  if (metaOf(output).shape.length > 0) throw refuse("autograd", `a gradient can be implied only for a scalar output; ${output} needs gradOutput`)
   return undefined
 }
 
 /**
  * The gradients of `output` with respect to each of `inputs` as soon as each is final, in
- * backward order (Monarch's grad_generator): reduce each while the rest of backward goes on.
- * The gradients are the caller's; leaves' .grad is not touched.
+ * backward order, issued through `on` (tensor.ts's gradGenerator).
  */
-export function* gradGenerator(output: RemoteTensor, inputs: ReadonlyArray<RemoteTensor>, opts: GradOptions = {}): Generator<readonly [RemoteTensor, RemoteTensor]> {
-  yield* backwardFrom(backend(output.mesh), output, seedFor(output, opts), inputs)
-}
-
-/** The gradients of `output` with respect to `inputs`, in their order (zeros for an input it does not depend on). */
-export const grad = (output: RemoteTensor, inputs: ReadonlyArray<RemoteTensor>, opts: GradOptions = {}): RemoteTensor[] => {
-  const got = new Map(gradGenerator(output, inputs, opts))
-  return inputs.map((t) => got.get(t)!)
+export function* gradientsOf(on: OpSurface, output: RemoteTensor, inputs: ReadonlyArray<RemoteTensor>, opts: GradOptions): Generator<readonly [RemoteTensor, RemoteTensor]> {
+  yield* backwardFrom(backend(on, output.mesh), output, seedFor(output, opts), inputs)
 }
 
 /** Sets each parameter's .grad to none, releasing it (torch's zero_grad(set_to_none=True)). */
@@ -228,7 +229,7 @@ export const zeroGrad = (params: Iterable<RemoteTensor>): void => {
   }
 }
 
-/** What a tensor handle gains for autograd. */
+/** What a tensor handle gains for autograd (RemoteTensor implements it, tensor.ts). */
 export interface TensorGrad<D extends DType> {
   /** Whether gradients flow to (or through) it. */
   readonly requiresGrad: boolean
@@ -242,57 +243,39 @@ export interface TensorGrad<D extends DType> {
   detach(): RemoteTensor<D>
 }
 
-declare module "./handles.ts" {
-  interface RemoteTensor<D extends DType = DType> extends TensorGrad<D> {}
+/** requiresGrad_: `t` made a leaf that requires grad (on), or no longer one (off). */
+export const requireGrad = (t: RemoteTensor, on: boolean): void => {
+  if (!on) {
+    if (t.autograd?.leaf) t.autograd = undefined
+    return
+  }
+  if (t.autograd?.node) throw refuse("autograd", `${t} was made by ${t.autograd.node.name}; only a leaf can be made to require grad (detach() it first)`)
+  const m = metaOf(t)
+  if (!isFloating(m.dtype)) throw refuse("autograd", `only floating tensors can require grad, got ${t}`)
+  t.autograd ??= new Entry<RemoteTensor>(true, undefined)
 }
 
-Object.defineProperties(RemoteTensor.prototype, {
-  requiresGrad: {
-    get(this: RemoteTensor) {
-      return requiresGrad(this)
-    },
-  },
-  requiresGrad_: {
-    value(this: RemoteTensor, on = true) {
-      if (!on) {
-        if (this.autograd?.leaf) this.autograd = undefined
-        return this
-      }
-      if (this.autograd?.node) throw refuse(`${this} was made by ${this.autograd.node.name}; only a leaf can be made to require grad (detach() it first)`)
-      const m = metaOf(this)
-      if (!isFloating(m.dtype)) throw refuse(`only floating tensors can require grad, got ${this}`)
-      this.autograd ??= new Entry<RemoteTensor>(true, undefined)
-      return this
-    },
-  },
-  grad: {
-    get(this: RemoteTensor) {
-      return this.autograd?.grad
-    },
-    set(this: RemoteTensor, g: RemoteTensor | undefined) {
-      if (!this.autograd?.leaf) throw refuse(`${this} is not a leaf that requires grad`)
-      // A leaf's gradient outlives the step that made it (lifetime.ts).
-      if (g !== undefined) escape(g)
-      this.autograd.grad = g
-    },
-  },
-  backward: {
-    value(this: RemoteTensor, gradOutput?: RemoteTensor) {
-      for (const [leaf, g] of backwardFrom(backend(this.mesh), this, seedFor(this, { gradOutput }), undefined)) {
-        const e = leaf.autograd!
-        if (e.grad === undefined) {
-          escape(g)
-          e.grad = g
-        } else noGrad(() => {
-          ops.add_(e.grad!, g)
-          g.release()
-        })
-      }
-    },
-  },
-  detach: {
-    value(this: RemoteTensor) {
-      return noGrad(() => ops.view(this, [...metaOf(this).shape]))
-    },
-  },
-})
+/** Setting a leaf's .grad. */
+export const setGrad = (t: RemoteTensor, g: RemoteTensor | undefined): void => {
+  if (!t.autograd?.leaf) throw refuse("autograd", `${t} is not a leaf that requires grad`)
+  // A leaf's gradient outlives the step that made it (lifetime.ts).
+  if (g !== undefined) escape(g)
+  t.autograd.grad = g
+}
+
+/** backward(): accumulates `t`'s gradient into every leaf's .grad, issued through `on`. */
+export const backward = (on: OpSurface, t: RemoteTensor, gradOutput: RemoteTensor | undefined): void => {
+  for (const [leaf, g] of backwardFrom(backend(on, t.mesh), t, seedFor(t, { gradOutput }), undefined)) {
+    const e = leaf.autograd!
+    if (e.grad === undefined) {
+      escape(g)
+      e.grad = g
+    } else noGrad(() => {
+      on().add_(e.grad!, g)
+      g.release()
+    })
+  }
+}
+
+/** detach(): the same values, cut from the graph (a view issued through `on`). */
+export const detach = (on: OpSurface, t: RemoteTensor): RemoteTensor => noGrad(() => on().view(t, [...metaOf(t).shape]))

@@ -5,7 +5,8 @@
  */
 import { Effect, type Scope } from "effect"
 import type { Core } from "./core.ts"
-import { RemoteTensor, type RemoteStream } from "./handles.ts"
+import type { RemoteStream } from "./handles.ts"
+import { RemoteTensor } from "./tensor.ts"
 
 /** A borrow's alias as the controller tracks it. */
 export interface BorrowState {
@@ -24,15 +25,15 @@ export const borrow = (core: Core, t: RemoteTensor, to: RemoteStream): Effect.Ef
       const alias = core.newRef()
       const state: BorrowState = { id: alias.id, ranks: t.mesh.ranks, used: false, dropped: false }
       core.graph.alias(alias.id, t.ref.id)
-      core.post(t.mesh.ranks, { _tag: "BorrowCreate", result: alias, tensor: t.ref, from: t.stream.ref, to: to.ref, alreadyBorrowed: false })
+      core.sink.post(t.mesh.ranks, { _tag: "BorrowCreate", result: alias, tensor: t.ref, from: t.stream.ref, to: to.ref, alreadyBorrowed: false })
       return new RemoteTensor(t.mesh, alias, t.meta, to, state).viewOf(t, 0)
     }),
     (alias) => Effect.sync(() => {
       const b = alias.borrow!
       b.dropped = true
-      if (b.used) core.post(b.ranks, { _tag: "BorrowLastUse", borrow: b.id })
-      core.post(b.ranks, { _tag: "BorrowDrop", borrow: b.id })
-      core.release(b.ranks, [b.id])
+      if (b.used) core.sink.post(b.ranks, { _tag: "BorrowLastUse", borrow: b.id })
+      core.sink.post(b.ranks, { _tag: "BorrowDrop", borrow: b.id })
+      core.sink.release(b.ranks, [b.id])
     }),
   )
 
@@ -40,6 +41,6 @@ export const borrow = (core: Core, t: RemoteTensor, to: RemoteStream): Effect.Ef
 export const firstUses = (core: Core, borrows: ReadonlyArray<BorrowState>): void => {
   for (const b of borrows) {
     b.used = true
-    core.post(b.ranks, { _tag: "BorrowFirstUse", borrow: b.id })
+    core.sink.post(b.ranks, { _tag: "BorrowFirstUse", borrow: b.id })
   }
 }

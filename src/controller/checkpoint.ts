@@ -20,9 +20,10 @@ import { blockRuns, encodeHeader, MANIFEST_FORMAT, parseManifest, sealManifest, 
 import { tmpName, writeFileDurably } from "../checkpoint/files.ts"
 import type { Value } from "../protocol/messages.ts"
 import { ITEM_SIZE, type HostTensor } from "../protocol/values.ts"
-import { refuse } from "./arguments.ts"
+import { refuse } from "./errors.ts"
 import { ControllerError, type Failure } from "./errors.ts"
-import { RemoteTensor, type RemoteStream } from "./handles.ts"
+import type { RemoteStream } from "./handles.ts"
+import { RemoteTensor } from "./tensor.ts"
 import type { Mesh } from "./mesh.ts"
 import { blockOf, replicate, shard, type PlacementSpec } from "./placement.ts"
 
@@ -86,25 +87,25 @@ const flatten = (state: State, path: string | undefined, leaves: Leaf[]): unknow
   const where = path ?? "the state"
   if (state instanceof RemoteTensor || state instanceof PerRank) {
     const tensor = state instanceof PerRank ? state.tensor : state
-    if (!tensor.meta) throw refuse(`cannot save ${tensor} (${where}): its dtype and shape are unknown`)
-    if (leaves.some((l) => l.tensor === tensor)) throw refuse(`${tensor} is in the state twice (${where})`)
-    if (leaves.some((l) => l.name === (path ?? ""))) throw refuse(`two tensors of the state are named "${path}" (a key with a dot, and keys or indices joined by dots); rename one`)
+    if (!tensor.meta) throw refuse("unknown-meta", `cannot save ${tensor} (${where}): its dtype and shape are unknown`)
+    if (leaves.some((l) => l.tensor === tensor)) throw refuse("checkpoint", `${tensor} is in the state twice (${where})`)
+    if (leaves.some((l) => l.name === (path ?? ""))) throw refuse("checkpoint", `two tensors of the state are named "${path}" (a key with a dot, and keys or indices joined by dots); rename one`)
     leaves.push({ name: path ?? "", tensor, perRank: state instanceof PerRank })
     return { [TENSOR_KEY]: path ?? "" }
   }
   if (state === null || typeof state === "string" || typeof state === "boolean") return state
   if (typeof state === "number") {
-    if (!Number.isFinite(state)) throw refuse(`${where} is ${state}, which JSON cannot hold`)
+    if (!Number.isFinite(state)) throw refuse("checkpoint", `${where} is ${state}, which JSON cannot hold`)
     return state
   }
   const child = (part: string) => (path === undefined ? part : `${path}.${part}`)
   if (Array.isArray(state)) return state.map((s, i) => flatten(s, child(`${i}`), leaves))
   if (typeof state === "object" && Object.getPrototypeOf(state) === Object.prototype)
     return Object.fromEntries(Object.entries(state).map(([k, s]) => {
-      if (k === TENSOR_KEY) throw refuse(`${where} has the key "${TENSOR_KEY}", which a checkpoint's tree keeps for its tensors`)
+      if (k === TENSOR_KEY) throw refuse("checkpoint", `${where} has the key "${TENSOR_KEY}", which a checkpoint's tree keeps for its tensors`)
       return [k, flatten(s as State, child(k), leaves)]
     }))
-  throw refuse(`${where} is a ${typeof state}; a state holds tensors, numbers, strings, booleans and null, in arrays and objects`)
+  throw refuse("checkpoint", `${where} is a ${typeof state}; a state holds tensors, numbers, strings, booleans and null, in arrays and objects`)
 }
 
 const nonce = () => randomBytes(4).toString("hex")
@@ -152,20 +153,20 @@ export const save = (mesh: Mesh, state: State, dir: string, opts: SaveOptions = 
   Effect.suspend(() => {
     const core = mesh.core, site = core.site()
     const keep = opts.keep ?? 2
-    if (!Number.isSafeInteger(keep) || keep < 1) throw refuse(`keep ${keep} is not a count of versions (an integer, 1 or more)`)
+    if (!Number.isSafeInteger(keep) || keep < 1) throw refuse("argument", `keep ${keep} is not a count of versions (an integer, 1 or more)`)
     const leaves: Leaf[] = []
     const tree = flatten(state, undefined, leaves)
-    for (const l of leaves) if (l.tensor.mesh !== mesh) throw refuse(`${l.name || "the state"} is on ${l.tensor.mesh}, not on ${mesh}`)
+    for (const l of leaves) if (l.tensor.mesh !== mesh) throw refuse("mesh", `${l.name || "the state"} is on ${l.tensor.mesh}, not on ${mesh}`)
     const base = opts.version ?? defaultVersion(state)
     const problem = versionProblem(base)
-    if (problem !== undefined) throw refuse(problem)
+    if (problem !== undefined) throw refuse("checkpoint", problem)
     const version = `${base}-${nonce()}`
     const tmp = join(dir, tmpName(version))
     const layouts = leaves.map((l) => layoutOf(mesh, l))
     const writers = layouts.map((lay) => lay.blocks.filter((b) => b.first).map((b) => b.rank))
     const stream = opts.stream ?? mesh.defaultStream
     const inputs = leaves.map((l) => l.tensor.ref.id)
-    const written = core.fetch(mesh.ranks, inputs, `save ${dir}/${version}`, site, (ident) => ({
+    const written = core.sink.fetch(mesh.ranks, inputs, `save ${dir}/${version}`, site, (ident) => ({
       _tag: "SaveShards", ident, dir: tmp, tensors: leaves.map((l) => l.tensor.ref), names: leaves.map((l) => l.name), writers, stream: stream.ref,
     }), undefined, true)
     const commit = (answers: ReadonlyArray<Value>) => Effect.gen(function* () {
@@ -191,19 +192,19 @@ export const save = (mesh: Mesh, state: State, dir: string, opts: SaveOptions = 
       const manifest: Manifest = {
         format: MANIFEST_FORMAT, version, mesh: { names: mesh.names, sizes: mesh.layout.sizes, ranks: mesh.ranks }, tree, tensors, files, savedAt: new Date().toISOString(),
       }
-      yield* core.fetch([mesh.ranks[0]!], [], `commit ${dir}/${version}`, site, (ident) => ({
+      yield* core.sink.fetch([mesh.ranks[0]!], [], `commit ${dir}/${version}`, site, (ident) => ({
         _tag: "CommitCheckpoint", ident, dir, tmp, version, manifest: sealManifest(manifest), keep,
       }))
       const writes = mesh.ranks.map((rank) => ({ rank, bytes: byRank.get(rank)!.bytes, ms: byRank.get(rank)!.ms }))
       return { dir, version, bytes: writes.reduce((a, w) => a + w.bytes, 0), writes } satisfies Saved
     })
     // A failed save removes its temporary directory (best effort: the failure is what is reported).
-    const dropTmp = core.fetch([mesh.ranks[0]!], [], `drop ${tmp}`, site, (ident) => ({ _tag: "DropCheckpoint", ident, tmp })).pipe(Effect.ignore)
+    const dropTmp = core.sink.fetch([mesh.ranks[0]!], [], `drop ${tmp}`, site, (ident) => ({ _tag: "DropCheckpoint", ident, tmp })).pipe(Effect.ignore)
     // Forked now, so the SaveShards command is issued at this point of the program (runFork
     // runs the fiber up to its first wait at once) and the commit follows without the program.
     const fiber = Effect.runFork(asCheckpointError(written.pipe(Effect.flatMap(commit))).pipe(Effect.tapError(() => dropTmp)))
     return Effect.succeed({ version, durable: Fiber.join(fiber) })
-  }).pipe(Effect.catchDefect((e) => Effect.fail(e instanceof ControllerError ? e : refuse(String(e)))))
+  }).pipe(Effect.catchDefect((e) => Effect.fail(e instanceof ControllerError ? e : refuse("thrown", String(e)))))
 
 /** A checkpoint restored: its version, and the state tree with new tensors (a PerRank where one was saved). */
 export interface Loaded {
@@ -214,7 +215,7 @@ export interface Loaded {
 
 /** The manifest of the version LATEST names in `dir` (or `version`), read by the mesh's first rank. */
 export const readCheckpoint = (mesh: Mesh, dir: string, version?: string): Effect.Effect<{ version: string; manifest: Manifest }, CheckpointError | Failure> =>
-  asCheckpointError(mesh.core.fetch([mesh.ranks[0]!], [], `read ${dir}`, mesh.core.site(), (ident) => ({ _tag: "ReadCheckpoint", ident, path: dir, version: version ?? null }))).pipe(
+  asCheckpointError(mesh.core.sink.fetch([mesh.ranks[0]!], [], `read ${dir}`, mesh.core.site(), (ident) => ({ _tag: "ReadCheckpoint", ident, path: dir, version: version ?? null }))).pipe(
     Effect.map((values) => {
       const v = values[0] as { version: string; manifest: string }
       return { version: v.version, manifest: parseManifest(join(dir, v.version, "manifest.json"), v.manifest) }
@@ -229,10 +230,10 @@ export const readCheckpoint = (mesh: Mesh, dir: string, version?: string): Effec
 const loadTensors = (mesh: Mesh, specs: ReadonlyArray<{ readonly tensor: RemoteTensor; readonly sources: Value }>, label: string) =>
   Effect.suspend(() => {
     const core = mesh.core, site = core.site()
-    core.command(mesh.ranks, label, [], specs.map((s) => s.tensor.ref.id), site, (ident) => ({
+    core.sink.command(mesh.ranks, label, [], specs.map((s) => s.tensor.ref.id), site, (ident) => ({
       _tag: "LoadShards", ident, results: specs.map((s) => s.tensor.ref), sources: specs.map((s) => s.sources), stream: mesh.defaultStream.ref,
     }))
-    return asCheckpointError(core.fetch(mesh.ranks, specs.map((s) => s.tensor.ref.id), label, site, (ident) => ({
+    return asCheckpointError(core.sink.fetch(mesh.ranks, specs.map((s) => s.tensor.ref.id), label, site, (ident) => ({
       _tag: "FetchValue", ident, mutates: [], function: null, object: null, stream: mesh.defaultStream.ref,
     }))).pipe(Effect.onError(() => Effect.sync(() => { for (const s of specs) s.tensor.release() })))
   })
@@ -294,7 +295,7 @@ export const restoreInto = (into: State, loaded: State): Effect.Effect<void, Con
   Effect.gen(function* () {
     const target = tensorsOf(into), source = tensorsOf(loaded)
     const missing = [...target.keys()].filter((k) => !source.has(k))
-    if (missing.length > 0) return yield* refuse(`the checkpoint has no ${missing.join(", ")}`)
+    if (missing.length > 0) return yield* refuse("checkpoint", `the checkpoint has no ${missing.join(", ")}`)
     for (const [name, t] of target) {
       const s = source.get(name)!
       yield* t.mesh.run("ops.copy_", [t, s], {}, { mutates: [t] })
@@ -310,10 +311,10 @@ export const restoreInto = (into: State, loaded: State): Effect.Effect<void, Con
 const exportPath = (mesh: Mesh, path: string): string => {
   if (isAbsolute(path)) return path
   const root = mesh.core.options.checkpointRoot
-  if (root === undefined) throw refuse(`exportFile(${path}): a relative path is under the checkpoint root, and this controller has none (give it \`checkpoints\` or MONARCH_CHECKPOINT_DIR), or give an absolute path`)
+  if (root === undefined) throw refuse("checkpoint", `exportFile(${path}): a relative path is under the checkpoint root, and this controller has none (give it \`checkpoints\` or MONARCH_CHECKPOINT_DIR), or give an absolute path`)
   const target = resolve(root, path)
   const rel = relative(root, target)
-  if (rel === "" || rel === ".." || rel.startsWith("../")) throw refuse(`exportFile(${path}): the path leads out of the checkpoint root ${root}`)
+  if (rel === "" || rel === ".." || rel.startsWith("../")) throw refuse("checkpoint", `exportFile(${path}): the path leads out of the checkpoint root ${root}`)
   return target
 }
 
@@ -325,9 +326,9 @@ const exportPath = (mesh: Mesh, path: string): string => {
  */
 export const exportFile = (mesh: Mesh, state: State, path: string): Effect.Effect<{ readonly bytes: number; readonly path: string }, Failure> =>
   Effect.gen(function* () {
-    const target = yield* Effect.try({ try: () => exportPath(mesh, path), catch: (e) => (e instanceof ControllerError ? e : refuse(String(e))) })
+    const target = yield* Effect.try({ try: () => exportPath(mesh, path), catch: (e) => (e instanceof ControllerError ? e : refuse("thrown", String(e))) })
     const leaves: Leaf[] = []
-    const tree = yield* Effect.try({ try: () => flatten(state, undefined, leaves), catch: (e) => (e instanceof ControllerError ? e : refuse(String(e))) })
+    const tree = yield* Effect.try({ try: () => flatten(state, undefined, leaves), catch: (e) => (e instanceof ControllerError ? e : refuse("thrown", String(e))) })
     const whole = leaves.filter((l) => !l.perRank)
     const datas: Uint8Array[] = []
     for (const l of whole) {
@@ -345,7 +346,7 @@ export const exportFile = (mesh: Mesh, state: State, path: string): Effect.Effec
       datas.push(data)
     }
     const { bytes: header } = encodeHeader(whole.map((l) => ({ name: l.name, dtype: l.tensor.meta!.dtype, shape: layoutOf(mesh, l).shape })), { format: "pt", monarch: JSON.stringify(tree) })
-    yield* Effect.try({ try: () => (mkdirSync(dirname(target), { recursive: true }), writeFileDurably(target, [header, ...datas])), catch: (e) => refuse(`writing ${target}: ${e instanceof Error ? e.message : String(e)}`) })
+    yield* Effect.try({ try: () => (mkdirSync(dirname(target), { recursive: true }), writeFileDurably(target, [header, ...datas])), catch: (e) => refuse("checkpoint", `writing ${target}: ${e instanceof Error ? e.message : String(e)}`) })
     return { bytes: header.byteLength + datas.reduce((a, d) => a + d.byteLength, 0), path: target }
   })
 
@@ -356,7 +357,7 @@ export const exportFile = (mesh: Mesh, state: State, path: string): Effect.Effec
  */
 export const importFile = (mesh: Mesh, file: string, placements: Readonly<Record<string, PlacementSpec>> = {}): Effect.Effect<ReadonlyMap<string, RemoteTensor>, CheckpointError | Failure> =>
   Effect.gen(function* () {
-    const values = yield* asCheckpointError(mesh.core.fetch([mesh.ranks[0]!], [], `read ${file}`, mesh.core.site(), (ident) => ({ _tag: "ReadCheckpoint", ident, path: file, version: null })))
+    const values = yield* asCheckpointError(mesh.core.sink.fetch([mesh.ranks[0]!], [], `read ${file}`, mesh.core.site(), (ident) => ({ _tag: "ReadCheckpoint", ident, path: file, version: null })))
     const header = JSON.parse((values[0] as { header: string }).header) as { tensors: Record<string, { dtype: TensorRecord["dtype"]; shape: number[] }> }
     const unknown = Object.keys(placements).filter((n) => !(n in header.tensors))
     if (unknown.length > 0) return yield* new CheckpointError({ message: `${file} has no tensor ${unknown.join(", ")} (it has ${Object.keys(header.tensors).join(", ")})` })
@@ -368,12 +369,12 @@ export const importFile = (mesh: Mesh, file: string, placements: Readonly<Record
         for (const [m, d] of Object.entries(spec)) {
           if (d.kind !== "shard") continue
           const n = mesh.dims[m]
-          if (n === undefined || local[d.dim] === undefined || local[d.dim]! % n !== 0) throw refuse(`${name} ${t.dtype}[${t.shape}]: cannot shard dim ${d.dim} over ${m}${n === undefined ? " (no such mesh dim)" : ` of ${n} ranks`}`)
+          if (n === undefined || local[d.dim] === undefined || local[d.dim]! % n !== 0) throw refuse("placement", `${name} ${t.dtype}[${t.shape}]: cannot shard dim ${d.dim} over ${m}${n === undefined ? " (no such mesh dim)" : ` of ${n} ranks`}`)
           local[d.dim] = local[d.dim]! / n
         }
         return { name, dtype: t.dtype, spec, local }
       }),
-      catch: (e) => (e instanceof ControllerError ? e : refuse(String(e))),
+      catch: (e) => (e instanceof ControllerError ? e : refuse("thrown", String(e))),
     })
     const out = new Map<string, RemoteTensor>()
     const specs = blocks.map(({ name, dtype, spec, local }) => {

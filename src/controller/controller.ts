@@ -25,7 +25,8 @@ import { Core, describeHang, type HangReport, type WorkerInfo } from "./core.ts"
 import { ControllerError, StartError, type Failure } from "./errors.ts"
 import type { CheckpointError } from "./checkpoint.ts"
 import { MAX_PENDING_CONNECTIONS, Transport } from "./listener.ts"
-import { foreignHandle, RemoteStream, type RemoteTensor } from "./handles.ts"
+import { foreignHandle, RemoteStream } from "./handles.ts"
+import type { RemoteTensor } from "./tensor.ts"
 import { createMesh, type Mesh } from "./mesh.ts"
 import { recoverable, runOnce, type Workers, type RecoverOptions, type Start } from "./recovery.ts"
 
@@ -44,7 +45,10 @@ export interface ControllerApi {
   readonly device: Device
   /** Each rank's worker, in rank order: process id, the address it connected from, device. */
   readonly workers: () => ReadonlyArray<WorkerInfo>
-  /** @internal the engine, for tests and benchmarks */
+  /**
+   * The engine below the Mesh API (core.ts): what compile's calls record and replay through
+   * (its sink), and whose counters tests and benchmarks read.
+   */
   readonly core: Core
   /** A mesh over every rank, dims row-major in the order given, e.g. `{ dp: 2, tp: 2 }`. */
   readonly mesh: (dims: Readonly<Record<string, number>>) => Effect.Effect<Mesh, ControllerError>
@@ -322,7 +326,7 @@ const makeApi = (core: Core): Effect.Effect<ControllerApi, never, Scope.Scope> =
     const all = Array.from({ length: core.world }, (_, r) => r)
     // One mesh per shape asked for: meshes are never deleted on the workers (Mesh.derive).
     const meshes = new Map<string, Mesh>()
-    core.post(all, { _tag: "CreateStream", result: defaultStream.ref, default: true })
+    core.sink.post(all, { _tag: "CreateStream", result: defaultStream.ref, default: true })
     // A timer that does not keep the process running (see Core's holdWhile).
     const hangCheck = setInterval(() => core.checkHangs(), 1000)
     hangCheck.unref()
@@ -335,17 +339,17 @@ const makeApi = (core: Core): Effect.Effect<ControllerApi, never, Scope.Scope> =
       mesh: (dims) => Effect.try({
         try: () => {
           const sizes = Object.values(dims)
-          if (sizes.reduce((a, b) => a * b, 1) !== core.world) throw new ControllerError({ message: `mesh ${JSON.stringify(dims)} does not cover the ${core.world} ranks` })
+          if (sizes.reduce((a, b) => a * b, 1) !== core.world) throw new ControllerError({ reason: "mesh", message: `mesh ${JSON.stringify(dims)} does not cover the ${core.world} ranks` })
           const key = JSON.stringify(Object.entries(dims))
           let mesh = meshes.get(key)
           if (mesh === undefined) meshes.set(key, (mesh = createMesh(core, Object.keys(dims), NDSlice.contiguous(sizes), defaultStream)))
           return mesh
         },
-        catch: (e) => (e instanceof ControllerError ? e : new ControllerError({ message: String(e) })),
+        catch: (e) => (e instanceof ControllerError ? e : new ControllerError({ reason: "thrown", message: String(e) })),
       }),
       stream: () => Effect.sync(() => {
         const s = new RemoteStream(core, core.newRef())
-        core.post(all, { _tag: "CreateStream", result: s.ref, default: false })
+        core.sink.post(all, { _tag: "CreateStream", result: s.ref, default: false })
         return s
       }),
       // The tensor's own mesh sends it, once it is known to be this controller's.

@@ -17,11 +17,13 @@ import { Ref, type Device, type ErrorPayload } from "../protocol/values.ts"
 import type { ProcessExit } from "../launcher/index.ts"
 import { ControllerError, DeadlineExceeded, RemoteError, WorkerLost, type Failure } from "./errors.ts"
 import { Graph, type Exchange, type Node } from "./graph.ts"
-import { RecordingBudget } from "./recordingBudget.ts"
+import { RecordingBudget } from "./compile/budget.ts"
 import type { WorkerLink } from "./listener.ts"
-import type { StepScope } from "./lifetime.ts"
+import { Scopes } from "./lifetime.ts"
 import { CallSite } from "./sites.ts"
-import type { Trace } from "./trace.ts"
+import type { Sink } from "./sink.ts"
+import type { Storage } from "./storage.ts"
+import type { TensorHandle } from "./handles.ts"
 
 /** Where a rank is: the command it is executing, or waiting in (or queued at). */
 export interface RankAt {
@@ -120,7 +122,7 @@ const sameMessages = (a: ReadonlyArray<WorkerMessage>, b: ReadonlyArray<WorkerMe
   a.length === b.length && a.every((m, i) => m === b[i])
 
 /** The idents of one recording call, and where the failures of its commands go. */
-interface Span {
+interface IdentRange {
   readonly first: number
   readonly count: number
   readonly ranks: ReadonlyArray<number>
@@ -137,7 +139,7 @@ export interface WorkerInfo {
   readonly device: Device
 }
 
-export class Core {
+export class Core implements Sink {
   readonly graph = new Graph()
   readonly world: number
   private nextIdent = 0
@@ -152,8 +154,6 @@ export class Core {
    * its ranks, so their batches still encode once).
    */
   private openDelete: { readonly msg: { readonly _tag: "DeleteRefs"; readonly refs: number[] }; readonly ranks: ReadonlyArray<number> } | undefined
-  /** Releases made while compile records a step, sent after its CallRecording (releaseHeld). */
-  private held: Array<{ readonly ranks: ReadonlyArray<number>; readonly refs: ReadonlyArray<number> }> = []
   private flushQueued = false
   /** Messages queued since the last flush (see FLUSH_EVERY). */
   private queued = 0
@@ -166,16 +166,19 @@ export class Core {
   private readonly exits = new Map<number, ProcessExit>()
   private readonly hangReported = new Set<number>()
   private readonly captureSites: boolean
-  /** Set while compile records a step: commands go to it instead of the workers. */
-  tracing: Trace | undefined
+  /**
+   * Where the Mesh API's commands go: this core, or compile's recorder while it records a step
+   * (compile swaps it in and back; the recorder passes on what it does not keep).
+   */
+  sink: Sink = this
   /** Ident ranges taken by recording calls, with who routes their failures, in issue order. */
-  private readonly spans: Span[] = []
+  private readonly ranges: IdentRange[] = []
   /** Frames sent and commands in them, for tests and benchmarks of batching. */
   readonly sent = { frames: 0, commands: 0 }
   /** Tensor handles garbage collected without release() (see CoreOptions.gcRelease). */
   leaks = 0
-  /** The innermost open step scope (lifetime.ts): every tensor handle made now joins it. */
-  scope: StepScope | undefined = undefined
+  /** The open step scopes (lifetime.ts): every tensor handle made now joins the innermost. */
+  readonly scopes = new Scopes()
   readonly maxInFlight: number
   /** Messages queued after which a batch goes out at once (Infinity: only at the next tick; benchmarks compare the two). */
   flushEvery = FLUSH_EVERY
@@ -251,7 +254,7 @@ export class Core {
         return
       }
       case "RemoteFunctionFailed": {
-        const span = this.spans.find((s) => msg.ident >= s.first && msg.ident < s.first + s.count)
+        const span = this.ranges.find((s) => msg.ident >= s.first && msg.ident < s.first + s.count)
         if (span) return span.fail(rank, msg.ident - span.first, msg.error)
         const node = this.graph.node(msg.ident)
         if (!node || !node.ranks.includes(rank))
@@ -360,7 +363,7 @@ export class Core {
   /** A dropped handle was collected: deleted (gcRelease) or only reported (`handle` names it). */
   collected(ranks: ReadonlyArray<number>, id: number, handle: () => string): boolean {
     if (this.options.gcRelease ?? true) {
-      this.release(ranks, [id])
+      this.sink.release(ranks, [id])
       return true
     }
     this.leaks++
@@ -388,7 +391,6 @@ export class Core {
 
   /** Queues a message without an ident for `ranks`. */
   post(ranks: ReadonlyArray<number>, msg: WorkerMessage): void {
-    if (this.tracing?.post(ranks, msg)) return
     for (const r of ranks) if (!this.graph.isLost(r)) this.outbox[r]!.push(msg)
     if (++this.queued >= this.flushEvery) this.flush()
     else this.scheduleFlush()
@@ -400,7 +402,6 @@ export class Core {
    * other (none: each rank's result depends on its own inputs only).
    */
   command(ranks: ReadonlyArray<number>, label: string, inputs: ReadonlyArray<number>, defines: ReadonlyArray<number>, site: CallSite | undefined, make: (ident: number) => WorkerMessage, exchange?: Exchange): Node {
-    if (this.tracing) return this.tracing.command(ranks, label, inputs, defines, site, make, exchange)
     const ident = this.nextIdent++
     const node = this.graph.add(ident, ranks, inputs, defines, label, site, exchange)
     if (exchange !== undefined && this.graph.anyLost) this.postExchange(ranks, exchange, defines, ident, make(ident))
@@ -424,10 +425,9 @@ export class Core {
   /**
    * A command like `command`'s whose message differs per rank (`make(ident, rank)`), each rank
    * sent only its own: a host batch split by rows, say. A recording replays one message for
-   * every rank, so it refuses this (a ControllerError).
+   * every rank, so compile's recorder refuses this (a ControllerError).
    */
   commandEach(ranks: ReadonlyArray<number>, label: string, inputs: ReadonlyArray<number>, defines: ReadonlyArray<number>, site: CallSite | undefined, make: (ident: number, rank: number) => WorkerMessage): Node {
-    if (this.tracing) throw new ControllerError({ message: `${label} with per-rank arguments cannot be recorded: a recording sends every rank the same commands` })
     const ident = this.nextIdent++
     const node = this.graph.add(ident, ranks, inputs, defines, label, site)
     for (const r of ranks) if (!this.graph.isLost(r)) this.outbox[r]!.push(make(ident, r))
@@ -446,7 +446,6 @@ export class Core {
    * fails the fetch with WorkerLost.
    */
   fetch(ranks: ReadonlyArray<number>, inputs: ReadonlyArray<number>, label: string, site: CallSite | undefined, make: (ident: number) => WorkerMessage, deadlineMs = this.options.deadlineMs, late = false): Effect.Effect<ReadonlyArray<Value>, Failure | ControllerError> {
-    if (this.tracing) return Effect.fail(this.tracing.refuseFetch(label))
     return Effect.callback((resumed) => {
       // The command first: should it throw (a defect), no hold is left keeping the process.
       const node = this.command(ranks, label, inputs, [], site, make)
@@ -520,7 +519,7 @@ export class Core {
     const failure = this.graph.failureAt(node, node.ranks)
     if (failure) return resume(Effect.fail(failure))
     const missing = node.ranks.filter((r) => !values.has(r))
-    if (missing.length > 0) return resume(Effect.fail(new ControllerError({ message: `ranks [${missing}] passed fetch ${ident} without a result` })))
+    if (missing.length > 0) return resume(Effect.fail(new ControllerError({ reason: "no-result", message: `ranks [${missing}] passed fetch ${ident} without a result` })))
     resume(Effect.succeed(node.ranks.map((r) => values.get(r)!)))
   }
 
@@ -541,27 +540,21 @@ export class Core {
    * Takes `count` consecutive idents for one call of a recording, whose failures (by offset
    * into the range) go to `fail`.
    */
-  span(ranks: ReadonlyArray<number>, count: number, fail: Span["fail"]): number {
+  takeIdents(ranks: ReadonlyArray<number>, count: number, fail: IdentRange["fail"]): number {
     const first = this.nextIdent
     this.nextIdent += count
     // Ranges every rank has passed can get no more failures.
-    while (this.spans.length > 0 && this.spans[0]!.ranks.every((r) => this.graph.passed(r) >= this.spans[0]!.first + this.spans[0]!.count || this.graph.isLost(r))) this.spans.shift()
-    this.spans.push({ first, count, ranks, fail })
+    while (this.ranges.length > 0 && this.ranges[0]!.ranks.every((r) => this.graph.passed(r) >= this.ranges[0]!.first + this.ranges[0]!.count || this.graph.isLost(r))) this.ranges.shift()
+    this.ranges.push({ first, count, ranks, fail })
     return first
   }
 
   /**
    * Deletes refs on `ranks`, in command order: after the commands issued so far and before any
    * issued later, so the workers free the memory before the next commands allocate theirs (in
-   * the same batch). While compile records a step, the refs that exist outside it are held
-   * until releaseHeld (after the call's CallRecording, which may still read them).
+   * the same batch).
    */
   release(ranks: ReadonlyArray<number>, refs: ReadonlyArray<number>): void {
-    if (this.tracing) {
-      refs = this.tracing.external(refs)
-      if (refs.length > 0) this.held.push({ ranks, refs })
-      return
-    }
     if (refs.length === 0) return
     this.graph.forget(refs)
     const open = this.openDelete
@@ -574,12 +567,10 @@ export class Core {
     this.post(ranks, msg)
   }
 
-  /** Queues the releases held while a step was recorded: the recording's call has been queued. */
-  releaseHeld(): void {
-    const held = this.held
-    this.held = []
-    for (const { ranks, refs } of held) this.release(ranks, refs)
-  }
+  /** The live core keeps no note of handles made, tensors read or memory written (compile's recorder does). */
+  made(_t: TensorHandle): void {}
+  read(_t: TensorHandle): void {}
+  wrote(_storage: Storage): void {}
 
   private scheduleFlush(): void {
     if (this.flushQueued) return
@@ -655,7 +646,7 @@ export class Core {
     const ident = m._tag !== "RequestStatus" && "ident" in m ? m.ident : undefined
     this.options.onProblem?.(`${m._tag}${ident === undefined ? "" : ` ${ident}`} for rank ${rank} could not be encoded: ${why}`)
     const node = ident === undefined ? undefined : this.graph.node(ident)
-    if (node) this.graph.fail(node, new ControllerError({ message: `command ${ident} (${node.label}) could not be sent: ${why}` }))
+    if (node) this.graph.fail(node, new ControllerError({ reason: "unsendable", message: `command ${ident} (${node.label}) could not be sent: ${why}` }))
   }
 
   // ---- hangs ----------------------------------------------------------------------------

@@ -67,16 +67,60 @@ export class DeadlineExceeded extends Data.TaggedError("DeadlineExceeded")<{
   }
 }
 
-/** A call refused by the controller before it reached any worker (bad arguments, unknown shape). */
+/**
+ * What kind of refusal a ControllerError is, so a program (or a test) tells refusals apart
+ * without matching their messages, as CommError's reason does for communication.
+ */
+export type RefusalReason =
+  /** A value the call cannot take: its type, range or form (an option, an index, a dim name, a host value). */
+  | "argument"
+  /** An op's rule refused the call: dtypes, shapes or keywords that do not fit (the registry's check). */
+  | "op-rule"
+  /** The call needs a tensor's dtype and shape, which the controller does not know. */
+  | "unknown-meta"
+  /** A handle was used after release(), or one made while compile traced a step and not returned. */
+  | "released"
+  /** A handle another controller made (its ref ids would name this one's own refs). */
+  | "foreign"
+  /** Tensors, meshes or ranks that do not go together: another mesh, ranks outside it, sizes that differ. */
+  | "mesh"
+  /** A placement that does not fit its tensor or mesh, or a partial tensor where a whole one is needed. */
+  | "placement"
+  /** An in-place op whose input shares some of the memory it writes. */
+  | "overlap"
+  /** A backward that would read a saved tensor changed in place since. */
+  | "modified-inplace"
+  /**
+   * Autograd cannot do it: nothing requires grad, a graph already consumed, an in-place change
+   * or a collective of a tensor that requires grad, a gradient without gradOutput or a floating result.
+   */
+  | "autograd"
+  /** compile: what a recording cannot hold (a fetch, a per-rank command, a borrow made outside the step, a compiled call while another traces). */
+  | "not-recordable"
+  /** compile: the step is not one recording (its commands change between traces, a replay parameter changes them, a captured tensor was released, it is too big for a worker). */
+  | "not-replayable"
+  /** compile: the compiled step was disposed (a later call), or is in use (a dispose while it traces). */
+  | "disposed"
+  | "in-use"
+  /** A state or checkpoint that does not fit: a tree a checkpoint cannot hold, one the program's state does not match, a path outside the root, a file not written. */
+  | "checkpoint"
+  /** An optimizer's parameter groups or state that do not fit it. */
+  | "optimizer"
+  /** A command the wire could not carry (it fails instead of being sent). */
+  | "unsendable"
+  /** Ranks passed a fetch without sending its result. */
+  | "no-result"
+  /** Something thrown inside a call that was not a refusal, its message kept. */
+  | "thrown"
+
+/** A call refused by the controller before it reached any worker (bad arguments, unknown shape); `reason` says which kind. */
 export class ControllerError extends Data.TaggedError("ControllerError")<{
   readonly message: string
-  /**
-   * What kind of refusal, where a program may act on it: "overlap" (an in-place op whose input
-   * shares some of the memory it writes), "modified-inplace" (a backward that would read a saved
-   * tensor changed in place since).
-   */
-  readonly reason?: "overlap" | "modified-inplace"
+  readonly reason: RefusalReason
 }> {}
+
+/** A refusal: the ControllerError a call throws (or fails with) before anything is sent. */
+export const refuse = (reason: RefusalReason, message: string): ControllerError => new ControllerError({ reason, message })
 
 /** Why a command failed: on a worker, a worker lost, or a command the controller could not send. */
 export type Failure = RemoteError | WorkerLost | ControllerError | DeadlineExceeded

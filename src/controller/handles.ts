@@ -1,6 +1,8 @@
 /**
- * The handles a controller program holds: a RemoteTensor is a ref defined on a mesh's ranks
+ * The handles a controller program holds: a tensor handle is a ref defined on a mesh's ranks
  * (with its dtype and shape when they are known); a RemoteStream is a stream on every rank.
+ * TensorHandle is what every tensor handle is (its ref, metadata, memory and lifetime); the
+ * class a program holds, RemoteTensor (tensor.ts), adds the ops, autograd and placement to it.
  * `release()` deletes a tensor on its workers at once, and so does the step scope it was made
  * in when that closes (lifetime.ts); a handle the program drops is deleted after GC (the
  * registry below), a safety net. Each mesh counts what its live handles hold (LiveCount). Every handle (and mesh) carries its owner, the Core of the
@@ -14,6 +16,7 @@ import type { Core } from "./core.ts"
 import { ControllerError } from "./errors.ts"
 import type { Mesh } from "./mesh.ts"
 import { Storage } from "./storage.ts"
+import type { RemoteTensor } from "./tensor.ts"
 
 /** A stream that exists on every rank. */
 export class RemoteStream {
@@ -30,7 +33,7 @@ export class RemoteStream {
 
 /** The refusal of a handle another controller made (its ref ids would name this one's own refs). */
 export const foreignHandle = (handle: object): ControllerError =>
-  new ControllerError({ message: `${handle} belongs to another controller; a handle can be used only with the controller that made it` })
+  new ControllerError({ reason: "foreign", message: `${handle} belongs to another controller; a handle can be used only with the controller that made it` })
 
 /** Throws foreignHandle unless controller `core` made `handle`. */
 export const checkOwner = (core: Core, handle: { readonly core: Core }): void => {
@@ -77,11 +80,12 @@ const countRelease = (live: LiveCount, bytes: number): void => {
 }
 
 /**
- * A tensor on the ranks of a mesh. Dropping the handle deletes it on the workers. D types
- * its dtype where the op that made it tells (its fetched values are then typed arrays of
- * that dtype); the ops are its methods too (src/controller/ops.ts).
+ * A tensor on the ranks of a mesh: its ref, dtype and shape, the memory it lies in, and its
+ * lifetime. Dropping the handle deletes it on the workers. D types its dtype where the op that
+ * made it tells (its fetched values are then typed arrays of that dtype). Only RemoteTensor
+ * (tensor.ts) is made; the modules below it take this class for `instanceof`.
  */
-export class RemoteTensor<D extends DType = DType> {
+export class TensorHandle<D extends DType = DType> {
   #released = false
   /** Holds the autograd tape keeps while backward may read it: a release() waits for the last. */
   #holds = 0
@@ -113,9 +117,9 @@ export class RemoteTensor<D extends DType = DType> {
       dropped.register(this, this.#dropped)
       mesh.live.refs++
       mesh.live.bytes += bytes
-      mesh.core.scope?.adopt(this)
+      mesh.core.scopes.adopt(this)
     }
-    mesh.core.tracing?.handles.push(this)
+    mesh.core.sink.made(this)
   }
 
   /** Why the handle cannot be used though it was not released: it was made while recording a step. */
@@ -156,7 +160,7 @@ export class RemoteTensor<D extends DType = DType> {
   }
 
   /** @internal Makes it a view of `base`'s memory from element `at` of base (a view op's result, a borrow's alias). */
-  viewOf(base: RemoteTensor, at: number): this {
+  viewOf(base: TensorHandle, at: number): this {
     this.storage = base.storage
     this.offset = base.offset + at
     return this
@@ -187,7 +191,7 @@ export class RemoteTensor<D extends DType = DType> {
     this.#released = true
     this.#dropped!.done = true
     countRelease(this.mesh.live, this.#dropped!.bytes)
-    this.mesh.core.release(this.mesh.ranks, [this.ref.id])
+    this.mesh.core.sink.release(this.mesh.ranks, [this.ref.id])
   }
 
   toString(): string {

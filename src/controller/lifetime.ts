@@ -19,39 +19,49 @@
  * program's fibers should not make tensors for another step meanwhile.
  */
 import { Effect, type Scope } from "effect"
-import type { Core } from "./core.ts"
-import { RemoteTensor } from "./handles.ts"
+import { TensorHandle } from "./handles.ts"
 import type { Mesh } from "./mesh.ts"
 
 /** Handles no step scope releases (a leaf's .grad): marked by escape(). */
-const escaped = new WeakSet<RemoteTensor>()
+const escaped = new WeakSet<TensorHandle>()
 
 /** Takes `t` out of every step scope: it lives until released (a leaf's gradient, say). */
-export const escape = (t: RemoteTensor): void => void escaped.add(t)
+export const escape = (t: TensorHandle): void => void escaped.add(t)
+
+/** One controller's open step scopes (Core.scopes): the innermost adopts each handle made. */
+export class Scopes {
+  /** @internal The innermost open scope; StepScope links itself in and out. */
+  innermost: StepScope | undefined = undefined
+
+  /** A handle made now joins the innermost open scope, if any. */
+  adopt(t: TensorHandle): void {
+    this.innermost?.adopt(t)
+  }
+}
 
 export class StepScope implements Disposable {
-  private readonly core: Core
+  private readonly scopes: Scopes
   private parent: StepScope | undefined
-  private made: RemoteTensor[] = []
-  private readonly kept = new Set<RemoteTensor>()
+  private made: TensorHandle[] = []
+  private readonly kept = new Set<TensorHandle>()
   private closed = false
 
   /** Opens a scope on `mesh`'s controller, inside the one open now (if any). */
   constructor(mesh: Mesh) {
-    this.core = mesh.core
-    this.parent = this.core.scope
-    this.core.scope = this
+    this.scopes = mesh.core.scopes
+    this.parent = this.scopes.innermost
+    this.scopes.innermost = this
   }
 
   /** @internal A handle made while this scope is the innermost one. */
-  adopt(t: RemoteTensor): void {
+  adopt(t: TensorHandle): void {
     this.made.push(t)
   }
 
   /** Keeps the tensors in `value` (a tensor, or arrays and objects holding them) past this scope; returns `value`. */
   keep<A>(value: A): A {
     const visit = (v: unknown): void => {
-      if (v instanceof RemoteTensor) this.kept.add(v)
+      if (v instanceof TensorHandle) this.kept.add(v)
       else if (Array.isArray(v)) v.forEach(visit)
       else if (typeof v === "object" && v !== null && Object.getPrototypeOf(v) === Object.prototype) Object.values(v).forEach(visit)
     }
@@ -69,8 +79,8 @@ export class StepScope implements Disposable {
     if (this.closed) return
     this.closed = true
     // Closed out of order (a scope left open inside): unlink it wherever it sits.
-    if (this.core.scope === this) this.core.scope = this.parent
-    else for (let s = this.core.scope; s !== undefined; s = s.parent) if (s.parent === this) s.parent = this.parent
+    if (this.scopes.innermost === this) this.scopes.innermost = this.parent
+    else for (let s = this.scopes.innermost; s !== undefined; s = s.parent) if (s.parent === this) s.parent = this.parent
     const made = this.made
     this.made = []
     for (const t of made) {

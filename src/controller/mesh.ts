@@ -11,13 +11,14 @@ import { planCollective } from "../ops/collectives.ts"
 import type { Reduction, Value } from "../protocol/messages.ts"
 import type { NDSlice } from "../protocol/ndslice.ts"
 import { TensorFactory, type Ref } from "../protocol/values.ts"
-import { Arguments, checkMeta, metasOf, Reads, refuse } from "./arguments.ts"
+import { Arguments, checkMeta, metasOf, Reads } from "./arguments.ts"
 import { borrow, firstUses } from "./borrows.ts"
 import type { Core } from "./core.ts"
-import { ControllerError, type Failure } from "./errors.ts"
+import { ControllerError, refuse, type Failure } from "./errors.ts"
 import type { Exchange } from "./graph.ts"
-import { checkOwner, LiveCount, RemoteStream, RemoteTensor } from "./handles.ts"
-import { checkCollectiveGrad, recordCollectiveGrad, recordSendGrad } from "./meshgrad.ts"
+import { checkOwner, LiveCount, RemoteStream } from "./handles.ts"
+import { RemoteTensor } from "./tensor.ts"
+import { checkCollectiveGrad, tapeCollectiveGrad, tapeSendGrad } from "./meshgrad.ts"
 import { afterCollective, afterSend, type PlacementSpec } from "./placement.ts"
 import type { CallSite } from "./sites.ts"
 import { refuseOverlap } from "./storage.ts"
@@ -87,7 +88,7 @@ const sameKeys = (a: ReadonlyArray<unknown>, b: ReadonlyArray<unknown>): boolean
 
 /** Runs `f` as an Effect, failing with a ControllerError for anything it throws. */
 const attempt = <A>(f: () => A): Effect.Effect<A, ControllerError> =>
-  Effect.try({ try: f, catch: (e) => (e instanceof ControllerError ? e : refuse(e instanceof Error ? e.message : String(e))) })
+  Effect.try({ try: f, catch: (e) => (e instanceof ControllerError ? e : refuse("thrown", e instanceof Error ? e.message : String(e))) })
 
 export class Mesh {
   readonly ranks: ReadonlyArray<number>
@@ -128,13 +129,13 @@ export class Mesh {
   /** Refuses dim names this mesh does not have, naming the ones it has. */
   private checkDims(names: ReadonlyArray<string>): void {
     const unknown = names.filter((d) => !this.names.includes(d))
-    if (unknown.length > 0) throw refuse(`${this} has no dim ${unknown.join(", ")} (its dims: ${this.names.join(", ") || "none"})`)
+    if (unknown.length > 0) throw refuse("argument", `${this} has no dim ${unknown.join(", ")} (its dims: ${this.names.join(", ") || "none"})`)
   }
 
   /** t was written in place: its memory's version moves (and a recording's replay will move it again). */
   private wrote(t: RemoteTensor): void {
     t.storage.version++
-    this.core.tracing?.written.add(t.storage)
+    this.core.sink.wrote(t.storage)
   }
 
   /** The stream a command runs on: `given` when this controller made it, else the default. */
@@ -159,12 +160,12 @@ export class Mesh {
     const last = keys === undefined ? undefined : lastRule.get(fn)
     if (last !== undefined && sameKeys(last.keys, keys!)) return last.metas
     const op = opNamed(fn.slice(4))
-    if (!op) throw refuse(`no built-in ${fn}`)
+    if (!op) throw refuse("argument", `no built-in ${fn}`)
     let metas: ReadonlyArray<TensorMeta | undefined>
     try {
       metas = inferOutputs(op, metasOf(args) as unknown[], metasOf(kwargs) as Record<string, unknown>, known)
     } catch (e) {
-      throw refuse((e as Error).message)
+      throw refuse("op-rule", (e as Error).message)
     }
     if (keys !== undefined) lastRule.set(fn, { keys, metas })
     return metas
@@ -190,7 +191,7 @@ export class Mesh {
     const group = opts.dims === undefined ? undefined : this.callGroup(fn, opts.dims)
     // A group follows `declared` on the wire: without declarations, each result declares nothing (nil).
     const declared = Array.isArray(opts.results) ? metas.map((m) => m ?? null) : group === undefined ? undefined : metas.map(() => null)
-    this.core.command(this.ranks, fn, reads.inputs, defines, site, (ident) => ({
+    this.core.sink.command(this.ranks, fn, reads.inputs, defines, site, (ident) => ({
       _tag: "CallFunction", ident, results, mutates: mutated, function: fn, args: wireArgs, kwargs: wireKwargs, stream: stream.ref, declared,
       ...(group === undefined ? {} : { mesh: this.ref, dims: group }),
     }), group === undefined ? undefined : this.groupExchange(group))
@@ -212,12 +213,12 @@ export class Mesh {
     for (const r of this.ranks) {
       const args = argsOf(r), reads = new Reads()
       wire.set(r, this.args.convert(args, reads) as Value[])
-      if (reads.inputs.length > 0) throw refuse(`${fn} with per-rank arguments takes host values only`)
+      if (reads.inputs.length > 0) throw refuse("argument", `${fn} with per-rank arguments takes host values only`)
       metas ??= this.resultMetas(fn, args, {}, true, undefined)
     }
-    if (metas!.length !== 1) throw refuse(`${fn} has ${metas!.length} results; a per-rank call makes one`)
+    if (metas!.length !== 1) throw refuse("argument", `${fn} has ${metas!.length} results; a per-rank call makes one`)
     const stream = this.defaultStream, result = this.core.newRef()
-    this.core.commandEach(this.ranks, fn, [], [result.id], site, (ident, rank) => ({
+    this.core.sink.commandEach(this.ranks, fn, [], [result.id], site, (ident, rank) => ({
       _tag: "CallFunction", ident, results: [result], mutates: [], function: fn, args: wire.get(rank)!, kwargs: {}, stream: stream.ref, declared: undefined,
     }))
     return new RemoteTensor(this, result, metas![0], stream)
@@ -236,7 +237,7 @@ export class Mesh {
     const site = this.core.site()
     return attempt(() => {
       const results = this.issueCall(fn, args, kwargs, opts, site)
-      if (results.length !== 1) throw refuse(`${fn} has ${results.length} results; use callMany`)
+      if (results.length !== 1) throw refuse("argument", `${fn} has ${results.length} results; use callMany`)
       return results[0]!
     })
   }
@@ -283,32 +284,32 @@ export class Mesh {
   issueReduce(t: RemoteTensor, dims: string | ReadonlyArray<string>, reduction: Reduction, opts: ReduceOptions, site: CallSite | undefined): RemoteTensor {
     const names = typeof dims === "string" ? [dims] : [...dims]
     this.checkDims(names)
-    if (!t.meta) throw refuse(`reduce needs the dtype and shape of ${t}; give the function's results as metadata (CallOptions.results)`)
+    if (!t.meta) throw refuse("unknown-meta", `reduce needs the dtype and shape of ${t}; give the function's results as metadata (CallOptions.results)`)
     const { scatter = false, inplace = false } = opts
     const size = names.reduce((p, d) => p * this.dims[d]!, 1)
     const plan = planCollective(t.meta, size, reduction, scatter, inplace)
-    if (typeof plan === "string") throw refuse(`reduce over ${names.join("+")}: ${plan}`)
+    if (typeof plan === "string") throw refuse("op-rule", `reduce over ${names.join("+")}: ${plan}`)
     const label = `reduce ${reduction}${scatter ? " scatter" : ""} over ${names.join("+")}`
     checkCollectiveGrad(label, t, this, reduction, inplace)
     const stream = this.streamFor(opts.stream)
     const result = inplace ? t.ref : this.core.newRef()
     this.read(t)
-    this.core.command(this.ranks, label, [t.ref.id], [result.id], site, (ident) => ({
+    this.core.sink.command(this.ranks, label, [t.ref.id], [result.id], site, (ident) => ({
       _tag: "Reduce", ident, result, tensor: t.ref, factory: new TensorFactory(t.meta!.shape, t.meta!.dtype, this.core.device), mesh: this.ref, stream: stream.ref,
       dims: names, reduction, scatter, inplace,
     }), this.groupExchange(names))
     if (inplace) this.wrote(t)
     const out = inplace ? t : new RemoteTensor(this, result, plan.result, stream)
     out.placement = opts.placement ?? afterCollective(t.placement, this.names, names, reduction, scatter)
-    if (!inplace) recordCollectiveGrad(label, out, t, names, size, reduction, scatter)
+    if (!inplace) tapeCollectiveGrad(label, out, t, names, size, reduction, scatter)
     return out
   }
 
   /** The dims a user function's group spans, checked: a set of one or more of this mesh's dims. */
   private callGroup(fn: string, dims: string | ReadonlyArray<string>): ReadonlyArray<string> {
-    if (fn.startsWith("ops.")) throw refuse(`${fn} is a built-in: only a user function takes a group (CallOptions.dims)`)
+    if (fn.startsWith("ops.")) throw refuse("argument", `${fn} is a built-in: only a user function takes a group (CallOptions.dims)`)
     const names = typeof dims === "string" ? [dims] : [...dims]
-    if (names.length === 0 || new Set(names).size !== names.length) throw refuse(`a call's group needs one or more distinct dims, got [${names.join(", ")}]`)
+    if (names.length === 0 || new Set(names).size !== names.length) throw refuse("argument", `a call's group needs one or more distinct dims, got [${names.join(", ")}]`)
     this.checkDims(names)
     return names
   }
@@ -346,8 +347,8 @@ export class Mesh {
   /** @internal send, issued now: its result, or the ControllerError that refused it, thrown. */
   issueSend(t: RemoteTensor, to: Mesh, opts: { readonly stream?: RemoteStream }, site: CallSite | undefined): RemoteTensor {
     checkOwner(this.core, to)
-    if (this.size !== to.size) throw refuse(`cannot send ${t} from ${this} to ${to}: sizes differ`)
-    if (!t.meta) throw refuse(`send needs the dtype and shape of ${t}`)
+    if (this.size !== to.size) throw refuse("mesh", `cannot send ${t} from ${this} to ${to}: sizes differ`)
+    if (!t.meta) throw refuse("unknown-meta", `send needs the dtype and shape of ${t}`)
     const ranks = [...new Set([...this.ranks, ...to.ranks])].sort((a, b) => a - b)
     const stream = this.streamFor(opts.stream)
     const { reads } = this.read(t)
@@ -355,27 +356,27 @@ export class Mesh {
     // Rank i of `to` gets rank i of this mesh's tensor: its result depends on that sender alone.
     const sender = new Map(to.ranks.map((r, i) => [r, this.ranks[i]!]))
     const senders = new Set(this.ranks)
-    this.core.command(ranks, "send", reads.inputs, [result.id], site, (ident) => ({
+    this.core.sink.command(ranks, "send", reads.inputs, [result.id], site, (ident) => ({
       _tag: "SendTensor", ident, result, fromRanks: this.layout, toRanks: to.layout, tensor: t.ref,
       factory: new TensorFactory(t.meta!.shape, t.meta!.dtype, this.core.device), stream: stream.ref,
     }), { peers: (r) => (sender.has(r) ? [sender.get(r)!] : []), reads: (r) => senders.has(r) })
     const out = new RemoteTensor(to, result, t.meta, stream).place(afterSend(t.placement, to))
-    recordSendGrad(out, t, this, to)
+    tapeSendGrad(out, t, this, to)
     return out
   }
 
   /** The rank at an index, or at coordinates of this mesh's dims (dims not given: 0). */
   private rankAt(at: number | Readonly<Record<string, number>>): number {
     if (typeof at === "number") {
-      if (!Number.isInteger(at) || at < 0 || at >= this.size) throw refuse(`index ${at} is outside ${this} (indices 0..${this.size - 1})`)
+      if (!Number.isInteger(at) || at < 0 || at >= this.size) throw refuse("argument", `index ${at} is outside ${this} (indices 0..${this.size - 1})`)
       return this.layout.rankAt(at)
     }
-    if (typeof at !== "object" || at === null || Array.isArray(at)) throw refuse(`${JSON.stringify(at)} is neither an index nor coordinates of ${this} (dims ${this.names.join(", ")})`)
+    if (typeof at !== "object" || at === null || Array.isArray(at)) throw refuse("argument", `${JSON.stringify(at)} is neither an index nor coordinates of ${this} (dims ${this.names.join(", ")})`)
     this.checkDims(Object.keys(at))
     const coords = this.names.map((n, i) => {
       const c = at[n] ?? 0, size = this.layout.sizes[i]!
       if (!Number.isInteger(c) || c < 0 || c >= size)
-        throw refuse(`${n}=${c} is outside ${this} (its dims: ${this.names.map((m, j) => `${m} 0..${this.layout.sizes[j]! - 1}`).join(", ")})`)
+        throw refuse("argument", `${n}=${c} is outside ${this} (its dims: ${this.names.map((m, j) => `${m} 0..${this.layout.sizes[j]! - 1}`).join(", ")})`)
       return c
     })
     return this.layout.rankOf(coords)
@@ -386,7 +387,7 @@ export class Mesh {
     try {
       return f()
     } catch (e) {
-      throw e instanceof RangeError ? refuse(`${this}: ${e.message.replace(/^NDSlice: /, "")} (dims ${this.names.join(", ")})`) : e
+      throw e instanceof RangeError ? refuse("argument", `${this}: ${e.message.replace(/^NDSlice: /, "")} (dims ${this.names.join(", ")})`) : e
     }
   }
 
@@ -395,10 +396,10 @@ export class Mesh {
     return Effect.suspend(() => {
       const targets = ranks(), stream = this.streamFor(opts.stream)
       const { value: object, reads } = this.read(value)
-      return this.core.fetch(targets, reads.inputs, opts.fn ?? "fetch", site, (ident) => ({
+      return this.core.sink.fetch(targets, reads.inputs, opts.fn ?? "fetch", site, (ident) => ({
         _tag: "FetchValue", ident, mutates: [], function: opts.fn ?? null, object, stream: stream.ref,
       }), opts.deadlineMs ?? this.core.options.deadlineMs)
-    }).pipe(Effect.catchDefect((e) => Effect.fail(e instanceof ControllerError ? e : refuse(String(e)))))
+    }).pipe(Effect.catchDefect((e) => Effect.fail(e instanceof ControllerError ? e : refuse("thrown", String(e)))))
   }
 
   /**
@@ -450,17 +451,17 @@ export class Mesh {
     return attempt(() => {
       checkOwner(this.core, t)
       checkOwner(this.core, to)
-      if (t.released) throw refuse(`${t} was released`)
+      if (t.released) throw refuse("released", `${t} was released`)
     }).pipe(Effect.andThen(borrow(this.core, t, to)))
   }
 }
 
 /** Defines a mesh on its ranks (CreateDeviceMesh) and returns it. */
 export const createMesh = (core: Core, names: ReadonlyArray<string>, layout: NDSlice, defaultStream: RemoteStream, place: ReadonlyArray<string> = []): Mesh => {
-  if (names.length !== layout.ndim) throw refuse(`${names.length} dim names for ${layout.ndim} dims`)
-  if (new Set(names).size !== names.length) throw refuse(`repeated dim name in [${names}]`)
+  if (names.length !== layout.ndim) throw refuse("argument", `${names.length} dim names for ${layout.ndim} dims`)
+  if (new Set(names).size !== names.length) throw refuse("argument", `repeated dim name in [${names}]`)
   const ref = core.newRef()
   const mesh = new Mesh(core, ref, names, layout, defaultStream, place)
-  core.post(mesh.ranks, { _tag: "CreateDeviceMesh", result: ref, names, ranks: layout })
+  core.sink.post(mesh.ranks, { _tag: "CreateDeviceMesh", result: ref, names, ranks: layout })
   return mesh
 }

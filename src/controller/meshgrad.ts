@@ -22,11 +22,11 @@
  * nowhere to go). Backward's commands are ordinary ones: a failure in them poisons what depends
  * on them like anything else.
  */
-import { isRecording, requiresGrad } from "../autograd/tape.ts"
+import { isTaping, requiresGrad } from "../autograd/tape.ts"
 import type { Reduction } from "../protocol/messages.ts"
-import { refuse } from "./arguments.ts"
+import { refuse } from "./errors.ts"
 import { noGrad, recordBackward } from "./autograd.ts"
-import type { RemoteTensor } from "./handles.ts"
+import type { RemoteTensor } from "./tensor.ts"
 import type { Mesh } from "./mesh.ts"
 
 type Dims = string | ReadonlyArray<string>
@@ -35,9 +35,9 @@ const DIFFERENTIABLE: ReadonlySet<Reduction> = new Set(["sum", "avg", "stack"])
 
 /** Refuses, before anything is sent, a collective whose gradient could not be taken. */
 export const checkCollectiveGrad = (label: string, t: RemoteTensor, mesh: Mesh, reduction: Reduction, inplace: boolean): void => {
-  if (!isRecording() || !requiresGrad(t)) return
+  if (!isTaping() || !requiresGrad(t)) return
   const why = inplace ? "it is in place" : !DIFFERENTIABLE.has(reduction) ? `${reduction} has no gradient here` : t.mesh !== mesh ? `it runs on ${mesh}, not on the tensor's ${t.mesh}` : undefined
-  if (why !== undefined) throw refuse(`${label} of ${t}, which requires grad: ${why}; do it inside noGrad(), or on a detach()ed copy`)
+  if (why !== undefined) throw refuse("autograd", `${label} of ${t}, which requires grad: ${why}; do it inside noGrad(), or on a detach()ed copy`)
 }
 
 /** f(t), then t released (after the command reading it is queued): a rule's own temporary. */
@@ -48,7 +48,7 @@ const temporary = (t: RemoteTensor, f: (t: RemoteTensor) => RemoteTensor): Remot
 }
 
 /** @internal Records a collective's backward (the table above); mesh.ts calls it for every reduce. */
-export const recordCollectiveGrad = (label: string, out: RemoteTensor, t: RemoteTensor, dims: ReadonlyArray<string>, size: number, reduction: Reduction, scatter: boolean): void => {
+export const tapeCollectiveGrad = (label: string, out: RemoteTensor, t: RemoteTensor, dims: ReadonlyArray<string>, size: number, reduction: Reduction, scatter: boolean): void => {
   const mesh = out.mesh
   const reduce = (g: RemoteTensor, r: Reduction, s: boolean) => mesh.issueReduce(g, dims, r, { scatter: s }, mesh.core.site())
   const divided = (g: RemoteTensor) => g.mul(1 / size)
@@ -62,7 +62,7 @@ export const recordCollectiveGrad = (label: string, out: RemoteTensor, t: Remote
 }
 
 /** @internal Records a send's backward: the gradient goes back from `to` to the sender. */
-export const recordSendGrad = (out: RemoteTensor, t: RemoteTensor, from: Mesh, to: Mesh): void =>
+export const tapeSendGrad = (out: RemoteTensor, t: RemoteTensor, from: Mesh, to: Mesh): void =>
   recordBackward("send", out, [t], (g) => [to.issueSend(g, from, {}, to.core.site())], [])
 
 /** all_reduce over `dims` (Megatron's g for a sum: the backward is the identity). */

@@ -21,12 +21,13 @@ import type { CallForms, Param } from "../ops/params.ts"
 import { type Composition, mutatedParams, type OpSpec, type ReturnKind } from "../ops/spec.ts"
 import { viewStarts } from "../ops/specs/layout.ts"
 import { HostTensor, ITEM_SIZE, type DType, type FloatNumber } from "../protocol/values.ts"
-import { ControllerError, type Failure } from "./errors.ts"
-import { RemoteTensor } from "./handles.ts"
+import { ControllerError } from "./errors.ts"
+import { TensorHandle } from "./handles.ts"
 import type { Mesh } from "./mesh.ts"
 import type { PlacementSpec } from "./placement.ts"
-import { refuse } from "./arguments.ts"
-import { recordOp, refuseInPlace } from "./autograd.ts"
+import { refuse } from "./errors.ts"
+import { tapeOp, refuseInPlace } from "./autograd.ts"
+import type { RemoteTensor } from "./tensor.ts"
 
 type FloatingDType = "f32" | "f64" | "f16" | "bf16"
 type IntegralDType = "bool" | "u8" | "i32"
@@ -102,8 +103,8 @@ const isKwargs = (v: unknown): v is Record<string, unknown> =>
 /** The mesh of the first tensor in the arguments (a list of tensors included). */
 const meshOf = (args: ReadonlyArray<unknown>): Mesh | undefined => {
   for (const a of args) {
-    if (a instanceof RemoteTensor) return a.mesh
-    if (Array.isArray(a)) for (const x of a) if (x instanceof RemoteTensor) return x.mesh
+    if (a instanceof TensorHandle) return a.mesh
+    if (Array.isArray(a)) for (const x of a) if (x instanceof TensorHandle) return x.mesh
   }
   return undefined
 }
@@ -114,7 +115,7 @@ const invoke = (name: OpName, mesh: Mesh | undefined, all: ReadonlyArray<unknown
   const kwargs = isKwargs(last) ? last : {}
   const args = isKwargs(last) ? all.slice(0, -1) : all
   const on = mesh ?? meshOf(args) ?? meshOf(Object.values(kwargs))
-  if (on === undefined) throw refuse(`ops.${name} has no tensor argument to take a mesh from; use opsOn(mesh).${name}`)
+  if (on === undefined) throw refuse("argument", `ops.${name} has no tensor argument to take a mesh from; use opsOn(mesh).${name}`)
   const op = OPS[name]
   if ((op as OpSpec).backward === FROM_PARTS) return compose(op as Op, on, args, kwargs)
   const mutated = mutatedTensors(op, args, kwargs)
@@ -123,9 +124,9 @@ const invoke = (name: OpName, mesh: Mesh | undefined, all: ReadonlyArray<unknown
   const results = on.issue(`ops.${name}`, args, kwargs, mutated.length > 0 ? { mutates: mutated } : {}, site)
   if (op.mutates) return mutated[0]!
   const returns = op.returns as ReturnKind
-  if (returns === "tensor" && results.length !== 1) throw refuse(`ops.${name} has ${results.length} results`)
+  if (returns === "tensor" && results.length !== 1) throw refuse("op-rule", `ops.${name} has ${results.length} results`)
   if (op.view !== undefined) shareMemory(op, args, kwargs, results)
-  recordOp(name, args, kwargs, results, site)
+  tapeOp(surface, name, args, kwargs, results, site)
   switch (returns) {
     case "none": return undefined
     case "tensors": case "pair": return results
@@ -134,8 +135,8 @@ const invoke = (name: OpName, mesh: Mesh | undefined, all: ReadonlyArray<unknown
   }
 }
 
-const metaOf = (name: string) => (t: RemoteTensor): TensorMeta =>
-  t.meta ?? (() => { throw refuse(`ops.${name} is composed from other ops on the controller, which needs the dtype and shape of ${t}`) })()
+const metaOf = (name: string) => (t: TensorHandle): TensorMeta =>
+  t.meta ?? (() => { throw refuse("unknown-meta", `ops.${name} is composed from other ops on the controller, which needs the dtype and shape of ${t}`) })()
 
 /**
  * A composite op (spec.ts's `composite`): its rule checks the call, then its parts are issued in
@@ -143,19 +144,19 @@ const metaOf = (name: string) => (t: RemoteTensor): TensorMeta =>
  * op makes a new tensor.
  */
 const compose = (op: Op, on: Mesh, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>): RemoteTensor => {
-  const meta = metaOf(op.name), isTensor = (v: unknown): v is RemoteTensor => v instanceof RemoteTensor
-  const asMeta = (v: unknown): unknown => (v instanceof RemoteTensor ? meta(v) : Array.isArray(v) ? v.map(asMeta) : v)
+  const meta = metaOf(op.name), isTensor = (v: unknown): v is RemoteTensor => v instanceof TensorHandle
+  const asMeta = (v: unknown): unknown => (v instanceof TensorHandle ? meta(v) : Array.isArray(v) ? v.map(asMeta) : v)
   let rule: ReadonlyArray<TensorMeta>
   try {
     const bound = op.bind(args.map(asMeta), Object.fromEntries(Object.entries(kwargs).map(([k, v]) => [k, asMeta(v)])), isTensorMeta)
     rule = (op as OpSpec).outputs(bound as never, op.name)
   } catch (e) {
-    throw refuse((e as Error).message)
+    throw refuse("op-rule", (e as Error).message)
   }
   const want = rule[0]!, parts: GradOps<RemoteTensor> = opsOn(on)
   const result = ((op as OpSpec).composed as Composition<ReadonlyArray<Param>>)(op.bind(args, kwargs, isTensor) as never, parts, meta, op.name, rule)
   const got = meta(result)
-  if (got.dtype !== want.dtype || got.shape.join() !== want.shape.join()) throw refuse(`ops.${op.name}'s parts gave ${got.dtype}[${got.shape}], its rule ${want.dtype}[${want.shape}]`)
+  if (got.dtype !== want.dtype || got.shape.join() !== want.shape.join()) throw refuse("op-rule", `ops.${op.name}'s parts gave ${got.dtype}[${got.shape}], its rule ${want.dtype}[${want.shape}]`)
   return [...args, ...Object.values(kwargs)].flat().includes(result) ? parts.clone(result) : result
 }
 
@@ -167,17 +168,17 @@ const mutatedTensors = (op: (typeof OPS)[OpName], args: ReadonlyArray<unknown>, 
   const out = names.flatMap((n) => {
     const i = params.findIndex((p) => p.name === n)
     const v = (i < args.length ? args[i] : undefined) ?? kwargs[n]
-    return (Array.isArray(v) ? v : [v]).filter((t): t is RemoteTensor => t instanceof RemoteTensor)
+    return (Array.isArray(v) ? v : [v]).filter((t): t is RemoteTensor => t instanceof TensorHandle)
   })
-  if (out.length === 0) throw refuse(`ops.${op.name} writes in place, but was given no tensor to write (${names.join(", ")})`)
+  if (out.length === 0) throw refuse("argument", `ops.${op.name} writes in place, but was given no tensor to write (${names.join(", ")})`)
   return out
 }
 
 /** A view op's results that are views share their input's memory (storage.ts): where each starts in it. */
 const shareMemory = (op: (typeof OPS)[OpName], args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, results: ReadonlyArray<RemoteTensor>): void => {
   // A whole view (reshape, view, detach's) of its first argument, the common case, needs no binding.
-  if (op.view === true && args[0] instanceof RemoteTensor) return void results[0]!.viewOf(args[0], 0)
-  const bound = op.bind(args, kwargs, (v): v is RemoteTensor => v instanceof RemoteTensor) as Record<string, unknown>
+  if (op.view === true && args[0] instanceof TensorHandle) return void results[0]!.viewOf(args[0], 0)
+  const bound = op.bind(args, kwargs, (v): v is RemoteTensor => v instanceof TensorHandle) as Record<string, unknown>
   const input = (bound.input ?? bound.tensor) as RemoteTensor
   if (op.view === true) return void results.forEach((r) => r.viewOf(input, 0))
   if (input.meta === undefined || results.some((r) => r.meta === undefined)) return
@@ -194,6 +195,9 @@ export const ops: Ops = functions(undefined)
 /** Every op on one mesh: creation ops (zeros, arange, randn, ...) need one. */
 export const opsOn = (mesh: Mesh): Ops => functions(mesh)
 
+/** The op layer as autograd is given it (autograd.ts's OpSurface): on `mesh`, or on the first tensor argument's. */
+export const surface = (mesh?: Mesh): Ops => (mesh === undefined ? ops : opsOn(mesh))
+
 /**
  * Host values onto every rank of `mesh`, as torch.tensor(data, device=...) puts them on a
  * device: the HostTensor travels with the command and each rank makes its copy (`ops.clone`).
@@ -204,7 +208,7 @@ export const opsOn = (mesh: Mesh): Ops => functions(mesh)
 export const fromHost = <D extends DType>(mesh: Mesh, host: HostTensor<D>, placement?: PlacementSpec): RemoteTensor<D> => {
   const sharding = placement === undefined ? [] : mesh.names.flatMap((name, i) => {
     const d = placement[name]
-    if (d?.kind === "partial") throw refuse(`fromHost: a host value is whole, so it cannot be placed partial on ${name}`)
+    if (d?.kind === "partial") throw refuse("placement", `fromHost: a host value is whole, so it cannot be placed partial on ${name}`)
     return d?.kind === "shard" ? [{ meshDim: i, dim: d.dim }] : []
   })
   if (sharding.length === 0) {
@@ -212,11 +216,11 @@ export const fromHost = <D extends DType>(mesh: Mesh, host: HostTensor<D>, place
     return placement === undefined ? t : t.place(placement)
   }
   const ndim = host.shape.length
-  for (const { dim } of sharding) if (!Number.isInteger(dim) || dim < 0 || dim >= ndim) throw refuse(`fromHost: shard(${dim}) names no dim of a ${ndim}-dim host tensor`)
+  for (const { dim } of sharding) if (!Number.isInteger(dim) || dim < 0 || dim >= ndim) throw refuse("placement", `fromHost: shard(${dim}) names no dim of a ${ndim}-dim host tensor`)
   // Per tensor dim, how many blocks it splits into (the sizes of the mesh dims sharding it).
   const parts = host.shape.map((_, k) => sharding.filter((s) => s.dim === k).reduce((n, s) => n * mesh.layout.sizes[s.meshDim]!, 1))
   host.shape.forEach((size, k) => {
-    if (size % parts[k]! !== 0) throw refuse(`fromHost: dim ${k} of ${host.dtype}[${host.shape}] (${size}) does not split into ${parts[k]} equal blocks`)
+    if (size % parts[k]! !== 0) throw refuse("placement", `fromHost: dim ${k} of ${host.dtype}[${host.shape}] (${size}) does not split into ${parts[k]} equal blocks`)
   })
   const sizes = host.shape.map((size, k) => size / parts[k]!)
   const t = mesh.issueEach("ops.clone", (rank) => {
@@ -266,29 +270,15 @@ export const eager = <A>(f: () => A): Effect.Effect<A, ControllerError> =>
     }
   })
 
-/** What a tensor handle gains besides its op methods. */
-export interface TensorValue<D extends DType> {
-  /** Its value on one rank of its mesh (by index or coordinates; default the first). */
-  fetch(at?: number | Readonly<Record<string, number>>): Effect.Effect<HostTensor<D>, Failure>
-}
-
-declare module "./handles.ts" {
-  interface RemoteTensor<D extends DType = DType> extends TensorMethods<D>, TensorValue<D> {}
-}
-
-Object.defineProperty(RemoteTensor.prototype, "fetch", {
-  value(this: RemoteTensor, at: number | Readonly<Record<string, number>> = 0) {
-    return this.mesh.fetch(this, at)
-  },
-})
-
-// The methods: each op whose first parameter is its input tensor.
-for (const name of Object.keys(OPS) as OpName[]) {
-  const first = (OPS[name].params as ReadonlyArray<Param>)[0]
-  if (first === undefined || !SELF_NAMES.includes(first.name) || (first.kind !== "tensor" && first.kind !== "tensorOrScalar")) continue
-  Object.defineProperty(RemoteTensor.prototype, name, {
-    value(this: RemoteTensor, ...args: unknown[]) {
+/**
+ * The op methods of a tensor (RemoteTensor declares them, tensor.ts): each op whose first
+ * parameter is its input tensor, called with the tensor as that input.
+ */
+export const OP_METHODS: ReadonlyArray<readonly [MethodName, (this: TensorHandle, ...args: unknown[]) => unknown]> =
+  (Object.keys(OPS) as OpName[]).flatMap((name) => {
+    const first = (OPS[name].params as ReadonlyArray<Param>)[0]
+    if (first === undefined || !SELF_NAMES.includes(first.name) || (first.kind !== "tensor" && first.kind !== "tensorOrScalar")) return []
+    return [[name as MethodName, function (this: TensorHandle, ...args: unknown[]) {
       return invoke(name, this.mesh, [this, ...args])
-    },
+    }] as const]
   })
-}

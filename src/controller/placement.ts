@@ -19,8 +19,8 @@
  * global-norm clipping to count each replica once (`shardedDims`).
  */
 import type { Reduction } from "../protocol/messages.ts"
-import { refuse } from "./arguments.ts"
-import { RemoteTensor } from "./handles.ts"
+import { refuse } from "./errors.ts"
+import type { TensorHandle } from "./handles.ts"
 import type { Mesh } from "./mesh.ts"
 
 export type DimPlacement =
@@ -45,19 +45,19 @@ export const describePlacement = (p: Placement): string =>
   Object.entries(p).map(([dim, d]) => `${dim}: ${d.kind === "shard" ? `shard(${d.dim})` : d.kind}`).join(", ")
 
 /** `spec` completed to a placement of `t` on its mesh, or the ControllerError saying what is wrong with it. */
-export const checkPlacement = (t: RemoteTensor, spec: PlacementSpec): Placement => {
+export const checkPlacement = (t: TensorHandle, spec: PlacementSpec): Placement => {
   const mesh = t.mesh
-  if (typeof spec !== "object" || spec === null || Array.isArray(spec)) throw refuse(`a placement is an object of mesh dims (${mesh.names.join(", ")}), not ${JSON.stringify(spec)}`)
+  if (typeof spec !== "object" || spec === null || Array.isArray(spec)) throw refuse("placement", `a placement is an object of mesh dims (${mesh.names.join(", ")}), not ${JSON.stringify(spec)}`)
   const unknown = Object.keys(spec).filter((d) => !mesh.names.includes(d))
-  if (unknown.length > 0) throw refuse(`placement of ${t}: ${mesh} has no dim ${unknown.join(", ")} (its dims: ${mesh.names.join(", ") || "none"})`)
+  if (unknown.length > 0) throw refuse("placement", `placement of ${t}: ${mesh} has no dim ${unknown.join(", ")} (its dims: ${mesh.names.join(", ") || "none"})`)
   const ndim = t.meta?.shape.length
   const placement: Record<string, DimPlacement> = {}
   for (const name of mesh.names) {
     const d = spec[name] ?? replicate
     if (d.kind === "shard") {
       if (!Number.isInteger(d.dim) || d.dim < 0 || (ndim !== undefined && d.dim >= ndim))
-        throw refuse(`placement of ${t}: shard(${d.dim}) on ${name} names no dim of a ${ndim ?? "?"}-dim tensor`)
-    } else if (d.kind !== "replicate" && d.kind !== "partial") throw refuse(`placement of ${t}: ${JSON.stringify(d)} on ${name} is not replicate, shard(d) or partial`)
+        throw refuse("placement", `placement of ${t}: shard(${d.dim}) on ${name} names no dim of a ${ndim ?? "?"}-dim tensor`)
+    } else if (d.kind !== "replicate" && d.kind !== "partial") throw refuse("placement", `placement of ${t}: ${JSON.stringify(d)} on ${name} is not replicate, shard(d) or partial`)
     placement[name] = d
   }
   return Object.freeze(placement)
@@ -74,14 +74,14 @@ export const shardedDims = (p: Placement): string[] => Object.entries(p).filter(
  */
 export const blockOf = (p: Placement, mesh: Mesh, rank: number, local: ReadonlyArray<number>) => {
   const coords = mesh.layout.coordinates(rank)
-  if (coords === undefined) throw refuse(`rank ${rank} is not in ${mesh}`)
+  if (coords === undefined) throw refuse("mesh", `rank ${rank} is not in ${mesh}`)
   const shape = [...local], offsets = local.map(() => 0)
   let first = true
   // Per tensor dim, the block's index among its pieces: mixed radix over the mesh dims sharding it, in mesh order.
   const piece = local.map(() => 0)
   mesh.names.forEach((name, m) => {
     const d = p[name] ?? replicate
-    if (d.kind === "partial") throw refuse(`a partial tensor (over ${name}) has no blocks until it is reduced`)
+    if (d.kind === "partial") throw refuse("placement", `a partial tensor (over ${name}) has no blocks until it is reduced`)
     if (d.kind === "replicate") first &&= coords[m] === 0
     else {
       piece[d.dim] = piece[d.dim]! * mesh.layout.sizes[m]! + coords[m]!
@@ -119,35 +119,17 @@ export const afterCollective = (input: Placement, names: ReadonlyArray<string>, 
 export const afterSend = (input: Placement, to: Mesh): Placement =>
   Object.freeze(Object.fromEntries(to.names.map((n) => [n, input[n] ?? replicate])))
 
-const placements = new WeakMap<RemoteTensor, Placement>()
+/** The placements the program stated (RemoteTensor's `placement`, tensor.ts); a tensor not here is replicated. */
+const placements = new WeakMap<TensorHandle, Placement>()
 
-declare module "./handles.ts" {
-  interface RemoteTensor {
-    /** How its local values make up one logical tensor, per mesh dim (replicated unless stated). */
-    placement: Placement
-    /** Sets its placement (dims not named are replicated) and returns it, for chaining. */
-    place(spec: PlacementSpec): this
-  }
-}
+/** `t`'s placement: the one stated, else every dim replicated. */
+export const placementOf = (t: TensorHandle): Placement => placements.get(t) ?? replicated(t.mesh)
 
-Object.defineProperty(RemoteTensor.prototype, "placement", {
-  get(this: RemoteTensor): Placement {
-    return placements.get(this) ?? replicated(this.mesh)
-  },
-  set(this: RemoteTensor, spec: PlacementSpec) {
-    placements.set(this, checkPlacement(this, spec))
-  },
-})
+/** States `t`'s placement (checked, completed with replicated dims). */
+export const setPlacement = (t: TensorHandle, spec: PlacementSpec): void => void placements.set(t, checkPlacement(t, spec))
 
 /** Gives `to` the placement `from` has (a replay's result its trace's handle's), unchecked: they share mesh and shape. */
-export const samePlacement = (from: RemoteTensor, to: RemoteTensor): void => {
+export const samePlacement = (from: TensorHandle, to: TensorHandle): void => {
   const p = placements.get(from)
   if (p !== undefined) placements.set(to, p)
 }
-
-Object.defineProperty(RemoteTensor.prototype, "place", {
-  value(this: RemoteTensor, spec: PlacementSpec) {
-    this.placement = spec
-    return this
-  },
-})

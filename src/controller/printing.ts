@@ -5,10 +5,11 @@
  *
  *   RemoteTensor(size=[8, 8], dtype=f32, mesh=Mesh(dp=2, tp=2), placement={dp: replicate, tp: shard(0)}, local_size=[4, 8], ref=5)
  */
-import { RemoteTensor } from "./handles.ts"
 import { blockOf, describePlacement } from "./placement.ts"
+import type { RemoteTensor } from "./tensor.ts"
 
-const describe = (t: RemoteTensor): string => {
+/** What RemoteTensor's inspect shows (tensor.ts). */
+export const describe = (t: RemoteTensor): string => {
   const fields: string[] = []
   if (t.released) fields.push(t.retired === undefined ? "released" : "a handle of a recorded step's trace")
   else if (t.meta === undefined) fields.push("size=?, dtype=?", `mesh=${t.mesh}`, `placement={${describePlacement(t.placement)}}`)
@@ -21,9 +22,3 @@ const describe = (t: RemoteTensor): string => {
   }
   return `RemoteTensor(${[...fields, `ref=${t.ref.id}`].join(", ")})`
 }
-
-Object.defineProperty(RemoteTensor.prototype, Symbol.for("nodejs.util.inspect.custom"), {
-  value(this: RemoteTensor) {
-    return describe(this)
-  },
-})

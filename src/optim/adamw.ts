@@ -5,7 +5,7 @@
  *   const opt = new AdamW(params, { lr: 3e-4, betas: [0.9, 0.95], weightDecay: 0.1 })
  *   opt.step()       // each parameter's .grad (or opt.step([[p, g], ...]))
  */
-import type { RemoteTensor } from "../controller/handles.ts"
+import type { RemoteTensor } from "../controller/tensor.ts"
 import type { Mesh } from "../controller/mesh.ts"
 import { adamwOptionsProblem } from "../ops/specs/optim.ts"
 import { Optimizer, type FusedCall, type Params, type StepAt, type Stepped } from "./optimizer.ts"

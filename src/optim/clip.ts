@@ -10,9 +10,9 @@
  * the number of gradients; nothing is fetched.
  */
 import { Effect } from "effect"
-import { refuse } from "../controller/arguments.ts"
+import { refuse } from "../controller/errors.ts"
 import type { ControllerError } from "../controller/errors.ts"
-import type { RemoteTensor } from "../controller/handles.ts"
+import type { RemoteTensor } from "../controller/tensor.ts"
 import { opsOn } from "../controller/ops.ts"
 import { describePlacement, shardedDims } from "../controller/placement.ts"
 
@@ -22,15 +22,15 @@ import { describePlacement, shardedDims } from "../controller/placement.ts"
  */
 export const clipGradNorm = (grads: ReadonlyArray<RemoteTensor>, maxNorm: number): Effect.Effect<RemoteTensor, ControllerError> =>
   Effect.gen(function* () {
-    if (grads.length === 0) return yield* Effect.fail(refuse("clipGradNorm: no gradients"))
-    if (!(maxNorm >= 0)) return yield* Effect.fail(refuse(`clipGradNorm: max_norm must be a non-negative number, got ${maxNorm}`))
+    if (grads.length === 0) return yield* Effect.fail(refuse("argument", "clipGradNorm: no gradients"))
+    if (!(maxNorm >= 0)) return yield* Effect.fail(refuse("argument", `clipGradNorm: max_norm must be a non-negative number, got ${maxNorm}`))
     const mesh = grads[0]!.mesh
     const groups = new Map<string, { dims: string[]; grads: RemoteTensor[] }>()
     for (const g of grads) {
-      if (g.mesh !== mesh) return yield* Effect.fail(refuse(`clipGradNorm: ${g} is on ${g.mesh}, not ${mesh} like the first gradient`))
+      if (g.mesh !== mesh) return yield* Effect.fail(refuse("mesh", `clipGradNorm: ${g} is on ${g.mesh}, not ${mesh} like the first gradient`))
       const p = g.placement
       if (Object.values(p).some((d) => d.kind === "partial"))
-        return yield* Effect.fail(refuse(`clipGradNorm: ${g} is partial (${describePlacement(p)}): reduce it before taking its norm`))
+        return yield* Effect.fail(refuse("placement", `clipGradNorm: ${g} is partial (${describePlacement(p)}): reduce it before taking its norm`))
       const dims = shardedDims(p).sort(), key = dims.join(",")
       const group = groups.get(key) ?? { dims, grads: [] }
       groups.set(key, group)

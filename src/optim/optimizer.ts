@@ -7,8 +7,8 @@
  * as torch skips a `.grad` of None. A step the controller refuses (a gradient of the wrong
  * shape or dtype, a bad hyper-parameter) changes no state: every command is checked first.
  */
-import { refuse } from "../controller/arguments.ts"
-import { RemoteTensor } from "../controller/handles.ts"
+import { refuse } from "../controller/errors.ts"
+import { RemoteTensor } from "../controller/tensor.ts"
 import type { Mesh } from "../controller/mesh.ts"
 import { noGrad, zeroGrad } from "../controller/autograd.ts"
 import { escape } from "../controller/lifetime.ts"
@@ -84,10 +84,10 @@ export abstract class Optimizer<O extends { lr: number }, S extends { readonly s
     this.paramGroups = groups.map(({ params: ps, ...overrides }, i) => {
       const options = { ...defaults, ...overrides } as O
       const problem = optionsProblem(options)
-      if (problem !== undefined) throw refuse(`${name}: ${problem}`)
+      if (problem !== undefined) throw refuse("optimizer", `${name}: ${problem}`)
       for (const p of ps) {
-        if (seen.has(p)) throw refuse(`${name}: ${p} appears in more than one parameter group (group ${i})`)
-        if (p.meta === undefined) throw refuse(`${name}: ${p} has no known dtype and shape (give a user function's results as metadata)`)
+        if (seen.has(p)) throw refuse("optimizer", `${name}: ${p} appears in more than one parameter group (group ${i})`)
+        if (p.meta === undefined) throw refuse("unknown-meta", `${name}: ${p} has no known dtype and shape (give a user function's results as metadata)`)
         seen.add(p)
       }
       return { params: [...ps], options }
@@ -109,14 +109,14 @@ export abstract class Optimizer<O extends { lr: number }, S extends { readonly s
    */
   step(grads?: Gradients, at: StepAt = {}): void {
     const given = grads === undefined ? undefined : grads instanceof Map ? grads as ReadonlyMap<RemoteTensor, RemoteTensor> : new Map(grads as ReadonlyArray<readonly [RemoteTensor, RemoteTensor]>)
-    if (given) for (const p of given.keys()) if (!this.paramGroups.some((g) => g.params.includes(p))) throw refuse(`${this.name}.step: ${p} is not one of its parameters`)
+    if (given) for (const p of given.keys()) if (!this.paramGroups.some((g) => g.params.includes(p))) throw refuse("optimizer", `${this.name}.step: ${p} is not one of its parameters`)
     const calls: FusedCall[] = []
     for (const group of this.paramGroups) {
       const byMesh = new Map<Mesh, Stepped[]>()
       for (const param of group.params) {
         const grad = given ? given.get(param) : param.grad
         if (grad === undefined) continue
-        if (grad.mesh !== param.mesh) throw refuse(`${this.name}.step: the gradient ${grad} of ${param} is on another mesh`)
+        if (grad.mesh !== param.mesh) throw refuse("mesh", `${this.name}.step: the gradient ${grad} of ${param} is on another mesh`)
         const list = byMesh.get(param.mesh) ?? []
         byMesh.set(param.mesh, list)
         list.push({ param, grad })
@@ -162,33 +162,33 @@ export abstract class Optimizer<O extends { lr: number }, S extends { readonly s
     const where = `${this.name}.loadStateDict`
     const groups = dict?.param_groups
     if (!Array.isArray(groups) || groups.length !== this.paramGroups.length)
-      throw refuse(`${where}: the state has ${Array.isArray(groups) ? groups.length : "no"} parameter groups, the optimizer ${this.paramGroups.length}`)
+      throw refuse("optimizer", `${where}: the state has ${Array.isArray(groups) ? groups.length : "no"} parameter groups, the optimizer ${this.paramGroups.length}`)
     const options = groups.map((g, i) => {
       const { params, ...rest } = g
       const mine = this.paramGroups[i]!
       if (!Array.isArray(params) || params.length !== mine.params.length)
-        throw refuse(`${where}: group ${i} of the state has ${Array.isArray(params) ? params.length : "no"} parameters, the optimizer's ${mine.params.length}`)
+        throw refuse("optimizer", `${where}: group ${i} of the state has ${Array.isArray(params) ? params.length : "no"} parameters, the optimizer's ${mine.params.length}`)
       const o = { ...mine.options, ...rest } as O
       const problem = this.optionsProblem(o)
-      if (problem !== undefined) throw refuse(`${where}: group ${i}: ${problem}`)
+      if (problem !== undefined) throw refuse("optimizer", `${where}: group ${i}: ${problem}`)
       return o
     })
     const params = this.paramGroups.flatMap((g) => g.params)
     const known = new Set(["step", ...this.buffers.map(([name]) => name)])
     const entries = Object.entries(dict.state ?? {}).map(([key, entry]) => {
       const p = params[Number(key)]
-      if (!/^\d+$/.test(key) || p === undefined) throw refuse(`${where}: state ${key} names no parameter (the optimizer has ${params.length})`)
+      if (!/^\d+$/.test(key) || p === undefined) throw refuse("optimizer", `${where}: state ${key} names no parameter (the optimizer has ${params.length})`)
       const step = entry?.step
-      if (!(typeof step === "number" && Number.isSafeInteger(step) && step >= 0)) throw refuse(`${where}: state ${key}'s step is ${step}, not a count of steps`)
-      for (const name of Object.keys(entry)) if (!known.has(name)) throw refuse(`${where}: state ${key} has ${name}; a ${this.name} state holds ${[...known].join(", ")}`)
+      if (!(typeof step === "number" && Number.isSafeInteger(step) && step >= 0)) throw refuse("optimizer", `${where}: state ${key}'s step is ${step}, not a count of steps`)
+      for (const name of Object.keys(entry)) if (!known.has(name)) throw refuse("optimizer", `${where}: state ${key} has ${name}; a ${this.name} state holds ${[...known].join(", ")}`)
       for (const [name] of this.buffers) {
         const t = entry[name]
         if (t === undefined) continue
-        if (!(t instanceof RemoteTensor)) throw refuse(`${where}: state ${key}'s ${name} is not a tensor`)
-        if (t.released) throw refuse(`${where}: state ${key}'s ${name} ${t} was released`)
-        if (t.mesh !== p.mesh) throw refuse(`${where}: state ${key}'s ${name} ${t} is not on ${p}'s mesh`)
+        if (!(t instanceof RemoteTensor)) throw refuse("optimizer", `${where}: state ${key}'s ${name} is not a tensor`)
+        if (t.released) throw refuse("released", `${where}: state ${key}'s ${name} ${t} was released`)
+        if (t.mesh !== p.mesh) throw refuse("mesh", `${where}: state ${key}'s ${name} ${t} is not on ${p}'s mesh`)
         if (t.meta === undefined || t.meta.dtype !== p.meta!.dtype || t.meta.shape.join(",") !== p.meta!.shape.join(","))
-          throw refuse(`${where}: state ${key}'s ${name} is ${t.meta ? `${t.meta.dtype}[${t.meta.shape}]` : "of unknown dtype and shape"} but its parameter is ${p.meta!.dtype}[${p.meta!.shape}]`)
+          throw refuse("optimizer", `${where}: state ${key}'s ${name} is ${t.meta ? `${t.meta.dtype}[${t.meta.shape}]` : "of unknown dtype and shape"} but its parameter is ${p.meta!.dtype}[${p.meta!.shape}]`)
       }
       return [p, entry] as const
     })
@@ -239,6 +239,6 @@ const check = (c: FusedCall): void => {
   try {
     inferOutputs(opNamed(c.op)!, c.args.map(metas), c.kwargs, true)
   } catch (e) {
-    throw e instanceof OpArgumentError ? refuse(e.message) : e
+    throw e instanceof OpArgumentError ? refuse("op-rule", e.message) : e
   }
 }

@@ -5,7 +5,7 @@
  *
  *   const opt = new SGD(params, { lr: 0.1, momentum: 0.9, nesterov: true })
  */
-import type { RemoteTensor } from "../controller/handles.ts"
+import type { RemoteTensor } from "../controller/tensor.ts"
 import type { Mesh } from "../controller/mesh.ts"
 import { sgdOptionsProblem } from "../ops/specs/optim.ts"
 import { Optimizer, type FusedCall, type Params, type Stepped } from "./optimizer.ts"

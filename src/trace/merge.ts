@@ -1,11 +1,11 @@
 /**
- * The job's timeline: each rank's spans (record.ts) merged into one Chrome trace / Perfetto JSON
+ * The job's timeline: each rank's spans (writer.ts) merged into one Chrome trace / Perfetto JSON
  * file, one process per rank and one thread per stream, loadable as it is; next to it the same
  * trace in a self-contained HTML viewer (viewer.html, no network).
  */
 import { existsSync, readFileSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
-import type { RankTrace } from "./record.ts"
+import type { RankTrace } from "./writer.ts"
 
 const VIEWER = new URL("./viewer.html", import.meta.url).pathname
 

@@ -18,7 +18,7 @@ import { Effect } from "effect"
 import type { Comm, Work } from "../../ffi/comm.ts"
 import { Tensor } from "../../ffi/tensor.ts"
 import type { WorkerMessage } from "../protocol/messages.ts"
-import { nowMicros } from "../trace/record.ts"
+import { nowMicros } from "../trace/writer.ts"
 import { HostTensor, Ref } from "../protocol/values.ts"
 import type { RefEnv } from "./refs.ts"
 

@@ -7,7 +7,7 @@
 import { Cause, Effect, Queue, References, Schedule } from "effect"
 import type { ControllerMessage, WorkerMessage } from "../protocol/messages.ts"
 import type { WorkerSegments } from "../net/shm.ts"
-import type { Recorder } from "../trace/record.ts"
+import type { TraceWriter } from "../trace/writer.ts"
 import { makeDispatch } from "./handlers/index.ts"
 import { IDLE_WAIT_US } from "./inflight.ts"
 import { closeSession, ioTurn, makeSession, sendStatus, type LinkState, type Session } from "./session.ts"
@@ -32,7 +32,7 @@ export type SessionDeps = Omit<Parameters<typeof makeSession>[0], "send" | "link
  */
 export type LoopEnd = "exit" | "disconnected"
 
-export const runLoop = (inbox: Inbox, deps: SessionDeps, options: { readonly restartable: boolean; readonly trace?: Recorder }): Effect.Effect<LoopEnd> =>
+export const runLoop = (inbox: Inbox, deps: SessionDeps, options: { readonly restartable: boolean; readonly trace?: TraceWriter }): Effect.Effect<LoopEnd> =>
   Effect.gen(function* () {
     // Checked once: a disabled logDebug per command still costs an effect step.
     const level = yield* References.MinimumLogLevel

@@ -14,7 +14,7 @@ import { commError, Communicators } from "../comm/communicators.ts"
 import { CommError } from "../comm/errors.ts"
 import { StoreError, type StoreTimeout } from "../store/errors.ts"
 import { writeStoreFile } from "../store/addressFile.ts"
-import { Recorder } from "../trace/record.ts"
+import { TraceWriter } from "../trace/writer.ts"
 import { makeClient } from "../store/client.ts"
 import { prefixStore } from "../store/prefix.ts"
 import { serveOnThread } from "../store/serverThread.ts"
@@ -119,7 +119,7 @@ export const runWorker = (config: WorkerConfig): Effect.Effect<WorkerEnd, unknow
     yield* Effect.logInfo(`world communicator ready (${config.world} ranks, Gloo on ${hostname})`)
 
     const functions = new FunctionTable(config.functionRoots)
-    const trace = config.traceDir === undefined ? undefined : new Recorder(config.rank, config.traceDir)
+    const trace = config.traceDir === undefined ? undefined : new TraceWriter(config.rank, config.traceDir)
     if (trace) yield* Effect.addFinalizer(() => Effect.sync(() => trace.write()).pipe(Effect.catchDefect((e) => Effect.logWarning(`could not write the trace: ${String(e)}`))))
     const log = Effect.runSyncWith(yield* Effect.context<never>())
     /** Whether "waiting for a new one" was said since the last controller was seen. */

@@ -34,7 +34,7 @@ test("a command leaves the graph once its ranks have passed it and what it depen
   for (let i = 1; i < 50; i++) g.add(i, both, [1], [1], "add_") // a chain: each has a dependent
   for (let i = 50; i < 100; i++) g.add(i, both, [], [1000 + i], "ones") // independent ones
   const failed = g.add(100, both, [], [2], "ones")
-  g.fail(failed, new ControllerError({ message: "refused" }), 1)
+  g.fail(failed, new ControllerError({ reason: "argument", message: "refused" }), 1)
   const after = g.add(101, both, [2], [3], "add")
   g.advance(0, 102)
   expect(g.live.size, "rank 1 has passed nothing yet").toBe(102)
@@ -54,7 +54,7 @@ test("a command waits for exactly the ranks that have not passed it (staged and 
   g.advance(0, 5)
   g.advance(0, 6) // past it already: counted once
   expect(g.behind(a)).toEqual([1, 2])
-  g.lose(2, (node) => new ControllerError({ message: `rank 2 lost at ${node.ident}` }))
+  g.lose(2, (node) => new ControllerError({ reason: "argument", message: `rank 2 lost at ${node.ident}` }))
   expect(g.behind(a)).toEqual([1])
   g.advance(2, 10) // a lost rank's late Status changes nothing
   expect(a.settled, "rank 1 has not passed it").toBe(false)

@@ -118,6 +118,57 @@ describe("import rules", () => {
   })
 })
 
+/** A value import (or re-export) of another file: `import type` ones are erased and left out. */
+const VALUE_IMPORT = /^(?:import|export)\s+(type\s+)?(?:[^"';]*?\sfrom\s+)?["'](\.[^"']+)["']/gm
+
+/** The first import cycle among `files` (each file's value imports of the others), as the path around it, or undefined. */
+const importCycle = (files: ReadonlyArray<string>, read: (file: string) => string): string[] | undefined => {
+  const within = new Set(files)
+  const edges = new Map(files.map((f) => [f, [...read(f).matchAll(VALUE_IMPORT)].filter((m) => !m[1]).map((m) => resolve(dirname(f), m[2]!)).filter((t) => within.has(t))]))
+  const state = new Map<string, "open" | "done">()
+  const path: string[] = []
+  const visit = (f: string): string[] | undefined => {
+    if (state.get(f) === "done") return undefined
+    if (state.get(f) === "open") return [...path.slice(path.indexOf(f)), f]
+    state.set(f, "open")
+    path.push(f)
+    for (const t of edges.get(f)!) {
+      const cycle = visit(t)
+      if (cycle) return cycle
+    }
+    path.pop()
+    state.set(f, "done")
+    return undefined
+  }
+  for (const f of files) {
+    const cycle = visit(f)
+    if (cycle) return cycle
+  }
+  return undefined
+}
+
+describe("the controller's import graph", () => {
+  const controller = sources(join(ROOT, "src/controller"))
+
+  test("has no cycle (type-only imports aside): each file's imports are below it", () => {
+    const cycle = importCycle(controller, (f) => readFileSync(f, "utf8"))
+    expect(cycle === undefined ? "no cycle" : `a cycle: ${cycle.map((f) => relative(ROOT, f)).join(" -> ")}`).toBe("no cycle")
+  })
+
+  test("the check finds a cycle, naming it, and leaves type-only imports out", () => {
+    const files = ["/x/a.ts", "/x/b.ts", "/x/c.ts", "/x/d.ts"]
+    const text: Record<string, string> = {
+      "/x/a.ts": `import { b } from "./b.ts"\n`,
+      "/x/b.ts": `import type { A } from "./a.ts"\nexport { c } from "./c.ts"\n`,
+      "/x/c.ts": `import { type D, d } from "./d.ts"\n`,
+      "/x/d.ts": `import "./b.ts"\n`,
+    }
+    expect(importCycle(files, (f) => text[f]!)).toEqual(["/x/b.ts", "/x/c.ts", "/x/d.ts", "/x/b.ts"])
+    text["/x/d.ts"] = `import type { B } from "./b.ts"\n`
+    expect(importCycle(files, (f) => text[f]!)).toBeUndefined()
+  })
+})
+
 /** What a file names by a relative path: its imports and the files it locates with `new URL(...)` (a script it spawns). */
 const REFERENCE = /(?:^(?:import|export)\s+(?:type\s+)?(?:[^"';]*?\sfrom\s+)?|new URL\()["'](\.[^"']+)["']/gm
 

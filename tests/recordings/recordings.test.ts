@@ -71,7 +71,7 @@ describe("compile(step)", () => {
     const before = ctl.core.sent.commands
     const failure = await run(Effect.flip(step(opsOn(mesh).ones([2]))))
     expect(failure.message).toContain("compile(fetching): a fetch inside a recorded step is refused")
-    expect(ctl.core.tracing).toBeUndefined()
+    expect(ctl.core.sink).toBe(ctl.core)
     // The ones() above went out; nothing else did.
     ctl.core.flush()
     expect(ctl.core.sent.commands - before).toBeLessThanOrEqual(2)

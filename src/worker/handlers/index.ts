@@ -4,7 +4,7 @@
  */
 import { Effect } from "effect"
 import { WORKER_MESSAGES, type WorkerMessage } from "../../protocol/messages.ts"
-import { nowMicros, type Recorder } from "../../trace/record.ts"
+import { nowMicros, type TraceWriter } from "../../trace/writer.ts"
 import { settleFor } from "../inflight.ts"
 import { reject, type Session } from "../session.ts"
 import { borrowCreate, borrowDrop, borrowFirstUse, borrowLastUse } from "./borrows.ts"
@@ -30,7 +30,7 @@ const logLine = (m: WorkerMessage): string =>
  * A handler that throws where it should not is a bug; dispatch turns it into a ProtocolError
  * reply and a log line, so the worker and everything it holds survive it.
  */
-export const makeDispatch = (s: Session, debug = false, trace?: Recorder): ((m: WorkerMessage) => Effect.Effect<void>) => {
+export const makeDispatch = (s: Session, debug = false, trace?: TraceWriter): ((m: WorkerMessage) => Effect.Effect<void>) => {
   // One defect guard per message kind, made once: building it per command (the closure and the
   // combinator's own dispatch) was a tenth of a one-element op's dispatch.
   const guard = (tag: WorkerMessage["_tag"]) => Effect.catchDefect((e: unknown) => {

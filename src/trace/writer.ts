@@ -3,7 +3,7 @@
  * track of the stream it runs on (control messages on their own track), kept in memory and
  * written as `rank-<r>.json` when the worker ends, for the controller to merge (merge.ts).
  * Times are microseconds since the epoch, so the ranks of one host line up. Only a worker
- * with tracing on makes a Recorder; the dispatch of one without it is unchanged.
+ * with tracing on makes a TraceWriter; the dispatch of one without it is unchanged.
  */
 import { renameSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
@@ -39,7 +39,7 @@ export const nowMicros = (): number => (performance.timeOrigin + performance.now
 const collectiveName = (reduction: string, scatter: boolean): string =>
   reduction === "stack" ? (scatter ? "all_to_all" : "all_gather") : `${scatter ? "reduce_scatter" : "all_reduce"} ${reduction}`
 
-export class Recorder {
+export class TraceWriter {
   private readonly spans: Span[] = []
   private readonly tracks = new Map<number, string>([[CONTROL_TRACK, "control"]])
   /** Each borrow's streams, from its BorrowCreate, to place its later steps. */

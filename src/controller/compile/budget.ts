@@ -3,7 +3,7 @@
  * within what a worker holds (src/protocol/recordingLimits.ts): before a new one is defined,
  * the ones called least recently are deleted until it fits, so a worker never has to refuse one.
  */
-import type { RecordingLimits } from "../protocol/recordingLimits.ts"
+import type { RecordingLimits } from "../../protocol/recordingLimits.ts"
 
 interface Held {
   readonly commands: number
