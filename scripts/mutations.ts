@@ -1296,6 +1296,48 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("return { low: 0, high: a.low, size: a.high as number[] }", "return { low: a.low - 1, high: a.low, size: a.high as number[] }"),
     tests: ["tests/ops/random.test.ts"],
   },
+  {
+    area: "worker", behaviour: "model: conv's dilation spaces the kernel's taps",
+    file: "src/ops/specs/conv.ts",
+    edits: one("return { k: k[i]!, s: s[i]!, p: p[i]!, d: d[i]!, size, out }", "return { k: k[i]!, s: s[i]!, p: p[i]!, d: 1, size, out }"),
+    tests: ["tests/ops/conv.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "model: conv's groups each see their own input channels",
+    file: "src/ops/specs/conv.ts",
+    edits: one("const [h, w] = plan.dims, g = plan.groups, cg", "const [h, w] = plan.dims, g = plan.groups === 1 ? 1 : plan.groups - 1, cg"),
+    tests: ["tests/ops/conv.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "model: conv zero-pads its input on both sides",
+    file: "src/ops/specs/conv.ts",
+    edits: one("[w.p, w.p, h.p, h.p], \"constant\", 0, op)", "[w.p, 0, h.p, 0], \"constant\", 0, op)"),
+    tests: ["tests/ops/conv.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "model: batch_norm in training updates its running statistics",
+    file: "src/ops/specs/conv.ts",
+    edits: one("    o.lerp_(a.running_mean, ", "    void (a.running_mean, "),
+    tests: ["tests/ops/conv.test.ts", "tests/cnn/train.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "model: batch_norm's running_var moves toward the unbiased variance",
+    file: "src/ops/specs/conv.ts",
+    edits: one("count / (count - 1)), meta(a.running_var).dtype)", "1), meta(a.running_var).dtype)"),
+    tests: ["tests/ops/conv.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "model: batch_norm in eval normalises by the running statistics",
+    file: "src/ops/specs/conv.ts",
+    edits: one("  if (a.training) {\n    ;[mean, variance] = moments(o, x, dims)", "  if (true) {\n    ;[mean, variance] = moments(o, x, dims)"),
+    tests: ["tests/ops/conv.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "model: group_norm takes each group's own moments",
+    file: "src/ops/specs/conv.ts",
+    edits: one("[m.shape[0]!, a.num_groups, -1])", "[m.shape[0]!, 1, -1])"),
+    tests: ["tests/ops/conv.test.ts"],
+  },
 
   // ---- checkpoints ------------------------------------------------------------------------
   {
