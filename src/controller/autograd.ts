@@ -22,6 +22,7 @@ import { type OpName, OPS } from "../ops/registry.ts"
 import { SAVES } from "../ops/saves.ts"
 import type { DType } from "../protocol/values.ts"
 import { refuse } from "./arguments.ts"
+import { withoutAutocast } from "./autocast.ts"
 import { ControllerError } from "./errors.ts"
 import { RemoteTensor } from "./handles.ts"
 import { escape } from "./lifetime.ts"
@@ -67,7 +68,8 @@ const backend = (mesh: Mesh): Backend<RemoteTensor> => {
       const outer = made
       made = []
       try {
-        const value = f()
+        // rules run in the dtypes forward chose (torch runs backward outside autocast)
+        const value = withoutAutocast(f)
         return { value, made }
       } finally {
         made = outer
