@@ -1338,6 +1338,66 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("[m.shape[0]!, a.num_groups, -1])", "[m.shape[0]!, 1, -1])"),
     tests: ["tests/ops/conv.test.ts"],
   },
+  {
+    area: "controller", behaviour: "autocast: linear runs in the low type",
+    file: "src/controller/autocast.ts",
+    edits: one('"bmm", "baddbmm", "linear", "scaled_dot_product_attention"', '"bmm", "baddbmm", "scaled_dot_product_attention"'),
+    tests: ["tests/ops/autocast.test.ts", "tests/gpt/autocast.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "autocast: cross_entropy runs in f32",
+    file: "src/controller/autocast.ts",
+    edits: one('new Set<OpName>(["cross_entropy", "nll_loss", "mse_loss", "prod"])', 'new Set<OpName>(["nll_loss", "mse_loss", "prod"])'),
+    tests: ["tests/ops/autocast.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "autocast: a parameter's low copy is cast once per scope",
+    file: "src/controller/autocast.ts",
+    edits: one("    if (cacheable) cache?.set(t, cast)\n", ""),
+    tests: ["tests/ops/autocast.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "autocast: backward rules run outside the scope",
+    file: "src/controller/autograd.ts",
+    edits: one("const value = withoutAutocast(f)", "const value = f()"),
+    tests: ["tests/ops/autocast.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "autocast: f64 arguments are not cast",
+    file: "src/controller/autocast.ts",
+    edits: one('(d === "f32" || d === "f16" || d === "bf16")', '(d === "f32" || d === "f16" || d === "bf16" || d === "f64")'),
+    tests: ["tests/ops/autocast.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "GradScaler: a step whose gradients hold an inf or NaN is skipped",
+    file: "src/optim/scaler.ts",
+    edits: one("      if (finite) opt.step(undefined, at)", "      opt.step(undefined, at)"),
+    tests: ["tests/optim/scaler.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "GradScaler: the scale backs off after an inf",
+    file: "src/optim/scaler.ts",
+    edits: one("        this.scaleValue = Math.fround(this.scaleValue * this.backoffFactor)\n", ""),
+    tests: ["tests/optim/scaler.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "GradScaler: the scale grows after growthInterval good steps",
+    file: "src/optim/scaler.ts",
+    edits: one("++this.growthTracker === this.growthInterval", "++this.growthTracker === this.growthInterval + 1"),
+    tests: ["tests/optim/scaler.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "GradScaler: the inf check is all-reduced over the mesh",
+    file: "src/optim/scaler.ts",
+    edits: one("return mesh.names.length === 0 ? total! : allReduce(total!, [...mesh.names])", "return total!"),
+    tests: ["tests/optim/scaler.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "GradScaler: unscale_ divides the gradients by the scale",
+    file: "src/optim/scaler.ts",
+    edits: one("        g.mul_(inverse)\n", ""),
+    tests: ["tests/optim/scaler.test.ts"],
+  },
 
   // ---- checkpoints ------------------------------------------------------------------------
   {
