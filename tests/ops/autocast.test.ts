@@ -131,6 +131,9 @@ describe("autocast's rules beyond torch's values", () => {
     }, { lists })
     expect(run("cpu")).toEqual(["bf16", "bf16", "bf16", "bf16", "f32"])
     expect(run("cuda")).toEqual(["f32", "f32", "f32", "f32", "f32"])
+    // torch's CPU list has reflection_pad and replication_pad, not the constant pad
+    const low = on().zeros([1, 2, 4], { dtype: "bf16" })
+    expect(autocast("bf16", () => [ops.pad(low, [1, 1], "reflect"), ops.pad(low, [1, 1], { mode: "replicate" }), ops.pad(low, [1, 1])].map(dt))).toEqual(["f32", "f32", "bf16"])
   })
   test("autocast(null) turns it off inside; the scope ends when f returns or throws", () => {
     const w = on().zeros([4, 4], { dtype: "f32" })
