@@ -23,7 +23,7 @@ import type { Failure } from "../controller/errors.ts"
 import type { RemoteTensor } from "../controller/handles.ts"
 import { allReduce } from "../controller/meshgrad.ts"
 import { opsOn } from "../controller/ops.ts"
-import type { HostTensor } from "../protocol/values.ts"
+import type { HostTensor } from "../controller/index.ts"
 import type { StepAt } from "./optimizer.ts"
 
 export interface GradScalerOptions {
