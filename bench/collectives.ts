@@ -10,7 +10,7 @@
  * several hosts take.
  *
  * --hosts (root: it makes network namespaces) runs across two hosts: the network namespaces of
- * tests/hosts/netns.ts joined by a veth pair. World 2 (one rank per host) and world 4 (two per
+ * rig/netns.ts joined by a veth pair. World 2 (one rank per host) and world 4 (two per
  * host), each side's store on host 1 at host 1's address, ours binding each host's address and
  * torch's Gloo the host's veth (GLOO_SOCKET_IFNAME). Every one of our communicators must report
  * transport "tcp" (Gloo's TCP pairs, no shared memory: a member in another namespace counts as
@@ -38,8 +38,8 @@ import { Tensor } from "../ffi/tensor.ts"
 import { rendezvous } from "../src/comm/rendezvous.ts"
 import { makeClient } from "../src/store/client.ts"
 import { startServer } from "../src/store/server.ts"
-import { createHosts, inHost, type Host, type Hosts } from "../tests/hosts/netns.ts"
-import { HostProcess } from "../tests/hosts/process.ts"
+import { createHosts, inHost, type Host, type Hosts } from "../rig/netns.ts"
+import { HostProcess } from "../rig/hostProcess.ts"
 
 interface Case {
   readonly name: string
@@ -109,7 +109,7 @@ const runRank = async (rank: number, world: number, storeHost: string, port: num
 
 const PYTHON = process.env.TORCH_PYTHON ?? "/usr/bin/python3"
 const PEER = new URL("./torch_gloo_allreduce.py", import.meta.url).pathname
-const STORE = new URL("../tests/hosts/store.ts", import.meta.url).pathname
+const STORE = new URL("../rig/hostStore.ts", import.meta.url).pathname
 
 const torchVersion = (): { ok: true; version: string } | { ok: false; reason: string } => {
   const r = Bun.spawnSync([PYTHON, "-c", "import torch, torch.distributed as d; assert d.is_gloo_available(); print(torch.__version__)"], { stdout: "pipe", stderr: "pipe" })

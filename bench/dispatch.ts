@@ -9,7 +9,7 @@
  * --json also writes the rows, with microseconds per command, for scripts/gpu/summary.ts.
  */
 import { writeFileSync } from "node:fs"
-import { startWorkers } from "../tests/worker/harness.ts"
+import { startWorkers } from "../rig/workers.ts"
 import type { CallFunction, WorkerMessage } from "../src/protocol/messages.ts"
 import { Ref } from "../src/protocol/values.ts"
 

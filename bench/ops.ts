@@ -26,7 +26,7 @@ import { Generator } from "../src/ops/generator.ts"
 const { loadNative } = await import("../ffi/native.ts")
 const { Stream } = await import("../ffi/stream.ts")
 const { Tensor } = await import("../ffi/tensor.ts")
-const { builtinFunction } = await import("../src/ops/kernels.ts")
+const { builtinFunction } = await import("../src/worker/kernels/dispatch.ts")
 
 const argv = process.argv.slice(2)
 const flag = (name: string) => (argv.includes(name) ? argv[argv.indexOf(name) + 1] : undefined)

@@ -15,7 +15,7 @@ import { Effect, type Layer, ManagedRuntime } from "effect"
 import { compile, Controller, opsOn, type Mesh, type RemoteTensor } from "../src/controller/index.ts"
 import type { CallFunction } from "../src/protocol/messages.ts"
 import { Ref } from "../src/protocol/values.ts"
-import { startWorkers } from "../tests/worker/harness.ts"
+import { startWorkers } from "../rig/workers.ts"
 import { cpuOf, load, median, selfCpu } from "./cpu.ts"
 
 const args = process.argv.slice(2)
@@ -108,7 +108,7 @@ for (const world of WORLDS) {
 }
 
 // ---- the worker alone ----------------------------------------------------------------------
-// One worker process driven straight over the wire (tests/worker/harness.ts): the same OPS
+// One worker process driven straight over the wire (rig/workers.ts): the same OPS
 // commands sent CALLS times as a CommandGroup each, or as one CallRecording each of a recording
 // defined once; the time until its Status passes the last, and its CPU per command. Here the
 // worker is the only thing working, so this is its cost per op without the controller's.

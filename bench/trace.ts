@@ -10,7 +10,7 @@ import { tmpdir } from "node:os"
 import { join } from "node:path"
 import type { CallFunction } from "../src/protocol/messages.ts"
 import { Ref } from "../src/protocol/values.ts"
-import { startWorkers, type Harness } from "../tests/worker/harness.ts"
+import { startWorkers, type Harness } from "../rig/workers.ts"
 
 const N = Number(process.argv[2] ?? 100_000)
 const ROUNDS = 5, GROUP = 64

@@ -22,9 +22,10 @@
  *     and remainder round toward -inf; a zero divisor (div, floor_divide, remainder) or a
  *     negative integer exponent anywhere fails the op (SHIM_E_INVALID) before anything is
  *     written; 0 pow 0 is 1.
- *   - exp, log, sqrt, tanh, sigmoid and the other floating unary ops (erf..gelu_tanh) on
- *     integer or bool tensors: SHIM_E_UNSUPPORTED; floor, ceil, round, trunc keep integers
- *     and refuse bool; sign, isnan, isinf and logical_not take every dtype.
+ *   - an op on a dtype its table row (below) does not admit is SHIM_E_UNSUPPORTED: exp, log,
+ *     sqrt, tanh, sigmoid and the other floating unary ops on integers or bool; floor, ceil,
+ *     round, trunc keep integers and refuse bool; sign, isnan, isinf and logical_not take
+ *     every dtype.
  *   - bool: add and maximum are or, mul and minimum are and; sub, div, pow, floor_divide,
  *     remainder, neg unsupported.
  *   - maximum, minimum, relu and max/min reductions propagate NaN.
@@ -79,76 +80,104 @@ enum shim_dtype {
 enum shim_max_dims { SHIM_MAX_DIMS = 8 };
 
 /* ---- op codes ------------------------------------------------------------------------ */
-enum shim_unary_op { /* shim_unary; out has a's dtype (SHIM_BOOL for ISNAN..) */
-  SHIM_NEG = 0,
-  SHIM_ABS = 1,
-  SHIM_EXP = 2,
-  SHIM_LOG = 3,
-  SHIM_SQRT = 4,
-  SHIM_RELU = 5,
-  SHIM_TANH = 6,
-  SHIM_SIGMOID = 7,
-  SHIM_ERF = 8, /* EXP..GELU_TANH: floating dtypes only */
-  SHIM_LOG1P = 9,
-  SHIM_EXPM1 = 10,
-  SHIM_RSQRT = 11,
-  SHIM_RECIPROCAL = 12,
-  SHIM_SIN = 13,
-  SHIM_COS = 14,
-  SHIM_SILU = 15,
-  SHIM_SOFTPLUS = 16,   /* beta 1, threshold 20 (torch's defaults): x above 20 is x */
-  SHIM_GELU = 17,       /* the erf form */
-  SHIM_GELU_TANH = 18,  /* the tanh approximation */
-  SHIM_FLOOR = 19,      /* FLOOR..TRUNC: integers unchanged, bool unsupported */
-  SHIM_CEIL = 20,
-  SHIM_ROUND = 21,      /* half to even */
-  SHIM_TRUNC = 22,
-  SHIM_SIGN = 23,       /* every dtype; sign(NaN) is 0 */
-  SHIM_ISNAN = 24,      /* ISNAN..LOGICAL_NOT: every dtype, and they write SHIM_BOOL */
-  SHIM_ISINF = 25,
-  SHIM_LOGICAL_NOT = 26
+/* The elementwise and reduction ops are tables, one X-macro list per family: each row is
+ * X(ID, code, "name", flags). The family's enum below is built from it, and so are the names
+ * in error messages, the dtype checks both backends make (c/common/checks.c), the backends'
+ * dispatch (a code not in the table, or one a backend has no kernel for, fails with
+ * SHIM_E_INVALID naming it) and ffi/abi.ts's codes and flags (scripts/abi.ts). Adding an op is
+ * a row here and its kernel cases. */
+
+enum shim_op_flag { /* a row's flags, or'ed; floating dtypes take every op */
+  SHIM_OPF_INT = 1,         /* defined on i32, i64 and u8 */
+  SHIM_OPF_BOOL = 2,        /* defined on bool */
+  SHIM_OPF_WRITES_BOOL = 4, /* out is SHIM_BOOL whatever the operands' dtype */
+  SHIM_OPF_ROUNDING = 8,    /* rounds to an integer: integer operands come back unchanged */
+  SHIM_OPF_DIVISION = 16    /* divides by its second operand: an integer zero there fails the op */
 };
 
-enum shim_binary_op { /* shim_binary, shim_binary_scalar; EQ.. write SHIM_BOOL */
-  SHIM_ADD = 0,
-  SHIM_SUB = 1,
-  SHIM_MUL = 2,
-  SHIM_DIV = 3, /* integer dtypes truncate; an integer division by zero is SHIM_E_INVALID */
-  SHIM_MAXIMUM = 4,
-  SHIM_MINIMUM = 5,
-  SHIM_POW = 6,
-  SHIM_FLOOR_DIVIDE = 7, /* rounds toward -inf (torch's floor_divide and div_floor) */
-  SHIM_REMAINDER = 8,    /* Python's: the sign of the divisor (torch.remainder) */
-  SHIM_EQ = 9,
-  SHIM_NE = 10,
-  SHIM_LT = 11,
-  SHIM_LE = 12,
-  SHIM_GT = 13,
-  SHIM_GE = 14,
-  SHIM_LOGICAL_AND = 15, /* nonzero and nonzero (NaN is nonzero) */
-  SHIM_LOGICAL_OR = 16,
-  SHIM_FMOD = 17 /* C's fmod: the dividend's sign (torch.fmod); integers truncate, a zero divisor fails */
-};
+#define SHIM_OPF_ANY (SHIM_OPF_INT | SHIM_OPF_BOOL) /* every dtype */
 
-enum shim_ternary_op { /* shim_ternary */
-  SHIM_WHERE = 0,  /* a (any dtype, nonzero) ? b : c */
-  SHIM_LERP = 1,   /* a + c * (b - a), torch's two-sided form; floating only */
-  SHIM_ADDCMUL = 2, /* a + value * b * c; not bool */
-  SHIM_ADDCDIV = 3  /* a + value * b / c; floating only */
-};
+/* shim_unary; out has a's dtype (SHIM_BOOL for the predicates). */
+#define SHIM_UNARY_OPS(X)                                                                  \
+  X(SHIM_NEG, 0, "neg", SHIM_OPF_INT) /* integers wrap */                                  \
+  X(SHIM_ABS, 1, "abs", SHIM_OPF_ANY)                                                       \
+  X(SHIM_EXP, 2, "exp", 0)                                                                  \
+  X(SHIM_LOG, 3, "log", 0)                                                                  \
+  X(SHIM_SQRT, 4, "sqrt", 0)                                                                \
+  X(SHIM_RELU, 5, "relu", SHIM_OPF_ANY)                                                     \
+  X(SHIM_TANH, 6, "tanh", 0)                                                                \
+  X(SHIM_SIGMOID, 7, "sigmoid", 0)                                                          \
+  X(SHIM_ERF, 8, "erf", 0)                                                                  \
+  X(SHIM_LOG1P, 9, "log1p", 0)                                                              \
+  X(SHIM_EXPM1, 10, "expm1", 0)                                                             \
+  X(SHIM_RSQRT, 11, "rsqrt", 0)                                                             \
+  X(SHIM_RECIPROCAL, 12, "reciprocal", 0)                                                   \
+  X(SHIM_SIN, 13, "sin", 0)                                                                 \
+  X(SHIM_COS, 14, "cos", 0)                                                                 \
+  X(SHIM_SILU, 15, "silu", 0)                                                               \
+  X(SHIM_SOFTPLUS, 16, "softplus", 0) /* beta 1, threshold 20 (torch's defaults): x above 20 is x */ \
+  X(SHIM_GELU, 17, "gelu", 0)              /* the erf form */                               \
+  X(SHIM_GELU_TANH, 18, "gelu_tanh", 0)    /* the tanh approximation */                     \
+  X(SHIM_FLOOR, 19, "floor", SHIM_OPF_INT | SHIM_OPF_ROUNDING)                              \
+  X(SHIM_CEIL, 20, "ceil", SHIM_OPF_INT | SHIM_OPF_ROUNDING)                                \
+  X(SHIM_ROUND, 21, "round", SHIM_OPF_INT | SHIM_OPF_ROUNDING) /* half to even */           \
+  X(SHIM_TRUNC, 22, "trunc", SHIM_OPF_INT | SHIM_OPF_ROUNDING)                              \
+  X(SHIM_SIGN, 23, "sign", SHIM_OPF_ANY) /* sign(NaN) is 0 */                               \
+  X(SHIM_ISNAN, 24, "isnan", SHIM_OPF_ANY | SHIM_OPF_WRITES_BOOL)                           \
+  X(SHIM_ISINF, 25, "isinf", SHIM_OPF_ANY | SHIM_OPF_WRITES_BOOL)                           \
+  X(SHIM_LOGICAL_NOT, 26, "logical_not", SHIM_OPF_ANY | SHIM_OPF_WRITES_BOOL)
 
-enum shim_reduce_op { /* shim_reduce */
-  SHIM_SUM = 0,
-  SHIM_MEAN = 1,
-  SHIM_MAX = 2,
-  SHIM_MIN = 3,
-  SHIM_PROD = 4,
-  SHIM_ANY = 5,     /* nonzero anywhere (NaN is nonzero); empty: 0 */
-  SHIM_ALL = 6,     /* nonzero everywhere; empty: 1 */
-  SHIM_NORM1 = 7,   /* sum of |x|; NORM1..NORM_INF: floating dtypes only */
-  SHIM_NORM2 = 8,   /* sqrt of the sum of squares */
-  SHIM_NORM_INF = 9 /* max of |x| (NaN propagates); empty: 0 */
-};
+/* shim_binary, shim_binary_scalar. */
+#define SHIM_BINARY_OPS(X)                                                                 \
+  X(SHIM_ADD, 0, "add", SHIM_OPF_ANY) /* bool: or */                                        \
+  X(SHIM_SUB, 1, "sub", SHIM_OPF_INT)                                                       \
+  X(SHIM_MUL, 2, "mul", SHIM_OPF_ANY) /* bool: and */                                       \
+  X(SHIM_DIV, 3, "div", SHIM_OPF_INT | SHIM_OPF_DIVISION) /* integer dtypes truncate */     \
+  X(SHIM_MAXIMUM, 4, "maximum", SHIM_OPF_ANY)                                               \
+  X(SHIM_MINIMUM, 5, "minimum", SHIM_OPF_ANY)                                               \
+  X(SHIM_POW, 6, "pow", SHIM_OPF_INT) /* a negative integer exponent fails the op */        \
+  /* rounds toward -inf (torch's floor_divide and div_floor) */                             \
+  X(SHIM_FLOOR_DIVIDE, 7, "floor_divide", SHIM_OPF_INT | SHIM_OPF_DIVISION)                 \
+  /* Python's: the sign of the divisor (torch.remainder) */                                 \
+  X(SHIM_REMAINDER, 8, "remainder", SHIM_OPF_INT | SHIM_OPF_DIVISION)                       \
+  X(SHIM_EQ, 9, "eq", SHIM_OPF_ANY | SHIM_OPF_WRITES_BOOL)                                  \
+  X(SHIM_NE, 10, "ne", SHIM_OPF_ANY | SHIM_OPF_WRITES_BOOL)                                 \
+  X(SHIM_LT, 11, "lt", SHIM_OPF_ANY | SHIM_OPF_WRITES_BOOL)                                 \
+  X(SHIM_LE, 12, "le", SHIM_OPF_ANY | SHIM_OPF_WRITES_BOOL)                                 \
+  X(SHIM_GT, 13, "gt", SHIM_OPF_ANY | SHIM_OPF_WRITES_BOOL)                                 \
+  X(SHIM_GE, 14, "ge", SHIM_OPF_ANY | SHIM_OPF_WRITES_BOOL)                                 \
+  /* nonzero and nonzero (NaN is nonzero) */                                                \
+  X(SHIM_LOGICAL_AND, 15, "logical_and", SHIM_OPF_ANY | SHIM_OPF_WRITES_BOOL)               \
+  X(SHIM_LOGICAL_OR, 16, "logical_or", SHIM_OPF_ANY | SHIM_OPF_WRITES_BOOL)                 \
+  /* C's fmod: the dividend's sign (torch.fmod); integers truncate */                       \
+  X(SHIM_FMOD, 17, "fmod", SHIM_OPF_INT | SHIM_OPF_DIVISION)
+
+/* shim_ternary. */
+#define SHIM_TERNARY_OPS(X)                                                                \
+  X(SHIM_WHERE, 0, "where", SHIM_OPF_ANY) /* a (any dtype, nonzero) ? b : c */              \
+  X(SHIM_LERP, 1, "lerp", 0)              /* a + c * (b - a), torch's two-sided form */     \
+  X(SHIM_ADDCMUL, 2, "addcmul", SHIM_OPF_INT) /* a + value * b * c */                       \
+  X(SHIM_ADDCDIV, 3, "addcdiv", 0)            /* a + value * b / c */
+
+/* shim_reduce (and shim_argreduce's, shim_cumulative's SHIM_MAX, SHIM_MIN, SHIM_PROD). */
+#define SHIM_REDUCE_OPS(X)                                                                 \
+  X(SHIM_SUM, 0, "sum", SHIM_OPF_ANY)                                                       \
+  X(SHIM_MEAN, 1, "mean", SHIM_OPF_ANY)                                                     \
+  X(SHIM_MAX, 2, "max", SHIM_OPF_ANY)                                                       \
+  X(SHIM_MIN, 3, "min", SHIM_OPF_ANY)                                                       \
+  X(SHIM_PROD, 4, "prod", SHIM_OPF_ANY)                                                     \
+  X(SHIM_ANY, 5, "any", SHIM_OPF_ANY) /* nonzero anywhere (NaN is nonzero); empty: 0 */     \
+  X(SHIM_ALL, 6, "all", SHIM_OPF_ANY) /* nonzero everywhere; empty: 1 */                    \
+  X(SHIM_NORM1, 7, "norm1", 0)        /* sum of |x| */                                      \
+  X(SHIM_NORM2, 8, "norm2", 0)        /* sqrt of the sum of squares */                      \
+  X(SHIM_NORM_INF, 9, "norm_inf", 0)  /* max of |x| (NaN propagates); empty: 0 */
+
+#define SHIM_OP_ENUM_ROW(id, code, name, flags) id = code,
+enum shim_unary_op { SHIM_UNARY_OPS(SHIM_OP_ENUM_ROW) };
+enum shim_binary_op { SHIM_BINARY_OPS(SHIM_OP_ENUM_ROW) };
+enum shim_ternary_op { SHIM_TERNARY_OPS(SHIM_OP_ENUM_ROW) };
+enum shim_reduce_op { SHIM_REDUCE_OPS(SHIM_OP_ENUM_ROW) };
+#undef SHIM_OP_ENUM_ROW
 
 enum shim_scatter_op { /* shim_scatter */
   SHIM_SCATTER_ASSIGN = 0, /* out[.., index, ..] = src; of several writes to one element the last (index order) stays */

@@ -2,8 +2,8 @@
  * User functions for the demo: each rank's shard of a linear-regression problem. Workers
  * import this module by name ("examples/linreg:<export>") from MONARCH_FUNCTION_PATH.
  */
-import { op } from "../src/ops/kernels.ts"
-import { defineFunction } from "../src/ops/function.ts"
+import { op } from "../src/worker/ops.ts"
+import { defineFunction } from "../src/worker/function.ts"
 
 /** The weight of global feature k that training should recover. */
 export const trueWeight = (k: number) => 0.1 * (k + 1)

@@ -26,6 +26,15 @@ export const DTypeCode = {
 
 export const MAX_DIMS = 8
 
+/** An op table row's flags (or'ed): what the op is defined on and writes. */
+export const OpFlag = {
+  int: 1,
+  bool: 2,
+  writes_bool: 4,
+  rounding: 8,
+  division: 16,
+} as const
+
 /** shim_unary's op codes. */
 export const UnaryOp = {
   neg: 0,
@@ -57,6 +66,36 @@ export const UnaryOp = {
   logical_not: 26,
 } as const
 export type UnaryOpName = keyof typeof UnaryOp
+/** Each UnaryOp row's flags (OpFlag, or'ed), from c/shim.h's table. */
+export const UnaryOpFlags: { readonly [K in UnaryOpName]: number } = {
+  neg: 1,
+  abs: 3,
+  exp: 0,
+  log: 0,
+  sqrt: 0,
+  relu: 3,
+  tanh: 0,
+  sigmoid: 0,
+  erf: 0,
+  log1p: 0,
+  expm1: 0,
+  rsqrt: 0,
+  reciprocal: 0,
+  sin: 0,
+  cos: 0,
+  silu: 0,
+  softplus: 0,
+  gelu: 0,
+  gelu_tanh: 0,
+  floor: 9,
+  ceil: 9,
+  round: 9,
+  trunc: 9,
+  sign: 3,
+  isnan: 7,
+  isinf: 7,
+  logical_not: 7,
+}
 
 /** shim_binary's and shim_binary_scalar's op codes. */
 export const BinaryOp = {
@@ -80,6 +119,27 @@ export const BinaryOp = {
   fmod: 17,
 } as const
 export type BinaryOpName = keyof typeof BinaryOp
+/** Each BinaryOp row's flags (OpFlag, or'ed), from c/shim.h's table. */
+export const BinaryOpFlags: { readonly [K in BinaryOpName]: number } = {
+  add: 3,
+  sub: 1,
+  mul: 3,
+  div: 17,
+  maximum: 3,
+  minimum: 3,
+  pow: 1,
+  floor_divide: 17,
+  remainder: 17,
+  eq: 7,
+  ne: 7,
+  lt: 7,
+  le: 7,
+  gt: 7,
+  ge: 7,
+  logical_and: 7,
+  logical_or: 7,
+  fmod: 17,
+}
 
 /** shim_ternary's op codes. */
 export const TernaryOp = {
@@ -89,6 +149,13 @@ export const TernaryOp = {
   addcdiv: 3,
 } as const
 export type TernaryOpName = keyof typeof TernaryOp
+/** Each TernaryOp row's flags (OpFlag, or'ed), from c/shim.h's table. */
+export const TernaryOpFlags: { readonly [K in TernaryOpName]: number } = {
+  where: 3,
+  lerp: 0,
+  addcmul: 1,
+  addcdiv: 0,
+}
 
 /** shim_reduce's op codes. */
 export const ReduceOp = {
@@ -104,6 +171,19 @@ export const ReduceOp = {
   norm_inf: 9,
 } as const
 export type ReduceOpName = keyof typeof ReduceOp
+/** Each ReduceOp row's flags (OpFlag, or'ed), from c/shim.h's table. */
+export const ReduceOpFlags: { readonly [K in ReduceOpName]: number } = {
+  sum: 3,
+  mean: 3,
+  max: 3,
+  min: 3,
+  prod: 3,
+  any: 3,
+  all: 3,
+  norm1: 0,
+  norm2: 0,
+  norm_inf: 0,
+}
 
 /** shim_scatter's op codes. */
 export const ScatterOp = {

@@ -6,7 +6,7 @@
 import { dlopen, ptr, read, type Library, type Pointer } from "bun:ffi"
 import { existsSync } from "node:fs"
 import { Data } from "effect"
-import type { Device } from "../src/protocol/values.ts"
+import type { Device } from "../base/tensor.ts"
 import { ShimStatus, symbols } from "./symbols.ts"
 
 export type ShimSymbols = Library<typeof symbols>["symbols"]

@@ -6,15 +6,15 @@
 import { ptr } from "bun:ffi"
 import { shimError } from "./native.ts"
 import {
-  ALL_DIMS, BinaryOp, LossReduction, MatmulFlag, OptimFlag, ReduceOp, ScatterOp, ShimStatus, TernaryOp, UnaryOp, type BinaryOpName,
+  ALL_DIMS, BinaryOp, BinaryOpFlags, LossReduction, MatmulFlag, OpFlag, OptimFlag, ReduceOp, ScatterOp, ShimStatus, TernaryOp, UnaryOp, UnaryOpFlags, type BinaryOpName,
   type LossReductionName, type ReduceOpName, type ScatterOpName, type TernaryOpName, type UnaryOpName,
 } from "./symbols.ts"
 import type { Stream } from "./stream.ts"
 import type { Tensor } from "./tensor.ts"
-import { dtypeCode } from "../src/protocol/values.ts"
+import { dtypeCode } from "../base/tensor.ts"
 
-const COMPARISONS: ReadonlySet<BinaryOpName> = new Set(["eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or"])
-export const isComparison = (op: BinaryOpName): boolean => COMPARISONS.has(op)
+/** The binary ops that write bool (comparisons and logical ops: their table rows say so). */
+export const isComparison = (op: BinaryOpName): boolean => (BinaryOpFlags[op] & OpFlag.writes_bool) !== 0
 
 const fail = (op: string, message: string): never => {
   throw shimError(ShimStatus.INVALID, op, message)
@@ -35,12 +35,9 @@ export const arange = (out: Tensor, start: number, step: number, s?: Stream): vo
 export const rand = (out: Tensor, seed: number | bigint, offset: number | bigint, normal: boolean, s?: Stream): void =>
   out.native.check(out.native.shim.shim_rand(out.handle, seed, offset, normal ? 1 : 0, stream(s)), "shim_rand")
 
-/** The unary ops that write bool whatever the input's dtype. */
-const PREDICATES: ReadonlySet<UnaryOpName> = new Set(["isnan", "isinf", "logical_not"])
-
 export const unary = (op: UnaryOpName, out: Tensor, a: Tensor, s?: Stream): void => {
   sameNumel(op, out, a)
-  const want = PREDICATES.has(op) ? "bool" : a.dtype
+  const want = UnaryOpFlags[op] & OpFlag.writes_bool ? "bool" : a.dtype // the predicates
   if (out.dtype !== want) fail(op, `output ${out} must have dtype ${want}`)
   out.native.check(out.native.shim.shim_unary(UnaryOp[op], out.handle, a.handle, stream(s)), `shim_unary(${op})`)
 }

@@ -88,5 +88,5 @@ export const symbols = {
 } as const satisfies Record<string, FFIFunction>
 
 // The header's enums, generated from it (scripts/abi.ts).
-export { ALL_DIMS, BinaryOp, CommOp, LossReduction, MatmulFlag, MAX_DIMS, OptimFlag, P2P, ReduceOp, ScatterOp, ShimStatus, TernaryOp, UnaryOp } from "./abi.ts"
+export { ALL_DIMS, BinaryOp, BinaryOpFlags, CommOp, LossReduction, MatmulFlag, MAX_DIMS, OpFlag, OptimFlag, P2P, ReduceOp, ScatterOp, ShimStatus, TernaryOp, UnaryOp, UnaryOpFlags } from "./abi.ts"
 export type { BinaryOpName, CommOpName, LossReductionName, ReduceOpName, ScatterOpName, TernaryOpName, UnaryOpName } from "./abi.ts"

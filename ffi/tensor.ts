@@ -5,10 +5,9 @@
  * dtype and shape (HandlePool): most commands' outputs are the shapes of the last ones.
  */
 import { ptr, toArrayBuffer, type Pointer } from "bun:ffi"
-import { DTYPES, HostTensor, ITEM_SIZE, dtypeCode, type Device, type DType } from "../src/protocol/values.ts"
+import { DTYPES, HostTensor, ITEM_SIZE, dtypeCode, numelOf, type Device, type DType } from "../base/tensor.ts"
 import { type Native, shimError } from "./native.ts"
 import { MAX_DIMS, ShimStatus } from "./symbols.ts"
-import { numelOf } from "../src/ops/meta.ts"
 import type { Stream } from "./stream.ts"
 
 const forgotten = new FinalizationRegistry<{ native: Native; handle: Pointer }>(({ native, handle }) => {

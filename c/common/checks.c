@@ -7,16 +7,6 @@
 
 #include "internal.h"
 
-static const char *const unary_names[] = {"neg", "abs", "exp", "log", "sqrt", "relu", "tanh", "sigmoid", "erf",
-                                          "log1p", "expm1", "rsqrt", "reciprocal", "sin", "cos", "silu", "softplus",
-                                          "gelu", "gelu_tanh", "floor", "ceil", "round", "trunc", "sign", "isnan",
-                                          "isinf", "logical_not"};
-static const char *const binary_names[] = {"add", "sub", "mul", "div", "maximum", "minimum", "pow",
-                                           "floor_divide", "remainder", "eq", "ne", "lt", "le", "gt", "ge",
-                                           "logical_and", "logical_or", "fmod"};
-static const char *const ternary_names[] = {"where", "lerp", "addcmul", "addcdiv"};
-static const char *const reduce_names[] = {"sum", "mean", "max", "min", "prod", "any", "all", "norm1", "norm2", "norm_inf"};
-
 static int is_float(int32_t dtype) { return dtype <= SHIM_BF16; }
 
 enum { DESCRIPTION_CAP = 128 }; /* room for one shim_describe */
@@ -44,19 +34,15 @@ int shim_check_rand(const shim_tensor *out, int32_t normal) {
 int shim_check_unary(int32_t op, const shim_tensor *out, const shim_tensor *a) {
   SHIM_REQUIRE_IN("shim_unary", out, "out");
   SHIM_REQUIRE_IN("shim_unary", a, "a");
-  if (op < 0 || op > SHIM_LOGICAL_NOT) return shim_fail(SHIM_E_INVALID, "shim_unary: unknown op code %d", op);
-  const char *name = unary_names[op];
+  const shim_op_row *row = shim_unary_row(op);
+  if (row == NULL) return shim_fail(SHIM_E_INVALID, "shim_unary: unknown op code %d", op);
+  const char *name = row->name;
   char bo[DESCRIPTION_CAP], ba[DESCRIPTION_CAP];
-  int predicate = op >= SHIM_ISNAN; /* writes bool */
+  int predicate = (row->flags & SHIM_OPF_WRITES_BOOL) != 0;
   if (out->dtype != (predicate ? SHIM_BOOL : a->dtype) || out->numel != a->numel)
     return shim_fail(SHIM_E_INVALID, "shim_unary(%s): out is %s but a is %s (%s and the same element count needed)", name,
                      shim_describe(out, bo, sizeof bo), shim_describe(a, ba, sizeof ba), predicate ? "bool" : "a's dtype");
-  /* neg wraps on integers; abs, relu, sign and the predicates are defined on every dtype;
-   * floor..trunc keep integers. */
-  int rounding = op >= SHIM_FLOOR && op <= SHIM_TRUNC;
-  int integer_safe = op == SHIM_ABS || op == SHIM_RELU || op >= SHIM_SIGN ||
-                     ((op == SHIM_NEG || rounding) && a->dtype != SHIM_BOOL);
-  if (!is_float(a->dtype) && !integer_safe)
+  if (!shim_op_defined_on(row, a->dtype))
     return shim_fail(SHIM_E_UNSUPPORTED, "shim_unary(%s): not defined on %s (cast to a floating dtype first)", name,
                      shim_dtype_name(a->dtype));
   return shim_check_no_partial_overlap("shim_unary", out, a, "a");
@@ -64,12 +50,13 @@ int shim_check_unary(int32_t op, const shim_tensor *out, const shim_tensor *a) {
 
 /* What every binary op needs of op, dtype and out, the result having n elements. */
 static int check_binary_result(const char *fn, int32_t op, int32_t dtype, const shim_tensor *out, int64_t n) {
-  if (op < 0 || op > SHIM_FMOD) return shim_fail(SHIM_E_INVALID, "%s: unknown op code %d", fn, op);
-  const char *name = binary_names[op];
-  if (dtype == SHIM_BOOL && (op == SHIM_SUB || op == SHIM_POW || shim_is_division(op)))
-    return shim_fail(SHIM_E_UNSUPPORTED, "%s(%s): not defined on bool (cast to an integer or floating dtype first)", fn,
-                     name);
-  int32_t want = shim_is_comparison(op) ? SHIM_BOOL : dtype; /* comparisons and logical ops write bool */
+  const shim_op_row *row = shim_binary_row(op);
+  if (row == NULL) return shim_fail(SHIM_E_INVALID, "%s: unknown op code %d", fn, op);
+  const char *name = row->name;
+  if (!shim_op_defined_on(row, dtype))
+    return shim_fail(SHIM_E_UNSUPPORTED, "%s(%s): not defined on %s (cast to %s first)", fn, name, shim_dtype_name(dtype),
+                     dtype == SHIM_BOOL && (row->flags & SHIM_OPF_INT) ? "an integer or floating dtype" : "a floating dtype");
+  int32_t want = row->flags & SHIM_OPF_WRITES_BOOL ? SHIM_BOOL : dtype;
   char buf[DESCRIPTION_CAP];
   if (out->dtype != want)
     return shim_fail(SHIM_E_INVALID, "%s(%s): out is %s but must be %s", fn, name, shim_describe(out, buf, sizeof buf),
@@ -84,7 +71,8 @@ int shim_check_binary(int32_t op, const shim_tensor *out, const shim_tensor *a, 
   SHIM_REQUIRE_IN("shim_binary", out, "out");
   SHIM_REQUIRE_IN("shim_binary", a, "a");
   SHIM_REQUIRE_IN("shim_binary", b, "b");
-  const char *name = op >= 0 && op <= SHIM_FMOD ? binary_names[op] : "?";
+  const shim_op_row *row = shim_binary_row(op);
+  const char *name = row != NULL ? row->name : "?";
   char ba[DESCRIPTION_CAP], bb[DESCRIPTION_CAP];
   if (a->dtype != b->dtype)
     return shim_fail(SHIM_E_INVALID, "shim_binary(%s): dtypes differ: a is %s, b is %s", name,
@@ -108,7 +96,7 @@ int shim_check_binary_scalar(int32_t op, const shim_tensor *out, const shim_tens
 
 int shim_fail_bad_operand(const char *fn, int32_t op, int32_t dtype, const char *what) {
   if (shim_is_division(op))
-    return shim_fail(SHIM_E_INVALID, "%s(%s): integer division by zero (%s has a zero element)", fn, binary_names[op], what);
+    return shim_fail(SHIM_E_INVALID, "%s(%s): integer division by zero (%s has a zero element)", fn, shim_binary_row(op)->name, what);
   return shim_fail(SHIM_E_INVALID, "%s(pow): %s integer to a negative power (%s has a negative element)", fn,
                    shim_dtype_name(dtype), what);
 }
@@ -120,8 +108,9 @@ int shim_check_ternary(int32_t op, const shim_tensor *out, const shim_tensor *a,
   SHIM_REQUIRE_IN(fn, a, "a");
   SHIM_REQUIRE_IN(fn, b, "b");
   SHIM_REQUIRE_IN(fn, c, "c");
-  if (op < 0 || op > SHIM_ADDCDIV) return shim_fail(SHIM_E_INVALID, "%s: unknown op code %d", fn, op);
-  const char *name = ternary_names[op];
+  const shim_op_row *row = shim_ternary_row(op);
+  if (row == NULL) return shim_fail(SHIM_E_INVALID, "%s: unknown op code %d", fn, op);
+  const char *name = row->name;
   char bo[DESCRIPTION_CAP], ba[DESCRIPTION_CAP], bb[DESCRIPTION_CAP], bc[DESCRIPTION_CAP];
   shim_describe(out, bo, sizeof bo);
   shim_describe(a, ba, sizeof ba);
@@ -133,8 +122,7 @@ int shim_check_ternary(int32_t op, const shim_tensor *out, const shim_tensor *a,
   if ((a->numel != n && a->numel != 1) || (b->numel != n && b->numel != 1) || (c->numel != n && c->numel != 1))
     return shim_fail(SHIM_E_INVALID, "%s(%s): each operand needs out's %lld elements or one: a %s, b %s, c %s", fn, name,
                      (long long)n, ba, bb, bc);
-  int floating_only = op == SHIM_LERP || op == SHIM_ADDCDIV;
-  if ((floating_only && !is_float(out->dtype)) || (op == SHIM_ADDCMUL && out->dtype == SHIM_BOOL))
+  if (!shim_op_defined_on(row, out->dtype))
     return shim_fail(SHIM_E_UNSUPPORTED, "%s(%s): not defined on %s", fn, name, shim_dtype_name(out->dtype));
   SHIM_TRY(shim_check_no_partial_overlap(fn, out, a, "a"));
   SHIM_TRY(shim_check_no_partial_overlap(fn, out, b, "b"));
@@ -144,10 +132,11 @@ int shim_check_ternary(int32_t op, const shim_tensor *out, const shim_tensor *a,
 int shim_check_reduce(int32_t op, const shim_tensor *out, const shim_tensor *a, int32_t dim, shim_reduce_dims *dims) {
   SHIM_REQUIRE_IN("shim_reduce", out, "out");
   SHIM_REQUIRE_IN("shim_reduce", a, "a");
-  if (op < 0 || op > SHIM_NORM_INF) return shim_fail(SHIM_E_INVALID, "shim_reduce: unknown op code %d", op);
-  const char *name = reduce_names[op];
+  const shim_op_row *row = shim_reduce_row(op);
+  if (row == NULL) return shim_fail(SHIM_E_INVALID, "shim_reduce: unknown op code %d", op);
+  const char *name = row->name;
   char ba[DESCRIPTION_CAP], bo[DESCRIPTION_CAP];
-  if (op >= SHIM_NORM1 && !is_float(a->dtype))
+  if (!shim_op_defined_on(row, a->dtype))
     return shim_fail(SHIM_E_UNSUPPORTED, "shim_reduce(%s): not defined on %s (cast to a floating dtype first)", name,
                      shim_describe(a, ba, sizeof ba));
   if (dim != SHIM_ALL_DIMS && (dim < 0 || dim >= a->ndim))
@@ -197,7 +186,7 @@ int shim_check_argreduce(int32_t op, const shim_tensor *indices, const shim_tens
     return shim_fail(SHIM_E_INVALID, "%s: indices is %s but reducing %s leaves %lld elements", fn, bi, ba,
                      (long long)(dims->outer * dims->inner));
   if (dims->r == 0 && indices->numel > 0)
-    return shim_fail(SHIM_E_INVALID, "%s(%s): the reduced dim of %s is empty", fn, reduce_names[op], ba);
+    return shim_fail(SHIM_E_INVALID, "%s(%s): the reduced dim of %s is empty", fn, shim_reduce_row(op)->name, ba);
   return SHIM_OK;
 }
 

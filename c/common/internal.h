@@ -1,7 +1,8 @@
 /* internal.h: what the cpu and cuda backends share behind the ABI (not part of it): the tensor
  * and communicator layout both use, dtype sizes, the error helpers every function returns
- * through, and the argument checks every op and collective makes before touching memory
- * (checks.c, comm_checks.c), so both backends fail alike, with the same status and text. */
+ * through, the rows of the op tables (op_table.c), and the argument checks every op and
+ * collective makes before touching memory (checks.c, comm_checks.c, ...), so both backends
+ * fail alike, with the same status and text. */
 #ifndef MONARCH_SHIM_INTERNAL_H
 #define MONARCH_SHIM_INTERNAL_H
 
@@ -97,6 +98,27 @@ static inline int64_t shim_size_class(int64_t n) {
   return (n + step - 1) / step * step;
 }
 
+/* ---- the op tables (c/shim.h's rows by code: op_table.c) ------------------------------ */
+
+typedef struct shim_op_row {
+  const char *name;
+  int32_t flags; /* SHIM_OPF_* */
+} shim_op_row;
+
+/* The row of a family's op code, or NULL for a code its table lacks. */
+const shim_op_row *shim_unary_row(int32_t op);
+const shim_op_row *shim_binary_row(int32_t op);
+const shim_op_row *shim_ternary_row(int32_t op);
+const shim_op_row *shim_reduce_row(int32_t op);
+
+/* Whether a row's op takes operands of dtype: floating always, else by SHIM_OPF_INT or _BOOL. */
+int shim_op_defined_on(const shim_op_row *row, int32_t dtype);
+
+/* fn's failure (SHIM_E_INVALID) when its backend's dispatch meets a code it has no case for:
+ * the default of every switch over op codes, so a table row without its kernel cases fails
+ * instead of computing another op or leaving out unwritten. name: the row's, or NULL. */
+int shim_fail_no_kernel(const char *fn, const char *name, int32_t op, int32_t dtype);
+
 /* ---- argument checks of the ops (checks.c) ------------------------------------------- */
 /* Each takes an entry point's arguments, null handles included, and fails as that entry point
  * (its name in the message) before anything is read from or written to tensor memory. */
@@ -112,11 +134,17 @@ int shim_check_unary(int32_t op, const shim_tensor *out, const shim_tensor *a);
 int shim_check_binary(int32_t op, const shim_tensor *out, const shim_tensor *a, const shim_tensor *b, int64_t *n);
 int shim_check_binary_scalar(int32_t op, const shim_tensor *out, const shim_tensor *a);
 
-/* div, floor_divide and remainder: a zero integer divisor fails them. */
-static inline int shim_is_division(int32_t op) { return op == SHIM_DIV || op == SHIM_FLOOR_DIVIDE || op == SHIM_REMAINDER || op == SHIM_FMOD; }
+/* A binary op whose row has SHIM_OPF_DIVISION: a zero integer divisor fails it. */
+static inline int shim_is_division(int32_t op) {
+  const shim_op_row *row = shim_binary_row(op);
+  return row != NULL && (row->flags & SHIM_OPF_DIVISION) != 0;
+}
 
-/* eq..logical_or: they write bool. */
-static inline int shim_is_comparison(int32_t op) { return op >= SHIM_EQ && op <= SHIM_LOGICAL_OR; }
+/* A binary op whose row has SHIM_OPF_WRITES_BOOL (the comparisons and logical ops). */
+static inline int shim_is_comparison(int32_t op) {
+  const shim_op_row *row = shim_binary_row(op);
+  return row != NULL && (row->flags & SHIM_OPF_WRITES_BOOL) != 0;
+}
 
 /* Every operand has out's element count or one; dtypes and op code valid for the op. */
 int shim_check_ternary(int32_t op, const shim_tensor *out, const shim_tensor *a, const shim_tensor *b,

@@ -34,6 +34,9 @@
 
 static int is_comparison(int32_t op) { return shim_is_comparison(op); } /* and logical_and, logical_or: they write bool */
 
+/* The kernels return SHIM_OK, or SHIM_E_INVALID from their switch's default: an op code they
+ * have no case for (a table row without its cpu kernel). The entry points fail with it. */
+
 /* M(fn) names the C library function for T: expf for float (M_F32), exp for double. */
 #define M_F32(fn) fn##f
 #define M_F64(fn) fn
@@ -87,7 +90,7 @@ static inline float fmod_float(float a, float b) { return fmodf(a, b); }
 static inline double fmod_double(double a, double b) { return fmod(a, b); }
 
 #define FLOAT_BINARY(NAME, T, POW, ATTR)                                                    \
-  ATTR void NAME(int32_t op, void *out, const T *a, int fa, const T *b, int fb, int64_t n) { \
+  ATTR int NAME(int32_t op, void *out, const T *a, int fa, const T *b, int fb, int64_t n) {  \
     typedef T elem;                                                                         \
     T *o = out;                                                                             \
     uint8_t *ob = out;                                                                      \
@@ -103,23 +106,26 @@ static inline double fmod_double(double a, double b) { return fmod(a, b); }
       case SHIM_REMAINDER: EACH(o, remainder_##T(x, y)); break;                             \
       case SHIM_FMOD: EACH(o, fmod_##T(x, y)); break;                                       \
       COMPARISONS                                                                           \
+      default: return SHIM_E_INVALID;                                                       \
     }                                                                                       \
+    return SHIM_OK;                                                                         \
   }
 
 FLOAT_BINARY(binary_f32_body, float, powf, static inline __attribute__((always_inline)))
 FLOAT_BINARY(binary_f64, double, pow, static)
 
-SHIM_CPU_CLONES static void binary_f32(int32_t op, void *out, const float *a, int fa, const float *b, int fb, int64_t n) {
-  binary_f32_body(op, out, a, fa, b, fb, n);
+SHIM_CPU_CLONES static int binary_f32(int32_t op, void *out, const float *a, int fa, const float *b, int fb, int64_t n) {
+  return binary_f32_body(op, out, a, fa, b, fb, n);
 }
 
 /* f32 over `rows` repetitions of m elements, one operand full and the other (a when
  * a_repeats, else b) the same m elements each time, as a bias is: the loop over repetitions
  * inside the clone, so each costs no call through the clones' dispatch. */
-SHIM_CPU_CLONES static void binary_f32_repeat(int32_t op, char *out, int64_t out_size, const float *a, const float *b, int a_repeats,
-                                              int64_t rows, int64_t m) {
+SHIM_CPU_CLONES static int binary_f32_repeat(int32_t op, char *out, int64_t out_size, const float *a, const float *b, int a_repeats,
+                                             int64_t rows, int64_t m) {
   for (int64_t r = 0; r < rows; r++)
-    binary_f32_body(op, out + r * m * out_size, a_repeats ? a : a + r * m, 1, a_repeats ? b + r * m : b, 1, m);
+    SHIM_TRY(binary_f32_body(op, out + r * m * out_size, a_repeats ? a : a + r * m, 1, a_repeats ? b + r * m : b, 1, m));
+  return SHIM_OK;
 }
 
 /* Integer division and power in int64, wrapping; callers have ruled out y == 0 and y < 0. */
@@ -150,7 +156,7 @@ static inline int64_t pow_i64(int64_t base, int64_t exponent) {
 
 /* U: the unsigned type whose arithmetic wraps as T's should. */
 #define INT_BINARY(NAME, T, U)                                                              \
-  static void NAME(int32_t op, void *out, const T *a, int fa, const T *b, int fb, int64_t n) { \
+  static int NAME(int32_t op, void *out, const T *a, int fa, const T *b, int fb, int64_t n) { \
     typedef T elem;                                                                         \
     T *o = out;                                                                             \
     uint8_t *ob = out;                                                                      \
@@ -166,15 +172,17 @@ static inline int64_t pow_i64(int64_t base, int64_t exponent) {
       case SHIM_REMAINDER: EACH(o, (T)remainder_i64(x, y)); break;                          \
       case SHIM_FMOD: EACH(o, (T)fmod_i64(x, y)); break;                                    \
       COMPARISONS                                                                           \
+      default: return SHIM_E_INVALID;                                                       \
     }                                                                                       \
+    return SHIM_OK;                                                                         \
   }
 
 INT_BINARY(binary_i32, int32_t, uint32_t)
 INT_BINARY(binary_i64, int64_t, uint64_t)
 INT_BINARY(binary_u8, uint8_t, uint8_t)
 
-/* Reads any nonzero byte as true. Unsupported ops were rejected before. */
-static void binary_bool(int32_t op, void *out, const uint8_t *a, int fa, const uint8_t *b, int fb, int64_t n) {
+/* Reads any nonzero byte as true. Ops bool's row refuses were rejected before. */
+static int binary_bool(int32_t op, void *out, const uint8_t *a, int fa, const uint8_t *b, int fb, int64_t n) {
   typedef uint8_t elem;
   uint8_t *ob = out;
   switch (op) {
@@ -188,24 +196,27 @@ static void binary_bool(int32_t op, void *out, const uint8_t *a, int fa, const u
     case SHIM_GE: EACH(ob, (x != 0) >= (y != 0)); break;
     case SHIM_LOGICAL_AND: EACH(ob, (x != 0) & (y != 0)); break;
     case SHIM_LOGICAL_OR: EACH(ob, (x != 0) | (y != 0)); break;
+    default: return SHIM_E_INVALID;
   }
+  return SHIM_OK;
 }
 
 /* f16 and bf16: through float in chunks. A NULL operand is the one value a0 (b0). */
-static void binary_half(int32_t op, int32_t dtype, void *out, const uint16_t *a, float a0, const uint16_t *b, float b0,
-                        int64_t n) {
+static int binary_half(int32_t op, int32_t dtype, void *out, const uint16_t *a, float a0, const uint16_t *b, float b0,
+                       int64_t n) {
   float fa[SHIM_CPU_CHUNK], fb[SHIM_CPU_CHUNK], fo[SHIM_CPU_CHUNK];
   for (int64_t base = 0; base < n; base += SHIM_CPU_CHUNK) {
     int64_t m = shim_cpu_min64(SHIM_CPU_CHUNK, n - base);
     if (a) shim_cpu_load_f32(dtype, a + base, m, fa);
     if (b) shim_cpu_load_f32(dtype, b + base, m, fb);
     if (is_comparison(op)) {
-      binary_f32(op, (uint8_t *)out + base, a ? fa : &a0, a != NULL, b ? fb : &b0, b != NULL, m);
+      SHIM_TRY(binary_f32(op, (uint8_t *)out + base, a ? fa : &a0, a != NULL, b ? fb : &b0, b != NULL, m));
     } else {
-      binary_f32(op, fo, a ? fa : &a0, a != NULL, b ? fb : &b0, b != NULL, m);
+      SHIM_TRY(binary_f32(op, fo, a ? fa : &a0, a != NULL, b ? fb : &b0, b != NULL, m));
       shim_cpu_store_f32(dtype, fo, m, (uint16_t *)out + base);
     }
   }
+  return SHIM_OK;
 }
 
 static float half_value(int32_t dtype, const void *p) {
@@ -215,20 +226,25 @@ static float half_value(int32_t dtype, const void *p) {
 }
 
 /* out = x (op) y over n elements of dtype; fx (fy) == 0: x (y) is one element. */
-static void binary_kernel(int32_t op, int32_t dtype, void *out, const void *x, int fx, const void *y, int fy, int64_t n) {
+static int binary_kernel(int32_t op, int32_t dtype, void *out, const void *x, int fx, const void *y, int fy, int64_t n) {
   switch (dtype) {
-    case SHIM_F32: binary_f32(op, out, x, fx, y, fy, n); break;
-    case SHIM_F64: binary_f64(op, out, x, fx, y, fy, n); break;
+    case SHIM_F32: return binary_f32(op, out, x, fx, y, fy, n);
+    case SHIM_F64: return binary_f64(op, out, x, fx, y, fy, n);
     case SHIM_F16:
     case SHIM_BF16:
-      binary_half(op, dtype, out, fx ? x : NULL, fx ? 0.0f : half_value(dtype, x), fy ? y : NULL,
-                  fy ? 0.0f : half_value(dtype, y), n);
-      break;
-    case SHIM_I32: binary_i32(op, out, x, fx, y, fy, n); break;
-    case SHIM_I64: binary_i64(op, out, x, fx, y, fy, n); break;
-    case SHIM_U8: binary_u8(op, out, x, fx, y, fy, n); break;
-    case SHIM_BOOL: binary_bool(op, out, x, fx, y, fy, n); break;
+      return binary_half(op, dtype, out, fx ? x : NULL, fx ? 0.0f : half_value(dtype, x), fy ? y : NULL,
+                         fy ? 0.0f : half_value(dtype, y), n);
+    case SHIM_I32: return binary_i32(op, out, x, fx, y, fy, n);
+    case SHIM_I64: return binary_i64(op, out, x, fx, y, fy, n);
+    case SHIM_U8: return binary_u8(op, out, x, fx, y, fy, n);
+    case SHIM_BOOL: return binary_bool(op, out, x, fx, y, fy, n);
+    default: return SHIM_E_INVALID;
   }
+}
+
+/* A part's kernel status into its job's (shim_cpu_parallel's parts run on several threads). */
+static void note_status(int *job_status, int status) {
+  if (status != SHIM_OK) __atomic_store_n(job_status, status, __ATOMIC_RELAXED);
 }
 
 /* Integer division and pow: rejects a zero divisor or a negative exponent among y's count values. */
@@ -254,25 +270,31 @@ typedef struct {
   const char *x, *y;
   int fx, fy, x_repeats;
   int64_t period, size, out_size;
+  int status; /* a part's kernel status other than SHIM_OK */
 } binary_job;
 
 static void binary_range(void *ctx, int64_t begin, int64_t end) {
-  const binary_job *j = ctx;
+  binary_job *j = ctx;
   if (j->period == 0) {
-    binary_kernel(j->op, j->dtype, j->o + begin * j->out_size, j->fx ? j->x + begin * j->size : j->x, j->fx,
-                  j->fy ? j->y + begin * j->size : j->y, j->fy, end - begin);
+    note_status(&j->status, binary_kernel(j->op, j->dtype, j->o + begin * j->out_size, j->fx ? j->x + begin * j->size : j->x, j->fx,
+                                          j->fy ? j->y + begin * j->size : j->y, j->fy, end - begin));
     return;
   }
   const int64_t m = j->period;
   if (j->dtype == SHIM_F32) {
     const float *x = (const float *)j->x, *y = (const float *)j->y;
-    binary_f32_repeat(j->op, j->o + begin * m * j->out_size, j->out_size, j->x_repeats ? x : x + begin * m, j->x_repeats ? y + begin * m : y,
-                      j->x_repeats, end - begin, m);
+    note_status(&j->status, binary_f32_repeat(j->op, j->o + begin * m * j->out_size, j->out_size, j->x_repeats ? x : x + begin * m,
+                                              j->x_repeats ? y + begin * m : y, j->x_repeats, end - begin, m));
     return;
   }
   for (int64_t r = begin; r < end; r++)
-    binary_kernel(j->op, j->dtype, j->o + r * m * j->out_size, j->x_repeats ? j->x : j->x + r * m * j->size, 1,
-                  j->x_repeats ? j->y + r * m * j->size : j->y, 1, m);
+    note_status(&j->status, binary_kernel(j->op, j->dtype, j->o + r * m * j->out_size, j->x_repeats ? j->x : j->x + r * m * j->size, 1,
+                                          j->x_repeats ? j->y + r * m * j->size : j->y, 1, m));
+}
+
+/* fn's result once its parts ran: the failure of a kernel that had no case for op. */
+static int finish(const char *fn, int status, int32_t op, const shim_op_row *row, int32_t dtype) {
+  return status == SHIM_OK ? SHIM_OK : shim_fail_no_kernel(fn, row != NULL ? row->name : NULL, op, dtype);
 }
 
 int shim_binary(int32_t op, shim_tensor *out, const shim_tensor *a, const shim_tensor *b, shim_stream *s) {
@@ -281,15 +303,14 @@ int shim_binary(int32_t op, shim_tensor *out, const shim_tensor *a, const shim_t
   SHIM_TRY(check_integer_operand("shim_binary", op, a->dtype, shim_cpu_data(b), b->numel, "b"));
   const int64_t m = a->numel < b->numel ? a->numel : b->numel;
   binary_job job = {op, a->dtype, shim_cpu_data(out), shim_cpu_data(a), shim_cpu_data(b), a->numel == n, b->numel == n, a->numel == m,
-                    0, shim_dtype_size(a->dtype), shim_dtype_size(out->dtype)};
+                    0, shim_dtype_size(a->dtype), shim_dtype_size(out->dtype), SHIM_OK};
   if (m <= 1 || m == n) {
     shim_cpu_parallel(n, SHIM_CPU_GRAIN, binary_range, &job);
-    return SHIM_OK;
+  } else { /* One operand repeats every m elements: the kernel over each repetition, both sides full. */
+    job.period = m;
+    shim_cpu_parallel(n / m, SHIM_CPU_GRAIN / m + 1, binary_range, &job);
   }
-  /* One operand repeats every m elements: the kernel over each repetition, both sides full. */
-  job.period = m;
-  shim_cpu_parallel(n / m, SHIM_CPU_GRAIN / m + 1, binary_range, &job);
-  return SHIM_OK;
+  return finish("shim_binary", job.status, op, shim_binary_row(op), a->dtype);
 }
 
 int shim_binary_scalar(int32_t op, shim_tensor *out, const shim_tensor *a, double b, int32_t scalar_first, shim_stream *s) {
@@ -298,21 +319,20 @@ int shim_binary_scalar(int32_t op, shim_tensor *out, const shim_tensor *a, doubl
   const void *t = shim_cpu_data(a);
   int64_t n = a->numel;
   if (a->dtype == SHIM_F16 || a->dtype == SHIM_BF16) { /* the scalar stays a float */
-    if (scalar_first) binary_half(op, a->dtype, o, NULL, (float)b, t, 0.0f, n);
-    else binary_half(op, a->dtype, o, t, 0.0f, NULL, (float)b, n);
-    return SHIM_OK;
+    int status = scalar_first ? binary_half(op, a->dtype, o, NULL, (float)b, t, 0.0f, n) : binary_half(op, a->dtype, o, t, 0.0f, NULL, (float)b, n);
+    return finish("shim_binary_scalar", status, op, shim_binary_row(op), a->dtype);
   }
   uint64_t scalar = 0; /* one element of a's dtype (f32: a float) */
   shim_cpu_from_f64(a->dtype, b, &scalar);
   const void *x = scalar_first ? (const void *)&scalar : t, *y = scalar_first ? t : (const void *)&scalar;
   SHIM_TRY(check_integer_operand("shim_binary_scalar", op, a->dtype, y, scalar_first ? n : 1, scalar_first ? "a" : "the scalar"));
-  binary_job job = {op, a->dtype, o, x, y, !scalar_first, scalar_first, 0, 0, shim_dtype_size(a->dtype), shim_dtype_size(out->dtype)};
+  binary_job job = {op, a->dtype, o, x, y, !scalar_first, scalar_first, 0, 0, shim_dtype_size(a->dtype), shim_dtype_size(out->dtype), SHIM_OK};
   shim_cpu_parallel(n, SHIM_CPU_GRAIN, binary_range, &job);
-  return SHIM_OK;
+  return finish("shim_binary_scalar", job.status, op, shim_binary_row(op), a->dtype);
 }
 
 #define FLOAT_UNARY(NAME, T, M, EXP, TANH, SIGMOID, ERF, GELU, ATTR)                       \
-  ATTR static void NAME(int32_t op, T *o, const T *a, int64_t n) {                          \
+  ATTR static int NAME(int32_t op, T *o, const T *a, int64_t n) {                           \
     const T one = 1, half = (T)0.5,                                                          \
             k_tanh = (T)0.79788456080286535588 /* sqrt(2 / pi) */;                          \
     switch (op) {                                                                           \
@@ -347,7 +367,9 @@ int shim_binary_scalar(int32_t op, shim_tensor *out, const shim_tensor *a, doubl
       case SHIM_ROUND: for (int64_t i = 0; i < n; i++) o[i] = M(nearbyint)(a[i]); break;    \
       case SHIM_TRUNC: for (int64_t i = 0; i < n; i++) o[i] = M(trunc)(a[i]); break;        \
       case SHIM_SIGN: for (int64_t i = 0; i < n; i++) o[i] = (T)((a[i] > 0) - (a[i] < 0)); break; \
+      default: return SHIM_E_INVALID;                                                       \
     }                                                                                       \
+    return SHIM_OK;                                                                         \
   }
 
 static inline double sigmoid_f64(double x) { return 1.0 / (1.0 + exp(-x)); }
@@ -357,15 +379,17 @@ static inline double gelu_f64(double x) { return 0.5 * x * (1.0 + erf(x * 0.7071
 FLOAT_UNARY(unary_f32, float, M_F32, shim_vexpf, shim_vtanhf, shim_vsigmoidf, shim_verff, shim_vgeluf, SHIM_CPU_CLONES)
 FLOAT_UNARY(unary_f64, double, M_F64, exp, tanh, sigmoid_f64, erf, gelu_f64, )
 
-/* The integer cases; floor, ceil, round and trunc copy (the caller handles them). */
+/* The integer cases; the rounding ops copy (the caller handles them). */
 #define SIGNED_UNARY(NAME, T, U)                                                                \
-  static void NAME(int32_t op, T *o, const T *a, int64_t n) {                                   \
+  static int NAME(int32_t op, T *o, const T *a, int64_t n) {                                    \
     switch (op) {                                                                               \
       case SHIM_NEG: for (int64_t i = 0; i < n; i++) o[i] = (T)(0 - (U)a[i]); break;            \
       case SHIM_ABS: for (int64_t i = 0; i < n; i++) o[i] = a[i] < 0 ? (T)(0 - (U)a[i]) : a[i]; break; \
       case SHIM_RELU: for (int64_t i = 0; i < n; i++) o[i] = a[i] < 0 ? 0 : a[i]; break;        \
       case SHIM_SIGN: for (int64_t i = 0; i < n; i++) o[i] = (T)((a[i] > 0) - (a[i] < 0)); break; \
+      default: return SHIM_E_INVALID;                                                           \
     }                                                                                           \
+    return SHIM_OK;                                                                             \
   }
 
 SIGNED_UNARY(unary_i32, int32_t, uint32_t)
@@ -373,14 +397,18 @@ SIGNED_UNARY(unary_i64, int64_t, uint64_t)
 
 /* u8 is unsigned: neg wraps, sign is nonzero, the others return the input. bool: abs, relu
  * and sign return it too. */
-static void unary_bytes(int32_t op, int32_t dtype, uint8_t *o, const uint8_t *a, int64_t n) {
-  if (op == SHIM_NEG) {
-    for (int64_t i = 0; i < n; i++) o[i] = (uint8_t)(0u - a[i]);
-  } else if (dtype == SHIM_BOOL || op == SHIM_SIGN) {
-    for (int64_t i = 0; i < n; i++) o[i] = a[i] != 0;
-  } else if (o != a) {
-    memcpy(o, a, (size_t)n);
+static int unary_bytes(int32_t op, int32_t dtype, uint8_t *o, const uint8_t *a, int64_t n) {
+  switch (op) {
+    case SHIM_NEG: for (int64_t i = 0; i < n; i++) o[i] = (uint8_t)(0u - a[i]); break;
+    case SHIM_SIGN: for (int64_t i = 0; i < n; i++) o[i] = a[i] != 0; break;
+    case SHIM_ABS:
+    case SHIM_RELU:
+      if (dtype == SHIM_BOOL) for (int64_t i = 0; i < n; i++) o[i] = a[i] != 0;
+      else if (o != a) memcpy(o, a, (size_t)n);
+      break;
+    default: return SHIM_E_INVALID;
   }
+  return SHIM_OK;
 }
 
 /* isnan, isinf, logical_not into bool bytes; integers are never NaN or infinite. */
@@ -388,16 +416,17 @@ static void unary_bytes(int32_t op, int32_t dtype, uint8_t *o, const uint8_t *a,
   switch (op) {                                                                              \
     case SHIM_ISNAN: for (int64_t i = 0; i < m; i++) o[i] = x[i] != x[i]; break;               \
     case SHIM_ISINF: for (int64_t i = 0; i < m; i++) o[i] = x[i] == (T)INFINITY || x[i] == -(T)INFINITY; break; \
-    default: for (int64_t i = 0; i < m; i++) o[i] = x[i] == 0; break;                         \
+    case SHIM_LOGICAL_NOT: for (int64_t i = 0; i < m; i++) o[i] = x[i] == 0; break;           \
+    default: return SHIM_E_INVALID;                                                          \
   }
 
-static void unary_predicate(int32_t op, int32_t dtype, uint8_t *out, const void *a, int64_t n) {
+static int unary_predicate(int32_t op, int32_t dtype, uint8_t *out, const void *a, int64_t n) {
   if (dtype == SHIM_F64) {
     const double *x = a;
     uint8_t *o = out;
     int64_t m = n;
     PREDICATE(double)
-    return;
+    return SHIM_OK;
   }
   float buf[SHIM_CPU_CHUNK];
   int64_t ibuf[SHIM_CPU_CHUNK];
@@ -410,61 +439,67 @@ static void unary_predicate(int32_t op, int32_t dtype, uint8_t *out, const void 
       const float *x = buf;
       shim_cpu_load_f32(dtype, src, m, buf);
       PREDICATE(float)
-    } else if (op == SHIM_LOGICAL_NOT) {
-      const int64_t *x = ibuf;
-      shim_cpu_load_i64(dtype, src, m, ibuf);
-      for (int64_t i = 0; i < m; i++) o[i] = x[i] == 0;
     } else {
-      memset(o, 0, (size_t)m);
+      switch (op) {
+        case SHIM_LOGICAL_NOT:
+          shim_cpu_load_i64(dtype, src, m, ibuf);
+          for (int64_t i = 0; i < m; i++) o[i] = ibuf[i] == 0;
+          break;
+        case SHIM_ISNAN: case SHIM_ISINF: memset(o, 0, (size_t)m); break;
+        default: return SHIM_E_INVALID;
+      }
     }
   }
+  return SHIM_OK;
 }
 
-static void unary_half(int32_t op, int32_t dtype, uint16_t *o, const uint16_t *a, int64_t n) {
+static int unary_half(int32_t op, int32_t dtype, uint16_t *o, const uint16_t *a, int64_t n) {
   float buf[SHIM_CPU_CHUNK];
   for (int64_t base = 0; base < n; base += SHIM_CPU_CHUNK) {
     int64_t m = shim_cpu_min64(SHIM_CPU_CHUNK, n - base);
     shim_cpu_load_f32(dtype, a + base, m, buf);
-    unary_f32(op, buf, buf, m);
+    SHIM_TRY(unary_f32(op, buf, buf, m));
     shim_cpu_store_f32(dtype, buf, m, o + base);
   }
+  return SHIM_OK;
 }
 
 /* One unary op over a range of elements (a part of shim_cpu_parallel). */
 typedef struct {
-  int32_t op, dtype;
+  int32_t op, dtype, flags; /* flags: op's table row's */
   char *o;
   const char *x;
   int64_t size, out_size;
+  int status; /* a part's kernel status other than SHIM_OK */
 } unary_job;
 
-static void unary_range(void *ctx, int64_t begin, int64_t end) {
-  const unary_job *j = ctx;
+static int unary_kernel(const unary_job *j, void *o, const void *x, int64_t n) {
   const int32_t op = j->op, dtype = j->dtype;
-  void *o = j->o + begin * j->out_size;
-  const void *x = j->x + begin * j->size;
-  const int64_t n = end - begin;
-  if (op >= SHIM_ISNAN) {
-    unary_predicate(op, dtype, o, x, n);
-    return;
-  }
-  if (!shim_cpu_is_float(dtype) && op >= SHIM_FLOOR && op <= SHIM_TRUNC) { /* integers are whole already */
+  if (j->flags & SHIM_OPF_WRITES_BOOL) return unary_predicate(op, dtype, o, x, n);
+  if (!shim_cpu_is_float(dtype) && (j->flags & SHIM_OPF_ROUNDING)) { /* integers are whole already */
     if (o != x) memcpy(o, x, (size_t)(n * j->size));
-    return;
+    return SHIM_OK;
   }
   switch (dtype) {
-    case SHIM_F32: unary_f32(op, o, x, n); break;
-    case SHIM_F64: unary_f64(op, o, x, n); break;
-    case SHIM_F16: case SHIM_BF16: unary_half(op, dtype, o, x, n); break;
-    case SHIM_I32: unary_i32(op, o, x, n); break;
-    case SHIM_I64: unary_i64(op, o, x, n); break;
-    case SHIM_U8: case SHIM_BOOL: unary_bytes(op, dtype, o, x, n); break;
+    case SHIM_F32: return unary_f32(op, o, x, n);
+    case SHIM_F64: return unary_f64(op, o, x, n);
+    case SHIM_F16: case SHIM_BF16: return unary_half(op, dtype, o, x, n);
+    case SHIM_I32: return unary_i32(op, o, x, n);
+    case SHIM_I64: return unary_i64(op, o, x, n);
+    case SHIM_U8: case SHIM_BOOL: return unary_bytes(op, dtype, o, x, n);
+    default: return SHIM_E_INVALID;
   }
+}
+
+static void unary_range(void *ctx, int64_t begin, int64_t end) {
+  unary_job *j = ctx;
+  note_status(&j->status, unary_kernel(j, j->o + begin * j->out_size, j->x + begin * j->size, end - begin));
 }
 
 int shim_unary(int32_t op, shim_tensor *out, const shim_tensor *a, shim_stream *s) {
   SHIM_TRY(shim_check_unary(op, out, a));
-  unary_job job = {op, a->dtype, shim_cpu_data(out), shim_cpu_data(a), shim_dtype_size(a->dtype), shim_dtype_size(out->dtype)};
+  const shim_op_row *row = shim_unary_row(op);
+  unary_job job = {op, a->dtype, row->flags, shim_cpu_data(out), shim_cpu_data(a), shim_dtype_size(a->dtype), shim_dtype_size(out->dtype), SHIM_OK};
   shim_cpu_parallel(a->numel, SHIM_CPU_GRAIN, unary_range, &job);
-  return SHIM_OK;
+  return finish("shim_unary", job.status, op, row, a->dtype);
 }

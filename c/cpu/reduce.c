@@ -22,18 +22,21 @@
   case SHIM_ALL: STEP((ACC)((v != 0) & (x != 0))); break;                                  \
   case SHIM_NORM1: STEP(ADD(v, ABS(x))); break;                                            \
   case SHIM_NORM2: STEP(ADD(v, MUL(x, x))); break;                                         \
-  case SHIM_NORM_INF: STEP(MAX(v, ABS(x))); break;
+  case SHIM_NORM_INF: STEP(MAX(v, ABS(x))); break;                                         \
+  default: return SHIM_E_INVALID; /* a table row without its cpu fold */
 
 #define FOLDS(SUFFIX, ACC_T)                                                             \
-  static void fold_all_##SUFFIX(int32_t op, ACC_T *acc, const ACC_T *xs, int64_t m) {       \
+  static int fold_all_##SUFFIX(int32_t op, ACC_T *acc, const ACC_T *xs, int64_t m) {        \
     typedef ACC_T ACC;                                                                     \
     ACC v = *acc;                                                                          \
     switch (op) { FOLD_CASES(ALL_STEP) }                                                   \
     *acc = v;                                                                              \
+    return SHIM_OK;                                                                        \
   }                                                                                        \
-  static void fold_each_##SUFFIX(int32_t op, ACC_T *acc, const ACC_T *xs, int64_t m) {      \
+  static int fold_each_##SUFFIX(int32_t op, ACC_T *acc, const ACC_T *xs, int64_t m) {       \
     typedef ACC_T ACC;                                                                     \
     switch (op) { FOLD_CASES(EACH_STEP) }                                                  \
+    return SHIM_OK;                                                                        \
   }
 /* The fold's two loops: v over every x, or each acc[i] with its x. */
 #define ALL_STEP(E) for (int64_t i = 0; i < m; i++) { ACC x = xs[i]; v = (E); }
@@ -67,6 +70,7 @@ FOLDS(f64, double)
 #define ABS ABS_I
 FOLDS(i64, int64_t)
 
+/* The fold's start; 0 for sum, mean, any and the norms (an op without a fold fails there). */
 static double identity_f64(int32_t op) {
   switch (op) {
     case SHIM_PROD: case SHIM_ALL: return 1.0;
@@ -143,8 +147,8 @@ static inline __attribute__((always_inline)) double row_f32(int32_t op, const fl
 /* The driver, once per accumulator type: contiguous runs when inner == 1, otherwise blocks
  * of up to a chunk of inner positions accumulated row by row (reads stay sequential). */
 #define REDUCER(SUFFIX, ACC)                                                                   \
-  static void reduce_##SUFFIX(int32_t op, const shim_tensor *a, shim_tensor *out, int64_t o0, int64_t o1, int64_t r, \
-                              int64_t inner) {                                                 \
+  static int reduce_##SUFFIX(int32_t op, const shim_tensor *a, shim_tensor *out, int64_t o0, int64_t o1, int64_t r, \
+                             int64_t inner) {                                                  \
     const char *src = shim_cpu_data(a);                                                        \
     char *dst = shim_cpu_data(out);                                                            \
     int64_t size = shim_dtype_size(a->dtype), out_size = shim_dtype_size(out->dtype);          \
@@ -155,7 +159,7 @@ static inline __attribute__((always_inline)) double row_f32(int32_t op, const fl
         for (int64_t base = 0; base < r; base += SHIM_CPU_CHUNK) {                             \
           int64_t m = shim_cpu_min64(SHIM_CPU_CHUNK, r - base);                                \
           shim_cpu_load_##SUFFIX(a->dtype, src + (o * r + base) * size, m, x);                 \
-          fold_all_##SUFFIX(op, acc, x, m);                                                    \
+          SHIM_TRY(fold_all_##SUFFIX(op, acc, x, m));                                          \
         }                                                                                      \
         finish_##SUFFIX(op, out->dtype, acc, 1, r, dst + o * out_size);                        \
         continue;                                                                              \
@@ -165,11 +169,12 @@ static inline __attribute__((always_inline)) double row_f32(int32_t op, const fl
         for (int64_t i = 0; i < m; i++) acc[i] = identity_##SUFFIX(op);                        \
         for (int64_t j = 0; j < r; j++) {                                                      \
           shim_cpu_load_##SUFFIX(a->dtype, src + ((o * r + j) * inner + k0) * size, m, x);     \
-          fold_each_##SUFFIX(op, acc, x, m);                                                   \
+          SHIM_TRY(fold_each_##SUFFIX(op, acc, x, m));                                         \
         }                                                                                      \
         finish_##SUFFIX(op, out->dtype, acc, m, r, dst + (o * inner + k0) * out_size);         \
       }                                                                                        \
     }                                                                                          \
+    return SHIM_OK;                                                                            \
   }
 
 REDUCER(f64, double)
@@ -181,6 +186,7 @@ typedef struct {
   const shim_tensor *a;
   shim_tensor *out;
   shim_reduce_dims dims;
+  int status; /* a part's fold status other than SHIM_OK */
 } reduce_job;
 
 /* Contiguous f32 rows (the last dim reduced), a chunk of results stored at a time. */
@@ -197,10 +203,12 @@ SHIM_CPU_CLONES static void reduce_rows_f32(int32_t op, const shim_tensor *a, sh
 }
 
 static void reduce_range(void *ctx, int64_t begin, int64_t end) {
-  const reduce_job *j = ctx;
+  reduce_job *j = ctx;
+  int status = SHIM_OK;
   if (j->dims.inner == 1 && j->a->dtype == SHIM_F32 && row_f32_folds(j->op)) reduce_rows_f32(j->op, j->a, j->out, begin, end, j->dims.r);
-  else if (shim_cpu_is_float(j->a->dtype)) reduce_f64(j->op, j->a, j->out, begin, end, j->dims.r, j->dims.inner);
-  else reduce_i64(j->op, j->a, j->out, begin, end, j->dims.r, j->dims.inner);
+  else if (shim_cpu_is_float(j->a->dtype)) status = reduce_f64(j->op, j->a, j->out, begin, end, j->dims.r, j->dims.inner);
+  else status = reduce_i64(j->op, j->a, j->out, begin, end, j->dims.r, j->dims.inner);
+  if (status != SHIM_OK) __atomic_store_n(&j->status, status, __ATOMIC_RELAXED);
 }
 
 int shim_reduce(int32_t op, shim_tensor *out, const shim_tensor *a, int32_t dim, shim_stream *s) {
@@ -208,7 +216,7 @@ int shim_reduce(int32_t op, shim_tensor *out, const shim_tensor *a, int32_t dim,
   SHIM_TRY(shim_check_reduce(op, out, a, dim, &job.dims));
   const int64_t per_outer = job.dims.r * job.dims.inner;
   shim_cpu_parallel(job.dims.outer, SHIM_CPU_GRAIN / (per_outer > 0 ? per_outer : 1) + 1, reduce_range, &job);
-  return SHIM_OK;
+  return job.status == SHIM_OK ? SHIM_OK : shim_fail_no_kernel("shim_reduce", shim_reduce_row(op)->name, op, a->dtype);
 }
 
 /* Whether x replaces best in an argmax (max) or argmin: strictly beyond it, or the first NaN. */

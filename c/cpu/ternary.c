@@ -20,22 +20,24 @@ static inline float lerp_f32(float a, float b, float w) { return (w < 0 ? -w : w
   switch (op) {                                                                        \
     case SHIM_LERP: for (int64_t i = 0; i < n; i++) o[i] = LERP(AT(a, fa, i), AT(b, fb, i), AT(c, fc, i)); break; \
     case SHIM_ADDCMUL: for (int64_t i = 0; i < n; i++) o[i] = AT(a, fa, i) + v * AT(b, fb, i) * AT(c, fc, i); break; \
-    default: for (int64_t i = 0; i < n; i++) o[i] = AT(a, fa, i) + v * AT(b, fb, i) / AT(c, fc, i); break; \
-  }
+    case SHIM_ADDCDIV: for (int64_t i = 0; i < n; i++) o[i] = AT(a, fa, i) + v * AT(b, fb, i) / AT(c, fc, i); break; \
+    default: return SHIM_E_INVALID; /* a table row without its cpu case */             \
+  }                                                                                    \
+  return SHIM_OK;
 
-static void ternary_f32(int32_t op, float *o, const float *a, int fa, const float *b, int fb, const float *c, int fc, float v,
-                        int64_t n) {
+static int ternary_f32(int32_t op, float *o, const float *a, int fa, const float *b, int fb, const float *c, int fc, float v,
+                       int64_t n) {
   ARITHMETIC(lerp_f32)
 }
 
-static void ternary_f64(int32_t op, double *o, const double *a, int fa, const double *b, int fb, const double *c, int fc,
-                        double v, int64_t n) {
+static int ternary_f64(int32_t op, double *o, const double *a, int fa, const double *b, int fb, const double *c, int fc,
+                       double v, int64_t n) {
   ARITHMETIC(lerp_f64)
 }
 
 /* f16 and bf16 through float, a chunk at a time; a one-element operand is loaded once. */
-static void ternary_half(int32_t op, int32_t dtype, uint16_t *out, const uint16_t *a, int fa, const uint16_t *b, int fb,
-                         const uint16_t *c, int fc, float v, int64_t n) {
+static int ternary_half(int32_t op, int32_t dtype, uint16_t *out, const uint16_t *a, int fa, const uint16_t *b, int fb,
+                        const uint16_t *c, int fc, float v, int64_t n) {
   float xa[SHIM_CPU_CHUNK], xb[SHIM_CPU_CHUNK], xc[SHIM_CPU_CHUNK], xo[SHIM_CPU_CHUNK];
   if (!fa) shim_cpu_load_f32(dtype, a, 1, xa);
   if (!fb) shim_cpu_load_f32(dtype, b, 1, xb);
@@ -45,9 +47,10 @@ static void ternary_half(int32_t op, int32_t dtype, uint16_t *out, const uint16_
     if (fa) shim_cpu_load_f32(dtype, a + base, m, xa);
     if (fb) shim_cpu_load_f32(dtype, b + base, m, xb);
     if (fc) shim_cpu_load_f32(dtype, c + base, m, xc);
-    ternary_f32(op, xo, xa, fa, xb, fb, xc, fc, v, m);
+    SHIM_TRY(ternary_f32(op, xo, xa, fa, xb, fb, xc, fc, v, m));
     shim_cpu_store_f32(dtype, xo, m, out + base);
   }
+  return SHIM_OK;
 }
 
 /* addcmul of integers: in int64 (wrapping through uint64), stored back wrapping. */
@@ -120,11 +123,16 @@ int shim_ternary(int32_t op, shim_tensor *out, const shim_tensor *a, const shim_
     where(a->dtype, shim_dtype_size(dtype), o, x, fa, y, fb, z, fc, n);
     return SHIM_OK;
   }
+  int status = SHIM_OK;
   switch (dtype) {
-    case SHIM_F32: ternary_f32(op, o, x, fa, y, fb, z, fc, (float)value, n); break;
-    case SHIM_F64: ternary_f64(op, o, x, fa, y, fb, z, fc, value, n); break;
-    case SHIM_F16: case SHIM_BF16: ternary_half(op, dtype, o, x, fa, y, fb, z, fc, (float)value, n); break;
-    default: { /* addcmul of an integer dtype: value as one element of it */
+    case SHIM_F32: status = ternary_f32(op, o, x, fa, y, fb, z, fc, (float)value, n); break;
+    case SHIM_F64: status = ternary_f64(op, o, x, fa, y, fb, z, fc, value, n); break;
+    case SHIM_F16: case SHIM_BF16: status = ternary_half(op, dtype, o, x, fa, y, fb, z, fc, (float)value, n); break;
+    default: { /* the integer ops (addcmul): value as one element of the dtype */
+      if (op != SHIM_ADDCMUL) {
+        status = SHIM_E_INVALID;
+        break;
+      }
       int64_t v;
       uint64_t one = 0;
       shim_cpu_from_f64(dtype, value, &one);
@@ -132,5 +140,5 @@ int shim_ternary(int32_t op, shim_tensor *out, const shim_tensor *a, const shim_
       addcmul_int(dtype, o, x, fa, y, fb, z, fc, v, n);
     }
   }
-  return SHIM_OK;
+  return status == SHIM_OK ? SHIM_OK : shim_fail_no_kernel("shim_ternary", shim_ternary_row(op)->name, op, dtype);
 }

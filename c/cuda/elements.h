@@ -210,6 +210,48 @@ int dispatch(int32_t dtype, F &&f) {
   return shim_fail(SHIM_E_INVALID, "unknown dtype code %d", dtype);
 }
 
+/* ---- the op tables (c/shim.h) at compile time ------------------------------------------ */
+
+/* A row's flags by code, for `if constexpr` over an op (-1: no row). */
+#define SHIM_CUDA_FLAGS_CASE(id, code, name, flags) \
+  case id: return (flags);
+__host__ __device__ constexpr int unary_flags(int op) { switch (op) { SHIM_UNARY_OPS(SHIM_CUDA_FLAGS_CASE) default: return -1; } }
+__host__ __device__ constexpr int binary_flags(int op) { switch (op) { SHIM_BINARY_OPS(SHIM_CUDA_FLAGS_CASE) default: return -1; } }
+__host__ __device__ constexpr int ternary_flags(int op) { switch (op) { SHIM_TERNARY_OPS(SHIM_CUDA_FLAGS_CASE) default: return -1; } }
+#undef SHIM_CUDA_FLAGS_CASE
+
+/* Whether a row's op is defined on dtype D (floating always, else by SHIM_OPF_INT or _BOOL). */
+template <typename D>
+__host__ __device__ constexpr bool defined_on(int flags) {
+  if constexpr (D::kind == Kind::Float) return true;
+  else if constexpr (D::kind == Kind::Bool) return (flags & SHIM_OPF_BOOL) != 0;
+  else return (flags & SHIM_OPF_INT) != 0;
+}
+
+/* Calls f(std::integral_constant<int, code>{}) for the row of a runtime op code, one case per
+ * row of the family's table; a code the table lacks fails fn (SHIM_E_INVALID, naming it). */
+#define SHIM_CUDA_OP_CASE(id, code, name, flags) \
+  case id: return f(std::integral_constant<int, id>{});
+#define SHIM_CUDA_WITH_OP(NAME, TABLE)                                                      \
+  template <typename F>                                                                     \
+  int NAME(const char *fn, int32_t op, int32_t dtype, F &&f) {                              \
+    switch (op) {                                                                           \
+      TABLE(SHIM_CUDA_OP_CASE)                                                              \
+      default: return shim_fail_no_kernel(fn, NULL, op, dtype);                             \
+    }                                                                                       \
+  }
+SHIM_CUDA_WITH_OP(with_unary_op, SHIM_UNARY_OPS)
+SHIM_CUDA_WITH_OP(with_binary_op, SHIM_BINARY_OPS)
+SHIM_CUDA_WITH_OP(with_ternary_op, SHIM_TERNARY_OPS)
+SHIM_CUDA_WITH_OP(with_reduce_op, SHIM_REDUCE_OPS)
+#undef SHIM_CUDA_WITH_OP
+#undef SHIM_CUDA_OP_CASE
+
+/* For `static_assert(no_case<Op>, ...)` at the end of an if-constexpr chain over op codes: a row
+ * whose kernel lacks its branch does not compile. */
+template <int Op>
+inline constexpr bool no_case = false;
+
 /* Stores element i of a tensor of runtime dtype from a double or an int64 (cpu.h's rules);
  * the reductions' epilogue, where the output dtype is a parameter rather than a template. */
 __device__ __forceinline__ void store_f64_as(int32_t dtype, void *base, int64_t i, double v) {

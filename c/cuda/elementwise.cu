@@ -4,8 +4,8 @@
  * and bf16 compute in float and round back once; integers wrap; integer div truncates and
  * INT_MIN / -1 wraps; floor_divide and remainder are Python's (floats by torch's fmod
  * formulas); maximum, minimum and relu propagate NaN; bool add/maximum are or,
- * mul/minimum are and; exp, log, sqrt, tanh, sigmoid and erf..gelu_tanh are floating-only,
- * floor..trunc keep integers, isnan, isinf and logical_not write bool; the scalar of
+ * mul/minimum are and; which dtypes each op takes and whether it writes bool are its row's
+ * flags in c/shim.h's table (floating-only, rounding, predicates); the scalar of
  * shim_binary_scalar is converted to the type the op computes in. Results may differ from the
  * cpu's in the last bit only where CUDA's exp, log, tanh and pow differ from the C library's.
  *
@@ -26,8 +26,8 @@ using namespace shim;
 
 namespace {
 
-/* Comparisons and logical_and/or: they write bool. */
-__host__ __device__ constexpr bool is_comparison(int op) { return op >= SHIM_EQ && op <= SHIM_LOGICAL_OR; }
+/* Comparisons and logical_and/or: their rows write bool. */
+__host__ __device__ constexpr bool is_comparison(int op) { return (binary_flags(op) & SHIM_OPF_WRITES_BOOL) != 0; }
 
 /* ---- device arithmetic ---------------------------------------------------------------- */
 
@@ -157,7 +157,8 @@ __device__ __forceinline__ V int_fmod(V x, V y) {
 }
 
 /* One unary op on a value of D's compute type. Ops the host rejected for D never get here;
- * the predicates (isnan, isinf, logical_not) are unary_predicate's. */
+ * the predicates (isnan, isinf, logical_not) are unary_predicate's. A row without its branch
+ * here does not compile (no_case). */
 template <typename D, int Op>
 __device__ __forceinline__ typename D::V unary_op(typename D::V x) {
   using V = typename D::V;
@@ -189,14 +190,17 @@ __device__ __forceinline__ typename D::V unary_op(typename D::V x) {
     else if constexpr (Op == SHIM_FLOOR) return m_floor(x);
     else if constexpr (Op == SHIM_CEIL) return m_ceil(x);
     else if constexpr (Op == SHIM_ROUND) return m_rint(x);
-    else return m_trunc(x);
+    else if constexpr (Op == SHIM_TRUNC) return m_trunc(x);
+    else static_assert(no_case<Op>, "a unary op without its floating branch in unary_op");
   } else if constexpr (Op == SHIM_NEG) {
     return wrap_neg(x);
   } else if constexpr (std::is_signed_v<V> && (Op == SHIM_ABS || Op == SHIM_RELU)) {
     if constexpr (Op == SHIM_ABS) return x < 0 ? wrap_neg(x) : x;
     else return x < 0 ? (V)0 : x; /* relu */
+  } else if constexpr (Op == SHIM_ABS || Op == SHIM_RELU || (unary_flags(Op) & SHIM_OPF_ROUNDING)) {
+    return x; /* abs and relu of u8 and bool; the rounding ops of integers */
   } else {
-    return x; /* abs and relu of u8 and bool; floor..trunc of integers */
+    static_assert(no_case<Op>, "a unary op without its integer branch in unary_op");
   }
 }
 
@@ -205,6 +209,7 @@ template <typename D, int Op>
 __device__ __forceinline__ uint8_t unary_predicate(typename D::V x) {
   using V = typename D::V;
   if constexpr (Op == SHIM_LOGICAL_NOT) return (uint8_t)(x == (V)0);
+  else if constexpr (Op != SHIM_ISNAN && Op != SHIM_ISINF) static_assert(no_case<Op>, "a predicate without its branch in unary_predicate");
   else if constexpr (D::kind != Kind::Float) return 0;
   else if constexpr (Op == SHIM_ISNAN) return (uint8_t)(x != x);
   else return (uint8_t)(x == (V)INFINITY || x == -(V)INFINITY);
@@ -222,9 +227,11 @@ __device__ __forceinline__ auto binary_op(typename D::V x, typename D::V y) {
   else if constexpr (Op == SHIM_GE) return (uint8_t)(x >= y);
   else if constexpr (Op == SHIM_LOGICAL_AND) return (uint8_t)((x != (V)0) & (y != (V)0));
   else if constexpr (Op == SHIM_LOGICAL_OR) return (uint8_t)((x != (V)0) | (y != (V)0));
+  else if constexpr (is_comparison(Op)) static_assert(no_case<Op>, "a comparison without its branch in binary_op");
   else if constexpr (D::kind == Kind::Bool) {
     if constexpr (Op == SHIM_ADD || Op == SHIM_MAXIMUM) return (V)(x | y);
-    else return (V)(x & y); /* mul, minimum */
+    else if constexpr (Op == SHIM_MUL || Op == SHIM_MINIMUM) return (V)(x & y);
+    else static_assert(no_case<Op>, "a bool binary op without its branch in binary_op");
   } else if constexpr (D::kind == Kind::Float) {
     if constexpr (Op == SHIM_ADD) return x + y;
     else if constexpr (Op == SHIM_SUB) return x - y;
@@ -235,7 +242,8 @@ __device__ __forceinline__ auto binary_op(typename D::V x, typename D::V y) {
     else if constexpr (Op == SHIM_FLOOR_DIVIDE) return float_floor_divide(x, y);
     else if constexpr (Op == SHIM_REMAINDER) return float_remainder(x, y);
     else if constexpr (Op == SHIM_FMOD) return m_fmod(x, y);
-    else return m_pow(x, y);
+    else if constexpr (Op == SHIM_POW) return m_pow(x, y);
+    else static_assert(no_case<Op>, "a binary op without its floating branch in binary_op");
   } else {
     if constexpr (Op == SHIM_ADD) return wrap_add(x, y);
     else if constexpr (Op == SHIM_SUB) return wrap_sub(x, y);
@@ -246,7 +254,8 @@ __device__ __forceinline__ auto binary_op(typename D::V x, typename D::V y) {
     else if constexpr (Op == SHIM_FLOOR_DIVIDE) return int_floor_divide(x, y);
     else if constexpr (Op == SHIM_REMAINDER) return int_remainder(x, y);
     else if constexpr (Op == SHIM_FMOD) return int_fmod(x, y);
-    else return int_pow(x, y);
+    else if constexpr (Op == SHIM_POW) return int_pow(x, y);
+    else static_assert(no_case<Op>, "a binary op without its integer branch in binary_op");
   }
 }
 
@@ -349,20 +358,6 @@ __global__ void find_bad_operand(const typename D::T *y, int64_t n, int32_t *fla
 
 /* ---- host side ------------------------------------------------------------------------ */
 
-/* Calls f(std::integral_constant<int, op>{}) for an op code in First..Last (the enums are
- * contiguous) already validated; Last takes anything past it. */
-template <int Op, int Last, typename F>
-int with_op_in(int32_t op, F &&f) {
-  if constexpr (Op == Last) return f(std::integral_constant<int, Op>{});
-  else return op == Op ? f(std::integral_constant<int, Op>{}) : with_op_in<Op + 1, Last>(op, f);
-}
-
-template <typename F>
-int with_binary_op(int32_t op, F &&f) { return with_op_in<SHIM_ADD, SHIM_FMOD>(op, f); }
-
-template <typename F>
-int with_unary_op(int32_t op, F &&f) { return with_op_in<SHIM_NEG, SHIM_LOGICAL_NOT>(op, f); }
-
 template <typename V>
 constexpr bool is_negative(V v) {
   if constexpr (std::is_signed_v<V>) return v < 0;
@@ -394,16 +389,15 @@ int check_device_operand(const char *fn, int32_t op, const typename D::T *y, int
 
 /* Launches the binary kernel for a dtype and an op code checked by shim_check_binary. */
 template <typename D>
-int launch_binary(int32_t op, void *out, const Operand<D> &a, const Operand<D> &b, int64_t n, cudaStream_t stream) {
+int launch_binary(const char *fn, int32_t op, void *out, const Operand<D> &a, const Operand<D> &b, int64_t n, cudaStream_t stream) {
   if (n == 0) return SHIM_OK;
   using T = typename D::T;
   bool vec = aligned16(out) && (!a.full || aligned16(a.p)) && (!b.full || aligned16(b.p)) && !a.period && !b.period;
   unsigned blocks = shim_cuda_blocks(vec ? n / pack_width<T>() + 1 : n);
-  return with_binary_op(op, [&](auto code) -> int {
+  return with_binary_op(fn, op, D::code, [&](auto code) -> int {
     constexpr int Op = decltype(code)::value;
-    if constexpr (D::kind == Kind::Bool && (Op == SHIM_SUB || Op == SHIM_DIV || Op == SHIM_POW || Op == SHIM_FLOOR_DIVIDE ||
-                                            Op == SHIM_REMAINDER || Op == SHIM_FMOD)) {
-      return shim_fail(SHIM_E_UNSUPPORTED, "binary op %d on bool", Op); /* shim_check_binary refused it already */
+    if constexpr (!defined_on<D>(binary_flags(Op))) {
+      return shim_fail(SHIM_E_UNSUPPORTED, "binary op %d on %s", Op, shim_dtype_name(D::code)); /* shim_check_binary refused it already */
     } else {
       binary_kernel<D, Op><<<blocks, SHIM_CUDA_THREADS, 0, stream>>>(out, a, b, n, vec);
       CUDA_CHECK_LAUNCH("binary_kernel");
@@ -428,7 +422,7 @@ int shim_binary(int32_t op, shim_tensor *out, const shim_tensor *a, const shim_t
     /* A count between 1 and n repeats (shim_check_binary made it divide n). */
     Operand<D> oa{x, typename D::V(), a->numel == n || a->numel > 1, a->numel > 1 && a->numel < n ? a->numel : 0},
         ob{y, typename D::V(), b->numel == n || b->numel > 1, b->numel > 1 && b->numel < n ? b->numel : 0};
-    return launch_binary<D>(op, shim_cuda_data(out), oa, ob, n, shim_cuda_stream(s));
+    return launch_binary<D>("shim_binary", op, shim_cuda_data(out), oa, ob, n, shim_cuda_stream(s));
   });
 }
 
@@ -454,8 +448,8 @@ int shim_binary_scalar(int32_t op, shim_tensor *out, const shim_tensor *a, doubl
         return shim_fail_bad_operand("shim_binary_scalar", op, a->dtype, "the scalar");
     }
     Operand<D> tensor{t, V(), true}, value{nullptr, scalar, false};
-    return scalar_first ? launch_binary<D>(op, shim_cuda_data(out), value, tensor, n, shim_cuda_stream(s))
-                        : launch_binary<D>(op, shim_cuda_data(out), tensor, value, n, shim_cuda_stream(s));
+    return scalar_first ? launch_binary<D>("shim_binary_scalar", op, shim_cuda_data(out), value, tensor, n, shim_cuda_stream(s))
+                        : launch_binary<D>("shim_binary_scalar", op, shim_cuda_data(out), tensor, value, n, shim_cuda_stream(s));
   });
 }
 
@@ -473,17 +467,14 @@ int shim_unary(int32_t op, shim_tensor *out, const shim_tensor *a, shim_stream *
     const T *x = (const T *)shim_cuda_data(a);
     bool vec = aligned16(o) && aligned16(x);
     unsigned blocks = shim_cuda_blocks(vec ? n / pack_width<T>() + 1 : n);
-    return with_unary_op(op, [&](auto code) -> int {
-      constexpr int Op = decltype(code)::value;
-      constexpr bool rounding = Op >= SHIM_FLOOR && Op <= SHIM_TRUNC;
-      constexpr bool integer_op = Op == SHIM_ABS || Op == SHIM_RELU || Op == SHIM_SIGN ||
-                                  ((Op == SHIM_NEG || rounding) && D::kind != Kind::Bool);
-      if constexpr (Op >= SHIM_ISNAN) {
+    return with_unary_op("shim_unary", op, dtype, [&](auto code) -> int {
+      constexpr int Op = decltype(code)::value, flags = unary_flags(Op);
+      if constexpr ((flags & SHIM_OPF_WRITES_BOOL) != 0) {
         predicate_kernel<D, Op><<<shim_cuda_blocks(n), SHIM_CUDA_THREADS, 0, shim_cuda_stream(s)>>>((uint8_t *)o, x, n);
         CUDA_CHECK_LAUNCH("predicate_kernel");
         return SHIM_OK;
-      } else if constexpr (D::kind != Kind::Float && !integer_op) {
-        return shim_fail(SHIM_E_UNSUPPORTED, "unary op %d on an integer dtype", Op); /* shim_check_unary refused it already */
+      } else if constexpr (!defined_on<D>(flags)) {
+        return shim_fail(SHIM_E_UNSUPPORTED, "unary op %d on %s", Op, shim_dtype_name(D::code)); /* shim_check_unary refused it already */
       } else {
         unary_kernel<D, Op><<<blocks, SHIM_CUDA_THREADS, 0, shim_cuda_stream(s)>>>(o, x, n, vec);
         CUDA_CHECK_LAUNCH("unary_kernel");

@@ -40,17 +40,19 @@ struct Fold {
   static __device__ __forceinline__ Acc apply(Acc v, Acc x) {
     if constexpr (Op == SHIM_ANY) return (Acc)((v != (Acc)0) | (x != (Acc)0));
     else if constexpr (Op == SHIM_ALL) return (Acc)((v != (Acc)0) & (x != (Acc)0));
-    else if constexpr (Op >= SHIM_NORM1) return norm_step(v, x); /* floating only (checked) */
+    else if constexpr (Op == SHIM_NORM1 || Op == SHIM_NORM2 || Op == SHIM_NORM_INF) return norm_step(v, x); /* floating only (checked) */
     else if constexpr (std::is_same_v<Acc, double>) {
       if constexpr (Op == SHIM_PROD) return v * x;
       else if constexpr (Op == SHIM_MAX) return (x > v || x != x) ? x : v;
       else if constexpr (Op == SHIM_MIN) return (x < v || x != x) ? x : v;
-      else return v + x;
+      else if constexpr (Op == SHIM_SUM || Op == SHIM_MEAN) return v + x;
+      else static_assert(no_case<Op>, "a reduction without its branch in Fold::apply");
     } else {
       if constexpr (Op == SHIM_PROD) return (int64_t)((uint64_t)v * (uint64_t)x);
       else if constexpr (Op == SHIM_MAX) return x > v ? x : v;
       else if constexpr (Op == SHIM_MIN) return x < v ? x : v;
-      else return (int64_t)((uint64_t)v + (uint64_t)x);
+      else if constexpr (Op == SHIM_SUM || Op == SHIM_MEAN) return (int64_t)((uint64_t)v + (uint64_t)x);
+      else static_assert(no_case<Op>, "a reduction without its branch in Fold::apply");
     }
   }
 
@@ -59,7 +61,8 @@ struct Fold {
     const Acc ax = x < (Acc)0 ? -x : x;
     if constexpr (Op == SHIM_NORM1) return v + ax;
     else if constexpr (Op == SHIM_NORM2) return v + x * x;
-    else return (ax > v || ax != ax) ? ax : v;
+    else if constexpr (Op == SHIM_NORM_INF) return (ax > v || ax != ax) ? ax : v;
+    else static_assert(no_case<Op>, "a norm without its branch in Fold::norm_step");
   }
 
   /* Two partial accumulators as one: the norms' partials add (or take the larger), the
@@ -218,18 +221,9 @@ int shim_reduce(int32_t op, shim_tensor *out, const shim_tensor *a, int32_t dim,
     using D = decltype(d);
     const typename D::T *in = (const typename D::T *)shim_cuda_data(a);
     void *o = shim_cuda_data(out);
-    switch (op) {
-      case SHIM_SUM: return launch_reduce<D, SHIM_SUM>(in, o, out->dtype, dims, s);
-      case SHIM_MEAN: return launch_reduce<D, SHIM_MEAN>(in, o, out->dtype, dims, s);
-      case SHIM_MAX: return launch_reduce<D, SHIM_MAX>(in, o, out->dtype, dims, s);
-      case SHIM_MIN: return launch_reduce<D, SHIM_MIN>(in, o, out->dtype, dims, s);
-      case SHIM_PROD: return launch_reduce<D, SHIM_PROD>(in, o, out->dtype, dims, s);
-      case SHIM_ANY: return launch_reduce<D, SHIM_ANY>(in, o, out->dtype, dims, s);
-      case SHIM_ALL: return launch_reduce<D, SHIM_ALL>(in, o, out->dtype, dims, s);
-      case SHIM_NORM1: return launch_reduce<D, SHIM_NORM1>(in, o, out->dtype, dims, s);
-      case SHIM_NORM2: return launch_reduce<D, SHIM_NORM2>(in, o, out->dtype, dims, s);
-      default: return launch_reduce<D, SHIM_NORM_INF>(in, o, out->dtype, dims, s);
-    }
+    return with_reduce_op("shim_reduce", op, a->dtype, [&](auto code) -> int {
+      return launch_reduce<D, decltype(code)::value>(in, o, out->dtype, dims, s);
+    });
   });
 }
 

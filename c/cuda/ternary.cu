@@ -44,8 +44,10 @@ __global__ void arithmetic_kernel(typename D::T *out, const typename D::T *a, bo
       out[i] = D::store(lerp(x, y, z));
     } else if constexpr (Op == SHIM_ADDCMUL) {
       out[i] = D::store(x + value * y * z);
-    } else {
+    } else if constexpr (Op == SHIM_ADDCDIV) {
       out[i] = D::store(x + value * y / z);
+    } else {
+      static_assert(no_case<Op>, "a ternary op without its branch in arithmetic_kernel");
     }
   }
 }
@@ -79,18 +81,21 @@ int shim_ternary(int32_t op, shim_tensor *out, const shim_tensor *a, const shim_
       });
     }
     const T *x = (const T *)shim_cuda_data(a);
-    if constexpr (D::kind == Kind::Bool) {
-      return shim_fail(SHIM_E_UNSUPPORTED, "ternary op %d on bool", op); /* shim_check_ternary refused it already */
-    } else {
-      /* The scalar as binary_scalar's: float for f16/bf16/f32, double for f64, else the dtype's. */
-      V v;
-      if constexpr (D::kind == Kind::Float) v = (V)value;
-      else v = D::load(D::from_f64(value));
-      if (op == SHIM_LERP) arithmetic_kernel<D, SHIM_LERP><<<blocks, SHIM_CUDA_THREADS, 0, stream>>>(o, x, fa, y, fb, z, fc, v, n);
-      else if (op == SHIM_ADDCMUL) arithmetic_kernel<D, SHIM_ADDCMUL><<<blocks, SHIM_CUDA_THREADS, 0, stream>>>(o, x, fa, y, fb, z, fc, v, n);
-      else arithmetic_kernel<D, SHIM_ADDCDIV><<<blocks, SHIM_CUDA_THREADS, 0, stream>>>(o, x, fa, y, fb, z, fc, v, n);
-      CUDA_CHECK_LAUNCH("arithmetic_kernel");
-      return SHIM_OK;
-    }
+    return with_ternary_op("shim_ternary", op, D::code, [&](auto code) -> int {
+      constexpr int Op = decltype(code)::value;
+      if constexpr (Op == SHIM_WHERE) {
+        return SHIM_OK; /* where's kernel ran above */
+      } else if constexpr (!defined_on<D>(ternary_flags(Op))) {
+        return shim_fail(SHIM_E_UNSUPPORTED, "ternary op %d on %s", Op, shim_dtype_name(D::code)); /* shim_check_ternary refused it already */
+      } else {
+        /* The scalar as binary_scalar's: float for f16/bf16/f32, double for f64, else the dtype's. */
+        V v;
+        if constexpr (D::kind == Kind::Float) v = (V)value;
+        else v = D::load(D::from_f64(value));
+        arithmetic_kernel<D, Op><<<blocks, SHIM_CUDA_THREADS, 0, stream>>>(o, x, fa, y, fb, z, fc, v, n);
+        CUDA_CHECK_LAUNCH("arithmetic_kernel");
+        return SHIM_OK;
+      }
+    });
   });
 }

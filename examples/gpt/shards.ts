@@ -3,8 +3,8 @@
  * of a whole tensor the controller sent to all of them (initial weights, a step's batch), so the
  * mesh starts from exactly the numbers the torch twin is handed.
  */
-import { op } from "../../src/ops/kernels.ts"
-import { defineFunction } from "../../src/ops/function.ts"
+import { op } from "../../src/worker/ops.ts"
+import { defineFunction } from "../../src/worker/function.ts"
 import type { Tensor } from "../../ffi/tensor.ts"
 
 /** This rank's block of `whole`: starting at `offsets[rank]`, of `shape` (a copy it owns). */

@@ -28,5 +28,5 @@ export { allGather, allReduce, allToAll, copyTo, reduceScatter, sendTo } from ".
 export { blockOf, partial, replicate, replicated, shard, shardedDims, type DimPlacement, type Placement, type PlacementSpec } from "./placement.ts"
 export { eager, fromHost, ops, opsOn, type OpFunction, type OpMethod, type Ops, type TensorMethods } from "./ops.ts"
 export type { TensorMeta } from "../ops/meta.ts"
-export { defineFunction, type FunctionContext, type Group, type GroupReduction, type RemoteFunction } from "../ops/function.ts"
+export { defineFunction, type FunctionContext, type Group, type GroupReduction, type RemoteFunction } from "../worker/function.ts"
 export { float, FloatNumber, HostTensor, type DType } from "../protocol/values.ts"

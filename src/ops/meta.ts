@@ -15,11 +15,7 @@ export interface TensorMeta {
 /** A built-in called with arguments it cannot take (on the controller it becomes a ControllerError). */
 export class OpArgumentError extends Data.TaggedError("OpArgumentError")<{ readonly message: string }> {}
 
-export const numelOf = (shape: ReadonlyArray<number>): number => {
-  let n = 1
-  for (const d of shape) n *= d
-  return n
-}
+export { numelOf } from "../../base/tensor.ts"
 
 /** Whether two shapes are equal (a plain loop: the worker checks inputs with it per command). */
 export const sameShape = (a: ReadonlyArray<number>, b: ReadonlyArray<number>): boolean => {

@@ -2,7 +2,8 @@
  * The op registry: every built-in (`ops.<name>` on the wire) declared once, by family, with
  * its torch signature and its dtype/shape rule (src/ops/spec.ts). Pure: the controller
  * imports it to check calls and infer results before sending; the worker binds each entry to
- * its kernels (src/ops/kernels.ts, which must cover every name here).
+ * its kernels (src/worker/kernels/table.ts, which must cover every name here but the composite
+ * ones, whose compositions run there from their parts).
  */
 import { isTensorMeta, type TensorMeta } from "./meta.ts"
 import { binder, signatureOf, type Binder, type Param } from "./params.ts"
@@ -29,6 +30,8 @@ export type OpName = keyof Specs
 export type ParamsOf<N extends OpName> = Specs[N]["params"]
 export type ResultDtypeOf<N extends OpName> = Specs[N]["dtype"]
 export type ReturnsOf<N extends OpName> = Specs[N]["returns"]
+/** The composite ops (declared with `composite`): the worker runs them from their parts, with no kernel of their own. */
+export type ComposedName = { [N in OpName]: Specs[N] extends { readonly composed: unknown } ? N : never }[OpName]
 
 /** A declared op with its name and its binder. */
 export type Op<N extends OpName = OpName> = Specs[N] & { readonly name: N; readonly bind: Binder<ParamsOf<N>> }

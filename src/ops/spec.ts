@@ -1,8 +1,8 @@
 /**
  * What one op declaration holds (the registry, src/ops/registry.ts, has one per op): its
  * parameters in torch's order, how many results it defines, and its rule for their dtypes and
- * shapes. The worker's kernel table (src/ops/kernels.ts) binds each declared op to the shim
- * calls that run it; a declared op without a kernel does not compile.
+ * shapes. The worker's kernel table (src/worker/kernels/table.ts) binds each declared op to the
+ * shim calls that run it; a declared op without a kernel (or a composition) does not compile.
  *
  * Each also holds its backward rule, or an explicit "not differentiable" (src/ops/grad.ts),
  * a required field, so an op added without one does not compile either.
@@ -84,7 +84,7 @@ export const composite = <const P extends ReadonlyArray<Param>, const K extends 
   outputs: (a: Bound<P>, op: string) => ReadonlyArray<TensorMeta>,
   composed: Composition<P>,
   more: { readonly dtype?: K } = {},
-): OpSpec<P, K, "tensor"> => ({ params, outputs, backward: FROM_PARTS, composed, results: 1, returns: "tensor", dtype: (more.dtype ?? "any") as K })
+): OpSpec<P, K, "tensor"> & { readonly composed: Composition<P> } => ({ params, outputs, backward: FROM_PARTS, composed, results: 1, returns: "tensor", dtype: (more.dtype ?? "any") as K })
 
 /** Declares an op with its backward rule; `results` defaults to 1, or 0 for an in-place op. */
 export const spec = <const P extends ReadonlyArray<Param>, const K extends DtypeKind = "any", const R extends ReturnKind = "tensor">(

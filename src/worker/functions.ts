@@ -8,8 +8,8 @@
 import { Effect } from "effect"
 import { existsSync, readFileSync, realpathSync, statSync } from "node:fs"
 import { isAbsolute, relative, resolve, sep } from "node:path"
-import { builtinFunction } from "../ops/kernels.ts"
-import type { RemoteFunction } from "../ops/function.ts"
+import { builtinFunction } from "./kernels/dispatch.ts"
+import type { RemoteFunction } from "./function.ts"
 import { FunctionNotFound } from "./errors.ts"
 
 /** Extensions tried after the name itself, and the transpiler loader that reads each. */

@@ -27,7 +27,7 @@ import type { Stream } from "../../ffi/stream.ts"
 import { Tensor } from "../../ffi/tensor.ts"
 import { commError, inGlobalRanks } from "../comm/communicators.ts"
 import { CommError } from "../comm/errors.ts"
-import type { Group, GroupReduction } from "../ops/function.ts"
+import type { Group, GroupReduction } from "./function.ts"
 import { DependentOnError } from "./errors.ts"
 
 /** The start's value of a member with nothing against running. */

@@ -1,6 +1,6 @@
 /**
  * A recording's built-in calls prepared for its replays: on a call's first run of a command,
- * its arguments are bound and its op's rule run once (kernels.ts's prepareBuiltin), so later
+ * its arguments are bound and its op's rule run once (kernels/prepare.ts), so later
  * calls look up its tensors, check each still has the dtype and shape it was prepared with,
  * and run the kernel. A command whose inputs are not as prepared (a poisoned or unknown ref,
  * another shape), or that reads a replay parameter (a number its rule may check), takes the
@@ -10,11 +10,11 @@ import type { Effect } from "effect"
 import { Stream } from "../../ffi/stream.ts"
 import { Tensor } from "../../ffi/tensor.ts"
 import type { DType } from "../protocol/values.ts"
-import { prepareBuiltin, type PreparedCall } from "../ops/kernels.ts"
+import { prepareBuiltin, type PreparedCall } from "./kernels/prepare.ts"
 import type { CallFunction } from "../protocol/messages.ts"
 import { HostTensor, Ref } from "../protocol/values.ts"
 import { isBuiltin } from "./functions.ts"
-import type { FunctionContext } from "../ops/function.ts"
+import type { FunctionContext } from "./function.ts"
 import { sameShape } from "../ops/meta.ts"
 import { contextFor } from "./handlers/calls.ts"
 import { lookup, tryDefineNow, type Session } from "./session.ts"

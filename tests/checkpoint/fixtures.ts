@@ -1,8 +1,8 @@
 // User functions for the checkpoint tests ("tests/checkpoint/fixtures:<export>").
 import { readFileSync } from "node:fs"
 import { liveTensorCount } from "../../ffi/tensor.ts"
-import { op } from "../../src/ops/kernels.ts"
-import { defineFunction } from "../../src/ops/function.ts"
+import { op } from "../../src/worker/ops.ts"
+import { defineFunction } from "../../src/worker/function.ts"
 
 /** A tensor of normal values that differ on every rank (seeded by `seed` and the rank). */
 export const rankRandn = defineFunction((ctx, shape: number[], seed: number) => op(ctx, "randn", [shape], { seed: seed * 1000 + ctx.rank }))

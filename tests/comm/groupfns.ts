@@ -1,8 +1,8 @@
 // User functions that run their own collectives (FunctionContext.group), for usergroup.test.ts
 // ("tests/comm/groupfns:<export>").
 import type { Tensor } from "../../ffi/tensor.ts"
-import { defineFunction, type GroupReduction } from "../../src/ops/function.ts"
-import { op } from "../../src/ops/kernels.ts"
+import { defineFunction, type GroupReduction } from "../../src/worker/function.ts"
+import { op } from "../../src/worker/ops.ts"
 
 /**
  * A row-parallel linear over the call's tp group: this member's columns of x (its K / tp

@@ -1,7 +1,7 @@
 // User functions for the controller tests ("tests/controller/fixtures:<export>").
 import { liveTensorBytes, liveTensorCount } from "../../ffi/tensor.ts"
-import { op } from "../../src/ops/kernels.ts"
-import { defineFunction } from "../../src/ops/function.ts"
+import { op } from "../../src/worker/ops.ts"
+import { defineFunction } from "../../src/worker/function.ts"
 
 /** Each rank's own value: a [2, 2] tensor of (rank + 1). */
 export const rankValue = defineFunction((ctx) => op(ctx, "full", [[2, 2], ctx.rank + 1]))

@@ -1,6 +1,6 @@
 // User functions for the fault tests ("tests/faults/fixtures:<export>").
-import { op } from "../../src/ops/kernels.ts"
-import { defineFunction } from "../../src/ops/function.ts"
+import { op } from "../../src/worker/ops.ts"
+import { defineFunction } from "../../src/worker/function.ts"
 
 /** The worker's process id, so a test can kill that exact process. */
 export const pid = defineFunction(() => process.pid)

@@ -1,7 +1,7 @@
 // User functions for the gpt tests ("tests/gpt/fixtures:<export>").
 import type { Tensor } from "../../ffi/tensor.ts"
-import { op } from "../../src/ops/kernels.ts"
-import { defineFunction } from "../../src/ops/function.ts"
+import { op } from "../../src/worker/ops.ts"
+import { defineFunction } from "../../src/worker/function.ts"
 
 /** Row `rank` of `whole` ([world, ...]): each rank's own values, chosen on the controller. */
 export const rankRow = defineFunction((ctx, whole: Tensor) => {

@@ -2,7 +2,7 @@
 // built on the worker from the formulas in plan.ts, and where the worker runs.
 import { networkInterfaces } from "node:os"
 import { Tensor } from "../../ffi/tensor.ts"
-import { defineFunction, type FunctionContext } from "../../src/ops/function.ts"
+import { defineFunction, type FunctionContext } from "../../src/worker/function.ts"
 import { HostTensor, type DType } from "../../src/protocol/values.ts"
 import { N, M, rowValue, vectorValue } from "./plan.ts"
 

@@ -3,8 +3,8 @@
 // saying why, where namespaces cannot be made (no iproute2, not root / no CAP_NET_ADMIN).
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { testUnless } from "../skip.ts"
-import { removeAllHosts } from "./netns.ts"
-import { killHostProcesses } from "./process.ts"
+import { removeAllHosts } from "../../rig/netns.ts"
+import { killHostProcesses } from "../../rig/hostProcess.ts"
 import type { ReliabilityRow } from "../reliability.ts"
 import { run, unavailable } from "./reliability.ts"
 

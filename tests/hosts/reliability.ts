@@ -12,16 +12,16 @@
  *     the hosts, and sends each way (plan.ts), checked against values computed here.
  * Each try also reads host 1's veth counters, to show the traffic really crossed the link.
  */
-import { createHosts, type Host, type Hosts } from "./netns.ts"
+import { createHosts, type Host, type Hosts } from "../../rig/netns.ts"
 import { mismatch, N, STEPS, WORLD, type ControllerReport } from "./plan.ts"
-import { HostProcess } from "./process.ts"
+import { HostProcess } from "../../rig/hostProcess.ts"
 import type { Mode, ReliabilityRow } from "../reliability.ts"
 
 
 const BUN = process.execPath
 const ROOT = new URL("../..", import.meta.url).pathname.replace(/\/$/, "")
 const file = (p: string) => new URL(p, import.meta.url).pathname
-const STORE = file("./store.ts"), COMM_PEER = file("../comm/worker.ts"), CONTROLLER = file("./controller.ts")
+const STORE = file("../../rig/hostStore.ts"), COMM_PEER = file("../comm/worker.ts"), CONTROLLER = file("./controller.ts")
 const WORKER = file("../../src/worker.ts")
 /** Collective, rendezvous and store timeouts inside the tries; far above what a try needs. */
 const TIMEOUT_MS = 30_000

@@ -1,6 +1,6 @@
 // User functions for the load check ("tests/load/fixtures:<export>").
-import { op } from "../../src/ops/kernels.ts"
-import { defineFunction } from "../../src/ops/function.ts"
+import { op } from "../../src/worker/ops.ts"
+import { defineFunction } from "../../src/worker/function.ts"
 
 /** Where each rank's counter starts: far enough apart that a value fetched from the wrong rank shows. */
 export const COUNTER_STRIDE = 1e9

@@ -1,7 +1,7 @@
 // User functions for tests/optim ("tests/optim/fixtures:<export>").
-import { op } from "../../src/ops/kernels.ts"
-import { defineFunction } from "../../src/ops/function.ts"
-import type { Tensor } from "../../src/ops/index.ts"
+import { op } from "../../src/worker/ops.ts"
+import { defineFunction } from "../../src/worker/function.ts"
+import type { Tensor } from "../../src/worker/ops.ts"
 
 /**
  * This rank's block of `full`: along each tensor dim named in `shards` (tensor dim -> mesh

@@ -6,7 +6,7 @@
 // prints whole). console.log and Bun.inspect of a HostTensor print the same text under its own
 // name, not its bytes.
 import { expect, test } from "bun:test"
-import { formatTensor } from "../../src/protocol/print.ts"
+import { formatTensor } from "../../base/print.ts"
 import { HostTensor, type DType } from "../../src/protocol/values.ts"
 import { describeUnless } from "../skip.ts"
 import { fromJson, PYTHON, torchMissing } from "../torch.ts"

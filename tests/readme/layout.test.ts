@@ -59,27 +59,28 @@ describe("README's layout block", () => {
   })
 })
 
-/** Which room a source file is in: "protocol", "ffi", "worker.ts" (an entry), ... */
+/** Which room a source file is in: "protocol", "ffi", "base", "worker.ts" (an entry), ... */
 const roomOf = (file: string): string => {
   const rel = relative(ROOT, file).split("/")
-  if (rel[0] === "ffi") return "ffi"
+  if (rel[0] === "ffi" || rel[0] === "base") return rel[0]
   return rel[1]!
 }
 
 /** What each room may import besides itself (types included). */
 const MAY_IMPORT: Readonly<Record<string, ReadonlyArray<string>>> = {
-  protocol: [],
+  base: [],
+  protocol: ["base"],
   net: ["protocol"],
   store: ["net", "protocol"],
-  ffi: ["ops", "protocol"],
-  ops: ["ffi", "protocol"],
+  ffi: ["base"],
+  ops: ["protocol", "base"],
   comm: ["ffi", "store", "protocol"],
   launcher: ["net", "store"],
   trace: ["protocol"],
   checkpoint: ["protocol"],
   worker: ["protocol", "net", "store", "comm", "ops", "ffi", "trace", "checkpoint"],
   autograd: ["ops", "protocol"],
-  controller: ["protocol", "net", "store", "ops", "autograd", "launcher", "trace", "comm/errors.ts", "checkpoint"],
+  controller: ["protocol", "net", "store", "ops", "autograd", "launcher", "trace", "comm/errors.ts", "worker/function.ts", "checkpoint"],
   optim: ["controller", "ops"],
   "worker.ts": ["worker"],
   "launch.ts": ["launcher"],
@@ -91,23 +92,42 @@ const sources = (dir: string): string[] =>
     return statSync(path).isDirectory() ? sources(path) : path.endsWith(".ts") ? [path] : []
   })
 
+/** The folders whose files the rules cover. */
+const ROOMS = ["src", "base", "ffi"]
+
 const IMPORT = /^(?:import|export)\s+(?:type\s+)?(?:[^"';]*?\sfrom\s+)?["'](\.[^"']+)["']/gm
 
 describe("import rules", () => {
   test("every room is in the table", () => {
-    const rooms = new Set([...sources(join(ROOT, "src")), ...sources(join(ROOT, "ffi"))].map(roomOf))
+    const rooms = new Set(ROOMS.flatMap((r) => sources(join(ROOT, r))).map(roomOf))
     expect([...rooms].filter((r) => !(r in MAY_IMPORT))).toEqual([])
   })
 
   test("each source file imports only what its room may", () => {
     const broken: string[] = []
-    for (const file of [...sources(join(ROOT, "src")), ...sources(join(ROOT, "ffi"))]) {
+    for (const file of ROOMS.flatMap((r) => sources(join(ROOT, r)))) {
       const room = roomOf(file)
       for (const [, spec] of readFileSync(file, "utf8").matchAll(IMPORT)) {
         const target = resolve(dirname(file), spec!)
         const to = roomOf(target), path = relative(join(ROOT, "src"), target)
         if (to === room || MAY_IMPORT[room]!.includes(to) || MAY_IMPORT[room]!.includes(path)) continue
         broken.push(`${relative(ROOT, file)} -> ${relative(ROOT, target)}`)
+      }
+    }
+    expect(broken).toEqual([])
+  })
+})
+
+/** What a file names by a relative path: its imports and the files it locates with `new URL(...)` (a script it spawns). */
+const REFERENCE = /(?:^(?:import|export)\s+(?:type\s+)?(?:[^"';]*?\sfrom\s+)?|new URL\()["'](\.[^"']+)["']/gm
+
+describe("benchmarks and rigs", () => {
+  test("bench/ and rig/ import nothing from tests/ (what they share with the tests lives in rig/)", () => {
+    const broken: string[] = []
+    for (const file of ["bench", "rig"].flatMap((d) => sources(join(ROOT, d)))) {
+      for (const [, spec] of readFileSync(file, "utf8").matchAll(REFERENCE)) {
+        const target = resolve(dirname(file), spec!)
+        if (relative(ROOT, target).startsWith("tests/")) broken.push(`${relative(ROOT, file)} -> ${relative(ROOT, target)}`)
       }
     }
     expect(broken).toEqual([])

@@ -1,8 +1,8 @@
 // User functions for the recording tests ("tests/recordings/fixtures:<export>").
 import { heapStats } from "bun:jsc"
 import { liveTensorBytes } from "../../ffi/tensor.ts"
-import { op } from "../../src/ops/kernels.ts"
-import { defineFunction } from "../../src/ops/function.ts"
+import { op } from "../../src/worker/ops.ts"
+import { defineFunction } from "../../src/worker/function.ts"
 
 /** A copy of t, failing on `rank` when `fail` is true (a number: it may be a replay parameter). */
 export const failIf = defineFunction((ctx, rank: number, fail: number, t: unknown) => {

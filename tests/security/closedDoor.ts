@@ -228,7 +228,7 @@ export const makeFunctionTree = (): FunctionTree => {
   const hiddenRoots = [join(base, "node_modules", "pkg"), join(base, ".dotroot")]
   const inRoot = [join(root, "node_modules", "pkg"), join(root, ".hidden")]
   for (const d of [root, join(root, "sub"), outside, sibling, ...hiddenRoots, ...inRoot]) mkdirSync(d, { recursive: true })
-  const ok = `import { op } from ${JSON.stringify(join(REPO, "src/ops/kernels.ts"))}
+  const ok = `import { op } from ${JSON.stringify(join(REPO, "src/worker/ops.ts"))}
 export const seven = (ctx) => op(ctx, "full", [[2], 7])
 export const double = (_ctx, x) => 2 * x
 `

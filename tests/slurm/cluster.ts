@@ -3,7 +3,7 @@
  * as root (no systemd): one munged, one slurmctld and a slurmd per node, each started here in
  * the foreground and stopped here by its pid, with a slurm.conf, spool, state, pid and log
  * files of its own in a temp folder and ports picked for this run. One node runs on this host;
- * two nodes are the two network namespaces of tests/hosts/netns.ts, each slurmd in its own UTS
+ * two nodes are the two network namespaces of rig/netns.ts, each slurmd in its own UTS
  * namespace too (its hostname is its node name), with slurmctld and every client command on
  * node 1. Names resolve through each namespace's own /etc/hosts (netns.ts nameHosts).
  */
@@ -12,7 +12,7 @@ import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSyn
 import { hostname, tmpdir } from "node:os"
 import { join } from "node:path"
 import { freePort, isAlive } from "../processes.ts"
-import { createHosts, inHost, inNamedHost, nameHosts, type Host, type Hosts } from "../hosts/netns.ts"
+import { createHosts, inHost, inNamedHost, nameHosts, type Host, type Hosts } from "../../rig/netns.ts"
 
 const PROGRAMS = ["munged", "mungekey", "slurmctld", "slurmd", "srun", "sbatch", "sinfo", "squeue", "scancel", "scontrol"] as const
 

@@ -5,7 +5,7 @@
 import { expect, test } from "bun:test"
 import { describeUnless } from "../skip.ts"
 import { mismatch, STEPS, type ControllerReport } from "../hosts/plan.ts"
-import { HostProcess } from "../hosts/process.ts"
+import { HostProcess } from "../../rig/hostProcess.ts"
 import { NAMES, nodesUnavailable, ROOT, TOKEN, twoNodeJobs } from "./nodes.ts"
 
 /** Steps of the demo in each run: enough for the losses to move apart were anything different. */

@@ -11,7 +11,7 @@ import { join } from "node:path"
 import { Controller, type RecoveryReport } from "../../src/controller/index.ts"
 import { checkRecovered, supervised } from "../checkpoint/recover.ts"
 import { Trial } from "../faults/trial.ts"
-import { HostProcess } from "../hosts/process.ts"
+import { HostProcess } from "../../rig/hostProcess.ts"
 import { describeUnless } from "../skip.ts"
 import { nodesUnavailable, ROOT, TOKEN, twoNodeJobs } from "./nodes.ts"
 

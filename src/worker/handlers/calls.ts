@@ -7,7 +7,7 @@
 import { Effect } from "effect"
 import type { Stream } from "../../../ffi/stream.ts"
 import { Tensor } from "../../../ffi/tensor.ts"
-import type { FunctionContext, RemoteFunction } from "../../ops/function.ts"
+import type { FunctionContext, RemoteFunction } from "../function.ts"
 import { sameShape } from "../../ops/meta.ts"
 import type { DeclaredMeta } from "../../protocol/fields.ts"
 import type { CallFunction, FetchValue, Value } from "../../protocol/messages.ts"

@@ -6,7 +6,7 @@ import type { Native } from "../../ffi/native.ts"
 import type { Stream } from "../../ffi/stream.ts"
 import type { Tensor } from "../../ffi/tensor.ts"
 import type { Device } from "../protocol/values.ts"
-import type { Generator } from "./generator.ts"
+import type { Generator } from "../ops/generator.ts"
 
 /** What a function knows about where it runs. */
 export interface FunctionContext {

@@ -5,7 +5,7 @@
  */
 import { existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from "node:fs"
 import { join } from "node:path"
-import { isAlive } from "../processes.ts"
+import { isAlive } from "./processes.ts"
 
 export interface Host {
   /** The namespace's name (`ip netns exec <ns> ...`). */

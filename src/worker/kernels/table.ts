@@ -1,100 +1,29 @@
 /**
- * The worker's side of the registry: each declared op bound to the shim calls that run it.
- * This is the only module of src/ops that loads native code; the controller never imports it.
- * `KERNELS` is typed over every op name, so an op declared without a kernel does not compile,
- * and each kernel sees its op's arguments bound by name (tensors as worker Tensors) and the
- * results' metadata its rule gave. Composite ops (linear, cross_entropy) run as
- * several shim calls inside one command, through temporaries freed when it ends.
+ * The kernel table: each declared op bound to the shim calls that run it. `KERNELS` is typed
+ * over every op name but the composite ones, so an op declared without a kernel does not
+ * compile. Some kernels run several shim calls inside one command (linear, cross_entropy),
+ * through temporaries of the command's arena (run.ts).
  */
-import * as k from "../../ffi/ops.ts"
-import type { BinaryOpName, LossReductionName, ReduceOpName, ScatterOpName, TernaryOpName, UnaryOpName } from "../../ffi/symbols.ts"
-import { Tensor } from "../../ffi/tensor.ts"
-import { FloatNumber, HostTensor, type DType } from "../protocol/values.ts"
-import type { FunctionContext, RemoteFunction } from "./function.ts"
-import type { Draw } from "./generator.ts"
-import { bad, numelOf, OpArgumentError, type TensorMeta } from "./meta.ts"
-import type { Bound } from "./params.ts"
-import { broadcastShapes, isFloating, isScalar, resultType, scalarValue, type Scalar } from "./promotion.ts"
-import { OPS, opNamed, type Op, type OpName, type ParamsOf } from "./registry.ts"
-import { normDim } from "./rules.ts"
-import type { Composition, OpSpec } from "./spec.ts"
-import type { GradOps } from "./grad.ts"
-import { arangeBounds, linspaceValues } from "./specs/creation.ts"
-import { randintForm } from "./specs/random.ts"
-import { planAlpha, planBinary, planDiv, type BinaryKind } from "./specs/elementwise.ts"
-import { UNARY_IN_PLACE } from "./specs/inplace.ts"
-import { blockStart, expandShape, permutation, repeatPlan, scatterSource, viewPieces } from "./specs/layout.ts"
-import { attentionPlan, classRows, EPSILON, REDUCTIONS } from "./specs/nn.ts"
-import { reducedDims } from "./specs/reduction.ts"
-import { lineOf, multinomialDraws, rollPairs } from "./specs/sorting.ts"
-
-/**
- * Computes into `outs`, allocated from the op's rule (`metas`). A view op (spec.view) is given
- * no outs and returns its results instead (views, or copies it allocated); an in-place op
- * writes its input.
- */
-export type Kernel<N extends OpName> = (run: Run, outs: ReadonlyArray<Tensor>, a: Bound<ParamsOf<N>, Tensor>, op: string, metas: ReadonlyArray<TensorMeta>) => Tensor | Tensor[] | void
-
-type Kernels = { readonly [N in OpName]: Kernel<N> }
-
-/** One command's context and its temporaries (freed when the command's kernel returns). */
-class Run {
-  readonly temps: Tensor[] = []
-  constructor(readonly ctx: FunctionContext) {}
-
-  get stream() {
-    return this.ctx.stream
-  }
-
-  temp(dtype: DType, shape: ReadonlyArray<number>): Tensor {
-    const t = Tensor.owned(this.ctx.native, dtype, shape)
-    this.temps.push(t)
-    return t
-  }
-
-  /** t in dtype (t itself when it has it). */
-  cast(t: Tensor, dtype: DType): Tensor {
-    if (t.dtype === dtype) return t
-    const out = this.temp(dtype, t.shape)
-    k.cast(out, t, this.stream)
-    return out
-  }
-
-  /** t broadcast to shape, materialised (t itself when it has the shape). */
-  expand(t: Tensor, shape: ReadonlyArray<number>): Tensor {
-    if (t.shape.length === shape.length && t.shape.every((d, i) => d === shape[i])) return t
-    const out = this.temp(t.dtype, shape)
-    copyInto(this, out, t, broadcastStrides(t.shape, shape))
-    return out
-  }
-
-  /** A view of t (a temporary handle on the same memory). */
-  view(t: Tensor, shape: ReadonlyArray<number>): Tensor {
-    const v = t.view(shape)
-    this.temps.push(v)
-    return v
-  }
-
-  free(): void {
-    for (const t of this.temps) t.free()
-  }
-}
-
-const contiguous = (shape: ReadonlyArray<number>): number[] => {
-  const s = new Array<number>(shape.length)
-  for (let i = shape.length - 1, acc = 1; i >= 0; i--) (s[i] = acc), (acc *= shape[i]!)
-  return s
-}
-
-/** Strides reading `from` (contiguous) as if broadcast to `to`: 0 on broadcast dims. */
-const broadcastStrides = (from: ReadonlyArray<number>, to: ReadonlyArray<number>): k.Strided => {
-  const own = contiguous(from), lead = to.length - from.length
-  return { offset: 0, strides: to.map((d, i) => (i < lead || from[i - lead] !== d ? 0 : own[i - lead]!)) }
-}
-
-/** out (contiguous, its own shape) = src read through `view`. */
-const copyInto = (run: Run, out: Tensor, src: Tensor, view: k.Strided): void =>
-  k.copyStrided(out, { offset: 0, strides: contiguous(out.shape) }, src, view, out.shape, run.stream)
+import * as k from "../../../ffi/ops.ts"
+import type { BinaryOpName, LossReductionName, ReduceOpName, ScatterOpName, TernaryOpName, UnaryOpName } from "../../../ffi/symbols.ts"
+import { Tensor } from "../../../ffi/tensor.ts"
+import { FloatNumber, HostTensor, type DType } from "../../protocol/values.ts"
+import type { Draw } from "../../ops/generator.ts"
+import { bad, numelOf, type TensorMeta } from "../../ops/meta.ts"
+import { broadcastShapes, isFloating, isScalar, resultType, scalarValue, type Scalar } from "../../ops/promotion.ts"
+import { OPS, type Op } from "../../ops/registry.ts"
+import { normDim } from "../../ops/rules.ts"
+import type { OpSpec } from "../../ops/spec.ts"
+import { arangeBounds, linspaceValues } from "../../ops/specs/creation.ts"
+import { randintForm } from "../../ops/specs/random.ts"
+import { planAlpha, planBinary, planDiv, type BinaryKind } from "../../ops/specs/elementwise.ts"
+import { UNARY_IN_PLACE } from "../../ops/specs/inplace.ts"
+import { blockStart, expandShape, permutation, repeatPlan, scatterSource, viewPieces } from "../../ops/specs/layout.ts"
+import { attentionPlan, classRows, EPSILON, REDUCTIONS } from "../../ops/specs/nn.ts"
+import { reducedDims } from "../../ops/specs/reduction.ts"
+import { lineOf, multinomialDraws, rollPairs } from "../../ops/specs/sorting.ts"
+import { type Kernel, type Kernels, type Planner, withPlanner } from "./kernel.ts"
+import { broadcastStrides, contiguous, copyAnyRank, copyInto, isTensor, Run, stridesOf } from "./run.ts"
 
 /** Fills the one result (zeros, ones and their *_like forms). */
 const fill = (value: number) => (run: Run, [out]: ReadonlyArray<Tensor>): void => k.fill(out!, value, run.stream)
@@ -231,13 +160,6 @@ const binaryInto = (run: Run, op: BinaryOpName, kind: BinaryKind, name: string, 
   else k.binaryScalar(op, out, run.expand(y as Tensor, plan.result.shape), x, true, run.stream)
 }
 
-/**
- * Kernels that can plan once for a prepared call (prepareBuiltin): from the bound arguments of
- * its first call, the kernel with that plan made, for calls whose tensors have the same dtypes
- * and shapes; undefined where the plan is not that simple.
- */
-type Planner = (a: { readonly input: unknown; readonly other: unknown; readonly alpha?: number }, name: string) => Kernel<"mul"> | undefined
-const planned = new WeakMap<object, Planner>()
 
 /**
  * A tensor and a number whose result has the tensor's dtype (x.add(1), x.mul_(0.9); add and
@@ -251,11 +173,7 @@ const tensorAndNumber = (op: BinaryOpName, kind: BinaryKind): Planner => (a, nam
   return (run, [out], b) => k.binaryScalar(op, out ?? b.input as Tensor, b.input as Tensor, b.other as number, false, run.stream)
 }
 
-/** `kernel`, with its planner for prepared calls. */
-const withPlanner = <K extends object>(kernel: K, planner: Planner): K => {
-  planned.set(kernel, planner)
-  return kernel
-}
+
 
 const binary = (op: BinaryOpName, kind: BinaryKind): Kernel<"mul"> =>
   withPlanner<Kernel<"mul">>((run, [out], a, name) => binaryInto(run, op, kind, name, out!, a.input, a.other), tensorAndNumber(op, kind))
@@ -482,14 +400,7 @@ const matmulInto = (run: Run, out: Tensor, x: Tensor, y: Tensor): void => {
   k.matmul(run.view(out, [...batch, xs.at(-2)!, ys.at(-1)!]), xv, yv, run.stream)
 }
 
-const stridesOf = (t: TensorMeta) => contiguous(t.shape)
 
-/** A strided copy of any rank: past the shim's 8 dims, one call per index of the leading dims. */
-const copyAnyRank = (run: Run, out: Tensor, to: k.Strided, src: Tensor, from: k.Strided, shape: ReadonlyArray<number>): void => {
-  if (shape.length <= 8) return k.copyStrided(out, to, src, from, shape, run.stream)
-  for (let i = 0; i < shape[0]!; i++)
-    copyAnyRank(run, out, { offset: to.offset + i * to.strides[0]!, strides: to.strides.slice(1) }, src, { offset: from.offset + i * from.strides[0]!, strides: from.strides.slice(1) }, shape.slice(1))
-}
 
 /**
  * repeat as one strided copy: the result read as [r0, s0, r1, s1, ...] (tile, then the input's
@@ -633,25 +544,6 @@ const multinomial: Kernel<"multinomial"> = (run, [out], a, op) => {
   narrowInto(run, samples, order, 1, 0)
 }
 
-/**
- * The ops a composition is given on the worker: each built-in run on this command's context, its
- * result a temporary of the command (any op by name, as GradOps declares them).
- */
-const partsOn = (run: Run): GradOps<Tensor> => new Proxy({} as GradOps<Tensor>, {
-  get: (_, name: string) => (...args: unknown[]) => {
-    const last = args.at(-1), kwargs = typeof last === "object" && last !== null && !Array.isArray(last) && !(last instanceof Tensor) ? last as Record<string, unknown> : undefined
-    const out = builtinFunction(name)!({ ...run.ctx, kwargs: kwargs ?? {} }, ...(kwargs ? args.slice(0, -1) : args)) as Tensor
-    // an in-place part (batch_norm's lerp_) defines nothing
-    if (out !== undefined) run.temps.push(out)
-    return out
-  },
-})
-
-/** A composite op on the worker: its composition over the built-ins, copied into its result. */
-const composed = <N extends OpName>(name: N): Kernel<N> => (run, [out], a, op) => {
-  const result = ((OPS[name] as OpSpec).composed as Composition<ReadonlyArray<never>>)(a as never, partsOn(run), (t: Tensor) => t, op)
-  k.cast(out!, result, run.stream)
-}
 
 export const KERNELS: Kernels = {
   zeros: fill(0),
@@ -894,14 +786,6 @@ export const KERNELS: Kernels = {
   baddbmm,
   outer: (run, [out], a) => outerInto(run, out!, a.input, a.vec2),
   ger: (run, [out], a) => outerInto(run, out!, a.input, a.vec2),
-  einsum: composed("einsum"),
-  pad: composed("pad"),
-  max_pool2d: composed("max_pool2d"),
-  avg_pool2d: composed("avg_pool2d"),
-  conv1d: composed("conv1d"),
-  conv2d: composed("conv2d"),
-  batch_norm: composed("batch_norm"),
-  group_norm: composed("group_norm"),
 }
 
 
@@ -924,114 +808,4 @@ const clipByTotalNorm = (run: Run, tensors: ReadonlyArray<Tensor>, totalNorm: Te
   k.binaryScalar("div", coef, coef, maxNorm, true, run.stream)
   k.binaryScalar("minimum", coef, coef, 1, false, run.stream)
   for (const t of tensors) k.binary("mul", t, t, run.cast(coef, t.dtype), run.stream)
-}
-
-const isTensor = (v: unknown): v is Tensor => v instanceof Tensor
-
-/**
- * An op as a RemoteFunction: binds the arguments (ctx.kwargs included), allocates the
- * results its rule gives, runs its kernel; one result is returned bare.
- */
-const asRemoteFunction = <N extends OpName>(op: Op<N>): RemoteFunction => {
-  const kernel = KERNELS[op.name] as Kernel<OpName>, rule = (op as OpSpec).outputs
-  return (ctx, ...args) => {
-    const bound = op.bind(args, ctx.kwargs, isTensor)
-    const metas = rule(bound as never, op.name)
-    if (op.view) {
-      const run = new Run(ctx)
-      try {
-        return kernel(run, [], bound as never, op.name, metas)
-      } finally {
-        run.free()
-      }
-    }
-    const outs = runKernel(kernel, ctx, bound, op.name, metas)
-    return outs.length === 1 ? outs[0] : outs.length === 0 ? undefined : outs
-  }
-}
-
-/** Allocates a command's outputs as its rule gave them and runs its kernel into them (freed again if it throws). */
-const runKernel = (kernel: Kernel<OpName>, ctx: FunctionContext, bound: unknown, name: string, metas: ReadonlyArray<TensorMeta>): Tensor[] => {
-  const run = new Run(ctx)
-  const outs: Tensor[] = []
-  try {
-    // Owned: a command's outputs go to the env (or are freed) as soon as this returns.
-    for (const m of metas) outs.push(Tensor.owned(ctx.native, m.dtype, m.shape))
-    kernel(run, outs, bound as never, name, metas)
-  } catch (e) {
-    for (const t of outs) t.free()
-    throw e
-  } finally {
-    run.free()
-  }
-  return outs
-}
-
-const functions = new Map<string, RemoteFunction>()
-
-/** The RemoteFunction of `ops.<name>`, or undefined when no op has that name. */
-export const builtinFunction = (name: string): RemoteFunction | undefined => {
-  let fn = functions.get(name)
-  if (fn === undefined) {
-    const op = opNamed(name)
-    if (op === undefined) return undefined
-    functions.set(name, (fn = asRemoteFunction(op)))
-  }
-  return fn
-}
-
-/**
- * Runs a built-in from code on a worker (a user function) and returns its one output, e.g.
- * `op(ctx, "matmul", [x, w])` or `op(ctx, "randn", [[4, 4]], { seed: 1 })`.
- */
-export const op = (ctx: FunctionContext, name: OpName, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>> = {}): Tensor => {
-  const fn = builtinFunction(name)
-  if (!fn) throw new OpArgumentError({ message: `no built-in ops.${name}` })
-  const out = fn({ ...ctx, kwargs }, ...args)
-  if (!(out instanceof Tensor)) throw new OpArgumentError({ message: `ops.${name} does not return one tensor` })
-  // User code may drop it: the finalizer is its safety net.
-  return out.track()
-}
-
-/** A built-in prepared for repeated calls (prepareBuiltin): `run` it with a call's tensors, in the order prepared. */
-export interface PreparedCall {
-  readonly run: (ctx: FunctionContext, tensors: ReadonlyArray<Tensor>) => ReadonlyArray<Tensor>
-  /** How many tensors a call returns. */
-  readonly outputs: number
-}
-
-/**
- * `ops.<name>` prepared once for calls that differ only in their tensors, each of the dtype and
- * shape of the one at its place in `args` and `kwargs` now (a recording's replays): the
- * arguments are bound, the rule's results found and (for the kernels that can) the kernel's plan
- * made here, so a call puts its tensors in their places, allocates the outputs and runs the
- * kernel. undefined where that cannot hold: a view
- * op (its result is its input's memory), or a tensor that is not in its argument's place once
- * bound, or is given twice.
- */
-export const prepareBuiltin = (name: string, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, tensors: ReadonlyArray<Tensor>): PreparedCall | undefined => {
-  const op = opNamed(name)
-  if (op === undefined || op.view || new Set(tensors).size !== tensors.length) return undefined
-  const bound = op.bind(args, kwargs, isTensor) as Record<string, unknown>
-  const metas = (op as OpSpec).outputs(bound as never, op.name)
-  // Where each tensor sits in the bound arguments (a param, or an item of a tensor list).
-  const places: Array<{ readonly holder: Record<string, unknown> | unknown[]; readonly key: string | number; readonly tensor: number }> = []
-  const find = (holder: Record<string, unknown> | unknown[], key: string | number, v: unknown) => {
-    if (v instanceof Tensor) places.push({ holder, key, tensor: tensors.indexOf(v) })
-    else if (Array.isArray(v)) v.forEach((x, i) => find(v, i, x))
-  }
-  for (const key of Object.keys(bound)) find(bound, key, bound[key])
-  if (places.length !== tensors.length || places.some((p) => p.tensor < 0)) return undefined
-  const general = KERNELS[op.name] as Kernel<OpName>
-  const kernel = (planned.get(general)?.(bound as never, op.name) ?? general) as Kernel<OpName>
-  const run = (ctx: FunctionContext, now: ReadonlyArray<Tensor>) => {
-    for (const p of places) (p.holder as Record<string | number, unknown>)[p.key] = now[p.tensor]
-    try {
-      return runKernel(kernel, ctx, bound, op.name, metas)
-    } finally {
-      // The bound arguments keep no tensor between calls.
-      for (const p of places) (p.holder as Record<string | number, unknown>)[p.key] = undefined
-    }
-  }
-  return { run, outputs: metas.length }
 }

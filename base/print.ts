@@ -5,7 +5,7 @@
  * more than 1000x or pass 1e8, or fall under 1e-4), rows wrapped at 80 characters, and past 1000
  * elements only the first and last 3 of each dim around `...`.
  */
-import type { DType, ElementArray } from "./values.ts"
+import type { DType, ElementArray } from "./tensor.ts"
 
 const PRECISION = 4, THRESHOLD = 1000, EDGE_ITEMS = 3, LINE_WIDTH = 80
 const FLOATING: ReadonlySet<DType> = new Set(["f32", "f64", "f16", "bf16"])

@@ -1,11 +1,11 @@
 /**
  * The job's store on host 1, as its own process (the part torchrun's agent plays):
- *   bun tests/hosts/store.ts <address> <port>
+ *   bun rig/hostStore.ts <address> <port>
  * Binds that address (not loopback, so the other host reaches it), prints "store <host>:<port>"
  * once listening, and serves until it is killed or its stdin closes (the test that started it
  * is gone, even killed outright).
  */
-import { startServer } from "../../src/store/server.ts"
+import { startServer } from "../src/store/server.ts"
 
 const [host = "", port = ""] = process.argv.slice(2)
 const server = startServer({ host, port: Number(port) })

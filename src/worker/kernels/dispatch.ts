@@ -1,0 +1,114 @@
+/**
+ * The dispatch adapter: a built-in (`ops.<name>`) as a RemoteFunction, the worker's one shape
+ * of callable. It binds the arguments, runs the op's rule once to allocate the results, and
+ * runs its kernel (from the table, or a composite op's parts) into them; and `op`, the same
+ * from a user function's code.
+ */
+import * as k from "../../../ffi/ops.ts"
+import { Tensor } from "../../../ffi/tensor.ts"
+import type { GradOps } from "../../ops/grad.ts"
+import { OpArgumentError, type TensorMeta } from "../../ops/meta.ts"
+import { opNamed, type Op, type OpName } from "../../ops/registry.ts"
+import type { Composition, OpSpec } from "../../ops/spec.ts"
+import type { FunctionContext, RemoteFunction } from "../function.ts"
+import type { Kernel, Kernels } from "./kernel.ts"
+import { isTensor, Run } from "./run.ts"
+import { KERNELS } from "./table.ts"
+
+/**
+ * The ops a composition is given on the worker: each built-in run on this command's context, its
+ * result a temporary of the command (any op by name, as GradOps declares them).
+ */
+const partsOn = (run: Run): GradOps<Tensor> => new Proxy({} as GradOps<Tensor>, {
+  get: (_, name: string) => (...args: unknown[]) => {
+    const last = args.at(-1), kwargs = typeof last === "object" && last !== null && !Array.isArray(last) && !(last instanceof Tensor) ? last as Record<string, unknown> : undefined
+    const out = builtinFunction(name)!({ ...run.ctx, kwargs: kwargs ?? {} }, ...(kwargs ? args.slice(0, -1) : args)) as Tensor
+    // an in-place part (batch_norm's lerp_) defines nothing
+    if (out !== undefined) run.temps.push(out)
+    return out
+  },
+})
+
+/** A composite op on the worker: its composition over the built-ins, copied into its result. */
+const composed = (composition: Composition<ReadonlyArray<never>>): Kernel<OpName> => (run, [out], a, op) => {
+  const result = composition(a as never, partsOn(run), (t: Tensor) => t, op)
+  k.cast(out!, result, run.stream)
+}
+
+const kernels = new Map<OpName, Kernel<OpName>>()
+
+/** The kernel that runs op: its entry in the table, or its composition over the built-ins. */
+export const kernelOf = (op: Op): Kernel<OpName> => {
+  let kernel = kernels.get(op.name)
+  if (kernel === undefined) {
+    const composition = (op as OpSpec).composed
+    kernel = composition ? composed(composition as Composition<ReadonlyArray<never>>) : KERNELS[op.name as keyof Kernels] as Kernel<OpName>
+    kernels.set(op.name, kernel)
+  }
+  return kernel
+}
+
+/**
+ * An op as a RemoteFunction: binds the arguments (ctx.kwargs included), allocates the
+ * results its rule gives, runs its kernel; one result is returned bare.
+ */
+const asRemoteFunction = <N extends OpName>(op: Op<N>): RemoteFunction => {
+  const kernel = kernelOf(op as Op), rule = (op as OpSpec).outputs
+  return (ctx, ...args) => {
+    const bound = op.bind(args, ctx.kwargs, isTensor)
+    const metas = rule(bound as never, op.name)
+    if (op.view) {
+      const run = new Run(ctx)
+      try {
+        return kernel(run, [], bound as never, op.name, metas)
+      } finally {
+        run.free()
+      }
+    }
+    const outs = runKernel(kernel, ctx, bound, op.name, metas)
+    return outs.length === 1 ? outs[0] : outs.length === 0 ? undefined : outs
+  }
+}
+
+/** Allocates a command's outputs as its rule gave them and runs its kernel into them (freed again if it throws). */
+export const runKernel = (kernel: Kernel<OpName>, ctx: FunctionContext, bound: unknown, name: string, metas: ReadonlyArray<TensorMeta>): Tensor[] => {
+  const run = new Run(ctx)
+  const outs: Tensor[] = []
+  try {
+    // Owned: a command's outputs go to the env (or are freed) as soon as this returns.
+    for (const m of metas) outs.push(Tensor.owned(ctx.native, m.dtype, m.shape))
+    kernel(run, outs, bound as never, name, metas)
+  } catch (e) {
+    for (const t of outs) t.free()
+    throw e
+  } finally {
+    run.free()
+  }
+  return outs
+}
+
+const functions = new Map<string, RemoteFunction>()
+
+/** The RemoteFunction of `ops.<name>`, or undefined when no op has that name. */
+export const builtinFunction = (name: string): RemoteFunction | undefined => {
+  let fn = functions.get(name)
+  if (fn === undefined) {
+    const op = opNamed(name)
+    if (op === undefined) return undefined
+    functions.set(name, (fn = asRemoteFunction(op)))
+  }
+  return fn
+}
+
+/**
+ * Runs a built-in from code on a worker (a user function) and returns its one output, e.g.
+ * `op(ctx, "matmul", [x, w])` or `op(ctx, "randn", [[4, 4]], { seed: 1 })`.
+ */
+export const op = (ctx: FunctionContext, name: OpName, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>> = {}): Tensor => {
+  const fn = builtinFunction(name)
+  if (!fn) throw new OpArgumentError({ message: `no built-in ops.${name}` })
+  const out = fn({ ...ctx, kwargs }, ...args)
+  if (!(out instanceof Tensor)) throw new OpArgumentError({ message: `ops.${name} does not return one tensor` })
+  // User code may drop it: the finalizer is its safety net.
+  return out.track()
+}
