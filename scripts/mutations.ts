@@ -1339,6 +1339,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/ops/conv.test.ts"],
   },
   {
+    area: "worker", behaviour: "model: a composition's in-place part on a worker (batch_norm's lerp_) defines no temporary",
+    file: "src/worker/kernels/dispatch.ts",
+    edits: one("    if (out !== undefined) run.temps.push(out)\n", "    run.temps.push(out)\n"),
+    tests: ["tests/ops/parity.test.ts"],
+  },
+  {
     area: "controller", behaviour: "autocast: linear runs in the low type",
     file: "src/controller/autocast.ts",
     edits: one('"bmm", "baddbmm", "linear", "scaled_dot_product_attention"', '"bmm", "baddbmm", "scaled_dot_product_attention"'),
