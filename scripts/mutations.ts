@@ -1944,7 +1944,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "f16 and bf16 lerp, addcmul and addcdiv read a one-element operand in every chunk",
     file: "c/cpu/ternary.c",
-    edits: one("    if (fc) shim_cpu_load_f32(dtype, c + base, m, xc);\n    ternary_f32(op, xo, xa, fa, xb, fb, xc, fc, v, m);", "    if (fc) shim_cpu_load_f32(dtype, c + base, m, xc);\n    ternary_f32(op, xo, xa, fa, xb, fb, xc, fc || base > 0, v, m);"),
+    edits: one("    if (fc) shim_cpu_load_f32(dtype, c + base, m, xc);\n    SHIM_TRY(ternary_f32(op, xo, xa, fa, xb, fb, xc, fc, v, m));", "    if (fc) shim_cpu_load_f32(dtype, c + base, m, xc);\n    SHIM_TRY(ternary_f32(op, xo, xa, fa, xb, fb, xc, fc || base > 0, v, m));"),
     tests: ["tests/ops/parity.test.ts"],
   },
   {

@@ -34,7 +34,7 @@ describe("a code the table lacks is refused", () => {
 
   test("the tables are dense from 0, so past the end is the only way to be missing", () => {
     for (const table of [UnaryOp, BinaryOp, TernaryOp, ReduceOp])
-      expect(Object.values(table).sort((x, y) => x - y)).toEqual(Object.keys(table).map((_, i) => i))
+      expect<number[]>(Object.values(table).sort((x, y) => x - y)).toEqual(Object.keys(table).map((_, i) => i))
   })
 })
 
