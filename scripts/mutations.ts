@@ -1375,6 +1375,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/ops/autocast.test.ts"],
   },
   {
+    area: "controller", behaviour: "autocast: a compiled call inside a scope is refused (the step runs after it ends)",
+    file: "src/controller/recording.ts",
+    edits: one("      if (scopeDtype !== null) return Effect.fail(", "      if (scopeDtype === undefined) return Effect.fail("),
+    tests: ["tests/ops/autocast.test.ts"],
+  },
+  {
     area: "controller", behaviour: "GradScaler: a step whose gradients hold an inf or NaN is skipped",
     file: "src/optim/scaler.ts",
     edits: one("      if (finite) opt.step(undefined, at)", "      opt.step(undefined, at)"),

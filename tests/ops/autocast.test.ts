@@ -9,7 +9,7 @@
 // the scope, a parameter is cast once per scope, and bad arguments are refused.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
 import { Effect, ManagedRuntime } from "effect"
-import { autocast, Controller, ControllerError, grad, ops, opsOn, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
+import { autocast, compile, Controller, ControllerError, grad, ops, opsOn, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
 import type { HostTensor } from "../../src/protocol/values.ts"
 import { describeUnless } from "../skip.ts"
 import { torchMissing, TorchServer } from "../torch.ts"
@@ -164,6 +164,21 @@ describe("autocast's rules beyond torch's values", () => {
     const [a, b] = await rt.runPromise(mesh.fetch([outside, inside])) as unknown as [HostTensor[], HostTensor[]]
     expect(b[0]!.dtype).toBe("f32")
     expect(numbers(b[0]!)).toEqual(numbers(a[0]!))
+  })
+  test("compile: autocast inside the step is traced and replayed; a compiled call inside a scope (which ends before the step runs) is refused", async () => {
+    const w = on().randn([4, 4]).requiresGrad_(), x = on().randn([2, 4])
+    const step = compile((a: RemoteTensor) => autocast("bf16", () => ops.linear(a, w)), { name: "lowLinear", onRetrace: () => {} })
+    const [first, second, third] = [await rt.runPromise(step(x)), await rt.runPromise(step(x)), await rt.runPromise(step(x))]
+    expect([first, second, third].map(dt)).toEqual(["bf16", "bf16", "bf16"])
+    const [a, c] = await rt.runPromise(mesh.fetch([first, third])) as unknown as [HostTensor, HostTensor]
+    expect(c.dtype).toBe("bf16")
+    expect(numbers(c)).toEqual(numbers(a))
+    const plain = compile((a: RemoteTensor) => ops.linear(a, w), { name: "plainLinear" })
+    const refused = await rt.runPromise(Effect.flip(autocast("bf16", () => plain(x))))
+    expect(refused).toBeInstanceOf(ControllerError)
+    expect((refused as Error).message).toMatch(/compile\(plainLinear\) was called inside autocast\("bf16"\), which ends before the step runs; call autocast inside the step/)
+    step.dispose()
+    plain.dispose()
   })
   test("a dtype that is not a low type, or lists that do not exist, are refused", () => {
     expect(() => autocast("f32" as never, () => 0)).toThrow(ControllerError)
