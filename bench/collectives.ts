@@ -79,6 +79,7 @@ const expectedValue = (world: number, iters: number) => ((world * (world + 1)) /
 
 const runRank = async (rank: number, world: number, storeHost: string, port: number, hostname: string, cases: ReadonlyArray<Case>) => {
   const native = loadNative("cpu")
+  native.setCommShm(process.env.MONARCH_COMM_SHM !== "0") // as a worker's config sets it
   const timeoutMs = 120_000
   const comm = await Effect.runPromise(Effect.scoped(Effect.gen(function* () {
     const store = yield* makeClient({ host: storeHost, port, timeout: Duration.millis(timeoutMs) })

@@ -252,6 +252,7 @@ const chosen = Object.entries(SECTIONS).filter(([name]) => only === undefined ||
 let native: Native
 try {
   native = loadNative("cuda")
+  native.setBlockCache(process.env.MONARCH_CUDA_CACHE !== "0")
 } catch (e) {
   console.log(`bench/cuda: the cuda backend cannot load: ${(e as Error).message}`)
   process.exit(1)

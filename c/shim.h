@@ -14,8 +14,8 @@
  *     the op checks its dtype and shape.
  *   - a NULL stream means the backend's default stream.
  *   - the only global state is library handles (dlopen), the thread-local error text, the
- *     memory limit and the bytes counted against it, and the cache of freed blocks (host memory
- *     on cpu, device memory on cuda).
+ *     memory limit and the bytes counted against it, the cache of freed blocks (host memory
+ *     on cpu, device memory on cuda), and the shim_set_* settings.
  *
  * Semantics both backends share (tests/shim holds them to it):
  *   - integers wrap on overflow; division truncates and INT_MIN / -1 is INT_MIN; floor_divide
@@ -40,8 +40,12 @@
  *
  * ffi/symbols.ts must match this header name for name and type for type;
  * tests/ffi/symbols.test.ts parses this file and fails on any difference. The enums are
- * tagged so scripts/abi.ts can generate their TypeScript twins (ffi/abi.ts) from them; the
- * same test fails when that file is stale. Functions take their codes as int32_t.
+ * tagged, and the op tables are X-macro lists, so scripts/abi.ts can generate their TypeScript
+ * twins (ffi/abi.ts) from them; the same test fails when that file is stale. Functions take
+ * their codes as int32_t.
+ *
+ * The shim reads no environment: what a process configures (threads, the memory limit, the
+ * block cache, shared-memory collectives, where NCCL and cuBLAS are) it passes by shim_set_*.
  */
 #ifndef MONARCH_SHIM_H
 #define MONARCH_SHIM_H
@@ -242,6 +246,23 @@ int shim_memory_release(int64_t nbytes);
 /* The threads this process's kernels may use, n >= 1 (cpu: the large elementwise, reduction
  * and row kernels split their work across n, and BLAS runs n; 1 until set). cuda ignores it. */
 int shim_set_threads(int32_t n);
+
+/* Whether freed tensor memory is kept for reuse (enabled = 1, the default) or freed at once (0):
+ * host blocks of 64 KiB and more on cpu, device blocks on cuda. Turning it off frees what it
+ * holds (cuda: the current device's). */
+int shim_set_block_cache(int32_t enabled);
+
+/* cpu: whether communicators created after this call move all_reduce and reduce_scatter through
+ * shared memory when every member is on this host (enabled = 1, the default), or keep every
+ * collective on TCP (0), as between hosts. cuda ignores it (NCCL picks its own transport). */
+int shim_set_comm_shm(int32_t enabled);
+
+/* cuda: the file dlopen loads for a runtime library, which = "nccl", "cublas" or "cublaslt"
+ * (cublaslt first, globally, as libcublas needs it); path "" goes back to the usual names. Only
+ * before the library is first loaded (shim_probe loads both): after, another path than the one
+ * it loaded is SHIM_E_INVALID. cpu loads none of them and ignores it (an unknown `which` is
+ * SHIM_E_INVALID on both). */
+int shim_set_library(const char *which, const char *path);
 
 /* ---- tensors -------------------------------------------------------------------------- */
 

@@ -77,6 +77,16 @@ export class Native {
     this.check(this.shim.shim_set_threads(n), "shim_set_threads")
   }
 
+  /** Whether freed tensor memory is kept for reuse (true, the default) or freed at once. */
+  setBlockCache(enabled: boolean): void {
+    this.check(this.shim.shim_set_block_cache(enabled ? 1 : 0), "shim_set_block_cache")
+  }
+
+  /** cpu: whether communicators created from now on use shared memory between members on one host (true, the default). */
+  setCommShm(enabled: boolean): void {
+    this.check(this.shim.shim_set_comm_shm(enabled ? 1 : 0), "shim_set_comm_shm")
+  }
+
   /**
    * Counts `bytes` of memory this process holds outside tensors (a host copy of one) as in use,
    * or throws the NoMemory ShimError naming `what` and the limit when that would pass it.
@@ -122,6 +132,12 @@ const tryCuda = (reason: string): Native | string => {
     native = open("cuda", reason)
   } catch (e) {
     return `${path} does not load: ${(e as Error).message}`
+  }
+  // Where NCCL and cuBLAS are, before the probe loads them.
+  for (const [which, variable] of [["nccl", "MONARCH_NCCL_LIB"], ["cublas", "MONARCH_CUBLAS_LIB"], ["cublaslt", "MONARCH_CUBLASLT_LIB"]] as const) {
+    const path = process.env[variable]
+    if (path !== undefined && path !== "" && native.shim.shim_set_library(Buffer.from(`${which}\0`), Buffer.from(`${path}\0`)) !== ShimStatus.OK)
+      return `${variable}: ${String(native.shim.shim_last_error())}`
   }
   const status = native.shim.shim_probe()
   if (status !== ShimStatus.OK) return `cuda probe failed: ${String(native.shim.shim_last_error())}`

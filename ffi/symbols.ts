@@ -19,6 +19,9 @@ export const symbols = {
   shim_memory_reserve: { args: [cstring, i64], returns: i32 },
   shim_memory_release: { args: [i64], returns: i32 },
   shim_set_threads: { args: [i32], returns: i32 },
+  shim_set_block_cache: { args: [i32], returns: i32 },
+  shim_set_comm_shm: { args: [i32], returns: i32 },
+  shim_set_library: { args: [cstring, cstring], returns: i32 },
 
   shim_tensor_alloc: { args: [i32, i32, ptr, ptr], returns: i32 },
   shim_tensor_view: { args: [ptr, i64, i32, ptr, ptr], returns: i32 },

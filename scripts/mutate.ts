@@ -13,7 +13,7 @@
  *                                             until the first fails, and show each one's verdict
  *   --timeout 90                              seconds per test file before it is killed
  *
- * An edit is located by its exact text anywhere under src/, base/, ffi/ and c/, so files may move;
+ * An edit is located by its exact text anywhere under src/, base/, ffi/, c/ and bench/, so files may move;
  * text found other than exactly once stops the run before anything is tested, naming the entry
  * (tests/readme/mutations.test.ts holds the list to that, so `make test` fails on a stale
  * entry). The copies take the working tree as it is (tracked and untracked files, not ignored
@@ -33,7 +33,7 @@ import { dirname, join, relative, resolve } from "node:path"
 import { MUTATIONS, type Mutation } from "./mutations.ts"
 
 const ROOT = new URL("..", import.meta.url).pathname.replace(/\/$/, "")
-const SEARCHED = ["src", "base", "ffi", "c"]
+const SEARCHED = ["src", "base", "ffi", "c", "bench"]
 /** The folder whose edits need the copy's own build/. */
 const NATIVE = "c/"
 

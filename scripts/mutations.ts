@@ -24,6 +24,66 @@ const one = (search: string, replace: string): ReadonlyArray<Edit> => [{ search,
 export const MUTATIONS: ReadonlyArray<Mutation> = [
   // ---- worker -----------------------------------------------------------------------------
   {
+    area: "worker", behaviour: "layout: src/ops imports nothing native, not even ffi's types",
+    file: "src/ops/meta.ts",
+    edits: one('import { Data } from "effect"\nimport { DTYPES, FloatNumber, type DType } from "../protocol/values.ts"', 'import { Data } from "effect"\nimport type { Tensor } from "../../ffi/tensor.ts"\nimport { DTYPES, FloatNumber, type DType } from "../protocol/values.ts"'),
+    tests: ["tests/readme/layout.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "layout: ffi/ imports nothing from src/, only the leaf base/",
+    file: "ffi/native.ts",
+    edits: one('import type { Device } from "../base/tensor.ts"', 'import type { Device } from "../src/protocol/values.ts"'),
+    tests: ["tests/readme/layout.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "layout: bench/ imports nothing from tests/ (the rigs it shares are in rig/)",
+    file: "bench/dispatch.ts",
+    edits: one('import { writeFileSync } from "node:fs"\nimport { startWorkers } from "../rig/workers.ts"', 'import { writeFileSync } from "node:fs"\nimport { startWorkers } from "../tests/worker/harness.ts"'),
+    tests: ["tests/readme/layout.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "the worker runs an op's rule once per command (its kernel reads the rule's plan)",
+    file: "src/worker/kernels/dispatch.ts",
+    edits: one("    const metas = rule(bound as never, op.name)\n", "    const metas = (rule(bound as never, op.name), rule(bound as never, op.name))\n"),
+    tests: ["tests/ops/plans.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a fused op is sent as one command: the controller issues the parts of a composite (FROM_PARTS) op only",
+    file: "src/controller/ops.ts",
+    edits: one("  if ((op as OpSpec).backward === FROM_PARTS) return compose(", "  if ((op as OpSpec).composed) return compose("),
+    tests: ["tests/ops/plans.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "logsumexp's forward takes an infinite max as 0, so a row of -inf gives -inf, not NaN",
+    file: "src/ops/specs/reduction.ts",
+    edits: one("shift = o.where(o.isinf(max), 0, max)", "shift = max"),
+    tests: ["tests/ops/plans.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "var's and std's forward divides by N - correction",
+    file: "src/ops/specs/reduction.ts",
+    edits: one("Math.max(n - a.correction, 0))", "Math.max(n, 0))"),
+    tests: ["tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "baddbmm's forward adds beta input",
+    file: "src/ops/specs/linalg.ts",
+    edits: one("a.beta === 1 ? as(a.input) : o.mul(as(a.input), a.beta)", "a.beta === 1 ? as(a.input) : as(a.input)"),
+    tests: ["tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a plain unary op bound by name: a predicate (isnan, isinf, logical_not) reads its input uncast",
+    file: "src/worker/kernels/table.ts",
+    edits: one("UnaryOpFlags[name] & OpFlag.writes_bool ? predicate(name) : unary(name)", "unary(name)"),
+    tests: ["tests/ops/parity.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a binary kernel reads its rule's plan rather than planning again",
+    file: "src/worker/kernels/table.ts",
+    edits: one("withPlanner<Kernel<\"mul\">>((run, [out], a, _, { plan }) => binaryInto(run, op, plan, out!, a.input, a.other)", "withPlanner<Kernel<\"mul\">>((run, [out], a, name, { plan }) => binaryInto(run, op, (OPS[name as \"mul\"].outputs(a as never, name), plan), out!, a.input, a.other)"),
+    tests: ["tests/ops/plans.test.ts"],
+  },
+  {
     area: "worker", behaviour: "a command that fails synchronously still advances firstUncompletedIdent",
     file: "src/worker/session.ts",
     edits: one("    complete()\n    return poison(s, ident, refs, e)", "    return poison(s, ident, refs, e)"),
@@ -1045,7 +1105,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "sorting: sort honours descending",
     file: "src/worker/kernels/table.ts",
-    edits: one("asLine(run, a.input), lineOf(op, a.input, a.dim).d, a.descending, run.stream),\n  argsort", "asLine(run, a.input), lineOf(op, a.input, a.dim).d, false, run.stream),\n  argsort"),
+    edits: one("asLine(run, a.input), plan.d, a.descending, run.stream),\n  argsort", "asLine(run, a.input), plan.d, false, run.stream),\n  argsort"),
     tests: ["tests/ops/parity.test.ts"],
   },
   {
@@ -1185,7 +1245,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "controller", behaviour: "model: a composite op's parts are issued by the controller, so the tape records them",
     file: "src/controller/ops.ts",
-    edits: one("  if ((op as OpSpec).composed) return compose(op as Op, on, args, kwargs)\n", ""),
+    edits: one("  if ((op as OpSpec).backward === FROM_PARTS) return compose(op as Op, on, args, kwargs)\n", ""),
     tests: ["tests/ops/model.test.ts"],
   },
   {
@@ -1262,8 +1322,8 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   },
   {
     area: "worker", behaviour: "model: cross_entropy over [N, C, d...] moves the class dim last",
-    file: "src/worker/kernels/table.ts",
-    edits: one("      permute(run, moved, a.input, rows.toLast)\n", "      k.cast(moved, run.view(a.input, moved.shape), run.stream)\n"),
+    file: "src/ops/specs/nn.ts",
+    edits: one("const logp = o.log_softmax(rows.toRows(o, a.input), 1)", "const logp = o.log_softmax(o.reshape(a.input, [n, classes]), 1)"),
     tests: ["tests/ops/parity.test.ts"],
   },
   {
@@ -1967,7 +2027,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   },
   {
     area: "worker", behaviour: "shim_dropout refuses a NaN p",
-    file: "c/common/checks_ops.c",
+    file: "c/common/nn_checks.c",
     edits: one("if (!(p >= 0.0 && p <= 1.0))", "if (p < 0.0 || p > 1.0)"),
     tests: ["tests/shim/checks.test.ts"],
   },
@@ -1985,15 +2045,53 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   },
   {
     area: "worker", behaviour: "shim_scatter refuses an out that shares src's memory",
-    file: "c/common/checks_ops.c",
+    file: "c/common/layout_checks.c",
     edits: one("if (shim_tensors_overlap(out, src) || shim_tensors_overlap(out, index))", "if (shim_tensors_overlap(out, index))"),
     tests: ["tests/shim/checks.test.ts"],
   },
   {
     area: "worker", behaviour: "shim_attention refuses a mask that is neither bool nor q's dtype",
-    file: "c/common/checks_ops.c",
+    file: "c/common/nn_checks.c",
     edits: one("if (mask->dtype != SHIM_BOOL && mask->dtype != q->dtype)", "if (mask->dtype != SHIM_BOOL && mask->dtype > SHIM_BF16)"),
     tests: ["tests/shim/checks.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "an op code the table lacks is refused as unknown op code",
+    file: "c/common/op_table.c",
+    edits: one("return op >= 0 && op < count && rows[op].name != NULL ? &rows[op] : NULL;", "return op >= 0 && op < count && rows[op].name != NULL ? &rows[op] : &rows[0];"),
+    tests: ["tests/shim/op_table.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a unary row's dtype category comes from its flags (SHIM_OPF_INT, SHIM_OPF_BOOL)",
+    file: "c/common/op_table.c",
+    edits: one("(dtype == SHIM_BOOL ? SHIM_OPF_BOOL : SHIM_OPF_INT)", "(dtype == SHIM_BOOL ? SHIM_OPF_INT : SHIM_OPF_BOOL)"),
+    tests: ["tests/shim/op_table.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a unary row without its cpu kernel case fails with has no kernel",
+    file: "c/cpu/elementwise.c",
+    edits: one("      case SHIM_SIGN: for (int64_t i = 0; i < n; i++) o[i] = (T)((a[i] > 0) - (a[i] < 0)); break; \\\n      default: return SHIM_E_INVALID;                                                           \\\n",
+      "      default: return SHIM_E_INVALID;                                                           \\\n"),
+    tests: ["tests/shim/op_table.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a kernel switch without its default leaves out unwritten: every op runs where admitted",
+    file: "c/cpu/elementwise.c",
+    edits: one("      case SHIM_SIGN: for (int64_t i = 0; i < n; i++) o[i] = (T)((a[i] > 0) - (a[i] < 0)); break; \\\n      default: return SHIM_E_INVALID;                                                           \\\n",
+      ""),
+    tests: ["tests/shim/op_table.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a unary predicate without its cpu case fails, not computing logical_not",
+    file: "c/cpu/elementwise.c",
+    edits: one("    case SHIM_ISINF: for (int64_t i = 0; i < m; i++) o[i] = x[i] == (T)INFINITY || x[i] == -(T)INFINITY; break; \\\n", ""),
+    tests: ["tests/shim/op_table.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "shim_set_block_cache refuses a value other than 0 or 1",
+    file: "c/common/settings.c",
+    edits: one("if (enabled != 0 && enabled != 1) return shim_fail", "if (enabled < 0) return shim_fail"),
+    tests: ["tests/shim/settings.test.ts"],
   },
   {
     area: "worker", behaviour: "shim_gather refuses an a that is empty along dim when index is not",

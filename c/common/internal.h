@@ -119,6 +119,15 @@ int shim_op_defined_on(const shim_op_row *row, int32_t dtype);
  * instead of computing another op or leaving out unwritten. name: the row's, or NULL. */
 int shim_fail_no_kernel(const char *fn, const char *name, int32_t op, int32_t dtype);
 
+/* ---- the settings (settings.c) --------------------------------------------------------- */
+
+/* fn's enabled is 0 or 1. */
+int shim_check_flag(const char *fn, int32_t enabled);
+
+/* shim_set_library's which is known, as *library: SHIM_LIBRARY_*; path is not NULL. */
+enum { SHIM_LIBRARY_NCCL = 0, SHIM_LIBRARY_CUBLAS = 1, SHIM_LIBRARY_CUBLASLT = 2 };
+int shim_check_library(const char *which, const char *path, int32_t *library);
+
 /* ---- argument checks of the ops (checks.c) ------------------------------------------- */
 /* Each takes an entry point's arguments, null handles included, and fails as that entry point
  * (its name in the message) before anything is read from or written to tensor memory. */
@@ -226,7 +235,7 @@ int shim_check_gather(const shim_tensor *out, const shim_tensor *a, int32_t dim,
 /* a read as [outer, r, inner] around dim (as shim_check_reduce does). */
 int shim_check_softmax(const shim_tensor *out, const shim_tensor *a, int32_t dim, int32_t log, shim_reduce_dims *dims);
 
-/* ---- argument checks of triangles, attention, normalisation, dropout, scatter (checks_ops.c) */
+/* ---- argument checks of the layout family's fused ops (layout_checks.c) --------------- */
 
 /* The last two dims of a as [batch, rows, cols] (a at least 2-D). */
 typedef struct shim_matrix_dims {
@@ -234,6 +243,8 @@ typedef struct shim_matrix_dims {
 } shim_matrix_dims;
 
 int shim_check_triangle(const shim_tensor *out, const shim_tensor *a, int32_t upper, shim_matrix_dims *dims);
+
+/* ---- argument checks of the nn family's fused ops (nn_checks.c) ----------------------- */
 
 /* batch B, query length L, key length S, head dims E and Ev; mask_batch: the mask's B (1 or B, 0
  * without one); mask_bool: it is a bool mask. */

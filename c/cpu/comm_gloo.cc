@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -347,9 +348,18 @@ int refused(shim_comm *c, const char *fn, int32_t call, int status) {
   return shim_fail(status, "%s", why.c_str());
 }
 
+// shim_set_comm_shm's setting: whether new comms on one host use the shared-memory rounds.
+std::atomic<bool> comm_shm{true};
+
 }  // namespace
 
 extern "C" {
+
+int shim_set_comm_shm(int32_t enabled) {
+  SHIM_TRY(shim_check_flag("shim_set_comm_shm", enabled));
+  comm_shm = enabled == 1;
+  return SHIM_OK;
+}
 
 int shim_comm_create(int32_t rank, int32_t size, int64_t timeout_ms, const char *hostname, shim_comm **out) {
   const char *what = "shim_comm_create";
@@ -376,9 +386,8 @@ int shim_comm_create(int32_t rank, int32_t size, int64_t timeout_ms, const char 
     // Each slot of the address is a pair's address and then where this member's segment is.
     std::vector<char> segment;
     if (size > 1) {
-      // MONARCH_COMM_SHM=0 keeps every collective on TCP (as between hosts).
-      const char *shm = getenv("MONARCH_COMM_SHM");
-      comm->shm = std::make_unique<ShmGroup>(rank, size, shm == nullptr || strcmp(shm, "0") != 0);
+      // shim_set_comm_shm(0) keeps every collective on TCP (as between hosts).
+      comm->shm = std::make_unique<ShmGroup>(rank, size, comm_shm.load());
       segment.resize(ShmGroup::kPublishedBytes);
       comm->shm->publish(segment.data());
     }

@@ -16,6 +16,12 @@ int shim_set_device(int32_t device) {
   return SHIM_OK;
 }
 
+/* The cpu backend loads no runtime library: a known name is accepted and has no effect. */
+int shim_set_library(const char *which, const char *path) {
+  int32_t library;
+  return shim_check_library(which, path, &library);
+}
+
 int shim_memory_total(int64_t *bytes) {
   SHIM_REQUIRE(bytes, "bytes");
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);

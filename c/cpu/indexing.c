@@ -1,50 +1,10 @@
-/* indexing.c: shim_triangle, shim_scatter and shim_index_add on the cpu. They move elements as opaque bytes or 1-, 2-,
- * 4- or 8-byte words (zero bits are 0 in every dtype), except scatter's add, which adds in the
- * dtype's own arithmetic (f16 and bf16 through float, rounded at each step as torch's cpu does). */
+/* indexing.c: shim_scatter and shim_index_add on the cpu. They move elements as opaque bytes or
+ * 1-, 2-, 4- or 8-byte words, except the adds, which add in the dtype's own arithmetic (f16 and
+ * bf16 through float, rounded at each step as torch's cpu does). */
 #include <string.h>
 
 #include "../common/numeric.h"
 #include "cpu.h"
-
-/* Rows [begin, end) of the batch x rows matrices' rows: the kept run of each row copied, the
- * rest zeroed (zero bits are 0 in every dtype), so each row is two straight runs. */
-typedef struct {
-  char *o;
-  const char *a;
-  int64_t rows, cols, diagonal, size;
-  int32_t upper;
-} triangle_job;
-
-static void triangle_range(void *ctx, int64_t begin, int64_t end) {
-  const triangle_job *j = ctx;
-  const int64_t bytes = j->cols * j->size;
-  for (int64_t r = begin, i = begin % j->rows; r < end; r++, i = i + 1 == j->rows ? 0 : i + 1) {
-    /* tril keeps j <= i + diagonal: the first i + diagonal + 1; triu keeps j >= i + diagonal */
-    int64_t edge = j->upper ? i + j->diagonal : i + j->diagonal + 1;
-    edge = edge < 0 ? 0 : edge > j->cols ? j->cols : edge;
-    char *o = j->o + r * bytes;
-    const char *a = j->a + r * bytes;
-    const int64_t cut = edge * j->size;
-    if (j->upper) {
-      memset(o, 0, (size_t)cut);
-      if (o != a) memcpy(o + cut, a + cut, (size_t)(bytes - cut));
-    } else {
-      if (o != a) memcpy(o, a, (size_t)cut);
-      memset(o + cut, 0, (size_t)(bytes - cut));
-    }
-  }
-}
-
-int shim_triangle(shim_tensor *out, const shim_tensor *a, int64_t diagonal, int32_t upper, shim_stream *s) {
-  shim_matrix_dims d;
-  SHIM_TRY(shim_check_triangle(out, a, upper, &d));
-  if (a->numel == 0) return SHIM_OK;
-  /* past either corner the triangle is all or nothing: clamped, the edge below cannot overflow */
-  diagonal = diagonal > d.cols ? d.cols : diagonal < -d.rows - 1 ? -d.rows - 1 : diagonal;
-  triangle_job job = {shim_cpu_data(out), shim_cpu_data(a), d.rows, d.cols, diagonal, shim_dtype_size(a->dtype), upper};
-  shim_cpu_parallel(d.batch * d.rows, SHIM_CPU_GRAIN / d.cols + 1, triangle_range, &job);
-  return SHIM_OK;
-}
 
 /* *dst (op)= *src for one element of dtype. */
 static void scatter_one(int32_t op, int32_t dtype, char *dst, const char *src, int64_t size) {

@@ -5,7 +5,7 @@
  * Freed blocks of 64 KiB and more are kept by size class (shim_size_class), up to 1 GiB in all,
  * and handed out again: a fresh block of megabytes costs a page fault per 4 KiB on first touch
  * (glibc returns big blocks to the system), more than an elementwise op over it. The cache is
- * process-wide, behind one mutex; MONARCH_CPU_CACHE=0 turns it off. A cached block counts
+ * process-wide, behind one mutex; shim_set_block_cache(0) turns it off. A cached block counts
  * against the memory limit only while a storage holds it, as on cuda; when an allocation
  * fails, the cache is emptied and the allocation tried again. */
 #include <pthread.h>
@@ -27,16 +27,10 @@ typedef struct cached_block {
 
 static struct {
   pthread_mutex_t lock;
-  pthread_once_t once;
-  int enabled;
+  int enabled; /* read and written under lock */
   int64_t held;
   cached_block *bins[SHIM_CACHE_BINS];
-} cache = {.lock = PTHREAD_MUTEX_INITIALIZER, .once = PTHREAD_ONCE_INIT};
-
-static void read_setting(void) {
-  const char *v = getenv("MONARCH_CPU_CACHE");
-  cache.enabled = !(v != NULL && v[0] == '0' && v[1] == '\0');
-}
+} cache = {.lock = PTHREAD_MUTEX_INITIALIZER, .enabled = 1};
 
 /* The bytes a storage of nbytes takes: a multiple of the alignment, a size class when cached. */
 static int64_t block_bytes(int64_t nbytes) {
@@ -46,8 +40,7 @@ static int64_t block_bytes(int64_t nbytes) {
 }
 
 static void *take_cached(int64_t bytes) {
-  pthread_once(&cache.once, read_setting);
-  if (!cache.enabled || bytes < CACHE_MIN) return NULL;
+  if (bytes < CACHE_MIN) return NULL;
   void *found = NULL;
   pthread_mutex_lock(&cache.lock);
   for (cached_block **link = &cache.bins[shim_floor_log2(bytes)]; *link != NULL; link = &(*link)->next)
@@ -73,6 +66,15 @@ static void empty_cache(void) {
   pthread_mutex_unlock(&cache.lock);
 }
 
+int shim_set_block_cache(int32_t enabled) {
+  SHIM_TRY(shim_check_flag("shim_set_block_cache", enabled));
+  pthread_mutex_lock(&cache.lock);
+  cache.enabled = enabled;
+  pthread_mutex_unlock(&cache.lock);
+  if (!enabled) empty_cache();
+  return SHIM_OK;
+}
+
 static void *new_block(int64_t bytes) {
   void *p = take_cached(bytes);
   if (p != NULL) return p;
@@ -85,9 +87,9 @@ static void *new_block(int64_t bytes) {
 }
 
 static void release_block(void *p, int64_t bytes) {
-  if (cache.enabled && bytes >= CACHE_MIN) {
+  if (bytes >= CACHE_MIN) {
     pthread_mutex_lock(&cache.lock);
-    int keep = cache.held + bytes <= CACHE_CAP;
+    int keep = cache.enabled && cache.held + bytes <= CACHE_CAP;
     if (keep) {
       cached_block *b = p;
       b->bytes = bytes;

@@ -5,12 +5,14 @@
  * so new work on any stream never overwrites memory that queued work still reads.
  *
  * The cache is process-wide state, like a library handle: one pool per process, behind one
- * mutex. MONARCH_CUDA_CACHE=0 turns it off (every free is a cudaFree), to measure its effect.
+ * mutex. shim_set_block_cache(0) turns it off (every free is a cudaFree), to measure its effect.
  * When cudaMalloc runs out, the device is synchronised, the cache emptied, and the call
  * retried once. Storage counts against the memory limit (c/common/memory.c) by the bytes asked
  * for, from allocation to release, whether its block is new or cached. */
 #include <pthread.h>
 #include <stdlib.h>
+
+#include <atomic>
 
 #include "cuda_shim.h"
 
@@ -30,17 +32,11 @@ enum { BINS = SHIM_CACHE_BINS };
 
 struct Cache {
   pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-  pthread_once_t once = PTHREAD_ONCE_INIT;
-  bool enabled = true;
+  std::atomic<bool> enabled{true}; /* shim_set_block_cache's */
   shim_cuda_block *bins[BINS] = {};
 };
 
 Cache cache;
-
-void read_setting(void) {
-  const char *v = getenv("MONARCH_CUDA_CACHE");
-  cache.enabled = !(v != NULL && v[0] == '0' && v[1] == '\0');
-}
 
 /* Whether every event recorded at the block's last free has completed. */
 int block_ready(shim_cuda_block *b, bool *ready) {
@@ -181,8 +177,16 @@ int give_back(shim_cuda_storage *st) {
 
 }  // namespace
 
+int shim_set_block_cache(int32_t enabled) {
+  SHIM_TRY(shim_check_flag("shim_set_block_cache", enabled));
+  cache.enabled = enabled == 1;
+  if (enabled) return SHIM_OK;
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  return empty_cache(device);
+}
+
 int shim_cuda_storage_alloc(int64_t nbytes, shim_cuda_storage **out) {
-  pthread_once(&cache.once, read_setting);
   SHIM_TRY(shim_memory_reserve("shim_tensor_alloc", nbytes));
   shim_cuda_storage *st = (shim_cuda_storage *)calloc(1, sizeof *st);
   if (st == NULL) {

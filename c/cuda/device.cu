@@ -13,11 +13,7 @@ int shim_probe(void) {
     return shim_fail(SHIM_E_UNAVAILABLE, "cudaGetDeviceCount failed with CUDA error %d (%s: %s)", (int)e,
                      cudaGetErrorName(e), cudaGetErrorString(e));
   }
-  if (count == 0) {
-    const char *visible = getenv("CUDA_VISIBLE_DEVICES");
-    return shim_fail(SHIM_E_UNAVAILABLE, "no CUDA device is visible (CUDA_VISIBLE_DEVICES=%s)",
-                     visible ? visible : "<unset>");
-  }
+  if (count == 0) return shim_fail(SHIM_E_UNAVAILABLE, "no CUDA device is visible (CUDA_VISIBLE_DEVICES may hide them)");
   const shim_nccl_api *nccl;
   const shim_cublas_api *cublas;
   SHIM_TRY(shim_nccl_load(&nccl));
@@ -49,6 +45,9 @@ int shim_memory_total(int64_t *bytes) {
   *bytes = (int64_t)total;
   return SHIM_OK;
 }
+
+/* NCCL picks its own transport: the setting is checked and has no effect. */
+int shim_set_comm_shm(int32_t enabled) { return shim_check_flag("shim_set_comm_shm", enabled); }
 
 int shim_set_threads(int32_t n) {
   if (n < 1 || n > 64) return shim_fail(SHIM_E_INVALID, "shim_set_threads: %d threads, not 1 to 64", n);

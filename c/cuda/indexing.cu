@@ -1,5 +1,5 @@
-/* indexing.cu: shim_triangle, shim_scatter and shim_index_add on the device, by the cpu's rules (c/cpu/indexing.c).
- * Triangle: a thread per element. Scatter: a thread per line of index along dim, walking it in
+/* indexing.cu: shim_scatter and shim_index_add on the device, by the cpu's rules (c/cpu/indexing.c).
+ * Scatter: a thread per line of index along dim, walking it in
  * index order, so no two threads write one element (the lines reach disjoint parts of out) and
  * the results, sums included, are the cpu's, with no atomics. Index_add: a thread per element of
  * an index row (outer slice b, inner position i), adding each index entry's in index order. */
@@ -8,15 +8,6 @@
 using namespace shim;
 
 namespace {
-
-template <typename U>
-__global__ void triangle_kernel(U *out, const U *a, int64_t n, int64_t rows, int64_t cols, int64_t diagonal, int upper) {
-  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {
-    const int64_t j = e % cols, i = (e / cols) % rows, off = j - i;
-    out[e] = (upper ? off >= diagonal : off <= diagonal) ? a[e] : (U)0;
-  }
-}
 
 template <typename D>
 __device__ __forceinline__ void scatter_one(int32_t op, typename D::T *dst, typename D::T src) {
@@ -88,22 +79,6 @@ __global__ void index_add_rows(typename D::T *out, const int64_t *index, const t
 }
 
 }  // namespace
-
-int shim_triangle(shim_tensor *out, const shim_tensor *a, int64_t diagonal, int32_t upper, shim_stream *s) {
-  shim_matrix_dims d;
-  SHIM_TRY(shim_check_triangle(out, a, upper, &d));
-  if (a->numel == 0) return SHIM_OK;
-  shim_cuda_track(s, out);
-  shim_cuda_track(s, a);
-  cudaStream_t stream = shim_cuda_stream(s);
-  return by_size(shim_dtype_size(a->dtype), [&](auto word) -> int {
-    using U = decltype(word);
-    triangle_kernel<U><<<shim_cuda_blocks(a->numel), SHIM_CUDA_THREADS, 0, stream>>>(
-        (U *)shim_cuda_data(out), (const U *)shim_cuda_data(a), a->numel, d.rows, d.cols, diagonal, upper);
-    CUDA_CHECK_LAUNCH("triangle_kernel");
-    return SHIM_OK;
-  });
-}
 
 int shim_scatter(int32_t op, shim_tensor *out, int32_t dim, const shim_tensor *index, const shim_tensor *src, shim_stream *s) {
   shim_scatter_dims g;

@@ -3,7 +3,7 @@
  * before, between and after). With C == 1 each (A, B) plane is an S0 x S1 matrix transposed
  * through shared memory in 32 x 32 tiles, so reads and writes both stay coalesced; with
  * C > 1 every output element gathers its source, runs of C elements reading contiguously.
- * Elements move as opaque 1-, 2-, 4- or 8-byte words. */
+ * Elements move as opaque 1-, 2-, 4- or 8-byte words. shim_triangle: a thread per element. */
 #include "elements.h"
 
 namespace {
@@ -63,6 +63,15 @@ int transpose_as(void *dst, const void *src, int64_t numel, const shim_transpose
   return SHIM_OK;
 }
 
+template <typename U>
+__global__ void triangle_kernel(U *out, const U *a, int64_t n, int64_t rows, int64_t cols, int64_t diagonal, int upper) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += stride) {
+    const int64_t j = e % cols, i = (e / cols) % rows, off = j - i;
+    out[e] = (upper ? off >= diagonal : off <= diagonal) ? a[e] : (U)0;
+  }
+}
+
 }  // namespace
 
 int shim_transpose(shim_tensor *out, const shim_tensor *a, int32_t dim0, int32_t dim1, shim_stream *s) {
@@ -88,4 +97,20 @@ int shim_transpose(shim_tensor *out, const shim_tensor *a, int32_t dim0, int32_t
     case 4: return transpose_as<uint32_t>(dst, src, a->numel, dims, stream);
     default: return transpose_as<uint64_t>(dst, src, a->numel, dims, stream);
   }
+}
+
+int shim_triangle(shim_tensor *out, const shim_tensor *a, int64_t diagonal, int32_t upper, shim_stream *s) {
+  shim_matrix_dims d;
+  SHIM_TRY(shim_check_triangle(out, a, upper, &d));
+  if (a->numel == 0) return SHIM_OK;
+  shim_cuda_track(s, out);
+  shim_cuda_track(s, a);
+  cudaStream_t stream = shim_cuda_stream(s);
+  return shim::by_size(shim_dtype_size(a->dtype), [&](auto word) -> int {
+    using U = decltype(word);
+    triangle_kernel<U><<<shim_cuda_blocks(a->numel), SHIM_CUDA_THREADS, 0, stream>>>(
+        (U *)shim_cuda_data(out), (const U *)shim_cuda_data(a), a->numel, d.rows, d.cols, diagonal, upper);
+    CUDA_CHECK_LAUNCH("triangle_kernel");
+    return SHIM_OK;
+  });
 }

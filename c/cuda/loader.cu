@@ -1,8 +1,9 @@
 /* loader.cu: finds NCCL and cuBLAS at run time with dlopen, fills their tables of entry points
  * through one macro, checks their versions, and remembers the outcome, so a missing library
  * makes every call that needs it fail with a status and the names tried, never a crash. The
- * library handles and tables are this backend's only process-wide state besides the
- * allocator's cache (alloc.cu). Also the cuBLAS and NCCL failure texts for check.h. */
+ * library handles and tables, and the files shim_set_library chose, are this backend's only
+ * process-wide state besides the allocator's cache (alloc.cu). Also the cuBLAS and NCCL failure
+ * texts for check.h. */
 #include <dlfcn.h>
 #include <stdarg.h>
 #include <pthread.h>
@@ -27,6 +28,24 @@ struct Loaded {
 Loaded<shim_nccl_api> nccl;
 Loaded<shim_cublas_api> cublas;
 
+/* shim_set_library's files by SHIM_LIBRARY_* ("": the usual names), and whether each library's
+ * load has begun (then its file is fixed). */
+struct Chosen {
+  pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  char path[3][512] = {};
+  bool begun[3] = {};
+};
+
+Chosen chosen;
+
+/* The file set for a library, copied into buf ("" for none); its load has begun from now on. */
+void take_chosen(int32_t library, char *buf, size_t cap) {
+  pthread_mutex_lock(&chosen.lock);
+  snprintf(buf, cap, "%s", chosen.path[library]);
+  chosen.begun[library] = true;
+  pthread_mutex_unlock(&chosen.lock);
+}
+
 /* Appends printf-style text to a fixed buffer, truncating quietly. */
 __attribute__((format(printf, 3, 4))) void append(char *buf, size_t cap, const char *fmt, ...) {
   size_t used = strlen(buf);
@@ -37,17 +56,19 @@ __attribute__((format(printf, 3, 4))) void append(char *buf, size_t cap, const c
   va_end(ap);
 }
 
-/* dlopens the file named by the environment variable `env` when it is set, else the first of
+/* dlopens the file shim_set_library chose for `which` (SHIM_LIBRARY_*), else the first of
  * `names` that opens. On failure the library is unavailable and `why` says "<library> did not
  * load; tried " every name with dlerror's reason, then `hint` (what to set). */
 template <typename Api, size_t N>
-void *open_library(Loaded<Api> &lib, const char *library, const char *env, const char *const (&names)[N],
+void *open_library(Loaded<Api> &lib, const char *library, int32_t which, const char *const (&names)[N],
                  const char *hint) {
-  const char *chosen = getenv(env);
+  char file[512];
+  take_chosen(which, file, sizeof file);
+  const char *one = file;
   const char *const *candidates = names;
   size_t n = N;
-  if (chosen != NULL && chosen[0] != '\0') {
-    candidates = &chosen;
+  if (file[0] != '\0') {
+    candidates = &one;
     n = 1;
   }
   snprintf(lib.why, sizeof lib.why, "%s did not load; tried ", library);
@@ -79,7 +100,7 @@ void *open_library(Loaded<Api> &lib, const char *library, const char *env, const
 
 void load_nccl(void) {
   static const char *const names[] = {"libnccl.so.2", "libnccl.so"};
-  void *handle = open_library(nccl, "NCCL", "MONARCH_NCCL_LIB", names,
+  void *handle = open_library(nccl, "NCCL", SHIM_LIBRARY_NCCL, names,
                             "Set MONARCH_NCCL_LIB to libnccl.so.2 (PyTorch's pip install has it in "
                             "site-packages/nvidia/nccl/lib)");
   if (handle == NULL) return;
@@ -116,16 +137,17 @@ void load_nccl(void) {
 void load_cublas(void) {
   /* libcublas needs libcublasLt of the same release; loading it first, globally, satisfies
    * that dependency by soname when the two are not on the loader's search path. */
-  const char *lt = getenv("MONARCH_CUBLASLT_LIB");
-  if (lt != NULL && lt[0] != '\0' && dlopen(lt, RTLD_NOW | RTLD_GLOBAL) == NULL) {
+  char lt[512];
+  take_chosen(SHIM_LIBRARY_CUBLASLT, lt, sizeof lt);
+  if (lt[0] != '\0' && dlopen(lt, RTLD_NOW | RTLD_GLOBAL) == NULL) {
     const char *err = dlerror();
     cublas.status = SHIM_E_UNAVAILABLE;
-    snprintf(cublas.why, sizeof cublas.why, "cuBLASLt did not load from MONARCH_CUBLASLT_LIB=%s (%s)",
+    snprintf(cublas.why, sizeof cublas.why, "cuBLASLt did not load from %s (MONARCH_CUBLASLT_LIB; %s)",
              lt, err ? err : "not found");
     return;
   }
   static const char *const names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
-  void *handle = open_library(cublas, "cuBLAS", "MONARCH_CUBLAS_LIB", names,
+  void *handle = open_library(cublas, "cuBLAS", SHIM_LIBRARY_CUBLAS, names,
                             "Set MONARCH_CUBLAS_LIB (and MONARCH_CUBLASLT_LIB) to libcublas.so.N (PyTorch's pip "
                             "install has it in site-packages/nvidia/cublas/lib)");
   if (handle == NULL) return;
@@ -148,6 +170,21 @@ void load_cublas(void) {
 }
 
 }  // namespace
+
+int shim_set_library(const char *which, const char *path) {
+  int32_t library;
+  SHIM_TRY(shim_check_library(which, path, &library));
+  if (strlen(path) >= sizeof chosen.path[0])
+    return shim_fail(SHIM_E_INVALID, "shim_set_library(%s): a path of %zu bytes (at most %zu)", which, strlen(path),
+                     sizeof chosen.path[0] - 1);
+  /* Once its load has begun, a library's file is fixed: setting the same one again is no change. */
+  pthread_mutex_lock(&chosen.lock);
+  bool fixed = chosen.begun[library] && strcmp(chosen.path[library], path) != 0;
+  if (!chosen.begun[library]) snprintf(chosen.path[library], sizeof chosen.path[library], "%s", path);
+  pthread_mutex_unlock(&chosen.lock);
+  if (fixed) return shim_fail(SHIM_E_INVALID, "shim_set_library(%s): the library is loaded already (set it before shim_probe)", which);
+  return SHIM_OK;
+}
 
 int shim_nccl_load(const shim_nccl_api **out) {
   pthread_once(&nccl.once, load_nccl);

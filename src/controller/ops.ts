@@ -14,7 +14,7 @@
  * where a value is awaited: `t.fetch()` is an Effect failing with RemoteError or WorkerLost.
  */
 import { Effect } from "effect"
-import type { GradOps } from "../ops/grad.ts"
+import { FROM_PARTS, type GradOps } from "../ops/grad.ts"
 import { isTensorMeta, type TensorMeta } from "../ops/meta.ts"
 import { type Op, type OpName, OPS, type ParamsOf, type ResultDtypeOf, type ReturnsOf } from "../ops/registry.ts"
 import type { CallForms, Param } from "../ops/params.ts"
@@ -118,7 +118,7 @@ const invoke = (name: OpName, mesh: Mesh | undefined, given: ReadonlyArray<unkno
   const on = mesh ?? meshOf(args) ?? meshOf(Object.values(kwargs))
   if (on === undefined) throw refuse(`ops.${name} has no tensor argument to take a mesh from; use opsOn(mesh).${name}`)
   const op = OPS[name]
-  if ((op as OpSpec).composed) return compose(op as Op, on, args, kwargs)
+  if ((op as OpSpec).backward === FROM_PARTS) return compose(op as Op, on, args, kwargs)
   const mutated = mutatedTensors(op, args, kwargs)
   if (mutated.length > 0) refuseInPlace(name, mutated)
   const site = on.core.site(1)
@@ -147,15 +147,15 @@ const metaOf = (name: string) => (t: RemoteTensor): TensorMeta =>
 const compose = (op: Op, on: Mesh, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>): RemoteTensor => {
   const meta = metaOf(op.name), isTensor = (v: unknown): v is RemoteTensor => v instanceof RemoteTensor
   const asMeta = (v: unknown): unknown => (v instanceof RemoteTensor ? meta(v) : Array.isArray(v) ? v.map(asMeta) : v)
-  let want: TensorMeta
+  let rule: ReadonlyArray<TensorMeta>
   try {
     const bound = op.bind(args.map(asMeta), Object.fromEntries(Object.entries(kwargs).map(([k, v]) => [k, asMeta(v)])), isTensorMeta)
-    want = (op as OpSpec).outputs(bound as never, op.name)[0]!
+    rule = (op as OpSpec).outputs(bound as never, op.name)
   } catch (e) {
     throw refuse((e as Error).message)
   }
-  const parts: GradOps<RemoteTensor> = opsOn(on)
-  const result = ((op as OpSpec).composed as Composition<ReadonlyArray<Param>>)(op.bind(args, kwargs, isTensor) as never, parts, meta, op.name)
+  const want = rule[0]!, parts: GradOps<RemoteTensor> = opsOn(on)
+  const result = ((op as OpSpec).composed as Composition<ReadonlyArray<Param>>)(op.bind(args, kwargs, isTensor) as never, parts, meta, op.name, rule)
   const got = meta(result)
   if (got.dtype !== want.dtype || got.shape.join() !== want.shape.join()) throw refuse(`ops.${op.name}'s parts gave ${got.dtype}[${got.shape}], its rule ${want.dtype}[${want.shape}]`)
   return [...args, ...Object.values(kwargs)].flat().includes(result) ? parts.clone(result) : result

@@ -39,6 +39,7 @@ export interface GradOps<T> {
   erf(input: T): T
   sin(input: T): T
   cos(input: T): T
+  isinf(input: T): T
   add(input: Operand<T>, other: Operand<T>): T
   sub(input: Operand<T>, other: Operand<T>): T
   mul(input: Operand<T>, other: Operand<T>): T
@@ -86,6 +87,7 @@ export interface GradOps<T> {
   to(input: T, dtype: DType): T
   clone(input: T): T
   softmax(input: T, dim: number): T
+  log_softmax(input: T, dim: number): T
   zeros(size: number[], kwargs: { dtype: DType }): T
   arange(end: number): T
   /** In place (batch_norm's running statistics): its input moved toward end by weight. */

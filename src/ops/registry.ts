@@ -30,6 +30,8 @@ export type OpName = keyof Specs
 export type ParamsOf<N extends OpName> = Specs[N]["params"]
 export type ResultDtypeOf<N extends OpName> = Specs[N]["dtype"]
 export type ReturnsOf<N extends OpName> = Specs[N]["returns"]
+/** What op N's rule returns: its results' metas, with its plan where it has one. */
+export type OutputsOf<N extends OpName> = ReturnType<Specs[N]["outputs"]>
 /** The composite ops (declared with `composite`): the worker runs them from their parts, with no kernel of their own. */
 export type ComposedName = { [N in OpName]: Specs[N] extends { readonly composed: unknown } ? N : never }[OpName]
 

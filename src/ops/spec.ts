@@ -7,7 +7,7 @@
  * Each also holds its backward rule, or an explicit "not differentiable" (src/ops/grad.ts),
  * a required field, so an op added without one does not compile either.
  */
-import { type Backward, FROM_PARTS, type GradOps } from "./grad.ts"
+import { type Backward, FROM_PARTS, type GradOps, type GradRule } from "./grad.ts"
 import type { TensorMeta } from "./meta.ts"
 import type { Bound, Param } from "./params.ts"
 
@@ -32,15 +32,17 @@ export type DtypeKind = "same" | "bool" | "float" | "promote" | "divide" | "sum"
  */
 export type ReturnKind = "tensor" | "none" | "tensors" | "first" | "valuesIndices" | "pair"
 
-export interface OpSpec<P extends ReadonlyArray<Param> = ReadonlyArray<Param>, K extends DtypeKind = DtypeKind, R extends ReturnKind = ReturnKind> {
+export interface OpSpec<P extends ReadonlyArray<Param> = ReadonlyArray<Param>, K extends DtypeKind = DtypeKind, R extends ReturnKind = ReturnKind, O extends ReadonlyArray<TensorMeta> = ReadonlyArray<TensorMeta>> {
   readonly params: P
   readonly dtype: K
   /**
    * The results' dtypes and shapes from the bound arguments' (tensors as TensorMetas); throws
-   * OpArgumentError (`bad(op, ...)`) for arguments the op cannot take. Runs on the controller
-   * before sending, and on the worker before allocating.
+   * OpArgumentError (`bad(op, ...)`) for arguments the op cannot take. Runs once on the
+   * controller before sending, and once on the worker before allocating; what it worked out on
+   * the way (a compute dtype, the reduced dims) it returns as its plan (`withPlan`), which the
+   * worker's kernel reads rather than working it out again.
    */
-  readonly outputs: (a: Bound<P>, op: string) => ReadonlyArray<TensorMeta>
+  readonly outputs: (a: Bound<P>, op: string) => O
   /**
    * How many results it defines (the count the controller uses when an input's shape is
    * unknown): a number, or one computed from the bound arguments (split's depends on its
@@ -62,15 +64,27 @@ export interface OpSpec<P extends ReadonlyArray<Param> = ReadonlyArray<Param>, K
   /** Its gradient with respect to each tensor input, NOT_DIFFERENTIABLE, or FROM_PARTS (a composite op). */
   readonly backward: Backward<P>
   /**
-   * A composite op's result from other ops (`composite`): the controller issues those parts in its
-   * place, so the tape records them and their rules give its gradient; a worker called with the op
-   * itself runs the same composition over its kernels.
+   * Its forward from other ops (`composite`, `fused`), the one place it is written. A composite
+   * op's (backward FROM_PARTS): the controller issues those parts in its place, so the tape
+   * records them and their rules give its gradient. A fused op's (its own backward rule): the
+   * controller sends it as one command. Either way a worker called with the op runs the
+   * composition over its kernels, with no kernel of its own.
    */
-  readonly composed?: Composition<P>
+  readonly composed?: Composition<P, O>
 }
 
-/** A composite op's result from other ops, over the tensor type T (its tensor arguments as T). */
-export type Composition<P extends ReadonlyArray<Param>> = <T>(a: Bound<P, T>, ops: GradOps<T>, meta: (t: T) => TensorMeta, op: string) => T
+/**
+ * An op's result from other ops, over the tensor type T (its tensor arguments as T), given its
+ * rule's results (`rule`, with the plan the rule computed).
+ */
+export type Composition<P extends ReadonlyArray<Param>, O extends ReadonlyArray<TensorMeta> = ReadonlyArray<TensorMeta>> =
+  <T>(a: Bound<P, T>, ops: GradOps<T>, meta: (t: T) => TensorMeta, op: string, rule: O) => T
+
+/** A rule's results with the plan it computed on the way (compute dtype, broadcast shape, dims): the kernel reads it. */
+export type Planned<Plan, M extends TensorMeta = TensorMeta> = ReadonlyArray<M> & { readonly plan: Plan }
+
+/** `metas` with `plan` attached (what a rule returns when its kernel needs what it worked out). */
+export const withPlan = <Plan, M extends TensorMeta>(metas: M[], plan: Plan): Planned<Plan, M> => Object.assign(metas, { plan })
 
 /** What an in-place op writes: its `input`, or the tensors of the parameters named. */
 export type Mutates = "input" | ReadonlyArray<string>
@@ -79,20 +93,32 @@ export type Mutates = "input" | ReadonlyArray<string>
 export const mutatedParams = (op: OpSpec): ReadonlyArray<string> => (op.mutates === undefined ? [] : op.mutates === "input" ? ["input"] : op.mutates)
 
 /** Declares a composite op: its rule, and its result from other ops (its gradient then comes from theirs). */
-export const composite = <const P extends ReadonlyArray<Param>, const K extends DtypeKind = "any">(
+export const composite = <const P extends ReadonlyArray<Param>, const K extends DtypeKind = "any", O extends ReadonlyArray<TensorMeta> = ReadonlyArray<TensorMeta>>(
   params: P,
-  outputs: (a: Bound<P>, op: string) => ReadonlyArray<TensorMeta>,
-  composed: Composition<P>,
+  outputs: (a: Bound<P>, op: string) => O,
+  composed: Composition<P, O>,
   more: { readonly dtype?: K } = {},
-): OpSpec<P, K, "tensor"> & { readonly composed: Composition<P> } => ({ params, outputs, backward: FROM_PARTS, composed, results: 1, returns: "tensor", dtype: (more.dtype ?? "any") as K })
+): OpSpec<P, K, "tensor", O> & { readonly composed: Composition<P, O> } => ({ params, outputs, backward: FROM_PARTS, composed, results: 1, returns: "tensor", dtype: (more.dtype ?? "any") as K })
+
+/**
+ * Declares a fused op: one command on the wire with its own backward rule, whose worker kernel
+ * is its composition over other ops (written here, against the same abstract ops as its rule).
+ */
+export const fused = <const P extends ReadonlyArray<Param>, const K extends DtypeKind = "any", O extends ReadonlyArray<TensorMeta> = ReadonlyArray<TensorMeta>>(
+  params: P,
+  outputs: (a: Bound<P>, op: string) => O,
+  backward: GradRule<P>,
+  composed: Composition<P, O>,
+  more: { readonly dtype?: K } = {},
+): OpSpec<P, K, "tensor", O> & { readonly composed: Composition<P, O> } => ({ params, outputs, backward, composed, results: 1, returns: "tensor", dtype: (more.dtype ?? "any") as K })
 
 /** Declares an op with its backward rule; `results` defaults to 1, or 0 for an in-place op. */
-export const spec = <const P extends ReadonlyArray<Param>, const K extends DtypeKind = "any", const R extends ReturnKind = "tensor">(
+export const spec = <const P extends ReadonlyArray<Param>, const K extends DtypeKind = "any", const R extends ReturnKind = "tensor", O extends ReadonlyArray<TensorMeta> = ReadonlyArray<TensorMeta>>(
   params: P,
-  outputs: (a: Bound<P>, op: string) => ReadonlyArray<TensorMeta>,
+  outputs: (a: Bound<P>, op: string) => O,
   backward: Backward<P>,
   more: { readonly dtype?: K; readonly results?: number | ((a: Bound<P>, op: string) => number); readonly returns?: R; readonly mutates?: Mutates; readonly view?: true | "block" } = {},
-): OpSpec<P, K, R> => ({
+): OpSpec<P, K, R, O> => ({
   params, outputs, backward, results: more.results ?? (more.mutates ? 0 : 1), ...more, dtype: (more.dtype ?? "any") as K,
   returns: (more.returns ?? (more.mutates || more.results === 0 ? "none" : "tensor")) as R,
 })

@@ -66,6 +66,13 @@ export interface WorkerConfig {
   /** MONARCH_MEMORY_LIMIT: bytes, a share of the backend's memory, off, or undefined (the default share). */
   readonly memoryLimit: MemoryLimit | undefined
   /**
+   * Whether freed tensor memory is kept for reuse, by backend (shim_set_block_cache):
+   * MONARCH_CPU_CACHE and MONARCH_CUDA_CACHE, 1 (the default) or 0.
+   */
+  readonly blockCache: { readonly cpu: boolean; readonly cuda: boolean }
+  /** MONARCH_COMM_SHM, 1 (the default) or 0: collectives between ranks on one host through shared memory, or over TCP (shim_set_comm_shm). */
+  readonly commShm: boolean
+  /**
    * The address Gloo binds and advertises for this worker's pairs (MONARCH_HOSTNAME); absent:
    * the address this host reaches the store from (startup.ts), so several hosts need no setting.
    */
@@ -110,6 +117,14 @@ const cpuThreads = (env: Record<string, string | undefined>): number => {
   const n = int(env, "MONARCH_CPU_THREADS", 1)
   if (n < 1 || n > 64) throw new ConfigError({ message: `MONARCH_CPU_THREADS=${n} is not 1 to 64` })
   return n
+}
+
+/** A setting of 0 or 1 (unset or empty: the default). */
+const flag = (env: Record<string, string | undefined>, name: string, fallback: boolean): boolean => {
+  const raw = env[name]
+  if (raw === undefined || raw === "") return fallback
+  if (raw !== "0" && raw !== "1") throw new ConfigError({ message: `${name}=${raw} is not 0 or 1` })
+  return raw === "1"
 }
 
 /** A SLURM task's place, its SlurmError as a ConfigError. */
@@ -181,6 +196,8 @@ export const readConfig = (env: Record<string, string | undefined> = process.env
     orphanTimeoutMs: int(env, "MONARCH_ORPHAN_TIMEOUT_MS", 60_000),
     cpuThreads: cpuThreads(env),
     memoryLimit: env.MONARCH_MEMORY_LIMIT ? parseMemoryLimit(env.MONARCH_MEMORY_LIMIT) : undefined,
+    blockCache: { cpu: flag(env, "MONARCH_CPU_CACHE", true), cuda: flag(env, "MONARCH_CUDA_CACHE", true) },
+    commShm: flag(env, "MONARCH_COMM_SHM", true),
     hostname: env.MONARCH_HOSTNAME || undefined,
   }
 }

@@ -109,6 +109,8 @@ export const runWorker = (config: WorkerConfig): Effect.Effect<WorkerEnd, unknow
     yield* Effect.logInfo(`rank ${config.rank}/${config.world} on ${native.device} (${native.reason}), pid ${process.pid}${config.slurmJob === undefined ? "" : `, SLURM job ${config.slurmJob}`}`)
     yield* Effect.logInfo(applyMemoryLimit(native, config))
     native.setThreads(config.cpuThreads)
+    native.setBlockCache(config.blockCache[native.device])
+    native.setCommShm(config.commShm)
 
     const store = yield* Store
     const hostname = yield* glooHostname(config)

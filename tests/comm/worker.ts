@@ -19,6 +19,7 @@ const run = SCENARIOS[scenario]
 if (run === undefined) throw new Error(`unknown scenario ${JSON.stringify(scenario)}`)
 const rank = Number(rankArg), size = Number(sizeArg), timeoutMs = Number(timeoutArg)
 const native = loadNative("cpu")
+native.setCommShm(process.env.MONARCH_COMM_SHM !== "0") // as a worker's config sets it
 
 const shmSegments = (): number =>
   readFileSync("/proc/self/maps", "utf8").split("\n").filter((line) => line.includes("/memfd:monarch-shm-allreduce")).length

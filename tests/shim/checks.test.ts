@@ -1,4 +1,4 @@
-// The shim's argument checks (c/common/checks.c, checks_ops.c, optim_checks.c): each refusal
+// The shim's argument checks (c/common/checks.c, layout_checks.c, nn_checks.c, optim_checks.c): each refusal
 // branch that no other shim test reaches, called straight through the C entry point (the ffi/
 // wrappers check some arguments first), asserting the status and the message. shim_copy_strided's bounds: one element past the end of dst or of
 // src is refused, exactly at the end is accepted.

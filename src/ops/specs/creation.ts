@@ -6,7 +6,7 @@ import { bad, describe, type TensorMeta } from "../meta.ts"
 import { NOT_DIFFERENTIABLE } from "../grad.ts"
 import { arg, kw, opt } from "../params.ts"
 import { isFloating } from "../promotion.ts"
-import { spec } from "../spec.ts"
+import { spec, withPlan } from "../spec.ts"
 
 const sized = spec([arg("size", "shape"), kw("dtype", "dtype", "f32")], ({ size, dtype }) => [{ dtype, shape: size }], NOT_DIFFERENTIABLE, { dtype: "created" })
 
@@ -24,7 +24,7 @@ const random = spec(
 )
 
 /** arange(end) or arange(start, end, step=1): start, step and the element count. */
-export const arangeBounds = (a: { start: number; end: number | null; step: number }, op: string): [number, number, number] => {
+const arangeBounds = (a: { start: number; end: number | null; step: number }, op: string): [number, number, number] => {
   const [start, end] = a.end === null ? [0, a.start] : [a.start, a.end]
   if (![start, end, a.step].every(Number.isFinite)) bad(op, `bounds must be finite, got ${start}, ${end}, ${a.step}`)
   if (a.step === 0) bad(op, "step must not be 0")
@@ -53,7 +53,10 @@ export const creation = {
   arange: spec(
     [arg("start", "scalar"), opt("end", "scalar", null), opt("step", "scalar", 1), kw("dtype", "dtype", null)],
     // Integral bounds give i64, as torch's do.
-    (a, op) => [{ dtype: a.dtype ?? ([a.start, a.end ?? 0, a.step].every(Number.isInteger) ? "i64" : "f32"), shape: [arangeBounds(a, op)[2]] }],
+    (a, op) => {
+      const [start, step, length] = arangeBounds(a, op)
+      return withPlan([{ dtype: a.dtype ?? ([a.start, a.end ?? 0, a.step].every(Number.isInteger) ? "i64" : "f32"), shape: [length] }], { start, step })
+    },
     NOT_DIFFERENTIABLE,
     { dtype: "arange" },
   ),

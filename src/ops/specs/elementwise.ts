@@ -9,7 +9,7 @@ import { bad, describe, type TensorMeta } from "../meta.ts"
 import { type Backward, type GradOps, NOT_DIFFERENTIABLE, zeroGrad } from "../grad.ts"
 import { arg, kw, opt } from "../params.ts"
 import { broadcastShapes, canCast, isFloating, isScalar, resultType, scalarValue, type Scalar } from "../promotion.ts"
-import { spec } from "../spec.ts"
+import { spec, withPlan } from "../spec.ts"
 
 /** What a binary op computes in and gives. */
 export interface BinaryPlan {
@@ -42,8 +42,14 @@ const DTYPE_KIND = { arithmetic: "promote", division: "divide", comparison: "boo
 
 const binaryParams = [arg("input", "tensorOrScalar"), arg("other", "tensorOrScalar")] as const
 
+/** A binary op's result, with its plan (the compute dtype and the broadcast result) for the kernel. */
+const planned = (plan: BinaryPlan) => withPlan([plan.result], plan)
+
+/** An in-place form's check, with the plan the kernel writes the input by. */
+const inPlacePlanned = (op: string, input: TensorMeta, plan: BinaryPlan) => (checkInPlace(op, input, plan.result), withPlan([], plan))
+
 const binary = <const B extends BinaryKind>(kind: B, backward: Backward<typeof binaryParams>) =>
-  spec(binaryParams, ({ input, other }, op) => [planBinary(op, kind, input, other).result], backward, { dtype: DTYPE_KIND[kind] })
+  spec(binaryParams, ({ input, other }, op) => planned(planBinary(op, kind, input, other)), backward, { dtype: DTYPE_KIND[kind] })
 
 /** An in-place form: the result must keep the input's shape, and its dtype must cast into the input's. */
 export const checkInPlace = (op: string, input: TensorMeta, result: TensorMeta): void => {
@@ -52,16 +58,14 @@ export const checkInPlace = (op: string, input: TensorMeta, result: TensorMeta):
   if (!canCast(result.dtype, input.dtype)) bad(op, `result type ${result.dtype} can't be cast to the input's ${input.dtype}`)
 }
 
-export const binaryInPlace = (kind: BinaryKind) => spec([arg("input", "tensor"), arg("other", "tensorOrScalar")], ({ input, other }, op) => {
-  checkInPlace(op, input, planBinary(op, kind, input, other).result)
-  return []
-}, NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" })
+export const binaryInPlace = (kind: BinaryKind) => spec([arg("input", "tensor"), arg("other", "tensorOrScalar")], ({ input, other }, op) =>
+  inPlacePlanned(op, input, planBinary(op, kind, input, other)), NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" })
 
 const arithmetic = (backward: Backward<typeof binaryParams>) => binary("arithmetic", backward)
 const comparison = binary("comparison", NOT_DIFFERENTIABLE)
 
 /** torch's logical_and and logical_or take two tensors (numbers are refused). */
-const logical = spec([arg("input", "tensor"), arg("other", "tensor")], ({ input, other }, op) => [planBinary(op, "comparison", input, other).result], NOT_DIFFERENTIABLE)
+const logical = spec([arg("input", "tensor"), arg("other", "tensor")], ({ input, other }, op) => planned(planBinary(op, "comparison", input, other)), NOT_DIFFERENTIABLE)
 
 /**
  * maximum and minimum (torch 1.13's rule): the larger (smaller) operand gets the gradient, and
@@ -77,28 +81,25 @@ const extremum = (wins: <T>(ops: GradOps<T>, a: T | Scalar, b: T | Scalar) => T)
 const alphaParams = [...binaryParams, kw("alpha", "scalar", 1)] as const
 const alphaInPlaceParams = [arg("input", "tensor"), arg("other", "tensorOrScalar"), kw("alpha", "scalar", 1)] as const
 
-export const planAlpha = (op: string, input: TensorMeta | Scalar, other: TensorMeta | Scalar, alpha: number): BinaryPlan => {
+const planAlpha = (op: string, input: TensorMeta | Scalar, other: TensorMeta | Scalar, alpha: number): BinaryPlan => {
   const plan = planBinary(op, "arithmetic", input, other)
   if (!isFloating(plan.compute) && !Number.isInteger(alpha)) bad(op, `alpha must be an integer for a ${plan.compute} result, got ${alpha}`)
   return plan
 }
 
-const withAlpha = (sign: 1 | -1) => spec(alphaParams, ({ input, other, alpha }, op) => [planAlpha(op, input, other, alpha).result], (c, o) => ({
+const withAlpha = (sign: 1 | -1) => spec(alphaParams, ({ input, other, alpha }, op) => planned(planAlpha(op, input, other, alpha)), (c, o) => ({
   input: () => c.grad,
   other: () => (sign * c.args.alpha === 1 ? c.grad : o.mul(c.grad, sign * c.args.alpha)),
 }), { dtype: "promote" })
 
-const withAlphaInPlace = spec(alphaInPlaceParams, ({ input, other, alpha }, op) => {
-  checkInPlace(op, input, planAlpha(op, input, other, alpha).result)
-  return []
-}, NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" })
+const withAlphaInPlace = spec(alphaInPlaceParams, ({ input, other, alpha }, op) => inPlacePlanned(op, input, planAlpha(op, input, other, alpha)), NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" })
 
 /** div's rounding_mode: None (true division), "trunc" or "floor" (which keep integers integral). */
 export const ROUNDING_MODES = ["trunc", "floor"] as const
 const divParams = [...binaryParams, kw("rounding_mode", "string", null)] as const
 const divInPlaceParams = [arg("input", "tensor"), arg("other", "tensorOrScalar"), kw("rounding_mode", "string", null)] as const
 
-export const planDiv = (op: string, input: TensorMeta | Scalar, other: TensorMeta | Scalar, mode: string | null): BinaryPlan => {
+const planDiv = (op: string, input: TensorMeta | Scalar, other: TensorMeta | Scalar, mode: string | null): BinaryPlan => {
   if (mode !== null && !(ROUNDING_MODES as ReadonlyArray<string>).includes(mode)) bad(op, `rounding_mode must be None, 'trunc' or 'floor', got '${mode}'`)
   return planBinary(op, mode === null ? "division" : "arithmetic", input, other)
 }
@@ -149,7 +150,7 @@ export const elementwise = {
   mul: arithmetic((c, o) => ({ input: () => o.mul(c.grad, c.args.other), other: () => o.mul(c.grad, c.args.input) })),
   // d(x/y)/dy = -x/y^2 (from x and y, what torch saves, not the result).
   // A rounded quotient is piecewise constant: torch's gradient is zeros.
-  div: spec(divParams, ({ input, other, rounding_mode }, op) => [planDiv(op, input, other, rounding_mode).result], (c, o) => c.args.rounding_mode !== null
+  div: spec(divParams, ({ input, other, rounding_mode }, op) => planned(planDiv(op, input, other, rounding_mode)), (c, o) => c.args.rounding_mode !== null
     ? { input: () => zeroGrad(o, c.meta(c.out)), other: () => zeroGrad(o, c.meta(c.out)) }
     : { input: () => o.div(c.grad, c.args.other), other: () => o.neg(o.div(o.mul(c.grad, c.args.input), o.mul(c.args.other, c.args.other))) }, { dtype: "divide" }),
   maximum: arithmetic(extremum((o, a, b) => o.gt(a, b))),
@@ -171,10 +172,7 @@ export const elementwise = {
   fmod: arithmetic((c, o) => ({ input: () => c.grad, other: () => o.neg(o.mul(c.grad, o.trunc(o.div(c.args.input, c.args.other)))) })),
   logical_and: logical, logical_or: logical,
   add_: withAlphaInPlace, sub_: withAlphaInPlace, mul_: binaryInPlace("arithmetic"),
-  div_: spec(divInPlaceParams, ({ input, other, rounding_mode }, op) => {
-    checkInPlace(op, input, planDiv(op, input, other, rounding_mode).result)
-    return []
-  }, NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" }),
+  div_: spec(divInPlaceParams, ({ input, other, rounding_mode }, op) => inPlacePlanned(op, input, planDiv(op, input, other, rounding_mode)), NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" }),
   clamp: spec(clampParams, ({ input, min, max }, op) => [clampMeta(op, input, min, max)], clampRule, { dtype: "promote" }),
   clamp_: spec(clampParams, ({ input, min, max }, op) => (checkInPlace(op, input, clampMeta(op, input, min, max)), []), NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" }),
 }

@@ -8,7 +8,7 @@
 import type { TensorMeta } from "../meta.ts"
 import { NOT_DIFFERENTIABLE } from "../grad.ts"
 import { arg } from "../params.ts"
-import { spec, type OpSpec } from "../spec.ts"
+import { spec, withPlan, type OpSpec } from "../spec.ts"
 import { binaryInPlace, checkInPlace, elementwise } from "./elementwise.ts"
 import { math } from "./math.ts"
 
@@ -25,19 +25,21 @@ export const UNARY_IN_PLACE: { readonly [N in keyof typeof UNARY as `${N}_`]: N 
 
 const unaryParams = [arg("input", "tensor")] as const
 
-/** The base op's rule at its defaults for every parameter but input (round's decimals). */
+/** The base op's rule at its defaults for every parameter but input (round's decimals); its result is the kernel's plan. */
 const unaryInPlace = (base: OpSpec) => spec(unaryParams, ({ input }, op) => {
   const bound = { ...Object.fromEntries(base.params.map((p) => [p.name, p.default])), input }
-  checkInPlace(op, input, (base.outputs(bound as never, op) as ReadonlyArray<TensorMeta>)[0]!)
-  return []
+  const result = (base.outputs(bound as never, op) as ReadonlyArray<TensorMeta>)[0]!
+  checkInPlace(op, input, result)
+  return withPlan([], { result })
 }, NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" })
 
 type UnaryInPlace = ReturnType<typeof unaryInPlace>
 
 /** torch's logical_and_ and logical_or_ take a tensor only, as their out-of-place forms. */
 const logicalInPlace = (base: typeof elementwise.logical_and) => spec([arg("input", "tensor"), arg("other", "tensor")], ({ input, other }, op) => {
-  checkInPlace(op, input, base.outputs({ input, other }, op)[0]!)
-  return []
+  const rule = base.outputs({ input, other }, op)
+  checkInPlace(op, input, rule[0]!)
+  return withPlan([], rule.plan)
 }, NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" })
 
 export const inPlace = {

@@ -12,7 +12,7 @@ import { type GradContext, type GradOps, NOT_DIFFERENTIABLE, padDim, sumTo } fro
 import { arg, kw, opt, type Param } from "../params.ts"
 import { broadcastShapes, isFloating, isScalar, promoteTypes, scalarValue, type Scalar } from "../promotion.ts"
 import { normDim } from "../rules.ts"
-import { spec } from "../spec.ts"
+import { spec, withPlan } from "../spec.ts"
 
 /** The new shape of a reshape; one size may be -1 (inferred). */
 export const reshapeShape = (op: string, x: TensorMeta, shape: ReadonlyArray<number>): number[] => {
@@ -48,7 +48,7 @@ export const transposePermutation = (op: string, x: TensorMeta, d0: number, d1: 
 const permuted = (x: TensorMeta, p: ReadonlyArray<number>): TensorMeta => ({ dtype: x.dtype, shape: p.map((d) => x.shape[d]!) })
 
 /** expand's sizes: -1 keeps a dim; new leading dims may be added. */
-export const expandShape = (op: string, x: TensorMeta, size: ReadonlyArray<number>): number[] => {
+const expandShape = (op: string, x: TensorMeta, size: ReadonlyArray<number>): number[] => {
   if (size.length < x.shape.length) bad(op, `cannot expand ${describe(x)} to [${size}]: fewer dims`)
   const lead = size.length - x.shape.length
   return size.map((s, i) => {
@@ -84,7 +84,7 @@ export interface ViewPieces {
  * from its bound arguments and its results' metas: the worker makes each one a view or a copy
  * by them, and the controller knows by them which results share their input's memory.
  */
-export const viewPieces = (op: string, a: Readonly<Record<string, any>>, metas: ReadonlyArray<TensorMeta>): ViewPieces => {
+const viewPieces = (op: string, a: Readonly<Record<string, any>>, metas: ReadonlyArray<TensorMeta>): ViewPieces => {
   const input = (a.input ?? a.tensor) as { readonly shape: ReadonlyArray<number> }, n = input.shape.length
   const d = normDim(op, a.dim as number, n), size = input.shape[d] ?? 1
   switch (op) {
@@ -100,6 +100,12 @@ export const viewPieces = (op: string, a: Readonly<Record<string, any>>, metas: 
       return { d, pieces: metas.map((m) => ({ start: (at += m.shape[d]!) - m.shape[d]!, length: m.shape[d]! })), drop: false }
     }
   }
+}
+
+/** A block-view op's rule, its results with their pieces (viewPieces) as the kernel's plan. */
+const blockView = <A extends Readonly<Record<string, any>>>(rule: (a: A, op: string) => TensorMeta[]) => (a: A, op: string) => {
+  const metas = rule(a, op)
+  return withPlan(metas, viewPieces(op, a, metas))
 }
 
 /** Where each result of a block-view op starts in its input's memory (elements), or undefined for one that is a copy. */
@@ -171,7 +177,7 @@ export const chunkSizes = (op: string, input: unknown, chunks: number, dim: numb
 }
 
 /** repeat's result shape, and the input's shape padded with leading 1s to one dim per repeat (torch's rule: no fewer repeats than dims). */
-export const repeatPlan = (op: string, x: TensorMeta, repeats: ReadonlyArray<number>): { readonly padded: number[]; readonly shape: number[] } => {
+const repeatPlan = (op: string, x: TensorMeta, repeats: ReadonlyArray<number>): { readonly padded: number[]; readonly shape: number[] } => {
   if (repeats.length < x.shape.length) bad(op, `needs at least one repeat per dim of ${describe(x)}, got [${repeats}]`)
   if (repeats.some((r) => r < 0)) bad(op, `repeats must be non-negative, got [${repeats}]`)
   const padded = [...new Array<number>(repeats.length - x.shape.length).fill(1), ...x.shape]
@@ -376,7 +382,10 @@ export const layout = {
     if (input.shape.length > 2) bad(op, `expects a tensor of at most 2 dims, got ${describe(input)}`)
     return [permuted(input, transposePermutation(op, input, 0, -1))]
   }, (c, o) => ({ input: () => o.transpose(c.grad, 0, -1) }), { dtype: "same" }),
-  permute: spec([arg("input", "tensor"), arg("dims", "ints")], ({ input, dims }, op) => [permuted(input, permutation(op, input, dims))], (c, o) => ({
+  permute: spec([arg("input", "tensor"), arg("dims", "ints")], ({ input, dims }, op) => {
+    const p = permutation(op, input, dims)
+    return withPlan([permuted(input, p)], { p })
+  }, (c, o) => ({
     input: () => {
       const p = permutation("permute", c.meta(c.args.input), c.args.dims), inverse = p.map((_, i) => p.indexOf(i))
       return o.permute(c.grad, inverse)
@@ -407,33 +416,33 @@ export const layout = {
   clone: same,
   /** A cast's gradient is cast back (as every gradient, by the tape, to its input's dtype). */
   to: spec([arg("input", "tensor"), opt("dtype", "dtype", null)], ({ input, dtype }) => [{ dtype: dtype ?? input.dtype, shape: input.shape }], (c) => ({ input: () => c.grad }), { dtype: "to" }),
-  narrow: spec([arg("input", "tensor"), arg("dim", "int"), arg("start", "int"), arg("length", "int")], ({ input, dim, start, length }, op) => {
+  narrow: spec([arg("input", "tensor"), arg("dim", "int"), arg("start", "int"), arg("length", "int")], blockView(({ input, dim, start, length }, op) => {
     const d = normDim(op, dim, input.shape.length), size = input.shape[d] ?? 1, s = start < 0 ? start + size : start
     if (s < 0 || length < 0 || s + length > size) bad(op, `start ${start} and length ${length} exceed dim ${d} of ${describe(input)}`)
     return [{ dtype: input.dtype, shape: input.shape.map((x, i) => (i === d ? length : x)) }]
-  }, (c, o) => ({
+  }), (c, o) => ({
     input: () => {
       const m = c.meta(c.args.input), d = normDim("narrow", c.args.dim, m.shape.length), size = m.shape[d]!, s = c.args.start < 0 ? c.args.start + size : c.args.start
       return padDim(o, c.grad, c.meta(c.grad), d, s, size - s - c.args.length)
     },
   }), { dtype: "same", view: "block" }),
-  select: spec([arg("input", "tensor"), arg("dim", "int"), arg("index", "int")], ({ input, dim, index }, op) => {
+  select: spec([arg("input", "tensor"), arg("dim", "int"), arg("index", "int")], blockView(({ input, dim, index }, op) => {
     if (input.shape.length === 0) bad(op, "cannot select from a 0-dim tensor")
     const d = normDim(op, dim, input.shape.length), size = input.shape[d]!
     if (index < -size || index >= size) bad(op, `index ${index} is out of range for dim ${d} of ${describe(input)}`)
     return [{ dtype: input.dtype, shape: input.shape.filter((_, i) => i !== d) }]
-  }, (c, o) => ({
+  }), (c, o) => ({
     input: () => {
       const m = c.meta(c.args.input), d = normDim("select", c.args.dim, m.shape.length), size = m.shape[d]!, i = c.args.index < 0 ? c.args.index + size : c.args.index
       const g = o.unsqueeze(c.grad, d)
       return padDim(o, g, c.meta(g), d, i, size - i - 1)
     },
   }), { dtype: "same", view: "block" }),
-  slice: spec([arg("input", "tensor"), opt("dim", "int", 0), opt("start", "int", null), opt("end", "int", null), opt("step", "int", 1)], ({ input, dim, start, end, step }, op) => {
+  slice: spec([arg("input", "tensor"), opt("dim", "int", 0), opt("start", "int", null), opt("end", "int", null), opt("step", "int", 1)], blockView(({ input, dim, start, end, step }, op) => {
     if (input.shape.length === 0) bad(op, "cannot slice a 0-dim tensor")
     const d = normDim(op, dim, input.shape.length), [, , length] = sliceOf(op, input.shape[d]!, start, end, step)
     return [{ dtype: input.dtype, shape: input.shape.map((x, i) => (i === d ? length : x)) }]
-  }, (c, o) => ({
+  }), (c, o) => ({
     // Each picked element back at its place: with a step, g's elements each followed by step - 1 zeros, then zeros around.
     input: () => {
       const m = c.meta(c.args.input), d = normDim("slice", c.args.dim, m.shape.length), size = m.shape[d]!
@@ -510,8 +519,8 @@ export const layout = {
   noop: spec([], () => [], NOT_DIFFERENTIABLE, { results: 0, returns: "none" }),
   tril: triangle(false),
   triu: triangle(true),
-  split: spec([arg("tensor", "tensor"), arg("split_size_or_sections", "dims"), opt("dim", "int", 0)], ({ tensor, split_size_or_sections, dim }, op) =>
-    pieces(op, tensor, splitSizes(op, tensor, split_size_or_sections, dim), dim), (c, o) => ({
+  split: spec([arg("tensor", "tensor"), arg("split_size_or_sections", "dims"), opt("dim", "int", 0)], blockView(({ tensor, split_size_or_sections, dim }, op) =>
+    pieces(op, tensor, splitSizes(op, tensor, split_size_or_sections, dim), dim)), (c, o) => ({
     tensor: () => {
       const m = c.meta(c.args.tensor)
       return pieceGrad(o, c.meta, c.grad, m, splitSizes("split", m, c.args.split_size_or_sections, c.args.dim), c.index, c.args.dim)
@@ -519,8 +528,8 @@ export const layout = {
   }), {
     dtype: "same", returns: "tensors", view: "block", results: ({ tensor, split_size_or_sections, dim }, op) => splitSizes(op, tensor, split_size_or_sections, dim).length,
   }),
-  chunk: spec([arg("input", "tensor"), arg("chunks", "int"), opt("dim", "int", 0)], ({ input, chunks, dim }, op) =>
-    pieces(op, input, chunkSizes(op, input, chunks, dim), dim), (c, o) => ({
+  chunk: spec([arg("input", "tensor"), arg("chunks", "int"), opt("dim", "int", 0)], blockView(({ input, chunks, dim }, op) =>
+    pieces(op, input, chunkSizes(op, input, chunks, dim), dim)), (c, o) => ({
     input: () => {
       const m = c.meta(c.args.input)
       return pieceGrad(o, c.meta, c.grad, m, chunkSizes("chunk", m, c.args.chunks, c.args.dim), c.index, c.args.dim)
@@ -529,16 +538,19 @@ export const layout = {
     dtype: "same", returns: "tensors", view: "block", results: ({ input, chunks, dim }, op) => chunkSizes(op, input, chunks, dim).length,
   }),
   /** Each entry of dim, the dim dropped (select's pieces): views where the dim leads. A piece's gradient is select's. */
-  unbind: spec([arg("input", "tensor"), opt("dim", "int", 0)], ({ input, dim }, op) => {
+  unbind: spec([arg("input", "tensor"), opt("dim", "int", 0)], blockView(({ input, dim }, op) => {
     const n = unbindCount(op, input, dim), d = normDim(op, dim, input.shape.length)
     return Array.from({ length: n }, () => ({ dtype: input.dtype, shape: input.shape.filter((_, i) => i !== d) }))
-  }, (c, o) => ({
+  }), (c, o) => ({
     input: () => {
       const m = c.meta(c.args.input), d = normDim("unbind", c.args.dim, m.shape.length), g = o.unsqueeze(c.grad, d)
       return padDim(o, g, c.meta(g), d, c.index, m.shape[d]! - c.index - 1)
     },
   }), { dtype: "same", returns: "tensors", view: "block", results: ({ input, dim }, op) => unbindCount(op, input, dim) }),
-  repeat: spec([arg("input", "tensor"), arg("repeats", "ints")], ({ input, repeats }, op) => [{ dtype: input.dtype, shape: repeatPlan(op, input, repeats).shape }], (c, o) => ({
+  repeat: spec([arg("input", "tensor"), arg("repeats", "ints")], ({ input, repeats }, op) => {
+    const plan = repeatPlan(op, input, repeats)
+    return withPlan([{ dtype: input.dtype, shape: plan.shape }], plan)
+  }, (c, o) => ({
     // Each copy's gradient summed back: g as [r0, s0, r1, s1, ...], summed over the r dims.
     input: () => {
       const m = c.meta(c.args.input), p = repeatPlan("repeat", m, c.args.repeats)

@@ -7,7 +7,8 @@
 import { bad, describe } from "../meta.ts"
 import { arg, kw } from "../params.ts"
 import { broadcastShapes, isFloating } from "../promotion.ts"
-import { spec } from "../spec.ts"
+import { fused, spec } from "../spec.ts"
+import { castTo, composeDtype } from "../rules.ts"
 import { planBinary } from "./elementwise.ts"
 import { matmulShape } from "./layout.ts"
 
@@ -24,7 +25,8 @@ const outer = spec(outerParams, ({ input, vec2 }, op) => {
 }), { dtype: "promote" })
 
 export const linalg = {
-  baddbmm: spec(baddbmmParams, ({ input, batch1, batch2, beta, alpha }, op) => {
+  /** Forward: the product, scaled by alpha, plus beta input; f16 and bf16 in f32, rounded once at the end, as torch's kernel accumulates. */
+  baddbmm: fused(baddbmmParams, ({ input, batch1, batch2, beta, alpha }, op) => {
     if (batch1.shape.length !== 3 || batch2.shape.length !== 3 || batch1.shape[0] !== batch2.shape[0])
       bad(op, `needs 3-D batch1 and batch2 with one batch size: ${describe(batch1)} @ ${describe(batch2)}`)
     if (batch1.dtype === "bool") bad(op, `not defined on bool (${describe(batch1)})`)
@@ -40,7 +42,11 @@ export const linalg = {
     input: () => o.mul(c.grad, c.args.beta),
     batch1: () => o.mul(o.matmul(c.grad, o.transpose(c.args.batch2, 1, 2)), c.args.alpha),
     batch2: () => o.mul(o.matmul(o.transpose(c.args.batch1, 1, 2), c.grad), c.args.alpha),
-  }), { dtype: "other" }),
+  }), (a, o, meta, _, [out]) => {
+    const dtype = composeDtype(out!.dtype), as = (t: typeof a.input) => castTo(o, meta, t, dtype)
+    const product = o.matmul(as(a.batch1), as(a.batch2)), scaled = a.alpha === 1 ? product : o.mul(product, a.alpha)
+    return a.beta === 0 ? scaled : o.add(scaled, a.beta === 1 ? as(a.input) : o.mul(as(a.input), a.beta))
+  }, { dtype: "other" }),
   outer,
   ger: outer,
 }

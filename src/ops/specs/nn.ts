@@ -4,7 +4,7 @@ import { bad, describe, numelOf, type TensorMeta } from "../meta.ts"
 import { arg, kw, opt } from "../params.ts"
 import { broadcastShapes, isFloating, resultType } from "../promotion.ts"
 import { normDim } from "../rules.ts"
-import { spec } from "../spec.ts"
+import { fused, spec, withPlan } from "../spec.ts"
 
 export const floating = (op: string, x: TensorMeta): void => {
   if (!isFloating(x.dtype)) bad(op, `needs a floating input, got ${describe(x)} (cast with ops.to)`)
@@ -69,7 +69,7 @@ export interface AttentionPlan {
   readonly ev: number
 }
 
-export const attentionPlan = (op: string, q: TensorMeta, k: TensorMeta, v: TensorMeta, mask: TensorMeta | null, causal: boolean, dropout: number): AttentionPlan => {
+const attentionPlan = (op: string, q: TensorMeta, k: TensorMeta, v: TensorMeta, mask: TensorMeta | null, causal: boolean, dropout: number): AttentionPlan => {
   floating(op, q)
   if (k.dtype !== q.dtype || v.dtype !== q.dtype) bad(op, `query, key and value need one dtype: ${[q, k, v].map(describe).join(", ")}`)
   if (q.shape.length < 2 || k.shape.length < 2 || v.shape.length < 2) bad(op, `query, key and value need at least 2 dims: ${[q, k, v].map(describe).join(", ")}`)
@@ -192,7 +192,7 @@ export const nn = {
    * torch's order: weight third; ignore_index, reduction and label_smoothing by name (torch's
    * deprecated size_average and reduce sit between them positionally, so a position would mislead).
    */
-  cross_entropy: spec(
+  cross_entropy: fused(
     [arg("input", "tensor"), arg("target", "tensor"), opt("weight", "tensor", null), kw("ignore_index", "int", -100), kw("reduction", "string", "mean"), kw("label_smoothing", "scalar", 0)],
     ({ input, target, weight, reduction, label_smoothing }, op) => {
       nllShapes(op, input, target, weight)
@@ -228,6 +228,21 @@ export const nn = {
         return rows.fromRows(o, o.mul(perRow, scale))
       },
     }),
+    // Forward over the same rows: log_softmax, each row's log p of its target (class 0 for an
+    // ignored one) times -(1 - s) and the row's weight (its target's class weight, 1 without
+    // weights, 0 when ignored), plus s/C of every class's weighted -log p; then each row (none),
+    // their sum, or their sum over the rows' weights (mean).
+    (a, o, meta) => {
+      const m = meta(a.input), rows = classRows(m), { n, classes } = rows, s = a.label_smoothing
+      const logp = o.log_softmax(rows.toRows(o, a.input), 1), target = o.reshape(a.target, [n])
+      const valid = o.ne(target, a.ignore_index), safe = o.mul(target, o.to(valid, "i64")), counted = o.to(valid, m.dtype)
+      const weight = a.weight === null ? counted : o.mul(o.gather(a.weight, 0, safe), counted)
+      let loss = o.mul(o.mul(o.reshape(o.gather(logp, 1, o.reshape(safe, [n, 1])), [n]), -(1 - s)), weight)
+      if (s > 0) loss = o.add(loss, o.mul(o.mul(o.sum(a.weight === null ? logp : o.mul(logp, a.weight), 1, false), -s / classes), counted))
+      if (a.reduction === "none") return o.reshape(loss, [...meta(a.target).shape])
+      const total = o.sum(loss, null, false)
+      return a.reduction === "sum" ? total : o.div(total, o.sum(weight, null, false))
+    },
     { dtype: "same" },
   ),
   layer_norm: spec(
@@ -264,7 +279,7 @@ export const nn = {
     [arg("query", "tensor"), arg("key", "tensor"), arg("value", "tensor"), opt("attn_mask", "tensor", null), opt("dropout_p", "scalar", 0), opt("is_causal", "bool", false), kw("scale", "scalar", null)],
     ({ query, key, value, attn_mask, dropout_p, is_causal }, op) => {
       const p = attentionPlan(op, query, key, value, attn_mask, is_causal, dropout_p)
-      return [{ dtype: query.dtype, shape: [...p.batch, p.l, p.ev] }]
+      return withPlan([{ dtype: query.dtype, shape: [...p.batch, p.l, p.ev] }], p)
     },
     (c, o) => attentionGrads(o, c.meta, c.args.query, c.args.key, c.args.value, c.args.attn_mask, c.args.is_causal, c.args.scale, c.grad),
     { dtype: "same" },
@@ -293,7 +308,8 @@ export const nn = {
     const dtype = resultType([input, target])
     if (!isFloating(dtype)) bad(op, `needs floating operands, got ${describe(input)} and ${describe(target)}`)
     const shape = broadcastShapes(op, [input.shape, target.shape])
-    return [{ dtype, shape: reduction === "none" ? shape : [] }]
+    // The plan: both operands in dtype, broadcast to shape.
+    return withPlan([{ dtype, shape: reduction === "none" ? shape : [] }], { compute: dtype, shape })
   }, (c, o) => {
     // d/dinput of (input - target)^2, times g, over the count for a mean; the tape sums each to its operand's shape.
     const { input, target, reduction } = c.args

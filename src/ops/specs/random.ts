@@ -9,20 +9,21 @@ import { bad, describe, type TensorMeta } from "../meta.ts"
 import { NOT_DIFFERENTIABLE } from "../grad.ts"
 import { arg, kw, opt } from "../params.ts"
 import { isFloating, isIntegral } from "../promotion.ts"
-import { spec } from "../spec.ts"
+import { spec, withPlan } from "../spec.ts"
 
 /** get_rng_state's tensor: [key, offset] as i64 bit patterns. */
 export const RNG_STATE_SHAPE = [2]
 
-const randintMeta = (op: string, low: number, high: number, shape: ReadonlyArray<number>, dtype: DType): TensorMeta[] => {
+/** randint's result, with the range it draws from as its kernel's plan. */
+const randintMeta = (op: string, low: number, high: number, shape: ReadonlyArray<number>, dtype: DType) => {
   if (!(low < high)) bad(op, `needs low < high, got ${low} and ${high}`)
   if (!isIntegral(dtype) && !isFloating(dtype)) bad(op, `dtype ${dtype} cannot hold integers in [${low}, ${high})`)
   if (high - low > 2 ** 53) bad(op, `the range [${low}, ${high}) is wider than 2^53`)
-  return [{ dtype, shape }]
+  return withPlan<{ readonly low: number; readonly high: number }, TensorMeta>([{ dtype, shape }], { low, high })
 }
 
 /** randint's bounds and size from either form: (low, high, size), or (high, size) with low 0. */
-export const randintForm = (op: string, a: { readonly low: number; readonly high: number | number[]; readonly size: number[] | null }): { low: number; high: number; size: number[] } => {
+const randintForm = (op: string, a: { readonly low: number; readonly high: number | number[]; readonly size: number[] | null }): { low: number; high: number; size: number[] } => {
   if (a.size === null) {
     if (!Array.isArray(a.high)) bad(op, "needs a size: randint(high, size) or randint(low, high, size)")
     return { low: 0, high: a.low, size: a.high as number[] }

@@ -4,11 +4,11 @@ import { bad, describe, numelOf, type TensorMeta } from "../meta.ts"
 import { type Backward, expandBack, type GradContext, type GradOps, NOT_DIFFERENTIABLE, reducedCount } from "../grad.ts"
 import { arg, kw, opt, type Param } from "../params.ts"
 import { isFloating } from "../promotion.ts"
-import { normDim } from "../rules.ts"
-import { spec } from "../spec.ts"
+import { castTo, composeDtype, normDim } from "../rules.ts"
+import { fused, spec, withPlan } from "../spec.ts"
 
 /** The dims a reduction covers, normalised, sorted and unique (None or [] is every dim). */
-export const reducedDims = (op: string, x: TensorMeta, dim: number | number[] | null): number[] => {
+const reducedDims = (op: string, x: TensorMeta, dim: number | number[] | null): number[] => {
   const n = x.shape.length
   const dims = dim === null ? [] : typeof dim === "number" ? [dim] : dim
   if (dims.length === 0) return x.shape.map((_, i) => i)
@@ -66,13 +66,16 @@ const prodRule: ReductionRule = reducedRule("prod", (o, r) => {
 })
 
 /** sum and prod of bool, u8 and i32 accumulate into i64 (as torch's do); mean needs a floating input. */
-const reducedMeta = (rule: Rule, input: TensorMeta, dim: number | number[] | null, keepdim: boolean, op: string): TensorMeta[] => {
+/** A reduction's result, with the dims it reduces as its kernel's plan. */
+const reduced = (meta: TensorMeta, dims: number[]) => withPlan([meta], { dims })
+
+const reducedMeta = (rule: Rule, input: TensorMeta, dim: number | number[] | null, keepdim: boolean, op: string) => {
   if (rule === "floating" && !isFloating(input.dtype)) bad(op, `needs a floating input, got ${describe(input)} (cast with ops.to)`)
   const dims = reducedDims(op, input, dim)
   if ((op === "amax" || op === "amin") && dims.some((d) => input.shape[d] === 0))
     bad(op, `cannot reduce an empty dim of ${describe(input)}: ${op} has no identity`)
   const dtype = rule === "widen" && INTEGER_SUM.has(input.dtype) ? "i64" : input.dtype
-  return [{ dtype, shape: reducedShape(input, dims, keepdim) }]
+  return reduced({ dtype, shape: reducedShape(input, dims, keepdim) }, dims)
 }
 
 const reduction = <const R extends Rule>(rule: R, backward: ReductionRule) => spec(
@@ -93,14 +96,17 @@ const accumulating = <const R extends "widen" | "floating">(rule: R, backward: B
   ({ input, dim, keepdim, dtype }, op) => {
     if (dtype === null) return reducedMeta(rule, input, dim, keepdim, op)
     if (rule === "floating" && !isFloating(dtype)) bad(op, `dtype must be floating, got ${dtype}`)
-    return [{ dtype, shape: reducedShape(input, reducedDims(op, input, dim), keepdim) }]
+    const dims = reducedDims(op, input, dim)
+    return reduced({ dtype, shape: reducedShape(input, dims, keepdim) }, dims)
   },
   backward,
   { dtype: rule === "widen" ? "sum" : "like" } as { dtype: R extends "widen" ? "sum" : "like" },
 )
 
-const logicalReduction = spec(reductionParams, ({ input, dim, keepdim }, op) =>
-  [{ dtype: input.dtype === "u8" ? "u8" : "bool", shape: reducedShape(input, reducedDims(op, input, dim), keepdim) }], NOT_DIFFERENTIABLE)
+const logicalReduction = spec(reductionParams, ({ input, dim, keepdim }, op) => {
+  const dims = reducedDims(op, input, dim)
+  return reduced({ dtype: input.dtype === "u8" ? "u8" : "bool", shape: reducedShape(input, dims, keepdim) }, dims)
+}, NOT_DIFFERENTIABLE)
 
 /** argmax/argmin: i64 indices along one dim, or into the flattened input (dim None); not bool (as torch's). */
 const argReduction = spec([arg("input", "tensor"), opt("dim", "int", null), opt("keepdim", "bool", false)], ({ input, dim, keepdim }, op) => {
@@ -149,15 +155,22 @@ const momentParams = [arg("input", "tensor"), opt("dim", "dims", null), kw("corr
 
 /**
  * var and std: the sum of squared deviations over N - correction; floating inputs only.
- * d var / dx = 2 (x - mean) / (N - correction) and d std = d var / (2 std).
+ * Forward: the mean (kept dims), the squared deviations, their sum over N - correction (f16 and
+ * bf16 in f32). d var / dx = 2 (x - mean) / (N - correction) and d std = d var / (2 std).
  */
-const moments = (op: "var" | "std") => spec(momentParams, ({ input, dim, keepdim }, op) => {
+const moments = (op: "var" | "std") => fused(momentParams, ({ input, dim, keepdim }, op) => {
   if (!isFloating(input.dtype)) bad(op, `needs a floating input, got ${describe(input)} (cast with ops.to)`)
-  return [{ dtype: input.dtype, shape: reducedShape(input, reducedDims(op, input, dim), keepdim) }]
+  const dims = reducedDims(op, input, dim)
+  return reduced({ dtype: input.dtype, shape: reducedShape(input, dims, keepdim) }, dims)
 }, (c, o) => reducedRule(op, (o, r) => {
   const centred = o.sub(r.x, o.mean(r.x, r.dims, true)), n = reducedCount(r.meta, r.dims) - c.args.correction
   return op === "var" ? o.mul(r.g, o.mul(centred, 2 / n)) : o.div(o.mul(r.g, centred), o.mul(r.out(), n))
-})(c, o))
+})(c, o), (a, o, meta, _, { plan: { dims } }) => {
+  const m = meta(a.input), x = castTo(o, meta, a.input, composeDtype(m.dtype)), n = reducedCount(m, dims)
+  const dev = o.sub(x, o.mean(x, dims, true))
+  const v = o.div(o.sum(o.mul(dev, dev), dims, a.keepdim), Math.max(n - a.correction, 0))
+  return op === "var" ? v : o.sqrt(v)
+})
 
 const NORM_ORDERS: ReadonlyArray<number> = [1, 2, Infinity]
 
@@ -173,13 +186,22 @@ export const reductions = {
   any: logicalReduction, all: logicalReduction,
   argmax: argReduction, argmin: argReduction,
   var: moments("var"), std: moments("std"),
-  /** Over dims that are not empty (torch needs dim); large values do not overflow. */
-  logsumexp: spec([arg("input", "tensor"), arg("dim", "dims"), opt("keepdim", "bool", false)], ({ input, dim, keepdim }, op) => {
+  /**
+   * Over dims that are not empty (torch needs dim); large values do not overflow. Forward, as
+   * torch's: the max over dims (an infinite one taken as 0, so inf - inf does not make NaN), log
+   * of the sum of exp of the shifted input, plus the max (f16 and bf16 in f32).
+   */
+  logsumexp: fused([arg("input", "tensor"), arg("dim", "dims"), opt("keepdim", "bool", false)], ({ input, dim, keepdim }, op) => {
     if (!isFloating(input.dtype)) bad(op, `needs a floating input, got ${describe(input)} (cast with ops.to)`)
     const dims = reducedDims(op, input, dim)
     if (dims.some((d) => input.shape[d] === 0)) bad(op, `cannot reduce an empty dim of ${describe(input)}`)
-    return [{ dtype: input.dtype, shape: reducedShape(input, dims, keepdim) }]
-  }, (c, o) => reducedRule("logsumexp", (o, r) => o.mul(r.g, o.exp(o.sub(r.x, r.out()))))(c, o)),
+    return reduced({ dtype: input.dtype, shape: reducedShape(input, dims, keepdim) }, dims)
+  }, (c, o) => reducedRule("logsumexp", (o, r) => o.mul(r.g, o.exp(o.sub(r.x, r.out()))))(c, o), (a, o, meta, _, rule) => {
+    const { dims } = rule.plan, x = castTo(o, meta, a.input, composeDtype(meta(a.input).dtype))
+    const max = o.amax(x, dims, true), shift = o.where(o.isinf(max), 0, max)
+    const total = o.log(o.sum(o.exp(o.sub(x, shift)), dims, a.keepdim))
+    return o.add(total, a.keepdim ? shift : o.reshape(shift, [...rule[0]!.shape]))
+  }),
   /** Integers and bool accumulate into i64 (as sum does). */
   cumsum: spec([arg("input", "tensor"), arg("dim", "int"), kw("dtype", "dtype", null)], ({ input, dim, dtype }, op) => {
     normDim(op, dim, input.shape.length)
@@ -189,7 +211,8 @@ export const reductions = {
   norm: spec([arg("input", "tensor"), opt("p", "scalar", 2), opt("dim", "dims", null), opt("keepdim", "bool", false)], ({ input, p, dim, keepdim }, op) => {
     if (!isFloating(input.dtype)) bad(op, `needs a floating input, got ${describe(input)} (cast with ops.to)`)
     if (!NORM_ORDERS.includes(p)) bad(op, `p must be 1, 2 or inf, got ${p}`)
-    return [{ dtype: input.dtype, shape: reducedShape(input, reducedDims(op, input, dim), keepdim) }]
+    const dims = reducedDims(op, input, dim)
+    return reduced({ dtype: input.dtype, shape: reducedShape(input, dims, keepdim) }, dims)
     // p=1: sign(x); p=2: x / norm (0 where the norm is 0); inf: sign(x) shared among the largest |x| (torch 1.13's rules).
   }, (c, o) => reducedRule("norm", (o, r) => {
     if (c.args.p === 1) return o.mul(r.g, o.sign(r.x))

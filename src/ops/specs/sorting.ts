@@ -14,10 +14,10 @@ import { type GradOps, NOT_DIFFERENTIABLE } from "../grad.ts"
 import { arg, kw, opt } from "../params.ts"
 import { isFloating, isIntegral } from "../promotion.ts"
 import { normDim } from "../rules.ts"
-import { spec } from "../spec.ts"
+import { spec, withPlan } from "../spec.ts"
 
 /** dim of x normalised (a 0-d x takes 0 and -1), and x's size along it (1 for a 0-d x). */
-export const lineOf = (op: string, x: TensorMeta, dim: number): { readonly d: number; readonly size: number } => {
+const lineOf = (op: string, x: TensorMeta, dim: number): { readonly d: number; readonly size: number } => {
   const d = normDim(op, dim, x.shape.length)
   return { d, size: x.shape.length === 0 ? 1 : x.shape[d]! }
 }
@@ -30,6 +30,9 @@ const scatterBack = <T>(o: GradOps<T>, input: TensorMeta, g: T, d: number, indic
 }
 
 const pair = (input: TensorMeta, shape: ReadonlyArray<number>): TensorMeta[] => [{ dtype: input.dtype, shape }, { dtype: "i64", shape }]
+
+/** Results along one line of the input, with that line's dim as the kernel's plan. */
+const along = (metas: TensorMeta[], d: number) => withPlan(metas, { d })
 
 /** topk's k: 0..size (a 0-d input has one element). */
 const topkCount = (op: string, x: TensorMeta, k: number, dim: number): number => {
@@ -53,7 +56,7 @@ const cumprodGrad = <T>(o: GradOps<T>, x: T, out: T, g: T, dim: number, meta: Te
 }
 
 /** roll's (shift, dim) pairs: dims None rolls the flattened input by one shift. */
-export const rollPairs = (op: string, x: TensorMeta, shifts: number | number[], dims: number | number[] | null): Array<[number, number]> => {
+const rollPairs = (op: string, x: TensorMeta, shifts: number | number[], dims: number | number[] | null): Array<[number, number]> => {
   const s = typeof shifts === "number" ? [shifts] : shifts
   if (dims === null) {
     if (s.length !== 1) bad(op, `without dims, shifts must be one number, got [${s}]`)
@@ -70,14 +73,14 @@ const bincountDtype = (weights: TensorMeta | null): DType => (weights === null ?
 
 export const sorting = {
   /** (values, indices) along dim; the values' gradient goes back to where each came from. */
-  sort: spec(sortParams, ({ input, dim }, op) => (lineOf(op, input, dim), pair(input, input.shape)), (c, o) => ({
+  sort: spec(sortParams, ({ input, dim }, op) => along(pair(input, input.shape), lineOf(op, input, dim).d), (c, o) => ({
     input: () => scatterBack(o, c.meta(c.args.input), c.grad, lineOf("sort", c.meta(c.args.input), c.args.dim).d, c.outs[1]!),
   }), { dtype: "same", results: 2, returns: "pair" }),
-  argsort: spec(sortParams, ({ input, dim }, op) => (lineOf(op, input, dim), [{ dtype: "i64", shape: input.shape }]), NOT_DIFFERENTIABLE, { dtype: "index" }),
+  argsort: spec(sortParams, ({ input, dim }, op) => along([{ dtype: "i64", shape: input.shape }], lineOf(op, input, dim).d), NOT_DIFFERENTIABLE, { dtype: "index" }),
   /** The k largest (smallest) along dim, in order whatever `sorted` says (torch leaves the unsorted order open). */
   topk: spec([arg("input", "tensor"), arg("k", "int"), opt("dim", "int", -1), opt("largest", "bool", true), opt("sorted", "bool", true)], ({ input, k, dim }, op) => {
     const n = topkCount(op, input, k, dim), { d } = lineOf(op, input, dim)
-    return pair(input, input.shape.map((s, i) => (i === d ? n : s)))
+    return along(pair(input, input.shape.map((s, i) => (i === d ? n : s))), d)
   }, (c, o) => ({
     input: () => scatterBack(o, c.meta(c.args.input), c.grad, lineOf("topk", c.meta(c.args.input), c.args.dim).d, c.outs[1]!),
   }), { dtype: "same", results: 2, returns: "pair" }),
@@ -85,7 +88,7 @@ export const sorting = {
   kthvalue: spec([arg("input", "tensor"), arg("k", "int"), opt("dim", "int", -1), opt("keepdim", "bool", false)], ({ input, k, dim, keepdim }, op) => {
     const { d, size } = lineOf(op, input, dim)
     if (k < 1 || k > size) bad(op, `k ${k} is out of range for dim ${dim} of ${describe(input)} (1..${size})`)
-    return pair(input, input.shape.length === 0 ? [] : keepdim ? input.shape.map((s, i) => (i === d ? 1 : s)) : input.shape.filter((_, i) => i !== d))
+    return along(pair(input, input.shape.length === 0 ? [] : keepdim ? input.shape.map((s, i) => (i === d ? 1 : s)) : input.shape.filter((_, i) => i !== d)), d)
   }, (c, o) => ({
     input: () => {
       const m = c.meta(c.args.input), { d } = lineOf("kthvalue", m, c.args.dim), kept = (t: typeof c.grad) => (c.args.keepdim || m.shape.length === 0 ? t : o.unsqueeze(t, d))
@@ -94,8 +97,7 @@ export const sorting = {
   }), { dtype: "same", results: 2, returns: "pair" }),
   /** Integers and bool multiply into i64 (as cumsum adds); the gradient holds where x has zeros (torch's rule). */
   cumprod: spec([arg("input", "tensor"), arg("dim", "int"), kw("dtype", "dtype", null)], ({ input, dim, dtype }, op) => {
-    lineOf(op, input, dim)
-    return [{ dtype: dtype ?? (isFloating(input.dtype) ? input.dtype : "i64"), shape: input.shape }]
+    return along([{ dtype: dtype ?? (isFloating(input.dtype) ? input.dtype : "i64"), shape: input.shape }], lineOf(op, input, dim).d)
   }, (c, o) => ({
     input: () => {
       const m = c.meta(c.args.input)
@@ -104,14 +106,14 @@ export const sorting = {
     },
   }), { dtype: "sum" }),
   /** (values, indices): each prefix's extreme, a tie moving to the later element, NaN staying once seen; the gradient added back at the indices. */
-  cummax: spec([arg("input", "tensor"), arg("dim", "int")], ({ input, dim }, op) => (lineOf(op, input, dim), pair(input, input.shape)), (c, o) => ({
+  cummax: spec([arg("input", "tensor"), arg("dim", "int")], ({ input, dim }, op) => along(pair(input, input.shape), lineOf(op, input, dim).d), (c, o) => ({
     input: () => scatterBack(o, c.meta(c.args.input), c.grad, lineOf("cummax", c.meta(c.args.input), c.args.dim).d, c.outs[1]!, true),
   }), { dtype: "same", results: 2, returns: "pair" }),
-  cummin: spec([arg("input", "tensor"), arg("dim", "int")], ({ input, dim }, op) => (lineOf(op, input, dim), pair(input, input.shape)), (c, o) => ({
+  cummin: spec([arg("input", "tensor"), arg("dim", "int")], ({ input, dim }, op) => along(pair(input, input.shape), lineOf(op, input, dim).d), (c, o) => ({
     input: () => scatterBack(o, c.meta(c.args.input), c.grad, lineOf("cummin", c.meta(c.args.input), c.args.dim).d, c.outs[1]!, true),
   }), { dtype: "same", results: 2, returns: "pair" }),
   /** Each (shift, dim) in turn, elements leaving one end coming in at the other; dims None rolls the flattened input. */
-  roll: spec([arg("input", "tensor"), arg("shifts", "dims"), opt("dims", "dims", null)], ({ input, shifts, dims }, op) => (rollPairs(op, input, shifts, dims), [input]), (c, o) => ({
+  roll: spec([arg("input", "tensor"), arg("shifts", "dims"), opt("dims", "dims", null)], ({ input, shifts, dims }, op) => withPlan([input], { pairs: rollPairs(op, input, shifts, dims) }), (c, o) => ({
     input: () => o.roll(c.grad, (typeof c.args.shifts === "number" ? [c.args.shifts] : c.args.shifts).map((s) => -s), c.args.dims),
   }), { dtype: "same" }),
   /**
@@ -154,10 +156,8 @@ export const sorting = {
     if (num_samples <= 0) bad(op, `num_samples must be positive, got ${num_samples}`)
     if (categories === 0) bad(op, `weights ${describe(input)} have no categories`)
     if (!replacement && num_samples > categories) bad(op, `cannot draw ${num_samples} samples of ${categories} categories without replacement`)
-    return [{ dtype: "i64", shape: [...input.shape.slice(0, -1), num_samples] }]
+    // The plan: how many numbers it draws from the generator (one per sample, or one per category without replacement).
+    const draws = numelOf(input.shape.slice(0, -1)) * (replacement ? num_samples : categories)
+    return withPlan([{ dtype: "i64", shape: [...input.shape.slice(0, -1), num_samples] }], { draws })
   }, NOT_DIFFERENTIABLE, { dtype: "index" }),
 }
-
-/** How many elements a multinomial call draws from the generator: one per sample, or one per category without replacement. */
-export const multinomialDraws = (input: TensorMeta, num_samples: number, replacement: boolean): number =>
-  numelOf(input.shape.slice(0, -1)) * (replacement ? num_samples : input.shape.at(-1)!)

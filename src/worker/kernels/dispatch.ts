@@ -30,8 +30,8 @@ const partsOn = (run: Run): GradOps<Tensor> => new Proxy({} as GradOps<Tensor>, 
 })
 
 /** A composite op on the worker: its composition over the built-ins, copied into its result. */
-const composed = (composition: Composition<ReadonlyArray<never>>): Kernel<OpName> => (run, [out], a, op) => {
-  const result = composition(a as never, partsOn(run), (t: Tensor) => t, op)
+const composed = (composition: Composition<ReadonlyArray<never>>): Kernel<OpName> => (run, [out], a, op, metas) => {
+  const result = composition(a as never, partsOn(run), (t: Tensor) => t, op, metas)
   k.cast(out!, result, run.stream)
 }
 
@@ -60,7 +60,7 @@ const asRemoteFunction = <N extends OpName>(op: Op<N>): RemoteFunction => {
     if (op.view) {
       const run = new Run(ctx)
       try {
-        return kernel(run, [], bound as never, op.name, metas)
+        return kernel(run, [], bound as never, op.name, metas as never)
       } finally {
         run.free()
       }
@@ -77,7 +77,7 @@ export const runKernel = (kernel: Kernel<OpName>, ctx: FunctionContext, bound: u
   try {
     // Owned: a command's outputs go to the env (or are freed) as soon as this returns.
     for (const m of metas) outs.push(Tensor.owned(ctx.native, m.dtype, m.shape))
-    kernel(run, outs, bound as never, name, metas)
+    kernel(run, outs, bound as never, name, metas as never)
   } catch (e) {
     for (const t of outs) t.free()
     throw e

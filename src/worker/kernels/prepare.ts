@@ -4,7 +4,8 @@
  */
 import type { Tensor } from "../../../ffi/tensor.ts"
 import { opNamed, type OpName } from "../../ops/registry.ts"
-import type { OpSpec } from "../../ops/spec.ts"
+import type { OpSpec, Planned } from "../../ops/spec.ts"
+import type { BinaryPlan } from "../../ops/specs/elementwise.ts"
 import type { FunctionContext } from "../function.ts"
 import { kernelOf, runKernel } from "./dispatch.ts"
 import { planned, type Kernel } from "./kernel.ts"
@@ -40,7 +41,7 @@ export const prepareBuiltin = (name: string, args: ReadonlyArray<unknown>, kwarg
   for (const key of Object.keys(bound)) find(bound, key, bound[key])
   if (places.length !== tensors.length || places.some((p) => p.tensor < 0)) return undefined
   const general = kernelOf(op)
-  const kernel = (planned.get(general)?.(bound as never, op.name) ?? general) as Kernel<OpName>
+  const kernel = (planned.get(general)?.(bound as never, (metas as Planned<BinaryPlan>).plan) ?? general) as Kernel<OpName>
   const run = (ctx: FunctionContext, now: ReadonlyArray<Tensor>) => {
     for (const p of places) (p.holder as Record<string | number, unknown>)[p.key] = now[p.tensor]
     try {

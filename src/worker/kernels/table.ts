@@ -5,24 +5,22 @@
  * through temporaries of the command's arena (run.ts).
  */
 import * as k from "../../../ffi/ops.ts"
+import { OpFlag, UnaryOp, UnaryOpFlags } from "../../../ffi/abi.ts"
 import type { BinaryOpName, LossReductionName, ReduceOpName, ScatterOpName, TernaryOpName, UnaryOpName } from "../../../ffi/symbols.ts"
 import { Tensor } from "../../../ffi/tensor.ts"
 import { FloatNumber, HostTensor, type DType } from "../../protocol/values.ts"
 import type { Draw } from "../../ops/generator.ts"
 import { bad, numelOf, type TensorMeta } from "../../ops/meta.ts"
 import { broadcastShapes, isFloating, isScalar, resultType, scalarValue, type Scalar } from "../../ops/promotion.ts"
-import { OPS, type Op } from "../../ops/registry.ts"
-import { normDim } from "../../ops/rules.ts"
-import type { OpSpec } from "../../ops/spec.ts"
-import { arangeBounds, linspaceValues } from "../../ops/specs/creation.ts"
-import { randintForm } from "../../ops/specs/random.ts"
-import { planAlpha, planBinary, planDiv, type BinaryKind } from "../../ops/specs/elementwise.ts"
+import { opNamed, OPS, type Op } from "../../ops/registry.ts"
+import { composeDtype, normDim } from "../../ops/rules.ts"
+import type { OpSpec, Planned } from "../../ops/spec.ts"
+import { linspaceValues } from "../../ops/specs/creation.ts"
+import type { BinaryPlan } from "../../ops/specs/elementwise.ts"
 import { UNARY_IN_PLACE } from "../../ops/specs/inplace.ts"
-import { blockStart, expandShape, permutation, repeatPlan, scatterSource, viewPieces } from "../../ops/specs/layout.ts"
-import { attentionPlan, classRows, EPSILON, REDUCTIONS } from "../../ops/specs/nn.ts"
-import { reducedDims } from "../../ops/specs/reduction.ts"
-import { lineOf, multinomialDraws, rollPairs } from "../../ops/specs/sorting.ts"
-import { type Kernel, type Kernels, type Planner, withPlanner } from "./kernel.ts"
+import { blockStart, scatterSource, type ViewPieces } from "../../ops/specs/layout.ts"
+import { EPSILON, REDUCTIONS } from "../../ops/specs/nn.ts"
+import { type Kernel, type Kernels, type PlainUnary, type Planner, withPlanner } from "./kernel.ts"
 import { broadcastStrides, contiguous, copyAnyRank, copyInto, isTensor, Run, stridesOf } from "./run.ts"
 
 /** Fills the one result (zeros, ones and their *_like forms). */
@@ -54,23 +52,23 @@ const upload = (run: Run, host: HostTensor): Tensor => {
   return t
 }
 
-/** randint: floor(low + u * (high - low)) of uniform f64 draws u in [0, 1), which stays below high. */
-const randint = (run: Run, [out]: ReadonlyArray<Tensor>, a: Seeded & { readonly low: number; readonly high: number }, op: string): void => {
+/** randint: floor(low + u * (high - low)) of uniform f64 draws u in [0, 1), which stays below high (its rule's plan: torch's two forms read). */
+const randint = (run: Run, [out]: ReadonlyArray<Tensor>, a: Seeded, op: string, { plan }: Planned<{ readonly low: number; readonly high: number }>): void => {
   const u = run.temp("f64", out!.shape), d = drawOf(run, op, a.seed, a.offset, out!.numel)
   k.rand(u, d.seed, d.offset, false, run.stream)
-  k.binaryScalar("mul", u, u, a.high - a.low, false, run.stream)
-  k.binaryScalar("add", u, u, a.low, false, run.stream)
+  k.binaryScalar("mul", u, u, plan.high - plan.low, false, run.stream)
+  k.binaryScalar("add", u, u, plan.low, false, run.stream)
   k.unary("floor", u, u, run.stream)
-  k.binaryScalar("minimum", u, u, a.high - 1, false, run.stream)
+  k.binaryScalar("minimum", u, u, plan.high - 1, false, run.stream)
   k.cast(out!, u, run.stream)
 }
 
 /**
- * Each result of a block-view op of input (its pieces: viewPieces): the block of input's memory
+ * Each result of a block-view op of input (its pieces, its rule's plan): the block of input's memory
  * it is when it is one (a view), else a copy. Copies made before a failure are freed.
  */
-const blocksOf = (run: Run, op: string, a: Readonly<Record<string, any>>, metas: ReadonlyArray<TensorMeta>): Tensor[] => {
-  const input = (a.input ?? a.tensor) as Tensor, { d, pieces, drop } = viewPieces(op, a, metas)
+const blocksOf = (run: Run, a: Readonly<Record<string, any>>, metas: Planned<ViewPieces>): Tensor[] => {
+  const input = (a.input ?? a.tensor) as Tensor, { d, pieces, drop } = metas.plan
   const s = stridesOf(input), made: Tensor[] = []
   try {
     pieces.forEach(({ start, length, step = 1 }, i) => {
@@ -89,9 +87,8 @@ const blocksOf = (run: Run, op: string, a: Readonly<Record<string, any>>, metas:
 }
 
 /** scaled_dot_product_attention: the batch dims broadcast and flattened to one, then one shim_attention. */
-const attention: Kernel<"scaled_dot_product_attention"> = (run, [out], a, op) => {
-  const { query, key, value, attn_mask } = a
-  const p = attentionPlan(op, query, key, value, attn_mask, a.is_causal, a.dropout_p), b = numelOf(p.batch)
+const attention: Kernel<"scaled_dot_product_attention"> = (run, [out], a, _, { plan: p }) => {
+  const { query, key, value, attn_mask } = a, b = numelOf(p.batch)
   const flat = (t: Tensor, rows: number, cols: number) => run.view(run.expand(t, [...p.batch, rows, cols]), [b, rows, cols])
   let mask: Tensor | null = null
   if (attn_mask) {
@@ -103,17 +100,6 @@ const attention: Kernel<"scaled_dot_product_attention"> = (run, [out], a, op) =>
   k.attention(run.view(out!, [b, p.l, p.ev]), flat(query, p.l, p.e), flat(key, p.s, p.e), flat(value, p.s, p.ev), mask, a.scale ?? 1 / Math.sqrt(p.e), a.is_causal, run.stream)
 }
 
-/** A loss's reduction: none (each element), sum, or mean over the targets' weights (ignored ones weigh 0). */
-const reduceLoss = (run: Run, out: Tensor, loss: Tensor, weight: Tensor, reduction: string): void => {
-  if (reduction === "none") return k.cast(out, loss, run.stream)
-  k.reduce("sum", out, loss, undefined, run.stream)
-  if (reduction === "mean") {
-    const total = run.temp(weight.dtype, [])
-    k.reduce("sum", total, weight, undefined, run.stream)
-    k.binary("div", out, out, total, run.stream)
-  }
-}
-
 /** A loss's reduction by its shim name (its rule checked it: one of REDUCTIONS). */
 const lossReduction = (op: string, reduction: string): LossReductionName =>
   REDUCTIONS.find((r) => r === reduction) ?? bad(op, `reduction must be one of ${REDUCTIONS.join(", ")}, got "${reduction}"`)
@@ -123,15 +109,22 @@ const nllLoss: Kernel<"nll_loss"> = (run, [out], a, op) =>
   k.nllLoss(out!, a.input, a.target, a.weight, a.ignore_index, lossReduction(op, a.reduction), run.stream)
 
 /** mse_loss: one fused shim_mse_loss over the operands in the result's dtype, broadcast to its shape. */
-const mseLoss: Kernel<"mse_loss"> = (run, [out], a, op) => {
-  const plan = planBinary(op, "arithmetic", a.input, a.target)
-  const operand = (t: Tensor) => run.expand(run.cast(t, plan.compute), plan.result.shape)
+const mseLoss: Kernel<"mse_loss"> = (run, [out], a, op, { plan }) => {
+  const operand = (t: Tensor) => run.expand(run.cast(t, plan.compute), plan.shape)
   k.mseLoss(out!, operand(a.input), operand(a.target), lossReduction(op, a.reduction), run.stream)
 }
 
 const unary = (op: UnaryOpName): Kernel<"neg"> => (run, [out], a) => k.unary(op, out!, run.cast(a.input, out!.dtype), run.stream)
-/** isnan, isinf, logical_not: bool out of any dtype, no cast. */
+/** isnan, isinf, logical_not (the shim's table flags them writes_bool): bool out of any dtype, no cast. */
 const predicate = (op: UnaryOpName): Kernel<"isnan"> => (run, [out], a) => k.unary(op, out!, a.input, run.stream)
+
+/**
+ * The plain unary ops (kernel.ts's PlainUnary: the shim's op of their name, their input their
+ * only parameter), bound by name from c/shim.h's table: adding one takes no line here.
+ */
+const PLAIN_UNARY = Object.fromEntries((Object.keys(UnaryOp) as UnaryOpName[])
+  .filter((name) => (opNamed(name) as OpSpec | undefined)?.params.length === 1)
+  .map((name) => [name, UnaryOpFlags[name] & OpFlag.writes_bool ? predicate(name) : unary(name)])) as { readonly [N in PlainUnary]: Kernel<N> }
 
 /**
  * Whether a tensor of `shape` broadcast to `to` is its own elements repeated (its shape, past
@@ -143,9 +136,8 @@ const repeatsTo = (shape: ReadonlyArray<number>, to: ReadonlyArray<number>): boo
   return own.length <= to.length && own.every((d, i) => d === to[to.length - own.length + i])
 }
 
-/** out = a (op) b over prepared operands: cast to the compute dtype, broadcast to the result's shape unless it repeats. */
-const binaryInto = (run: Run, op: BinaryOpName, kind: BinaryKind, name: string, out: Tensor, a: Tensor | Scalar, b: Tensor | Scalar): void => {
-  const plan = planBinary(name, kind, a, b)
+/** out = a (op) b over prepared operands: cast to the plan's compute dtype, broadcast to its result's shape unless it repeats. */
+const binaryInto = (run: Run, op: BinaryOpName, plan: BinaryPlan, out: Tensor, a: Tensor | Scalar, b: Tensor | Scalar): void => {
   const prepare = (x: Tensor | Scalar) => {
     if (isScalar(x)) return scalarValue(x)
     const t = run.cast(x, plan.compute)
@@ -166,26 +158,24 @@ const binaryInto = (run: Run, op: BinaryOpName, kind: BinaryKind, name: string, 
  * sub with alpha 1): one shim_binary_scalar into the output (the input itself in place),
  * nothing cast, scaled or broadcast.
  */
-const tensorAndNumber = (op: BinaryOpName, kind: BinaryKind): Planner => (a, name) => {
+const tensorAndNumber = (op: BinaryOpName): Planner => (a, plan) => {
   if (!(a.input instanceof Tensor) || typeof a.other !== "number" || (a.alpha !== undefined && a.alpha !== 1)) return undefined
-  const plan = planBinary(name, kind, a.input, a.other)
   if (plan.compute !== a.input.dtype || plan.result.dtype !== a.input.dtype) return undefined
   return (run, [out], b) => k.binaryScalar(op, out ?? b.input as Tensor, b.input as Tensor, b.other as number, false, run.stream)
 }
 
 
 
-const binary = (op: BinaryOpName, kind: BinaryKind): Kernel<"mul"> =>
-  withPlanner<Kernel<"mul">>((run, [out], a, name) => binaryInto(run, op, kind, name, out!, a.input, a.other), tensorAndNumber(op, kind))
+const binary = (op: BinaryOpName): Kernel<"mul"> =>
+  withPlanner<Kernel<"mul">>((run, [out], a, _, { plan }) => binaryInto(run, op, plan, out!, a.input, a.other), tensorAndNumber(op))
 
 /** In place: straight into the input when the result has its dtype, else through a temporary. */
-const binaryInPlace = (op: BinaryOpName, kind: BinaryKind): Kernel<"mul_"> => withPlanner<Kernel<"mul_">>((run, _, a, name) => {
-  const plan = planBinary(name, kind, a.input, a.other)
-  if (plan.result.dtype === a.input.dtype) return binaryInto(run, op, kind, name, a.input, a.input, a.other)
+const binaryInPlace = (op: BinaryOpName): Kernel<"mul_"> => withPlanner<Kernel<"mul_">>((run, _, a, __, { plan }) => {
+  if (plan.result.dtype === a.input.dtype) return binaryInto(run, op, plan, a.input, a.input, a.other)
   const result = run.temp(plan.result.dtype, plan.result.shape)
-  binaryInto(run, op, kind, name, result, a.input, a.other)
+  binaryInto(run, op, plan, result, a.input, a.other)
   k.cast(a.input, result, run.stream)
-}, tensorAndNumber(op, kind))
+}, tensorAndNumber(op))
 
 /** alpha other for add and sub, in the compute dtype (other itself for alpha 1). */
 const scaledOther = (run: Run, other: Tensor | Scalar, alpha: number, dtype: DType): Tensor | Scalar => {
@@ -198,25 +188,26 @@ const scaledOther = (run: Run, other: Tensor | Scalar, alpha: number, dtype: DTy
 }
 
 /** add and sub: input ± alpha other (alpha scales other first: one more shim call when it is not 1). */
-const withAlpha = (op: "add" | "sub"): Kernel<"add"> => withPlanner<Kernel<"add">>((run, [out], a, name) =>
-  binaryInto(run, op, "arithmetic", name, out!, a.input, scaledOther(run, a.other, a.alpha, planAlpha(name, a.input, a.other, a.alpha).compute)), tensorAndNumber(op, "arithmetic"))
+const withAlpha = (op: "add" | "sub"): Kernel<"add"> => withPlanner<Kernel<"add">>((run, [out], a, _, { plan }) =>
+  binaryInto(run, op, plan, out!, a.input, scaledOther(run, a.other, a.alpha, plan.compute)), tensorAndNumber(op))
 
 const withAlphaInPlace = (op: "add" | "sub"): Kernel<"add_"> => {
-  const inPlace = binaryInPlace(op, "arithmetic")
-  return withPlanner<Kernel<"add_">>((run, outs, a, name) =>
-    inPlace(run, outs, { input: a.input, other: scaledOther(run, a.other, a.alpha, planAlpha(name, a.input, a.other, a.alpha).compute) }, name, []), tensorAndNumber(op, "arithmetic"))
+  const inPlace = binaryInPlace(op)
+  return withPlanner<Kernel<"add_">>((run, outs, a, name, metas) =>
+    inPlace(run, outs, { input: a.input, other: scaledOther(run, a.other, a.alpha, metas.plan.compute) }, name, metas), tensorAndNumber(op))
 }
 
 /**
  * div with a rounding mode: floor is floor_divide; trunc the true quotient truncated, computed
  * in the result's dtype, or in f64 for integers (exact while |values| < 2^53), then cast back.
  */
-const divInto = (run: Run, out: Tensor, x: Tensor | Scalar, y: Tensor | Scalar, mode: string | null, name: string): void => {
-  if (mode === null) return binaryInto(run, "div", "division", name, out, x, y)
-  if (mode === "floor") return binaryInto(run, "floor_divide", "arithmetic", name, out, x, y)
+const divInto = (run: Run, out: Tensor, x: Tensor | Scalar, y: Tensor | Scalar, mode: string | null, plan: BinaryPlan): void => {
+  if (mode === null) return binaryInto(run, "div", plan, out, x, y)
+  if (mode === "floor") return binaryInto(run, "floor_divide", plan, out, x, y)
   const dtype = isFloating(out.dtype) ? out.dtype : "f64", q = dtype === out.dtype ? out : run.temp(dtype, out.shape)
   const as = (v: Tensor | Scalar) => (isScalar(v) ? v : run.cast(v, dtype))
-  binaryInto(run, "div", "division", name, q, as(x), as(y))
+  // The operands in the quotient's floating dtype: it is the compute dtype and the result's.
+  binaryInto(run, "div", inPlan(q), q, as(x), as(y))
   k.unary("trunc", q, q, run.stream)
   if (q !== out) k.cast(out, q, run.stream)
 }
@@ -240,10 +231,10 @@ const softplus: Kernel<"softplus"> = (run, [out], a) => {
   if (result !== out) k.cast(out!, result, run.stream)
 }
 
-/** A unary op's in-place form: its kernel into the input, or into a temporary cast back (logical_not_ of a float). */
-const unaryInPlace = (base: (typeof UNARY_IN_PLACE)[keyof typeof UNARY_IN_PLACE]): Kernel<"neg_"> => (run, _, a) => {
-  const op = OPS[base] as Op, bound = op.bind([a.input], {}, isTensor), [m] = (op as OpSpec).outputs(bound as never, base)
-  intoInput(run, a.input, m!.dtype, (out) => (KERNELS[base] as Kernel<"neg">)(run, [out], bound as never, base, [m!]))
+/** A unary op's in-place form: its kernel into the input, or into a temporary cast back (logical_not_ of a float); its rule gave the base's result. */
+const unaryInPlace = (base: (typeof UNARY_IN_PLACE)[keyof typeof UNARY_IN_PLACE]): Kernel<"neg_"> => (run, _, a, __, { plan }) => {
+  const bound = (OPS[base] as Op).bind([a.input], {}, isTensor)
+  intoInput(run, a.input, plan.result.dtype, (out) => (KERNELS[base] as Kernel<"neg">)(run, [out], bound as never, base, [plan.result]))
 }
 
 /** An operand of a ternary op in dtype over shape: a number as one element, a one-element tensor as it is. */
@@ -271,12 +262,15 @@ const intoInput = (run: Run, input: Tensor, dtype: DType, compute: (out: Tensor)
   k.cast(input, result, run.stream)
 }
 
+/** The plan of a part computing into out in out's dtype, its operands cast to it (or numbers its dtype takes). */
+const inPlan = (out: TensorMeta): BinaryPlan => ({ compute: out.dtype, result: out })
+
 /** out = min(max(input, min), max), each bound (a number, or a tensor broadcast) in out's dtype; out may be input itself. */
 const clampInto = (run: Run, name: string, out: Tensor, input: Tensor, min: Tensor | Scalar | null, max: Tensor | Scalar | null): void => {
   if (out !== input) k.cast(out, run.expand(input, out.shape), run.stream)
   const bound = (b: Tensor | Scalar) => (isScalar(b) ? b : run.cast(b, out.dtype))
-  if (min !== null) binaryInto(run, "maximum", "arithmetic", name, out, out, bound(min))
-  if (max !== null) binaryInto(run, "minimum", "arithmetic", name, out, out, bound(max))
+  if (min !== null) binaryInto(run, "maximum", inPlan(out), out, out, bound(min))
+  if (max !== null) binaryInto(run, "minimum", inPlan(out), out, out, bound(max))
 }
 
 /** Reduces `dims` of input into out, one dim at a time from the last (every dim: one call). */
@@ -291,52 +285,12 @@ const reduceInto = (run: Run, op: ReduceOpName, out: Tensor, input: Tensor, dims
   }
 }
 
-const reduce = (op: ReduceOpName): Kernel<"amax"> => (run, [out], a, name) => reduceInto(run, op, out!, a.input, reducedDims(name, a.input, a.dim))
+const reduce = (op: ReduceOpName): Kernel<"amax"> => (run, [out], a, _, { plan }) => reduceInto(run, op, out!, a.input, plan.dims)
 
 /** sum, prod and mean: the input cast to the dtype keyword first, when given. */
-const accumulate = (op: ReduceOpName): Kernel<"sum"> => (run, [out], a, name) =>
-  reduceInto(run, op, out!, a.dtype === null ? a.input : run.cast(a.input, a.dtype), reducedDims(name, a.input, a.dim))
+const accumulate = (op: ReduceOpName): Kernel<"sum"> => (run, [out], a, _, { plan }) =>
+  reduceInto(run, op, out!, a.dtype === null ? a.input : run.cast(a.input, a.dtype), plan.dims)
 
-/** f16 and bf16 compose in f32 (rounded once at the end), f32 and f64 in their own dtype. */
-const composeDtype = (d: DType): DType => (d === "f16" || d === "bf16" ? "f32" : d)
-const keptShape = (x: TensorMeta, dims: ReadonlyArray<number>): number[] => x.shape.map((s, i) => (dims.includes(i) ? 1 : s))
-
-/**
- * var and std, composed: the mean (kept dims), the squared deviations, their sum over
- * N - correction (6 shim calls; no fused kernel yet).
- */
-const moments = (run: Run, out: Tensor, input: Tensor, dims: ReadonlyArray<number>, correction: number, sqrt: boolean): void => {
-  const dtype = composeDtype(input.dtype), x = run.cast(input, dtype), kept = keptShape(x, dims)
-  const n = dims.reduce((m, d) => m * x.shape[d]!, 1)
-  const mean = run.temp(dtype, kept), dev = run.temp(dtype, x.shape), result = out.dtype === dtype ? out : run.temp(dtype, out.shape)
-  reduceInto(run, "mean", mean, x, dims)
-  k.binary("sub", dev, x, run.expand(mean, x.shape), run.stream)
-  k.binary("mul", dev, dev, dev, run.stream)
-  reduceInto(run, "sum", result, dev, dims)
-  k.binaryScalar("div", result, result, Math.max(n - correction, 0), false, run.stream)
-  if (sqrt) k.unary("sqrt", result, result, run.stream)
-  if (result !== out) k.cast(out, result, run.stream)
-}
-
-/**
- * logsumexp, composed as torch's: the max over dims (an infinite one taken as 0, so inf - inf
- * does not make NaN), log of the sum of exp of the shifted input, plus the max (8 shim calls).
- */
-const logsumexp = (run: Run, out: Tensor, input: Tensor, dims: ReadonlyArray<number>): void => {
-  const dtype = composeDtype(input.dtype), x = run.cast(input, dtype), kept = keptShape(x, dims)
-  const max = run.temp(dtype, kept), infinite = run.temp("bool", kept), zero = run.temp(dtype, [])
-  reduceInto(run, "max", max, x, dims)
-  k.unary("isinf", infinite, max, run.stream)
-  k.fill(zero, 0, run.stream)
-  k.ternary("where", max, infinite, zero, max, 0, run.stream)
-  const shifted = run.temp(dtype, x.shape), result = out.dtype === dtype ? out : run.temp(dtype, out.shape)
-  k.binary("sub", shifted, x, run.expand(max, x.shape), run.stream)
-  k.unary("exp", shifted, shifted, run.stream)
-  reduceInto(run, "sum", result, shifted, dims)
-  k.unary("log", result, result, run.stream)
-  k.binary("add", result, result, run.view(max, result.shape), run.stream)
-  if (result !== out) k.cast(out, result, run.stream)
-}
 
 /** argmax/argmin: along dim, or over every element (dim None, or a 0-d input). */
 const argReduce = (op: "max" | "min"): Kernel<"argmax"> => (run, [out], a, name) =>
@@ -406,8 +360,8 @@ const matmulInto = (run: Run, out: Tensor, x: Tensor, y: Tensor): void => {
  * repeat as one strided copy: the result read as [r0, s0, r1, s1, ...] (tile, then the input's
  * dim) gets the input with stride 0 along each tile dim; dims of size 1 are left out.
  */
-const repeatInto = (run: Run, out: Tensor, input: Tensor, repeats: ReadonlyArray<number>, op: string): void => {
-  const { padded } = repeatPlan(op, input, repeats), own = contiguous(padded)
+const repeatInto = (run: Run, out: Tensor, input: Tensor, repeats: ReadonlyArray<number>, padded: ReadonlyArray<number>): void => {
+  const own = contiguous(padded)
   const shape = padded.flatMap((s, i) => [repeats[i]!, s]), outStrides = contiguous(shape)
   const keep = shape.map((_, j) => j).filter((j) => shape[j] !== 1)
   copyAnyRank(run, out, { offset: 0, strides: keep.map((j) => outStrides[j]!) }, input,
@@ -417,26 +371,6 @@ const repeatInto = (run: Run, out: Tensor, input: Tensor, repeats: ReadonlyArray
 /** outer as a matmul of a column by a row (an inner dim of 1), in the promoted dtype: one pass over the result. */
 const outerInto = (run: Run, out: Tensor, x: Tensor, y: Tensor): void =>
   k.matmul(out, run.view(run.cast(x, out.dtype), [x.numel, 1]), run.view(run.cast(y, out.dtype), [1, y.numel]), run.stream)
-
-/**
- * baddbmm, composed: the product, scaled by alpha, plus beta input (up to 4 shim calls); f16
- * and bf16 in f32, rounded once at the end, as torch's kernel accumulates.
- */
-const baddbmm: Kernel<"baddbmm"> = (run, [out], a) => {
-  const dtype = composeDtype(out!.dtype), acc = dtype === out!.dtype ? out! : run.temp(dtype, out!.shape)
-  k.matmul(acc, run.cast(a.batch1, dtype), run.cast(a.batch2, dtype), run.stream)
-  if (a.alpha !== 1) k.binaryScalar("mul", acc, acc, a.alpha, false, run.stream)
-  if (a.beta !== 0) {
-    const input = run.expand(run.cast(a.input, dtype), acc.shape)
-    if (a.beta === 1) k.binary("add", acc, acc, input, run.stream)
-    else {
-      const scaled = run.temp(dtype, acc.shape)
-      k.binaryScalar("mul", scaled, input, a.beta, false, run.stream)
-      k.binary("add", acc, acc, scaled, run.stream)
-    }
-  }
-  if (acc !== out) k.cast(out!, acc, run.stream)
-}
 
 /** t read as [1] when it is 0-d (the sort kernels take a 0-d tensor as one line of one). */
 const asLine = (run: Run, t: Tensor): Tensor => (t.shape.length === 0 ? run.view(t, [1]) : t)
@@ -467,8 +401,7 @@ const rollInto = (run: Run, out: Tensor, input: Tensor, shift: number, d: number
 }
 
 /** roll: each (shift, dim) pair in turn through temporaries, the last into out; dims None rolls the flattened input. */
-const roll: Kernel<"roll"> = (run, [out], a, op) => {
-  const pairs = rollPairs(op, a.input, a.shifts, a.dims)
+const roll: Kernel<"roll"> = (run, [out], a, _, { plan: { pairs } }) => {
   if (a.input.numel === 0) return
   const flat = a.dims === null, shape = flat ? [a.input.numel] : a.input.shape
   let cur = run.view(a.input, shape)
@@ -507,7 +440,7 @@ const bincount: Kernel<"bincount"> = (run, [out], a, op) => {
  * f64. With replacement: each sample is the first category whose cumulative sum exceeds u times
  * the row's total. Without: the categories of the num_samples smallest E / p, E = -log(1 - u).
  */
-const multinomial: Kernel<"multinomial"> = (run, [out], a, op) => {
+const multinomial: Kernel<"multinomial"> = (run, [out], a, op, { plan }) => {
   const rows = a.input.shape.length === 1 ? 1 : a.input.shape[0]!, c = a.input.shape.at(-1)!, s = a.num_samples
   if (rows === 0) return
   const p = run.view(run.cast(a.input, "f64"), [rows, c]), one = run.temp("f64", []), rowSums = run.temp("f64", [rows])
@@ -518,7 +451,7 @@ const multinomial: Kernel<"multinomial"> = (run, [out], a, op) => {
   k.reduce("sum", rowSums, p, 1, run.stream)
   k.reduce("min", one, rowSums, undefined, run.stream)
   if (!(hostValue(run, one) > 0)) bad(op, "every row of weights needs a positive sum")
-  const draws = multinomialDraws(a.input, s, a.replacement), u = run.temp("f64", [rows, draws / rows]), d = run.ctx.generator.draw(draws)
+  const { draws } = plan, u = run.temp("f64", [rows, draws / rows]), d = run.ctx.generator.draw(draws)
   k.rand(u, d.seed, d.offset, false, run.stream)
   const samples = run.view(out!, [rows, s])
   if (a.replacement) {
@@ -546,11 +479,12 @@ const multinomial: Kernel<"multinomial"> = (run, [out], a, op) => {
 
 
 export const KERNELS: Kernels = {
+  ...PLAIN_UNARY,
   zeros: fill(0),
   ones: fill(1),
   full: (run, [out], a) => k.fill(out!, a.fill_value, run.stream),
-  arange: (run, [out], a, op) => {
-    const [start, step] = arangeBounds(a, op)
+  arange: (run, [out], _, __, { plan }) => {
+    const { start, step } = plan
     k.arange(out!, start, step, run.stream)
   },
   rand: random(false),
@@ -572,10 +506,6 @@ export const KERNELS: Kernels = {
   rand_like: random(false),
   randn_like: random(true),
   randint_like: randint,
-  neg: unary("neg"), abs: unary("abs"), exp: unary("exp"), log: unary("log"), sqrt: unary("sqrt"),
-  relu: unary("relu"), tanh: unary("tanh"), sigmoid: unary("sigmoid"),
-  erf: unary("erf"), log1p: unary("log1p"), expm1: unary("expm1"), rsqrt: unary("rsqrt"), reciprocal: unary("reciprocal"),
-  sin: unary("sin"), cos: unary("cos"), floor: unary("floor"), ceil: unary("ceil"), trunc: unary("trunc"),
   round: (run, [out], a) => {
     if (a.decimals === 0) return k.unary("round", out!, run.cast(a.input, out!.dtype), run.stream)
     // f16 and bf16 in f32, rounded once; a negative decimals divides first, as torch's.
@@ -585,18 +515,17 @@ export const KERNELS: Kernels = {
     k.binaryScalar(a.decimals > 0 ? "div" : "mul", y, y, ten, false, run.stream)
     if (y !== out) k.cast(out!, y, run.stream)
   },
-  sign: unary("sign"), silu: unary("silu"), softplus,
+  softplus,
   gelu: (run, [out], a) => k.unary(a.approximate === "tanh" ? "gelu_tanh" : "gelu", out!, a.input, run.stream),
-  isnan: predicate("isnan"), isinf: predicate("isinf"), logical_not: predicate("logical_not"),
-  add: withAlpha("add"), sub: withAlpha("sub"), mul: binary("mul", "arithmetic"),
-  div: (run, [out], a, name) => divInto(run, out!, a.input, a.other, a.rounding_mode, name),
-  maximum: binary("maximum", "arithmetic"), minimum: binary("minimum", "arithmetic"), pow: binary("pow", "arithmetic"),
-  eq: binary("eq", "comparison"), ne: binary("ne", "comparison"), lt: binary("lt", "comparison"),
-  le: binary("le", "comparison"), gt: binary("gt", "comparison"), ge: binary("ge", "comparison"),
-  floor_divide: binary("floor_divide", "arithmetic"), remainder: binary("remainder", "arithmetic"),
-  floor_divide_: binaryInPlace("floor_divide", "arithmetic"), remainder_: binaryInPlace("remainder", "arithmetic"),
-  fmod: binary("fmod", "arithmetic"),
-  logical_and: binary("logical_and", "comparison"), logical_or: binary("logical_or", "comparison"),
+  add: withAlpha("add"), sub: withAlpha("sub"), mul: binary("mul"),
+  div: (run, [out], a, _, { plan }) => divInto(run, out!, a.input, a.other, a.rounding_mode, plan),
+  maximum: binary("maximum"), minimum: binary("minimum"), pow: binary("pow"),
+  eq: binary("eq"), ne: binary("ne"), lt: binary("lt"),
+  le: binary("le"), gt: binary("gt"), ge: binary("ge"),
+  floor_divide: binary("floor_divide"), remainder: binary("remainder"),
+  floor_divide_: binaryInPlace("floor_divide"), remainder_: binaryInPlace("remainder"),
+  fmod: binary("fmod"),
+  logical_and: binary("logical_and"), logical_or: binary("logical_or"),
   where: (run, [out], a) => ternaryInto(run, "where", out!, a.condition, a.input, a.other),
   masked_fill: (run, [out], a) => ternaryInto(run, "where", out!, a.mask, a.value, a.input),
   masked_fill_: (run, _, a) => ternaryInto(run, "where", a.input, a.mask, a.value, a.input),
@@ -606,61 +535,58 @@ export const KERNELS: Kernels = {
   addcdiv: (run, [out], a) => ternaryInto(run, "addcdiv", out!, a.input, a.tensor1, a.tensor2, a.value),
   addcmul_: (run, _, a) => intoInput(run, a.input, resultType([a.input, a.tensor1, a.tensor2]), (out) => ternaryInto(run, "addcmul", out, a.input, a.tensor1, a.tensor2, a.value)),
   addcdiv_: (run, _, a) => intoInput(run, a.input, resultType([a.input, a.tensor1, a.tensor2]), (out) => ternaryInto(run, "addcdiv", out, a.input, a.tensor1, a.tensor2, a.value)),
-  add_: withAlphaInPlace("add"), sub_: withAlphaInPlace("sub"), mul_: binaryInPlace("mul", "arithmetic"),
-  div_: (run, _, a, name) => intoInput(run, a.input, planDiv(name, a.input, a.other, a.rounding_mode).result.dtype, (out) => divInto(run, out, a.input, a.other, a.rounding_mode, name)),
+  add_: withAlphaInPlace("add"), sub_: withAlphaInPlace("sub"), mul_: binaryInPlace("mul"),
+  div_: (run, _, a, __, { plan }) => intoInput(run, a.input, plan.result.dtype, (out) => divInto(run, out, a.input, a.other, a.rounding_mode, plan)),
   clamp: (run, [out], a, op) => clampInto(run, op, out!, a.input, a.min, a.max),
   clamp_: (run, _, a, op) => intoInput(run, a.input, resultType([a.input, ...[a.min, a.max].filter((b) => b !== null)]), (out) => clampInto(run, op, out, a.input, a.min, a.max)),
   sum: accumulate("sum"), prod: accumulate("prod"), mean: accumulate("mean"),
   amax: reduce("max"), amin: reduce("min"), max: extreme("max"), min: extreme("min"),
   any: reduce("any"), all: reduce("all"),
   argmax: argReduce("max"), argmin: argReduce("min"),
-  var: (run, [out], a, op) => moments(run, out!, a.input, reducedDims(op, a.input, a.dim), a.correction, false),
-  std: (run, [out], a, op) => moments(run, out!, a.input, reducedDims(op, a.input, a.dim), a.correction, true),
-  logsumexp: (run, [out], a, op) => logsumexp(run, out!, a.input, reducedDims(op, a.input, a.dim)),
-  sort: (run, [values, indices], a, op) => k.sort(asLine(run, values!), asLine(run, indices!), asLine(run, a.input), lineOf(op, a.input, a.dim).d, a.descending, run.stream),
-  argsort: (run, [out], a, op) => {
+  sort: (run, [values, indices], a, _, { plan }) => k.sort(asLine(run, values!), asLine(run, indices!), asLine(run, a.input), plan.d, a.descending, run.stream),
+  argsort: (run, [out], a, _, { plan }) => {
     const values = run.temp(a.input.dtype, a.input.shape)
-    k.sort(asLine(run, values), asLine(run, out!), asLine(run, a.input), lineOf(op, a.input, a.dim).d, a.descending, run.stream)
+    k.sort(asLine(run, values), asLine(run, out!), asLine(run, a.input), plan.d, a.descending, run.stream)
   },
-  topk: (run, [values, indices], a, op) => {
-    const { d } = lineOf(op, a.input, a.dim), [v, i] = sorted(run, a.input, d, a.largest)
+  topk: (run, [values, indices], a, _, { plan }) => {
+    const { d } = plan, [v, i] = sorted(run, a.input, d, a.largest)
     narrowInto(run, asLine(run, values!), asLine(run, v), d, 0)
     narrowInto(run, asLine(run, indices!), asLine(run, i), d, 0)
   },
-  kthvalue: (run, [values, indices], a, op) => {
-    const { d } = lineOf(op, a.input, a.dim), [v, i] = sorted(run, a.input, d, false), kept = asLine(run, v).shape.map((s, j) => (j === d ? 1 : s))
+  kthvalue: (run, [values, indices], a, _, { plan }) => {
+    const { d } = plan, [v, i] = sorted(run, a.input, d, false), kept = asLine(run, v).shape.map((s, j) => (j === d ? 1 : s))
     narrowInto(run, run.view(values!, kept), asLine(run, v), d, a.k - 1)
     narrowInto(run, run.view(indices!, kept), asLine(run, i), d, a.k - 1)
   },
-  cumprod: (run, [out], a, op) => k.cumulative("prod", asLine(run, out!), undefined, asLine(run, a.dtype === null ? a.input : run.cast(a.input, a.dtype)), lineOf(op, a.input, a.dim).d, run.stream),
-  cummax: (run, [values, indices], a, op) => k.cumulative("max", asLine(run, values!), asLine(run, indices!), asLine(run, a.input), lineOf(op, a.input, a.dim).d, run.stream),
-  cummin: (run, [values, indices], a, op) => k.cumulative("min", asLine(run, values!), asLine(run, indices!), asLine(run, a.input), lineOf(op, a.input, a.dim).d, run.stream),
+  cumprod: (run, [out], a, _, { plan }) => k.cumulative("prod", asLine(run, out!), undefined, asLine(run, a.dtype === null ? a.input : run.cast(a.input, a.dtype)), plan.d, run.stream),
+  cummax: (run, [values, indices], a, _, { plan }) => k.cumulative("max", asLine(run, values!), asLine(run, indices!), asLine(run, a.input), plan.d, run.stream),
+  cummin: (run, [values, indices], a, _, { plan }) => k.cumulative("min", asLine(run, values!), asLine(run, indices!), asLine(run, a.input), plan.d, run.stream),
   roll,
   searchsorted: (run, [out], a) => k.searchsorted(out!, a.sorted_sequence, a.input, a.right || a.side === "right", run.stream),
   bincount,
   multinomial,
   cumsum: (run, [out], a, op) => k.cumsum(out!, a.dtype === null ? a.input : run.cast(a.input, a.dtype), normDim(op, a.dim, a.input.shape.length), run.stream),
-  norm: (run, [out], a, name) => reduceInto(run, a.p === 1 ? "norm1" : a.p === 2 ? "norm2" : "norm_inf", out!, a.input, reducedDims(name, a.input, a.dim)),
+  norm: (run, [out], a, _, { plan }) => reduceInto(run, a.p === 1 ? "norm1" : a.p === 2 ? "norm2" : "norm_inf", out!, a.input, plan.dims),
   matmul: (run, [out], a) => matmulInto(run, out!, a.input, a.other),
   mm: (run, [out], a) => k.matmul(out!, a.input, a.mat2, run.stream),
   bmm: (run, [out], a) => k.matmul(out!, a.input, a.mat2, run.stream),
   _matmul_t: (run, [out], a) => k.matmul(out!, a.input, a.other, run.stream, { a: a.transpose_input, b: a.transpose_other }),
   transpose: (run, [out], a, op) => transposeInto(run, out!, a.input, op, a.dim0, a.dim1),
   t: (run, [out], a, op) => transposeInto(run, out!, a.input, op, 0, -1),
-  permute: (run, [out], a, op) => permute(run, out!, a.input, permutation(op, a.input, a.dims)),
+  permute: (run, [out], a, _, { plan }) => permute(run, out!, a.input, plan.p),
   reshape: (_, __, a, ___, [m]) => a.input.view(m!.shape),
   view: (_, __, a, ___, [m]) => a.input.view(m!.shape),
   flatten: (_, __, a, ___, [m]) => a.input.view(m!.shape),
   squeeze: (_, __, a, ___, [m]) => a.input.view(m!.shape),
   unsqueeze: (_, __, a, ___, [m]) => a.input.view(m!.shape),
-  expand: (run, [out], a, op) => copyInto(run, out!, a.input, broadcastStrides(a.input.shape, expandShape(op, a.input, a.size))),
-  broadcast_to: (run, [out], a, op) => copyInto(run, out!, a.input, broadcastStrides(a.input.shape, expandShape(op, a.input, a.size))),
+  expand: (run, [out], a) => copyInto(run, out!, a.input, broadcastStrides(a.input.shape, out!.shape)),
+  broadcast_to: (run, [out], a) => copyInto(run, out!, a.input, broadcastStrides(a.input.shape, out!.shape)),
   contiguous: (_, __, a) => a.input.view(a.input.shape),
   clone: (run, [out], a) => k.cast(out!, a.input, run.stream),
   to: (run, [out], a) => k.cast(out!, a.input, run.stream),
-  narrow: (run, _, a, op, metas) => blocksOf(run, op, a, metas)[0]!,
-  select: (run, _, a, op, metas) => blocksOf(run, op, a, metas)[0]!,
-  slice: (run, _, a, op, metas) => blocksOf(run, op, a, metas)[0]!,
+  narrow: (run, _, a, __, metas) => blocksOf(run, a, metas)[0]!,
+  select: (run, _, a, __, metas) => blocksOf(run, a, metas)[0]!,
+  slice: (run, _, a, __, metas) => blocksOf(run, a, metas)[0]!,
   flip: (run, [out], a, op) => {
     const s = stridesOf(a.input), n = a.input.shape.length
     const dims = (typeof a.dims === "number" ? [a.dims] : a.dims).map((d) => normDim(op, d, n))
@@ -688,10 +614,10 @@ export const KERNELS: Kernels = {
   noop: () => undefined,
   tril: (run, [out], a) => k.triangle(out!, a.input, a.diagonal, false, run.stream),
   triu: (run, [out], a) => k.triangle(out!, a.input, a.diagonal, true, run.stream),
-  split: (run, _, a, op, metas) => blocksOf(run, op, a, metas),
-  chunk: (run, _, a, op, metas) => blocksOf(run, op, a, metas),
-  unbind: (run, _, a, op, metas) => blocksOf(run, op, a, metas),
-  randint: (run, outs, a, op) => randint(run, outs, { ...a, ...randintForm(op, a) }, op),
+  split: (run, _, a, __, metas) => blocksOf(run, a, metas),
+  chunk: (run, _, a, __, metas) => blocksOf(run, a, metas),
+  unbind: (run, _, a, __, metas) => blocksOf(run, a, metas),
+  randint,
   dropout: (run, [out, mask], a) => {
     if (!a.training || a.p === 0) return (k.cast(out!, a.input, run.stream), k.fill(mask!, 1, run.stream))
     const d = run.ctx.generator.draw(a.input.numel)
@@ -710,45 +636,6 @@ export const KERNELS: Kernels = {
     const [o, i] = a.weight.shape as [number, number], rows = numelOf(a.input.shape.slice(0, -1))
     k.matmul(run.view(out!, [rows, o]), run.view(a.input, [rows, i]), a.weight, run.stream, { b: true })
     if (a.bias && out!.numel > 0) k.binary("add", out!, out!, a.bias, run.stream)
-  },
-  // Over rows [M, C]: an input [N, C, d...] with its class dim moved last (one strided copy), the targets flattened.
-  cross_entropy: (run, [out], a) => {
-    const rows = classRows(a.input), n = rows.n, c = rows.classes, dtype = a.input.dtype, s = a.label_smoothing
-    let input = a.input
-    if (rows.toLast) {
-      const moved = run.temp(dtype, rows.toLast.map((d) => a.input.shape[d]!))
-      permute(run, moved, a.input, rows.toLast)
-      input = moved
-    }
-    input = run.view(input, [n, c])
-    const target = run.view(a.target, [n])
-    const logp = run.temp(dtype, [n, c])
-    k.softmax(logp, input, 1, true, run.stream)
-    // Ignored targets pick class 0 and are masked out.
-    const valid = run.temp("bool", [n])
-    k.binaryScalar("ne", valid, target, a.ignore_index, false, run.stream)
-    const safe = run.temp("i64", [n])
-    k.binary("mul", safe, target, run.cast(valid, "i64"), run.stream)
-    const picked = run.temp(dtype, [n, 1])
-    k.gather(picked, logp, 1, run.view(safe, [n, 1]), run.stream)
-    // Each row's weight: its target's class weight (1 without one), 0 when ignored.
-    const counted = run.cast(valid, dtype), weight = a.weight === null ? counted : run.temp(dtype, [n]), loss = run.temp(dtype, [n])
-    if (a.weight !== null) {
-      k.gather(weight, a.weight, 0, safe, run.stream)
-      k.binary("mul", weight, weight, counted, run.stream)
-    }
-    k.binaryScalar("mul", loss, run.view(picked, [n]), -(1 - s), false, run.stream)
-    k.binary("mul", loss, loss, weight, run.stream)
-    if (s > 0) {
-      // s/C of every class's -log p, weighted by its class weight; ignored rows 0.
-      const smooth = run.temp(dtype, [n]), terms = a.weight === null ? logp : run.temp(dtype, [n, c])
-      if (a.weight !== null) k.binary("mul", terms, logp, a.weight, run.stream)
-      k.reduce("sum", smooth, terms, 1, run.stream)
-      k.binaryScalar("mul", smooth, smooth, -s / c, false, run.stream)
-      k.binary("mul", smooth, smooth, counted, run.stream)
-      k.binary("add", loss, loss, smooth, run.stream)
-    }
-    reduceLoss(run, a.reduction === "none" ? run.view(out!, [n]) : out!, loss, weight, a.reduction)
   },
   layer_norm: (run, [out], a) => k.layerNorm(out!, a.input, a.weight, a.bias, numelOf(a.normalized_shape), a.eps, run.stream),
   scaled_dot_product_attention: attention,
@@ -776,14 +663,13 @@ export const KERNELS: Kernels = {
     k.indexSelect(run.view(out!, [n, a.weight.shape[1]!]), a.weight, 0, run.view(a.input, [n]), run.stream)
   },
   ...(Object.fromEntries(Object.entries(UNARY_IN_PLACE).map(([name, base]) => [name, unaryInPlace(base)])) as { readonly [N in keyof typeof UNARY_IN_PLACE]: Kernel<"neg_"> }),
-  pow_: binaryInPlace("pow", "arithmetic"),
-  eq_: binaryInPlace("eq", "comparison"), ne_: binaryInPlace("ne", "comparison"), lt_: binaryInPlace("lt", "comparison"),
-  le_: binaryInPlace("le", "comparison"), gt_: binaryInPlace("gt", "comparison"), ge_: binaryInPlace("ge", "comparison"),
-  logical_and_: binaryInPlace("logical_and", "comparison"), logical_or_: binaryInPlace("logical_or", "comparison"),
+  pow_: binaryInPlace("pow"),
+  eq_: binaryInPlace("eq"), ne_: binaryInPlace("ne"), lt_: binaryInPlace("lt"),
+  le_: binaryInPlace("le"), gt_: binaryInPlace("gt"), ge_: binaryInPlace("ge"),
+  logical_and_: binaryInPlace("logical_and"), logical_or_: binaryInPlace("logical_or"),
   zero_: (run, _, a) => k.fill(a.input, 0, run.stream),
   // repeat, baddbmm, outer
-  repeat: (run, [out], a, op) => repeatInto(run, out!, a.input, a.repeats, op),
-  baddbmm,
+  repeat: (run, [out], a, _, { plan }) => repeatInto(run, out!, a.input, a.repeats, plan.padded),
   outer: (run, [out], a) => outerInto(run, out!, a.input, a.vec2),
   ger: (run, [out], a) => outerInto(run, out!, a.input, a.vec2),
 }
