@@ -12,7 +12,7 @@
  * it. Everything else is replicated.
  */
 import { Effect } from "effect"
-import { allReduce, blockOf, compile, type ControllerError, copyTo, gradGenerator, HostTensor, type Mesh, noGrad, opsOn, ops, type PlacementSpec, type RemoteTensor, shard, zeroGrad } from "../../src/controller/index.ts"
+import { allReduce, autocast, blockOf, compile, type ControllerError, type LowDType, copyTo, gradGenerator, HostTensor, type Mesh, noGrad, opsOn, ops, type PlacementSpec, type RemoteTensor, shard, zeroGrad } from "../../src/controller/index.ts"
 import { clipGradNorm, type StepAt } from "../../src/optim/index.ts"
 import type { Batch } from "./data.ts"
 import { type GPTConfig, paramSpecs, splitDim } from "./weights.ts"
@@ -136,12 +136,14 @@ export interface Scheduled {
  * One training step: forward, backward with each gradient averaged over dp as soon as it is
  * final (the gradient generator), clipping by global norm across the dp and tp shards (when
  * `clip` is given), the optimizer's step (at `at`'s learning rate and step number, when given).
+ * With `precision`, forward and the loss run under autocast to that low type (the parameters
+ * stay f32: the optimizer steps those masters).
  * Returns the loss averaged over dp, a handle (fetch it to wait for the step).
  */
-export const trainStep = (model: GPT, opt: Stepper, x: RemoteTensor, y: RemoteTensor, clip?: number, at?: Scheduled): Effect.Effect<RemoteTensor, ControllerError> =>
+export const trainStep = (model: GPT, opt: Stepper, x: RemoteTensor, y: RemoteTensor, clip?: number, at?: Scheduled, precision?: LowDType): Effect.Effect<RemoteTensor, ControllerError> =>
   Effect.gen(function* () {
     if (at !== undefined) opt.lr = at.lr
-    const loss = model.loss(x, y)
+    const loss = precision === undefined ? model.loss(x, y) : autocast(precision, () => model.loss(x, y))
     for (const [p, g] of gradGenerator(loss, model.parameters)) {
       p.grad = noGrad(() => allReduce(g, "dp", "avg")).place(p.placement)
       g.release()

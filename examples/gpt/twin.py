@@ -1,6 +1,7 @@
 """The torch twin of examples/gpt/model.ts: the same GPT in torch 1.13, trained from the same
 initial weights on the same batches (both handed over on stdin as JSON, not re-drawn), with
-torch.optim.AdamW and the same hyper-parameters (each step's learning rate when given, and clip_grad_norm_ when asked). Prints {"losses": [...]} (one per step) and,
+torch.optim.AdamW and the same hyper-parameters (each step's learning rate when given, and clip_grad_norm_ when asked),
+its forward and loss under CPU autocast to bf16 when asked ("autocast": "bf16"). Prints {"losses": [...]} (one per step) and,
 when asked, the logits of a forward pass.
 
     /usr/bin/python3 examples/gpt/twin.py < request.json
@@ -75,8 +76,10 @@ def main():
                 g["lr"] = o["lrs"][i]
         x = torch.tensor(b["x"], dtype=torch.int64).reshape(b["rows"], b["length"])
         y = torch.tensor(b["y"], dtype=torch.int64).reshape(-1)
-        logits = model(x)
-        loss = F.cross_entropy(logits.reshape(-1, cfg["vocab"]), y)
+        # torch 1.13's CPU autocast when asked (bf16: the only low type it takes on CPU)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=req.get("autocast") == "bf16"):
+            logits = model(x)
+            loss = F.cross_entropy(logits.reshape(-1, cfg["vocab"]), y)
         opt.zero_grad()
         loss.backward()
         if o.get("clip") is not None:

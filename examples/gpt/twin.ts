@@ -28,10 +28,11 @@ export const torchMissing = (): string | undefined => {
   return r.exitCode === 0 ? undefined : `torch does not import with ${TORCH_PYTHON} (${r.stderr.toString().trim().split("\n").at(-1) ?? `exit ${r.exitCode}`})`
 }
 
-/** The twin's loss at each step, training from `weights` on `batches` (each the whole step's batch, every dp part). */
-export const torchLosses = async (config: GPTConfig, weights: ReadonlyMap<string, Float32Array>, shapes: ReadonlyMap<string, ReadonlyArray<number>>, batches: ReadonlyArray<Batch>, optim: AdamWOptions): Promise<number[]> => {
+/** The twin's loss at each step, training from `weights` on `batches` (each the whole step's batch, every dp part); its forward under torch's CPU autocast when `autocast` is given. */
+export const torchLosses = async (config: GPTConfig, weights: ReadonlyMap<string, Float32Array>, shapes: ReadonlyMap<string, ReadonlyArray<number>>, batches: ReadonlyArray<Batch>, optim: AdamWOptions, autocast?: "bf16"): Promise<number[]> => {
   const request = JSON.stringify({
     config,
+    autocast,
     weights: Object.fromEntries([...weights].map(([name, data]) => [name, { shape: shapes.get(name), data: Array.from(data) }])),
     batches,
     optim,

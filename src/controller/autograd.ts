@@ -27,6 +27,7 @@ import { SAVES } from "../ops/saves.ts"
 import type { DType } from "../protocol/values.ts"
 import { refuse } from "./errors.ts"
 import { TensorHandle } from "./handles.ts"
+import { withoutAutocast } from "./autocast.ts"
 import { escape } from "./lifetime.ts"
 import type { Mesh } from "./mesh.ts"
 import type { Ops } from "./ops.ts"
@@ -74,7 +75,8 @@ const backend = (on: OpSurface, mesh: Mesh): TapeOps<RemoteTensor> => {
       const outer = made
       made = []
       try {
-        const value = f()
+        // rules run in the dtypes forward chose (torch runs backward outside autocast)
+        const value = withoutAutocast(f)
         return { value, made }
       } finally {
         made = outer

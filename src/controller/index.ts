@@ -23,6 +23,7 @@ export {
   type Loaded, type PendingSave, type RankWrite, type SaveOptions, type Saved, type State,
 } from "./checkpoint.ts"
 export { Mesh, type CallOptions, type FetchOptions } from "./mesh.ts"
+export { AUTOCAST_LISTS, autocast, autocastDtype, type AutocastLists, type LowDType } from "./autocast.ts"
 export { customGrad, noGrad, recordBackward, zeroGrad, type TensorGrad } from "./autograd.ts"
 export { allGather, allReduce, allToAll, copyTo, reduceScatter, sendTo } from "./meshgrad.ts"
 export { blockOf, partial, replicate, replicated, shard, shardedDims, type DimPlacement, type Placement, type PlacementSpec } from "./placement.ts"

@@ -28,6 +28,7 @@ import type { PlacementSpec } from "./placement.ts"
 import { refuse } from "./errors.ts"
 import { tapeOp, refuseInPlace } from "./autograd.ts"
 import type { RemoteTensor } from "./tensor.ts"
+import { autocastArguments, autocastDtype } from "./autocast.ts"
 
 type FloatingDType = "f32" | "f64" | "f16" | "bf16"
 type IntegralDType = "bool" | "u8" | "i32"
@@ -110,7 +111,8 @@ const meshOf = (args: ReadonlyArray<unknown>): Mesh | undefined => {
 }
 
 /** Issues `ops.<name>` on `mesh` (or the first tensor's) and returns what its ReturnKind says (an in-place op: its input). */
-const invoke = (name: OpName, mesh: Mesh | undefined, all: ReadonlyArray<unknown>): RemoteTensor | RemoteTensor[] | undefined => {
+const invoke = (name: OpName, mesh: Mesh | undefined, given: ReadonlyArray<unknown>): RemoteTensor | RemoteTensor[] | undefined => {
+  const all = autocastDtype() === null ? given : autocastArguments(name, given, (t, dtype) => invoke("to", t.mesh, [t, dtype]) as RemoteTensor)
   const last = all.at(-1)
   const kwargs = isKwargs(last) ? last : {}
   const args = isKwargs(last) ? all.slice(0, -1) : all

@@ -90,6 +90,8 @@ export interface GradOps<T> {
   log_softmax(input: T, dim: number): T
   zeros(size: number[], kwargs: { dtype: DType }): T
   arange(end: number): T
+  /** In place (batch_norm's running statistics): its input moved toward end by weight. */
+  lerp_(input: T, end: T, weight: number): unknown
 }
 
 /** What a rule is given: the call's arguments (tensors as T), its result, the result's gradient, and any tensor's metadata. */

@@ -8,6 +8,7 @@
 import { isTensorMeta, type TensorMeta } from "./meta.ts"
 import { binder, signatureOf, type Binder, type Param } from "./params.ts"
 import type { OpSpec } from "./spec.ts"
+import { conv } from "./specs/conv.ts"
 import { creation } from "./specs/creation.ts"
 import { elementwise } from "./specs/elementwise.ts"
 import { inPlace } from "./specs/inplace.ts"
@@ -22,7 +23,7 @@ import { reductions } from "./specs/reduction.ts"
 import { sorting } from "./specs/sorting.ts"
 import { ternary } from "./specs/ternary.ts"
 
-const SPECS = { ...creation, ...random, ...elementwise, ...math, ...inPlace, ...ternary, ...reductions, ...sorting, ...layout, ...linalg, ...nn, ...optim, ...model }
+const SPECS = { ...creation, ...random, ...elementwise, ...math, ...inPlace, ...ternary, ...reductions, ...sorting, ...layout, ...linalg, ...nn, ...optim, ...model, ...conv }
 
 type Specs = typeof SPECS
 export type OpName = keyof Specs

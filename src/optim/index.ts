@@ -17,4 +17,5 @@ export { AdamW, ADAMW_DEFAULTS, type AdamWOptions, type AdamWState } from "./ada
 export { clipGradNorm } from "./clip.ts"
 export { Optimizer, type Gradients, type OptimizerStateDict, type ParamGroup, type Params, type StepAt } from "./optimizer.ts"
 export { constant, cosineDecay, linearWarmup, warmupCosine, type Schedule } from "./schedule.ts"
+export { GRAD_SCALER_DEFAULTS, GradScaler, type GradScalerOptions, type GradScalerState, type Steppable } from "./scaler.ts"
 export { SGD, SGD_DEFAULTS, type SGDOptions, type SGDState } from "./sgd.ts"

@@ -791,6 +791,16 @@ const casesOf = (start: number): Case[] => (seed = start, [
   c("max_pool2d bf16", "max_pool2d", [tensor("bf16", [2, 5, 5]), 2]),
   ...[true, false].map((include) => c(`avg_pool2d padding and ceil_mode, count_include_pad ${include}`, "avg_pool2d", [f(2, 2, 6, 7), 3, 2, 1, true, include])),
   c("avg_pool2d divisor_override", "avg_pool2d", [f(1, 4, 4), 2], { divisor_override: 3 }),
+  // the convolutions and norms (composed; on a worker called directly, batch_norm's running statistics moved by its in-place part)
+  c("conv2d stride 2, padding past the kernel, bias", "conv2d", [f(2, 3, 6, 5), f(4, 3, 3, 2), f(4), 2, 3]),
+  c("conv2d groups 2 with dilation 2", "conv2d", [f(1, 4, 7, 7), f(6, 2, 3, 3), null, 1, [1, 2], 2, 2]),
+  c("conv2d unbatched bf16", "conv2d", [tensor("bf16", [2, 5, 5]), tensor("bf16", [3, 2, 3, 3])], { padding: 1 }),
+  c("conv1d groups 3, stride 2, dilation 2", "conv1d", [f(2, 6, 11), f(3, 2, 3), f(3)], { stride: 2, dilation: 2, groups: 3 }),
+  c("batch_norm training, affine", "batch_norm", [f(4, 3, 2, 2), f(3), { ...f(3), data: [1, 0.5, 2] }, f(3), f(3), true, 0.3, 1e-5]),
+  c("batch_norm eval", "batch_norm", [f(2, 3, 4), f(3), { ...f(3), data: [1, 0.5, 2] }, f(3), null, false]),
+  c("batch_norm bf16 training, f32 statistics", "batch_norm", [tensor("bf16", [4, 2, 3]), f(2), { ...f(2), data: [1, 2] }, null, null, true]),
+  c("group_norm 2 groups, affine", "group_norm", [f(2, 4, 3, 2), 2, f(4), f(4)]),
+  c("group_norm bf16", "group_norm", [tensor("bf16", [2, 6, 5]), 3]),
 ])
 const CASES = casesOf(12345)
 /** f16 and bf16 results sit near their rounding points, so one draw can pass by luck: each case

@@ -167,6 +167,12 @@ OPS["_sum_of_squares"] = lambda tensors: sum(t.double().pow(2).sum() for t in te
 OPS["pad"] = F.pad
 OPS["max_pool2d"] = F.max_pool2d
 OPS["avg_pool2d"] = F.avg_pool2d
+OPS["conv1d"] = F.conv1d
+OPS["conv2d"] = F.conv2d
+OPS["group_norm"] = F.group_norm
+OPS["batch_norm"] = F.batch_norm
+# batch_norm's running statistics after the call (updated in place in training): [running_mean, running_var]
+OPS["batch_norm_stats"] = lambda x, rm, rv, *a, **k: (F.batch_norm(x, rm, rv, *a, **k), torch.cat([rm, rv]))[1]
 
 
 def einsum(equation, operands):

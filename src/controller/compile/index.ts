@@ -30,6 +30,7 @@
  * compile() below reads it, from the Controller service the call runs under.
  */
 import { Effect } from "effect"
+import { autocastDtype } from "../autocast.ts"
 import { Controller } from "../controller.ts"
 import type { Core } from "../core.ts"
 import { ControllerError } from "../errors.ts"
@@ -158,13 +159,15 @@ export function compile<A extends ReadonlyArray<unknown>, R, E, Rq>(step: (...ar
     })
 
   const compiled = (...args: ReadonlyArray<unknown>) => {
-    const flat = flatten(args)
+    const flat = flatten(args), scopeDtype = autocastDtype()
     // Where the program calls the step (as Core.site is for each command), when it will be traced.
     const called = needsTrace(find(flat)) ? CallSite.capture(4) : undefined // this, `compiled`, the user's, one spare
     return Effect.flatMap(Effect.service(Controller), (ctl) => {
       const core = ctl.core
       if (disposed) return Effect.fail(new ControllerError({ reason: "disposed", message: `compile(${name}) was disposed: its recordings are deleted; compile the step again to call it` }))
       if (core.sink instanceof Recorder) return Effect.fail(new ControllerError({ reason: "not-recordable", message: `compile(${name}) was called while compile(${core.sink.name}) records its step; call it outside, or let the outer step be one recording` }))
+      // the step runs when its Effect does, after an autocast scope around this call has closed
+      if (scopeDtype !== null) return Effect.fail(new ControllerError({ reason: "not-recordable", message: `compile(${name}) was called inside autocast("${scopeDtype}"), which ends before the step runs; call autocast inside the step` }))
       const found = find(flat)
       if (found === undefined && (warmed.get(flat.key) ?? 0) < warmup) {
         warmed.set(flat.key, (warmed.get(flat.key) ?? 0) + 1)

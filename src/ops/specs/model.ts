@@ -191,7 +191,7 @@ export const padPlan = (op: string, input: TensorMeta, pad: ReadonlyArray<number
  * mapped into range (reflect: (n-1) - |(n-1) - |i||, replicate: clamped, circular: i mod n, or of
  * what a negative side leaves, as torch's, constant: clamped, then the out-of-range places filled with the value); a negative size crops.
  */
-const padParts = <T>(o: GradOps<T>, meta: (t: T) => TensorMeta, input: T, pad: ReadonlyArray<number>, mode: string, value: number, op: string): T => {
+export const padParts = <T>(o: GradOps<T>, meta: (t: T) => TensorMeta, input: T, pad: ReadonlyArray<number>, mode: string, value: number, op: string): T => {
   let x = input
   padPlan(op, meta(input), pad, mode, value).forEach(([before, after], d) => {
     if (before === 0 && after === 0) return
@@ -212,7 +212,7 @@ const padParts = <T>(o: GradOps<T>, meta: (t: T) => TensorMeta, input: T, pad: R
 }
 
 /** One spatial dim of a pooling: its kernel, stride, padding and dilation, and the output's size. */
-interface PoolDim { readonly k: number; readonly s: number; readonly p: number; readonly d: number; readonly size: number; readonly out: number }
+export interface PoolDim { readonly k: number; readonly s: number; readonly p: number; readonly d: number; readonly size: number; readonly out: number }
 
 /**
  * A 2-D pooling's plan per spatial dim (H, W), with torch 1.13's rules: an int or a pair each;
@@ -244,7 +244,7 @@ export const poolPlan = (op: string, input: TensorMeta, kernel: Sizes, stride: S
  * Each pooling window of x [..., H', W'] (padded to cover every window: n + p + what ceil mode
  * reaches past it) as dims [..., OH, KH, OW, KW], by index_select at o s + j d along each dim.
  */
-const windowsOf = <T>(o: GradOps<T>, x: T, lead: ReadonlyArray<number>, [h, w]: [PoolDim, PoolDim]): T => {
+export const windowsOf = <T>(o: GradOps<T>, x: T, lead: ReadonlyArray<number>, [h, w]: [PoolDim, PoolDim]): T => {
   const index = (p: PoolDim) => o.reshape(o.add(o.mul(o.reshape(o.arange(p.out), [p.out, 1]), p.s), o.mul(o.arange(p.k), p.d)), [p.out * p.k])
   const rows = o.reshape(o.index_select(x, -2, index(h)), [...lead, h.out, h.k, -1])
   return o.reshape(o.index_select(rows, -1, index(w)), [...lead, h.out, h.k, w.out, w.k])

@@ -23,7 +23,8 @@ const partsOn = (run: Run): GradOps<Tensor> => new Proxy({} as GradOps<Tensor>, 
   get: (_, name: string) => (...args: unknown[]) => {
     const last = args.at(-1), kwargs = typeof last === "object" && last !== null && !Array.isArray(last) && !(last instanceof Tensor) ? last as Record<string, unknown> : undefined
     const out = builtinFunction(name)!({ ...run.ctx, kwargs: kwargs ?? {} }, ...(kwargs ? args.slice(0, -1) : args)) as Tensor
-    run.temps.push(out)
+    // an in-place part (batch_norm's lerp_) defines nothing
+    if (out !== undefined) run.temps.push(out)
     return out
   },
 })
