@@ -203,7 +203,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "a value under several refs lives until its last ref goes",
     file: "src/worker/refs.ts",
-    edits: one("    if (n === 0) value[Symbol.dispose]()", "    value[Symbol.dispose]()"),
+    edits: one("    if (n > 0) return\n    if (value instanceof Tensor", "    if (value instanceof Tensor"),
     tests: ["tests/worker/inProcess.test.ts", "tests/worker/borrows.test.ts", "tests/worker/resources.test.ts"],
   },
   {
@@ -251,7 +251,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "replay: a temporary whose memory a result views is not kept for the next call",
     file: "src/worker/prepared.ts",
-    edits: one("    if (s.env.peek(id) !== t || t.shared || s.env.take(id) !== t) break", "    if (s.env.peek(id) !== t || s.env.take(id) !== t) break"),
+    edits: one("    if (s.env.peek(id) !== t || t.shared || s.inflight.holds(t) || s.env.take(id) !== t) break", "    if (s.env.peek(id) !== t || s.inflight.holds(t) || s.env.take(id) !== t) break"),
     tests: ["tests/recordings/worker.test.ts"],
   },
   {
