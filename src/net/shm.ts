@@ -20,7 +20,7 @@
  * free, announcing the tensor first and then its progress in the header, so the controller copies
  * each chunk out while the next is written, then frees it (SegmentFree).
  */
-import { dlopen, FFIType, toArrayBuffer, type Pointer } from "bun:ffi"
+import type { Pointer } from "bun:ffi"
 import { randomBytes } from "node:crypto"
 import { closeSync, constants, fstatSync, ftruncateSync, openSync, readlinkSync } from "node:fs"
 import { Data } from "effect"
@@ -53,12 +53,19 @@ export const DEFAULT_SHARED_MIN_BYTES = 256 * 1024
 
 const PROT_READ = 1, PROT_WRITE = 2, MAP_SHARED = 1, MAP_POPULATE = 0x8000, MFD_CLOEXEC = 1
 
+/**
+ * bun:ffi, loaded on the first segment rather than imported: the controller's modules import no
+ * native code (a controller on a host without shared memory never loads it).
+ */
+let ffi: typeof import("bun:ffi") | undefined
+const native = (): typeof import("bun:ffi") => (ffi ??= require("bun:ffi") as typeof import("bun:ffi"))
+
 let libc: ReturnType<typeof openLibc> | undefined
-const openLibc = () => dlopen("libc.so.6", {
+const openLibc = () => { const { dlopen, FFIType } = native(); return dlopen("libc.so.6", {
   memfd_create: { args: [FFIType.cstring, FFIType.u32], returns: FFIType.i32 },
   mmap: { args: [FFIType.ptr, FFIType.u64, FFIType.i32, FFIType.i32, FFIType.i32, FFIType.i64], returns: FFIType.ptr },
   munmap: { args: [FFIType.ptr, FFIType.u64], returns: FFIType.i32 },
-}).symbols
+}).symbols }
 const c = () => (libc ??= openLibc())
 
 /** A mapping of `bytes` bytes of a segment, read and written through `view` until unmapped. */
@@ -68,7 +75,7 @@ export class Mapping {
 
   private constructor(at: Pointer, readonly bytes: number) {
     this.at = at
-    this.view = new Uint8Array(toArrayBuffer(at, 0, bytes))
+    this.view = new Uint8Array(native().toArrayBuffer(at, 0, bytes))
   }
 
   /** Maps `fd` shared, its pages faulted in now (MAP_POPULATE) so later copies pay none. */

@@ -99,14 +99,18 @@ describe("metadata", () => {
   })
 })
 
-/** The modules `entry` imports (values, not types), transitively: each with the chain that reached it. */
-const importGraph = (entry: string): Map<string, string[]> => {
+/**
+ * The modules `entry` imports (values, not types), transitively: each with the chain that reached
+ * it. `onDemand`: also follow require() calls, which load a module only when the code runs them.
+ */
+const importGraph = (entry: string, onDemand = true): Map<string, string[]> => {
   const transpiler = new Bun.Transpiler({ loader: "ts" })
   const seen = new Map<string, string[]>([[entry, [entry]]])
   const queue = [entry]
   while (queue.length > 0) {
     const file = queue.shift()!
-    for (const { path } of transpiler.scanImports(readFileSync(file, "utf8"))) {
+    for (const { path, kind } of transpiler.scanImports(readFileSync(file, "utf8"))) {
+      if (!onDemand && kind === "require-call") continue
       const target = path.startsWith(".") ? resolve(dirname(file), path) : path
       if (seen.has(target)) continue
       seen.set(target, [...seen.get(file)!, target])
@@ -119,10 +123,15 @@ const importGraph = (entry: string): Map<string, string[]> => {
 describe("the controller loads no native code", () => {
   for (const entry of ["src/controller/index.ts", "src/ops/registry.ts"]) {
     test(`${entry} does not reach bun:ffi or ffi/`, () => {
-      const graph = importGraph(resolve(ROOT, entry))
+      const graph = importGraph(resolve(ROOT, entry), false)
       expect(graph.size).toBeGreaterThan(3)
       const native = [...graph].filter(([m]) => m === "bun:ffi" || m.startsWith(resolve(ROOT, "ffi") + "/"))
       expect(native.map(([, chain]) => chain.map((m) => m.replace(ROOT, "")).join(" -> "))).toEqual([])
+    })
+    test(`${entry} loads native code on demand only for shared memory (src/net/shm.ts's first segment)`, () => {
+      const native = [...importGraph(resolve(ROOT, entry))].filter(([m]) => m === "bun:ffi" || m.startsWith(resolve(ROOT, "ffi") + "/"))
+      const by = native.map(([, chain]) => chain.at(-2)!.replace(ROOT, ""))
+      expect(by.filter((m) => m !== "src/net/shm.ts")).toEqual([])
     })
   }
   test("the worker's kernel table does reach it (the check can fail)", () => {

@@ -56,6 +56,8 @@ const callFunction: WorkerMessage = {
 }
 
 const workerSamples: WorkerMessage[] = [
+  { _tag: "SharedSegment", segment: 2, path: "/proc/77/fd/9", bytes: 3 << 20, check: new Uint8Array(16).fill(0x3c), minBytes: 262144 },
+  { _tag: "SegmentFree", segment: 2 },
   { _tag: "CreateDeviceMesh", result: new Ref(3), names: ["host", "gpu"], ranks: new NDSlice(4, [2, 3], [10, 2]) },
   { _tag: "CreateStream", result: new Ref(1), default: true },
   { _tag: "CreateStream", result: new Ref(2), default: false },
@@ -111,6 +113,9 @@ const workerSamples: WorkerMessage[] = [
 ]
 
 const controllerSamples: ControllerMessage[] = [
+  { _tag: "SegmentMapped", segment: 2, problem: null },
+  { _tag: "SegmentMapped", segment: 3, problem: "not a memfd" },
+  { _tag: "FetchShared", ident: 41, segment: 2, dtype: "bf16", shape: [3, 0, 5] },
   { _tag: "WorkerHello", rank: 3, world: 8, pid: 4242, proof: new Uint8Array(32).fill(0xa5), device: "cuda:3" },
   { _tag: "WorkerChallenge", rank: 3, world: 8, nonce: new Uint8Array(32).fill(0x5a) },
   { _tag: "Status", firstUncompletedIdent: 19 },
@@ -138,10 +143,10 @@ const placedAt = (bytes: Uint8Array, offset: number): Uint8Array => {
 }
 
 describe("round trip", () => {
-  test("the samples cover all 32 messages", () => {
+  test("the samples cover all 36 messages", () => {
     const tags = new Set([...workerSamples, ...controllerSamples].map((m) => m._tag))
     expect(([...tags] as string[]).sort()).toEqual(Object.keys(MESSAGE_CODES).sort())
-    expect(tags.size).toBe(32)
+    expect(tags.size).toBe(36)
   })
 
   for (const m of workerSamples) {

@@ -3,6 +3,7 @@ import { Effect } from "effect"
 import type { CommandGroup, ControllerProof, DeleteRefs, Exit, PeerLost, RequestStatus, Withheld, WorkerMessage } from "../../protocol/messages.ts"
 import { DependentOnError } from "../errors.ts"
 import { ioTurn, reject, sendStatus, stopped, type Session } from "../session.ts"
+import { settleFor } from "../inflight.ts"
 import { callNow } from "./calls.ts"
 
 export const requestStatus = (s: Session) => (m: RequestStatus) => Effect.sync(() => {
@@ -16,14 +17,11 @@ export const exit = (s: Session) => (_: Exit) => {
   return s.writing.size === 0 ? Effect.void : Effect.promise(() => Promise.allSettled([...s.writing]))
 }
 
-/** How many commands of a group run between looks at the clock for the event loop's turn (ioTurn). */
-const IO_CHECK = 16
-
 /**
  * Runs the group's commands in order, stopping at an Exit or a closed link. `plain`: dispatch
  * neither logs nor traces each command, so a CallFunction runs straight through (callNow: no
- * Effect per command unless it has a rest to wait for; its failures poison and report as they
- * do through dispatch); otherwise, and for every other command, through `dispatch`.
+ * Effect per command unless it waits for a collective in flight or has a rest to wait for; its
+ * failures poison and report as they do through dispatch); otherwise, and for every other command, through `dispatch`.
  */
 export const commandGroup = (s: Session, dispatch: (m: WorkerMessage) => Effect.Effect<void>, plain: boolean) => (m: CommandGroup) =>
   Effect.gen(function* () {
@@ -31,13 +29,15 @@ export const commandGroup = (s: Session, dispatch: (m: WorkerMessage) => Effect.
     for (let k = 0; k < commands.length; k++) {
       const command = commands[k]!
       if (plain && command._tag === "CallFunction") {
+        // As dispatch does: first the collectives in flight this command reads or writes.
+        const wait = settleFor(s.inflight, s.env, command)
+        if (wait) yield* wait
         const rest = callNow(s, command)
         if (rest) yield* rest
       } else yield* dispatch(command)
-      if (k % IO_CHECK === IO_CHECK - 1 || k === commands.length - 1) {
-        const turn = ioTurn(s)
-        if (turn) yield* turn
-      }
+      // Each command: one long command must not hide a closed link behind the next fifteen.
+      const turn = ioTurn(s)
+      if (turn) yield* turn
       if (stopped(s)) return
     }
   })
