@@ -201,6 +201,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/worker/inProcess.test.ts", "tests/worker/commands.test.ts"],
   },
   {
+    area: "worker", behaviour: "a CommandGroup's call waits first for the all-reduces in flight it reads",
+    file: "src/worker/handlers/control.ts",
+    edits: one("        const wait = settleFor(s.inflight, s.env, command)\n        if (wait) yield* wait\n", ""),
+    tests: ["tests/optim/clip.test.ts"],
+  },
+  {
     area: "worker", behaviour: "a value under several refs lives until its last ref goes",
     file: "src/worker/refs.ts",
     edits: one("    if (n > 0) return\n    if (value instanceof Tensor", "    if (value instanceof Tensor"),
