@@ -259,6 +259,11 @@ const CASES: Case[] = [
   g("max_pool2d dilation", "max_pool2d", [F(2, 5, 6), 2, 1, 0, 2]),
   g("avg_pool2d padding, ceil_mode, count_include_pad False", "avg_pool2d", [F(1, 2, 5, 6), 3, 2, 1, true, false]),
   g("avg_pool2d divisor_override", "avg_pool2d", [F(2, 4, 4), 2], { divisor_override: 3 }),
+  g("conv1d stride, padding, dilation, groups, bias", "conv1d", [F(2, 4, 7), F(6, 2, 3), F(6)], { stride: 2, padding: 2, dilation: 2, groups: 2 }),
+  g("conv2d padding past the kernel, two strides, groups, no bias", "conv2d", [F(1, 2, 4, 5), F(4, 1, 2, 2)], { stride: [2, 1], padding: 3, groups: 2 }),
+  g("batch_norm training, weight and bias", "batch_norm", [F(3, 2, 4), { ...F(2), grad: false }, { ...P(2), grad: false }, F(2), F(2)], { training: true }),
+  g("batch_norm eval", "batch_norm", [F(3, 2), { ...F(2), grad: false }, { ...P(2), grad: false }, F(2), F(2)], { training: false }),
+  g("group_norm, affine", "group_norm", [F(2, 4, 3), 2, F(4), F(4)]),
 ]
 
 /** Every differentiable op has a case. */
