@@ -135,6 +135,24 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/worker/overlap.test.ts"],
   },
   {
+    area: "worker", behaviour: "an all-reduce whose result the next command of its group or recording reads runs on the loop, not the communication thread",
+    file: "src/worker/handlers/collectives.ts",
+    edits: one("    if (s.overlap && !readNext(s, m) && startReduce(s, m, mesh, stream)) return", "    if (s.overlap && startReduce(s, m, mesh, stream)) return"),
+    tests: ["tests/worker/inline.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "the look at the command after an all-reduce passes over releases, and a release of its result means nothing reads it",
+    file: "src/worker/handlers/collectives.ts",
+    edits: one('    if (c._tag !== "DeleteRefs") return mentions(c, m.result.id)\n    if (c.refs.includes(m.result.id)) return false\n', '    return mentions(c, m.result.id)\n'),
+    tests: ["tests/worker/inline.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "an all-reduce started on the communication thread when the next command does not read it",
+    file: "src/worker/handlers/collectives.ts",
+    edits: one("  if (v instanceof Ref) return v.id === id\n", "  if (v instanceof Ref) return true\n"),
+    tests: ["tests/worker/inline.test.ts"],
+  },
+  {
     area: "worker", behaviour: "a tensor let go while an all-reduce in flight holds its memory is freed only after it",
     file: "src/worker/refs.ts",
     edits: one("    if (value instanceof Tensor && this.later?.defer(value)) return\n", ""),
