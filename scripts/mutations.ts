@@ -623,6 +623,36 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/controller/scale.test.ts"],
   },
   {
+    area: "controller", behaviour: "the live commands' compaction keeps each ident at its place (LiveNodes)",
+    file: "src/controller/graph.ts",
+    edits: one("      this.base += this.head\n", ""),
+    tests: ["tests/controller/liveNodes.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a walk of the live commands starts at its first ident, not the first live one (LiveNodes.each)",
+    file: "src/controller/graph.ts",
+    edits: one("    for (let i = Math.max(from - this.base, this.head); i < this.slots.length; i++)", "    for (let i = this.head; i < this.slots.length; i++)"),
+    tests: ["tests/controller/liveNodes.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a live command added below the first live ident is kept (LiveNodes)",
+    file: "src/controller/graph.ts",
+    edits: one("    if (i < this.head) this.head = i\n", ""),
+    tests: ["tests/controller/liveNodes.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a Status counts a rank's pass once per command: the walk starts where its last Status ended",
+    file: "src/controller/graph.ts",
+    edits: one("    this.live.each(before, firstUncompleted, (node) => {", "    this.live.each(0, firstUncompleted, (node) => {"),
+    tests: ["tests/controller/graph.test.ts", "tests/controller/core.test.ts"],
+  },
+  {
+    area: "protocol", behaviour: "a Ref from 2^32 goes through its ext's u64 payload, not the buffer's u32 fast path",
+    file: "src/protocol/codec.ts",
+    edits: one("    else if (v instanceof Ref && v.id <= U32_MAX) {", "    else if (v instanceof Ref) {"),
+    tests: ["tests/protocol/codec.test.ts"],
+  },
+  {
     area: "controller", behaviour: "scale: a command on every rank costs the graph no look at each rank",
     file: "src/controller/graph.ts",
     edits: one("    if (this.lost.size > 0 || ident < this.passedMost) for (const r of ranks) {", "    for (const r of ranks) {"),
