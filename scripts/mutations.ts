@@ -517,7 +517,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "controller", behaviour: "a command settles only once every rank has passed it",
     file: "src/controller/graph.ts",
-    edits: one("      if (node.ident >= firstUncompleted) break\n", "      if (node.ident > firstUncompleted) break\n"),
+    edits: one("    this.live.each(before, firstUncompleted, (node) => {", "    this.live.each(before, firstUncompleted + 1, (node) => {"),
     tests: ["tests/controller/controller.test.ts", "tests/faults/loss.test.ts"],
   },
   {
@@ -1181,7 +1181,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "protocol", behaviour: "promotion: a float number is encoded as float64",
     file: "src/protocol/codec.ts",
-    edits: one("    if (v instanceof FloatNumber) this.encodeNumberAsFloat(v.value)", "    if (v instanceof FloatNumber) (this as unknown as { encodeNumber(n: number): void }).encodeNumber(v.value)"),
+    edits: one("    } else if (v instanceof FloatNumber) this.encodeNumberAsFloat(v.value)", "    } else if (v instanceof FloatNumber) (this as unknown as { encodeNumber(n: number): void }).encodeNumber(v.value)"),
     tests: ["tests/ops/floats.test.ts", "tests/ops/parity.test.ts"],
   },
   {
