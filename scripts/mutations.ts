@@ -653,6 +653,18 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/protocol/codec.test.ts"],
   },
   {
+    area: "controller", behaviour: "a command's rank members come from its own rank list, not the last one looked up",
+    file: "src/controller/graph.ts",
+    edits: one("  if (ranks === lastRanks) return lastMembers!", "  if (lastRanks !== undefined) return lastMembers!"),
+    tests: ["tests/controller/graph.test.ts", "tests/controller/core.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "an in-place op writes the tensor of each parameter it names, found by position or keyword (a list flattened)",
+    file: "src/controller/ops.ts",
+    edits: one("    if (Array.isArray(v)) { for (const t of v) if (t instanceof TensorHandle) out.push(t as RemoteTensor) }", "    if (Array.isArray(v)) { if (v[0] instanceof TensorHandle) out.push(v[0] as RemoteTensor) }"),
+    tests: ["tests/ops/typed.test.ts"],
+  },
+  {
     area: "controller", behaviour: "scale: a command on every rank costs the graph no look at each rank",
     file: "src/controller/graph.ts",
     edits: one("    if (this.lost.size > 0 || ident < this.passedMost) for (const r of ranks) {", "    for (const r of ranks) {"),

@@ -32,13 +32,18 @@ export interface Exchange {
  * waits for instead of keeping a set of them per command.
  */
 const memberSets = new WeakMap<ReadonlyArray<number>, ReadonlySet<number>>()
+/** The last list looked up and its members: commands in a row are mostly on one mesh. */
+let lastRanks: ReadonlyArray<number> | undefined, lastMembers: ReadonlySet<number> | undefined
 const membersOf = (ranks: ReadonlyArray<number>): ReadonlySet<number> => {
+  if (ranks === lastRanks) return lastMembers!
   let members = memberSets.get(ranks)
   if (members === undefined) {
     members = new Set(ranks)
     if (members.size !== ranks.length) throw new Error(`a command's rank list names a rank twice: [${ranks}]`)
     memberSets.set(ranks, members)
   }
+  lastRanks = ranks
+  lastMembers = members
   return members
 }
 
