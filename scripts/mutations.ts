@@ -1036,7 +1036,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "controller", behaviour: "user group: a call with dims depends on every member of its group (a lost member fails it with WorkerLost)",
     file: "src/controller/mesh.ts",
-    edits: one("}), group === undefined ? undefined : this.groupExchange(group))", "}))"),
+    edits: one("    group === undefined ? undefined : this.groupExchange(group))", "    undefined)"),
     tests: ["tests/comm/usergroup.test.ts"],
   },
   {
