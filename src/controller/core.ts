@@ -391,7 +391,9 @@ export class Core implements Sink {
 
   /** Queues a message without an ident for `ranks`. */
   post(ranks: ReadonlyArray<number>, msg: WorkerMessage): void {
-    for (const r of ranks) if (!this.graph.isLost(r)) this.outbox[r]!.push(msg)
+    if (this.graph.anyLost) {
+      for (const r of ranks) if (!this.graph.isLost(r)) this.outbox[r]!.push(msg)
+    } else for (let i = 0; i < ranks.length; i++) this.outbox[ranks[i]!]!.push(msg)
     if (++this.queued >= this.flushEvery) this.flush()
     else this.scheduleFlush()
   }

@@ -47,6 +47,9 @@ const membersOf = (ranks: ReadonlyArray<number>): ReadonlySet<number> => {
   return members
 }
 
+/** Most commands depend on none and have no dependents: one frozen empty list for them all (a push into it throws). */
+const NO_NODES: Node[] = Object.freeze([]) as unknown as Node[]
+
 export class Node {
   /** How many of its ranks have not yet reported passing this ident (which: Graph.behind). */
   waiting: number
@@ -56,12 +59,12 @@ export class Node {
   /** Whether some failure may be in its dependencies on some rank (false: nothing to look up). */
   tainted = false
   /** The commands that defined its inputs; dropped once it settles. */
-  deps: Node[] = []
+  deps: Node[] = NO_NODES
   /** Unsettled dependencies. */
   pendingDeps = 0
   /** Whether it or an unsettled command it depends on (when it was added) is an exchange: only then can its result wait on another rank. */
   exchanged: boolean
-  readonly dependents: Node[] = []
+  dependents: Node[] = NO_NODES
   settled = false
   /** Once settled: the failure of its result on each rank that has one. */
   outcome: Map<number, Failure> | undefined
@@ -263,10 +266,15 @@ export class Graph {
       if (dep.tainted) node.tainted = true
       if (!dep.settled) {
         if (dep.exchanged) node.exchanged = true
+        if (node.deps === NO_NODES) node.deps = []
         node.deps.push(dep)
+        if (dep.dependents === NO_NODES) dep.dependents = []
         dep.dependents.push(node)
         node.pendingDeps++
-      } else if (dep.outcome) node.deps.push(dep)
+      } else if (dep.outcome) {
+        if (node.deps === NO_NODES) node.deps = []
+        node.deps.push(dep)
+      }
     }
     for (const id of defines) this.refs.set(id, node)
     this.live.set(ident, node)
@@ -396,7 +404,7 @@ export class Graph {
     // Most that settle (a Status settles a batch of them) are clean with no dependent left: no walk.
     if (!first.tainted && first.dependents.length === 0) {
       first.settled = true
-      first.deps.length = 0
+      first.deps = NO_NODES
       this.live.delete(first.ident)
       return
     }
@@ -415,13 +423,13 @@ export class Graph {
         node.tainted = node.outcome !== undefined
       }
       node.settled = true
-      node.deps = []
+      node.deps = NO_NODES
       this.live.delete(node.ident)
       for (const d of node.dependents) {
         d.pendingDeps--
         ready.push(d)
       }
-      node.dependents.length = 0
+      node.dependents = NO_NODES
     }
   }
 }
