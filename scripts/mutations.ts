@@ -653,6 +653,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/protocol/codec.test.ts"],
   },
   {
+    area: "controller", behaviour: "releases in a row join the DeleteRefs still last in every rank's queue",
+    file: "src/controller/core.ts",
+    edits: one("      if (queue[queue.length - 1] !== msg && !this.graph.isLost(ranks[i]!)) return false", "      if (queue[0] !== msg && !this.graph.isLost(ranks[i]!)) return false"),
+    tests: ["tests/controller/lifetime.test.ts"],
+  },
+  {
     area: "controller", behaviour: "a command's rank members come from its own rank list, not the last one looked up",
     file: "src/controller/graph.ts",
     edits: one("  if (ranks === lastRanks) return lastMembers!", "  if (lastRanks !== undefined) return lastMembers!"),

@@ -560,13 +560,23 @@ export class Core implements Sink {
     if (refs.length === 0) return
     this.graph.forget(refs)
     const open = this.openDelete
-    if (open !== undefined && open.ranks === ranks && ranks.every((r) => this.graph.isLost(r) || this.outbox[r]!.at(-1) === open.msg)) {
-      open.msg.refs.push(...refs)
+    if (open !== undefined && open.ranks === ranks && this.lastQueuedEverywhere(ranks, open.msg)) {
+      // Plain loops: a dropped handle's release comes here, one per handle.
+      for (let i = 0; i < refs.length; i++) open.msg.refs.push(refs[i]!)
       return
     }
     const msg = { _tag: "DeleteRefs" as const, refs: [...refs] }
     this.openDelete = { msg, ranks }
     this.post(ranks, msg)
+  }
+
+  /** Whether `msg` is the last message queued for each of `ranks` that is not lost. */
+  private lastQueuedEverywhere(ranks: ReadonlyArray<number>, msg: WorkerMessage): boolean {
+    for (let i = 0; i < ranks.length; i++) {
+      const queue = this.outbox[ranks[i]!]!
+      if (queue[queue.length - 1] !== msg && !this.graph.isLost(ranks[i]!)) return false
+    }
+    return true
   }
 
   /** The live core keeps no note of handles made, tensors read or memory written (compile's recorder does). */
