@@ -61,6 +61,13 @@ export interface OpSpec<P extends ReadonlyArray<Param> = ReadonlyArray<Param>, K
    * kernel allocates what it returns itself.
    */
   readonly view?: true | "block"
+  /**
+   * Its kernel reads its tensor operands through their strides (true: every one; else the
+   * parameters named) and writes an in-place target through its own. Every other operand the
+   * worker makes contiguous first, as torch's `.contiguous()` inside the op: a temporary of
+   * the command, and an in-place target computed there is copied back through the view.
+   */
+  readonly strided?: Strided
   /** Its gradient with respect to each tensor input, NOT_DIFFERENTIABLE, or FROM_PARTS (a composite op). */
   readonly backward: Backward<P>
   /**
@@ -85,6 +92,16 @@ export type Planned<Plan, M extends TensorMeta = TensorMeta> = ReadonlyArray<M> 
 
 /** `metas` with `plan` attached (what a rule returns when its kernel needs what it worked out). */
 export const withPlan = <Plan, M extends TensorMeta>(metas: M[], plan: Plan): Planned<Plan, M> => Object.assign(metas, { plan })
+
+/** Which tensor operands a kernel reads through their strides (OpSpec.strided). */
+export type Strided = true | ReadonlyArray<string>
+
+/** The ops of a family, each marked as reading every tensor operand through its strides (OpSpec.strided). */
+export const readingStrides = <S extends object>(family: S): S =>
+  Object.fromEntries(Object.entries(family).map(([name, s]) => [name, { ...s, strided: true }])) as S
+
+/** spec marked as reading the tensor operands named (default: every one) through their strides (OpSpec.strided). */
+export const readsStrides = <S extends object>(s: S, params: Strided = true): S => ({ ...s, strided: params })
 
 /** What an in-place op writes: its `input`, or the tensors of the parameters named. */
 export type Mutates = "input" | ReadonlyArray<string>
@@ -117,7 +134,7 @@ export const spec = <const P extends ReadonlyArray<Param>, const K extends Dtype
   params: P,
   outputs: (a: Bound<P>, op: string) => O,
   backward: Backward<P>,
-  more: { readonly dtype?: K; readonly results?: number | ((a: Bound<P>, op: string) => number); readonly returns?: R; readonly mutates?: Mutates; readonly view?: true | "block" } = {},
+  more: { readonly dtype?: K; readonly results?: number | ((a: Bound<P>, op: string) => number); readonly returns?: R; readonly mutates?: Mutates; readonly view?: true | "block"; readonly strided?: Strided } = {},
 ): OpSpec<P, K, R, O> => ({
   params, outputs, backward, results: more.results ?? (more.mutates ? 0 : 1), ...more, dtype: (more.dtype ?? "any") as K,
   returns: (more.returns ?? (more.mutates || more.results === 0 ? "none" : "tensor")) as R,
