@@ -10,7 +10,7 @@
  * - overlap: an in-place op whose input shares some, not all, of the memory it writes, or that
  *   writes an expanded tensor, is refused at the call, as torch refuses it, before anything is sent.
  */
-import { overlapStatus, overlapsItself, type Strided } from "../ops/strided.ts"
+import { overlapStatus, overlapsItself, WRITES_ONE_VALUE, type Strided } from "../ops/strided.ts"
 import { ControllerError } from "./errors.ts"
 
 /** One allocation on the workers: how many elements it holds (where known) and how many times it was written in place. */
@@ -60,9 +60,6 @@ const tensorsIn = (v: unknown, into: Placed[]): Placed[] => {
  * x.add_(x) is allowed).
  */
 const NO_OVERLAP: ReadonlySet<string> = new Set(["scatter_", "scatter_add_", "index_add_", "_fused_sgd_", "_fused_adamw_"])
-
-/** The in-place ops torch lets write an expanded tensor (every element gets one value: its fill skips the check). */
-const WRITES_ONE_VALUE: ReadonlySet<string> = new Set(["fill_", "zero_"])
 
 /**
  * Refuses a call of built-in `op` that writes an expanded tensor (two of its elements one memory

@@ -50,6 +50,9 @@ export const isNonOverlappingAndDense = (shape: ReadonlyArray<number>, strides: 
 export const overlapsItself = (shape: ReadonlyArray<number>, strides: ReadonlyArray<number>): boolean =>
   !isNonOverlappingAndDense(shape, strides) && shape.some((s, i) => s > 1 && strides[i] === 0)
 
+/** The in-place ops torch lets write an expanded tensor (every element gets one value: its fill skips the overlap check). */
+export const WRITES_ONE_VALUE: ReadonlySet<string> = new Set(["fill_", "zero_"])
+
 /**
  * torch's computeStride: the strides of `shape` viewing a tensor of oldShape and oldStrides
  * without a copy, or undefined where a dim of `shape` would span two of its contiguous runs

@@ -20,6 +20,9 @@ NAMES = {v: k for k, v in DTYPES.items()}
 def decode(v):
     if isinstance(v, dict) and "t" in v:
         data = [float(x) if isinstance(x, str) else x for x in v["data"]]  # "NaN", "Infinity"
+        if "strides" in v:  # a strided view: data is its storage (tests/worker/strided.test.ts)
+            storage = torch.tensor(data, dtype=torch.float64).to(DTYPES[v["t"]])
+            return torch.as_strided(storage, v["shape"], v["strides"], v["offset"])
         t = torch.tensor(data, dtype=torch.float64).to(DTYPES[v["t"]]).reshape(v["shape"])
         # "nc": given with its last two dims swapped, and used as their transpose, not contiguous.
         return t.transpose(-1, -2) if v.get("nc") else t

@@ -12,7 +12,7 @@ import { type GradContext, type GradOps, NOT_DIFFERENTIABLE, padDim, sumTo } fro
 import { arg, kw, opt, type Param } from "../params.ts"
 import { broadcastShapes, isFloating, isScalar, promoteTypes, scalarValue, type Scalar } from "../promotion.ts"
 import { normDim } from "../rules.ts"
-import { spec, withPlan, type ViewRule } from "../spec.ts"
+import { readsStrides, spec, withPlan, type ViewRule } from "../spec.ts"
 import { isContiguous, viewStrides, type Strided } from "../strided.ts"
 import { ITEM_SIZE } from "../../protocol/values.ts"
 
@@ -419,19 +419,19 @@ const productGrad = <N extends "other" | "mat2">(name: N) =>
   }
 
 export const layout = {
-  matmul: spec([arg("input", "tensor"), arg("other", "tensor")], ({ input, other }, op) => [matmulShape(op, input, other)], productGrad("other"), { dtype: "same" }),
+  matmul: spec([arg("input", "tensor"), arg("other", "tensor")], ({ input, other }, op) => [matmulShape(op, input, other)], productGrad("other"), { dtype: "same", strided: true }),
   /** op(input) @ op(other) with the transposes read where they lie (shim_matmul's flags): the backward rules' products, which a transpose would otherwise copy. */
   _matmul_t: spec([arg("input", "tensor"), arg("other", "tensor"), opt("transpose_input", "bool", false), opt("transpose_other", "bool", false)],
     ({ input, other, transpose_input, transpose_other }, op) => [matmulTShape(op, input, other, transpose_input, transpose_other)],
-    (c, o) => matmulTGrad(o, c.meta, c.args.input, c.args.other, c.args.transpose_input, c.args.transpose_other, c.grad), { dtype: "same" }),
+    (c, o) => matmulTGrad(o, c.meta, c.args.input, c.args.other, c.args.transpose_input, c.args.transpose_other, c.grad), { dtype: "same", strided: true }),
   mm: spec([arg("input", "tensor"), arg("mat2", "tensor")], ({ input, mat2 }, op) => {
     if (input.shape.length !== 2 || mat2.shape.length !== 2) bad(op, `needs 2-D operands: ${describe(input)} @ ${describe(mat2)}`)
     return [matmulShape(op, input, mat2)]
-  }, productGrad("mat2"), { dtype: "same" }),
+  }, productGrad("mat2"), { dtype: "same", strided: true }),
   bmm: spec([arg("input", "tensor"), arg("mat2", "tensor")], ({ input, mat2 }, op) => {
     if (input.shape.length !== 3 || mat2.shape.length !== 3 || input.shape[0] !== mat2.shape[0]) bad(op, `needs 3-D operands with one batch size: ${describe(input)} @ ${describe(mat2)}`)
     return [matmulShape(op, input, mat2)]
-  }, productGrad("mat2"), { dtype: "same" }),
+  }, productGrad("mat2"), { dtype: "same", strided: true }),
   transpose: spec([arg("input", "tensor"), arg("dim0", "int"), arg("dim1", "int")], ({ input, dim0, dim1 }, op) => [permuted(input, transposePermutation(op, input, dim0, dim1))],
     (c, o) => ({ input: () => o.transpose(c.grad, c.args.dim0, c.args.dim1) }), { dtype: "same", view: (x, a, _, op) => [permutedLayout(x, transposePermutation(op, x as never, a.dim0, a.dim1))] }),
   t: spec([arg("input", "tensor")], ({ input }, op) => {
@@ -514,9 +514,9 @@ export const layout = {
     ({ input, size, stride, storage_offset }, op) => [{ dtype: input.dtype, shape: asStridedShape(op, size, stride, storage_offset) }], NOT_DIFFERENTIABLE, {
       dtype: "same", view: (x, a, [m], op) => [asStridedLayout(op, x, ITEM_SIZE[(a.input as TensorMeta).dtype], m!.shape, a.stride, a.storage_offset)],
     }),
-  clone: same,
+  clone: readsStrides(same),
   /** A cast's gradient is cast back (as every gradient, by the tape, to its input's dtype). */
-  to: spec([arg("input", "tensor"), opt("dtype", "dtype", null)], ({ input, dtype }) => [{ dtype: dtype ?? input.dtype, shape: input.shape }], (c) => ({ input: () => c.grad }), { dtype: "to" }),
+  to: spec([arg("input", "tensor"), opt("dtype", "dtype", null)], ({ input, dtype }) => [{ dtype: dtype ?? input.dtype, shape: input.shape }], (c) => ({ input: () => c.grad }), { dtype: "to", strided: true }),
   narrow: spec([arg("input", "tensor"), arg("dim", "int"), arg("start", "int"), arg("length", "int")], ({ input, dim, start, length }, op) => {
     const d = normDim(op, dim, input.shape.length), size = input.shape[d] ?? 1, s = start < 0 ? start + size : start
     if (s < 0 || length < 0 || s + length > size) bad(op, `start ${start} and length ${length} exceed dim ${d} of ${describe(input)}`)
@@ -633,8 +633,8 @@ export const layout = {
   copy_: spec([arg("input", "tensor"), arg("src", "tensor")], ({ input, src }, op) => {
     if (broadcastShapes(op, [input.shape, src.shape]).join() !== input.shape.join()) bad(op, `cannot copy ${describe(src)} into ${describe(input)}`)
     return []
-  }, NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" }),
-  fill_: spec([arg("input", "tensor"), arg("value", "scalar")], () => [], NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" }),
+  }, NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same", strided: true }),
+  fill_: spec([arg("input", "tensor"), arg("value", "scalar")], () => [], NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same", strided: true }),
   noop: spec([], () => [], NOT_DIFFERENTIABLE, { results: 0, returns: "none" }),
   tril: triangle(false),
   triu: triangle(true),
