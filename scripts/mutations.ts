@@ -941,7 +941,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     area: "controller", behaviour: "the same elements in another layout overlap partly (torch's rule: the strides differ)",
     file: "src/ops/strided.ts",
     edits: one('a.strides.every((s, i) => s === b.strides[i]) ? "full" : "partial"', 'true ? "full" : "partial"'),
-    tests: ["tests/autograd/inplace.test.ts"],
+    tests: ["tests/autograd/inplace.test.ts", "tests/ops/views.test.ts"],
   },
   {
     area: "controller", behaviour: "index_add_ and scatter_ refuse an input that is the same elements as what they write",

@@ -371,6 +371,17 @@ describe("writes through views", () => {
     expect((await values(x)).slice(0, 4)).toEqual([8, 10, 12, 14])
   })
 
+  test("the same elements in another layout overlap partly (torch refuses x.add_(x.t())); in the same layout fully (x.add_(x.view(...)) runs); gaps make it torch's too-hard case, not refused", async () => {
+    const x = tensor("f32", [3, 3])
+    const transposed = await run(Effect.flip(eager(() => ops.add_(x, ops.t(x)))))
+    expect(transposed.reason).toBe("overlap")
+    ops.add_(x, ops.view(ops.view(x, [9]), [3, 3]))
+    expect(await values(x)).toEqual(iota(9).map((i) => 2 * i))
+    // Columns 0 and 2 written from column 1: a strided view with gaps, interleaved with its input (torch's values).
+    ops.add_(ops.slice(x, 1, 0, null, 2), ops.narrow(x, 1, 1, 1))
+    expect(await values(x)).toEqual([2, 2, 6, 14, 8, 18, 26, 14, 30])
+  })
+
   test("scatter_ and index_add_ refuse the written tensor itself as their source (torch's assert_no_overlap); add_ takes it", async () => {
     const x = tensor("f32", [4]), index = tensor("i64", [4])
     const scatter = await run(Effect.flip(eager(() => ops.scatter_(x, 0, index, x))))
