@@ -13,7 +13,7 @@
 //   - the backward rules of transpose, permute, expand, reshape and matmul issue no copy.
 import { afterAll, beforeAll, describe, expect, spyOn, test } from "bun:test"
 import { Effect, ManagedRuntime } from "effect"
-import { Controller, eager, ops, opsOn, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
+import { compile, Controller, eager, ops, opsOn, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
 import { clipGradNorm } from "../../src/optim/clip.ts"
 import type { DType } from "../../src/protocol/values.ts"
 import { describeUnless } from "../skip.ts"
@@ -401,6 +401,50 @@ describe("writes through views", () => {
     await run(clipGradNorm([a.grad!, b.grad!, c.grad!], Math.sqrt(12))) // scales each in place by about 1/2
     const rounded = async (t: RemoteTensor) => (await values(t)).map((x) => Number(x.toFixed(4)))
     expect([await rounded(a.grad!), await rounded(b.grad!), await rounded(c.grad!)]).toEqual([[1, 1, 1], [1, 1, 1], [1, 1, 1, 1, 1, 1]])
+  })
+})
+
+describe("views in compiled steps", () => {
+  test("each replay makes the same views: a write through a transposed row and a diagonal reaches the argument, and an unfold of a transpose reads it", async () => {
+    const step = compile((x: RemoteTensor) => {
+      ops.mul_(ops.select(ops.t(x), 0, 1), 10)
+      ops.add_(ops.diagonal(x), 1)
+      return ops.sum(ops.unfold(ops.t(x), 1, 2, 1))
+    })
+    const x = tensor("f64", [3, 3])
+    const sums: number[] = []
+    for (let call = 0; call < 3; call++) sums.push((await values(await run(step(x) as Effect.Effect<RemoteTensor, unknown>)))[0]!)
+    expect(step.traces).toBe(1)
+    // Per call: column 1 times 10, then the diagonal plus 1; the windows down each column read its middle row twice.
+    const want = iota(9), expectSums: number[] = []
+    for (let call = 0; call < 3; call++) {
+      for (const i of [1, 4, 7]) want[i]! *= 10
+      for (const i of [0, 4, 8]) want[i]! += 1
+      expectSums.push([0, 1, 2].reduce((a, c) => a + want[c]! + 2 * want[3 + c]! + want[6 + c]!, 0))
+    }
+    expect(await values(x)).toEqual(want)
+    expect(sums).toEqual(expectSums)
+  })
+})
+
+describe("backward through views", () => {
+  test("the backward of transpose, permute, unsqueeze, expand and reshape issues views and reductions only, and the leaf keeps a dense copy (torch's AccumulateGrad)", async () => {
+    const x = (tensor("f64", [2, 3, 4]) as RemoteTensor<"f64">).requiresGrad_()
+    const y = ops.reshape(ops.permute(ops.transpose(x, 0, 1), [2, 0, 1]), [4, 6])
+    const loss = ops.sum(ops.expand(ops.unsqueeze(y, 0), [5, 4, 6]))
+    const issued: string[] = []
+    const issue = mesh.issue.bind(mesh)
+    const spy = spyOn(mesh, "issue").mockImplementation((fn, ...rest) => (issued.push(fn), issue(fn, ...rest)))
+    try {
+      loss.backward()
+    } finally {
+      spy.mockRestore()
+    }
+    const VIEWS_AND_SUMS = new Set(["ops.ones", "ops.expand", "ops.sum", "ops.reshape", "ops.permute", "ops.transpose"])
+    // The one copy is the leaf's own gradient, dense in its layout: the permuted gradient does not obey it.
+    expect(issued.filter((f) => !VIEWS_AND_SUMS.has(f))).toEqual(["ops.clone"])
+    expect(await values(x.grad!)).toEqual(new Array(24).fill(5))
+    expect(x.grad!.isContiguous()).toBe(true)
   })
 })
 
