@@ -24,12 +24,20 @@ const defines = (o: OpSpec): string => {
   return `${count}: ${one ? "a view" : "views"} of the input where ${one ? "it is" : "each is"} one contiguous block of it, else ${one ? "a copy" : "copies"}`
 }
 
+/** How the worker's kernel of op takes a strided (non-contiguous) tensor operand (OpSpec.strided). */
+const operands = (o: OpSpec): string => {
+  if (!o.params.some((p) => p.kind === "tensor" || p.kind === "tensors" || p.kind === "tensorOrScalar")) return "-"
+  if (o.strided === true) return "read through their strides"
+  if (o.strided === undefined) return "made contiguous first"
+  return `${o.strided.map((n) => `\`${n}\``).join(", ")} read through ${o.strided.length === 1 ? "its" : "their"} strides, the others made contiguous first`
+}
+
 /** The generated block: one row per op. */
 export const opsTable = (): string => [
   BEGIN,
-  "| function | defines |",
-  "|---|---|",
-  ...Object.values(OPS).map((o) => `| \`ops.${signatureOf(o.name, o.params)}\` | ${defines(o as OpSpec)} |`),
+  "| function | defines | strided operands |",
+  "|---|---|---|",
+  ...Object.values(OPS).map((o) => `| \`ops.${signatureOf(o.name, o.params)}\` | ${defines(o as OpSpec)} | ${operands(o as OpSpec)} |`),
   END,
 ].join("\n")
 
