@@ -471,6 +471,97 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one('describeTransport(comm.transport(), o.hostname || "127.0.0.1")', 'describeTransport("tcp", o.hostname || "127.0.0.1")'),
     tests: ["tests/slurm/slurm.test.ts"],
   },
+  // ---- strided operands on the worker ----------------------------------------------------
+  {
+    area: "worker", behaviour: "strided operands: a kernel that reads flat is given contiguous copies of non-contiguous operands",
+    file: "src/worker/kernels/staging.ts",
+    edits: one("  return o.stage && !t.contiguous\n", "  return false\n"),
+    tests: ["tests/worker/strided.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "strided operands: an in-place target computed in a contiguous copy is copied back through its view",
+    file: "src/worker/kernels/dispatch.ts",
+    edits: one("    if (backs !== undefined && backs.length > 0) copyBack(run, backs)\n", ""),
+    tests: ["tests/worker/strided.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "strided operands: a write to an expanded tensor is refused with torch's message before anything runs",
+    file: "src/worker/kernels/staging.ts",
+    edits: one("  if (o.written && t.expanded) bad(op, EXPANDED_WRITE)\n", ""),
+    tests: ["tests/worker/strided.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "strided operands: an op whose spec reads strides is given the view itself (no copy)",
+    file: "src/ops/spec.ts",
+    edits: one("[name, { ...s, strided: true }]", "[name, s]"),
+    tests: ["tests/worker/strided.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "strided operands: a view's contiguity is worked out where it is made, as the shim's rule",
+    file: "ffi/tensor.ts",
+    edits: one("    v.contiguous = stridesContiguous(shape, strides)\n", "    v.contiguous = strides.every((x, i) => x === rowMajor(shape)[i])\n"),
+    tests: ["tests/worker/strided.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "strided operands: an expanded view is known as one where it is made",
+    file: "ffi/tensor.ts",
+    edits: one("    v.expanded = shape.some((d, i) => d > 1 && strides[i] === 0)\n", ""),
+    tests: ["tests/worker/strided.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "strided operands: a broadcast inside a strided kernel reads the operand through its strides",
+    file: "src/worker/kernels/run.ts",
+    edits: one("broadcastStrides(t.shape, shape, t.strides)", "broadcastStrides(t.shape, shape)"),
+    tests: ["tests/worker/strided.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "strided operands: a kernel's reshaped view of a non-contiguous operand is of a contiguous copy",
+    file: "src/worker/kernels/run.ts",
+    edits: one("    const v = this.contiguous(t).view(shape)", "    const v = t.view(shape)"),
+    tests: ["tests/worker/strided.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "strided operands: hostBytes gives undefined for a non-contiguous tensor (a fetch through shared memory copies it out)",
+    file: "ffi/tensor.ts",
+    edits: one("    if (!this.contiguous) return undefined\n", ""),
+    tests: ["tests/worker/strided.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "strided operands: a Reduce of a view goes through a dense copy",
+    file: "src/worker/handlers/collectives.ts",
+    edits: one("out: throughDense(input.tensor, stream, m.inplace, (t) => collective(s, comm, t, m, stream))", "out: collective(s, comm, input.tensor, m, stream)"),
+    tests: ["tests/worker/views.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "strided operands: an in-place Reduce of a view writes the result back through it",
+    file: "src/worker/handlers/collectives.ts",
+    edits: one("out: throughDense(input.tensor, stream, m.inplace, (t) =>", "out: throughDense(input.tensor, stream, false, (t) =>"),
+    tests: ["tests/worker/views.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "strided operands: an in-place Reduce of an expanded view joins with zeros and is refused with torch's message",
+    file: "src/worker/handlers/collectives.ts",
+    edits: one("    if (written && tensor.expanded) failure = new InputMismatch({ message: `${what}: in place: ${EXPANDED_WRITE}` })\n    else if", "    if"),
+    tests: ["tests/worker/views.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "strided operands: a SendTensor of a view sends a dense copy of its elements",
+    file: "src/worker/handlers/collectives.ts",
+    edits: one("      if (send === undefined) s.comms.world.p2p(ops, stream)\n", "      if (send !== null) s.comms.world.p2p(ops, stream)\n"),
+    tests: ["tests/worker/views.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "strided operands: a dense copy for a written view is written back through it (a user function's group calls)",
+    file: "src/worker/dense.ts",
+    edits: one("    if (written) k.cast(t, copy, stream)\n", ""),
+    tests: ["tests/comm/usergroup.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "strided operands: a user function's group refuses writing an expanded view",
+    file: "src/worker/group.ts",
+    edits: one("    if (tensor.expanded) this.refuse(`${what}: ${EXPANDED_WRITE}`)\n", ""),
+    tests: ["tests/comm/usergroup.test.ts"],
+  },
   // ---- controller -------------------------------------------------------------------------
   {
     area: "controller", behaviour: "a lost worker fails only the commands that need it (graph)",
@@ -1685,9 +1776,15 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "checkpoint: a commit lock left by a commit that died is taken",
     file: "src/checkpoint/files.ts",
-    edits: one("if (since > STALE_LOCK_MS) rmSync(", "if (since < 0) rmSync("),
+    edits: one("if (Date.now() - held.mtimeMs > STALE_LOCK_MS) rmSync(", "if (Date.now() - held.mtimeMs < 0) rmSync("),
+    tests: ["tests/checkpoint/save.test.ts"],
+  },  {
+    area: "worker", behaviour: "checkpoint: a commit lock removed by its holder between the mkdir and the stat is tried again, not an error",
+    file: "src/checkpoint/files.ts",
+    edits: one("if (held === undefined) continue", "if (held === undefined) statSync(lock)"),
     tests: ["tests/checkpoint/save.test.ts"],
   },
+
   {
     area: "worker", behaviour: "checkpoint: a commit publishes only when every file of the version is there whole",
     file: "src/checkpoint/files.ts",

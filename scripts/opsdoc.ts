@@ -23,12 +23,21 @@ const defines = (o: OpSpec): string => {
   return `${count}: ${one ? "a view" : "views"} of the input wherever torch's ${one ? "is one" : "are"} (strided, sharing its memory), else ${one ? "a copy" : "copies"}`
 }
 
+/** How the worker's kernel of op takes a strided (non-contiguous) tensor operand (OpSpec.strided). */
+const operands = (o: OpSpec): string => {
+  if (!o.params.some((p) => p.kind === "tensor" || p.kind === "tensors" || p.kind === "tensorOrScalar")) return "-"
+  // A view op's kernel makes its views from its input's own layout.
+  if (o.strided === true || o.view !== undefined) return "read through their strides"
+  if (o.strided === undefined) return "made contiguous first"
+  return `${o.strided.map((n) => `\`${n}\``).join(", ")} read through ${o.strided.length === 1 ? "its" : "their"} strides, the others made contiguous first`
+}
+
 /** The generated block: one row per op. */
 export const opsTable = (): string => [
   BEGIN,
-  "| function | defines |",
-  "|---|---|",
-  ...Object.values(OPS).map((o) => `| \`ops.${signatureOf(o.name, o.params)}\` | ${defines(o as OpSpec)} |`),
+  "| function | defines | strided operands |",
+  "|---|---|---|",
+  ...Object.values(OPS).map((o) => `| \`ops.${signatureOf(o.name, o.params)}\` | ${defines(o as OpSpec)} | ${operands(o as OpSpec)} |`),
   END,
 ].join("\n")
 

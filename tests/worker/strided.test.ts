@@ -1,11 +1,11 @@
 // Strided views through the worker's dispatch: every case of the op table (tests/ops/cases.ts)
 // runs as a built-in twice, once on contiguous tensors and once with each tensor argument a
 // random strided view (dims permuted, stepped, from an offset, padded storage; inputs also
-// expanded, stride 0) holding the same elements, and the two must agree bit for bit: results,
-// and an in-place op's target read back through its view, the storage's other elements left
-// alone. A sample runs in torch 1.13 on the same views (torch.as_strided). A write to an
+// expanded, stride 0) holding the same elements, and the two must agree bit for bit (the BLAS
+// products within their dtype's tolerance): results, and an in-place op's target read back
+// through its view, the storage's other elements left alone. A sample runs in torch 1.13 on the same views (torch.as_strided). A write to an
 // expanded tensor is refused with torch's message, nothing changed.
-import { afterAll, afterEach, beforeAll, describe, expect, test } from "bun:test"
+import { afterAll, afterEach, beforeAll, describe, expect, spyOn, test } from "bun:test"
 import { loadNative } from "../../ffi/native.ts"
 import { Stream } from "../../ffi/stream.ts"
 import { Tensor } from "../../ffi/tensor.ts"
@@ -15,6 +15,7 @@ import { OPS, opNamed } from "../../src/ops/registry.ts"
 import { mutatedParams, type OpSpec } from "../../src/ops/spec.ts"
 import { float, HostTensor } from "../../src/protocol/values.ts"
 import { builtinFunction } from "../../src/worker/kernels/dispatch.ts"
+import { Run } from "../../src/worker/kernels/run.ts"
 import { EXPANDED_WRITE } from "../../src/worker/kernels/staging.ts"
 import { c, casesOf, f, isFloatNumber, isT, tensor as drawn, TOLERANCE, type Case, type T } from "../ops/cases.ts"
 import { describeUnless } from "../skip.ts"
@@ -50,6 +51,8 @@ const randomLayout = (next: () => number, shape: number[], expand: boolean): Lay
   const offset = Math.floor(next() * 4), reach = shape.reduce((r, s, d) => r + (s - 1) * strides[d]!, 0)
   return { shape, strides, offset, storage: offset + (numel(shape) > 0 ? reach + 1 : 0) + Math.floor(next() * 3) }
 }
+
+const rowMajorOf = (shape: ReadonlyArray<number>): number[] => shape.map((_, d) => numel(shape.slice(d + 1)))
 
 /** Storage positions of a layout's elements, in row-major order. */
 const positions = (l: Layout): number[] => Array.from({ length: numel(l.shape) }, (_, i) => {
@@ -153,6 +156,21 @@ const EXTRA: Case[] = [
   c("set_rng_state", "set_rng_state", [{ ...drawn("i64", [2]), data: [5, 7] }]),
 ]
 const CASES = [...TABLE, ...EXTRA]
+/**
+ * The products BLAS reads strided operands of in place (its transpose flags and leading dims):
+ * another kernel may sum in another order, so these agree within the result dtype's tolerance.
+ */
+const BLAS = new Set(["matmul", "mm", "bmm", "_matmul_t", "linear"])
+/** Unit roundoff by dtype (integers exact). */
+const UNIT: Readonly<Record<string, number>> = { f32: 2 ** -24, f64: 2 ** -53, f16: 2 ** -11, bf16: 2 ** -8 }
+/**
+ * How far two summation orders of one product may differ: 4 u K max|a| max|b| (K bounded by the
+ * longest dim of any operand; the table's values lie in [-3, 3]), far below a wrong element's error.
+ */
+const blasBound = (dtype: string, placed: ReadonlyArray<Placed>): number => {
+  const k = Math.max(...placed.flatMap((p) => p.layout.shape), 1)
+  return (UNIT[dtype] ?? 0) * k * 9 * 4
+}
 const VARIANTS = 2
 
 /** A case's strided variant v: each tensor's layout (written ones never expanded). */
@@ -180,7 +198,14 @@ describe("every op on strided views gives what it gives on contiguous copies, bi
         const want = outcome(same, contiguousTensor)
         const storages: Array<{ readonly base: Tensor; readonly p: Placed }> = []
         const got = outcome(same, (x) => viewOf({ ...byTensor.get(x)!, x }, storages))
-        expect({ variant: v, layouts: placed.map((p) => `${p.layout.shape}/${p.layout.strides}+${p.layout.offset}`), ...got }).toEqual({ variant: v, layouts: placed.map((p) => `${p.layout.shape}/${p.layout.strides}+${p.layout.offset}`), ...want })
+        const layouts = placed.map((p) => `${p.layout.shape}/${p.layout.strides}+${p.layout.offset}`)
+        if (BLAS.has(cs.op) && "results" in got && "results" in want) {
+          expect({ variant: v, layouts, results: got.results.map(({ dtype, shape }) => ({ dtype, shape })) }).toEqual({ variant: v, layouts, results: want.results.map(({ dtype, shape }) => ({ dtype, shape })) })
+          got.results.forEach((r, j) => {
+            const theirs = numbersOf(want.results[j]!), bound = blasBound(r.dtype, placed)
+            expect({ variant: v, layouts, off: numbersOf(r).map((x, k) => [x, theirs[k]!]).filter(([x, y]) => !(Object.is(x, y) || Math.abs(x! - y!) <= bound)).slice(0, 4) }).toEqual({ variant: v, layouts, off: [] })
+          })
+        } else expect({ variant: v, layouts, ...got }).toEqual({ variant: v, layouts, ...want })
         // What no view reaches is as it was.
         for (const { base, p } of storages) {
           const inside = new Set(positions(p.layout)), now = (base.toHost(stream).toArray() as ArrayLike<number | bigint>)
@@ -201,6 +226,59 @@ describe("every op on strided views gives what it gives on contiguous copies, bi
 
 /** Ops with tensor operands the table has no case of (their kernels' staging is the one every op shares). */
 const UNCOVERED: ReadonlyArray<string> = ["empty_like"] // uninitialised: nothing to compare
+
+describe("the worker Tensor's layout, worked out where it is made, is the shim's", () => {
+  test("random layouts (permuted, stepped, offset, expanded, size-0 and size-1 dims): contiguous, expanded and strides as shim_tensor_layout says; hostBytes only for a contiguous one; copyOut gives the view's elements", () => {
+    let state = 99
+    const next = () => ((state = (state * 1103515245 + 12345) % 2 ** 31) / 2 ** 31)
+    const shapes = [[5], [3, 4], [2, 3, 4], [4, 1, 3], [1, 1], [3, 0, 2], [], [2, 1, 2, 3]]
+    let strided = 0
+    for (let i = 0; i < 200; i++) {
+      const shape = shapes[i % shapes.length]!, l = randomLayout(next, shape, i % 3 === 0)
+      const p = place({ t: "f32", shape, data: Array.from({ length: numel(shape) }, (_, k) => k + 1) }, i % 5 === 0 ? { ...l, strides: rowMajorOf(shape), offset: 0, storage: Math.max(numel(shape), 1) } : { ...l, strides: [...l.strides] })
+      const base = keep(Tensor.fromHost(native, host("f32", [p.layout.storage], p.storage), stream)), v = keep(base.asStrided(p.layout.shape, p.layout.strides, p.layout.offset))
+      const shim = v.layout(), where = `${shape}/${p.layout.strides}`
+      expect({ where, contiguous: v.contiguous, strides: [...v.strides], expanded: v.expanded }).toEqual({ where, contiguous: shim.contiguous, strides: [...shim.strides], expanded: shape.some((d, k) => d > 1 && p.layout.strides[k] === 0) })
+      expect({ where, host: v.hostBytes() !== undefined }).toEqual({ where, host: v.contiguous })
+      expect({ where, elements: [...v.toHost(stream).toArray() as Float32Array] }).toEqual({ where, elements: p.elements })
+      if (!v.contiguous) strided++
+    }
+    expect(strided).toBeGreaterThan(80)
+  })
+
+  test("an allocated tensor and a view or block of it are contiguous, not expanded, with row-major strides", () => {
+    const t = keep(Tensor.empty(native, "f32", [2, 3, 4]))
+    for (const v of [t, keep(t.view([6, 4])), keep(t.block(4, [2, 4]))]) {
+      expect({ contiguous: v.contiguous, expanded: v.expanded, strides: [...v.strides] }).toEqual({ contiguous: true, expanded: false, strides: [...v.layout().strides] })
+    }
+  })
+})
+
+describe("an op whose spec reads strides is given the view itself; any other a contiguous copy", () => {
+  const transposed = () => keep(keep(Tensor.fromHost(native, host("f32", [6], [1, 2, 3, 4, 5, 6]), stream)).asStrided([3, 2], [1, 3], 0))
+  const temps = (f: () => unknown): number => {
+    const spy = spyOn(Run.prototype, "temp")
+    try {
+      const out = f()
+      if (out instanceof Tensor) keep(out)
+      return spy.mock.calls.length
+    } finally {
+      spy.mockRestore()
+    }
+  }
+  test("add, sum, softmax and mm on a transposed view make no temporary; cumsum and tril make one, its copy", () => {
+    const counts = {
+      add: temps(() => builtinFunction("add")!(context({}), transposed(), 1)),
+      sum: temps(() => builtinFunction("sum")!(context({}), transposed(), 0)),
+      softmax: temps(() => builtinFunction("softmax")!(context({}), transposed(), 1)),
+      mm: temps(() => builtinFunction("mm")!(context({}), transposed(), keep(Tensor.fromHost(native, host("f32", [2, 2], [1, 0, 0, 1]), stream)))),
+      cumsum: temps(() => builtinFunction("cumsum")!(context({}), transposed(), 1)),
+      tril: temps(() => builtinFunction("tril")!(context({}), transposed())),
+      "cumsum of a contiguous tensor": temps(() => builtinFunction("cumsum")!(context({}), keep(Tensor.fromHost(native, host("f32", [3, 2], [1, 2, 3, 4, 5, 6]), stream)), 1)),
+    }
+    expect(counts).toEqual({ add: 0, sum: 0, softmax: 0, mm: 0, cumsum: 1, tril: 1, "cumsum of a contiguous tensor": 0 })
+  })
+})
 
 describe("writes to an expanded tensor are refused as torch refuses them, nothing changed", () => {
   const x = () => keep(Tensor.fromHost(native, host("f32", [3], [1, 2, 3]), stream))

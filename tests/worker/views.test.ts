@@ -40,9 +40,23 @@ const viewOnAll = (shape: number[], strides: number[], offset: number): [number,
   return [base, view]
 }
 
-const fetchAll = async (r: number): Promise<number[][]> => {
-  h.send("all", fetch(next(), ref(r)))
-  return Promise.all([0, 1].map(async (rank) => numbers((await h.next(rank, "FetchResult")).value)))
+/** Commands that are meant to fail (the refusals): any other's failure fails the wait for a fetch at once. */
+const refused = new Set<number>()
+
+/** Each rank's value of ref r; a command's failure on any rank (other than a refusal) fails it at once, saying why. */
+const fetchAll = (r: number, ranks = [0, 1]): Promise<number[][]> => {
+  const id = next()
+  h.send(ranks, fetch(id, ref(r)))
+  return Promise.all(ranks.map(async (rank) => {
+    const got = await h.until(() => {
+      for (const any of [0, 1]) {
+        const failed = h.seen(any, "RemoteFunctionFailed").find((m) => !refused.has(m.ident))
+        if (failed) throw new Error(`rank ${any}: command ${failed.ident} failed: ${failed.error.message}`)
+      }
+      return h.seen(rank, "FetchResult").find((m) => m.ident === id)
+    }, 20_000, `the fetch of ${r}`)
+    return numbers(got.value)
+  }))
 }
 
 /** Base rank r's elements at positions of a [2, 2] view with strides [1, 4] from 1: 1, 5, 2, 6. */
@@ -75,6 +89,7 @@ describe("a strided view on a worker", () => {
 
   test("all_reduce in place on an expanded view is refused on every rank, nothing written; the mesh goes on", async () => {
     const [base, view] = viewOnAll([2, 3], [0, 1], 0), out = fresh(), id = next()
+    refused.add(id)
     h.send("all", reduce(id, out, view, MESH, ["x"], "sum", factory([2, 3]), { inplace: true }))
     for (const r of [0, 1]) {
       const failed = await h.until(() => h.seen(r, "RemoteFunctionFailed").find((m) => m.ident === id), 20_000, "the refusal")
@@ -89,14 +104,14 @@ describe("a strided view on a worker", () => {
   test("SendTensor of a view sends its elements", async () => {
     const [, view] = viewOnAll([2, 2], [1, 4], 1), got = fresh()
     h.send("all", send(next(), got, new NDSlice(0, [1], [1]), new NDSlice(1, [1], [1]), view, factory([2, 2])))
-    h.send(1, fetch(next(), ref(got)))
-    expect(numbers((await h.next(1, "FetchResult")).value)).toEqual(AT)
+    expect(await fetchAll(got, [1])).toEqual([AT])
   })
 
   test("a checkpoint shard of a view holds the view's elements", async () => {
     const [, view] = viewOnAll([2, 2], [1, 4], 1)
-    h.send(0, { _tag: "SaveShards", ident: next(), dir: "shard", tensors: [new Ref(view)], names: ["w"], writers: [[0]], stream: STREAM })
-    const saved = await h.next(0, "FetchResult")
+    const id = next()
+    h.send(0, { _tag: "SaveShards", ident: id, dir: "shard", tensors: [new Ref(view)], names: ["w"], writers: [[0]], stream: STREAM })
+    const saved = await h.until(() => h.seen(0, "FetchResult").find((m) => m.ident === id), 20_000, "the shard written")
     expect((saved.value as { error?: string }).error).toBeUndefined()
     using reader = new SafetensorsReader(join(dir, "shard", "rank-0.safetensors"), "rank-0")
     const entry = reader.header.tensors.get("w")!

@@ -80,13 +80,14 @@ export const runKernel = (kernel: Kernel<OpName>, ctx: FunctionContext, bound: u
   const run = new Run(ctx)
   const outs: Tensor[] = []
   try {
-    const backs: CopyBack[] = []
-    const args = staging.length === 0 ? bound : stage(run, staging, bound as Readonly<Record<string, unknown>>, name, backs)
+    // Most commands check nothing (staging is empty for an op that reads strides and writes nothing).
+    let backs: CopyBack[] | undefined
+    const args = staging.length === 0 ? bound : stage(run, staging, bound as Readonly<Record<string, unknown>>, name, (backs = []))
     // Owned: a command's outputs go to the env (or are freed) as soon as this returns; `reuse`'s
     // tensors (the outputs' dtypes and shapes, read by no one else) are written instead of new ones.
     for (let i = 0; i < metas.length; i++) outs.push(reuse?.[i] ?? Tensor.owned(ctx.native, metas[i]!.dtype, metas[i]!.shape))
     kernel(run, outs, args as never, name, metas as never)
-    if (backs.length > 0) copyBack(run, backs)
+    if (backs !== undefined && backs.length > 0) copyBack(run, backs)
   } catch (e) {
     for (const t of outs) t.free()
     throw e
