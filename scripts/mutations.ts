@@ -487,7 +487,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "strided operands: a write to an expanded tensor is refused with torch's message before anything runs",
     file: "src/worker/kernels/staging.ts",
-    edits: one("  if (o.written && t.expanded) bad(op, EXPANDED_WRITE)\n", ""),
+    edits: one("  if (o.written && t.expanded && !WRITES_ONE_VALUE.has(op)) bad(op, EXPANDED_WRITE)\n", ""),
     tests: ["tests/worker/strided.test.ts"],
   },
   {
@@ -505,7 +505,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "strided operands: an expanded view is known as one where it is made",
     file: "ffi/tensor.ts",
-    edits: one("    v.expanded = shape.some((d, i) => d > 1 && strides[i] === 0)\n", ""),
+    edits: one("    v.expanded = v.numel > 0 && shape.some((d, i) => d > 1 && strides[i] === 0)\n", ""),
     tests: ["tests/worker/strided.test.ts"],
   },
   {
