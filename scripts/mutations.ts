@@ -2580,6 +2580,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/ops/views.test.ts"],
   },
   {
+    area: "controller", behaviour: "views: a view of a tensor of unknown shape shares its storage (its layout unknown)",
+    file: "src/controller/ops.ts",
+    edits: one("if (x === undefined) return { input, layouts: undefined }", "if (x === undefined) return { input, layouts: [null] }"),
+    tests: ["tests/ops/views.test.ts"],
+  },
+  {
     area: "controller", behaviour: "views: as_strided past its storage is refused at the call, with torch's message",
     file: "src/ops/specs/layout.ts",
     edits: one("if (x.storage !== undefined && need > x.storage * item)", "if (x.storage !== undefined && need > 2 * x.storage * item)"),

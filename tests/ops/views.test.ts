@@ -404,6 +404,19 @@ describe("writes through views", () => {
   })
 })
 
+describe("layouts the controller does not know", () => {
+  test("a view of a tensor of unknown shape shares its storage, its layout unknown: stride() and the rest refuse, naming what they need; an in-place op through it is refused as a possible overlap", async () => {
+    const unknown = await run(mesh.call("tests/controller/fixtures:rankValue", []))
+    const row = ops.select(unknown, 0, 1)
+    expect(row.version).toBe(unknown.version)
+    for (const f of [() => row.stride(), () => row.storageOffset(), () => row.isContiguous()])
+      expect(() => f()).toThrow(/needs its shape and layout, which the controller does not know/)
+    const refused = await run(Effect.flip(eager(() => ops.add_(unknown, row))))
+    expect(refused.reason).toBe("overlap")
+    expect(await values(row)).toEqual([1, 1])
+  })
+})
+
 describe("views in compiled steps", () => {
   test("each replay makes the same views: a write through a transposed row and a diagonal reaches the argument, and an unfold of a transpose reads it", async () => {
     const step = compile((x: RemoteTensor) => {
