@@ -2616,6 +2616,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/autograd/gradcheck.test.ts"],
   },
   {
+    area: "autograd", behaviour: "views: as_strided's gradient is laid over the storage from the lower of the two layouts' first elements",
+    file: "src/ops/specs/layout.ts",
+    edits: one("const from = Math.min(x.offset, out.offset),", "const from = out.offset,"),
+    tests: ["tests/autograd/gradcheck.test.ts"],
+  },
+  {
     area: "autograd", behaviour: "views: unfold's gradient adds each window back from its own start",
     file: "src/ops/specs/layout.ts",
     edits: one("o.reshape(o.mul(o.arange(windows), step), [windows, 1])", "o.reshape(o.arange(windows), [windows, 1])"),
