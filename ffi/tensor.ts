@@ -311,7 +311,7 @@ export class Tensor implements Disposable {
     const v = this.viewOf(shape)
     v.#strides = [...strides]
     v.contiguous = stridesContiguous(shape, strides)
-    v.expanded = shape.some((d, i) => d > 1 && strides[i] === 0)
+    v.expanded = v.numel > 0 && shape.some((d, i) => d > 1 && strides[i] === 0)
     return v
   }
 

@@ -487,7 +487,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "strided operands: a write to an expanded tensor is refused with torch's message before anything runs",
     file: "src/worker/kernels/staging.ts",
-    edits: one("  if (o.written && t.expanded) bad(op, EXPANDED_WRITE)\n", ""),
+    edits: one("  if (o.written && t.expanded && !WRITES_ONE_VALUE.has(op)) bad(op, EXPANDED_WRITE)\n", ""),
     tests: ["tests/worker/strided.test.ts"],
   },
   {
@@ -505,7 +505,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "strided operands: an expanded view is known as one where it is made",
     file: "ffi/tensor.ts",
-    edits: one("    v.expanded = shape.some((d, i) => d > 1 && strides[i] === 0)\n", ""),
+    edits: one("    v.expanded = v.numel > 0 && shape.some((d, i) => d > 1 && strides[i] === 0)\n", ""),
     tests: ["tests/worker/strided.test.ts"],
   },
   {
@@ -1030,8 +1030,8 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   },
   {
     area: "controller", behaviour: "the same elements in another layout overlap partly (torch's rule: the strides differ)",
-    file: "src/controller/storage.ts",
-    edits: one('return stridesOf(a.meta.shape).join() === stridesOf(b.meta.shape).join() ? "full" : "partial"', 'return "full"'),
+    file: "src/ops/strided.ts",
+    edits: one('a.strides.every((s, i) => s === b.strides[i]) ? "full" : "partial"', 'true ? "full" : "partial"'),
     tests: ["tests/autograd/inplace.test.ts"],
   },
   {
@@ -1041,9 +1041,9 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/autograd/inplace.test.ts"],
   },
   {
-    area: "controller", behaviour: "a block view (narrow, select, split) shares its input's memory on the controller",
+    area: "controller", behaviour: "a view op's results share their input's storage on the controller, with the layout its rule gives",
     file: "src/controller/ops.ts",
-    edits: one("if (starts[i] !== undefined) r.viewOf(input, starts[i]!)", "if (starts[i] === -1) r.viewOf(input, starts[i]!)"),
+    edits: one("if (views.layouts?.[i] !== null) r.viewOf(views.input, views.layouts?.[i] ?? null)", "if (views.layouts?.[i] === undefined) r.viewOf(views.input, null)"),
     tests: ["tests/autograd/inplace.test.ts"],
   },
   {
@@ -1285,8 +1285,8 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "ops: split's pieces follow each other along the dim",
     file: "src/ops/specs/layout.ts",
-    edits: one("{ start: (at += m.shape[d]!) - m.shape[d]!, length: m.shape[d]! }", "{ start: 0, length: m.shape[d]! }"),
-    tests: ["tests/ops/parity.test.ts"],
+    edits: one("return sizes.map((n) => along(x, d, (at += n) - n, n, 1, false))", "return sizes.map((n) => along(x, d, 0 * (at += n), n, 1, false))"),
+    tests: ["tests/ops/parity.test.ts", "tests/ops/views.test.ts"],
   },
   {
     area: "worker", behaviour: "ops: nll_loss leaves out ignore_index targets",
@@ -1993,7 +1993,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "as_strided refuses a view reaching past its storage's last element",
     file: "c/common/tensor.c",
-    edits: one("(numel > 0 ? last >= capacity : storage_offset > capacity)", "(numel > 0 ? last > capacity : storage_offset > capacity)"),
+    edits: one("(numel > 0 && last >= capacity)", "(numel > 0 && last > capacity)"),
     tests: ["tests/shim/strided.test.ts"],
   },
   {
@@ -2113,12 +2113,6 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     file: "src/controller/compile/index.ts",
     edits: one("      found!.usedAt = ++clock\n", ""),
     tests: ["tests/recordings/delete.test.ts"],
-  },
-  {
-    area: "worker", behaviour: "a one-element slice with a step is a view of its input",
-    file: "src/ops/specs/layout.ts",
-    edits: one("if ((length > 1 && step !== 1) || (outer !== 1 && length !== shape[d])) return undefined", "if (step !== 1 || (outer !== 1 && length !== shape[d])) return undefined"),
-    tests: ["tests/ops/views.test.ts"],
   },
   {
     area: "worker", behaviour: "a replicated block is saved by its first holder only",
@@ -2529,5 +2523,96 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     file: "src/worker/handlers/checkpoints.ts",
     edits: one("hash.startsWith(CHAINED) ? hashBytes(data) === hash : Bun.hash.wyhash(data, 0n).toString() === hash", "hash.startsWith(CHAINED) ? hashBytes(data) === hash : true"),
     tests: ["tests/checkpoint/hash.test.ts"],
+  },
+  // ---- strided views (behaviours say "views:": --only views) -----------------------------------
+  {
+    area: "worker", behaviour: "views: view and reshape find strides only where no dim spans two contiguous runs (torch's computeStride)",
+    file: "src/ops/strided.ts",
+    edits: one("if (d === 0 || (oldShape[d - 1] !== 1 && oldStrides[d - 1] !== tensorNumel * base)) {", "if (d === 0) {"),
+    tests: ["tests/ops/views.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "views: view refuses what reshape would copy, with torch's message",
+    file: "src/ops/specs/layout.ts",
+    edits: one('(op === "view" ? bad(op, VIEW_REFUSED) : null)', "null"),
+    tests: ["tests/ops/views.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "views: contiguous of a non-contiguous tensor is a copy",
+    file: "src/ops/specs/layout.ts",
+    edits: one("view: (x) => [isContiguous(x.shape, x.strides) ? x : null]", "view: (x) => [x]"),
+    tests: ["tests/ops/views.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "views: expand gives a stretched dim stride 0",
+    file: "src/ops/specs/layout.ts",
+    edits: one("strides[i] = have !== shape[i] ? 0 :", "strides[i] = have !== shape[i] ? 1 :"),
+    tests: ["tests/ops/views.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "views: unsqueeze's new dim spans the dim it is put before (torch's inferUnsqueezeGeometry)",
+    file: "src/ops/specs/layout.ts",
+    edits: one("d >= x.shape.length ? 1 : x.shape[d]! * x.strides[d]!", "x.strides[d] ?? 1"),
+    tests: ["tests/ops/views.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "views: a diagonal below the main one starts down dim1, one above it along dim2",
+    file: "src/ops/specs/layout.ts",
+    edits: one("offset >= 0 ? x.offset + offset * x.strides[d2]! : x.offset - offset * x.strides[d1]!", "offset >= 0 ? x.offset + offset * x.strides[d1]! : x.offset - offset * x.strides[d2]!"),
+    tests: ["tests/ops/views.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "views: an empty tensor is contiguous, so dense (torch's is_non_overlapping_and_dense), and may be written though expanded",
+    file: "src/ops/strided.ts",
+    edits: one("  if (isContiguous(shape, strides)) return true\n  if (shape.length === 1)", "  if (shape.length === 1)"),
+    tests: ["tests/ops/views.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "views: the shim lets an empty tensor be written though it has a stride 0",
+    file: "c/common/tensor.c",
+    edits: one("  /* An empty tensor has no element to share a location (torch's: it is contiguous). */\n  if (t->numel == 0) return SHIM_OK;\n", ""),
+    tests: ["tests/ops/views.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "views: a write to an expanded tensor is refused at the call, with torch's message",
+    file: "src/controller/storage.ts",
+    edits: one("if (l !== undefined && overlapsItself(l.shape, l.strides)) throw", "if (l === undefined && overlapsItself([], [])) throw"),
+    tests: ["tests/ops/views.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "views: as_strided past its storage is refused at the call, with torch's message",
+    file: "src/ops/specs/layout.ts",
+    edits: one("if (x.storage !== undefined && need > x.storage * item)", "if (x.storage !== undefined && need > 2 * x.storage * item)"),
+    tests: ["tests/ops/views.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "views: a fill writes an expanded tensor's shared elements once (torch lets fill_ write one)",
+    file: "src/worker/kernels/table.ts",
+    edits: one("  if (!strides.some((s, i) => s === 0 && t.shape[i]! > 1)) return t\n", "  return t\n"),
+    tests: ["tests/ops/views.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "views: a view op's input is never staged into a copy (its views alias the input)",
+    file: "src/worker/kernels/staging.ts",
+    edits: one("(op.view !== undefined ? true : op.strided)", "op.strided"),
+    tests: ["tests/ops/views.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "views: a leaf keeps a copy of a gradient that breaks torch's layout contract (an expanded one)",
+    file: "src/controller/autograd.ts",
+    edits: one("if (gl === undefined || vl === undefined || obeysLayoutContract(gl, vl)) return g", "return g"),
+    tests: ["tests/ops/views.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "views: diagonal's gradient lands on the diagonal it read",
+    file: "src/ops/specs/layout.ts",
+    edits: one("const index = o.add(o.mul(o.arange(n), b + 1), first)", "const index = o.add(o.mul(o.arange(n), b), first)"),
+    tests: ["tests/autograd/gradcheck.test.ts"],
+  },
+  {
+    area: "autograd", behaviour: "views: unfold's gradient adds each window back from its own start",
+    file: "src/ops/specs/layout.ts",
+    edits: one("o.reshape(o.mul(o.arange(windows), step), [windows, 1])", "o.reshape(o.arange(windows), [windows, 1])"),
+    tests: ["tests/autograd/gradcheck.test.ts"],
   },
 ]

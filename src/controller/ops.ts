@@ -19,7 +19,7 @@ import { isTensorMeta, type TensorMeta } from "../ops/meta.ts"
 import { type Op, type OpName, OPS, type ParamsOf, type ResultDtypeOf, type ReturnsOf } from "../ops/registry.ts"
 import type { CallForms, Param } from "../ops/params.ts"
 import { type Composition, mutatedParams, type OpSpec, type ReturnKind } from "../ops/spec.ts"
-import { viewStarts } from "../ops/specs/layout.ts"
+import type { Strided } from "../ops/strided.ts"
 import { HostTensor, ITEM_SIZE, type DType, type FloatNumber } from "../protocol/values.ts"
 import { ControllerError } from "./errors.ts"
 import { TensorHandle } from "./handles.ts"
@@ -122,12 +122,13 @@ const invoke = (name: OpName, mesh: Mesh | undefined, given: ReadonlyArray<unkno
   if ((op as OpSpec).backward === FROM_PARTS) return compose(op as Op, on, args, kwargs)
   const mutated = mutatedTensors(op, args, kwargs)
   if (mutated.length > 0) refuseInPlace(name, mutated)
+  const views = op.view === undefined ? undefined : viewLayouts(op as Op, args, kwargs)
   const site = on.core.site(1)
   const results = on.issue(`ops.${name}`, args, kwargs, mutated.length > 0 ? { mutates: mutated } : {}, site)
   if (op.mutates) return mutated[0]!
   const returns = op.returns as ReturnKind
   if (returns === "tensor" && results.length !== 1) throw refuse("op-rule", `ops.${name} has ${results.length} results`)
-  if (op.view !== undefined) shareMemory(op, args, kwargs, results)
+  if (views !== undefined) results.forEach((r, i) => { if (views.layouts?.[i] !== null) r.viewOf(views.input, views.layouts?.[i] ?? null) })
   tapeOp(surface, name, args, kwargs, results, site)
   switch (returns) {
     case "none": return undefined
@@ -176,16 +177,22 @@ const mutatedTensors = (op: (typeof OPS)[OpName], args: ReadonlyArray<unknown>, 
   return out
 }
 
-/** A view op's results that are views share their input's memory (storage.ts): where each starts in it. */
-const shareMemory = (op: (typeof OPS)[OpName], args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, results: ReadonlyArray<RemoteTensor>): void => {
-  // A whole view (reshape, view, detach's) of its first argument, the common case, needs no binding.
-  if (op.view === true && args[0] instanceof TensorHandle) return void results[0]!.viewOf(args[0], 0)
-  const bound = op.bind(args, kwargs, (v): v is RemoteTensor => v instanceof TensorHandle) as Record<string, unknown>
-  const input = (bound.input ?? bound.tensor) as RemoteTensor
-  if (op.view === true) return void results.forEach((r) => r.viewOf(input, 0))
-  if (input.meta === undefined || results.some((r) => r.meta === undefined)) return
-  const starts = viewStarts(op.name, { ...bound, input: input.meta, tensor: input.meta }, results.map((r) => r.meta!))
-  results.forEach((r, i) => { if (starts[i] !== undefined) r.viewOf(input, starts[i]!) })
+/**
+ * Where a view op's results lie in its input's storage (its rule's `view`), worked out before the
+ * call is sent, so torch's refusals (a view across strides, as_strided past the storage) come
+ * first: each a layout, null for a result that is a copy; layouts undefined where the input's
+ * is not known (its results then share its storage, their layouts unknown).
+ */
+const viewLayouts = (op: Op, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>): { readonly input: RemoteTensor; readonly layouts: ReadonlyArray<Strided | null> | undefined } => {
+  try {
+    const bound = op.bind(args, kwargs, (v): v is RemoteTensor => v instanceof TensorHandle) as Record<string, unknown>
+    const key = "input" in bound ? "input" : "tensor", input = bound[key] as RemoteTensor, x = input.layout
+    if (x === undefined) return { input, layouts: undefined }
+    const a = { ...bound, [key]: input.meta }, spec = op as OpSpec
+    return { input, layouts: spec.view!({ ...x, storage: input.storage.numel }, a as never, spec.outputs(a as never, op.name), op.name) }
+  } catch (e) {
+    throw refuse("op-rule", (e as Error).message)
+  }
 }
 
 const functions = (mesh: Mesh | undefined): Ops =>

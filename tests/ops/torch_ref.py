@@ -173,6 +173,8 @@ OPS["avg_pool2d"] = F.avg_pool2d
 OPS["conv1d"] = F.conv1d
 OPS["conv2d"] = F.conv2d
 OPS["group_norm"] = F.group_norm
+OPS["unfold"] = lambda x, dimension, size, step: x.unfold(dimension, size, step)
+OPS["alias"] = lambda x: x.view_as(x)
 OPS["batch_norm"] = F.batch_norm
 # batch_norm's running statistics after the call (updated in place in training): [running_mean, running_var]
 OPS["batch_norm_stats"] = lambda x, rm, rv, *a, **k: (F.batch_norm(x, rm, rv, *a, **k), torch.cat([rm, rv]))[1]

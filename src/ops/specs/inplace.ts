@@ -48,5 +48,5 @@ export const inPlace = readingStrides({
   eq_: binaryInPlace("comparison"), ne_: binaryInPlace("comparison"), lt_: binaryInPlace("comparison"),
   le_: binaryInPlace("comparison"), gt_: binaryInPlace("comparison"), ge_: binaryInPlace("comparison"),
   logical_and_: logicalInPlace(elementwise.logical_and), logical_or_: logicalInPlace(elementwise.logical_or),
-  zero_: spec(unaryParams, () => [], NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" }),
+  zero_: spec(unaryParams, () => [], NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same", strided: true }),
 })

@@ -9,7 +9,8 @@ import * as k from "../../../ffi/ops.ts"
 import { Tensor } from "../../../ffi/tensor.ts"
 import { bad } from "../../ops/meta.ts"
 import type { Param } from "../../ops/params.ts"
-import { mutatedParams, type OpSpec } from "../../ops/spec.ts"
+import { mutatedParams, stridedOperands, type OpSpec } from "../../ops/spec.ts"
+import { WRITES_ONE_VALUE } from "../../ops/strided.ts"
 import type { Run } from "./run.ts"
 
 /** A tensor parameter a command's operands are checked at: made contiguous (`stage`) and/or written (`written`). */
@@ -28,7 +29,7 @@ const TENSOR_KINDS = new Set(["tensor", "tensorOrScalar", "tensors"])
 
 /** The operands of op that a command checks: those its kernel reads flat, and those it writes. */
 export const stagingOf = (op: OpSpec): Staging => {
-  const written = new Set(mutatedParams(op)), strided = op.strided
+  const written = new Set(mutatedParams(op)), strided = stridedOperands(op)
   return (op.params as ReadonlyArray<Param>)
     .filter((p) => TENSOR_KINDS.has(p.kind))
     .map((p) => ({ name: p.name, list: p.kind === "tensors", stage: strided !== true && !strided?.includes(p.name), written: written.has(p.name) }))
@@ -81,7 +82,7 @@ export const stage = (run: Run, staging: Staging, bound: Readonly<Record<string,
 
 /** Whether t needs a copy at o; refuses an expanded target. */
 const check = (o: Operand, t: Tensor, op: string): boolean => {
-  if (o.written && t.expanded) bad(op, EXPANDED_WRITE)
+  if (o.written && t.expanded && !WRITES_ONE_VALUE.has(op)) bad(op, EXPANDED_WRITE)
   return o.stage && !t.contiguous
 }
 
