@@ -1032,7 +1032,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     area: "controller", behaviour: "the same elements in another layout overlap partly (torch's rule: the strides differ)",
     file: "src/ops/strided.ts",
     edits: one('a.strides.every((s, i) => s === b.strides[i]) ? "full" : "partial"', 'true ? "full" : "partial"'),
-    tests: ["tests/autograd/inplace.test.ts"],
+    tests: ["tests/autograd/inplace.test.ts", "tests/ops/views.test.ts"],
   },
   {
     area: "controller", behaviour: "index_add_ and scatter_ refuse an input that is the same elements as what they write",
@@ -2577,6 +2577,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     area: "controller", behaviour: "views: a write to an expanded tensor is refused at the call, with torch's message",
     file: "src/controller/storage.ts",
     edits: one("if (l !== undefined && overlapsItself(l.shape, l.strides)) throw", "if (l === undefined && overlapsItself([], [])) throw"),
+    tests: ["tests/ops/views.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "views: a view of a tensor of unknown shape shares its storage (its layout unknown)",
+    file: "src/controller/ops.ts",
+    edits: one("if (x === undefined) return { input, layouts: undefined }", "if (x === undefined) return { input, layouts: [null] }"),
     tests: ["tests/ops/views.test.ts"],
   },
   {

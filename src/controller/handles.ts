@@ -97,11 +97,8 @@ export class TensorHandle<D extends DType = DType> {
   storage: Storage
   /** @internal */
   offset = 0
-  /**
-   * @internal Its strides in the storage (elements): undefined for row-major (every result but a
-   * view's), null where the controller cannot know them (a view of a tensor of unknown shape).
-   */
-  strides: ReadonlyArray<number> | undefined | null = undefined
+  /** @internal Its strides in the storage (elements): undefined for row-major (every result but a view's). */
+  strides: ReadonlyArray<number> | undefined = undefined
   /** Why a handle made while compile recorded a step cannot be used (it names no tensor on the workers). */
   #retired: string | undefined
   /** Its entry in the registry (none for a borrow's alias). */
@@ -167,21 +164,20 @@ export class TensorHandle<D extends DType = DType> {
   }
 
   /**
-   * @internal Makes it a view of `base`'s storage: with base's own layout (a borrow's alias), the
-   * one a view op's rule gave, or null where that is not known.
+   * @internal Makes it a view of `base`'s storage: with base's own layout (a borrow's alias), or
+   * the one a view op's rule gave (none where base's shape is unknown, and so is this one's).
    */
   viewOf(base: TensorHandle, at?: Strided | null): this {
     this.storage = base.storage
     if (at === undefined) (this.offset = base.offset), (this.strides = base.strides)
-    else if (at === null) this.strides = null
-    else (this.offset = at.offset), (this.strides = at.strides)
+    else if (at !== null) (this.offset = at.offset), (this.strides = at.strides)
     return this
   }
 
   /** @internal Its shape, strides and offset in its storage, where the controller knows them. */
   get layout(): Strided | undefined {
     const meta = this.meta
-    if (meta === undefined || this.strides === null) return undefined
+    if (meta === undefined) return undefined
     return { shape: meta.shape, strides: this.strides ?? contiguousStrides(meta.shape), offset: this.offset }
   }
 

@@ -13,7 +13,7 @@
 //   - the backward rules of transpose, permute, expand, reshape and matmul issue no copy.
 import { afterAll, beforeAll, describe, expect, spyOn, test } from "bun:test"
 import { Effect, ManagedRuntime } from "effect"
-import { Controller, eager, ops, opsOn, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
+import { compile, Controller, eager, ops, opsOn, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
 import { clipGradNorm } from "../../src/optim/clip.ts"
 import type { DType } from "../../src/protocol/values.ts"
 import { describeUnless } from "../skip.ts"
@@ -371,6 +371,17 @@ describe("writes through views", () => {
     expect((await values(x)).slice(0, 4)).toEqual([8, 10, 12, 14])
   })
 
+  test("the same elements in another layout overlap partly (torch refuses x.add_(x.t())); in the same layout fully (x.add_(x.view(...)) runs); gaps make it torch's too-hard case, not refused", async () => {
+    const x = tensor("f32", [3, 3])
+    const transposed = await run(Effect.flip(eager(() => ops.add_(x, ops.t(x)))))
+    expect(transposed.reason).toBe("overlap")
+    ops.add_(x, ops.view(ops.view(x, [9]), [3, 3]))
+    expect(await values(x)).toEqual(iota(9).map((i) => 2 * i))
+    // Columns 0 and 2 written from column 1: a strided view with gaps, interleaved with its input (torch's values).
+    ops.add_(ops.slice(x, 1, 0, null, 2), ops.narrow(x, 1, 1, 1))
+    expect(await values(x)).toEqual([2, 2, 6, 14, 8, 18, 26, 14, 30])
+  })
+
   test("scatter_ and index_add_ refuse the written tensor itself as their source (torch's assert_no_overlap); add_ takes it", async () => {
     const x = tensor("f32", [4]), index = tensor("i64", [4])
     const scatter = await run(Effect.flip(eager(() => ops.scatter_(x, 0, index, x))))
@@ -390,6 +401,63 @@ describe("writes through views", () => {
     await run(clipGradNorm([a.grad!, b.grad!, c.grad!], Math.sqrt(12))) // scales each in place by about 1/2
     const rounded = async (t: RemoteTensor) => (await values(t)).map((x) => Number(x.toFixed(4)))
     expect([await rounded(a.grad!), await rounded(b.grad!), await rounded(c.grad!)]).toEqual([[1, 1, 1], [1, 1, 1], [1, 1, 1, 1, 1, 1]])
+  })
+})
+
+describe("layouts the controller does not know", () => {
+  test("a view of a tensor of unknown shape shares its storage, its layout unknown: stride() and the rest refuse, naming what they need; an in-place op through it is refused as a possible overlap", async () => {
+    const unknown = await run(mesh.call("tests/controller/fixtures:rankValue", []))
+    const row = ops.select(unknown, 0, 1)
+    expect(row.version).toBe(unknown.version)
+    for (const f of [() => row.stride(), () => row.storageOffset(), () => row.isContiguous()])
+      expect(() => f()).toThrow(/needs its shape and layout, which the controller does not know/)
+    const refused = await run(Effect.flip(eager(() => ops.add_(unknown, row))))
+    expect(refused.reason).toBe("overlap")
+    expect(await values(row)).toEqual([1, 1])
+  })
+})
+
+describe("views in compiled steps", () => {
+  test("each replay makes the same views: a write through a transposed row and a diagonal reaches the argument, and an unfold of a transpose reads it", async () => {
+    const step = compile((x: RemoteTensor) => {
+      ops.mul_(ops.select(ops.t(x), 0, 1), 10)
+      ops.add_(ops.diagonal(x), 1)
+      return ops.sum(ops.unfold(ops.t(x), 1, 2, 1))
+    })
+    const x = tensor("f64", [3, 3])
+    const sums: number[] = []
+    for (let call = 0; call < 3; call++) sums.push((await values(await run(step(x) as Effect.Effect<RemoteTensor, unknown>)))[0]!)
+    expect(step.traces).toBe(1)
+    // Per call: column 1 times 10, then the diagonal plus 1; the windows down each column read its middle row twice.
+    const want = iota(9), expectSums: number[] = []
+    for (let call = 0; call < 3; call++) {
+      for (const i of [1, 4, 7]) want[i]! *= 10
+      for (const i of [0, 4, 8]) want[i]! += 1
+      expectSums.push([0, 1, 2].reduce((a, c) => a + want[c]! + 2 * want[3 + c]! + want[6 + c]!, 0))
+    }
+    expect(await values(x)).toEqual(want)
+    expect(sums).toEqual(expectSums)
+  })
+})
+
+describe("backward through views", () => {
+  test("the backward of transpose, permute, unsqueeze, expand and reshape issues views and reductions only, and the leaf keeps a dense copy (torch's AccumulateGrad)", async () => {
+    const x = (tensor("f64", [2, 3, 4]) as RemoteTensor<"f64">).requiresGrad_()
+    const y = ops.reshape(ops.permute(ops.transpose(x, 0, 1), [2, 0, 1]), [4, 6])
+    const loss = ops.sum(ops.expand(ops.unsqueeze(y, 0), [5, 4, 6]))
+    const issued: string[] = []
+    const issue = mesh.issue.bind(mesh)
+    const spy = spyOn(mesh, "issue").mockImplementation((fn, ...rest) => (issued.push(fn), issue(fn, ...rest)))
+    try {
+      loss.backward()
+    } finally {
+      spy.mockRestore()
+    }
+    const VIEWS_AND_SUMS = new Set(["ops.ones", "ops.expand", "ops.sum", "ops.reshape", "ops.permute", "ops.transpose"])
+    // The one copy is the leaf's own gradient, dense in its layout: the permuted gradient does not obey it.
+    expect(issued.filter((f) => !VIEWS_AND_SUMS.has(f))).toEqual(["ops.clone"])
+    expect(await values(x.grad!)).toEqual(new Array(24).fill(5))
+    expect(x.grad!.isContiguous()).toBe(true)
   })
 })
 

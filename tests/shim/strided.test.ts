@@ -121,7 +121,8 @@ describe("as_strided and layouts", () => {
     const t = base.asStrided([2, 5], [1, 2], 0)
     track.push(t)
     expectShimError(() => t.block(0, [2]), "Invalid", /shim_tensor_view: f32\[2, 5\] is not contiguous/)
-    expectShimError(() => t.hostBytes(), "Invalid", /shim_tensor_host_data: t f32\[2, 5\] is not contiguous/)
+    // Tensor.hostBytes gives no bytes for it (its elements are not one block), without asking the shim.
+    expect(t.hostBytes()).toBeUndefined()
   })
 
   test("copy_out gives a view's elements in its row-major order, copy_in writes them through (random layouts)", () => {

@@ -274,7 +274,7 @@ const sameBatch = (a: ReadonlyArray<number>, b: ReadonlyArray<number>): boolean 
  * result dropped; dx = g @ y^T and dy = x^T @ g, each summed over the batch dims broadcasting
  * added, then shaped as its operand. The transposes are read in place (_matmul_t) wherever the
  * batch dims let one shim_matmul take them (a 2-D weight's dy is one product over every row);
- * only a broadcast batch materialises a transpose and sums.
+ * a broadcast batch multiplies a transposed view (read in place as well) and sums.
  */
 const matmulGrad = <T>(o: GradOps<T>, meta: (t: T) => TensorMeta, x: T, y: T, g: T) => {
   const xs = meta(x).shape, ys = meta(y).shape
@@ -420,7 +420,7 @@ const productGrad = <N extends "other" | "mat2">(name: N) =>
 
 export const layout = {
   matmul: spec([arg("input", "tensor"), arg("other", "tensor")], ({ input, other }, op) => [matmulShape(op, input, other)], productGrad("other"), { dtype: "same", strided: true }),
-  /** op(input) @ op(other) with the transposes read where they lie (shim_matmul's flags): the backward rules' products, which a transpose would otherwise copy. */
+  /** op(input) @ op(other) with the transposes read where they lie (shim_matmul's flags): the backward rules' products, one command where a transposed view and a matmul are two. */
   _matmul_t: spec([arg("input", "tensor"), arg("other", "tensor"), opt("transpose_input", "bool", false), opt("transpose_other", "bool", false)],
     ({ input, other, transpose_input, transpose_other }, op) => [matmulTShape(op, input, other, transpose_input, transpose_other)],
     (c, o) => matmulTGrad(o, c.meta, c.args.input, c.args.other, c.args.transpose_input, c.args.transpose_other, c.grad), { dtype: "same", strided: true }),
