@@ -2600,7 +2600,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "views: a view op's input is never staged into a copy (its views alias the input)",
     file: "src/worker/kernels/staging.ts",
-    edits: one("strided = op.view !== undefined ? true : op.strided", "strided = op.strided"),
+    edits: one("(op.view !== undefined ? true : op.strided)", "op.strided"),
     tests: ["tests/ops/views.test.ts"],
   },
   {

@@ -110,6 +110,9 @@ export type Strided = true | ReadonlyArray<string>
 export const readingStrides = <S extends object>(family: S): S =>
   Object.fromEntries(Object.entries(family).map(([name, s]) => [name, { ...s, strided: true }])) as S
 
+/** Which tensor operands op's kernel reads through their strides: a view op's always (it makes its views from its input's own layout), else its spec's `strided`. */
+export const stridedOperands = (op: OpSpec): Strided | undefined => (op.view !== undefined ? true : op.strided)
+
 /** spec marked as reading the tensor operands named (default: every one) through their strides (OpSpec.strided). */
 export const readsStrides = <S extends object>(s: S, params: Strided = true): S => ({ ...s, strided: params })
 

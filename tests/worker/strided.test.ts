@@ -3,8 +3,9 @@
 // random strided view (dims permuted, stepped, from an offset, padded storage; inputs also
 // expanded, stride 0) holding the same elements, and the two must agree bit for bit (the BLAS
 // products within their dtype's tolerance): results, and an in-place op's target read back
-// through its view, the storage's other elements left alone. A sample runs in torch 1.13 on the same views (torch.as_strided). A write to an
-// expanded tensor is refused with torch's message, nothing changed.
+// through its view, the storage's other elements left alone. A sample runs in torch 1.13 on the
+// same views (torch.as_strided). A write to an expanded tensor is refused with torch's message, nothing
+// changed (fill_ and zero_ aside, as torch's).
 import { afterAll, afterEach, beforeAll, describe, expect, spyOn, test } from "bun:test"
 import { loadNative } from "../../ffi/native.ts"
 import { Stream } from "../../ffi/stream.ts"

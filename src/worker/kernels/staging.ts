@@ -9,7 +9,7 @@ import * as k from "../../../ffi/ops.ts"
 import { Tensor } from "../../../ffi/tensor.ts"
 import { bad } from "../../ops/meta.ts"
 import type { Param } from "../../ops/params.ts"
-import { mutatedParams, type OpSpec } from "../../ops/spec.ts"
+import { mutatedParams, stridedOperands, type OpSpec } from "../../ops/spec.ts"
 import { WRITES_ONE_VALUE } from "../../ops/strided.ts"
 import type { Run } from "./run.ts"
 
@@ -29,8 +29,7 @@ const TENSOR_KINDS = new Set(["tensor", "tensorOrScalar", "tensors"])
 
 /** The operands of op that a command checks: those its kernel reads flat, and those it writes. */
 export const stagingOf = (op: OpSpec): Staging => {
-  // A view op's kernel makes its views from its input's own layout: it reads strides.
-  const written = new Set(mutatedParams(op)), strided = op.view !== undefined ? true : op.strided
+  const written = new Set(mutatedParams(op)), strided = stridedOperands(op)
   return (op.params as ReadonlyArray<Param>)
     .filter((p) => TENSOR_KINDS.has(p.kind))
     .map((p) => ({ name: p.name, list: p.kind === "tensors", stage: strided !== true && !strided?.includes(p.name), written: written.has(p.name) }))
