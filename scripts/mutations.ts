@@ -2616,6 +2616,18 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/autograd/gradcheck.test.ts"],
   },
   {
+    area: "controller", behaviour: "views: a replay's results lie in the storages the trace's did (a view of an argument shares its storage)",
+    file: "src/controller/compile/replay.ts",
+    edits: one("    made.storage = storage\n", ""),
+    tests: ["tests/ops/views.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "views: an argument of another layout traces a compiled step again",
+    file: "src/controller/compile/signature.ts",
+    edits: one('return l === undefined || (l.offset === 0 && isContiguous(l.shape, l.strides)) ? "" :', 'return true ? "" :'),
+    tests: ["tests/ops/views.test.ts"],
+  },
+  {
     area: "autograd", behaviour: "views: as_strided's gradient is laid over the storage from the lower of the two layouts' first elements",
     file: "src/ops/specs/layout.ts",
     edits: one("const from = Math.min(x.offset, out.offset),", "const from = out.offset,"),
