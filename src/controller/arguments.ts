@@ -8,7 +8,7 @@ import type { TensorMeta } from "../ops/meta.ts"
 import { UNKNOWN_TENSOR } from "../ops/registry.ts"
 import { floatProblem, hostTensorProblem, isWireFloat, MAX_NDIM, scalarProblem } from "../protocol/validate.ts"
 import type { Value } from "../protocol/messages.ts"
-import { DTYPES, FloatNumber, HostTensor } from "../protocol/values.ts"
+import { DTYPES, FloatNumber, HostTensor, SharedTensor } from "../protocol/values.ts"
 import type { BorrowState } from "./borrows.ts"
 import { refuse } from "./errors.ts"
 import type { Core } from "./core.ts"
@@ -73,6 +73,8 @@ export class Arguments {
       return v
     }
     if (v instanceof Uint8Array) return v
+    // A host block already in the upload segment (fromHost's, placed through Sink.share).
+    if (v instanceof SharedTensor) return v
     if (v instanceof FloatNumber) {
       if (!isWireFloat(v.value)) throw refuse("argument", floatProblem(v.value))
       return v
@@ -99,7 +101,7 @@ export const checkMeta = (m: TensorMeta, i: number): TensorMeta => {
 
 /** A tree of arguments with tensors replaced by their metadata (UNKNOWN_TENSOR where unknown). */
 export const metasOf = (v: unknown): unknown => {
-  if (typeof v !== "object" || v === null || v instanceof HostTensor || v instanceof Uint8Array || v instanceof FloatNumber) return v
+  if (typeof v !== "object" || v === null || v instanceof HostTensor || v instanceof SharedTensor || v instanceof Uint8Array || v instanceof FloatNumber) return v
   if (v instanceof TensorHandle) return v.meta ?? UNKNOWN_TENSOR
   if (Array.isArray(v)) return v.map(metasOf)
   return Object.fromEntries(Object.keys(v).map((k) => [k, metasOf((v as Record<string, unknown>)[k])]))

@@ -230,21 +230,29 @@ export const fromHost = <D extends DType>(mesh: Mesh, host: HostTensor<D>, place
     // A dim sharded over several mesh dims is split by them in mesh order (the first outermost).
     const index = host.shape.map(() => 0)
     for (const s of sharding) index[s.dim] = index[s.dim]! * mesh.layout.sizes[s.meshDim]! + coords[s.meshDim]!
-    return [hostBlock(host, index.map((b, k) => b * sizes[k]!), sizes)]
+    const starts = index.map((b, k) => b * sizes[k]!)
+    // Straight into the upload segment when the rank's link has one: the block's one copy.
+    return [mesh.core.sink.share([rank], host.dtype, sizes, (into) => copyBlock(host, starts, sizes, into)) ?? hostBlock(host, starts, sizes)]
   }, mesh.core.site(1)) as RemoteTensor<D>
   return t.place(placement!)
 }
 
-/** The block of `host` of `sizes` from `starts`, copied: one contiguous run per index over the dims before the last split one. */
+/** The block of `host` of `sizes` from `starts`, copied into memory of its own. */
 const hostBlock = <D extends DType>(host: HostTensor<D>, starts: ReadonlyArray<number>, sizes: ReadonlyArray<number>): HostTensor<D> => {
+  const out = new Uint8Array(sizes.reduce((a, b) => a * b, ITEM_SIZE[host.dtype]))
+  copyBlock(host, starts, sizes, out)
+  return new HostTensor(host.dtype, sizes, out)
+}
+
+/** Copies the block of `host` of `sizes` from `starts` into `out`: one contiguous run per index over the dims before the last split one. */
+const copyBlock = (host: HostTensor, starts: ReadonlyArray<number>, sizes: ReadonlyArray<number>, out: Uint8Array): void => {
   const shape = host.shape, ndim = shape.length
   const strides = new Array<number>(ndim)
   for (let d = ndim - 1, s = ITEM_SIZE[host.dtype]; d >= 0; d--) { strides[d] = s; s *= shape[d]! }
   let split = ndim - 1
   while (split >= 0 && sizes[split] === shape[split]) split--
-  if (split < 0) return new HostTensor(host.dtype, shape, host.data.slice())
+  if (split < 0) return void out.set(host.data)
   const run = sizes[split]! * strides[split]!
-  const out = new Uint8Array(sizes.reduce((a, b) => a * b, ITEM_SIZE[host.dtype]))
   const index = new Array<number>(split).fill(0)
   for (let at = 0; at < out.byteLength; at += run) {
     let from = starts[split]! * strides[split]!
@@ -256,7 +264,6 @@ const hostBlock = <D extends DType>(host: HostTensor<D>, starts: ReadonlyArray<n
       index[d] = 0
     }
   }
-  return new HostTensor(host.dtype, sizes, out)
 }
 
 /**

@@ -11,6 +11,7 @@ import { Cause, Data, Duration, Effect, Queue, Result, type Scope } from "effect
 import { Connection, parseAddress } from "../net/connection.ts"
 import { MAX_HELLO_BYTES, newNonce, proof, proves, tcpChannel, unixChannel, type Transcript } from "../net/handshake.ts"
 import { WorkerSegments } from "../net/shm.ts"
+import { WorkerUploads } from "../net/uploads.ts"
 import { decodeWorkerMessage } from "../protocol/codec.ts"
 import { DEFAULT_MAX_FRAME_BYTES } from "../protocol/framing.ts"
 import type { ControllerMessage, WorkerHello, WorkerMessage } from "../protocol/messages.ts"
@@ -54,6 +55,7 @@ export const connectController = (o: LinkOptions): Effect.Effect<ControllerLink,
   Effect.gen(function* () {
     const messages = yield* Queue.unbounded<WorkerMessage, Cause.Done>()
     const segments = new WorkerSegments()
+    const uploads = new WorkerUploads((m) => send(m))
     let conn: Connection<WorkerMessage> | undefined
     let exitReceived = false, closed = false, commands = false
     /** Set when the controller's proof held: until then no message is taken as a command. */
@@ -101,6 +103,7 @@ export const connectController = (o: LinkOptions): Effect.Effect<ControllerLink,
                 onClose: () => {
                   closed = true
                   segments.close()
+                  uploads.close()
                   handshake.resolve(new LinkError({ message: `${o.address} closed the link before proving it holds the job token` }))
                   Queue.endUnsafe(messages)
                 },
@@ -118,6 +121,7 @@ export const connectController = (o: LinkOptions): Effect.Effect<ControllerLink,
     yield* Effect.addFinalizer(() => Effect.sync(() => {
       conn?.close()
       segments.close()
+      uploads.close()
     }))
     const send = (m: ControllerMessage) => {
       const sent = conn?.send(m)
@@ -136,5 +140,5 @@ export const connectController = (o: LinkOptions): Effect.Effect<ControllerLink,
     if (failed !== undefined) return yield* failed
     const linkState = (): LinkState => (!closed ? "open" : exitReceived ? "ended" : "lost")
     const whenSent = (fn: () => void) => (conn === undefined ? fn() : conn.whenFlushed(fn))
-    return { messages, send, linkState, whenSent, segments, close: () => conn?.close(), commandsSeen: () => commands }
+    return { messages, send, linkState, whenSent, segments, uploads, close: () => conn?.close(), commandsSeen: () => commands }
   })
