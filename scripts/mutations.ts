@@ -649,7 +649,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "controller", behaviour: "a sharded fromHost sends each rank only its own block of the host batch",
     file: "src/controller/ops.ts",
-    edits: one("    return [hostBlock(host, index.map((b, k) => b * sizes[k]!), sizes)]\n", "    return [hostBlock(host, index.map((b, k) => b * sizes[k]!), sizes), host]\n"),
+    edits: one("?? hostBlock(host, starts, sizes)]\n", "?? hostBlock(host, starts, sizes), host]\n"),
     tests: ["tests/controller/fromhost.test.ts"],
   },
   {
@@ -2432,5 +2432,53 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     file: "src/worker/handlers/checkpoints.ts",
     edits: one("hash.startsWith(CHAINED) ? hashBytes(data) === hash : Bun.hash.wyhash(data, 0n).toString() === hash", "hash.startsWith(CHAINED) ? hashBytes(data) === hash : true"),
     tests: ["tests/checkpoint/hash.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "uploads: a SharedTensor whose bytes lie outside its segment is refused",
+    file: "src/net/uploads.ts",
+    edits: one("if (t.offset < HEADER_BYTES || !Number.isSafeInteger(bytes) || t.offset + bytes > map.bytes)", "if (!Number.isSafeInteger(bytes))"),
+    tests: ["tests/security/uploads.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "uploads: a region is reused once every rank it went to let it go",
+    file: "src/net/uploads.ts",
+    edits: one("      if (r.holders.size === 0) this.letGo(s, offset)\n", ""),
+    tests: ["tests/security/uploads.test.ts", "tests/controller/uploads.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "uploads: a closed link's holds on upload regions are let go",
+    file: "src/net/uploads.ts",
+    edits: one("for (const [offset, r] of s.regions) if (r.holders.delete(rank) && r.holders.size === 0) this.letGo(s, offset)", "void s"),
+    tests: ["tests/security/uploads.test.ts", "tests/controller/uploads.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "uploads: an UploadTaken for a region the rank does not hold is refused",
+    file: "src/net/uploads.ts",
+    edits: one("if (s === undefined || r === undefined || !r.holders.delete(rank)) throw", "if (s === undefined || r === undefined) throw"),
+    tests: ["tests/security/uploads.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "uploads: a large host tensor in a call's arguments goes through the upload segment",
+    file: "src/controller/core.ts",
+    edits: one("        if (v.data.byteLength < uploads.minBytes) return v\n", "        return v\n"),
+    tests: ["tests/controller/uploads.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "uploads: a sharded fromHost writes each rank's block straight into the upload segment",
+    file: "src/controller/ops.ts",
+    edits: one("return [mesh.core.sink.share([rank], host.dtype, sizes, (into) => copyBlock(host, starts, sizes, into)) ?? hostBlock(host, starts, sizes)]", "return [hostBlock(host, starts, sizes)]"),
+    tests: ["tests/controller/uploads.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "uploads: a worker tells the controller once it copied a SharedTensor out",
+    file: "src/worker/refs.ts",
+    edits: one("  shared.done(value)\n  return t", "  return t"),
+    tests: ["tests/controller/uploads.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "uploads: a call that stops before copying its SharedTensors lets them go",
+    file: "src/worker/handlers/calls.ts",
+    edits: one("  s.uploads?.letGo(m.args)\n  s.uploads?.letGo(m.kwargs)\n", ""),
+    tests: ["tests/controller/uploads.test.ts"],
   },
 ]
