@@ -661,14 +661,14 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "controller", behaviour: "a sharded fromHost copies a block of an inner dim row by row (its strides)",
     file: "src/controller/ops.ts",
-    edits: one("    for (let d = 0; d < split; d++) from += (starts[d]! + index[d]!) * strides[d]!\n", "    for (let d = 0; d < split; d++) from += (starts[d]! + index[d]!) * strides[split]!\n"),
+    edits: one("    for (let d = 0; d < split; d++) base += ((starts[d]! + index[d]!) % shape[d]!) * strides[d]!\n", "    for (let d = 0; d < split; d++) base += ((starts[d]! + index[d]!) % shape[d]!) * strides[split]!\n"),
     tests: ["tests/controller/fromhost.test.ts"],
   },
   {
     area: "controller", behaviour: "fromHost refuses a host dim that does not split evenly over its shards",
     file: "src/controller/ops.ts",
-    edits: one("    if (size % parts[k]! !== 0) throw refuse(", "    if (size % parts[k]! !== 0 && false) throw refuse("),
-    tests: ["tests/controller/fromhost.test.ts"],
+    edits: one("    if (size % parts[k]! !== 0 && uneven === undefined)\n", "    if (size % parts[k]! !== 0 && uneven === undefined && false)\n"),
+    tests: ["tests/controller/fromhost.test.ts", "tests/controller/scatter.test.ts"],
   },
   {
     area: "controller", behaviour: "a per-rank upload (sharded fromHost) is refused while compile records",
@@ -2480,5 +2480,17 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     file: "src/worker/handlers/calls.ts",
     edits: one("  s.uploads?.letGo(m.args)\n  s.uploads?.letGo(m.kwargs)\n", ""),
     tests: ["tests/controller/uploads.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "fromHost uneven: a padded block takes the rows past the end from the start again",
+    file: "src/controller/ops.ts",
+    edits: one("const from = (starts[split]! + i) % n, count", "const from = Math.min(starts[split]! + i, n - 1), count"),
+    tests: ["tests/controller/scatter.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "fromHost uneven: drop gives each rank floor(n / parts) rows, pad ceil",
+    file: "src/controller/ops.ts",
+    edits: one('(uneven === "pad" ? Math.ceil(size / parts[k]!) : Math.floor(size / parts[k]!))', "Math.ceil(size / parts[k]!)"),
+    tests: ["tests/controller/scatter.test.ts"],
   },
 ]
