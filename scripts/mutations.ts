@@ -2493,4 +2493,28 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one('(uneven === "pad" ? Math.ceil(size / parts[k]!) : Math.floor(size / parts[k]!))', "Math.ceil(size / parts[k]!)"),
     tests: ["tests/controller/scatter.test.ts"],
   },
+  {
+    area: "worker", behaviour: "direct reads: a command gets the tensor its host tensor was read straight into",
+    file: "src/worker/direct.ts",
+    edits: one("    const t = frame?.get(host.data.byteOffset)\n", "    const t = frame?.get(-1)\n"),
+    tests: ["tests/controller/socketuploads.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "direct reads: only a CallFunction's host tensor is read straight (not a recording's, used on every call)",
+    file: "src/protocol/locate.ts",
+    edits: one("length >= OUT_OF_LINE_BYTES && stack.at(-1)?.call === true)", "length >= OUT_OF_LINE_BYTES)"),
+    tests: ["tests/protocol/direct.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "direct reads: a chunk across the tensor's edges is split between the frame and the tensor",
+    file: "src/protocol/framing.ts",
+    edits: one("    h.into.set(bytes.subarray(a - from, z - from), a - h.start)", "    h.into.set(bytes.subarray(a - from, z - from), Math.max(0, a - h.start - 1))"),
+    tests: ["tests/protocol/direct.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "direct reads: what landed in the frame before the tensor was found is moved into it",
+    file: "src/protocol/framing.ts",
+    edits: one("    if (this.bodyFill > found.at) into.set(body.subarray(found.at, Math.min(this.bodyFill, end)))\n", ""),
+    tests: ["tests/protocol/direct.test.ts"],
+  },
 ]

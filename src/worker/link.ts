@@ -16,6 +16,7 @@ import { decodeWorkerMessage } from "../protocol/codec.ts"
 import { DEFAULT_MAX_FRAME_BYTES } from "../protocol/framing.ts"
 import type { ControllerMessage, WorkerHello, WorkerMessage } from "../protocol/messages.ts"
 import { ErrorPayload } from "../protocol/values.ts"
+import type { DirectReads } from "./direct.ts"
 import type { Inbox } from "./loop.ts"
 import type { LinkState } from "./session.ts"
 
@@ -42,6 +43,8 @@ export interface LinkOptions {
   readonly onInvalid?: (message: string) => void
   /** Called for a PeerLost as it arrives, ahead of the commands queued before it (which may be waiting for that rank). */
   readonly onPeerLost: (rank: number) => void
+  /** Tensors to read large host tensors of commands into, straight from the socket (direct.ts). */
+  readonly direct?: DirectReads
 }
 
 /** Whether a message is, or holds, an Exit. */
@@ -107,7 +110,7 @@ export const connectController = (o: LinkOptions): Effect.Effect<ControllerLink,
                   handshake.resolve(new LinkError({ message: `${o.address} closed the link before proving it holds the job token` }))
                   Queue.endUnsafe(messages)
                 },
-              }, MAX_HELLO_BYTES)
+              }, MAX_HELLO_BYTES, o.direct === undefined ? undefined : (body, located) => (proven ? o.direct!.into(body, located) : undefined))
               conn.send({ _tag: "WorkerChallenge", rank: o.hello.rank, world: o.hello.world, nonce: transcript.workerNonce })
             },
             data: (_s, chunk) => conn?.receive(chunk),
@@ -140,5 +143,5 @@ export const connectController = (o: LinkOptions): Effect.Effect<ControllerLink,
     if (failed !== undefined) return yield* failed
     const linkState = (): LinkState => (!closed ? "open" : exitReceived ? "ended" : "lost")
     const whenSent = (fn: () => void) => (conn === undefined ? fn() : conn.whenFlushed(fn))
-    return { messages, send, linkState, whenSent, segments, uploads, close: () => conn?.close(), commandsSeen: () => commands }
+    return { messages, send, linkState, whenSent, segments, uploads, ...(o.direct === undefined ? {} : { direct: o.direct }), close: () => conn?.close(), commandsSeen: () => commands }
   })
