@@ -392,7 +392,7 @@ export class Core implements Sink {
 
   /** Queues a message without an ident for `ranks`. */
   post(ranks: ReadonlyArray<number>, msg: WorkerMessage): void {
-    if (msg._tag === "CallFunction") msg = this.shareHostTensors(ranks.filter((r) => !this.graph.isLost(r)), msg)
+    if (msg._tag === "CallFunction") msg = this.shareHostTensors(ranks, msg)
     for (const r of ranks) if (!this.graph.isLost(r)) this.outbox[r]!.push(msg)
     if (++this.queued >= this.flushEvery) this.flush()
     else this.scheduleFlush()
@@ -460,15 +460,17 @@ export class Core implements Sink {
     return first
   }
 
-  /** A CallFunction with its large host tensors moved into the ranks' upload segment (the same message when none moved). */
+  /** A CallFunction for `ranks` (those not lost) with its large host tensors moved into their upload segment (the same message when none moved). */
   private shareHostTensors(ranks: ReadonlyArray<number>, msg: Extract<WorkerMessage, { _tag: "CallFunction" }>): WorkerMessage {
-    const uploads = this.uploadsOf(ranks)
+    const uploads = this.links[ranks[0]!]?.uploads
     if (uploads === undefined) return msg
-    let moved = false
+    let moved = false, live: ReadonlyArray<number> | undefined
     const swap = (v: Value): Value => {
       if (v instanceof HostTensor) {
         if (v.data.byteLength < uploads.minBytes) return v
-        const at = uploads.place(ranks, v.dtype, v.shape, (into) => into.set(v.data), () => this.flush())
+        live ??= ranks.filter((r) => !this.graph.isLost(r))
+        if (this.uploadsOf(live) !== uploads) return v
+        const at = uploads.place(live, v.dtype, v.shape, (into) => into.set(v.data), () => this.flush())
         if (at === undefined) return v
         moved = true
         return at

@@ -275,7 +275,7 @@ export const WORKER_MESSAGES = {
   /** Removes `tmp`, the temporary directory of a save that failed (a `.tmp-` directory); answers FetchResult(ident, null). */
   DropCheckpoint: message(44, [["ident", identField], ["tmp", strField]]),
   /**
-   * Shared memory (codes 21, 22; src/net/shm.ts): maps the controller's memfd at `path`
+   * Shared memory (codes 21..23; src/net/shm.ts, src/net/uploads.ts): maps the controller's memfd at `path`
    * (`/proc/<pid>/fd/<fd>`) of exactly `bytes` bytes, which starts with `check`, as segment
    * `segment`, and from then on answers a fetch of one tensor of at least `minBytes` bytes by
    * writing it there (FetchShared) while the segment is free. Answered with SegmentMapped.
