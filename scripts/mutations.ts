@@ -2517,4 +2517,10 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("    if (this.bodyFill > found.at) into.set(body.subarray(found.at, Math.min(this.bodyFill, end)))\n", ""),
     tests: ["tests/protocol/direct.test.ts"],
   },
+  {
+    area: "controller", behaviour: "a typed array argument is the 1-dim host tensor of its dtype",
+    file: "src/controller/arguments.ts",
+    edits: one('  v instanceof Float32Array ? "f32" : v instanceof Float64Array ? "f64" :', '  v instanceof Float32Array ? "f32" : v instanceof Float64Array ? "f32" :'),
+    tests: ["tests/controller/uploads.test.ts"],
+  },
 ]

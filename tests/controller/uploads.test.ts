@@ -144,6 +144,19 @@ test("a worker holds no host copy of an upload: after it, its memory is the tens
   expect(await memory(1)).toBe(bare)
 })
 
+test("a typed array given to an op is the 1-dim host tensor of its dtype, through the segment when large; one of no tensor dtype is refused", async () => {
+  const big = Float64Array.from({ length: 50_000 }, () => random() * 1e6 - 5e5), small = Int32Array.from([7, -3, 2 ** 30])
+  const before = uploads.counts.uploads
+  const sum = await run(mesh.call("ops.add", [big, 1]))
+  expect({ dtype: sum.dtype, shape: sum.shape }).toEqual({ dtype: "f64", shape: [50_000] })
+  for (const h of (await run(mesh.fetchAll(sum))) as HostTensor[]) expect([...h.toArray()]).toEqual([...big].map((x) => x + 1))
+  expect(uploads.counts.uploads - before).toBe(1)
+  const ints = await run(mesh.call("ops.mul", [small, 2]))
+  expect([...((await run(mesh.fetch(ints, 1))) as HostTensor).toArray()]).toEqual([14, -6, 2 ** 31 | 0])
+  const refused = await run(Effect.flip(mesh.call("ops.clone", [new Int16Array(4)])))
+  expect(refused.message).toContain("a Int16Array is not a tensor's elements")
+})
+
 test("a worker that dies holding an upload lets its region go; the other rank's copy stands", async () => {
   const host = hostOf("f32", [1 << 18])
   await bytesOf(fromHost(mesh, host))
