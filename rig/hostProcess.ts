@@ -6,6 +6,7 @@
  */
 import type { Subprocess } from "bun"
 import { inHost, type Host } from "./netns.ts"
+import { OutputLines } from "./outputLines.ts"
 
 const running = new Set<HostProcess>()
 
@@ -15,11 +16,9 @@ export const killHostProcesses = (): void => {
 }
 
 export class HostProcess {
-  readonly stdout: string[] = []
-  readonly stderr: string[] = []
   /** The exit status once both output streams have ended. */
   readonly status: Promise<number>
-  private readonly wakers = new Set<() => void>()
+  private readonly output: OutputLines
   /** stdin is a pipe nobody writes: it closes when this process dies, however it dies. */
   private readonly proc: Subprocess<"pipe", "pipe", "pipe">
 
@@ -32,51 +31,33 @@ export class HostProcess {
     const base = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/root" }
     this.proc = Bun.spawn(inHost(host, argv), { env: { ...base, ...env }, stdin: "pipe", stdout: "pipe", stderr: "pipe" })
     running.add(this)
-    const drained = Promise.all([this.pump(this.proc.stdout, this.stdout), this.pump(this.proc.stderr, this.stderr)])
-    this.status = drained.then(() => this.proc.exited)
+    this.output = new OutputLines(this.proc.stdout, this.proc.stderr)
+    this.status = this.output.drained.then(() => this.proc.exited)
     void this.status.then(() => {
       running.delete(this)
-      this.wake()
+      this.output.wake()
     })
+  }
+
+  get stdout(): string[] {
+    return this.output.stdout
+  }
+
+  get stderr(): string[] {
+    return this.output.stderr
   }
 
   get exited(): boolean {
     return this.proc.exitCode !== null || this.proc.signalCode !== null
   }
 
-  private wake(): void {
-    for (const w of [...this.wakers]) w()
-  }
-
-  private async pump(stream: ReadableStream<Uint8Array>, into: string[]): Promise<void> {
-    const decoder = new TextDecoder()
-    let pending = ""
-    for await (const chunk of stream) {
-      const parts = (pending + decoder.decode(chunk, { stream: true })).split("\n")
-      pending = parts.pop()!
-      into.push(...parts)
-      this.wake()
-    }
-    if (pending) into.push(pending)
-  }
-
   /** The first stdout line that `match` accepts; rejects if the process ends or time runs out first. */
   line(match: (line: string) => boolean, timeoutMs: number): Promise<string> {
-    return new Promise((resolve, reject) => {
-      const check = () => {
-        const found = this.stdout.find(match)
-        if (found !== undefined) return finish(() => resolve(found))
-        if (this.exited) return finish(() => reject(new Error(`${this.label} exited (${this.proc.exitCode ?? this.proc.signalCode}) first`)))
-      }
-      const finish = (f: () => void) => {
-        this.wakers.delete(check)
-        clearTimeout(timer)
-        f()
-      }
-      const timer = setTimeout(() => finish(() => reject(new Error(`${this.label}: no awaited line within ${timeoutMs} ms`))), timeoutMs)
-      this.wakers.add(check)
-      check()
-    })
+    return this.output.when(
+      () => this.stdout.find(match) ?? (this.exited ? new Error(`${this.label} exited (${this.proc.exitCode ?? this.proc.signalCode}) first`) : undefined),
+      timeoutMs,
+      () => `${this.label}: no awaited line within ${timeoutMs} ms`,
+    )
   }
 
   /** The exit status, or undefined if it has not exited within `timeoutMs`. */

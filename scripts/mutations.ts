@@ -1685,9 +1685,15 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "checkpoint: a commit lock left by a commit that died is taken",
     file: "src/checkpoint/files.ts",
-    edits: one("if (since > STALE_LOCK_MS) rmSync(", "if (since < 0) rmSync("),
+    edits: one("if (Date.now() - held.mtimeMs > STALE_LOCK_MS) rmSync(", "if (Date.now() - held.mtimeMs < 0) rmSync("),
+    tests: ["tests/checkpoint/save.test.ts"],
+  },  {
+    area: "worker", behaviour: "checkpoint: a commit lock removed by its holder between the mkdir and the stat is tried again, not an error",
+    file: "src/checkpoint/files.ts",
+    edits: one("if (held === undefined) continue", "if (held === undefined) statSync(lock)"),
     tests: ["tests/checkpoint/save.test.ts"],
   },
+
   {
     area: "worker", behaviour: "checkpoint: a commit publishes only when every file of the version is there whole",
     file: "src/checkpoint/files.ts",

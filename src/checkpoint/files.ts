@@ -200,8 +200,10 @@ export const underCommitLock = <A>(dir: string, body: () => A): A => {
     } catch (e) {
       if ((e as NodeJS.ErrnoException).code !== "EEXIST") throw e
     }
-    const since = existsSync(lock) ? Date.now() - statSync(lock).mtimeMs : 0
-    if (since > STALE_LOCK_MS) rmSync(lock, { recursive: true, force: true })
+    // The holder may remove the lock between the mkdir and the stat: then try again at once.
+    const held = statSync(lock, { throwIfNoEntry: false })
+    if (held === undefined) continue
+    if (Date.now() - held.mtimeMs > STALE_LOCK_MS) rmSync(lock, { recursive: true, force: true })
     else Atomics.wait(pause, 0, 0, 2)
   }
   try {

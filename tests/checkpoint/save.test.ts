@@ -256,6 +256,26 @@ describe("publish and prune", () => {
     }
   }, 20_000)
 
+  test("two processes committing at once, 2,000 times each with no pause: no commit fails on a lock its holder just removed, and none overlaps another", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "monarch-lock-"))
+    try {
+      const files = resolve(import.meta.dir, "../../src/checkpoint/files.ts"), counter = join(dir, "count")
+      writeFileSync(counter, "0")
+      // Each commit adds one to a count in a file: a lost update would show two commits at once.
+      const committer = () => Bun.spawn([process.execPath, "-e", `
+        const { readFileSync, writeFileSync } = await import("node:fs")
+        const { underCommitLock } = await import(${JSON.stringify(files)})
+        for (let i = 0; i < 2000; i++) underCommitLock(${JSON.stringify(dir)}, () => writeFileSync(${JSON.stringify(counter)}, String(Number(readFileSync(${JSON.stringify(counter)}, "utf8")) + 1)))
+      `], { stdout: "pipe", stderr: "pipe" })
+      const both = [committer(), committer()]
+      const ends = await Promise.all(both.map(async (p) => ({ status: await p.exited, stderr: (await new Response(p.stderr).text()).split("\n").slice(0, 3).join("\n") })))
+      expect(ends).toEqual([{ status: 0, stderr: "" }, { status: 0, stderr: "" }])
+      expect(readFileSync(counter, "utf8")).toBe("4000")
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  }, 30_000)
+
   test("a commit lock left by a commit that died (older than STALE_LOCK_MS) is taken at once", async () => {
     const dir = mkdtempSync(join(tmpdir(), "monarch-lock-"))
     try {

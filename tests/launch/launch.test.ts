@@ -9,6 +9,7 @@ import { join } from "node:path"
 import { Controller } from "../../src/controller/index.ts"
 import { allReduce, ATTACH_TOKEN, withController } from "../attaching.ts"
 import { freePort, isAlive } from "../processes.ts"
+import { OutputLines } from "../../rig/outputLines.ts"
 
 const BUN = process.execPath
 const LAUNCH = new URL("../../src/launch.ts", import.meta.url).pathname
@@ -17,14 +18,12 @@ const WORKER = new URL("../../src/worker.ts", import.meta.url).pathname
 
 /** A running launcher and everything it prints, line by line. */
 class Launcher {
-  readonly stdout: string[] = []
-  readonly stderr: string[] = []
   readonly status: Promise<number>
-  private readonly wakers = new Set<() => void>()
+  private readonly output: OutputLines
 
   constructor(readonly proc: Subprocess<"ignore", "pipe", "pipe">) {
-    const drained = Promise.all([this.pump(proc.stdout, this.stdout), this.pump(proc.stderr, this.stderr)])
-    this.status = drained.then(() => proc.exited)
+    this.output = new OutputLines(proc.stdout, proc.stderr)
+    this.status = this.output.drained.then(() => proc.exited)
   }
 
   static start(own: string[], command: string[], env: Record<string, string> = {}): Launcher {
@@ -34,34 +33,21 @@ class Launcher {
     return new Launcher(proc)
   }
 
-  private async pump(stream: ReadableStream<Uint8Array>, into: string[]) {
-    const decoder = new TextDecoder()
-    let pending = ""
-    for await (const chunk of stream) {
-      const parts = (pending + decoder.decode(chunk, { stream: true })).split("\n")
-      pending = parts.pop()!
-      into.push(...parts)
-      for (const wake of [...this.wakers]) wake()
-    }
-    if (pending) into.push(pending)
+  get stdout(): string[] {
+    return this.output.stdout
+  }
+
+  get stderr(): string[] {
+    return this.output.stderr
   }
 
   /** Resolves once every line in `wanted` has appeared on stdout. */
   waitForLines(wanted: string[], timeoutMs: number): Promise<void> {
-    return new Promise((resolve, reject) => {
-      const check = () => {
-        if (!wanted.every((w) => this.stdout.includes(w))) return
-        this.wakers.delete(check)
-        clearTimeout(timer)
-        resolve()
-      }
-      const timer = setTimeout(() => {
-        this.wakers.delete(check)
-        reject(new Error(`timed out waiting for ${JSON.stringify(wanted)}; stdout so far: ${JSON.stringify(this.stdout)}`))
-      }, timeoutMs)
-      this.wakers.add(check)
-      check()
-    })
+    return this.output.when(
+      () => (wanted.every((w) => this.stdout.includes(w)) ? true : undefined),
+      timeoutMs,
+      () => `timed out waiting for ${JSON.stringify(wanted)}; stdout so far: ${JSON.stringify(this.stdout)}`,
+    ).then(() => {})
   }
 }
 

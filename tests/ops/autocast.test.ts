@@ -8,10 +8,11 @@
 // reductions and norms in f32, autocast(null) turns it off inside, backward rules run outside
 // the scope, a parameter is cast once per scope, and bad arguments are refused.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { Effect, ManagedRuntime } from "effect"
-import { autocast, compile, Controller, ControllerError, grad, ops, opsOn, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
+import { Effect } from "effect"
+import { autocast, compile, ControllerError, grad, ops, opsOn, type RemoteTensor } from "../../src/controller/index.ts"
 import type { HostTensor } from "../../src/protocol/values.ts"
 import { describeUnless } from "../skip.ts"
+import { lcg, numbers, numel, oneRankMesh } from "./oneRank.ts"
 import { torchMissing, TorchServer } from "../torch.ts"
 import { host } from "../worker/build.ts"
 
@@ -19,8 +20,6 @@ interface T { readonly t: "f32" | "f64" | "i64"; readonly shape: number[]; reado
 type Op = (...a: RemoteTensor[]) => RemoteTensor
 interface Case { readonly name: string; readonly op: string; readonly args: T[]; readonly wrt: number[] }
 
-const numel = (s: ReadonlyArray<number>) => s.reduce((a, b) => a * b, 1)
-const lcg = (seed: number) => () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31)
 const f32 = (rnd: () => number, shape: number[], scale = 1): T => ({ t: "f32", shape, data: Array.from({ length: numel(shape) }, () => Math.fround((rnd() * 2 - 1) * scale)) })
 const classes = (rnd: () => number, n: number, c: number): T => ({ t: "i64", shape: [n], data: Array.from({ length: n }, () => Math.floor(rnd() * c)) })
 
@@ -65,16 +64,8 @@ const randomCase = (seed: number): Case => {
 
 const CASES = Array.from({ length: 64 }, (_, i) => randomCase(100 + i))
 
-let rt: ManagedRuntime.ManagedRuntime<Controller, unknown>
-let mesh: Mesh
-beforeAll(async () => {
-  rt = ManagedRuntime.make(Controller.local({ world: 1, onWorkerLine: () => {} }))
-  const ctl: ControllerApi = await rt.runPromise(Effect.service(Controller))
-  mesh = await rt.runPromise(ctl.mesh({ g: 1 }))
-}, 60_000)
-afterAll(() => rt?.dispose())
+const fixture = oneRankMesh()
 
-const numbers = (h: HostTensor) => [...h.toArray()].map(Number)
 /** Within `steps` bf16 steps (2^-8 relative) of the largest magnitude of b: one rounding, or a few summed. */
 const within = (a: number[], b: number[], steps: number) => {
   const scale = Math.max(1e-3, ...b.map(Math.abs))
@@ -88,7 +79,7 @@ describeUnless(torchMissing())("autocast to bf16 against torch 1.13's CPU autoca
 
   for (const [id, cs] of CASES.entries()) {
     test(cs.name, async () => {
-      const on = opsOn(mesh)
+      const on = opsOn(fixture.mesh)
       const sent = cs.args.map((a, i) => {
         const t = on.clone(host(a.t, a.shape, a.data) as never)
         return cs.wrt.includes(i) ? t.requiresGrad_() : t
@@ -96,7 +87,7 @@ describeUnless(torchMissing())("autocast to bf16 against torch 1.13's CPU autoca
       const out = autocast("bf16", () => OURS[cs.op]!(...sent))
       const weights = Array.from({ length: numel(out.shape!) }, (_, i) => Math.fround(Math.sin(i + id)))
       const grads = grad(ops.sum(ops.mul(out.to("f32"), on.clone(host("f32", [...out.shape!], weights) as never))), cs.wrt.map((i) => sent[i]!))
-      const [value, gs] = await rt.runPromise(mesh.fetch([out, grads])) as unknown as [HostTensor, HostTensor[]]
+      const [value, gs] = await fixture.run(fixture.mesh.fetch([out, grads])) as unknown as [HostTensor, HostTensor[]]
       const want = await torch.ask(id, { op: cs.op, args: cs.args, wrt: cs.wrt, weights })
       expect(want.error).toBeUndefined()
       expect({ dtype: out.dtype, shape: [...value.shape] }).toEqual({ dtype: want.dtype, shape: want.shape })
@@ -110,7 +101,7 @@ describeUnless(torchMissing())("autocast to bf16 against torch 1.13's CPU autoca
 })
 
 describe("autocast's rules beyond torch's values", () => {
-  const on = () => opsOn(mesh)
+  const on = () => opsOn(fixture.mesh)
   // the typed surface's dtypes are the rules' without autocast: these read the one each result has
   const dt = (t: RemoteTensor): string | undefined => t.dtype
   test("f64 is not cast; f16 is cast to bf16; ops off the lists keep their dtypes; outside the scope nothing is cast", () => {
@@ -161,20 +152,20 @@ describe("autocast's rules beyond torch's values", () => {
     const outside = grad(ops.linear(x, w).exp().sum(), [w])
     // inside, the rules' matmuls would run in bf16 and exp's f32 list would not matter: the values would move
     const inside = autocast("bf16", () => grad(autocast(null, () => ops.linear(x, w).exp().sum()), [w]))
-    const [a, b] = await rt.runPromise(mesh.fetch([outside, inside])) as unknown as [HostTensor[], HostTensor[]]
+    const [a, b] = await fixture.run(fixture.mesh.fetch([outside, inside])) as unknown as [HostTensor[], HostTensor[]]
     expect(b[0]!.dtype).toBe("f32")
     expect(numbers(b[0]!)).toEqual(numbers(a[0]!))
   })
   test("compile: autocast inside the step is traced and replayed; a compiled call inside a scope (which ends before the step runs) is refused", async () => {
     const w = on().randn([4, 4]).requiresGrad_(), x = on().randn([2, 4])
     const step = compile((a: RemoteTensor) => autocast("bf16", () => ops.linear(a, w)), { name: "lowLinear", onRetrace: () => {} })
-    const [first, second, third] = [await rt.runPromise(step(x)), await rt.runPromise(step(x)), await rt.runPromise(step(x))]
+    const [first, second, third] = [await fixture.run(step(x)), await fixture.run(step(x)), await fixture.run(step(x))]
     expect([first, second, third].map(dt)).toEqual(["bf16", "bf16", "bf16"])
-    const [a, c] = await rt.runPromise(mesh.fetch([first, third])) as unknown as [HostTensor, HostTensor]
+    const [a, c] = await fixture.run(fixture.mesh.fetch([first, third])) as unknown as [HostTensor, HostTensor]
     expect(c.dtype).toBe("bf16")
     expect(numbers(c)).toEqual(numbers(a))
     const plain = compile((a: RemoteTensor) => ops.linear(a, w), { name: "plainLinear" })
-    const refused = await rt.runPromise(Effect.flip(autocast("bf16", () => plain(x))))
+    const refused = await fixture.run(Effect.flip(autocast("bf16", () => plain(x))))
     expect(refused).toBeInstanceOf(ControllerError)
     expect((refused as Error).message).toMatch(/compile\(plainLinear\) was called inside autocast\("bf16"\), which ends before the step runs; call autocast inside the step/)
     step.dispose()

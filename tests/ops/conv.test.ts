@@ -5,10 +5,10 @@
 // value, by the gradients of sum(out * w) with respect to every tensor, and for batch_norm by its
 // running statistics after the call. Then their refusals, as ControllerErrors before sending.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { Effect, ManagedRuntime } from "effect"
-import { Controller, ControllerError, grad, ops, opsOn, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
+import { ControllerError, grad, ops, opsOn, type RemoteTensor } from "../../src/controller/index.ts"
 import type { HostTensor } from "../../src/protocol/values.ts"
 import { describeUnless } from "../skip.ts"
+import { close, lcg, numbers, numel, oneRankMesh } from "./oneRank.ts"
 import { fromJson, torchMissing, TorchServer } from "../torch.ts"
 import { host } from "../worker/build.ts"
 
@@ -23,8 +23,6 @@ interface Case {
   readonly stats?: [T, T]
 }
 
-const numel = (s: ReadonlyArray<number>) => s.reduce((a, b) => a * b, 1)
-const lcg = (seed: number) => () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31)
 const tensorOf = (rnd: () => number, shape: number[], lo = -2, hi = 2): T => ({ t: "f64", shape, data: Array.from({ length: numel(shape) }, () => lo + rnd() * (hi - lo)) })
 
 /**
@@ -79,17 +77,8 @@ const CASES: Case[] = [
   ...Array.from({ length: 20 }, (_, i) => groupNormCase(6000 + i)),
 ]
 
-let rt: ManagedRuntime.ManagedRuntime<Controller, unknown>
-let mesh: Mesh
-beforeAll(async () => {
-  rt = ManagedRuntime.make(Controller.local({ world: 1, onWorkerLine: () => {} }))
-  const ctl: ControllerApi = await rt.runPromise(Effect.service(Controller))
-  mesh = await rt.runPromise(ctl.mesh({ g: 1 }))
-}, 60_000)
-afterAll(() => rt?.dispose())
+const fixture = oneRankMesh()
 
-const numbers = (h: HostTensor) => [...h.toArray()].map(Number)
-const close = (a: number[], b: number[]) => a.length === b.length && a.every((x, i) => Math.abs(x - b[i]!) <= 1e-9 * (1 + Math.abs(b[i]!)))
 
 describeUnless(torchMissing())("conv1d, conv2d, batch_norm and group_norm against torch 1.13: values, gradients, running statistics", () => {
   let torch: TorchServer
@@ -98,7 +87,7 @@ describeUnless(torchMissing())("conv1d, conv2d, batch_norm and group_norm agains
 
   for (const [id, cs] of CASES.entries()) {
     test(cs.name, async () => {
-      const on = opsOn(mesh)
+      const on = opsOn(fixture.mesh)
       const upload = (x: T) => on.clone(host(x.t, x.shape, x.data) as never)
       const sent = new Map(cs.args.flatMap((v, i) => (v !== null && typeof v === "object" && "t" in v ? [[v as T, cs.wrt.includes(i) ? upload(v as T).requiresGrad_() : upload(v as T)]] : [])))
       const out = (ops[cs.op] as (...a: unknown[]) => RemoteTensor)(...cs.args.map((v) => sent.get(v as T) ?? v))
@@ -106,7 +95,7 @@ describeUnless(torchMissing())("conv1d, conv2d, batch_norm and group_norm agains
       const inputs = cs.wrt.map((i) => sent.get(cs.args[i] as T)!)
       const grads = grad(ops.sum(ops.mul(out, on.clone(host("f64", weights.shape, weights.data) as never))), inputs)
       const stats = cs.stats ? ops.cat(cs.stats.map((s) => sent.get(s)!), 0) : out
-      const [value, gs, after] = await rt.runPromise(mesh.fetch([out, grads, stats])) as unknown as [HostTensor, HostTensor[], HostTensor]
+      const [value, gs, after] = await fixture.run(fixture.mesh.fetch([out, grads, stats])) as unknown as [HostTensor, HostTensor[], HostTensor]
       const want = await torch.ask(3 * id, { op: cs.op, args: cs.args, kwargs: {} })
       const wantGrads = await torch.ask(3 * id + 1, { op: cs.op, args: cs.args, kwargs: {}, wrt: cs.wrt.map((i) => [i]), weights })
       expect(want.error).toBeUndefined()
@@ -134,7 +123,7 @@ describe("the refusals of the convolutions and norms, before sending", () => {
     throw new Error("expected a ControllerError")
   }
   test("a convolution's shapes, groups, options and dtypes", () => {
-    const on = opsOn(mesh), z = (shape: number[], dtype: "f32" | "f64" | "i64" = "f32") => on.zeros(shape, { dtype })
+    const on = opsOn(fixture.mesh), z = (shape: number[], dtype: "f32" | "f64" | "i64" = "f32") => on.zeros(shape, { dtype })
     expect(refusal(() => ops.conv2d(z([1, 4, 5, 5]), z([6, 3, 3, 3])))).toMatch(/weight f32\[6, 3, 3, 3\] with groups 1 takes 3 input channels, got f32\[1, 4, 5, 5\]/)
     expect(refusal(() => ops.conv2d(z([1, 4, 5, 5]), z([3, 2, 3, 3]), null, 1, 0, 1, 2))).toMatch(/out_channels 3 must be divisible by groups 2/)
     expect(refusal(() => ops.conv2d(z([1, 4, 5, 5]), z([4, 4, 3, 3]), z([3])))).toMatch(/bias f32\[3\] must be \[4\]/)
@@ -148,7 +137,7 @@ describe("the refusals of the convolutions and norms, before sending", () => {
     expect(refusal(() => ops.conv2d(z([1, 4, 5, 5], "i64"), z([4, 4, 3, 3], "i64")))).toMatch(/needs a floating input, got i64/)
   })
   test("batch_norm's and group_norm's shapes and a training batch of one value per channel", () => {
-    const on = opsOn(mesh), z = (shape: number[]) => on.zeros(shape, { dtype: "f32" })
+    const on = opsOn(fixture.mesh), z = (shape: number[]) => on.zeros(shape, { dtype: "f32" })
     expect(refusal(() => ops.batch_norm(z([2, 3, 4]), z([4]), z([3])))).toMatch(/running_mean f32\[4\] must be \[3\] \(one per channel\)/)
     expect(refusal(() => ops.batch_norm(z([2, 3]), z([3]), z([3]), z([2])))).toMatch(/weight f32\[2\] must be \[3\]/)
     expect(refusal(() => ops.batch_norm(z([1, 3]), z([3]), z([3]), null, null, true))).toMatch(/expected more than 1 value per channel when training, got input f32\[1, 3\]/)

@@ -7,10 +7,10 @@
 // the gradients of sum(out * w) with respect to every tensor. Then their refusals, as
 // ControllerErrors before sending.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { Effect, ManagedRuntime } from "effect"
-import { Controller, ControllerError, grad, ops, opsOn, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
+import { ControllerError, grad, ops, opsOn, type RemoteTensor } from "../../src/controller/index.ts"
 import type { HostTensor } from "../../src/protocol/values.ts"
 import { describeUnless } from "../skip.ts"
+import { close, lcg, numbers, numel, oneRankMesh } from "./oneRank.ts"
 import { fromJson, torchMissing, TorchServer } from "../torch.ts"
 import { host } from "../worker/build.ts"
 
@@ -18,8 +18,6 @@ interface T { readonly t: "f64"; readonly shape: number[]; readonly data: number
 /** An op's call: einsum(equation, operands), or pad(input, pad, mode, value). */
 interface Case { readonly name: string; readonly op: "einsum" | "pad" | "max_pool2d" | "avg_pool2d"; readonly args: unknown[]; readonly kwargs?: Record<string, unknown>; readonly tensors: T[] }
 
-const numel = (s: ReadonlyArray<number>) => s.reduce((a, b) => a * b, 1)
-const lcg = (seed: number) => () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31)
 const tensorOf = (rnd: () => number, shape: number[]): T => ({ t: "f64", shape, data: Array.from({ length: numel(shape) }, () => rnd() * 4 - 2) })
 
 const LISTED: Array<[string, number[][]]> = [
@@ -102,17 +100,8 @@ const CASES: Case[] = [
   ...Array.from({ length: 40 }, (_, i) => poolCase(5000 + i)),
 ]
 
-let rt: ManagedRuntime.ManagedRuntime<Controller, unknown>
-let mesh: Mesh
-beforeAll(async () => {
-  rt = ManagedRuntime.make(Controller.local({ world: 1, onWorkerLine: () => {} }))
-  const ctl: ControllerApi = await rt.runPromise(Effect.service(Controller))
-  mesh = await rt.runPromise(ctl.mesh({ g: 1 }))
-}, 60_000)
-afterAll(() => rt?.dispose())
+const fixture = oneRankMesh()
 
-const numbers = (h: HostTensor) => [...h.toArray()].map(Number)
-const close = (a: number[], b: number[]) => a.length === b.length && a.every((x, i) => Math.abs(x - b[i]!) <= 1e-9 * (1 + Math.abs(b[i]!)))
 
 describeUnless(torchMissing())("einsum, pad and the pools against torch 1.13, values and gradients", () => {
   let torch: TorchServer
@@ -121,14 +110,14 @@ describeUnless(torchMissing())("einsum, pad and the pools against torch 1.13, va
 
   for (const [id, cs] of CASES.entries()) {
     test(cs.name, async () => {
-      const on = opsOn(mesh)
+      const on = opsOn(fixture.mesh)
       const sent = new Map(cs.tensors.map((x) => [x, on.clone(host(x.t, x.shape, x.data) as never).requiresGrad_()]))
       const remote = (v: unknown): unknown => (Array.isArray(v) ? v.map(remote) : sent.get(v as T) ?? v)
       const out = (ops[cs.op] as (...a: unknown[]) => RemoteTensor)(...(remote(cs.args) as unknown[]), cs.kwargs ?? {})
       const weights = tensorOf(lcg(id + 1), [...out.shape!])
       const inputs = [...sent.values()]
       const grads = grad(ops.sum(ops.mul(out, on.clone(host("f64", weights.shape, weights.data) as never))), inputs)
-      const [value, gs] = await rt.runPromise(mesh.fetch([out, grads])) as unknown as [HostTensor, HostTensor[]]
+      const [value, gs] = await fixture.run(fixture.mesh.fetch([out, grads])) as unknown as [HostTensor, HostTensor[]]
       // the tensors' paths in the arguments: einsum's in its list, pad's input first
       const wrt = cs.op === "einsum" ? cs.tensors.map((_, j) => [1, j]) : [[0]]
       const kwargs = cs.kwargs ?? {}
@@ -154,7 +143,7 @@ describe("the refusals of einsum, pad and the pools, before sending", () => {
     throw new Error("expected a ControllerError")
   }
   test("a bad equation, a count or size that does not fit, a bad output", () => {
-    const on = opsOn(mesh), a = on.zeros([2, 3], { dtype: "f64" }), b = on.zeros([4, 5], { dtype: "f64" })
+    const on = opsOn(fixture.mesh), a = on.zeros([2, 3], { dtype: "f64" }), b = on.zeros([4, 5], { dtype: "f64" })
     expect(refusal(() => ops.einsum("ij,j1->i", [a, b]))).toMatch(/has '1': subscripts are letters/)
     expect(refusal(() => ops.einsum("ij,jk->ik", [a]))).toMatch(/has 2 operands, got 1 tensor/)
     expect(refusal(() => ops.einsum("ij,jk->ik", [a, b]))).toMatch(/subscript 'j' has size 3 in one operand and 4 in operand 1/)
@@ -166,7 +155,7 @@ describe("the refusals of einsum, pad and the pools, before sending", () => {
     expect(refusal(() => ops.einsum("ij,jk", [a, on.zeros([3, 2], { dtype: "f32" })]))).toMatch(/operands need one dtype/)
   })
   test("a bad pad: its mode, a mode for the input's rank, an odd list, a crop past the size", () => {
-    const on = opsOn(mesh), x = on.zeros([2, 3], { dtype: "f32" })
+    const on = opsOn(fixture.mesh), x = on.zeros([2, 3], { dtype: "f32" })
     expect(refusal(() => ops.pad(x, [1, 1], "mirror"))).toMatch(/mode must be one of constant, reflect, replicate, circular, got 'mirror'/)
     expect(refusal(() => ops.pad(on.zeros([3], { dtype: "f32" }), [1, 1], "reflect"))).toMatch(/reflect pads the last 1, 2 or 3 dims of a 2-D to 5-D input/)
     expect(refusal(() => ops.pad(x, [1, 1, 1, 1], "replicate"))).toMatch(/replicate pads the last 1, 2 or 3 dims/)
@@ -177,7 +166,7 @@ describe("the refusals of einsum, pad and the pools, before sending", () => {
     expect(refusal(() => ops.pad(on.zeros([2, 3, 4], { dtype: "f32" }), [1, 1, 1, 1], "circular"))).toMatch(/circular pads the last 1, 2 or 3 dims of a 3-D to 5-D input/)
   })
   test("a bad pooling: padding past half the kernel, the input's rank, an empty output, return_indices", () => {
-    const on = opsOn(mesh), x = on.zeros([1, 2, 4, 4], { dtype: "f32" })
+    const on = opsOn(fixture.mesh), x = on.zeros([1, 2, 4, 4], { dtype: "f32" })
     expect(refusal(() => ops.max_pool2d(x, 2, 2, 2))).toMatch(/padding must be from 0 to half the kernel size, got padding 2 and kernel_size 2/)
     expect(refusal(() => ops.avg_pool2d(on.zeros([4, 4], { dtype: "f32" }), 2))).toMatch(/input must be \[N, C, H, W\] or \[C, H, W\], got f32\[4, 4\]/)
     expect(refusal(() => ops.max_pool2d(x, 5))).toMatch(/the output would be empty/)

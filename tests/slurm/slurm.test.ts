@@ -128,8 +128,17 @@ describeUnless(twoNodeReason)("srun -N 2 -n 4 on two nodes (network and UTS name
         jobId = Number(id)
         return state === "RUNNING"
       }, 30_000, explain)
-      await until(() => c.jobProcesses(jobId).length >= 4, 30_000, explain)
-      const tasks = c.jobProcesses(jobId).map((pid) => ({ pid, env: environOf(pid) })).filter((t) => t.env.SLURM_PROCID !== undefined && readFileSync(`/proc/${t.pid}/cmdline`, "latin1").includes("worker.ts"))
+      // Until all four workers have exec'd: a slurmstepd or a task not yet the worker counts for nothing.
+      const workerTasks = () => c.jobProcesses(jobId).flatMap((pid) => {
+        try {
+          const env = environOf(pid)
+          return env.SLURM_PROCID !== undefined && readFileSync(`/proc/${pid}/cmdline`, "latin1").includes("worker.ts") ? [{ pid, env }] : []
+        } catch {
+          return [] // gone meanwhile
+        }
+      })
+      await until(() => workerTasks().length >= 4, 30_000, explain)
+      const tasks = workerTasks()
       // Each node's tasks run in its slurmd's UTS namespace, not this one's.
       const ownUts = readlinkSync("/proc/self/ns/uts")
       expect(tasks.map((t) => [t.env.SLURM_PROCID, t.env.SLURMD_NODENAME, readlinkSync(`/proc/${t.pid}/ns/uts`) !== ownUts]).sort())
