@@ -2529,4 +2529,10 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one('  v instanceof Float32Array ? "f32" : v instanceof Float64Array ? "f64" :', '  v instanceof Float32Array ? "f32" : v instanceof Float64Array ? "f32" :'),
     tests: ["tests/controller/uploads.test.ts"],
   },
+  {
+    area: "worker", behaviour: "direct reads: a frame is walked for its tensor over its first values only",
+    file: "src/protocol/locate.ts",
+    edits: one("|| ++values > MAX_WALK_VALUES) return", "|| ++values > 1e9) return"),
+    tests: ["tests/protocol/direct.test.ts"],
+  },
 ]

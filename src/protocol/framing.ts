@@ -31,8 +31,12 @@ export interface FrameReaderOptions {
   readonly direct?: (body: Uint8Array, located: Located) => Uint8Array | undefined
 }
 
-/** How far into an owned frame its tensor is looked for, and how many bytes are read between looks. */
-const PROBE_LIMIT = 64 * 1024, PROBE_STEP = 4096
+/**
+ * How far into an owned frame its tensor is looked for, and where first: each look walks the
+ * frame from its start, so the next is made once twice as much has come (a frame of many small
+ * commands costs at most two walks of its first PROBE_LIMIT bytes).
+ */
+const PROBE_LIMIT = 64 * 1024, FIRST_PROBE = 4096
 
 /**
  * Splits a stream of chunks into frame bodies. A body of OWNED_FRAME_BYTES or more is
@@ -63,8 +67,9 @@ export class FrameReader {
   private small = new Uint8Array(0)
   private failure: WireError | undefined
   private readonly direct: FrameReaderOptions["direct"]
-  /** Whether the owned body being filled is still looked into for its tensor (direct reads). */
+  /** Whether the owned body being filled is still looked into for its tensor (direct reads), and at what fill next. */
   private probing = false
+  private nextProbe = FIRST_PROBE
   /** Where its tensor's elements go instead of the body: body positions [start, end) into `into`. */
   private hole: { readonly start: number; readonly end: number; readonly into: Uint8Array } | undefined
 
@@ -147,6 +152,7 @@ export class FrameReader {
         if (length >= OWNED_FRAME_BYTES) {
           this.body = this.ownedBody(length)
           this.probing = this.direct !== undefined
+          this.nextProbe = FIRST_PROBE
           this.hole = undefined
         } else {
           if (this.small.length < length) this.small = new Uint8Array(OWNED_FRAME_BYTES)
@@ -157,12 +163,12 @@ export class FrameReader {
       }
       // While its tensor is looked for, a little at a time: what lands in the body before the
       // tensor is found is copied again into the tensor's memory.
-      const n = Math.min(this.bodyLength - this.bodyFill, chunk.length - at, this.probing ? PROBE_STEP : Infinity)
+      const n = Math.min(this.bodyLength - this.bodyFill, chunk.length - at, this.probing ? this.nextProbe - this.bodyFill : Infinity)
       if (this.hole === undefined) this.body.set(chunk.subarray(at, at + n), this.bodyFill)
       else this.fill(chunk.subarray(at, at + n))
       this.bodyFill += n
       at += n
-      if (this.probing) this.probe()
+      if (this.probing && (this.bodyFill === this.nextProbe || this.bodyFill === this.bodyLength)) this.probe()
       if (this.bodyFill === this.bodyLength) {
         const body = this.body
         this.body = undefined
@@ -181,7 +187,7 @@ export class FrameReader {
   /** Looks for the owned body's tensor in what has come of it; once found, where its elements go. */
   private probe(): void {
     const body = this.body!, found = locateTensor(body.subarray(0, this.bodyFill))
-    if (found === "more" && this.bodyFill < PROBE_LIMIT && this.bodyFill < this.bodyLength) return
+    if (found === "more" && this.bodyFill < PROBE_LIMIT && this.bodyFill < this.bodyLength) return void (this.nextProbe *= 2)
     this.probing = false
     if (found === "more" || found === "none" || found.at + found.bytes > this.bodyLength) return
     const into = this.direct!(body, found)

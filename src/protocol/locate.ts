@@ -23,6 +23,12 @@ export type Locate = Located | "more" | "none"
 const CALL = MESSAGE_CODES.CallFunction, GROUP = MESSAGE_CODES.CommandGroup
 /** Deeper than this, a frame is not walked (codec.ts refuses past MAX_DEPTH anyway). */
 const MAX_WALK_DEPTH = 32
+/**
+ * Past this many values walked, a frame's tensor is not looked for: a batch of many small
+ * commands then costs its reader a short walk, not one over every command (an upload batched
+ * behind a few commands is still found).
+ */
+const MAX_WALK_VALUES = 1024
 
 /**
  * The first HostTensor (ext 32 of type HostTensor, OUT_OF_LINE_BYTES or more, its elements
@@ -33,7 +39,7 @@ const MAX_WALK_DEPTH = 32
 export const locateTensor = (b: Uint8Array): Locate => {
   /** Per open container: values left in it, values read, what it is, and whether it lies in a CallFunction. */
   const stack: Array<{ left: number; read: number; readonly kind: "message" | "commands" | "command" | "other"; call: boolean }> = []
-  let at = 0
+  let at = 0, values = 0
   /** One value at the innermost level is done (a scalar of code `value`, or a container closed). */
   const done = (value: number | undefined) => {
     const top = stack.at(-1)
@@ -62,7 +68,7 @@ export const locateTensor = (b: Uint8Array): Locate => {
   const u32 = (i: number) => b[i]! * 0x100_0000 + ((b[i + 1]! << 16) | (b[i + 2]! << 8) | b[i + 3]!)
   const need = (n: number) => at + n <= b.length
   while (true) {
-    if (at > 0 && stack.length === 0) return "none"
+    if ((at > 0 && stack.length === 0) || ++values > MAX_WALK_VALUES) return "none"
     if (!need(1)) return "more"
     const t = b[at]!
     if (t <= 0x7f) {

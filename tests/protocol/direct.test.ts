@@ -80,6 +80,8 @@ test("no direct read for a recording's commands, a fetch's value, a tensor under
     { _tag: "FetchValue", ident: 3, mutates: [], function: null, object: t, stream: new Ref(1) },
     call([host("u8", [60_000]), host("u8", [60_000])]),
     call([host("f32", [3])]),
+    // Behind 300 small commands: past the walk's 1024 values, not looked for (a batch of many small commands costs a short walk).
+    { _tag: "CommandGroup", commands: [...Array.from({ length: 300 }, (_, i) => call([new Ref(i), 1], i)), call([t])] },
     // Its tensor past the first 64 KiB of the frame: not looked for that far.
     { _tag: "CommandGroup", commands: [{ _tag: "FetchValue", ident: 5, mutates: [], function: null, object: host("u8", [80_000]), stream: new Ref(1) }, call([t])] },
   ]
