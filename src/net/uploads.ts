@@ -181,6 +181,11 @@ export class ControllerUploads {
     return this.segments().reduce((n, s) => n + s.bytes, 0)
   }
 
+  /** The current segment's id (undefined before the first): what new SharedTensors name. */
+  get currentSegment(): number | undefined {
+    return this.current?.id
+  }
+
   /** Unmaps everything (the listener closed). */
   close(): void {
     for (const s of this.segments()) s.close()

@@ -11,7 +11,7 @@ import { listen, Transport } from "../../src/controller/listener.ts"
 import { Launcher } from "../../src/launcher/index.ts"
 import { segmentSizeFor } from "../../src/net/shm.ts"
 import type { ControllerUploads } from "../../src/net/uploads.ts"
-import { ITEM_SIZE, type DType } from "../../src/protocol/values.ts"
+import { ITEM_SIZE, SharedTensor, type DType } from "../../src/protocol/values.ts"
 
 const ROOT = new URL("../..", import.meta.url).pathname
 let rt: ManagedRuntime.ManagedRuntime<Controller, unknown>
@@ -155,6 +155,21 @@ test("a typed array given to an op is the 1-dim host tensor of its dtype, throug
   expect([...((await run(mesh.fetch(ints, 1))) as HostTensor).toArray()]).toEqual([14, -6, 2 ** 31 | 0])
   const refused = await run(Effect.flip(mesh.call("ops.clone", [new Int16Array(4)])))
   expect(refused.message).toContain("a Int16Array is not a tensor's elements")
+})
+
+test("a SharedTensor the worker cannot read fails its command with SegmentRefused, naming why; what was defined stays", async () => {
+  const kept = fromHost(mesh, hostOf("f32", [1 << 16]))
+  const before = await bytesOf(kept)
+  for (const [bad, why] of [
+    [new SharedTensor(987_654, 64, "f32", [4]), "names upload segment 987654, which this worker has not mapped"],
+    [new SharedTensor(uploads.currentSegment!, 1 << 30, "f32", [4]), "does not lie within upload segment"],
+  ] as const) {
+    const t = await run(mesh.call("ops.clone", [bad]))
+    const failure = await run(Effect.flip(mesh.fetch(t, 1)))
+    expect(failure.message).toContain(why)
+    expect(failure.message).toContain("SegmentRefused")
+  }
+  expect((await bytesOf(kept)).map((g, r) => Buffer.compare(g, before[r]!))).toEqual([0, 0])
 })
 
 test("a worker that dies holding an upload lets its region go; the other rank's copy stands", async () => {
