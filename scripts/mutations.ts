@@ -2535,4 +2535,16 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     edits: one("|| ++values > MAX_WALK_VALUES) return", "|| ++values > 1e9) return"),
     tests: ["tests/protocol/direct.test.ts"],
   },
+  {
+    area: "controller", behaviour: "uploads: the segment's descriptor is closed once every link offered it answered",
+    file: "src/net/uploads.ts",
+    edits: one("    if (this.asked.size === 0) this.closeFd()\n", ""),
+    tests: ["tests/security/uploads.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "uploads: a worker that connects after the offer gets a fresh segment with its first upload",
+    file: "src/net/uploads.ts",
+    edits: one(" || (c.fd === undefined && ranks.some((r) => !c.mapped.has(r)))) {", ") {"),
+    tests: ["tests/security/uploads.test.ts"],
+  },
 ]

@@ -7,8 +7,9 @@
  *
  * The segment is a memfd made, sized and checked as a fetch's (src/net/shm.ts: its path, name,
  * size and check bytes are the worker's checks), offered with UploadSegment. Unlike a fetch's
- * segment, it is shared by the links of one listener, so its descriptor stays open while it is
- * the current one: a worker that connects later (a restart) maps it too. The controller places
+ * segment, it is shared by the links of one listener: its descriptor stays open until every link
+ * offered it has answered (so the path opens nothing after), and a worker that connects later (a
+ * restart) gets a fresh segment, offered to every link, with the first upload for it. The controller places
  * each tensor in a free region of it; the region is held by the ranks its command went to until
  * each has said UploadTaken (the worker copied it, or the command failed before it could), or its
  * link closed. A tensor that finds no room goes by the socket; one larger than half the segment
@@ -16,8 +17,7 @@
  * unmapped once its last region is let go (the worker unmaps its older one when the newer is
  * offered, since no command after the offer names it).
  */
-import { closeSync, ftruncateSync } from "node:fs"
-import { randomBytes } from "node:crypto"
+import { closeSync } from "node:fs"
 import type { UploadSegment, WorkerMessage } from "../protocol/messages.ts"
 import { ITEM_SIZE, SharedTensor, type DType } from "../protocol/values.ts"
 import { HEADER_BYTES, makeMemfd, Mapping, MAX_SEGMENT_BYTES, nextSegmentId, openOffer, segmentSizeFor, SegmentRefused, writeCheck } from "./shm.ts"
@@ -35,8 +35,10 @@ interface Region {
 
 /** One upload segment on the controller: its memory, who mapped it, its regions and free runs. */
 class Segment {
-  /** The descriptor, open while this is the current segment (later links map it by its path). */
+  /** The descriptor, open until every link offered this segment has answered. */
   fd: number | undefined
+  /** Ranks offered it that have not answered yet. */
+  readonly asked = new Set<number>()
   readonly mapped = new Set<number>()
   readonly regions = new Map<number, Region>()
   /** Free runs [start, end) in offset order. */
@@ -79,9 +81,19 @@ class Segment {
     return { _tag: "UploadSegment", segment: this.id, path: `/proc/${process.pid}/fd/${this.fd}`, bytes: this.bytes, check: this.check }
   }
 
-  close(): void {
+  /** An answer (or a link gone): once no offer waits, the descriptor is closed. */
+  answered(rank: number): void {
+    this.asked.delete(rank)
+    if (this.asked.size === 0) this.closeFd()
+  }
+
+  closeFd(): void {
     if (this.fd !== undefined) closeSync(this.fd)
     this.fd = undefined
+  }
+
+  close(): void {
+    this.closeFd()
     this.map.unmap()
   }
 }
@@ -109,7 +121,10 @@ export class ControllerUploads {
     this.links.set(rank, send)
     this.refused.delete(rank)
     const c = this.current
-    if (c !== undefined && c.fd !== undefined && send(c.offer())) this.counts.offers++
+    if (c !== undefined && c.fd !== undefined && send(c.offer())) {
+      c.asked.add(rank)
+      this.counts.offers++
+    }
   }
 
   /** A link closed: its holds on every region are let go. */
@@ -118,6 +133,7 @@ export class ControllerUploads {
     this.refused.delete(rank)
     for (const s of this.segments()) {
       s.mapped.delete(rank)
+      if (s.asked.has(rank)) s.answered(rank)
       for (const [offset, r] of s.regions) if (r.holders.delete(rank) && r.holders.size === 0) this.letGo(s, offset)
     }
   }
@@ -126,6 +142,7 @@ export class ControllerUploads {
   mapped(rank: number, segment: number, problem: string | null): boolean {
     const s = this.segments().find((x) => x.id === segment)
     if (s === undefined) return false
+    s.answered(rank)
     if (problem !== null) this.refused.add(rank)
     else if (s === this.current) s.mapped.add(rank)
     return true
@@ -144,9 +161,10 @@ export class ControllerUploads {
     if (this.failed || bytes < this.minBytes || bytes === 0 || bytes > MAX_SEGMENT_BYTES - HEADER_BYTES || ranks.length === 0) return undefined
     if (!ranks.every((r) => this.links.has(r) && !this.refused.has(r))) return undefined
     const c = this.current
-    if (c === undefined || 2 * bytes > c.bytes - HEADER_BYTES) {
+    // None yet, too small, or a rank connected since it was offered (its descriptor is closed): a new one.
+    if (c === undefined || 2 * bytes > c.bytes - HEADER_BYTES || (c.fd === undefined && ranks.some((r) => !c.mapped.has(r)))) {
       before()
-      this.grow(bytes)
+      this.grow(Math.max(bytes, c === undefined ? 0 : Math.floor((c.bytes - HEADER_BYTES) / 2)))
       return undefined
     }
     if (!ranks.every((r) => c.mapped.has(r))) return undefined
@@ -214,14 +232,17 @@ export class ControllerUploads {
     const check = writeCheck(made.map)
     const old = this.current
     if (old !== undefined) {
-      if (old.fd !== undefined) closeSync(old.fd)
-      old.fd = undefined
+      old.closeFd()
       if (old.regions.size === 0) old.close()
       else this.retired.add(old)
     }
     const s = new Segment(nextSegmentId(), made.fd, made.map, check)
     this.current = s
-    for (const [rank, send] of this.links) if (!this.refused.has(rank) && send(s.offer())) this.counts.offers++
+    for (const [rank, send] of this.links) if (!this.refused.has(rank) && send(s.offer())) {
+      s.asked.add(rank)
+      this.counts.offers++
+    }
+    if (s.asked.size === 0) s.closeFd()
   }
 
   /** A region no rank holds any more: its run is free again; a retired segment with none left is unmapped. */

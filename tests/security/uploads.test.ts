@@ -131,3 +131,31 @@ test("a tensor past half the segment makes a larger one; the older is unmapped o
   ctl.close()
   expect(ctl.mappedBytes).toBe(0)
 })
+
+test("the descriptor is closed once every offered link answered; a worker that connects later gets a fresh segment with its first upload", () => {
+  const { ctl, offers, workers, answer } = pair()
+  ctl.place([0, 1], "u8", [100], none, none)
+  answer()
+  // Both answered: the path opens nothing any more.
+  const late = new WorkerUploads(() => {})
+  expect(() => late.attach(offers[0]![0]!)).toThrow("cannot be read")
+  const first = ctl.place([0, 1], "u8", [100], none, none)!
+  // Rank 2 connects: no offer now (the descriptor is closed); its first upload goes in its command and offers a new segment to all.
+  const third: UploadSegment[] = []
+  ctl.attach(2, (m: WorkerMessage) => (m._tag === "UploadSegment" && third.push(m), true))
+  expect(third).toEqual([])
+  let sent = 0
+  expect(ctl.place([0, 2], "u8", [100], none, () => sent++)).toBeUndefined()
+  expect({ sent, offers: [...offers.map((o) => o.length), third.length] }).toEqual({ sent: 1, offers: [2, 2, 1] })
+  // While that offer waits for answers, no other one is made.
+  expect(ctl.place([1, 2], "u8", [100], none, () => sent++)).toBeUndefined()
+  expect({ sent, offers: [...offers.map((o) => o.length), third.length] }).toEqual({ sent: 1, offers: [2, 2, 1] })
+  late.attach(third[0]!)
+  ctl.mapped(2, third[0]!.segment, null)
+  answer()
+  const next = ctl.place([0, 1, 2], "u8", [100], none, none)!
+  expect(next.segment).toBe(third[0]!.segment)
+  expect(next.segment).not.toBe(first.segment)
+  for (const w of [...workers, late]) w.close()
+  ctl.close()
+})
