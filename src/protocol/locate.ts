@@ -1,7 +1,7 @@
 /**
  * Where a frame's large tensor lies, from the first bytes of the frame: so a receiver can read a
  * CallFunction's host tensor straight from the socket into the tensor it will make, with no frame
- * buffer between (src/net/connection.ts's direct reads). A pure walk over msgpack, never trusted:
+ * buffer between (FrameReader's `direct` option, framing.ts; the worker's side, src/worker/direct.ts). A pure walk over msgpack, never trusted:
  * the body is still decoded and checked whole (codec.ts) once it is in, and what was read
  * straight is used only where the decoded message has a HostTensor exactly there.
  */
@@ -40,6 +40,8 @@ export const locateTensor = (b: Uint8Array): Locate => {
   /** Per open container: values left in it, values read, what it is, and whether it lies in a CallFunction. */
   const stack: Array<{ left: number; read: number; readonly kind: "message" | "commands" | "command" | "other"; call: boolean }> = []
   let at = 0, values = 0
+  /** The frame's message code, once read. */
+  let messageCode = -1
   /** One value at the innermost level is done (a scalar of code `value`, or a container closed). */
   const done = (value: number | undefined) => {
     const top = stack.at(-1)
@@ -56,14 +58,12 @@ export const locateTensor = (b: Uint8Array): Locate => {
     if (stack.length >= MAX_WALK_DEPTH) return false
     const top = stack.at(-1)
     const kind = top === undefined ? "message"
-      : top.kind === "message" && top.read === 1 && isArray && !top.call && code() === GROUP ? "commands"
+      : top.kind === "message" && top.read === 1 && isArray && messageCode === GROUP ? "commands"
       : top.kind === "commands" && isArray ? "command" : "other"
     if (n === 0) return done(undefined), true
     stack.push({ left: n, read: 0, kind, call: kind === "other" ? top!.call : false })
     return true
   }
-  let groupCode = -1
-  const code = () => groupCode
   const u16 = (i: number) => (b[i]! << 8) | b[i + 1]!
   const u32 = (i: number) => b[i]! * 0x100_0000 + ((b[i + 1]! << 16) | (b[i + 2]! << 8) | b[i + 3]!)
   const need = (n: number) => at + n <= b.length
@@ -73,7 +73,7 @@ export const locateTensor = (b: Uint8Array): Locate => {
     const t = b[at]!
     if (t <= 0x7f) {
       const top = stack.at(-1)
-      if (top?.kind === "message" && top.read === 0) groupCode = t
+      if (top?.kind === "message" && top.read === 0) messageCode = t
       at += 1
       done(t)
       continue
