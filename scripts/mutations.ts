@@ -524,7 +524,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     area: "worker", behaviour: "strided operands: hostBytes gives undefined for a non-contiguous tensor (a fetch through shared memory copies it out)",
     file: "ffi/tensor.ts",
     edits: one("    if (!this.contiguous) return undefined\n", ""),
-    tests: ["tests/worker/strided.test.ts"],
+    tests: ["tests/worker/strided.test.ts", "tests/controller/shared.test.ts"],
   },
   {
     area: "worker", behaviour: "strided operands: a Reduce of a view goes through a dense copy",
