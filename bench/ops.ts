@@ -38,10 +38,14 @@ const native = loadNative("cpu")
 const stream = Stream.default(native)
 const ctx = { native, rank: 0, world: 1, device: "cpu" as const, stream, coords: {}, generator: new Generator(0), kwargs: {}, group: () => { throw new Error("no group") } }
 
-type Arg = { t: "f32"; shape: number[] } | { t: "i64"; shape: number[]; high: number } | number | number[] | string | boolean | null | Arg[]
+/** A tensor argument (`transposed`: made of the shape with its last two dims swapped, then transposed: a strided view), or any other argument. */
+type Arg = { t: "f32"; shape: number[]; transposed?: true } | { t: "i64"; shape: number[]; high: number } | number | number[] | string | boolean | null | Arg[]
 interface Case { readonly name: string; readonly op: string; readonly args: Arg[]; readonly kwargs?: Record<string, unknown>; readonly reps: number }
 
 const f = (...shape: number[]): Arg => ({ t: "f32", shape })
+/** A [..., a, b] view: the transpose of a [..., b, a] tensor. */
+const ft = (...shape: number[]): Arg => ({ t: "f32", shape, transposed: true })
+const swapped = (shape: ReadonlyArray<number>): number[] => [...shape.slice(0, -2), shape.at(-1)!, shape.at(-2)!]
 const X = f(64, 128, 256), X2 = f(8192, 256), G = f(8, 32, 256), G4 = f(8, 32, 1024)
 const ALL_CASES: Case[] = [
   { name: "add [64,128,256] + same", op: "add", args: [X, X], reps: 5 },
@@ -62,7 +66,16 @@ const ALL_CASES: Case[] = [
   { name: "matmul [8192,256] @ [256,1024]", op: "matmul", args: [X2, f(256, 1024)], reps: 1 },
   { name: "linear [8192,256] x [1024,256]^T + b", op: "linear", args: [X2, f(1024, 256), f(1024)], reps: 1 },
   { name: "matmul batched [64,128,256] @ [64,256,128]", op: "matmul", args: [X, f(64, 256, 128)], reps: 1 },
-  { name: "transpose(1, 2) [64,128,256] (copy)", op: "transpose", args: [X, 1, 2], reps: 3 },
+  // views, strided as torch's (O(1): no element moves)
+  { name: "transpose(1, 2) [64,128,256] (view)", op: "transpose", args: [X, 1, 2], reps: 20 },
+  { name: "permute [64,128,256] to (2, 0, 1) (view)", op: "permute", args: [X, [2, 0, 1]], reps: 20 },
+  { name: "expand [64,1,256] to [64,128,256] (view)", op: "expand", args: [f(64, 1, 256), [64, 128, 256]], reps: 20 },
+  { name: "slice dim 1 [64,128,256] every 2nd (view)", op: "slice", args: [X, 1, 0, null, 2], reps: 20 },
+  { name: "t [1024,256] (view)", op: "t", args: [f(1024, 256)], reps: 20 },
+  // strided operands read in place: a transposed weight through BLAS's flag, elementwise over a transposed input
+  { name: "matmul [8192,256] @ w.t() ([1024,256] transposed)", op: "matmul", args: [X2, ft(256, 1024)], reps: 1 },
+  { name: "add [8192,256] transposed + [8192,256]", op: "add", args: [ft(8192, 256), X2], reps: 3 },
+  { name: "mul [8192,256] transposed * 2", op: "mul", args: [ft(8192, 256), 2], reps: 3 },
   { name: "cat dim -1 of two [64,128,256]", op: "cat", args: [[X, X], -1], reps: 3 },
   { name: "embedding [8192] ids into [1000,256]", op: "embedding", args: [{ t: "i64", shape: [8192], high: 1000 }, f(1000, 256)], reps: 5 },
   { name: "cross_entropy [2048,1000]", op: "cross_entropy", args: [f(2048, 1000), { t: "i64", shape: [2048], high: 1000 }], reps: 3 },
@@ -78,16 +91,15 @@ const ALL_CASES: Case[] = [
   { name: "outer [2048] x [1024]", op: "outer", args: [f(2048), f(1024)], reps: 5 },
   // index_add is embedding's backward (one shim_scatter add of the rows, in index order)
   { name: "index_add [1000,256] dim 0 of [8192,256] rows", op: "index_add", args: [f(1000, 256), 0, { t: "i64", shape: [8192], high: 1000 }, X2], reps: 5 },
-  // views: ours where the result is one contiguous block of the input, torch's always
   { name: "narrow dim 0 [64,128,256] 16..48 (view)", op: "narrow", args: [X, 0, 16, 32], reps: 20 },
   { name: "select dim 0 [64,128,256] (view)", op: "select", args: [X, 0, 5], reps: 20 },
+  { name: "select dim -1 [64,128,256] (view)", op: "select", args: [X, -1, 5], reps: 20 },
   { name: "split [64,128,256] in 4 along dim 0 (views)", op: "split", args: [X, 16, 0], reps: 20 },
-  { name: "narrow dim -1 [64,128,256] 64..192 (ours a copy, torch a view)", op: "narrow", args: [X, -1, 64, 128], reps: 3 },
-  { name: "split [64,128,256] in 4 along dim -1 (ours copies, torch views)", op: "split", args: [X, 64, -1], reps: 3 },
-  // a backward's transposed product, dW = g^T x: read in place (_matmul_t) against the transpose copy plus matmul it replaced
+  { name: "narrow dim -1 [64,128,256] 64..192 (view)", op: "narrow", args: [X, -1, 64, 128], reps: 20 },
+  { name: "split [64,128,256] in 4 along dim -1 (views)", op: "split", args: [X, 64, -1], reps: 20 },
+  // a backward's transposed product, dW = g^T x: read in place (_matmul_t), and matmul of the transposed view, which BLAS reads the same way
   { name: "_matmul_t [8192,1024]^T @ [8192,256] (dW, read in place)", op: "_matmul_t", args: [f(8192, 1024), X2, true, false], reps: 1 },
-  { name: "transpose(0, 1) [8192,1024] (copy; before _matmul_t)", op: "transpose", args: [f(8192, 1024), 0, 1], reps: 1 },
-  { name: "matmul [1024,8192] @ [8192,256] (after that copy)", op: "matmul", args: [f(1024, 8192), X2], reps: 1 },
+  { name: "matmul [8192,1024].t() @ [8192,256] (the view, read in place)", op: "matmul", args: [ft(1024, 8192), X2], reps: 1 },
   // the GPT's large size on one dp=4 rank (bench/train.ts: 8 rows of 32 tokens, dim 256): its linears, their backward products and the elementwise ops of its backward
   { name: "gpt linear [8,32,256] x [768,256]^T + b (qkv)", op: "linear", args: [G, f(768, 256), f(768)], reps: 40 },
   { name: "gpt linear [8,32,256] x [1024,256]^T + b (fc)", op: "linear", args: [G, f(1024, 256), f(1024)], reps: 40 },
@@ -119,6 +131,10 @@ const buildLocal = (a: Arg): unknown => {
     const n = a.shape.reduce((x, y) => x * y, 1), data = new BigInt64Array(n)
     for (let i = 0; i < n; i++) data[i] = BigInt(idAt(i, a.high))
     t = Tensor.fromHost(native, { dtype: "i64", shape: a.shape, data: new Uint8Array(data.buffer) } as never)
+  } else if ("transposed" in a) {
+    const base = builtinFunction("randn")!({ ...ctx, kwargs: { seed: 1 } }, swapped(a.shape)) as NativeTensor
+    made.push(base)
+    t = builtinFunction("transpose")!({ ...ctx, kwargs: {} }, base, -1, -2) as NativeTensor
   } else t = builtinFunction("randn")!({ ...ctx, kwargs: { seed: 1 } }, a.shape) as NativeTensor
   made.push(t)
   return t
@@ -166,6 +182,7 @@ const torchRound = async (i: number, threads: number, reps: number): Promise<[nu
 const buildRemote = (mesh: Mesh, a: Arg): Effect.Effect<unknown, unknown> => {
   if (Array.isArray(a) && a.length > 0 && typeof a[0] === "object") return Effect.all((a as Arg[]).map((x) => buildRemote(mesh, x)))
   if (!isTensorArg(a)) return Effect.succeed(a)
+  if (a.t === "f32" && "transposed" in a) return Effect.flatMap(mesh.call("ops.randn", [swapped(a.shape)], { seed: 1 }), (base) => mesh.call("ops.transpose", [base, -1, -2]))
   if (a.t === "f32") return mesh.call("ops.randn", [a.shape], { seed: 1 })
   const high = a.high, n = a.shape.reduce((x, y) => x * y, 1)
   return Effect.gen(function* () {

@@ -31,6 +31,9 @@ def make(spec):
     if isinstance(spec, dict):
         if spec["t"] == "i64":
             return torch.randint(0, spec["high"], spec["shape"], generator=g)
+        if spec.get("transposed"):
+            shape = spec["shape"]
+            return torch.randn(shape[:-2] + [shape[-1], shape[-2]], generator=g).transpose(-1, -2)
         return torch.randn(spec["shape"], generator=g)
     if isinstance(spec, list) and spec and isinstance(spec[0], dict):
         return [make(s) for s in spec]
@@ -53,7 +56,7 @@ def rms_norm(x, normalized_shape, weight):
 OPS = {"softmax": F.softmax, "log_softmax": F.log_softmax, "linear": F.linear, "layer_norm": F.layer_norm,
        "embedding": F.embedding, "cross_entropy": F.cross_entropy, "gelu": F.gelu,
        "amax": lambda x, dim: torch.amax(x, dim), "sum": lambda x, dim: torch.sum(x, dim),
-       "mean": lambda x, dim: torch.mean(x, dim), "transpose": lambda x, a, b: x.transpose(a, b).contiguous(),
+       "mean": lambda x, dim: torch.mean(x, dim), "expand": lambda x, size: x.expand(size), "slice": lambda x, d, start, end, step: x[(slice(None),) * d + (slice(start, end, step),)],
        "scaled_dot_product_attention": sdpa, "rms_norm": rms_norm, "nll_loss": F.nll_loss, "mse_loss": F.mse_loss,
        "_matmul_t": lambda a, b, ta, tb: (a.t() if ta else a) @ (b.t() if tb else b),
        "repeat": lambda x, repeats: x.repeat(repeats)}

@@ -115,6 +115,24 @@ const checkShape = (shape: ReadonlyArray<number>, op: string): void => {
     if (!Number.isSafeInteger(d) || d < 0) throw shimError(ShimStatus.INVALID, op, `bad shape [${shape}]`)
 }
 
+/** Row-major strides of shape (a size-1 dim's counts nothing, as the shim's). */
+const rowMajor = (shape: ReadonlyArray<number>): number[] => {
+  const s = new Array<number>(shape.length)
+  for (let d = shape.length - 1, acc = 1; d >= 0; d--) (s[d] = acc), (acc *= Math.max(shape[d]!, 1))
+  return s
+}
+
+/** The shim's is_contiguous (shim_strides_contiguous): no elements, or row-major past size-1 dims. */
+const stridesContiguous = (shape: ReadonlyArray<number>, strides: ReadonlyArray<number>): boolean => {
+  if (shape.includes(0)) return true
+  for (let d = shape.length - 1, acc = 1; d >= 0; d--) {
+    if (shape[d] === 1) continue
+    if (strides[d] !== acc) return false
+    acc *= shape[d]!
+  }
+  return true
+}
+
 export class Tensor implements Disposable {
   #handle: Pointer | null
   /** The tensor whose memory this one views (undefined: its own memory). */
@@ -123,6 +141,16 @@ export class Tensor implements Disposable {
   #views = 0
   /** Whether the FinalizationRegistry frees it if it is forgotten (see `owned`). */
   #tracked: boolean
+  /** Its strides as made (asStrided); undefined: row-major for its shape. */
+  #strides: ReadonlyArray<number> | undefined = undefined
+  /**
+   * Whether its strides are row-major for its shape, size-1 dims aside (torch's is_contiguous,
+   * the shim's rule): worked out where the tensor is made, so a command's check of an operand
+   * is this one read, not a shim call.
+   */
+  contiguous = true
+  /** Whether a dim of size > 1 has stride 0 (an expand): no op may write it. */
+  expanded = false
 
   private constructor(
     readonly native: Native,
@@ -236,11 +264,12 @@ export class Tensor implements Disposable {
 
   /**
    * Its elements' memory as bytes that host code reads and writes in place (cpu), or undefined
-   * (cuda). A view, valid only while this tensor lives and not ordered with any stream: for a
+   * (cuda), or for a non-contiguous tensor (its elements are not one block). A view, valid only while this tensor lives and not ordered with any stream: for a
    * tensor no queued work touches, such as one just made to fill.
    */
   hostBytes(): Uint8Array<ArrayBuffer> | undefined {
     if (this.nbytes === 0) return new Uint8Array(0)
+    if (!this.contiguous) return undefined
     this.native.check(this.native.shim.shim_tensor_host_data(this.handle, this.native.outsPtr), "shim_tensor_host_data")
     const at = this.native.outPtr()
     return at === null || (at as unknown as number) === 0 ? undefined : new Uint8Array(toArrayBuffer(at, 0, this.nbytes))
@@ -279,7 +308,16 @@ export class Tensor implements Disposable {
       this.native.shim.shim_tensor_as_strided(this.handle, shape.length, this.native.shapeArg(shape), ptr(stridesArg), storageOffset, this.native.outsPtr),
       "shim_tensor_as_strided",
     )
-    return this.viewOf(shape)
+    const v = this.viewOf(shape)
+    v.#strides = [...strides]
+    v.contiguous = stridesContiguous(shape, strides)
+    v.expanded = v.numel > 0 && shape.some((d, i) => d > 1 && strides[i] === 0)
+    return v
+  }
+
+  /** Its strides in elements (row-major for a tensor that is not an asStrided view). */
+  get strides(): ReadonlyArray<number> {
+    return this.#strides ?? rowMajor(this.shape)
   }
 
   /** Its strides (in elements), storage offset and whether it is contiguous, as the shim holds them. */

@@ -77,14 +77,15 @@ int shim_tensor_as_strided(shim_tensor *src, int32_t ndim, const int64_t *shape,
   for (int32_t d = 0; d < ndim; d++)
     if (strides[d] < 0) return shim_fail(SHIM_E_INVALID, "%s: stride %lld of dim %d is negative", fn, (long long)strides[d], d);
   /* The last element reached: storage_offset + sum (shape[d] - 1) * strides[d], which must lie
-   * inside the storage (with no element, storage_offset may be its end). */
+   * inside the storage; a view with no element reaches none, so any offset will do (torch's: a
+   * slice past the end of a dim of a view further in can start past the storage's end). */
   int64_t last = storage_offset;
   int overflow = storage_offset < 0;
   for (int32_t d = 0; d < ndim && numel > 0 && !overflow; d++) {
     int64_t span;
     overflow = __builtin_mul_overflow(shape[d] - 1, strides[d], &span) || __builtin_add_overflow(last, span, &last);
   }
-  if (overflow || (numel > 0 ? last >= capacity : storage_offset > capacity)) {
+  if (overflow || (numel > 0 && last >= capacity)) {
     char buf[128];
     return shim_fail(SHIM_E_INVALID, "%s: a %s view from element %lld reaches element %lld, outside its storage of %lld elements (%s)", fn,
                      shim_dtype_name(src->dtype), (long long)storage_offset, overflow ? -1LL : (long long)last, (long long)capacity,
@@ -138,6 +139,8 @@ int shim_require_contiguous(const char *fn, const shim_tensor *t, const char *wh
 }
 
 int shim_check_writable(const char *fn, const shim_tensor *t, const char *what) {
+  /* An empty tensor has no element to share a location (torch's: it is contiguous). */
+  if (t->numel == 0) return SHIM_OK;
   for (int32_t d = 0; d < t->ndim; d++)
     if (t->strides[d] == 0 && t->shape[d] > 1) {
       char buf[128];

@@ -18,6 +18,7 @@
  * tapeOp, tensor.ts to backward, grad and detach.
  */
 import { backwardFrom, type TapeOps, Entry, isTaping, noGrad, tapeCall, requiresGrad, type Site } from "../autograd/tape.ts"
+import { obeysLayoutContract } from "../ops/strided.ts"
 import { FROM_PARTS, type GradContext, type GradOps, NOT_DIFFERENTIABLE, sumTo } from "../ops/grad.ts"
 import type { TensorMeta } from "../ops/meta.ts"
 import type { Param } from "../ops/params.ts"
@@ -154,7 +155,7 @@ export const tapeOp = (on: OpSurface, name: OpName, args: ReadonlyArray<unknown>
   results.forEach((result, at) => {
     if (result.meta === undefined || !isFloating(result.meta.dtype)) return
     tapeCall(`ops.${name}`, result, inputs, [...inputs, ...results], (grad, needs) => {
-      const c: GradContext<ReadonlyArray<Param>, RemoteTensor> = { args: bound as never, out: result, outs: results, index: at, grad, meta: metaOf }
+      const c: GradContext<ReadonlyArray<Param>, RemoteTensor> = { args: bound as never, out: result, outs: results, index: at, grad, meta: metaOf, layout: (t) => t.layout }
       const thunks = (rule as (c: unknown, o: GradOps<RemoteTensor>) => Record<string, (() => RemoteTensor | ReadonlyArray<RemoteTensor>) | undefined>)(c, opsFor(on, result.mesh))
       const values = new Map<string, RemoteTensor | ReadonlyArray<RemoteTensor> | undefined>()
       return owners.map(({ name, index }, i) => {
@@ -265,13 +266,23 @@ export const setGrad = (t: RemoteTensor, g: RemoteTensor | undefined): void => {
   t.autograd.grad = g
 }
 
+/** The gradient a leaf keeps: g, or its copy where g's layout breaks torch's contract (an expanded g, which a later add_ could not write). */
+const keptGrad = (on: OpSurface, leaf: RemoteTensor, g: RemoteTensor): RemoteTensor => {
+  const gl = g.layout, vl = leaf.layout
+  if (gl === undefined || vl === undefined || obeysLayoutContract(gl, vl)) return g
+  const copy = noGrad(() => on().clone(g))
+  g.release()
+  return copy
+}
+
 /** backward(): accumulates `t`'s gradient into every leaf's .grad, issued through `on`. */
 export const backward = (on: OpSurface, t: RemoteTensor, gradOutput: RemoteTensor | undefined): void => {
   for (const [leaf, g] of backwardFrom(backend(on, t.mesh), t, seedFor(t, { gradOutput }), undefined)) {
     const e = leaf.autograd!
     if (e.grad === undefined) {
-      escape(g)
-      e.grad = g
+      const kept = keptGrad(on, leaf, g)
+      escape(kept)
+      e.grad = kept
     } else noGrad(() => {
       on().add_(e.grad!, g)
       g.release()
@@ -280,4 +291,4 @@ export const backward = (on: OpSurface, t: RemoteTensor, gradOutput: RemoteTenso
 }
 
 /** detach(): the same values, cut from the graph (a view issued through `on`). */
-export const detach = (on: OpSurface, t: RemoteTensor): RemoteTensor => noGrad(() => on().view(t, [...metaOf(t).shape]))
+export const detach = (on: OpSurface, t: RemoteTensor): RemoteTensor => noGrad(() => on().alias(t))

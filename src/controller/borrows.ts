@@ -26,7 +26,7 @@ export const borrow = (core: Core, t: RemoteTensor, to: RemoteStream): Effect.Ef
       const state: BorrowState = { id: alias.id, ranks: t.mesh.ranks, used: false, dropped: false }
       core.graph.alias(alias.id, t.ref.id)
       core.sink.post(t.mesh.ranks, { _tag: "BorrowCreate", result: alias, tensor: t.ref, from: t.stream.ref, to: to.ref, alreadyBorrowed: false })
-      return new RemoteTensor(t.mesh, alias, t.meta, to, state).viewOf(t, 0)
+      return new RemoteTensor(t.mesh, alias, t.meta, to, state).viewOf(t)
     }),
     (alias) => Effect.sync(() => {
       const b = alias.borrow!

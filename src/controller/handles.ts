@@ -10,10 +10,11 @@
  */
 import type { Entry } from "../autograd/tape.ts"
 import { numelOf, type TensorMeta } from "../ops/meta.ts"
+import { contiguousStrides, isContiguous, type Strided } from "../ops/strided.ts"
 import { ITEM_SIZE, type DType, type Ref } from "../protocol/values.ts"
 import type { BorrowState } from "./borrows.ts"
 import type { Core } from "./core.ts"
-import { ControllerError } from "./errors.ts"
+import { ControllerError, refuse } from "./errors.ts"
 import type { Mesh } from "./mesh.ts"
 import { Storage } from "./storage.ts"
 import type { RemoteTensor } from "./tensor.ts"
@@ -93,9 +94,11 @@ export class TensorHandle<D extends DType = DType> {
   /** @internal Its place on the autograd tape (src/autograd), when it requires grad or was made from one that does. */
   autograd: Entry<RemoteTensor> | undefined = undefined
   /** @internal The memory it lies in on its workers, shared with its views (storage.ts), and its first element's index there. */
-  storage = new Storage()
+  storage: Storage
   /** @internal */
   offset = 0
+  /** @internal Its strides in the storage (elements): undefined for row-major (every result but a view's). */
+  strides: ReadonlyArray<number> | undefined = undefined
   /** Why a handle made while compile recorded a step cannot be used (it names no tensor on the workers). */
   #retired: string | undefined
   /** Its entry in the registry (none for a borrow's alias). */
@@ -111,6 +114,7 @@ export class TensorHandle<D extends DType = DType> {
     /** Set on a borrow's alias, which its scope deletes instead of the registry. */
     readonly borrow?: BorrowState,
   ) {
+    this.storage = new Storage(meta === undefined ? undefined : numelOf(meta.shape))
     if (!borrow) {
       const bytes = bytesOf(meta)
       this.#dropped = new Dropped(mesh, ref.id, bytes)
@@ -159,11 +163,42 @@ export class TensorHandle<D extends DType = DType> {
     return this.storage.version
   }
 
-  /** @internal Makes it a view of `base`'s memory from element `at` of base (a view op's result, a borrow's alias). */
-  viewOf(base: TensorHandle, at: number): this {
+  /**
+   * @internal Makes it a view of `base`'s storage: with base's own layout (a borrow's alias), or
+   * the one a view op's rule gave (none where base's shape is unknown, and so is this one's).
+   */
+  viewOf(base: TensorHandle, at?: Strided | null): this {
     this.storage = base.storage
-    this.offset = base.offset + at
+    if (at === undefined) (this.offset = base.offset), (this.strides = base.strides)
+    else if (at !== null) (this.offset = at.offset), (this.strides = at.strides)
     return this
+  }
+
+  /** @internal Its shape, strides and offset in its storage, where the controller knows them. */
+  get layout(): Strided | undefined {
+    const meta = this.meta
+    if (meta === undefined) return undefined
+    return { shape: meta.shape, strides: this.strides ?? contiguousStrides(meta.shape), offset: this.offset }
+  }
+
+  private knownLayout(what: string): Strided {
+    return this.layout ?? (() => { throw refuse("unknown-meta", `${what} of ${this} needs its shape and layout, which the controller does not know`) })()
+  }
+
+  /** torch's stride(): how many elements of its storage each dim steps over. */
+  stride(): number[] {
+    return [...this.knownLayout("stride()").strides]
+  }
+
+  /** torch's storage_offset(): its first element's index in its storage. */
+  storageOffset(): number {
+    return this.knownLayout("storageOffset()").offset
+  }
+
+  /** torch's is_contiguous(): its strides are row-major, size-1 dims aside. */
+  isContiguous(): boolean {
+    const l = this.knownLayout("isContiguous()")
+    return isContiguous(l.shape, l.strides)
   }
 
   /** @internal The tape saved it: a release() waits until letGo(). */

@@ -19,7 +19,7 @@ import { isTensorMeta, type TensorMeta } from "../ops/meta.ts"
 import { type Op, type OpName, OPS, type ParamsOf, type ResultDtypeOf, type ReturnsOf } from "../ops/registry.ts"
 import type { CallForms, Param } from "../ops/params.ts"
 import { type Composition, mutatedParams, type OpSpec, type ReturnKind } from "../ops/spec.ts"
-import { viewStarts } from "../ops/specs/layout.ts"
+import type { Strided } from "../ops/strided.ts"
 import { HostTensor, ITEM_SIZE, type DType, type FloatNumber } from "../protocol/values.ts"
 import { ControllerError } from "./errors.ts"
 import { TensorHandle } from "./handles.ts"
@@ -122,12 +122,13 @@ const invoke = (name: OpName, mesh: Mesh | undefined, given: ReadonlyArray<unkno
   if ((op as OpSpec).backward === FROM_PARTS) return compose(op as Op, on, args, kwargs)
   const mutated = mutatedTensors(op, args, kwargs)
   if (mutated.length > 0) refuseInPlace(name, mutated)
+  const views = op.view === undefined ? undefined : viewLayouts(op as Op, args, kwargs)
   const site = on.core.site(1)
   const results = on.issue(`ops.${name}`, args, kwargs, mutated.length > 0 ? { mutates: mutated } : {}, site)
   if (op.mutates) return mutated[0]!
   const returns = op.returns as ReturnKind
   if (returns === "tensor" && results.length !== 1) throw refuse("op-rule", `ops.${name} has ${results.length} results`)
-  if (op.view !== undefined) shareMemory(op, args, kwargs, results)
+  if (views !== undefined) results.forEach((r, i) => { if (views.layouts?.[i] !== null) r.viewOf(views.input, views.layouts?.[i] ?? null) })
   tapeOp(surface, name, args, kwargs, results, site)
   switch (returns) {
     case "none": return undefined
@@ -186,16 +187,22 @@ const mutatedTensors = (op: (typeof OPS)[OpName], args: ReadonlyArray<unknown>, 
   return out
 }
 
-/** A view op's results that are views share their input's memory (storage.ts): where each starts in it. */
-const shareMemory = (op: (typeof OPS)[OpName], args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, results: ReadonlyArray<RemoteTensor>): void => {
-  // A whole view (reshape, view, detach's) of its first argument, the common case, needs no binding.
-  if (op.view === true && args[0] instanceof TensorHandle) return void results[0]!.viewOf(args[0], 0)
-  const bound = op.bind(args, kwargs, (v): v is RemoteTensor => v instanceof TensorHandle) as Record<string, unknown>
-  const input = (bound.input ?? bound.tensor) as RemoteTensor
-  if (op.view === true) return void results.forEach((r) => r.viewOf(input, 0))
-  if (input.meta === undefined || results.some((r) => r.meta === undefined)) return
-  const starts = viewStarts(op.name, { ...bound, input: input.meta, tensor: input.meta }, results.map((r) => r.meta!))
-  results.forEach((r, i) => { if (starts[i] !== undefined) r.viewOf(input, starts[i]!) })
+/**
+ * Where a view op's results lie in its input's storage (its rule's `view`), worked out before the
+ * call is sent, so torch's refusals (a view across strides, as_strided past the storage) come
+ * first: each a layout, null for a result that is a copy; layouts undefined where the input's
+ * is not known (its results then share its storage, their layouts unknown).
+ */
+const viewLayouts = (op: Op, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>): { readonly input: RemoteTensor; readonly layouts: ReadonlyArray<Strided | null> | undefined } => {
+  try {
+    const bound = op.bind(args, kwargs, (v): v is RemoteTensor => v instanceof TensorHandle) as Record<string, unknown>
+    const key = "input" in bound ? "input" : "tensor", input = bound[key] as RemoteTensor, x = input.layout
+    if (x === undefined) return { input, layouts: undefined }
+    const a = { ...bound, [key]: input.meta }, spec = op as OpSpec
+    return { input, layouts: spec.view!({ ...x, storage: input.storage.numel }, a as never, spec.outputs(a as never, op.name), op.name) }
+  } catch (e) {
+    throw refuse("op-rule", (e as Error).message)
+  }
 }
 
 const functions = (mesh: Mesh | undefined): Ops =>
@@ -215,15 +222,22 @@ export const surface = (mesh?: Mesh): Ops => (mesh === undefined ? ops : opsOn(m
  * device: the HostTensor travels with the command and each rank makes its copy (`ops.clone`).
  * With a `placement` that shards a dim over mesh dims (`{ dp: shard(0) }`: each dp rank its
  * rows), the controller splits the host value and sends each rank only its block; the result
- * has that placement. A dim that does not split evenly, or a partial placement, is refused.
+ * has that placement. A dim that does not split evenly is refused unless `uneven` says what to do,
+ * as torch's DistributedSampler does with a dataset that does not divide: "pad" gives each block
+ * ceil(n / parts) rows, the rows past the end taken again from the start (drop_last=False);
+ * "drop" gives each floor(n / parts), leaving off the last rows (drop_last=True). A partial
+ * placement is refused.
  */
-export const fromHost = <D extends DType>(mesh: Mesh, host: HostTensor<D>, placement?: PlacementSpec): RemoteTensor<D> => {
+export const fromHost = <D extends DType>(mesh: Mesh, host: HostTensor<D>, placement?: PlacementSpec, options: FromHostOptions = {}): RemoteTensor<D> => {
+  const uneven = options.uneven
+  if (uneven !== undefined && uneven !== "pad" && uneven !== "drop") throw refuse("argument", `fromHost: uneven is "pad" or "drop", not ${JSON.stringify(uneven)}`)
   const sharding = placement === undefined ? [] : mesh.names.flatMap((name, i) => {
     const d = placement[name]
     if (d?.kind === "partial") throw refuse("placement", `fromHost: a host value is whole, so it cannot be placed partial on ${name}`)
     return d?.kind === "shard" ? [{ meshDim: i, dim: d.dim }] : []
   })
   if (sharding.length === 0) {
+    if (uneven !== undefined) throw refuse("placement", `fromHost: uneven: "${uneven}" is for a sharded placement; this one shards no dim`)
     const t = invoke("clone", mesh, [host]) as RemoteTensor<D>
     return placement === undefined ? t : t.place(placement)
   }
@@ -232,41 +246,64 @@ export const fromHost = <D extends DType>(mesh: Mesh, host: HostTensor<D>, place
   // Per tensor dim, how many blocks it splits into (the sizes of the mesh dims sharding it).
   const parts = host.shape.map((_, k) => sharding.filter((s) => s.dim === k).reduce((n, s) => n * mesh.layout.sizes[s.meshDim]!, 1))
   host.shape.forEach((size, k) => {
-    if (size % parts[k]! !== 0) throw refuse("placement", `fromHost: dim ${k} of ${host.dtype}[${host.shape}] (${size}) does not split into ${parts[k]} equal blocks`)
+    if (size % parts[k]! !== 0 && uneven === undefined)
+      throw refuse("placement", `fromHost: dim ${k} of ${host.dtype}[${host.shape}] (${size}) does not split into ${parts[k]} equal blocks; pass { uneven: "pad" } or { uneven: "drop" } (DistributedSampler's drop_last=False or True)`)
+    if (size === 0 && uneven === "pad" && parts[k]! > 1) throw refuse("placement", `fromHost: dim ${k} of ${host.dtype}[${host.shape}] is empty: there are no rows to pad with`)
   })
-  const sizes = host.shape.map((size, k) => size / parts[k]!)
+  const sizes = host.shape.map((size, k) => (uneven === "pad" ? Math.ceil(size / parts[k]!) : Math.floor(size / parts[k]!)))
   const t = mesh.issueEach("ops.clone", (rank) => {
     const coords = mesh.layout.coordinates(rank)!
     // A dim sharded over several mesh dims is split by them in mesh order (the first outermost).
     const index = host.shape.map(() => 0)
     for (const s of sharding) index[s.dim] = index[s.dim]! * mesh.layout.sizes[s.meshDim]! + coords[s.meshDim]!
-    return [hostBlock(host, index.map((b, k) => b * sizes[k]!), sizes)]
+    const starts = index.map((b, k) => b * sizes[k]!)
+    // Straight into the upload segment when the rank's link has one: the block's one copy.
+    return [mesh.core.sink.share([rank], host.dtype, sizes, (into) => copyBlock(host, starts, sizes, into)) ?? hostBlock(host, starts, sizes)]
   }, mesh.core.site(1)) as RemoteTensor<D>
   return t.place(placement!)
 }
 
-/** The block of `host` of `sizes` from `starts`, copied: one contiguous run per index over the dims before the last split one. */
+/** What fromHost does with a sharded dim that does not split evenly (see fromHost). */
+export interface FromHostOptions {
+  readonly uneven?: "pad" | "drop"
+}
+
+/** The block of `host` of `sizes` from `starts`, copied into memory of its own. */
 const hostBlock = <D extends DType>(host: HostTensor<D>, starts: ReadonlyArray<number>, sizes: ReadonlyArray<number>): HostTensor<D> => {
+  const out = new Uint8Array(sizes.reduce((a, b) => a * b, ITEM_SIZE[host.dtype]))
+  copyBlock(host, starts, sizes, out)
+  return new HostTensor(host.dtype, sizes, out)
+}
+
+/**
+ * Copies the block of `host` of `sizes` from `starts` into `out`: one contiguous run per index
+ * over the dims before the last split one. An index past a dim's end wraps to its start (a padded
+ * block), so a run along the last split dim is then copied in pieces.
+ */
+const copyBlock = (host: HostTensor, starts: ReadonlyArray<number>, sizes: ReadonlyArray<number>, out: Uint8Array): void => {
   const shape = host.shape, ndim = shape.length
   const strides = new Array<number>(ndim)
   for (let d = ndim - 1, s = ITEM_SIZE[host.dtype]; d >= 0; d--) { strides[d] = s; s *= shape[d]! }
   let split = ndim - 1
   while (split >= 0 && sizes[split] === shape[split]) split--
-  if (split < 0) return new HostTensor(host.dtype, shape, host.data.slice())
-  const run = sizes[split]! * strides[split]!
-  const out = new Uint8Array(sizes.reduce((a, b) => a * b, ITEM_SIZE[host.dtype]))
+  if (split < 0) return void out.set(host.data)
+  const item = strides[split]!, n = shape[split]!, size = sizes[split]!
   const index = new Array<number>(split).fill(0)
-  for (let at = 0; at < out.byteLength; at += run) {
-    let from = starts[split]! * strides[split]!
-    for (let d = 0; d < split; d++) from += (starts[d]! + index[d]!) * strides[d]!
-    out.set(host.data.subarray(from, from + run), at)
+  for (let at = 0; at < out.byteLength;) {
+    let base = 0
+    for (let d = 0; d < split; d++) base += ((starts[d]! + index[d]!) % shape[d]!) * strides[d]!
+    for (let i = 0; i < size;) {
+      const from = (starts[split]! + i) % n, count = Math.min(size - i, n - from)
+      out.set(host.data.subarray(base + from * item, base + (from + count) * item), at)
+      at += count * item
+      i += count
+    }
     for (let d = split - 1; d >= 0; d--) {
       index[d] = index[d]! + 1
       if (index[d] !== sizes[d]) break
       index[d] = 0
     }
   }
-  return new HostTensor(host.dtype, sizes, out)
 }
 
 /**

@@ -1,51 +1,42 @@
 /**
  * What the controller knows of a tensor's memory on its workers: the storage it lies in (shared
- * by a tensor and its views, detach() and a borrow's alias included) and the block of it, from an
- * element offset (the workers' views are always one contiguous block of their base). Two uses:
+ * by a tensor and its views, detach() and a borrow's alias included) and its layout there
+ * (offset and strides, from the view ops' rules: TensorHandle.layout). Two uses:
  *
  * - the version counter (torch's): every write in place (an in-place op, copy_, an optimizer
  *   step, a user function's `mutates`, an in-place collective) adds one to its storage's count;
  *   the autograd tape notes the counts of what a node saved and refuses a backward that would
  *   read a tensor changed since;
- * - overlap: an in-place op whose input shares some, not all, of the memory it writes is
- *   refused at the call, as torch refuses it, before anything is sent.
+ * - overlap: an in-place op whose input shares some, not all, of the memory it writes, or that
+ *   writes an expanded tensor, is refused at the call, as torch refuses it, before anything is sent.
  */
-import { numelOf, type TensorMeta } from "../ops/meta.ts"
+import { overlapStatus, overlapsItself, WRITES_ONE_VALUE, type Strided } from "../ops/strided.ts"
 import { ControllerError } from "./errors.ts"
 
-/** One allocation on the workers: how many times it was written in place. */
+/** One allocation on the workers: how many elements it holds (where known) and how many times it was written in place. */
 export class Storage {
   version = 0
+  constructor(readonly numel?: number) {}
 }
 
-/** What overlap needs of a tensor handle. */
+/** What overlap needs of a tensor handle: its storage and its layout there (undefined where not known). */
 export interface Placed {
   readonly storage: Storage
-  /** Its first element's index in the storage. */
-  readonly offset: number
-  readonly meta: TensorMeta | undefined
-}
-
-/** A row-major shape's strides, in elements. */
-const stridesOf = (shape: ReadonlyArray<number>): number[] => {
-  const s = new Array<number>(shape.length)
-  for (let i = shape.length - 1, n = 1; i >= 0; i--) (s[i] = n, n *= shape[i]!)
-  return s
+  readonly layout: Strided | undefined
 }
 
 /**
- * How two tensors' memory meets (torch's get_overlap_status): "none" (other storages, disjoint
- * blocks, or an empty one), "full" (the same elements in the same layout: x.add_(x)), else
- * "partial". A tensor whose shape the controller does not know overlaps fully only itself.
+ * How two tensors' memory meets (torch's get_overlap_status, strided.ts): "none" for other
+ * storages, or where either has gaps or repeats (torch's TooHard, which torch does not refuse);
+ * a tensor whose layout the controller does not know overlaps fully only itself.
  */
 const overlapOf = (a: Placed, b: Placed): "none" | "full" | "partial" => {
   if (a === b) return "full"
   if (a.storage !== b.storage) return "none"
-  if (a.meta === undefined || b.meta === undefined) return "partial"
-  const an = numelOf(a.meta.shape), bn = numelOf(b.meta.shape)
-  if (an === 0 || bn === 0) return "none"
-  if (a.offset === b.offset && an === bn) return stridesOf(a.meta.shape).join() === stridesOf(b.meta.shape).join() ? "full" : "partial"
-  return a.offset < b.offset + bn && b.offset < a.offset + an ? "partial" : "none"
+  const x = a.layout, y = b.layout
+  if (x === undefined || y === undefined) return "partial"
+  const status = overlapStatus(x, y)
+  return status === "unknown" ? "none" : status
 }
 
 /** torch's refusal of a write whose input shares the written memory. */
@@ -70,8 +61,19 @@ const tensorsIn = (v: unknown, into: Placed[]): Placed[] => {
  */
 const NO_OVERLAP: ReadonlySet<string> = new Set(["scatter_", "scatter_add_", "index_add_", "_fused_sgd_", "_fused_adamw_"])
 
-/** Refuses a call of built-in `op` whose inputs share memory with a tensor it writes, before anything is sent. */
+/**
+ * Refuses a call of built-in `op` that writes an expanded tensor (two of its elements one memory
+ * location, torch's assert_no_internal_overlap), or whose inputs share memory with a tensor it
+ * writes, before anything is sent.
+ */
 export const refuseOverlap = (op: string, mutated: ReadonlyArray<Placed>, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>): void => {
+  if (!WRITES_ONE_VALUE.has(op)) for (const w of mutated) {
+    const l = w.layout
+    if (l !== undefined && overlapsItself(l.shape, l.strides)) throw new ControllerError({
+      message: `ops.${op}: unsupported operation: more than one element of the written-to tensor refers to a single memory location. Please clone() the tensor before performing the operation. (${w})`,
+      reason: "overlap",
+    })
+  }
   const all = tensorsIn(kwargs, tensorsIn(args, []))
   if (all.length < 2) return
   const strict = NO_OVERLAP.has(op)

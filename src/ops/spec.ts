@@ -10,6 +10,7 @@
 import { type Backward, FROM_PARTS, type GradOps, type GradRule } from "./grad.ts"
 import type { TensorMeta } from "./meta.ts"
 import type { Bound, Param } from "./params.ts"
+import type { Strided as Layout } from "./strided.ts"
 
 /**
  * What the result's dtype is, for the typed surface's types (the rule computes the real one):
@@ -56,11 +57,19 @@ export interface OpSpec<P extends ReadonlyArray<Param> = ReadonlyArray<Param>, K
    */
   readonly mutates?: Mutates
   /**
-   * Its result shares its input's memory (true: always, a reshape; "block": when the result is
-   * one contiguous block of the input, as a narrow of the leading dim, else it is a copy): the
-   * kernel allocates what it returns itself.
+   * A view op's layout rule (torch's): where each result lies in its input's storage, from the
+   * input's layout and the bound arguments, or null for a result that is a copy (a reshape torch
+   * would copy, contiguous of a non-contiguous input). The worker makes its views by it and the
+   * controller knows its handles' strides by it; the kernel allocates what it returns itself.
    */
-  readonly view?: true | "block"
+  readonly view?: ViewRule<P>
+  /**
+   * Its kernel reads its tensor operands through their strides (true: every one; else the
+   * parameters named) and writes an in-place target through its own. Every other operand the
+   * worker makes contiguous first, as torch's `.contiguous()` inside the op: a temporary of
+   * the command, and an in-place target computed there is copied back through the view.
+   */
+  readonly strided?: Strided
   /** Its gradient with respect to each tensor input, NOT_DIFFERENTIABLE, or FROM_PARTS (a composite op). */
   readonly backward: Backward<P>
   /**
@@ -80,11 +89,32 @@ export interface OpSpec<P extends ReadonlyArray<Param> = ReadonlyArray<Param>, K
 export type Composition<P extends ReadonlyArray<Param>, O extends ReadonlyArray<TensorMeta> = ReadonlyArray<TensorMeta>> =
   <T>(a: Bound<P, T>, ops: GradOps<T>, meta: (t: T) => TensorMeta, op: string, rule: O) => T
 
+/**
+ * Where a view op's results lie, given its input's layout (`x`; `storage`: its storage's element
+ * count where known, which as_strided is checked against), its bound arguments and its results'
+ * metadata (what `outputs` gave).
+ */
+export type ViewRule<P extends ReadonlyArray<Param> = ReadonlyArray<Param>> =
+  (x: Layout & { readonly storage?: number }, a: Bound<P>, metas: ReadonlyArray<TensorMeta>, op: string) => ReadonlyArray<Layout | null>
+
 /** A rule's results with the plan it computed on the way (compute dtype, broadcast shape, dims): the kernel reads it. */
 export type Planned<Plan, M extends TensorMeta = TensorMeta> = ReadonlyArray<M> & { readonly plan: Plan }
 
 /** `metas` with `plan` attached (what a rule returns when its kernel needs what it worked out). */
 export const withPlan = <Plan, M extends TensorMeta>(metas: M[], plan: Plan): Planned<Plan, M> => Object.assign(metas, { plan })
+
+/** Which tensor operands a kernel reads through their strides (OpSpec.strided). */
+export type Strided = true | ReadonlyArray<string>
+
+/** The ops of a family, each marked as reading every tensor operand through its strides (OpSpec.strided). */
+export const readingStrides = <S extends object>(family: S): S =>
+  Object.fromEntries(Object.entries(family).map(([name, s]) => [name, { ...s, strided: true }])) as S
+
+/** Which tensor operands op's kernel reads through their strides: a view op's always (it makes its views from its input's own layout), else its spec's `strided`. */
+export const stridedOperands = (op: OpSpec): Strided | undefined => (op.view !== undefined ? true : op.strided)
+
+/** spec marked as reading the tensor operands named (default: every one) through their strides (OpSpec.strided). */
+export const readsStrides = <S extends object>(s: S, params: Strided = true): S => ({ ...s, strided: params })
 
 /** What an in-place op writes: its `input`, or the tensors of the parameters named. */
 export type Mutates = "input" | ReadonlyArray<string>
@@ -117,7 +147,7 @@ export const spec = <const P extends ReadonlyArray<Param>, const K extends Dtype
   params: P,
   outputs: (a: Bound<P>, op: string) => O,
   backward: Backward<P>,
-  more: { readonly dtype?: K; readonly results?: number | ((a: Bound<P>, op: string) => number); readonly returns?: R; readonly mutates?: Mutates; readonly view?: true | "block" } = {},
+  more: { readonly dtype?: K; readonly results?: number | ((a: Bound<P>, op: string) => number); readonly returns?: R; readonly mutates?: Mutates; readonly view?: NoInfer<ViewRule<P>>; readonly strided?: Strided } = {},
 ): OpSpec<P, K, R, O> => ({
   params, outputs, backward, results: more.results ?? (more.mutates ? 0 : 1), ...more, dtype: (more.dtype ?? "any") as K,
   returns: (more.returns ?? (more.mutates || more.results === 0 ? "none" : "tensor")) as R,

@@ -65,7 +65,10 @@ export interface Group {
 
 /**
  * A remote function. Tensors in its result (at any depth of arrays and objects) become the
- * command's results, in order; it may return a Promise.
+ * command's results, in order; it may return a Promise. A tensor argument is what the ref
+ * holds, a strided view included, as a torch function is given one (`Tensor.contiguous`,
+ * `Tensor.strides`): the built-ins (`op`) and the group's calls take it as it is, `toHost` and
+ * `copyOut` give its elements in row-major order, `hostBytes` gives undefined for it.
  */
 export type RemoteFunction = (ctx: FunctionContext, ...args: any[]) => unknown
 

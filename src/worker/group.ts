@@ -28,7 +28,9 @@ import { Tensor } from "../../ffi/tensor.ts"
 import { commError, inGlobalRanks } from "../comm/communicators.ts"
 import { CommError } from "../comm/errors.ts"
 import type { Group, GroupReduction } from "./function.ts"
+import { throughDense } from "./dense.ts"
 import { DependentOnError } from "./errors.ts"
+import { EXPANDED_WRITE } from "./kernels/staging.ts"
 
 /** The start's value of a member with nothing against running. */
 const READY = Number.POSITIVE_INFINITY
@@ -98,26 +100,28 @@ export class CallGroup implements Group {
     return this.comm.size
   }
 
+  // A strided view goes to the library as a dense copy (dense.ts), written back when in place.
   allReduce(t: Tensor, reduction: GroupReduction = "sum", opts: { readonly inplace?: boolean } = {}): Tensor {
-    const input = this.tensor(t, "allReduce")
-    return this.into(opts.inplace ? input : this.like(input, input.shape), input, (out) => this.comm.allReduce(out, input, this.reduction(reduction), this.stream))
+    const given = opts.inplace ? this.written(t, "allReduce") : this.tensor(t, "allReduce")
+    return throughDense(given, this.stream, opts.inplace === true, (input) =>
+      this.into(opts.inplace ? input : this.like(input, input.shape), input, (out) => this.comm.allReduce(out, input, this.reduction(reduction), this.stream)))
   }
 
   allGather(t: Tensor): Tensor {
-    const input = this.tensor(t, "allGather")
-    return this.into(this.like(input, [this.size, ...input.shape]), input, (out) => this.comm.allGather(out, input, this.stream))
+    return throughDense(this.tensor(t, "allGather"), this.stream, false, (input) =>
+      this.into(this.like(input, [this.size, ...input.shape]), input, (out) => this.comm.allGather(out, input, this.stream)))
   }
 
   reduceScatter(t: Tensor, reduction: GroupReduction = "sum"): Tensor {
-    const input = this.tensor(t, "reduceScatter")
     // A dim 0 other than the group's size gives an output the shim refuses, telling the others.
-    return this.into(this.like(input, input.shape.slice(1)), input, (out) => this.comm.reduceScatter(out, input, this.reduction(reduction), this.stream))
+    return throughDense(this.tensor(t, "reduceScatter"), this.stream, false, (input) =>
+      this.into(this.like(input, input.shape.slice(1)), input, (out) => this.comm.reduceScatter(out, input, this.reduction(reduction), this.stream)))
   }
 
   broadcast(t: Tensor, root: number, opts: { readonly inplace?: boolean } = {}): Tensor {
-    const input = this.tensor(t, "broadcast")
-    const out = opts.inplace ? input : this.like(input, input.shape)
-    if (out !== input) k.cast(out, input, this.stream)
+    if (opts.inplace) return throughDense(this.written(t, "broadcast"), this.stream, true, (input) => this.into(input, input, (o) => this.comm.broadcast(o, root, this.stream)))
+    const input = this.tensor(t, "broadcast"), out = this.like(input, input.shape)
+    k.cast(out, input, this.stream)
     return this.into(out, input, (o) => this.comm.broadcast(o, root, this.stream))
   }
 
@@ -133,8 +137,14 @@ export class CallGroup implements Group {
   exchange(ops: ReadonlyArray<{ readonly send: Tensor; readonly to: number } | { readonly recv: Tensor; readonly from: number }>): void {
     const p2p = ops.map((o) => ("send" in o
       ? { kind: "send" as const, peer: this.peer(o.to), tensor: this.tensor(o.send, "send") }
-      : { kind: "recv" as const, peer: this.peer(o.from), tensor: this.tensor(o.recv, "recv") }))
-    this.run(() => this.comm.p2p(p2p, this.stream))
+      : { kind: "recv" as const, peer: this.peer(o.from), tensor: this.written(o.recv, "recv") }))
+    // Each strided one through a dense copy (a receive's written back), nested: all posted together.
+    const post = (i: number, dense: typeof p2p): void => {
+      if (i === p2p.length) return this.run(() => this.comm.p2p(dense, this.stream))
+      const o = p2p[i]!
+      throughDense(o.tensor, this.stream, o.kind === "recv", (tensor) => post(i + 1, [...dense, { ...o, tensor }]))
+    }
+    post(0, [])
   }
 
   /** Runs a call on the comm; its failure, in global ranks, is the group's and is thrown. */
@@ -172,6 +182,13 @@ export class CallGroup implements Group {
   private tensor(t: unknown, what: string): Tensor {
     if (!(t instanceof Tensor)) this.refuse(`${what}: expected a tensor, got ${t === null ? "null" : typeof t}`)
     return t as Tensor
+  }
+
+  /** A tensor the call writes: not an expanded view (torch refuses writing one). */
+  private written(t: unknown, what: string): Tensor {
+    const tensor = this.tensor(t, what)
+    if (tensor.expanded) this.refuse(`${what}: ${EXPANDED_WRITE}`)
+    return tensor
   }
 
   /** A member's position, refused when it is not one. */

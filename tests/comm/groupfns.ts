@@ -53,6 +53,44 @@ export const groupOp = defineFunction((ctx, kind: string, t: Tensor, arg: unknow
   }
 })
 
+/**
+ * One of the group's operations on a strided view of this member's input x (t * (group rank
+ * + 1), [6]): its even elements (shape [3], stride 2). In place and receives return x, whose
+ * odd elements no call may touch.
+ */
+export const viewGroupOp = defineFunction((ctx, kind: string, t: Tensor) => {
+  const g = ctx.group(), x = mine(ctx, t), even = x.asStrided([3], [2], 0)
+  try {
+    switch (kind) {
+      case "allReduceInPlace": return (g.allReduce(even, "sum", { inplace: true }), x)
+      case "broadcastInPlace": return (g.broadcast(even, 1, { inplace: true }), x)
+      case "allGather": return g.allGather(even)
+      case "sendRecv": {
+        // Member 0's even elements into member 1's odd ones.
+        const odd = x.asStrided([3], [2], 1)
+        try {
+          if (g.rank === 0) g.send(even, 1)
+          else if (g.rank === 1) g.recv(odd, 0)
+        } finally {
+          odd.free()
+        }
+        return x
+      }
+      case "expandedInPlace": {
+        const expanded = x.asStrided([2, 3], [0, 1], 0)
+        try {
+          return (g.allReduce(expanded, "sum", { inplace: true }), x)
+        } finally {
+          expanded.free()
+        }
+      }
+      default: throw new Error(`unknown kind ${kind}`)
+    }
+  } finally {
+    even.free()
+  }
+})
+
 /** An all_reduce in which the last member passes something else: its own shape or its own reduction. */
 export const disagreeing = defineFunction((ctx, how: "shape" | "op", t: Tensor) => {
   const g = ctx.group(), odd = g.rank === g.size - 1

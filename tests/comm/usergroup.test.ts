@@ -93,6 +93,40 @@ describe("each of the group's operations, over tp (member r gives t * (r + 1))",
   }
 })
 
+describe("the group's operations on a strided view (member r's input's even elements, t * (r + 1))", () => {
+  const t = [1, 2, 3, 4, 5, 6]
+  const own = (r: number) => t.map((v) => v * (r + 1))
+  /** own(r) with its even elements replaced by f's. */
+  const evens = (r: number, f: (i: number) => number) => own(r).map((v, i) => (i % 2 === 0 ? f(i) : v))
+  const cases: ReadonlyArray<{ kind: string; result: number[]; expect: (tpRank: number) => number[] }> = [
+    { kind: "allReduceInPlace", result: [6], expect: (r) => evens(r, (i) => 3 * t[i]!) },
+    { kind: "broadcastInPlace", result: [6], expect: (r) => evens(r, (i) => own(1)[i]!) },
+    { kind: "allGather", result: [2, 3], expect: () => [...own(0).filter((_, i) => i % 2 === 0), ...own(1).filter((_, i) => i % 2 === 0)] },
+    { kind: "sendRecv", result: [6], expect: (r) => (r === 1 ? own(1).map((v, i) => (i % 2 === 1 ? own(0)[i - 1]! : v)) : own(0)) },
+  ]
+  for (const c of cases) {
+    test(c.kind, async () => {
+      const input = fromHost(mesh, host([6], Float32Array.from(t)))
+      const out = await run(mesh.call(`${FNS}:viewGroupOp`, [c.kind, input], {}, { dims: ["tp"], results: [f32(c.result)] }))
+      const got = await run(mesh.fetchAll(out))
+      got.forEach((h, r) => expect(values(h), `rank ${r}`).toEqual(c.expect(r % 2)))
+    }, 30_000)
+  }
+
+  test("an in-place all_reduce of an expanded view is refused as torch refuses the write; the group goes on", async () => {
+    const input = fromHost(mesh, host([6], Float32Array.from(t)))
+    const bad = await run(mesh.call(`${FNS}:viewGroupOp`, ["expandedInPlace", input], {}, { dims: ["tp"], results: [f32([6])] }))
+    for (let r = 0; r < 4; r++) {
+      const f = await outcome(bad, r)
+      expect(f, `rank ${r}`).toBeInstanceOf(RemoteError)
+      expect((f as RemoteError).message, `rank ${r}`).toContain("more than one element of the written-to tensor refers to a single memory location")
+    }
+    const out = await run(mesh.call(`${FNS}:viewGroupOp`, ["allReduceInPlace", input], {}, { dims: ["tp"], results: [f32([6])] }))
+    const got = await run(mesh.fetchAll(out))
+    got.forEach((h, r) => expect(values(h), `rank ${r}`).toEqual(own(r % 2).map((v, i) => (i % 2 === 0 ? 3 * t[i]! : v))))
+  }, 60_000)
+})
+
 describe("a call over two dims", () => {
   test("gets each dim's group and the group over both: a sum along tp then dp is the sum over the mesh; a gather over both is in mesh order", async () => {
     const t = [1, 2, 3]

@@ -1,5 +1,5 @@
 // User functions for the controller tests ("tests/controller/fixtures:<export>").
-import { liveTensorBytes, liveTensorCount } from "../../ffi/tensor.ts"
+import { liveTensorBytes, liveTensorCount, type Tensor } from "../../ffi/tensor.ts"
 import { op } from "../../src/worker/ops.ts"
 import { defineFunction } from "../../src/worker/function.ts"
 
@@ -30,3 +30,9 @@ export const workerMemory = defineFunction((ctx) => [liveTensorCount(), liveTens
 
 /** A copy of t as f64: a function that lies when declared as returning t's dtype. */
 export const asF64 = defineFunction((ctx, t: unknown) => op(ctx, "to", [t], { dtype: "f64" }))
+
+/** A tensor's layout as the worker's shim holds it: [strides, storage offset, contiguous (1 or 0)]. */
+export const layoutOf = defineFunction((_, t: unknown) => {
+  const l = (t as Tensor).layout()
+  return [[...l.strides], l.storageOffset, l.contiguous ? 1 : 0]
+})

@@ -3,7 +3,7 @@
 // the first fetch past a segment's size goes by the socket and the next ones by a segment grown
 // to fit; a fetch's bytes in a segment count against the worker's memory limit while in flight
 // (past it, the limit's error), none after, and at most one segment (no larger than the tensor
-// and a MiB) is mapped per link.
+// and a MiB) is mapped per link; a strided view comes through one as its elements.
 import { afterAll, beforeAll, expect, test } from "bun:test"
 import { Effect, Layer, ManagedRuntime } from "effect"
 import { Controller, fromHost, HostTensor, type Mesh } from "../../src/controller/index.ts"
@@ -62,6 +62,26 @@ test("a fetch through a segment gives the socket path's bytes, for sizes from 0 
     t.release()
   }
 }, 120_000)
+
+test("a strided view (a transpose, a stepped slice) fetched through a segment gives its elements in row-major order, as the socket does", async () => {
+  const [rows, cols] = [300, 700], values = Float32Array.from({ length: rows * cols }, (_, i) => i)
+  const x = fromHost(mesh, new HostTensor("f32", [rows, cols], new Uint8Array(values.buffer)))
+  const cases = [
+    { label: "x.t()", view: x.t(), want: Float32Array.from({ length: rows * cols }, (_, i) => values[(i % rows) * cols + Math.floor(i / rows)]!) },
+    { label: "x[:, ::3]", view: x.slice(1, 0, cols, 3), want: Float32Array.from({ length: rows * Math.ceil(cols / 3) }, (_, i) => values[Math.floor(i / Math.ceil(cols / 3)) * cols + (i % Math.ceil(cols / 3)) * 3]!) },
+  ]
+  await run(mesh.fetch(x)) // a segment that fits both
+  for (const { label, view, want } of cases) {
+    const before = segments[0]!.counts.fetches
+    const shared = (await run(mesh.fetch(view))) as HostTensor
+    expect({ label, shared: segments[0]!.counts.fetches - before }).toEqual({ label, shared: 1 })
+    const socket = ((await run(mesh.fetch([view]))) as HostTensor[])[0]!
+    expect({ label, equal: Buffer.compare(shared.data, new Uint8Array(want.buffer)) }).toEqual({ label, equal: 0 })
+    expect(Buffer.compare(socket.data, shared.data)).toBe(0)
+    view.release()
+  }
+  x.release()
+}, 60_000)
 
 test("a fetch through a segment holds no host copy after; its bytes count against the limit while in flight", async () => {
   const bytes = 30 << 20

@@ -20,6 +20,9 @@ NAMES = {v: k for k, v in DTYPES.items()}
 def decode(v):
     if isinstance(v, dict) and "t" in v:
         data = [float(x) if isinstance(x, str) else x for x in v["data"]]  # "NaN", "Infinity"
+        if "strides" in v:  # a strided view: data is its storage (tests/worker/strided.test.ts)
+            storage = torch.tensor(data, dtype=torch.float64).to(DTYPES[v["t"]])
+            return torch.as_strided(storage, v["shape"], v["strides"], v["offset"])
         t = torch.tensor(data, dtype=torch.float64).to(DTYPES[v["t"]]).reshape(v["shape"])
         # "nc": given with its last two dims swapped, and used as their transpose, not contiguous.
         return t.transpose(-1, -2) if v.get("nc") else t
@@ -170,6 +173,8 @@ OPS["avg_pool2d"] = F.avg_pool2d
 OPS["conv1d"] = F.conv1d
 OPS["conv2d"] = F.conv2d
 OPS["group_norm"] = F.group_norm
+OPS["unfold"] = lambda x, dimension, size, step: x.unfold(dimension, size, step)
+OPS["alias"] = lambda x: x.view_as(x)
 OPS["batch_norm"] = F.batch_norm
 # batch_norm's running statistics after the call (updated in place in training): [running_mean, running_var]
 OPS["batch_norm_stats"] = lambda x, rm, rv, *a, **k: (F.batch_norm(x, rm, rv, *a, **k), torch.cat([rm, rv]))[1]

@@ -1,23 +1,25 @@
-// Views without copies: narrow, select, slicing, split, chunk and contiguous give a
-// view of their input (the same memory, from an offset into it) wherever their result is one
-// contiguous block of it, and a copy elsewhere. Checked on real workers through the controller:
-//   - against torch 1.13 (tests/ops/views_ref.py): ours is a view exactly where torch's view is
-//     contiguous, so in-place writes through the view reach the base and writes to the base reach
-//     the view, as in torch; where torch's is not, ours is a copy, with torch's values;
+// Strided views, as torch's. Checked on real workers through the controller:
+//   - against torch 1.13 (tests/ops/views_ref.py), every view op, and random chains of them with
+//     random in-place writes: the same values, shapes, strides, storage offsets and is_contiguous
+//     (the controller's, from the rules, and the worker's shim's), writes through a view reaching
+//     the base and writes to the base reaching the view, torch's refusals (a view across strides,
+//     as_strided past its storage, a write to an expanded tensor) with torch's messages;
 //   - lifetimes: the base's ref deleted while a view lives leaves the view's memory alive and
 //     correct, counted once, and freed with the last of them (the worker's own counters);
 //   - a write whose input shares only some of its memory is refused, as torch refuses it, and
 //     scatter_ and index_add_ refuse even the written tensor itself as their source;
-//   - leaf gradients made as views of one gradient (cat's backward) stay independent;
-//   - matmul's and linear's backward read their transposes in place (_matmul_t): no ops.transpose.
+//   - leaf gradients made as views of one gradient (cat's backward), or expanded (sum's), stay
+//     independent and writable under in-place updates;
+//   - the backward rules of transpose, permute, expand, reshape and matmul issue no copy.
 import { afterAll, beforeAll, describe, expect, spyOn, test } from "bun:test"
 import { Effect, ManagedRuntime } from "effect"
-import { Controller, eager, ops, opsOn, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
+import { compile, Controller, eager, ops, opsOn, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
 import { clipGradNorm } from "../../src/optim/clip.ts"
 import type { DType } from "../../src/protocol/values.ts"
 import { describeUnless } from "../skip.ts"
 import { torchMissing, TorchServer } from "../torch.ts"
 import { host } from "../worker/build.ts"
+import { infer, t } from "./infer.ts"
 
 const ROOT = new URL("../..", import.meta.url).pathname
 let rt: ManagedRuntime.ManagedRuntime<Controller, unknown>
@@ -42,57 +44,259 @@ const workerMemory = async (t: RemoteTensor): Promise<{ tensors: number; bytes: 
   return { tensors: tensors!, bytes: bytes! }
 }
 
-type Step = readonly [op: string, args: ReadonlyArray<unknown>]
-interface Case { readonly name: string; readonly t: DType; readonly shape: number[]; readonly chain: ReadonlyArray<Step>; readonly piece?: number }
-const v = (name: string, shape: number[], chain: ReadonlyArray<Step>, piece?: number, t: DType = "f32"): Case => ({ name, t, shape, chain, piece })
-const CASES: Case[] = [
-  v("narrow of the leading dim", [4, 3], [["narrow", [0, 1, 2]]]),
-  v("narrow, negative start", [5, 2], [["narrow", [0, -3, 2]]], undefined, "f64"),
-  v("narrow of an inner dim (a copy)", [4, 3], [["narrow", [1, 0, 2]]]),
-  v("narrow of an inner dim under size-1 leading dims", [1, 1, 6], [["narrow", [2, 2, 3]]]),
-  v("narrow of an inner dim, whole", [3, 4], [["narrow", [1, 0, 4]]]),
-  v("narrow to nothing", [4, 3], [["narrow", [0, 2, 0]]]),
-  v("select of the leading dim", [4, 3], [["select", [0, 2]]], undefined, "i64"),
-  v("select, negative index", [4, 3], [["select", [0, -1]]]),
-  v("select of an inner dim (a copy)", [4, 3], [["select", [1, 1]]]),
-  v("select of an inner dim under a size-1 dim", [1, 4, 3], [["select", [1, 3]]]),
-  v("slice of the leading dim", [5, 2], [["slice", [0, 1, 4]]]),
-  v("slice with a step (a copy)", [6, 2], [["slice", [0, 0, null, 2]]]),
-  v("slice with a step that keeps one entry", [6, 2], [["slice", [0, 4, 5, 3]]]),
-  v("split of the leading dim, the second piece", [6, 2], [["split", [2, 0]]], 1),
-  v("split of an inner dim (copies)", [3, 4], [["split", [2, 1]]], 1),
-  v("chunk of the leading dim, the last piece", [5, 3], [["chunk", [2, 0]]], 1, "i32"),
-  v("unbind of the leading dim", [3, 4], [["unbind", [0]]], 2),
-  v("unbind of an inner dim (copies)", [3, 4], [["unbind", [1]]], 1, "f64"),
-  v("a select of a narrow: offsets add up", [4, 3], [["narrow", [0, 1, 3]], ["select", [0, 1]]]),
-  v("a narrow of a reshape", [2, 6], [["reshape", [[4, 3]]], ["narrow", [0, 2, 2]]]),
-  v("contiguous is its input", [2, 3], [["contiguous", []]]),
-]
-const WRITES = [["view", "add_", 100], ["base", "mul_", -1], ["view", "fill_", 7]] as const
+type Step = { readonly op: string; readonly args: ReadonlyArray<unknown>; readonly piece?: number } | { readonly write: number; readonly op: string; readonly arg: number }
+interface Program { readonly name: string; readonly t: DType; readonly shape: number[]; readonly steps: ReadonlyArray<Step> }
+type Recorded = { shape: number[]; stride: number[]; offset: number; contiguous: boolean; base: number[]; view: number[] } | { error: string }
 
-describeUnless(torchMissing())("views against torch 1.13: a view where torch's is contiguous, writes seen both ways", () => {
+const v = (op: string, ...args: unknown[]): Step => ({ op, args })
+const piece = (op: string, at: number, ...args: unknown[]): Step => ({ op, args, piece: at })
+const BOTH_WAYS: Step[] = [{ write: -1, op: "add_", arg: 100 }, { write: 0, op: "mul_", arg: -1 }, { write: -1, op: "fill_", arg: 7 }]
+/** A case: the chain, then a write through the view, one to the base, and a fill through the view. */
+const c = (name: string, shape: number[], chain: Step[], t: DType = "f32"): Program => ({ name, t, shape, steps: [...chain, ...BOTH_WAYS] })
+const CASES: Program[] = [
+  c("view", [2, 6], [v("view", [3, 4])]),
+  c("view with -1 of a transposed tensor's split dims", [4, 6], [v("transpose", 0, 1), v("view", [2, 3, -1])]),
+  c("view across strides is refused (torch's message)", [2, 3], [v("t"), v("view", [6])]),
+  c("reshape of a contiguous tensor (a view)", [2, 6], [v("reshape", [4, 3])], "i64"),
+  c("reshape that must copy (a transpose flattened)", [2, 3], [v("t"), v("reshape", [-1])]),
+  c("reshape of a stepped slice that keeps its steps", [4, 6], [v("slice", 1, 0, null, 2), v("reshape", [2, 2, 3])]),
+  c("reshape of an empty tensor", [0, 3], [v("t"), v("reshape", [3, 0])]),
+  c("transpose", [2, 3, 4], [v("transpose", 0, 2)]),
+  c("transpose with negative dims", [3, 4], [v("transpose", -1, -2)], "f64"),
+  c("permute", [2, 3, 4], [v("permute", [2, 0, 1])]),
+  c("t of a matrix", [3, 5], [v("t")], "i32"),
+  c("t of a vector is itself", [4], [v("t")]),
+  c("expand a size-1 dim (stride 0): writes through it refused", [3, 1], [v("expand", [3, 4])]),
+  c("expand with new leading dims and -1", [1, 3], [v("expand", [2, 1, -1, 3])]),
+  c("expand a 0-dim tensor", [], [v("expand", [2, 2])]),
+  c("broadcast_to", [3], [v("broadcast_to", [2, 3])]),
+  c("narrow of the leading dim", [4, 3], [v("narrow", 0, 1, 2)]),
+  c("narrow of an inner dim", [4, 3], [v("narrow", 1, 1, 2)]),
+  c("narrow, negative start", [5, 2], [v("narrow", 0, -3, 2)], "f64"),
+  c("narrow to nothing", [4, 3], [v("narrow", 1, 3, 0)]),
+  c("select of an inner dim", [4, 3], [v("select", 1, 2)], "i64"),
+  c("select, negative index", [4, 3], [v("select", 0, -1)]),
+  c("slice with a step", [6, 2], [v("slice", 0, 1, null, 2)]),
+  c("slice of an inner dim with a step, out-of-range ends", [2, 7], [v("slice", 1, -100, 100, 3)]),
+  c("slice past the end (empty, offset at the end)", [4, 3], [v("slice", 0, 9, null, 1)]),
+  c("split of an inner dim, the second piece", [3, 4], [piece("split", 1, 3, 1)]),
+  c("split into sections", [6, 2], [piece("split", 2, [1, 2, 3], 0)]),
+  c("chunk of an inner dim, the last piece", [2, 5], [piece("chunk", 2, 3, 1)], "i32"),
+  c("unbind of an inner dim", [3, 4], [piece("unbind", 3, 1)], "f64"),
+  c("squeeze every size-1 dim", [1, 3, 1, 2], [v("squeeze")]),
+  c("squeeze one dim, of a transposed tensor", [3, 1, 2], [v("transpose", 0, 2), v("squeeze", 1)]),
+  c("squeeze of a dim that is not size 1 is itself", [3, 2], [v("squeeze", 0)]),
+  c("unsqueeze in the middle of a stepped slice", [6, 2], [v("slice", 0, 0, null, 2), v("unsqueeze", 1)]),
+  c("unsqueeze at the end", [2, 3], [v("t"), v("unsqueeze", -1)]),
+  c("diagonal", [3, 4], [v("diagonal")]),
+  c("diagonal above, of other dims", [2, 3, 4], [v("diagonal", 1, 2, 1)]),
+  c("diagonal below", [4, 3], [v("diagonal", -2)]),
+  c("diagonal off the end (empty)", [3, 3], [v("diagonal", 5)]),
+  c("unfold", [7], [v("unfold", 0, 2, 3)]),
+  c("unfold of an inner dim, windows that overlap (fill only)", [2, 5], [v("unfold", 1, 2, 1)]),
+  c("unfold of a 0-dim tensor", [], [v("unfold", 0, 1, 1)]),
+  c("as_strided", [12], [v("as_strided", [3, 2], [3, 2], 1)]),
+  c("as_strided of a view takes its storage offset", [3, 4], [v("narrow", 0, 1, 2), v("as_strided", [2, 2], [1, 4])]),
+  c("as_strided past the storage is refused (torch's message)", [4], [v("as_strided", [3], [2])]),
+  c("as_strided with overlapping elements (fill only)", [5], [v("as_strided", [2, 2], [1, 1])]),
+  c("alias (detach's view)", [2, 3], [v("transpose", 0, 1), v("alias")]),
+  c("contiguous of a contiguous tensor is itself", [2, 3], [v("contiguous")]),
+  c("contiguous of a transposed tensor copies", [2, 3], [v("t"), v("contiguous")]),
+  c("flatten of a contiguous block", [2, 3, 4], [v("flatten", 1)]),
+  c("flatten that must copy", [2, 3, 4], [v("transpose", 1, 2), v("flatten")]),
+  c("flatten of one dim is itself", [3, 4], [v("t"), v("flatten", 1, 1)]),
+  c("views of views: offsets and strides compose", [4, 5, 6], [v("narrow", 0, 1, 3), v("select", 2, 4), v("t"), v("slice", 1, 1, null, 2), v("unsqueeze", 0)]),
+  c("size-1 and size-0 dims", [1, 0, 3], [v("permute", [2, 0, 1]), v("expand", [3, 4, 0])]),
+]
+// Where a view's elements overlap, the order of an add_'s writes is each kernel's own (torch's too): only fill_ is exact through it.
+for (const [i, p] of CASES.entries()) if (p.name.endsWith("(fill only)")) CASES[i] = { ...p, steps: [...p.steps.slice(0, -3), { write: 0, op: "mul_", arg: 2 }, { write: -1, op: "fill_", arg: 7 }] }
+
+const callOp = (op: string, x: RemoteTensor, args: ReadonlyArray<unknown>): RemoteTensor | RemoteTensor[] =>
+  (ops as unknown as Record<string, (...a: unknown[]) => RemoteTensor | RemoteTensor[]>)[op]!(x, ...args)
+
+/** This worker's layout of t (its shim's), as the fixture gives it. */
+const workerLayout = async (t: RemoteTensor): Promise<{ stride: number[]; offset: number; contiguous: boolean }> => {
+  const [[strides, offset, contiguous]] = (await run(mesh.fetchAll(t, { fn: "tests/controller/fixtures:layoutOf" }))) as [[number[], number, number]]
+  return { stride: strides, offset, contiguous: contiguous === 1 }
+}
+
+/** Runs a program here: each step's record, the controller's layout, and the worker's layout where they must agree. */
+const runHere = async (p: Program): Promise<{ steps: Recorded[]; worker: Array<{ stride: number[]; offset: number; contiguous: boolean } | undefined> }> => {
+  const base = tensor(p.t, p.shape)
+  const made: RemoteTensor[] = [base], steps: Recorded[] = [], worker: Array<{ stride: number[]; offset: number; contiguous: boolean } | undefined> = []
+  for (const s of p.steps) {
+    try {
+      if ("write" in s) (ops as unknown as Record<string, (t: RemoteTensor, x: number) => void>)[s.op]!(made.at(s.write)!, s.arg)
+      else {
+        const r = callOp(s.op, made.at(-1)!, s.args)
+        made.push(Array.isArray(r) ? r[s.piece ?? 0]! : r)
+      }
+    } catch (e) {
+      steps.push({ error: (e as Error).message })
+      worker.push(undefined)
+      if ("write" in s) continue
+      break
+    }
+    const x = made.at(-1)!
+    steps.push({ shape: [...x.shape!], stride: x.stride(), offset: x.storageOffset(), contiguous: x.isContiguous(), base: await values(base), view: await values(x) })
+    worker.push(await workerLayout(x))
+  }
+  return { steps, worker }
+}
+
+/** Compares a program's run with torch's: errors by torch's message (ours names the op and the tensors too). */
+const expectTorch = (ours: { steps: Recorded[]; worker: Array<{ stride: number[]; offset: number; contiguous: boolean } | undefined> }, theirs: { steps: Recorded[]; error?: string }, what: string) => {
+  expect(theirs.error, what).toBeUndefined()
+  expect(ours.steps.length, what).toBe(theirs.steps.length)
+  theirs.steps.forEach((want, i) => {
+    const got = ours.steps[i]!, at = `${what}, step ${i}`
+    if ("error" in want) {
+      expect("error" in got ? got.error : `no error: ${JSON.stringify(got)}`, at).toContain(want.error)
+      return
+    }
+    expect(got, at).toEqual(want)
+    // The worker's views lie where the controller's rules say (the contiguity flag is the shim's own reading of its strides).
+    expect(ours.worker[i], at).toEqual({ stride: want.stride, offset: want.offset, contiguous: want.contiguous })
+  })
+}
+
+describeUnless(torchMissing())("views against torch 1.13: values, strides, offsets, writes both ways", () => {
   let torch: TorchServer
   beforeAll(() => void (torch = new TorchServer(new URL("./views_ref.py", import.meta.url).pathname)))
   afterAll(() => torch?.close())
-  CASES.forEach((c, id) => test(c.name, async () => {
-    const data = iota(c.shape.reduce((a, b) => a * b, 1))
-    const want = torch.ask<{ contiguous: boolean; steps: Array<{ base: number[]; view: number[] }>; error?: string }>(id, { t: c.t, shape: c.shape, data, chain: c.chain, piece: c.piece ?? 0, writes: WRITES })
-    const base = tensor(c.t, c.shape, data)
-    let view: RemoteTensor = base
-    for (const [op, args] of c.chain) {
-      const r = (ops as unknown as Record<string, (...a: unknown[]) => RemoteTensor | RemoteTensor[]>)[op]!(view, ...args)
-      view = Array.isArray(r) ? r[c.piece ?? 0]! : r
-    }
-    const steps: Array<{ base: number[]; view: number[] }> = []
-    for (const [who, op, arg] of WRITES) {
-      ;(ops as unknown as Record<string, (t: RemoteTensor, x: number) => void>)[op]!(who === "view" ? view : base, arg)
-      steps.push({ base: await values(base), view: await values(view) })
-    }
-    const theirs = await want
-    expect(theirs.error).toBeUndefined()
-    expect(steps).toEqual(theirs.steps)
+  const ask = (id: number, p: Program) => torch.ask<{ steps: Recorded[]; error?: string }>(id, { t: p.t, shape: p.shape, data: iota(p.shape.reduce((a, b) => a * b, 1)), steps: p.steps })
+
+  CASES.forEach((p, id) => test(p.name, async () => {
+    const want = ask(id, p)
+    expectTorch(await runHere(p), await want, p.name)
   }, 30_000)) // the first case waits for torch to import (seconds on a loaded machine)
+
+  test("random chains of view ops with random in-place writes between them", async () => {
+    const rng = seeded(0x5eed)
+    const programs = Array.from({ length: RANDOM_PROGRAMS }, (_, i) => randomProgram(rng, `random ${i}`))
+    const answers = programs.map((p, i) => ask(10_000 + i, p))
+    for (let i = 0; i < programs.length; i++) {
+      const p = programs[i]!
+      expectTorch(await runHere(p), await answers[i]!, `${p.name}: ${p.shape} ${JSON.stringify(p.steps)}`)
+    }
+  }, 240_000)
 })
+
+const RANDOM_PROGRAMS = 60
+
+/** A small deterministic generator (mulberry32). */
+const seeded = (seed: number) => () => {
+  seed = (seed + 0x6d2b79f5) | 0
+  let x = Math.imul(seed ^ (seed >>> 15), 1 | seed)
+  x = (x + Math.imul(x ^ (x >>> 7), 61 | x)) ^ x
+  return ((x ^ (x >>> 14)) >>> 0) / 4294967296
+}
+
+/** Shapes and strides the generator tracks (torch's, by the same rules the test checks). */
+interface Tracked { readonly shape: number[]; readonly strides: number[]; readonly offset: number }
+
+/** A random program: a base of 0 to 3 dims, up to 7 view ops, writes at random points (to the base, a view on the way, or the last). */
+const randomProgram = (r: () => number, name: string): Program => {
+  const int = (lo: number, hi: number) => lo + Math.floor(r() * (hi - lo + 1))
+  const pick = <A>(xs: ReadonlyArray<A>): A => xs[int(0, xs.length - 1)]!
+  const shape = Array.from({ length: int(1, 3) }, () => (r() < 0.08 ? 0 : int(1, 4)))
+  const steps: Step[] = []
+  // What each tensor made so far is: its shape, and whether a write could land twice on one element (then only fill_).
+  const made: Array<{ shape: number[]; repeats: boolean }> = [{ shape, repeats: false }]
+  for (let n = int(1, 7); n > 0; n--) {
+    const cur = made.at(-1)!, s = cur.shape, nd = s.length
+    const dim = () => int(-nd, nd - 1)
+    const step: Step | undefined = ((): Step | undefined => {
+      switch (pick(["reshape", "view", "transpose", "permute", "t", "expand", "narrow", "select", "slice", "split", "chunk", "unbind", "squeeze", "unsqueeze", "diagonal", "unfold", "flatten", "contiguous", "alias"])) {
+        case "reshape": case "view": {
+          const numel = s.reduce((a, b) => a * b, 1), to = factor(numel, r)
+          if (to.length > 0 && r() < 0.3) to[int(0, to.length - 1)] = -1
+          return v(r() < 0.5 ? "reshape" : "view", to)
+        }
+        case "transpose": return nd === 0 ? undefined : v("transpose", dim(), dim())
+        case "permute": return v("permute", s.map((_, i) => i).sort(() => r() - 0.5))
+        case "t": return nd > 2 ? undefined : v("t")
+        case "expand": {
+          if (nd > 5) return undefined
+          const lead = r() < 0.3 ? [int(1, 3)] : []
+          return v("expand", [...lead, ...s.map((d) => (d === 1 ? int(0, 3) : r() < 0.5 ? -1 : d))])
+        }
+        case "narrow": {
+          if (nd === 0) return undefined
+          const d = dim(), size = s.at(d)!, start = int(0, size), length = int(0, size - start)
+          return v("narrow", d, r() < 0.3 && start < size ? start - size : start, length)
+        }
+        case "select": {
+          const ok = s.map((x, i) => (x > 0 ? i : -1)).filter((i) => i >= 0)
+          if (ok.length === 0) return undefined
+          const d = pick(ok), i = int(0, s[d]! - 1)
+          return v("select", d, r() < 0.3 ? i - s[d]! : i)
+        }
+        case "slice": {
+          if (nd === 0) return undefined
+          const d = dim(), size = s.at(d)!, end = () => (r() < 0.2 ? null : int(-size - 2, size + 2))
+          return v("slice", d, end(), end(), int(1, 3))
+        }
+        case "split": return nd === 0 ? undefined : piece("split", 0, int(1, 3), dim())
+        case "chunk": return nd === 0 ? undefined : piece("chunk", 0, int(1, 3), dim())
+        case "unbind": {
+          const ok = s.map((x, i) => (x > 0 ? i : -1)).filter((i) => i >= 0)
+          if (ok.length === 0) return undefined
+          const d = pick(ok)
+          return piece("unbind", int(0, s[d]! - 1), d)
+        }
+        case "squeeze": return r() < 0.5 || nd === 0 ? v("squeeze") : v("squeeze", dim())
+        case "unsqueeze": return nd > 5 ? undefined : v("unsqueeze", int(-nd - 1, nd))
+        case "diagonal": {
+          if (nd < 2) return undefined
+          const d1 = int(0, nd - 1)
+          let d2 = int(0, nd - 2)
+          if (d2 >= d1) d2++
+          return v("diagonal", int(-3, 3), d1, d2)
+        }
+        case "unfold": {
+          if (nd === 0 || nd > 5) return undefined
+          const d = dim()
+          return v("unfold", d, int(0, s.at(d)!), int(1, 3))
+        }
+        case "flatten": return nd === 0 ? v("flatten") : v("flatten", int(0, nd - 1), nd - 1)
+        case "contiguous": return v("contiguous")
+        default: return v("alias")
+      }
+    })()
+    if (step === undefined || "write" in step) continue
+    const next = shapeAfter(step, s)
+    if (next === undefined) continue
+    steps.push(step)
+    // unfold's windows may overlap, where the order of an add_'s writes is the kernel's own: only fill_ is exact there.
+    made.push({ shape: next, repeats: cur.repeats || step.op === "unfold" })
+    if (r() < 0.5) {
+      const k = int(0, made.length - 1)
+      steps.push({ write: k, op: made[k]!.repeats ? "fill_" : pick(["add_", "mul_", "fill_"]), arg: int(-3, 9) })
+    }
+  }
+  return { name, t: pick(["f32", "f64", "i64"] as const), shape, steps }
+}
+
+/** A random shape of `numel` elements (its prime factors dealt into up to 3 dims, some 1s between). */
+const factor = (numel: number, r: () => number): number[] => {
+  if (numel === 0) return [0, Math.floor(r() * 3) + 1].sort(() => r() - 0.5)
+  const primes: number[] = []
+  for (let n = numel, p = 2; n > 1; ) if (n % p === 0) (primes.push(p), (n /= p)); else p++
+  const dims = Array.from({ length: 1 + Math.floor(r() * 3) }, () => 1)
+  for (const p of primes) dims[Math.floor(r() * dims.length)]! *= p
+  return dims
+}
+
+/** The shape after a view step (undefined: a step the generator drops, one that would pass the shim's 8 dims). */
+const shapeAfter = (step: { readonly op: string; readonly args: ReadonlyArray<unknown>; readonly piece?: number }, s: number[]): number[] | undefined => {
+  try {
+    const out = infer(step.op, [t("f64", ...s), ...step.args])[step.piece ?? 0]
+    return out === undefined || out.shape.length > 8 ? undefined : [...out.shape]
+  } catch {
+    return undefined // arguments the op refuses (a transpose of a 0-dim tensor's dims, say): not a step
+  }
+}
 
 describe("view lifetimes on a worker", () => {
   test("a view outlives its base's ref: its memory stays alive and counted once, and goes with the view", async () => {
@@ -132,15 +336,19 @@ describe("view lifetimes on a worker", () => {
     expect(await workerMemory(probe)).toEqual(before)
   })
 
-  test("a copy (an inner dim's narrow) takes its own bytes and is independent of the base", async () => {
+  test("an inner dim's narrow is a view (no bytes), and a reshape torch would copy takes its own bytes and is independent of the base", async () => {
     const probe = tensor("f32", [1])
     const x = tensor("f32", [64, 64])
     const before = await workerMemory(probe)
     const cols = ops.narrow(x, 1, 0, 16)
-    expect((await workerMemory(probe)).bytes - before.bytes).toBe(64 * 16 * 4)
+    expect((await workerMemory(probe)).bytes).toBe(before.bytes)
+    const flat = ops.reshape(ops.t(x), [-1])
+    expect((await workerMemory(probe)).bytes - before.bytes).toBe(64 * 64 * 4)
     ops.fill_(x, 0)
-    expect((await values(cols)).slice(0, 3)).toEqual([0, 1, 2])
+    expect((await values(cols)).slice(0, 3)).toEqual([0, 0, 0])
+    expect((await values(flat)).slice(0, 3)).toEqual([0, 64, 128])
     cols.release()
+    flat.release()
     x.release()
   })
 })
@@ -163,6 +371,17 @@ describe("writes through views", () => {
     expect((await values(x)).slice(0, 4)).toEqual([8, 10, 12, 14])
   })
 
+  test("the same elements in another layout overlap partly (torch refuses x.add_(x.t())); in the same layout fully (x.add_(x.view(...)) runs); gaps make it torch's too-hard case, not refused", async () => {
+    const x = tensor("f32", [3, 3])
+    const transposed = await run(Effect.flip(eager(() => ops.add_(x, ops.t(x)))))
+    expect(transposed.reason).toBe("overlap")
+    ops.add_(x, ops.view(ops.view(x, [9]), [3, 3]))
+    expect(await values(x)).toEqual(iota(9).map((i) => 2 * i))
+    // Columns 0 and 2 written from column 1: a strided view with gaps, interleaved with its input (torch's values).
+    ops.add_(ops.slice(x, 1, 0, null, 2), ops.narrow(x, 1, 1, 1))
+    expect(await values(x)).toEqual([2, 2, 6, 14, 8, 18, 26, 14, 30])
+  })
+
   test("scatter_ and index_add_ refuse the written tensor itself as their source (torch's assert_no_overlap); add_ takes it", async () => {
     const x = tensor("f32", [4]), index = tensor("i64", [4])
     const scatter = await run(Effect.flip(eager(() => ops.scatter_(x, 0, index, x))))
@@ -182,6 +401,85 @@ describe("writes through views", () => {
     await run(clipGradNorm([a.grad!, b.grad!, c.grad!], Math.sqrt(12))) // scales each in place by about 1/2
     const rounded = async (t: RemoteTensor) => (await values(t)).map((x) => Number(x.toFixed(4)))
     expect([await rounded(a.grad!), await rounded(b.grad!), await rounded(c.grad!)]).toEqual([[1, 1, 1], [1, 1, 1], [1, 1, 1, 1, 1, 1]])
+  })
+})
+
+describe("layouts the controller does not know", () => {
+  test("a view of a tensor of unknown shape shares its storage, its layout unknown: stride() and the rest refuse, naming what they need; an in-place op through it is refused as a possible overlap", async () => {
+    const unknown = await run(mesh.call("tests/controller/fixtures:rankValue", []))
+    const row = ops.select(unknown, 0, 1)
+    expect(row.version).toBe(unknown.version)
+    for (const f of [() => row.stride(), () => row.storageOffset(), () => row.isContiguous()])
+      expect(() => f()).toThrow(/needs its shape and layout, which the controller does not know/)
+    const refused = await run(Effect.flip(eager(() => ops.add_(unknown, row))))
+    expect(refused.reason).toBe("overlap")
+    expect(await values(row)).toEqual([1, 1])
+  })
+})
+
+describe("views in compiled steps", () => {
+  test("each replay makes the same views: a write through a transposed row and a diagonal reaches the argument, and an unfold of a transpose reads it", async () => {
+    const step = compile((x: RemoteTensor) => {
+      ops.mul_(ops.select(ops.t(x), 0, 1), 10)
+      ops.add_(ops.diagonal(x), 1)
+      return ops.sum(ops.unfold(ops.t(x), 1, 2, 1))
+    })
+    const x = tensor("f64", [3, 3])
+    const sums: number[] = []
+    for (let call = 0; call < 3; call++) sums.push((await values(await run(step(x) as Effect.Effect<RemoteTensor, unknown>)))[0]!)
+    expect(step.traces).toBe(1)
+    // Per call: column 1 times 10, then the diagonal plus 1; the windows down each column read its middle row twice.
+    const want = iota(9), expectSums: number[] = []
+    for (let call = 0; call < 3; call++) {
+      for (const i of [1, 4, 7]) want[i]! *= 10
+      for (const i of [0, 4, 8]) want[i]! += 1
+      expectSums.push([0, 1, 2].reduce((a, c) => a + want[c]! + 2 * want[3 + c]! + want[6 + c]!, 0))
+    }
+    expect(await values(x)).toEqual(want)
+    expect(sums).toEqual(expectSums)
+  })
+})
+
+describe("views a compiled step returns", () => {
+  test("each replay's results lie where the trace's did: a transpose of the argument shares its storage, split pieces of a new tensor share theirs; an argument of another layout traces again", async () => {
+    const step = compile((x: RemoteTensor) => [ops.t(x), ...ops.split(ops.add(x, 1), 1, 0)])
+    for (let call = 0; call < 3; call++) {
+      const x = tensor("f64", [2, 3])
+      const [xt, top, bottom] = (await run(step(x) as Effect.Effect<RemoteTensor[], unknown>))
+      expect([xt!.stride(), xt!.storageOffset(), xt!.isContiguous(), bottom!.stride(), bottom!.storageOffset()]).toEqual([[1, 3], 0, false, [3, 1], 3])
+      ops.mul_(xt!, 2)
+      expect(x.version).toBe(1)
+      expect(await values(x)).toEqual(iota(6).map((i) => 2 * i))
+      ops.add_(top!, 1)
+      expect(bottom!.version).toBe(1)
+      expect([...(await values(top!)), ...(await values(bottom!))]).toEqual([2, 3, 4, 4, 5, 6])
+    }
+    expect(step.traces).toBe(1)
+    const y = ops.t(tensor("f64", [3, 2]))
+    const [yt] = await run(step(y) as Effect.Effect<RemoteTensor[], unknown>)
+    expect(step.traces).toBe(2)
+    expect([yt!.stride(), yt!.isContiguous(), await values(yt!)]).toEqual([[2, 1], true, iota(6)])
+  })
+})
+
+describe("backward through views", () => {
+  test("the backward of transpose, permute, unsqueeze, expand and reshape issues views and reductions only, and the leaf keeps a dense copy (torch's AccumulateGrad)", async () => {
+    const x = (tensor("f64", [2, 3, 4]) as RemoteTensor<"f64">).requiresGrad_()
+    const y = ops.reshape(ops.permute(ops.transpose(x, 0, 1), [2, 0, 1]), [4, 6])
+    const loss = ops.sum(ops.expand(ops.unsqueeze(y, 0), [5, 4, 6]))
+    const issued: string[] = []
+    const issue = mesh.issue.bind(mesh)
+    const spy = spyOn(mesh, "issue").mockImplementation((fn, ...rest) => (issued.push(fn), issue(fn, ...rest)))
+    try {
+      loss.backward()
+    } finally {
+      spy.mockRestore()
+    }
+    const VIEWS_AND_SUMS = new Set(["ops.ones", "ops.expand", "ops.sum", "ops.reshape", "ops.permute", "ops.transpose"])
+    // The one copy is the leaf's own gradient, dense in its layout: the permuted gradient does not obey it.
+    expect(issued.filter((f) => !VIEWS_AND_SUMS.has(f))).toEqual(["ops.clone"])
+    expect(await values(x.grad!)).toEqual(new Array(24).fill(5))
+    expect(x.grad!.isContiguous()).toBe(true)
   })
 })
 

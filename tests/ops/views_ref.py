@@ -1,11 +1,11 @@
-# The torch reference for tests/ops/views.test.ts: one process, one JSON case per line on stdin
-# ({"id", "t", "shape", "data", "chain": [[op, args], ...], "piece", "writes": [[who, op, arg], ...]}),
-# one answer per line on stdout ({"id", "contiguous", "steps": [{"base", "view"}, ...]} or {"id", "error"}).
-# The chain makes a view of the base (piece: which of split's or chunk's results); each write is an
-# in-place op on the view or the base, and each step records both afterwards. torch's view is
-# always a view; ours is one only where torch's is contiguous (one block of the base's memory), and
-# a copy elsewhere: so where torch's is not contiguous the view is cloned first, and the test
-# expects our values to be torch's with that clone.
+# The torch reference for tests/ops/views.test.ts: one process, one JSON program per line on stdin
+# ({"id", "t", "shape", "data", "steps"}), one answer per line on stdout ({"id", "steps": [...]}).
+# A program starts from a base tensor (data in row-major order); each step is a view op on the
+# current tensor ({"op", "args", "piece"}: piece picks one of split's, chunk's or unbind's results)
+# or an in-place write ({"write": k, "op", "arg"}: to the k-th tensor made so far, 0 the base).
+# After each step the answer records the current tensor's shape, strides, storage offset and
+# is_contiguous with the base's and its values, or the error torch raised (a failed view op ends
+# the program; a refused write leaves everything as it was).
 import json
 import sys
 
@@ -22,26 +22,38 @@ def sliced(x, dim=0, start=None, end=None, step=1):
 def apply(x, op, args):
     if op == "slice":
         return sliced(x, *args)
-    if op == "contiguous":
-        return x.contiguous()
+    if op == "alias":
+        return x.detach()
+    if op in ("view", "unfold", "contiguous", "expand"):
+        return getattr(x, op)(*args)
     return getattr(torch, op)(x, *args)
+
+
+def record(x, base):
+    return {
+        "shape": list(x.shape), "stride": list(x.stride()), "offset": x.storage_offset(), "contiguous": x.is_contiguous(),
+        "base": base.flatten().tolist(), "view": x.flatten().tolist(),
+    }
 
 
 def answer(case):
     base = torch.tensor(case["data"], dtype=torch.float64).to(DTYPES[case["t"]]).reshape(case["shape"])
-    view = base
-    for op, args in case["chain"]:
-        view = apply(view, op, args)
-        if isinstance(view, (tuple, list)):
-            view = view[case.get("piece", 0)]
-    contiguous = view.is_contiguous()
-    if not contiguous:
-        view = view.clone()
-    steps = []
-    for who, op, arg in case["writes"]:
-        getattr(view if who == "view" else base, op)(arg)
-        steps.append({"base": base.flatten().tolist(), "view": view.flatten().tolist()})
-    return {"contiguous": contiguous, "steps": steps}
+    made = [base]
+    out = []
+    for step in case["steps"]:
+        try:
+            if "write" in step:
+                getattr(made[step["write"]], step["op"])(step["arg"])
+            else:
+                r = apply(made[-1], step["op"], step["args"])
+                made.append(r[step.get("piece", 0)] if isinstance(r, (tuple, list)) else r)
+        except RuntimeError as e:
+            out.append({"error": str(e)})
+            if "write" in step:
+                continue
+            break
+        out.append(record(made[-1], base))
+    return {"steps": out}
 
 
 for line in sys.stdin:

@@ -113,15 +113,16 @@ describe("as_strided and layouts", () => {
     expectShimError(() => base.asStrided([2], [-1], 5), "Invalid", /stride -1 of dim 0 is negative/)
     expectShimError(() => base.asStrided([1], [1], -1), "Invalid", /from element -1/)
     expectShimError(() => base.asStrided([2], [2 ** 52], 0), "Invalid", /outside its storage/)
-    // within: the last element, and an empty view at the storage's end
+    // within: the last element; an empty view reaches no element, so it may start anywhere (as torch's)
     track.push(base.asStrided([2, 2], [9, 0], 0))
     track.push(base.asStrided([0], [1], 10))
-    expectShimError(() => base.asStrided([0], [1], 11), "Invalid", /outside its storage/)
+    track.push(base.asStrided([3, 0], [4, 1], 13))
     // a block (shim_tensor_view) of a strided tensor has no flat meaning
     const t = base.asStrided([2, 5], [1, 2], 0)
     track.push(t)
     expectShimError(() => t.block(0, [2]), "Invalid", /shim_tensor_view: f32\[2, 5\] is not contiguous/)
-    expectShimError(() => t.hostBytes(), "Invalid", /shim_tensor_host_data: t f32\[2, 5\] is not contiguous/)
+    // Tensor.hostBytes gives no bytes for it (its elements are not one block), without asking the shim.
+    expect(t.hostBytes()).toBeUndefined()
   })
 
   test("copy_out gives a view's elements in its row-major order, copy_in writes them through (random layouts)", () => {

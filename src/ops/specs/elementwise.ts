@@ -9,7 +9,7 @@ import { bad, describe, sameShape, type TensorMeta } from "../meta.ts"
 import { type Backward, type GradOps, NOT_DIFFERENTIABLE, zeroGrad } from "../grad.ts"
 import { arg, kw, opt } from "../params.ts"
 import { broadcastShapes, canCast, isFloating, isScalar, resultType, scalarValue, type Scalar } from "../promotion.ts"
-import { spec, withPlan } from "../spec.ts"
+import { readingStrides, spec, withPlan } from "../spec.ts"
 
 /** What a binary op computes in and gives. */
 export interface BinaryPlan {
@@ -138,7 +138,7 @@ const clampRule: Backward<typeof clampParams> = (c, o) => {
   }
 }
 
-export const elementwise = {
+export const elementwise = readingStrides({
   neg: unary("same", unaryRule((o, _x, _y, g) => o.neg(g))),
   abs: unary("same", unaryRule((o, x, _y, g) => o.mul(g, o.sign(x)))),
   relu: unary("same", unaryRule((o, _x, y, g) => o.where(o.gt(y, 0), g, 0))),
@@ -177,4 +177,4 @@ export const elementwise = {
   div_: spec(divInPlaceParams, ({ input, other, rounding_mode }, op) => inPlacePlanned(op, input, planDiv(op, input, other, rounding_mode)), NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" }),
   clamp: spec(clampParams, ({ input, min, max }, op) => [clampMeta(op, input, min, max)], clampRule, { dtype: "promote" }),
   clamp_: spec(clampParams, ({ input, min, max }, op) => (checkInPlace(op, input, clampMeta(op, input, min, max)), []), NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" }),
-}
+})

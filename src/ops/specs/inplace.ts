@@ -8,7 +8,7 @@
 import type { TensorMeta } from "../meta.ts"
 import { NOT_DIFFERENTIABLE } from "../grad.ts"
 import { arg } from "../params.ts"
-import { spec, withPlan, type OpSpec } from "../spec.ts"
+import { readingStrides, spec, withPlan, type OpSpec } from "../spec.ts"
 import { binaryInPlace, checkInPlace, elementwise } from "./elementwise.ts"
 import { math } from "./math.ts"
 
@@ -42,11 +42,11 @@ const logicalInPlace = (base: typeof elementwise.logical_and) => spec([arg("inpu
   return withPlan([], rule.plan)
 }, NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" })
 
-export const inPlace = {
+export const inPlace = readingStrides({
   ...(Object.fromEntries(Object.entries(UNARY).map(([n, s]) => [`${n}_`, unaryInPlace(s as OpSpec)])) as { readonly [N in keyof typeof UNARY as `${N}_`]: UnaryInPlace }),
   pow_: binaryInPlace("arithmetic"),
   eq_: binaryInPlace("comparison"), ne_: binaryInPlace("comparison"), lt_: binaryInPlace("comparison"),
   le_: binaryInPlace("comparison"), gt_: binaryInPlace("comparison"), ge_: binaryInPlace("comparison"),
   logical_and_: logicalInPlace(elementwise.logical_and), logical_or_: logicalInPlace(elementwise.logical_or),
-  zero_: spec(unaryParams, () => [], NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" }),
-}
+  zero_: spec(unaryParams, () => [], NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same", strided: true }),
+})

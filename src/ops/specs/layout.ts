@@ -1,18 +1,20 @@
 /**
- * Layout, indexing and linear algebra. Our tensors are dense and contiguous, so reshape,
- * view, flatten, squeeze, unsqueeze and contiguous are views (no copy); narrow, select,
- * slicing, split and chunk are views too where their result is one contiguous block of the
- * input (blockStart: a piece of the leading dim, say), as torch's are, and a strided copy
- * otherwise; the rest (permute, expand, cat, flip, ...) are one strided copy each
- * (shim_copy_strided), whose cost bench/ops.ts shows. The products of the backward rules read
- * their transposed operands in place instead (_matmul_t: shim_matmul's transpose flags).
+ * Layout, indexing and linear algebra. Tensors are strided, as torch's (src/ops/strided.ts): the
+ * ops torch documents as views (view, reshape where it can, transpose, permute, t, expand,
+ * narrow, select, slice, split, chunk, unbind, squeeze, unsqueeze, flatten, diagonal, unfold,
+ * as_strided, alias, contiguous of a contiguous input) declare their layout rule (`view`, the
+ * VIEWS below): the worker makes each result a header over its input's storage by it and the
+ * controller knows each handle's strides by it, with no copy and no round trip. The rest (cat,
+ * flip, repeat, ...) make new tensors.
  */
 import { bad, describe, isTensorMeta, numelOf, type TensorMeta } from "../meta.ts"
 import { type GradContext, type GradOps, NOT_DIFFERENTIABLE, padDim, sumTo } from "../grad.ts"
 import { arg, kw, opt, type Param } from "../params.ts"
 import { broadcastShapes, isFloating, isScalar, promoteTypes, scalarValue, type Scalar } from "../promotion.ts"
 import { normDim } from "../rules.ts"
-import { spec, withPlan } from "../spec.ts"
+import { readsStrides, spec, withPlan, type ViewRule } from "../spec.ts"
+import { isContiguous, storageExtent, viewStrides, type Strided } from "../strided.ts"
+import { ITEM_SIZE } from "../../protocol/values.ts"
 
 /** The new shape of a reshape; one size may be -1 (inferred). */
 export const reshapeShape = (op: string, x: TensorMeta, shape: ReadonlyArray<number>): number[] => {
@@ -60,60 +62,6 @@ const expandShape = (op: string, x: TensorMeta, size: ReadonlyArray<number>): nu
   })
 }
 
-/**
- * Where `length` entries of dim d of a contiguous `shape`, from `start` every `step`, lie in its
- * memory when they are one contiguous block of it: the block's first element (flat); undefined
- * when they are not (entries of an inner dim, or a step). The block is a view; the rest copy.
- */
-export const blockStart = (shape: ReadonlyArray<number>, d: number, start: number, length: number, step = 1): number | undefined => {
-  const outer = numelOf(shape.slice(0, d)), inner = numelOf(shape.slice(d + 1))
-  if (outer * length * inner === 0) return 0
-  if ((length > 1 && step !== 1) || (outer !== 1 && length !== shape[d])) return undefined
-  return start * inner
-}
-
-/** The entries of dim `d` a view op's results take of its input, each `start` + `length` every `step`; `drop`: d is dropped (select, unbind). */
-export interface ViewPieces {
-  readonly d: number
-  readonly pieces: ReadonlyArray<{ readonly start: number; readonly length: number; readonly step?: number }>
-  readonly drop: boolean
-}
-
-/**
- * The pieces of a block-view op (narrow, select, slice, split, chunk, unbind; `view: "block"`),
- * from its bound arguments and its results' metas: the worker makes each one a view or a copy
- * by them, and the controller knows by them which results share their input's memory.
- */
-const viewPieces = (op: string, a: Readonly<Record<string, any>>, metas: ReadonlyArray<TensorMeta>): ViewPieces => {
-  const input = (a.input ?? a.tensor) as { readonly shape: ReadonlyArray<number> }, n = input.shape.length
-  const d = normDim(op, a.dim as number, n), size = input.shape[d] ?? 1
-  switch (op) {
-    case "narrow": return { d, pieces: [{ start: a.start < 0 ? a.start + size : a.start, length: a.length }], drop: false }
-    case "select": return { d, pieces: [{ start: a.index < 0 ? a.index + size : a.index, length: 1 }], drop: true }
-    case "slice": {
-      const [start, step, length] = sliceOf(op, size, a.start, a.end, a.step)
-      return { d, pieces: [{ start, length, step }], drop: false }
-    }
-    case "unbind": return { d, pieces: metas.map((_, i) => ({ start: i, length: 1 })), drop: true }
-    default: {
-      let at = 0
-      return { d, pieces: metas.map((m) => ({ start: (at += m.shape[d]!) - m.shape[d]!, length: m.shape[d]! })), drop: false }
-    }
-  }
-}
-
-/** A block-view op's rule, its results with their pieces (viewPieces) as the kernel's plan. */
-const blockView = <A extends Readonly<Record<string, any>>>(rule: (a: A, op: string) => TensorMeta[]) => (a: A, op: string) => {
-  const metas = rule(a, op)
-  return withPlan(metas, viewPieces(op, a, metas))
-}
-
-/** Where each result of a block-view op starts in its input's memory (elements), or undefined for one that is a copy. */
-export const viewStarts = (op: string, a: Readonly<Record<string, any>>, metas: ReadonlyArray<TensorMeta>): Array<number | undefined> => {
-  const input = (a.input ?? a.tensor) as TensorMeta, { d, pieces } = viewPieces(op, a, metas)
-  return pieces.map(({ start, length, step }) => blockStart(input.shape, d, start, length, step))
-}
-
 /** A slice of one dim: start, step and length (python's slice rules; step > 0). */
 export const sliceOf = (op: string, size: number, start: number | null, end: number | null, step: number): [number, number, number] => {
   if (step <= 0) bad(op, `step must be positive, got ${step}`)
@@ -121,6 +69,134 @@ export const sliceOf = (op: string, size: number, start: number | null, end: num
   const s = start === null ? 0 : clamp(start), e = end === null ? size : clamp(end)
   return [s, step, Math.max(0, Math.ceil((e - s) / step))]
 }
+
+/** x with dim d taking `length` entries from `start` every `step` (narrow, slice, split's pieces), or entry `start` with d dropped (select, unbind's). */
+const along = (x: Strided, d: number, start: number, length: number, step: number, drop: boolean): Strided => {
+  const offset = x.offset + start * x.strides[d]!
+  if (drop) return { shape: x.shape.filter((_, i) => i !== d), strides: x.strides.filter((_, i) => i !== d), offset }
+  return { shape: x.shape.map((n, i) => (i === d ? length : n)), strides: x.strides.map((n, i) => (i === d ? n * step : n)), offset }
+}
+
+/** Consecutive pieces of dim d, of these sizes (split, chunk). */
+const piecesAlong = (x: Strided, d: number, sizes: ReadonlyArray<number>): Strided[] => {
+  let at = 0
+  return sizes.map((n) => along(x, d, (at += n) - n, n, 1, false))
+}
+
+const permutedLayout = (x: Strided, p: ReadonlyArray<number>): Strided => ({ shape: p.map((d) => x.shape[d]!), strides: p.map((d) => x.strides[d]!), offset: x.offset })
+
+/** reshape's: a view where torch's computeStride finds strides for the new shape, else null (a copy). */
+const reshapeLayout = (x: Strided, shape: ReadonlyArray<number>): Strided | null => {
+  const strides = viewStrides(x.shape, x.strides, shape)
+  return strides === undefined ? null : { shape, strides, offset: x.offset }
+}
+
+/** torch's inferExpandGeometry: a stretched or added dim gets stride 0; an added dim of size 1 the stride of the dims after it. */
+const expandLayout = (x: Strided, shape: ReadonlyArray<number>): Strided => {
+  if (x.shape.length === 0) return { shape, strides: shape.map(() => 0), offset: x.offset }
+  const lead = shape.length - x.shape.length, strides = new Array<number>(shape.length)
+  for (let i = shape.length - 1; i >= 0; i--) {
+    const have = i >= lead ? x.shape[i - lead]! : 1
+    strides[i] = have !== shape[i] ? 0 : i >= lead ? x.strides[i - lead]! : shape[i + 1]! * strides[i + 1]!
+  }
+  return { shape, strides, offset: x.offset }
+}
+
+/** torch's inferUnsqueezeGeometry: the new dim's stride spans the dim it is put before (1 at the end). */
+const unsqueezeLayout = (x: Strided, d: number): Strided => {
+  const shape = [...x.shape], strides = [...x.strides]
+  strides.splice(d, 0, d >= x.shape.length ? 1 : x.shape[d]! * x.strides[d]!)
+  shape.splice(d, 0, 1)
+  return { shape, strides, offset: x.offset }
+}
+
+/** The dims diagonal reads (torch's checks) and the diagonal's length. */
+const diagonalPlan = (op: string, x: TensorMeta, offset: number, dim1: number, dim2: number): { readonly d1: number; readonly d2: number; readonly n: number } => {
+  const n = x.shape.length
+  if (n < 2) bad(op, `needs at least 2 dims, got ${describe(x)}`)
+  const d1 = normDim(op, dim1, n), d2 = normDim(op, dim2, n)
+  if (d1 === d2) bad(op, `diagonal dimensions cannot be identical ${dim1}, ${dim2}`)
+  const a = x.shape[d1]!, b = x.shape[d2]!
+  return { d1, d2, n: Math.max(offset >= 0 ? Math.min(a, b - offset) : Math.min(a + offset, b), 0) }
+}
+
+/** torch's diagonal: d1 and d2 dropped, the diagonal last, its stride theirs added; an empty one starts at the input. */
+const diagonalLayout = (x: Strided, offset: number, { d1, d2, n }: { readonly d1: number; readonly d2: number; readonly n: number }): Strided => {
+  const keep = (_: unknown, i: number) => i !== d1 && i !== d2
+  const start = n === 0 ? x.offset : offset >= 0 ? x.offset + offset * x.strides[d2]! : x.offset - offset * x.strides[d1]!
+  return { shape: [...x.shape.filter(keep), n], strides: [...x.strides.filter(keep), x.strides[d1]! + x.strides[d2]!], offset: start }
+}
+
+/** unfold's dim (a 0-dim tensor unfolds as one of size 1) after torch's checks. */
+const unfoldDim = (op: string, x: TensorMeta, dimension: number, size: number, step: number): number => {
+  const d = normDim(op, dimension, x.shape.length), most = x.shape.length === 0 ? 1 : x.shape[d]!
+  if (size < 0) bad(op, `size is ${size} but must be >= 0`)
+  if (size > most) bad(op, `maximum size for tensor at dimension ${d} is ${most} but size is ${size}`)
+  if (step <= 0) bad(op, `step is ${step} but must be > 0`)
+  return d
+}
+
+/** torch's unfold: dim d counts the windows (its stride times step), a last dim of `size` walks each window. */
+const unfoldLayout = (x: Strided, d: number, size: number, step: number): Strided => {
+  if (x.shape.length === 0) return { shape: [size], strides: [1], offset: x.offset }
+  const shape = [...x.shape, size], strides = [...x.strides, x.strides[d]!]
+  shape[d] = Math.floor((x.shape[d]! - size) / step) + 1
+  strides[d] = x.strides[d]! * step
+  return { shape, strides, offset: x.offset }
+}
+
+/** as_strided's arguments, checked as torch checks them (the storage's bound in its view rule, where the storage is known). */
+const asStridedShape = (op: string, size: ReadonlyArray<number>, stride: ReadonlyArray<number>, offset: number | null): number[] => {
+  if (size.length !== stride.length) bad(op, `mismatch in length of strides and shape`)
+  if (stride.some((s) => s < 0)) bad(op, `Negative strides are not supported at the moment, got strides: [${stride.join(", ")}]`)
+  if (offset !== null && offset < 0) bad(op, `Tensor: invalid storage offset ${offset}`)
+  return [...size]
+}
+
+/** torch's setStorage check: every element as_strided reaches lies in the input's storage. */
+const asStridedLayout = (op: string, x: Strided & { readonly storage?: number }, item: number, shape: ReadonlyArray<number>, strides: ReadonlyArray<number>, at: number | null): Strided => {
+  const offset = at ?? x.offset
+  const need = shape.some((n) => n === 0) ? 0 : (offset + shape.reduce((end, n, i) => end + (n - 1) * strides[i]!, 1)) * item
+  if (x.storage !== undefined && need > x.storage * item)
+    bad(op, `setStorage: sizes [${shape.join(", ")}], strides [${strides.join(", ")}], storage offset ${offset}, and itemsize ${item} requiring a storage size of ${need} are out of bounds for storage of size ${x.storage * item}`)
+  return { shape, strides, offset }
+}
+
+/** Whether squeeze (over `dim`: one, some, or null for all) drops dim i of x: a size-1 dim it names. */
+const squeezed = (op: string, x: TensorMeta, dim: number | number[] | null, i: number): boolean =>
+  x.shape[i] === 1 && (dim === null || (typeof dim === "number" ? [dim] : dim).some((d) => normDim(op, d, x.shape.length) === i))
+
+/** split's and chunk's pieces: narrows of their dim, of their results' sizes. */
+const piecesView: ViewRule = (x, a, metas, op) => {
+  const d = normDim(op, a.dim as number, x.shape.length)
+  return piecesAlong(x, d, metas.map((m) => m.shape[d]!))
+}
+
+/** Each element's index in its storage, less `from`, row-major (an i64 tensor of numel(l.shape)). */
+const storageIndices = <T>(o: GradOps<T>, l: Strided, from: number): T => {
+  const ones = l.shape.map(() => 1)
+  let at = o.add(o.reshape(o.arange(1), ones), l.offset - from)
+  l.shape.forEach((n, i) => (at = o.add(at, o.reshape(o.mul(o.arange(n), l.strides[i]!), ones.map((one, j) => (j === i ? n : one))))))
+  return o.reshape(at, [-1])
+}
+
+/**
+ * as_strided's gradient (torch's as_strided_backward, for an input whose elements share no
+ * memory): g added into a buffer over the storage both layouts reach, at each result element's
+ * index (an element read twice gets both), then read back at each input element's.
+ */
+const asStridedGrad = <T>(o: GradOps<T>, input: TensorMeta, x: Strided | undefined, out: Strided, g: T, dtype: TensorMeta["dtype"]): T => {
+  if (x === undefined) return bad("as_strided", "its gradient needs its input's layout, which the controller does not know")
+  const from = Math.min(x.offset, out.offset), span = Math.max(storageExtent(x), storageExtent(out)) - from
+  const buffer = o.index_add(o.zeros([span], { dtype }), 0, storageIndices(o, out, from), o.reshape(g, [-1]))
+  return o.reshape(o.index_select(buffer, 0, storageIndices(o, x, from)), [...input.shape])
+}
+
+const VIEW_REFUSED = "view size is not compatible with input tensor's size and stride (at least one dimension spans across two contiguous subspaces). Use .reshape(...) instead."
+
+/** The view rules of reshape, view and the ops that keep every element where it is (their results' shapes from `outputs`). */
+const reshapeView: ViewRule = (x, _, [m], op) => [reshapeLayout(x, m!.shape) ?? (op === "view" ? bad(op, VIEW_REFUSED) : null)]
+const sameView: ViewRule = (x) => [x]
 
 const catShape = (op: string, tensors: ReadonlyArray<TensorMeta>, dim: number): TensorMeta => {
   if (tensors.length === 0) bad(op, "needs at least one tensor")
@@ -218,7 +294,7 @@ const sameBatch = (a: ReadonlyArray<number>, b: ReadonlyArray<number>): boolean 
  * result dropped; dx = g @ y^T and dy = x^T @ g, each summed over the batch dims broadcasting
  * added, then shaped as its operand. The transposes are read in place (_matmul_t) wherever the
  * batch dims let one shim_matmul take them (a 2-D weight's dy is one product over every row);
- * only a broadcast batch materialises a transpose and sums.
+ * a broadcast batch multiplies a transposed view (read in place as well) and sums.
  */
 const matmulGrad = <T>(o: GradOps<T>, meta: (t: T) => TensorMeta, x: T, y: T, g: T) => {
   const xs = meta(x).shape, ys = meta(y).shape
@@ -350,9 +426,9 @@ const scatterGrads = {
 }
 
 const same = spec([arg("input", "tensor")], ({ input }) => [input], (c) => ({ input: () => c.grad }), { dtype: "same" })
-/** torch's contiguous returns its input itself when it is contiguous, as ours always are: a view. */
-const contiguousSpec = spec([arg("input", "tensor")], ({ input }) => [input], (c) => ({ input: () => c.grad }), { dtype: "same", view: true })
-const reshapeSpec = spec([arg("input", "tensor"), arg("shape", "ints")], ({ input, shape }, op) => [{ dtype: input.dtype, shape: reshapeShape(op, input, shape) }], (c, o) => ({ input: () => o.reshape(c.grad, [...c.meta(c.args.input).shape]) }), { view: true, dtype: "same" })
+/** torch's contiguous: its input itself when that is contiguous, else a contiguous copy. */
+const contiguousSpec = spec([arg("input", "tensor")], ({ input }) => [input], (c) => ({ input: () => c.grad }), { dtype: "same", view: (x) => [isContiguous(x.shape, x.strides) ? x : null] })
+const reshapeSpec = spec([arg("input", "tensor"), arg("shape", "ints")], ({ input, shape }, op) => [{ dtype: input.dtype, shape: reshapeShape(op, input, shape) }], (c, o) => ({ input: () => o.reshape(c.grad, [...c.meta(c.args.input).shape]) }), { view: reshapeView, dtype: "same" })
 
 /** A product's rule in terms of matmulGrad, for an op whose second operand is `name`. */
 const productGrad = <N extends "other" | "mat2">(name: N) =>
@@ -363,34 +439,31 @@ const productGrad = <N extends "other" | "mat2">(name: N) =>
   }
 
 export const layout = {
-  matmul: spec([arg("input", "tensor"), arg("other", "tensor")], ({ input, other }, op) => [matmulShape(op, input, other)], productGrad("other"), { dtype: "same" }),
-  /** op(input) @ op(other) with the transposes read where they lie (shim_matmul's flags): the backward rules' products, which a transpose would otherwise copy. */
+  matmul: spec([arg("input", "tensor"), arg("other", "tensor")], ({ input, other }, op) => [matmulShape(op, input, other)], productGrad("other"), { dtype: "same", strided: true }),
+  /** op(input) @ op(other) with the transposes read where they lie (shim_matmul's flags): the backward rules' products, one command where a transposed view and a matmul are two. */
   _matmul_t: spec([arg("input", "tensor"), arg("other", "tensor"), opt("transpose_input", "bool", false), opt("transpose_other", "bool", false)],
     ({ input, other, transpose_input, transpose_other }, op) => [matmulTShape(op, input, other, transpose_input, transpose_other)],
-    (c, o) => matmulTGrad(o, c.meta, c.args.input, c.args.other, c.args.transpose_input, c.args.transpose_other, c.grad), { dtype: "same" }),
+    (c, o) => matmulTGrad(o, c.meta, c.args.input, c.args.other, c.args.transpose_input, c.args.transpose_other, c.grad), { dtype: "same", strided: true }),
   mm: spec([arg("input", "tensor"), arg("mat2", "tensor")], ({ input, mat2 }, op) => {
     if (input.shape.length !== 2 || mat2.shape.length !== 2) bad(op, `needs 2-D operands: ${describe(input)} @ ${describe(mat2)}`)
     return [matmulShape(op, input, mat2)]
-  }, productGrad("mat2"), { dtype: "same" }),
+  }, productGrad("mat2"), { dtype: "same", strided: true }),
   bmm: spec([arg("input", "tensor"), arg("mat2", "tensor")], ({ input, mat2 }, op) => {
     if (input.shape.length !== 3 || mat2.shape.length !== 3 || input.shape[0] !== mat2.shape[0]) bad(op, `needs 3-D operands with one batch size: ${describe(input)} @ ${describe(mat2)}`)
     return [matmulShape(op, input, mat2)]
-  }, productGrad("mat2"), { dtype: "same" }),
+  }, productGrad("mat2"), { dtype: "same", strided: true }),
   transpose: spec([arg("input", "tensor"), arg("dim0", "int"), arg("dim1", "int")], ({ input, dim0, dim1 }, op) => [permuted(input, transposePermutation(op, input, dim0, dim1))],
-    (c, o) => ({ input: () => o.transpose(c.grad, c.args.dim0, c.args.dim1) }), { dtype: "same" }),
+    (c, o) => ({ input: () => o.transpose(c.grad, c.args.dim0, c.args.dim1) }), { dtype: "same", view: (x, a, _, op) => [permutedLayout(x, transposePermutation(op, x as never, a.dim0, a.dim1))] }),
   t: spec([arg("input", "tensor")], ({ input }, op) => {
     if (input.shape.length > 2) bad(op, `expects a tensor of at most 2 dims, got ${describe(input)}`)
     return [permuted(input, transposePermutation(op, input, 0, -1))]
-  }, (c, o) => ({ input: () => o.transpose(c.grad, 0, -1) }), { dtype: "same" }),
-  permute: spec([arg("input", "tensor"), arg("dims", "ints")], ({ input, dims }, op) => {
-    const p = permutation(op, input, dims)
-    return withPlan([permuted(input, p)], { p })
-  }, (c, o) => ({
+  }, (c, o) => ({ input: () => o.transpose(c.grad, 0, -1) }), { dtype: "same", view: (x, _, __, op) => [permutedLayout(x, transposePermutation(op, x as never, 0, -1))] }),
+  permute: spec([arg("input", "tensor"), arg("dims", "ints")], ({ input, dims }, op) => [permuted(input, permutation(op, input, dims))], (c, o) => ({
     input: () => {
       const p = permutation("permute", c.meta(c.args.input), c.args.dims), inverse = p.map((_, i) => p.indexOf(i))
       return o.permute(c.grad, inverse)
     },
-  }), { dtype: "same" }),
+  }), { dtype: "same", view: (x, a, _, op) => [permutedLayout(x, permutation(op, x as never, a.dims))] }),
   reshape: reshapeSpec,
   view: reshapeSpec,
   flatten: spec([arg("input", "tensor"), opt("start_dim", "int", 0), opt("end_dim", "int", -1)], ({ input, start_dim, end_dim }, op) => {
@@ -399,50 +472,112 @@ export const layout = {
     const s = normDim(op, start_dim, n), e = normDim(op, end_dim, n)
     if (s > e) bad(op, `start_dim ${start_dim} comes after end_dim ${end_dim}`)
     return [{ dtype: input.dtype, shape: [...input.shape.slice(0, s), numelOf(input.shape.slice(s, e + 1)), ...input.shape.slice(e + 1)] }]
-  }, (c, o) => ({ input: () => o.reshape(c.grad, [...c.meta(c.args.input).shape]) }), { view: true, dtype: "same" }),
+  }, (c, o) => ({ input: () => o.reshape(c.grad, [...c.meta(c.args.input).shape]) }), {
+    dtype: "same",
+    // torch's flatten of one dim is its input itself; else a reshape (a view where one can be).
+    view: (x, a, metas, op) => (x.shape.length > 0 && normDim(op, a.start_dim, x.shape.length) === normDim(op, a.end_dim, x.shape.length) ? [x] : reshapeView(x, a, metas, op)),
+  }),
   squeeze: spec([arg("input", "tensor"), opt("dim", "dims", null)], ({ input, dim }, op) => {
     const n = input.shape.length
-    const dims = dim === null ? input.shape.map((_, i) => i) : (typeof dim === "number" ? [dim] : dim).map((d) => normDim(op, d, n))
-    return [{ dtype: input.dtype, shape: input.shape.filter((s, i) => !(s === 1 && dims.includes(i))) }]
-  }, (c, o) => ({ input: () => o.reshape(c.grad, [...c.meta(c.args.input).shape]) }), { view: true, dtype: "same" }),
+    return [{ dtype: input.dtype, shape: input.shape.filter((_, i) => !squeezed(op, input, dim, i)) }]
+  }, (c, o) => ({ input: () => o.reshape(c.grad, [...c.meta(c.args.input).shape]) }), {
+    dtype: "same",
+    view: (x, a, _, op) => [{ shape: x.shape.filter((__, i) => !squeezed(op, x as never, a.dim, i)), strides: x.strides.filter((__, i) => !squeezed(op, x as never, a.dim, i)), offset: x.offset }],
+  }),
   unsqueeze: spec([arg("input", "tensor"), arg("dim", "int")], ({ input, dim }, op) => {
     const d = normDim(op, dim, input.shape.length + 1), shape = [...input.shape]
     shape.splice(d, 0, 1)
     return [{ dtype: input.dtype, shape }]
-  }, (c, o) => ({ input: () => o.reshape(c.grad, [...c.meta(c.args.input).shape]) }), { view: true, dtype: "same" }),
-  expand: spec([arg("input", "tensor"), arg("size", "ints")], ({ input, size }, op) => [{ dtype: input.dtype, shape: expandShape(op, input, size) }], (c) => ({ input: () => c.grad }), { dtype: "same" }),
-  broadcast_to: spec([arg("input", "tensor"), arg("size", "ints")], ({ input, size }, op) => [{ dtype: input.dtype, shape: expandShape(op, input, size) }], (c) => ({ input: () => c.grad }), { dtype: "same" }),
+  }, (c, o) => ({ input: () => o.reshape(c.grad, [...c.meta(c.args.input).shape]) }), { dtype: "same", view: (x, a, _, op) => [unsqueezeLayout(x, normDim(op, a.dim, x.shape.length + 1))] }),
+  expand: spec([arg("input", "tensor"), arg("size", "ints")], ({ input, size }, op) => [{ dtype: input.dtype, shape: expandShape(op, input, size) }], (c) => ({ input: () => c.grad }), { dtype: "same", view: (x, _, [m]) => [expandLayout(x, m!.shape)] }),
+  broadcast_to: spec([arg("input", "tensor"), arg("size", "ints")], ({ input, size }, op) => [{ dtype: input.dtype, shape: expandShape(op, input, size) }], (c) => ({ input: () => c.grad }), { dtype: "same", view: (x, _, [m]) => [expandLayout(x, m!.shape)] }),
   contiguous: contiguousSpec,
-  clone: same,
+  /** The same elements under a new handle (torch's alias; detach() is one, cut from the graph). */
+  alias: spec([arg("input", "tensor")], ({ input }) => [input], (c) => ({ input: () => c.grad }), { dtype: "same", view: sameView }),
+  /** Its gradient: g placed on the same diagonal of zeros, by index_add over the two dims flattened (last, in that order). */
+  diagonal: spec([arg("input", "tensor"), opt("offset", "int", 0), opt("dim1", "int", 0), opt("dim2", "int", 1)], ({ input, offset, dim1, dim2 }, op) => {
+    const { d1, d2, n } = diagonalPlan(op, input, offset, dim1, dim2)
+    return [{ dtype: input.dtype, shape: [...input.shape.filter((_, i) => i !== d1 && i !== d2), n] }]
+  }, (c, o) => ({
+    input: () => {
+      const m = c.meta(c.args.input), { d1, d2, n } = diagonalPlan("diagonal", m, c.args.offset, c.args.dim1, c.args.dim2)
+      const rest = m.shape.map((_, i) => i).filter((i) => i !== d1 && i !== d2), a = m.shape[d1]!, b = m.shape[d2]!, off = c.args.offset
+      const first = (off < 0 ? -off : 0) * b + (off > 0 ? off : 0)
+      const index = o.add(o.mul(o.arange(n), b + 1), first)
+      const flat = o.index_add(o.zeros([...rest.map((i) => m.shape[i]!), a * b], { dtype: c.meta(c.grad).dtype }), -1, index, c.grad)
+      const order = [...rest, d1, d2]
+      return o.permute(o.reshape(flat, [...rest.map((i) => m.shape[i]!), a, b]), order.map((_, i) => order.indexOf(i)))
+    },
+  }), { dtype: "same", view: (x, a, _, op) => [diagonalLayout(x, a.offset, diagonalPlan(op, x as never, a.offset, a.dim1, a.dim2))] }),
+  /** Its gradient: g's windows added back where they were read, by one index_add along dim (the window dim moved beside it). */
+  unfold: spec([arg("input", "tensor"), arg("dimension", "int"), arg("size", "int"), arg("step", "int")], ({ input, dimension, size, step }, op) => {
+    const d = unfoldDim(op, input, dimension, size, step)
+    if (input.shape.length === 0) return [{ dtype: input.dtype, shape: [size] }]
+    return [{ dtype: input.dtype, shape: [...input.shape.map((n, i) => (i === d ? Math.floor((n - size) / step) + 1 : n)), size] }]
+  }, (c, o) => ({
+    input: () => {
+      const m = c.meta(c.args.input), { size, step } = c.args
+      if (m.shape.length === 0) return o.reshape(o.sum(c.grad, null, false), [])
+      const d = unfoldDim("unfold", m, c.args.dimension, size, step), gs = c.meta(c.grad).shape, windows = gs[d]!
+      const order = [...gs.slice(0, d + 1).map((_, i) => i), gs.length - 1, ...gs.slice(d + 1, -1).map((_, i) => d + 1 + i)]
+      const src = o.reshape(o.permute(c.grad, order), m.shape.map((n, i) => (i === d ? windows * size : n)))
+      const index = o.reshape(o.add(o.reshape(o.mul(o.arange(windows), step), [windows, 1]), o.arange(size)), [windows * size])
+      return o.index_add(o.zeros([...m.shape], { dtype: c.meta(c.grad).dtype }), d, index, src)
+    },
+  }), { dtype: "same", view: (x, a, _, op) => [unfoldLayout(x, unfoldDim(op, x as never, a.dimension, a.size, a.step), a.size, a.step)] }),
+  /** torch's as_strided: the input's storage read with these sizes and strides from storage_offset (default: the input's own), checked to lie in the storage. */
+  as_strided: spec([arg("input", "tensor"), arg("size", "ints"), arg("stride", "ints"), opt("storage_offset", "int", null)],
+    ({ input, size, stride, storage_offset }, op) => [{ dtype: input.dtype, shape: asStridedShape(op, size, stride, storage_offset) }], (c, o) => ({
+      input: () => {
+        const x = c.layout(c.args.input)
+        const out = { shape: c.args.size, strides: c.args.stride, offset: c.args.storage_offset ?? x?.offset ?? 0 }
+        return asStridedGrad(o, c.meta(c.args.input), x, out, c.grad, c.meta(c.grad).dtype)
+      },
+    }), {
+      dtype: "same", view: (x, a, [m], op) => [asStridedLayout(op, x, ITEM_SIZE[(a.input as TensorMeta).dtype], m!.shape, a.stride, a.storage_offset)],
+    }),
+  clone: readsStrides(same),
   /** A cast's gradient is cast back (as every gradient, by the tape, to its input's dtype). */
-  to: spec([arg("input", "tensor"), opt("dtype", "dtype", null)], ({ input, dtype }) => [{ dtype: dtype ?? input.dtype, shape: input.shape }], (c) => ({ input: () => c.grad }), { dtype: "to" }),
-  narrow: spec([arg("input", "tensor"), arg("dim", "int"), arg("start", "int"), arg("length", "int")], blockView(({ input, dim, start, length }, op) => {
+  to: spec([arg("input", "tensor"), opt("dtype", "dtype", null)], ({ input, dtype }) => [{ dtype: dtype ?? input.dtype, shape: input.shape }], (c) => ({ input: () => c.grad }), { dtype: "to", strided: true }),
+  narrow: spec([arg("input", "tensor"), arg("dim", "int"), arg("start", "int"), arg("length", "int")], ({ input, dim, start, length }, op) => {
     const d = normDim(op, dim, input.shape.length), size = input.shape[d] ?? 1, s = start < 0 ? start + size : start
     if (s < 0 || length < 0 || s + length > size) bad(op, `start ${start} and length ${length} exceed dim ${d} of ${describe(input)}`)
     return [{ dtype: input.dtype, shape: input.shape.map((x, i) => (i === d ? length : x)) }]
-  }), (c, o) => ({
+  }, (c, o) => ({
     input: () => {
       const m = c.meta(c.args.input), d = normDim("narrow", c.args.dim, m.shape.length), size = m.shape[d]!, s = c.args.start < 0 ? c.args.start + size : c.args.start
       return padDim(o, c.grad, c.meta(c.grad), d, s, size - s - c.args.length)
     },
-  }), { dtype: "same", view: "block" }),
-  select: spec([arg("input", "tensor"), arg("dim", "int"), arg("index", "int")], blockView(({ input, dim, index }, op) => {
+  }), {
+    dtype: "same",
+    view: (x, a, _, op) => {
+      const d = normDim(op, a.dim, x.shape.length)
+      return [along(x, d, a.start < 0 ? a.start + x.shape[d]! : a.start, a.length, 1, false)]
+    },
+  }),
+  select: spec([arg("input", "tensor"), arg("dim", "int"), arg("index", "int")], ({ input, dim, index }, op) => {
     if (input.shape.length === 0) bad(op, "cannot select from a 0-dim tensor")
     const d = normDim(op, dim, input.shape.length), size = input.shape[d]!
     if (index < -size || index >= size) bad(op, `index ${index} is out of range for dim ${d} of ${describe(input)}`)
     return [{ dtype: input.dtype, shape: input.shape.filter((_, i) => i !== d) }]
-  }), (c, o) => ({
+  }, (c, o) => ({
     input: () => {
       const m = c.meta(c.args.input), d = normDim("select", c.args.dim, m.shape.length), size = m.shape[d]!, i = c.args.index < 0 ? c.args.index + size : c.args.index
       const g = o.unsqueeze(c.grad, d)
       return padDim(o, g, c.meta(g), d, i, size - i - 1)
     },
-  }), { dtype: "same", view: "block" }),
-  slice: spec([arg("input", "tensor"), opt("dim", "int", 0), opt("start", "int", null), opt("end", "int", null), opt("step", "int", 1)], blockView(({ input, dim, start, end, step }, op) => {
+  }), {
+    dtype: "same",
+    view: (x, a, _, op) => {
+      const d = normDim(op, a.dim, x.shape.length)
+      return [along(x, d, a.index < 0 ? a.index + x.shape[d]! : a.index, 1, 1, true)]
+    },
+  }),
+  slice: spec([arg("input", "tensor"), opt("dim", "int", 0), opt("start", "int", null), opt("end", "int", null), opt("step", "int", 1)], ({ input, dim, start, end, step }, op) => {
     if (input.shape.length === 0) bad(op, "cannot slice a 0-dim tensor")
     const d = normDim(op, dim, input.shape.length), [, , length] = sliceOf(op, input.shape[d]!, start, end, step)
     return [{ dtype: input.dtype, shape: input.shape.map((x, i) => (i === d ? length : x)) }]
-  }), (c, o) => ({
+  }, (c, o) => ({
     // Each picked element back at its place: with a step, g's elements each followed by step - 1 zeros, then zeros around.
     input: () => {
       const m = c.meta(c.args.input), d = normDim("slice", c.args.dim, m.shape.length), size = m.shape[d]!
@@ -457,7 +592,13 @@ export const layout = {
       }
       return padDim(o, g, c.meta(g), d, s, size - s - covered)
     },
-  }), { dtype: "same", view: "block" }),
+  }), {
+    dtype: "same",
+    view: (x, a, _, op) => {
+      const d = normDim(op, a.dim, x.shape.length), [start, step, length] = sliceOf(op, x.shape[d]!, a.start, a.end, a.step)
+      return [along(x, d, start, length, step, false)]
+    },
+  }),
   flip: spec([arg("input", "tensor"), arg("dims", "dims")], ({ input, dims }, op) => {
     for (const d of typeof dims === "number" ? [dims] : dims) normDim(op, d, input.shape.length)
     return [input]
@@ -514,39 +655,45 @@ export const layout = {
   copy_: spec([arg("input", "tensor"), arg("src", "tensor")], ({ input, src }, op) => {
     if (broadcastShapes(op, [input.shape, src.shape]).join() !== input.shape.join()) bad(op, `cannot copy ${describe(src)} into ${describe(input)}`)
     return []
-  }, NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" }),
-  fill_: spec([arg("input", "tensor"), arg("value", "scalar")], () => [], NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same" }),
+  }, NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same", strided: true }),
+  fill_: spec([arg("input", "tensor"), arg("value", "scalar")], () => [], NOT_DIFFERENTIABLE, { mutates: "input", dtype: "same", strided: true }),
   noop: spec([], () => [], NOT_DIFFERENTIABLE, { results: 0, returns: "none" }),
   tril: triangle(false),
   triu: triangle(true),
-  split: spec([arg("tensor", "tensor"), arg("split_size_or_sections", "dims"), opt("dim", "int", 0)], blockView(({ tensor, split_size_or_sections, dim }, op) =>
-    pieces(op, tensor, splitSizes(op, tensor, split_size_or_sections, dim), dim)), (c, o) => ({
+  split: spec([arg("tensor", "tensor"), arg("split_size_or_sections", "dims"), opt("dim", "int", 0)], ({ tensor, split_size_or_sections, dim }, op) =>
+    pieces(op, tensor, splitSizes(op, tensor, split_size_or_sections, dim), dim), (c, o) => ({
     tensor: () => {
       const m = c.meta(c.args.tensor)
       return pieceGrad(o, c.meta, c.grad, m, splitSizes("split", m, c.args.split_size_or_sections, c.args.dim), c.index, c.args.dim)
     },
   }), {
-    dtype: "same", returns: "tensors", view: "block", results: ({ tensor, split_size_or_sections, dim }, op) => splitSizes(op, tensor, split_size_or_sections, dim).length,
+    dtype: "same", returns: "tensors", view: piecesView, results: ({ tensor, split_size_or_sections, dim }, op) => splitSizes(op, tensor, split_size_or_sections, dim).length,
   }),
-  chunk: spec([arg("input", "tensor"), arg("chunks", "int"), opt("dim", "int", 0)], blockView(({ input, chunks, dim }, op) =>
-    pieces(op, input, chunkSizes(op, input, chunks, dim), dim)), (c, o) => ({
+  chunk: spec([arg("input", "tensor"), arg("chunks", "int"), opt("dim", "int", 0)], ({ input, chunks, dim }, op) =>
+    pieces(op, input, chunkSizes(op, input, chunks, dim), dim), (c, o) => ({
     input: () => {
       const m = c.meta(c.args.input)
       return pieceGrad(o, c.meta, c.grad, m, chunkSizes("chunk", m, c.args.chunks, c.args.dim), c.index, c.args.dim)
     },
   }), {
-    dtype: "same", returns: "tensors", view: "block", results: ({ input, chunks, dim }, op) => chunkSizes(op, input, chunks, dim).length,
+    dtype: "same", returns: "tensors", view: piecesView, results: ({ input, chunks, dim }, op) => chunkSizes(op, input, chunks, dim).length,
   }),
-  /** Each entry of dim, the dim dropped (select's pieces): views where the dim leads. A piece's gradient is select's. */
-  unbind: spec([arg("input", "tensor"), opt("dim", "int", 0)], blockView(({ input, dim }, op) => {
+  /** Each entry of dim, the dim dropped (select's pieces). A piece's gradient is select's. */
+  unbind: spec([arg("input", "tensor"), opt("dim", "int", 0)], ({ input, dim }, op) => {
     const n = unbindCount(op, input, dim), d = normDim(op, dim, input.shape.length)
     return Array.from({ length: n }, () => ({ dtype: input.dtype, shape: input.shape.filter((_, i) => i !== d) }))
-  }), (c, o) => ({
+  }, (c, o) => ({
     input: () => {
       const m = c.meta(c.args.input), d = normDim("unbind", c.args.dim, m.shape.length), g = o.unsqueeze(c.grad, d)
       return padDim(o, g, c.meta(g), d, c.index, m.shape[d]! - c.index - 1)
     },
-  }), { dtype: "same", returns: "tensors", view: "block", results: ({ input, dim }, op) => unbindCount(op, input, dim) }),
+  }), {
+    dtype: "same", returns: "tensors", results: ({ input, dim }, op) => unbindCount(op, input, dim),
+    view: (x, a, metas, op) => {
+      const d = normDim(op, a.dim, x.shape.length)
+      return metas.map((_, i) => along(x, d, i, 1, 1, true))
+    },
+  }),
   repeat: spec([arg("input", "tensor"), arg("repeats", "ints")], ({ input, repeats }, op) => {
     const plan = repeatPlan(op, input, repeats)
     return withPlan([{ dtype: input.dtype, shape: plan.shape }], plan)

@@ -21,7 +21,7 @@ const softmaxLike = (rule: <T>(o: GradOps<T>, y: T, g: T, dim: number) => T) => 
   floating(op, x)
   normDim(op, dim, input.shape.length)
   return [x]
-}, (c, o) => ({ input: () => rule(o, c.out, c.grad, c.args.dim) }), { dtype: "like" })
+}, (c, o) => ({ input: () => rule(o, c.out, c.grad, c.args.dim) }), { dtype: "like", strided: true })
 
 /** linear's gradients: y = x w^T + b over the rows of x (its leading dims flattened). */
 const linearGrads = <T>(o: GradOps<T>, x: T, w: T, wm: TensorMeta, g: T) => {
@@ -187,7 +187,8 @@ export const nn = {
     if (input.dtype !== weight.dtype || (bias && bias.dtype !== input.dtype)) bad(op, `dtypes differ: ${[input, weight, bias].filter(Boolean).map(describe).join(", ")}`)
     if (bias && (bias.shape.length !== 1 || bias.shape[0] !== weight.shape[0])) bad(op, `bias ${describe(bias)} must be [${weight.shape[0]}]`)
     return [{ dtype: input.dtype, shape: [...input.shape.slice(0, -1), weight.shape[0]!] }]
-  }, (c, o) => linearGrads(o, c.args.input, c.args.weight, c.meta(c.args.weight), c.grad), { dtype: "same" }),
+    // The weight is read where it lies (a transposed one through BLAS's flags); the input's rows are one flat block.
+  }, (c, o) => linearGrads(o, c.args.input, c.args.weight, c.meta(c.args.weight), c.grad), { dtype: "same", strided: ["weight", "bias"] }),
   /**
    * torch's order: weight third; ignore_index, reduction and label_smoothing by name (torch's
    * deprecated size_average and reduce sit between them positionally, so a position would mislead).

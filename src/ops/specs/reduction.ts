@@ -5,7 +5,7 @@ import { type Backward, expandBack, type GradContext, type GradOps, NOT_DIFFEREN
 import { arg, kw, opt, type Param } from "../params.ts"
 import { isFloating } from "../promotion.ts"
 import { castTo, composeDtype, normDim } from "../rules.ts"
-import { fused, spec, withPlan } from "../spec.ts"
+import { fused, readsStrides, spec, withPlan } from "../spec.ts"
 
 /** The dims a reduction covers, normalised, sorted and unique (None or [] is every dim). */
 const reducedDims = (op: string, x: TensorMeta, dim: number | number[] | null): number[] => {
@@ -175,16 +175,17 @@ const moments = (op: "var" | "std") => fused(momentParams, ({ input, dim, keepdi
 const NORM_ORDERS: ReadonlyArray<number> = [1, 2, Infinity]
 
 export const reductions = {
-  sum: accumulating("widen", reducedRule("sum", (_o, r) => r.g)),
-  prod: accumulating("widen", prodRule),
-  mean: accumulating("floating", reducedRule("mean", (o, r) => o.div(r.g, reducedCount(r.meta, r.dims)))),
-  amax: reduction("same", extremeRule("amax")),
-  amin: reduction("same", extremeRule("amin")),
+  // The reductions read strides; max and min along a dim gather (flat), cumsum scans flat.
+  sum: readsStrides(accumulating("widen", reducedRule("sum", (_o, r) => r.g))),
+  prod: readsStrides(accumulating("widen", prodRule)),
+  mean: readsStrides(accumulating("floating", reducedRule("mean", (o, r) => o.div(r.g, reducedCount(r.meta, r.dims))))),
+  amax: readsStrides(reduction("same", extremeRule("amax"))),
+  amin: readsStrides(reduction("same", extremeRule("amin"))),
   max: extremeWithIndices("max"),
   min: extremeWithIndices("min"),
   /** bool, but u8 stays u8 (torch 1.13's any and all). */
-  any: logicalReduction, all: logicalReduction,
-  argmax: argReduction, argmin: argReduction,
+  any: readsStrides(logicalReduction), all: readsStrides(logicalReduction),
+  argmax: readsStrides(argReduction), argmin: readsStrides(argReduction),
   var: moments("var"), std: moments("std"),
   /**
    * Over dims that are not empty (torch needs dim); large values do not overflow. Forward, as
@@ -208,7 +209,7 @@ export const reductions = {
     return [{ dtype: dtype ?? (isFloating(input.dtype) ? input.dtype : "i64"), shape: input.shape }]
   }, (c, o) => ({ input: () => o.flip(o.cumsum(o.flip(c.grad, c.args.dim), c.args.dim), c.args.dim) }), { dtype: "sum" }),
   /** p = 1, 2 or inf over dims; floating inputs only. */
-  norm: spec([arg("input", "tensor"), opt("p", "scalar", 2), opt("dim", "dims", null), opt("keepdim", "bool", false)], ({ input, p, dim, keepdim }, op) => {
+  norm: readsStrides(spec([arg("input", "tensor"), opt("p", "scalar", 2), opt("dim", "dims", null), opt("keepdim", "bool", false)], ({ input, p, dim, keepdim }, op) => {
     if (!isFloating(input.dtype)) bad(op, `needs a floating input, got ${describe(input)} (cast with ops.to)`)
     if (!NORM_ORDERS.includes(p)) bad(op, `p must be 1, 2 or inf, got ${p}`)
     const dims = reducedDims(op, input, dim)
@@ -220,5 +221,5 @@ export const reductions = {
     if (c.args.p === 2) return o.where(o.eq(out, 0), 0, o.div(o.mul(r.g, r.x), out))
     const hit = o.to(o.eq(o.abs(r.x), out), r.meta.dtype)
     return o.div(o.mul(o.mul(r.g, o.sign(r.x)), hit), o.sum(hit, r.dims, true))
-  })(c, o)),
+  })(c, o))),
 }

@@ -17,6 +17,8 @@ import { HostTensor, Ref, type TensorFactory } from "../../protocol/values.ts"
 import { planCollective } from "../../ops/collectives.ts"
 import { sameShape } from "../../ops/meta.ts"
 import { DependentOnError, InputMismatch } from "../errors.ts"
+import { throughDense } from "../dense.ts"
+import { EXPANDED_WRITE } from "../kernels/staging.ts"
 import { DeviceMesh } from "../mesh.ts"
 import { getAs } from "../refs.ts"
 import { announce, poison, reject, tryDefine, type Session } from "../session.ts"
@@ -40,16 +42,18 @@ const zeros = (s: Session, f: TensorFactory, stream: Stream): Tensor => {
 /**
  * This rank's input: the tensor, or factory zeros and the failure to raise afterwards (the
  * stored poison, why the ref could not be read: unknown, not a tensor, or a tensor other than
- * the factory declares). Not joining would leave the peers waiting out the comm timeout, and
- * the communicator unusable after it; joining with a tensor of another size would have them
- * read or write past what they hold.
+ * the factory declares; one `written` in place that is an expanded view, as torch refuses).
+ * Not joining would leave the peers waiting out the comm timeout, and the communicator
+ * unusable after it; joining with a tensor of another size would have them read or write past
+ * what they hold.
  */
-const inputOf = (s: Session, what: string, ref: Ref, factory: TensorFactory, stream: Stream): { tensor: Tensor; failure: unknown } => {
+const inputOf = (s: Session, what: string, ref: Ref, factory: TensorFactory, stream: Stream, written = false): { tensor: Tensor; failure: unknown } => {
   let failure: unknown
   try {
     const tensor = getAs(s.env, ref, Tensor, "a tensor")
-    if (tensor.dtype === factory.dtype && sameShape(tensor.shape, factory.shape)) return { tensor, failure: undefined }
-    failure = new InputMismatch({ message: `${what}: the input is ${tensor.dtype}[${tensor.shape}], the factory declares ${factory.dtype}[${factory.shape}]` })
+    if (written && tensor.expanded) failure = new InputMismatch({ message: `${what}: in place: ${EXPANDED_WRITE}` })
+    else if (tensor.dtype === factory.dtype && sameShape(tensor.shape, factory.shape)) return { tensor, failure: undefined }
+    else failure = new InputMismatch({ message: `${what}: the input is ${tensor.dtype}[${tensor.shape}], the factory declares ${factory.dtype}[${factory.shape}]` })
   } catch (e) {
     failure = e
   }
@@ -126,9 +130,10 @@ const startReduce = (s: Session, m: Reduce, mesh: DeviceMesh, stream: Stream): b
   const members = () => mesh.members(m.dims)
   const comm = s.comms.current(mesh.id, m.dims, members)
   if (comm === undefined || comm.size === 1) return false
-  const input = inputOf(s, `Reduce ${m.ident}`, m.tensor, m.factory, stream)
+  const input = inputOf(s, `Reduce ${m.ident}`, m.tensor, m.factory, stream, m.inplace)
   const plan = planCollective(input.tensor, comm.size, m.reduction, m.scatter, m.inplace)
-  if (typeof plan === "string" || plan.collective !== "all_reduce") {
+  // A strided view runs here, through a dense copy: the started work would hold the copy past this command.
+  if (typeof plan === "string" || plan.collective !== "all_reduce" || !input.tensor.contiguous) {
     if (input.failure !== undefined) input.tensor.free()
     return false
   }
@@ -212,9 +217,10 @@ export const reduce = (s: Session) => (m: Reduce) =>
     if (s.overlap && !readNext(s, m) && startReduce(s, m, mesh, stream)) return
     // Retried once on a new communicator when a peer had given the old one up (Communicators).
     const attempt = (comm: Comm) => {
-      const input = inputOf(s, `Reduce ${m.ident}`, m.tensor, m.factory, stream)
+      const input = inputOf(s, `Reduce ${m.ident}`, m.tensor, m.factory, stream, m.inplace)
       try {
-        return { input, out: collective(s, comm, input.tensor, m, stream) }
+        // A strided view joins as a dense copy (Gloo and NCCL read one buffer), in place written back through it.
+        return { input, out: throughDense(input.tensor, stream, m.inplace, (t) => collective(s, comm, t, m, stream)) }
       } catch (e) {
         if (input.failure !== undefined) input.tensor.free()
         throw e
@@ -254,7 +260,10 @@ export const sendTensor = (s: Session) => (m: SendTensor) =>
       if (received && from === s.rank) k.cast(received, sending!.tensor, stream)
       const gone = s.comms.lostAmong(ops.map((o) => o.peer), `SendTensor ${m.ident}`)
       if (gone !== undefined) throw gone
-      s.comms.world.p2p(ops, stream)
+      // A strided view is sent as a dense copy of its elements.
+      const send = ops.find((o) => o.kind === "send")
+      if (send === undefined) s.comms.world.p2p(ops, stream)
+      else throughDense(send.tensor, stream, false, (tensor) => s.comms.world.p2p(ops.map((o) => (o === send ? { ...o, tensor } : o)), stream))
     } catch (e) {
       received?.free()
       throw commError(e)

@@ -13,6 +13,7 @@ import type { Composition, OpSpec } from "../../ops/spec.ts"
 import type { FunctionContext, RemoteFunction } from "../function.ts"
 import type { Kernel, Kernels } from "./kernel.ts"
 import { isTensor, Run } from "./run.ts"
+import { copyBack, stage, stagingOf, type CopyBack, type Staging } from "./staging.ts"
 import { KERNELS } from "./table.ts"
 
 /**
@@ -53,32 +54,40 @@ export const kernelOf = (op: Op): Kernel<OpName> => {
  * results its rule gives, runs its kernel; one result is returned bare.
  */
 const asRemoteFunction = <N extends OpName>(op: Op<N>): RemoteFunction => {
-  const kernel = kernelOf(op as Op), rule = (op as OpSpec).outputs
+  const kernel = kernelOf(op as Op), rule = (op as OpSpec).outputs, staging = stagingOf(op as OpSpec)
   return (ctx, ...args) => {
     const bound = op.bind(args, ctx.kwargs, isTensor)
     const metas = rule(bound as never, op.name)
     if (op.view) {
+      // A view of a contiguous copy (a view op its kernel reads flat) keeps that copy's memory alive.
       const run = new Run(ctx)
       try {
-        return kernel(run, [], bound as never, op.name, metas as never)
+        return kernel(run, [], (staging.length === 0 ? bound : stage(run, staging, bound, op.name, [])) as never, op.name, metas as never)
       } finally {
         run.free()
       }
     }
-    const outs = runKernel(kernel, ctx, bound, op.name, metas)
+    const outs = runKernel(kernel, ctx, bound, op.name, metas, staging)
     return outs.length === 1 ? outs[0] : outs.length === 0 ? undefined : outs
   }
 }
 
-/** Allocates a command's outputs as its rule gave them and runs its kernel into them (freed again if it throws). */
-export const runKernel = (kernel: Kernel<OpName>, ctx: FunctionContext, bound: unknown, name: string, metas: ReadonlyArray<TensorMeta>, reuse?: ReadonlyArray<Tensor>): Tensor[] => {
+/**
+ * Allocates a command's outputs as its rule gave them and runs its kernel into them (freed
+ * again if it throws), its operands staged as `staging` says (staging.ts).
+ */
+export const runKernel = (kernel: Kernel<OpName>, ctx: FunctionContext, bound: unknown, name: string, metas: ReadonlyArray<TensorMeta>, staging: Staging, reuse?: ReadonlyArray<Tensor>): Tensor[] => {
   const run = new Run(ctx)
   const outs: Tensor[] = []
   try {
+    // Most commands check nothing (staging is empty for an op that reads strides and writes nothing).
+    let backs: CopyBack[] | undefined
+    const args = staging.length === 0 ? bound : stage(run, staging, bound as Readonly<Record<string, unknown>>, name, (backs = []))
     // Owned: a command's outputs go to the env (or are freed) as soon as this returns; `reuse`'s
     // tensors (the outputs' dtypes and shapes, read by no one else) are written instead of new ones.
     for (let i = 0; i < metas.length; i++) outs.push(reuse?.[i] ?? Tensor.owned(ctx.native, metas[i]!.dtype, metas[i]!.shape))
-    kernel(run, outs, bound as never, name, metas as never)
+    kernel(run, outs, args as never, name, metas as never)
+    if (backs !== undefined && backs.length > 0) copyBack(run, backs)
   } catch (e) {
     for (const t of outs) t.free()
     throw e

@@ -31,17 +31,25 @@ export class Run {
     return out
   }
 
-  /** t broadcast to shape, materialised (t itself when it has the shape). */
+  /** t broadcast to shape, materialised (t itself when it has the shape), read through t's strides. */
   expand(t: Tensor, shape: ReadonlyArray<number>): Tensor {
     if (t.shape.length === shape.length && t.shape.every((d, i) => d === shape[i])) return t
     const out = this.temp(t.dtype, shape)
-    copyInto(this, out, t, broadcastStrides(t.shape, shape))
+    copyInto(this, out, t, broadcastStrides(t.shape, shape, t.strides))
     return out
   }
 
-  /** A view of t (a temporary handle on the same memory). */
+  /** t's elements, contiguous (t itself when it is). */
+  contiguous(t: Tensor): Tensor {
+    if (t.contiguous) return t
+    const out = this.temp(t.dtype, t.shape)
+    k.cast(out, t, this.stream)
+    return out
+  }
+
+  /** A view of t under shape (a temporary handle on the same memory; of a contiguous copy for an operand that is not contiguous). */
   view(t: Tensor, shape: ReadonlyArray<number>): Tensor {
-    const v = t.view(shape)
+    const v = this.contiguous(t).view(shape)
     this.temps.push(v)
     return v
   }
@@ -57,9 +65,9 @@ export const contiguous = (shape: ReadonlyArray<number>): number[] => {
   return s
 }
 
-/** Strides reading `from` (contiguous) as if broadcast to `to`: 0 on broadcast dims. */
-export const broadcastStrides = (from: ReadonlyArray<number>, to: ReadonlyArray<number>): k.Strided => {
-  const own = contiguous(from), lead = to.length - from.length
+/** Strides reading `from` (of strides `own`, default contiguous) as if broadcast to `to`: 0 on broadcast dims. */
+export const broadcastStrides = (from: ReadonlyArray<number>, to: ReadonlyArray<number>, own: ReadonlyArray<number> = contiguous(from)): k.Strided => {
+  const lead = to.length - from.length
   return { offset: 0, strides: to.map((d, i) => (i < lead || from[i - lead] !== d ? 0 : own[i - lead]!)) }
 }
 

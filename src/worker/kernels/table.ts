@@ -18,10 +18,10 @@ import type { OpSpec, Planned } from "../../ops/spec.ts"
 import { linspaceValues } from "../../ops/specs/creation.ts"
 import type { BinaryPlan } from "../../ops/specs/elementwise.ts"
 import { UNARY_IN_PLACE } from "../../ops/specs/inplace.ts"
-import { blockStart, scatterSource, type ViewPieces } from "../../ops/specs/layout.ts"
+import { scatterSource } from "../../ops/specs/layout.ts"
 import { EPSILON, REDUCTIONS } from "../../ops/specs/nn.ts"
 import { type Kernel, type Kernels, type PlainUnary, type Planner, withPlanner } from "./kernel.ts"
-import { broadcastStrides, contiguous, copyAnyRank, copyInto, isTensor, Run, stridesOf } from "./run.ts"
+import { contiguous, copyAnyRank, copyInto, isTensor, Run, stridesOf } from "./run.ts"
 
 /** Fills the one result (zeros, ones and their *_like forms). */
 const fill = (value: number) => (run: Run, [out]: ReadonlyArray<Tensor>): void => k.fill(out!, value, run.stream)
@@ -64,26 +64,37 @@ const randint = (run: Run, [out]: ReadonlyArray<Tensor>, a: Seeded, op: string, 
 }
 
 /**
- * Each result of a block-view op of input (its pieces, its rule's plan): the block of input's memory
- * it is when it is one (a view), else a copy. Copies made before a failure are freed.
+ * A view op's results, where its layout rule (the spec's `view`) places them in the input's
+ * storage: headers over it (Tensor.asStrided), or a contiguous copy where the rule gives null.
+ * Those made before a failure are freed.
  */
-const blocksOf = (run: Run, a: Readonly<Record<string, any>>, metas: Planned<ViewPieces>): Tensor[] => {
-  const input = (a.input ?? a.tensor) as Tensor, { d, pieces, drop } = metas.plan
-  const s = stridesOf(input), made: Tensor[] = []
+const views = (run: Run, _: ReadonlyArray<Tensor>, a: Readonly<Record<string, any>>, op: string, metas: ReadonlyArray<TensorMeta>): Tensor | Tensor[] => {
+  const spec = opNamed(op) as OpSpec, input = (a.input ?? a.tensor) as Tensor, { strides, storageOffset } = input.layout()
+  const made: Tensor[] = []
   try {
-    pieces.forEach(({ start, length, step = 1 }, i) => {
-      const shape = metas[i]!.shape, at = blockStart(input.shape, d, start, length, step)
-      if (at !== undefined) return void made.push(input.block(at, shape))
-      const out = Tensor.owned(run.ctx.native, input.dtype, shape)
+    spec.view!({ shape: input.shape, strides, offset: storageOffset }, a as never, metas, op).forEach((r, i) => {
+      if (r !== null) return void made.push(input.asStrided(r.shape, r.strides, r.offset))
+      const out = Tensor.owned(run.ctx.native, input.dtype, metas[i]!.shape)
       made.push(out)
-      const strides = drop ? s.filter((_, j) => j !== d) : s.map((x, j) => (j === d ? x * step : x))
-      copyInto(run, out, input, { offset: start * s[d]!, strides })
+      k.cast(run.view(out, input.shape), input, run.stream)
     })
   } catch (e) {
     for (const t of made) t.free()
     throw e
   }
-  return made
+  return spec.returns === "tensors" ? made : made[0]!
+}
+
+/**
+ * t's distinct elements: an expanded dim (stride 0) read once, so a fill may write an expanded
+ * tensor, as torch's fill_ and zero_ may (one value for every element that shares a location).
+ */
+const distinct = (run: Run, t: Tensor): Tensor => {
+  const { strides, storageOffset } = t.layout()
+  if (!strides.some((s, i) => s === 0 && t.shape[i]! > 1)) return t
+  const v = t.asStrided(t.shape.map((n, i) => (strides[i] === 0 ? Math.min(n, 1) : n)), strides, storageOffset)
+  run.temps.push(v)
+  return v
 }
 
 /** scaled_dot_product_attention: the batch dims broadcast and flattened to one, then one shim_attention. */
@@ -331,18 +342,6 @@ const indexAddInto = (run: Run, out: Tensor, dim: number, index: Tensor, source:
   k.indexAdd(out, d, index, run.expand(atLeast1(run, source), sliced), alpha, run.stream)
 }
 
-const permute = (run: Run, out: Tensor, input: Tensor, p: ReadonlyArray<number>): void => {
-  const own = contiguous(input.shape)
-  copyInto(run, out, input, { offset: 0, strides: p.map((d) => own[d]!) })
-}
-
-/** Two dims swapped by shim_transpose's tiles (half the time of a strided copy); a 0-d input is copied. */
-const transposeInto = (run: Run, out: Tensor, input: Tensor, op: string, dim0: number, dim1: number): void => {
-  const n = input.shape.length
-  if (n === 0) return k.cast(out, input, run.stream)
-  k.transpose(out, input, normDim(op, dim0, n), normDim(op, dim1, n), run.stream)
-}
-
 /** torch's matmul over views and broadcast batches: 1-D operands gain a dim, then drop it. */
 const matmulInto = (run: Run, out: Tensor, x: Tensor, y: Tensor): void => {
   const xs = x.shape.length === 1 ? [1, x.shape[0]!] : [...x.shape], ys = y.shape.length === 1 ? [y.shape[0]!, 1] : [...y.shape]
@@ -571,22 +570,26 @@ export const KERNELS: Kernels = {
   mm: (run, [out], a) => k.matmul(out!, a.input, a.mat2, run.stream),
   bmm: (run, [out], a) => k.matmul(out!, a.input, a.mat2, run.stream),
   _matmul_t: (run, [out], a) => k.matmul(out!, a.input, a.other, run.stream, { a: a.transpose_input, b: a.transpose_other }),
-  transpose: (run, [out], a, op) => transposeInto(run, out!, a.input, op, a.dim0, a.dim1),
-  t: (run, [out], a, op) => transposeInto(run, out!, a.input, op, 0, -1),
-  permute: (run, [out], a, _, { plan }) => permute(run, out!, a.input, plan.p),
-  reshape: (_, __, a, ___, [m]) => a.input.view(m!.shape),
-  view: (_, __, a, ___, [m]) => a.input.view(m!.shape),
-  flatten: (_, __, a, ___, [m]) => a.input.view(m!.shape),
-  squeeze: (_, __, a, ___, [m]) => a.input.view(m!.shape),
-  unsqueeze: (_, __, a, ___, [m]) => a.input.view(m!.shape),
-  expand: (run, [out], a) => copyInto(run, out!, a.input, broadcastStrides(a.input.shape, out!.shape)),
-  broadcast_to: (run, [out], a) => copyInto(run, out!, a.input, broadcastStrides(a.input.shape, out!.shape)),
-  contiguous: (_, __, a) => a.input.view(a.input.shape),
+  transpose: views,
+  t: views,
+  permute: views,
+  reshape: views,
+  view: views,
+  flatten: views,
+  squeeze: views,
+  unsqueeze: views,
+  expand: views,
+  broadcast_to: views,
+  contiguous: views,
+  alias: views,
+  diagonal: views,
+  unfold: views,
+  as_strided: views,
   clone: (run, [out], a) => k.cast(out!, a.input, run.stream),
   to: (run, [out], a) => k.cast(out!, a.input, run.stream),
-  narrow: (run, _, a, __, metas) => blocksOf(run, a, metas)[0]!,
-  select: (run, _, a, __, metas) => blocksOf(run, a, metas)[0]!,
-  slice: (run, _, a, __, metas) => blocksOf(run, a, metas)[0]!,
+  narrow: views,
+  select: views,
+  slice: views,
   flip: (run, [out], a, op) => {
     const s = stridesOf(a.input), n = a.input.shape.length
     const dims = (typeof a.dims === "number" ? [a.dims] : a.dims).map((d) => normDim(op, d, n))
@@ -610,13 +613,13 @@ export const KERNELS: Kernels = {
   index_add: (run, [out], a, op) => (k.cast(out!, a.input, run.stream), indexAddInto(run, out!, a.dim, a.index, a.source, a.alpha, op)),
   index_add_: (run, _, a, op) => indexAddInto(run, a.input, a.dim, a.index, a.source, a.alpha, op),
   copy_: (run, _, a) => k.cast(a.input, run.expand(a.src, a.input.shape), run.stream),
-  fill_: (run, _, a) => k.fill(a.input, a.value, run.stream),
+  fill_: (run, _, a) => k.fill(distinct(run, a.input), a.value, run.stream),
   noop: () => undefined,
   tril: (run, [out], a) => k.triangle(out!, a.input, a.diagonal, false, run.stream),
   triu: (run, [out], a) => k.triangle(out!, a.input, a.diagonal, true, run.stream),
-  split: (run, _, a, __, metas) => blocksOf(run, a, metas),
-  chunk: (run, _, a, __, metas) => blocksOf(run, a, metas),
-  unbind: (run, _, a, __, metas) => blocksOf(run, a, metas),
+  split: views,
+  chunk: views,
+  unbind: views,
   randint,
   dropout: (run, [out, mask], a) => {
     if (!a.training || a.p === 0) return (k.cast(out!, a.input, run.stream), k.fill(mask!, 1, run.stream))
@@ -667,7 +670,7 @@ export const KERNELS: Kernels = {
   eq_: binaryInPlace("eq"), ne_: binaryInPlace("ne"), lt_: binaryInPlace("lt"),
   le_: binaryInPlace("le"), gt_: binaryInPlace("gt"), ge_: binaryInPlace("ge"),
   logical_and_: binaryInPlace("logical_and"), logical_or_: binaryInPlace("logical_or"),
-  zero_: (run, _, a) => k.fill(a.input, 0, run.stream),
+  zero_: (run, _, a) => k.fill(distinct(run, a.input), 0, run.stream),
   // repeat, baddbmm, outer
   repeat: (run, [out], a, _, { plan }) => repeatInto(run, out!, a.input, a.repeats, plan.padded),
   outer: (run, [out], a) => outerInto(run, out!, a.input, a.vec2),
