@@ -530,7 +530,13 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     area: "worker", behaviour: "strided operands: a Reduce of a view goes through a dense copy",
     file: "src/worker/handlers/collectives.ts",
     edits: one("out: throughDense(input.tensor, stream, m.inplace, (t) => collective(s, comm, t, m, stream))", "out: collective(s, comm, input.tensor, m, stream)"),
-    tests: ["tests/worker/views.test.ts"],
+    tests: ["tests/worker/views.test.ts", "tests/comm/usergroup.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "strided operands: an all_reduce of a view is not started on the communication thread (it runs through a dense copy here)",
+    file: "src/worker/handlers/collectives.ts",
+    edits: one(' || plan.collective !== "all_reduce" || !input.tensor.contiguous) {', ' || plan.collective !== "all_reduce") {'),
+    tests: ["tests/comm/usergroup.test.ts", "tests/worker/views.test.ts"],
   },
   {
     area: "worker", behaviour: "strided operands: an in-place Reduce of a view writes the result back through it",
