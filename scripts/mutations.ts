@@ -485,6 +485,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/worker/strided.test.ts"],
   },
   {
+    area: "worker", behaviour: "strided operands: a prepared call (a replay) stages its operands as the dispatch does",
+    file: "src/worker/kernels/prepare.ts",
+    edits: one("runKernel(kernel, ctx, bound, op.name, metas, staging, reuse)", "runKernel(kernel, ctx, bound, op.name, metas, [], reuse)"),
+    tests: ["tests/worker/strided.test.ts"],
+  },
+  {
     area: "worker", behaviour: "strided operands: a write to an expanded tensor is refused with torch's message before anything runs",
     file: "src/worker/kernels/staging.ts",
     edits: one("  if (o.written && t.expanded && !WRITES_ONE_VALUE.has(op)) bad(op, EXPANDED_WRITE)\n", ""),

@@ -16,6 +16,7 @@ import { OPS, opNamed } from "../../src/ops/registry.ts"
 import { mutatedParams, type OpSpec } from "../../src/ops/spec.ts"
 import { float, HostTensor } from "../../src/protocol/values.ts"
 import { builtinFunction } from "../../src/worker/kernels/dispatch.ts"
+import { prepareBuiltin } from "../../src/worker/kernels/prepare.ts"
 import { Run } from "../../src/worker/kernels/run.ts"
 import { EXPANDED_WRITE } from "../../src/worker/kernels/staging.ts"
 import { c, casesOf, f, isFloatNumber, isT, tensor as drawn, TOLERANCE, type Case, type T } from "../ops/cases.ts"
@@ -315,6 +316,26 @@ describe("writes to an expanded tensor are refused as torch refuses them, nothin
     const first = x(), base = x(), grads = [x(), keep(Tensor.fromHost(native, host("f32", [2, 3], [1, 1, 1, 1, 1, 1]), stream))]
     expect(() => builtinFunction("_fused_sgd_")!(context({ lr: 0.1 }), [first, expanded(base)], grads, [])).toThrow(EXPANDED_WRITE)
     expect([...first.toHost(stream).toArray() as Float32Array]).toEqual([1, 2, 3])
+  })
+})
+
+describe("a prepared call (a recording's replay) takes views as the dispatch does", () => {
+  const f32 = (values: number[]) => keep(Tensor.fromHost(native, host("f32", [values.length], values), stream))
+  const elements = (t: Tensor) => [...t.toHost(stream).toArray() as Float32Array]
+  test("prepared on contiguous tensors, run on transposed views: a flat kernel gets a copy, a strided one the view, an in-place target written back", () => {
+    const x = keep(Tensor.fromHost(native, host("f32", [3, 2], [1, 2, 3, 4, 5, 6]), stream))
+    const index = keep(Tensor.fromHost(native, host("i64", [1, 2], [2, 0]), stream))
+    const cumsum = prepareBuiltin("cumsum", [x, 0], {}, [x])!, mul = prepareBuiltin("mul_", [x, 2], {}, [x])!, scatter = prepareBuiltin("scatter_", [x, 0, index, 9], {}, [x, index])!
+    for (let i = 0; i < 3; i++) {
+      // The [3, 2] view of storage [1..6] laid out as its transpose: [[1, 4], [2, 5], [3, 6]].
+      const base = f32([1, 2, 3, 4, 5, 6]), v = keep(base.asStrided([3, 2], [1, 3], 0))
+      expect(elements(keep(cumsum.run(context({}), [v])[0]!))).toEqual([1, 4, 3, 9, 6, 15])
+      mul.run(context({}), [v])
+      expect(elements(base)).toEqual([2, 4, 6, 8, 10, 12])
+      // Row 2 of column 0 and row 0 of column 1 become 9: storage 2 and 3.
+      scatter.run(context({}), [v, index])
+      expect(elements(base)).toEqual([2, 4, 9, 9, 10, 12])
+    }
   })
 })
 
