@@ -347,6 +347,30 @@ describe("in place through a view writes its base", () => {
     expect([...base.toHost(stream).toArray() as Float32Array]).toEqual([0, 1, 9, 9, 4, 5])
   })
 
+  test("an in-place op whose operand is its target (the same view) reads it before writing, strided kernel or staged copy", () => {
+    const base = keep(Tensor.fromHost(native, host("f32", [6], [0, 1, 2, 3, 4, 5]), stream)), t = keep(base.asStrided([3, 2], [1, 3], 0))
+    builtinFunction("add_")!(context({}), t, t)
+    expect([...base.toHost(stream).toArray() as Float32Array]).toEqual([0, 2, 4, 6, 8, 10])
+    // Staged once for both places: the kernel sees one tensor, as torch's does.
+    builtinFunction("copy_")!(context({}), t, t)
+    expect([...base.toHost(stream).toArray() as Float32Array]).toEqual([0, 2, 4, 6, 8, 10])
+    const index = keep(Tensor.fromHost(native, host("i64", [3, 2], [0, 0, 0, 0, 0, 0]), stream))
+    builtinFunction("scatter_add_")!(context({}), t, 0, index, keep(Tensor.fromHost(native, host("f32", [3, 2], [1, 1, 1, 1, 1, 1]), stream)))
+    // Row 0 of t ([0, 6]) gains 3 each: storage 0 and 3.
+    expect([...base.toHost(stream).toArray() as Float32Array]).toEqual([3, 2, 4, 9, 8, 10])
+  })
+
+  test("size-0 and size-1 dims: an empty view and a view whose only non-trivial stride is odd go through staging and back", () => {
+    const base = keep(Tensor.fromHost(native, host("f32", [6], [0, 1, 2, 3, 4, 5]), stream))
+    const empty = keep(base.asStrided([3, 0], [1, 3], 0)), column = keep(base.asStrided([3, 1], [2, 7], 1))
+    expect(empty.contiguous).toBe(true)
+    expect(keep(builtinFunction("cumsum")!(context({}), empty, 0) as Tensor).shape).toEqual([3, 0])
+    expect(column.contiguous).toBe(false)
+    expect([...keep(builtinFunction("cumsum")!(context({}), column, 0) as Tensor).toHost(stream).toArray() as Float32Array]).toEqual([1, 4, 9])
+    builtinFunction("scatter_")!(context({}), column, 0, keep(Tensor.fromHost(native, host("i64", [1, 1], [2]), stream)), 7)
+    expect([...base.toHost(stream).toArray() as Float32Array]).toEqual([0, 1, 2, 3, 4, 7])
+  })
+
   test("the fused optimizer step on parameters that are views of one flat buffer updates the buffer", () => {
     const flat = keep(Tensor.fromHost(native, host("f32", [8], [1, 2, 3, 4, 5, 6, 7, 8]), stream))
     const p = keep(flat.asStrided([2, 2], [1, 4], 1)), g = keep(Tensor.fromHost(native, host("f32", [2, 2], [10, 10, 10, 10]), stream))
