@@ -10,13 +10,18 @@
  * of its own: the page faults); Bun's loopback socket into a preallocated buffer (in this
  * process); a /dev/shm file written and read back into a preallocated buffer (what a per-fetch
  * shared-memory segment costs); then ours: a fetch of an f32 tensor of N MiB from rank 0, an
- * upload of an N MiB host tensor to both ranks (fromHost, replicated), and the same batch split
- * over dp (fromHost with dp: shard(0), each rank sent its half). Ratios of ours to the peers.
+ * upload of an N MiB host tensor to rank 0 (through the upload segment, and by the socket from a
+ * second controller whose links take no shared memory, its bytes read straight into the tensor),
+ * to both ranks (fromHost, replicated), and the same batch split over dp (fromHost with dp:
+ * shard(0), each rank its half; through the segment and by the socket). An upload is timed to a
+ * fetch of one of its elements. Ratios of ours to the peers.
  */
-import { Effect } from "effect"
+import { Effect, Layer, ManagedRuntime } from "effect"
 import { closeSync, constants, openSync, readSync, unlinkSync, writeSync } from "node:fs"
 import { parseArgs } from "node:util"
-import { Controller, fromHost, HostTensor, opsOn, shard, type Mesh } from "../src/controller/index.ts"
+import { Controller, fromHost, HostTensor, opsOn, shard, type Mesh, type RemoteTensor } from "../src/controller/index.ts"
+import { listen, Transport } from "../src/controller/listener.ts"
+import { Launcher } from "../src/launcher/index.ts"
 
 const { values: args } = parseArgs({ options: { mib: { type: "string", default: "256" }, runs: { type: "string", default: "5" } } })
 const MIB = Number(args.mib), RUNS = Number(args.runs), BYTES = MIB << 20
@@ -72,13 +77,33 @@ const shmPeer = (): number => timed(() => {
   closeSync(read)
 })
 
-const program = Effect.gen(function* () {
+/** ms from issuing `upload` to a fetch of one of its elements from `rank` (so the upload has been applied there). */
+const uploadMs = (mesh: Mesh, rank: number, upload: () => RemoteTensor) => Effect.gen(function* () {
+  const start = performance.now()
+  const t = upload()
+  yield* mesh.fetch(t.narrow(0, 0, 1).narrow(1, 0, 1), rank)
+  const ms = performance.now() - start
+  t.release()
+  return ms
+})
+
+const local = ManagedRuntime.make(Controller.local({ world: 2, onWorkerLine: () => {} }))
+const socketOnly = ManagedRuntime.make(Controller.layerLocal({ world: 2, onWorkerLine: () => {} }).pipe(Layer.provide(Layer.mergeAll(Launcher.layer, Layer.succeed(Transport, {
+  listen: (o: Parameters<typeof listen>[0]) => listen({ ...o, sharedMemory: false }),
+})))))
+
+const program = (sockets: Mesh) => Effect.gen(function* () {
   const mesh: Mesh = yield* (yield* Controller).mesh({ dp: 2 })
+  const first = yield* mesh.slice({ dp: 0 }), firstBySocket = yield* Effect.promise(() => socketOnly.runPromise(sockets.slice({ dp: 0 })))
+  const bySocket = <A>(e: Effect.Effect<A, unknown, Controller>) => Effect.promise(() => socketOnly.runPromise(e))
   const on = opsOn(mesh)
   const t = on.full([BYTES / 4], 1.5)
   const host = new HostTensor("f32", [2, BYTES / 8], source)
   yield* mesh.fetch(t)
-  const rows = { memcpy: [] as number[], fresh: [] as number[], socket: [] as number[], shm: [] as number[], fetch: [] as number[], fetchSocket: [] as number[], upload: [] as number[], sharded: [] as number[] }
+  // A first upload of each kind, so the segment is there and the workers' memory touched once.
+  yield* uploadMs(first, 0, () => fromHost(first, host))
+  yield* bySocket(uploadMs(firstBySocket, 0, () => fromHost(firstBySocket, host)))
+  const rows = { memcpy: [] as number[], fresh: [] as number[], socket: [] as number[], shm: [] as number[], fetch: [] as number[], fetchSocket: [] as number[], uploadShared: [] as number[], uploadSocket: [] as number[], upload: [] as number[], sharded: [] as number[], shardedSocket: [] as number[] }
   for (let run = 0; run < RUNS; run++) {
     rows.memcpy.push(gbps(BYTES, timed(() => target.set(source))))
     rows.fresh.push(gbps(BYTES, timed(() => Bun.allocUnsafe(BYTES).set(source))))
@@ -90,16 +115,11 @@ const program = Effect.gen(function* () {
     start = performance.now()
     yield* mesh.fetch([t])
     rows.fetchSocket.push(gbps(BYTES, performance.now() - start))
-    start = performance.now()
-    const up = fromHost(mesh, host)
-    yield* mesh.fetch(up.sum(), 1)
-    rows.upload.push(gbps(2 * BYTES, performance.now() - start))
-    up.release()
-    start = performance.now()
-    const half = fromHost(mesh, host, { dp: shard(0) })
-    yield* mesh.fetch(half.sum(), 1)
-    rows.sharded.push(gbps(BYTES, performance.now() - start))
-    half.release()
+    rows.uploadShared.push(gbps(BYTES, yield* uploadMs(first, 0, () => fromHost(first, host))))
+    rows.uploadSocket.push(gbps(BYTES, yield* bySocket(uploadMs(firstBySocket, 0, () => fromHost(firstBySocket, host)))))
+    rows.upload.push(gbps(2 * BYTES, yield* uploadMs(mesh, 1, () => fromHost(mesh, host))))
+    rows.sharded.push(gbps(BYTES, yield* uploadMs(mesh, 1, () => fromHost(mesh, host, { dp: shard(0) }))))
+    rows.shardedSocket.push(gbps(BYTES, yield* bySocket(uploadMs(sockets, 1, () => fromHost(sockets, host, { dp: shard(0) })))))
   }
   const m = Object.fromEntries(Object.entries(rows).map(([k, v]) => [k, median(v)])) as Record<keyof typeof rows, number>
   const x = (a: number, b: number) => `${(a / b).toFixed(2)}x`
@@ -112,8 +132,14 @@ const program = Effect.gen(function* () {
   row("peer: /dev/shm file written, then read into a preallocated buffer", m.shm)
   row("ours: fetch of one f32 tensor from rank 0 (through the link's shared-memory segment)", m.fetch)
   row("ours: the same tensor fetched as a one-element list (by the socket)", m.fetchSocket)
-  row("ours: fromHost to both ranks (replicated; both links' bytes)", m.upload)
-  row("ours: fromHost with dp: shard(0) (each rank its half; the batch's bytes)", m.sharded)
+  row("ours: upload of one f32 tensor to rank 0 (fromHost; through the upload segment)", m.uploadShared)
+  row("ours: the same upload by the socket (shared memory off; read straight into the tensor)", m.uploadSocket)
+  row("ours: fromHost to both ranks (replicated, through the segment; both ranks' bytes)", m.upload)
+  row("ours: fromHost with dp: shard(0) (each rank its half, through the segment; the batch's bytes)", m.sharded)
+  row("ours: the same sharded batch by the socket (the batch's bytes)", m.shardedSocket)
 })
 
-await Effect.runPromise(program.pipe(Effect.provide(Controller.local({ world: 2, onWorkerLine: () => {} }))))
+const sockets = await socketOnly.runPromise(Effect.flatMap(Effect.service(Controller), (ctl) => ctl.mesh({ dp: 2 })))
+await local.runPromise(program(sockets))
+await socketOnly.dispose()
+await local.dispose()

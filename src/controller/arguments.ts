@@ -8,7 +8,7 @@ import type { TensorMeta } from "../ops/meta.ts"
 import { UNKNOWN_TENSOR } from "../ops/registry.ts"
 import { floatProblem, hostTensorProblem, isWireFloat, MAX_NDIM, scalarProblem } from "../protocol/validate.ts"
 import type { Value } from "../protocol/messages.ts"
-import { DTYPES, FloatNumber, HostTensor } from "../protocol/values.ts"
+import { DTYPES, FloatNumber, HostTensor, SharedTensor, type DType } from "../protocol/values.ts"
 import type { BorrowState } from "./borrows.ts"
 import { refuse } from "./errors.ts"
 import type { Core } from "./core.ts"
@@ -73,6 +73,15 @@ export class Arguments {
       return v
     }
     if (v instanceof Uint8Array) return v
+    // A typed array of a tensor dtype is that 1-dim host tensor, its bytes as they are (no copy).
+    if (ArrayBuffer.isView(v)) {
+      const dtype = typedDtype(v)
+      if (dtype === undefined) throw refuse("argument", `a ${v.constructor.name} is not a tensor's elements (Float32Array, Float64Array, Float16Array, Int32Array or BigInt64Array; a Uint8Array is bytes)`)
+      const n = (v as Float32Array).length
+      return new HostTensor(dtype, [n], new Uint8Array(v.buffer, v.byteOffset, v.byteLength))
+    }
+    // A host block already in the upload segment (fromHost's, placed through Sink.share).
+    if (v instanceof SharedTensor) return v
     if (v instanceof FloatNumber) {
       if (!isWireFloat(v.value)) throw refuse("argument", floatProblem(v.value))
       return v
@@ -90,6 +99,11 @@ export class Arguments {
   }
 }
 
+/** The dtype whose elements a typed array holds, or undefined for one that holds none's. */
+const typedDtype = (v: ArrayBufferView): DType | undefined =>
+  v instanceof Float32Array ? "f32" : v instanceof Float64Array ? "f64" : v instanceof Int32Array ? "i32" : v instanceof BigInt64Array ? "i64"
+  : typeof Float16Array !== "undefined" && v instanceof Float16Array ? "f16" : undefined
+
 /** A result's metadata as given by the program: later commands (reduce, send) put it on the wire. */
 export const checkMeta = (m: TensorMeta, i: number): TensorMeta => {
   const shapeOk = Array.isArray(m?.shape) && m.shape.length <= MAX_NDIM && m.shape.every((d) => Number.isSafeInteger(d) && d >= 0)
@@ -99,8 +113,12 @@ export const checkMeta = (m: TensorMeta, i: number): TensorMeta => {
 
 /** A tree of arguments with tensors replaced by their metadata (UNKNOWN_TENSOR where unknown). */
 export const metasOf = (v: unknown): unknown => {
-  if (typeof v !== "object" || v === null || v instanceof HostTensor || v instanceof Uint8Array || v instanceof FloatNumber) return v
+  if (typeof v !== "object" || v === null || v instanceof HostTensor || v instanceof SharedTensor || v instanceof Uint8Array || v instanceof FloatNumber) return v
   if (v instanceof TensorHandle) return v.meta ?? UNKNOWN_TENSOR
+  if (ArrayBuffer.isView(v)) {
+    const dtype = typedDtype(v)
+    return dtype === undefined ? v : { dtype, shape: [(v as Float32Array).length] }
+  }
   if (Array.isArray(v)) return v.map(metasOf)
   return Object.fromEntries(Object.keys(v).map((k) => [k, metasOf((v as Record<string, unknown>)[k])]))
 }

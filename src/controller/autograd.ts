@@ -155,7 +155,7 @@ export const tapeOp = (on: OpSurface, name: OpName, args: ReadonlyArray<unknown>
   results.forEach((result, at) => {
     if (result.meta === undefined || !isFloating(result.meta.dtype)) return
     tapeCall(`ops.${name}`, result, inputs, [...inputs, ...results], (grad, needs) => {
-      const c: GradContext<ReadonlyArray<Param>, RemoteTensor> = { args: bound as never, out: result, outs: results, index: at, grad, meta: metaOf }
+      const c: GradContext<ReadonlyArray<Param>, RemoteTensor> = { args: bound as never, out: result, outs: results, index: at, grad, meta: metaOf, layout: (t) => t.layout }
       const thunks = (rule as (c: unknown, o: GradOps<RemoteTensor>) => Record<string, (() => RemoteTensor | ReadonlyArray<RemoteTensor>) | undefined>)(c, opsFor(on, result.mesh))
       const values = new Map<string, RemoteTensor | ReadonlyArray<RemoteTensor> | undefined>()
       return owners.map(({ name, index }, i) => {

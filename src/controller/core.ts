@@ -13,7 +13,8 @@ import { Effect, Result } from "effect"
 import { encodeMessageParts } from "../protocol/codec.ts"
 import type { ControllerMessage, Value, WorkerMessage } from "../protocol/messages.ts"
 import { DEFAULT_RECORDING_LIMITS, readRecordingLimits, type RecordingLimits } from "../protocol/recordingLimits.ts"
-import { Ref, type Device, type ErrorPayload } from "../protocol/values.ts"
+import { HostTensor, Ref, type Device, type DType, type ErrorPayload, type SharedTensor } from "../protocol/values.ts"
+import type { ControllerUploads } from "../net/uploads.ts"
 import type { ProcessExit } from "../launcher/index.ts"
 import { ControllerError, DeadlineExceeded, RemoteError, WorkerLost, type Failure } from "./errors.ts"
 import { Graph, type Exchange, type Node } from "./graph.ts"
@@ -391,6 +392,7 @@ export class Core implements Sink {
 
   /** Queues a message without an ident for `ranks`. */
   post(ranks: ReadonlyArray<number>, msg: WorkerMessage): void {
+    if (msg._tag === "CallFunction") msg = this.shareHostTensors(ranks, msg)
     for (const r of ranks) if (!this.graph.isLost(r)) this.outbox[r]!.push(msg)
     if (++this.queued >= this.flushEvery) this.flush()
     else this.scheduleFlush()
@@ -430,10 +432,69 @@ export class Core implements Sink {
   commandEach(ranks: ReadonlyArray<number>, label: string, inputs: ReadonlyArray<number>, defines: ReadonlyArray<number>, site: CallSite | undefined, make: (ident: number, rank: number) => WorkerMessage): Node {
     const ident = this.nextIdent++
     const node = this.graph.add(ident, ranks, inputs, defines, label, site)
-    for (const r of ranks) if (!this.graph.isLost(r)) this.outbox[r]!.push(make(ident, r))
+    for (const r of ranks) if (!this.graph.isLost(r)) {
+      const m = make(ident, r)
+      this.outbox[r]!.push(m._tag === "CallFunction" ? this.shareHostTensors([r], m) : m)
+    }
     if (++this.queued >= this.flushEvery) this.flush()
     else this.scheduleFlush()
     return node
+  }
+
+  /**
+   * A host tensor's place in the upload segment the links of `ranks` share (src/net/uploads.ts),
+   * written by `fill`, held until each of them has copied it out; undefined when it goes in the
+   * command instead (a rank of another host, shared memory off, too small, no room). Before a
+   * new segment is offered, what is queued goes out, so no command names a retired one after.
+   */
+  share(ranks: ReadonlyArray<number>, dtype: DType, shape: ReadonlyArray<number>, fill: (into: Uint8Array) => void): SharedTensor | undefined {
+    const uploads = this.uploadsOf(ranks)
+    return uploads?.place(ranks, dtype, shape, fill, () => this.flush())
+  }
+
+  /** The upload segments every one of `ranks`' links shares, if they share one. */
+  private uploadsOf(ranks: ReadonlyArray<number>): ControllerUploads | undefined {
+    const first = ranks.length === 0 ? undefined : this.links[ranks[0]!]?.uploads
+    if (first === undefined) return undefined
+    for (const r of ranks) if (this.links[r]?.uploads !== first) return undefined
+    return first
+  }
+
+  /** A CallFunction for `ranks` (those not lost) with its large host tensors moved into their upload segment (the same message when none moved). */
+  private shareHostTensors(ranks: ReadonlyArray<number>, msg: Extract<WorkerMessage, { _tag: "CallFunction" }>): WorkerMessage {
+    const uploads = this.links[ranks[0]!]?.uploads
+    if (uploads === undefined) return msg
+    let moved = false, live: ReadonlyArray<number> | undefined
+    const swap = (v: Value): Value => {
+      if (v instanceof HostTensor) {
+        if (v.data.byteLength < uploads.minBytes) return v
+        live ??= ranks.filter((r) => !this.graph.isLost(r))
+        if (this.uploadsOf(live) !== uploads) return v
+        const at = uploads.place(live, v.dtype, v.shape, (into) => into.set(v.data), () => this.flush())
+        if (at === undefined) return v
+        moved = true
+        return at
+      }
+      if (Array.isArray(v)) {
+        let out: Value[] | undefined
+        for (let i = 0; i < v.length; i++) {
+          const x = v[i] as Value, y = swap(x)
+          if (y !== x) (out ??= [...v])[i] = y
+        }
+        return out ?? v
+      }
+      if (v !== null && typeof v === "object" && Object.getPrototypeOf(v) === Object.prototype) {
+        let out: Record<string, Value> | undefined
+        for (const key in v) {
+          const x = (v as Record<string, Value>)[key]!, y = swap(x)
+          if (y !== x) (out ??= { ...(v as Record<string, Value>) })[key] = y
+        }
+        return out ?? v
+      }
+      return v
+    }
+    const args = swap(msg.args) as ReadonlyArray<Value>, kwargs = swap(msg.kwargs) as Readonly<Record<string, Value>>
+    return moved ? { ...msg, args, kwargs } : msg
   }
 
   /**

@@ -27,7 +27,7 @@ export { AUTOCAST_LISTS, autocast, autocastDtype, type AutocastLists, type LowDT
 export { customGrad, noGrad, recordBackward, zeroGrad, type TensorGrad } from "./autograd.ts"
 export { allGather, allReduce, allToAll, copyTo, reduceScatter, sendTo } from "./meshgrad.ts"
 export { blockOf, partial, replicate, replicated, shard, shardedDims, type DimPlacement, type Placement, type PlacementSpec } from "./placement.ts"
-export { eager, fromHost, ops, opsOn, type OpFunction, type OpMethod, type Ops, type TensorMethods } from "./ops.ts"
+export { eager, fromHost, ops, opsOn, type FromHostOptions, type OpFunction, type OpMethod, type Ops, type TensorMethods } from "./ops.ts"
 export type { TensorMeta } from "../ops/meta.ts"
 export { defineFunction, type FunctionContext, type Group, type GroupReduction, type RemoteFunction } from "../worker/function.ts"
 export { float, FloatNumber, HostTensor, type DType } from "../protocol/values.ts"

@@ -12,6 +12,7 @@ import { Context, Data, Effect, Layer, type Scope } from "effect"
 import { Connection } from "../net/connection.ts"
 import { MAX_HELLO_BYTES, newNonce, proof, proves, tcpChannel, unixChannel, type Transcript } from "../net/handshake.ts"
 import { ControllerSegments, DEFAULT_SHARED_MIN_BYTES, SegmentRefused } from "../net/shm.ts"
+import { ControllerUploads } from "../net/uploads.ts"
 import { decodeControllerMessage } from "../protocol/codec.ts"
 import { DEFAULT_MAX_FRAME_BYTES } from "../protocol/framing.ts"
 import type { ControllerMessage, WorkerHello, WorkerMessage } from "../protocol/messages.ts"
@@ -31,6 +32,8 @@ export interface WorkerLink {
   /** Sends a raw frame body (tests of bad input only). */
   readonly sendRawForTestsOnly: (body: Uint8Array) => void
   readonly close: () => void
+  /** The upload segment this link's worker shares with the others of this host (src/net/uploads.ts); undefined for a link from another host, or with shared memory off. */
+  readonly uploads?: ControllerUploads | undefined
 }
 
 export interface ListenerEvents {
@@ -72,13 +75,16 @@ export interface ListenOptions extends ListenerEvents {
   /** Whether the listener and its links alone keep this process running (default true); false: they let it exit once nothing else holds it. */
   readonly holdsProcess?: boolean
   /**
-   * Shared memory with workers on this host (over a Unix socket or loopback): a fetched tensor
-   * of at least `minBytes` (default DEFAULT_SHARED_MIN_BYTES) moves through a segment both keep
-   * mapped (src/net/shm.ts); false: every byte goes by the socket.
+   * Shared memory with workers on this host (over a Unix socket or loopback): a fetched or
+   * uploaded tensor of at least `minBytes` (default DEFAULT_SHARED_MIN_BYTES) moves through a
+   * segment both keep mapped (src/net/shm.ts, src/net/uploads.ts); false: every byte goes by the
+   * socket.
    */
   readonly sharedMemory?: false | { readonly minBytes?: number }
   /** Called with each admitted link's segments (tests and the bench count what went through them). */
   readonly onSegments?: (rank: number, segments: ControllerSegments) => void
+  /** Called once with the upload segments of this listener's local links (tests and the bench count them). */
+  readonly onUploads?: (uploads: ControllerUploads) => void
 }
 
 export { MAX_HELLO_BYTES } from "../net/handshake.ts"
@@ -122,6 +128,12 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
     const maxPending = o.maxPendingConnections ?? MAX_PENDING_CONNECTIONS
     /** Connections not admitted yet, oldest first. */
     const pending = new Set<State>()
+    const minBytes = o.sharedMemory === false ? undefined : o.sharedMemory?.minBytes ?? DEFAULT_SHARED_MIN_BYTES
+    const uploads = minBytes === undefined ? undefined : new ControllerUploads(minBytes)
+    if (uploads !== undefined) {
+      o.onUploads?.(uploads)
+      yield* Effect.addFinalizer(() => Effect.sync(() => uploads.close()))
+    }
     const open = (socket: Socket<State>) => {
       socket.setNoDelay?.(true)
       if (o.holdsProcess === false) socket.unref()
@@ -166,6 +178,7 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
             }
             clearTimeout(state.helloTimer)
             pending.delete(state)
+            const local = o.unix !== undefined || LOOPBACK.has(socket.remoteAddress)
             const link: WorkerLink = {
               hello: msg,
               host: socket.remoteAddress || "local",
@@ -173,6 +186,7 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
               sendEncoded: (parts) => !state.conn.closed && (state.conn.writer.write(parts), true),
               sendRawForTestsOnly: (body) => void state.conn.writer.write(body),
               close: () => state.conn.close(),
+              uploads: local ? uploads : undefined,
             }
             o.onWorker(link)
             // A link onWorker closed at once was refused (its rank is taken, say): it never
@@ -180,9 +194,9 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
             if (state.conn.closed) return
             state.link = link
             state.conn.reader.maxFrameBytes = o.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES
-            const local = o.unix !== undefined || LOOPBACK.has(socket.remoteAddress)
-            state.segments = new ControllerSegments(o.sharedMemory === false || !local ? undefined : o.sharedMemory?.minBytes ?? DEFAULT_SHARED_MIN_BYTES)
+            state.segments = new ControllerSegments(local ? minBytes : undefined)
             o.onSegments?.(msg.rank, state.segments)
+            if (local) uploads?.attach(msg.rank, link.send)
           },
           onInvalid: (e) => {
             if (!state.link) {
@@ -194,6 +208,7 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
           },
           onClose: () => {
             state.segments?.close()
+            if (state.link !== undefined) state.link.uploads?.detach(state.link.hello.rank)
             clearTimeout(state.helloTimer)
             pending.delete(state)
             if (state.link) o.onDisconnect(state.link.hello.rank)
@@ -224,8 +239,18 @@ export const listen = (o: ListenOptions): Effect.Effect<Listener, ListenError, S
     const shared = (link: WorkerLink, segments: ControllerSegments, msg: ControllerMessage) => {
       const rank = link.hello.rank
       if (msg._tag === "SegmentMapped") {
+        if (link.uploads?.mapped(rank, msg.segment, msg.problem)) return
         try {
           segments.mapped(msg.segment, msg.problem)
+        } catch (e) {
+          o.onProblem(`rank ${rank}: ${(e as SegmentRefused).message}`)
+        }
+        return
+      }
+      if (msg._tag === "UploadTaken") {
+        try {
+          if (link.uploads === undefined) throw new SegmentRefused({ message: `UploadTaken for upload segment ${msg.segment}: this link was offered none` })
+          link.uploads.taken(rank, msg.segment, msg.offsets)
         } catch (e) {
           o.onProblem(`rank ${rank}: ${(e as SegmentRefused).message}`)
         }

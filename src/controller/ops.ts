@@ -212,15 +212,22 @@ export const surface = (mesh?: Mesh): Ops => (mesh === undefined ? ops : opsOn(m
  * device: the HostTensor travels with the command and each rank makes its copy (`ops.clone`).
  * With a `placement` that shards a dim over mesh dims (`{ dp: shard(0) }`: each dp rank its
  * rows), the controller splits the host value and sends each rank only its block; the result
- * has that placement. A dim that does not split evenly, or a partial placement, is refused.
+ * has that placement. A dim that does not split evenly is refused unless `uneven` says what to do,
+ * as torch's DistributedSampler does with a dataset that does not divide: "pad" gives each block
+ * ceil(n / parts) rows, the rows past the end taken again from the start (drop_last=False);
+ * "drop" gives each floor(n / parts), leaving off the last rows (drop_last=True). A partial
+ * placement is refused.
  */
-export const fromHost = <D extends DType>(mesh: Mesh, host: HostTensor<D>, placement?: PlacementSpec): RemoteTensor<D> => {
+export const fromHost = <D extends DType>(mesh: Mesh, host: HostTensor<D>, placement?: PlacementSpec, options: FromHostOptions = {}): RemoteTensor<D> => {
+  const uneven = options.uneven
+  if (uneven !== undefined && uneven !== "pad" && uneven !== "drop") throw refuse("argument", `fromHost: uneven is "pad" or "drop", not ${JSON.stringify(uneven)}`)
   const sharding = placement === undefined ? [] : mesh.names.flatMap((name, i) => {
     const d = placement[name]
     if (d?.kind === "partial") throw refuse("placement", `fromHost: a host value is whole, so it cannot be placed partial on ${name}`)
     return d?.kind === "shard" ? [{ meshDim: i, dim: d.dim }] : []
   })
   if (sharding.length === 0) {
+    if (uneven !== undefined) throw refuse("placement", `fromHost: uneven: "${uneven}" is for a sharded placement; this one shards no dim`)
     const t = invoke("clone", mesh, [host]) as RemoteTensor<D>
     return placement === undefined ? t : t.place(placement)
   }
@@ -229,41 +236,64 @@ export const fromHost = <D extends DType>(mesh: Mesh, host: HostTensor<D>, place
   // Per tensor dim, how many blocks it splits into (the sizes of the mesh dims sharding it).
   const parts = host.shape.map((_, k) => sharding.filter((s) => s.dim === k).reduce((n, s) => n * mesh.layout.sizes[s.meshDim]!, 1))
   host.shape.forEach((size, k) => {
-    if (size % parts[k]! !== 0) throw refuse("placement", `fromHost: dim ${k} of ${host.dtype}[${host.shape}] (${size}) does not split into ${parts[k]} equal blocks`)
+    if (size % parts[k]! !== 0 && uneven === undefined)
+      throw refuse("placement", `fromHost: dim ${k} of ${host.dtype}[${host.shape}] (${size}) does not split into ${parts[k]} equal blocks; pass { uneven: "pad" } or { uneven: "drop" } (DistributedSampler's drop_last=False or True)`)
+    if (size === 0 && uneven === "pad" && parts[k]! > 1) throw refuse("placement", `fromHost: dim ${k} of ${host.dtype}[${host.shape}] is empty: there are no rows to pad with`)
   })
-  const sizes = host.shape.map((size, k) => size / parts[k]!)
+  const sizes = host.shape.map((size, k) => (uneven === "pad" ? Math.ceil(size / parts[k]!) : Math.floor(size / parts[k]!)))
   const t = mesh.issueEach("ops.clone", (rank) => {
     const coords = mesh.layout.coordinates(rank)!
     // A dim sharded over several mesh dims is split by them in mesh order (the first outermost).
     const index = host.shape.map(() => 0)
     for (const s of sharding) index[s.dim] = index[s.dim]! * mesh.layout.sizes[s.meshDim]! + coords[s.meshDim]!
-    return [hostBlock(host, index.map((b, k) => b * sizes[k]!), sizes)]
+    const starts = index.map((b, k) => b * sizes[k]!)
+    // Straight into the upload segment when the rank's link has one: the block's one copy.
+    return [mesh.core.sink.share([rank], host.dtype, sizes, (into) => copyBlock(host, starts, sizes, into)) ?? hostBlock(host, starts, sizes)]
   }, mesh.core.site(1)) as RemoteTensor<D>
   return t.place(placement!)
 }
 
-/** The block of `host` of `sizes` from `starts`, copied: one contiguous run per index over the dims before the last split one. */
+/** What fromHost does with a sharded dim that does not split evenly (see fromHost). */
+export interface FromHostOptions {
+  readonly uneven?: "pad" | "drop"
+}
+
+/** The block of `host` of `sizes` from `starts`, copied into memory of its own. */
 const hostBlock = <D extends DType>(host: HostTensor<D>, starts: ReadonlyArray<number>, sizes: ReadonlyArray<number>): HostTensor<D> => {
+  const out = new Uint8Array(sizes.reduce((a, b) => a * b, ITEM_SIZE[host.dtype]))
+  copyBlock(host, starts, sizes, out)
+  return new HostTensor(host.dtype, sizes, out)
+}
+
+/**
+ * Copies the block of `host` of `sizes` from `starts` into `out`: one contiguous run per index
+ * over the dims before the last split one. An index past a dim's end wraps to its start (a padded
+ * block), so a run along the last split dim is then copied in pieces.
+ */
+const copyBlock = (host: HostTensor, starts: ReadonlyArray<number>, sizes: ReadonlyArray<number>, out: Uint8Array): void => {
   const shape = host.shape, ndim = shape.length
   const strides = new Array<number>(ndim)
   for (let d = ndim - 1, s = ITEM_SIZE[host.dtype]; d >= 0; d--) { strides[d] = s; s *= shape[d]! }
   let split = ndim - 1
   while (split >= 0 && sizes[split] === shape[split]) split--
-  if (split < 0) return new HostTensor(host.dtype, shape, host.data.slice())
-  const run = sizes[split]! * strides[split]!
-  const out = new Uint8Array(sizes.reduce((a, b) => a * b, ITEM_SIZE[host.dtype]))
+  if (split < 0) return void out.set(host.data)
+  const item = strides[split]!, n = shape[split]!, size = sizes[split]!
   const index = new Array<number>(split).fill(0)
-  for (let at = 0; at < out.byteLength; at += run) {
-    let from = starts[split]! * strides[split]!
-    for (let d = 0; d < split; d++) from += (starts[d]! + index[d]!) * strides[d]!
-    out.set(host.data.subarray(from, from + run), at)
+  for (let at = 0; at < out.byteLength;) {
+    let base = 0
+    for (let d = 0; d < split; d++) base += ((starts[d]! + index[d]!) % shape[d]!) * strides[d]!
+    for (let i = 0; i < size;) {
+      const from = (starts[split]! + i) % n, count = Math.min(size - i, n - from)
+      out.set(host.data.subarray(base + from * item, base + (from + count) * item), at)
+      at += count * item
+      i += count
+    }
     for (let d = split - 1; d >= 0; d--) {
       index[d] = index[d]! + 1
       if (index[d] !== sizes[d]) break
       index[d] = 0
     }
   }
-  return new HostTensor(host.dtype, sizes, out)
 }
 
 /**

@@ -8,6 +8,7 @@
  */
 import type { Effect } from "effect"
 import type { Value, WorkerMessage } from "../protocol/messages.ts"
+import type { DType, SharedTensor } from "../protocol/values.ts"
 import type { ControllerError, Failure } from "./errors.ts"
 import type { Exchange, Node } from "./graph.ts"
 import type { TensorHandle } from "./handles.ts"
@@ -26,6 +27,11 @@ export interface Sink {
   commandEach(ranks: ReadonlyArray<number>, label: string, inputs: ReadonlyArray<number>, defines: ReadonlyArray<number>, site: CallSite | undefined, make: (ident: number, rank: number) => WorkerMessage): Node
   /** Fetches a value from `ranks` (see Core.fetch). */
   fetch(ranks: ReadonlyArray<number>, inputs: ReadonlyArray<number>, label: string, site: CallSite | undefined, make: (ident: number) => WorkerMessage, deadlineMs?: number, late?: boolean): Effect.Effect<ReadonlyArray<Value>, Failure | ControllerError>
+  /**
+   * A host tensor for `ranks` placed in the shared-memory segment their links share, written by
+   * `fill` (Core.share); undefined when it must travel in the command.
+   */
+  share(ranks: ReadonlyArray<number>, dtype: DType, shape: ReadonlyArray<number>, fill: (into: Uint8Array) => void): SharedTensor | undefined
   /** Deletes refs on `ranks`, in command order. */
   release(ranks: ReadonlyArray<number>, refs: ReadonlyArray<number>): void
   /** A tensor handle was made. */

@@ -8,7 +8,7 @@ import type { Socket } from "bun"
 import { Result } from "effect"
 import { encodeMessageParts } from "../protocol/codec.ts"
 import type { WireError } from "../protocol/errors.ts"
-import { FrameReader, FrameWriter, type FrameOwnership } from "../protocol/framing.ts"
+import { FrameReader, FrameWriter, type FrameOwnership, type FrameReaderOptions } from "../protocol/framing.ts"
 import type { Message } from "../protocol/messages.ts"
 
 export interface ConnectionHandlers<In> {
@@ -30,13 +30,14 @@ export class Connection<In> {
     readonly socket: Socket<unknown>,
     private readonly handlers: ConnectionHandlers<In>,
     maxFrameBytes?: number,
+    direct?: FrameReaderOptions["direct"],
   ) {
     this.writer = new FrameWriter(socket)
     this.reader = new FrameReader((body, ownership) => {
       const decoded = handlers.decode(body, ownership)
       if (Result.isSuccess(decoded)) handlers.onMessage(decoded.success)
       else handlers.onInvalid(decoded.failure)
-    }, maxFrameBytes === undefined ? {} : { maxFrameBytes })
+    }, { ...(maxFrameBytes === undefined ? {} : { maxFrameBytes }), ...(direct === undefined ? {} : { direct }) })
   }
 
   /** Socket `data` handler. Once this side has closed, nothing more is read. */

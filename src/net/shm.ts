@@ -107,6 +107,30 @@ export interface SegmentOffer {
   readonly minBytes: number
 }
 
+let lastSegmentId = 0
+/** A fresh segment id: unique in this process, so one answer (SegmentMapped) names one segment of any kind. */
+export const nextSegmentId = (): number => ++lastSegmentId
+
+/** A fresh memfd of `bytes`, sized and mapped (faulted in); throws SegmentRefused when this host cannot (the descriptor closed). */
+export const makeMemfd = (bytes: number): { readonly fd: number; readonly map: Mapping } => {
+  const fd = c().memfd_create(Buffer.from(`${SEGMENT_NAME}\0`), MFD_CLOEXEC)
+  if (fd < 0) throw new SegmentRefused({ message: "memfd_create failed" })
+  try {
+    ftruncateSync(fd, bytes)
+    return { fd, map: Mapping.of(fd, bytes) }
+  } catch (e) {
+    closeSync(fd)
+    throw e
+  }
+}
+
+/** Fresh random check bytes, written where the worker looks for them; returned for the offer. */
+export const writeCheck = (map: Mapping): Uint8Array => {
+  const check = new Uint8Array(randomBytes(CHECK_BYTES))
+  map.view.set(check, CHECK_AT)
+  return check
+}
+
 /** The segment for a tensor of `bytes`: it and the header rounded up to whole MiB, so a segment is at most one copy of the tensor and a MiB. */
 export const segmentSizeFor = (bytes: number): number => Math.max(MIN_SEGMENT_BYTES, Math.ceil((bytes + HEADER_BYTES) / MIN_SEGMENT_BYTES) * MIN_SEGMENT_BYTES)
 
@@ -121,7 +145,6 @@ const nap = new Int32Array(new SharedArrayBuffer(4))
  * until the worker answers), the current segment, and the copy out of a FetchShared.
  */
 export class ControllerSegments {
-  private nextId = 1
   private offered: { readonly id: number; readonly fd: number; readonly map: Mapping } | undefined
   private readonly maps = new Map<number, Mapping>()
   private current: number | undefined
@@ -139,19 +162,15 @@ export class ControllerSegments {
     if (minBytes === undefined || this.refused || this.offered !== undefined || bytes < minBytes || bytes > MAX_SEGMENT_BYTES) return undefined
     if (this.current !== undefined && this.maps.get(this.current)!.bytes >= bytes) return undefined
     const size = segmentSizeFor(bytes)
-    const fd = c().memfd_create(Buffer.from(`${SEGMENT_NAME}\0`), MFD_CLOEXEC)
-    if (fd < 0) return void (this.refused = true)
-    let map: Mapping
+    let made: { readonly fd: number; readonly map: Mapping }
     try {
-      ftruncateSync(fd, size)
-      map = Mapping.of(fd, size)
+      made = makeMemfd(size)
     } catch {
-      closeSync(fd)
       return void (this.refused = true)
     }
-    const check = new Uint8Array(randomBytes(CHECK_BYTES))
-    map.view.set(check, CHECK_AT)
-    const id = this.nextId++
+    const { fd, map } = made
+    const check = writeCheck(map)
+    const id = nextSegmentId()
     this.offered = { id, fd, map }
     this.counts.offers++
     return { segment: id, path: `/proc/${process.pid}/fd/${fd}`, bytes: size, check, minBytes }

@@ -13,6 +13,7 @@
 import type { DType } from "../protocol/values.ts"
 import { numelOf, type TensorMeta } from "./meta.ts"
 import type { Bound, Param } from "./params.ts"
+import type { Strided } from "./strided.ts"
 import { isFloating, type Scalar } from "./promotion.ts"
 
 /** An op with no gradient (comparisons, indices, in-place forms, random creation): said explicitly, never by omission. */
@@ -103,6 +104,8 @@ export interface GradContext<P extends ReadonlyArray<Param>, T> {
   readonly index: number
   readonly grad: T
   meta(t: T): TensorMeta
+  /** Where a tensor lies in its storage, where known (as_strided's rule reads its input's). */
+  layout(t: T): Strided | undefined
 }
 
 type TensorKind = "tensor" | "tensorOrScalar" | "tensors"

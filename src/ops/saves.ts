@@ -57,6 +57,7 @@ export const SAVES: { readonly [N in OpName]?: Saves | ((a: Bound<ReadonlyArray<
   transpose: NONE, t: NONE, permute: NONE, reshape: NONE, view: NONE, flatten: NONE, squeeze: NONE, unsqueeze: NONE,
   expand: NONE, broadcast_to: NONE, contiguous: NONE, clone: NONE, to: NONE, narrow: NONE, select: NONE, slice: NONE,
   flip: NONE, cat: NONE, stack: NONE, split: NONE, chunk: NONE, unbind: NONE, repeat: NONE, tril: NONE, triu: NONE,
+  alias: NONE, diagonal: NONE, unfold: NONE, as_strided: NONE,
   index_select: { input: ["index"] },
   gather: { input: ["input", "index"] },
   scatter: { input: ["index"], src: ["index"] },

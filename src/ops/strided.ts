@@ -19,9 +19,6 @@ export const contiguousStrides = (shape: ReadonlyArray<number>): number[] => {
   return s
 }
 
-/** A tensor of its own storage: row-major from element 0. */
-export const dense = (shape: ReadonlyArray<number>): Strided => ({ shape, strides: contiguousStrides(shape), offset: 0 })
-
 /** torch's is_contiguous: row-major strides, size-1 dims aside; an empty tensor is. */
 export const isContiguous = (shape: ReadonlyArray<number>, strides: ReadonlyArray<number>): boolean => {
   if (numelOf(shape) === 0) return true

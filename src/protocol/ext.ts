@@ -3,7 +3,7 @@
  * ext type, and the ExtensionCodecs that carry them (one for encoding, one for decoding: the
  * library hands each its call's context).
  *
- * Ext types (application types 1..5). Integers are little-endian. "u64" is an unsigned
+ * Ext types (application types 1..6). Integers are little-endian. "u64" is an unsigned
  * 64-bit integer that must also be a safe integer (< 2^53). dtype is the index in DTYPES:
  * f32 0, f64 1, f16 2, bf16 3, i32 4, i64 5, u8 6, bool 7. ndim is at most 8.
  *
@@ -22,6 +22,8 @@
  *   5 ErrorPayload   a msgpack array [type: str, message: str, frames] or [type, message,
  *                    frames, reason: str], frames an array of [file: str, line: uint,
  *                    function: str].
+ *   6 SharedTensor   u8 dtype, u8 ndim, u64 segment, u64 offset, u64 shape[ndim]:
+ *                    18 + 8 * ndim bytes (the bytes lie in an upload segment, not here).
  *
  * A payload that fails its layout check decodes as a BadExt, which the field's check reports
  * where it sits (validate.ts).
@@ -31,10 +33,10 @@ import type { DecodeContext, EncodeContext } from "./context.ts"
 import { NDSlice } from "./ndslice.ts"
 import { markBadStrings, scan } from "./scan.ts"
 import { BadExt, byteSize, copyOf, expected, isNatural, MAX_NDIM, NOT_UTF8, shapeText, U32_MAX } from "./validate.ts"
-import { DTYPES, ErrorPayload, HostTensor, Ref, TensorFactory, type Device, type Frame } from "./values.ts"
+import { DTYPES, ErrorPayload, HostTensor, Ref, SharedTensor, TensorFactory, type Device, type Frame } from "./values.ts"
 
 /** The ext type of each wire value. */
-export const EXT_TYPES = { Ref: 1, NDSlice: 2, TensorFactory: 3, HostTensor: 4, ErrorPayload: 5 } as const
+export const EXT_TYPES = { Ref: 1, NDSlice: 2, TensorFactory: 3, HostTensor: 4, ErrorPayload: 5, SharedTensor: 6 } as const
 /** HostTensors at least this big are not copied into the encoder's buffer (see encodeMessageParts). */
 export const OUT_OF_LINE_BYTES = 64 * 1024
 export const DEVICES: ReadonlyArray<Device> = ["cpu", "cuda"]
@@ -117,6 +119,28 @@ const encodeTensorFactory = (f: TensorFactory): Uint8Array => {
   const p = new Uint8Array(3 + 8 * f.shape.length)
   p[0] = DTYPES.indexOf(f.dtype); p[1] = DEVICES.indexOf(f.device); p[2] = f.shape.length
   f.shape.forEach((d, i) => putU64(p, 3 + 8 * i, d))
+  return p
+}
+
+const decodeSharedTensor = (p: Uint8Array): SharedTensor | BadExt => {
+  if (p.length < 18) return new BadExt(`SharedTensor: ${p.length}-byte payload`)
+  const dtype = DTYPES[p[0]!], ndim = p[1]!
+  if (dtype === undefined) return new BadExt(`SharedTensor: unknown dtype code ${p[0]}`)
+  if (ndim > MAX_NDIM) return new BadExt(`SharedTensor: ${ndim} dims (at most ${MAX_NDIM})`)
+  if (p.length !== 18 + 8 * ndim) return new BadExt(`SharedTensor: ${p.length}-byte payload for ${ndim} dims (expected ${18 + 8 * ndim})`)
+  const head = readU64s(p, 2, 2, "SharedTensor: [segment, offset]")
+  if (head instanceof BadExt) return head
+  const shape = readU64s(p, 18, ndim, "SharedTensor: shape")
+  if (shape instanceof BadExt) return shape
+  if (byteSize(dtype, shape) < 0) return new BadExt(`SharedTensor: ${shapeText(dtype, shape)} is too large`)
+  return new SharedTensor(head[0]!, head[1]!, dtype, shape)
+}
+
+const encodeSharedTensor = (t: SharedTensor): Uint8Array => {
+  const p = new Uint8Array(18 + 8 * t.shape.length)
+  p[0] = DTYPES.indexOf(t.dtype); p[1] = t.shape.length
+  putU64(p, 2, t.segment); putU64(p, 10, t.offset)
+  t.shape.forEach((d, i) => putU64(p, 18 + 8 * i, d))
   return p
 }
 
@@ -227,6 +251,7 @@ export const decodingExtensions = (marked: boolean): ExtensionCodec<DecodeContex
   c.register({ type: EXT_TYPES.TensorFactory, encode: none, decode: decodeTensorFactory })
   c.register({ type: EXT_TYPES.HostTensor, encode: none, decode: (p, _type, ctx) => decodeHostTensor(p, ctx) })
   c.register({ type: EXT_TYPES.ErrorPayload, encode: none, decode: (p, _type, ctx) => decodeErrorPayload(p, ctx) })
+  c.register({ type: EXT_TYPES.SharedTensor, encode: none, decode: decodeSharedTensor })
   if (marked) c.register({ type: NOT_UTF8.type, encode: none, decode: decodeNotUtf8 })
   return c
 }
@@ -244,6 +269,7 @@ export const encodingExtensions = (): ExtensionCodecType<EncodeContext> => ({
     if (v instanceof NDSlice) return new ExtData(EXT_TYPES.NDSlice, encodeNDSlice(v))
     if (v instanceof TensorFactory) return new ExtData(EXT_TYPES.TensorFactory, encodeTensorFactory(v))
     if (v instanceof ErrorPayload) return new ExtData(EXT_TYPES.ErrorPayload, encodeErrorPayload(v))
+    if (v instanceof SharedTensor) return new ExtData(EXT_TYPES.SharedTensor, encodeSharedTensor(v))
     return null
   },
   decode: () => undefined,

@@ -5,6 +5,7 @@
  * codec.ts's business.
  */
 import { WireError } from "./errors.ts"
+import { locateTensor, type Located } from "./locate.ts"
 
 /** The largest body a FrameReader accepts unless told otherwise: 1 GiB. */
 export const DEFAULT_MAX_FRAME_BYTES = 1024 ** 3
@@ -22,7 +23,20 @@ export interface FrameReaderOptions {
   readonly maxFrameBytes?: number
   /** The most memory recycle() keeps for reuse (default 256 MiB). */
   readonly maxSpareBytes?: number
+  /**
+   * Where the elements of an owned frame's first CallFunction host tensor go instead of the frame
+   * (locate.ts): memory of `located.bytes` that the tensor will be made of, or undefined (they
+   * go into the frame). The frame's bytes there are then left unwritten.
+   */
+  readonly direct?: (body: Uint8Array, located: Located) => Uint8Array | undefined
 }
+
+/**
+ * How far into an owned frame its tensor is looked for, and where first: each look walks the
+ * frame from its start, so the next is made once twice as much has come (a frame of many small
+ * commands costs at most two walks of its first PROBE_LIMIT bytes).
+ */
+const PROBE_LIMIT = 64 * 1024, FIRST_PROBE = 4096
 
 /**
  * Splits a stream of chunks into frame bodies. A body of OWNED_FRAME_BYTES or more is
@@ -52,6 +66,12 @@ export class FrameReader {
   /** Reused for torn small bodies. */
   private small = new Uint8Array(0)
   private failure: WireError | undefined
+  private readonly direct: FrameReaderOptions["direct"]
+  /** Whether the owned body being filled is still looked into for its tensor (direct reads), and at what fill next. */
+  private probing = false
+  private nextProbe = FIRST_PROBE
+  /** Where its tensor's elements go instead of the body: body positions [start, end) into `into`. */
+  private hole: { readonly start: number; readonly end: number; readonly into: Uint8Array } | undefined
 
   constructor(
     private readonly onFrame: (body: Uint8Array, ownership: FrameOwnership) => void,
@@ -59,6 +79,7 @@ export class FrameReader {
   ) {
     this.maxFrameBytes = options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES
     this.maxSpareBytes = options.maxSpareBytes ?? 256 * 1024 * 1024
+    this.direct = options.direct
   }
 
   /**
@@ -128,21 +149,31 @@ export class FrameReader {
           at += length
           continue
         }
-        if (length >= OWNED_FRAME_BYTES) this.body = this.ownedBody(length)
-        else {
+        if (length >= OWNED_FRAME_BYTES) {
+          this.body = this.ownedBody(length)
+          this.probing = this.direct !== undefined
+          this.nextProbe = FIRST_PROBE
+          this.hole = undefined
+        } else {
           if (this.small.length < length) this.small = new Uint8Array(OWNED_FRAME_BYTES)
           this.body = this.small
         }
         this.bodyLength = length
         this.bodyFill = 0
       }
-      const n = Math.min(this.bodyLength - this.bodyFill, chunk.length - at)
-      this.body.set(chunk.subarray(at, at + n), this.bodyFill)
+      // While its tensor is looked for, a little at a time: what lands in the body before the
+      // tensor is found is copied again into the tensor's memory.
+      const n = Math.min(this.bodyLength - this.bodyFill, chunk.length - at, this.probing ? this.nextProbe - this.bodyFill : Infinity)
+      if (this.hole === undefined) this.body.set(chunk.subarray(at, at + n), this.bodyFill)
+      else this.fill(chunk.subarray(at, at + n))
       this.bodyFill += n
       at += n
+      if (this.probing && (this.bodyFill === this.nextProbe || this.bodyFill === this.bodyLength)) this.probe()
       if (this.bodyFill === this.bodyLength) {
         const body = this.body
         this.body = undefined
+        this.hole = undefined
+        this.probing = false
         if (body === this.small) this.onFrame(body.subarray(0, this.bodyLength), "borrowed")
         else {
           this.handedOver.add(body.buffer)
@@ -151,6 +182,29 @@ export class FrameReader {
       }
     }
     return undefined
+  }
+
+  /** Looks for the owned body's tensor in what has come of it; once found, where its elements go. */
+  private probe(): void {
+    const body = this.body!, found = locateTensor(body.subarray(0, this.bodyFill))
+    if (found === "more" && this.bodyFill < PROBE_LIMIT && this.bodyFill < this.bodyLength) return void (this.nextProbe *= 2)
+    this.probing = false
+    if (found === "more" || found === "none" || found.at + found.bytes > this.bodyLength) return
+    const into = this.direct!(body, found)
+    if (into === undefined || into.byteLength !== found.bytes) return
+    const end = found.at + found.bytes
+    if (this.bodyFill > found.at) into.set(body.subarray(found.at, Math.min(this.bodyFill, end)))
+    this.hole = { start: found.at, end, into }
+  }
+
+  /** Writes `bytes`, the body's from bodyFill on, around the hole: its part in the hole into the tensor's memory. */
+  private fill(bytes: Uint8Array): void {
+    const h = this.hole!, body = this.body!, from = this.bodyFill, to = from + bytes.byteLength
+    if (to <= h.start || from >= h.end) return void body.set(bytes, from)
+    const a = Math.max(from, h.start), z = Math.min(to, h.end)
+    if (a > from) body.set(bytes.subarray(0, a - from), from)
+    h.into.set(bytes.subarray(a - from, z - from), a - h.start)
+    if (z < to) body.set(bytes.subarray(z - from), z)
   }
 
   /** Bytes of an unfinished frame held now (0 between frames). */

@@ -10,7 +10,7 @@ import {
   anyValue, boolField, bytesField, choice, commandList, errorField, factoryField, identField, metaList, ndsliceField, optional, refField, refList, strField, strList, strOrNil, uintField,
   uintList, valueList, valueMap, type Field,
 } from "./fields.ts"
-import { DTYPES, type FloatNumber, type HostTensor, type Ref } from "./values.ts"
+import { DTYPES, type FloatNumber, type HostTensor, type Ref, type SharedTensor } from "./values.ts"
 
 /** The handshake's nonces and proofs (HMAC-SHA256), src/net/handshake.ts. */
 export const NONCE_BYTES = 32
@@ -32,6 +32,7 @@ export type Value =
   | Uint8Array
   | Ref
   | HostTensor
+  | SharedTensor
   | ReadonlyArray<Value>
   | { readonly [key: string]: Value }
 
@@ -274,7 +275,7 @@ export const WORKER_MESSAGES = {
   /** Removes `tmp`, the temporary directory of a save that failed (a `.tmp-` directory); answers FetchResult(ident, null). */
   DropCheckpoint: message(44, [["ident", identField], ["tmp", strField]]),
   /**
-   * Shared memory (codes 21, 22; src/net/shm.ts): maps the controller's memfd at `path`
+   * Shared memory (codes 21..23; src/net/shm.ts, src/net/uploads.ts): maps the controller's memfd at `path`
    * (`/proc/<pid>/fd/<fd>`) of exactly `bytes` bytes, which starts with `check`, as segment
    * `segment`, and from then on answers a fetch of one tensor of at least `minBytes` bytes by
    * writing it there (FetchShared) while the segment is free. Answered with SegmentMapped.
@@ -288,6 +289,18 @@ export const WORKER_MESSAGES = {
   ]),
   /** The controller copied out what FetchShared left in `segment`: the worker may write there again. */
   SegmentFree: message(22, [["segment", uintField]]),
+  /**
+   * Maps the controller's upload segment at `path` (checked as SharedSegment's), which it shares
+   * with every worker of this host: from then on a host tensor in a CallFunction's arguments may
+   * come as a SharedTensor, its bytes in that segment. An older upload segment is unmapped (no
+   * command after this one names it). Answered with SegmentMapped.
+   */
+  UploadSegment: message(23, [
+    ["segment", uintField],
+    ["path", strField],
+    ["bytes", uintField],
+    ["check", bytesField(16), "the segment's first 16 bytes"],
+  ]),
 } as const
 
 /** The messages a recording may hold: the commands that compute, and borrows' steps. */
@@ -322,6 +335,8 @@ export const CONTROLLER_MESSAGES = {
   SegmentMapped: message(71, [["segment", uintField], ["problem", strOrNil]]),
   /** FetchResult(ident, a tensor of `dtype` and `shape`) whose bytes are at the start of `segment`, now in use until SegmentFree. */
   FetchShared: message(72, [["ident", uintField], ["segment", uintField], ["dtype", choice(DTYPES, "dtype")], ["shape", uintList]]),
+  /** This worker is done with the SharedTensors at `offsets` of upload segment `segment` (copied into its tensors, or their command did not run): the controller may reuse them. */
+  UploadTaken: message(73, [["segment", uintField], ["offsets", uintList]]),
 } as const
 
 export const MESSAGES = { ...WORKER_MESSAGES, ...CONTROLLER_MESSAGES }
@@ -368,6 +383,8 @@ export type SharedSegment = MessageOf<"SharedSegment">
 export type SegmentFree = MessageOf<"SegmentFree">
 export type SegmentMapped = MessageOf<"SegmentMapped">
 export type FetchShared = MessageOf<"FetchShared">
+export type UploadSegment = MessageOf<"UploadSegment">
+export type UploadTaken = MessageOf<"UploadTaken">
 
 export type WorkerMessage = { [K in keyof typeof WORKER_MESSAGES]: MessageOf<K> }[keyof typeof WORKER_MESSAGES]
 export type ControllerMessage = { [K in keyof typeof CONTROLLER_MESSAGES]: MessageOf<K> }[keyof typeof CONTROLLER_MESSAGES]

@@ -5,7 +5,7 @@
  * (Effect Schema costs too much per command).
  */
 import { ExtData } from "@msgpack/msgpack"
-import { ErrorPayload, FloatNumber, HostTensor, ITEM_SIZE, DTYPES, Ref, type DType, type Frame } from "./values.ts"
+import { ErrorPayload, FloatNumber, HostTensor, ITEM_SIZE, DTYPES, Ref, SharedTensor, type DType, type Frame } from "./values.ts"
 
 /** The deepest a container may nest in a message, the message array itself being depth 1. */
 export const MAX_DEPTH = 32
@@ -191,6 +191,15 @@ export const hostTensorProblem = (t: HostTensor): string | undefined => {
   return undefined
 }
 
+/** Why a SharedTensor cannot go on the wire (dtype, shape, its place), or undefined. */
+export const sharedTensorProblem = (t: SharedTensor): string | undefined => {
+  if (!DTYPES.includes(t.dtype)) return `SharedTensor: unknown dtype ${String(t.dtype)}`
+  const problem = shapeProblem(t.shape)
+  if (problem !== undefined) return `SharedTensor: ${problem}`
+  if (!isNatural(t.segment) || !isNatural(t.offset)) return `SharedTensor: segment ${t.segment} and offset ${t.offset} must be non-negative safe integers`
+  return undefined
+}
+
 // ---- Value trees ------------------------------------------------------------------------------
 
 /**
@@ -263,6 +272,10 @@ const checkValue = (v: unknown, depth: number, check: Check): unknown => {
         const problem = hostTensorProblem(v)
         return problem === undefined ? v : new ValueFailure(problem)
       }
+      if (v instanceof SharedTensor) {
+        const problem = sharedTensorProblem(v)
+        return problem === undefined ? v : new ValueFailure(problem)
+      }
       if (v instanceof Uint8Array) return check === BORROWED ? copyOf(v) : v
       if (v instanceof FloatNumber) return check !== ENCODE || isWireFloat(v.value) ? v : new ValueFailure(floatProblem(v.value))
       if (v instanceof BadExt) return new ValueFailure(v.problem)
@@ -297,4 +310,4 @@ export const value = <V>(v: unknown, where: string, depth: number, check: Check)
 }
 
 export const isMap = (v: unknown): boolean =>
-  typeof v === "object" && v !== null && !Array.isArray(v) && !(v instanceof Ref) && !(v instanceof HostTensor) && !(v instanceof Uint8Array) && !(v instanceof BadExt) && !(v instanceof FloatNumber)
+  typeof v === "object" && v !== null && !Array.isArray(v) && !(v instanceof Ref) && !(v instanceof HostTensor) && !(v instanceof SharedTensor) && !(v instanceof Uint8Array) && !(v instanceof BadExt) && !(v instanceof FloatNumber)

@@ -45,6 +45,21 @@ export class TensorFactory {
   ) {}
 }
 
+/**
+ * A host tensor's bytes placed by the controller in a shared-memory upload segment both ends map
+ * (src/net/uploads.ts): `dtype` and `shape` from byte `offset` of segment `segment`. It stands
+ * for a HostTensor in an argument tree; the worker copies it into the tensor it makes and tells
+ * the controller (UploadTaken), which may then reuse those bytes.
+ */
+export class SharedTensor {
+  constructor(
+    readonly segment: number,
+    readonly offset: number,
+    readonly dtype: DType,
+    readonly shape: ReadonlyArray<number>,
+  ) {}
+}
+
 /** One frame of a worker-side stack trace. */
 export interface Frame {
   readonly file: string

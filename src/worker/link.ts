@@ -11,10 +11,12 @@ import { Cause, Data, Duration, Effect, Queue, Result, type Scope } from "effect
 import { Connection, parseAddress } from "../net/connection.ts"
 import { MAX_HELLO_BYTES, newNonce, proof, proves, tcpChannel, unixChannel, type Transcript } from "../net/handshake.ts"
 import { WorkerSegments } from "../net/shm.ts"
+import { WorkerUploads } from "../net/uploads.ts"
 import { decodeWorkerMessage } from "../protocol/codec.ts"
 import { DEFAULT_MAX_FRAME_BYTES } from "../protocol/framing.ts"
 import type { ControllerMessage, WorkerHello, WorkerMessage } from "../protocol/messages.ts"
 import { ErrorPayload } from "../protocol/values.ts"
+import type { DirectReads } from "./direct.ts"
 import type { Inbox } from "./loop.ts"
 import type { LinkState } from "./session.ts"
 
@@ -41,6 +43,8 @@ export interface LinkOptions {
   readonly onInvalid?: (message: string) => void
   /** Called for a PeerLost as it arrives, ahead of the commands queued before it (which may be waiting for that rank). */
   readonly onPeerLost: (rank: number) => void
+  /** Tensors to read large host tensors of commands into, straight from the socket (direct.ts). */
+  readonly direct?: DirectReads
 }
 
 /** Whether a message is, or holds, an Exit. */
@@ -54,6 +58,7 @@ export const connectController = (o: LinkOptions): Effect.Effect<ControllerLink,
   Effect.gen(function* () {
     const messages = yield* Queue.unbounded<WorkerMessage, Cause.Done>()
     const segments = new WorkerSegments()
+    const uploads = new WorkerUploads((m) => send(m))
     let conn: Connection<WorkerMessage> | undefined
     let exitReceived = false, closed = false, commands = false
     /** Set when the controller's proof held: until then no message is taken as a command. */
@@ -101,10 +106,11 @@ export const connectController = (o: LinkOptions): Effect.Effect<ControllerLink,
                 onClose: () => {
                   closed = true
                   segments.close()
+                  uploads.close()
                   handshake.resolve(new LinkError({ message: `${o.address} closed the link before proving it holds the job token` }))
                   Queue.endUnsafe(messages)
                 },
-              }, MAX_HELLO_BYTES)
+              }, MAX_HELLO_BYTES, o.direct === undefined ? undefined : (body, located) => (proven ? o.direct!.into(body, located) : undefined))
               conn.send({ _tag: "WorkerChallenge", rank: o.hello.rank, world: o.hello.world, nonce: transcript.workerNonce })
             },
             data: (_s, chunk) => conn?.receive(chunk),
@@ -118,6 +124,7 @@ export const connectController = (o: LinkOptions): Effect.Effect<ControllerLink,
     yield* Effect.addFinalizer(() => Effect.sync(() => {
       conn?.close()
       segments.close()
+      uploads.close()
     }))
     const send = (m: ControllerMessage) => {
       const sent = conn?.send(m)
@@ -136,5 +143,5 @@ export const connectController = (o: LinkOptions): Effect.Effect<ControllerLink,
     if (failed !== undefined) return yield* failed
     const linkState = (): LinkState => (!closed ? "open" : exitReceived ? "ended" : "lost")
     const whenSent = (fn: () => void) => (conn === undefined ? fn() : conn.whenFlushed(fn))
-    return { messages, send, linkState, whenSent, segments, close: () => conn?.close(), commandsSeen: () => commands }
+    return { messages, send, linkState, whenSent, segments, uploads, ...(o.direct === undefined ? {} : { direct: o.direct }), close: () => conn?.close(), commandsSeen: () => commands }
   })

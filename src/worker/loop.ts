@@ -7,6 +7,8 @@
 import { Cause, Effect, Queue, References, Schedule } from "effect"
 import type { ControllerMessage, WorkerMessage } from "../protocol/messages.ts"
 import type { WorkerSegments } from "../net/shm.ts"
+import type { WorkerUploads } from "../net/uploads.ts"
+import type { DirectReads } from "./direct.ts"
 import type { TraceWriter } from "../trace/writer.ts"
 import { makeDispatch } from "./handlers/index.ts"
 import { IDLE_WAIT_US } from "./inflight.ts"
@@ -22,9 +24,13 @@ export interface Inbox {
   readonly whenSent?: (fn: () => void) => void
   /** The link's shared-memory segments, when it takes any. */
   readonly segments?: WorkerSegments
+  /** The controller's upload segment as the link maps it, when it takes shared memory. */
+  readonly uploads?: WorkerUploads
+  /** The tensors the link reads frames' host tensors into. */
+  readonly direct?: DirectReads
 }
 
-export type SessionDeps = Omit<Parameters<typeof makeSession>[0], "send" | "linkState" | "whenSent" | "segments">
+export type SessionDeps = Omit<Parameters<typeof makeSession>[0], "send" | "linkState" | "whenSent" | "segments" | "uploads" | "direct">
 
 /**
  * How the loop ended: an Exit command (also one received before the link closed, when not
@@ -38,7 +44,7 @@ export const runLoop = (inbox: Inbox, deps: SessionDeps, options: { readonly res
     const level = yield* References.MinimumLogLevel
     const debug = level === "Debug" || level === "Trace"
     let restarts = 0
-    const fresh = () => makeSession({ ...deps, send: inbox.send, linkState: inbox.linkState, ...(inbox.whenSent ? { whenSent: inbox.whenSent } : {}), segments: inbox.segments })
+    const fresh = () => makeSession({ ...deps, send: inbox.send, linkState: inbox.linkState, ...(inbox.whenSent ? { whenSent: inbox.whenSent } : {}), segments: inbox.segments, uploads: inbox.uploads, direct: inbox.direct })
     let session: Session = fresh()
     let dispatch = makeDispatch(session, debug, options.trace)
     const closed = (): LoopEnd => {

@@ -3,7 +3,10 @@
  * DependentOnError that poisoned them. A value may sit under several refs (borrows, an
  * in-place result); owned resources are disposed when the last ref to them goes.
  */
-import { Ref, HostTensor } from "../protocol/values.ts"
+import { Ref, HostTensor, SharedTensor } from "../protocol/values.ts"
+import { SegmentRefused } from "../net/shm.ts"
+import type { WorkerUploads } from "../net/uploads.ts"
+import type { DirectReads } from "./direct.ts"
 import { Tensor } from "../../ffi/tensor.ts"
 import type { Native } from "../../ffi/native.ts"
 import type { Stream } from "../../ffi/stream.ts"
@@ -161,30 +164,61 @@ export const getAs = <T>(env: RefEnv, ref: Ref, kind: Function & { readonly prot
 export const kindOf = (v: unknown): string =>
   v === null ? "null" : typeof v === "object" ? (v.constructor?.name ?? "an object") : typeof v
 
+/** Where a command's host tensors may already be: the link's upload segment, the tensors its frame was read into. */
+export interface HostSources {
+  readonly uploads?: WorkerUploads | undefined
+  readonly direct?: DirectReads | undefined
+}
+
 /**
- * Replaces every Ref in an argument tree by its value, and every HostTensor by a device
+ * Replaces every Ref in an argument tree by its value, and every HostTensor or SharedTensor
+ * (copied out of the link's upload segment; or the tensor the frame was read into) by a device
  * tensor (recorded in `uploads`, so the caller can free the ones nothing kept).
  * Throws DependentOnError for a poisoned ref, UnknownRef for a missing one.
  */
-export const resolveTree = (env: RefEnv, value: unknown, native: Native, stream: Stream, uploads: Tensor[]): unknown => {
+export const resolveTree = (env: RefEnv, value: unknown, native: Native, stream: Stream, uploads: Tensor[], from: HostSources = {}): unknown => {
   if (value instanceof Ref) return env.get(value)
   if (value instanceof HostTensor) {
-    const t = Tensor.fromHost(native, value, stream)
+    const t = from.direct?.take(value) ?? Tensor.fromHost(native, value, stream)
+    uploads.push(t)
+    return t
+  }
+  if (value instanceof SharedTensor) {
+    const t = fromShared(native, value, stream, from.uploads)
     uploads.push(t)
     return t
   }
   if (Array.isArray(value)) {
     // A loop, not map: map's callback was a tenth of a one-element command's time.
     const out = new Array<unknown>(value.length)
-    for (let i = 0; i < value.length; i++) out[i] = resolveTree(env, value[i], native, stream, uploads)
+    for (let i = 0; i < value.length; i++) out[i] = resolveTree(env, value[i], native, stream, uploads, from)
     return out
   }
   if (value !== null && typeof value === "object" && Object.getPrototypeOf(value) === Object.prototype) {
     const out: Record<string, unknown> = {}
-    for (const key in value) out[key] = resolveTree(env, (value as Record<string, unknown>)[key], native, stream, uploads)
+    for (const key in value) out[key] = resolveTree(env, (value as Record<string, unknown>)[key], native, stream, uploads, from)
     return out
   }
   return value
+}
+
+/**
+ * A tensor made from an upload segment's bytes: one copy, out of the segment into its memory,
+ * finished (a device's copy waited for) before the controller is told it may reuse the region.
+ */
+const fromShared = (native: Native, value: SharedTensor, stream: Stream, shared: WorkerUploads | undefined): Tensor => {
+  if (shared === undefined) throw new SegmentRefused({ message: `a SharedTensor (upload segment ${value.segment}) came over a link that maps no upload segment` })
+  const bytes = shared.bytesOf(value)
+  const t = Tensor.empty(native, value.dtype, value.shape)
+  try {
+    t.copyIn(bytes, stream)
+    if (native.device !== "cpu") stream.synchronize()
+  } catch (e) {
+    t.free()
+    throw e
+  }
+  shared.done(value)
+  return t
 }
 
 /** The tensors of a result tree, depth first, in order. */

@@ -11,6 +11,8 @@ import type { Tensor } from "../../ffi/tensor.ts"
 import type { Communicators } from "../comm/communicators.ts"
 import { BufferPool, DEFAULT_SPARE_BYTES } from "../net/buffers.ts"
 import type { WorkerSegments } from "../net/shm.ts"
+import type { WorkerUploads } from "../net/uploads.ts"
+import type { DirectReads } from "./direct.ts"
 import { Generator } from "../ops/generator.ts"
 import type { ControllerMessage, DefineRecording } from "../protocol/messages.ts"
 import { DEFAULT_RECORDING_LIMITS, type RecordingLimits } from "../protocol/recordingLimits.ts"
@@ -53,6 +55,10 @@ export interface Session {
   readonly hostBuffers: BufferPool
   /** The link's shared-memory segments (src/net/shm.ts), when it has any: kept across restarts, as the link is. */
   readonly segments?: WorkerSegments | undefined
+  /** The controller's upload segment as this link maps it (src/net/uploads.ts), when it has one. */
+  readonly uploads?: WorkerUploads | undefined
+  /** The tensors the link read its frames' host tensors into (direct.ts). */
+  readonly direct?: DirectReads | undefined
   firstUncompletedIdent: number
   lastSentStatus: number
   /** Set by Exit: the loop stops after the current command. */
@@ -87,7 +93,7 @@ const spareBytesFor = (native: Native): number => {
   return limit === 0 ? DEFAULT_SPARE_BYTES : Math.min(DEFAULT_SPARE_BYTES, Math.floor(limit / 4))
 }
 
-export const makeSession = (deps: Pick<Session, "rank" | "world" | "native" | "comms" | "functions" | "send" | "checkpointRoot"> & { readonly linkState?: () => LinkState; readonly recordingLimits?: RecordingLimits; readonly whenSent?: Session["whenSent"]; readonly overlap?: boolean; readonly segments?: WorkerSegments | undefined }): Session => {
+export const makeSession = (deps: Pick<Session, "rank" | "world" | "native" | "comms" | "functions" | "send" | "checkpointRoot"> & { readonly linkState?: () => LinkState; readonly recordingLimits?: RecordingLimits; readonly whenSent?: Session["whenSent"]; readonly overlap?: boolean; readonly segments?: WorkerSegments | undefined; readonly uploads?: WorkerUploads | undefined; readonly direct?: DirectReads | undefined }): Session => {
   const inflight = new InFlight()
   return {
   linkState: () => "open",
@@ -165,11 +171,11 @@ export const announce = (s: Session, ident: number): void => {
 }
 
 /**
- * Looks up every Ref in a tree (HostTensors become device tensors, recorded in `uploads`);
- * throws the stored DependentOnError, or UnknownRef.
+ * Looks up every Ref in a tree (HostTensors and SharedTensors become device tensors, recorded in
+ * `uploads`); throws the stored DependentOnError, or UnknownRef.
  */
 export const lookup = (s: Session, tree: unknown, stream: Stream, uploads: Tensor[] = []): unknown =>
-  resolveTree(s.env, tree, s.native, stream, uploads)
+  resolveTree(s.env, tree, s.native, stream, uploads, s) // the session holds the link's HostSources
 
 /**
  * What a handler body returns: nothing when it finished synchronously (the common case), or

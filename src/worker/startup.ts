@@ -21,6 +21,7 @@ import { serveOnThread } from "../store/serverThread.ts"
 import { Store } from "../store/service.ts"
 import type { WorkerConfig } from "./config.ts"
 import { FunctionTable } from "./functions.ts"
+import { DirectReads } from "./direct.ts"
 import { connectController, type ControllerUnproven, LinkError } from "./link.ts"
 import { runLoop, type LoopEnd } from "./loop.ts"
 import { applyMemoryLimit } from "./memory.ts"
@@ -105,6 +106,7 @@ type Unreachable = LinkError | ControllerUnproven | StoreError | StoreTimeout
 export const runWorker = (config: WorkerConfig): Effect.Effect<WorkerEnd, unknown, Backend | Store | Scope.Scope> =>
   Effect.gen(function* () {
     const native = yield* Backend
+    const direct = new DirectReads(native)
     if (native.device === "cuda") native.check(native.shim.shim_set_device(config.deviceOrdinal), "shim_set_device")
     yield* Effect.logInfo(`rank ${config.rank}/${config.world} on ${native.device} (${native.reason}), pid ${process.pid}${config.slurmJob === undefined ? "" : `, SLURM job ${config.slurmJob}`}`)
     yield* Effect.logInfo(applyMemoryLimit(native, config))
@@ -155,6 +157,7 @@ export const runWorker = (config: WorkerConfig): Effect.Effect<WorkerEnd, unknow
           token: config.token,
           hello: { rank: config.rank, world: config.world, pid: process.pid, device: native.device },
           onInvalid: (message) => log(Effect.logWarning(`refused a frame: ${message}`)),
+          direct,
           onPeerLost: (rank) => {
             log(Effect.logInfo(`the controller reported rank ${rank} lost: collectives and sends with it fail at once`))
             comms.peerLost(rank)

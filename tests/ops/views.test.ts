@@ -440,6 +440,28 @@ describe("views in compiled steps", () => {
   })
 })
 
+describe("views a compiled step returns", () => {
+  test("each replay's results lie where the trace's did: a transpose of the argument shares its storage, split pieces of a new tensor share theirs; an argument of another layout traces again", async () => {
+    const step = compile((x: RemoteTensor) => [ops.t(x), ...ops.split(ops.add(x, 1), 1, 0)])
+    for (let call = 0; call < 3; call++) {
+      const x = tensor("f64", [2, 3])
+      const [xt, top, bottom] = (await run(step(x) as Effect.Effect<RemoteTensor[], unknown>))
+      expect([xt!.stride(), xt!.storageOffset(), xt!.isContiguous(), bottom!.stride(), bottom!.storageOffset()]).toEqual([[1, 3], 0, false, [3, 1], 3])
+      ops.mul_(xt!, 2)
+      expect(x.version).toBe(1)
+      expect(await values(x)).toEqual(iota(6).map((i) => 2 * i))
+      ops.add_(top!, 1)
+      expect(bottom!.version).toBe(1)
+      expect([...(await values(top!)), ...(await values(bottom!))]).toEqual([2, 3, 4, 4, 5, 6])
+    }
+    expect(step.traces).toBe(1)
+    const y = ops.t(tensor("f64", [3, 2]))
+    const [yt] = await run(step(y) as Effect.Effect<RemoteTensor[], unknown>)
+    expect(step.traces).toBe(2)
+    expect([yt!.stride(), yt!.isContiguous(), await values(yt!)]).toEqual([[2, 1], true, iota(6)])
+  })
+})
+
 describe("backward through views", () => {
   test("the backward of transpose, permute, unsqueeze, expand and reshape issues views and reductions only, and the leaf keeps a dense copy (torch's AccumulateGrad)", async () => {
     const x = (tensor("f64", [2, 3, 4]) as RemoteTensor<"f64">).requiresGrad_()

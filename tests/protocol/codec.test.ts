@@ -14,7 +14,7 @@ import {
 import { WireError } from "../../src/protocol/errors.ts"
 import { MESSAGE_CODES, type ControllerMessage, type Message, type Value, type WorkerMessage } from "../../src/protocol/messages.ts"
 import { NDSlice } from "../../src/protocol/ndslice.ts"
-import { DTYPES, ErrorPayload, HostTensor, ITEM_SIZE, Ref, TensorFactory, type DType } from "../../src/protocol/values.ts"
+import { DTYPES, ErrorPayload, HostTensor, ITEM_SIZE, Ref, SharedTensor, TensorFactory, type DType } from "../../src/protocol/values.ts"
 
 /** Bytes that differ per position and per seed, so a shifted or mixed-up copy shows. */
 const pattern = (n: number, seed: number): Uint8Array => Uint8Array.from({ length: n }, (_, i) => (i * 31 + seed * 7 + 1) & 0xff)
@@ -58,6 +58,8 @@ const callFunction: WorkerMessage = {
 const workerSamples: WorkerMessage[] = [
   { _tag: "SharedSegment", segment: 2, path: "/proc/77/fd/9", bytes: 3 << 20, check: new Uint8Array(16).fill(0x3c), minBytes: 262144 },
   { _tag: "SegmentFree", segment: 2 },
+  { _tag: "UploadSegment", segment: 3, path: "/proc/77/fd/10", bytes: 8 << 20, check: new Uint8Array(16).fill(0x5a) },
+  { _tag: "CallFunction", ident: 9, results: [new Ref(4)], mutates: [], function: "ops.clone", args: [new SharedTensor(3, 64, "f16", [2, 0, 7])], kwargs: { x: new SharedTensor(3, 4160, "bool", []) }, stream: new Ref(1) },
   { _tag: "CreateDeviceMesh", result: new Ref(3), names: ["host", "gpu"], ranks: new NDSlice(4, [2, 3], [10, 2]) },
   { _tag: "CreateStream", result: new Ref(1), default: true },
   { _tag: "CreateStream", result: new Ref(2), default: false },
@@ -116,6 +118,7 @@ const controllerSamples: ControllerMessage[] = [
   { _tag: "SegmentMapped", segment: 2, problem: null },
   { _tag: "SegmentMapped", segment: 3, problem: "not a memfd" },
   { _tag: "FetchShared", ident: 41, segment: 2, dtype: "bf16", shape: [3, 0, 5] },
+  { _tag: "UploadTaken", segment: 3, offsets: [64, 4160] },
   { _tag: "WorkerHello", rank: 3, world: 8, pid: 4242, proof: new Uint8Array(32).fill(0xa5), device: "cuda:3" },
   { _tag: "WorkerChallenge", rank: 3, world: 8, nonce: new Uint8Array(32).fill(0x5a) },
   { _tag: "Status", firstUncompletedIdent: 19 },
@@ -143,10 +146,10 @@ const placedAt = (bytes: Uint8Array, offset: number): Uint8Array => {
 }
 
 describe("round trip", () => {
-  test("the samples cover all 36 messages", () => {
+  test("the samples cover all 38 messages", () => {
     const tags = new Set([...workerSamples, ...controllerSamples].map((m) => m._tag))
     expect(([...tags] as string[]).sort()).toEqual(Object.keys(MESSAGE_CODES).sort())
-    expect(tags.size).toBe(36)
+    expect(tags.size).toBe(38)
   })
 
   for (const m of workerSamples) {

@@ -104,6 +104,11 @@ export class Recorder implements Sink {
     this.commands.push({ ranks, label: msg._tag, inputs: [], defines: [], site: undefined, exchange: undefined, message: msg })
   }
 
+  /** A recording's commands are sent again on every call: its host values travel in them. */
+  share(): undefined {
+    return undefined
+  }
+
   commandEach(...args: Parameters<Sink["commandEach"]>): Node {
     throw new ControllerError({ reason: "not-recordable", message: `${args[1]} with per-rank arguments cannot be recorded: a recording sends every rank the same commands` })
   }

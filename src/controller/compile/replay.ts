@@ -9,6 +9,7 @@ import type { Core } from "../core.ts"
 import { ControllerError, RemoteError } from "../errors.ts"
 import { Node } from "../graph.ts"
 import { samePlacement } from "../placement.ts"
+import { Storage } from "../storage.ts"
 import { RemoteTensor } from "../tensor.ts"
 import type { Recording } from "./build.ts"
 import { type Flat, isPlain } from "./signature.ts"
@@ -23,10 +24,20 @@ export const call = <R>(core: Core, name: string, recording: Recording<R>, flat:
     return Effect.fail(new ControllerError({ reason: "not-replayable", message: `compile(${name}): ${gone.tensor}, a tensor the step captured (read by ${gone.by}), was released, and a replay reads it: give the step that tensor as an argument, or compile it again` }))
   const actuals = recording.formals.map((f) => ("arg" in f ? flat.tensors[f.arg]!.ref : new Ref(f.ref)))
   const fresh = new Map<RemoteTensor, RemoteTensor>()
+  // Each storage of the trace, as this call has it: an argument's, a captured tensor's, or one the call makes.
+  const storages = new Map<Storage, Storage>()
+  recording.args.forEach((a, k) => storages.set(a.storage, flat.tensors[k]!.storage))
+  for (const c of recording.captured) storages.set(c.tensor.storage, c.tensor.storage)
   const results = recording.outputs.map((o) => {
     if ("formal" in o) return actuals[o.formal]!
     const t = o.made, ref = core.newRef(), made = new RemoteTensor(t.mesh, ref, t.meta, t.stream)
     samePlacement(t, made)
+    // A result lies where the trace's did (the signature fixes the arguments' layouts): a view of an argument, say.
+    let storage = storages.get(t.storage)
+    if (storage === undefined) storages.set(t.storage, (storage = new Storage(t.storage.numel)))
+    made.storage = storage
+    made.offset = t.offset
+    made.strides = t.strides
     fresh.set(t, made)
     return ref
   })

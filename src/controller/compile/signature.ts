@@ -3,6 +3,7 @@
  * and stream, and which are the same tensor; numbers by value; replay parameters by kind; the
  * structure of arrays and plain objects; other objects by identity), and how messages name a leaf.
  */
+import { isContiguous } from "../../ops/strided.ts"
 import { FloatNumber, HostTensor } from "../../protocol/values.ts"
 import { RemoteTensor } from "../tensor.ts"
 import { Param, numberText, paramKind } from "./params.ts"
@@ -48,7 +49,16 @@ export const isPlain = (v: object): boolean => {
 export const isTree = (v: unknown): v is object =>
   typeof v === "object" && v !== null && !(v instanceof HostTensor) && !(v instanceof Uint8Array) && !(v instanceof RemoteTensor) && isPlain(v)
 
-const metaText = (t: RemoteTensor): string => (t.meta ? `${t.meta.dtype}[${t.meta.shape}]` : "a tensor of unknown shape")
+/**
+ * A tensor argument's layout, where it is not row-major from its storage's start: the views a
+ * step makes of it, and the strides of what it returns, are the trace's only for that layout.
+ */
+const layoutKey = (t: RemoteTensor): string => {
+  const l = t.layout
+  return l === undefined || (l.offset === 0 && isContiguous(l.shape, l.strides)) ? "" : ` strides [${l.strides}] from ${l.offset}`
+}
+
+const metaText = (t: RemoteTensor): string => (t.meta ? `${t.meta.dtype}[${t.meta.shape}]${layoutKey(t)}` : "a tensor of unknown shape")
 
 /** A leaf as messages say it. */
 export const textOf = (l: Leaf): string => {
@@ -84,7 +94,7 @@ export const flatten = (args: ReadonlyArray<unknown>, paths = false): Flat => {
     if (v instanceof RemoteTensor) {
       const same = tensors.indexOf(v)
       tensors.push(v)
-      return leaf(path, same >= 0 ? `=${same}` : `${v.meta ? `${v.meta.dtype}[${v.meta.shape}]` : "?"}@${idOf(v.mesh)}/${v.stream.ref.id}`, v, same)
+      return leaf(path, same >= 0 ? `=${same}` : `${v.meta ? `${v.meta.dtype}[${v.meta.shape}]${layoutKey(v)}` : "?"}@${idOf(v.mesh)}/${v.stream.ref.id}`, v, same)
     }
     if (Array.isArray(v)) {
       leaf(path, `[${v.length}`, v)

@@ -13,7 +13,7 @@ import { arg, kw, opt, type Param } from "../params.ts"
 import { broadcastShapes, isFloating, isScalar, promoteTypes, scalarValue, type Scalar } from "../promotion.ts"
 import { normDim } from "../rules.ts"
 import { readsStrides, spec, withPlan, type ViewRule } from "../spec.ts"
-import { isContiguous, viewStrides, type Strided } from "../strided.ts"
+import { isContiguous, storageExtent, viewStrides, type Strided } from "../strided.ts"
 import { ITEM_SIZE } from "../../protocol/values.ts"
 
 /** The new shape of a reshape; one size may be -1 (inferred). */
@@ -170,6 +170,26 @@ const squeezed = (op: string, x: TensorMeta, dim: number | number[] | null, i: n
 const piecesView: ViewRule = (x, a, metas, op) => {
   const d = normDim(op, a.dim as number, x.shape.length)
   return piecesAlong(x, d, metas.map((m) => m.shape[d]!))
+}
+
+/** Each element's index in its storage, less `from`, row-major (an i64 tensor of numel(l.shape)). */
+const storageIndices = <T>(o: GradOps<T>, l: Strided, from: number): T => {
+  const ones = l.shape.map(() => 1)
+  let at = o.add(o.reshape(o.arange(1), ones), l.offset - from)
+  l.shape.forEach((n, i) => (at = o.add(at, o.reshape(o.mul(o.arange(n), l.strides[i]!), ones.map((one, j) => (j === i ? n : one))))))
+  return o.reshape(at, [-1])
+}
+
+/**
+ * as_strided's gradient (torch's as_strided_backward, for an input whose elements share no
+ * memory): g added into a buffer over the storage both layouts reach, at each result element's
+ * index (an element read twice gets both), then read back at each input element's.
+ */
+const asStridedGrad = <T>(o: GradOps<T>, input: TensorMeta, x: Strided | undefined, out: Strided, g: T, dtype: TensorMeta["dtype"]): T => {
+  if (x === undefined) return bad("as_strided", "its gradient needs its input's layout, which the controller does not know")
+  const from = Math.min(x.offset, out.offset), span = Math.max(storageExtent(x), storageExtent(out)) - from
+  const buffer = o.index_add(o.zeros([span], { dtype }), 0, storageIndices(o, out, from), o.reshape(g, [-1]))
+  return o.reshape(o.index_select(buffer, 0, storageIndices(o, x, from)), [...input.shape])
 }
 
 const VIEW_REFUSED = "view size is not compatible with input tensor's size and stride (at least one dimension spans across two contiguous subspaces). Use .reshape(...) instead."
@@ -505,13 +525,15 @@ export const layout = {
       return o.index_add(o.zeros([...m.shape], { dtype: c.meta(c.grad).dtype }), d, index, src)
     },
   }), { dtype: "same", view: (x, a, _, op) => [unfoldLayout(x, unfoldDim(op, x as never, a.dimension, a.size, a.step), a.size, a.step)] }),
-  /**
-   * torch's as_strided: the input's storage read with these sizes and strides from storage_offset
-   * (default: the input's own), checked to lie in the storage. Not differentiable here: its
-   * gradient depends on the input's own layout, which a backward rule does not see.
-   */
+  /** torch's as_strided: the input's storage read with these sizes and strides from storage_offset (default: the input's own), checked to lie in the storage. */
   as_strided: spec([arg("input", "tensor"), arg("size", "ints"), arg("stride", "ints"), opt("storage_offset", "int", null)],
-    ({ input, size, stride, storage_offset }, op) => [{ dtype: input.dtype, shape: asStridedShape(op, size, stride, storage_offset) }], NOT_DIFFERENTIABLE, {
+    ({ input, size, stride, storage_offset }, op) => [{ dtype: input.dtype, shape: asStridedShape(op, size, stride, storage_offset) }], (c, o) => ({
+      input: () => {
+        const x = c.layout(c.args.input)
+        const out = { shape: c.args.size, strides: c.args.stride, offset: c.args.storage_offset ?? x?.offset ?? 0 }
+        return asStridedGrad(o, c.meta(c.args.input), x, out, c.grad, c.meta(c.grad).dtype)
+      },
+    }), {
       dtype: "same", view: (x, a, [m], op) => [asStridedLayout(op, x, ITEM_SIZE[(a.input as TensorMeta).dtype], m!.shape, a.stride, a.storage_offset)],
     }),
   clone: readsStrides(same),

@@ -96,6 +96,12 @@ const undeclared = (fn: string, declared: ReadonlyArray<DeclaredMeta | null>, te
   return undefined
 }
 
+/** A call that stopped before copying its upload segment's tensors lets them go, so the controller can reuse their bytes. */
+const letGoUploads = (s: Session, m: CallFunction): void => {
+  s.uploads?.letGo(m.args)
+  s.uploads?.letGo(m.kwargs)
+}
+
 export const callFunction = (s: Session) => (m: CallFunction) => Effect.suspend(() => callNow(s, m) ?? Effect.void)
 
 /** Defines the call's results from what the function returned, or throws why not (freeing it). */
@@ -134,6 +140,7 @@ const callWithGroup = (s: Session, m: CallFunction, ident: number, stream: Strea
     kwargs = lookup(s, m.kwargs, stream, uploads) as Record<string, unknown>
   } catch (e) {
     own = e
+    letGoUploads(s, m)
   }
   return Effect.gen(function* () {
     const fn = own !== undefined ? undefined : yield* s.functions.resolve(m.function).pipe(Effect.catch((e) => Effect.sync(() => void (own = e))))
@@ -183,17 +190,22 @@ const callWithGroup = (s: Session, m: CallFunction, ident: number, stream: Strea
 /** CallFunction run now (tryDefineNow), as command `ident` (a recording's call renumbers its commands): undefined when it finished here. */
 export const callNow = (s: Session, m: CallFunction, ident = m.ident): Effect.Effect<void> | undefined =>
   tryDefineNow(s, ident, m.mutates.length === 0 ? m.results : [...m.results, ...m.mutates], () => {
-    const stream = streamOf(s.env, m.stream)
-    // Built-ins are quick for all but the largest tensors, and too frequent to announce.
-    if (!isBuiltin(m.function)) announce(s, ident)
-    if (m.mesh !== undefined) return callWithGroup(s, m, ident, stream)
-    const uploads: Tensor[] = []
-    return freeingAfter(s, uploads, () => {
-      const args = lookup(s, m.args, stream, uploads) as unknown[]
-      const kwargs = lookup(s, m.kwargs, stream, uploads) as Record<string, unknown>
-      const ctx = contextFor(s, stream, kwargs)
-      return invoke(s, m.function, (fn) => fn(ctx, ...args), (result) => defineResults(s, m, result))
-    })
+    try {
+      const stream = streamOf(s.env, m.stream)
+      // Built-ins are quick for all but the largest tensors, and too frequent to announce.
+      if (!isBuiltin(m.function)) announce(s, ident)
+      if (m.mesh !== undefined) return callWithGroup(s, m, ident, stream)
+      const uploads: Tensor[] = []
+      return freeingAfter(s, uploads, () => {
+        const args = lookup(s, m.args, stream, uploads) as unknown[]
+        const kwargs = lookup(s, m.kwargs, stream, uploads) as Record<string, unknown>
+        const ctx = contextFor(s, stream, kwargs)
+        return invoke(s, m.function, (fn) => fn(ctx, ...args), (result) => defineResults(s, m, result))
+      })
+    } catch (e) {
+      letGoUploads(s, m)
+      throw e
+    }
   })
 
 /** The wire form of a fetched value: tensors copied to host (into `buffers`' memory, each noted in `taken`); what the wire cannot carry is refused. */

@@ -13,7 +13,7 @@ import { commitCheckpoint, dropCheckpoint, loadShards, readCheckpoint, saveShard
 import { createDeviceMesh, reduce, sendTensor } from "./collectives.ts"
 import { commandGroup, controllerProof, deleteRefs, exit, peerLost, requestStatus, withheld } from "./control.ts"
 import { callRecording, defineRecording, deleteRecording } from "./recordings.ts"
-import { segmentFree, sharedSegment } from "./shared.ts"
+import { segmentFree, sharedSegment, uploadSegment } from "./shared.ts"
 import { createStream } from "./streams.ts"
 
 export type Handlers = {
@@ -84,6 +84,7 @@ export const makeDispatch = (s: Session, debug = false, trace?: TraceWriter): ((
     DropCheckpoint: dropCheckpoint(s),
     SharedSegment: sharedSegment(s),
     SegmentFree: segmentFree(s),
+    UploadSegment: uploadSegment(s),
   }
   return dispatch
 }

@@ -1,10 +1,10 @@
 /**
  * SharedSegment and SegmentFree: the shared-memory segments a fetch may answer through
- * (src/net/shm.ts). An offer that does not check out is answered with why, and fetches go on
- * over the socket.
+ * (src/net/shm.ts); UploadSegment: the one uploads come through (src/net/uploads.ts). An offer
+ * that does not check out is answered with why, and those bytes go on over the socket.
  */
 import { Effect } from "effect"
-import type { SharedSegment, SegmentFree } from "../../protocol/messages.ts"
+import type { SharedSegment, SegmentFree, UploadSegment } from "../../protocol/messages.ts"
 import { reject, type Session } from "../session.ts"
 
 const why = (e: unknown): string => (e instanceof Error ? e.message : String(e))
@@ -25,5 +25,15 @@ export const segmentFree = (s: Session) => (m: SegmentFree) => Effect.sync(() =>
     s.segments.free(m.segment)
   } catch (e) {
     reject(s, why(e))
+  }
+})
+
+export const uploadSegment = (s: Session) => (m: UploadSegment) => Effect.sync(() => {
+  if (s.uploads === undefined) return s.send({ _tag: "SegmentMapped", segment: m.segment, problem: "this worker's link takes no shared memory" })
+  try {
+    s.uploads.attach(m)
+    s.send({ _tag: "SegmentMapped", segment: m.segment, problem: null })
+  } catch (e) {
+    s.send({ _tag: "SegmentMapped", segment: m.segment, problem: why(e) })
   }
 })

@@ -21,7 +21,7 @@ import { UNARY_IN_PLACE } from "../../ops/specs/inplace.ts"
 import { scatterSource } from "../../ops/specs/layout.ts"
 import { EPSILON, REDUCTIONS } from "../../ops/specs/nn.ts"
 import { type Kernel, type Kernels, type PlainUnary, type Planner, withPlanner } from "./kernel.ts"
-import { broadcastStrides, contiguous, copyAnyRank, copyInto, isTensor, Run, stridesOf } from "./run.ts"
+import { contiguous, copyAnyRank, copyInto, isTensor, Run, stridesOf } from "./run.ts"
 
 /** Fills the one result (zeros, ones and their *_like forms). */
 const fill = (value: number) => (run: Run, [out]: ReadonlyArray<Tensor>): void => k.fill(out!, value, run.stream)
