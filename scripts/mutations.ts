@@ -1790,7 +1790,32 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     file: "src/checkpoint/files.ts",
     edits: one("if (Date.now() - held.mtimeMs > STALE_LOCK_MS) rmSync(", "if (Date.now() - held.mtimeMs < 0) rmSync("),
     tests: ["tests/checkpoint/save.test.ts"],
-  },  {
+  },
+  {
+    area: "worker", behaviour: "a user function's results that share memory are defined as copies",
+    file: "src/worker/handlers/calls.ts",
+    edits: one("  if (!isBuiltin(m.function)) ownResults(s, tensors, stream)", "  if (isBuiltin(m.function)) ownResults(s, tensors, stream)"),
+    tests: ["tests/controller/controller.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a user function's result that is a view is defined as a copy",
+    file: "src/worker/handlers/calls.ts",
+    edits: one("    if (t.shared || s.env.isHeld(t) || seen?.has(t)) {", "    if (s.env.isHeld(t) || seen?.has(t)) {"),
+    tests: ["tests/controller/controller.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a user function's result that is its argument is defined as a copy",
+    file: "src/worker/handlers/calls.ts",
+    edits: one("    if (t.shared || s.env.isHeld(t) || seen?.has(t)) {", "    if (t.shared || seen?.has(t)) {"),
+    tests: ["tests/controller/controller.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a user function's tensor returned twice is defined once and copied once",
+    file: "src/worker/handlers/calls.ts",
+    edits: one("    if (t.shared || s.env.isHeld(t) || seen?.has(t)) {", "    if (t.shared || s.env.isHeld(t)) {"),
+    tests: ["tests/controller/controller.test.ts"],
+  },
+  {
     area: "worker", behaviour: "checkpoint: a commit lock removed by its holder between the mkdir and the stat is tried again, not an error",
     file: "src/checkpoint/files.ts",
     edits: one("if (held === undefined) continue", "if (held === undefined) statSync(lock)"),
