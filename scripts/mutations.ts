@@ -503,6 +503,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/worker/strided.test.ts"],
   },
   {
+    area: "worker", behaviour: "strided operands: a prepared call (a replay) stages its operands as the dispatch does",
+    file: "src/worker/kernels/prepare.ts",
+    edits: one("runKernel(kernel, ctx, bound, op.name, metas, staging, reuse)", "runKernel(kernel, ctx, bound, op.name, metas, [], reuse)"),
+    tests: ["tests/worker/strided.test.ts"],
+  },
+  {
     area: "worker", behaviour: "strided operands: a write to an expanded tensor is refused with torch's message before anything runs",
     file: "src/worker/kernels/staging.ts",
     edits: one("  if (o.written && t.expanded && !WRITES_ONE_VALUE.has(op)) bad(op, EXPANDED_WRITE)\n", ""),
@@ -548,7 +554,13 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     area: "worker", behaviour: "strided operands: a Reduce of a view goes through a dense copy",
     file: "src/worker/handlers/collectives.ts",
     edits: one("out: throughDense(input.tensor, stream, m.inplace, (t) => collective(s, comm, t, m, stream))", "out: collective(s, comm, input.tensor, m, stream)"),
-    tests: ["tests/worker/views.test.ts"],
+    tests: ["tests/worker/views.test.ts", "tests/comm/usergroup.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "strided operands: an all_reduce of a view is not started on the communication thread (it runs through a dense copy here)",
+    file: "src/worker/handlers/collectives.ts",
+    edits: one(' || plan.collective !== "all_reduce" || !input.tensor.contiguous) {', ' || plan.collective !== "all_reduce") {'),
+    tests: ["tests/comm/usergroup.test.ts", "tests/worker/views.test.ts"],
   },
   {
     area: "worker", behaviour: "strided operands: an in-place Reduce of a view writes the result back through it",
@@ -1844,7 +1856,32 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     file: "src/checkpoint/files.ts",
     edits: one("if (Date.now() - held.mtimeMs > STALE_LOCK_MS) rmSync(", "if (Date.now() - held.mtimeMs < 0) rmSync("),
     tests: ["tests/checkpoint/save.test.ts"],
-  },  {
+  },
+  {
+    area: "worker", behaviour: "a user function's results that share memory are defined as copies",
+    file: "src/worker/handlers/calls.ts",
+    edits: one("  if (!isBuiltin(m.function)) ownResults(s, tensors, stream)", "  if (isBuiltin(m.function)) ownResults(s, tensors, stream)"),
+    tests: ["tests/controller/controller.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a user function's result that is a view is defined as a copy",
+    file: "src/worker/handlers/calls.ts",
+    edits: one("    if (t.shared || s.env.isHeld(t) || seen?.has(t)) {", "    if (s.env.isHeld(t) || seen?.has(t)) {"),
+    tests: ["tests/controller/controller.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a user function's result that is its argument is defined as a copy",
+    file: "src/worker/handlers/calls.ts",
+    edits: one("    if (t.shared || s.env.isHeld(t) || seen?.has(t)) {", "    if (t.shared || seen?.has(t)) {"),
+    tests: ["tests/controller/controller.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "a user function's tensor returned twice is defined once and copied once",
+    file: "src/worker/handlers/calls.ts",
+    edits: one("    if (t.shared || s.env.isHeld(t) || seen?.has(t)) {", "    if (t.shared || s.env.isHeld(t)) {"),
+    tests: ["tests/controller/controller.test.ts"],
+  },
+  {
     area: "worker", behaviour: "checkpoint: a commit lock removed by its holder between the mkdir and the stat is tried again, not an error",
     file: "src/checkpoint/files.ts",
     edits: one("if (held === undefined) continue", "if (held === undefined) statSync(lock)"),

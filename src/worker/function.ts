@@ -68,7 +68,8 @@ export interface Group {
  * command's results, in order; it may return a Promise. A tensor argument is what the ref
  * holds, a strided view included, as a torch function is given one (`Tensor.contiguous`,
  * `Tensor.strides`): the built-ins (`op`) and the group's calls take it as it is, `toHost` and
- * `copyOut` give its elements in row-major order, `hostBytes` gives undefined for it.
+ * `copyOut` give its elements in row-major order, `hostBytes` gives undefined for it. A
+ * returned tensor that shares memory is defined as a copy (handlers/calls.ts, ownResults).
  */
 export type RemoteFunction = (ctx: FunctionContext, ...args: any[]) => unknown
 

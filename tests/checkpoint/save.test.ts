@@ -176,6 +176,25 @@ describe("names, trees and arguments", () => {
     }))
   }, 60_000)
 
+  test("a strided view saved (a transpose, a stepped slice of an inner dim) holds its elements in row-major order, and loads as them", async () => {
+    await run((mesh) => Effect.gen(function* () {
+      const on = opsOn(mesh), x = on.arange(0, 24, 1, { dtype: "f32" }).reshape([4, 6])
+      const state = { t: x.t(), stepped: x.slice(1, 1, 6, 2) }
+      const want = yield* values(mesh, [state.t, state.stepped])
+      // Row-major elements of the views, as torch's x.t() and x[:, 1::2].
+      expect(want.map((v) => v[0])).toEqual([[0, 6, 12, 18, 1, 7, 13, 19, 2, 8, 14, 20, 3, 9, 15, 21, 4, 10, 16, 22, 5, 11, 17, 23], [1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23]])
+      const saved = yield* Effect.flatMap(save(mesh, state, "views"), (p) => p.durable)
+      const bytes = new Uint8Array(readFileSync(join(ROOT, "views", saved.version, "rank-0.safetensors")))
+      const header = parseHeader("rank-0", bytes, bytes.length)
+      if ("need" in header) throw new Error("short")
+      const t = header.tensors.get("t")!
+      expect([...t.shape]).toEqual([6, 4])
+      expect([...new Float32Array(bytes.slice(header.dataStart + t.offsets[0], header.dataStart + t.offsets[1]).buffer)]).toEqual(want[0]![0]!)
+      const s = (yield* load(mesh, "views")).state as typeof state
+      expect(yield* values(mesh, [s.t, s.stepped])).toEqual(want)
+    }))
+  }, 60_000)
+
   test("a state with no tensor saves and loads; a key \"$tensor\" and a keep that is not a count of versions are refused before anything is written", async () => {
     await run((mesh) => Effect.gen(function* () {
       const saved = yield* Effect.flatMap(save(mesh, { step: 3, note: "none" }, "empty"), (p) => p.durable)

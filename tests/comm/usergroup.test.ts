@@ -127,6 +127,18 @@ describe("the group's operations on a strided view (member r's input's even elem
   }, 60_000)
 })
 
+describe("a built-in collective of a strided view (x.t())", () => {
+  const t = [1, 2, 3, 4, 5, 6]
+  test("reduce gives the sum of the views' elements; in place it writes the sum through the view, into x", async () => {
+    const x = fromHost(mesh, host([2, 3], Float32Array.from(t)))
+    const summed = await run(mesh.reduce(x.t(), "tp", "sum"))
+    for (const h of await run(mesh.fetchAll(summed))) expect(values(h)).toEqual([1, 4, 2, 5, 3, 6].map((v) => 2 * v))
+    const v = x.t()
+    await run(mesh.reduce(v, "tp", "sum", { inplace: true }))
+    for (const h of await run(mesh.fetchAll(x))) expect(values(h)).toEqual(t.map((e) => 2 * e))
+  }, 30_000)
+})
+
 describe("a call over two dims", () => {
   test("gets each dim's group and the group over both: a sum along tp then dp is the sum over the mesh; a gather over both is in mesh order", async () => {
     const t = [1, 2, 3]

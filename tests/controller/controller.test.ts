@@ -38,6 +38,31 @@ describe("meshes and calls", () => {
     expect(values(s)).toEqual([9, 36])
   })
 
+  test("a user function's result that shares memory (a view of its argument, the argument itself, one tensor returned twice) is its own contiguous copy: a write to it changes nothing else", async () => {
+    const fixture = (name: string) => `tests/controller/fixtures:${name}`
+    const got = await run(Effect.gen(function* () {
+      const mesh = yield* ctl.mesh({ all: 4 })
+      // x has memory of its own (a reshape's result would be a view, shared already).
+      const x = yield* mesh.call("ops.mul", [yield* mesh.call("ops.reshape", [yield* mesh.call("ops.arange", [6], { dtype: "f32" }), [2, 3]]), 1])
+      const t = yield* mesh.call(fixture("transposed"), [x], {}, { results: [{ dtype: "f32", shape: [3, 2] }] })
+      const same = yield* mesh.call(fixture("itself"), [x], {}, { results: [{ dtype: "f32", shape: [2, 3] }] })
+      const [a, b] = yield* mesh.callMany(fixture("twice"), [x], {}, { results: [{ dtype: "f32", shape: [2, 3] }, { dtype: "f32", shape: [2, 3] }] })
+      const layout = yield* mesh.fetch(t, 0, { fn: fixture("layoutOf") })
+      ops.add_(t, 100)
+      ops.add_(same, 10)
+      ops.add_(a!, 1000)
+      return { layout, x: values(yield* mesh.fetch(x)), t: values(yield* mesh.fetch(t)), same: values(yield* mesh.fetch(same)), a: values(yield* mesh.fetch(a!)), b: values(yield* mesh.fetch(b!)) }
+    }))
+    expect(got).toEqual({
+      layout: [[2, 1], 0, 1],
+      x: [0, 1, 2, 3, 4, 5],
+      t: [100, 103, 101, 104, 102, 105],
+      same: [10, 11, 12, 13, 14, 15],
+      a: [1000, 1002, 1004, 1006, 1008, 1010],
+      b: [0, 2, 4, 6, 8, 10],
+    })
+  })
+
   test("a bad call is refused before it reaches a worker", async () => {
     const error = await run(Effect.flip(Effect.gen(function* () {
       const mesh = yield* ctl.mesh({ all: 4 })

@@ -36,3 +36,11 @@ export const layoutOf = defineFunction((_, t: unknown) => {
   const l = (t as Tensor).layout()
   return [[...l.strides], l.storageOffset, l.contiguous ? 1 : 0]
 })
+
+/** Results that share memory: t's transpose (a view of t), t itself, and one new tensor twice. */
+export const transposed = defineFunction((ctx, t: unknown) => op(ctx, "t", [t]))
+export const itself = defineFunction((_, t: unknown) => t)
+export const twice = defineFunction((ctx, t: unknown) => {
+  const y = op(ctx, "mul", [t, 2])
+  return [y, y]
+})

@@ -16,6 +16,7 @@ import { OPS, opNamed } from "../../src/ops/registry.ts"
 import { mutatedParams, type OpSpec } from "../../src/ops/spec.ts"
 import { float, HostTensor } from "../../src/protocol/values.ts"
 import { builtinFunction } from "../../src/worker/kernels/dispatch.ts"
+import { prepareBuiltin } from "../../src/worker/kernels/prepare.ts"
 import { Run } from "../../src/worker/kernels/run.ts"
 import { EXPANDED_WRITE } from "../../src/worker/kernels/staging.ts"
 import { c, casesOf, f, isFloatNumber, isT, tensor as drawn, TOLERANCE, type Case, type T } from "../ops/cases.ts"
@@ -318,12 +319,56 @@ describe("writes to an expanded tensor are refused as torch refuses them, nothin
   })
 })
 
+describe("a prepared call (a recording's replay) takes views as the dispatch does", () => {
+  const f32 = (values: number[]) => keep(Tensor.fromHost(native, host("f32", [values.length], values), stream))
+  const elements = (t: Tensor) => [...t.toHost(stream).toArray() as Float32Array]
+  test("prepared on contiguous tensors, run on transposed views: a flat kernel gets a copy, a strided one the view, an in-place target written back", () => {
+    const x = keep(Tensor.fromHost(native, host("f32", [3, 2], [1, 2, 3, 4, 5, 6]), stream))
+    const index = keep(Tensor.fromHost(native, host("i64", [1, 2], [2, 0]), stream))
+    const cumsum = prepareBuiltin("cumsum", [x, 0], {}, [x])!, mul = prepareBuiltin("mul_", [x, 2], {}, [x])!, scatter = prepareBuiltin("scatter_", [x, 0, index, 9], {}, [x, index])!
+    for (let i = 0; i < 3; i++) {
+      // The [3, 2] view of storage [1..6] laid out as its transpose: [[1, 4], [2, 5], [3, 6]].
+      const base = f32([1, 2, 3, 4, 5, 6]), v = keep(base.asStrided([3, 2], [1, 3], 0))
+      expect(elements(keep(cumsum.run(context({}), [v])[0]!))).toEqual([1, 4, 3, 9, 6, 15])
+      mul.run(context({}), [v])
+      expect(elements(base)).toEqual([2, 4, 6, 8, 10, 12])
+      // Row 2 of column 0 and row 0 of column 1 become 9: storage 2 and 3.
+      scatter.run(context({}), [v, index])
+      expect(elements(base)).toEqual([2, 4, 9, 9, 10, 12])
+    }
+  })
+})
+
 describe("in place through a view writes its base", () => {
   test("a non-strided kernel (scatter_) on a transposed target: computed contiguous, copied back through the view", () => {
     const base = keep(Tensor.fromHost(native, host("f32", [6], [0, 1, 2, 3, 4, 5]), stream)), t = keep(base.asStrided([3, 2], [1, 3], 0))
     builtinFunction("scatter_")!(context({}), t, 0, keep(Tensor.fromHost(native, host("i64", [1, 2], [2, 0]), stream)), 9)
     // t was [[0, 3], [1, 4], [2, 5]]; row 2 col 0 and row 0 col 1 become 9.
     expect([...base.toHost(stream).toArray() as Float32Array]).toEqual([0, 1, 9, 9, 4, 5])
+  })
+
+  test("an in-place op whose operand is its target (the same view) reads it before writing, strided kernel or staged copy", () => {
+    const base = keep(Tensor.fromHost(native, host("f32", [6], [0, 1, 2, 3, 4, 5]), stream)), t = keep(base.asStrided([3, 2], [1, 3], 0))
+    builtinFunction("add_")!(context({}), t, t)
+    expect([...base.toHost(stream).toArray() as Float32Array]).toEqual([0, 2, 4, 6, 8, 10])
+    // Staged once for both places: the kernel sees one tensor, as torch's does.
+    builtinFunction("copy_")!(context({}), t, t)
+    expect([...base.toHost(stream).toArray() as Float32Array]).toEqual([0, 2, 4, 6, 8, 10])
+    const index = keep(Tensor.fromHost(native, host("i64", [3, 2], [0, 0, 0, 0, 0, 0]), stream))
+    builtinFunction("scatter_add_")!(context({}), t, 0, index, keep(Tensor.fromHost(native, host("f32", [3, 2], [1, 1, 1, 1, 1, 1]), stream)))
+    // Row 0 of t ([0, 6]) gains 3 each: storage 0 and 3.
+    expect([...base.toHost(stream).toArray() as Float32Array]).toEqual([3, 2, 4, 9, 8, 10])
+  })
+
+  test("size-0 and size-1 dims: an empty view and a view whose only non-trivial stride is odd go through staging and back", () => {
+    const base = keep(Tensor.fromHost(native, host("f32", [6], [0, 1, 2, 3, 4, 5]), stream))
+    const empty = keep(base.asStrided([3, 0], [1, 3], 0)), column = keep(base.asStrided([3, 1], [2, 7], 1))
+    expect(empty.contiguous).toBe(true)
+    expect(keep(builtinFunction("cumsum")!(context({}), empty, 0) as Tensor).shape).toEqual([3, 0])
+    expect(column.contiguous).toBe(false)
+    expect([...keep(builtinFunction("cumsum")!(context({}), column, 0) as Tensor).toHost(stream).toArray() as Float32Array]).toEqual([1, 4, 9])
+    builtinFunction("scatter_")!(context({}), column, 0, keep(Tensor.fromHost(native, host("i64", [1, 1], [2]), stream)), 7)
+    expect([...base.toHost(stream).toArray() as Float32Array]).toEqual([0, 1, 2, 3, 4, 7])
   })
 
   test("the fused optimizer step on parameters that are views of one flat buffer updates the buffer", () => {

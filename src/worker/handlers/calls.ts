@@ -6,6 +6,7 @@
  */
 import { Effect } from "effect"
 import type { Stream } from "../../../ffi/stream.ts"
+import * as k from "../../../ffi/ops.ts"
 import { Tensor } from "../../../ffi/tensor.ts"
 import type { FunctionContext, RemoteFunction } from "../function.ts"
 import { sameShape } from "../../ops/meta.ts"
@@ -104,8 +105,29 @@ const letGoUploads = (s: Session, m: CallFunction): void => {
 
 export const callFunction = (s: Session) => (m: CallFunction) => Effect.suspend(() => callNow(s, m) ?? Effect.void)
 
+/**
+ * The controller takes a user function's results for new tensors, each with memory of its own
+ * (it knows a built-in's views from the op's rule, not a function's): a result that shares
+ * memory (an argument itself, a view of one, a tensor a view reads, one returned twice) is
+ * defined as a contiguous copy, so a write through it changes no memory the controller counts
+ * as another tensor's (its version counter, its overlap refusals). Replaced tensors no ref holds are freed.
+ */
+const ownResults = (s: Session, tensors: Tensor[], stream: Stream): void => {
+  let seen: Set<Tensor> | undefined, replaced: Tensor[] | undefined
+  for (let i = 0; i < tensors.length; i++) {
+    const t = tensors[i]!
+    if (t.shared || s.env.isHeld(t) || seen?.has(t)) {
+      const copy = Tensor.empty(t.native, t.dtype, t.shape)
+      k.cast(copy, t, stream)
+      tensors[i] = copy
+      ;(replaced ??= []).push(t)
+    } else (seen ??= new Set()).add(t)
+  }
+  if (replaced !== undefined) for (const t of new Set(replaced)) if (!seen?.has(t) && !s.env.isHeld(t)) t.free()
+}
+
 /** Defines the call's results from what the function returned, or throws why not (freeing it). */
-const defineResults = (s: Session, m: CallFunction, result: unknown): void => {
+const defineResults = (s: Session, m: CallFunction, result: unknown, stream: Stream): void => {
   const tensors = flattenTensors(result)
   if (tensors.length !== m.results.length) {
     freeUnheld(s, tensors)
@@ -116,6 +138,7 @@ const defineResults = (s: Session, m: CallFunction, result: unknown): void => {
     freeUnheld(s, tensors)
     throw mismatch
   }
+  if (!isBuiltin(m.function)) ownResults(s, tensors, stream)
   for (let i = 0; i < tensors.length; i++) s.env.define(m.results[i]!, tensors[i]!)
 }
 
@@ -183,7 +206,7 @@ const callWithGroup = (s: Session, m: CallFunction, ident: number, stream: Strea
       if (outcome._tag === "Success" && mine === RunOutcome.Through) freeUnheld(s, flattenTensors(outcome.success))
       return yield* Effect.fail(blockedBy(ident))
     }
-    defineResults(s, m, (outcome as { readonly success: unknown }).success)
+    defineResults(s, m, (outcome as { readonly success: unknown }).success, stream)
   }).pipe(Effect.ensuring(Effect.sync(() => freeUnheld(s, uploads))))
 }
 
@@ -200,7 +223,7 @@ export const callNow = (s: Session, m: CallFunction, ident = m.ident): Effect.Ef
         const args = lookup(s, m.args, stream, uploads) as unknown[]
         const kwargs = lookup(s, m.kwargs, stream, uploads) as Record<string, unknown>
         const ctx = contextFor(s, stream, kwargs)
-        return invoke(s, m.function, (fn) => fn(ctx, ...args), (result) => defineResults(s, m, result))
+        return invoke(s, m.function, (fn) => fn(ctx, ...args), (result) => defineResults(s, m, result, stream))
       })
     } catch (e) {
       letGoUploads(s, m)
