@@ -1858,6 +1858,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/checkpoint/save.test.ts"],
   },
   {
+    area: "controller", behaviour: "uploads: a command's large host tensor is found before its arguments are rebuilt",
+    file: "src/controller/core.ts",
+    edits: one("  if (v instanceof HostTensor) return v.data.byteLength >= min", "  if (v instanceof HostTensor) return v.data.byteLength < 0"),
+    tests: ["tests/controller/uploads.test.ts"],
+  },
+  {
     area: "worker", behaviour: "a user function's results that share memory are defined as copies",
     file: "src/worker/handlers/calls.ts",
     edits: one("  if (!isBuiltin(m.function)) ownResults(s, tensors, stream)", "  if (isBuiltin(m.function)) ownResults(s, tensors, stream)"),

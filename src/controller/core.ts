@@ -140,6 +140,18 @@ export interface WorkerInfo {
   readonly device: Device
 }
 
+/** Whether a host tensor of at least `min` bytes lies anywhere in `v` (lists and plain objects). */
+const holdsLarge = (v: Value, min: number): boolean => {
+  if (v instanceof HostTensor) return v.data.byteLength >= min
+  if (Array.isArray(v)) {
+    for (let i = 0; i < v.length; i++) if (holdsLarge(v[i] as Value, min)) return true
+    return false
+  }
+  if (v !== null && typeof v === "object" && Object.getPrototypeOf(v) === Object.prototype)
+    for (const key in v) if (holdsLarge((v as Record<string, Value>)[key]!, min)) return true
+  return false
+}
+
 export class Core implements Sink {
   readonly graph = new Graph()
   readonly world: number
@@ -465,7 +477,8 @@ export class Core implements Sink {
   /** A CallFunction for `ranks` (those not lost) with its large host tensors moved into their upload segment (the same message when none moved). */
   private shareHostTensors(ranks: ReadonlyArray<number>, msg: Extract<WorkerMessage, { _tag: "CallFunction" }>): WorkerMessage {
     const uploads = this.links[ranks[0]!]?.uploads
-    if (uploads === undefined) return msg
+    // The common command holds no large host tensor: found by a walk that allocates nothing.
+    if (uploads === undefined || !(holdsLarge(msg.args, uploads.minBytes) || holdsLarge(msg.kwargs, uploads.minBytes))) return msg
     let moved = false, live: ReadonlyArray<number> | undefined
     const swap = (v: Value): Value => {
       if (v instanceof HostTensor) {
