@@ -2,6 +2,19 @@
  * A child process's stdout and stderr kept line by line as they arrive, and a wait for a
  * condition over them: HostProcess (a process in a host) and the launcher tests' Launcher share it.
  */
+/** Appends each line of `stream` to `into` as it arrives (the last one unterminated too), calling `onLines` after each chunk. */
+export const readLines = async (stream: ReadableStream<Uint8Array>, into: string[], onLines: () => void = () => {}): Promise<void> => {
+  const decoder = new TextDecoder()
+  let pending = ""
+  for await (const chunk of stream) {
+    const parts = (pending + decoder.decode(chunk, { stream: true })).split("\n")
+    pending = parts.pop()!
+    into.push(...parts)
+    onLines()
+  }
+  if (pending) into.push(pending)
+}
+
 export class OutputLines {
   readonly stdout: string[] = []
   readonly stderr: string[] = []
@@ -18,16 +31,8 @@ export class OutputLines {
     for (const w of [...this.wakers]) w()
   }
 
-  private async pump(stream: ReadableStream<Uint8Array>, into: string[]): Promise<void> {
-    const decoder = new TextDecoder()
-    let pending = ""
-    for await (const chunk of stream) {
-      const parts = (pending + decoder.decode(chunk, { stream: true })).split("\n")
-      pending = parts.pop()!
-      into.push(...parts)
-      this.wake()
-    }
-    if (pending) into.push(pending)
+  private pump(stream: ReadableStream<Uint8Array>, into: string[]): Promise<void> {
+    return readLines(stream, into, () => this.wake())
   }
 
   /**

@@ -7,12 +7,12 @@
 //     serving every case; without torch those comparisons skip, saying so).
 // The cases are checked against the registry: a differentiable op without a case fails.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test"
-import { Effect, ManagedRuntime } from "effect"
-import { Controller, grad, noGrad, ops, opsOn, type ControllerApi, type Mesh, type RemoteTensor } from "../../src/controller/index.ts"
+import { grad, noGrad, ops, opsOn, type RemoteTensor } from "../../src/controller/index.ts"
 import { NOT_DIFFERENTIABLE } from "../../src/ops/grad.ts"
 import { OPS, type OpName } from "../../src/ops/registry.ts"
 import type { DType, HostTensor } from "../../src/protocol/values.ts"
 import { describeUnless, testUnless } from "../skip.ts"
+import { oneRankMesh } from "../ops/oneRank.ts"
 import { fromJson, torchMissing, TorchServer } from "../torch.ts"
 import { host } from "../worker/build.ts"
 
@@ -285,14 +285,7 @@ test("every differentiable op in the registry has a gradient check case", () => 
   expect(differentiable.filter((n) => !covered.has(n))).toEqual([])
 })
 
-let rt: ManagedRuntime.ManagedRuntime<Controller, unknown>
-let mesh: Mesh
-beforeAll(async () => {
-  rt = ManagedRuntime.make(Controller.local({ world: 1, onWorkerLine: () => {} }))
-  const ctl: ControllerApi = await rt.runPromise(Effect.service(Controller))
-  mesh = await rt.runPromise(ctl.mesh({ g: 1 }))
-}, 60_000)
-afterAll(() => rt?.dispose())
+const fixture = oneRankMesh()
 
 /** The paths of the differentiated tensors among a case's arguments: [i], or [i, j] in a list. */
 const pathsOf = (args: ReadonlyArray<unknown>): number[][] =>
@@ -311,7 +304,7 @@ interface Checked { readonly grads: number[][]; readonly weights: T[]; readonly 
  * directions of each input, all fetched in one round trip.
  */
 const check = async (cs: Case): Promise<Checked> => {
-  const on = opsOn(mesh)
+  const on = opsOn(fixture.mesh)
   const send = (t: T) => on.clone(host(t.t, t.shape, t.data) as never)
   const paths = pathsOf(cs.args)
   const inputs = mapTensors(cs.args, (t) => (t.grad ? send(t).requiresGrad_() : send(t))) as unknown[]
@@ -336,7 +329,7 @@ const check = async (cs: Case): Promise<Checked> => {
       directions.push({ path, v, plus: moved(1), minus: moved(-1) })
     }
   })
-  const fetched = await rt.runPromise(mesh.fetch([grads, directions.map((d) => [d.plus, d.minus])])) as unknown as [HostTensor[], HostTensor[][]]
+  const fetched = await fixture.run(fixture.mesh.fetch([grads, directions.map((d) => [d.plus, d.minus])])) as unknown as [HostTensor[], HostTensor[][]]
   const num = (h: HostTensor) => [...h.toArray()].map(Number)
   return {
     grads: fetched[0].map(num),

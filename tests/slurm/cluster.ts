@@ -13,6 +13,7 @@ import { hostname, tmpdir } from "node:os"
 import { join } from "node:path"
 import { freePort, isAlive } from "../processes.ts"
 import { createHosts, inHost, inNamedHost, nameHosts, type Host, type Hosts } from "../../rig/netns.ts"
+import { readLines } from "../../rig/outputLines.ts"
 
 const PROGRAMS = ["munged", "mungekey", "slurmctld", "slurmd", "srun", "sbatch", "sinfo", "squeue", "scancel", "scontrol"] as const
 
@@ -73,21 +74,10 @@ export interface Cluster {
   readonly stop: () => Promise<void>
 }
 
-const pump = async (stream: ReadableStream<Uint8Array>, into: string[]) => {
-  const decoder = new TextDecoder()
-  let pending = ""
-  for await (const chunk of stream) {
-    const parts = (pending + decoder.decode(chunk, { stream: true })).split("\n")
-    pending = parts.pop()!
-    into.push(...parts)
-  }
-  if (pending) into.push(pending)
-}
-
 const start = (label: string, argv: ReadonlyArray<string>, env: Readonly<Record<string, string>>): Started => {
   const proc = Bun.spawn([...argv], { env: { ...process.env, ...env }, stdin: "ignore", stdout: "pipe", stderr: "pipe" })
   const output: string[] = []
-  return { label, proc, output, drained: Promise.all([pump(proc.stdout, output), pump(proc.stderr, output)]) }
+  return { label, proc, output, drained: Promise.all([readLines(proc.stdout, output), readLines(proc.stderr, output)]) }
 }
 
 /** Polls `ready` every 100 ms until it holds; throws with `why()` after `timeoutMs`. */
