@@ -115,12 +115,18 @@ export const obeysLayoutContract = (grad: Strided, variable: Strided): boolean =
  * broadcast dims (missing, or size 1 against a larger one) have stride 0 and decide nothing; for
  * two dims the first operand with unequal strides decides, equal strides put the smaller dim
  * first, and dims no operand orders keep torch's order. undefined where that order is
- * row-major (the result is contiguous). The caller skips it where every operand is contiguous
+ * row-major (the result is contiguous). Operands of the result's shape that share one dense
+ * layout give it that layout (torch's fast setup; torch skips it where a number operand is
+ * wrapped as a tensor, for x * 2 or where, which changes only size-1 dims' strides). The caller skips it where every operand is contiguous
  * (that result is contiguous too), so an op on contiguous tensors computes nothing here.
  */
 export const pointwiseStrides = (shape: ReadonlyArray<number>, operands: ReadonlyArray<{ readonly shape: ReadonlyArray<number>; readonly strides: ReadonlyArray<number> }>): number[] | undefined => {
   const n = shape.length
   if (n < 2) return undefined
+  // torch's fast setup: operands of the result's shape, dense in one layout, give it that layout as it is.
+  const first = operands[0]!
+  if (operands.every((o) => o.shape.length === n && o.shape.every((d, i) => d === shape[i]) && o.strides.every((s, i) => s === first.strides[i])) && isNonOverlappingAndDense(shape, first.strides))
+    return [...first.strides]
   // Each operand's strides over the result's dims, broadcast dims 0.
   const steps = operands.map((o) => {
     const s = new Array<number>(n).fill(0), lead = n - o.shape.length
