@@ -596,7 +596,7 @@ describeUnless(torchMissing())("elementwise results laid out as torch's TensorIt
 
   test("random unary, binary, scalar, ternary, cast and in-place calls on permuted, sliced and expanded operands: torch's dtype, shape, strides and values; the worker's strides are the controller's", async () => {
     const rng = seeded(0x1a70)
-    const calls = Array.from({ length: RANDOM_CALLS }, () => randomCall(rng))
+    const calls = [...FIXED_CALLS, ...Array.from({ length: RANDOM_CALLS }, () => randomCall(rng))]
     const answers = calls.map((c, i) => torch.ask<Answer>(20_000 + i, { ...c }))
     let strided = 0
     for (let i = 0; i < calls.length; i++) {
@@ -623,3 +623,16 @@ describeUnless(torchMissing())("elementwise results laid out as torch's TensorIt
 })
 
 const RANDOM_CALLS = 150
+
+const operand = (shape: number[], ...chain: Array<{ op: string; args: unknown[] }>): Operand =>
+  ({ t: "f32", shape, data: iota(shape.reduce((a, b) => a * b, 1)).map((i) => 1 + i * 0.5), chain })
+/** Calls the rule's uncommon branches decide. */
+const FIXED_CALLS: Call[] = [
+  // [1, 3] with strides (1, 1) and a stepped [1, 3]: equal strides put the size-3 dim first, torch's (1, 1).
+  { operands: [operand([3, 1], { op: "permute", args: [[1, 0]] }), operand([1, 6], { op: "slice", args: [1, 0, null, 2] })], call: "add", args: [{ operand: 0 }, { operand: 1 }] },
+  // a transposed operand after a stepped one: the first decides (row-major), the other way round transposed.
+  { operands: [operand([4, 6], { op: "slice", args: [1, 0, null, 2] }), operand([3, 4], { op: "t", args: [] })], call: "mul", args: [{ operand: 0 }, { operand: 1 }] },
+  { operands: [operand([3, 4], { op: "t", args: [] }), operand([4, 6], { op: "slice", args: [1, 0, null, 2] })], call: "mul", args: [{ operand: 0 }, { operand: 1 }] },
+  // an expanded operand first decides nothing: the transposed one after it lays the result out.
+  { operands: [operand([4, 1], { op: "expand", args: [[4, 3]] }), operand([3, 4], { op: "t", args: [] })], call: "sub", args: [{ operand: 0 }, { operand: 1 }] },
+]
