@@ -2803,6 +2803,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/ops/views.test.ts"],
   },
   {
+    area: "controller", behaviour: "elementwise layout: operands of the result's shape sharing one dense layout give it that layout as it is (torch's fast setup)",
+    file: "src/ops/strided.ts",
+    edits: one("&& isNonOverlappingAndDense(shape, first.strides))\n    return [...first.strides]", "&& isNonOverlappingAndDense(shape, first.strides) && n < 0)\n    return [...first.strides]"),
+    tests: ["tests/ops/views.test.ts"],
+  },
+  {
     area: "controller", behaviour: "elementwise layout: the controller's handle of a result knows its operands' memory order",
     file: "src/controller/ops.ts",
     edits: one("  else if (op.pointwise) layOut(op as OpSpec, args, kwargs, results[0]!)\n", ""),
