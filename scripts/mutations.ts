@@ -135,6 +135,24 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/worker/overlap.test.ts"],
   },
   {
+    area: "worker", behaviour: "an all-reduce whose result the next command of its group or recording reads runs on the loop, not the communication thread",
+    file: "src/worker/handlers/collectives.ts",
+    edits: one("    if (s.overlap && !readNext(s, m) && startReduce(s, m, mesh, stream)) return", "    if (s.overlap && startReduce(s, m, mesh, stream)) return"),
+    tests: ["tests/worker/inline.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "the look at the command after an all-reduce passes over releases, and a release of its result means nothing reads it",
+    file: "src/worker/handlers/collectives.ts",
+    edits: one('    if (c._tag !== "DeleteRefs") return mentions(c, m.result.id)\n    if (c.refs.includes(m.result.id)) return false\n', '    return mentions(c, m.result.id)\n'),
+    tests: ["tests/worker/inline.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "an all-reduce started on the communication thread when the next command does not read it",
+    file: "src/worker/handlers/collectives.ts",
+    edits: one("  if (v instanceof Ref) return v.id === id\n", "  if (v instanceof Ref) return true\n"),
+    tests: ["tests/worker/inline.test.ts"],
+  },
+  {
     area: "worker", behaviour: "a tensor let go while an all-reduce in flight holds its memory is freed only after it",
     file: "src/worker/refs.ts",
     edits: one("    if (value instanceof Tensor && this.later?.defer(value)) return\n", ""),
@@ -602,7 +620,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "controller", behaviour: "a command settles only once every rank has passed it",
     file: "src/controller/graph.ts",
-    edits: one("      if (node.ident >= firstUncompleted) break\n", "      if (node.ident > firstUncompleted) break\n"),
+    edits: one("    this.live.each(before, firstUncompleted, (node) => {", "    this.live.each(before, firstUncompleted + 1, (node) => {"),
     tests: ["tests/controller/controller.test.ts", "tests/faults/loss.test.ts"],
   },
   {
@@ -706,6 +724,54 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     file: "src/controller/core.ts",
     edits: one("last < after && --pending.behind === 0) this.tryFinish(ident)", "last < after && (--pending.behind, true)) this.tryFinish(ident)"),
     tests: ["tests/controller/scale.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "the live commands' compaction keeps each ident at its place (LiveNodes)",
+    file: "src/controller/graph.ts",
+    edits: one("      this.base += this.head\n", ""),
+    tests: ["tests/controller/liveNodes.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a walk of the live commands starts at its first ident, not the first live one (LiveNodes.each)",
+    file: "src/controller/graph.ts",
+    edits: one("    for (let i = Math.max(from - this.base, this.head); i < this.slots.length; i++)", "    for (let i = this.head; i < this.slots.length; i++)"),
+    tests: ["tests/controller/liveNodes.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a live command added below the first live ident is kept (LiveNodes)",
+    file: "src/controller/graph.ts",
+    edits: one("    if (i < this.head) this.head = i\n", ""),
+    tests: ["tests/controller/liveNodes.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a Status counts a rank's pass once per command: the walk starts where its last Status ended",
+    file: "src/controller/graph.ts",
+    edits: one("    this.live.each(before, firstUncompleted, (node) => {", "    this.live.each(0, firstUncompleted, (node) => {"),
+    tests: ["tests/controller/graph.test.ts", "tests/controller/core.test.ts"],
+  },
+  {
+    area: "protocol", behaviour: "a Ref from 2^32 goes through its ext's u64 payload, not the buffer's u32 fast path",
+    file: "src/protocol/codec.ts",
+    edits: one("    else if (v instanceof Ref && v.id <= U32_MAX) {", "    else if (v instanceof Ref) {"),
+    tests: ["tests/protocol/codec.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "releases in a row join the DeleteRefs still last in every rank's queue",
+    file: "src/controller/core.ts",
+    edits: one("      if (queue[queue.length - 1] !== msg && !this.graph.isLost(ranks[i]!)) return false", "      if (queue[0] !== msg && !this.graph.isLost(ranks[i]!)) return false"),
+    tests: ["tests/controller/lifetime.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "a command's rank members come from its own rank list, not the last one looked up",
+    file: "src/controller/graph.ts",
+    edits: one("  if (ranks === lastRanks) return lastMembers!", "  if (lastRanks !== undefined) return lastMembers!"),
+    tests: ["tests/controller/graph.test.ts", "tests/controller/core.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "an in-place op writes the tensor of each parameter it names, found by position or keyword (a list flattened)",
+    file: "src/controller/ops.ts",
+    edits: one("    if (Array.isArray(v)) { for (const t of v) if (t instanceof TensorHandle) out.push(t as RemoteTensor) }", "    if (Array.isArray(v)) { if (v[0] instanceof TensorHandle) out.push(v[0] as RemoteTensor) }"),
+    tests: ["tests/ops/typed.test.ts"],
   },
   {
     area: "controller", behaviour: "scale: a command on every rank costs the graph no look at each rank",
@@ -1079,7 +1145,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "controller", behaviour: "user group: a call with dims depends on every member of its group (a lost member fails it with WorkerLost)",
     file: "src/controller/mesh.ts",
-    edits: one("}), group === undefined ? undefined : this.groupExchange(group))", "}))"),
+    edits: one("    group === undefined ? undefined : this.groupExchange(group))", "    undefined)"),
     tests: ["tests/comm/usergroup.test.ts"],
   },
   {
@@ -1236,7 +1302,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "protocol", behaviour: "promotion: a float number is encoded as float64",
     file: "src/protocol/codec.ts",
-    edits: one("    if (v instanceof FloatNumber) this.encodeNumberAsFloat(v.value)", "    if (v instanceof FloatNumber) (this as unknown as { encodeNumber(n: number): void }).encodeNumber(v.value)"),
+    edits: one("    } else if (v instanceof FloatNumber) this.encodeNumberAsFloat(v.value)", "    } else if (v instanceof FloatNumber) (this as unknown as { encodeNumber(n: number): void }).encodeNumber(v.value)"),
     tests: ["tests/ops/floats.test.ts", "tests/ops/parity.test.ts"],
   },
   {
@@ -1790,6 +1856,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     file: "src/checkpoint/files.ts",
     edits: one("if (Date.now() - held.mtimeMs > STALE_LOCK_MS) rmSync(", "if (Date.now() - held.mtimeMs < 0) rmSync("),
     tests: ["tests/checkpoint/save.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "uploads: a command's large host tensor is found before its arguments are rebuilt",
+    file: "src/controller/core.ts",
+    edits: one("  if (v instanceof HostTensor) return v.data.byteLength >= min", "  if (v instanceof HostTensor) return v.data.byteLength < 0"),
+    tests: ["tests/controller/uploads.test.ts"],
   },
   {
     area: "worker", behaviour: "a user function's results that share memory are defined as copies",

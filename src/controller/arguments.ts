@@ -14,12 +14,14 @@ import { refuse } from "./errors.ts"
 import type { Core } from "./core.ts"
 import { checkOwner, TensorHandle } from "./handles.ts"
 
+const NO_BORROWS: BorrowState[] = Object.freeze([]) as unknown as BorrowState[]
+
 /** What one command's argument trees read, gathered while converting them to the wire. */
 export class Reads {
   /** Ref ids of the tensors read. */
   readonly inputs: number[] = []
-  /** Borrows read for the first time, once each. */
-  readonly borrows: BorrowState[] = []
+  /** Borrows read for the first time, once each (one shared empty list until there is one: most commands read none). */
+  borrows: BorrowState[] = NO_BORROWS
   /** Whether every tensor read has a known dtype and shape. */
   known = true
 }
@@ -63,7 +65,7 @@ export class Arguments {
       }
       reads.inputs.push(v.ref.id)
       this.mesh.core.sink.read(v)
-      if (v.borrow && !v.borrow.used && !reads.borrows.includes(v.borrow)) reads.borrows.push(v.borrow)
+      if (v.borrow && !v.borrow.used && !reads.borrows.includes(v.borrow)) (reads.borrows === NO_BORROWS ? (reads.borrows = []) : reads.borrows).push(v.borrow)
       if (!v.meta) reads.known = false
       return v.ref
     }

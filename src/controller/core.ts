@@ -140,6 +140,18 @@ export interface WorkerInfo {
   readonly device: Device
 }
 
+/** Whether a host tensor of at least `min` bytes lies anywhere in `v` (lists and plain objects). */
+const holdsLarge = (v: Value, min: number): boolean => {
+  if (v instanceof HostTensor) return v.data.byteLength >= min
+  if (Array.isArray(v)) {
+    for (let i = 0; i < v.length; i++) if (holdsLarge(v[i] as Value, min)) return true
+    return false
+  }
+  if (v !== null && typeof v === "object" && Object.getPrototypeOf(v) === Object.prototype)
+    for (const key in v) if (holdsLarge((v as Record<string, Value>)[key]!, min)) return true
+  return false
+}
+
 export class Core implements Sink {
   readonly graph = new Graph()
   readonly world: number
@@ -393,7 +405,9 @@ export class Core implements Sink {
   /** Queues a message without an ident for `ranks`. */
   post(ranks: ReadonlyArray<number>, msg: WorkerMessage): void {
     if (msg._tag === "CallFunction") msg = this.shareHostTensors(ranks, msg)
-    for (const r of ranks) if (!this.graph.isLost(r)) this.outbox[r]!.push(msg)
+    if (this.graph.anyLost) {
+      for (const r of ranks) if (!this.graph.isLost(r)) this.outbox[r]!.push(msg)
+    } else for (let i = 0; i < ranks.length; i++) this.outbox[ranks[i]!]!.push(msg)
     if (++this.queued >= this.flushEvery) this.flush()
     else this.scheduleFlush()
   }
@@ -463,7 +477,8 @@ export class Core implements Sink {
   /** A CallFunction for `ranks` (those not lost) with its large host tensors moved into their upload segment (the same message when none moved). */
   private shareHostTensors(ranks: ReadonlyArray<number>, msg: Extract<WorkerMessage, { _tag: "CallFunction" }>): WorkerMessage {
     const uploads = this.links[ranks[0]!]?.uploads
-    if (uploads === undefined) return msg
+    // The common command holds no large host tensor: found by a walk that allocates nothing.
+    if (uploads === undefined || !(holdsLarge(msg.args, uploads.minBytes) || holdsLarge(msg.kwargs, uploads.minBytes))) return msg
     let moved = false, live: ReadonlyArray<number> | undefined
     const swap = (v: Value): Value => {
       if (v instanceof HostTensor) {
@@ -619,13 +634,23 @@ export class Core implements Sink {
     if (refs.length === 0) return
     this.graph.forget(refs)
     const open = this.openDelete
-    if (open !== undefined && open.ranks === ranks && ranks.every((r) => this.graph.isLost(r) || this.outbox[r]!.at(-1) === open.msg)) {
-      open.msg.refs.push(...refs)
+    if (open !== undefined && open.ranks === ranks && this.lastQueuedEverywhere(ranks, open.msg)) {
+      // Plain loops: a dropped handle's release comes here, one per handle.
+      for (let i = 0; i < refs.length; i++) open.msg.refs.push(refs[i]!)
       return
     }
     const msg = { _tag: "DeleteRefs" as const, refs: [...refs] }
     this.openDelete = { msg, ranks }
     this.post(ranks, msg)
+  }
+
+  /** Whether `msg` is the last message queued for each of `ranks` that is not lost. */
+  private lastQueuedEverywhere(ranks: ReadonlyArray<number>, msg: WorkerMessage): boolean {
+    for (let i = 0; i < ranks.length; i++) {
+      const queue = this.outbox[ranks[i]!]!
+      if (queue[queue.length - 1] !== msg && !this.graph.isLost(ranks[i]!)) return false
+    }
+    return true
   }
 
   /** The live core keeps no note of handles made, tensors read or memory written (compile's recorder does). */

@@ -32,15 +32,23 @@ export interface Exchange {
  * waits for instead of keeping a set of them per command.
  */
 const memberSets = new WeakMap<ReadonlyArray<number>, ReadonlySet<number>>()
+/** The last list looked up and its members: commands in a row are mostly on one mesh. */
+let lastRanks: ReadonlyArray<number> | undefined, lastMembers: ReadonlySet<number> | undefined
 const membersOf = (ranks: ReadonlyArray<number>): ReadonlySet<number> => {
+  if (ranks === lastRanks) return lastMembers!
   let members = memberSets.get(ranks)
   if (members === undefined) {
     members = new Set(ranks)
     if (members.size !== ranks.length) throw new Error(`a command's rank list names a rank twice: [${ranks}]`)
     memberSets.set(ranks, members)
   }
+  lastRanks = ranks
+  lastMembers = members
   return members
 }
+
+/** Most commands depend on none and have no dependents: one frozen empty list for them all (a push into it throws). */
+const NO_NODES: Node[] = Object.freeze([]) as unknown as Node[]
 
 export class Node {
   /** How many of its ranks have not yet reported passing this ident (which: Graph.behind). */
@@ -51,12 +59,12 @@ export class Node {
   /** Whether some failure may be in its dependencies on some rank (false: nothing to look up). */
   tainted = false
   /** The commands that defined its inputs; dropped once it settles. */
-  deps: Node[] = []
+  deps: Node[] = NO_NODES
   /** Unsettled dependencies. */
   pendingDeps = 0
   /** Whether it or an unsettled command it depends on (when it was added) is an exchange: only then can its result wait on another rank. */
   exchanged: boolean
-  readonly dependents: Node[] = []
+  dependents: Node[] = NO_NODES
   settled = false
   /** Once settled: the failure of its result on each rank that has one. */
   outcome: Map<number, Failure> | undefined
@@ -153,9 +161,82 @@ const walk = (from: Node, ranks: Iterable<number>, visit: Visit, exchangesOnly =
   }
 }
 
+/**
+ * The unsettled commands by ident, in issue order: an array from the first ident still live
+ * (idents are handed out in increasing order; a recording call's leaves holes), so adding one,
+ * settling one and walking them from an ident cost no hashing. NOTE: a Map here (an insert
+ * and a delete per command, walked from its start at every Status) was a tenth of the
+ * controller's time per op. A walk survives deletes and the compaction that follows them,
+ * as it goes by ident.
+ */
+export class LiveNodes {
+  private slots: Array<Node | undefined> = []
+  /** The ident of slots[0]. */
+  private base = 0
+  /** slots[head] is the first that may hold a node. */
+  private head = 0
+  size = 0
+
+  set(ident: number, node: Node): void {
+    if (this.size === 0) (this.slots = []), (this.base = ident), (this.head = 0)
+    else if (this.head >= 1024 && this.head * 2 >= this.slots.length) {
+      // Most of the array is settled commands' empty slots: drop them (amortised O(1) a command).
+      this.slots = this.slots.slice(this.head)
+      this.base += this.head
+      this.head = 0
+    }
+    if (ident < this.base) {
+      this.slots = [...new Array<undefined>(this.base - ident), ...this.slots]
+      this.base = ident
+    }
+    const i = ident - this.base
+    while (this.slots.length <= i) this.slots.push(undefined)
+    if (this.slots[i] === undefined) this.size++
+    this.slots[i] = node
+    if (i < this.head) this.head = i
+  }
+
+  get(ident: number): Node | undefined {
+    const i = ident - this.base
+    return i >= this.head && i < this.slots.length ? this.slots[i] : undefined
+  }
+
+  has(ident: number): boolean {
+    return this.get(ident) !== undefined
+  }
+
+  delete(ident: number): boolean {
+    const i = ident - this.base
+    if (i < this.head || i >= this.slots.length || this.slots[i] === undefined) return false
+    this.slots[i] = undefined
+    this.size--
+    if (i === this.head) while (this.head < this.slots.length && this.slots[this.head] === undefined) this.head++
+    return true
+  }
+
+  /** The first live ident at or after `from`, or undefined. */
+  private nextFrom(from: number): number | undefined {
+    for (let i = Math.max(from - this.base, this.head); i < this.slots.length; i++) if (this.slots[i] !== undefined) return this.base + i
+    return undefined
+  }
+
+  /** Calls `f` on each node with an ident in [from, to), in order; `f` may settle (delete) nodes. */
+  each(from: number, to: number, f: (node: Node) => void): void {
+    for (let ident = this.nextFrom(from); ident !== undefined && ident < to; ident = this.nextFrom(ident + 1)) f(this.get(ident)!)
+  }
+
+  *values(): IterableIterator<Node> {
+    for (let ident = this.nextFrom(this.base); ident !== undefined; ident = this.nextFrom(ident + 1)) yield this.get(ident)!
+  }
+
+  *keys(): IterableIterator<number> {
+    for (const node of this.values()) yield node.ident
+  }
+}
+
 export class Graph {
   /** Unsettled commands by ident, in issue order. */
-  readonly live = new Map<number, Node>()
+  readonly live = new LiveNodes()
   private readonly refs = new Map<number, Node>()
   /** Per rank, the first ident it has not passed. */
   private readonly passedBelow: number[] = []
@@ -185,10 +266,15 @@ export class Graph {
       if (dep.tainted) node.tainted = true
       if (!dep.settled) {
         if (dep.exchanged) node.exchanged = true
+        if (node.deps === NO_NODES) node.deps = []
         node.deps.push(dep)
+        if (dep.dependents === NO_NODES) dep.dependents = []
         dep.dependents.push(node)
         node.pendingDeps++
-      } else if (dep.outcome) node.deps.push(dep)
+      } else if (dep.outcome) {
+        if (node.deps === NO_NODES) node.deps = []
+        node.deps.push(dep)
+      }
     }
     for (const id of defines) this.refs.set(id, node)
     this.live.set(ident, node)
@@ -282,15 +368,14 @@ export class Graph {
     if (firstUncompleted > this.passedMost) this.passedMost = firstUncompleted
     // A lost rank's commands stopped waiting for it when it was lost.
     if (this.lost.has(rank)) return
-    // Settling deletes from `live` while this walks it, which Map iteration allows. Those
-    // below `before` had stopped waiting for this rank already.
-    for (const node of this.live.values()) {
-      if (node.ident >= firstUncompleted) break
-      if (node.ident >= before && node.members.has(rank)) {
+    // Settling deletes from `live` while this walks it. Those below `before` had stopped
+    // waiting for this rank already.
+    this.live.each(before, firstUncompleted, (node) => {
+      if (node.members.has(rank)) {
         node.waiting--
         this.trySettle(node)
       }
-    }
+    })
   }
 
   /** Rank `rank` is gone: every command it has not passed, now or later, fails there with `failure`. */
@@ -319,7 +404,7 @@ export class Graph {
     // Most that settle (a Status settles a batch of them) are clean with no dependent left: no walk.
     if (!first.tainted && first.dependents.length === 0) {
       first.settled = true
-      first.deps.length = 0
+      first.deps = NO_NODES
       this.live.delete(first.ident)
       return
     }
@@ -338,13 +423,13 @@ export class Graph {
         node.tainted = node.outcome !== undefined
       }
       node.settled = true
-      node.deps = []
+      node.deps = NO_NODES
       this.live.delete(node.ident)
       for (const d of node.dependents) {
         d.pendingDeps--
         ready.push(d)
       }
-      node.dependents.length = 0
+      node.dependents = NO_NODES
     }
   }
 }

@@ -191,10 +191,11 @@ export class Mesh {
     const group = opts.dims === undefined ? undefined : this.callGroup(fn, opts.dims)
     // A group follows `declared` on the wire: without declarations, each result declares nothing (nil).
     const declared = Array.isArray(opts.results) ? metas.map((m) => m ?? null) : group === undefined ? undefined : metas.map(() => null)
-    this.core.sink.command(this.ranks, fn, reads.inputs, defines, site, (ident) => ({
-      _tag: "CallFunction", ident, results, mutates: mutated, function: fn, args: wireArgs, kwargs: wireKwargs, stream: stream.ref, declared,
-      ...(group === undefined ? {} : { mesh: this.ref, dims: group }),
-    }), group === undefined ? undefined : this.groupExchange(group))
+    // No spread of an empty object per command for the fields only a group call has.
+    this.core.sink.command(this.ranks, fn, reads.inputs, defines, site, group === undefined
+      ? (ident) => ({ _tag: "CallFunction", ident, results, mutates: mutated, function: fn, args: wireArgs, kwargs: wireKwargs, stream: stream.ref, declared })
+      : (ident) => ({ _tag: "CallFunction", ident, results, mutates: mutated, function: fn, args: wireArgs, kwargs: wireKwargs, stream: stream.ref, declared, mesh: this.ref, dims: group }),
+    group === undefined ? undefined : this.groupExchange(group))
     // Each tensor written in place moves its storage's version (what autograd checks its saved tensors by).
     if (opts.mutates !== undefined) for (const t of opts.mutates) this.wrote(t)
     const handles = new Array<RemoteTensor>(results.length)

@@ -164,17 +164,27 @@ const compose = (op: Op, on: Mesh, args: ReadonlyArray<unknown>, kwargs: Readonl
   return [...args, ...Object.values(kwargs)].flat().includes(result) ? parts.clone(result) : result
 }
 
+/** Per op that writes in place, each parameter it writes with its position, found once (this runs per op call). */
+const writtenAt = new Map<unknown, ReadonlyArray<readonly [string, number]>>()
+const NONE: RemoteTensor[] = []
+
 /** The tensors an in-place op writes, from the parameters it names (by position or keyword; lists flattened). */
 const mutatedTensors = (op: (typeof OPS)[OpName], args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>): RemoteTensor[] => {
-  const names = mutatedParams(op as OpSpec)
-  if (names.length === 0) return []
-  const params = op.params as ReadonlyArray<Param>
-  const out = names.flatMap((n) => {
-    const i = params.findIndex((p) => p.name === n)
-    const v = (i < args.length ? args[i] : undefined) ?? kwargs[n]
-    return (Array.isArray(v) ? v : [v]).filter((t): t is RemoteTensor => t instanceof TensorHandle)
-  })
-  if (out.length === 0) throw refuse("argument", `ops.${op.name} writes in place, but was given no tensor to write (${names.join(", ")})`)
+  if ((op as OpSpec).mutates === undefined) return NONE
+  let written = writtenAt.get(op)
+  if (written === undefined) {
+    const params = op.params as ReadonlyArray<Param>
+    written = mutatedParams(op as OpSpec).map((n) => [n, params.findIndex((p) => p.name === n)] as const)
+    writtenAt.set(op, written)
+  }
+  if (written.length === 0) return NONE
+  const out: RemoteTensor[] = []
+  for (const [n, i] of written) {
+    const v = (i >= 0 && i < args.length ? args[i] : undefined) ?? kwargs[n]
+    if (Array.isArray(v)) { for (const t of v) if (t instanceof TensorHandle) out.push(t as RemoteTensor) }
+    else if (v instanceof TensorHandle) out.push(v as RemoteTensor)
+  }
+  if (out.length === 0) throw refuse("argument", `ops.${op.name} writes in place, but was given no tensor to write (${written.map(([n]) => n).join(", ")})`)
   return out
 }
 

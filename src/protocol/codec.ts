@@ -24,12 +24,12 @@ import { DecodeError, Decoder, Encoder } from "@msgpack/msgpack"
 import { Result } from "effect"
 import type { DecodeContext, EncodeContext, OutOfLine } from "./context.ts"
 import { WireError } from "./errors.ts"
-import { decodingExtensions, encodingExtensions, EXT_TYPES, msgpackProblem } from "./ext.ts"
+import { decodingExtensions, encodingExtensions, EXT_TYPES, msgpackProblem, REF_EXT_BYTES, writeRefExt } from "./ext.ts"
 import type { FrameOwnership } from "./framing.ts"
 import { CONTROLLER_MESSAGES, WORKER_MESSAGES, type ControllerMessage, type Message, type MessageSpec, type Tag, type WorkerMessage } from "./messages.ts"
 import { markBadStrings, scan, scanStack } from "./scan.ts"
 import { BAD_KEY, BadExt, describe, Invalid, isWireFloat, MAX_DEPTH, U32_MAX } from "./validate.ts"
-import { FloatNumber } from "./values.ts"
+import { FloatNumber, Ref } from "./values.ts"
 
 export { MAX_DEPTH } from "./validate.ts"
 export { OUT_OF_LINE_BYTES } from "./ext.ts"
@@ -222,21 +222,35 @@ const toWire = (m: unknown, direction: Direction | undefined, depth: number, ctx
 const encoding: EncodeContext = { outOfLine: [], outOfLineBytes: 0, command: (m, depth, ctx) => toWire(m, "worker", depth, ctx) }
 const encoder = new Encoder<EncodeContext>({ extensionCodec: encodingExtensions(), context: encoding, useBigInt64: true })
 
-/** The library's object and float writers (private to its types). */
+/** The library's writers and buffer (private to its types). */
 interface ObjectWriter {
   encodeObject(v: unknown, depth: number): void
+  encodeArray(v: ReadonlyArray<unknown>, depth: number): void
   encodeNumberAsFloat(v: number): void
+  ensureBufferSizeToWrite(size: number): void
+  bytes: Uint8Array
+  pos: number
 }
 
-/** Makes `encoder` write a FloatNumber as float64 whatever its value. NOTE: set on the instance, as the library's writers are private. */
-const writeFloats = (encoder: Encoder<EncodeContext>): void => {
+/**
+ * Makes `encoder` write a FloatNumber as float64 whatever its value, and the objects most of a
+ * command is without asking the ext codec: an array at once, a Ref (below 2^32) straight into
+ * the buffer (the same bytes its ext gives). NOTE: set on the instance, as the library's
+ * writers are private.
+ */
+const writeDirect = (encoder: Encoder<EncodeContext>): void => {
   const writer = encoder as unknown as ObjectWriter, encodeObject = writer.encodeObject
   writer.encodeObject = function (this: ObjectWriter, v: unknown, depth: number) {
-    if (v instanceof FloatNumber) this.encodeNumberAsFloat(v.value)
+    if (Array.isArray(v)) this.encodeArray(v, depth)
+    else if (v instanceof Ref && v.id <= U32_MAX) {
+      this.ensureBufferSizeToWrite(REF_EXT_BYTES)
+      writeRefExt(this.bytes, this.pos, v.id)
+      this.pos += REF_EXT_BYTES
+    } else if (v instanceof FloatNumber) this.encodeNumberAsFloat(v.value)
     else encodeObject.call(this, v, depth)
   }
 }
-writeFloats(encoder)
+writeDirect(encoder)
 
 /**
  * The body of `m` as the encoder's output (valid until the next encode) plus the large

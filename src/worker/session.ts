@@ -14,7 +14,7 @@ import type { WorkerSegments } from "../net/shm.ts"
 import type { WorkerUploads } from "../net/uploads.ts"
 import type { DirectReads } from "./direct.ts"
 import { Generator } from "../ops/generator.ts"
-import type { ControllerMessage, DefineRecording } from "../protocol/messages.ts"
+import type { ControllerMessage, DefineRecording, WorkerMessage } from "../protocol/messages.ts"
 import { DEFAULT_RECORDING_LIMITS, type RecordingLimits } from "../protocol/recordingLimits.ts"
 import type { Ref } from "../protocol/values.ts"
 import { DependentOnError, toErrorPayload } from "./errors.ts"
@@ -69,6 +69,9 @@ export interface Session {
   coords: Readonly<Record<string, number>>
   /** When the event loop last had a turn between commands (ioTurn). */
   lastIoTurn: number
+  /** The commands of the group or recording being run, and the index of the one running (a Reduce looks at the next: collectives.ts). */
+  batch: ReadonlyArray<WorkerMessage> | undefined
+  at: number
 }
 
 /** A defined recording: its message, and the refs a call binds or defines, all forgotten when it ends. */
@@ -113,6 +116,8 @@ export const makeSession = (deps: Pick<Session, "rank" | "world" | "native" | "c
   generator: new Generator(deps.rank),
   coords: {},
   lastIoTurn: performance.now(),
+  batch: undefined,
+  at: 0,
   }
 }
 

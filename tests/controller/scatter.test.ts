@@ -9,6 +9,7 @@ import { Controller, ControllerError, fromHost, HostTensor, shard, type Mesh } f
 import { listen, Transport } from "../../src/controller/listener.ts"
 import { Launcher } from "../../src/launcher/index.ts"
 import type { ControllerUploads } from "../../src/net/uploads.ts"
+import { describeUnless } from "../skip.ts"
 import { PYTHON, torchMissing } from "../torch.ts"
 
 let rt: ManagedRuntime.ManagedRuntime<Controller, unknown>
@@ -53,7 +54,7 @@ const batchOf = (n: number, width: number) => {
 }
 const rowsOf = (values: Float32Array, width: number, rows: ReadonlyArray<number>) => rows.flatMap((i) => [...values.subarray(i * width, (i + 1) * width)])
 
-describe.skipIf(torchMissing() !== undefined)("uneven batches follow DistributedSampler", () => {
+describeUnless(torchMissing())("uneven batches follow DistributedSampler", () => {
   test("pad and drop give each rank its block of torch's index list, on 2 and 4 ranks (random sizes, some dividing)", async () => {
     const meshes: ReadonlyArray<readonly [Mesh, number]> = [[pair, 2], [flat, 4]]
     const cases: Array<readonly [number, number, boolean, Mesh]> = []

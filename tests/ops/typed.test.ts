@@ -102,6 +102,23 @@ describe("model code through the typed surface", () => {
     expect([...byPos]).toEqual([...byKw])
   })
 
+  test("an in-place op given a list writes every tensor of it: each one's version moves, by position and by keyword", async () => {
+    await rt.runPromise(Effect.gen(function* () {
+      const mesh = yield* ctl.mesh({ dp: 2 })
+      const on = opsOn(mesh)
+      const [a, b, c, norm] = yield* eager(() => [on.full([2], 3), on.full([3], 4), on.full([1], 5), on.full([], 100)])
+      yield* eager(() => ops._clip_by_total_norm_([a!, b!, c!], norm!, 1))
+      expect([a!.version, b!.version, c!.version, norm!.version]).toEqual([1, 1, 1, 0])
+      // Every parameter by keyword: the typed signature has no such form, the op call takes it.
+      const byKeyword = ops._clip_by_total_norm_ as unknown as (kwargs: Record<string, unknown>) => void
+      yield* eager(() => byKeyword({ tensors: [b!, c!], total_norm: norm!, max_norm: 1 }))
+      expect([a!.version, b!.version, c!.version]).toEqual([1, 2, 2])
+      // The values: each scaled by max_norm / (total_norm + 1e-6), twice for b and c.
+      const k = Math.fround(1 / (100 + 1e-6))
+      expect([...(yield* b!.fetch()).toArray()].map((v) => Math.abs(v - 4 * k * k) < 1e-9)).toEqual([true, true, true])
+    }))
+  })
+
   test("an attention block: split gives a list, dropout one tensor, manual_seed nothing; results typed and shaped", async () => {
     const got = await rt.runPromise(Effect.gen(function* () {
       const mesh = yield* ctl.mesh({ dp: 2 })

@@ -1,6 +1,6 @@
 // The codec (src/protocol/codec.ts): every message round-trips, the documented byte layouts
 // hold, tensors decode as views of owned frames, and encoding refuses what the wire can't carry.
-import { Decoder, ExtensionCodec } from "@msgpack/msgpack"
+import { Decoder, Encoder, ExtensionCodec } from "@msgpack/msgpack"
 import { describe, expect, test } from "bun:test"
 import { Result } from "effect"
 import {
@@ -12,6 +12,7 @@ import {
   OUT_OF_LINE_BYTES,
 } from "../../src/protocol/codec.ts"
 import { WireError } from "../../src/protocol/errors.ts"
+import { encodingExtensions } from "../../src/protocol/ext.ts"
 import { MESSAGE_CODES, type ControllerMessage, type Message, type Value, type WorkerMessage } from "../../src/protocol/messages.ts"
 import { NDSlice } from "../../src/protocol/ndslice.ts"
 import { DTYPES, ErrorPayload, HostTensor, ITEM_SIZE, Ref, SharedTensor, TensorFactory, type DType } from "../../src/protocol/values.ts"
@@ -206,6 +207,21 @@ describe("byte layout (as documented in codec.ts)", () => {
   test("Ref: ext 1, u32 LE below 2^32, u64 LE from 2^32", () => {
     expect(hex(encoded({ _tag: "CreateStream", result: new Ref(0x01020304), default: true }))).toBe("93" + "02" + "d601" + "04030201" + "c3")
     expect(hex(encoded({ _tag: "CreateStream", result: new Ref(2 ** 32 + 5), default: false }))).toBe("93" + "02" + "d701" + "0500000001000000" + "c2")
+  })
+
+  test("Refs written straight into the buffer give the bytes of the library's ext path (random ids, a CommandGroup's nesting and a growing buffer)", () => {
+    // The reference: the library's own encoder with the ext codec alone (encodeRef's payload through an ExtData).
+    const reference = new Encoder({ extensionCodec: encodingExtensions(), context: { outOfLine: [], outOfLineBytes: 0, command: () => [] }, useBigInt64: true })
+    let x = 12345
+    const rand = () => ((x = (x * 1103515245 + 12345) % 2 ** 31) / 2 ** 31)
+    const id = () => [0, 1, 255, 256, 2 ** 32 - 1, 2 ** 32, Number.MAX_SAFE_INTEGER][Math.floor(rand() * 7)]! * (rand() < 0.5 ? 1 : 0) + (rand() < 0.5 ? Math.floor(rand() * 2 ** 32) : Math.floor(rand() * Number.MAX_SAFE_INTEGER))
+    for (let round = 0; round < 200; round++) {
+      const refs = Array.from({ length: 1 + Math.floor(rand() * 700) }, () => new Ref(Math.min(id(), Number.MAX_SAFE_INTEGER)))
+      const code = MESSAGE_CODES.Withheld
+      expect(hex(encoded({ _tag: "Withheld", ident: round, refs }))).toBe(hex(reference.encode([code, round, refs])))
+      const group: WorkerMessage = { _tag: "CommandGroup", commands: refs.slice(0, 20).map((r, i) => ({ _tag: "CreateStream", result: r, default: i % 2 === 0 })) }
+      expect(hex(encoded(group))).toBe(hex(reference.encode([MESSAGE_CODES.CommandGroup, refs.slice(0, 20).map((r, i) => [MESSAGE_CODES.CreateStream, r, i % 2 === 0])])))
+    }
   })
 
   test("NDSlice: ext 2, u8 ndim then u64 LE offset, sizes, strides", () => {

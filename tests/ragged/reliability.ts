@@ -1,5 +1,5 @@
 /**
- * Issue 14's rows for items 1 and 6 (the contract of tests/reliability.ts): every case of
+ * The ragged area's rows (the contract of tests/reliability.ts): every case of
  * cases.ts on both transports, through a direct protocol client; the shim's own "disagreeing"
  * scenario (tests/comm/scenarios.ts) on both all-reduce paths; and the hang report of hang.ts.
  * Each runs once (five times in long mode); a try holds when every condition of its case held.

@@ -1,6 +1,5 @@
-// What reads or writes a tensor's bytes on a real worker, given a strided view (made by a user
-// function with Tensor.asStrided, fixtures/fns.ts): a fetch gives the view's elements in
-// row-major order; an all_reduce (in place or not) and a SendTensor of a view go through a
+// What reads or writes a tensor's bytes on a real worker, given a strided view (made by the
+// built-in as_strided): a fetch gives the view's elements in row-major order; an all_reduce (in place or not) and a SendTensor of a view go through a
 // dense copy, in place written back through the view and nothing else of its storage; an
 // in-place all_reduce of an expanded view is refused as torch refuses the write, the peers not
 // left waiting, and the mesh goes on; a checkpoint shard of a view holds the view's elements.
@@ -36,7 +35,7 @@ afterAll(async () => {
 const viewOnAll = (shape: number[], strides: number[], offset: number): [number, number] => {
   const base = fresh(), view = fresh()
   for (const r of [0, 1]) h.send(r, call(next(), [base], "ops.add", [host("f32", [8], [0, 1, 2, 3, 4, 5, 6, 7]), 10 * r]))
-  h.send("all", call(next(), [view], "fns:asStrided", [ref(base), shape, strides, offset]))
+  h.send("all", call(next(), [view], "ops.as_strided", [ref(base), shape, strides, offset]))
   return [base, view]
 }
 

@@ -13,7 +13,7 @@ import { Tensor } from "../../../ffi/tensor.ts"
 import { commError } from "../../comm/communicators.ts"
 import { CommError } from "../../comm/errors.ts"
 import type { CreateDeviceMesh, Reduce, SendTensor } from "../../protocol/messages.ts"
-import type { Ref, TensorFactory } from "../../protocol/values.ts"
+import { HostTensor, Ref, type TensorFactory } from "../../protocol/values.ts"
 import { planCollective } from "../../ops/collectives.ts"
 import { sameShape } from "../../ops/meta.ts"
 import { DependentOnError, InputMismatch } from "../errors.ts"
@@ -184,12 +184,37 @@ const failedLater = (s: Session, m: Reduce, mesh: DeviceMesh, comm: Comm, input:
   )
 }
 
+/** Whether `v` holds a Ref to `id` (a command's fields, walked as inflight.ts walks them). */
+const mentions = (v: unknown, id: number): boolean => {
+  if (v instanceof Ref) return v.id === id
+  if (v === null || typeof v !== "object" || v instanceof HostTensor || ArrayBuffer.isView(v)) return false
+  if (Array.isArray(v)) return v.some((x) => mentions(x, id))
+  for (const key in v) if (mentions((v as Record<string, unknown>)[key], id)) return true
+  return false
+}
+
+/**
+ * Whether the command after `m` in its group or recording (past releases) names its result:
+ * that command would wait for it at once, so the thread would only add a handoff each way to
+ * the critical path (a tensor-parallel all-reduce, read by the next op). Such a Reduce runs here.
+ */
+const readNext = (s: Session, m: Reduce): boolean => {
+  const batch = s.batch
+  if (batch === undefined || (batch[s.at] as Partial<Reduce> | undefined)?.result !== m.result) return false
+  for (let k = s.at + 1; k < batch.length; k++) {
+    const c = batch[k]!
+    if (c._tag !== "DeleteRefs") return mentions(c, m.result.id)
+    if (c.refs.includes(m.result.id)) return false
+  }
+  return false
+}
+
 export const reduce = (s: Session) => (m: Reduce) =>
   tryDefine(s, m.ident, [m.result], () => {
     const stream = streamOf(s.env, m.stream)
     const mesh = getAs(s.env, m.mesh, DeviceMesh, "a mesh")
     announce(s, m.ident)
-    if (s.overlap && startReduce(s, m, mesh, stream)) return
+    if (s.overlap && !readNext(s, m) && startReduce(s, m, mesh, stream)) return
     // Retried once on a new communicator when a peer had given the old one up (Communicators).
     const attempt = (comm: Comm) => {
       const input = inputOf(s, `Reduce ${m.ident}`, m.tensor, m.factory, stream, m.inplace)

@@ -28,6 +28,8 @@ export const commandGroup = (s: Session, dispatch: (m: WorkerMessage) => Effect.
     const commands = m.commands
     for (let k = 0; k < commands.length; k++) {
       const command = commands[k]!
+      s.batch = commands
+      s.at = k
       if (plain && command._tag === "CallFunction") {
         // As dispatch does: first the collectives in flight this command reads or writes.
         const wait = settleFor(s.inflight, s.env, command)
@@ -40,7 +42,7 @@ export const commandGroup = (s: Session, dispatch: (m: WorkerMessage) => Effect.
       if (turn) yield* turn
       if (stopped(s)) return
     }
-  })
+  }).pipe(Effect.ensuring(Effect.sync(() => void (s.batch = undefined))))
 
 export const deleteRefs = (s: Session) => (m: DeleteRefs) => Effect.sync(() => {
   const unknown = m.refs.filter((id) => !s.env.delete(id))

@@ -68,6 +68,8 @@ export const callRecording = (s: Session, dispatch: (m: WorkerMessage) => Effect
     try {
       for (let k = 0; k < define.commands.length; k++) {
         const c = define.commands[k]!
+        s.batch = define.commands
+        s.at = k
         if (plain && c._tag === "CallFunction") {
           // As dispatch does: first the collectives in flight this command reads or writes.
           const wait = settleFor(s.inflight, s.env, c)
@@ -87,6 +89,7 @@ export const callRecording = (s: Session, dispatch: (m: WorkerMessage) => Effect
       for (let i = 0; i < m.results.length; i++) s.env.alias(m.results[i]!.id, define.results[i]!)
       s.firstUncompletedIdent = Math.max(s.firstUncompletedIdent, m.ident + define.idents)
     } finally {
+      s.batch = undefined
       for (let k = 0; k < prepared.length; k++) {
         const p = prepared[k]
         if (p) keep(s, p, define.commands[k] as CallFunction)
