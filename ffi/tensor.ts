@@ -180,6 +180,26 @@ export class Tensor implements Disposable {
     return Tensor.allocate(native, dtype, shape, false)
   }
 
+  /**
+   * As `owned`, laid out with `strides`, a dense order of its dims (a pointwise result in its
+   * operands' memory order): numel elements of memory of its own, viewed with those strides.
+   */
+  static ownedStrided(native: Native, dtype: DType, shape: ReadonlyArray<number>, strides: ReadonlyArray<number>): Tensor {
+    const flat = Tensor.allocate(native, dtype, [numelOf(shape)], false)
+    for (let i = 0; i < strides.length; i++) stridesArg[i] = BigInt(strides[i]!)
+    const status = native.shim.shim_tensor_as_strided(flat.handle, shape.length, native.shapeArg(shape), ptr(stridesArg), 0, native.outsPtr)
+    // The view holds the memory now: the flat header goes, not to the pool (its memory is not free).
+    const handle = flat.#handle!
+    flat.#handle = null
+    live--
+    native.check(native.shim.shim_tensor_free(handle), "shim_tensor_free")
+    native.check(status, "shim_tensor_as_strided")
+    const t = new Tensor(native, native.outPtr(), dtype, [...shape], false)
+    t.#strides = [...strides]
+    t.contiguous = stridesContiguous(shape, strides)
+    return t
+  }
+
   /** Puts the tensor under the FinalizationRegistry (a no-op when it is already). */
   track(): this {
     if (!this.#tracked && this.#handle !== null) {
@@ -359,7 +379,8 @@ export class Tensor implements Disposable {
     if (this.#tracked) forgotten.unregister(this)
     const base = this.#base
     if (base !== undefined) base.#views--
-    else if (this.#views === 0 && poolOf(this.native)?.put(dtypeCode(this.dtype), this.shape, this.nbytes, handle)) return
+    // (the pool keeps memory by shape for row-major tensors: a strided one's header is freed)
+    else if (this.#views === 0 && this.#strides === undefined && poolOf(this.native)?.put(dtypeCode(this.dtype), this.shape, this.nbytes, handle)) return
     this.native.check(this.native.shim.shim_tensor_free(handle), "shim_tensor_free")
   }
 

@@ -505,7 +505,7 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
   {
     area: "worker", behaviour: "strided operands: a prepared call (a replay) stages its operands as the dispatch does",
     file: "src/worker/kernels/prepare.ts",
-    edits: one("runKernel(kernel, ctx, bound, op.name, metas, staging, reuse)", "runKernel(kernel, ctx, bound, op.name, metas, [], reuse)"),
+    edits: one("runKernel(kernel, ctx, bound, op.name, metas, staging, reuse, laidOutBy)", "runKernel(kernel, ctx, bound, op.name, metas, [], reuse, laidOutBy)"),
     tests: ["tests/worker/strided.test.ts"],
   },
   {
@@ -2855,5 +2855,59 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     file: "src/net/uploads.ts",
     edits: one(" || (c.fd === undefined && ranks.some((r) => !c.mapped.has(r)))) {", ") {"),
     tests: ["tests/security/uploads.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "elementwise layout: equal strides put the smaller dim first (torch's tie rule)",
+    file: "src/ops/strided.ts",
+    edits: one("      if (shape[a]! > shape[b]!) return 1\n", ""),
+    tests: ["tests/ops/views.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "elementwise layout: a broadcast dim (stride 0) decides nothing",
+    file: "src/ops/strided.ts",
+    edits: one("      if (sa === 0 || sb === 0) continue\n", ""),
+    tests: ["tests/ops/views.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "elementwise layout: the first operand with unequal strides decides the order",
+    file: "src/ops/strided.ts",
+    edits: one("    for (const s of steps) {\n      const sa = s[a]!", "    for (const s of [...steps].reverse()) {\n      const sa = s[a]!"),
+    tests: ["tests/ops/views.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "elementwise layout: operands of the result's shape sharing one dense layout give it that layout as it is (torch's fast setup)",
+    file: "src/ops/strided.ts",
+    edits: one("&& isNonOverlappingAndDense(shape, first.strides))\n    return [...first.strides]", "&& isNonOverlappingAndDense(shape, first.strides) && n < 0)\n    return [...first.strides]"),
+    tests: ["tests/ops/views.test.ts"],
+  },
+  {
+    area: "controller", behaviour: "elementwise layout: the controller's handle of a result knows its operands' memory order",
+    file: "src/controller/ops.ts",
+    edits: one("  else if (op.pointwise) layOut(op as OpSpec, args, kwargs, results[0]!)\n", ""),
+    tests: ["tests/ops/views.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "elementwise layout: the worker allocates a result in its operands' memory order",
+    file: "src/worker/kernels/dispatch.ts",
+    edits: one("  if (dense) return undefined\n  const operands: Tensor[] = []", "  if (dense || !dense) return undefined\n  const operands: Tensor[] = []"),
+    tests: ["tests/ops/views.test.ts", "tests/worker/strided.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "elementwise layout: a reused output of another layout is replaced",
+    file: "src/worker/kernels/dispatch.ts",
+    edits: one("      if (kept !== undefined && laidOut(kept, strides)) outs.push(kept)", "      if (kept !== undefined) outs.push(kept)"),
+    tests: ["tests/worker/strided.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "elementwise layout: masked_fill's result is contiguous, as torch's (not laid out by its operands)",
+    file: "src/ops/specs/ternary.ts",
+    edits: one('}, ["masked_fill"])', "})"),
+    tests: ["tests/ops/views.test.ts"],
+  },
+  {
+    area: "worker", behaviour: "strided elementwise (cpu): operands run as flat blocks only where they have the result's strides",
+    file: "c/cpu/strided.c",
+    edits: one("(alike && t->shape[d] > 1 && t->strides[d] != out->strides[d])", "(alike && t->shape[d] > 1 && t->strides[d] != out->strides[d] && 0)"),
+    tests: ["tests/ops/views.test.ts", "tests/worker/strided.test.ts"],
   },
 ]

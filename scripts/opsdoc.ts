@@ -19,7 +19,7 @@ const defines = (o: OpSpec): string => {
   if (o.backward === FROM_PARTS) return "1 result (composed from other ops; the controller issues those instead)"
   // A count computed from the arguments (split, chunk): one result per piece.
   const one = o.results === 1, count = typeof o.results !== "number" ? "1 result per piece (as many as the arguments make)" : `${o.results} result${one ? "" : "s"}`
-  if (o.view === undefined) return count
+  if (o.view === undefined) return o.pointwise ? `${count}, in its operands' memory order (torch's)` : count
   return `${count}: ${one ? "a view" : "views"} of the input wherever torch's ${one ? "is one" : "are"} (strided, sharing its memory), else ${one ? "a copy" : "copies"}`
 }
 

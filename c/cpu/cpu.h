@@ -64,7 +64,9 @@ void shim_cpu_header_over(shim_cpu_header *h, void *bytes, int32_t dtype, int32_
  * that chunk of it (its own memory where it is contiguous, else gathered into scratch), an
  * operand of one element as itself, and one of fewer that repeats every count elements
  * (shim_binary's broadcast) as the chunk of its repetition; fn writes out's chunk (in place
- * where out is contiguous, else in scratch written back). The argument checks have
+ * where out is contiguous, else in scratch written back). Where out is dense in some order of its
+ * dims and every operand of more than one element has its layout (an elementwise result laid out
+ * as its operands), fn runs once over them all as flat contiguous blocks. The argument checks have
  * passed, so fn does not fail but for memory it was told to check (its status is returned). */
 typedef int (*shim_cpu_chunk_fn)(void *ctx, shim_tensor *out, const shim_tensor *const *in);
 int shim_cpu_chunked(shim_tensor *out, int32_t count, const shim_tensor *const *in, shim_cpu_chunk_fn fn, void *ctx);

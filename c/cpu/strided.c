@@ -304,7 +304,65 @@ static void chunked_range(void *ctx, int64_t begin, int64_t end) {
   }
 }
 
+/* Whether t is dense in some order of its dims (torch's is_non_overlapping_and_dense). */
+static int dense(const shim_tensor *t) {
+  uint32_t used = 0;
+  for (int64_t want = 1, left = t->numel; left > 1;) { /* the dim of the next stride up, each once */
+    int32_t d = 0;
+    while (d < t->ndim && ((used >> d & 1) || t->shape[d] < 2 || t->strides[d] != want)) d++;
+    if (d == t->ndim) return 0;
+    used |= 1u << d;
+    want *= t->shape[d], left /= t->shape[d];
+  }
+  return 1;
+}
+
+/* Whether each operand is of one element or of out's shape (none repeats), and with `alike`, of out's strides too (size-1 dims aside). */
+static int shaped_as(const shim_tensor *out, int32_t count, const shim_tensor *const *in, int alike) {
+  for (int32_t i = 0; i < count; i++) {
+    const shim_tensor *t = in[i];
+    if (t->numel == 1) continue;
+    if (t->ndim != out->ndim) return 0;
+    for (int32_t d = 0; d < t->ndim; d++)
+      if (t->shape[d] != out->shape[d] || (alike && t->shape[d] > 1 && t->strides[d] != out->strides[d])) return 0;
+  }
+  return 1;
+}
+
+/* t with its dims in `order`. */
+static void permuted(shim_tensor *h, const shim_tensor *t, const int32_t *order) {
+  *h = *t;
+  for (int32_t d = 0; d < t->ndim; d++) h->shape[d] = t->shape[order[d]], h->strides[d] = t->strides[order[d]];
+  h->contiguous = shim_strides_contiguous(h->ndim, h->shape, h->strides);
+}
+
 int shim_cpu_chunked(shim_tensor *out, int32_t count, const shim_tensor *const *in, shim_cpu_chunk_fn fn, void *ctx) {
+  shim_tensor head_out, heads[MAX_OPERANDS];
+  const shim_tensor *head_in[MAX_OPERANDS];
+  if (out->numel > 1 && !out->contiguous && dense(out) && shaped_as(out, count, in, 0)) {
+    if (shaped_as(out, count, in, 1)) { /* every one the same dense block: fn once, over them as flat arrays */
+      slice_header(&head_out, out, 0, out->numel);
+      for (int32_t i = 0; i < count; i++) {
+        if (in[i]->numel == 1) head_in[i] = in[i];
+        else slice_header(&heads[i], in[i], 0, in[i]->numel), head_in[i] = &heads[i];
+      }
+      return fn(ctx, &head_out, head_in);
+    }
+    /* The elements in out's memory order (its dims slowest first): out is written in place, an
+     * operand laid out as it is read in place, only the others gathered. */
+    int32_t order[SHIM_MAX_DIMS];
+    for (int32_t d = 0; d < out->ndim; d++) {
+      int32_t k = d;
+      for (; k > 0 && out->strides[order[k - 1]] < out->strides[d]; k--) order[k] = order[k - 1];
+      order[k] = d;
+    }
+    permuted(&head_out, out, order);
+    for (int32_t i = 0; i < count; i++) {
+      if (in[i]->numel == 1) head_in[i] = in[i];
+      else permuted(&heads[i], in[i], order), head_in[i] = &heads[i];
+    }
+    out = &head_out, in = head_in;
+  }
   chunked_job job = {out, count, in, fn, ctx, SHIM_OK};
   const int64_t chunks = (out->numel + CHUNK - 1) / CHUNK;
   shim_cpu_parallel(chunks, SHIM_CPU_GRAIN / CHUNK, chunked_range, &job);

@@ -18,8 +18,8 @@ import { FROM_PARTS, type GradOps } from "../ops/grad.ts"
 import { isTensorMeta, type TensorMeta } from "../ops/meta.ts"
 import { type Op, type OpName, OPS, type ParamsOf, type ResultDtypeOf, type ReturnsOf } from "../ops/registry.ts"
 import type { CallForms, Param } from "../ops/params.ts"
-import { type Composition, mutatedParams, type OpSpec, type ReturnKind } from "../ops/spec.ts"
-import type { Strided } from "../ops/strided.ts"
+import { type Composition, layoutOperands, mutatedParams, type OpSpec, type ReturnKind } from "../ops/spec.ts"
+import { isContiguous, pointwiseStrides, type Strided } from "../ops/strided.ts"
 import { HostTensor, ITEM_SIZE, type DType, type FloatNumber } from "../protocol/values.ts"
 import { ControllerError } from "./errors.ts"
 import { TensorHandle } from "./handles.ts"
@@ -129,6 +129,7 @@ const invoke = (name: OpName, mesh: Mesh | undefined, given: ReadonlyArray<unkno
   const returns = op.returns as ReturnKind
   if (returns === "tensor" && results.length !== 1) throw refuse("op-rule", `ops.${name} has ${results.length} results`)
   if (views !== undefined) results.forEach((r, i) => { if (views.layouts?.[i] !== null) r.viewOf(views.input, views.layouts?.[i] ?? null) })
+  else if (op.pointwise) layOut(op as OpSpec, args, kwargs, results[0]!)
   tapeOp(surface, name, args, kwargs, results, site)
   switch (returns) {
     case "none": return undefined
@@ -203,6 +204,30 @@ const viewLayouts = (op: Op, args: ReadonlyArray<unknown>, kwargs: Readonly<Reco
   } catch (e) {
     throw refuse("op-rule", (e as Error).message)
   }
+}
+
+/**
+ * A pointwise op's result in its operands' memory order (strided.ts's pointwiseStrides), as its
+ * workers allocate it; where every operand is contiguous (the usual call) it stays row-major and
+ * nothing is worked out.
+ */
+const layOut = (op: OpSpec, args: ReadonlyArray<unknown>, kwargs: Readonly<Record<string, unknown>>, result: TensorHandle): void => {
+  if (result.meta === undefined) return
+  const at = layoutOperands(op)
+  let dense = true
+  for (const i of at) {
+    const v = i < args.length ? args[i] : kwargs[op.params[i]!.name]
+    if (v instanceof TensorHandle && v.strides !== undefined && (v.meta === undefined || !isContiguous(v.meta.shape, v.strides))) dense = false
+  }
+  if (dense) return
+  const operands: Strided[] = []
+  for (const i of at) {
+    const v = i < args.length ? args[i] : kwargs[op.params[i]!.name]
+    if (!(v instanceof TensorHandle)) continue
+    if (v.layout === undefined) return
+    operands.push(v.layout)
+  }
+  result.strides = pointwiseStrides(result.meta.shape, operands)
 }
 
 const functions = (mesh: Mesh | undefined): Ops =>

@@ -70,6 +70,12 @@ export interface OpSpec<P extends ReadonlyArray<Param> = ReadonlyArray<Param>, K
    * the command, and an in-place target computed there is copied back through the view.
    */
   readonly strided?: Strided
+  /**
+   * An elementwise op whose result is laid out as torch's TensorIterator lays it out: in its
+   * tensor operands' memory order (strided.ts's pointwiseStrides, the operands in parameter
+   * order), so a transposed input gives a transposed result and the loop is one pass over memory.
+   */
+  readonly pointwise?: true
   /** Its gradient with respect to each tensor input, NOT_DIFFERENTIABLE, or FROM_PARTS (a composite op). */
   readonly backward: Backward<P>
   /**
@@ -110,6 +116,27 @@ export type Strided = true | ReadonlyArray<string>
 export const readingStrides = <S extends object>(family: S): S =>
   Object.fromEntries(Object.entries(family).map(([name, s]) => [name, { ...s, strided: true }])) as S
 
+/**
+ * An elementwise family: every op reads its operands through their strides (OpSpec.strided), and
+ * each that makes a result (not an in-place one, nor one named in `except`) lays it out by its
+ * operands (OpSpec.pointwise).
+ */
+export const pointwiseFamily = <S extends object>(family: S, except: ReadonlyArray<keyof S> = []): S =>
+  Object.fromEntries(Object.entries(family).map(([name, s]) =>
+    [name, (s as OpSpec).mutates !== undefined || except.includes(name as keyof S) ? { ...s, strided: true } : { ...s, strided: true, pointwise: true }])) as S
+
+const layoutOperandsOf = new WeakMap<OpSpec, ReadonlyArray<number>>()
+
+/** The positions of the tensor parameters a pointwise op's result is laid out by (OpSpec.pointwise), in order; none for another op. */
+export const layoutOperands = (op: OpSpec): ReadonlyArray<number> => {
+  let at = layoutOperandsOf.get(op)
+  if (at === undefined) {
+    at = op.pointwise ? (op.params as ReadonlyArray<Param>).flatMap((p, i) => (p.kind === "tensor" || p.kind === "tensorOrScalar" ? [i] : [])) : []
+    layoutOperandsOf.set(op, at)
+  }
+  return at
+}
+
 /** Which tensor operands op's kernel reads through their strides: a view op's always (it makes its views from its input's own layout), else its spec's `strided`. */
 export const stridedOperands = (op: OpSpec): Strided | undefined => (op.view !== undefined ? true : op.strided)
 
@@ -147,7 +174,7 @@ export const spec = <const P extends ReadonlyArray<Param>, const K extends Dtype
   params: P,
   outputs: (a: Bound<P>, op: string) => O,
   backward: Backward<P>,
-  more: { readonly dtype?: K; readonly results?: number | ((a: Bound<P>, op: string) => number); readonly returns?: R; readonly mutates?: Mutates; readonly view?: NoInfer<ViewRule<P>>; readonly strided?: Strided } = {},
+  more: { readonly dtype?: K; readonly results?: number | ((a: Bound<P>, op: string) => number); readonly returns?: R; readonly mutates?: Mutates; readonly view?: NoInfer<ViewRule<P>>; readonly strided?: Strided; readonly pointwise?: true } = {},
 ): OpSpec<P, K, R, O> => ({
   params, outputs, backward, results: more.results ?? (more.mutates ? 0 : 1), ...more, dtype: (more.dtype ?? "any") as K,
   returns: (more.returns ?? (more.mutates || more.results === 0 ? "none" : "tensor")) as R,

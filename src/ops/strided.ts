@@ -107,3 +107,53 @@ export const obeysLayoutContract = (grad: Strided, variable: Strided): boolean =
   isNonOverlappingAndDense(variable.shape, variable.strides)
     ? grad.shape.every((n, i) => n === 1 || grad.strides[i] === variable.strides[i])
     : isContiguous(grad.shape, grad.strides)
+
+/**
+ * torch's TensorIterator layout for an elementwise result of `shape` (its reorder_dimensions and
+ * allocate_or_resize_outputs): the dims ordered by the operands' strides, fastest first, then the
+ * result allocated dense in that order, so the op's loop is one pass over memory. An operand's
+ * broadcast dims (missing, or size 1 against a larger one) have stride 0 and decide nothing; for
+ * two dims the first operand with unequal strides decides, equal strides put the smaller dim
+ * first, and dims no operand orders keep torch's order. undefined where that order is
+ * row-major (the result is contiguous). Operands of the result's shape that share one dense
+ * layout give it that layout (torch's fast setup; torch skips it where a number operand is
+ * wrapped as a tensor, for x * 2 or where, which changes only size-1 dims' strides). The caller skips it where every operand is contiguous
+ * (that result is contiguous too), so an op on contiguous tensors computes nothing here.
+ */
+export const pointwiseStrides = (shape: ReadonlyArray<number>, operands: ReadonlyArray<{ readonly shape: ReadonlyArray<number>; readonly strides: ReadonlyArray<number> }>): number[] | undefined => {
+  const n = shape.length
+  if (n < 2) return undefined
+  // torch's fast setup: operands of the result's shape, dense in one layout, give it that layout as it is.
+  const first = operands[0]!
+  if (operands.every((o) => o.shape.length === n && o.shape.every((d, i) => d === shape[i]) && o.strides.every((s, i) => s === first.strides[i])) && isNonOverlappingAndDense(shape, first.strides))
+    return [...first.strides]
+  // Each operand's strides over the result's dims, broadcast dims 0.
+  const steps = operands.map((o) => {
+    const s = new Array<number>(n).fill(0), lead = n - o.shape.length
+    for (let d = 0; d < o.shape.length; d++) s[lead + d] = o.shape[d] === 1 && shape[lead + d] !== 1 ? 0 : o.strides[d]!
+    return s
+  })
+  // 1: dim a goes after dim b (b is faster), -1: before, 0: no operand says.
+  const order = (a: number, b: number): number => {
+    for (const s of steps) {
+      const sa = s[a]!, sb = s[b]!
+      if (sa === 0 || sb === 0) continue
+      if (sa !== sb) return sa < sb ? -1 : 1
+      if (shape[a]! > shape[b]!) return 1
+    }
+    return 0
+  }
+  // perm[i]: the dim that is the i-th fastest; insertion sort that stops at the first dim known to be faster.
+  const perm = shape.map((_, i) => n - 1 - i)
+  for (let i = 1; i < n; i++) {
+    for (let j = i - 1, at = i; j >= 0; j--) {
+      const c = order(perm[j]!, perm[at]!)
+      if (c > 0) ([perm[j], perm[at]] = [perm[at]!, perm[j]!]), (at = j)
+      else if (c < 0) break
+    }
+  }
+  if (perm.every((d, i) => d === n - 1 - i)) return undefined
+  const strides = new Array<number>(n)
+  for (let i = 0, next = 1; i < n; i++) (strides[perm[i]!] = next), (next *= shape[perm[i]!]!)
+  return strides
+}

@@ -6,13 +6,18 @@
 # After each step the answer records the current tensor's shape, strides, storage offset and
 # is_contiguous with the base's and its values, or the error torch raised (a failed view op ends
 # the program; a refused write leaves everything as it was).
+# An elementwise call ({"id", "operands", "call", "args"}): each operand a base (its "t", "shape",
+# "data") and a chain of view steps; "args" the call's arguments, {"operand": k} for the k-th; a
+# call ending in "_" writes its first argument. The answer records the result's (or the written
+# operand's) dtype, shape, strides, is_contiguous and values.
 import json
 import sys
 
 import torch
 
 torch.set_num_threads(1)
-DTYPES = {"f32": torch.float32, "f64": torch.float64, "i64": torch.int64, "i32": torch.int32}
+DTYPES = {"f32": torch.float32, "f64": torch.float64, "i64": torch.int64, "i32": torch.int32, "bool": torch.bool}
+NAMES = {v: k for k, v in DTYPES.items()}
 
 
 def sliced(x, dim=0, start=None, end=None, step=1):
@@ -56,10 +61,32 @@ def answer(case):
     return {"steps": out}
 
 
+def elementwise(case):
+    xs = []
+    for o in case["operands"]:
+        x = torch.tensor(o["data"], dtype=torch.float64).to(DTYPES[o["t"]]).reshape(o["shape"])
+        for step in o["chain"]:
+            x = apply(x, step["op"], step["args"])
+        xs.append(x)
+    args = [xs[a["operand"]] if isinstance(a, dict) else a for a in case["args"]]
+    call = case["call"]
+    if call.endswith("_"):
+        getattr(args[0], call)(*args[1:])
+        r = args[0]
+    elif call == "to":
+        r = args[0].to(DTYPES[args[1]])
+    else:
+        r = getattr(torch, call)(*args)
+    return {
+        "dtype": NAMES[r.dtype], "shape": list(r.shape), "stride": list(r.stride()), "contiguous": r.is_contiguous(),
+        "values": r.flatten().double().tolist(),
+    }
+
+
 for line in sys.stdin:
     case = json.loads(line)
     try:
-        out = answer(case)
+        out = elementwise(case) if "operands" in case else answer(case)
     except Exception as e:  # noqa: BLE001 - the test shows it
         out = {"error": f"{type(e).__name__}: {e}"}
     out["id"] = case["id"]

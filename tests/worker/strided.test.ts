@@ -337,6 +337,21 @@ describe("a prepared call (a recording's replay) takes views as the dispatch doe
       expect(elements(base)).toEqual([2, 4, 9, 9, 10, 12])
     }
   })
+  test("an elementwise result is laid out as its operands: a reused output of that layout is written, one of another is replaced", () => {
+    const x = keep(Tensor.fromHost(native, host("f32", [3, 2], [1, 2, 3, 4, 5, 6]), stream))
+    const mul = prepareBuiltin("mul", [x, 2], {}, [x])!
+    const rowMajor = mul.run(context({}), [x])[0]!
+    expect([rowMajor.contiguous, [...rowMajor.strides]]).toEqual([true, [2, 1]])
+    // The transposed view [[1, 4], [2, 5], [3, 6]]: its result is transposed too, the row-major output not reused.
+    const v = keep(f32([1, 2, 3, 4, 5, 6]).asStrided([3, 2], [1, 3], 0))
+    const transposed = keep(mul.run(context({}), [v], [rowMajor])[0]!)
+    expect(rowMajor.freed).toBe(true)
+    expect([transposed.contiguous, [...transposed.strides], transposed.layout().strides, elements(transposed)]).toEqual([false, [1, 3], [1, 3], [2, 8, 4, 10, 6, 12]])
+    const again = mul.run(context({}), [v], [transposed])[0]!
+    expect(again).toBe(transposed)
+    const back = keep(mul.run(context({}), [x], [transposed])[0]!)
+    expect([transposed.freed, back.contiguous, [...back.strides], elements(back)]).toEqual([true, true, [2, 1], [2, 4, 6, 8, 10, 12]])
+  })
 })
 
 describe("in place through a view writes its base", () => {

@@ -9,7 +9,7 @@ import { bad, describe, sameShape, type TensorMeta } from "../meta.ts"
 import { type Backward, type GradOps, NOT_DIFFERENTIABLE, zeroGrad } from "../grad.ts"
 import { arg, kw, opt } from "../params.ts"
 import { broadcastShapes, canCast, isFloating, isScalar, resultType, scalarValue, type Scalar } from "../promotion.ts"
-import { readingStrides, spec, withPlan } from "../spec.ts"
+import { pointwiseFamily, spec, withPlan } from "../spec.ts"
 
 /** What a binary op computes in and gives. */
 export interface BinaryPlan {
@@ -138,7 +138,7 @@ const clampRule: Backward<typeof clampParams> = (c, o) => {
   }
 }
 
-export const elementwise = readingStrides({
+export const elementwise = pointwiseFamily({
   neg: unary("same", unaryRule((o, _x, _y, g) => o.neg(g))),
   abs: unary("same", unaryRule((o, x, _y, g) => o.mul(g, o.sign(x)))),
   relu: unary("same", unaryRule((o, _x, y, g) => o.where(o.gt(y, 0), g, 0))),

@@ -10,7 +10,7 @@ import { bad, describe, type TensorMeta } from "../meta.ts"
 import { type Backward, type GradOps, NOT_DIFFERENTIABLE, zeroGrad } from "../grad.ts"
 import { arg, kw, opt } from "../params.ts"
 import { isFloating } from "../promotion.ts"
-import { readingStrides, spec } from "../spec.ts"
+import { pointwiseFamily, spec } from "../spec.ts"
 import { unaryRule } from "./elementwise.ts"
 import { floating } from "./nn.ts"
 
@@ -47,7 +47,7 @@ const geluGrad = <T>(o: GradOps<T>, x: T, g: T, approximate: string): T => {
   return o.mul(g, o.add(cdf, o.mul(x, pdf)))
 }
 
-export const math = readingStrides({
+export const math = pointwiseFamily({
   erf: toFloat(unaryRule((o, x, _y, g) => o.mul(g, o.mul(o.exp(o.neg(o.mul(x, x))), 2 / Math.sqrt(Math.PI))))),
   log1p: toFloat(unaryRule((o, x, _y, g) => o.div(g, o.add(x, 1)))),
   expm1: toFloat(unaryRule((o, _x, y, g) => o.mul(g, o.add(y, 1)))),

@@ -9,7 +9,7 @@ import { bad, describe, type TensorMeta } from "../meta.ts"
 import { NOT_DIFFERENTIABLE } from "../grad.ts"
 import { arg, kw } from "../params.ts"
 import { broadcastShapes, isFloating, isIntegral, isScalar, resultType, scalarValue, type Scalar } from "../promotion.ts"
-import { readingStrides, spec } from "../spec.ts"
+import { pointwiseFamily, spec } from "../spec.ts"
 import { checkInPlace } from "./elementwise.ts"
 
 const shapeOf = (op: string, xs: ReadonlyArray<TensorMeta | Scalar>): number[] =>
@@ -53,7 +53,7 @@ const lerpParams = [arg("input", "tensor"), arg("end", "tensor"), arg("weight", 
 const addcParams = [arg("input", "tensor"), arg("tensor1", "tensor"), arg("tensor2", "tensor"), kw("value", "scalar", 1)] as const
 const maskedParams = [arg("input", "tensor"), arg("mask", "tensor"), arg("value", "scalar")] as const
 
-export const ternary = readingStrides({
+export const ternary = pointwiseFamily({
   where,
   masked_fill: spec(maskedParams, ({ input, mask }, op) => [maskedFill(op, input, mask)], (c, o) => ({ input: () => o.masked_fill(c.grad, c.args.mask, 0) })),
   masked_fill_: spec(maskedParams, ({ input, mask }, op) => inPlace(op, input, maskedFill(op, input, mask)), NOT_DIFFERENTIABLE, { mutates: "input" }),
@@ -78,4 +78,4 @@ export const ternary = readingStrides({
     tensor2: () => o.neg(o.div(o.mul(o.mul(c.grad, c.args.value), c.args.tensor1), o.mul(c.args.tensor2, c.args.tensor2))),
   })),
   addcdiv_: spec(addcParams, ({ input, tensor1, tensor2 }, op) => inPlace(op, input, addcMeta(op, input, tensor1, tensor2)), NOT_DIFFERENTIABLE, { mutates: "input" }),
-})
+}, ["masked_fill"])

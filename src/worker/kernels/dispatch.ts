@@ -9,7 +9,8 @@ import { Tensor } from "../../../ffi/tensor.ts"
 import type { GradOps } from "../../ops/grad.ts"
 import { OpArgumentError, type TensorMeta } from "../../ops/meta.ts"
 import { opNamed, type Op, type OpName } from "../../ops/registry.ts"
-import type { Composition, OpSpec } from "../../ops/spec.ts"
+import { layoutOperands, type Composition, type OpSpec } from "../../ops/spec.ts"
+import { pointwiseStrides } from "../../ops/strided.ts"
 import type { FunctionContext, RemoteFunction } from "../function.ts"
 import type { Kernel, Kernels } from "./kernel.ts"
 import { isTensor, Run } from "./run.ts"
@@ -54,7 +55,7 @@ export const kernelOf = (op: Op): Kernel<OpName> => {
  * results its rule gives, runs its kernel; one result is returned bare.
  */
 const asRemoteFunction = <N extends OpName>(op: Op<N>): RemoteFunction => {
-  const kernel = kernelOf(op as Op), rule = (op as OpSpec).outputs, staging = stagingOf(op as OpSpec)
+  const kernel = kernelOf(op as Op), rule = (op as OpSpec).outputs, staging = stagingOf(op as OpSpec), laidOutBy = layoutNames(op as OpSpec)
   return (ctx, ...args) => {
     const bound = op.bind(args, ctx.kwargs, isTensor)
     const metas = rule(bound as never, op.name)
@@ -67,16 +68,43 @@ const asRemoteFunction = <N extends OpName>(op: Op<N>): RemoteFunction => {
         run.free()
       }
     }
-    const outs = runKernel(kernel, ctx, bound, op.name, metas, staging)
+    const outs = runKernel(kernel, ctx, bound, op.name, metas, staging, undefined, laidOutBy)
     return outs.length === 1 ? outs[0] : outs.length === 0 ? undefined : outs
   }
 }
+
+/** The parameters a pointwise op's result is laid out by (OpSpec.pointwise): none for another op. */
+export const layoutNames = (op: OpSpec): ReadonlyArray<string> => layoutOperands(op).map((i) => op.params[i]!.name)
+
+/**
+ * The strides of a pointwise op's result (strided.ts's pointwiseStrides) from its operands, the
+ * parameters `names` of `bound`; undefined (row-major) where every operand is contiguous, which
+ * is one flag read each.
+ */
+const resultStrides = (names: ReadonlyArray<string>, bound: Readonly<Record<string, unknown>>, shape: ReadonlyArray<number>): number[] | undefined => {
+  let dense = true
+  for (const n of names) {
+    const v = bound[n]
+    if (v instanceof Tensor && !v.contiguous) dense = false
+  }
+  if (dense) return undefined
+  const operands: Tensor[] = []
+  for (const n of names) {
+    const v = bound[n]
+    if (v instanceof Tensor) operands.push(v)
+  }
+  return pointwiseStrides(shape, operands)
+}
+
+/** Whether t is laid out with `strides` (undefined: contiguous). */
+const laidOut = (t: Tensor, strides: ReadonlyArray<number> | undefined): boolean =>
+  strides === undefined ? t.contiguous : !t.contiguous && t.strides.every((s, i) => s === strides[i])
 
 /**
  * Allocates a command's outputs as its rule gave them and runs its kernel into them (freed
  * again if it throws), its operands staged as `staging` says (staging.ts).
  */
-export const runKernel = (kernel: Kernel<OpName>, ctx: FunctionContext, bound: unknown, name: string, metas: ReadonlyArray<TensorMeta>, staging: Staging, reuse?: ReadonlyArray<Tensor>): Tensor[] => {
+export const runKernel = (kernel: Kernel<OpName>, ctx: FunctionContext, bound: unknown, name: string, metas: ReadonlyArray<TensorMeta>, staging: Staging, reuse?: ReadonlyArray<Tensor>, laidOutBy: ReadonlyArray<string> = []): Tensor[] => {
   const run = new Run(ctx)
   const outs: Tensor[] = []
   try {
@@ -84,8 +112,17 @@ export const runKernel = (kernel: Kernel<OpName>, ctx: FunctionContext, bound: u
     let backs: CopyBack[] | undefined
     const args = staging.length === 0 ? bound : stage(run, staging, bound as Readonly<Record<string, unknown>>, name, (backs = []))
     // Owned: a command's outputs go to the env (or are freed) as soon as this returns; `reuse`'s
-    // tensors (the outputs' dtypes and shapes, read by no one else) are written instead of new ones.
-    for (let i = 0; i < metas.length; i++) outs.push(reuse?.[i] ?? Tensor.owned(ctx.native, metas[i]!.dtype, metas[i]!.shape))
+    // tensors (the outputs' dtypes, shapes and layouts, read by no one else) are written instead of new ones.
+    // A pointwise op's one result is laid out by its operands.
+    const strides = laidOutBy.length === 0 ? undefined : resultStrides(laidOutBy, bound as Readonly<Record<string, unknown>>, metas[0]!.shape)
+    for (let i = 0; i < metas.length; i++) {
+      const kept = reuse?.[i]
+      if (kept !== undefined && laidOut(kept, strides)) outs.push(kept)
+      else {
+        kept?.free()
+        outs.push(strides === undefined ? Tensor.owned(ctx.native, metas[i]!.dtype, metas[i]!.shape) : Tensor.ownedStrided(ctx.native, metas[i]!.dtype, metas[i]!.shape, strides))
+      }
+    }
     kernel(run, outs, args as never, name, metas as never)
     if (backs !== undefined && backs.length > 0) copyBack(run, backs)
   } catch (e) {

@@ -7,7 +7,7 @@ import { opNamed, type OpName } from "../../ops/registry.ts"
 import type { OpSpec, Planned } from "../../ops/spec.ts"
 import type { BinaryPlan } from "../../ops/specs/elementwise.ts"
 import type { FunctionContext } from "../function.ts"
-import { kernelOf, runKernel } from "./dispatch.ts"
+import { kernelOf, layoutNames, runKernel } from "./dispatch.ts"
 import { planned, type Kernel } from "./kernel.ts"
 import { isTensor } from "./run.ts"
 import { stagingOf } from "./staging.ts"
@@ -42,12 +42,12 @@ export const prepareBuiltin = (name: string, args: ReadonlyArray<unknown>, kwarg
   }
   for (const key of Object.keys(bound)) find(bound, key, bound[key])
   if (places.length !== tensors.length || places.some((p) => p.tensor < 0)) return undefined
-  const general = kernelOf(op), staging = stagingOf(op as OpSpec)
+  const general = kernelOf(op), staging = stagingOf(op as OpSpec), laidOutBy = layoutNames(op as OpSpec)
   const kernel = (planned.get(general)?.(bound as never, (metas as Planned<BinaryPlan>).plan) ?? general) as Kernel<OpName>
   const run = (ctx: FunctionContext, now: ReadonlyArray<Tensor>, reuse?: ReadonlyArray<Tensor>) => {
     for (const p of places) (p.holder as Record<string | number, unknown>)[p.key] = now[p.tensor]
     try {
-      return runKernel(kernel, ctx, bound, op.name, metas, staging, reuse)
+      return runKernel(kernel, ctx, bound, op.name, metas, staging, reuse, laidOutBy)
     } finally {
       // The bound arguments keep no tensor between calls.
       for (const p of places) (p.holder as Record<string | number, unknown>)[p.key] = undefined
