@@ -1864,6 +1864,12 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/controller/uploads.test.ts"],
   },
   {
+    area: "worker", behaviour: "the memory limit counts what is in use, not only the new allocation",
+    file: "c/common/memory.c",
+    edits: one("    if (limit > 0 && nbytes > limit - used)", "    if (limit > 0 && nbytes > limit)"),
+    tests: ["tests/shim/memory.test.ts"],
+  },
+  {
     area: "worker", behaviour: "a user function's results that share memory are defined as copies",
     file: "src/worker/handlers/calls.ts",
     edits: one("  if (!isBuiltin(m.function)) ownResults(s, tensors, stream)", "  if (isBuiltin(m.function)) ownResults(s, tensors, stream)"),
