@@ -274,9 +274,13 @@ describe("an op whose spec reads strides is given the view itself; any other a c
       spy.mockRestore()
     }
   }
-  test("add, sum, softmax and mm on a transposed view make no temporary; cumsum and tril make one, its copy", () => {
+  test("add, add_, mul_, exp_, pow_, sum, softmax and mm on a transposed view make no temporary; cumsum and tril make one, its copy", () => {
     const counts = {
       add: temps(() => builtinFunction("add")!(context({}), transposed(), 1)),
+      add_: temps(() => builtinFunction("add_")!(context({}), transposed(), 1)),
+      mul_: temps(() => builtinFunction("mul_")!(context({}), transposed(), transposed())),
+      exp_: temps(() => builtinFunction("exp_")!(context({}), transposed())),
+      pow_: temps(() => builtinFunction("pow_")!(context({}), transposed(), 2)),
       sum: temps(() => builtinFunction("sum")!(context({}), transposed(), 0)),
       softmax: temps(() => builtinFunction("softmax")!(context({}), transposed(), 1)),
       mm: temps(() => builtinFunction("mm")!(context({}), transposed(), keep(Tensor.fromHost(native, host("f32", [2, 2], [1, 0, 0, 1]), stream)))),
@@ -284,7 +288,7 @@ describe("an op whose spec reads strides is given the view itself; any other a c
       tril: temps(() => builtinFunction("tril")!(context({}), transposed())),
       "cumsum of a contiguous tensor": temps(() => builtinFunction("cumsum")!(context({}), keep(Tensor.fromHost(native, host("f32", [3, 2], [1, 2, 3, 4, 5, 6]), stream)), 1)),
     }
-    expect(counts).toEqual({ add: 0, sum: 0, softmax: 0, mm: 0, cumsum: 1, tril: 1, "cumsum of a contiguous tensor": 0 })
+    expect(counts).toEqual({ add: 0, add_: 0, mul_: 0, exp_: 0, pow_: 0, sum: 0, softmax: 0, mm: 0, cumsum: 1, tril: 1, "cumsum of a contiguous tensor": 0 })
   })
 })
 
