@@ -1288,12 +1288,6 @@ export const MUTATIONS: ReadonlyArray<Mutation> = [
     tests: ["tests/ops/floats.test.ts", "tests/ops/parity.test.ts"],
   },
   {
-    area: "worker", behaviour: "promotion: add's alpha keeps a float number a float",
-    file: "src/worker/kernels/table.ts",
-    edits: one("  if (other instanceof FloatNumber) return new FloatNumber(other.value * alpha)", "  if (other instanceof FloatNumber) return other.value * alpha"),
-    tests: ["tests/ops/parity.test.ts"],
-  },
-  {
     area: "protocol", behaviour: "promotion: a worker decodes an integral float64 as a float",
     file: "src/protocol/codec.ts",
     edits: one('  if (direction === "worker") keepFloats(decoder)', "  if (false) keepFloats(decoder)"),

@@ -8,7 +8,7 @@ import * as k from "../../../ffi/ops.ts"
 import { OpFlag, UnaryOp, UnaryOpFlags } from "../../../ffi/abi.ts"
 import type { BinaryOpName, LossReductionName, ReduceOpName, ScatterOpName, TernaryOpName, UnaryOpName } from "../../../ffi/symbols.ts"
 import { Tensor } from "../../../ffi/tensor.ts"
-import { FloatNumber, HostTensor, type DType } from "../../protocol/values.ts"
+import { HostTensor, type DType } from "../../protocol/values.ts"
 import type { Draw } from "../../ops/generator.ts"
 import { bad, numelOf, type TensorMeta } from "../../ops/meta.ts"
 import { broadcastShapes, isFloating, isScalar, resultType, scalarValue, type Scalar } from "../../ops/promotion.ts"
@@ -191,7 +191,6 @@ const binaryInPlace = (op: BinaryOpName): Kernel<"mul_"> => withPlanner<Kernel<"
 /** alpha other for add and sub, in the compute dtype (other itself for alpha 1). */
 const scaledOther = (run: Run, other: Tensor | Scalar, alpha: number, dtype: DType): Tensor | Scalar => {
   if (alpha === 1) return other
-  if (other instanceof FloatNumber) return new FloatNumber(other.value * alpha)
   if (isScalar(other)) return scalarValue(other) * alpha
   const scaled = run.temp(dtype, other.shape)
   k.binaryScalar("mul", scaled, run.cast(other, dtype), alpha, false, run.stream)
