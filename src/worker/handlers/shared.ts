@@ -9,15 +9,19 @@ import { reject, type Session } from "../session.ts"
 
 const why = (e: unknown): string => (e instanceof Error ? e.message : String(e))
 
-export const sharedSegment = (s: Session) => (m: SharedSegment) => Effect.sync(() => {
-  if (s.segments === undefined) return s.send({ _tag: "SegmentMapped", segment: m.segment, problem: "this worker's link takes no shared memory" })
+/** Maps an offered segment with `attach` (undefined: this link takes no shared memory) and says whether it could. */
+const answerOffer = (s: Session, segment: number, attach: (() => void) | undefined): void => {
+  if (attach === undefined) return s.send({ _tag: "SegmentMapped", segment, problem: "this worker's link takes no shared memory" })
   try {
-    s.segments.attach(m)
-    s.send({ _tag: "SegmentMapped", segment: m.segment, problem: null })
+    attach()
+    s.send({ _tag: "SegmentMapped", segment, problem: null })
   } catch (e) {
-    s.send({ _tag: "SegmentMapped", segment: m.segment, problem: why(e) })
+    s.send({ _tag: "SegmentMapped", segment, problem: why(e) })
   }
-})
+}
+
+export const sharedSegment = (s: Session) => (m: SharedSegment) =>
+  Effect.sync(() => answerOffer(s, m.segment, s.segments && (() => s.segments!.attach(m))))
 
 export const segmentFree = (s: Session) => (m: SegmentFree) => Effect.sync(() => {
   try {
@@ -28,12 +32,5 @@ export const segmentFree = (s: Session) => (m: SegmentFree) => Effect.sync(() =>
   }
 })
 
-export const uploadSegment = (s: Session) => (m: UploadSegment) => Effect.sync(() => {
-  if (s.uploads === undefined) return s.send({ _tag: "SegmentMapped", segment: m.segment, problem: "this worker's link takes no shared memory" })
-  try {
-    s.uploads.attach(m)
-    s.send({ _tag: "SegmentMapped", segment: m.segment, problem: null })
-  } catch (e) {
-    s.send({ _tag: "SegmentMapped", segment: m.segment, problem: why(e) })
-  }
-})
+export const uploadSegment = (s: Session) => (m: UploadSegment) =>
+  Effect.sync(() => answerOffer(s, m.segment, s.uploads && (() => s.uploads!.attach(m))))
